@@ -1,0 +1,1 @@
+//! evolve-pg
