@@ -1,1 +1,385 @@
-fn main() {}
+//! evolve's automation, run as `cargo xtask <command>` (an alias in
+//! `.cargo/config.toml`). Standard library only, so it builds in seconds.
+//!
+//! - `cargo xtask test [ARGS]`: make sure the PostgreSQL server is installed,
+//!   then `cargo fmt --check`, `cargo clippy -D warnings` and
+//!   `cargo test --workspace ARGS`, stopping at the first failure. This is
+//!   the repository's test command; `.ci/run` runs it.
+//! - `cargo xtask demo [ARGS]`: PostgreSQL, then `evolve demo ARGS`.
+//! - `cargo xtask bench NAME [ARGS]`: PostgreSQL, then the release build of
+//!   benchmark `NAME` from `evolve-bench` with `ARGS`.
+//!
+//! The PostgreSQL server is found by the same search as `evolve-test`'s
+//! `pg_bin_dir` (keep the two in step): `EVOLVE_PG_BIN`, the highest
+//! `/usr/lib/postgresql/<version>/bin` with `initdb`, `pg_config --bindir`,
+//! `initdb` on `PATH`. When none has `initdb`, the `postgresql` and
+//! `postgresql-contrib` packages are installed with apt-get, as root or
+//! through `sudo -n`. `CARGO` names the cargo to run, as cargo itself sets it.
+
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  test [ARGS]         install PostgreSQL if missing, then cargo fmt --check, cargo clippy
+                      -D warnings, cargo test --workspace ARGS (e.g. -- --nocapture)
+  demo [ARGS]         install PostgreSQL if missing, then run `evolve demo ARGS`
+  bench NAME [ARGS]   install PostgreSQL if missing, then run benchmark NAME of evolve-bench
+                      (release build) with ARGS
+
+environment:
+  EVOLVE_PG_BIN       directory of the PostgreSQL server binaries (initdb, pg_ctl, ...)
+  CARGO               the cargo to run (set by cargo itself)";
+
+/// Where Debian and Ubuntu install the versioned server binaries.
+const DEBIAN_ROOT: &str = "/usr/lib/postgresql";
+
+const PACKAGES: [&str; 2] = ["postgresql", "postgresql-contrib"];
+
+/// Why xtask stops: a message, and the exit code to stop with.
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    code: u8,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            code: 1,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("xtask: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<(), Failure> {
+    let Some((command, rest)) = args.split_first() else {
+        println!("{USAGE}");
+        return Ok(());
+    };
+    match command.as_str() {
+        "test" => test(rest),
+        "demo" => {
+            ensure_postgres()?;
+            let mut cmd = cargo(["run", "--quiet", "-p", "evolve", "--", "demo"]);
+            cmd.args(rest);
+            step("demo", &mut cmd)
+        }
+        "bench" => {
+            let Some((name, bench_args)) = rest.split_first() else {
+                return Err(usage_error("bench needs the name of a benchmark"));
+            };
+            ensure_postgres()?;
+            let mut cmd = cargo(["run", "--release", "-p", "evolve-bench", "--bin"]);
+            cmd.arg(name).arg("--").args(bench_args);
+            step(&format!("bench {name}"), &mut cmd)
+        }
+        "help" | "-h" | "--help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => Err(usage_error(&format!("unknown command `{other}`"))),
+    }
+}
+
+fn usage_error(message: &str) -> Failure {
+    Failure {
+        message: format!("{message}\n\n{USAGE}"),
+        code: 2,
+    }
+}
+
+fn test(cargo_test_args: &[String]) -> Result<(), Failure> {
+    let started = Instant::now();
+    ensure_postgres()?;
+    step("fmt", &mut cargo(["fmt", "--all", "--", "--check"]))?;
+    step(
+        "clippy",
+        &mut cargo([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    let mut cmd = cargo(["test", "--workspace"]);
+    cmd.args(cargo_test_args);
+    step("test", &mut cmd)?;
+    eprintln!("==> all steps passed in {}", seconds(started));
+    Ok(())
+}
+
+/// A cargo command, from the workspace root.
+fn cargo<const N: usize>(args: [&str; N]) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(cargo);
+    cmd.args(args).current_dir(workspace_root());
+    cmd
+}
+
+fn workspace_root() -> &'static Path {
+    let xtask_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask_dir.parent().unwrap_or(xtask_dir)
+}
+
+/// Run one step: a header, the command with inherited output, and a closing
+/// line with its elapsed time. A failed step stops xtask with its exit code.
+fn step(name: &str, cmd: &mut Command) -> Result<(), Failure> {
+    eprintln!("==> {name}: {}", describe(cmd));
+    let started = Instant::now();
+    let status = cmd.status().map_err(|e| {
+        Failure::new(format!(
+            "{name}: could not run {}: {e}",
+            cmd.get_program().to_string_lossy()
+        ))
+    })?;
+    if status.success() {
+        eprintln!("==> {name}: ok in {}", seconds(started));
+        return Ok(());
+    }
+    eprintln!("==> {name}: FAILED ({status}) after {}", seconds(started));
+    Err(Failure {
+        message: format!("step `{name}` failed ({status})"),
+        // A child killed by a signal has no code; 1 then.
+        code: status
+            .code()
+            .and_then(|c| u8::try_from(c).ok())
+            .filter(|&c| c != 0)
+            .unwrap_or(1),
+    })
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut words = vec![cmd.get_program().to_string_lossy().into_owned()];
+    words.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    words.join(" ")
+}
+
+fn seconds(since: Instant) -> String {
+    format!("{:.1}s", since.elapsed().as_secs_f64())
+}
+
+/// The outcome of searching for the PostgreSQL server binaries.
+#[derive(Debug, PartialEq, Eq)]
+enum PgBin {
+    Found(PathBuf),
+    /// `EVOLVE_PG_BIN` is set but has no `initdb`; installing won't help.
+    BadEnv(PathBuf),
+    NotFound,
+}
+
+/// The same search as `evolve_test::pg_bin_dir`.
+fn find_pg_bin() -> PgBin {
+    if let Some(dir) = std::env::var_os("EVOLVE_PG_BIN") {
+        let dir = PathBuf::from(dir);
+        return if has_initdb(&dir) {
+            PgBin::Found(dir)
+        } else {
+            PgBin::BadEnv(dir)
+        };
+    }
+    highest_versioned_bin(Path::new(DEBIAN_ROOT))
+        .or_else(pg_config_bindir)
+        .or_else(initdb_on_path)
+        .map_or(PgBin::NotFound, PgBin::Found)
+}
+
+fn has_initdb(dir: &Path) -> bool {
+    dir.join("initdb").is_file()
+}
+
+/// The `<root>/<version>/bin` with the highest version that contains `initdb`.
+fn highest_versioned_bin(root: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(root)
+        .ok()?
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let version = version_key(entry.file_name().to_str()?)?;
+            let bin = entry.path().join("bin");
+            has_initdb(&bin).then_some((version, bin))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, bin)| bin)
+}
+
+/// `"15"` -> `[15]`, `"9.6"` -> `[9, 6]`; `None` for anything that is not a
+/// dotted number. Vectors compare element by element, so 9.6 < 15 < 17.
+fn version_key(name: &str) -> Option<Vec<u64>> {
+    name.split('.').map(|part| part.parse().ok()).collect()
+}
+
+fn pg_config_bindir() -> Option<PathBuf> {
+    let out = Command::new("pg_config")
+        .arg("--bindir")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let dir = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
+    has_initdb(&dir).then_some(dir)
+}
+
+/// The directory of the `initdb` on `PATH`, following symlinks: a
+/// `/usr/local/bin/initdb` linking into the server's bin directory must
+/// yield that directory, where `psql` and `pg_recvlogical` live too.
+fn initdb_on_path() -> Option<PathBuf> {
+    let dir = std::env::split_paths(&std::env::var_os("PATH")?).find(|dir| has_initdb(dir))?;
+    let real = std::fs::canonicalize(dir.join("initdb")).ok()?;
+    Some(real.parent()?.to_path_buf())
+}
+
+/// Install the PostgreSQL server packages unless `initdb` is found.
+fn ensure_postgres() -> Result<(), Failure> {
+    match find_pg_bin() {
+        PgBin::Found(_) => return Ok(()),
+        PgBin::BadEnv(dir) => {
+            return Err(Failure::new(format!(
+                "EVOLVE_PG_BIN={} contains no initdb; point it at the bin directory of a PostgreSQL server installation, or unset it to have xtask install the postgresql package",
+                dir.display()
+            )));
+        }
+        PgBin::NotFound => {}
+    }
+    eprintln!(
+        "==> PostgreSQL server binaries not found (no initdb in EVOLVE_PG_BIN, {DEBIAN_ROOT}/*/bin, pg_config --bindir or PATH); installing {}",
+        PACKAGES.join(" ")
+    );
+    let elevate = privilege()?;
+    step("apt-get update", &mut apt(elevate, &["update"]))?;
+    let mut install = vec!["install", "-y", "--no-install-recommends"];
+    install.extend(PACKAGES);
+    step("install postgresql", &mut apt(elevate, &install))?;
+    match find_pg_bin() {
+        PgBin::Found(dir) => {
+            eprintln!("==> PostgreSQL server binaries in {}", dir.display());
+            Ok(())
+        }
+        _ => Err(Failure::new(format!(
+            "installed {} but still found no initdb; set EVOLVE_PG_BIN to the server's bin directory",
+            PACKAGES.join(" ")
+        ))),
+    }
+}
+
+/// How apt-get gets root.
+#[derive(Debug, Clone, Copy)]
+enum Elevate {
+    AlreadyRoot,
+    Sudo,
+}
+
+fn privilege() -> Result<Elevate, Failure> {
+    if is_root() {
+        return Ok(Elevate::AlreadyRoot);
+    }
+    let sudo_ok = Command::new("sudo")
+        .args(["-n", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if sudo_ok {
+        Ok(Elevate::Sudo)
+    } else {
+        Err(Failure::new(format!(
+            "cannot install {}: not running as root and `sudo -n` is not available; install them yourself (apt-get install {}) or set EVOLVE_PG_BIN to the server's bin directory",
+            PACKAGES.join(" "),
+            PACKAGES.join(" ")
+        )))
+    }
+}
+
+/// `apt-get ARGS` without questions, as root.
+fn apt(elevate: Elevate, args: &[&str]) -> Command {
+    let mut cmd = match elevate {
+        Elevate::AlreadyRoot => {
+            let mut cmd = Command::new("apt-get");
+            cmd.env("DEBIAN_FRONTEND", "noninteractive");
+            cmd
+        }
+        Elevate::Sudo => {
+            // sudo resets the environment; `env` sets it on the far side.
+            let mut cmd = Command::new("sudo");
+            cmd.args(["-n", "env", "DEBIAN_FRONTEND=noninteractive", "apt-get"]);
+            cmd
+        }
+    };
+    cmd.args(args).stdin(Stdio::null());
+    cmd
+}
+
+/// Our effective uid is 0 (`/proc/self` belongs to it).
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_sort_numerically() {
+        let mut names = vec!["17", "9.6", "15", "10", "9.10"];
+        names.sort_by_key(|n| version_key(n));
+        assert_eq!(names, ["9.6", "9.10", "10", "15", "17"]);
+        assert_eq!(version_key("main"), None);
+        assert_eq!(version_key("15.beta"), None);
+        assert_eq!(version_key(""), None);
+    }
+
+    #[test]
+    fn highest_version_with_initdb_wins() {
+        let root = std::env::temp_dir().join(format!("xtask-pgbin-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (version, with_initdb) in [("9", true), ("15", true), ("17", false), ("common", true)] {
+            let bin = root.join(version).join("bin");
+            std::fs::create_dir_all(&bin).unwrap();
+            if with_initdb {
+                std::fs::write(bin.join("initdb"), "").unwrap();
+            }
+        }
+        // 17 is client-only (no initdb); "common" is no version.
+        assert_eq!(highest_versioned_bin(&root), Some(root.join("15/bin")));
+        std::fs::write(root.join("17/bin/initdb"), "").unwrap();
+        assert_eq!(highest_versioned_bin(&root), Some(root.join("17/bin")));
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(highest_versioned_bin(&root), None);
+    }
+
+    #[test]
+    fn apt_commands_are_noninteractive() {
+        let root = apt(Elevate::AlreadyRoot, &["update"]);
+        assert_eq!(describe(&root), "apt-get update");
+        assert!(
+            root.get_envs()
+                .any(|(k, v)| k == "DEBIAN_FRONTEND" && v == Some("noninteractive".as_ref()))
+        );
+        let sudo = apt(Elevate::Sudo, &["install", "-y", "postgresql"]);
+        assert_eq!(
+            describe(&sudo),
+            "sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql"
+        );
+    }
+}

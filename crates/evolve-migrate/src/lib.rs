@@ -1,1 +1,485 @@
-//! evolve-migrate
+//! `evolve migrate`: migrations as code for PostgreSQL.
+//!
+//! Flyway-style files (`V<version>__<description>.sql`, `R__<description>.sql`)
+//! applied in order, each in one transaction together with its history row;
+//! Flyway's history table and checksums, so an existing
+//! `flyway_schema_history` can be adopted; `lock_timeout` on every
+//! transaction with retry that names the blocking session; a session
+//! advisory lock so two runs never interleave; files marked
+//! `-- evolve:no-transaction` run statement by statement and resume where
+//! they stopped.
+//!
+//! The operations take [`Options`] and report through [`Event`]s and
+//! serializable reports; rendering is the caller's business.
+
+mod apply;
+mod error;
+mod files;
+mod history;
+mod lock;
+mod plan;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use evolve_core::migration::Version;
+use evolve_pg::{Client, SessionInfo};
+use serde::Serialize;
+
+pub use error::MigrateError;
+pub use files::{MigrationFile, MigrationSet};
+pub use history::{BASELINE_DESCRIPTION, History, HistoryRow};
+pub use lock::lock_key;
+pub use plan::{Kind, MigrationStatus, Plan, State, StepOptions};
+
+/// Default history table name.
+pub const DEFAULT_HISTORY_TABLE: &str = "evolve_schema_history";
+
+/// What every verb needs to know.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub database_url: String,
+    pub dir: PathBuf,
+    /// `(schema, name)`; no schema means the connection's current schema.
+    pub history_table: (Option<String>, String),
+    /// `lock_timeout` set on every migration transaction.
+    pub lock_timeout: Duration,
+    /// How many times a file is retried after `lock_timeout` expires.
+    pub lock_retries: u32,
+    /// First wait before a retry; doubled each time, at most 30 s.
+    pub retry_delay: Duration,
+    /// Wait for another run's migration lock (true) or fail at once.
+    pub wait_for_lock: bool,
+    /// Recorded as `installed_by`; defaults to the database user.
+    pub installed_by: Option<String>,
+}
+
+impl Options {
+    pub fn new(database_url: impl Into<String>, dir: impl Into<PathBuf>) -> Options {
+        Options {
+            database_url: database_url.into(),
+            dir: dir.into(),
+            history_table: (None, DEFAULT_HISTORY_TABLE.to_string()),
+            lock_timeout: Duration::from_secs(3),
+            lock_retries: 5,
+            retry_delay: Duration::from_millis(500),
+            wait_for_lock: true,
+            installed_by: None,
+        }
+    }
+}
+
+/// Options of `apply`.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyOptions {
+    pub target: Option<Version>,
+    pub out_of_order: bool,
+    pub dry_run: bool,
+}
+
+/// What happens while a verb runs, in order. Serialized as one JSON object
+/// per line with a `type` tag (`--format json`); new types may be added.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Event {
+    /// Another run holds the migration lock; this one waits.
+    LockWait {
+        table: String,
+        holder: Option<SessionInfo>,
+    },
+    LockAcquired {
+        table: String,
+        waited_ms: u64,
+    },
+    HistoryCreated {
+        table: String,
+    },
+    /// A migration was applied (or, for a resumed no-transaction file,
+    /// finished).
+    Applied {
+        script: String,
+        version: Option<String>,
+        description: String,
+        statements: usize,
+        execution_time_ms: u64,
+        attempts: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        resumed_at_statement: Option<usize>,
+        out_of_order: bool,
+    },
+    /// `--dry-run`: this migration would run.
+    WouldApply {
+        script: String,
+        version: Option<String>,
+        description: String,
+        statements: usize,
+        transaction: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        resume_at_statement: Option<usize>,
+    },
+    /// `lock_timeout` expired; the file is rolled back and retried.
+    LockRetry {
+        script: String,
+        line: u32,
+        attempt: u32,
+        retries: u32,
+        wait_ms: u64,
+        blockers: Vec<SessionInfo>,
+    },
+    /// An INVALID index left by a failed `CREATE INDEX CONCURRENTLY` was
+    /// found where the file creates that index again, and dropped.
+    InvalidIndexDropped {
+        script: String,
+        index: String,
+    },
+    /// `repair` changed the history.
+    Repaired {
+        script: String,
+        version: Option<String>,
+        action: RepairAction,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepairAction {
+    RemovedFailedRow,
+    RealignedChecksum,
+    MarkedDeleted,
+}
+
+/// `status`: every migration, file or history row.
+#[derive(Clone, Debug, Serialize)]
+pub struct StatusReport {
+    pub history_table: String,
+    /// False when the history table does not exist yet.
+    pub history_exists: bool,
+    pub current_version: Option<String>,
+    pub migrations: Vec<MigrationStatus>,
+}
+
+/// `apply`: what ran.
+#[derive(Clone, Debug, Serialize)]
+pub struct ApplyReport {
+    pub history_table: String,
+    pub dry_run: bool,
+    pub applied: usize,
+    pub current_version: Option<String>,
+    pub elapsed_ms: u64,
+}
+
+/// `validate`: nothing to report when valid; problems come as an error.
+#[derive(Clone, Debug, Serialize)]
+pub struct ValidateReport {
+    pub history_table: String,
+    pub applied: usize,
+    pub pending: usize,
+}
+
+/// `repair` and `baseline`: how many rows changed.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChangeReport {
+    pub history_table: String,
+    pub changed: usize,
+}
+
+pub(crate) struct Connected {
+    pub client: Client,
+    pub history: History,
+}
+
+pub(crate) async fn connect(opts: &Options) -> Result<Connected, MigrateError> {
+    let client = evolve_pg::connect(&opts.database_url, "evolve migrate").await?;
+    let (schema, name) = &opts.history_table;
+    let history = History::resolve(&client, schema.as_deref(), name).await?;
+    Ok(Connected { client, history })
+}
+
+/// `evolve migrate status`.
+pub async fn status(opts: &Options) -> Result<StatusReport, MigrateError> {
+    let files = MigrationSet::load(&opts.dir)?;
+    let c = connect(opts).await?;
+    let history_exists = c.history.exists(&c.client).await?;
+    let rows = c.history.rows(&c.client).await?;
+    let progress = c.history.progress(&c.client).await?;
+    let plan = Plan::new(&files, &rows, &progress);
+    Ok(StatusReport {
+        history_table: c.history.table.plain(),
+        history_exists,
+        current_version: plan
+            .current_version
+            .as_ref()
+            .map(|v| v.as_str().to_string()),
+        migrations: plan.migrations,
+    })
+}
+
+/// `evolve migrate validate`: fails when an applied file was edited or is
+/// missing, a migration failed, or a pending file sorts before an applied
+/// one.
+pub async fn validate(opts: &Options) -> Result<ValidateReport, MigrateError> {
+    let files = MigrationSet::load(&opts.dir)?;
+    let c = connect(opts).await?;
+    let rows = c.history.rows(&c.client).await?;
+    let progress = c.history.progress(&c.client).await?;
+    let plan = Plan::new(&files, &rows, &progress);
+    let mut problems = plan.problems(&StepOptions::default());
+    for m in plan.failed() {
+        problems.push(format!(
+            "migration {} failed{}; run 'evolve migrate apply' to resume it, or fix it by hand and run 'evolve migrate repair'",
+            m.script,
+            m.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default()
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(MigrateError::Invalid { problems });
+    }
+    let count = |s: State| plan.migrations.iter().filter(|m| m.state == s).count();
+    Ok(ValidateReport {
+        history_table: c.history.table.plain(),
+        applied: count(State::Applied),
+        pending: count(State::Pending) + count(State::Outdated),
+    })
+}
+
+/// `evolve migrate apply`.
+pub async fn apply(
+    opts: &Options,
+    apply_opts: &ApplyOptions,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<ApplyReport, MigrateError> {
+    apply::run(opts, apply_opts, on_event).await
+}
+
+/// `evolve migrate baseline --version V`: records that the database is
+/// already at `version`; files at or below it are never applied.
+pub async fn baseline(
+    opts: &Options,
+    version: &Version,
+    description: Option<&str>,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<ChangeReport, MigrateError> {
+    let c = connect(opts).await?;
+    let _lock = lock::acquire(
+        &opts.database_url,
+        &c.history.table,
+        opts.wait_for_lock,
+        on_event,
+    )
+    .await?;
+    if c.history.ensure(&c.client).await? {
+        on_event(Event::HistoryCreated {
+            table: c.history.table.plain(),
+        });
+    }
+    let rows = c.history.rows(&c.client).await?;
+    if let Some(row) = rows.iter().find(|r| r.kind != history::TYPE_SCHEMA) {
+        return Err(MigrateError::History {
+            table: c.history.table.plain(),
+            reason: format!(
+                "already has migrations (first: {}), so it cannot be baselined; baseline only a database that evolve has not migrated",
+                row.script
+            ),
+        });
+    }
+    let description = description.unwrap_or(BASELINE_DESCRIPTION);
+    c.client
+        .query_one(
+            &c.history.insert_sql(),
+            &[
+                &version.as_str(),
+                &description,
+                &history::TYPE_BASELINE,
+                &description,
+                &None::<i32>,
+                &opts.installed_by,
+                &0i32,
+                &true,
+            ],
+        )
+        .await?;
+    Ok(ChangeReport {
+        history_table: c.history.table.plain(),
+        changed: 1,
+    })
+}
+
+/// `evolve migrate repair`: removes failed rows (and their progress),
+/// realigns the recorded checksum and description of applied files that
+/// were edited on purpose, and marks applied migrations whose files were
+/// deleted as deleted.
+pub async fn repair(
+    opts: &Options,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<ChangeReport, MigrateError> {
+    let files = MigrationSet::load(&opts.dir)?;
+    let c = connect(opts).await?;
+    let _lock = lock::acquire(
+        &opts.database_url,
+        &c.history.table,
+        opts.wait_for_lock,
+        on_event,
+    )
+    .await?;
+    if !c.history.exists(&c.client).await? {
+        return Ok(ChangeReport {
+            history_table: c.history.table.plain(),
+            changed: 0,
+        });
+    }
+    c.history.ensure(&c.client).await?;
+    let rows = c.history.rows(&c.client).await?;
+    let progress = c.history.progress(&c.client).await?;
+    let plan = Plan::new(&files, &rows, &progress);
+    let t = &c.history.table;
+    let mut tx_client = c.client;
+    let tx = tx_client.transaction().await?;
+    let mut changed = 0;
+    for m in &plan.migrations {
+        let action = match m.state {
+            State::Failed => {
+                let rank = m.installed_rank.unwrap_or_default();
+                tx.execute(
+                    &format!("DELETE FROM {t} WHERE installed_rank = $1 AND NOT success"),
+                    &[&rank],
+                )
+                .await?;
+                tx.execute(
+                    &format!(
+                        "DELETE FROM {} WHERE installed_rank = $1",
+                        c.history.progress
+                    ),
+                    &[&rank],
+                )
+                .await?;
+                RepairAction::RemovedFailedRow
+            }
+            State::Edited => {
+                tx.execute(
+                    &format!(
+                        "UPDATE {t} SET checksum = $1, description = $2, script = $3 WHERE installed_rank = $4"
+                    ),
+                    &[
+                        &m.checksum,
+                        &m.description,
+                        &m.script,
+                        &m.installed_rank.unwrap_or_default(),
+                    ],
+                )
+                .await?;
+                RepairAction::RealignedChecksum
+            }
+            State::MissingFile => {
+                tx.query_one(
+                    &c.history.insert_sql(),
+                    &[
+                        &m.version,
+                        &m.description,
+                        &history::TYPE_DELETE,
+                        &m.script,
+                        &m.checksum,
+                        &opts.installed_by,
+                        &0i32,
+                        &true,
+                    ],
+                )
+                .await?;
+                RepairAction::MarkedDeleted
+            }
+            _ => continue,
+        };
+        changed += 1;
+        on_event(Event::Repaired {
+            script: m.script.clone(),
+            version: m.version.clone(),
+            action,
+        });
+    }
+    tx.commit().await?;
+    Ok(ChangeReport {
+        history_table: t.plain(),
+        changed,
+    })
+}
+
+/// `evolve migrate new DESCRIPTION`: creates the next versioned file,
+/// numbered one above the highest version in `dir` (first part + 1), and
+/// returns its path. Never overwrites a file.
+pub fn new_migration(dir: &Path, description: &str) -> Result<PathBuf, MigrateError> {
+    let description = description.trim();
+    if description.is_empty()
+        || description
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control())
+    {
+        return Err(MigrateError::Usage(format!(
+            "description {description:?} cannot be part of a file name; use words, digits and punctuation other than slashes"
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| MigrateError::Create {
+        path: dir.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let files = MigrationSet::load(dir)?;
+    let next = files
+        .latest_version()
+        .map(next_major)
+        .unwrap_or_else(|| "1".to_string());
+    let name = format!("V{next}__{}.sql", description.replace(' ', "_"));
+    let path = dir.join(&name);
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| MigrateError::Create {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+    writeln!(f, "-- {description}").map_err(|e| MigrateError::Create {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(path)
+}
+
+/// One above the first part of `v`: 41 -> 42, 1.2 -> 2, 2024_01_01 -> 2025.
+fn next_major(v: &Version) -> String {
+    let first = v.as_str().split('.').next().unwrap_or("0");
+    let mut digits: Vec<u8> = first.trim_start_matches('0').bytes().collect();
+    // Decimal increment on the digit string: versions may exceed u64.
+    let mut i = digits.len();
+    loop {
+        if i == 0 {
+            digits.insert(0, b'1');
+            break;
+        }
+        i -= 1;
+        if digits[i] == b'9' {
+            digits[i] = b'0';
+        } else {
+            digits[i] += 1;
+            break;
+        }
+    }
+    String::from_utf8(digits).unwrap_or_else(|_| "1".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_major_increments_the_first_part() {
+        let check = |v: &str, expected: &str| {
+            let v = Version::parse(v).expect("valid version");
+            assert_eq!(next_major(&v), expected);
+        };
+        check("41", "42");
+        check("1.2", "2");
+        check("009", "10");
+        check("99999999999999999999999", "100000000000000000000000");
+        check("0", "1");
+    }
+}

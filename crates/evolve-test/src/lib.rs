@@ -1,1 +1,96 @@
-//! evolve-test
+//! Throwaway PostgreSQL clusters for evolve's tests, benchmarks and the
+//! `evolve demo` command.
+//!
+//! A [`Cluster`] is a real PostgreSQL server made with `initdb` and started
+//! with `pg_ctl` in a fresh temp dir (`$TMPDIR/evolve-pg-<pid>-<n>`), listening
+//! only on 127.0.0.1 at a free port with `trust` authentication for the
+//! `postgres` superuser. It is configured for change capture and for speed,
+//! not durability: `wal_level=logical`, `fsync=off`, `synchronous_commit=off`,
+//! `full_page_writes=off`, 200 connections, 20 WAL senders and replication
+//! slots. Starting one takes about two seconds, nearly all of it `initdb`.
+//!
+//! Tests normally share one cluster per test binary and take a fresh database
+//! each:
+//!
+//! ```no_run
+//! # async fn example() {
+//! let db = evolve_test::fresh_db("orders_swap").await;
+//! let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+//!     .await
+//!     .unwrap();
+//! tokio::spawn(connection);
+//! client.batch_execute("CREATE TABLE t (id int PRIMARY KEY)").await.unwrap();
+//! # }
+//! ```
+//!
+//! Benchmarks and the demo start their own with [`Cluster::start`].
+//!
+//! # Cleanup
+//!
+//! Dropping a [`Cluster`] stops the server (`pg_ctl stop -m immediate`) and
+//! removes its directory. The [`shared`] cluster lives in a static and is
+//! never dropped, so every cluster also has a watchdog: a small `sh` process
+//! whose stdin is a pipe this process holds open. When this process exits,
+//! normally, by panic, or killed with SIGKILL, the pipe closes and the
+//! watchdog sends the postmaster SIGQUIT (an immediate shutdown, as
+//! `pg_ctl stop -m immediate` does), waits for it to exit and removes the
+//! directory. The watchdog has no stdout or stderr of ours, so test runners
+//! that capture output never wait for it, and it sits in its own process
+//! group, so Ctrl-C in a terminal reaches the tests but not it.
+//!
+//! # Running as root
+//!
+//! PostgreSQL refuses to run as root. When the effective uid is 0, the
+//! cluster's directory is given to the `postgres` OS user (an error if it
+//! does not exist) and `initdb` and `pg_ctl` run as that user. If the temp
+//! dir is not traversable by other users, `/tmp` is used instead; the same
+//! happens if its path is too long for a Unix socket path.
+//!
+//! # Environment
+//!
+//! - `EVOLVE_PG_BIN`: the directory holding `initdb`, `pg_ctl`, `psql`, ...;
+//!   by default the highest-numbered `/usr/lib/postgresql/<version>/bin`, then
+//!   `pg_config --bindir`, then `initdb` on `PATH` (see [`pg_bin_dir`]).
+//! - `EVOLVE_TEST_KEEP=1`: keep every cluster running after the process ends
+//!   (no cleanup, no watchdog), and print its directory, port and the command
+//!   to stop it to stderr, for inspecting what a test left behind.
+//! - `TMPDIR`: where cluster directories go (see above for root).
+
+mod bin_dir;
+mod cluster;
+mod error;
+mod os;
+
+use std::sync::OnceLock;
+
+pub use bin_dir::pg_bin_dir;
+pub use cluster::{Cluster, TestDb};
+pub use error::HarnessError;
+
+/// The cluster shared by every test of this process, started on first use.
+///
+/// # Panics
+///
+/// If the cluster cannot be started, with the reason (binaries missing, the
+/// server log's last lines, ...). Every later call panics with the same
+/// message rather than trying again.
+pub fn shared() -> &'static Cluster {
+    static SHARED: OnceLock<Result<Cluster, String>> = OnceLock::new();
+    match SHARED.get_or_init(|| Cluster::start().map_err(|e| e.to_string())) {
+        Ok(cluster) => cluster,
+        Err(message) => panic!("could not start the shared test cluster: {message}"),
+    }
+}
+
+/// A fresh empty database on the [`shared`] cluster: see
+/// [`Cluster::create_database`].
+///
+/// # Panics
+///
+/// If the shared cluster cannot be started or the database not created.
+pub async fn fresh_db(hint: &str) -> TestDb {
+    match shared().create_database(hint).await {
+        Ok(db) => db,
+        Err(e) => panic!("{e}"),
+    }
+}

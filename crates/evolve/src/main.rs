@@ -1,1 +1,44 @@
-fn main() {}
+//! The `evolve` binary: parses arguments, calls the libraries, renders what
+//! they report, and maps failures to exit codes (0 ok, 1 failed or refused,
+//! 2 bad usage). A closed stdout (`evolve ... | head`) is not an error.
+
+mod cli;
+mod demo;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::output::Out;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("EVOLVE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut out = Out::new(args.format);
+    match runtime.block_on(cli::run(args, &mut out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            out.error(&e);
+            ExitCode::FAILURE
+        }
+    }
+}

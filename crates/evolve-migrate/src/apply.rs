@@ -1,0 +1,631 @@
+//! Running migrations.
+//!
+//! A versioned or repeatable file runs in one transaction together with its
+//! history row: `BEGIN; SET LOCAL lock_timeout`, each statement, the INSERT
+//! into the history, `COMMIT`. Any failure rolls back both. When
+//! `lock_timeout` expires (SQLSTATE 55P03) the whole file is rolled back and
+//! retried with backoff; a second connection watches the running statement
+//! and names the sessions that block it.
+//!
+//! A file marked `-- evolve:no-transaction` runs one statement at a time in
+//! autocommit. Its history row is written first with `success = false` and
+//! a progress row counts the statements done, so a failure (or a crash)
+//! leaves a record that the next `apply` resumes from. Before it re-runs a
+//! `CREATE INDEX CONCURRENTLY`, it drops the INVALID index a failed build of
+//! that same index left behind.
+
+use std::time::{Duration, Instant};
+
+use evolve_core::migration::{Statement, flyway_checksum, line_col};
+use evolve_pg::{Client, QualifiedName, SessionInfo, blocking_sessions, describe_db_error};
+use tokio_postgres::Statement as Prepared;
+use tokio_postgres::error::ErrorPosition;
+
+use crate::files::{MigrationFile, MigrationSet};
+use crate::history::{History, TYPE_SQL};
+use crate::plan::{Plan, Resume, Step, StepOptions};
+use crate::{ApplyOptions, ApplyReport, Event, MigrateError, Options, connect, lock};
+
+pub(crate) async fn run(
+    opts: &Options,
+    apply_opts: &ApplyOptions,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<ApplyReport, MigrateError> {
+    let started = Instant::now();
+    let files = MigrationSet::load(&opts.dir)?;
+    let crate::Connected { client, history } = connect(opts).await?;
+    let step_opts = StepOptions {
+        target: apply_opts.target.clone(),
+        out_of_order: apply_opts.out_of_order,
+    };
+
+    if apply_opts.dry_run {
+        // Reads only: no lock, no history table created.
+        let rows = history.rows(&client).await?;
+        let progress = history.progress(&client).await?;
+        let plan = Plan::new(&files, &rows, &progress);
+        check(&plan, &step_opts)?;
+        let steps = plan
+            .steps(&step_opts, &progress)
+            .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
+        for step in &steps {
+            check_runnable(step.file)?;
+            on_event(Event::WouldApply {
+                script: step.file.script.clone(),
+                version: step.file.version().map(|v| v.as_str().to_string()),
+                description: step.file.name.description.clone(),
+                statements: step.file.parsed.statements.len(),
+                transaction: !step.file.parsed.directives.no_transaction,
+                resume_at_statement: step.resume.as_ref().map(|r| r.statements_done + 1),
+            });
+        }
+        return Ok(ApplyReport {
+            history_table: history.table.plain(),
+            dry_run: true,
+            applied: steps.len(),
+            current_version: plan.current_version.map(|v| v.as_str().to_string()),
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        });
+    }
+
+    let _lock = lock::acquire(
+        &opts.database_url,
+        &history.table,
+        opts.wait_for_lock,
+        on_event,
+    )
+    .await?;
+    // Everything below happens under the lock, so the history read here is
+    // the one this run continues.
+    if history.ensure(&client).await? {
+        on_event(Event::HistoryCreated {
+            table: history.table.plain(),
+        });
+    }
+    let rows = history.rows(&client).await?;
+    let progress = history.progress(&client).await?;
+    let plan = Plan::new(&files, &rows, &progress);
+    check(&plan, &step_opts)?;
+    let steps = plan
+        .steps(&step_opts, &progress)
+        .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
+    // Refuse files that cannot run before running any of them.
+    for step in &steps {
+        check_runnable(step.file)?;
+    }
+
+    let mut runner = Runner::new(opts, client, history).await?;
+    let mut applied = 0;
+    let mut current = plan.current_version.clone();
+    for step in &steps {
+        runner.run_step(step, on_event).await?;
+        applied += 1;
+        if let Some(v) = step.file.version()
+            && current.as_ref().is_none_or(|c| v > c)
+        {
+            current = Some(v.clone());
+        }
+    }
+    Ok(ApplyReport {
+        history_table: runner.history.table.plain(),
+        dry_run: false,
+        applied,
+        current_version: current.map(|v| v.as_str().to_string()),
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+fn check(plan: &Plan<'_>, opts: &StepOptions) -> Result<(), MigrateError> {
+    let problems = plan.problems(opts);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(MigrateError::Invalid { problems })
+    }
+}
+
+/// A transactional file may not end its own transaction, nor contain a
+/// statement PostgreSQL refuses inside one.
+fn check_runnable(file: &MigrationFile) -> Result<(), MigrateError> {
+    if file.parsed.directives.no_transaction {
+        return Ok(());
+    }
+    use evolve_core::migration::StatementKind;
+    for s in &file.parsed.statements {
+        let reason = match s.kind {
+            StatementKind::TransactionControl => format!(
+                "line {}: {} would end the transaction that evolve runs the file in; remove it, or make '-- evolve:no-transaction' the first line",
+                s.line,
+                first_words(&s.text)
+            ),
+            StatementKind::NonTransactional => format!(
+                "line {}: {} cannot run inside a transaction; make '-- evolve:no-transaction' the first line of the file",
+                s.line,
+                first_words(&s.text)
+            ),
+            StatementKind::Other => continue,
+        };
+        return Err(MigrateError::Script {
+            script: file.script.clone(),
+            reason,
+        });
+    }
+    Ok(())
+}
+
+fn first_words(text: &str) -> String {
+    let words: Vec<&str> = text.split_whitespace().take(4).collect();
+    words.join(" ").to_uppercase()
+}
+
+/// Where a file failed.
+struct Failure {
+    /// Byte offset of the statement in the file, when a statement failed.
+    offset: Option<usize>,
+    line: u32,
+    column: u32,
+    statement: Option<String>,
+    error: tokio_postgres::Error,
+    blockers: Vec<SessionInfo>,
+}
+
+struct Runner<'o> {
+    opts: &'o Options,
+    client: Client,
+    monitor: Client,
+    pid: i32,
+    history: History,
+    insert: Prepared,
+    begin_sql: String,
+}
+
+impl<'o> Runner<'o> {
+    async fn new(
+        opts: &'o Options,
+        client: Client,
+        history: History,
+    ) -> Result<Self, MigrateError> {
+        let monitor = evolve_pg::connect(&opts.database_url, "evolve migrate (monitor)").await?;
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .try_get(0)?;
+        let insert = client.prepare(&history.insert_sql()).await?;
+        let begin_sql = format!(
+            "BEGIN; SET LOCAL lock_timeout = {}",
+            opts.lock_timeout.as_millis()
+        );
+        Ok(Runner {
+            opts,
+            client,
+            monitor,
+            pid,
+            history,
+            insert,
+            begin_sql,
+        })
+    }
+
+    async fn run_step(
+        &mut self,
+        step: &Step<'_>,
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<(), MigrateError> {
+        let file = step.file;
+        let started = Instant::now();
+        let attempts = if file.parsed.directives.no_transaction {
+            self.run_no_transaction(file, step.resume.as_ref(), on_event)
+                .await?
+        } else {
+            self.run_transactional(file, on_event).await?
+        };
+        on_event(Event::Applied {
+            script: file.script.clone(),
+            version: file.version().map(|v| v.as_str().to_string()),
+            description: file.name.description.clone(),
+            statements: file.parsed.statements.len(),
+            execution_time_ms: started.elapsed().as_millis() as u64,
+            attempts,
+            resumed_at_statement: step.resume.as_ref().map(|r| r.statements_done + 1),
+            out_of_order: step.out_of_order,
+        });
+        Ok(())
+    }
+
+    /// Runs a file in one transaction with its history row. Returns the
+    /// number of attempts it took.
+    async fn run_transactional(
+        &mut self,
+        file: &MigrationFile,
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<u32, MigrateError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let started = Instant::now();
+            let failure = match self.try_transaction(file, started).await {
+                Ok(()) => return Ok(attempt),
+                Err(f) => f,
+            };
+            // The transaction is aborted or gone; end it whatever its state.
+            let _ = self.client.batch_execute("ROLLBACK").await;
+            self.retry_or_fail(
+                file,
+                failure,
+                attempt,
+                on_event,
+                "the transaction was rolled back; nothing of this file was applied",
+            )
+            .await?;
+        }
+    }
+
+    async fn try_transaction(&self, file: &MigrationFile, started: Instant) -> Result<(), Failure> {
+        let at_start = |error| Failure {
+            offset: None,
+            line: 1,
+            column: 1,
+            statement: None,
+            error,
+            blockers: Vec::new(),
+        };
+        self.client
+            .batch_execute(&self.begin_sql)
+            .await
+            .map_err(at_start)?;
+        for stmt in &file.parsed.statements {
+            self.execute_watched(stmt).await?;
+        }
+        let version = file.version().map(|v| v.as_str().to_string());
+        let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
+        let end = file_end(file);
+        self.client
+            .query_one(
+                &self.insert,
+                &[
+                    &version,
+                    &file.name.description,
+                    &TYPE_SQL,
+                    &file.script,
+                    &file.checksum,
+                    &self.opts.installed_by,
+                    &elapsed,
+                    &true,
+                ],
+            )
+            .await
+            .map_err(|error| Failure {
+                offset: None,
+                line: end.0,
+                column: end.1,
+                statement: Some("(recording the migration in the history table)".into()),
+                error,
+                blockers: Vec::new(),
+            })?;
+        // RESET ALL keeps settings a file changed with SET from leaking into
+        // the next file.
+        self.client
+            .batch_execute("COMMIT; RESET ALL")
+            .await
+            .map_err(|error| Failure {
+                offset: None,
+                line: end.0,
+                column: end.1,
+                statement: Some("COMMIT".into()),
+                error,
+                blockers: Vec::new(),
+            })
+    }
+
+    /// Decides what a failure means: a lock timeout with retries left waits
+    /// and returns Ok (the caller retries); anything else is the error.
+    async fn retry_or_fail(
+        &self,
+        file: &MigrationFile,
+        failure: Failure,
+        attempt: u32,
+        on_event: &mut dyn FnMut(Event),
+        outcome: &str,
+    ) -> Result<(), MigrateError> {
+        if evolve_pg::is_lock_timeout(&failure.error) {
+            if attempt <= self.opts.lock_retries {
+                let wait = backoff(self.opts.retry_delay, attempt);
+                on_event(Event::LockRetry {
+                    script: file.script.clone(),
+                    line: failure.line,
+                    attempt,
+                    retries: self.opts.lock_retries,
+                    wait_ms: wait.as_millis() as u64,
+                    blockers: failure.blockers,
+                });
+                tokio::time::sleep(wait).await;
+                return Ok(());
+            }
+            return Err(MigrateError::LockTimeout {
+                script: file.script.clone(),
+                line: failure.line,
+                attempts: attempt,
+                lock_timeout_ms: self.opts.lock_timeout.as_millis() as u64,
+                blockers: failure.blockers,
+            });
+        }
+        let (mut line, mut column) = (failure.line, failure.column);
+        let error = match failure.error.as_db_error() {
+            Some(db) => {
+                // A syntax error carries a position within the statement:
+                // point at it in the file instead of at the statement start.
+                if let (Some(ErrorPosition::Original(pos)), Some(offset), Some(text)) =
+                    (db.position(), failure.offset, failure.statement.as_deref())
+                {
+                    let within = text
+                        .char_indices()
+                        .nth((*pos as usize).saturating_sub(1))
+                        .map(|(i, _)| i)
+                        .unwrap_or(text.len());
+                    (line, column) = line_col(&file.text, offset + within);
+                }
+                describe_db_error(db, None)
+            }
+            None => failure.error.to_string(),
+        };
+        let statement = failure
+            .statement
+            .as_deref()
+            .map(|s| format!("\n  statement: {}", excerpt(s)))
+            .unwrap_or_default();
+        Err(MigrateError::Statement {
+            script: file.script.clone(),
+            line,
+            column,
+            error: format!("{error}{statement}"),
+            outcome: outcome.to_string(),
+        })
+    }
+
+    /// Runs one statement; while it runs longer than a moment, asks the
+    /// monitor connection who blocks it, so a lock timeout can name them.
+    async fn execute_watched(&self, stmt: &Statement) -> Result<(), Failure> {
+        let exec = self.client.batch_execute(&stmt.text);
+        tokio::pin!(exec);
+        let mut blockers = Vec::new();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            tokio::select! {
+                result = &mut exec => {
+                    return result.map_err(|error| Failure {
+                        offset: Some(stmt.offset),
+                        line: stmt.line,
+                        column: stmt.column,
+                        statement: Some(stmt.text.clone()),
+                        error,
+                        blockers,
+                    });
+                }
+                _ = tokio::time::sleep(delay) => {
+                    if let Ok(found) = blocking_sessions(&self.monitor, self.pid).await
+                        && !found.is_empty()
+                    {
+                        blockers = found;
+                    }
+                    delay = Duration::from_millis(200);
+                }
+            }
+        }
+    }
+
+    /// Runs a no-transaction file statement by statement, recording
+    /// progress after each. Returns the number of attempts of the slowest
+    /// statement.
+    async fn run_no_transaction(
+        &mut self,
+        file: &MigrationFile,
+        resume: Option<&Resume>,
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<u32, MigrateError> {
+        let statements = &file.parsed.statements;
+        let started = Instant::now();
+        let (rank, done) = match resume {
+            Some(r) => {
+                let done = r.statements_done.min(statements.len());
+                if prefix_checksum(statements, done) != r.done_checksum {
+                    return Err(MigrateError::Script {
+                        script: file.script.clone(),
+                        reason: format!(
+                            "the {done} statements that already ran were edited since; undo or finish them by hand, then run 'evolve migrate repair' to remove the failed row"
+                        ),
+                    });
+                }
+                (r.installed_rank, done)
+            }
+            None => {
+                let version = file.version().map(|v| v.as_str().to_string());
+                let row = self
+                    .client
+                    .query_one(
+                        &self.insert,
+                        &[
+                            &version,
+                            &file.name.description,
+                            &TYPE_SQL,
+                            &file.script,
+                            &file.checksum,
+                            &self.opts.installed_by,
+                            &0i32,
+                            &false,
+                        ],
+                    )
+                    .await?;
+                let rank: i32 = row.try_get(0)?;
+                self.client
+                    .execute(
+                        &format!(
+                            "INSERT INTO {} (installed_rank, statements_done, done_checksum) VALUES ($1, 0, $2)",
+                            self.history.progress
+                        ),
+                        &[&rank, &prefix_checksum(statements, 0)],
+                    )
+                    .await?;
+                (rank, 0)
+            }
+        };
+        self.client
+            .batch_execute(&format!(
+                "SET lock_timeout = {}",
+                self.opts.lock_timeout.as_millis()
+            ))
+            .await?;
+        let mut max_attempts = 1;
+        for (i, stmt) in statements.iter().enumerate().skip(done) {
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                if let Some((schema, name)) = stmt.concurrent_index_name() {
+                    self.drop_invalid_index(file, schema.as_deref(), &name, on_event)
+                        .await?;
+                }
+                match self.execute_watched(stmt).await {
+                    Ok(()) => break,
+                    Err(failure) => {
+                        let outcome = format!(
+                            "this file runs outside a transaction: statements 1 to {i} of {} are applied and recorded; fix the cause and run 'evolve migrate apply' to resume at statement {} (line {})",
+                            statements.len(),
+                            i + 1,
+                            stmt.line
+                        );
+                        self.retry_or_fail(file, failure, attempt, on_event, &outcome)
+                            .await?;
+                    }
+                }
+            }
+            max_attempts = max_attempts.max(attempt);
+            self.client
+                .execute(
+                    &format!(
+                        "UPDATE {} SET statements_done = $2, done_checksum = $3 WHERE installed_rank = $1",
+                        self.history.progress
+                    ),
+                    &[
+                        &rank,
+                        &i32::try_from(i + 1).unwrap_or(i32::MAX),
+                        &prefix_checksum(statements, i + 1),
+                    ],
+                )
+                .await?;
+        }
+        let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
+        let t = &self.history.table;
+        self.client
+            .execute(
+                &format!(
+                    "UPDATE {t} SET success = true, execution_time = $2, checksum = $3, installed_on = now() WHERE installed_rank = $1"
+                ),
+                &[&rank, &elapsed, &file.checksum],
+            )
+            .await?;
+        self.client
+            .execute(
+                &format!(
+                    "DELETE FROM {} WHERE installed_rank = $1",
+                    self.history.progress
+                ),
+                &[&rank],
+            )
+            .await?;
+        self.client.batch_execute("RESET ALL").await?;
+        Ok(max_attempts)
+    }
+
+    /// A failed `CREATE INDEX CONCURRENTLY` leaves an INVALID index behind,
+    /// which makes the same statement fail ("already exists") or, with IF
+    /// NOT EXISTS, silently keep the useless index. Drop it first.
+    async fn drop_invalid_index(
+        &self,
+        file: &MigrationFile,
+        schema: Option<&str>,
+        name: &str,
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<(), MigrateError> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT n.nspname::text FROM pg_index i
+                 JOIN pg_class c ON c.oid = i.indexrelid
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.relname = $1 AND NOT i.indisvalid
+                   AND CASE WHEN $2::text IS NULL THEN pg_catalog.pg_table_is_visible(c.oid)
+                            ELSE n.nspname = $2 END",
+                &[&name, &schema],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Ok(());
+        };
+        let nsp: String = row.try_get(0)?;
+        let index = QualifiedName::new(nsp, name);
+        self.client
+            .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {index}"))
+            .await?;
+        on_event(Event::InvalidIndexDropped {
+            script: file.script.clone(),
+            index: index.plain(),
+        });
+        Ok(())
+    }
+}
+
+/// Checksum of the first `n` statements, to notice edits to the part of a
+/// no-transaction file that already ran.
+fn prefix_checksum(statements: &[Statement], n: usize) -> i32 {
+    let joined = statements[..n.min(statements.len())]
+        .iter()
+        .map(|s| s.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n;\n");
+    flyway_checksum(joined.as_bytes()).unwrap_or(0)
+}
+
+fn file_end(file: &MigrationFile) -> (u32, u32) {
+    file.parsed
+        .statements
+        .last()
+        .map(|s| (s.line, s.column))
+        .unwrap_or((1, 1))
+}
+
+/// `base`, doubled per attempt, at most 30 s, with up to a quarter of jitter
+/// so that several waiting deploys do not retry in step.
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    let exp = base.saturating_mul(1 << attempt.saturating_sub(1).min(16));
+    let capped = exp.min(Duration::from_secs(30));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let jitter = capped.mul_f64(f64::from(nanos % 1000) / 4000.0);
+    capped + jitter
+}
+
+fn excerpt(s: &str) -> String {
+    let one_line = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > 200 {
+        let cut: String = one_line.chars().take(200).collect();
+        format!("{cut}...")
+    } else {
+        one_line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let base = Duration::from_millis(100);
+        let b1 = backoff(base, 1);
+        let b3 = backoff(base, 3);
+        assert!(b1 >= base && b1 <= base * 5 / 4, "{b1:?}");
+        assert!(b3 >= base * 4 && b3 <= base * 5, "{b3:?}");
+        assert!(backoff(base, 40) <= Duration::from_millis(37_500));
+    }
+}

@@ -1,0 +1,83 @@
+//! The migration lock: a session-level advisory lock keyed on the history
+//! table, held for a whole run on a connection of its own that stays idle.
+//!
+//! It must never be taken inside a transaction on the connection that runs
+//! migrations: `CREATE INDEX CONCURRENTLY` waits for every open transaction
+//! to end, and would wait on that one forever.
+
+use std::time::Instant;
+
+use evolve_pg::{Client, QualifiedName, SessionInfo, sessions};
+
+use crate::{Event, MigrateError};
+
+/// Holds the lock until dropped (the connection closes, the server releases it).
+pub struct MigrationLock {
+    _client: Client,
+}
+
+/// A stable 64-bit key for the table (FNV-1a), so every evolve process
+/// agrees on it.
+pub fn lock_key(table: &QualifiedName) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in format!("evolve migrate:{}.{}", table.schema, table.name).bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash as i64
+}
+
+pub async fn acquire(
+    url: &str,
+    table: &QualifiedName,
+    wait: bool,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<MigrationLock, MigrateError> {
+    let client = evolve_pg::connect(url, "evolve migrate (lock)").await?;
+    let key = lock_key(table);
+    let got: bool = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+        .await?
+        .try_get(0)?;
+    if got {
+        return Ok(MigrationLock { _client: client });
+    }
+    let holder = holder(&client, key).await?;
+    if !wait {
+        return Err(MigrateError::Locked {
+            table: table.plain(),
+            holder,
+        });
+    }
+    on_event(Event::LockWait {
+        table: table.plain(),
+        holder,
+    });
+    let started = Instant::now();
+    client
+        .query_one("SELECT pg_advisory_lock($1)", &[&key])
+        .await?;
+    on_event(Event::LockAcquired {
+        table: table.plain(),
+        waited_ms: started.elapsed().as_millis() as u64,
+    });
+    Ok(MigrationLock { _client: client })
+}
+
+async fn holder(client: &Client, key: i64) -> Result<Option<SessionInfo>, MigrateError> {
+    let classid = (key >> 32) & 0xffff_ffff;
+    let objid = key & 0xffff_ffff;
+    let pids: Vec<i32> = client
+        .query(
+            "SELECT pid FROM pg_locks
+             WHERE locktype = 'advisory' AND granted AND objsubid = 1
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+               AND classid = $1::int8::oid AND objid = $2::int8::oid",
+            &[&classid, &objid],
+        )
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    Ok(sessions(client, &pids).await?.into_iter().next())
+}

@@ -1,0 +1,494 @@
+//! What state each migration is in, from the files on disk and the rows in
+//! the history table. Pure: no I/O, so every rule here is unit-tested.
+
+use std::collections::BTreeMap;
+
+use evolve_core::migration::Version;
+use serde::Serialize;
+
+use crate::files::{MigrationFile, MigrationSet};
+use crate::history::{HistoryRow, Progress, TYPE_BASELINE, TYPE_DELETE, TYPE_SCHEMA};
+
+/// The state of one migration. Serialized in kebab-case
+/// (`ignored-out-of-order`, `missing-file`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    /// On disk, not yet applied; `apply` runs it.
+    Pending,
+    /// Applied, and the file still has the recorded checksum.
+    Applied,
+    /// Recorded as failed (a no-transaction file that stopped part-way, or
+    /// one still running). `apply` resumes it where it stopped.
+    Failed,
+    /// Applied, but the file on disk has another checksum or name.
+    Edited,
+    /// Applied, but the file is gone.
+    MissingFile,
+    /// Pending, but sorts before an applied version; `apply` refuses unless
+    /// `--out-of-order`.
+    IgnoredOutOfOrder,
+    /// The baseline row.
+    Baseline,
+    /// A file at or below the baseline version: never applied.
+    BelowBaseline,
+    /// A repeatable migration whose file changed since it last ran; `apply`
+    /// runs it again.
+    Outdated,
+    /// Removed from the history by `repair` after its file was deleted.
+    Deleted,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Applied => "applied",
+            State::Failed => "failed",
+            State::Edited => "edited",
+            State::MissingFile => "missing-file",
+            State::IgnoredOutOfOrder => "ignored-out-of-order",
+            State::Baseline => "baseline",
+            State::BelowBaseline => "below-baseline",
+            State::Outdated => "outdated",
+            State::Deleted => "deleted",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    Versioned,
+    Repeatable,
+    Baseline,
+}
+
+/// One line of `evolve migrate status`. This is also the documented shape
+/// of `status --format json` (see the README).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MigrationStatus {
+    pub version: Option<String>,
+    pub description: String,
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    pub script: String,
+    pub state: State,
+    /// The file's checksum, or the recorded one when there is no file.
+    pub checksum: Option<i32>,
+    /// The checksum in the history, when it differs from the file's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded_checksum: Option<i32>,
+    pub installed_rank: Option<i32>,
+    pub installed_by: Option<String>,
+    pub applied_at: Option<String>,
+    pub execution_time_ms: Option<i32>,
+    /// Whether the file runs outside a transaction.
+    pub no_transaction: bool,
+    /// For a failed no-transaction file: statements done of the total.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub statements_done: Option<i32>,
+    /// Why the state is what it is, for the states that need a reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The state of everything, plus what `apply` would run.
+#[derive(Debug)]
+pub struct Plan<'a> {
+    pub migrations: Vec<MigrationStatus>,
+    /// Highest applied version (or the baseline), if any.
+    pub current_version: Option<Version>,
+    pub(crate) files: &'a MigrationSet,
+}
+
+/// Something `apply` will run.
+#[derive(Debug)]
+pub struct Step<'a> {
+    pub file: &'a MigrationFile,
+    /// For a failed no-transaction file being resumed.
+    pub resume: Option<Resume>,
+    pub out_of_order: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resume {
+    pub installed_rank: i32,
+    pub statements_done: usize,
+    pub done_checksum: i32,
+}
+
+/// Options that change what apply would run.
+#[derive(Clone, Debug, Default)]
+pub struct StepOptions {
+    pub target: Option<Version>,
+    pub out_of_order: bool,
+}
+
+impl<'a> Plan<'a> {
+    pub fn new(files: &'a MigrationSet, rows: &[HistoryRow], progress: &[Progress]) -> Plan<'a> {
+        let mut migrations = Vec::new();
+        let mut by_version: BTreeMap<Version, Vec<&HistoryRow>> = BTreeMap::new();
+        let mut repeatable_rows: BTreeMap<&str, Vec<&HistoryRow>> = BTreeMap::new();
+        let mut unversioned_odd: Vec<&HistoryRow> = Vec::new();
+        for row in rows {
+            if row.kind == TYPE_SCHEMA {
+                continue;
+            }
+            match &row.version {
+                Some(v) => match Version::parse(v) {
+                    Ok(v) => by_version.entry(v).or_default().push(row),
+                    Err(_) => unversioned_odd.push(row),
+                },
+                None => repeatable_rows
+                    .entry(row.description.as_str())
+                    .or_default()
+                    .push(row),
+            }
+        }
+
+        // The row that decides a version's state is its latest one.
+        let effective: BTreeMap<&Version, &HistoryRow> = by_version
+            .iter()
+            .filter_map(|(v, rows)| rows.last().map(|r| (v, *r)))
+            .collect();
+        let baseline = effective
+            .iter()
+            .filter(|(_, r)| r.kind == TYPE_BASELINE && r.success)
+            .map(|(v, _)| (*v).clone())
+            .max();
+        let current_version = effective
+            .iter()
+            .filter(|(_, r)| r.success && r.kind != TYPE_DELETE)
+            .map(|(v, _)| (*v).clone())
+            .max();
+
+        let mut versions: Vec<&Version> = files.versioned.keys().collect();
+        versions.extend(effective.keys().copied());
+        versions.sort();
+        versions.dedup();
+        for v in versions {
+            let file = files.versioned.get(v);
+            let row = effective.get(v).copied();
+            migrations.push(versioned_status(
+                v,
+                file,
+                row,
+                baseline.as_ref(),
+                current_version.as_ref(),
+                progress,
+            ));
+        }
+
+        let mut descriptions: Vec<&str> = files.repeatable.keys().map(String::as_str).collect();
+        descriptions.extend(repeatable_rows.keys().copied());
+        descriptions.sort();
+        descriptions.dedup();
+        for d in descriptions {
+            let file = files.repeatable.get(d);
+            let row = repeatable_rows.get(d).and_then(|rows| rows.last().copied());
+            migrations.push(repeatable_status(d, file, row));
+        }
+        for row in unversioned_odd {
+            let mut s = from_row(row, State::Applied, Kind::Versioned);
+            s.note = Some(format!(
+                "version {:?} in the history is not a valid version",
+                row.version.as_deref().unwrap_or("")
+            ));
+            migrations.push(s);
+        }
+        Plan {
+            migrations,
+            current_version,
+            files,
+        }
+    }
+
+    /// Problems that make `validate` fail and `apply` refuse: edited or
+    /// missing applied files, failed migrations (for validate), and pending
+    /// files that sort before applied ones.
+    pub fn problems(&self, for_apply: &StepOptions) -> Vec<String> {
+        let mut out = Vec::new();
+        let latest = self
+            .current_version
+            .as_ref()
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_default();
+        for m in &self.migrations {
+            let name = &m.script;
+            match m.state {
+                State::Edited => out.push(format!(
+                    "migration {name} was edited after it was applied ({}); restore the file or run 'evolve migrate repair'",
+                    m.note.as_deref().unwrap_or("checksum differs")
+                )),
+                State::MissingFile => out.push(format!(
+                    "migration {name} was applied but its file is missing; restore it, or run 'evolve migrate repair' to mark it deleted"
+                )),
+                State::IgnoredOutOfOrder if !for_apply.out_of_order => out.push(format!(
+                    "migration {name} is pending but sorts before applied version {latest}; give it a version above {latest}, or apply it with --out-of-order"
+                )),
+                _ => {}
+            }
+            if m.note
+                .as_deref()
+                .is_some_and(|n| n.contains("not a valid version"))
+            {
+                out.push(format!(
+                    "history row {} ({name}): {}; fix or delete that row",
+                    m.installed_rank.unwrap_or_default(),
+                    m.note.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+        out
+    }
+
+    /// Failed migrations, which `validate` reports and `apply` resumes.
+    pub fn failed(&self) -> impl Iterator<Item = &MigrationStatus> {
+        self.migrations.iter().filter(|m| m.state == State::Failed)
+    }
+
+    /// What `apply` runs, in order: resumed failures, pending versioned
+    /// files up to the target, then repeatable files that are new or changed.
+    pub fn steps(
+        &self,
+        opts: &StepOptions,
+        progress: &[Progress],
+    ) -> Result<Vec<Step<'a>>, String> {
+        let mut steps = Vec::new();
+        for m in &self.migrations {
+            let in_target = |v: &Version| opts.target.as_ref().is_none_or(|t| v <= t);
+            match (m.kind, m.state) {
+                (Kind::Versioned, State::Failed) => {
+                    let Some(file) = m
+                        .version
+                        .as_deref()
+                        .and_then(|v| Version::parse(v).ok())
+                        .and_then(|v| self.files.versioned.get(&v))
+                    else {
+                        return Err(format!(
+                            "migration {} failed on an earlier run and its file is gone; run 'evolve migrate repair' to remove the failed row",
+                            m.script
+                        ));
+                    };
+                    let rank = m.installed_rank.unwrap_or_default();
+                    let Some(p) = progress.iter().find(|p| p.installed_rank == rank) else {
+                        return Err(format!(
+                            "migration {} failed on an earlier run and evolve has no record of how far it got; make sure its effects are complete or undone, then run 'evolve migrate repair' to remove the failed row",
+                            m.script
+                        ));
+                    };
+                    steps.push(Step {
+                        file,
+                        resume: Some(Resume {
+                            installed_rank: rank,
+                            statements_done: usize::try_from(p.statements_done).unwrap_or(0),
+                            done_checksum: p.done_checksum,
+                        }),
+                        out_of_order: false,
+                    });
+                }
+                (Kind::Versioned, State::Pending | State::IgnoredOutOfOrder) => {
+                    let Some(v) = m.version.as_deref().and_then(|v| Version::parse(v).ok()) else {
+                        continue;
+                    };
+                    if !in_target(&v) {
+                        continue;
+                    }
+                    if m.state == State::IgnoredOutOfOrder && !opts.out_of_order {
+                        continue;
+                    }
+                    if let Some(file) = self.files.versioned.get(&v) {
+                        steps.push(Step {
+                            file,
+                            resume: None,
+                            out_of_order: m.state == State::IgnoredOutOfOrder,
+                        });
+                    }
+                }
+                (Kind::Repeatable, State::Pending | State::Outdated) => {
+                    if let Some(file) = self.files.repeatable.get(&m.description) {
+                        steps.push(Step {
+                            file,
+                            resume: None,
+                            out_of_order: false,
+                        });
+                    }
+                }
+                (Kind::Repeatable, State::Failed) => {
+                    if let Some(file) = self.files.repeatable.get(&m.description) {
+                        steps.push(Step {
+                            file,
+                            resume: None,
+                            out_of_order: false,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Repeatables run after every versioned migration.
+        steps.sort_by_key(|s| s.file.version().is_none());
+        Ok(steps)
+    }
+}
+
+fn from_row(row: &HistoryRow, state: State, kind: Kind) -> MigrationStatus {
+    MigrationStatus {
+        version: row.version.clone(),
+        description: row.description.clone(),
+        kind,
+        script: row.script.clone(),
+        state,
+        checksum: row.checksum,
+        recorded_checksum: None,
+        installed_rank: Some(row.installed_rank),
+        installed_by: Some(row.installed_by.clone()),
+        applied_at: Some(row.installed_on.clone()),
+        execution_time_ms: Some(row.execution_time),
+        no_transaction: false,
+        statements_done: None,
+        note: None,
+    }
+}
+
+fn from_file(file: &MigrationFile, state: State, kind: Kind) -> MigrationStatus {
+    MigrationStatus {
+        version: file.version().map(|v| v.as_str().to_string()),
+        description: file.name.description.clone(),
+        kind,
+        script: file.script.clone(),
+        state,
+        checksum: Some(file.checksum),
+        recorded_checksum: None,
+        installed_rank: None,
+        installed_by: None,
+        applied_at: None,
+        execution_time_ms: None,
+        no_transaction: file.parsed.directives.no_transaction,
+        statements_done: None,
+        note: None,
+    }
+}
+
+/// File and row together: the file's identity, the row's record.
+fn merged(file: &MigrationFile, row: &HistoryRow, state: State, kind: Kind) -> MigrationStatus {
+    let mut s = from_file(file, state, kind);
+    s.installed_rank = Some(row.installed_rank);
+    s.installed_by = Some(row.installed_by.clone());
+    s.applied_at = Some(row.installed_on.clone());
+    s.execution_time_ms = Some(row.execution_time);
+    if row.checksum != Some(file.checksum) {
+        s.recorded_checksum = row.checksum;
+    }
+    s
+}
+
+fn versioned_status(
+    v: &Version,
+    file: Option<&MigrationFile>,
+    row: Option<&HistoryRow>,
+    baseline: Option<&Version>,
+    current: Option<&Version>,
+    progress: &[Progress],
+) -> MigrationStatus {
+    match (file, row) {
+        (_, Some(row)) if row.kind == TYPE_BASELINE => {
+            let mut s = from_row(row, State::Baseline, Kind::Baseline);
+            if let Some(f) = file {
+                s.note = Some(format!("{} is covered by the baseline", f.script));
+            }
+            s
+        }
+        (Some(file), Some(row)) if row.kind == TYPE_DELETE => {
+            let mut s = merged(file, row, State::Deleted, Kind::Versioned);
+            s.note = Some("marked deleted by repair; the file is back on disk".into());
+            s
+        }
+        (None, Some(row)) if row.kind == TYPE_DELETE => {
+            from_row(row, State::Deleted, Kind::Versioned)
+        }
+        (file, Some(row)) if !row.success => {
+            let mut s = match file {
+                Some(f) => merged(f, row, State::Failed, Kind::Versioned),
+                None => from_row(row, State::Failed, Kind::Versioned),
+            };
+            s.statements_done = progress
+                .iter()
+                .find(|p| p.installed_rank == row.installed_rank)
+                .map(|p| p.statements_done);
+            if let (Some(done), Some(f)) = (s.statements_done, file) {
+                s.note = Some(format!(
+                    "stopped after {done} of {} statements; apply resumes it",
+                    f.parsed.statements.len()
+                ));
+            }
+            s
+        }
+        (Some(file), Some(row)) => {
+            let checksum_differs = row.checksum != Some(file.checksum);
+            let renamed = row.description != file.name.description;
+            let state = if checksum_differs || renamed {
+                State::Edited
+            } else {
+                State::Applied
+            };
+            let mut s = merged(file, row, state, Kind::Versioned);
+            if checksum_differs {
+                s.note = Some(format!(
+                    "checksum {} recorded, {} on disk",
+                    row.checksum
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "none".into()),
+                    file.checksum
+                ));
+            } else if renamed {
+                s.note = Some(format!(
+                    "description {:?} recorded, {:?} on disk",
+                    row.description, file.name.description
+                ));
+            }
+            s
+        }
+        (None, Some(row)) => from_row(row, State::MissingFile, Kind::Versioned),
+        (Some(file), None) => {
+            if baseline.is_some_and(|b| v <= b) {
+                from_file(file, State::BelowBaseline, Kind::Versioned)
+            } else if current.is_some_and(|c| v < c) {
+                from_file(file, State::IgnoredOutOfOrder, Kind::Versioned)
+            } else {
+                from_file(file, State::Pending, Kind::Versioned)
+            }
+        }
+        (None, None) => unreachable!("a version comes from a file or a row"),
+    }
+}
+
+fn repeatable_status(
+    description: &str,
+    file: Option<&MigrationFile>,
+    row: Option<&HistoryRow>,
+) -> MigrationStatus {
+    match (file, row) {
+        (Some(file), None) => from_file(file, State::Pending, Kind::Repeatable),
+        (Some(file), Some(row)) if !row.success => {
+            merged(file, row, State::Failed, Kind::Repeatable)
+        }
+        (Some(file), Some(row)) => {
+            if row.checksum == Some(file.checksum) {
+                merged(file, row, State::Applied, Kind::Repeatable)
+            } else {
+                let mut s = merged(file, row, State::Outdated, Kind::Repeatable);
+                s.note = Some("changed since it last ran; apply runs it again".into());
+                s
+            }
+        }
+        (None, Some(row)) if row.kind == TYPE_DELETE => {
+            from_row(row, State::Deleted, Kind::Repeatable)
+        }
+        (None, Some(row)) => from_row(row, State::MissingFile, Kind::Repeatable),
+        (None, None) => {
+            unreachable!("repeatable {description:?} comes from a file or a row")
+        }
+    }
+}

@@ -1,0 +1,96 @@
+use tokio_postgres::error::{DbError, ErrorPosition, SqlState};
+
+/// Errors from talking to PostgreSQL. Messages never contain passwords.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgError {
+    /// The connection string could not be parsed.
+    #[error(
+        "connection string {url} is not valid: {reason}; use postgres://user@host:port/database"
+    )]
+    BadUrl { url: String, reason: String },
+    /// The server could not be reached or refused us.
+    #[error(
+        "could not connect to {target}: {reason}; check --database-url and that the server is running"
+    )]
+    Connect { target: String, reason: String },
+    /// A query failed.
+    #[error("{}", describe(.0))]
+    Query(#[from] tokio_postgres::Error),
+}
+
+impl PgError {
+    /// The server's SQLSTATE, when the server reported the error.
+    pub fn sqlstate(&self) -> Option<&SqlState> {
+        match self {
+            PgError::Query(e) => e.code(),
+            _ => None,
+        }
+    }
+}
+
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => describe_db_error(db, None),
+        None => e.to_string(),
+    }
+}
+
+/// Formats a server error the way psql does, on as few lines as it needs:
+/// `ERROR 42703: column "x" does not exist`, then `detail:`, `hint:` and
+/// `where:` lines when the server sent them. `statement` (when given) lets
+/// the position be shown as a line and column within that statement.
+pub fn describe_db_error(db: &DbError, statement: Option<&str>) -> String {
+    let mut out = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+    if let (Some(ErrorPosition::Original(pos)), Some(stmt)) = (db.position(), statement) {
+        let (line, col) = char_position(stmt, *pos as usize);
+        out.push_str(&format!(" (at line {line}, column {col} of the statement)"));
+    }
+    if let Some(detail) = db.detail() {
+        out.push_str(&format!("\n  detail: {detail}"));
+    }
+    if let Some(hint) = db.hint() {
+        out.push_str(&format!("\n  hint: {hint}"));
+    }
+    if let Some(w) = db.where_() {
+        out.push_str(&format!("\n  where: {}", w.replace('\n', "\n         ")));
+    }
+    out
+}
+
+/// Maps PostgreSQL's 1-based character position to a 1-based line and column.
+fn char_position(text: &str, pos: usize) -> (usize, usize) {
+    let (mut line, mut col) = (1, 1);
+    for c in text.chars().take(pos.saturating_sub(1)) {
+        if c == '\n' {
+            line += 1;
+            col = 1;
+        } else {
+            col += 1;
+        }
+    }
+    (line, col)
+}
+
+/// The server's SQLSTATE of an error, if the server sent one.
+pub fn sqlstate(e: &tokio_postgres::Error) -> Option<&SqlState> {
+    e.code()
+}
+
+/// True for `55P03 lock_not_available`, raised when `lock_timeout` expires.
+pub fn is_lock_timeout(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::char_position;
+
+    #[test]
+    fn positions_count_characters_and_lines() {
+        assert_eq!(char_position("select 1", 1), (1, 1));
+        assert_eq!(char_position("select\n  x", 10), (2, 3));
+        assert_eq!(char_position("é\nab", 4), (2, 2));
+        assert_eq!(char_position("", 99), (1, 1));
+    }
+}

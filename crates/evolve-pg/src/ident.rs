@@ -1,0 +1,152 @@
+use std::fmt;
+
+/// Quotes an identifier for PostgreSQL: always double-quoted, inner quotes
+/// doubled. `"; DROP TABLE x; --` stays a name.
+pub fn quote_ident(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        if c == '"' {
+            out.push('"');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+/// Quotes a string literal (standard_conforming_strings on). Prefer bound
+/// parameters; this exists for the few utility statements (SET, COMMENT)
+/// that cannot take parameters.
+pub fn quote_literal(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('\'');
+    for c in value.chars() {
+        if c == '\'' {
+            out.push('\'');
+        }
+        out.push(c);
+    }
+    out.push('\'');
+    out
+}
+
+/// A schema-qualified name. `Display` renders it quoted and ready to splice
+/// into SQL.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct QualifiedName {
+    pub schema: String,
+    pub name: String,
+}
+
+impl QualifiedName {
+    pub fn new(schema: impl Into<String>, name: impl Into<String>) -> Self {
+        QualifiedName {
+            schema: schema.into(),
+            name: name.into(),
+        }
+    }
+
+    /// `schema.name` unquoted, for messages.
+    pub fn plain(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+
+    /// Parses `name` or `schema.name` as a user would type it on a command
+    /// line: unquoted parts are folded to lower case, double-quoted parts are
+    /// kept as written. Returns the schema (if given) and the name.
+    pub fn parse_user(input: &str) -> Result<(Option<String>, String), String> {
+        let parts = split_identifier_path(input)?;
+        match parts.as_slice() {
+            [name] => Ok((None, name.clone())),
+            [schema, name] => Ok((Some(schema.clone()), name.clone())),
+            _ => Err(format!(
+                "{input:?} is not a valid name; use name or schema.name (double-quote parts with dots or capitals)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for QualifiedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}.{}",
+            quote_ident(&self.schema),
+            quote_ident(&self.name)
+        )
+    }
+}
+
+fn split_identifier_path(input: &str) -> Result<Vec<String>, String> {
+    let bad = || format!("{input:?} is not a valid name; use name or schema.name");
+    let mut parts = Vec::new();
+    let mut chars = input.chars().peekable();
+    loop {
+        let mut part = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        part.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => part.push(c),
+                    None => return Err(bad()),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == '.' {
+                    break;
+                }
+                if c == '"' || c.is_whitespace() {
+                    return Err(bad());
+                }
+                part.extend(c.to_lowercase());
+                chars.next();
+            }
+        }
+        if part.is_empty() {
+            return Err(bad());
+        }
+        parts.push(part);
+        match chars.next() {
+            None => return Ok(parts),
+            Some('.') => continue,
+            Some(_) => return Err(bad()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_always_quoted() {
+        assert_eq!(quote_ident("users"), r#""users""#);
+        assert_eq!(
+            quote_ident(r#""; DROP TABLE x; --"#),
+            r#""""; DROP TABLE x; --""#
+        );
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(QualifiedName::new("a b", "C").to_string(), r#""a b"."C""#);
+    }
+
+    #[test]
+    fn user_names_fold_like_postgres() {
+        assert_eq!(QualifiedName::parse_user("Hist"), Ok((None, "hist".into())));
+        assert_eq!(
+            QualifiedName::parse_user(r#"ops."My ""T""#),
+            Ok((Some("ops".into()), r#"My "T"#.into()))
+        );
+        assert!(QualifiedName::parse_user("a.b.c").is_err());
+        assert!(QualifiedName::parse_user("").is_err());
+        assert!(QualifiedName::parse_user("a.").is_err());
+        assert!(QualifiedName::parse_user("\"open").is_err());
+        assert!(QualifiedName::parse_user("a b").is_err());
+    }
+}

@@ -1,0 +1,69 @@
+use serde::Serialize;
+use tokio_postgres::Client;
+
+/// What `pg_stat_activity` says about one backend, trimmed for messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SessionInfo {
+    pub pid: i32,
+    pub application_name: String,
+    pub state: String,
+    /// The first 80 characters of the session's current or last query.
+    pub query: String,
+}
+
+impl std::fmt::Display for SessionInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let app = if self.application_name.is_empty() {
+            "(no application_name)"
+        } else {
+            &self.application_name
+        };
+        write!(
+            f,
+            "pid {} ({app}, {}): {}",
+            self.pid,
+            self.state,
+            self.query.replace(['\n', '\r'], " ")
+        )
+    }
+}
+
+const SESSION_COLUMNS: &str = "pid, coalesce(application_name, ''), coalesce(state, 'unknown'), \
+     coalesce(left(query, 80), '')";
+
+/// The sessions that block backend `pid` right now (`pg_blocking_pids`).
+pub async fn blocking_sessions(
+    client: &Client,
+    pid: i32,
+) -> Result<Vec<SessionInfo>, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT {SESSION_COLUMNS} FROM pg_stat_activity \
+         WHERE pid = ANY(pg_blocking_pids($1)) ORDER BY pid"
+    );
+    rows_to_sessions(client.query(&sql, &[&pid]).await?)
+}
+
+/// The sessions with the given pids.
+pub async fn sessions(
+    client: &Client,
+    pids: &[i32],
+) -> Result<Vec<SessionInfo>, tokio_postgres::Error> {
+    let sql =
+        format!("SELECT {SESSION_COLUMNS} FROM pg_stat_activity WHERE pid = ANY($1) ORDER BY pid");
+    rows_to_sessions(client.query(&sql, &[&pids]).await?)
+}
+
+fn rows_to_sessions(
+    rows: Vec<tokio_postgres::Row>,
+) -> Result<Vec<SessionInfo>, tokio_postgres::Error> {
+    rows.into_iter()
+        .map(|r| {
+            Ok(SessionInfo {
+                pid: r.try_get(0)?,
+                application_name: r.try_get(1)?,
+                state: r.try_get(2)?,
+                query: r.try_get(3)?,
+            })
+        })
+        .collect()
+}

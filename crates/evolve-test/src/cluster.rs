@@ -1,0 +1,461 @@
+//! One throwaway cluster: a temp dir, `initdb`, `pg_ctl start`, and on drop
+//! `pg_ctl stop -m immediate` and removal of the dir.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::os::{self, RunAs};
+use crate::{HarnessError, pg_bin_dir};
+
+/// Attempts at starting the server, each on a fresh free port, when the
+/// port turns out to be taken between choosing it and the server binding it.
+const START_ATTEMPTS: usize = 5;
+
+/// Lines of the server log (or of a tool's output) quoted in errors.
+const TAIL_LINES: usize = 30;
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+static NEXT_DB: AtomicU64 = AtomicU64::new(0);
+
+/// Woken when its stdin reaches end of file, which happens when the process
+/// holding the other end exits, however it exits. Then it stops the server
+/// (SIGQUIT to the postmaster is what `pg_ctl stop -m immediate` sends) and
+/// removes the directory. `$1` is the cluster's directory. It runs as
+/// ourselves, so as root it can both signal the postmaster and remove a
+/// directory in a parent that only root may write.
+///
+/// Like `pg_ctl`, it waits for the postmaster to remove its pid file rather
+/// than for the process to vanish: an exited postmaster stays a zombie until
+/// init reaps it, which some inits do only every second or so. `kill -0`
+/// ends the wait for a postmaster that died without removing the file.
+const WATCHDOG: &str = r#"
+trap '' HUP INT QUIT
+cat >/dev/null
+pidfile="$1/data/postmaster.pid"
+if [ -f "$pidfile" ]; then
+    pid=$(head -n 1 "$pidfile")
+    if [ -n "$pid" ] && kill -QUIT "$pid" 2>/dev/null; then
+        i=0
+        while [ -f "$pidfile" ] && kill -0 "$pid" 2>/dev/null && [ "$i" -lt 100 ]; do
+            sleep 0.05
+            i=$((i + 1))
+        done
+        if [ -f "$pidfile" ]; then
+            kill -KILL "$pid" 2>/dev/null
+        fi
+    fi
+fi
+rm -rf "$1"
+"#;
+
+/// A PostgreSQL cluster in a temp dir, listening on 127.0.0.1 at a free port,
+/// with `trust` authentication for the `postgres` superuser.
+///
+/// Settings: `wal_level=logical`, `fsync=off`, `synchronous_commit=off`,
+/// `full_page_writes=off`, `max_connections=200`, `max_wal_senders=20`,
+/// `max_replication_slots=20`, `shared_buffers=128MB`; the Unix socket lives
+/// in the temp dir, not in `/var/run/postgresql`.
+///
+/// Dropping it stops the server (`pg_ctl stop -m immediate`) and removes the
+/// directory. A watchdog process does the same if this process exits
+/// without dropping it, even when killed. With `EVOLVE_TEST_KEEP=1` neither
+/// happens and the cluster keeps running.
+#[derive(Debug)]
+pub struct Cluster {
+    dir: PathBuf,
+    data: PathBuf,
+    bin: PathBuf,
+    port: u16,
+    run_as: Option<RunAs>,
+    keep: bool,
+    /// `sh` running [`WATCHDOG`]; we hold its stdin open for our lifetime.
+    watchdog: Option<Child>,
+}
+
+/// A fresh, empty database on a [`Cluster`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestDb {
+    /// The database's name, `evolve_<hint>_<n>`.
+    pub name: String,
+    /// `postgres://postgres@127.0.0.1:<port>/<name>`.
+    pub url: String,
+}
+
+impl Cluster {
+    /// Create, initialise and start a new cluster. Takes about two seconds,
+    /// nearly all of it `initdb`.
+    ///
+    /// Blocks the calling thread; from async code that is acceptable in tests
+    /// (each `#[tokio::test]` owns its runtime), elsewhere use
+    /// `tokio::task::spawn_blocking`.
+    pub fn start() -> Result<Cluster, HarnessError> {
+        let bin = pg_bin_dir()?;
+        let run_as = RunAs::detect()?;
+        let keep = keep_requested();
+        let dir = create_dir(&os::base_dir(run_as))?;
+        // From here on, dropping `cluster` (on any error) cleans up.
+        let mut cluster = Cluster {
+            data: dir.join("data"),
+            dir,
+            bin,
+            port: 0,
+            run_as,
+            keep,
+            watchdog: None,
+        };
+        if let Some(ids) = run_as {
+            std::os::unix::fs::chown(&cluster.dir, Some(ids.uid), Some(ids.gid)).map_err(|e| {
+                HarnessError::io(
+                    format!("give {} to the postgres user", cluster.dir.display()),
+                    e,
+                )
+            })?;
+        }
+        if !keep {
+            cluster.watchdog = Some(spawn_watchdog(&cluster.dir)?);
+        }
+        cluster.initdb()?;
+        cluster.start_server()?;
+        if keep {
+            let as_postgres = if run_as.is_some() {
+                "runuser -u postgres -- "
+            } else {
+                ""
+            };
+            // Straight to fd 2, past the test harness's output capture.
+            let _ = writeln!(
+                std::io::stderr(),
+                "evolve-test: EVOLVE_TEST_KEEP is set; keeping PostgreSQL cluster {dir} on port {port} ({url}); remove it with: {as_postgres}{pg_ctl} -D {data} -m immediate stop; rm -rf {dir}",
+                dir = cluster.dir.display(),
+                port = cluster.port,
+                url = cluster.url("postgres"),
+                pg_ctl = cluster.bin("pg_ctl").display(),
+                data = cluster.data.display(),
+            );
+        }
+        Ok(cluster)
+    }
+
+    /// The TCP port the server listens on at 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `postgres://postgres@127.0.0.1:<port>/<database>`. The name is not
+    /// percent-encoded; names from [`Cluster::create_database`] need none.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// The path of a tool from the server's bin directory, e.g. `psql`,
+    /// `pg_recvlogical`, `pg_dump`.
+    pub fn bin(&self, tool: &str) -> PathBuf {
+        self.bin.join(tool)
+    }
+
+    /// The data directory (`PGDATA`). As root, it belongs to `postgres`.
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
+    /// The last `lines` lines of the server log, for failure messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        match std::fs::read(self.log_path()) {
+            Ok(bytes) => tail(&String::from_utf8_lossy(&bytes), lines),
+            Err(e) => format!("(server log {} unreadable: {e})", self.log_path().display()),
+        }
+    }
+
+    /// Create a fresh empty database named `evolve_<hint>_<n>`: the hint
+    /// lowercased with anything but `[a-z0-9_]` replaced by `_` and cut to 35
+    /// bytes, `n` unique in this process.
+    ///
+    /// The connection it uses runs on the caller's runtime and is closed
+    /// before this returns, so nothing outlives the caller's runtime.
+    pub async fn create_database(&self, hint: &str) -> Result<TestDb, HarnessError> {
+        let name = database_name(hint, NEXT_DB.fetch_add(1, Ordering::Relaxed));
+        let fail = |source: tokio_postgres::Error| HarnessError::CreateDatabase {
+            detail: source
+                .as_db_error()
+                .map_or_else(|| source.to_string(), |db| db.message().to_owned()),
+            name: name.clone(),
+            port: self.port,
+            source,
+        };
+        let (client, connection) = tokio_postgres::Config::new()
+            .host("127.0.0.1")
+            .port(self.port)
+            .user("postgres")
+            .dbname("postgres")
+            .application_name("evolve-test")
+            .connect_timeout(Duration::from_secs(10))
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(fail)?;
+        let connection = tokio::spawn(connection);
+        let created = client
+            .batch_execute(&format!("CREATE DATABASE {}", quote_ident(&name)))
+            .await;
+        drop(client);
+        // The connection ends once the client is gone; wait for it so that
+        // no task is left behind on the caller's runtime.
+        let _ = connection.await;
+        created.map_err(fail)?;
+        Ok(TestDb {
+            url: self.url(&name),
+            name,
+        })
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    /// A command for one of the server's tools: as `postgres` when we are
+    /// root, in the cluster's directory, with no stdin.
+    fn tool(&self, name: &str) -> Command {
+        let mut cmd = Command::new(self.bin(name));
+        cmd.current_dir(&self.dir).stdin(Stdio::null());
+        if let Some(ids) = self.run_as {
+            ids.apply(&mut cmd);
+        }
+        cmd
+    }
+
+    fn run(&self, mut cmd: Command, what: &str) -> Result<Output, HarnessError> {
+        cmd.output()
+            .map_err(|e| HarnessError::io(format!("run {what} ({})", self.bin.display()), e))
+    }
+
+    fn initdb(&self) -> Result<(), HarnessError> {
+        let mut cmd = self.tool("initdb");
+        cmd.arg("-D")
+            .arg(&self.data)
+            .args(["-U", "postgres", "--auth=trust", "--encoding=UTF8"])
+            .args(["--locale=C", "--no-sync"]);
+        let out = self.run(cmd, "initdb")?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(HarnessError::Tool {
+            tool: format!("initdb -D {}", self.data.display()),
+            status: out.status,
+            output: tail(&combined(&out), TAIL_LINES),
+        })
+    }
+
+    /// Append our settings to postgresql.conf and start the server, choosing
+    /// another port when the chosen one was taken meanwhile.
+    fn start_server(&mut self) -> Result<(), HarnessError> {
+        let conf_path = self.data.join("postgresql.conf");
+        let initial = std::fs::read_to_string(&conf_path)
+            .map_err(|e| HarnessError::io(format!("read {}", conf_path.display()), e))?;
+        let mut attempt = 1;
+        loop {
+            let port = free_port()?;
+            let conf = format!("{initial}\n{}", self.settings(port));
+            std::fs::write(&conf_path, conf)
+                .map_err(|e| HarnessError::io(format!("write {}", conf_path.display()), e))?;
+            let log_before = std::fs::metadata(self.log_path()).map_or(0, |m| m.len());
+            let mut cmd = self.tool("pg_ctl");
+            cmd.arg("-D")
+                .arg(&self.data)
+                .arg("-l")
+                .arg(self.log_path())
+                .args(["-w", "-t", "60", "start"]);
+            let out = self.run(cmd, "pg_ctl start")?;
+            if out.status.success() {
+                self.port = port;
+                return Ok(());
+            }
+            let port_taken = std::fs::read(self.log_path()).is_ok_and(|log| {
+                let new = log.get(log_before as usize..).unwrap_or_default();
+                String::from_utf8_lossy(new).contains("Address already in use")
+            });
+            if port_taken && attempt < START_ATTEMPTS {
+                attempt += 1;
+                continue;
+            }
+            // A server still coming up after the timeout must not linger,
+            // not even with EVOLVE_TEST_KEEP (when Drop leaves it alone).
+            self.stop();
+            let mut output = tail(&combined(&out), TAIL_LINES);
+            let _ = write!(
+                output,
+                "\nserver log {} (last lines):\n{}",
+                self.log_path().display(),
+                self.log_tail(TAIL_LINES)
+            );
+            if !self.keep {
+                output.push_str(
+                    "\n(set EVOLVE_TEST_KEEP=1 to keep the cluster directory for inspection)",
+                );
+            }
+            return Err(HarnessError::Tool {
+                tool: format!("pg_ctl start (port {port}, attempt {attempt})"),
+                status: out.status,
+                output,
+            });
+        }
+    }
+
+    fn settings(&self, port: u16) -> String {
+        let socket_dir = self.dir.to_string_lossy().replace('\'', "''");
+        format!(
+            "# evolve-test\n\
+             listen_addresses = '127.0.0.1'\n\
+             port = {port}\n\
+             unix_socket_directories = '{socket_dir}'\n\
+             wal_level = logical\n\
+             fsync = off\n\
+             synchronous_commit = off\n\
+             full_page_writes = off\n\
+             max_connections = 200\n\
+             max_wal_senders = 20\n\
+             max_replication_slots = 20\n\
+             shared_buffers = 128MB\n"
+        )
+    }
+
+    /// `pg_ctl stop -m immediate` if a server may be running; errors ignored.
+    fn stop(&self) {
+        if !self.data.join("postmaster.pid").exists() {
+            return;
+        }
+        let mut cmd = self.tool("pg_ctl");
+        cmd.arg("-D")
+            .arg(&self.data)
+            .args(["-m", "immediate", "-w", "stop"]);
+        let _ = cmd.output();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(mut watchdog) = self.watchdog.take() {
+            // End of file wakes it; with the directory gone it has nothing
+            // to do but exit, and we reap it.
+            drop(watchdog.stdin.take());
+            let _ = watchdog.wait();
+        }
+    }
+}
+
+/// `EVOLVE_TEST_KEEP` is set to something other than empty or `0`.
+fn keep_requested() -> bool {
+    std::env::var_os("EVOLVE_TEST_KEEP").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// `<base>/evolve-pg-<pid>-<n>`, created empty. One left over from an earlier
+/// process that had our pid (so is certainly dead) is removed first.
+fn create_dir(base: &Path) -> Result<PathBuf, HarnessError> {
+    let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
+    let dir = base.join(format!("evolve-pg-{}-{n}", std::process::id()));
+    if dir.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    std::fs::create_dir(&dir)
+        .map_err(|e| HarnessError::io(format!("create directory {}", dir.display()), e))?;
+    Ok(dir)
+}
+
+fn spawn_watchdog(dir: &Path) -> Result<Child, HarnessError> {
+    Command::new("/bin/sh")
+        .arg("-c")
+        .arg(WATCHDOG)
+        .arg("evolve-pg-watchdog")
+        .arg(dir)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        // Out of the terminal's process group: Ctrl-C kills the tests, not
+        // the watchdog that cleans up after them.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| HarnessError::io("start the cleanup watchdog (/bin/sh)", e))
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> Result<u16, HarnessError> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| HarnessError::io("find a free port on 127.0.0.1", e))?;
+    listener
+        .local_addr()
+        .map(|addr| addr.port())
+        .map_err(|e| HarnessError::io("find a free port on 127.0.0.1", e))
+}
+
+fn database_name(hint: &str, n: u64) -> String {
+    let mut clean: String = hint
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '_') => c,
+            _ => '_',
+        })
+        .collect();
+    clean.truncate(35);
+    if clean.is_empty() {
+        clean.push_str("db");
+    }
+    format!("evolve_{clean}_{n}")
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn combined(out: &Output) -> String {
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_names_are_sanitised() {
+        assert_eq!(
+            database_name("Orders-V2 test", 7),
+            "evolve_orders_v2_test_7"
+        );
+        assert_eq!(database_name("", 0), "evolve_db_0");
+        assert_eq!(
+            database_name("\"; DROP TABLE x; --", 1),
+            "evolve____drop_table_x_____1"
+        );
+        assert_eq!(database_name("héllo", 2), "evolve_h_llo_2");
+        let long = database_name(&"x".repeat(100), u64::MAX);
+        assert!(long.len() <= 63, "{long} is {} bytes", long.len());
+    }
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+    }
+
+    #[test]
+    fn tail_keeps_last_lines() {
+        assert_eq!(tail("a\nb\nc\n", 2), "b\nc");
+        assert_eq!(tail("a", 5), "a");
+        assert_eq!(tail("", 5), "");
+    }
+}

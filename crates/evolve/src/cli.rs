@@ -1,0 +1,229 @@
+//! Command-line arguments and dispatch.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use evolve_core::migration::Version;
+use evolve_migrate::{ApplyOptions, Options};
+use evolve_pg::QualifiedName;
+
+use crate::output::Out;
+
+/// evolve: schemas that change while everything keeps running.
+#[derive(Debug, Parser)]
+#[command(name = "evolve", version, about)]
+pub struct Cli {
+    /// Output format of every command that reports.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Migrations as code for PostgreSQL.
+    Migrate(MigrateArgs),
+    /// A short tour of `evolve migrate` against a throwaway PostgreSQL.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Keep the throwaway cluster and files, and print where they are.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// PostgreSQL connection string (postgres://user@host:port/database).
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Directory of migration files (searched recursively).
+    #[arg(long, global = true, default_value = "migrations")]
+    pub dir: PathBuf,
+    /// History table, `name` or `schema.name` (an existing
+    /// flyway_schema_history can be adopted as it is).
+    #[arg(long, global = true, default_value = evolve_migrate::DEFAULT_HISTORY_TABLE)]
+    pub history_table: String,
+    /// lock_timeout for every migration transaction (e.g. 3s, 500ms).
+    #[arg(long, global = true, default_value = "3s", value_parser = parse_duration)]
+    pub lock_timeout: Duration,
+    /// How many times a file is retried after its lock_timeout expires.
+    #[arg(long, global = true, default_value_t = 5)]
+    pub lock_retries: u32,
+    /// First wait before a retry, doubled each time (at most 30s).
+    #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration)]
+    pub lock_retry_delay: Duration,
+    /// Fail at once if another run holds the migration lock.
+    #[arg(long, global = true)]
+    pub no_wait: bool,
+    /// Recorded as installed_by (default: the database user).
+    #[arg(long, global = true)]
+    pub installed_by: Option<String>,
+    #[command(subcommand)]
+    pub verb: MigrateVerb,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MigrateVerb {
+    /// Every migration, file or history row, with its state.
+    Status,
+    /// Apply pending migrations in order.
+    Apply {
+        /// Apply versioned migrations up to and including this version.
+        #[arg(long)]
+        target: Option<String>,
+        /// Print what would run; run nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Also apply pending files that sort before applied versions.
+        #[arg(long)]
+        out_of_order: bool,
+    },
+    /// Fail if an applied file was edited or is missing, a migration failed,
+    /// or a pending file sorts before an applied one.
+    Validate,
+    /// Mark an existing database as being at VERSION.
+    Baseline {
+        #[arg(long)]
+        version: String,
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// After a deliberate edit: realign checksums, remove failed rows, mark
+    /// deleted files as deleted.
+    Repair,
+    /// Create the next versioned migration file.
+    New {
+        /// What the migration does, e.g. "add postal code".
+        description: String,
+    },
+}
+
+/// Parses `3s`, `500ms`, `2min`, or a bare number of milliseconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration; use e.g. 3s or 500ms"))?;
+    match unit.trim() {
+        "" | "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "min" | "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("{s:?} is not a duration; use e.g. 3s or 500ms")),
+    }
+}
+
+pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Migrate(args) => migrate(args, out).await,
+        Command::Demo(args) => crate::demo::run(args, out).await,
+    }
+}
+
+async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
+    if let MigrateVerb::New { description } = &args.verb {
+        let path = evolve_migrate::new_migration(&args.dir, description)?;
+        return out.created(&path);
+    }
+    let opts = options(&args)?;
+    match args.verb {
+        MigrateVerb::Status => {
+            let report = evolve_migrate::status(&opts).await?;
+            out.status(&report)
+        }
+        MigrateVerb::Apply {
+            target,
+            dry_run,
+            out_of_order,
+        } => {
+            let target = target
+                .map(|t| Version::parse(&t))
+                .transpose()
+                .context("--target")?;
+            let apply_opts = ApplyOptions {
+                target,
+                out_of_order,
+                dry_run,
+            };
+            let mut event_out = out.clone();
+            let report = evolve_migrate::apply(&opts, &apply_opts, &mut |e| {
+                event_out.event(&e);
+            })
+            .await?;
+            out.apply_summary(&report)
+        }
+        MigrateVerb::Validate => {
+            let report = evolve_migrate::validate(&opts).await?;
+            out.validated(&report)
+        }
+        MigrateVerb::Baseline {
+            version,
+            description,
+        } => {
+            let version = Version::parse(&version).context("--version")?;
+            let mut event_out = out.clone();
+            let report =
+                evolve_migrate::baseline(&opts, &version, description.as_deref(), &mut |e| {
+                    event_out.event(&e)
+                })
+                .await?;
+            out.changed("baselined", &report)
+        }
+        MigrateVerb::Repair => {
+            let mut event_out = out.clone();
+            let report = evolve_migrate::repair(&opts, &mut |e| event_out.event(&e)).await?;
+            out.changed("repaired", &report)
+        }
+        MigrateVerb::New { .. } => unreachable!("handled above"),
+    }
+}
+
+fn options(args: &MigrateArgs) -> anyhow::Result<Options> {
+    let Some(url) = args.database_url.clone() else {
+        bail!("no database given; pass --database-url postgres://user@host/db or set DATABASE_URL");
+    };
+    let (schema, name) = QualifiedName::parse_user(&args.history_table)
+        .map_err(|e| anyhow::anyhow!("--history-table {e}"))?;
+    let mut opts = Options::new(url, args.dir.clone());
+    opts.history_table = (schema, name);
+    opts.lock_timeout = args.lock_timeout;
+    opts.lock_retries = args.lock_retries;
+    opts.retry_delay = args.lock_retry_delay;
+    opts.wait_for_lock = !args.no_wait;
+    opts.installed_by = args.installed_by.clone();
+    Ok(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("3s"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1500"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2min"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("3 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,351 @@
+//! Rendering reports as text for people or JSON for programs.
+//!
+//! `--format json`: `status` prints one JSON document; `apply`, `baseline`
+//! and `repair` print JSON Lines, one event per line with a `type` tag, the
+//! last one of type `summary`. Errors go to stderr as one text line (plus
+//! indented detail lines) in both formats.
+
+use std::io::Write;
+use std::path::Path;
+
+use evolve_migrate::{
+    ApplyReport, ChangeReport, Event, MigrationStatus, RepairAction, StatusReport, ValidateReport,
+};
+use serde::Serialize;
+
+use crate::cli::Format;
+
+#[derive(Clone, Debug)]
+pub struct Out {
+    format: Format,
+}
+
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+impl Out {
+    pub fn new(format: Format) -> Out {
+        Out { format }
+    }
+
+    fn line(&self, text: &str) -> anyhow::Result<()> {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{text}")?;
+        stdout.flush()?;
+        Ok(())
+    }
+
+    fn json(&self, value: &impl Serialize) -> anyhow::Result<()> {
+        self.line(&serde_json::to_string(value)?)
+    }
+
+    pub fn error(&self, e: &anyhow::Error) {
+        let mut msg = e.to_string();
+        // anyhow's context adds a prefix; show the cause after it.
+        if let Some(cause) = e.chain().nth(1) {
+            msg = format!("{msg}: {cause}");
+        }
+        eprintln!("error: {msg}");
+    }
+
+    pub fn created(&self, path: &Path) -> anyhow::Result<()> {
+        match self.format {
+            Format::Text => self.line(&format!("created {}", path.display())),
+            Format::Json => self.json(&serde_json::json!({"type": "created", "path": path})),
+        }
+    }
+
+    /// An event while a verb runs. Write errors are ignored here (a closed
+    /// stdout must not abort a migration half-way); the final summary
+    /// reports them.
+    pub fn event(&mut self, e: &Event) {
+        let _ = match self.format {
+            Format::Json => self.json(e),
+            Format::Text => self.line(&event_text(e)),
+        };
+    }
+
+    pub fn status(&self, r: &StatusReport) -> anyhow::Result<()> {
+        match self.format {
+            Format::Json => self.line(&serde_json::to_string_pretty(r)?),
+            Format::Text => self.line(&status_text(r)),
+        }
+    }
+
+    pub fn apply_summary(&self, r: &ApplyReport) -> anyhow::Result<()> {
+        match self.format {
+            Format::Json => self.json(&Tagged {
+                kind: "summary",
+                inner: r,
+            }),
+            Format::Text => {
+                let at = r
+                    .current_version
+                    .as_deref()
+                    .map(|v| format!("version {v}"))
+                    .unwrap_or_else(|| "no version".into());
+                let text = if r.dry_run {
+                    format!(
+                        "dry run: {} migration{} would be applied; nothing was run",
+                        r.applied,
+                        plural(r.applied)
+                    )
+                } else if r.applied == 0 {
+                    format!("schema is up to date at {at}")
+                } else {
+                    format!(
+                        "{} migration{} applied in {}; schema is at {at}",
+                        r.applied,
+                        plural(r.applied),
+                        millis(r.elapsed_ms)
+                    )
+                };
+                self.line(&text)
+            }
+        }
+    }
+
+    pub fn validated(&self, r: &ValidateReport) -> anyhow::Result<()> {
+        match self.format {
+            Format::Json => self.json(&Tagged {
+                kind: "valid",
+                inner: r,
+            }),
+            Format::Text => self.line(&format!(
+                "{}: {} applied migration{} match their files; {} pending",
+                r.history_table,
+                r.applied,
+                plural(r.applied),
+                r.pending
+            )),
+        }
+    }
+
+    pub fn changed(&self, verb: &str, r: &ChangeReport) -> anyhow::Result<()> {
+        match self.format {
+            Format::Json => self.json(&Tagged {
+                kind: "summary",
+                inner: r,
+            }),
+            Format::Text => self.line(&format!(
+                "{verb} {}: {} row{} changed",
+                r.history_table,
+                r.changed,
+                plural(r.changed)
+            )),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Tagged<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    inner: &'a T,
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn millis(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.2} s", ms as f64 / 1000.0)
+    }
+}
+
+fn label(version: &Option<String>, description: &str) -> String {
+    match version {
+        Some(v) => format!("V{v} {description}"),
+        None => format!("R {description}"),
+    }
+}
+
+pub fn event_text(e: &Event) -> String {
+    match e {
+        Event::LockWait { table, holder } => format!(
+            "waiting for the migration lock on {table}, held by {}",
+            holder
+                .as_ref()
+                .map(|h| h.to_string())
+                .unwrap_or_else(|| "another session".into())
+        ),
+        Event::LockAcquired { table, waited_ms } => {
+            format!(
+                "took the migration lock on {table} after {}",
+                millis(*waited_ms)
+            )
+        }
+        Event::HistoryCreated { table } => format!("created history table {table}"),
+        Event::Applied {
+            version,
+            description,
+            statements,
+            execution_time_ms,
+            attempts,
+            resumed_at_statement,
+            out_of_order,
+            ..
+        } => {
+            let mut s = format!(
+                "applied {} ({statements} statement{}, {})",
+                label(version, description),
+                plural(*statements),
+                millis(*execution_time_ms)
+            );
+            if *attempts > 1 {
+                s.push_str(&format!(" after {attempts} attempts"));
+            }
+            if let Some(n) = resumed_at_statement {
+                s.push_str(&format!(", resumed at statement {n}"));
+            }
+            if *out_of_order {
+                s.push_str(", out of order");
+            }
+            s
+        }
+        Event::WouldApply {
+            version,
+            description,
+            statements,
+            transaction,
+            resume_at_statement,
+            ..
+        } => {
+            let mut s = format!(
+                "would apply {} ({statements} statement{}, {})",
+                label(version, description),
+                plural(*statements),
+                if *transaction {
+                    "in one transaction"
+                } else {
+                    "outside a transaction"
+                }
+            );
+            if let Some(n) = resume_at_statement {
+                s.push_str(&format!(", resuming at statement {n}"));
+            }
+            s
+        }
+        Event::LockRetry {
+            script,
+            line,
+            attempt,
+            retries,
+            wait_ms,
+            blockers,
+        } => {
+            let who = if blockers.is_empty() {
+                "a session that finished before it could be named".to_string()
+            } else {
+                blockers
+                    .iter()
+                    .map(|b| b.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            format!(
+                "lock timeout in {script} at line {line}, blocked by {who}; retry {attempt} of {retries} in {}",
+                millis(*wait_ms)
+            )
+        }
+        Event::InvalidIndexDropped { script, index } => format!(
+            "{script}: dropped INVALID index {index} left by an earlier failed CREATE INDEX CONCURRENTLY; building it again"
+        ),
+        Event::Repaired { script, action, .. } => match action {
+            RepairAction::RemovedFailedRow => format!("removed the failed row of {script}"),
+            RepairAction::RealignedChecksum => {
+                format!("realigned the recorded checksum of {script} with the file")
+            }
+            RepairAction::MarkedDeleted => format!("marked {script} as deleted"),
+        },
+        other => format!("{other:?}"),
+    }
+}
+
+pub fn status_text(r: &StatusReport) -> String {
+    let mut out = String::new();
+    let at = r.current_version.as_deref().unwrap_or("none");
+    if !r.history_exists {
+        out.push_str(&format!(
+            "{}: no history table yet (created by the first apply)\n",
+            r.history_table
+        ));
+    } else {
+        out.push_str(&format!("{}: schema version {at}\n", r.history_table));
+    }
+    if r.migrations.is_empty() {
+        out.push_str("no migrations found");
+        return out;
+    }
+    let header = [
+        "version",
+        "description",
+        "type",
+        "state",
+        "checksum",
+        "applied at",
+        "time",
+        "note",
+    ];
+    let rows: Vec<[String; 8]> = r.migrations.iter().map(status_row).collect();
+    out.push_str(&table(&header, &rows));
+    out
+}
+
+fn status_row(m: &MigrationStatus) -> [String; 8] {
+    [
+        m.version.clone().unwrap_or_default(),
+        m.description.clone(),
+        serde_json::to_value(m.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        m.state.as_str().to_string(),
+        m.checksum.map(|c| c.to_string()).unwrap_or_default(),
+        m.applied_at.clone().unwrap_or_default(),
+        m.execution_time_ms
+            .map(|t| format!("{t} ms"))
+            .unwrap_or_default(),
+        m.note.clone().unwrap_or_default(),
+    ]
+}
+
+/// A psql-like aligned table.
+fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(|h| h.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let fmt_row = |cells: Vec<&str>| {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!(" {}", parts.join(" | ")).trim_end().to_string()
+    };
+    let mut out = fmt_row(header.to_vec());
+    out.push('\n');
+    out.push_str(
+        &widths
+            .iter()
+            .map(|w| "-".repeat(w + 2))
+            .collect::<Vec<_>>()
+            .join("+"),
+    );
+    for row in rows {
+        out.push('\n');
+        out.push_str(&fmt_row(row.iter().map(String::as_str).collect()));
+    }
+    out
+}

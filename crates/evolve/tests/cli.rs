@@ -1,0 +1,200 @@
+//! The `evolve` binary as users run it: arguments, output formats, exit
+//! codes, against a throwaway PostgreSQL cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+fn temp_dir(hint: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "evolve-cli-test-{}-{}-{hint}",
+        std::process::id(),
+        DIRS.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    dir
+}
+
+fn evolve(url: Option<&str>, dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_evolve"));
+    cmd.args(args)
+        .arg("--dir")
+        .arg(dir)
+        .env_remove("DATABASE_URL");
+    if let Some(url) = url {
+        cmd.env("DATABASE_URL", url);
+    }
+    cmd.output().expect("run evolve")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn apply_prints_one_line_per_migration_and_status_json_is_documented_shape() {
+    let db = evolve_test::fresh_db("cli_apply").await;
+    let dir = temp_dir("apply");
+    std::fs::write(dir.join("V1__create_t.sql"), "CREATE TABLE t (id int);").expect("write");
+    std::fs::write(
+        dir.join("V2__fill_t.sql"),
+        "INSERT INTO t VALUES (1);\nINSERT INTO t VALUES (2);",
+    )
+    .expect("write");
+
+    let out = evolve(
+        Some(&db.url),
+        &dir,
+        &["migrate", "status", "--format", "json"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    assert_eq!(status["history_table"], "public.evolve_schema_history");
+    assert_eq!(status["history_exists"], false);
+    assert_eq!(status["current_version"], serde_json::Value::Null);
+    let first = &status["migrations"][0];
+    assert_eq!(first["version"], "1");
+    assert_eq!(first["description"], "create t");
+    assert_eq!(first["type"], "versioned");
+    assert_eq!(first["script"], "V1__create_t.sql");
+    assert_eq!(first["state"], "pending");
+    assert!(first["checksum"].is_i64());
+    assert_eq!(status["migrations"].as_array().map(Vec::len), Some(2));
+
+    let out = evolve(Some(&db.url), &dir, &["migrate", "apply"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(
+        lines[0],
+        "created history table public.evolve_schema_history"
+    );
+    assert!(
+        lines[1].starts_with("applied V1 create t (1 statement, "),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with("applied V2 fill t (2 statements, "),
+        "{stdout}"
+    );
+    assert!(lines[3].starts_with("2 migrations applied in "), "{stdout}");
+    assert!(lines[3].ends_with("; schema is at version 2"), "{stdout}");
+
+    let out = evolve(
+        Some(&db.url),
+        &dir,
+        &["migrate", "status", "--format", "json"],
+    );
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    assert_eq!(status["current_version"], "2");
+    assert_eq!(status["migrations"][1]["state"], "applied");
+    assert_eq!(status["migrations"][1]["installed_rank"], 2);
+
+    let out = evolve(Some(&db.url), &dir, &["migrate", "status"]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("public.evolve_schema_history: schema version 2"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l.starts_with(" 2       | fill t")),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn apply_json_is_json_lines_ending_in_a_summary() {
+    let db = evolve_test::fresh_db("cli_json").await;
+    let dir = temp_dir("json");
+    std::fs::write(dir.join("V1__a.sql"), "CREATE TABLE a (id int);").expect("write");
+    let out = evolve(
+        Some(&db.url),
+        &dir,
+        &["migrate", "apply", "--format", "json"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    let types: Vec<&str> = events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(types, ["history_created", "applied", "summary"]);
+    assert_eq!(events[1]["script"], "V1__a.sql");
+    assert_eq!(events[1]["attempts"], 1);
+    assert_eq!(events[2]["applied"], 1);
+    assert_eq!(events[2]["current_version"], "1");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn refusals_exit_non_zero_with_one_line_on_stderr() {
+    let db = evolve_test::fresh_db("cli_refuse").await;
+    let dir = temp_dir("refuse");
+    std::fs::write(dir.join("V1__a.sql"), "CREATE TABLE a (id int);").expect("write");
+    assert!(
+        evolve(Some(&db.url), &dir, &["migrate", "apply"])
+            .status
+            .success()
+    );
+    std::fs::write(dir.join("V1__a.sql"), "CREATE TABLE a (id bigint);").expect("edit");
+
+    let out = evolve(Some(&db.url), &dir, &["migrate", "validate"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: migration V1__a.sql was edited after it was applied (checksum "),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+
+    let out = evolve(None, &dir, &["migrate", "status"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).starts_with("error: no database given; pass --database-url"));
+
+    let out = evolve(
+        Some(&db.url),
+        &dir,
+        &["migrate", "apply", "--lock-timeout", "soon"],
+    );
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+
+    let out = evolve(
+        Some(&db.url),
+        &dir,
+        &["migrate", "apply", "--target", "1.x"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).starts_with("error: --target"),
+        "{}",
+        text(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn new_creates_the_next_versioned_file() {
+    let dir = temp_dir("new");
+    let out = evolve(None, &dir, &["migrate", "new", "add postal code"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(dir.join("V1__add_postal_code.sql").exists());
+    std::fs::write(dir.join("V41__x.sql"), "SELECT 1;").expect("write");
+    let out = evolve(None, &dir, &["migrate", "new", "next one"]);
+    assert!(out.status.success());
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("created {}", dir.join("V42__next_one.sql").display())
+    );
+    let out = evolve(None, &dir, &["migrate", "new", "a/b"]);
+    assert_eq!(out.status.code(), Some(1));
+    let _ = std::fs::remove_dir_all(dir);
+}
