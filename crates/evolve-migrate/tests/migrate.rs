@@ -872,3 +872,103 @@ async fn a_database_that_does_not_connect_is_one_clear_line_without_the_password
     assert!(!err.contains("hunter2"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[tokio::test]
+async fn repair_removes_a_failed_row_so_the_file_runs_from_the_start() {
+    let f = fixture("repairfailed").await;
+    f.write(
+        "V1__t.sql",
+        "CREATE TABLE t (id int);\nINSERT INTO t VALUES (1), (1);",
+    );
+    f.write(
+        "V2__idx.sql",
+        "-- evolve:no-transaction\nCREATE TABLE IF NOT EXISTS side (id int);\nCREATE UNIQUE INDEX CONCURRENTLY t_id_key ON t (id);\n",
+    );
+    let err = f.apply_err().await;
+    assert!(
+        err.contains("could not create unique index \"t_id_key\""),
+        "{err}"
+    );
+    assert!(err.contains("detail: Key (id)=(1) is duplicated."), "{err}");
+    assert_eq!(
+        f.count("SELECT count(*) FROM evolve_schema_history WHERE NOT success")
+            .await,
+        1
+    );
+    assert_eq!(
+        f.count("SELECT count(*) FROM evolve_schema_history_progress")
+            .await,
+        1
+    );
+
+    let mut events = Vec::new();
+    let r = evolve_migrate::repair(&f.opts, &mut |e| events.push(e))
+        .await
+        .expect("repair");
+    assert_eq!(r.changed, 1);
+    assert!(matches!(
+        events.as_slice(),
+        [Event::Repaired {
+            action: evolve_migrate::RepairAction::RemovedFailedRow,
+            ..
+        }]
+    ));
+    assert_eq!(
+        f.count("SELECT count(*) FROM evolve_schema_history").await,
+        1
+    );
+    assert_eq!(
+        f.count("SELECT count(*) FROM evolve_schema_history_progress")
+            .await,
+        0
+    );
+    assert_eq!(f.states().await[1], s("V2__idx.sql", State::Pending));
+
+    f.client
+        .batch_execute("DELETE FROM t WHERE ctid = (SELECT max(ctid) FROM t)")
+        .await
+        .expect("dedupe");
+    let (r, events) = f.apply_with(&ApplyOptions::default()).await;
+    assert_eq!(r.expect("apply from the start").applied, 1);
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Event::Applied {
+            resumed_at_statement: None,
+            attempts: 1,
+            ..
+        }
+    )));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::InvalidIndexDropped { .. }))
+    );
+    evolve_migrate::validate(&f.opts).await.expect("valid");
+}
+
+#[tokio::test]
+async fn a_schema_qualified_history_table_is_created_and_used() {
+    let mut f = fixture("histschema").await;
+    f.opts.history_table = (Some("Ops Team".into()), "Deploys".into());
+    f.write("V1__t.sql", "CREATE TABLE t (id int);");
+    let mut events = Vec::new();
+    let r = evolve_migrate::apply(&f.opts, &ApplyOptions::default(), &mut |e| events.push(e))
+        .await
+        .expect("apply");
+    assert_eq!(r.history_table, "Ops Team.Deploys");
+    assert!(matches!(&events[0], Event::HistoryCreated { table } if table == "Ops Team.Deploys"));
+    assert_eq!(
+        f.count(r#"SELECT count(*) FROM "Ops Team"."Deploys" WHERE success"#)
+            .await,
+        1
+    );
+    assert!(!f.table_exists("evolve_schema_history").await);
+    assert_eq!(
+        evolve_migrate::status(&f.opts)
+            .await
+            .expect("status")
+            .current_version
+            .as_deref(),
+        Some("1")
+    );
+}
