@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use evolve_core::migration::{Statement, flyway_checksum, line_col};
 use evolve_pg::{Client, QualifiedName, SessionInfo, blocking_sessions, describe_db_error};
+use futures_util::StreamExt;
+use tokio_postgres::SimpleQueryMessage;
 use tokio_postgres::Statement as Prepared;
 use tokio_postgres::error::ErrorPosition;
 
@@ -160,8 +162,8 @@ fn first_words(text: &str) -> String {
 
 /// Where a file failed.
 struct Failure {
-    /// Byte offset of the statement in the file, when a statement failed.
-    offset: Option<usize>,
+    /// Where in the file: the error's own position when the server sent one,
+    /// else the start of the failing statement.
     line: u32,
     column: u32,
     statement: Option<String>,
@@ -262,59 +264,77 @@ impl<'o> Runner<'o> {
 
     async fn try_transaction(&self, file: &MigrationFile, started: Instant) -> Result<(), Failure> {
         let at_start = |error| Failure {
-            offset: None,
             line: 1,
             column: 1,
             statement: None,
             error,
             blockers: Vec::new(),
         };
-        self.client
-            .batch_execute(&self.begin_sql)
-            .await
-            .map_err(at_start)?;
+        // One round trip for the whole file: BEGIN, SET LOCAL and every
+        // statement as one simple query. PostgreSQL still runs them one at a
+        // time (each parsed-analysed just before it runs, so DDL is visible
+        // to what follows); the error's position, or else the count of
+        // statements that completed, says which one failed.
+        let mut sql = String::with_capacity(file.text.len() + self.begin_sql.len() + 16);
+        sql.push_str(&self.begin_sql);
+        let mut starts = Vec::with_capacity(file.parsed.statements.len());
         for stmt in &file.parsed.statements {
-            self.execute_watched(stmt).await?;
+            sql.push_str(";\n");
+            starts.push(sql.len());
+            sql.push_str(&stmt.text);
+        }
+        if let Err(w) = self.execute_watched(&sql).await {
+            let statements = &file.parsed.statements;
+            let by_position = position_in(&w.error, &sql).and_then(|at| {
+                let i = starts.iter().rposition(|&start| start <= at)?;
+                Some((i, at - starts[i]))
+            });
+            // BEGIN and SET LOCAL complete first.
+            let by_count = w.completed.checked_sub(2).filter(|&i| i < statements.len());
+            let Some((i, within)) = by_position.or(by_count.map(|i| (i, 0))) else {
+                return Err(at_start(w.error));
+            };
+            let stmt = &statements[i];
+            let (line, column) = locate(file, stmt, within);
+            return Err(Failure {
+                line,
+                column,
+                statement: Some(stmt.text.clone()),
+                error: w.error,
+                blockers: w.blockers,
+            });
         }
         let version = file.version().map(|v| v.as_str().to_string());
         let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
         let end = file_end(file);
-        self.client
-            .query_one(
-                &self.insert,
-                &[
-                    &version,
-                    &file.name.description,
-                    &TYPE_SQL,
-                    &file.script,
-                    &file.checksum,
-                    &self.opts.installed_by,
-                    &elapsed,
-                    &true,
-                ],
-            )
-            .await
-            .map_err(|error| Failure {
-                offset: None,
-                line: end.0,
-                column: end.1,
-                statement: Some("(recording the migration in the history table)".into()),
-                error,
-                blockers: Vec::new(),
-            })?;
+        // The history row and COMMIT go out together (tokio-postgres
+        // pipelines concurrent requests): if the INSERT fails, the COMMIT of
+        // the aborted transaction is a ROLLBACK, so nothing is half-written.
         // RESET ALL keeps settings a file changed with SET from leaking into
         // the next file.
-        self.client
-            .batch_execute("COMMIT; RESET ALL")
-            .await
-            .map_err(|error| Failure {
-                offset: None,
-                line: end.0,
-                column: end.1,
-                statement: Some("COMMIT".into()),
-                error,
-                blockers: Vec::new(),
-            })
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            &version,
+            &file.name.description,
+            &TYPE_SQL,
+            &file.script,
+            &file.checksum,
+            &self.opts.installed_by,
+            &elapsed,
+            &true,
+        ];
+        let insert = self.client.query_one(&self.insert, &params);
+        let commit = self.client.batch_execute("COMMIT; RESET ALL");
+        let (inserted, committed) = tokio::join!(insert, commit);
+        let fail = |statement: &str, error| Failure {
+            line: end.0,
+            column: end.1,
+            statement: Some(statement.into()),
+            error,
+            blockers: Vec::new(),
+        };
+        inserted.map_err(|e| fail("(recording the migration in the history table)", e))?;
+        committed.map_err(|e| fail("COMMIT", e))?;
+        Ok(())
     }
 
     /// Decides what a failure means: a lock timeout with retries left waits
@@ -349,23 +369,9 @@ impl<'o> Runner<'o> {
                 blockers: failure.blockers,
             });
         }
-        let (mut line, mut column) = (failure.line, failure.column);
+        let (line, column) = (failure.line, failure.column);
         let error = match failure.error.as_db_error() {
-            Some(db) => {
-                // A syntax error carries a position within the statement:
-                // point at it in the file instead of at the statement start.
-                if let (Some(ErrorPosition::Original(pos)), Some(offset), Some(text)) =
-                    (db.position(), failure.offset, failure.statement.as_deref())
-                {
-                    let within = text
-                        .char_indices()
-                        .nth((*pos as usize).saturating_sub(1))
-                        .map(|(i, _)| i)
-                        .unwrap_or(text.len());
-                    (line, column) = line_col(&file.text, offset + within);
-                }
-                describe_db_error(db, None)
-            }
+            Some(db) => describe_db_error(db, None),
             None => failure.error.to_string(),
         };
         let statement = failure
@@ -382,24 +388,34 @@ impl<'o> Runner<'o> {
         })
     }
 
-    /// Runs one statement; while it runs longer than a moment, asks the
-    /// monitor connection who blocks it, so a lock timeout can name them.
-    async fn execute_watched(&self, stmt: &Statement) -> Result<(), Failure> {
-        let exec = self.client.batch_execute(&stmt.text);
+    /// Runs `sql` (one statement or several) as one simple query; while it
+    /// runs longer than a moment, asks the monitor connection who blocks it,
+    /// so a lock timeout can name them.
+    async fn execute_watched(&self, sql: &str) -> Result<(), Watched> {
+        let exec = async {
+            let stream = self
+                .client
+                .simple_query_raw(sql)
+                .await
+                .map_err(|e| (e, 0))?;
+            futures_util::pin_mut!(stream);
+            let mut completed = 0;
+            while let Some(message) = stream.next().await {
+                match message {
+                    Ok(SimpleQueryMessage::CommandComplete(_)) => completed += 1,
+                    Ok(_) => {}
+                    Err(e) => return Err((e, completed)),
+                }
+            }
+            Ok(())
+        };
         tokio::pin!(exec);
         let mut blockers = Vec::new();
         let mut delay = Duration::from_millis(50);
         loop {
             tokio::select! {
                 result = &mut exec => {
-                    return result.map_err(|error| Failure {
-                        offset: Some(stmt.offset),
-                        line: stmt.line,
-                        column: stmt.column,
-                        statement: Some(stmt.text.clone()),
-                        error,
-                        blockers,
-                    });
+                    return result.map_err(|(error, completed)| Watched { error, completed, blockers });
                 }
                 _ = tokio::time::sleep(delay) => {
                     if let Ok(found) = blocking_sessions(&self.monitor, self.pid).await
@@ -483,9 +499,18 @@ impl<'o> Runner<'o> {
                     self.drop_invalid_index(file, schema.as_deref(), &name, on_event)
                         .await?;
                 }
-                match self.execute_watched(stmt).await {
+                match self.execute_watched(&stmt.text).await {
                     Ok(()) => break,
-                    Err(failure) => {
+                    Err(w) => {
+                        let within = position_in(&w.error, &stmt.text).unwrap_or(0);
+                        let (line, column) = locate(file, stmt, within);
+                        let failure = Failure {
+                            line,
+                            column,
+                            statement: Some(stmt.text.clone()),
+                            error: w.error,
+                            blockers: w.blockers,
+                        };
                         let outcome = format!(
                             "this file runs outside a transaction: statements 1 to {i} of {} are applied and recorded; fix the cause and run 'evolve migrate apply' to resume at statement {} (line {})",
                             statements.len(),
@@ -570,6 +595,37 @@ impl<'o> Runner<'o> {
             index: index.plain(),
         });
         Ok(())
+    }
+}
+
+/// A failed query: the error, how many statements of it completed, and
+/// who blocked it last.
+struct Watched {
+    error: tokio_postgres::Error,
+    completed: usize,
+    blockers: Vec<SessionInfo>,
+}
+
+/// The byte offset in `sql` of the server's error position (a 1-based
+/// character index into the query string), when it sent one.
+fn position_in(error: &tokio_postgres::Error, sql: &str) -> Option<usize> {
+    match error.as_db_error()?.position()? {
+        ErrorPosition::Original(pos) => Some(
+            sql.char_indices()
+                .nth((*pos as usize).saturating_sub(1))
+                .map(|(i, _)| i)
+                .unwrap_or(sql.len()),
+        ),
+        ErrorPosition::Internal { .. } => None,
+    }
+}
+
+/// Line and column in the file of byte `within` of statement `stmt`.
+fn locate(file: &MigrationFile, stmt: &Statement, within: usize) -> (u32, u32) {
+    if within == 0 || within > stmt.text.len() {
+        (stmt.line, stmt.column)
+    } else {
+        line_col(&file.text, stmt.offset + within)
     }
 }
 

@@ -66,7 +66,7 @@ impl MigrationSet {
             })?;
             let checksum = flyway_checksum(&bytes).map_err(|e| MigrateError::Script {
                 script: script.clone(),
-                reason: format!("{e}; save the file as UTF-8"),
+                reason: e.to_string(),
             })?;
             // flyway_checksum succeeded, so the bytes are UTF-8.
             let text = String::from_utf8(bytes).map_err(|e| MigrateError::Script {

@@ -972,3 +972,12 @@ async fn a_schema_qualified_history_table_is_created_and_used() {
         Some("1")
     );
 }
+
+#[tokio::test]
+async fn errors_without_a_position_name_the_statement_that_failed() {
+    let f = fixture("noposition").await;
+    f.write("V1__t.sql", "CREATE TABLE t (id int PRIMARY KEY);\nINSERT INTO t VALUES (1);\n\n  INSERT INTO t VALUES (1);\nSELECT 1/0;\n");
+    let err = f.apply_err().await;
+    assert!(err.starts_with("migration V1__t.sql failed at line 4, column 3: ERROR 23505: duplicate key value violates unique constraint \"t_pkey\"\n  detail: Key (id)=(1) already exists."), "{err}");
+    assert!(!f.table_exists("t").await);
+}

@@ -21,8 +21,10 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread: evolve's work is round trips to PostgreSQL, and a
+    // single-threaded runtime answers them without cross-thread wake-ups
+    // (measured: 1.06x psql's floor instead of 1.3x, see BENCHMARKS.md).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

@@ -34,8 +34,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(1000);
     let runs = 3;
     let cluster = evolve_test::Cluster::start()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // The same runtime the evolve binary uses.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let dir = std::env::temp_dir().join(format!("evolve-bench-migrate-{}", std::process::id()));
@@ -116,6 +116,17 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    println!(
+        "runs (ms): floor {:?}, evolve {:?}",
+        floor_times
+            .iter()
+            .map(Duration::as_millis)
+            .collect::<Vec<_>>(),
+        evolve_times
+            .iter()
+            .map(Duration::as_millis)
+            .collect::<Vec<_>>()
+    );
     floor_times.sort();
     evolve_times.sort();
     let floor = floor_times[runs / 2];

@@ -36,7 +36,7 @@ impl Token<'_> {
 
     /// Whether this is the unquoted word `word` (ASCII case-insensitive).
     /// Quoted identifiers never match, as in PostgreSQL.
-    fn is_word(&self, word: &str) -> bool {
+    pub(crate) fn is_word(&self, word: &str) -> bool {
         self.kind == TokenKind::Ident && self.text.eq_ignore_ascii_case(word)
     }
 }

@@ -387,38 +387,46 @@ fn on_small_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 
 #[test]
 fn deep_nesting_is_parsed_on_any_stack() {
+    // The word `atomic` makes parse_script run the parser (without it
+    // there is nothing for the parser to find and it is skipped).
     // squawk needs up to ~3.5 KiB of stack per level in a debug build, so
     // each input overflows a 256 KiB stack many times over; the cheap ones
     // also go past the parser thread's fixed 8 MiB. (Parenthesis depth costs
     // squawk quadratic time, hence the smaller sizes for those.)
     let inputs = [
         format!(
-            "select {}1{}; select 2",
+            "select {}1{}; select 2 as atomic",
             "(".repeat(2_000),
             ")".repeat(2_000)
         ),
-        format!("select {} ; select 2", "(".repeat(2_000)),
-        format!("select {}true; select 2", "not ".repeat(2_000)),
-        format!("select {}1; select 2", "- ".repeat(2_000)),
+        format!("select {} ; select 2 as atomic", "(".repeat(2_000)),
+        format!("select {}true; select 2 as atomic", "not ".repeat(2_000)),
+        format!("select {}1; select 2 as atomic", "- ".repeat(2_000)),
         format!(
-            "select {}1{}; select 2",
+            "select {}1{}; select 2 as atomic",
             "array[".repeat(6_000),
             "]".repeat(6_000)
         ),
-        format!("select {}1; select 2", "1 between 1 and ".repeat(6_000)),
         format!(
-            "select {}1{}; select 2",
+            "select {}1; select 2 as atomic",
+            "1 between 1 and ".repeat(6_000)
+        ),
+        format!(
+            "select {}1{}; select 2 as atomic",
             "case when true then ".repeat(6_000),
             " end".repeat(6_000)
         ),
         // Long chains build deep trees, which also recurse when dropped.
-        format!("select 1{}; select 2", " + 1".repeat(20_000)),
-        format!("select true{}; select 2", " and a = 1".repeat(10_000)),
+        format!("select 1{}; select 2 as atomic", " + 1".repeat(20_000)),
+        format!(
+            "select true{}; select 2 as atomic",
+            " and a = 1".repeat(10_000)
+        ),
     ];
     for input in inputs {
         let script = on_small_stack(|| parse_script(&input)).unwrap();
         assert_eq!(script.statements.len(), 2, "{}", &input[..40]);
-        assert_eq!(script.statements[1].text, "select 2");
+        assert_eq!(script.statements[1].text, "select 2 as atomic");
     }
 }
 
