@@ -1,0 +1,1 @@
+//! avro compatibility (in progress).

@@ -1,0 +1,1 @@
+//! json compatibility (in progress).

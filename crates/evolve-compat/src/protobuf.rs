@@ -1,0 +1,1 @@
+//! protobuf compatibility (in progress).
