@@ -13,6 +13,7 @@
 //! serializable reports; rendering is the caller's business.
 
 mod apply;
+mod deps;
 mod error;
 mod files;
 mod history;
@@ -26,6 +27,7 @@ use evolve_core::migration::Version;
 use evolve_pg::{Client, SessionInfo};
 use serde::Serialize;
 
+pub use deps::{Dependent, DependentKind, DepsReport, to_dot, to_mermaid};
 pub use error::MigrateError;
 pub use files::{MigrationFile, MigrationSet};
 pub use history::{BASELINE_DESCRIPTION, History, HistoryRow};
@@ -194,6 +196,13 @@ pub(crate) async fn connect(opts: &Options) -> Result<Connected, MigrateError> {
     let (schema, name) = &opts.history_table;
     let history = History::resolve(&client, schema.as_deref(), name).await?;
     Ok(Connected { client, history })
+}
+
+/// `evolve deps`: everything that depends on a table or one of its columns
+/// (`table`, `schema.table`, `table.column`, `schema.table.column`).
+pub async fn dependents(database_url: &str, target: &str) -> Result<DepsReport, MigrateError> {
+    let client = evolve_pg::connect(database_url, "evolve deps").await?;
+    deps::deps(&client, target).await
 }
 
 /// `evolve migrate status`.

@@ -26,14 +26,30 @@ pub struct Cli {
 pub enum Format {
     Text,
     Json,
+    /// Graphviz (evolve deps only).
+    Dot,
+    /// Mermaid flowchart (evolve deps only).
+    Mermaid,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Migrations as code for PostgreSQL.
     Migrate(MigrateArgs),
+    /// Every view, materialized view, policy, trigger, generated column and
+    /// function that depends on a table or one of its columns.
+    Deps(DepsArgs),
     /// A short tour of `evolve migrate` against a throwaway PostgreSQL.
     Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DepsArgs {
+    /// table, schema.table, table.column or schema.table.column.
+    pub target: String,
+    /// PostgreSQL connection string (postgres://user@host:port/database).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -127,8 +143,22 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
+    if matches!(cli.format, Format::Dot | Format::Mermaid)
+        && !matches!(cli.command, Command::Deps(_))
+    {
+        bail!("--format dot and --format mermaid are for evolve deps; use text or json here");
+    }
     match cli.command {
         Command::Migrate(args) => migrate(args, out).await,
+        Command::Deps(args) => {
+            let Some(url) = args.database_url else {
+                bail!(
+                    "no database given; pass --database-url postgres://user@host/db or set DATABASE_URL"
+                );
+            };
+            let report = evolve_migrate::dependents(&url, &args.target).await?;
+            out.deps(&report)
+        }
         Command::Demo(args) => crate::demo::run(args, out).await,
     }
 }

@@ -9,7 +9,8 @@ use std::io::Write;
 use std::path::Path;
 
 use evolve_migrate::{
-    ApplyReport, ChangeReport, Event, MigrationStatus, RepairAction, StatusReport, ValidateReport,
+    ApplyReport, ChangeReport, DepsReport, Event, MigrationStatus, RepairAction, StatusReport,
+    ValidateReport,
 };
 use serde::Serialize;
 
@@ -54,7 +55,9 @@ impl Out {
 
     pub fn created(&self, path: &Path) -> anyhow::Result<()> {
         match self.format {
-            Format::Text => self.line(&format!("created {}", path.display())),
+            Format::Text | Format::Dot | Format::Mermaid => {
+                self.line(&format!("created {}", path.display()))
+            }
             Format::Json => self.json(&serde_json::json!({"type": "created", "path": path})),
         }
     }
@@ -65,14 +68,14 @@ impl Out {
     pub fn event(&mut self, e: &Event) {
         let _ = match self.format {
             Format::Json => self.json(e),
-            Format::Text => self.line(&event_text(e)),
+            Format::Text | Format::Dot | Format::Mermaid => self.line(&event_text(e)),
         };
     }
 
     pub fn status(&self, r: &StatusReport) -> anyhow::Result<()> {
         match self.format {
             Format::Json => self.line(&serde_json::to_string_pretty(r)?),
-            Format::Text => self.line(&status_text(r)),
+            Format::Text | Format::Dot | Format::Mermaid => self.line(&status_text(r)),
         }
     }
 
@@ -82,7 +85,7 @@ impl Out {
                 kind: "summary",
                 inner: r,
             }),
-            Format::Text => {
+            Format::Text | Format::Dot | Format::Mermaid => {
                 let at = r
                     .current_version
                     .as_deref()
@@ -109,13 +112,57 @@ impl Out {
         }
     }
 
+    pub fn deps(&self, r: &DepsReport) -> anyhow::Result<()> {
+        match self.format {
+            Format::Json => self.line(&serde_json::to_string_pretty(r)?),
+            Format::Dot => self.line(evolve_migrate::to_dot(r).trim_end()),
+            Format::Mermaid => self.line(evolve_migrate::to_mermaid(r).trim_end()),
+            Format::Text => {
+                if r.dependents.is_empty() {
+                    return self.line(&format!("nothing depends on {}", r.target));
+                }
+                let header = [
+                    "depth",
+                    "kind",
+                    "name",
+                    "owner",
+                    "populated",
+                    "indexes",
+                    "path",
+                ];
+                let rows: Vec<[String; 7]> = r
+                    .dependents
+                    .iter()
+                    .map(|d| {
+                        [
+                            d.depth.to_string(),
+                            d.kind.as_str().to_string(),
+                            d.name.clone(),
+                            d.owner.clone(),
+                            d.populated.map(|p| p.to_string()).unwrap_or_default(),
+                            d.indexes.len().to_string(),
+                            d.path.join(" -> "),
+                        ]
+                    })
+                    .collect();
+                self.line(&format!(
+                    "{} dependent{} of {}\n{}",
+                    r.dependents.len(),
+                    plural(r.dependents.len()),
+                    r.target,
+                    table(&header, &rows)
+                ))
+            }
+        }
+    }
+
     pub fn validated(&self, r: &ValidateReport) -> anyhow::Result<()> {
         match self.format {
             Format::Json => self.json(&Tagged {
                 kind: "valid",
                 inner: r,
             }),
-            Format::Text => self.line(&format!(
+            Format::Text | Format::Dot | Format::Mermaid => self.line(&format!(
                 "{}: {} applied migration{} match their files; {} pending",
                 r.history_table,
                 r.applied,
@@ -131,7 +178,7 @@ impl Out {
                 kind: "summary",
                 inner: r,
             }),
-            Format::Text => self.line(&format!(
+            Format::Text | Format::Dot | Format::Mermaid => self.line(&format!(
                 "{verb} {}: {} row{} changed",
                 r.history_table,
                 r.changed,

@@ -198,3 +198,71 @@ fn new_creates_the_next_versioned_file() {
     assert_eq!(out.status.code(), Some(1));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn deps_prints_text_json_dot_and_mermaid() {
+    let db = evolve_test::fresh_db("cli_deps").await;
+    let client = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, status text);
+             CREATE MATERIALIZED VIEW daily AS SELECT status, count(*) FROM orders GROUP BY status;
+             CREATE VIEW dash AS SELECT * FROM daily;",
+        )
+        .await
+        .expect("schema");
+    let deps = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(args)
+            .env("DATABASE_URL", &db.url)
+            .output()
+            .expect("run evolve")
+    };
+    let run = |format: &str| deps(&["deps", "orders.status", "--format", format]);
+
+    let out = run("text");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("2 dependents of public.orders.status\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(" 1     | materialized view | public.daily | postgres | true      | 0       | public.orders -> public.daily"), "{stdout}");
+    assert!(
+        stdout.contains("public.orders -> public.daily -> public.dash"),
+        "{stdout}"
+    );
+
+    let out = run("json");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["target"], "public.orders.status");
+    assert_eq!(json["dependents"][1]["depth"], 2);
+    assert_eq!(json["dependents"][1]["kind"], "view");
+    assert_eq!(json["dependents"][0]["kind"], "materialized_view");
+    assert_eq!(json["dependents"][0]["populated"], true);
+
+    let dot = text(&run("dot").stdout);
+    assert!(dot.starts_with("digraph deps {"), "{dot}");
+    assert!(
+        dot.contains("\"public.orders.status\" -> \"public.daily\";"),
+        "{dot}"
+    );
+    assert!(
+        dot.contains("\"public.daily\" -> \"public.dash\";"),
+        "{dot}"
+    );
+
+    let mermaid = text(&run("mermaid").stdout);
+    assert!(mermaid.starts_with("flowchart LR\n"), "{mermaid}");
+    assert!(mermaid.contains("n0 --> n1"), "{mermaid}");
+    assert!(mermaid.contains("n1 --> n2"), "{mermaid}");
+
+    let out = deps(&["deps", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).starts_with("error: table \"nope\" does not exist"));
+    let out = deps(&["migrate", "status", "--format", "dot"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("are for evolve deps"));
+}
