@@ -58,6 +58,7 @@
 //! never matters. A panic inside the parser becomes
 //! [`ScriptError::ParserFailed`].
 
+mod alter;
 mod checksum;
 mod classify;
 mod lines;
@@ -65,6 +66,7 @@ mod name;
 mod script;
 mod version;
 
+pub use alter::{AlterAction, BlockedAlter, blocked_alters};
 pub use checksum::{EncodingError, flyway_checksum};
 pub use lines::line_col;
 pub use name::{MigrationKind, MigrationName, NameError, parse_file_name};
