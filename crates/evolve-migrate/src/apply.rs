@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use evolve_core::migration::{Statement, flyway_checksum, line_col};
+use evolve_core::migration::{Statement, blocked_alters, flyway_checksum, line_col};
 use evolve_pg::{Client, QualifiedName, SessionInfo, blocking_sessions, describe_db_error};
 use futures_util::StreamExt;
 use tokio_postgres::SimpleQueryMessage;
@@ -26,6 +26,7 @@ use tokio_postgres::error::ErrorPosition;
 use crate::files::{MigrationFile, MigrationSet};
 use crate::history::{History, TYPE_SQL};
 use crate::plan::{Plan, Resume, Step, StepOptions};
+use crate::rebuild::{self, RebuildPlan};
 use crate::{ApplyOptions, ApplyReport, Event, MigrateError, Options, connect, lock};
 
 pub(crate) async fn run(
@@ -97,6 +98,7 @@ pub(crate) async fn run(
     }
 
     let mut runner = Runner::new(opts, client, history).await?;
+    runner.populate_in_transaction = apply_opts.populate_in_transaction;
     let mut applied = 0;
     let mut current = plan.current_version.clone();
     for step in &steps {
@@ -167,6 +169,8 @@ struct Failure {
     line: u32,
     column: u32,
     statement: Option<String>,
+    /// What evolve was doing, when it was not the file's own statement.
+    context: Option<String>,
     error: tokio_postgres::Error,
     blockers: Vec<SessionInfo>,
 }
@@ -179,6 +183,21 @@ struct Runner<'o> {
     history: History,
     insert: Prepared,
     begin_sql: String,
+    populate_in_transaction: bool,
+}
+
+/// How a transactional attempt ended badly.
+enum Attempt {
+    /// PostgreSQL refused something: maybe retried.
+    Failed(Failure),
+    /// evolve refused before running: never retried.
+    Refused(MigrateError),
+}
+
+impl From<Failure> for Attempt {
+    fn from(f: Failure) -> Self {
+        Attempt::Failed(f)
+    }
 }
 
 impl<'o> Runner<'o> {
@@ -205,6 +224,7 @@ impl<'o> Runner<'o> {
             history,
             insert,
             begin_sql,
+            populate_in_transaction: false,
         })
     }
 
@@ -241,13 +261,34 @@ impl<'o> Runner<'o> {
         file: &MigrationFile,
         on_event: &mut dyn FnMut(Event),
     ) -> Result<u32, MigrateError> {
+        let needs_rebuild = file
+            .parsed
+            .statements
+            .iter()
+            .any(|s| !blocked_alters(&s.text).is_empty());
         let mut attempt = 0;
         loop {
             attempt += 1;
             let started = Instant::now();
-            let failure = match self.try_transaction(file, started).await {
-                Ok(()) => return Ok(attempt),
-                Err(f) => f,
+            let result = if needs_rebuild {
+                self.try_rebuild_transaction(file, started).await
+            } else {
+                self.try_transaction(file, started)
+                    .await
+                    .map(|()| None)
+                    .map_err(Attempt::Failed)
+            };
+            let failure = match result {
+                Ok(None) => return Ok(attempt),
+                Ok(Some(plan)) => {
+                    self.after_rebuild(file, &plan, on_event).await?;
+                    return Ok(attempt);
+                }
+                Err(Attempt::Failed(f)) => f,
+                Err(Attempt::Refused(e)) => {
+                    let _ = self.client.batch_execute("ROLLBACK").await;
+                    return Err(e);
+                }
             };
             // The transaction is aborted or gone; end it whatever its state.
             let _ = self.client.batch_execute("ROLLBACK").await;
@@ -267,6 +308,7 @@ impl<'o> Runner<'o> {
             line: 1,
             column: 1,
             statement: None,
+            context: None,
             error,
             blockers: Vec::new(),
         };
@@ -300,10 +342,20 @@ impl<'o> Runner<'o> {
                 line,
                 column,
                 statement: Some(stmt.text.clone()),
+                context: None,
                 error: w.error,
                 blockers: w.blockers,
             });
         }
+        self.record_and_commit(file, started).await
+    }
+
+    /// Inserts the history row and commits.
+    async fn record_and_commit(
+        &self,
+        file: &MigrationFile,
+        started: Instant,
+    ) -> Result<(), Failure> {
         let version = file.version().map(|v| v.as_str().to_string());
         let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
         let end = file_end(file);
@@ -329,11 +381,113 @@ impl<'o> Runner<'o> {
             line: end.0,
             column: end.1,
             statement: Some(statement.into()),
+            context: None,
             error,
             blockers: Vec::new(),
         };
         inserted.map_err(|e| fail("(recording the migration in the history table)", e))?;
         committed.map_err(|e| fail("COMMIT", e))?;
+        Ok(())
+    }
+
+    /// The transactional path for a file whose ALTERs views would block:
+    /// capture, drop top-down, statements, recreate bottom-up, history row,
+    /// commit. Statements run one by one here (a rebuild is rare and slow
+    /// anyway), so every failure names its statement or dependent.
+    async fn try_rebuild_transaction(
+        &self,
+        file: &MigrationFile,
+        started: Instant,
+    ) -> Result<Option<RebuildPlan>, Attempt> {
+        let at_start = |error| Failure {
+            line: 1,
+            column: 1,
+            statement: None,
+            context: None,
+            error,
+            blockers: Vec::new(),
+        };
+        self.client
+            .batch_execute(&self.begin_sql)
+            .await
+            .map_err(at_start)?;
+        let populate =
+            self.populate_in_transaction || file.parsed.directives.populate_in_transaction;
+        let plan = rebuild::plan(&self.client, file, populate)
+            .await
+            .map_err(Attempt::Refused)?;
+        let first = file.parsed.statements.first();
+        let (line, column) = first.map(|s| (s.line, s.column)).unwrap_or((1, 1));
+        for (dependent, sql) in plan.drops() {
+            self.execute_watched(sql).await.map_err(|w| Failure {
+                line,
+                column,
+                statement: Some(sql.to_string()),
+                context: Some(format!("dropping dependent {}", dependent.name)),
+                error: w.error,
+                blockers: w.blockers,
+            })?;
+        }
+        for stmt in &file.parsed.statements {
+            if let Err(w) = self.execute_watched(&stmt.text).await {
+                let within = position_in(&w.error, &stmt.text).unwrap_or(0);
+                let (line, column) = locate(file, stmt, within);
+                return Err(Failure {
+                    line,
+                    column,
+                    statement: Some(stmt.text.clone()),
+                    context: None,
+                    error: w.error,
+                    blockers: w.blockers,
+                }
+                .into());
+            }
+        }
+        let end = file_end(file);
+        for (dependent, sql) in plan.creates() {
+            self.execute_watched(sql).await.map_err(|w| Failure {
+                line: end.0,
+                column: end.1,
+                statement: Some(sql.to_string()),
+                context: Some(format!(
+                    "recreating {} {} after the file's statements; the file must leave every column it reads in place, or drop and recreate the dependent itself",
+                    if dependent.materialized { "materialized view" } else { "view" },
+                    dependent.name
+                )),
+                error: w.error,
+                blockers: w.blockers,
+            })?;
+        }
+        self.record_and_commit(file, started).await?;
+        Ok(Some(plan))
+    }
+
+    /// After the commit: refresh the recreated materialized views that held
+    /// data, bottom-up, then ANALYZE them; report how long each was
+    /// unreadable.
+    async fn after_rebuild(
+        &self,
+        file: &MigrationFile,
+        plan: &RebuildPlan,
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<(), MigrateError> {
+        let committed = Instant::now();
+        on_event(Event::Rebuilt {
+            script: file.script.clone(),
+            dependents: plan.dependents.iter().map(|d| d.name.clone()).collect(),
+        });
+        for m in plan.to_refresh() {
+            let started = Instant::now();
+            self.client.batch_execute(&m.refresh_sql()).await?;
+            on_event(Event::Refreshed {
+                name: m.name.clone(),
+                refresh_ms: started.elapsed().as_millis() as u64,
+                unreadable_ms: committed.elapsed().as_millis() as u64,
+            });
+        }
+        for m in plan.dependents.iter().filter(|d| d.materialized) {
+            self.client.batch_execute(&m.analyze_sql()).await?;
+        }
         Ok(())
     }
 
@@ -374,11 +528,14 @@ impl<'o> Runner<'o> {
             Some(db) => describe_db_error(db, None),
             None => failure.error.to_string(),
         };
-        let statement = failure
+        let mut statement = failure
             .statement
             .as_deref()
             .map(|s| format!("\n  statement: {}", excerpt(s)))
             .unwrap_or_default();
+        if let Some(context) = &failure.context {
+            statement = format!("\n  while {context}{statement}");
+        }
         Err(MigrateError::Statement {
             script: file.script.clone(),
             line,
@@ -508,6 +665,7 @@ impl<'o> Runner<'o> {
                             line,
                             column,
                             statement: Some(stmt.text.clone()),
+                            context: None,
                             error: w.error,
                             blockers: w.blockers,
                         };

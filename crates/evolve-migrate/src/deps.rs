@@ -566,7 +566,7 @@ mod tests {
     fn targets_split_like_postgres_names() {
         assert_eq!(split_target("Orders"), Ok(vec!["orders".to_string()]));
         assert_eq!(
-            split_target(r#"sales."Order ""Lines"".status"#),
+            split_target(r#"sales."Order ""Lines""".status"#),
             Ok(vec![
                 "sales".into(),
                 r#"Order "Lines""#.into(),

@@ -19,6 +19,7 @@ mod files;
 mod history;
 mod lock;
 mod plan;
+mod rebuild;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -77,6 +78,11 @@ pub struct ApplyOptions {
     pub target: Option<Version>,
     pub out_of_order: bool,
     pub dry_run: bool,
+    /// Recreate rebuilt materialized views WITH DATA inside the file's
+    /// transaction (no reader ever sees an unpopulated matview; the base
+    /// table stays locked while they populate) instead of refreshing them
+    /// after the commit.
+    pub populate_in_transaction: bool,
 }
 
 /// What happens while a verb runs, in order. Serialized as one JSON object
@@ -134,6 +140,20 @@ pub enum Event {
     InvalidIndexDropped {
         script: String,
         index: String,
+    },
+    /// Views and materialized views that blocked the file's ALTERs were
+    /// dropped and recreated around it, in its transaction.
+    Rebuilt {
+        script: String,
+        /// Bottom-up.
+        dependents: Vec<String>,
+    },
+    /// A rebuilt materialized view was refreshed after the commit.
+    /// `unreadable_ms` is how long it stood unpopulated (reads failed).
+    Refreshed {
+        name: String,
+        refresh_ms: u64,
+        unreadable_ms: u64,
     },
     /// `repair` changed the history.
     Repaired {

@@ -105,6 +105,11 @@ pub enum MigrateVerb {
         /// Also apply pending files that sort before applied versions.
         #[arg(long)]
         out_of_order: bool,
+        /// Recreate rebuilt materialized views WITH DATA inside the
+        /// migration's transaction (readers never see them unpopulated; the
+        /// base table stays locked while they fill).
+        #[arg(long)]
+        populate_in_transaction: bool,
     },
     /// Fail if an applied file was edited or is missing, a migration failed,
     /// or a pending file sorts before an applied one.
@@ -178,6 +183,7 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
             target,
             dry_run,
             out_of_order,
+            populate_in_transaction,
         } => {
             let target = target
                 .map(|t| Version::parse(&t))
@@ -187,6 +193,7 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                 target,
                 out_of_order,
                 dry_run,
+                populate_in_transaction,
             };
             let mut event_out = out.clone();
             let report = evolve_migrate::apply(&opts, &apply_opts, &mut |e| {

@@ -303,6 +303,21 @@ pub fn event_text(e: &Event) -> String {
                 millis(*wait_ms)
             )
         }
+        Event::Rebuilt { script, dependents } => format!(
+            "{script}: rebuilt {} dependent{} around its ALTERs: {}",
+            dependents.len(),
+            plural(dependents.len()),
+            dependents.join(", ")
+        ),
+        Event::Refreshed {
+            name,
+            refresh_ms,
+            unreadable_ms,
+        } => format!(
+            "refreshed {name} in {} (unreadable for {} after the commit)",
+            millis(*refresh_ms),
+            millis(*unreadable_ms)
+        ),
         Event::InvalidIndexDropped { script, index } => format!(
             "{script}: dropped INVALID index {index} left by an earlier failed CREATE INDEX CONCURRENTLY; building it again"
         ),

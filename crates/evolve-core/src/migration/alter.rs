@@ -60,10 +60,13 @@ pub fn blocked_alters(statement: &str) -> Vec<BlockedAlter> {
                 {
                     (c.column_name_ref(), AlterAction::SetType)
                 }
-                ast::AlterTableAction::DropColumn(d) => (d.column_name_ref(), AlterAction::DropColumn),
+                ast::AlterTableAction::DropColumn(d) => {
+                    (d.column_name_ref(), AlterAction::DropColumn)
+                }
                 _ => continue,
             };
-            let Some(column) = column.and_then(|c| fold(c.syntax().text().to_string().trim())) else {
+            let Some(column) = column.and_then(|c| fold(c.syntax().text().to_string().trim()))
+            else {
                 continue;
             };
             out.push(BlockedAlter {
@@ -147,13 +150,25 @@ mod tests {
     #[test]
     fn finds_type_changes_and_drops() {
         use AlterAction::*;
-        check("ALTER TABLE orders ALTER COLUMN status TYPE text", &[(None, "orders", "status", SetType)]);
+        check(
+            "ALTER TABLE orders ALTER COLUMN status TYPE text",
+            &[(None, "orders", "status", SetType)],
+        );
         check(
             "alter table Sales.\"Orders\" alter status set data type varchar(40), drop column IF EXISTS \"Note\", add column x int",
-            &[(Some("sales"), "Orders", "status", SetType), (Some("sales"), "Orders", "Note", DropColumn)],
+            &[
+                (Some("sales"), "Orders", "status", SetType),
+                (Some("sales"), "Orders", "Note", DropColumn),
+            ],
         );
-        check("ALTER TABLE ONLY orders DROP region CASCADE", &[(None, "orders", "region", DropColumn)]);
-        check("ALTER TABLE IF EXISTS orders ALTER COLUMN a SET NOT NULL", &[]);
+        check(
+            "ALTER TABLE ONLY orders DROP region CASCADE",
+            &[(None, "orders", "region", DropColumn)],
+        );
+        check(
+            "ALTER TABLE IF EXISTS orders ALTER COLUMN a SET NOT NULL",
+            &[],
+        );
         check("ALTER TABLE orders RENAME COLUMN a TO b", &[]);
         check("ALTER VIEW v ALTER COLUMN a SET DEFAULT 1", &[]);
         check("SELECT 1", &[]);

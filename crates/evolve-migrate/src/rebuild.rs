@@ -1,0 +1,264 @@
+//! Rebuilding the views and materialized views that an ALTER would break.
+//!
+//! PostgreSQL refuses `ALTER COLUMN ... TYPE` and `DROP COLUMN` on a column
+//! that a view reads, even when nothing would be rewritten. Inside the
+//! file's one transaction evolve:
+//!
+//! 1. captures each dependent completely from the catalogs, with an empty
+//!    `search_path` so every name comes out qualified: definition,
+//!    reloptions, owner, tablespace, populated state, indexes, comments on
+//!    it and its columns, table and column privileges (from `relacl` and
+//!    `attacl`), rules other than `_RETURN`, triggers;
+//! 2. drops the dependents top-down (deepest first), never with CASCADE, so
+//!    anything not captured makes the drop fail and the file roll back;
+//! 3. runs the file's statements;
+//! 4. recreates the dependents bottom-up, materialized views `WITH NO DATA`
+//!    (or `WITH DATA` under `-- evolve:populate-in-transaction`), and
+//!    restores every attachment.
+//!
+//! After the commit, outside the transaction, the materialized views that
+//! were populated are refreshed bottom-up (each layer reads fresh input)
+//! and analysed. The base table's lock is held only for the transaction.
+
+use evolve_core::migration::blocked_alters;
+use evolve_pg::{Client, QualifiedName, quote_ident};
+use serde::Serialize;
+
+use crate::MigrateError;
+use crate::deps::{DependentKind, deps};
+use crate::files::MigrationFile;
+
+/// One captured view or materialized view and everything to recreate it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Captured {
+    pub name: String,
+    pub materialized: bool,
+    pub depth: u32,
+    pub populated: bool,
+    #[serde(skip)]
+    drop_sql: String,
+    /// CREATE, OWNER, indexes, comments, grants, rules, triggers, in order.
+    #[serde(skip)]
+    create_sql: Vec<String>,
+    #[serde(skip)]
+    qualified: String,
+}
+
+impl Captured {
+    /// `REFRESH MATERIALIZED VIEW` statement.
+    pub fn refresh_sql(&self) -> String {
+        format!("REFRESH MATERIALIZED VIEW {}", self.qualified)
+    }
+
+    pub fn analyze_sql(&self) -> String {
+        format!("ANALYZE {}", self.qualified)
+    }
+}
+
+/// What a file's ALTERs need rebuilt, bottom-up (lowest depth first).
+#[derive(Clone, Debug, Default)]
+pub struct RebuildPlan {
+    pub dependents: Vec<Captured>,
+}
+
+impl RebuildPlan {
+    /// Drops, deepest first.
+    pub fn drops(&self) -> impl Iterator<Item = (&Captured, &str)> {
+        self.dependents
+            .iter()
+            .rev()
+            .map(|c| (c, c.drop_sql.as_str()))
+    }
+
+    /// Creation statements, bottom-up.
+    pub fn creates(&self) -> impl Iterator<Item = (&Captured, &str)> {
+        self.dependents
+            .iter()
+            .flat_map(|c| c.create_sql.iter().map(move |s| (c, s.as_str())))
+    }
+
+    /// Materialized views to refresh after the commit, bottom-up.
+    pub fn to_refresh(&self) -> impl Iterator<Item = &Captured> {
+        self.dependents
+            .iter()
+            .filter(|c| c.materialized && c.populated)
+    }
+}
+
+/// Finds what the file's statements would be refused for and captures it.
+/// Runs inside the file's transaction, before its statements.
+pub async fn plan(
+    client: &Client,
+    file: &MigrationFile,
+    populate_in_transaction: bool,
+) -> Result<RebuildPlan, MigrateError> {
+    let mut targets = Vec::new();
+    for stmt in &file.parsed.statements {
+        for b in blocked_alters(&stmt.text) {
+            let target = match &b.schema {
+                Some(s) => format!(
+                    "{}.{}.{}",
+                    quote_ident(s),
+                    quote_ident(&b.table),
+                    quote_ident(&b.column)
+                ),
+                None => format!("{}.{}", quote_ident(&b.table), quote_ident(&b.column)),
+            };
+            if !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
+    }
+    if targets.is_empty() {
+        return Ok(RebuildPlan::default());
+    }
+    // oid-free identity: qualified name -> deepest depth.
+    let mut found: Vec<(String, u32, DependentKind)> = Vec::new();
+    for target in &targets {
+        let report = match deps(client, target).await {
+            Ok(r) => r,
+            // A table or column the file itself creates first has no
+            // dependents yet; PostgreSQL reports anything really wrong.
+            Err(MigrateError::Usage(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        for d in report.dependents {
+            match d.kind {
+                DependentKind::View | DependentKind::MaterializedView => {
+                    match found.iter_mut().find(|(n, _, _)| *n == d.name) {
+                        Some(existing) => existing.1 = existing.1.max(d.depth),
+                        None => found.push((d.name, d.depth, d.kind)),
+                    }
+                }
+                other => {
+                    return Err(MigrateError::Script {
+                        script: file.script.clone(),
+                        reason: format!(
+                            "{} is used by {} {}, which evolve cannot rebuild yet; drop and recreate it in the migration around the change",
+                            report.target,
+                            other.as_str(),
+                            d.name
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    // Capture with an empty search_path so every name comes out qualified.
+    let saved: String = client
+        .query_one("SELECT current_setting('search_path')", &[])
+        .await?
+        .try_get(0)?;
+    client
+        .batch_execute("SELECT set_config('search_path', '', true)")
+        .await?;
+    let mut dependents = Vec::new();
+    for (name, depth, kind) in found {
+        dependents.push(capture(client, &name, depth, kind, populate_in_transaction).await?);
+    }
+    client
+        .query_one("SELECT set_config('search_path', $1, true)", &[&saved])
+        .await?;
+    Ok(RebuildPlan { dependents })
+}
+
+async fn capture(
+    client: &Client,
+    name: &str,
+    depth: u32,
+    kind: DependentKind,
+    populate_in_transaction: bool,
+) -> Result<Captured, MigrateError> {
+    let (schema, rel) = name.split_once('.').unwrap_or(("public", name));
+    let row = client
+        .query_one(
+            "SELECT c.oid, pg_get_viewdef(c.oid), coalesce(c.reloptions::text[], '{}'),
+                    pg_get_userbyid(c.relowner)::text, t.spcname::text, c.relispopulated,
+                    array(SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i
+                          WHERE i.indrelid = c.oid ORDER BY i.indexrelid),
+                    array(SELECT format('COMMENT ON %s %s IS %L',
+                                        CASE c.relkind WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'VIEW' END,
+                                        $3::text, d.description)
+                          FROM pg_description d
+                          WHERE d.objoid = c.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid = 0),
+                    array(SELECT format('COMMENT ON COLUMN %s.%I IS %L', $3::text, a.attname, d.description)
+                          FROM pg_description d JOIN pg_attribute a
+                            ON a.attrelid = c.oid AND a.attnum = d.objsubid
+                          WHERE d.objoid = c.oid AND d.classoid = 'pg_class'::regclass AND d.objsubid > 0
+                          ORDER BY a.attnum),
+                    array(SELECT format('GRANT %s ON %s TO %s%s', x.privilege_type, $3::text,
+                                        CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+                                             ELSE quote_ident(pg_get_userbyid(x.grantee)) END,
+                                        CASE WHEN x.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+                          FROM aclexplode(c.relacl) x WHERE x.grantee <> c.relowner),
+                    array(SELECT format('GRANT %s (%I) ON %s TO %s%s', x.privilege_type, a.attname, $3::text,
+                                        CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+                                             ELSE quote_ident(pg_get_userbyid(x.grantee)) END,
+                                        CASE WHEN x.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+                          FROM pg_attribute a, aclexplode(a.attacl) x
+                          WHERE a.attrelid = c.oid AND a.attnum > 0 AND a.attacl IS NOT NULL
+                          ORDER BY a.attnum),
+                    array(SELECT pg_get_ruledef(r.oid) FROM pg_rewrite r
+                          WHERE r.ev_class = c.oid AND r.rulename <> '_RETURN' ORDER BY r.rulename),
+                    array(SELECT pg_get_triggerdef(g.oid) FROM pg_trigger g
+                          WHERE g.tgrelid = c.oid AND NOT g.tgisinternal ORDER BY g.tgname)
+             FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             LEFT JOIN pg_tablespace t ON t.oid = c.reltablespace
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[&schema, &rel, &QualifiedName::new(schema, rel).to_string()],
+        )
+        .await?;
+    let qualified = QualifiedName::new(schema, rel).to_string();
+    let materialized = kind == DependentKind::MaterializedView;
+    let definition: String = row.try_get(1)?;
+    let definition = definition.trim().trim_end_matches(';').to_string();
+    let reloptions: Vec<String> = row.try_get(2)?;
+    let owner: String = row.try_get(3)?;
+    let tablespace: Option<String> = row.try_get(4)?;
+    let populated: bool = row.try_get(5)?;
+    let with = if reloptions.is_empty() {
+        String::new()
+    } else {
+        format!(" WITH ({})", reloptions.join(", "))
+    };
+    let object = if materialized {
+        "MATERIALIZED VIEW"
+    } else {
+        "VIEW"
+    };
+    let mut create_sql = Vec::new();
+    if materialized {
+        let space = tablespace
+            .map(|t| format!(" TABLESPACE {}", quote_ident(&t)))
+            .unwrap_or_default();
+        let data = if populate_in_transaction && populated {
+            "WITH DATA"
+        } else {
+            "WITH NO DATA"
+        };
+        create_sql.push(format!(
+            "CREATE MATERIALIZED VIEW {qualified}{with}{space} AS {definition} {data}"
+        ));
+    } else {
+        create_sql.push(format!("CREATE VIEW {qualified}{with} AS {definition}"));
+    }
+    create_sql.push(format!(
+        "ALTER {object} {qualified} OWNER TO {}",
+        quote_ident(&owner)
+    ));
+    for i in [6, 7, 8, 9, 10, 11, 12] {
+        let stmts: Vec<String> = row.try_get(i)?;
+        create_sql.extend(stmts);
+    }
+    Ok(Captured {
+        name: name.to_string(),
+        materialized,
+        depth,
+        populated: populated && !populate_in_transaction,
+        drop_sql: format!("DROP {object} {qualified}"),
+        create_sql,
+        qualified,
+    })
+}

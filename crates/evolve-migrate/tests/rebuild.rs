@@ -1,0 +1,324 @@
+//! Dependent views and materialized views rebuilt around an ALTER, on a
+//! real cluster.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use evolve_migrate::{ApplyOptions, Event, Options};
+use tokio_postgres::Client;
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+struct Scenario {
+    client: Client,
+    opts: Options,
+    dir: std::path::PathBuf,
+    role: String,
+}
+
+impl Drop for Scenario {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// orders -> daily (matview, unique index) -> monthly (matview) ->
+/// reporting.dashboard (view), plus a view with an INSTEAD OF trigger, with
+/// grants, column grants and comments on them.
+async fn scenario(hint: &str) -> Scenario {
+    let db = evolve_test::fresh_db(hint).await;
+    let client = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
+    let role = format!(
+        "evolve_reader_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    );
+    client
+        .batch_execute(&format!(
+            r#"
+            CREATE ROLE {role};
+            CREATE SCHEMA reporting;
+            CREATE TABLE orders (id bigint PRIMARY KEY, status varchar(20) NOT NULL,
+                                 amount numeric NOT NULL, created date NOT NULL);
+            INSERT INTO orders SELECT i, CASE WHEN i % 3 = 0 THEN 'open' ELSE 'done' END,
+                                      i % 97, date '2026-01-01' + (i % 120)
+                               FROM generate_series(1, 5000) i;
+            CREATE MATERIALIZED VIEW daily AS
+                SELECT created, status, sum(amount) AS total, count(*) AS n
+                FROM orders GROUP BY created, status;
+            CREATE UNIQUE INDEX daily_key ON daily (created, status);
+            COMMENT ON MATERIALIZED VIEW daily IS 'one row per day and status';
+            COMMENT ON COLUMN daily.total IS 'sum of amounts';
+            GRANT SELECT ON daily TO {role};
+            CREATE MATERIALIZED VIEW monthly AS
+                SELECT date_trunc('month', created)::date AS month, sum(total) AS total
+                FROM daily GROUP BY 1;
+            CREATE INDEX monthly_month ON monthly (month);
+            CREATE VIEW reporting.dashboard WITH (security_barrier = true) AS
+                SELECT month, total FROM monthly WHERE total > 0;
+            GRANT SELECT (month) ON reporting.dashboard TO {role};
+            COMMENT ON VIEW reporting.dashboard IS 'what the board sees';
+            CREATE VIEW open_orders AS SELECT id, status, amount, created FROM orders WHERE status = 'open';
+            CREATE FUNCTION open_orders_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO orders VALUES (NEW.id, 'open', NEW.amount, NEW.created);
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER open_orders_insert INSTEAD OF INSERT ON open_orders
+                FOR EACH ROW EXECUTE FUNCTION open_orders_insert();
+            "#
+        ))
+        .await
+        .expect("scenario");
+    let dir = std::env::temp_dir().join(format!("evolve-rebuild-{}-{hint}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("V1__baseline.sql"), "SELECT 1;").expect("write");
+    let opts = Options::new(db.url.clone(), &dir);
+    evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect("V1");
+    Scenario {
+        client,
+        opts,
+        dir,
+        role,
+    }
+}
+
+/// Everything that must survive a rebuild, as one comparable value.
+async fn fingerprint(c: &Client) -> Vec<String> {
+    let rows = c
+        .query(
+            "SELECT format('%s.%s %s populated=%s def=%s acl=%s comment=%s opts=%s',
+                    n.nspname, c.relname, c.relkind, c.relispopulated,
+                    regexp_replace(pg_get_viewdef(c.oid), '\\s+', ' ', 'g'),
+                    c.relacl, obj_description(c.oid, 'pg_class'), c.reloptions)
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.relkind IN ('v', 'm') AND n.nspname IN ('public', 'reporting')
+             UNION ALL
+             SELECT format('index %s', pg_get_indexdef(i.indexrelid))
+             FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid WHERE c.relkind = 'm'
+             UNION ALL
+             SELECT format('column %s.%s acl=%s comment=%s', a.attrelid::regclass, a.attname, a.attacl,
+                           col_description(a.attrelid, a.attnum))
+             FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+             WHERE c.relkind IN ('v', 'm') AND a.attnum > 0
+               AND (a.attacl IS NOT NULL OR col_description(a.attrelid, a.attnum) IS NOT NULL)
+             UNION ALL
+             SELECT format('trigger %s', pg_get_triggerdef(t.oid)) FROM pg_trigger t WHERE NOT t.tgisinternal
+             ORDER BY 1",
+            &[],
+        )
+        .await
+        .expect("fingerprint");
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+async fn scalar_i64(c: &Client, sql: &str) -> i64 {
+    c.query_one(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get(0)
+}
+
+#[tokio::test]
+async fn a_type_change_under_three_layers_rebuilds_them_all() {
+    let s = scenario("rebuild_ok").await;
+    let before = fingerprint(&s.client).await;
+    assert!(
+        before.iter().any(|l| l.contains(&s.role)),
+        "grants are part of the fingerprint: {before:?}"
+    );
+    std::fs::write(
+        s.dir.join("V2__widen_status.sql"),
+        "ALTER TABLE orders ALTER COLUMN status TYPE text;\n",
+    )
+    .expect("write");
+    let mut events = Vec::new();
+    let report = evolve_migrate::apply(&s.opts, &ApplyOptions::default(), &mut |e| events.push(e))
+        .await
+        .expect("apply with rebuild");
+    assert_eq!(report.applied, 1);
+
+    let rebuilt = events.iter().find_map(|e| match e {
+        Event::Rebuilt { dependents, .. } => Some(dependents.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        rebuilt,
+        Some(vec![
+            "public.daily".to_string(),
+            "public.open_orders".to_string(),
+            "public.monthly".to_string(),
+            "reporting.dashboard".to_string()
+        ])
+    );
+    let refreshed: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Refreshed { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        refreshed,
+        ["public.daily", "public.monthly"],
+        "bottom-up, matviews only"
+    );
+
+    let after = fingerprint(&s.client).await;
+    // The one expected difference: with status now text, PostgreSQL no
+    // longer shows the cast it needed for varchar in open_orders' filter.
+    let before: Vec<String> = before
+        .into_iter()
+        .map(|l| {
+            l.replace(
+                "(orders.status)::text = 'open'::text",
+                "orders.status = 'open'::text",
+            )
+        })
+        .collect();
+    assert_eq!(
+        before, after,
+        "definitions, indexes, grants, comments, options and triggers survive"
+    );
+    let status_type: String = s
+        .client
+        .query_one("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'orders'::regclass AND attname = 'status'", &[])
+        .await
+        .expect("type")
+        .get(0);
+    assert_eq!(status_type, "text");
+    // Populated, fresh, and consistent layer to layer.
+    assert_eq!(
+        scalar_i64(&s.client, "SELECT sum(n)::int8 FROM daily").await,
+        5000
+    );
+    assert_eq!(
+        scalar_i64(
+            &s.client,
+            "SELECT (SELECT sum(total) FROM monthly)::int8 - (SELECT sum(total) FROM daily)::int8"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        scalar_i64(&s.client, "SELECT count(*) FROM reporting.dashboard").await,
+        4
+    );
+    // The INSTEAD OF trigger still works.
+    s.client
+        .batch_execute(
+            "INSERT INTO open_orders (id, amount, created) VALUES (9999, 5, '2026-01-01')",
+        )
+        .await
+        .expect("insert through the view");
+    assert_eq!(
+        scalar_i64(&s.client, "SELECT count(*) FROM orders WHERE id = 9999").await,
+        1
+    );
+    // ANALYZE ran on the recreated matviews.
+    assert_eq!(
+        scalar_i64(&s.client, "SELECT count(*) FROM pg_stat_user_tables WHERE relname IN ('daily', 'monthly') AND last_analyze IS NOT NULL").await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn dropping_a_column_a_view_needs_rolls_back_and_names_the_view() {
+    let s = scenario("rebuild_fail").await;
+    let before = fingerprint(&s.client).await;
+    std::fs::write(
+        s.dir.join("V2__drop_amount.sql"),
+        "ALTER TABLE orders ADD COLUMN note text;\nALTER TABLE orders DROP COLUMN amount;\n",
+    )
+    .expect("write");
+    let (r, events) = {
+        let mut events = Vec::new();
+        let r =
+            evolve_migrate::apply(&s.opts, &ApplyOptions::default(), &mut |e| events.push(e)).await;
+        (r, events)
+    };
+    let err = r.expect_err("the rebuild must fail").to_string();
+    assert!(err.starts_with("migration V2__drop_amount.sql failed at line 2, column 1: ERROR 42703: column orders.amount does not exist"), "{err}");
+    assert!(
+        err.contains("while recreating materialized view public.daily after the file's statements"),
+        "{err}"
+    );
+    assert!(err.contains("nothing of this file was applied"), "{err}");
+    assert!(!events.iter().any(|e| matches!(e, Event::Rebuilt { .. })));
+    assert_eq!(
+        fingerprint(&s.client).await,
+        before,
+        "everything is as it was"
+    );
+    assert_eq!(scalar_i64(&s.client, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'orders' AND column_name IN ('amount', 'note')").await, 1);
+    assert_eq!(
+        scalar_i64(&s.client, "SELECT count(*) FROM evolve_schema_history").await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn populate_in_transaction_never_leaves_a_matview_unpopulated() {
+    let s = scenario("rebuild_populate").await;
+    std::fs::write(
+        s.dir.join("V2__widen_status.sql"),
+        "-- evolve:populate-in-transaction\nALTER TABLE orders ALTER COLUMN status TYPE varchar(40);\n",
+    )
+    .expect("write");
+    let mut events = Vec::new();
+    evolve_migrate::apply(&s.opts, &ApplyOptions::default(), &mut |e| events.push(e))
+        .await
+        .expect("apply");
+    assert!(events.iter().any(|e| matches!(e, Event::Rebuilt { .. })));
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Refreshed { .. })),
+        "populated in the transaction, nothing to refresh"
+    );
+    assert_eq!(
+        scalar_i64(
+            &s.client,
+            "SELECT count(*) FROM pg_matviews WHERE ispopulated"
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        scalar_i64(&s.client, "SELECT sum(n)::int8 FROM daily").await,
+        5000
+    );
+}
+
+#[tokio::test]
+async fn dependents_evolve_cannot_rebuild_are_refused_before_anything_runs() {
+    let s = scenario("rebuild_policy").await;
+    s.client
+        .batch_execute("CREATE POLICY open_only ON orders USING (status = 'open')")
+        .await
+        .expect("policy");
+    std::fs::write(
+        s.dir.join("V2__widen.sql"),
+        "ALTER TABLE orders ALTER COLUMN status TYPE text;",
+    )
+    .expect("write");
+    let mut events = Vec::new();
+    let err = evolve_migrate::apply(&s.opts, &ApplyOptions::default(), &mut |e| events.push(e))
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert_eq!(
+        err,
+        "migration V2__widen.sql: public.orders.status is used by policy open_only on public.orders, which evolve cannot rebuild yet; drop and recreate it in the migration around the change"
+    );
+    assert_eq!(
+        scalar_i64(
+            &s.client,
+            "SELECT count(*) FROM pg_matviews WHERE ispopulated"
+        )
+        .await,
+        2
+    );
+}

@@ -1,0 +1,176 @@
+//! `evolve compat check`: the compatibility engine for CI.
+//!
+//! Exit codes: 0 compatible, 1 incompatible (each incompatibility printed),
+//! 2 unusable input (a file that cannot be read or a schema that does not
+//! parse).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand, ValueEnum};
+use evolve_compat::{Mode, Reference, Schema, SchemaType};
+use serde::Serialize;
+
+use crate::cli::Format;
+use crate::output::Out;
+
+#[derive(Debug, Args)]
+pub struct CompatArgs {
+    #[command(subcommand)]
+    pub verb: CompatVerb,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CompatVerb {
+    /// Check NEW against OLD schemas (newest first) under a compatibility mode.
+    Check {
+        /// Schema type.
+        #[arg(long = "type", value_enum)]
+        schema_type: TypeArg,
+        /// NONE, BACKWARD, BACKWARD_TRANSITIVE, FORWARD, FORWARD_TRANSITIVE,
+        /// FULL or FULL_TRANSITIVE.
+        #[arg(long, default_value = "BACKWARD", value_parser = parse_mode)]
+        mode: Mode,
+        /// A referenced schema, NAME=FILE (Avro full name, Protobuf import
+        /// path, JSON Schema $ref); repeatable.
+        #[arg(long = "reference", value_name = "NAME=FILE")]
+        references: Vec<String>,
+        /// The new schema.
+        new: PathBuf,
+        /// Previous versions, newest first.
+        #[arg(required = true)]
+        old: Vec<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum TypeArg {
+    Avro,
+    Protobuf,
+    Json,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse()
+}
+
+/// Input that cannot be used: exit code 2.
+#[derive(Debug)]
+pub struct Unusable(pub String);
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unusable {}
+
+#[derive(Serialize)]
+struct JsonFinding<'a> {
+    against: String,
+    #[serde(flatten)]
+    finding: &'a evolve_compat::Finding,
+}
+
+pub fn run(args: CompatArgs, out: &Out) -> anyhow::Result<ExitCode> {
+    let CompatVerb::Check {
+        schema_type,
+        mode,
+        references,
+        new,
+        old,
+    } = args.verb;
+    let schema_type = match schema_type {
+        TypeArg::Avro => SchemaType::Avro,
+        TypeArg::Protobuf => SchemaType::Protobuf,
+        TypeArg::Json => SchemaType::Json,
+    };
+    let read = |path: &PathBuf| {
+        std::fs::read_to_string(path)
+            .map_err(|e| Unusable(format!("cannot read {}: {e}", path.display())))
+    };
+    let mut refs = Vec::new();
+    for r in &references {
+        let Some((name, file)) = r.split_once('=') else {
+            return Err(Unusable(format!(
+                "--reference {r:?} is not NAME=FILE; e.g. --reference common.proto=schemas/common.proto"
+            ))
+            .into());
+        };
+        refs.push(Reference {
+            name: name.to_string(),
+            schema: read(&PathBuf::from(file))?,
+        });
+    }
+    let parse = |path: &PathBuf| -> anyhow::Result<Schema> {
+        let text = read(path)?;
+        Schema::parse(schema_type, &text, &refs)
+            .map_err(|e| Unusable(format!("{}: {e}", path.display())).into())
+    };
+    let new_schema = parse(&new)?;
+    let previous = old.iter().map(parse).collect::<anyhow::Result<Vec<_>>>()?;
+    let findings = evolve_compat::check(mode, &new_schema, &previous);
+    let compatible = findings.is_empty();
+    match out.format() {
+        Format::Json => {
+            let items: Vec<JsonFinding> = findings
+                .iter()
+                .map(|f| JsonFinding {
+                    against: old[f.against].display().to_string(),
+                    finding: f,
+                })
+                .collect();
+            out.json_value(&serde_json::json!({
+                "compatible": compatible,
+                "mode": mode.as_str(),
+                "new": new.display().to_string(),
+                "checked": old.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+                "findings": items,
+            }))?;
+        }
+        _ => {
+            for f in &findings {
+                out.text(&format!(
+                    "{} ({}): {} at {}: {}",
+                    old[f.against].display(),
+                    match f.direction {
+                        evolve_compat::Direction::Backward => "backward",
+                        evolve_compat::Direction::Forward => "forward",
+                    },
+                    f.incompatibility.kind,
+                    f.incompatibility.path,
+                    f.incompatibility.message
+                ))?;
+            }
+            if compatible {
+                out.text(&format!(
+                    "{} is {} compatible with {}",
+                    new.display(),
+                    mode.as_str(),
+                    if mode == Mode::None {
+                        "anything".to_string()
+                    } else {
+                        old.iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                ))?;
+            } else {
+                out.text(&format!(
+                    "{} is not {} compatible: {} incompatibilit{}",
+                    new.display(),
+                    mode.as_str(),
+                    findings.len(),
+                    if findings.len() == 1 { "y" } else { "ies" }
+                ))?;
+            }
+        }
+    }
+    Ok(if compatible {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
