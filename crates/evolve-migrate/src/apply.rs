@@ -53,6 +53,20 @@ pub(crate) async fn run(
             .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
         for step in &steps {
             check_runnable(step.file)?;
+            if !step.file.parsed.directives.no_transaction {
+                let populate = apply_opts.populate_in_transaction
+                    || step.file.parsed.directives.populate_in_transaction;
+                // Reads the catalogs only; dropped and recreated nothing.
+                let plan = rebuild::plan(&client, step.file, populate).await?;
+                if !plan.dependents.is_empty() {
+                    on_event(Event::WouldRebuild {
+                        script: step.file.script.clone(),
+                        drop: plan.drops().map(|(_, sql)| sql.to_string()).collect(),
+                        create: plan.creates().map(|(_, sql)| sql.to_string()).collect(),
+                        refresh_after_commit: plan.to_refresh().map(|m| m.refresh_sql()).collect(),
+                    });
+                }
+            }
             on_event(Event::WouldApply {
                 script: step.file.script.clone(),
                 version: step.file.version().map(|v| v.as_str().to_string()),

@@ -148,6 +148,16 @@ pub enum Event {
         /// Bottom-up.
         dependents: Vec<String>,
     },
+    /// `--dry-run`: the file's ALTERs would rebuild these dependents.
+    WouldRebuild {
+        script: String,
+        /// In order, deepest first.
+        drop: Vec<String>,
+        /// In order, bottom-up, after the file's statements.
+        create: Vec<String>,
+        /// After the commit, bottom-up.
+        refresh_after_commit: Vec<String>,
+    },
     /// A rebuilt materialized view was refreshed after the commit.
     /// `unreadable_ms` is how long it stood unpopulated (reads failed).
     Refreshed {

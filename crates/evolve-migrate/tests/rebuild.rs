@@ -137,6 +137,55 @@ async fn a_type_change_under_three_layers_rebuilds_them_all() {
     )
     .expect("write");
     let mut events = Vec::new();
+    let dry = ApplyOptions {
+        dry_run: true,
+        ..Default::default()
+    };
+    evolve_migrate::apply(&s.opts, &dry, &mut |e| events.push(e))
+        .await
+        .expect("dry run");
+    let plan = events.iter().find_map(|e| match e {
+        Event::WouldRebuild {
+            drop,
+            create,
+            refresh_after_commit,
+            ..
+        } => Some((drop.clone(), create.clone(), refresh_after_commit.clone())),
+        _ => None,
+    });
+    let (drop, create, refresh) = plan.expect("the dry run shows the rebuild");
+    assert_eq!(
+        drop,
+        [
+            "DROP VIEW \"reporting\".\"dashboard\"",
+            "DROP MATERIALIZED VIEW \"public\".\"monthly\"",
+            "DROP VIEW \"public\".\"open_orders\"",
+            "DROP MATERIALIZED VIEW \"public\".\"daily\""
+        ]
+    );
+    assert!(
+        create[0].starts_with("CREATE MATERIALIZED VIEW \"public\".\"daily\" AS SELECT"),
+        "{create:?}"
+    );
+    assert!(
+        create
+            .iter()
+            .any(|c| c.starts_with("GRANT SELECT (month) ON \"reporting\".\"dashboard\" TO ")),
+        "{create:?}"
+    );
+    assert_eq!(
+        refresh,
+        [
+            "REFRESH MATERIALIZED VIEW \"public\".\"daily\"",
+            "REFRESH MATERIALIZED VIEW \"public\".\"monthly\""
+        ]
+    );
+    assert_eq!(
+        fingerprint(&s.client).await,
+        before,
+        "a dry run changes nothing"
+    );
+    let mut events = Vec::new();
     let report = evolve_migrate::apply(&s.opts, &ApplyOptions::default(), &mut |e| events.push(e))
         .await
         .expect("apply with rebuild");

@@ -309,6 +309,24 @@ pub fn event_text(e: &Event) -> String {
             plural(dependents.len()),
             dependents.join(", ")
         ),
+        Event::WouldRebuild {
+            script,
+            drop,
+            create,
+            refresh_after_commit,
+        } => {
+            let mut s = format!("{script} would rebuild its dependents:");
+            for d in drop {
+                s.push_str(&format!("\n  before: {d}"));
+            }
+            for c in create {
+                s.push_str(&format!("\n  after:  {c}"));
+            }
+            for r in refresh_after_commit {
+                s.push_str(&format!("\n  after the commit: {r}"));
+            }
+            s
+        }
         Event::Refreshed {
             name,
             refresh_ms,
