@@ -20,6 +20,7 @@ mod history;
 mod lock;
 mod plan;
 mod rebuild;
+mod refresh;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,6 +35,7 @@ pub use files::{MigrationFile, MigrationSet};
 pub use history::{BASELINE_DESCRIPTION, History, HistoryRow};
 pub use lock::lock_key;
 pub use plan::{Kind, MigrationStatus, Plan, State, StepOptions};
+pub use refresh::{MatviewStatus, Refreshed};
 
 /// Default history table name.
 pub const DEFAULT_HISTORY_TABLE: &str = "evolve_schema_history";
@@ -233,6 +235,24 @@ pub(crate) async fn connect(opts: &Options) -> Result<Connected, MigrateError> {
 pub async fn dependents(database_url: &str, target: &str) -> Result<DepsReport, MigrateError> {
     let client = evolve_pg::connect(database_url, "evolve deps").await?;
     deps::deps(&client, target).await
+}
+
+/// `evolve refresh`: refreshes `names` (every materialized view when
+/// empty) in dependency order, CONCURRENTLY where possible, and records
+/// each refresh.
+pub async fn refresh_matviews(
+    database_url: &str,
+    names: &[String],
+    on_refreshed: &mut dyn FnMut(&Refreshed),
+) -> Result<Vec<Refreshed>, MigrateError> {
+    let client = evolve_pg::connect(database_url, "evolve refresh").await?;
+    refresh::refresh(&client, names, on_refreshed).await
+}
+
+/// `evolve refresh --status`.
+pub async fn refresh_status(database_url: &str) -> Result<Vec<MatviewStatus>, MigrateError> {
+    let client = evolve_pg::connect(database_url, "evolve refresh").await?;
+    refresh::status(&client).await
 }
 
 /// `evolve migrate status`.

@@ -39,8 +39,25 @@ pub enum Command {
     /// Every view, materialized view, policy, trigger, generated column and
     /// function that depends on a table or one of its columns.
     Deps(DepsArgs),
+    /// Refresh materialized views in dependency order, lowest layer first.
+    Refresh(RefreshArgs),
     /// A short tour of `evolve migrate` against a throwaway PostgreSQL.
     Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RefreshArgs {
+    /// Materialized views to refresh (name or schema.name).
+    pub names: Vec<String>,
+    /// Refresh every materialized view.
+    #[arg(long, conflicts_with = "names")]
+    pub all: bool,
+    /// Report each materialized view's last refresh and whether it is stale.
+    #[arg(long, conflicts_with_all = ["names", "all"])]
+    pub status: bool,
+    /// PostgreSQL connection string (postgres://user@host:port/database).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -163,6 +180,24 @@ pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
             };
             let report = evolve_migrate::dependents(&url, &args.target).await?;
             out.deps(&report)
+        }
+        Command::Refresh(args) => {
+            let Some(url) = args.database_url else {
+                bail!(
+                    "no database given; pass --database-url postgres://user@host/db or set DATABASE_URL"
+                );
+            };
+            if args.status {
+                let status = evolve_migrate::refresh_status(&url).await?;
+                return out.refresh_status(&status);
+            }
+            if !args.all && args.names.is_empty() {
+                bail!("name the materialized views to refresh, or pass --all");
+            }
+            let mut events = out.clone();
+            evolve_migrate::refresh_matviews(&url, &args.names, &mut |r| events.refreshed(r))
+                .await?;
+            Ok(())
         }
         Command::Demo(args) => crate::demo::run(args, out).await,
     }

@@ -9,8 +9,8 @@ use std::io::Write;
 use std::path::Path;
 
 use evolve_migrate::{
-    ApplyReport, ChangeReport, DepsReport, Event, MigrationStatus, RepairAction, StatusReport,
-    ValidateReport,
+    ApplyReport, ChangeReport, DepsReport, Event, MatviewStatus, MigrationStatus, Refreshed,
+    RepairAction, StatusReport, ValidateReport,
 };
 use serde::Serialize;
 
@@ -152,6 +152,60 @@ impl Out {
                     r.target,
                     table(&header, &rows)
                 ))
+            }
+        }
+    }
+
+    pub fn refreshed(&mut self, r: &Refreshed) {
+        let _ = match self.format {
+            Format::Json => self.json(&Tagged {
+                kind: "refreshed",
+                inner: r,
+            }),
+            _ => self.line(&format!(
+                "refreshed {}{} in {}",
+                r.name,
+                if r.concurrently { " concurrently" } else { "" },
+                millis(r.duration_ms)
+            )),
+        };
+    }
+
+    pub fn refresh_status(&self, rows: &[MatviewStatus]) -> anyhow::Result<()> {
+        match self.format {
+            Format::Json => self.line(&serde_json::to_string_pretty(rows)?),
+            _ => {
+                if rows.is_empty() {
+                    return self.line("no materialized views");
+                }
+                let header = [
+                    "matview",
+                    "populated",
+                    "concurrently",
+                    "reads",
+                    "last refresh",
+                    "stale",
+                ];
+                let table_rows: Vec<[String; 6]> = rows
+                    .iter()
+                    .map(|m| {
+                        [
+                            m.name.clone(),
+                            m.populated.to_string(),
+                            m.concurrently.to_string(),
+                            m.reads.join(", "),
+                            m.last_refresh
+                                .clone()
+                                .unwrap_or_else(|| "never (by evolve)".into()),
+                            match m.stale {
+                                None => "unknown".into(),
+                                Some(false) => "no".into(),
+                                Some(true) => format!("yes: {}", m.stale_because.join("; ")),
+                            },
+                        ]
+                    })
+                    .collect();
+                self.line(&table(&header, &table_rows))
             }
         }
     }
