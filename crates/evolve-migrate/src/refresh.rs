@@ -138,7 +138,7 @@ fn layered(all: &BTreeMap<u32, Matview>) -> Result<Vec<u32>, MigrateError> {
                 "materialized views read each other in a cycle; refresh them by name".into(),
             ));
         }
-        ready.sort_by(|a, b| a.name.plain().cmp(&b.name.plain()));
+        ready.sort_by_key(|m| m.name.plain());
         for m in ready {
             done.insert(m.oid);
             order.push(m.oid);
