@@ -53,7 +53,9 @@ pub(crate) async fn run(
             .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
         for step in &steps {
             check_runnable(step.file)?;
-            if !step.file.parsed.directives.no_transaction {
+            if !step.file.parsed.directives.no_transaction
+                && !step.file.parsed.directives.rebuild_dependents_off
+            {
                 let populate = apply_opts.populate_in_transaction
                     || step.file.parsed.directives.populate_in_transaction;
                 // Reads the catalogs only; dropped and recreated nothing.
@@ -275,11 +277,12 @@ impl<'o> Runner<'o> {
         file: &MigrationFile,
         on_event: &mut dyn FnMut(Event),
     ) -> Result<u32, MigrateError> {
-        let needs_rebuild = file
-            .parsed
-            .statements
-            .iter()
-            .any(|s| !blocked_alters(&s.text).is_empty());
+        let needs_rebuild = !file.parsed.directives.rebuild_dependents_off
+            && file
+                .parsed
+                .statements
+                .iter()
+                .any(|s| !blocked_alters(&s.text).is_empty());
         let mut attempt = 0;
         loop {
             attempt += 1;

@@ -371,3 +371,20 @@ async fn dependents_evolve_cannot_rebuild_are_refused_before_anything_runs() {
         2
     );
 }
+
+#[tokio::test]
+async fn the_rebuild_can_be_turned_off_per_file() {
+    let s = scenario("rebuild_off").await;
+    std::fs::write(
+        s.dir.join("V2__widen.sql"),
+        "-- evolve:rebuild-dependents off\nALTER TABLE orders ALTER COLUMN status TYPE text;",
+    )
+    .expect("write");
+    let mut events = Vec::new();
+    let err = evolve_migrate::apply(&s.opts, &ApplyOptions::default(), &mut |e| events.push(e))
+        .await
+        .expect_err("PostgreSQL refuses")
+        .to_string();
+    assert!(err.starts_with("migration V2__widen.sql failed at line 2, column 1: ERROR 0A000: cannot alter type of a column used by a view or rule"), "{err}");
+    assert!(!events.iter().any(|e| matches!(e, Event::Rebuilt { .. })));
+}

@@ -4,7 +4,9 @@ use evolve_migrate::Refreshed;
 
 async fn setup(hint: &str) -> (String, tokio_postgres::Client) {
     let db = evolve_test::fresh_db(hint).await;
-    let client = evolve_pg::connect(&db.url, "evolve test").await.expect("connect");
+    let client = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
     client
         .batch_execute(
             "CREATE SCHEMA reporting;
@@ -28,14 +30,19 @@ async fn setup(hint: &str) -> (String, tokio_postgres::Client) {
 
 async fn refresh(url: &str, names: &[&str]) -> Vec<Refreshed> {
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-    evolve_migrate::refresh_matviews(url, &names, &mut |_| {}).await.expect("refresh")
+    evolve_migrate::refresh_matviews(url, &names, &mut |_| {})
+        .await
+        .expect("refresh")
 }
 
 #[tokio::test]
 async fn refreshes_lowest_layer_first_and_concurrently_only_when_it_can() {
     let (url, client) = setup("refresh_order").await;
     let done = refresh(&url, &[]).await;
-    let got: Vec<(String, bool)> = done.iter().map(|r| (r.name.clone(), r.concurrently)).collect();
+    let got: Vec<(String, bool)> = done
+        .iter()
+        .map(|r| (r.name.clone(), r.concurrently))
+        .collect();
     assert_eq!(
         got,
         [
@@ -47,29 +54,52 @@ async fn refreshes_lowest_layer_first_and_concurrently_only_when_it_can() {
             ("public.aa_yearly".to_string(), false),
         ]
     );
-    let total: i64 = client.query_one("SELECT total::int8 FROM aa_yearly", &[]).await.expect("yearly").get(0);
+    let total: i64 = client
+        .query_one("SELECT total::int8 FROM aa_yearly", &[])
+        .await
+        .expect("yearly")
+        .get(0);
     assert_eq!(total, 500_500);
-    let logged: i64 = client.query_one("SELECT count(*) FROM evolve_refresh_log", &[]).await.expect("log").get(0);
+    let logged: i64 = client
+        .query_one("SELECT count(*) FROM evolve_refresh_log", &[])
+        .await
+        .expect("log")
+        .get(0);
     assert_eq!(logged, 3);
 
     let again = refresh(&url, &["aa_yearly", "public.zz_daily"]).await;
     let names: Vec<&str> = again.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(names, ["public.zz_daily", "public.aa_yearly"], "named ones, still in dependency order");
+    assert_eq!(
+        names,
+        ["public.zz_daily", "public.aa_yearly"],
+        "named ones, still in dependency order"
+    );
     assert!(again[1].concurrently, "populated now");
 
     let err = evolve_migrate::refresh_matviews(&url, &["nope".to_string()], &mut |_| {})
         .await
         .expect_err("unknown")
         .to_string();
-    assert_eq!(err, "materialized view \"nope\" does not exist; 'evolve refresh --status' lists them");
+    assert_eq!(
+        err,
+        "materialized view \"nope\" does not exist; 'evolve refresh --status' lists them"
+    );
 }
 
 #[tokio::test]
 async fn status_shows_a_layer_refreshed_before_its_input_as_stale() {
     let (url, _client) = setup("refresh_stale").await;
     let status = evolve_migrate::refresh_status(&url).await.expect("status");
-    assert!(status.iter().all(|m| m.stale.is_none() && m.last_refresh.is_none()));
-    assert_eq!(status[1].reads, ["public.zz_daily"], "through the plain view daily_v");
+    assert!(
+        status
+            .iter()
+            .all(|m| m.stale.is_none() && m.last_refresh.is_none())
+    );
+    assert_eq!(
+        status[1].reads,
+        ["public.zz_daily"],
+        "through the plain view daily_v"
+    );
 
     refresh(&url, &["reporting.monthly"]).await;
     refresh(&url, &["zz_daily"]).await;
@@ -77,7 +107,10 @@ async fn status_shows_a_layer_refreshed_before_its_input_as_stale() {
     let by_name = |n: &str| status.iter().find(|m| m.name == n).expect(n).clone();
     let monthly = by_name("reporting.monthly");
     assert_eq!(monthly.stale, Some(true));
-    assert_eq!(monthly.stale_because, ["public.zz_daily was refreshed after it"]);
+    assert_eq!(
+        monthly.stale_because,
+        ["public.zz_daily was refreshed after it"]
+    );
     assert_eq!(by_name("public.zz_daily").stale, Some(false));
     assert_eq!(by_name("public.aa_yearly").stale, None);
     assert!(!by_name("public.aa_yearly").populated);

@@ -25,6 +25,7 @@ const STACK_PER_LEVEL: usize = 6 << 10;
 const DIRECTIVE_PREFIX: &str = "evolve:";
 const NO_TRANSACTION: &str = "no-transaction";
 const POPULATE_IN_TRANSACTION: &str = "populate-in-transaction";
+const REBUILD_DEPENDENTS_OFF: &str = "rebuild-dependents off";
 
 /// A parsed migration script.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,8 +41,12 @@ pub struct Script {
 pub struct Directives {
     /// `-- evolve:no-transaction`: run the statements outside a transaction.
     pub no_transaction: bool,
-    /// `-- evolve:populate-in-transaction`.
+    /// `-- evolve:populate-in-transaction`: materialized views rebuilt
+    /// around an ALTER are recreated WITH DATA inside the transaction.
     pub populate_in_transaction: bool,
+    /// `-- evolve:rebuild-dependents off`: no automatic rebuild of the views
+    /// an ALTER in this file would break.
+    pub rebuild_dependents_off: bool,
 }
 
 /// One statement of a script.
@@ -105,7 +110,7 @@ impl Statement {
 pub enum ScriptError {
     /// A `-- evolve:` comment with a name that is not a directive.
     #[error(
-        "unknown directive \"-- evolve:{name}\" on line {line}; the known directives are \"-- evolve:{NO_TRANSACTION}\" and \"-- evolve:{POPULATE_IN_TRANSACTION}\""
+        "unknown directive \"-- evolve:{name}\" on line {line}; the known directives are \"-- evolve:{NO_TRANSACTION}\", \"-- evolve:{POPULATE_IN_TRANSACTION}\" and \"-- evolve:{REBUILD_DEPENDENTS_OFF}\""
     )]
     UnknownDirective {
         /// The text after `evolve:`.
@@ -312,6 +317,7 @@ fn split(text: &str, bodies: &[Range<usize>]) -> Result<Script, ScriptError> {
                 match name.as_str() {
                     NO_TRANSACTION => directives.no_transaction = true,
                     POPULATE_IN_TRANSACTION => directives.populate_in_transaction = true,
+                    REBUILD_DEPENDENTS_OFF => directives.rebuild_dependents_off = true,
                     _ => return Err(ScriptError::UnknownDirective { name, line }),
                 }
             }

@@ -11,12 +11,16 @@ fn render(input: &str) -> String {
     let Directives {
         no_transaction,
         populate_in_transaction,
+        rebuild_dependents_off,
     } = script.directives;
     if no_transaction {
         out.push_str("directive no-transaction\n");
     }
     if populate_in_transaction {
         out.push_str("directive populate-in-transaction\n");
+    }
+    if rebuild_dependents_off {
+        out.push_str("directive rebuild-dependents off\n");
     }
     for s in &script.statements {
         // Every statement is a verbatim slice of the input at its offset.
@@ -325,15 +329,15 @@ fn directives() {
 fn directive_errors() {
     check(
         "-- evolve:no-transactoin\nselect 1",
-        r#"error: unknown directive "-- evolve:no-transactoin" on line 1; the known directives are "-- evolve:no-transaction" and "-- evolve:populate-in-transaction""#,
+        r#"error: unknown directive "-- evolve:no-transactoin" on line 1; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction" and "-- evolve:rebuild-dependents off""#,
     );
     check(
         "\n\n-- evolve:no-transaction please\nselect 1",
-        r#"error: unknown directive "-- evolve:no-transaction please" on line 3; the known directives are "-- evolve:no-transaction" and "-- evolve:populate-in-transaction""#,
+        r#"error: unknown directive "-- evolve:no-transaction please" on line 3; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction" and "-- evolve:rebuild-dependents off""#,
     );
     check(
         "-- evolve:\n",
-        r#"error: unknown directive "-- evolve:" on line 1; the known directives are "-- evolve:no-transaction" and "-- evolve:populate-in-transaction""#,
+        r#"error: unknown directive "-- evolve:" on line 1; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction" and "-- evolve:rebuild-dependents off""#,
     );
     check(
         "select 1;\n-- evolve:no-transaction\nselect 2;",
@@ -449,4 +453,15 @@ fn nesting_beyond_the_limit_is_refused() {
     let input = format!("INSERT INTO t (a, b) VALUES\n{values};");
     let script = on_small_stack(|| parse_script(&input)).unwrap();
     assert_eq!(script.statements.len(), 1);
+}
+
+#[test]
+fn rebuild_dependents_off_is_a_directive() {
+    check(
+        "-- evolve:rebuild-dependents off\nALTER TABLE t ALTER COLUMN c TYPE text;",
+        r#"
+        directive rebuild-dependents off
+        2:1 Other "ALTER TABLE t ALTER COLUMN c TYPE text"
+        "#,
+    );
 }
