@@ -1,6 +1,7 @@
 //! Command-line arguments and dispatch.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -41,8 +42,20 @@ pub enum Command {
     Deps(DepsArgs),
     /// Refresh materialized views in dependency order, lowest layer first.
     Refresh(RefreshArgs),
+    /// Check migration files for changes that lock, rewrite or silently
+    /// break things.
+    Lint(LintArgs),
     /// A short tour of `evolve migrate` against a throwaway PostgreSQL.
     Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// Files to lint, in the order they apply (default: every migration in --dir).
+    pub files: Vec<PathBuf>,
+    /// Directory of migration files.
+    #[arg(long, default_value = "migrations", conflicts_with = "files")]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -164,7 +177,17 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
+/// Runs the command; the exit code is 0 unless the command itself says
+/// otherwise (`lint` with errors, `compat check` incompatible). Errors are
+/// mapped to exit codes by `main`.
+pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<ExitCode> {
+    if let Command::Lint(args) = &cli.command {
+        return lint(args, out);
+    }
+    run_command(cli, out).await.map(|()| ExitCode::SUCCESS)
+}
+
+async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
     if matches!(cli.format, Format::Dot | Format::Mermaid)
         && !matches!(cli.command, Command::Deps(_))
     {
@@ -200,7 +223,64 @@ pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo(args) => crate::demo::run(args, out).await,
+        Command::Lint(_) => unreachable!("handled in run"),
     }
+}
+
+fn lint(args: &LintArgs, out: &Out) -> anyhow::Result<ExitCode> {
+    use evolve_core::migration::lint::{LintInput, lint};
+    // Files in the order they apply: a directory as `migrate` reads it, or
+    // the files given, in the order given.
+    let loaded: Vec<(String, String, evolve_core::migration::Script)> = if args.files.is_empty() {
+        let set = evolve_migrate::MigrationSet::load(&args.dir)?;
+        set.versioned
+            .into_values()
+            .chain(set.repeatable.into_values())
+            .map(|f| (f.script, f.text, f.parsed))
+            .collect()
+    } else {
+        let mut v = Vec::new();
+        for path in &args.files {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let parsed = evolve_core::migration::parse_script(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            v.push((path.display().to_string(), text, parsed));
+        }
+        v
+    };
+    // squawk's parser recurses; give it a stack that fits what
+    // parse_script already bounded.
+    let findings = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .stack_size(1 << 30)
+            .spawn_scoped(scope, || {
+                let inputs: Vec<LintInput> = loaded
+                    .iter()
+                    .map(|(script, text, parsed)| LintInput {
+                        script,
+                        text,
+                        parsed,
+                    })
+                    .collect();
+                lint(&inputs)
+            })
+            .map_err(|e| anyhow::anyhow!("cannot start the lint thread: {e}"))?
+            .join()
+            .map_err(|_| {
+                anyhow::anyhow!("the SQL parser failed; please report it with the migration files")
+            })
+    })?;
+    out.lint(&findings)?;
+    let errors = findings
+        .iter()
+        .filter(|f| f.level == evolve_core::migration::lint::Level::Error)
+        .count();
+    Ok(if errors > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
     };
     let mut out = Out::new(args.format);
     match runtime.block_on(cli::run(args, &mut out)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             out.error(&e);

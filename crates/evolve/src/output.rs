@@ -156,6 +156,36 @@ impl Out {
         }
     }
 
+    pub fn lint(&self, findings: &[evolve_core::migration::lint::Finding]) -> anyhow::Result<()> {
+        use evolve_core::migration::lint::Level;
+        match self.format {
+            Format::Json => self.line(&serde_json::to_string_pretty(&serde_json::json!({
+                "findings": findings,
+                "errors": findings.iter().filter(|f| f.level == Level::Error).count(),
+                "warnings": findings.iter().filter(|f| f.level == Level::Warning).count(),
+            }))?),
+            _ => {
+                for f in findings {
+                    let level = match f.level {
+                        Level::Error => "error",
+                        Level::Warning => "warning",
+                    };
+                    self.line(&format!(
+                        "{}:{}:{}: {level}[{}]: {}",
+                        f.script, f.line, f.column, f.rule, f.message
+                    ))?;
+                }
+                let errors = findings.iter().filter(|f| f.level == Level::Error).count();
+                self.line(&format!(
+                    "{} finding{} ({errors} error{})",
+                    findings.len(),
+                    plural(findings.len()),
+                    plural(errors)
+                ))
+            }
+        }
+    }
+
     pub fn refreshed(&mut self, r: &Refreshed) {
         let _ = match self.format {
             Format::Json => self.json(&Tagged {

@@ -266,3 +266,47 @@ async fn deps_prints_text_json_dot_and_mermaid() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("are for evolve deps"));
 }
+
+#[test]
+fn lint_reports_file_line_and_rule_and_exits_1_on_errors() {
+    let dir = temp_dir("lint");
+    std::fs::write(
+        dir.join("V1__orders.sql"),
+        "CREATE TABLE orders (id int, status varchar(20));\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("V2__summary.sql"),
+        "CREATE MATERIALIZED VIEW summary AS SELECT * FROM orders;\n",
+    )
+    .expect("write");
+    let lint = |dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(["lint", "--dir"])
+            .arg(dir)
+            .output()
+            .expect("run evolve")
+    };
+    let out = lint(&dir);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "warnings only: {}",
+        text(&out.stdout)
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("V2__summary.sql:1:44: warning[matview-select-star]: materialized view summary is defined with SELECT *"), "{stdout}");
+    assert!(stdout.ends_with("1 finding (0 errors)\n"), "{stdout}");
+
+    std::fs::write(
+        dir.join("V3__shrink.sql"),
+        "-- shrink\nALTER TABLE orders ALTER COLUMN status TYPE varchar(10);\n",
+    )
+    .expect("write");
+    let out = lint(&dir);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("V3__shrink.sql:2:20: error[alter-type-rewrite]: changing orders.status from varchar(20) to varchar(10) rewrites the whole table"), "{stdout}");
+    assert!(stdout.ends_with("2 findings (1 error)\n"), "{stdout}");
+    let _ = std::fs::remove_dir_all(dir);
+}

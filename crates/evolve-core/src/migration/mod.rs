@@ -62,6 +62,7 @@ mod alter;
 mod checksum;
 mod classify;
 mod lines;
+pub mod lint;
 mod name;
 mod script;
 mod version;
