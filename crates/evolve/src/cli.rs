@@ -45,6 +45,8 @@ pub enum Command {
     /// Check migration files for changes that lock, rewrite or silently
     /// break things.
     Lint(LintArgs),
+    /// Schema compatibility (Avro, Protobuf, JSON Schema) for CI.
+    Compat(crate::compat::CompatArgs),
     /// A short tour of `evolve migrate` against a throwaway PostgreSQL.
     Demo(DemoArgs),
 }
@@ -184,6 +186,12 @@ pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<ExitCode> {
     if let Command::Lint(args) = &cli.command {
         return lint(args, out);
     }
+    if let Command::Compat(_) = &cli.command {
+        let Command::Compat(args) = cli.command else {
+            unreachable!("matched above")
+        };
+        return crate::compat::run(args, out);
+    }
     run_command(cli, out).await.map(|()| ExitCode::SUCCESS)
 }
 
@@ -223,7 +231,7 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo(args) => crate::demo::run(args, out).await,
-        Command::Lint(_) => unreachable!("handled in run"),
+        Command::Lint(_) | Command::Compat(_) => unreachable!("handled in run"),
     }
 }
 

@@ -3,6 +3,7 @@
 //! 2 bad usage). A closed stdout (`evolve ... | head`) is not an error.
 
 mod cli;
+mod compat;
 mod demo;
 mod output;
 
@@ -40,7 +41,12 @@ fn main() -> ExitCode {
         Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             out.error(&e);
-            ExitCode::FAILURE
+            // Input that cannot be used at all (compat check): 2, like bad usage.
+            if e.downcast_ref::<compat::Unusable>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

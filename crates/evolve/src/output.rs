@@ -40,6 +40,20 @@ impl Out {
         Ok(())
     }
 
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// One line of text as it is.
+    pub fn text(&self, text: &str) -> anyhow::Result<()> {
+        self.line(text)
+    }
+
+    /// A JSON document, pretty-printed.
+    pub fn json_value(&self, value: &serde_json::Value) -> anyhow::Result<()> {
+        self.line(&serde_json::to_string_pretty(value)?)
+    }
+
     fn json(&self, value: &impl Serialize) -> anyhow::Result<()> {
         self.line(&serde_json::to_string(value)?)
     }

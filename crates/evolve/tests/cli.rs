@@ -310,3 +310,90 @@ fn lint_reports_file_line_and_rule_and_exits_1_on_errors() {
     assert!(stdout.ends_with("2 findings (1 error)\n"), "{stdout}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn compat_check_exits_0_1_or_2() {
+    let dir = temp_dir("compat");
+    let write = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, body).expect("write");
+        p
+    };
+    let v1 = write(
+        "v1.avsc",
+        r#"{"type":"record","name":"User","fields":[{"name":"id","type":"long"}]}"#,
+    );
+    let v2_ok = write(
+        "v2_ok.avsc",
+        r#"{"type":"record","name":"User","fields":[{"name":"id","type":"long"},{"name":"email","type":"string","default":""}]}"#,
+    );
+    let v2_bad = write(
+        "v2_bad.avsc",
+        r#"{"type":"record","name":"User","fields":[{"name":"id","type":"long"},{"name":"email","type":"string"}]}"#,
+    );
+    let broken = write(
+        "broken.avsc",
+        r#"{"type":"record","name":"User","fields":[{"name":"id"#,
+    );
+    let compat = |args: &[&str], new: &Path, old: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(["compat", "check"])
+            .args(args)
+            .arg(new)
+            .arg(old)
+            .output()
+            .expect("run evolve")
+    };
+    let out = compat(&["--type", "avro", "--mode", "BACKWARD"], &v2_ok, &v1);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(text(&out.stdout).contains("is BACKWARD compatible with"));
+
+    let out = compat(&["--type", "avro", "--mode", "backward"], &v2_bad, &v1);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("(backward): READER_FIELD_MISSING_DEFAULT_VALUE at /fields/1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .trim_end()
+            .ends_with("is not BACKWARD compatible: 1 incompatibility"),
+        "{stdout}"
+    );
+
+    // FORWARD: the old schema reads the new data; a new field is ignored.
+    let out = compat(&["--type", "avro", "--mode", "FORWARD"], &v2_bad, &v1);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+
+    let out = compat(
+        &["--type", "avro", "--mode", "FULL", "--format", "json"],
+        &v2_bad,
+        &v1,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["compatible"], false);
+    assert_eq!(json["mode"], "FULL");
+    assert_eq!(json["findings"][0]["direction"], "backward");
+    assert_eq!(
+        json["findings"][0]["kind"],
+        "READER_FIELD_MISSING_DEFAULT_VALUE"
+    );
+    assert_eq!(json["findings"][0]["path"], "/fields/1");
+
+    let out = compat(&["--type", "avro"], &broken, &v1);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains("broken.avsc: invalid Avro schema"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -222,9 +222,7 @@ fn lint_action(
             let readers: Vec<&String> = model
                 .views
                 .iter()
-                .filter(|(_, idents)| {
-                    idents.iter().any(|i| i == table) && idents.contains(&old)
-                })
+                .filter(|(_, idents)| idents.iter().any(|i| i == table) && idents.contains(&old))
                 .map(|(name, _)| name)
                 .collect();
             if !readers.is_empty() {

@@ -1,1 +1,0 @@
-//! json compatibility (in progress).

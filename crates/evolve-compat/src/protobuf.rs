@@ -1,1 +1,0 @@
-//! protobuf compatibility (in progress).

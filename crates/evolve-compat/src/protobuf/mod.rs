@@ -1,0 +1,294 @@
+//! Protobuf: compiling `.proto` texts (with their imports) and Confluent's
+//! compatibility rules between two of them.
+//!
+//! [`parse`] compiles with protox from memory only: the main text, the
+//! texts of its references (Confluent `references`, one per import path)
+//! and the well-known types bundled with protox
+//! (`google/protobuf/timestamp.proto` and friends). Nothing is read from
+//! the file system.
+//!
+//! [`check`] ports the rules of Confluent's protobuf-provider diff
+//! (`SchemaDiff`, `MessageSchemaDiff`, `OneOfDiff`, `FieldSchemaDiff`)
+//! onto compiled descriptors and keeps only the incompatible differences;
+//! see the `diff` module for the rules and where they differ from
+//! Confluent's.
+
+mod diff;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prost_reflect::prost::Message;
+use prost_reflect::text_format::FormatOptions;
+use prost_reflect::{DynamicMessage, FileDescriptor, ReflectMessage};
+use protox::file::{File, FileResolver, GoogleFileResolver};
+
+use crate::{Incompatibility, Reference, SchemaError, SchemaType};
+
+/// A compiled `.proto` text: the descriptor of the main file, which holds
+/// the pool of every file it imports.
+#[derive(Clone, Debug)]
+pub struct ProtobufSchema {
+    file: FileDescriptor,
+}
+
+/// The name the main text is compiled under; it shows in error positions
+/// (`schema.proto:3:5: ...`). A reference of the same name moves it aside.
+const MAIN_FILE_NAME: &str = "schema.proto";
+
+/// Compiles a `.proto` text. `references` are its imports:
+/// [`Reference::name`] is the import path as written in
+/// `import "x.proto";`, [`Reference::schema`] its text. An import that is
+/// neither a reference nor a bundled well-known type is an error naming
+/// it. Errors are one line, with the `file:line:column` protox reports.
+pub fn parse(text: &str, references: &[Reference]) -> Result<ProtobufSchema, SchemaError> {
+    let mut main_name = MAIN_FILE_NAME.to_owned();
+    let mut counter = 0;
+    while references.iter().any(|r| r.name == main_name) {
+        counter += 1;
+        main_name = format!("schema_{counter}.proto");
+    }
+    let sources = Arc::new(Sources {
+        main_name: main_name.clone(),
+        main_text: text.to_owned(),
+        // Later entries win, as in Confluent's reference map.
+        references: references
+            .iter()
+            .map(|r| (r.name.clone(), r.schema.clone()))
+            .collect(),
+    });
+    let mut compiler = protox::Compiler::with_file_resolver(MemoryResolver {
+        sources: Arc::clone(&sources),
+        google: GoogleFileResolver::new(),
+    });
+    compiler
+        .open_file(&main_name)
+        .map_err(|err| compile_error(&err, &sources))?;
+    let file = compiler
+        .descriptor_pool()
+        .get_file_by_name(&main_name)
+        .ok_or_else(|| error(format!("{main_name} is missing after compiling it")))?;
+    Ok(ProtobufSchema { file })
+}
+
+/// A canonical text of the main file, for deduplicating ids: the protobuf
+/// text format of its `FileDescriptorProto` without its name and source
+/// positions. Whitespace, comments and the spelling of type names
+/// (`Status` or `.acme.Order.Status`) do not change it; any change to a
+/// declaration, an import, an option or a resolved type does. The texts of
+/// the references are not part of it. Deterministic for a given
+/// protox/prost-reflect version (it may change when they are upgraded).
+pub fn canonical_form(schema: &ProtobufSchema) -> String {
+    let proto_descriptor = prost_reflect::prost_types::FileDescriptorProto::default().descriptor();
+    // Decoding the file's own encoding keeps custom options, which the
+    // prost-types struct would drop; they print as unknown fields.
+    let encoded = schema.file.encode_to_vec();
+    match DynamicMessage::decode(proto_descriptor, encoded.as_slice()) {
+        Ok(mut message) => {
+            message.clear_field_by_name("name");
+            message.clear_field_by_name("source_code_info");
+            message.to_text_format_with_options(&FormatOptions::new().skip_unknown_fields(false))
+        }
+        // Cannot happen for an encoding prost-reflect produced itself;
+        // fall back to the raw bytes, which are deterministic too.
+        Err(_) => {
+            let mut proto = schema.file.file_descriptor_proto().clone();
+            proto.name = None;
+            proto.source_code_info = None;
+            proto
+                .encode_to_vec()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        }
+    }
+}
+
+/// Every reason `reader` cannot read data written with `writer`; empty
+/// means compatible. Confluent's BACKWARD verdict is `check(new, old)`
+/// (Confluent's `compare(original = old, update = new)`).
+pub fn check(reader: &ProtobufSchema, writer: &ProtobufSchema) -> Vec<Incompatibility> {
+    diff::check(&reader.file, &writer.file)
+}
+
+fn error(message: String) -> SchemaError {
+    SchemaError {
+        schema_type: SchemaType::Protobuf,
+        message,
+    }
+}
+
+/// protox's `Debug` rendering is the one with `file:line:column`; its
+/// `Display` has the message only. Errors without a position (an early end
+/// of file, a duplicate package) get the file's name, and the end of the
+/// file as the position of an early end.
+fn compile_error(err: &protox::Error, sources: &Sources) -> SchemaError {
+    let mut message = format!("{err:?}");
+    if let Some(file) = err.file()
+        && !message.starts_with(&format!("{file}:"))
+    {
+        let position = match sources.text(file) {
+            Some(text) if message.ends_with("end of file") => {
+                let (line, column) = end_position(text);
+                format!("{line}:{column}: ")
+            }
+            _ => " ".to_owned(),
+        };
+        message = format!("{file}:{position}{message}");
+    }
+    if err.is_file_not_found() {
+        message.push_str(" (it is neither a reference nor a bundled well-known type)");
+    }
+    error(message.replace(['\r', '\n'], " "))
+}
+
+/// The 1-based line and column just past the end of `text`.
+fn end_position(text: &str) -> (usize, usize) {
+    let line = text.matches('\n').count() + 1;
+    let last_line = text.rsplit('\n').next().unwrap_or("");
+    (line, last_line.chars().count() + 1)
+}
+
+/// The texts a compilation may open: the main one and the references.
+struct Sources {
+    main_name: String,
+    main_text: String,
+    references: HashMap<String, String>,
+}
+
+impl Sources {
+    fn text(&self, name: &str) -> Option<&str> {
+        if name == self.main_name {
+            Some(&self.main_text)
+        } else {
+            self.references.get(name).map(String::as_str)
+        }
+    }
+}
+
+/// Serves the [`Sources`] and the bundled well-known types, all from
+/// memory; nothing is looked up on the file system.
+struct MemoryResolver {
+    sources: Arc<Sources>,
+    google: GoogleFileResolver,
+}
+
+impl FileResolver for MemoryResolver {
+    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
+        match self.sources.text(name) {
+            Some(text) => {
+                if let Some((line, column)) = too_deep(text) {
+                    return Err(protox::Error::new(NestingTooDeep {
+                        file: name.to_owned(),
+                        line,
+                        column,
+                    }));
+                }
+                File::from_source(name, text)
+            }
+            None => self.google.open_file(name),
+        }
+    }
+}
+
+/// How deeply brackets may nest in a text. protox stops nested messages at
+/// 31 levels, but the text-format values of options (`option (x) = { a {
+/// b { ... } } }`) are parsed by recursion without a limit, and a few
+/// hundred levels overflow the stack, which aborts the process.
+const MAX_NESTING: usize = 64;
+
+/// Where the brackets (`{ [ < (`) of `text` first nest deeper than
+/// [`MAX_NESTING`], if they do: 1-based line and column. Brackets in
+/// comments (`//`, `/* */`, and the `#` of text-format values) and string
+/// literals do not count.
+fn too_deep(text: &str) -> Option<(usize, usize)> {
+    enum State {
+        Code,
+        LineComment,
+        BlockComment,
+        Literal(char),
+    }
+    let mut state = State::Code;
+    let mut depth = 0usize;
+    let (mut line, mut column) = (1, 0);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\n' {
+            line += 1;
+            column = 0;
+        } else {
+            column += 1;
+        }
+        match state {
+            State::Code => match c {
+                '/' if chars.peek() == Some(&'/') => state = State::LineComment,
+                '/' if chars.peek() == Some(&'*') => {
+                    chars.next();
+                    column += 1;
+                    state = State::BlockComment;
+                }
+                '#' => state = State::LineComment,
+                '"' | '\'' => state = State::Literal(c),
+                '{' | '[' | '<' | '(' => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        return Some((line, column));
+                    }
+                }
+                '}' | ']' | '>' | ')' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+            State::LineComment => {
+                if c == '\n' {
+                    state = State::Code;
+                }
+            }
+            State::BlockComment => {
+                if c == '*' && chars.peek() == Some(&'/') {
+                    chars.next();
+                    column += 1;
+                    state = State::Code;
+                }
+            }
+            State::Literal(quote) => {
+                if c == '\\' {
+                    // The escaped character cannot end the literal.
+                    if chars.next_if(|&n| n != '\n').is_some() {
+                        column += 1;
+                    }
+                } else if c == quote || c == '\n' {
+                    state = State::Code;
+                }
+            }
+        }
+    }
+    None
+}
+
+/// A text [`too_deep`] refuses.
+struct NestingTooDeep {
+    file: String,
+    line: usize,
+    column: usize,
+}
+
+impl std::fmt::Display for NestingTooDeep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: brackets nest deeper than {MAX_NESTING} levels, which is not supported",
+            self.file, self.line, self.column
+        )
+    }
+}
+
+impl std::fmt::Debug for NestingTooDeep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for NestingTooDeep {}
+
+#[cfg(test)]
+mod tests;
