@@ -475,7 +475,60 @@ impl<'o> Runner<'o> {
                 blockers: w.blockers,
             })?;
         }
-        self.record_and_commit(file, started).await?;
+        // The history row, what was rebuilt, and the commit: one
+        // transaction, so the record can never disagree with the catalog.
+        let version = file.version().map(|v| v.as_str().to_string());
+        let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
+        let fail = |statement: &str, error| Failure {
+            line: end.0,
+            column: end.1,
+            statement: Some(statement.into()),
+            context: None,
+            error,
+            blockers: Vec::new(),
+        };
+        let row = self
+            .client
+            .query_one(
+                &self.insert,
+                &[
+                    &version,
+                    &file.name.description,
+                    &TYPE_SQL,
+                    &file.script,
+                    &file.checksum,
+                    &self.opts.installed_by,
+                    &elapsed,
+                    &true,
+                ],
+            )
+            .await
+            .map_err(|e| fail("(recording the migration in the history table)", e))?;
+        let rank: i32 = row
+            .try_get(0)
+            .map_err(|e| fail("(recording the migration in the history table)", e))?;
+        for d in &plan.dependents {
+            let kind = if d.materialized {
+                "materialized view"
+            } else {
+                "view"
+            };
+            let depth = i32::try_from(d.depth).unwrap_or(i32::MAX);
+            self.client
+                .execute(
+                    &format!(
+                        "INSERT INTO {} (installed_rank, dependent, kind, depth) VALUES ($1, $2, $3, $4)",
+                        self.history.rebuilt
+                    ),
+                    &[&rank, &d.name, &kind, &depth],
+                )
+                .await
+                .map_err(|e| fail("(recording the rebuilt dependents)", e))?;
+        }
+        self.client
+            .batch_execute("COMMIT; RESET ALL")
+            .await
+            .map_err(|e| fail("COMMIT", e))?;
         Ok(Some(plan))
     }
 

@@ -10,7 +10,10 @@
 //!
 //! Files marked `-- evolve:no-transaction` also keep a row in a companion
 //! table `<history>_progress` while they run: how many statements are done,
-//! so that a failed or interrupted file resumes where it stopped.
+//! so that a failed or interrupted file resumes where it stopped. A second
+//! companion, `<history>_rebuilt`, records the views and materialized views
+//! a migration dropped and recreated around its ALTERs, in the same
+//! transaction as its history row.
 
 use evolve_pg::{QualifiedName, quote_ident};
 use serde::Serialize;
@@ -59,6 +62,9 @@ pub struct Progress {
 pub struct History {
     pub table: QualifiedName,
     pub progress: QualifiedName,
+    /// `<history>_rebuilt`: the views and materialized views each migration
+    /// dropped and recreated around its ALTERs.
+    pub rebuilt: QualifiedName,
 }
 
 const COLUMNS: [(&str, &[&str]); 10] = [
@@ -97,7 +103,8 @@ impl History {
         };
         Ok(History {
             table: QualifiedName::new(schema.clone(), name),
-            progress: QualifiedName::new(schema, format!("{name}_progress")),
+            progress: QualifiedName::new(schema.clone(), format!("{name}_progress")),
+            rebuilt: QualifiedName::new(schema, format!("{name}_rebuilt")),
         })
     }
 
@@ -195,8 +202,14 @@ impl History {
                      installed_rank INT PRIMARY KEY,
                      statements_done INT NOT NULL,
                      done_checksum INT NOT NULL
+                 );
+                 CREATE TABLE IF NOT EXISTS {} (
+                     installed_rank INT NOT NULL,
+                     dependent TEXT NOT NULL,
+                     kind TEXT NOT NULL,
+                     depth INT NOT NULL
                  )",
-                self.progress
+                self.progress, self.rebuilt
             ))
             .await
             .map_err(|e| {

@@ -268,6 +268,37 @@ async fn a_type_change_under_three_layers_rebuilds_them_all() {
         scalar_i64(&s.client, "SELECT count(*) FROM orders WHERE id = 9999").await,
         1
     );
+    // What was rebuilt is recorded with the migration.
+    let recorded: Vec<(String, String, i32)> = s
+        .client
+        .query(
+            "SELECT r.dependent, r.kind, r.depth FROM evolve_schema_history_rebuilt r
+             JOIN evolve_schema_history h USING (installed_rank)
+             WHERE h.version = '2' ORDER BY r.depth, r.dependent",
+            &[],
+        )
+        .await
+        .expect("rebuilt record")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        recorded,
+        [
+            (
+                "public.daily".to_string(),
+                "materialized view".to_string(),
+                1
+            ),
+            ("public.open_orders".to_string(), "view".to_string(), 1),
+            (
+                "public.monthly".to_string(),
+                "materialized view".to_string(),
+                2
+            ),
+            ("reporting.dashboard".to_string(), "view".to_string(), 3),
+        ]
+    );
     // ANALYZE ran on the recreated matviews.
     assert_eq!(
         scalar_i64(&s.client, "SELECT count(*) FROM pg_stat_user_tables WHERE relname IN ('daily', 'monthly') AND last_analyze IS NOT NULL").await,
