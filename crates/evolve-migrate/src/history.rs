@@ -163,12 +163,26 @@ impl History {
             false
         } else {
             let t = &self.table;
+            // CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even
+            // when the schema exists, which a migrating role often lacks.
+            let schema_exists: bool = client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+                    &[&t.schema],
+                )
+                .await?
+                .try_get(0)?;
+            let create_schema = if schema_exists {
+                String::new()
+            } else {
+                format!("CREATE SCHEMA {};", quote_ident(&t.schema))
+            };
             let pk = quote_ident(&format!("{}_pk", t.name));
             let idx = quote_ident(&format!("{}_s_idx", t.name));
             client
                 .batch_execute(&format!(
                     "BEGIN;
-                     CREATE SCHEMA IF NOT EXISTS {schema};
+                     {create_schema}
                      CREATE TABLE {t} (
                          installed_rank INT NOT NULL,
                          version VARCHAR(50),
@@ -183,8 +197,7 @@ impl History {
                          CONSTRAINT {pk} PRIMARY KEY (installed_rank)
                      );
                      CREATE INDEX {idx} ON {t} (success);
-                     COMMIT;",
-                    schema = quote_ident(&t.schema),
+                     COMMIT;"
                 ))
                 .await
                 .map_err(|e| {

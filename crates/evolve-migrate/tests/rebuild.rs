@@ -419,3 +419,69 @@ async fn the_rebuild_can_be_turned_off_per_file() {
     assert!(err.starts_with("migration V2__widen.sql failed at line 2, column 1: ERROR 0A000: cannot alter type of a column used by a view or rule"), "{err}");
     assert!(!events.iter().any(|e| matches!(e, Event::Rebuilt { .. })));
 }
+
+#[tokio::test]
+async fn a_dependent_the_migrating_role_cannot_drop_is_a_clear_error_and_changes_nothing() {
+    let db = evolve_test::fresh_db("rebuild_owner").await;
+    let admin = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
+    let n = N.fetch_add(1, Ordering::SeqCst);
+    let (owner, migrator) = (
+        format!("evolve_owner_{}_{n}", std::process::id()),
+        format!("evolve_migrator_{}_{n}", std::process::id()),
+    );
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {owner};
+             CREATE ROLE {migrator} LOGIN;
+             GRANT CREATE ON SCHEMA public TO {migrator};
+             CREATE TABLE orders (id int PRIMARY KEY, status varchar(20));
+             INSERT INTO orders VALUES (1, 'open');
+             ALTER TABLE orders OWNER TO {migrator};
+             GRANT SELECT ON orders TO {owner};
+             CREATE MATERIALIZED VIEW daily AS SELECT status, count(*) FROM orders GROUP BY status;
+             ALTER MATERIALIZED VIEW daily OWNER TO {owner};"
+        ))
+        .await
+        .expect("setup");
+    let dir = std::env::temp_dir().join(format!("evolve-rebuild-owner-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(
+        dir.join("V1__widen.sql"),
+        "ALTER TABLE orders ALTER COLUMN status TYPE text;",
+    )
+    .expect("write");
+    let url = db.url.replacen("postgres@", &format!("{migrator}@"), 1);
+    let opts = Options::new(url, &dir);
+    let err = evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect_err("cannot drop another role's matview")
+        .to_string();
+    assert!(
+        err.contains("ERROR 42501: must be owner of materialized view daily"),
+        "{err}"
+    );
+    assert!(
+        err.contains("while dropping dependent public.daily"),
+        "{err}"
+    );
+    assert!(err.contains("nothing of this file was applied"), "{err}");
+    let populated: bool = admin
+        .query_one(
+            "SELECT ispopulated FROM pg_matviews WHERE matviewname = 'daily'",
+            &[],
+        )
+        .await
+        .expect("daily still there")
+        .get(0);
+    assert!(populated);
+    let ty: String = admin
+        .query_one("SELECT data_type FROM information_schema.columns WHERE table_name = 'orders' AND column_name = 'status'", &[])
+        .await
+        .expect("type")
+        .get(0);
+    assert_eq!(ty, "character varying");
+    let _ = std::fs::remove_dir_all(dir);
+}
