@@ -284,11 +284,20 @@ impl<'o> Runner<'o> {
                 .iter()
                 .any(|s| !blocked_alters(&s.text).is_empty());
         let mut attempt = 0;
+        // Columns PostgreSQL refused to alter at run time because of views
+        // (an ALTER the parser could not see): the file is retried once with
+        // the rebuild for them.
+        let mut refused_targets: Option<Vec<String>> = None;
         loop {
             attempt += 1;
             let started = Instant::now();
-            let result = if needs_rebuild {
-                self.try_rebuild_transaction(file, started).await
+            let result = if needs_rebuild || refused_targets.is_some() {
+                self.try_rebuild_transaction(
+                    file,
+                    started,
+                    refused_targets.clone().unwrap_or_default(),
+                )
+                .await
             } else {
                 self.try_transaction(file, started)
                     .await
@@ -309,6 +318,14 @@ impl<'o> Runner<'o> {
             };
             // The transaction is aborted or gone; end it whatever its state.
             let _ = self.client.batch_execute("ROLLBACK").await;
+            if refused_targets.is_none() && !file.parsed.directives.rebuild_dependents_off {
+                let targets = rebuild::targets_from_refusal(&self.client, &failure.error).await?;
+                if !targets.is_empty() {
+                    refused_targets = Some(targets);
+                    attempt -= 1;
+                    continue;
+                }
+            }
             self.retry_or_fail(
                 file,
                 failure,
@@ -415,6 +432,7 @@ impl<'o> Runner<'o> {
         &self,
         file: &MigrationFile,
         started: Instant,
+        extra_targets: Vec<String>,
     ) -> Result<Option<RebuildPlan>, Attempt> {
         let at_start = |error| Failure {
             line: 1,
@@ -430,7 +448,7 @@ impl<'o> Runner<'o> {
             .map_err(at_start)?;
         let populate =
             self.populate_in_transaction || file.parsed.directives.populate_in_transaction;
-        let plan = rebuild::plan(&self.client, file, populate)
+        let plan = rebuild::plan_with(&self.client, file, populate, extra_targets)
             .await
             .map_err(Attempt::Refused)?;
         let first = file.parsed.statements.first();

@@ -92,7 +92,64 @@ pub async fn plan(
     file: &MigrationFile,
     populate_in_transaction: bool,
 ) -> Result<RebuildPlan, MigrateError> {
-    let mut targets = Vec::new();
+    plan_with(client, file, populate_in_transaction, Vec::new()).await
+}
+
+/// The columns behind a refusal PostgreSQL reported at run time (SQLSTATE
+/// 0A000, "cannot alter type of a column used by a view or rule", from an
+/// ALTER the parser could not see, such as one inside a DO block): its
+/// DETAIL names one view and the column; every table column of that name
+/// the view reads is a target.
+pub async fn targets_from_refusal(
+    client: &Client,
+    error: &tokio_postgres::Error,
+) -> Result<Vec<String>, MigrateError> {
+    let Some(db) = error.as_db_error() else {
+        return Ok(Vec::new());
+    };
+    if db.code() != &tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED
+        || !db
+            .message()
+            .starts_with("cannot alter type of a column used by a view or rule")
+    {
+        return Ok(Vec::new());
+    }
+    // rule _RETURN on [materialized ]view NAME depends on column "COL"
+    let Some(detail) = db.detail() else {
+        return Ok(Vec::new());
+    };
+    let Some((head, column)) = detail.split_once(" depends on column ") else {
+        return Ok(Vec::new());
+    };
+    let view = head.rsplit(' ').next().unwrap_or_default();
+    let column = column.trim().trim_matches('"');
+    let rows = client
+        .query(
+            "SELECT DISTINCT format('%I.%I.%I', n.nspname, c.relname, a.attname)
+             FROM pg_class v
+             JOIN pg_rewrite r ON r.ev_class = v.oid
+             JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+                             AND d.refclassid = 'pg_class'::regclass
+             JOIN pg_class c ON c.oid = d.refobjid AND c.relkind IN ('r', 'p')
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = d.refobjsubid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE v.relname = $1 AND a.attname = $2",
+            &[&view, &column],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| r.try_get(0).map_err(MigrateError::from))
+        .collect()
+}
+
+/// [`plan`] with extra targets (`schema.table.column`, quoted).
+pub async fn plan_with(
+    client: &Client,
+    file: &MigrationFile,
+    populate_in_transaction: bool,
+    extra_targets: Vec<String>,
+) -> Result<RebuildPlan, MigrateError> {
+    let mut targets = extra_targets;
     for stmt in &file.parsed.statements {
         for b in blocked_alters(&stmt.text) {
             let target = match &b.schema {

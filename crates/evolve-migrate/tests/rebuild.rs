@@ -485,3 +485,45 @@ async fn a_dependent_the_migrating_role_cannot_drop_is_a_clear_error_and_changes
     assert_eq!(ty, "character varying");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_refusal_the_parser_could_not_foresee_is_retried_once_with_the_rebuild() {
+    let s = scenario("rebuild_runtime").await;
+    let before = fingerprint(&s.client).await;
+    // Inside a DO block the ALTER is a string: only PostgreSQL sees it.
+    std::fs::write(
+        s.dir.join("V2__dynamic.sql"),
+        "DO $$ BEGIN EXECUTE 'ALTER TABLE orders ALTER COLUMN status TYPE text'; END $$;",
+    )
+    .expect("write");
+    let mut events = Vec::new();
+    let report = evolve_migrate::apply(&s.opts, &ApplyOptions::default(), &mut |e| events.push(e))
+        .await
+        .expect("applied after the retry with the rebuild");
+    assert_eq!(report.applied, 1);
+    let rebuilt = events.iter().find_map(|e| match e {
+        Event::Rebuilt { dependents, .. } => Some(dependents.len()),
+        _ => None,
+    });
+    assert_eq!(rebuilt, Some(4));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Applied { attempts: 1, .. }))
+    );
+    let after = fingerprint(&s.client).await;
+    let before: Vec<String> = before
+        .into_iter()
+        .map(|l| {
+            l.replace(
+                "(orders.status)::text = 'open'::text",
+                "orders.status = 'open'::text",
+            )
+        })
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(
+        scalar_i64(&s.client, "SELECT sum(n)::int8 FROM daily").await,
+        5000
+    );
+}
