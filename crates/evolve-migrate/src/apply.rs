@@ -66,6 +66,7 @@ pub(crate) async fn run(
                         drop: plan.drops().map(|(_, sql)| sql.to_string()).collect(),
                         create: plan.creates().map(|(_, sql)| sql.to_string()).collect(),
                         refresh_after_commit: plan.to_refresh().map(|m| m.refresh_sql()).collect(),
+                        refresh_estimates: rebuild::estimates(&client, &plan).await?,
                     });
                 }
             }

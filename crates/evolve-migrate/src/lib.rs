@@ -159,6 +159,8 @@ pub enum Event {
         create: Vec<String>,
         /// After the commit, bottom-up.
         refresh_after_commit: Vec<String>,
+        /// For each of those, what its unreadable window will depend on.
+        refresh_estimates: Vec<RefreshEstimate>,
     },
     /// A rebuilt materialized view was refreshed after the commit.
     /// `unreadable_ms` is how long it stood unpopulated (reads failed).
@@ -173,6 +175,16 @@ pub enum Event {
         version: Option<String>,
         action: RepairAction,
     },
+}
+
+/// How long a rebuilt materialized view may stay unreadable after the
+/// commit: its size now, and how long its last refresh through evolve took.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RefreshEstimate {
+    pub name: String,
+    pub rows: f64,
+    pub bytes: i64,
+    pub last_refresh_ms: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

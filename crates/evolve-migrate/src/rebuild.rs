@@ -319,3 +319,46 @@ async fn capture(
         qualified,
     })
 }
+
+/// For `--dry-run`: each matview to be refreshed after the commit, with its
+/// size and the duration of its last refresh through `evolve refresh` (when
+/// `evolve_refresh_log` has one), so the unreadable window can be judged.
+pub async fn estimates(
+    client: &Client,
+    plan: &RebuildPlan,
+) -> Result<Vec<crate::RefreshEstimate>, MigrateError> {
+    let log_exists: bool = client
+        .query_one("SELECT to_regclass('evolve_refresh_log') IS NOT NULL", &[])
+        .await?
+        .try_get(0)?;
+    let mut out = Vec::new();
+    for m in plan.to_refresh() {
+        let row = client
+            .query_one(
+                "SELECT c.reltuples::float8, pg_total_relation_size(c.oid)
+                 FROM pg_class c WHERE c.oid = to_regclass($1)",
+                &[&m.qualified],
+            )
+            .await?;
+        let last_refresh_ms = if log_exists {
+            client
+                .query_opt(
+                    "SELECT duration_ms::int8 FROM evolve_refresh_log
+                     WHERE matview = $1 ORDER BY finished_at DESC LIMIT 1",
+                    &[&m.name],
+                )
+                .await?
+                .map(|r| r.try_get(0))
+                .transpose()?
+        } else {
+            None
+        };
+        out.push(crate::RefreshEstimate {
+            name: m.name.clone(),
+            rows: row.try_get::<_, f64>(0)?.max(0.0),
+            bytes: row.try_get(1)?,
+            last_refresh_ms,
+        });
+    }
+    Ok(out)
+}

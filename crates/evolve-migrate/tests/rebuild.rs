@@ -149,11 +149,26 @@ async fn a_type_change_under_three_layers_rebuilds_them_all() {
             drop,
             create,
             refresh_after_commit,
+            refresh_estimates,
             ..
-        } => Some((drop.clone(), create.clone(), refresh_after_commit.clone())),
+        } => Some((
+            drop.clone(),
+            create.clone(),
+            refresh_after_commit.clone(),
+            refresh_estimates.clone(),
+        )),
         _ => None,
     });
-    let (drop, create, refresh) = plan.expect("the dry run shows the rebuild");
+    let (drop, create, refresh, estimates) = plan.expect("the dry run shows the rebuild");
+    // daily: 120 days, one status each (i % 3 follows i % 120); sizes are real.
+    assert_eq!(estimates.len(), 2);
+    assert_eq!(estimates[0].name, "public.daily");
+    assert_eq!(estimates[0].rows, 120.0);
+    assert!(estimates[0].bytes > 8192, "{estimates:?}");
+    assert_eq!(
+        estimates[0].last_refresh_ms, None,
+        "never refreshed through evolve"
+    );
     assert_eq!(
         drop,
         [

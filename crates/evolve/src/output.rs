@@ -412,6 +412,7 @@ pub fn event_text(e: &Event) -> String {
             drop,
             create,
             refresh_after_commit,
+            refresh_estimates,
         } => {
             let mut s = format!("{script} would rebuild its dependents:");
             for d in drop {
@@ -420,8 +421,16 @@ pub fn event_text(e: &Event) -> String {
             for c in create {
                 s.push_str(&format!("\n  after:  {c}"));
             }
-            for r in refresh_after_commit {
-                s.push_str(&format!("\n  after the commit: {r}"));
+            for (r, e) in refresh_after_commit.iter().zip(refresh_estimates) {
+                let last = e
+                    .last_refresh_ms
+                    .map(|ms| format!(", last refresh took {}", millis(ms.max(0) as u64)))
+                    .unwrap_or_default();
+                s.push_str(&format!(
+                    "\n  after the commit: {r} (unreadable until done: about {:.0} rows, {} kB{last})",
+                    e.rows,
+                    e.bytes / 1024
+                ));
             }
             s
         }
