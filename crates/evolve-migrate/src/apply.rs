@@ -385,13 +385,37 @@ impl<'o> Runner<'o> {
         self.record_and_commit(file, started).await
     }
 
+    /// Inserts `file`'s history row; returns it (installed_rank).
+    async fn insert_history(
+        &self,
+        file: &MigrationFile,
+        execution_time_ms: i32,
+        success: bool,
+    ) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+        let version = file.version().map(|v| v.as_str().to_string());
+        self.client
+            .query_one(
+                &self.insert,
+                &[
+                    &version,
+                    &file.name.description,
+                    &TYPE_SQL,
+                    &file.script,
+                    &file.checksum,
+                    &self.opts.installed_by,
+                    &execution_time_ms,
+                    &success,
+                ],
+            )
+            .await
+    }
+
     /// Inserts the history row and commits.
     async fn record_and_commit(
         &self,
         file: &MigrationFile,
         started: Instant,
     ) -> Result<(), Failure> {
-        let version = file.version().map(|v| v.as_str().to_string());
         let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
         let end = file_end(file);
         // The history row and COMMIT go out together (tokio-postgres
@@ -399,17 +423,7 @@ impl<'o> Runner<'o> {
         // the aborted transaction is a ROLLBACK, so nothing is half-written.
         // RESET ALL keeps settings a file changed with SET from leaking into
         // the next file.
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-            &version,
-            &file.name.description,
-            &TYPE_SQL,
-            &file.script,
-            &file.checksum,
-            &self.opts.installed_by,
-            &elapsed,
-            &true,
-        ];
-        let insert = self.client.query_one(&self.insert, &params);
+        let insert = self.insert_history(file, elapsed, true);
         let commit = self.client.batch_execute("COMMIT; RESET ALL");
         let (inserted, committed) = tokio::join!(insert, commit);
         let fail = |statement: &str, error| Failure {
@@ -496,7 +510,6 @@ impl<'o> Runner<'o> {
         }
         // The history row, what was rebuilt, and the commit: one
         // transaction, so the record can never disagree with the catalog.
-        let version = file.version().map(|v| v.as_str().to_string());
         let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
         let fail = |statement: &str, error| Failure {
             line: end.0,
@@ -507,20 +520,7 @@ impl<'o> Runner<'o> {
             blockers: Vec::new(),
         };
         let row = self
-            .client
-            .query_one(
-                &self.insert,
-                &[
-                    &version,
-                    &file.name.description,
-                    &TYPE_SQL,
-                    &file.script,
-                    &file.checksum,
-                    &self.opts.installed_by,
-                    &elapsed,
-                    &true,
-                ],
-            )
+            .insert_history(file, elapsed, true)
             .await
             .map_err(|e| fail("(recording the migration in the history table)", e))?;
         let rank: i32 = row
@@ -700,23 +700,7 @@ impl<'o> Runner<'o> {
                 (r.installed_rank, done)
             }
             None => {
-                let version = file.version().map(|v| v.as_str().to_string());
-                let row = self
-                    .client
-                    .query_one(
-                        &self.insert,
-                        &[
-                            &version,
-                            &file.name.description,
-                            &TYPE_SQL,
-                            &file.script,
-                            &file.checksum,
-                            &self.opts.installed_by,
-                            &0i32,
-                            &false,
-                        ],
-                    )
-                    .await?;
+                let row = self.insert_history(file, 0, false).await?;
                 let rank: i32 = row.try_get(0)?;
                 self.client
                     .execute(

@@ -61,7 +61,7 @@ pub enum MigrateError {
     },
     #[error(
         "migration {script} could not take its locks within {lock_timeout_ms} ms after {attempts} attempts (line {line}); blocked by {}; retry when it has finished, or raise --lock-timeout/--lock-retries",
-        describe_blockers(.blockers)
+        evolve_pg::describe_sessions(.blockers)
     )]
     LockTimeout {
         script: String,
@@ -74,18 +74,6 @@ pub enum MigrateError {
     Usage(String),
     #[error("cannot create {path}: {reason}")]
     Create { path: PathBuf, reason: String },
-}
-
-pub(crate) fn describe_blockers(blockers: &[SessionInfo]) -> String {
-    if blockers.is_empty() {
-        "a session that had finished before it could be named".to_string()
-    } else {
-        blockers
-            .iter()
-            .map(|b| b.to_string())
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
 }
 
 impl From<tokio_postgres::Error> for MigrateError {

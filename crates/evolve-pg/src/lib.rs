@@ -13,7 +13,7 @@ mod session;
 
 pub use error::{PgError, describe_db_error, is_lock_timeout, sqlstate};
 pub use ident::{QualifiedName, quote_ident, quote_literal};
-pub use session::{SessionInfo, blocking_sessions, sessions};
+pub use session::{SessionInfo, blocking_sessions, describe_sessions, sessions};
 
 use std::str::FromStr;
 

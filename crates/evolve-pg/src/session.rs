@@ -28,6 +28,20 @@ impl std::fmt::Display for SessionInfo {
     }
 }
 
+/// Sessions for a message: `pid 12 (app, state): query; pid 13 ...`, or a
+/// phrase saying none could be named.
+pub fn describe_sessions(sessions: &[SessionInfo]) -> String {
+    if sessions.is_empty() {
+        "a session that had finished before it could be named".to_string()
+    } else {
+        sessions
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
 const SESSION_COLUMNS: &str = "pid, coalesce(application_name, ''), coalesce(state, 'unknown'), \
      coalesce(left(query, 80), '')";
 

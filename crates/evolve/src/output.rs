@@ -387,15 +387,7 @@ pub fn event_text(e: &Event) -> String {
             wait_ms,
             blockers,
         } => {
-            let who = if blockers.is_empty() {
-                "a session that finished before it could be named".to_string()
-            } else {
-                blockers
-                    .iter()
-                    .map(|b| b.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            };
+            let who = evolve_pg::describe_sessions(blockers);
             format!(
                 "lock timeout in {script} at line {line}, blocked by {who}; retry {attempt} of {retries} in {}",
                 millis(*wait_ms)
