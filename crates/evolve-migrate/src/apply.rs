@@ -44,15 +44,8 @@ pub(crate) async fn run(
 
     if apply_opts.dry_run {
         // Reads only: no lock, no history table created.
-        let rows = history.rows(&client).await?;
-        let progress = history.progress(&client).await?;
-        let plan = Plan::new(&files, &rows, &progress);
-        check(&plan, &step_opts)?;
-        let steps = plan
-            .steps(&step_opts, &progress)
-            .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
+        let (plan, steps) = plan_steps(&files, &history, &client, &step_opts).await?;
         for step in &steps {
-            check_runnable(step.file)?;
             if !step.file.parsed.directives.no_transaction
                 && !step.file.parsed.directives.rebuild_dependents_off
             {
@@ -88,31 +81,10 @@ pub(crate) async fn run(
         });
     }
 
-    let _lock = lock::acquire(
-        &opts.database_url,
-        &history.table,
-        opts.wait_for_lock,
-        on_event,
-    )
-    .await?;
     // Everything below happens under the lock, so the history read here is
     // the one this run continues.
-    if history.ensure(&client).await? {
-        on_event(Event::HistoryCreated {
-            table: history.table.plain(),
-        });
-    }
-    let rows = history.rows(&client).await?;
-    let progress = history.progress(&client).await?;
-    let plan = Plan::new(&files, &rows, &progress);
-    check(&plan, &step_opts)?;
-    let steps = plan
-        .steps(&step_opts, &progress)
-        .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
-    // Refuse files that cannot run before running any of them.
-    for step in &steps {
-        check_runnable(step.file)?;
-    }
+    let _lock = lock::acquire_and_ensure(opts, &client, &history, on_event).await?;
+    let (plan, steps) = plan_steps(&files, &history, &client, &step_opts).await?;
 
     let mut runner = Runner::new(opts, client, history).await?;
     runner.populate_in_transaction = apply_opts.populate_in_transaction;
@@ -134,6 +106,28 @@ pub(crate) async fn run(
         current_version: current.map(|v| v.as_str().to_string()),
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// Reads the history, and returns the plan and the steps `apply` runs,
+/// after refusing invalid states and files that cannot run (before any of
+/// them runs).
+async fn plan_steps<'a>(
+    files: &'a MigrationSet,
+    history: &History,
+    client: &Client,
+    step_opts: &StepOptions,
+) -> Result<(Plan<'a>, Vec<Step<'a>>), MigrateError> {
+    let rows = history.rows(client).await?;
+    let progress = history.progress(client).await?;
+    let plan = Plan::new(files, &rows, &progress);
+    check(&plan, step_opts)?;
+    let steps = plan
+        .steps(step_opts, &progress)
+        .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
+    for step in &steps {
+        check_runnable(step.file)?;
+    }
+    Ok((plan, steps))
 }
 
 fn check(plan: &Plan<'_>, opts: &StepOptions) -> Result<(), MigrateError> {

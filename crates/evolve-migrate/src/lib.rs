@@ -332,18 +332,7 @@ pub async fn baseline(
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ChangeReport, MigrateError> {
     let c = connect(opts).await?;
-    let _lock = lock::acquire(
-        &opts.database_url,
-        &c.history.table,
-        opts.wait_for_lock,
-        on_event,
-    )
-    .await?;
-    if c.history.ensure(&c.client).await? {
-        on_event(Event::HistoryCreated {
-            table: c.history.table.plain(),
-        });
-    }
+    let _lock = lock::acquire_and_ensure(opts, &c.client, &c.history, on_event).await?;
     let rows = c.history.rows(&c.client).await?;
     if let Some(row) = rows.iter().find(|r| r.kind != history::TYPE_SCHEMA) {
         return Err(MigrateError::History {

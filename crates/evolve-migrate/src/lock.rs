@@ -64,6 +64,29 @@ pub async fn acquire(
     Ok(MigrationLock { _client: client })
 }
 
+/// Takes the migration lock for `history`, then creates the history table
+/// if it is missing (under the lock, so two first runs never race).
+pub async fn acquire_and_ensure(
+    opts: &crate::Options,
+    client: &Client,
+    history: &crate::History,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<MigrationLock, MigrateError> {
+    let lock = acquire(
+        &opts.database_url,
+        &history.table,
+        opts.wait_for_lock,
+        on_event,
+    )
+    .await?;
+    if history.ensure(client).await? {
+        on_event(Event::HistoryCreated {
+            table: history.table.plain(),
+        });
+    }
+    Ok(lock)
+}
+
 async fn holder(client: &Client, key: i64) -> Result<Option<SessionInfo>, MigrateError> {
     let classid = (key >> 32) & 0xffff_ffff;
     let objid = key & 0xffff_ffff;
