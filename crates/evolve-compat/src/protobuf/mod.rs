@@ -40,7 +40,9 @@ const MAIN_FILE_NAME: &str = "schema.proto";
 /// [`Reference::name`] is the import path as written in
 /// `import "x.proto";`, [`Reference::schema`] its text. An import that is
 /// neither a reference nor a bundled well-known type is an error naming
-/// it. Errors are one line, with the `file:line:column` protox reports.
+/// it. The main text and the references may also be in the `serialized`
+/// format (base64 of a `FileDescriptorProto`), as Confluent accepts them.
+/// Errors are one line, with the `file:line:column` protox reports.
 pub fn parse(text: &str, references: &[Reference]) -> Result<ProtobufSchema, SchemaError> {
     let mut main_name = MAIN_FILE_NAME.to_owned();
     let mut counter = 0;
@@ -102,6 +104,34 @@ pub fn canonical_form(schema: &ProtobufSchema) -> String {
                 .collect()
         }
     }
+}
+
+/// The schema in Confluent's `serialized` format: the base64 of the main
+/// file's `FileDescriptorProto` (what `?format=serialized` returns and what
+/// Confluent's Python serializer registers).
+pub fn serialized(schema: &ProtobufSchema) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(schema.file.encode_to_vec())
+}
+
+/// Whether `text` is a schema in the `serialized` format (base64 of a
+/// `FileDescriptorProto`) rather than `.proto` source: only base64
+/// characters, no white space (a `.proto` text always has some), and bytes
+/// that decode as a descriptor.
+fn decode_serialized(text: &str) -> Option<prost_reflect::prost_types::FileDescriptorProto> {
+    use base64::Engine;
+    let text = text.trim();
+    if text.is_empty()
+        || !text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()?;
+    prost_reflect::prost_types::FileDescriptorProto::decode(bytes.as_slice()).ok()
 }
 
 /// Every reason `reader` cannot read data written with `writer`; empty
@@ -177,6 +207,11 @@ impl FileResolver for MemoryResolver {
     fn open_file(&self, name: &str) -> Result<File, protox::Error> {
         match self.sources.text(name) {
             Some(text) => {
+                if let Some(proto) = decode_serialized(text) {
+                    let mut proto = proto;
+                    proto.name = Some(name.to_owned());
+                    return Ok(File::from_file_descriptor_proto(proto));
+                }
                 if let Some((line, column)) = too_deep(text) {
                     return Err(protox::Error::new(NestingTooDeep {
                         file: name.to_owned(),

@@ -1,0 +1,216 @@
+//! Confluent Schema Registry's errors: an HTTP status, an `error_code` and
+//! a message, sent as `{"error_code":N,"message":"..."}`.
+
+use serde::Serialize;
+
+/// An error as the REST API reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{message} (error {error_code})")]
+pub struct ApiError {
+    #[serde(skip)]
+    pub status: u16,
+    pub error_code: u32,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, error_code: u32, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            error_code,
+            message: message.into(),
+        }
+    }
+
+    /// A request body that is not JSON, or not of the expected shape.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(400, 400, message)
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(
+            401,
+            401,
+            "Unauthorized: send HTTP basic credentials of a configured user",
+        )
+    }
+
+    pub fn not_found_path(path: &str) -> ApiError {
+        ApiError::new(404, 404, format!("HTTP 404 Not Found: no endpoint {path}"))
+    }
+
+    pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
+        ApiError::new(
+            405,
+            405,
+            format!("HTTP 405 Method Not Allowed: {method} is not supported on {path}"),
+        )
+    }
+
+    pub fn subject_not_found(subject: &str) -> ApiError {
+        ApiError::new(404, 40401, format!("Subject '{subject}' not found."))
+    }
+
+    pub fn version_not_found(subject: &str, version: impl std::fmt::Display) -> ApiError {
+        ApiError::new(
+            404,
+            40402,
+            format!("Version {version} not found for subject '{subject}'."),
+        )
+    }
+
+    pub fn schema_not_found(what: impl std::fmt::Display) -> ApiError {
+        ApiError::new(404, 40403, format!("Schema {what} not found"))
+    }
+
+    pub fn subject_soft_deleted(subject: &str) -> ApiError {
+        ApiError::new(
+            404,
+            40404,
+            format!(
+                "Subject '{subject}' was soft deleted. Set permanent=true to delete permanently"
+            ),
+        )
+    }
+
+    pub fn subject_not_soft_deleted(subject: &str) -> ApiError {
+        ApiError::new(
+            404,
+            40405,
+            format!(
+                "Subject '{subject}' was not deleted first before being permanently deleted: \
+                 delete it without permanent=true first"
+            ),
+        )
+    }
+
+    pub fn version_soft_deleted(subject: &str, version: u32) -> ApiError {
+        ApiError::new(
+            404,
+            40406,
+            format!(
+                "Version {version} of subject '{subject}' was soft deleted. Set permanent=true to delete permanently"
+            ),
+        )
+    }
+
+    pub fn version_not_soft_deleted(subject: &str, version: u32) -> ApiError {
+        ApiError::new(
+            404,
+            40407,
+            format!(
+                "Version {version} of subject '{subject}' was not deleted first before being \
+                 permanently deleted: delete it without permanent=true first"
+            ),
+        )
+    }
+
+    pub fn subject_level_compatibility_not_configured(subject: &str) -> ApiError {
+        ApiError::new(
+            404,
+            40408,
+            format!(
+                "Subject '{subject}' does not have subject-level compatibility configured; \
+                 add defaultToGlobal=true to see the global level"
+            ),
+        )
+    }
+
+    pub fn subject_level_mode_not_configured(subject: &str) -> ApiError {
+        ApiError::new(
+            404,
+            40409,
+            format!(
+                "Subject '{subject}' does not have subject-level mode configured; \
+                 add defaultToGlobal=true to see the global mode"
+            ),
+        )
+    }
+
+    /// 409 with `error_code` 409 (Confluent through 8.0.3, Karapace) or
+    /// 40901 (Confluent 8.0.4 and later), as configured.
+    pub fn incompatible(code: u32, subject: &str, details: &[String]) -> ApiError {
+        ApiError::new(
+            409,
+            code,
+            format!(
+                "Schema being registered is incompatible with an earlier schema for subject \"{subject}\", details: [{}]",
+                details.join(", ")
+            ),
+        )
+    }
+
+    pub fn invalid_schema(message: impl Into<String>) -> ApiError {
+        ApiError::new(422, 42201, message)
+    }
+
+    pub fn invalid_version(text: &str) -> ApiError {
+        ApiError::new(
+            422,
+            42202,
+            format!(
+                "The specified version '{text}' is not a valid version id. Allowed values are between [1, 2^31-1] and the string \"latest\""
+            ),
+        )
+    }
+
+    pub fn invalid_compatibility_level(text: &str) -> ApiError {
+        ApiError::new(
+            422,
+            42203,
+            format!(
+                "Invalid compatibility level {text:?}. Valid values are none, backward, forward, full, \
+                 backward_transitive, forward_transitive, and full_transitive"
+            ),
+        )
+    }
+
+    pub fn invalid_mode(text: &str) -> ApiError {
+        ApiError::new(
+            422,
+            42204,
+            format!(
+                "Invalid mode {text:?}. Valid values are READWRITE, READONLY, READONLY_OVERRIDE, and IMPORT"
+            ),
+        )
+    }
+
+    pub fn not_permitted(message: impl Into<String>) -> ApiError {
+        ApiError::new(422, 42205, message)
+    }
+
+    pub fn reference_exists(subject: &str, version: u32, by: &[u32]) -> ApiError {
+        ApiError::new(
+            422,
+            42206,
+            format!(
+                "One or more references exist to the schema {{subject={subject},version={version}}}: \
+                 schema ids {by:?} refer to it; delete those versions first"
+            ),
+        )
+    }
+
+    pub fn id_mismatch(message: impl Into<String>) -> ApiError {
+        ApiError::new(422, 42207, message)
+    }
+
+    pub fn invalid_subject(message: impl Into<String>) -> ApiError {
+        ApiError::new(422, 42208, message)
+    }
+
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError::new(
+            422,
+            42209,
+            format!("Request body is larger than the limit of {limit} bytes (--max-body-bytes)"),
+        )
+    }
+
+    pub fn store(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, 50001, message)
+    }
+
+    pub fn timeout(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, 50002, message)
+    }
+}

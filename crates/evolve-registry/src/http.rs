@@ -1,0 +1,799 @@
+//! The REST API: Confluent Schema Registry's routes, content types and
+//! errors, over a [`Registry`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{MatchedPath, Path, Query, Request, State as AxumState};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use evolve_compat::Mode;
+use serde_json::{Value as Json, json};
+
+use crate::auth::Users;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::record::{RegistryMode, SchemaReference};
+use crate::service::Registry;
+use crate::state::{SchemaInput, State, VersionSpec, schema_type_field};
+use crate::store::Storage;
+
+/// Confluent's content type, the default for responses.
+pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
+
+/// The default request body limit (`--max-body-bytes`).
+pub const DEFAULT_MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// What the handlers share.
+pub struct App {
+    pub registry: Registry<Storage>,
+    pub users: Option<Users>,
+    pub metrics: Metrics,
+    pub max_body: usize,
+}
+
+type Shared = Arc<App>;
+type Params = Query<HashMap<String, String>>;
+
+/// The router with every route, basic auth (when users are configured),
+/// metrics and access logs.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(root))
+        .route("/schemas/types", get(schema_types))
+        .route("/schemas/ids/{id}", get(schema_by_id))
+        .route("/schemas/ids/{id}/schema", get(raw_schema_by_id))
+        .route("/schemas/ids/{id}/subjects", get(subjects_of_id))
+        .route("/schemas/ids/{id}/versions", get(versions_of_id))
+        .route("/subjects", get(list_subjects))
+        .route("/subjects/{subject}", post(lookup).delete(delete_subject))
+        .route(
+            "/subjects/{subject}/versions",
+            get(list_versions).post(register),
+        )
+        .route(
+            "/subjects/{subject}/versions/{version}",
+            get(get_version).delete(delete_version),
+        )
+        .route(
+            "/subjects/{subject}/versions/{version}/schema",
+            get(raw_schema_of_version),
+        )
+        .route(
+            "/subjects/{subject}/versions/{version}/referencedby",
+            get(referenced_by),
+        )
+        .route(
+            "/compatibility/subjects/{subject}/versions",
+            post(check_latest),
+        )
+        .route(
+            "/compatibility/subjects/{subject}/versions/{version}",
+            post(check_version),
+        )
+        .route(
+            "/config",
+            get(get_global_config)
+                .put(put_global_config)
+                .delete(delete_global_config),
+        )
+        .route(
+            "/config/{subject}",
+            get(get_config).put(put_config).delete(delete_config),
+        )
+        .route(
+            "/mode",
+            get(get_global_mode)
+                .put(put_global_mode)
+                .delete(delete_global_mode),
+        )
+        .route(
+            "/mode/{subject}",
+            get(get_mode).put(put_mode).delete(delete_mode),
+        )
+        .route("/contexts", get(contexts))
+        .route("/metrics", get(metrics))
+        .fallback(fallback)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&app),
+            authenticate,
+        ))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), observe))
+        .with_state(app)
+}
+
+// ---- responses -------------------------------------------------------------
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        json_response(
+            status,
+            &json!({"error_code": self.error_code, "message": self.message}),
+        )
+    }
+}
+
+fn json_response(status: StatusCode, body: &Json) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    response
+}
+
+fn ok(body: Json) -> Result<Response, ApiError> {
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+fn flag(params: &HashMap<String, String>, name: &str) -> bool {
+    params
+        .get(name)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// Reads the body (at most `max_body` bytes) as JSON.
+async fn json_body(app: &App, body: Body) -> Result<Json, ApiError> {
+    let bytes = axum::body::to_bytes(body, app.max_body)
+        .await
+        .map_err(|_| ApiError::too_large(app.max_body))?;
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request(
+            "The request body is empty; send a JSON object",
+        ));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("The request body is not valid JSON: {e}")))
+}
+
+/// The schema fields of a registration, lookup or check body.
+fn schema_input(body: &Json) -> Result<SchemaInput, ApiError> {
+    let Some(object) = body.as_object() else {
+        return Err(ApiError::bad_request(
+            "The request body must be a JSON object with a \"schema\" field",
+        ));
+    };
+    let schema = match object.get("schema") {
+        Some(Json::String(s)) if !s.trim().is_empty() => s.clone(),
+        Some(Json::String(_)) => return Err(ApiError::invalid_schema("Empty schema")),
+        Some(_) => {
+            return Err(ApiError::invalid_schema(
+                "Invalid schema: \"schema\" must be a string holding the schema text",
+            ));
+        }
+        None => {
+            return Err(ApiError::invalid_schema(
+                "Invalid schema: the request has no \"schema\" field",
+            ));
+        }
+    };
+    let schema_type = match object.get("schemaType") {
+        None | Some(Json::Null) => None,
+        Some(Json::String(s)) => Some(s.clone()),
+        Some(other) => {
+            return Err(ApiError::invalid_schema(format!(
+                "Invalid schema type {other}: use \"AVRO\", \"PROTOBUF\" or \"JSON\""
+            )));
+        }
+    };
+    let references: Vec<SchemaReference> = match object.get("references") {
+        None | Some(Json::Null) => Vec::new(),
+        Some(refs) => serde_json::from_value(refs.clone()).map_err(|e| {
+            ApiError::invalid_schema(format!(
+                "Invalid schema: \"references\" must be a list of {{\"name\",\"subject\",\"version\"}}: {e}"
+            ))
+        })?,
+    };
+    let number = |name: &str| -> Result<Option<u32>, ApiError> {
+        match object.get(name) {
+            None | Some(Json::Null) => Ok(None),
+            Some(Json::Number(n)) if n.as_i64() == Some(-1) || n.as_i64() == Some(0) => Ok(None),
+            Some(Json::Number(n)) => n
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("\"{name}\" must be a positive integer"))
+                }),
+            Some(_) => Err(ApiError::bad_request(format!(
+                "\"{name}\" must be a positive integer"
+            ))),
+        }
+    };
+    Ok(SchemaInput {
+        schema,
+        schema_type,
+        references,
+        id: number("id")?,
+        version: number("version")?,
+    })
+}
+
+/// A schema's JSON as `GET .../versions/{v}` and `/schemas/ids/{id}` give
+/// it; `format=serialized` turns a Protobuf schema into the base64 of its
+/// `FileDescriptorProto`.
+fn schema_fields(
+    state: &State,
+    id: u32,
+    params: &HashMap<String, String>,
+    out: &mut serde_json::Map<String, Json>,
+) -> Result<(), ApiError> {
+    let stored = state.schema_in_use(id)?;
+    if let Some(t) = schema_type_field(stored.schema_type) {
+        out.insert("schemaType".into(), json!(t));
+    }
+    let text = match (params.get("format").map(String::as_str), stored.schema_type) {
+        (Some("serialized"), evolve_compat::SchemaType::Protobuf) => match &*state.parsed(id)? {
+            evolve_compat::Schema::Protobuf(p) => evolve_compat::protobuf::serialized(p),
+            _ => stored.text.clone(),
+        },
+        _ => stored.text.clone(),
+    };
+    out.insert("schema".into(), json!(text));
+    if !stored.references.is_empty() {
+        out.insert("references".into(), json!(stored.references));
+    }
+    Ok(())
+}
+
+fn parse_id(text: &str) -> Result<u32, ApiError> {
+    text.parse::<u32>()
+        .ok()
+        .filter(|id| *id >= 1)
+        .ok_or_else(|| ApiError::schema_not_found(text))
+}
+
+fn parse_level(body: &Json) -> Result<Mode, ApiError> {
+    let text = body
+        .get("compatibility")
+        .or_else(|| body.get("compatibilityLevel"))
+        .and_then(Json::as_str)
+        .ok_or_else(|| ApiError::invalid_compatibility_level("(missing)"))?;
+    text.parse::<Mode>()
+        .map_err(|_| ApiError::invalid_compatibility_level(text))
+}
+
+fn parse_mode(body: &Json) -> Result<RegistryMode, ApiError> {
+    let text = body
+        .get("mode")
+        .and_then(Json::as_str)
+        .ok_or_else(|| ApiError::invalid_mode("(missing)"))?;
+    RegistryMode::parse(text).ok_or_else(|| ApiError::invalid_mode(text))
+}
+
+// ---- handlers ----------------------------------------------------------------
+
+async fn root() -> Result<Response, ApiError> {
+    ok(json!({}))
+}
+
+async fn schema_types() -> Result<Response, ApiError> {
+    ok(json!(["JSON", "PROTOBUF", "AVRO"]))
+}
+
+async fn contexts() -> Result<Response, ApiError> {
+    ok(json!(["."]))
+}
+
+async fn schema_by_id(
+    AxumState(app): AxumState<Shared>,
+    Path(id): Path<String>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let body = app
+        .registry
+        .read_fresh(|state| {
+            let mut out = serde_json::Map::new();
+            schema_fields(state, id, &params, &mut out)?;
+            Ok(Json::Object(out))
+        })
+        .await?;
+    ok(body)
+}
+
+async fn raw_schema_by_id(
+    AxumState(app): AxumState<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let text = app
+        .registry
+        .read_fresh(|state| Ok(state.schema_in_use(id)?.text.clone()))
+        .await?;
+    Ok(raw(text))
+}
+
+fn raw(text: String) -> Response {
+    let mut response = text.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    response
+}
+
+async fn subjects_of_id(
+    AxumState(app): AxumState<Shared>,
+    Path(id): Path<String>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let deleted = flag(&params, "deleted");
+    let subjects = app
+        .registry
+        .read_fresh(|state| {
+            state.schema_in_use(id)?;
+            let mut subjects: Vec<String> = state
+                .versions_of_id(id, deleted)
+                .into_iter()
+                .map(|(s, _)| s)
+                .collect();
+            subjects.dedup();
+            Ok(subjects)
+        })
+        .await?;
+    ok(json!(subjects))
+}
+
+async fn versions_of_id(
+    AxumState(app): AxumState<Shared>,
+    Path(id): Path<String>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let id = parse_id(&id)?;
+    let deleted = flag(&params, "deleted");
+    let versions = app
+        .registry
+        .read_fresh(|state| {
+            state.schema_in_use(id)?;
+            Ok(state
+                .versions_of_id(id, deleted)
+                .into_iter()
+                .map(|(subject, version)| json!({"subject": subject, "version": version}))
+                .collect::<Vec<_>>())
+        })
+        .await?;
+    ok(json!(versions))
+}
+
+async fn list_subjects(
+    AxumState(app): AxumState<Shared>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let prefix = params.get("subjectPrefix").cloned().unwrap_or_default();
+    let names = app.registry.read(|state| {
+        state.subject_names(
+            &prefix,
+            flag(&params, "deleted"),
+            flag(&params, "deletedOnly"),
+        )
+    });
+    ok(json!(names))
+}
+
+async fn lookup(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+    Query(params): Params,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let input = schema_input(&json_body(&app, body).await?)?;
+    let deleted = flag(&params, "deleted");
+    let body = app
+        .registry
+        .read_fresh(|state| {
+            let (id, version) = state.lookup(&subject, &input, deleted)?;
+            let mut out = serde_json::Map::new();
+            out.insert("subject".into(), json!(subject));
+            out.insert("version".into(), json!(version));
+            out.insert("id".into(), json!(id));
+            schema_fields(state, id, &params, &mut out)?;
+            Ok(Json::Object(out))
+        })
+        .await?;
+    ok(body)
+}
+
+async fn register(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let input = schema_input(&json_body(&app, body).await?)?;
+    let code = app.registry.settings.incompatible_code;
+    let id = app
+        .registry
+        .write(|state| {
+            let r = state.register(&subject, &input, code)?;
+            Ok((r.id, r.records))
+        })
+        .await?;
+    ok(json!({ "id": id }))
+}
+
+async fn delete_subject(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let permanent = flag(&params, "permanent");
+    let versions = app
+        .registry
+        .write(|state| state.delete_subject(&subject, permanent))
+        .await?;
+    ok(json!(versions))
+}
+
+async fn list_versions(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let deleted = flag(&params, "deleted");
+    let versions = app
+        .registry
+        .read_fresh(|state| {
+            let s = state.existing_subject(&subject, deleted)?;
+            Ok(s.versions
+                .iter()
+                .filter(|(_, e)| deleted || !e.deleted)
+                .map(|(v, _)| *v)
+                .collect::<Vec<u32>>())
+        })
+        .await?;
+    ok(json!(versions))
+}
+
+async fn get_version(
+    AxumState(app): AxumState<Shared>,
+    Path((subject, version)): Path<(String, String)>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let spec = VersionSpec::parse(&version)?;
+    let deleted = flag(&params, "deleted");
+    let body = app
+        .registry
+        .read_fresh(|state| {
+            let (version, entry) = state.version(&subject, spec, deleted)?;
+            let mut out = serde_json::Map::new();
+            out.insert("subject".into(), json!(subject));
+            out.insert("version".into(), json!(version));
+            out.insert("id".into(), json!(entry.id));
+            schema_fields(state, entry.id, &params, &mut out)?;
+            Ok(Json::Object(out))
+        })
+        .await?;
+    ok(body)
+}
+
+async fn raw_schema_of_version(
+    AxumState(app): AxumState<Shared>,
+    Path((subject, version)): Path<(String, String)>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let spec = VersionSpec::parse(&version)?;
+    let deleted = flag(&params, "deleted");
+    let text = app
+        .registry
+        .read_fresh(|state| {
+            let (_, entry) = state.version(&subject, spec, deleted)?;
+            Ok(state.schema_in_use(entry.id)?.text.clone())
+        })
+        .await?;
+    Ok(raw(text))
+}
+
+async fn referenced_by(
+    AxumState(app): AxumState<Shared>,
+    Path((subject, version)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let spec = VersionSpec::parse(&version)?;
+    let ids = app
+        .registry
+        .read_fresh(|state| {
+            let (version, _) = state.version(&subject, spec, false)?;
+            Ok(state.referenced_by(&subject, version))
+        })
+        .await?;
+    ok(json!(ids))
+}
+
+async fn delete_version(
+    AxumState(app): AxumState<Shared>,
+    Path((subject, version)): Path<(String, String)>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let spec = VersionSpec::parse(&version)?;
+    let permanent = flag(&params, "permanent");
+    let version = app
+        .registry
+        .write(|state| state.delete_version(&subject, spec, permanent))
+        .await?;
+    ok(json!(version))
+}
+
+async fn check(
+    app: &App,
+    subject: &str,
+    version: Option<VersionSpec>,
+    params: &HashMap<String, String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let input = schema_input(&json_body(app, body).await?)?;
+    let messages = app
+        .registry
+        .read_fresh(|state| state.check_compatibility(subject, version, &input))
+        .await?;
+    let mut out = json!({"is_compatible": messages.is_empty()});
+    if flag(params, "verbose") {
+        out["messages"] = json!(messages);
+    }
+    ok(out)
+}
+
+async fn check_latest(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+    Query(params): Params,
+    body: Body,
+) -> Result<Response, ApiError> {
+    check(&app, &subject, None, &params, body).await
+}
+
+async fn check_version(
+    AxumState(app): AxumState<Shared>,
+    Path((subject, version)): Path<(String, String)>,
+    Query(params): Params,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let spec = VersionSpec::parse(&version)?;
+    check(&app, &subject, Some(spec), &params, body).await
+}
+
+async fn get_global_config(AxumState(app): AxumState<Shared>) -> Result<Response, ApiError> {
+    let level = app.registry.read(|s| s.global_compatibility());
+    ok(json!({"compatibilityLevel": level.as_str()}))
+}
+
+async fn get_config(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let to_global = flag(&params, "defaultToGlobal");
+    let level = app
+        .registry
+        .read_fresh(
+            |state| match state.subject(&subject).and_then(|s| s.compatibility) {
+                Some(level) => Ok(level),
+                None if to_global => Ok(state.global_compatibility()),
+                None => Err(ApiError::subject_level_compatibility_not_configured(
+                    &subject,
+                )),
+            },
+        )
+        .await?;
+    ok(json!({"compatibilityLevel": level.as_str()}))
+}
+
+async fn put_config_for(
+    app: &App,
+    subject: Option<&str>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let level = parse_level(&json_body(app, body).await?)?;
+    app.registry
+        .write(|state| Ok(((), state.set_compatibility(subject, level)?)))
+        .await?;
+    ok(json!({"compatibility": level.as_str()}))
+}
+
+async fn put_global_config(
+    AxumState(app): AxumState<Shared>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    put_config_for(&app, None, body).await
+}
+
+async fn put_config(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    put_config_for(&app, Some(&subject), body).await
+}
+
+async fn delete_global_config(AxumState(app): AxumState<Shared>) -> Result<Response, ApiError> {
+    let old = app
+        .registry
+        .write(|state| state.delete_compatibility(None))
+        .await?;
+    ok(json!({"compatibilityLevel": old.as_str()}))
+}
+
+async fn delete_config(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+) -> Result<Response, ApiError> {
+    let old = app
+        .registry
+        .write(|state| state.delete_compatibility(Some(&subject)))
+        .await?;
+    ok(json!({"compatibilityLevel": old.as_str()}))
+}
+
+async fn get_global_mode(AxumState(app): AxumState<Shared>) -> Result<Response, ApiError> {
+    let mode = app.registry.read(|s| s.global_mode());
+    ok(json!({"mode": mode.as_str()}))
+}
+
+async fn get_mode(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let to_global = flag(&params, "defaultToGlobal");
+    let mode = app
+        .registry
+        .read_fresh(|state| match state.subject(&subject).and_then(|s| s.mode) {
+            Some(mode) => Ok(mode),
+            None if to_global => Ok(state.global_mode()),
+            None => Err(ApiError::subject_level_mode_not_configured(&subject)),
+        })
+        .await?;
+    ok(json!({"mode": mode.as_str()}))
+}
+
+async fn put_mode_for(
+    app: &App,
+    subject: Option<&str>,
+    params: &HashMap<String, String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let mode = parse_mode(&json_body(app, body).await?)?;
+    let force = flag(params, "force");
+    app.registry
+        .write(|state| Ok(((), state.set_mode(subject, mode, force)?)))
+        .await?;
+    ok(json!({"mode": mode.as_str()}))
+}
+
+async fn put_global_mode(
+    AxumState(app): AxumState<Shared>,
+    Query(params): Params,
+    body: Body,
+) -> Result<Response, ApiError> {
+    put_mode_for(&app, None, &params, body).await
+}
+
+async fn put_mode(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+    Query(params): Params,
+    body: Body,
+) -> Result<Response, ApiError> {
+    put_mode_for(&app, Some(&subject), &params, body).await
+}
+
+async fn delete_global_mode(AxumState(app): AxumState<Shared>) -> Result<Response, ApiError> {
+    let old = app.registry.write(|state| state.delete_mode(None)).await?;
+    ok(json!({"mode": old.as_str()}))
+}
+
+async fn delete_mode(
+    AxumState(app): AxumState<Shared>,
+    Path(subject): Path<String>,
+) -> Result<Response, ApiError> {
+    let old = app
+        .registry
+        .write(|state| state.delete_mode(Some(&subject)))
+        .await?;
+    ok(json!({"mode": old.as_str()}))
+}
+
+async fn metrics(AxumState(app): AxumState<Shared>) -> Response {
+    let (subjects, schemas, offset) = app.registry.read(|s| {
+        (
+            s.subject_names("", false, false).len(),
+            s.schema_count(),
+            s.offset,
+        )
+    });
+    let text = app.metrics.render(subjects, schemas, offset);
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+async fn fallback(request: Request) -> ApiError {
+    ApiError::not_found_path(request.uri().path())
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::method_not_allowed(request.method().as_str(), request.uri().path())
+}
+
+// ---- middleware ----------------------------------------------------------------
+
+/// HTTP basic auth against the users file, when one is configured.
+async fn authenticate(AxumState(app): AxumState<Shared>, request: Request, next: Next) -> Response {
+    if let Some(users) = &app.users {
+        match users.authenticate(request.headers()) {
+            Some(user) => {
+                let mut response = next.run(request).await;
+                response.extensions_mut().insert(AuthenticatedUser(user));
+                return response;
+            }
+            None => {
+                let mut response = ApiError::unauthorized().into_response();
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"evolve registry\""),
+                );
+                return response;
+            }
+        }
+    }
+    next.run(request).await
+}
+
+#[derive(Clone)]
+struct AuthenticatedUser(String);
+
+/// Counts and times every request by route, answers in the content type
+/// the client accepts, and writes one access-log line (never a body).
+async fn observe(AxumState(app): AxumState<Shared>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let wants_plain_json = prefers_plain_json(request.headers());
+    let mut response = next.run(request).await;
+    let user = response
+        .extensions()
+        .get::<AuthenticatedUser>()
+        .map(|u| u.0.clone());
+    if wants_plain_json
+        && response.headers().get(header::CONTENT_TYPE)
+            == Some(&HeaderValue::from_static(CONTENT_TYPE))
+    {
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    let status = response.status().as_u16();
+    let elapsed = started.elapsed();
+    app.metrics.observe(&method, &route, status, elapsed);
+    tracing::info!(
+        target: "evolve::registry::access",
+        method = %method,
+        path = %path,
+        status,
+        micros = elapsed.as_micros() as u64,
+        user = user.as_deref().unwrap_or("-"),
+    );
+    response
+}
+
+/// Whether the client asked for `application/json` and not for
+/// Confluent's types.
+fn prefers_plain_json(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    accept.contains("application/json") && !accept.contains("schemaregistry")
+}

@@ -1,0 +1,23 @@
+//! evolve's schema registry: Confluent Schema Registry's REST API over the
+//! compatibility engine of `evolve-compat`.
+//!
+//! - [`record`]: the `_schemas` log records (Confluent's format), and
+//!   reading a Confluent or Karapace export.
+//! - [`state`] (pure): the state a log replays into, and every operation
+//!   as a function from state to the records it appends.
+//! - [`store`]: the append-only log behind the [`store::Log`] trait, in
+//!   SQLite (default) or PostgreSQL (several instances share one log).
+//! - [`service`]: one registry instance: its state, catching up with the
+//!   log, writes that retry when another instance appended first.
+//! - [`http`]: the axum router (routes, content types, errors, basic
+//!   auth, metrics, access logs) and [`http::serve`] (TCP or TLS).
+
+pub mod auth;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod record;
+pub mod serve;
+pub mod service;
+pub mod state;
+pub mod store;

@@ -1,0 +1,165 @@
+//! One registry instance: the state replayed from its log, kept current,
+//! and writes that append to the log.
+//!
+//! Reads are served from memory. A read that finds nothing (an unknown id
+//! or subject) first catches up with the log and looks again, so an id
+//! returned by another instance is found at once; other reads see another
+//! instance's writes within the poll interval. Writes take the instance's
+//! writer lock, catch up, compute their records from the state (pure) and
+//! append them at the offset they computed against; when another instance
+//! appended first, they catch up and compute again.
+
+use std::sync::RwLock;
+use std::time::Duration;
+
+use crate::error::ApiError;
+use crate::record::Record;
+use crate::state::State;
+use crate::store::{Log, StoreError};
+
+/// How many times a write recomputes after losing a race before it gives
+/// up with 50002.
+const MAX_WRITE_ATTEMPTS: usize = 100;
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The `error_code` of an incompatible registration: 409 (Confluent
+    /// through 8.0.3, Karapace; the default) or 40901 (Confluent 8.0.4+).
+    pub incompatible_code: u32,
+    /// How often the log is polled for other instances' writes.
+    pub poll_interval: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            incompatible_code: 409,
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+pub struct Registry<L: Log> {
+    log: L,
+    state: RwLock<State>,
+    writer: tokio::sync::Mutex<()>,
+    pub settings: Settings,
+}
+
+impl<L: Log> Registry<L> {
+    /// Replays the whole log.
+    pub async fn open(log: L, settings: Settings) -> Result<Registry<L>, StoreError> {
+        let registry = Registry {
+            log,
+            state: RwLock::new(State::new()),
+            writer: tokio::sync::Mutex::new(()),
+            settings,
+        };
+        registry
+            .catch_up()
+            .await
+            .map_err(|e| StoreError(e.message))?;
+        Ok(registry)
+    }
+
+    pub fn describe_store(&self) -> String {
+        self.log.describe()
+    }
+
+    /// Applies every record appended since the state's offset.
+    pub async fn catch_up(&self) -> Result<(), ApiError> {
+        let offset = self.read(|s| s.offset);
+        let records = self
+            .log
+            .read_after(offset)
+            .await
+            .map_err(|e| ApiError::store(e.0))?;
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut state = self.state.write().map_err(|_| poisoned())?;
+        for (offset, record) in &records {
+            if *offset > state.offset {
+                state.apply(*offset, record);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on the current state.
+    pub fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        match self.state.read() {
+            Ok(state) => f(&state),
+            Err(poisoned) => f(&poisoned.into_inner()),
+        }
+    }
+
+    /// Runs `f`; when it answers "not found" (HTTP 404), catches up with
+    /// the log and runs it again.
+    pub async fn read_fresh<T>(
+        &self,
+        f: impl Fn(&State) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        match self.read(&f) {
+            Err(e) if e.status == 404 => {
+                self.catch_up().await?;
+                self.read(&f)
+            }
+            other => other,
+        }
+    }
+
+    /// Computes a write from the current state and appends its records;
+    /// recomputes when another instance appended first.
+    pub async fn write<T>(
+        &self,
+        op: impl Fn(&State) -> Result<(T, Vec<Record>), ApiError>,
+    ) -> Result<T, ApiError> {
+        let _writer = self.writer.lock().await;
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            self.catch_up().await?;
+            let (offset, (answer, records)) = self.read(|s| op(s).map(|r| (s.offset, r)))?;
+            if records.is_empty() {
+                return Ok(answer);
+            }
+            if self
+                .log
+                .append(offset, &records)
+                .await
+                .map_err(|e| ApiError::store(e.0))?
+            {
+                let mut state = self.state.write().map_err(|_| poisoned())?;
+                for (i, record) in records.iter().enumerate() {
+                    state.apply(offset + 1 + i as i64, record);
+                }
+                return Ok(answer);
+            }
+        }
+        Err(ApiError::timeout(format!(
+            "gave up after {MAX_WRITE_ATTEMPTS} attempts: other registry instances kept writing to {} first",
+            self.log.describe()
+        )))
+    }
+
+    /// Appends records read from an export, as they are (ids, versions and
+    /// deletions included), after checking that every one can be read. The
+    /// registry must be empty, or `force`.
+    pub async fn import(&self, records: Vec<Record>, force: bool) -> Result<usize, ApiError> {
+        let count = records.len();
+        self.write(move |state| {
+            if !force && !state.is_empty() {
+                return Err(ApiError::not_permitted(format!(
+                    "the registry already holds {} subject(s); import into an empty store, or pass --force",
+                    state.subject_names("", true, false).len()
+                )));
+            }
+            Ok(((), records.clone()))
+        })
+        .await?;
+        Ok(count)
+    }
+}
+
+fn poisoned() -> ApiError {
+    ApiError::store("registry state lock is poisoned (a request panicked); restart the registry")
+}

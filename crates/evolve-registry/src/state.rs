@@ -1,0 +1,976 @@
+//! The registry's state, rebuilt by replaying the log, and the operations
+//! over it. Pure: a write operation does not change the state, it returns
+//! the records that would (the caller appends them to the log, then applies
+//! them), so every instance sharing a log computes the same state.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use evolve_compat::{Mode, Reference, Schema, SchemaType};
+
+use crate::error::ApiError;
+use crate::record::{Key, Record, RegistryMode, SchemaReference, SchemaValue, Value};
+
+/// The compatibility level when none is configured (Confluent's default).
+pub const DEFAULT_COMPATIBILITY: Mode = Mode::Backward;
+
+/// The largest version number and id (Confluent: 2^31-1).
+pub const MAX_VERSION: u32 = i32::MAX as u32;
+
+/// A schema as stored under an id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSchema {
+    pub schema_type: SchemaType,
+    pub text: String,
+    pub references: Vec<SchemaReference>,
+}
+
+/// One version of a subject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VersionEntry {
+    pub id: u32,
+    pub deleted: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Subject {
+    pub versions: BTreeMap<u32, VersionEntry>,
+    pub compatibility: Option<Mode>,
+    pub mode: Option<RegistryMode>,
+}
+
+impl Subject {
+    /// Versions not soft-deleted, oldest first.
+    pub fn live(&self) -> impl DoubleEndedIterator<Item = (u32, VersionEntry)> + '_ {
+        self.versions
+            .iter()
+            .filter(|(_, e)| !e.deleted)
+            .map(|(v, e)| (*v, *e))
+    }
+
+    pub fn latest_live(&self) -> Option<(u32, VersionEntry)> {
+        self.live().next_back()
+    }
+
+    /// A subject "exists" while it has a version that is not soft-deleted.
+    pub fn is_live(&self) -> bool {
+        self.latest_live().is_some()
+    }
+}
+
+/// A schema as a request gives it.
+#[derive(Clone, Debug, Default)]
+pub struct SchemaInput {
+    pub schema: String,
+    /// `AVRO`, `PROTOBUF` or `JSON`; absent means AVRO.
+    pub schema_type: Option<String>,
+    pub references: Vec<SchemaReference>,
+    /// IMPORT mode only.
+    pub id: Option<u32>,
+    /// IMPORT mode only.
+    pub version: Option<u32>,
+}
+
+/// What a registration does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    pub id: u32,
+    pub version: u32,
+    /// Empty when the schema is already a live version of the subject.
+    pub records: Vec<Record>,
+}
+
+/// A version request: a number or the latest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VersionSpec {
+    Number(u32),
+    Latest,
+}
+
+impl VersionSpec {
+    /// `latest`, `-1` or 1..2^31-1; anything else is 42202.
+    pub fn parse(text: &str) -> Result<VersionSpec, ApiError> {
+        if text == "latest" || text == "-1" {
+            return Ok(VersionSpec::Latest);
+        }
+        match text.parse::<u32>() {
+            Ok(n) if (1..=MAX_VERSION).contains(&n) && !text.starts_with('+') => {
+                Ok(VersionSpec::Number(n))
+            }
+            _ => Err(ApiError::invalid_version(text)),
+        }
+    }
+}
+
+/// The registry's state at one log offset.
+#[derive(Debug, Default)]
+pub struct State {
+    /// The offset of the last record applied; 0 before the first.
+    pub offset: i64,
+    schemas: HashMap<u32, Arc<StoredSchema>>,
+    /// Dedup key → id: ids are global and one per distinct schema.
+    ids: HashMap<String, u32>,
+    subjects: BTreeMap<String, Subject>,
+    compatibility: Option<Mode>,
+    mode: Option<RegistryMode>,
+    max_id: u32,
+    /// Parsed schemas by id, filled on first use.
+    parsed: Mutex<HashMap<u32, Arc<Schema>>>,
+}
+
+/// The key on which ids are deduplicated: the type, the schema text with
+/// insignificant white space and object key order removed (for the JSON
+/// formats) and the references. Not Avro's Parsing Canonical Form, which
+/// drops defaults, aliases and doc: two schemas that differ there are
+/// different schemas to their users.
+pub fn dedup_key(schema_type: SchemaType, text: &str, references: &[SchemaReference]) -> String {
+    let body = match schema_type {
+        SchemaType::Avro | SchemaType::Json => {
+            match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(value) => value.to_string(),
+                Err(_) => text.trim().to_owned(),
+            }
+        }
+        SchemaType::Protobuf => text.trim().to_owned(),
+    };
+    let mut key = format!("{schema_type:?}\u{0}{body}");
+    for r in references {
+        key.push_str(&format!(
+            "\u{0}{}\u{1}{}\u{1}{}",
+            r.name, r.subject, r.version
+        ));
+    }
+    key
+}
+
+pub fn parse_schema_type(text: Option<&str>) -> Result<SchemaType, ApiError> {
+    match text.map(|t| t.trim().to_ascii_uppercase()).as_deref() {
+        None | Some("AVRO") | Some("") => Ok(SchemaType::Avro),
+        Some("PROTOBUF") => Ok(SchemaType::Protobuf),
+        Some("JSON") => Ok(SchemaType::Json),
+        Some(_) => Err(ApiError::invalid_schema(format!(
+            "Invalid schema type {:?}: use AVRO, PROTOBUF or JSON",
+            text.unwrap_or_default()
+        ))),
+    }
+}
+
+/// Confluent's `schemaType` field: absent for Avro.
+pub fn schema_type_field(schema_type: SchemaType) -> Option<&'static str> {
+    match schema_type {
+        SchemaType::Avro => None,
+        SchemaType::Protobuf => Some("PROTOBUF"),
+        SchemaType::Json => Some("JSON"),
+    }
+}
+
+/// Subject names: not empty, at most 255 characters... of text: no control
+/// characters (they would break logs and terminals).
+pub fn validate_subject(subject: &str) -> Result<(), ApiError> {
+    if subject.is_empty() {
+        return Err(ApiError::invalid_subject(
+            "The specified subject is not valid: it is empty",
+        ));
+    }
+    if let Some((position, c)) = subject.chars().enumerate().find(|(_, c)| c.is_control()) {
+        return Err(ApiError::invalid_subject(format!(
+            "The specified subject is not valid: it contains the control character U+{:04X} at position {position}",
+            c as u32
+        )));
+    }
+    Ok(())
+}
+
+impl State {
+    pub fn new() -> State {
+        State::default()
+    }
+
+    // ---- replay -------------------------------------------------------
+
+    /// Applies one record at `offset`. Records that contradict the state
+    /// (an import with a reused id, say) are applied as Confluent's reader
+    /// would: the last record for a key wins; an id keeps its first schema.
+    pub fn apply(&mut self, offset: i64, record: &Record) {
+        self.offset = offset;
+        match (&record.key, &record.value) {
+            (Key::Schema { .. }, Some(Value::Schema(v))) => self.apply_schema(v),
+            (Key::Schema { subject, version }, None) => {
+                if let Some(s) = self.subjects.get_mut(subject) {
+                    s.versions.remove(version);
+                    if s.versions.is_empty() && s.compatibility.is_none() && s.mode.is_none() {
+                        self.subjects.remove(subject);
+                    }
+                }
+            }
+            (Key::Config { subject }, value) => {
+                let level = match value {
+                    Some(Value::Config(m)) => Some(*m),
+                    _ => None,
+                };
+                match subject {
+                    None => self.compatibility = level,
+                    Some(s) => self.subject_entry(s).compatibility = level,
+                }
+            }
+            (Key::Mode { subject }, value) => {
+                let mode = match value {
+                    Some(Value::Mode(m)) => Some(*m),
+                    _ => None,
+                };
+                match subject {
+                    None => self.mode = mode,
+                    Some(s) => self.subject_entry(s).mode = mode,
+                }
+            }
+            (Key::DeleteSubject { .. }, Some(Value::DeleteSubject { subject, version })) => {
+                if let Some(s) = self.subjects.get_mut(subject) {
+                    for (_, e) in s.versions.range_mut(..=*version) {
+                        e.deleted = true;
+                    }
+                }
+            }
+            (Key::ClearSubject { .. }, Some(Value::ClearSubject { subject, version })) => {
+                if let Some(s) = self.subjects.get_mut(subject) {
+                    s.versions.retain(|v, e| *v > *version || !e.deleted);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn subject_entry(&mut self, subject: &str) -> &mut Subject {
+        self.subjects.entry(subject.to_owned()).or_default()
+    }
+
+    fn apply_schema(&mut self, v: &SchemaValue) {
+        let schema_type = parse_schema_type(v.schema_type.as_deref()).unwrap_or(SchemaType::Avro);
+        self.schemas.entry(v.id).or_insert_with(|| {
+            Arc::new(StoredSchema {
+                schema_type,
+                text: v.schema.clone(),
+                references: v.references.clone(),
+            })
+        });
+        self.ids
+            .entry(dedup_key(schema_type, &v.schema, &v.references))
+            .or_insert(v.id);
+        self.max_id = self.max_id.max(v.id);
+        self.subject_entry(&v.subject).versions.insert(
+            v.version,
+            VersionEntry {
+                id: v.id,
+                deleted: v.deleted,
+            },
+        );
+    }
+
+    // ---- reads ----------------------------------------------------------
+
+    pub fn schema(&self, id: u32) -> Option<&Arc<StoredSchema>> {
+        self.schemas.get(&id)
+    }
+
+    /// The schema under `id`, if some version (live or soft-deleted) still
+    /// uses it; a schema whose every version was permanently deleted is
+    /// not found, though its id is never given to another schema.
+    pub fn schema_in_use(&self, id: u32) -> Result<&Arc<StoredSchema>, ApiError> {
+        let used = self
+            .subjects
+            .values()
+            .any(|s| s.versions.values().any(|e| e.id == id));
+        match self.schemas.get(&id) {
+            Some(schema) if used => Ok(schema),
+            _ => Err(ApiError::schema_not_found(id)),
+        }
+    }
+
+    pub fn subject(&self, name: &str) -> Option<&Subject> {
+        self.subjects.get(name)
+    }
+
+    /// The subject if it has a live version (or any version, with
+    /// `deleted`), else 40401.
+    pub fn existing_subject(&self, name: &str, deleted: bool) -> Result<&Subject, ApiError> {
+        match self.subjects.get(name) {
+            Some(s) if s.is_live() || (deleted && !s.versions.is_empty()) => Ok(s),
+            _ => Err(ApiError::subject_not_found(name)),
+        }
+    }
+
+    /// `GET /subjects`.
+    pub fn subject_names(&self, prefix: &str, deleted: bool, deleted_only: bool) -> Vec<String> {
+        self.subjects
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .filter(|(_, s)| {
+                let live = s.is_live();
+                let soft = !live && !s.versions.is_empty();
+                if deleted_only {
+                    soft
+                } else {
+                    live || (deleted && soft)
+                }
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// The version a request names: `latest` is the newest live one; a
+    /// soft-deleted version is found only with `deleted`.
+    pub fn version(
+        &self,
+        subject: &str,
+        spec: VersionSpec,
+        deleted: bool,
+    ) -> Result<(u32, VersionEntry), ApiError> {
+        let s = self.existing_subject(subject, deleted)?;
+        let found = match spec {
+            VersionSpec::Latest if deleted => s.versions.iter().next_back().map(|(v, e)| (*v, *e)),
+            VersionSpec::Latest => s.latest_live(),
+            VersionSpec::Number(n) => s
+                .versions
+                .get(&n)
+                .filter(|e| deleted || !e.deleted)
+                .map(|e| (n, *e)),
+        };
+        found.ok_or_else(|| match spec {
+            VersionSpec::Latest => ApiError::version_not_found(subject, "latest"),
+            VersionSpec::Number(n) => ApiError::version_not_found(subject, n),
+        })
+    }
+
+    /// Ids of the live schemas that reference `subject` version `version`.
+    pub fn referenced_by(&self, subject: &str, version: u32) -> Vec<u32> {
+        let mut ids = BTreeSet::new();
+        for s in self.subjects.values() {
+            for (_, e) in s.live() {
+                if let Some(schema) = self.schemas.get(&e.id)
+                    && schema.references.iter().any(|r| {
+                        r.subject == subject && self.resolve_reference_version(r) == Some(version)
+                    })
+                {
+                    ids.insert(e.id);
+                }
+            }
+        }
+        ids.into_iter().collect()
+    }
+
+    fn resolve_reference_version(&self, r: &SchemaReference) -> Option<u32> {
+        let s = self.subjects.get(&r.subject)?;
+        if r.version == -1 {
+            s.latest_live().map(|(v, _)| v)
+        } else {
+            u32::try_from(r.version).ok()
+        }
+    }
+
+    /// `(subject, version)` pairs that use schema `id`.
+    pub fn versions_of_id(&self, id: u32, deleted: bool) -> Vec<(String, u32)> {
+        let mut out = Vec::new();
+        for (name, s) in &self.subjects {
+            for (v, e) in &s.versions {
+                if e.id == id && (deleted || !e.deleted) {
+                    out.push((name.clone(), *v));
+                }
+            }
+        }
+        out
+    }
+
+    pub fn global_compatibility(&self) -> Mode {
+        self.compatibility.unwrap_or(DEFAULT_COMPATIBILITY)
+    }
+
+    /// The subject's level, or the global one.
+    pub fn compatibility(&self, subject: &str) -> Mode {
+        self.subjects
+            .get(subject)
+            .and_then(|s| s.compatibility)
+            .unwrap_or_else(|| self.global_compatibility())
+    }
+
+    pub fn global_mode(&self) -> RegistryMode {
+        self.mode.unwrap_or(RegistryMode::Readwrite)
+    }
+
+    pub fn mode(&self, subject: &str) -> RegistryMode {
+        self.subjects
+            .get(subject)
+            .and_then(|s| s.mode)
+            .unwrap_or_else(|| self.global_mode())
+    }
+
+    pub fn schema_count(&self) -> usize {
+        self.schemas.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.subjects.values().all(|s| s.versions.is_empty())
+    }
+
+    // ---- parsing --------------------------------------------------------
+
+    /// The schemas `references` name, transitively, as the compatibility
+    /// engine wants them (name and text), each once.
+    pub fn resolve_references(
+        &self,
+        references: &[SchemaReference],
+    ) -> Result<Vec<Reference>, ApiError> {
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        self.collect_references(references, &mut out, &mut seen, 0)?;
+        Ok(out)
+    }
+
+    fn collect_references(
+        &self,
+        references: &[SchemaReference],
+        out: &mut Vec<Reference>,
+        seen: &mut BTreeSet<(String, u32)>,
+        depth: usize,
+    ) -> Result<(), ApiError> {
+        if depth > 64 {
+            return Err(ApiError::invalid_schema(
+                "Invalid schema: references nest deeper than 64 levels",
+            ));
+        }
+        for r in references {
+            let subject = self
+                .subjects
+                .get(&r.subject)
+                .filter(|s| !s.versions.is_empty());
+            let Some(subject) = subject else {
+                return Err(ApiError::invalid_schema(format!(
+                    "Invalid schema: reference {:?} names subject '{}', which does not exist",
+                    r.name, r.subject
+                )));
+            };
+            let entry = if r.version == -1 {
+                subject.latest_live()
+            } else {
+                u32::try_from(r.version)
+                    .ok()
+                    .and_then(|v| subject.versions.get(&v).map(|e| (v, *e)))
+            };
+            let Some((version, entry)) = entry else {
+                return Err(ApiError::invalid_schema(format!(
+                    "Invalid schema: reference {:?} names version {} of subject '{}', which does not exist",
+                    r.name, r.version, r.subject
+                )));
+            };
+            if !seen.insert((r.subject.clone(), version)) {
+                continue;
+            }
+            let Some(schema) = self.schemas.get(&entry.id) else {
+                continue;
+            };
+            self.collect_references(&schema.references, out, seen, depth + 1)?;
+            out.push(Reference {
+                name: r.name.clone(),
+                schema: schema.text.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Parses a schema with its references; 42201 when it is not valid.
+    pub fn parse(
+        &self,
+        schema_type: SchemaType,
+        text: &str,
+        references: &[SchemaReference],
+    ) -> Result<Schema, ApiError> {
+        let resolved = self.resolve_references(references)?;
+        Schema::parse(schema_type, text, &resolved)
+            .map_err(|e| ApiError::invalid_schema(format!("Invalid schema: {}", e.message)))
+    }
+
+    /// The parsed schema under `id`, cached.
+    pub fn parsed(&self, id: u32) -> Result<Arc<Schema>, ApiError> {
+        if let Some(s) = self.parsed.lock().ok().and_then(|c| c.get(&id).cloned()) {
+            return Ok(s);
+        }
+        let stored = self
+            .schemas
+            .get(&id)
+            .ok_or_else(|| ApiError::schema_not_found(id))?;
+        let schema = Arc::new(
+            self.parse(stored.schema_type, &stored.text, &stored.references)
+                .map_err(|e| {
+                    ApiError::store(format!(
+                        "stored schema {id} does not parse any more: {}",
+                        e.message
+                    ))
+                })?,
+        );
+        if let Ok(mut cache) = self.parsed.lock() {
+            cache.insert(id, Arc::clone(&schema));
+        }
+        Ok(schema)
+    }
+
+    /// The id of an identical schema, if one was ever registered.
+    pub fn id_of(&self, key: &str) -> Option<u32> {
+        self.ids.get(key).copied()
+    }
+
+    // ---- writes ---------------------------------------------------------
+
+    fn check_writable(&self, subject: &str, import: bool) -> Result<RegistryMode, ApiError> {
+        let mode = self.mode(subject);
+        match mode {
+            RegistryMode::Readonly | RegistryMode::ReadonlyOverride => {
+                Err(ApiError::not_permitted(format!(
+                    "Subject {subject} is in read-only mode; PUT /mode/{subject} {{\"mode\":\"READWRITE\"}} to write"
+                )))
+            }
+            RegistryMode::Readwrite if import => Err(ApiError::not_permitted(format!(
+                "Subject {subject} is not in import mode: an explicit id or version is accepted only in IMPORT mode"
+            ))),
+            _ => Ok(mode),
+        }
+    }
+
+    /// `POST /subjects/{subject}/versions`. `incompatible_code` is the
+    /// error_code of a 409 (409 or 40901).
+    pub fn register(
+        &self,
+        subject: &str,
+        input: &SchemaInput,
+        incompatible_code: u32,
+    ) -> Result<Registration, ApiError> {
+        validate_subject(subject)?;
+        let explicit = input.id.is_some() || input.version.is_some();
+        let mode = self.check_writable(subject, explicit)?;
+        let schema_type = parse_schema_type(input.schema_type.as_deref())?;
+        let new = self.parse(schema_type, &input.schema, &input.references)?;
+        let key = dedup_key(schema_type, &input.schema, &input.references);
+        let existing_id = self.id_of(&key);
+        let subject_state = self.subjects.get(subject);
+
+        if let (Some(id), Some(s)) = (existing_id, subject_state)
+            && input.version.is_none()
+            && (input.id.is_none() || input.id == Some(id))
+            && let Some((version, _)) = s.live().find(|(_, e)| e.id == id)
+        {
+            return Ok(Registration {
+                id,
+                version,
+                records: Vec::new(),
+            });
+        }
+
+        let import = mode == RegistryMode::Import;
+        if !import {
+            let level = self.compatibility(subject);
+            let live: Vec<(u32, VersionEntry)> = subject_state
+                .map(|s| s.live().rev().collect())
+                .unwrap_or_default();
+            let previous = live
+                .iter()
+                .map(|(_, e)| self.parsed(e.id).map(|s| (*s).clone()))
+                .collect::<Result<Vec<Schema>, ApiError>>()?;
+            let findings = evolve_compat::check(level, &new, &previous);
+            if !findings.is_empty() {
+                let details = describe_findings(&findings, &live, level);
+                return Err(ApiError::incompatible(incompatible_code, subject, &details));
+            }
+        }
+
+        let id = match (input.id, existing_id) {
+            (Some(wanted), _) => {
+                if let Some(stored) = self.schemas.get(&wanted)
+                    && dedup_key(stored.schema_type, &stored.text, &stored.references) != key
+                {
+                    return Err(ApiError::id_mismatch(format!(
+                        "Overwrite new schema with id {wanted} is not permitted: id {wanted} is another schema"
+                    )));
+                }
+                if let Some(other) = existing_id
+                    && other != wanted
+                {
+                    return Err(ApiError::id_mismatch(format!(
+                        "Schema already registered with id {other} instead of input id {wanted}"
+                    )));
+                }
+                if !(1..=MAX_VERSION).contains(&wanted) {
+                    return Err(ApiError::id_mismatch(format!(
+                        "Id {wanted} is out of range 1..2^31-1"
+                    )));
+                }
+                wanted
+            }
+            (None, Some(id)) => id,
+            (None, None) => self
+                .max_id
+                .checked_add(1)
+                .filter(|id| *id <= MAX_VERSION)
+                .ok_or_else(|| ApiError::store("every schema id up to 2^31-1 is taken"))?,
+        };
+        let max_version = subject_state
+            .and_then(|s| s.versions.keys().next_back().copied())
+            .unwrap_or(0);
+        let version = match input.version {
+            Some(v) => {
+                if !(1..=MAX_VERSION).contains(&v) {
+                    return Err(ApiError::invalid_version(&v.to_string()));
+                }
+                if subject_state.is_some_and(|s| s.versions.contains_key(&v)) {
+                    return Err(ApiError::not_permitted(format!(
+                        "Version {v} of subject '{subject}' already exists; an import cannot overwrite it"
+                    )));
+                }
+                v
+            }
+            None => max_version
+                .checked_add(1)
+                .filter(|v| *v <= MAX_VERSION)
+                .ok_or_else(|| ApiError::invalid_version("2^31"))?,
+        };
+        let value = SchemaValue {
+            subject: subject.to_owned(),
+            version,
+            id,
+            schema: input.schema.clone(),
+            schema_type: schema_type_field(schema_type).map(str::to_owned),
+            references: input.references.clone(),
+            deleted: false,
+        };
+        Ok(Registration {
+            id,
+            version,
+            records: vec![Record {
+                key: Key::Schema {
+                    subject: subject.to_owned(),
+                    version,
+                },
+                value: Some(Value::Schema(value)),
+            }],
+        })
+    }
+
+    /// `POST /subjects/{subject}`: the version of `subject` that holds this
+    /// schema.
+    pub fn lookup(
+        &self,
+        subject: &str,
+        input: &SchemaInput,
+        deleted: bool,
+    ) -> Result<(u32, u32), ApiError> {
+        let s = self.existing_subject(subject, deleted)?;
+        let schema_type = parse_schema_type(input.schema_type.as_deref())?;
+        // Parsing validates the schema and its references (42201).
+        self.parse(schema_type, &input.schema, &input.references)?;
+        let key = dedup_key(schema_type, &input.schema, &input.references);
+        let id = self
+            .id_of(&key)
+            .ok_or_else(|| ApiError::schema_not_found("(the one given)"))?;
+        s.versions
+            .iter()
+            .rev()
+            .find(|(_, e)| e.id == id && (deleted || !e.deleted))
+            .map(|(v, e)| (e.id, *v))
+            .ok_or_else(|| ApiError::schema_not_found("(the one given)"))
+    }
+
+    /// `POST /compatibility/subjects/{subject}/versions[/{version}]`: every
+    /// incompatibility, as sentences. With a version, the check runs
+    /// against that version only (in the level's directions); without, as
+    /// registration would.
+    pub fn check_compatibility(
+        &self,
+        subject: &str,
+        version: Option<VersionSpec>,
+        input: &SchemaInput,
+    ) -> Result<Vec<String>, ApiError> {
+        let schema_type = parse_schema_type(input.schema_type.as_deref())?;
+        let level = self.compatibility(subject);
+        let against: Vec<(u32, VersionEntry)> = match version {
+            Some(spec) => vec![self.version(subject, spec, false)?],
+            None => match self.subjects.get(subject) {
+                Some(s) => s.live().rev().collect(),
+                None => Vec::new(),
+            },
+        };
+        let new = self.parse(schema_type, &input.schema, &input.references)?;
+        let previous = against
+            .iter()
+            .map(|(_, e)| self.parsed(e.id).map(|s| (*s).clone()))
+            .collect::<Result<Vec<Schema>, ApiError>>()?;
+        let effective = if version.is_some() {
+            // One named version: the level's directions, not its depth.
+            match level {
+                Mode::BackwardTransitive => Mode::Backward,
+                Mode::ForwardTransitive => Mode::Forward,
+                Mode::FullTransitive => Mode::Full,
+                other => other,
+            }
+        } else {
+            level
+        };
+        let findings = evolve_compat::check(effective, &new, &previous);
+        Ok(describe_findings(&findings, &against, level))
+    }
+
+    /// `DELETE /subjects/{subject}[?permanent=true]`: the versions deleted.
+    pub fn delete_subject(
+        &self,
+        subject: &str,
+        permanent: bool,
+    ) -> Result<(Vec<u32>, Vec<Record>), ApiError> {
+        let s = match self.subjects.get(subject) {
+            Some(s) if !s.versions.is_empty() => s,
+            _ => return Err(ApiError::subject_not_found(subject)),
+        };
+        self.check_writable(subject, false)?;
+        if permanent {
+            if s.is_live() {
+                return Err(ApiError::subject_not_soft_deleted(subject));
+            }
+            let versions: Vec<u32> = s.versions.keys().copied().collect();
+            let mut records: Vec<Record> = versions
+                .iter()
+                .map(|v| Record {
+                    key: Key::Schema {
+                        subject: subject.to_owned(),
+                        version: *v,
+                    },
+                    value: None,
+                })
+                .collect();
+            if s.compatibility.is_some() {
+                records.push(Record {
+                    key: Key::Config {
+                        subject: Some(subject.to_owned()),
+                    },
+                    value: None,
+                });
+            }
+            if s.mode.is_some() {
+                records.push(Record {
+                    key: Key::Mode {
+                        subject: Some(subject.to_owned()),
+                    },
+                    value: None,
+                });
+            }
+            return Ok((versions, records));
+        }
+        if !s.is_live() {
+            return Err(ApiError::subject_soft_deleted(subject));
+        }
+        let live: Vec<u32> = s.live().map(|(v, _)| v).collect();
+        for v in &live {
+            let by = self.referenced_by(subject, *v);
+            if !by.is_empty() {
+                return Err(ApiError::reference_exists(subject, *v, &by));
+            }
+        }
+        let max = s.versions.keys().next_back().copied().unwrap_or(0);
+        Ok((
+            live,
+            vec![Record {
+                key: Key::DeleteSubject {
+                    subject: subject.to_owned(),
+                },
+                value: Some(Value::DeleteSubject {
+                    subject: subject.to_owned(),
+                    version: max,
+                }),
+            }],
+        ))
+    }
+
+    /// `DELETE /subjects/{subject}/versions/{version}[?permanent=true]`.
+    pub fn delete_version(
+        &self,
+        subject: &str,
+        spec: VersionSpec,
+        permanent: bool,
+    ) -> Result<(u32, Vec<Record>), ApiError> {
+        let s = match self.subjects.get(subject) {
+            Some(s) if !s.versions.is_empty() => s,
+            _ => return Err(ApiError::subject_not_found(subject)),
+        };
+        self.check_writable(subject, false)?;
+        let (version, entry) = match spec {
+            VersionSpec::Latest if permanent => {
+                s.versions.iter().next_back().map(|(v, e)| (*v, *e))
+            }
+            VersionSpec::Latest => s.latest_live(),
+            VersionSpec::Number(n) => s.versions.get(&n).map(|e| (n, *e)),
+        }
+        .ok_or_else(|| match spec {
+            VersionSpec::Latest => ApiError::version_not_found(subject, "latest"),
+            VersionSpec::Number(n) => ApiError::version_not_found(subject, n),
+        })?;
+        let key = Key::Schema {
+            subject: subject.to_owned(),
+            version,
+        };
+        if permanent {
+            if !entry.deleted {
+                return Err(ApiError::version_not_soft_deleted(subject, version));
+            }
+            return Ok((version, vec![Record { key, value: None }]));
+        }
+        if entry.deleted {
+            return Err(ApiError::version_soft_deleted(subject, version));
+        }
+        let by = self.referenced_by(subject, version);
+        if !by.is_empty() {
+            return Err(ApiError::reference_exists(subject, version, &by));
+        }
+        let stored = self
+            .schemas
+            .get(&entry.id)
+            .ok_or_else(|| ApiError::store(format!("schema {} is missing", entry.id)))?;
+        let value = SchemaValue {
+            subject: subject.to_owned(),
+            version,
+            id: entry.id,
+            schema: stored.text.clone(),
+            schema_type: schema_type_field(stored.schema_type).map(str::to_owned),
+            references: stored.references.clone(),
+            deleted: true,
+        };
+        Ok((
+            version,
+            vec![Record {
+                key,
+                value: Some(Value::Schema(value)),
+            }],
+        ))
+    }
+
+    /// `PUT /config[/{subject}]`.
+    pub fn set_compatibility(
+        &self,
+        subject: Option<&str>,
+        level: Mode,
+    ) -> Result<Vec<Record>, ApiError> {
+        if let Some(s) = subject {
+            validate_subject(s)?;
+        }
+        Ok(vec![Record {
+            key: Key::Config {
+                subject: subject.map(str::to_owned),
+            },
+            value: Some(Value::Config(level)),
+        }])
+    }
+
+    /// `DELETE /config[/{subject}]`: the level it had.
+    pub fn delete_compatibility(
+        &self,
+        subject: Option<&str>,
+    ) -> Result<(Mode, Vec<Record>), ApiError> {
+        let old = match subject {
+            None => self.global_compatibility(),
+            Some(s) => match self.subjects.get(s) {
+                Some(state) => state
+                    .compatibility
+                    .ok_or_else(|| ApiError::subject_level_compatibility_not_configured(s))?,
+                None => return Err(ApiError::subject_not_found(s)),
+            },
+        };
+        Ok((
+            old,
+            vec![Record {
+                key: Key::Config {
+                    subject: subject.map(str::to_owned),
+                },
+                value: None,
+            }],
+        ))
+    }
+
+    /// `PUT /mode[/{subject}]`. IMPORT needs an empty registry (or
+    /// subject) unless `force`.
+    pub fn set_mode(
+        &self,
+        subject: Option<&str>,
+        mode: RegistryMode,
+        force: bool,
+    ) -> Result<Vec<Record>, ApiError> {
+        if let Some(s) = subject {
+            validate_subject(s)?;
+        }
+        if mode == RegistryMode::Import && !force {
+            let empty = match subject {
+                None => self.is_empty(),
+                Some(s) => self.subjects.get(s).is_none_or(|s| s.versions.is_empty()),
+            };
+            if !empty {
+                return Err(ApiError::not_permitted(
+                    "Cannot import since found existing subjects; add force=true to switch to IMPORT anyway",
+                ));
+            }
+        }
+        Ok(vec![Record {
+            key: Key::Mode {
+                subject: subject.map(str::to_owned),
+            },
+            value: Some(Value::Mode(mode)),
+        }])
+    }
+
+    /// `DELETE /mode[/{subject}]`: the mode it had.
+    pub fn delete_mode(
+        &self,
+        subject: Option<&str>,
+    ) -> Result<(RegistryMode, Vec<Record>), ApiError> {
+        let old = match subject {
+            None => self.global_mode(),
+            Some(s) => match self.subjects.get(s) {
+                Some(state) => state
+                    .mode
+                    .ok_or_else(|| ApiError::subject_level_mode_not_configured(s))?,
+                None => return Err(ApiError::subject_not_found(s)),
+            },
+        };
+        Ok((
+            old,
+            vec![Record {
+                key: Key::Mode {
+                    subject: subject.map(str::to_owned),
+                },
+                value: None,
+            }],
+        ))
+    }
+}
+
+/// One line per incompatibility, in the shape of Confluent's verbose
+/// messages: `{errorType:'READER_FIELD_MISSING_DEFAULT_VALUE',
+/// description:'...', location:'/fields/1', oldSchemaVersion:2,
+/// direction:'backward', compatibility:'BACKWARD'}`.
+fn describe_findings(
+    findings: &[evolve_compat::Finding],
+    against: &[(u32, VersionEntry)],
+    level: Mode,
+) -> Vec<String> {
+    findings
+        .iter()
+        .map(|f| {
+            let version = against
+                .get(f.against)
+                .map(|(v, _)| v.to_string())
+                .unwrap_or_else(|| "?".into());
+            let direction = match f.direction {
+                evolve_compat::Direction::Backward => "backward",
+                evolve_compat::Direction::Forward => "forward",
+            };
+            let i = &f.incompatibility;
+            format!(
+                "{{errorType:'{}', description:'{}', location:'{}', oldSchemaVersion:{version}, direction:'{direction}', compatibility:'{}'}}",
+                i.kind,
+                i.message,
+                i.path,
+                level.as_str()
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,318 @@
+//! The append-only log the registry's state is replayed from.
+//!
+//! Each record sits at an offset (1, 2, ...). An append names the offset
+//! the writer last saw and succeeds only if nobody appended since: two
+//! instances that register at once cannot both win, the loser catches up
+//! and decides again (and then finds the schema already registered). That
+//! is what makes "concurrent registrations of the same schema yield one id
+//! and one version" hold across processes.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tokio_postgres::Client;
+
+use crate::record::Record;
+
+/// A store that failed: what, where (never a password), and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreError(pub String);
+
+/// The log behind a registry.
+pub trait Log: Send + Sync + 'static {
+    /// Every record after `offset`, in order, with its offset.
+    fn read_after(
+        &self,
+        offset: i64,
+    ) -> impl Future<Output = Result<Vec<(i64, Record)>, StoreError>> + Send;
+
+    /// Appends `records` at `after + 1, after + 2, ...` if the log still
+    /// ends at `after`, durably and all or nothing. `Ok(false)` when
+    /// another writer appended first.
+    fn append(
+        &self,
+        after: i64,
+        records: &[Record],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Where the log is, for messages (no secrets).
+    fn describe(&self) -> String;
+}
+
+/// Where a registry keeps its log, as `--storage` spells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StorageSpec {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl std::str::FromStr for StorageSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<StorageSpec, String> {
+        if let Some(path) = s.strip_prefix("sqlite:") {
+            if path.is_empty() {
+                return Err("--storage sqlite: needs a file path, e.g. sqlite:registry.db".into());
+            }
+            Ok(StorageSpec::Sqlite(PathBuf::from(path)))
+        } else if let Some(url) = s.strip_prefix("postgres:") {
+            let url = if url.starts_with("//") {
+                format!("postgres:{url}")
+            } else {
+                url.to_owned()
+            };
+            Ok(StorageSpec::Postgres(url))
+        } else if s.starts_with("postgresql://") {
+            Ok(StorageSpec::Postgres(s.to_owned()))
+        } else {
+            Err(format!(
+                "storage {:?} is not understood; use sqlite:PATH or postgres://user@host/db",
+                evolve_pg::redact_url(s)
+            ))
+        }
+    }
+}
+
+/// Either store, so that a registry can be chosen at run time.
+pub enum Storage {
+    Sqlite(SqliteLog),
+    Postgres(PostgresLog),
+}
+
+impl Storage {
+    pub async fn open(spec: &StorageSpec) -> Result<Storage, StoreError> {
+        Ok(match spec {
+            StorageSpec::Sqlite(path) => Storage::Sqlite(SqliteLog::open(path)?),
+            StorageSpec::Postgres(url) => Storage::Postgres(PostgresLog::open(url).await?),
+        })
+    }
+}
+
+impl Log for Storage {
+    async fn read_after(&self, offset: i64) -> Result<Vec<(i64, Record)>, StoreError> {
+        match self {
+            Storage::Sqlite(l) => l.read_after(offset).await,
+            Storage::Postgres(l) => l.read_after(offset).await,
+        }
+    }
+
+    async fn append(&self, after: i64, records: &[Record]) -> Result<bool, StoreError> {
+        match self {
+            Storage::Sqlite(l) => l.append(after, records).await,
+            Storage::Postgres(l) => l.append(after, records).await,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Storage::Sqlite(l) => l.describe(),
+            Storage::Postgres(l) => l.describe(),
+        }
+    }
+}
+
+fn decode_rows(rows: Vec<(i64, String, Option<String>)>) -> Result<Vec<(i64, Record)>, StoreError> {
+    rows.into_iter()
+        .map(|(offset, key, value)| {
+            Record::from_json(&key, value.as_deref())
+                .map(|r| (offset, r))
+                .map_err(|e| {
+                    StoreError(format!("log record at offset {offset} is unreadable: {e}"))
+                })
+        })
+        .collect()
+}
+
+// ---- SQLite ---------------------------------------------------------------
+
+/// The log in an SQLite file (WAL journal, synchronous=FULL: an append is
+/// on disk when it returns). Several processes may share the file.
+pub struct SqliteLog {
+    path: PathBuf,
+    connection: Arc<Mutex<rusqlite::Connection>>,
+}
+
+const SQLITE_SCHEMA: &str = "
+    CREATE TABLE IF NOT EXISTS schemas_log (
+        log_offset INTEGER PRIMARY KEY,
+        key TEXT NOT NULL,
+        value TEXT
+    );";
+
+impl SqliteLog {
+    pub fn open(path: &Path) -> Result<SqliteLog, StoreError> {
+        let fail = |e: rusqlite::Error| {
+            StoreError(format!(
+                "registry store {}: {e}; check that the directory exists and is writable",
+                path.display()
+            ))
+        };
+        let connection = rusqlite::Connection::open(path).map_err(fail)?;
+        connection
+            .busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(fail)?;
+        connection
+            .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
+            .map_err(fail)?;
+        connection.execute_batch(SQLITE_SCHEMA).map_err(fail)?;
+        Ok(SqliteLog {
+            path: path.to_owned(),
+            connection: Arc::new(Mutex::new(connection)),
+        })
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut rusqlite::Connection) -> Result<T, rusqlite::Error> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let connection = Arc::clone(&self.connection);
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = connection
+                .lock()
+                .map_err(|_| StoreError("registry store connection is poisoned".into()))?;
+            work(&mut guard)
+                .map_err(|e| StoreError(format!("registry store {}: {e}", path.display())))
+        })
+        .await
+        .map_err(|e| StoreError(format!("registry store task failed: {e}")))?
+    }
+}
+
+impl Log for SqliteLog {
+    async fn read_after(&self, offset: i64) -> Result<Vec<(i64, Record)>, StoreError> {
+        let rows = self
+            .blocking(move |c| {
+                let mut statement = c.prepare_cached(
+                    "SELECT log_offset, key, value FROM schemas_log WHERE log_offset > ?1 ORDER BY log_offset",
+                )?;
+                let rows = statement
+                    .query_map([offset], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(rows)
+            })
+            .await?;
+        decode_rows(rows)
+    }
+
+    async fn append(&self, after: i64, records: &[Record]) -> Result<bool, StoreError> {
+        let rows: Vec<(String, Option<String>)> = records
+            .iter()
+            .map(|r| (r.key.to_json(), r.value_json()))
+            .collect();
+        self.blocking(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let end: i64 = tx.query_row(
+                "SELECT coalesce(max(log_offset), 0) FROM schemas_log",
+                [],
+                |r| r.get(0),
+            )?;
+            if end != after {
+                return Ok(false);
+            }
+            {
+                let mut insert = tx.prepare_cached(
+                    "INSERT INTO schemas_log (log_offset, key, value) VALUES (?1, ?2, ?3)",
+                )?;
+                for (i, (key, value)) in rows.iter().enumerate() {
+                    insert.execute(rusqlite::params![after + 1 + i as i64, key, value])?;
+                }
+            }
+            tx.commit()?;
+            Ok(true)
+        })
+        .await
+    }
+
+    fn describe(&self) -> String {
+        format!("sqlite:{}", self.path.display())
+    }
+}
+
+// ---- PostgreSQL -------------------------------------------------------------
+
+/// The log in a PostgreSQL table, `evolve_registry_log`, so that several
+/// registry instances behind a load balancer share one store. An append is
+/// one INSERT of every record at its offset; the primary key turns a
+/// concurrent append at the same offset into a conflict.
+pub struct PostgresLog {
+    target: String,
+    client: Client,
+}
+
+impl PostgresLog {
+    pub async fn open(url: &str) -> Result<PostgresLog, StoreError> {
+        let client = evolve_pg::connect(url, "evolve registry")
+            .await
+            .map_err(|e| StoreError(format!("registry store: {e}")))?;
+        let target = evolve_pg::redact_url(url);
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS evolve_registry_log (
+                     log_offset bigint PRIMARY KEY,
+                     key text NOT NULL,
+                     value text
+                 )",
+            )
+            .await
+            .map_err(|e| {
+                StoreError(format!(
+                    "registry store {target}: {}",
+                    evolve_pg::PgError::from(e)
+                ))
+            })?;
+        Ok(PostgresLog { target, client })
+    }
+}
+
+impl Log for PostgresLog {
+    async fn read_after(&self, offset: i64) -> Result<Vec<(i64, Record)>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT log_offset, key, value FROM evolve_registry_log WHERE log_offset > $1 ORDER BY log_offset",
+                &[&offset],
+            )
+            .await
+            .map_err(|e| StoreError(format!("registry store {}: {}", self.target, evolve_pg::PgError::from(e))))?;
+        decode_rows(
+            rows.into_iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect(),
+        )
+    }
+
+    async fn append(&self, after: i64, records: &[Record]) -> Result<bool, StoreError> {
+        let offsets: Vec<i64> = (0..records.len() as i64).map(|i| after + 1 + i).collect();
+        let keys: Vec<String> = records.iter().map(|r| r.key.to_json()).collect();
+        let values: Vec<Option<String>> = records.iter().map(Record::value_json).collect();
+        // The offset just after `after` must be free and `after` must exist
+        // (or be 0): a writer that missed records cannot append past them.
+        let result = self
+            .client
+            .execute(
+                "INSERT INTO evolve_registry_log (log_offset, key, value)
+                 SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[])
+                 WHERE $4::bigint = (SELECT coalesce(max(log_offset), 0) FROM evolve_registry_log)",
+                &[&offsets, &keys, &values, &after],
+            )
+            .await;
+        match result {
+            Ok(n) => Ok(n as usize == records.len()),
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+                Ok(false)
+            }
+            Err(e) => Err(StoreError(format!(
+                "registry store {}: {}",
+                self.target,
+                evolve_pg::PgError::from(e)
+            ))),
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.target.clone()
+    }
+}
