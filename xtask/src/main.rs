@@ -1,8 +1,8 @@
 //! evolve's automation, run as `cargo xtask <command>` (an alias in
 //! `.cargo/config.toml`). Standard library only, so it builds in seconds.
 //!
-//! - `cargo xtask test [ARGS]`: make sure the PostgreSQL server is installed,
-//!   then `cargo fmt --check`, `cargo clippy -D warnings` and
+//! - `cargo xtask test [ARGS]`: make sure the PostgreSQL server, curl,
+//!   openssl and the Python clients (pip) are installed, then `cargo fmt --check`, `cargo clippy -D warnings` and
 //!   `cargo test --workspace ARGS`, stopping at the first failure. This is
 //!   the repository's test command; `.ci/run` runs it.
 //! - `cargo xtask demo [ARGS]`: PostgreSQL, then `evolve demo ARGS`.
@@ -108,6 +108,8 @@ fn usage_error(message: &str) -> Failure {
 fn test(cargo_test_args: &[String]) -> Result<(), Failure> {
     let started = Instant::now();
     ensure_postgres()?;
+    ensure_tools()?;
+    ensure_python_clients()?;
     step("fmt", &mut cargo(["fmt", "--all", "--", "--check"]))?;
     step(
         "clippy",
@@ -247,6 +249,63 @@ fn initdb_on_path() -> Option<PathBuf> {
     let dir = std::env::split_paths(&std::env::var_os("PATH")?).find(|dir| has_initdb(dir))?;
     let real = std::fs::canonicalize(dir.join("initdb")).ok()?;
     Some(real.parent()?.to_path_buf())
+}
+
+/// Command-line clients the tests drive, and the Debian package of each.
+const TOOLS: [(&str, &str); 2] = [("curl", "curl"), ("openssl", "openssl")];
+
+/// Install the clients in [`TOOLS`] that are not on `PATH`.
+fn ensure_tools() -> Result<(), Failure> {
+    let missing: Vec<&str> = TOOLS
+        .iter()
+        .filter(|(binary, _)| !on_path(binary))
+        .map(|(_, package)| *package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("==> installing {}", missing.join(" "));
+    let elevate = privilege()?;
+    step("apt-get update", &mut apt(elevate, &["update"]))?;
+    let mut install = vec!["install", "-y", "--no-install-recommends"];
+    install.extend(&missing);
+    step("install tools", &mut apt(elevate, &install))
+}
+
+fn on_path(binary: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(binary).is_file()))
+}
+
+/// The Python packages of the client tests (Confluent's schema registry
+/// client and serializers), pinned in
+/// `crates/evolve/tests/python/requirements.txt`, installed with pip when
+/// they do not import.
+fn ensure_python_clients() -> Result<(), Failure> {
+    let imports = "import confluent_kafka.schema_registry.avro, google.protobuf, jsonschema";
+    let present = Command::new("python3")
+        .args(["-c", imports])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        return Ok(());
+    }
+    let requirements = workspace_root().join("crates/evolve/tests/python/requirements.txt");
+    step(
+        "pip install the Python clients",
+        Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(&requirements),
+    )
 }
 
 /// Install the PostgreSQL server packages unless `initdb` is found.

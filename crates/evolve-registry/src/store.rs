@@ -69,9 +69,18 @@ impl std::str::FromStr for StorageSpec {
         } else {
             Err(format!(
                 "storage {:?} is not understood; use sqlite:PATH or postgres://user@host/db",
-                evolve_pg::redact_url(s)
+                redact_userinfo(s)
             ))
         }
+    }
+}
+
+/// `scheme://user:password@host` without the user information, whatever
+/// the scheme.
+fn redact_userinfo(s: &str) -> String {
+    match (s.find("://"), s.rfind('@')) {
+        (Some(start), Some(at)) if at > start => format!("{}://…{}", &s[..start], &s[at..]),
+        _ => s.to_owned(),
     }
 }
 

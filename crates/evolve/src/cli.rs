@@ -47,6 +47,8 @@ pub enum Command {
     Lint(LintArgs),
     /// Schema compatibility (Avro, Protobuf, JSON Schema) for CI.
     Compat(crate::compat::CompatArgs),
+    /// A schema registry speaking Confluent Schema Registry's REST API.
+    Registry(crate::registry::RegistryArgs),
     /// A short tour of `evolve migrate` against a throwaway PostgreSQL.
     Demo(DemoArgs),
 }
@@ -182,6 +184,17 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Runs the command; the exit code is 0 unless the command itself says
 /// otherwise (`lint` with errors, `compat check` incompatible). Errors are
 /// mapped to exit codes by `main`.
+/// Whether the command serves requests (and wants every core) rather than
+/// making round trips to PostgreSQL (which one thread does fastest).
+pub fn wants_multi_thread(cli: &Cli) -> bool {
+    matches!(
+        &cli.command,
+        Command::Registry(crate::registry::RegistryArgs {
+            verb: crate::registry::RegistryVerb::Serve { .. }
+        })
+    )
+}
+
 pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<ExitCode> {
     if let Command::Lint(args) = &cli.command {
         return lint(args, out);
@@ -231,6 +244,7 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo(args) => crate::demo::run(args, out).await,
+        Command::Registry(args) => crate::registry::run(args).await,
         Command::Lint(_) | Command::Compat(_) => unreachable!("handled in run"),
     }
 }

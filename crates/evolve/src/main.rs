@@ -6,6 +6,7 @@ mod cli;
 mod compat;
 mod demo;
 mod output;
+mod registry;
 
 use std::process::ExitCode;
 
@@ -13,22 +14,34 @@ use clap::Parser;
 
 use crate::output::Out;
 
+/// Warnings only, except the registry's access log when serving.
+fn default_log_filter(args: &cli::Cli) -> &'static str {
+    if cli::wants_multi_thread(args) {
+        "warn,evolve::registry::access=info"
+    } else {
+        "warn"
+    }
+}
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("EVOLVE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(&args))),
         )
         .with_writer(std::io::stderr)
         .init();
     // One thread: evolve's work is round trips to PostgreSQL, and a
     // single-threaded runtime answers them without cross-thread wake-ups
     // (measured: 1.06x psql's floor instead of 1.3x, see BENCHMARKS.md).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // A server (the registry) uses every core.
+    let mut builder = if cli::wants_multi_thread(&args) {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

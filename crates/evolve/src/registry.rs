@@ -1,0 +1,221 @@
+//! `evolve registry`: serve the Confluent-compatible schema registry,
+//! import a `_schemas` export, hash a password for the users file.
+
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use evolve_registry::auth::Users;
+use evolve_registry::http::{App, DEFAULT_MAX_BODY};
+use evolve_registry::metrics::Metrics;
+use evolve_registry::service::{Registry, Settings};
+use evolve_registry::store::{Storage, StorageSpec};
+
+#[derive(Debug, Args)]
+pub struct RegistryArgs {
+    #[command(subcommand)]
+    pub verb: RegistryVerb,
+}
+
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// Where the registry keeps its log: sqlite:PATH (default, one file) or
+    /// postgres://user@host/db (several instances share it).
+    #[arg(
+        long,
+        default_value = "sqlite:evolve-registry.db",
+        env = "EVOLVE_REGISTRY_STORAGE"
+    )]
+    pub storage: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RegistryVerb {
+    /// Serve Confluent Schema Registry's REST API.
+    Serve {
+        /// Address to listen on (loopback unless told otherwise; port 0
+        /// picks a free one and prints it).
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        listen: SocketAddr,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Require HTTP basic auth for users in FILE (lines NAME:HASH,
+        /// argon2 or bcrypt; see `evolve registry hash-password`).
+        #[arg(long, value_name = "FILE")]
+        users: Option<PathBuf>,
+        /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The PEM private key of --tls-cert.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Largest request body accepted (42209 beyond).
+        #[arg(long, default_value_t = DEFAULT_MAX_BODY)]
+        max_body_bytes: usize,
+        /// error_code of an incompatible registration: 409 (Confluent up to
+        /// 8.0.3, Karapace) or 40901 (Confluent 8.0.4 and later).
+        #[arg(long, default_value_t = 409, value_parser = parse_incompatible_code)]
+        incompatible_error_code: u32,
+        /// How often to read other instances' writes from a shared store.
+        #[arg(long, default_value_t = 1000)]
+        poll_interval_ms: u64,
+    },
+    /// Import a `_schemas` topic export (KEY<TAB>VALUE lines, or a JSON
+    /// array of [key, value] pairs) with its ids, versions and deletions.
+    Import {
+        file: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Import even though the registry already holds subjects.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Read a password from stdin and print its argon2id hash, for --users.
+    HashPassword,
+}
+
+fn parse_incompatible_code(s: &str) -> Result<u32, String> {
+    match s {
+        "409" => Ok(409),
+        "40901" => Ok(40901),
+        _ => Err("use 409 or 40901".into()),
+    }
+}
+
+pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
+    match args.verb {
+        RegistryVerb::Serve {
+            listen,
+            store,
+            users,
+            tls_cert,
+            tls_key,
+            max_body_bytes,
+            incompatible_error_code,
+            poll_interval_ms,
+        } => {
+            let users = match users {
+                Some(path) => {
+                    let text = std::fs::read_to_string(&path)
+                        .with_context(|| format!("cannot read users file {}", path.display()))?;
+                    Some(
+                        Users::parse(&text)
+                            .map_err(|e| anyhow::anyhow!("users file {}: {e}", path.display()))?,
+                    )
+                }
+                None => None,
+            };
+            let tls = match (tls_cert, tls_key) {
+                (Some(cert), Some(key)) => Some(
+                    evolve_registry::serve::load_tls(&cert, &key).map_err(anyhow::Error::msg)?,
+                ),
+                _ => None,
+            };
+            let settings = Settings {
+                incompatible_code: incompatible_error_code,
+                poll_interval: Duration::from_millis(poll_interval_ms.max(10)),
+            };
+            let registry = open(&store.storage, settings).await?;
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| {
+                    format!("cannot listen on {listen}; pick another --listen address")
+                })?;
+            let address = listener.local_addr()?;
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            {
+                let mut stdout = std::io::stdout().lock();
+                writeln!(
+                    stdout,
+                    "evolve registry listening on {scheme}://{address} (store {}{})",
+                    registry.describe_store(),
+                    if users.is_some() { ", basic auth" } else { "" }
+                )?;
+                stdout.flush()?;
+            }
+            let app = Arc::new(App {
+                registry,
+                users,
+                metrics: Metrics::default(),
+                max_body: max_body_bytes,
+            });
+            evolve_registry::serve::serve(app, listener, tls, shutdown_signal()).await?;
+            Ok(())
+        }
+        RegistryVerb::Import { file, store, force } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read export {}", file.display()))?;
+            let records = evolve_registry::record::parse_export(&text).map_err(|e| {
+                anyhow::anyhow!("export {}: {e}; nothing was imported", file.display())
+            })?;
+            let registry = open(&store.storage, Settings::default()).await?;
+            let count = registry.import(records, force).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "import into {} refused: {}",
+                    registry.describe_store(),
+                    e.message
+                )
+            })?;
+            let subjects = registry.read(|s| s.subject_names("", true, false).len());
+            println!(
+                "imported {count} records into {}: {subjects} subject(s)",
+                registry.describe_store()
+            );
+            Ok(())
+        }
+        RegistryVerb::HashPassword => {
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line)?;
+            let password = line.trim_end_matches(['\r', '\n']);
+            if password.is_empty() {
+                bail!(
+                    "no password on stdin; e.g. `printf %s \"$PASSWORD\" | evolve registry hash-password`"
+                );
+            }
+            println!(
+                "{}",
+                evolve_registry::auth::hash_password(password).map_err(anyhow::Error::msg)?
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn open(spec: &str, settings: Settings) -> anyhow::Result<Registry<Storage>> {
+    // Parsed here rather than by clap, whose error would echo the value
+    // (and any password in it).
+    let spec: StorageSpec = spec.parse().map_err(anyhow::Error::msg)?;
+    let storage = Storage::open(&spec)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Registry::open(storage, settings)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
