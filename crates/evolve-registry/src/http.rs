@@ -152,6 +152,37 @@ async fn json_body(app: &App, body: Body) -> Result<Json, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("The request body is not valid JSON: {e}")))
 }
 
+/// Decodes the body of a registration, lookup or compatibility check, as
+/// the handlers do (also the fuzz target for request decoding).
+/// `normalize` is the query parameter of the same name.
+pub fn decode_schema_body(bytes: &[u8], normalize: bool) -> Result<SchemaInput, ApiError> {
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request(
+            "The request body is empty; send a JSON object",
+        ));
+    }
+    let body: Json = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("The request body is not valid JSON: {e}")))?;
+    let mut input = schema_input(&body)?;
+    if normalize {
+        let schema_type = crate::state::parse_schema_type(input.schema_type.as_deref())?;
+        input.schema = crate::state::normalize_text(schema_type, &input.schema);
+    }
+    Ok(input)
+}
+
+/// Reads a schema body: at most `max_body` bytes (42209 beyond).
+async fn read_schema_body(
+    app: &App,
+    body: Body,
+    params: &HashMap<String, String>,
+) -> Result<SchemaInput, ApiError> {
+    let bytes = axum::body::to_bytes(body, app.max_body)
+        .await
+        .map_err(|_| ApiError::too_large(app.max_body))?;
+    decode_schema_body(&bytes, flag(params, "normalize"))
+}
+
 /// The schema fields of a registration, lookup or check body.
 fn schema_input(body: &Json) -> Result<SchemaInput, ApiError> {
     let Some(object) = body.as_object() else {
@@ -383,7 +414,7 @@ async fn lookup(
     Query(params): Params,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let input = schema_input(&json_body(&app, body).await?)?;
+    let input = read_schema_body(&app, body, &params).await?;
     let deleted = flag(&params, "deleted");
     let body = app
         .registry
@@ -403,9 +434,10 @@ async fn lookup(
 async fn register(
     AxumState(app): AxumState<Shared>,
     Path(subject): Path<String>,
+    Query(params): Params,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let input = schema_input(&json_body(&app, body).await?)?;
+    let input = read_schema_body(&app, body, &params).await?;
     let code = app.registry.settings.incompatible_code;
     let id = app
         .registry
@@ -525,7 +557,7 @@ async fn check(
     params: &HashMap<String, String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let input = schema_input(&json_body(app, body).await?)?;
+    let input = read_schema_body(app, body, params).await?;
     let messages = app
         .registry
         .read_fresh(|state| state.check_compatibility(subject, version, &input))

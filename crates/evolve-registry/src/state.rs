@@ -143,6 +143,19 @@ pub fn dedup_key(schema_type: SchemaType, text: &str, references: &[SchemaRefere
     key
 }
 
+/// What `normalize=true` stores instead of the text as given: for Avro and
+/// JSON Schema the JSON without insignificant white space and with object
+/// keys sorted (so schemas that differ only in layout share one text);
+/// Protobuf texts are kept as they are.
+pub fn normalize_text(schema_type: SchemaType, text: &str) -> String {
+    match schema_type {
+        SchemaType::Avro | SchemaType::Json => serde_json::from_str::<serde_json::Value>(text)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| text.to_owned()),
+        SchemaType::Protobuf => text.to_owned(),
+    }
+}
+
 pub fn parse_schema_type(text: Option<&str>) -> Result<SchemaType, ApiError> {
     match text.map(|t| t.trim().to_ascii_uppercase()).as_deref() {
         None | Some("AVRO") | Some("") => Ok(SchemaType::Avro),

@@ -710,3 +710,31 @@ async fn an_export_imports_with_its_ids_versions_and_deletions() {
     let err = r.app.registry.import(records, false).await.unwrap_err();
     assert_eq!(err.error_code, 42205, "{err}");
 }
+
+#[tokio::test]
+async fn normalize_stores_the_layout_free_text() {
+    let r = registry("normalize").await;
+    let spaced = "{ \"type\" : \"record\", \"name\" : \"N\",\n  \"fields\" : [ ] }";
+    let reply = r
+        .ok(
+            "POST",
+            "/subjects/n/versions?normalize=true",
+            Some(json!({"schema": spaced})),
+        )
+        .await;
+    let id = reply["id"].as_u64().expect("id");
+    let stored = r.ok("GET", &format!("/schemas/ids/{id}"), None).await;
+    assert_eq!(
+        stored["schema"],
+        r#"{"fields":[],"name":"N","type":"record"}"#
+    );
+    // Lookup with normalize finds it from any layout.
+    let found = r
+        .ok(
+            "POST",
+            "/subjects/n?normalize=true",
+            Some(json!({"schema": "{\"name\":\"N\",\"type\":\"record\",\"fields\":[]}"})),
+        )
+        .await;
+    assert_eq!(found["id"], id);
+}
