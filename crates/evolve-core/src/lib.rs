@@ -18,4 +18,5 @@
 //! stack in [`migration::parse_script`], so that deeply nested SQL cannot
 //! overflow the caller's stack.
 
+pub mod document;
 pub mod migration;
