@@ -558,11 +558,12 @@ impl State {
         let explicit = input.id.is_some() || input.version.is_some();
         let mode = self.check_writable(subject, explicit)?;
         let schema_type = parse_schema_type(input.schema_type.as_deref())?;
-        let new = self.parse(schema_type, &input.schema, &input.references)?;
         let key = dedup_key(schema_type, &input.schema, &input.references);
         let existing_id = self.id_of(&key);
         let subject_state = self.subjects.get(subject);
 
+        // Already a live version of the subject: nothing to check or parse
+        // (it was valid when registered).
         if let (Some(id), Some(s)) = (existing_id, subject_state)
             && input.version.is_none()
             && (input.id.is_none() || input.id == Some(id))
@@ -574,6 +575,7 @@ impl State {
                 records: Vec::new(),
             });
         }
+        let new = Arc::new(self.parse(schema_type, &input.schema, &input.references)?);
 
         let import = mode == RegistryMode::Import;
         if !import {
@@ -583,9 +585,9 @@ impl State {
                 .unwrap_or_default();
             let previous = live
                 .iter()
-                .map(|(_, e)| self.parsed(e.id).map(|s| (*s).clone()))
-                .collect::<Result<Vec<Schema>, ApiError>>()?;
-            let findings = evolve_compat::check(level, &new, &previous);
+                .map(|(_, e)| self.parsed(e.id))
+                .collect::<Result<Vec<Arc<Schema>>, ApiError>>()?;
+            let findings = check(level, &new, &previous);
             if !findings.is_empty() {
                 let details = describe_findings(&findings, &live, level);
                 return Err(ApiError::incompatible(incompatible_code, subject, &details));
@@ -707,11 +709,11 @@ impl State {
                 None => Vec::new(),
             },
         };
-        let new = self.parse(schema_type, &input.schema, &input.references)?;
+        let new = Arc::new(self.parse(schema_type, &input.schema, &input.references)?);
         let previous = against
             .iter()
-            .map(|(_, e)| self.parsed(e.id).map(|s| (*s).clone()))
-            .collect::<Result<Vec<Schema>, ApiError>>()?;
+            .map(|(_, e)| self.parsed(e.id))
+            .collect::<Result<Vec<Arc<Schema>>, ApiError>>()?;
         let effective = if version.is_some() {
             // One named version: the level's directions, not its depth.
             match level {
@@ -723,7 +725,7 @@ impl State {
         } else {
             level
         };
-        let findings = evolve_compat::check(effective, &new, &previous);
+        let findings = check(effective, &new, &previous);
         Ok(describe_findings(&findings, &against, level))
     }
 
@@ -954,6 +956,13 @@ impl State {
             }],
         ))
     }
+}
+
+/// The engine's check over shared parsed schemas (no copies).
+fn check(level: Mode, new: &Arc<Schema>, previous: &[Arc<Schema>]) -> Vec<evolve_compat::Finding> {
+    evolve_compat::check_with(level, new, previous, |reader, writer| {
+        evolve_compat::can_read(reader, writer)
+    })
 }
 
 /// One line per incompatibility, in the shape of Confluent's verbose
