@@ -560,11 +560,11 @@ impl<'o> Runner<'o> {
             dependents: plan.dependents.iter().map(|d| d.name.clone()).collect(),
         });
         for m in plan.to_refresh() {
-            let started = Instant::now();
-            self.client.batch_execute(&m.refresh_sql()).await?;
+            let refresh_ms =
+                crate::refresh::refresh_recorded(&self.client, &m.name, &m.refresh_sql()).await?;
             on_event(Event::Refreshed {
                 name: m.name.clone(),
-                refresh_ms: started.elapsed().as_millis() as u64,
+                refresh_ms,
                 unreadable_ms: committed.elapsed().as_millis() as u64,
             });
         }

@@ -162,6 +162,42 @@ async fn ensure_log(client: &Client) -> Result<(), MigrateError> {
     Ok(())
 }
 
+/// Runs `refresh_sql` (a `REFRESH MATERIALIZED VIEW`) for the materialized view
+/// `name` (`schema.name`, as `--status` shows it) and records it in the log,
+/// as `evolve refresh` does: the rebuild's refreshes after a migration, so
+/// that `--status` knows them too. The refresh's failure is an error; the
+/// record is best effort (a role that may not create the log table still
+/// gets its refresh), and its failure is logged as a warning.
+pub(crate) async fn refresh_recorded(
+    client: &Client,
+    name: &str,
+    refresh_sql: &str,
+) -> Result<u64, MigrateError> {
+    let started = Instant::now();
+    let started_at: String = client
+        .query_one("SELECT clock_timestamp()::text", &[])
+        .await?
+        .try_get(0)?;
+    client.batch_execute(refresh_sql).await?;
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let record = async {
+        ensure_log(client).await?;
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO {LOG_TABLE} VALUES ($1, $2::text::timestamptz, clock_timestamp(), false, $3)"
+                ),
+                &[&name, &started_at, &i32::try_from(duration_ms).unwrap_or(i32::MAX)],
+            )
+            .await?;
+        Ok::<(), MigrateError>(())
+    };
+    if let Err(e) = record.await {
+        tracing::warn!(matview = name, error = %e, "refreshed, but could not record it in {LOG_TABLE}");
+    }
+    Ok(duration_ms)
+}
+
 /// Refreshes `names` (all matviews when empty) in dependency order.
 pub async fn refresh(
     client: &Client,

@@ -231,6 +231,19 @@ async fn a_type_change_under_three_layers_rebuilds_them_all() {
         ["public.daily", "public.monthly"],
         "bottom-up, matviews only"
     );
+    // Recorded like `evolve refresh`'s own, so `--status` knows them.
+    let logged: Vec<String> = s
+        .client
+        .query(
+            "SELECT matview FROM evolve_refresh_log ORDER BY started_at",
+            &[],
+        )
+        .await
+        .expect("refresh log")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(logged, ["public.daily", "public.monthly"]);
 
     let after = fingerprint(&s.client).await;
     // The one expected difference: with status now text, PostgreSQL no
