@@ -47,6 +47,11 @@ impl DependentKind {
 /// `evolve deps --format json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Dependent {
+    /// The object's oid in its catalog (pg_class for views and
+    /// materialized views): names are for people, the oid identifies it
+    /// even when a schema name contains a dot.
+    #[serde(skip)]
+    pub oid: u32,
     pub depth: u32,
     pub kind: DependentKind,
     /// `schema.name` for views and materialized views, `name on
@@ -331,6 +336,7 @@ async fn describe_relation(
     let relkind: String = row.try_get(0)?;
     let matview = relkind == "m";
     Ok(Dependent {
+        oid,
         depth,
         kind: if matview {
             DependentKind::MaterializedView
@@ -388,6 +394,7 @@ async fn describe_other(
     let mut path = path;
     path.push(name.clone());
     Ok(Some(Dependent {
+        oid: objid,
         depth,
         kind,
         name,
@@ -490,6 +497,7 @@ mod tests {
 
     fn report() -> DepsReport {
         let dep = |depth, kind, name: &str, path: &[&str]| Dependent {
+            oid: 0,
             depth,
             kind,
             name: name.into(),

@@ -169,8 +169,8 @@ pub async fn plan_with(
     if targets.is_empty() {
         return Ok(RebuildPlan::default());
     }
-    // oid-free identity: qualified name -> deepest depth.
-    let mut found: Vec<(String, u32, DependentKind)> = Vec::new();
+    // Each dependent once (by oid), at its deepest depth.
+    let mut found: Vec<(String, u32, DependentKind, u32)> = Vec::new();
     for target in &targets {
         let report = match deps(client, target).await {
             Ok(r) => r,
@@ -182,9 +182,9 @@ pub async fn plan_with(
         for d in report.dependents {
             match d.kind {
                 DependentKind::View | DependentKind::MaterializedView => {
-                    match found.iter_mut().find(|(n, _, _)| *n == d.name) {
+                    match found.iter_mut().find(|(_, _, _, oid)| *oid == d.oid) {
                         Some(existing) => existing.1 = existing.1.max(d.depth),
-                        None => found.push((d.name, d.depth, d.kind)),
+                        None => found.push((d.name, d.depth, d.kind, d.oid)),
                     }
                 }
                 other => {
@@ -211,8 +211,8 @@ pub async fn plan_with(
         .batch_execute("SELECT set_config('search_path', '', true)")
         .await?;
     let mut dependents = Vec::new();
-    for (name, depth, kind) in found {
-        dependents.push(capture(client, &name, depth, kind, populate_in_transaction).await?);
+    for (name, depth, kind, oid) in found {
+        dependents.push(capture(client, &name, oid, depth, kind, populate_in_transaction).await?);
     }
     client
         .query_one("SELECT set_config('search_path', $1, true)", &[&saved])
@@ -223,11 +223,21 @@ pub async fn plan_with(
 async fn capture(
     client: &Client,
     name: &str,
+    oid: u32,
     depth: u32,
     kind: DependentKind,
     populate_in_transaction: bool,
 ) -> Result<Captured, MigrateError> {
-    let (schema, rel) = name.split_once('.').unwrap_or(("public", name));
+    // By oid: a schema or view name may itself contain a dot.
+    let names = client
+        .query_one(
+            "SELECT n.nspname::text, c.relname::text FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+            &[&oid],
+        )
+        .await?;
+    let (schema, rel): (String, String) = (names.try_get(0)?, names.try_get(1)?);
+    let (schema, rel) = (schema.as_str(), rel.as_str());
     let row = client
         .query_one(
             "SELECT c.oid, pg_get_viewdef(c.oid), coalesce(c.reloptions::text[], '{}'),

@@ -555,3 +555,53 @@ async fn a_refusal_the_parser_could_not_foresee_is_retried_once_with_the_rebuild
         5000
     );
 }
+
+#[tokio::test]
+async fn dependents_in_a_schema_whose_name_has_a_dot_are_rebuilt() {
+    let s = scenario("dotted_schema").await;
+    s.client
+        .batch_execute(
+            r#"CREATE SCHEMA "my.app";
+               CREATE TABLE "my.app"."t.x" (id int PRIMARY KEY, code varchar(5));
+               INSERT INTO "my.app"."t.x" VALUES (1, 'ab');
+               CREATE VIEW "my.app"."v.y" AS SELECT id, code FROM "my.app"."t.x";
+               CREATE MATERIALIZED VIEW "my.app".m AS SELECT code FROM "my.app"."v.y";"#,
+        )
+        .await
+        .expect("setup");
+    std::fs::write(
+        s.dir.join("V2__widen.sql"),
+        r#"ALTER TABLE "my.app"."t.x" ALTER COLUMN code TYPE text;"#,
+    )
+    .expect("write");
+    let mut events = Vec::new();
+    evolve_migrate::apply(&s.opts, &ApplyOptions::default(), &mut |e| events.push(e))
+        .await
+        .expect("apply");
+    let rebuilt = events.iter().find_map(|e| match e {
+        Event::Rebuilt { dependents, .. } => Some(dependents.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        rebuilt,
+        Some(vec!["my.app.v.y".to_string(), "my.app.m".to_string()])
+    );
+    let code: String = s
+        .client
+        .query_one(r#"SELECT code FROM "my.app".m"#, &[])
+        .await
+        .expect("matview readable")
+        .get(0);
+    assert_eq!(code, "ab");
+    let typ: String = s
+        .client
+        .query_one(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+             WHERE attrelid = '\"my.app\".\"v.y\"'::regclass AND attname = 'code'",
+            &[],
+        )
+        .await
+        .expect("view column")
+        .get(0);
+    assert_eq!(typ, "text");
+}
