@@ -18,5 +18,6 @@
 //! stack in [`migration::parse_script`], so that deeply nested SQL cannot
 //! overflow the caller's stack.
 
+pub mod control;
 pub mod document;
 pub mod migration;

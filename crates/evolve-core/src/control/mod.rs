@@ -1,0 +1,432 @@
+//! The pipeline's control language: `CREATE SOURCE`, `CREATE TABLE ... FROM
+//! SOURCE`, the interface `CREATE [REPLACEMENT] MATERIALIZED VIEW`, `CREATE
+//! SINK`, `ALTER`, `DROP` and `SHOW`, parsed into typed [`Statement`]s.
+//!
+//! ```text
+//! CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');
+//! CREATE TABLE orders_v1 FROM SOURCE src (REFERENCE public.orders)
+//!   [WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c))];
+//! CREATE MATERIALIZED VIEW orders_json AS
+//!   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;
+//! CREATE REPLACEMENT MATERIALIZED VIEW orders_json_v2 FOR orders_json AS
+//!   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v2 t;
+//! ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2;
+//! ALTER SOURCE src REFRESH REFERENCES;
+//! CREATE SINK orders_sink FROM orders_json
+//!   INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');
+//! DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} [IF EXISTS] name;
+//! SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS};
+//! ```
+//!
+//! Lexical rules are PostgreSQL's: keywords are case-insensitive; unquoted
+//! identifiers are folded to lower case (ASCII letters only) and quoted ones
+//! (`"Orders"`, `""` for a quote) keep their case; string literals are
+//! single-quoted with `''` for a quote and backslashes taken literally;
+//! `--` and nested `/* */` comments; statements are separated by `;` (the
+//! last one may omit it, empty statements are ignored). Words that
+//! PostgreSQL reserves (`select`, `table`, `from`, ...) are names only when
+//! quoted, and identifiers longer than PostgreSQL's 63 bytes are refused
+//! rather than truncated.
+//!
+//! Options in parentheses may be written with or without `=`
+//! (`PUBLICATION = 'p'`), and each may be given once.
+//!
+//! A materialized view is only ever the schema-agnostic interface over one
+//! ingestion table, so its query is matched against that one form (tokens,
+//! so white space, comments and case do not matter):
+//!
+//! ```text
+//! SELECT coalesce(jsonb_strip_nulls(to_jsonb(ALIAS)), '{}'::jsonb) AS data FROM TABLE [[AS] ALIAS]
+//! ```
+//!
+//! where the cast may also be `::JSONB`, `CAST('{}' AS jsonb)` or left out
+//! (PostgreSQL resolves the literal to `jsonb` either way), `AS` before
+//! `data` and before the alias is optional, and without an alias `to_jsonb`
+//! names the table itself. Anything else is refused with an error whose hint
+//! shows the accepted form.
+//!
+//! [`parse`] never panics and runs in time linear in the input. Errors are
+//! [`ControlError`]s in PostgreSQL's shape (primary message, detail, hint,
+//! position) and display like psql's. [`Statement::to_sql`] renders the
+//! canonical text of a statement, which parses back to the same statement.
+
+mod error;
+mod lexer;
+mod parser;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+use std::fmt;
+
+pub use error::{ControlError, Position};
+pub use parser::parse;
+
+/// PostgreSQL's longest identifier in bytes (`NAMEDATALEN - 1`).
+pub const MAX_IDENTIFIER_BYTES: usize = 63;
+
+/// A byte range `start..end` in the parsed input.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Span {
+    /// The span as a range, for slicing the input.
+    pub fn range(self) -> std::ops::Range<usize> {
+        self.start..self.end
+    }
+}
+
+/// A possibly schema-qualified table name; `schema` is `public` when the
+/// statement names only the table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct QualifiedName {
+    pub schema: String,
+    pub name: String,
+}
+
+impl QualifiedName {
+    pub fn new(schema: impl Into<String>, name: impl Into<String>) -> Self {
+        QualifiedName {
+            schema: schema.into(),
+            name: name.into(),
+        }
+    }
+
+    /// `schema.name`, each part quoted only where needed ([`sql_ident`]).
+    pub fn to_sql(&self) -> String {
+        format!("{}.{}", sql_ident(&self.schema), sql_ident(&self.name))
+    }
+}
+
+impl fmt::Display for QualifiedName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_sql())
+    }
+}
+
+/// The kinds of objects in the pipeline's catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    Source,
+    Table,
+    MaterializedView,
+    Sink,
+}
+
+impl ObjectKind {
+    /// The keywords naming one object: `SOURCE`, `MATERIALIZED VIEW`, ...
+    pub fn keyword(self) -> &'static str {
+        match self {
+            ObjectKind::Source => "SOURCE",
+            ObjectKind::Table => "TABLE",
+            ObjectKind::MaterializedView => "MATERIALIZED VIEW",
+            ObjectKind::Sink => "SINK",
+        }
+    }
+
+    /// The keywords of `SHOW`: `SOURCES`, `MATERIALIZED VIEWS`, ...
+    pub fn plural_keyword(self) -> &'static str {
+        match self {
+            ObjectKind::Source => "SOURCES",
+            ObjectKind::Table => "TABLES",
+            ObjectKind::MaterializedView => "MATERIALIZED VIEWS",
+            ObjectKind::Sink => "SINKS",
+        }
+    }
+
+    /// The noun for messages: `source`, `materialized view`, ...
+    pub fn noun(self) -> &'static str {
+        match self {
+            ObjectKind::Source => "source",
+            ObjectKind::Table => "table",
+            ObjectKind::MaterializedView => "materialized view",
+            ObjectKind::Sink => "sink",
+        }
+    }
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.noun())
+    }
+}
+
+/// `CREATE SOURCE name FROM POSTGRES CONNECTION connection (PUBLICATION 'publication')`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CreateSource {
+    pub name: String,
+    pub connection: String,
+    /// The upstream publication's name, exactly as written in the literal.
+    pub publication: String,
+    pub span: Span,
+}
+
+/// `CREATE TABLE name FROM SOURCE source (REFERENCE schema.table)
+/// [WITH (EXCLUDE COLUMNS (..), TEXT COLUMNS (..))]`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CreateTable {
+    pub name: String,
+    pub source: String,
+    /// The upstream table.
+    pub reference: QualifiedName,
+    /// Upstream columns not ingested, in statement order; empty when the
+    /// option is absent (an empty list cannot be written).
+    pub exclude_columns: Vec<String>,
+    /// Upstream columns ingested as their text representation, in statement
+    /// order; disjoint from `exclude_columns`.
+    pub text_columns: Vec<String>,
+    pub span: Span,
+}
+
+/// `CREATE MATERIALIZED VIEW name AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)),
+/// '{}'::jsonb) AS data FROM table t`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CreateMaterializedView {
+    pub name: String,
+    /// The ingestion table the interface reads.
+    pub table: String,
+    pub span: Span,
+}
+
+/// `CREATE REPLACEMENT MATERIALIZED VIEW name FOR target AS SELECT ... FROM table t`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CreateReplacement {
+    pub name: String,
+    /// The materialized view this one will replace.
+    pub target: String,
+    /// The ingestion table the replacement reads.
+    pub table: String,
+    pub span: Span,
+}
+
+/// `ALTER MATERIALIZED VIEW view APPLY REPLACEMENT replacement`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ApplyReplacement {
+    pub view: String,
+    pub replacement: String,
+    pub span: Span,
+}
+
+/// `ALTER SOURCE source REFRESH REFERENCES`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RefreshReferences {
+    pub source: String,
+    pub span: Span,
+}
+
+/// `CREATE SINK name FROM view INTO POSTGRES CONNECTION connection (TABLE 'schema.table')`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CreateSink {
+    pub name: String,
+    /// The materialized view whose changes the sink receives.
+    pub from: String,
+    pub connection: String,
+    /// The sink table, read from the literal with identifier rules
+    /// (`'public."Orders"'`; `public` when only the table is named).
+    pub table: QualifiedName,
+    pub span: Span,
+}
+
+/// `DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} [IF EXISTS] name`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Drop {
+    pub kind: ObjectKind,
+    pub name: String,
+    pub if_exists: bool,
+    pub span: Span,
+}
+
+/// `SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS}`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Show {
+    pub kind: ObjectKind,
+    pub span: Span,
+}
+
+/// One statement of the control language.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Statement {
+    CreateSource(CreateSource),
+    CreateTable(CreateTable),
+    CreateMaterializedView(CreateMaterializedView),
+    CreateReplacement(CreateReplacement),
+    ApplyReplacement(ApplyReplacement),
+    RefreshReferences(RefreshReferences),
+    CreateSink(CreateSink),
+    Drop(Drop),
+    Show(Show),
+}
+
+impl Statement {
+    /// The statement's bytes in the parsed input, from its first token to
+    /// its last, without the terminating `;`.
+    pub fn span(&self) -> Span {
+        match self {
+            Statement::CreateSource(s) => s.span,
+            Statement::CreateTable(s) => s.span,
+            Statement::CreateMaterializedView(s) => s.span,
+            Statement::CreateReplacement(s) => s.span,
+            Statement::ApplyReplacement(s) => s.span,
+            Statement::RefreshReferences(s) => s.span,
+            Statement::CreateSink(s) => s.span,
+            Statement::Drop(s) => s.span,
+            Statement::Show(s) => s.span,
+        }
+    }
+
+    /// The same statement with another span.
+    pub fn with_span(mut self, span: Span) -> Statement {
+        match &mut self {
+            Statement::CreateSource(s) => s.span = span,
+            Statement::CreateTable(s) => s.span = span,
+            Statement::CreateMaterializedView(s) => s.span = span,
+            Statement::CreateReplacement(s) => s.span = span,
+            Statement::ApplyReplacement(s) => s.span = span,
+            Statement::RefreshReferences(s) => s.span = span,
+            Statement::CreateSink(s) => s.span = span,
+            Statement::Drop(s) => s.span = span,
+            Statement::Show(s) => s.span = span,
+        }
+        self
+    }
+
+    /// Equality of everything but the spans.
+    pub fn eq_ignoring_span(&self, other: &Statement) -> bool {
+        self.clone().with_span(Span::default()) == other.clone().with_span(Span::default())
+    }
+
+    /// The kind of object the statement creates, alters, drops or shows.
+    pub fn object_kind(&self) -> ObjectKind {
+        match self {
+            Statement::CreateSource(_) | Statement::RefreshReferences(_) => ObjectKind::Source,
+            Statement::CreateTable(_) => ObjectKind::Table,
+            Statement::CreateMaterializedView(_)
+            | Statement::CreateReplacement(_)
+            | Statement::ApplyReplacement(_) => ObjectKind::MaterializedView,
+            Statement::CreateSink(_) => ObjectKind::Sink,
+            Statement::Drop(d) => d.kind,
+            Statement::Show(s) => s.kind,
+        }
+    }
+
+    /// The canonical text of the statement, without a terminating `;`:
+    /// keywords in upper case, single spaces, identifiers quoted only where
+    /// needed ([`sql_ident`]), the reference and sink table always
+    /// schema-qualified, the interface query in its one form with alias `t`.
+    /// For every statement `s` that [`parse`] returned,
+    /// `parse(&s.to_sql())` is `[s]` up to spans.
+    pub fn to_sql(&self) -> String {
+        match self {
+            Statement::CreateSource(s) => format!(
+                "CREATE SOURCE {} FROM POSTGRES CONNECTION {} (PUBLICATION {})",
+                sql_ident(&s.name),
+                sql_ident(&s.connection),
+                sql_literal(&s.publication)
+            ),
+            Statement::CreateTable(s) => {
+                let mut sql = format!(
+                    "CREATE TABLE {} FROM SOURCE {} (REFERENCE {})",
+                    sql_ident(&s.name),
+                    sql_ident(&s.source),
+                    s.reference.to_sql()
+                );
+                let mut options = Vec::new();
+                if !s.exclude_columns.is_empty() {
+                    options.push(format!(
+                        "EXCLUDE COLUMNS ({})",
+                        ident_list(&s.exclude_columns)
+                    ));
+                }
+                if !s.text_columns.is_empty() {
+                    options.push(format!("TEXT COLUMNS ({})", ident_list(&s.text_columns)));
+                }
+                if !options.is_empty() {
+                    sql.push_str(" WITH (");
+                    sql.push_str(&options.join(", "));
+                    sql.push(')');
+                }
+                sql
+            }
+            Statement::CreateMaterializedView(s) => format!(
+                "CREATE MATERIALIZED VIEW {} AS {}",
+                sql_ident(&s.name),
+                interface_query(&s.table)
+            ),
+            Statement::CreateReplacement(s) => format!(
+                "CREATE REPLACEMENT MATERIALIZED VIEW {} FOR {} AS {}",
+                sql_ident(&s.name),
+                sql_ident(&s.target),
+                interface_query(&s.table)
+            ),
+            Statement::ApplyReplacement(s) => format!(
+                "ALTER MATERIALIZED VIEW {} APPLY REPLACEMENT {}",
+                sql_ident(&s.view),
+                sql_ident(&s.replacement)
+            ),
+            Statement::RefreshReferences(s) => {
+                format!("ALTER SOURCE {} REFRESH REFERENCES", sql_ident(&s.source))
+            }
+            Statement::CreateSink(s) => format!(
+                "CREATE SINK {} FROM {} INTO POSTGRES CONNECTION {} (TABLE {})",
+                sql_ident(&s.name),
+                sql_ident(&s.from),
+                sql_ident(&s.connection),
+                sql_literal(&s.table.to_sql())
+            ),
+            Statement::Drop(s) => format!(
+                "DROP {}{} {}",
+                s.kind.keyword(),
+                if s.if_exists { " IF EXISTS" } else { "" },
+                sql_ident(&s.name)
+            ),
+            Statement::Show(s) => format!("SHOW {}", s.kind.plural_keyword()),
+        }
+    }
+}
+
+impl fmt::Display for Statement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_sql())
+    }
+}
+
+/// The interface query over `table`, as [`Statement::to_sql`] writes it.
+fn interface_query(table: &str) -> String {
+    format!(
+        "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) AS data FROM {} t",
+        sql_ident(table)
+    )
+}
+
+fn ident_list(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| sql_ident(n))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An identifier as the control language (and PostgreSQL) reads it back:
+/// bare when it is a lower-case ASCII identifier (`[a-z_][a-z0-9_$]*`) and
+/// not a keyword, double-quoted with `""` escapes otherwise.
+pub fn sql_ident(name: &str) -> Cow<'_, str> {
+    let bytes = name.as_bytes();
+    let plain = matches!(bytes.first(), Some(b'a'..=b'z' | b'_'))
+        && bytes
+            .iter()
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'$'))
+        && !lexer::is_keyword(name);
+    if plain {
+        Cow::Borrowed(name)
+    } else {
+        Cow::Owned(format!("\"{}\"", name.replace('"', "\"\"")))
+    }
+}
+
+/// A string literal: single-quoted with `''` escapes.
+pub fn sql_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}

@@ -1,0 +1,1294 @@
+//! Unit tests for the control language: every statement form, lexical
+//! variants, canonical rendering, and every error with its exact text,
+//! position and hint.
+
+use super::*;
+
+const INTERFACE: &str = "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data";
+
+/// Parses one statement, checks that its canonical text parses back to it,
+/// and returns it with its span cleared.
+fn one(input: &str) -> Statement {
+    let statements = parse(input).unwrap_or_else(|e| panic!("{input:?}:\n{e}"));
+    assert_eq!(statements.len(), 1, "{input:?}: {statements:?}");
+    let statement = statements.into_iter().next().unwrap();
+    let sql = statement.to_sql();
+    let again = parse(&sql).unwrap_or_else(|e| panic!("canonical {sql:?}:\n{e}"));
+    assert_eq!(again.len(), 1, "{sql:?}");
+    assert!(again[0].eq_ignoring_span(&statement), "{sql:?}: {again:?}");
+    assert_eq!(
+        again[0].span(),
+        Span {
+            start: 0,
+            end: sql.len()
+        },
+        "{sql:?}"
+    );
+    statement.with_span(Span::default())
+}
+
+fn err(input: &str) -> ControlError {
+    match parse(input) {
+        Ok(statements) => panic!("{input:?} parsed: {statements:?}"),
+        Err(e) => {
+            assert!(e.position.offset <= input.len());
+            assert_eq!(
+                (e.position.line, e.position.column),
+                crate::migration::line_col(input, e.position.offset)
+            );
+            e
+        }
+    }
+}
+
+/// The error's message, offset and hint.
+#[track_caller]
+fn check(input: &str, message: &str, offset: usize, hint: Option<&str>) -> ControlError {
+    let e = err(input);
+    assert_eq!(e.message, message, "{input:?}\n{e}");
+    assert_eq!(e.position.offset, offset, "{input:?}\n{e}");
+    assert_eq!(e.hint.as_deref(), hint, "{input:?}\n{e}");
+    e
+}
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+fn source(name: &str, connection: &str, publication: &str) -> Statement {
+    Statement::CreateSource(CreateSource {
+        name: s(name),
+        connection: s(connection),
+        publication: s(publication),
+        span: Span::default(),
+    })
+}
+
+fn table(
+    name: &str,
+    src: &str,
+    schema: &str,
+    upstream: &str,
+    exclude: &[&str],
+    text: &[&str],
+) -> Statement {
+    Statement::CreateTable(CreateTable {
+        name: s(name),
+        source: s(src),
+        reference: QualifiedName::new(schema, upstream),
+        exclude_columns: exclude.iter().map(|c| s(c)).collect(),
+        text_columns: text.iter().map(|c| s(c)).collect(),
+        span: Span::default(),
+    })
+}
+
+fn view(name: &str, table: &str) -> Statement {
+    Statement::CreateMaterializedView(CreateMaterializedView {
+        name: s(name),
+        table: s(table),
+        span: Span::default(),
+    })
+}
+
+fn drop(kind: ObjectKind, name: &str, if_exists: bool) -> Statement {
+    Statement::Drop(Drop {
+        kind,
+        name: s(name),
+        if_exists,
+        span: Span::default(),
+    })
+}
+
+fn show(kind: ObjectKind) -> Statement {
+    Statement::Show(Show {
+        kind,
+        span: Span::default(),
+    })
+}
+
+// ---------------------------------------------------------------- statements
+
+#[test]
+fn create_source() {
+    let expected = source("src", "pg_conn", "evolve_pub");
+    assert_eq!(
+        one("CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');"),
+        expected
+    );
+    assert_eq!(
+        one("create source SRC from Postgres connection PG_CONN (publication = 'evolve_pub')"),
+        expected
+    );
+    assert_eq!(
+        one("CREATE SOURCE \"Src\" FROM POSTGRES CONNECTION \"pg\"\"conn\" (PUBLICATION 'It''s')"),
+        source("Src", "pg\"conn", "It's")
+    );
+    // The literal is the publication's name as is: no folding, backslashes literal.
+    assert_eq!(
+        one(r"CREATE SOURCE s FROM POSTGRES CONNECTION c (PUBLICATION 'Pub\n')"),
+        source("s", "c", r"Pub\n")
+    );
+    assert_eq!(
+        source("src", "pg_conn", "evolve_pub").to_sql(),
+        "CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub')"
+    );
+    assert_eq!(
+        source("Src", "pg\"conn", "It's").to_sql(),
+        "CREATE SOURCE \"Src\" FROM POSTGRES CONNECTION \"pg\"\"conn\" (PUBLICATION 'It''s')"
+    );
+}
+
+#[test]
+fn create_table() {
+    assert_eq!(
+        one("CREATE TABLE orders_v1 FROM SOURCE src (REFERENCE public.orders);"),
+        table("orders_v1", "src", "public", "orders", &[], &[])
+    );
+    assert_eq!(
+        one("CREATE TABLE orders_v1 FROM SOURCE src (REFERENCE orders)"),
+        table("orders_v1", "src", "public", "orders", &[], &[])
+    );
+    assert_eq!(
+        one("CREATE TABLE t FROM SOURCE src (REFERENCE \"Sales\".\"Orders\")"),
+        table("t", "src", "Sales", "Orders", &[], &[])
+    );
+    assert_eq!(
+        one("CREATE TABLE t FROM SOURCE src (REFERENCE = Sales . \"select\")"),
+        table("t", "src", "sales", "select", &[], &[])
+    );
+    assert_eq!(
+        one(
+            "CREATE TABLE orders_v1 FROM SOURCE src (REFERENCE public.orders) \
+             WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c))"
+        ),
+        table("orders_v1", "src", "public", "orders", &["a", "b"], &["c"])
+    );
+    assert_eq!(
+        one("create table T from source S (reference O) \
+             with (text columns = (\"C\", d), exclude columns = (B, a))"),
+        table("t", "s", "public", "o", &["b", "a"], &["C", "d"])
+    );
+    assert_eq!(
+        one("CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (TEXT COLUMNS (priority))"),
+        table("t", "s", "public", "o", &[], &["priority"])
+    );
+    assert_eq!(
+        table("orders_v1", "src", "public", "orders", &["a", "b"], &["c"]).to_sql(),
+        "CREATE TABLE orders_v1 FROM SOURCE src (REFERENCE public.orders) \
+         WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c))"
+    );
+    assert_eq!(
+        table("t", "s", "public", "o", &[], &["Prio rity", "text"]).to_sql(),
+        "CREATE TABLE t FROM SOURCE s (REFERENCE public.o) WITH (TEXT COLUMNS (\"Prio rity\", \"text\"))"
+    );
+    assert_eq!(
+        table("t", "s", "public", "o", &[], &[]).to_sql(),
+        "CREATE TABLE t FROM SOURCE s (REFERENCE public.o)"
+    );
+}
+
+#[test]
+fn create_materialized_view() {
+    let expected = view("orders_json", "orders_v1");
+    for input in [
+        "CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;",
+        "create materialized view ORDERS_JSON as select COALESCE(JSONB_STRIP_NULLS(TO_JSONB(T)), '{}'::JSONB) as DATA from ORDERS_V1 T",
+        "CREATE MATERIALIZED VIEW orders_json AS\n  SELECT coalesce( jsonb_strip_nulls ( to_jsonb ( t ) ) , '{}' :: jsonb ) AS data\n  FROM orders_v1 AS t",
+        "CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), CAST('{}' AS jsonb)) AS data FROM orders_v1 t",
+        "CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), cast ('{}' as JSONB)) AS data FROM orders_v1 t",
+        "CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}') AS data FROM orders_v1 t",
+        "CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::\"jsonb\") \"data\" FROM orders_v1 t",
+        "CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(orders_v1)), '{}'::jsonb) AS data FROM orders_v1",
+        "CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(\"row\")), '{}'::jsonb) AS data FROM orders_v1 \"row\"",
+        "CREATE MATERIALIZED VIEW orders_json AS /* the interface */ SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), -- nulls\n'{}'::jsonb) AS data FROM orders_v1 t",
+    ] {
+        assert_eq!(one(input), expected, "{input}");
+    }
+    assert_eq!(
+        expected.to_sql(),
+        format!("CREATE MATERIALIZED VIEW orders_json AS {INTERFACE} FROM orders_v1 t")
+    );
+    assert_eq!(
+        one(&format!(
+            "CREATE MATERIALIZED VIEW \"V\" AS {INTERFACE} FROM \"T\" t"
+        )),
+        view("V", "T")
+    );
+    assert_eq!(
+        view("V", "t").to_sql(),
+        format!("CREATE MATERIALIZED VIEW \"V\" AS {INTERFACE} FROM t t")
+    );
+}
+
+#[test]
+fn create_replacement() {
+    let expected = Statement::CreateReplacement(CreateReplacement {
+        name: s("orders_json_v2"),
+        target: s("orders_json"),
+        table: s("orders_v2"),
+        span: Span::default(),
+    });
+    assert_eq!(
+        one(&format!(
+            "CREATE REPLACEMENT MATERIALIZED VIEW orders_json_v2 FOR orders_json AS {INTERFACE} FROM orders_v2 t;"
+        )),
+        expected
+    );
+    assert_eq!(
+        one(
+            "create replacement materialized view Orders_Json_V2 for ORDERS_JSON as \
+             select coalesce(jsonb_strip_nulls(to_jsonb(x)), cast('{}' as jsonb)) data from orders_v2 x"
+        ),
+        expected
+    );
+    assert_eq!(
+        expected.to_sql(),
+        format!(
+            "CREATE REPLACEMENT MATERIALIZED VIEW orders_json_v2 FOR orders_json AS {INTERFACE} FROM orders_v2 t"
+        )
+    );
+}
+
+#[test]
+fn alter_statements() {
+    let apply = Statement::ApplyReplacement(ApplyReplacement {
+        view: s("orders_json"),
+        replacement: s("orders_json_v2"),
+        span: Span::default(),
+    });
+    assert_eq!(
+        one("ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2;"),
+        apply
+    );
+    assert_eq!(
+        one("alter materialized view Orders_Json apply replacement \"orders_json_v2\""),
+        apply
+    );
+    assert_eq!(
+        apply.to_sql(),
+        "ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2"
+    );
+    let refresh = Statement::RefreshReferences(RefreshReferences {
+        source: s("src"),
+        span: Span::default(),
+    });
+    assert_eq!(one("ALTER SOURCE src REFRESH REFERENCES;"), refresh);
+    assert_eq!(one("alter source SRC refresh references"), refresh);
+    assert_eq!(refresh.to_sql(), "ALTER SOURCE src REFRESH REFERENCES");
+}
+
+#[test]
+fn create_sink() {
+    let sink = |schema: &str, name: &str| {
+        Statement::CreateSink(CreateSink {
+            name: s("orders_sink"),
+            from: s("orders_json"),
+            connection: s("sink_conn"),
+            table: QualifiedName::new(schema, name),
+            span: Span::default(),
+        })
+    };
+    let base = "CREATE SINK orders_sink FROM orders_json INTO POSTGRES CONNECTION sink_conn";
+    assert_eq!(
+        one(&format!("{base} (TABLE 'public.orders_json');")),
+        sink("public", "orders_json")
+    );
+    assert_eq!(
+        one(&format!("{base} (TABLE 'orders_json')")),
+        sink("public", "orders_json")
+    );
+    assert_eq!(
+        one(&format!("{base} (table = 'Public.Orders_Json')")),
+        sink("public", "orders_json")
+    );
+    assert_eq!(
+        one(&format!(
+            "{base} (TABLE ' \"My Schema\" . \"Or\"\"ders\" ')"
+        )),
+        sink("My Schema", "Or\"ders")
+    );
+    assert_eq!(one(&format!("{base} (TABLE 'it''s.x')")), sink("it's", "x"));
+    assert_eq!(
+        sink("public", "orders_json").to_sql(),
+        format!("{base} (TABLE 'public.orders_json')")
+    );
+    assert_eq!(
+        sink("it's", "Or\"ders").to_sql(),
+        format!("{base} (TABLE '\"it''s\".\"Or\"\"ders\"')")
+    );
+    assert_eq!(
+        one("create sink S from V into postgres connection C (table 'x')"),
+        Statement::CreateSink(CreateSink {
+            name: s("s"),
+            from: s("v"),
+            connection: s("c"),
+            table: QualifiedName::new("public", "x"),
+            span: Span::default(),
+        })
+    );
+}
+
+#[test]
+fn drop_statements() {
+    use ObjectKind::*;
+    assert_eq!(
+        one("DROP TABLE orders_v1;"),
+        drop(Table, "orders_v1", false)
+    );
+    assert_eq!(
+        one("DROP MATERIALIZED VIEW orders_json"),
+        drop(MaterializedView, "orders_json", false)
+    );
+    assert_eq!(
+        one("DROP SINK orders_sink"),
+        drop(Sink, "orders_sink", false)
+    );
+    assert_eq!(one("DROP SOURCE src"), drop(Source, "src", false));
+    assert_eq!(
+        one("drop table if exists Orders_V1"),
+        drop(Table, "orders_v1", true)
+    );
+    assert_eq!(
+        one("DROP MATERIALIZED VIEW IF EXISTS \"J\""),
+        drop(MaterializedView, "J", true)
+    );
+    assert_eq!(one("DROP SINK IF EXISTS \"if\""), drop(Sink, "if", true));
+    assert_eq!(
+        one("DROP SOURCE IF EXISTS exists"),
+        drop(Source, "exists", true)
+    );
+    // `if` alone is a name, as in PostgreSQL.
+    assert_eq!(one("DROP SOURCE if"), drop(Source, "if", false));
+    assert_eq!(one("DROP SOURCE if;"), drop(Source, "if", false));
+    assert_eq!(drop(Source, "if", false).to_sql(), "DROP SOURCE \"if\"");
+    assert_eq!(
+        drop(MaterializedView, "v", true).to_sql(),
+        "DROP MATERIALIZED VIEW IF EXISTS v"
+    );
+}
+
+#[test]
+fn show_statements() {
+    use ObjectKind::*;
+    assert_eq!(one("SHOW SOURCES;"), show(Source));
+    assert_eq!(one("show tables"), show(Table));
+    assert_eq!(one("Show Materialized Views"), show(MaterializedView));
+    assert_eq!(one("SHOW SINKS"), show(Sink));
+    assert_eq!(show(MaterializedView).to_sql(), "SHOW MATERIALIZED VIEWS");
+    assert_eq!(show(Sink).to_string(), "SHOW SINKS");
+}
+
+#[test]
+fn many_statements_with_spans_and_comments() {
+    let input = "-- setup\nSHOW SOURCES ;;\n/* a /* nested */ comment */ DROP SINK x;\n\tSHOW TABLES -- done\n";
+    let statements = parse(input).unwrap();
+    assert_eq!(statements.len(), 3);
+    let texts: Vec<&str> = statements
+        .iter()
+        .map(|s| &input[s.span().range()])
+        .collect();
+    assert_eq!(texts, ["SHOW SOURCES", "DROP SINK x", "SHOW TABLES"]);
+    assert_eq!(statements[1].object_kind(), ObjectKind::Sink);
+
+    assert_eq!(parse("").unwrap(), []);
+    assert_eq!(parse(" ; ;; -- nothing\n/* */").unwrap(), []);
+    assert_eq!(parse("\u{feff}SHOW SINKS").unwrap().len(), 1);
+
+    let script = "CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');
+CREATE TABLE orders_v1 FROM SOURCE src (REFERENCE public.orders) WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c));
+CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;
+CREATE REPLACEMENT MATERIALIZED VIEW orders_json_v2 FOR orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v2 t;
+ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2;
+ALTER SOURCE src REFRESH REFERENCES;
+CREATE SINK orders_sink FROM orders_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');
+DROP TABLE orders_v1;  DROP MATERIALIZED VIEW orders_json;  DROP SINK orders_sink;  DROP SOURCE src;
+SHOW SOURCES;  SHOW TABLES;  SHOW MATERIALIZED VIEWS;  SHOW SINKS;
+";
+    let statements = parse(script).unwrap();
+    assert_eq!(statements.len(), 15);
+    for statement in &statements {
+        let text = &script[statement.span().range()];
+        assert!(!text.ends_with(';'));
+        // The canonical text of these is their own text.
+        assert_eq!(statement.to_sql(), text);
+    }
+}
+
+#[test]
+fn identifiers_fold_ascii_only() {
+    assert_eq!(
+        one("DROP TABLE Größe"),
+        drop(ObjectKind::Table, "größe", false)
+    );
+    assert_eq!(
+        drop(ObjectKind::Table, "größe", false).to_sql(),
+        "DROP TABLE \"größe\""
+    );
+    assert_eq!(one("DROP TABLE a$1"), drop(ObjectKind::Table, "a$1", false));
+    assert_eq!(one("DROP TABLE _x"), drop(ObjectKind::Table, "_x", false));
+    // Non-reserved keywords are names.
+    assert_eq!(
+        one("DROP TABLE source"),
+        drop(ObjectKind::Table, "source", false)
+    );
+    assert_eq!(
+        one("DROP TABLE \"table\""),
+        drop(ObjectKind::Table, "table", false)
+    );
+    let longest = "a".repeat(63);
+    assert_eq!(
+        one(&format!("DROP TABLE {longest}")),
+        drop(ObjectKind::Table, &longest, false)
+    );
+}
+
+#[test]
+fn sql_ident_quotes_only_when_needed() {
+    for (name, sql) in [
+        ("orders", "orders"),
+        ("_a1$", "_a1$"),
+        ("Orders", "\"Orders\""),
+        ("1a", "\"1a\""),
+        ("a b", "\"a b\""),
+        ("a\"b", "\"a\"\"b\""),
+        ("select", "\"select\""),
+        ("table", "\"table\""),
+        ("source", "\"source\""),
+        ("show", "\"show\""),
+        ("größe", "\"größe\""),
+        ("", "\"\""),
+    ] {
+        assert_eq!(sql_ident(name), sql);
+    }
+    assert_eq!(sql_literal("it's"), "'it''s'");
+    assert_eq!(
+        QualifiedName::new("public", "Orders").to_string(),
+        "public.\"Orders\""
+    );
+}
+
+// ---------------------------------------------------------------- errors
+
+const SUPPORTED_HINT: &str = "The supported statements are CREATE SOURCE, CREATE TABLE ... FROM SOURCE, \
+CREATE [REPLACEMENT] MATERIALIZED VIEW, CREATE SINK, ALTER SOURCE ... REFRESH REFERENCES, \
+ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT, DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} \
+and SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS}.";
+
+#[test]
+fn misspelled_keywords_get_suggestions() {
+    let e = check(
+        "CREATE SOURCE src FORM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');",
+        "syntax error at or near \"FORM\"",
+        18,
+        Some("Did you mean FROM?"),
+    );
+    assert_eq!(e.detail, None);
+    assert_eq!(
+        e.to_string(),
+        "ERROR:  syntax error at or near \"FORM\"\n\
+         LINE 1: CREATE SOURCE src FORM POSTGRES CONNECTION pg_conn (PUBLICAT...\n\
+         \x20                         ^\n\
+         HINT:  Did you mean FROM?"
+    );
+    check(
+        "CRATE SOURCE s",
+        "syntax error at or near \"CRATE\"",
+        0,
+        Some("Did you mean CREATE?"),
+    );
+    check(
+        "CREATE SORCE s",
+        "syntax error at or near \"SORCE\"",
+        7,
+        Some("Did you mean SOURCE?"),
+    );
+    check(
+        "CREATE MATERIALISED VIEW v",
+        "syntax error at or near \"MATERIALISED\"",
+        7,
+        Some("Did you mean MATERIALIZED?"),
+    );
+    check(
+        "CREATE MATERIALIZED VEIW v",
+        "syntax error at or near \"VEIW\"",
+        20,
+        Some("Did you mean VIEW?"),
+    );
+    check(
+        "SHOW SOURCE",
+        "syntax error at or near \"SOURCE\"",
+        5,
+        Some("Did you mean SOURCES?"),
+    );
+    check(
+        "DROP SOURCES x",
+        "syntax error at or near \"SOURCES\"",
+        5,
+        Some("Did you mean SOURCE?"),
+    );
+    check(
+        "DROP TABLE IF EXIST x",
+        "syntax error at or near \"EXIST\"",
+        14,
+        Some("Did you mean EXISTS?"),
+    );
+    check(
+        "ALTER SOURCE s REFRESH REFERENCE",
+        "syntax error at or near \"REFERENCE\"",
+        23,
+        Some("Did you mean REFERENCES?"),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v APLY REPLACEMENT w",
+        "syntax error at or near \"APLY\"",
+        26,
+        Some("Did you mean APPLY?"),
+    );
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WIHT (TEXT COLUMNS (a))",
+        "syntax error at or near \"WIHT\"",
+        43,
+        Some("Did you mean WITH?"),
+    );
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (EXLCUDE COLUMNS (a))",
+        "syntax error at or near \"EXLCUDE\"",
+        49,
+        Some("Did you mean EXCLUDE?"),
+    );
+    check(
+        "CREATE SOURCE s FROM POSTGRES CONNECTION c (PUBLICTION 'p')",
+        "syntax error at or near \"PUBLICTION\"",
+        44,
+        Some("Did you mean PUBLICATION?"),
+    );
+    check(
+        "CREATE SINK k FROM v INTO POSTGRES CONECTION c (TABLE 't')",
+        "syntax error at or near \"CONECTION\"",
+        35,
+        Some("Did you mean CONNECTION?"),
+    );
+    // Not close to anything expected: the expectation.
+    check(
+        "CREATE SOURCE s FROM MYSQL CONNECTION c (PUBLICATION 'p')",
+        "syntax error at or near \"MYSQL\"",
+        21,
+        Some("Expected POSTGRES."),
+    );
+}
+
+#[test]
+fn unknown_statements_list_the_supported_ones() {
+    check(
+        "CREATE INDEX i ON t (a)",
+        "syntax error at or near \"INDEX\"",
+        7,
+        Some(SUPPORTED_HINT),
+    );
+    check(
+        "SELEC 1",
+        "syntax error at or near \"SELEC\"",
+        0,
+        Some(SUPPORTED_HINT),
+    );
+    check(
+        "SELECT 1;",
+        "syntax error at or near \"SELECT\"",
+        0,
+        Some(SUPPORTED_HINT),
+    );
+    check(
+        "CREATE VIEW v AS SELECT 1",
+        "syntax error at or near \"VIEW\"",
+        7,
+        Some(SUPPORTED_HINT),
+    );
+    check(
+        "ALTER TABLE t ADD x int",
+        "syntax error at or near \"TABLE\"",
+        6,
+        Some(SUPPORTED_HINT),
+    );
+    check(
+        "DROP INDEX i",
+        "syntax error at or near \"INDEX\"",
+        5,
+        Some(SUPPORTED_HINT),
+    );
+    check(
+        "SHOW ALL",
+        "syntax error at or near \"ALL\"",
+        5,
+        Some(SUPPORTED_HINT),
+    );
+    check(
+        "(",
+        "syntax error at or near \"(\"",
+        0,
+        Some(SUPPORTED_HINT),
+    );
+    check(
+        "\"create\" source",
+        "syntax error at or near \"\"create\"\"",
+        0,
+        Some(SUPPORTED_HINT),
+    );
+    check(
+        "CREATE",
+        "syntax error at end of input",
+        6,
+        Some(SUPPORTED_HINT),
+    );
+    // After a valid statement, the second one is checked the same way.
+    check(
+        "SHOW SINKS; VACUUM",
+        "syntax error at or near \"VACUUM\"",
+        12,
+        Some(SUPPORTED_HINT),
+    );
+}
+
+#[test]
+fn syntax_errors_name_what_was_expected() {
+    check(
+        "CREATE SOURCE",
+        "syntax error at end of input",
+        13,
+        Some("Expected a name."),
+    );
+    check(
+        "CREATE SOURCE select FROM POSTGRES CONNECTION c (PUBLICATION 'p')",
+        "syntax error at or near \"select\"",
+        14,
+        Some(
+            "Expected a name. SELECT is a reserved keyword; write \"select\" in double quotes to use it as a name.",
+        ),
+    );
+    check(
+        "CREATE SOURCE s FROM POSTGRES CONNECTION c",
+        "syntax error at end of input",
+        42,
+        Some("Expected \"(\"."),
+    );
+    check(
+        "CREATE SOURCE s FROM POSTGRES CONNECTION c (PUBLICATION p)",
+        "syntax error at or near \"p\"",
+        56,
+        Some("Expected a string literal."),
+    );
+    check(
+        "CREATE SOURCE s FROM POSTGRES CONNECTION c ()",
+        "syntax error at or near \")\"",
+        44,
+        Some("Expected PUBLICATION."),
+    );
+    check(
+        "CREATE SOURCE s FROM POSTGRES CONNECTION c (PUBLICATION 'p' PUBLICATION 'q')",
+        "syntax error at or near \"PUBLICATION\"",
+        60,
+        Some("Expected \",\" or \")\"."),
+    );
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH ()",
+        "syntax error at or near \")\"",
+        49,
+        Some("Expected EXCLUDE or TEXT."),
+    );
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (TEXT (a))",
+        "syntax error at or near \"(\"",
+        54,
+        Some("Expected COLUMNS."),
+    );
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) x",
+        "syntax error at or near \"x\"",
+        43,
+        Some("Expected WITH, \";\" or end of input."),
+    );
+    check(
+        "SHOW SINKS x",
+        "syntax error at or near \"x\"",
+        11,
+        Some("Expected \";\" or end of input."),
+    );
+    check(
+        "DROP TABLE IF EXISTS",
+        "syntax error at end of input",
+        20,
+        Some("Expected a name."),
+    );
+    check(
+        "DROP TABLE a.b",
+        "syntax error at or near \".\"",
+        12,
+        Some("Expected \";\" or end of input."),
+    );
+    check(
+        "DROP TABLE 'a'",
+        "syntax error at or near \"'a'\"",
+        11,
+        Some("Expected a name."),
+    );
+    check(
+        "DROP TABLE a b",
+        "syntax error at or near \"b\"",
+        13,
+        Some("Expected \";\" or end of input."),
+    );
+    check(
+        "SHOW $",
+        "syntax error at or near \"$\"",
+        5,
+        Some(SUPPORTED_HINT),
+    );
+    check(
+        "DROP TABLE a = 1",
+        "syntax error at or near \"=\"",
+        13,
+        Some("Expected \";\" or end of input."),
+    );
+    check(
+        "DROP TABLE 12",
+        "syntax error at or near \"12\"",
+        11,
+        Some("Expected a name."),
+    );
+}
+
+#[test]
+fn missing_semicolon_between_statements() {
+    check(
+        "SHOW SOURCES SHOW TABLES",
+        "syntax error at or near \"SHOW\"",
+        13,
+        Some("End the previous statement with \";\"."),
+    );
+    check(
+        "DROP TABLE t\nCREATE SOURCE s FROM POSTGRES CONNECTION c (PUBLICATION 'p')",
+        "syntax error at or near \"CREATE\"",
+        13,
+        Some("End the previous statement with \";\"."),
+    );
+    check(
+        &format!("CREATE MATERIALIZED VIEW v AS {INTERFACE} FROM t1 t\nDROP TABLE t0"),
+        "syntax error at or near \"DROP\"",
+        109,
+        Some("End the previous statement with \";\"."),
+    );
+    check(
+        &format!(
+            "CREATE MATERIALIZED VIEW v AS {INTERFACE} FROM t1 ALTER SOURCE s REFRESH REFERENCES"
+        ),
+        "syntax error at or near \"ALTER\"",
+        107,
+        Some("End the previous statement with \";\"."),
+    );
+}
+
+#[test]
+fn duplicate_options_and_columns() {
+    let e = check(
+        "CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'a', PUBLICATION 'b')",
+        "conflicting or redundant options",
+        69,
+        None,
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("PUBLICATION is specified more than once.")
+    );
+    let e = check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o, REFERENCE p)",
+        "conflicting or redundant options",
+        43,
+        None,
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("REFERENCE is specified more than once.")
+    );
+    let e = check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (TEXT COLUMNS (a), EXCLUDE COLUMNS (b), text columns (c))",
+        "conflicting or redundant options",
+        88,
+        None,
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("TEXT COLUMNS is specified more than once.")
+    );
+    let e = check(
+        "CREATE SINK k FROM v INTO POSTGRES CONNECTION c (TABLE 'a', TABLE 'a')",
+        "conflicting or redundant options",
+        60,
+        None,
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("TABLE is specified more than once.")
+    );
+
+    let e = check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (EXCLUDE COLUMNS (a, b, A))",
+        "column \"a\" specified more than once",
+        72,
+        None,
+    );
+    assert_eq!(e.detail.as_deref(), Some("EXCLUDE COLUMNS lists it twice."));
+    // Quoted names keep their case, so "A" and a differ.
+    assert_eq!(
+        one("CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (EXCLUDE COLUMNS (a, \"A\"))"),
+        table("t", "s", "public", "o", &["a", "A"], &[])
+    );
+
+    let both = "An excluded column is not ingested, so it cannot be ingested as text; \
+                remove it from one of the lists.";
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c, B))",
+        "column \"b\" is in both EXCLUDE COLUMNS and TEXT COLUMNS",
+        90,
+        Some(both),
+    );
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (TEXT COLUMNS (c), EXCLUDE COLUMNS (c))",
+        "column \"c\" is in both TEXT COLUMNS and EXCLUDE COLUMNS",
+        84,
+        Some(both),
+    );
+}
+
+#[test]
+fn empty_column_lists() {
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (EXCLUDE COLUMNS ())",
+        "empty column list in EXCLUDE COLUMNS",
+        66,
+        Some("List at least one column, or leave out EXCLUDE COLUMNS."),
+    );
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (TEXT COLUMNS = ( ))",
+        "empty column list in TEXT COLUMNS",
+        66,
+        Some("List at least one column, or leave out TEXT COLUMNS."),
+    );
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (TEXT COLUMNS (a,))",
+        "syntax error at or near \")\"",
+        65,
+        Some("Expected a name."),
+    );
+}
+
+#[test]
+fn lexical_errors() {
+    check(
+        "CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub);",
+        "unterminated quoted string at or near \"'evolve_pub);\"",
+        64,
+        None,
+    );
+    check(
+        "DROP TABLE \"orders",
+        "unterminated quoted identifier at or near \"\"orders\"",
+        11,
+        None,
+    );
+    check(
+        "DROP TABLE \"\"",
+        "zero-length delimited identifier at or near \"\"\"\"",
+        11,
+        None,
+    );
+    check(
+        "SHOW /* a /* b */ SINKS",
+        "unterminated /* comment at or near \"/* a /* b */ SINKS\"",
+        5,
+        None,
+    );
+    check(
+        "DROP TABLE \"a\0b\"",
+        "invalid byte sequence for encoding \"UTF8\": 0x00",
+        13,
+        None,
+    );
+    check(
+        "SHOW SINKS -- \0",
+        "invalid byte sequence for encoding \"UTF8\": 0x00",
+        14,
+        None,
+    );
+    check(
+        "SHOW SINKS \0",
+        "invalid byte sequence for encoding \"UTF8\": 0x00",
+        11,
+        None,
+    );
+    // A long token is cut in the message.
+    let e = check(
+        &format!("DROP TABLE '{}", "x".repeat(100)),
+        &format!(
+            "unterminated quoted string at or near \"'{}...\"",
+            "x".repeat(63)
+        ),
+        11,
+        None,
+    );
+    assert!(e.message.len() < 120);
+    // An earlier syntax error wins over a later lexical one, as in PostgreSQL.
+    check(
+        "SHOW SINK; DROP TABLE 'x",
+        "syntax error at or near \"SINK\"",
+        5,
+        Some("Did you mean SINKS?"),
+    );
+    // A lexical error where a keyword is expected is reported as itself.
+    check(
+        "CREATE SOURCE s \"",
+        "unterminated quoted identifier at or near \"\"\"",
+        16,
+        None,
+    );
+    check(
+        &format!("CREATE MATERIALIZED VIEW v AS {INTERFACE} FROM t '"),
+        "unterminated quoted string at or near \"'\"",
+        106,
+        None,
+    );
+}
+
+#[test]
+fn identifiers_longer_than_postgres_allows() {
+    let long = "a".repeat(64);
+    let e = check(
+        &format!("DROP TABLE {long}"),
+        &format!("identifier \"{long}\" is too long"),
+        11,
+        None,
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("It is 64 bytes long; identifiers are at most 63 bytes, as in PostgreSQL.")
+    );
+    let quoted = "é".repeat(32);
+    check(
+        &format!("DROP TABLE \"{quoted}\""),
+        &format!("identifier \"{quoted}\" is too long"),
+        11,
+        None,
+    );
+    check(
+        &format!("CREATE SINK k FROM v INTO POSTGRES CONNECTION c (TABLE 'public.{long}')"),
+        &format!("identifier \"{long}\" is too long"),
+        55,
+        None,
+    );
+}
+
+#[test]
+fn qualified_names() {
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE a.b.c)",
+        "improper qualified name (too many dotted names): a.b.c",
+        40,
+        None,
+    );
+    check(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE a.)",
+        "syntax error at or near \")\"",
+        42,
+        Some("Expected a name."),
+    );
+    let sink = "CREATE SINK k FROM v INTO POSTGRES CONNECTION c (TABLE ";
+    let hint = "Write 'schema.table' or 'table'; double-quote a part to keep its case or special \
+                characters, as in 'public.\"Orders\"'.";
+    for literal in [
+        "''",
+        "'a..b'",
+        "'.a'",
+        "'a.'",
+        "'a b'",
+        "'\"a'",
+        "'\"\".a'",
+        "'a.\"b\"c'",
+        "'  '",
+    ] {
+        let e = check(
+            &format!("{sink}{literal})"),
+            "invalid name syntax",
+            55,
+            Some(hint),
+        );
+        assert_eq!(
+            e.detail,
+            Some(format!("TABLE {literal} is not a table name."))
+        );
+    }
+    check(
+        &format!("{sink}'a.b.\"C\"')"),
+        "improper qualified name (too many dotted names): a.b.C",
+        55,
+        None,
+    );
+    check(
+        "CREATE SOURCE s FROM POSTGRES CONNECTION c (PUBLICATION '')",
+        "publication name cannot be empty",
+        56,
+        None,
+    );
+}
+
+#[test]
+fn only_the_interface_form_is_accepted() {
+    let form = "The only accepted form is: CREATE MATERIALIZED VIEW view_name AS SELECT \
+                coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM table_name t";
+    let message = "unsupported materialized view definition";
+    let prefix = "CREATE MATERIALIZED VIEW v AS ";
+    let cases: &[(&str, usize, &str)] = &[
+        (
+            "SELECT * FROM t",
+            7,
+            "Found \"*\" where the interface form has coalesce.",
+        ),
+        (
+            "SELECT a, b FROM t",
+            7,
+            "Found \"a\" where the interface form has coalesce.",
+        ),
+        (
+            "TABLE t",
+            0,
+            "Found \"TABLE\" where the interface form has select.",
+        ),
+        (
+            "",
+            0,
+            "Found the end of the input where the interface form has select.",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '[]'::jsonb) AS data FROM o t",
+            48,
+            "Found \"'[]'\" where the interface form has '{}'.",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::json) AS data FROM o t",
+            54,
+            "Found \"json\" where the interface form has jsonb.",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS doc FROM o t",
+            64,
+            "Found \"doc\" where the interface form has data.",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS \"Data\" FROM o t",
+            64,
+            "Found \"\"Data\"\" where the interface form has data.",
+        ),
+        (
+            "SELECT coalesce(to_jsonb(t), '{}'::jsonb) AS data FROM o t",
+            16,
+            "Found \"to_jsonb\" where the interface form has jsonb_strip_nulls.",
+        ),
+        (
+            "SELECT jsonb_strip_nulls(to_jsonb(t)) AS data FROM o t",
+            7,
+            "Found \"jsonb_strip_nulls\" where the interface form has coalesce.",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t.*)), '{}'::jsonb) AS data FROM o t",
+            44,
+            "Found \".\" where the interface form has \")\".",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM o t WHERE t.a > 1",
+            78,
+            "Found \"WHERE\" after the end of the interface form.",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM o t, p",
+            77,
+            "Found \",\" after the end of the interface form.",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM public.o t",
+            80,
+            "Found \".\" after the end of the interface form.",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM o",
+            43,
+            "to_jsonb(t) does not take the row of the table in FROM; write to_jsonb(o).",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(x)), '{}'::jsonb) AS data FROM orders t",
+            43,
+            "to_jsonb(x) does not take the row of the table in FROM; write to_jsonb(t).",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(\"T\")), '{}'::jsonb) AS data FROM o t",
+            43,
+            "to_jsonb(\"T\") does not take the row of the table in FROM; write to_jsonb(t).",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), CAST('{}' AS json)) AS data FROM o t",
+            61,
+            "Found \"json\" where the interface form has jsonb.",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM select t",
+            74,
+            "Found \"select\" where the interface form has a table name.",
+        ),
+        (
+            "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM o AS",
+            78,
+            "Found the end of the input where the interface form has an alias.",
+        ),
+        (
+            "(SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM o t)",
+            0,
+            "Found \"(\" where the interface form has select.",
+        ),
+    ];
+    for (query, offset, detail) in cases {
+        let input = format!("{prefix}{query}");
+        let e = check(&input, message, prefix.len() + offset, Some(form));
+        assert_eq!(e.detail.as_deref(), Some(*detail), "{input}");
+    }
+
+    let replacement_form = "The only accepted form is: CREATE REPLACEMENT MATERIALIZED VIEW view_name \
+                            FOR target_view AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), \
+                            '{}'::jsonb) AS data FROM table_name t";
+    let e = check(
+        "CREATE REPLACEMENT MATERIALIZED VIEW v2 FOR v AS SELECT count(*) AS data FROM o",
+        message,
+        56,
+        Some(replacement_form),
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("Found \"count\" where the interface form has coalesce.")
+    );
+    // Before AS, errors are ordinary syntax errors.
+    check(
+        "CREATE MATERIALIZED VIEW v WITH (absorb = 'auto') AS SELECT 1",
+        "syntax error at or near \"WITH\"",
+        27,
+        Some("Expected AS."),
+    );
+    check(
+        "CREATE REPLACEMENT MATERIALIZED VIEW v2 AS SELECT 1",
+        "syntax error at or near \"AS\"",
+        40,
+        Some("Expected FOR."),
+    );
+}
+
+#[test]
+fn error_display_is_psqls() {
+    let e = err("SHOW SINKS;\n\tDROP  TABLE x y;");
+    assert_eq!(
+        e.to_string(),
+        "ERROR:  syntax error at or near \"y\"\n\
+         LINE 2:  DROP  TABLE x y;\n\
+         \x20                      ^\n\
+         HINT:  Expected \";\" or end of input."
+    );
+    assert_eq!(
+        e.position,
+        Position {
+            offset: 27,
+            line: 2,
+            column: 16
+        }
+    );
+    let e = err("CREATE SOURCE s FROM POSTGRES CONNECTION c (PUBLICATION 'a', PUBLICATION 'b')");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "ERROR:  conflicting or redundant options\n\
+             LINE 1: ...CE s FROM POSTGRES CONNECTION c (PUBLICATION 'a', PUBLICATIO...\n\
+             {}^\n\
+             DETAIL:  PUBLICATION is specified more than once.",
+            " ".repeat(61)
+        )
+    );
+    // Cut on both sides around the error in a long line.
+    let e = err(&format!(
+        "DROP TABLE a{} b{}",
+        "x".repeat(60),
+        "y".repeat(60)
+    ));
+    assert_eq!(
+        e.excerpt(),
+        format!(
+            "LINE 1: ...{} b{}...\n{}^",
+            "x".repeat(49),
+            "y".repeat(9),
+            " ".repeat(61)
+        )
+    );
+    // At the end of the input, the caret is after the last character.
+    let e = err("SHOW\r\n");
+    assert_eq!(e.excerpt(), "LINE 2: \n        ^");
+    let e = err("-- é\nSHOW é");
+    assert_eq!(e.excerpt(), "LINE 2: SHOW é\n             ^");
+    assert_eq!(e.position.column, 6);
+    // Errors built by other layers: clamped to a character boundary.
+    let e = ControlError::new("DROP TABLE é", 12, "table \"é\" does not exist")
+        .with_hint("Create it first.");
+    assert_eq!(e.position.offset, 11);
+    assert_eq!(
+        e.to_string(),
+        "ERROR:  table \"é\" does not exist\nLINE 1: DROP TABLE é\n                   ^\nHINT:  Create it first."
+    );
+    let e = ControlError::new("\u{feff}SHOW x", 8, "m");
+    assert_eq!(e.excerpt(), "LINE 1: SHOW x\n             ^");
+}
+
+#[test]
+fn edit_distance_counts_transpositions_once() {
+    let distance = |a: &str, b: &str| super::parser::edit_distance(a.as_bytes(), b.as_bytes());
+    assert_eq!(distance("form", "from"), 1);
+    assert_eq!(distance("sorce", "source"), 1);
+    assert_eq!(distance("", "abc"), 3);
+    assert_eq!(distance("abc", "abc"), 0);
+    assert_eq!(distance("kitten", "sitting"), 3);
+    assert_eq!(distance("ca", "abc"), 3);
+}
+
+#[test]
+fn large_inputs_take_linear_time() {
+    // Quadratic work anywhere would make these take minutes.
+    let columns: Vec<String> = (0..50_000).map(|i| format!("c{i}")).collect();
+    let input = format!(
+        "CREATE TABLE t FROM SOURCE s (REFERENCE o) WITH (EXCLUDE COLUMNS ({}), TEXT COLUMNS ({}))",
+        columns[..25_000].join(", "),
+        columns[25_000..].join(", ")
+    );
+    let Statement::CreateTable(t) = one(&input) else {
+        panic!("not a table");
+    };
+    assert_eq!(t.exclude_columns.len() + t.text_columns.len(), 50_000);
+    let shows = "SHOW SINKS;".repeat(50_000);
+    assert_eq!(parse(&shows).unwrap().len(), 50_000);
+    let comments = format!("{}SHOW", "/*".repeat(100_000));
+    check(
+        &comments,
+        &format!(
+            "unterminated /* comment at or near \"{}...\"",
+            "/*".repeat(32)
+        ),
+        0,
+        None,
+    );
+    let long_line = format!("SHOW {}", "x".repeat(1_000_000));
+    assert!(err(&long_line).excerpt().len() < 200);
+    let long_word = format!("SHOW SINKS; DROP TABLE {}", "x".repeat(1_000_000));
+    let e = err(&long_word);
+    assert_eq!(
+        e.message,
+        format!("identifier \"{}...\" is too long", "x".repeat(64))
+    );
+}

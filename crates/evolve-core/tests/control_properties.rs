@@ -1,0 +1,319 @@
+//! Property tests for the control language: nothing panics on any input,
+//! errors point inside the input, spans are sound, and every statement's
+//! canonical text parses back to the same statement, also when re-spaced,
+//! commented and re-cased.
+
+use evolve_core::control::{
+    ApplyReplacement, ControlError, CreateMaterializedView, CreateReplacement, CreateSink,
+    CreateSource, CreateTable, Drop, ObjectKind, QualifiedName, RefreshReferences, Show, Span,
+    Statement, parse,
+};
+use evolve_core::migration::line_col;
+use proptest::prelude::*;
+
+/// Checks what holds for every result of `parse(input)`.
+fn check_result(input: &str, result: &Result<Vec<Statement>, ControlError>) {
+    match result {
+        Ok(statements) => {
+            let mut end = 0;
+            for statement in statements {
+                let span = statement.span();
+                assert!(
+                    span.start >= end && span.start < span.end,
+                    "{input:?}: {span:?}"
+                );
+                assert!(input.get(span.range()).is_some(), "{input:?}: {span:?}");
+                end = span.end;
+                round_trip(statement);
+            }
+        }
+        Err(e) => check_error(input, e),
+    }
+}
+
+fn check_error(input: &str, e: &ControlError) {
+    let p = e.position;
+    assert!(p.offset <= input.len(), "{input:?}: {e}");
+    assert!(input.is_char_boundary(p.offset), "{input:?}: {e}");
+    assert_eq!(
+        (p.line, p.column),
+        line_col(input, p.offset),
+        "{input:?}: {e}"
+    );
+    assert!(!e.message.is_empty());
+    let shown = e.to_string();
+    assert!(shown.starts_with("ERROR:  "), "{shown}");
+    assert!(shown.contains(&format!("\nLINE {}: ", p.line)), "{shown}");
+}
+
+fn round_trip(statement: &Statement) {
+    let sql = statement.to_sql();
+    let again = parse(&sql).unwrap_or_else(|e| panic!("{statement:?}\n{sql}\n{e}"));
+    assert_eq!(again.len(), 1, "{sql}");
+    assert!(
+        again[0].eq_ignoring_span(statement),
+        "{sql}\n{statement:?}\n{:?}",
+        again[0]
+    );
+}
+
+// ---------------------------------------------------------------- strategies
+
+/// Identifiers of every kind: plain, keywords, mixed case, quotes, dots,
+/// spaces, non-ASCII, control characters; 1 to 63 bytes, no NUL.
+fn name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => "[a-z_][a-z0-9_$]{0,20}",
+        2 => prop::sample::select(vec![
+            "select", "table", "from", "source", "sources", "if", "exists", "show", "data", "t",
+            "public", "with", "text", "as", "jsonb", "create", "\"", "'", ";", "--", "/*",
+        ])
+        .prop_map(String::from),
+        2 => "[A-Za-z0-9 _\"'.é;$(),*/-]{1,20}",
+        1 => "\\PC{1,12}",
+        1 => "[\\x01-\\x7f]{1,8}",
+    ]
+    .prop_filter("a valid identifier", |s| {
+        !s.is_empty() && s.len() <= 63 && !s.contains('\0')
+    })
+}
+
+fn qualified() -> impl Strategy<Value = QualifiedName> {
+    (name(), name()).prop_map(|(schema, name)| QualifiedName::new(schema, name))
+}
+
+fn kind() -> impl Strategy<Value = ObjectKind> {
+    prop::sample::select(vec![
+        ObjectKind::Source,
+        ObjectKind::Table,
+        ObjectKind::MaterializedView,
+        ObjectKind::Sink,
+    ])
+}
+
+fn statement() -> impl Strategy<Value = Statement> {
+    let span = Span::default();
+    prop_oneof![
+        (name(), name(), "[^\0]{1,20}").prop_map(move |(name, connection, publication)| {
+            Statement::CreateSource(CreateSource {
+                name,
+                connection,
+                publication,
+                span,
+            })
+        }),
+        (
+            name(),
+            name(),
+            qualified(),
+            prop::collection::vec((name(), 0..3u8), 0..6)
+        )
+            .prop_map(move |(name, source, reference, columns)| {
+                let mut seen = Vec::new();
+                let (mut exclude_columns, mut text_columns) = (Vec::new(), Vec::new());
+                for (column, list) in columns {
+                    if seen.contains(&column) {
+                        continue;
+                    }
+                    seen.push(column.clone());
+                    match list {
+                        0 => exclude_columns.push(column),
+                        1 => text_columns.push(column),
+                        _ => {}
+                    }
+                }
+                Statement::CreateTable(CreateTable {
+                    name,
+                    source,
+                    reference,
+                    exclude_columns,
+                    text_columns,
+                    span,
+                })
+            }),
+        (name(), name()).prop_map(move |(name, table)| {
+            Statement::CreateMaterializedView(CreateMaterializedView { name, table, span })
+        }),
+        (name(), name(), name()).prop_map(move |(name, target, table)| {
+            Statement::CreateReplacement(CreateReplacement {
+                name,
+                target,
+                table,
+                span,
+            })
+        }),
+        (name(), name()).prop_map(move |(view, replacement)| {
+            Statement::ApplyReplacement(ApplyReplacement {
+                view,
+                replacement,
+                span,
+            })
+        }),
+        name().prop_map(
+            move |source| Statement::RefreshReferences(RefreshReferences { source, span })
+        ),
+        (name(), name(), name(), qualified()).prop_map(move |(name, from, connection, table)| {
+            Statement::CreateSink(CreateSink {
+                name,
+                from,
+                connection,
+                table,
+                span,
+            })
+        }),
+        (kind(), name(), any::<bool>()).prop_map(move |(kind, name, if_exists)| {
+            Statement::Drop(Drop {
+                kind,
+                name,
+                if_exists,
+                span,
+            })
+        }),
+        kind().prop_map(move |kind| Statement::Show(Show { kind, span })),
+    ]
+}
+
+/// Rewrites canonical text without changing its meaning: every space
+/// outside quotes becomes some white space or a comment, and every letter
+/// outside quotes (keywords, and identifiers the canonical text left bare,
+/// which are lower case) may change case.
+fn disguise(sql: &str, noise: &[u8]) -> String {
+    const SPACES: [&str; 6] = [" ", "\n", "  \t", " /* x /* y */ */ ", " -- c\n", "\r\n"];
+    let mut out = String::new();
+    let mut quote: Option<char> = None;
+    for (i, c) in sql.chars().enumerate() {
+        let n = usize::from(noise.get(i % noise.len().max(1)).copied().unwrap_or(0));
+        match quote {
+            Some(q) => {
+                out.push(c);
+                if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '\'' | '"' => {
+                    quote = Some(c);
+                    out.push(c);
+                }
+                ' ' => out.push_str(SPACES[n % SPACES.len()]),
+                c if c.is_ascii_alphabetic() && n % 2 == 1 => out.push(c.to_ascii_uppercase()),
+                c => out.push(c),
+            },
+        }
+    }
+    out
+}
+
+/// Valid statements, as text.
+fn valid_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        statement().prop_map(|s| s.to_sql()),
+        prop::sample::select(vec![
+            "CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');",
+            "CREATE TABLE orders_v1 FROM SOURCE src (REFERENCE public.orders) WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c));",
+            "CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;",
+            "CREATE REPLACEMENT MATERIALIZED VIEW v2 FOR v AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), CAST('{}' AS jsonb)) AS data FROM orders_v2 AS t",
+            "ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2;",
+            "ALTER SOURCE src REFRESH REFERENCES",
+            "CREATE SINK orders_sink FROM orders_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.\"Orders\"');",
+            "DROP TABLE IF EXISTS \"Orders\"; SHOW MATERIALIZED VIEWS; -- done",
+            "/* one */ SHOW SOURCES; SHOW TABLES;; SHOW SINKS",
+        ])
+        .prop_map(String::from),
+    ]
+}
+
+/// Characters worth inserting: the ones the grammar cares about.
+fn interesting_char() -> impl Strategy<Value = char> {
+    prop_oneof![
+        prop::sample::select(vec![
+            '\'', '"', ';', '(', ')', ',', '.', ':', '-', '/', '*', ' ', '\n', '\r', 'a', 'Z', '0',
+            '=', '$', '\0', 'é', '\u{feff}',
+        ]),
+        any::<char>(),
+    ]
+}
+
+// ---------------------------------------------------------------- properties
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn arbitrary_strings_never_panic(input in any::<String>()) {
+        check_result(&input, &parse(&input));
+    }
+
+    #[test]
+    fn token_soup_never_panics(
+        parts in prop::collection::vec(
+            prop_oneof![
+                prop::sample::select(vec![
+                    "CREATE", "SOURCE", "TABLE", "MATERIALIZED", "VIEW", "REPLACEMENT", "SINK",
+                    "ALTER", "DROP", "SHOW", "FROM", "POSTGRES", "CONNECTION", "PUBLICATION",
+                    "REFERENCE", "WITH", "EXCLUDE", "TEXT", "COLUMNS", "AS", "SELECT", "coalesce",
+                    "jsonb_strip_nulls", "to_jsonb", "jsonb", "CAST", "data", "FOR", "APPLY",
+                    "REFRESH", "REFERENCES", "INTO", "IF", "EXISTS", "SOURCES", "TABLES", "VIEWS",
+                    "SINKS", "(", ")", ",", ";", ".", "::", "=", "'{}'", "'x'", "\"Q\"", "t", "x",
+                    "--c\n", "/* */", "'", "\"", "/*", "\n", "é",
+                ]).prop_map(String::from),
+                "[a-z]{1,3}",
+            ],
+            0..40,
+        ),
+        glue in prop::sample::select(vec![" ", "", "\n"]),
+    ) {
+        let input = parts.join(glue);
+        check_result(&input, &parse(&input));
+    }
+
+    #[test]
+    fn canonical_text_round_trips(statements in prop::collection::vec(statement(), 1..4)) {
+        for statement in &statements {
+            round_trip(statement);
+        }
+        // Several at once, separated by `;`, with spans pointing at each.
+        let texts: Vec<String> = statements.iter().map(|s| s.to_sql()).collect();
+        let script = texts.join(";\n");
+        let parsed = parse(&script).unwrap_or_else(|e| panic!("{script}\n{e}"));
+        prop_assert_eq!(parsed.len(), statements.len());
+        for ((got, want), text) in parsed.iter().zip(&statements).zip(&texts) {
+            prop_assert!(got.eq_ignoring_span(want));
+            prop_assert_eq!(&script[got.span().range()], text.as_str());
+        }
+    }
+
+    #[test]
+    fn disguised_text_parses_the_same(
+        statement in statement(),
+        noise in prop::collection::vec(any::<u8>(), 1..64),
+    ) {
+        let sql = disguise(&statement.to_sql(), &noise);
+        let parsed = parse(&sql).unwrap_or_else(|e| panic!("{sql}\n{e}"));
+        prop_assert_eq!(parsed.len(), 1, "{}", sql);
+        prop_assert!(parsed[0].eq_ignoring_span(&statement), "{}\n{:?}", sql, parsed[0]);
+    }
+
+    #[test]
+    fn one_character_edits_parse_or_point_inside(
+        text in valid_text(),
+        at in any::<prop::sample::Index>(),
+        insert in prop::option::of(interesting_char()),
+    ) {
+        let boundaries: Vec<usize> = text
+            .char_indices()
+            .map(|(i, _)| i)
+            .chain([text.len()])
+            .collect();
+        let i = boundaries[at.index(boundaries.len())];
+        let mut edited = text.clone();
+        match insert {
+            Some(c) => edited.insert(i, c),
+            None if i < text.len() => {
+                edited.remove(i);
+            }
+            None => {}
+        }
+        check_result(&edited, &parse(&edited));
+    }
+}
