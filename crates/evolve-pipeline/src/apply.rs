@@ -1,0 +1,415 @@
+//! Applying decoded pgoutput changes to the tables' documents.
+//!
+//! One upstream transaction is collected in a [`Txn`]: an overlay of the
+//! keys it touched, each with its document before the transaction and its
+//! current one. At commit, [`Txn::commit`] writes, in one SQLite
+//! transaction, the rows whose document changed, one feed entry per changed
+//! key and interface (the net effect of the transaction: an insert then a
+//! delete of the same key leaves nothing, an update that leaves the
+//! document as it was emits nothing), and the source's applied position.
+
+use std::collections::HashMap;
+
+use evolve_core::document::RowEncoder;
+use evolve_pgoutput::{Lsn, OldTuple, Relation, TupleData, Value};
+use rusqlite::params;
+
+use crate::doc::splice_members;
+use crate::error::{PipelineError, Result};
+use crate::store::{Store, TableInfo, TableState};
+use crate::upstream::document_columns;
+
+/// A table as the stream applies to it.
+pub struct TableRuntime {
+    /// The catalog entry (state, snapshot position).
+    pub info: TableInfo,
+    encoder: RowEncoder,
+    key_encoder: RowEncoder,
+    doc_names: Vec<String>,
+    /// The interfaces that read this table (feed entries go to each).
+    pub interfaces: Vec<i64>,
+    /// Positions in the latest Relation message of the document's and the
+    /// key's columns.
+    mapping: Option<Mapping>,
+}
+
+#[derive(Clone, Debug)]
+struct Mapping {
+    doc: Vec<usize>,
+    key: Vec<usize>,
+}
+
+impl TableRuntime {
+    /// Prepares the encoders of `info`'s pinned columns.
+    pub fn new(info: TableInfo, interfaces: Vec<i64>) -> Result<TableRuntime> {
+        let doc_columns = document_columns(info.document_columns());
+        let key_columns = document_columns(info.key_columns());
+        let fail = |e: evolve_core::document::DocumentError| PipelineError::Document {
+            table: info.name.clone(),
+            message: e.to_string(),
+        };
+        let encoder = RowEncoder::new(doc_columns).map_err(fail)?;
+        let key_encoder = RowEncoder::new(key_columns).map_err(fail)?;
+        let doc_names = info.document_columns().map(|c| c.name.clone()).collect();
+        Ok(TableRuntime {
+            info,
+            encoder,
+            key_encoder,
+            doc_names,
+            interfaces,
+            mapping: None,
+        })
+    }
+
+    /// Whether a transaction whose commit record is at `final_lsn` applies
+    /// to this table: it is running, and the transaction is not in its
+    /// snapshot (committed at or after the snapshot's consistent point).
+    pub fn applies(&self, final_lsn: Lsn) -> bool {
+        self.info.state == TableState::Running
+            && self.info.snapshot_lsn.is_some_and(|s| final_lsn >= s)
+    }
+
+    /// Maps the pinned columns onto a Relation message's, by name. An error
+    /// (a pinned column missing or of another type) means the table must
+    /// stall.
+    pub fn on_relation(&mut self, relation: &Relation<'_>) -> std::result::Result<(), String> {
+        let find = |name: &str, type_oid: u32| -> std::result::Result<usize, String> {
+            let at = relation
+                .columns
+                .iter()
+                .position(|c| c.name == name)
+                .ok_or_else(|| {
+                    format!(
+                        "column \"{name}\" of upstream table \"{}\" was dropped or renamed",
+                        self.info.reference()
+                    )
+                })?;
+            let found = relation.columns[at].type_oid;
+            if found != type_oid {
+                return Err(format!(
+                    "column \"{name}\" of upstream table \"{}\" changed type (OID {type_oid} to {found})",
+                    self.info.reference()
+                ));
+            }
+            Ok(at)
+        };
+        let mut doc = Vec::new();
+        for c in self.info.document_columns() {
+            doc.push(find(&c.name, c.type_oid)?);
+        }
+        let mut key = Vec::new();
+        for c in self.info.key_columns() {
+            key.push(find(&c.name, c.type_oid)?);
+        }
+        self.mapping = Some(Mapping { doc, key });
+        Ok(())
+    }
+
+    /// Prepares for rows in `copy` order: the document columns (the COPY
+    /// selects exactly those, in attnum order).
+    pub fn set_copy_mapping(&mut self) {
+        let doc: Vec<usize> = (0..self.doc_names.len()).collect();
+        let key = self
+            .info
+            .document_columns()
+            .enumerate()
+            .filter(|(_, c)| c.key)
+            .map(|(i, _)| i)
+            .collect();
+        self.mapping = Some(Mapping { doc, key });
+    }
+
+    /// Forgets the column positions (the next Relation message sets them).
+    pub fn clear_mapping(&mut self) {
+        self.mapping = None;
+    }
+
+    fn mapping(&self) -> Result<&Mapping> {
+        self.mapping
+            .as_ref()
+            .ok_or_else(|| PipelineError::Document {
+                table: self.info.name.clone(),
+                message: "a change arrived before the table's Relation message".into(),
+            })
+    }
+
+    fn document_error(&self, e: impl std::fmt::Display) -> PipelineError {
+        PipelineError::Document {
+            table: self.info.name.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    /// The key and document of a row given as text values (COPY), `None`
+    /// for NULL.
+    pub fn encode_values(&self, values: &[Option<&[u8]>]) -> Result<(Vec<u8>, Vec<u8>)> {
+        let m = self.mapping()?;
+        let doc_values: Vec<Option<&[u8]>> = m
+            .doc
+            .iter()
+            .map(|&i| values.get(i).copied().flatten())
+            .collect();
+        let key_values: Vec<Option<&[u8]>> = m
+            .key
+            .iter()
+            .map(|&i| values.get(i).copied().flatten())
+            .collect();
+        let mut key = Vec::new();
+        self.key_encoder
+            .encode(&key_values, &mut key)
+            .map_err(|e| self.document_error(e))?;
+        let mut doc = Vec::new();
+        self.encoder
+            .encode(&doc_values, &mut doc)
+            .map_err(|e| self.document_error(e))?;
+        Ok((key, doc))
+    }
+
+    fn key_of(&self, tuple: &TupleData<'_>) -> Result<Option<Vec<u8>>> {
+        let m = self.mapping()?;
+        let mut values = Vec::with_capacity(m.key.len());
+        for &i in &m.key {
+            match tuple.values.get(i) {
+                Some(Value::Text(b)) => values.push(Some(b.as_ref())),
+                Some(Value::Null) => values.push(None),
+                // An unchanged TOASTed key value: the caller takes the key
+                // from elsewhere.
+                _ => return Ok(None),
+            }
+        }
+        let mut key = Vec::new();
+        self.key_encoder
+            .encode(&values, &mut key)
+            .map_err(|e| self.document_error(e))?;
+        Ok(Some(key))
+    }
+
+    /// The document of `tuple`; unchanged TOASTed values are taken from
+    /// `previous`, the row's current document.
+    fn doc_of(&self, tuple: &TupleData<'_>, previous: Option<&[u8]>) -> Result<Vec<u8>> {
+        let m = self.mapping()?;
+        let mut values = Vec::with_capacity(m.doc.len());
+        let mut toasted: Vec<&str> = Vec::new();
+        for (n, &i) in m.doc.iter().enumerate() {
+            match tuple.values.get(i) {
+                Some(Value::Text(b)) => values.push(Some(b.as_ref())),
+                Some(Value::UnchangedToast) => {
+                    toasted.push(&self.doc_names[n]);
+                    values.push(None);
+                }
+                _ => values.push(None),
+            }
+        }
+        let mut doc = Vec::new();
+        self.encoder
+            .encode(&values, &mut doc)
+            .map_err(|e| self.document_error(e))?;
+        if toasted.is_empty() {
+            return Ok(doc);
+        }
+        let Some(previous) = previous else {
+            tracing::warn!(
+                table = %self.info.name,
+                "an update kept TOASTed values of a row the table does not hold; they are missing from its document"
+            );
+            return Ok(doc);
+        };
+        splice_members(&doc, previous, &toasted).ok_or_else(|| {
+            self.document_error("the stored document is not a JSON object (store corrupted?)")
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Touched {
+    orig: Option<Vec<u8>>,
+    cur: Option<Vec<u8>>,
+}
+
+/// One upstream transaction being collected.
+pub struct Txn {
+    /// Its commit record's LSN (from Begin).
+    pub final_lsn: Lsn,
+    touched: HashMap<(usize, Vec<u8>), Touched>,
+    order: Vec<(usize, Vec<u8>)>,
+}
+
+impl Txn {
+    /// An empty transaction committing at `final_lsn`.
+    pub fn new(final_lsn: Lsn) -> Txn {
+        Txn {
+            final_lsn,
+            touched: HashMap::new(),
+            order: Vec::new(),
+        }
+    }
+
+    /// Whether no row of an applied table was touched.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    fn current(
+        &self,
+        store: &Store,
+        tables: &[TableRuntime],
+        t: usize,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        match self.touched.get(&(t, key.to_vec())) {
+            Some(touched) => Ok(touched.cur.clone()),
+            None => store.doc(tables[t].info.id, key),
+        }
+    }
+
+    fn set(
+        &mut self,
+        store: &Store,
+        tables: &[TableRuntime],
+        t: usize,
+        key: Vec<u8>,
+        doc: Option<Vec<u8>>,
+    ) -> Result<()> {
+        let id = (t, key);
+        if let Some(touched) = self.touched.get_mut(&id) {
+            touched.cur = doc;
+            return Ok(());
+        }
+        let orig = store.doc(tables[t].info.id, &id.1)?;
+        self.order.push(id.clone());
+        self.touched.insert(id, Touched { orig, cur: doc });
+        Ok(())
+    }
+
+    /// An inserted row of table `t`.
+    pub fn insert(
+        &mut self,
+        store: &Store,
+        tables: &[TableRuntime],
+        t: usize,
+        new: &TupleData<'_>,
+    ) -> Result<()> {
+        let table = &tables[t];
+        let key = table
+            .key_of(new)?
+            .ok_or_else(|| table.document_error("an inserted row has no key value"))?;
+        let doc = table.doc_of(new, None)?;
+        self.set(store, tables, t, key, Some(doc))
+    }
+
+    /// An updated row of table `t`.
+    pub fn update(
+        &mut self,
+        store: &Store,
+        tables: &[TableRuntime],
+        t: usize,
+        old: Option<&OldTuple<'_>>,
+        new: &TupleData<'_>,
+    ) -> Result<()> {
+        let table = &tables[t];
+        let old_key = match old {
+            Some(old) => table.key_of(old.tuple())?,
+            None => None,
+        };
+        let new_key = match table.key_of(new)? {
+            Some(k) => k,
+            None => old_key
+                .clone()
+                .ok_or_else(|| table.document_error("an updated row has no key value"))?,
+        };
+        let old_key = old_key.unwrap_or_else(|| new_key.clone());
+        let previous = self.current(store, tables, t, &old_key)?;
+        let doc = table.doc_of(new, previous.as_deref())?;
+        if old_key != new_key {
+            self.set(store, tables, t, old_key, None)?;
+        }
+        self.set(store, tables, t, new_key, Some(doc))
+    }
+
+    /// A deleted row of table `t`.
+    pub fn delete(
+        &mut self,
+        store: &Store,
+        tables: &[TableRuntime],
+        t: usize,
+        old: &OldTuple<'_>,
+    ) -> Result<()> {
+        let table = &tables[t];
+        let key = table
+            .key_of(old.tuple())?
+            .ok_or_else(|| table.document_error("a deleted row has no key value"))?;
+        self.set(store, tables, t, key, None)
+    }
+
+    /// Table `t` was truncated: every row it holds is deleted.
+    pub fn truncate(&mut self, store: &Store, tables: &[TableRuntime], t: usize) -> Result<()> {
+        for (key, _) in store.docs(tables[t].info.id)? {
+            self.set(store, tables, t, key, None)?;
+        }
+        for ((table, _), touched) in self.touched.iter_mut() {
+            if *table == t {
+                touched.cur = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the transaction: changed rows, their feed entries, and the
+    /// source's applied position `end_lsn`, in one SQLite transaction.
+    /// Returns the number of changed keys.
+    pub fn commit(
+        self,
+        store: &mut Store,
+        tables: &[TableRuntime],
+        source: &str,
+        end_lsn: Lsn,
+    ) -> Result<usize> {
+        let fail = |e: rusqlite::Error| PipelineError::store("apply an upstream transaction", e);
+        let tx = store.conn.transaction().map_err(fail)?;
+        let mut changed = 0;
+        {
+            let mut upsert = tx
+                .prepare_cached("INSERT OR REPLACE INTO rows (tbl, key, doc) VALUES (?1, ?2, ?3)")
+                .map_err(fail)?;
+            let mut delete = tx
+                .prepare_cached("DELETE FROM rows WHERE tbl = ?1 AND key = ?2")
+                .map_err(fail)?;
+            let mut feed = tx
+                .prepare_cached(
+                    "INSERT INTO feed (interface, pos, key, old_doc, new_doc) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(fail)?;
+            for id in &self.order {
+                let touched = &self.touched[id];
+                if touched.orig == touched.cur {
+                    continue;
+                }
+                changed += 1;
+                let (t, key) = id;
+                let table = &tables[*t];
+                match &touched.cur {
+                    Some(doc) => upsert.execute(params![table.info.id, key, doc]),
+                    None => delete.execute(params![table.info.id, key]),
+                }
+                .map_err(fail)?;
+                for interface in &table.interfaces {
+                    feed.execute(params![
+                        interface,
+                        end_lsn.0 as i64,
+                        key,
+                        touched.orig,
+                        touched.cur
+                    ])
+                    .map_err(fail)?;
+                }
+            }
+        }
+        tx.execute(
+            "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1",
+            params![source, end_lsn.0 as i64],
+        )
+        .map_err(fail)?;
+        tx.commit().map_err(fail)?;
+        Ok(changed)
+    }
+}

@@ -1,0 +1,371 @@
+//! Errors in PostgreSQL's shape: a primary line, an optional detail and an
+//! optional hint. Nothing here ever holds a password: connection strings
+//! reach messages only through [`evolve_pg::redact_url`], and connections are
+//! named by their name in the config file.
+
+use std::fmt;
+
+/// The kinds of catalog objects, for messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjectKind {
+    /// A connection to an upstream database (publication + slot).
+    Source,
+    /// A versioned ingestion of one upstream table.
+    Table,
+    /// The stable JSON interface over a table ("materialized view").
+    Interface,
+    /// A destination of an interface's changes.
+    Sink,
+}
+
+impl ObjectKind {
+    /// `source`, `table`, `materialized view`, `sink`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Source => "source",
+            ObjectKind::Table => "table",
+            ObjectKind::Interface => "materialized view",
+            ObjectKind::Sink => "sink",
+        }
+    }
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything the pipeline can refuse or fail with.
+///
+/// [`Display`](fmt::Display) renders `ERROR: primary`, then `DETAIL:` and
+/// `HINT:` lines when there are any; [`primary`](Self::primary),
+/// [`detail`](Self::detail) and [`hint`](Self::hint) give the parts.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// The config file is missing, unreadable or invalid.
+    #[error("{}", render(self))]
+    Config {
+        /// What is wrong, naming the file and the setting.
+        message: String,
+    },
+    /// A connection name that is not in the config file.
+    #[error("{}", render(self))]
+    UnknownConnection {
+        /// The name used.
+        name: String,
+        /// The names the config file defines.
+        known: Vec<String>,
+    },
+    /// An object of that name exists already.
+    #[error("{}", render(self))]
+    AlreadyExists {
+        /// Its kind.
+        kind: ObjectKind,
+        /// Its name.
+        name: String,
+    },
+    /// No object of that name.
+    #[error("{}", render(self))]
+    UnknownObject {
+        /// The kind looked for.
+        kind: ObjectKind,
+        /// The name looked for.
+        name: String,
+    },
+    /// A name that cannot be used.
+    #[error("{}", render(self))]
+    InvalidName {
+        /// The kind of object.
+        kind: ObjectKind,
+        /// The name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The object cannot be dropped while others depend on it.
+    #[error("{}", render(self))]
+    HasDependents {
+        /// Its kind.
+        kind: ObjectKind,
+        /// Its name.
+        name: String,
+        /// The objects that depend on it.
+        dependents: Vec<(ObjectKind, String)>,
+    },
+    /// The upstream reference names no table.
+    #[error("{}", render(self))]
+    UpstreamTableNotFound {
+        /// `schema.table` as given.
+        reference: String,
+        /// The source.
+        source_name: String,
+    },
+    /// The upstream table has neither a primary key nor a replica identity
+    /// index, or its replica identity is NOTHING.
+    #[error("{}", render(self))]
+    NoReplicaIdentity {
+        /// `schema.table`.
+        reference: String,
+        /// Why, in detail.
+        detail: String,
+    },
+    /// A column in EXCLUDE COLUMNS or TEXT COLUMNS that cannot be used.
+    #[error("{}", render(self))]
+    BadColumn {
+        /// `schema.table`.
+        reference: String,
+        /// The column.
+        column: String,
+        /// Why.
+        reason: String,
+    },
+    /// A database could not be reached.
+    #[error("{}", render(self))]
+    Connect {
+        /// The connection's name in the config file.
+        connection: String,
+        /// `user@host:port/db` or the redacted URL.
+        target: String,
+        /// The reason given by the client or the server.
+        reason: String,
+    },
+    /// A statement on a database failed.
+    #[error("{}", render(self))]
+    Database {
+        /// What was being done.
+        context: String,
+        /// The server's error, described (SQLSTATE, message, detail, hint).
+        message: String,
+    },
+    /// The source's replication slot is gone or invalidated upstream.
+    #[error("{}", render(self))]
+    SlotLost {
+        /// The source.
+        source_name: String,
+        /// The slot.
+        slot: String,
+        /// What the server says about it.
+        detail: String,
+    },
+    /// A replication slot of the name the source would use exists already.
+    #[error("{}", render(self))]
+    SlotExists {
+        /// The slot.
+        slot: String,
+    },
+    /// The logical replication stream failed or sent something unexpected.
+    #[error("{}", render(self))]
+    Replication {
+        /// The source.
+        source_name: String,
+        /// What happened.
+        message: String,
+    },
+    /// A sink's target table exists with another shape.
+    #[error("{}", render(self))]
+    SinkShape {
+        /// The target table, `schema.table`.
+        table: String,
+        /// What differs.
+        problem: String,
+    },
+    /// A row could not be turned into a document.
+    #[error("{}", render(self))]
+    Document {
+        /// The table.
+        table: String,
+        /// The encoder's error.
+        message: String,
+    },
+    /// The embedded store failed.
+    #[error("{}", render(self))]
+    Store {
+        /// What was being done.
+        context: String,
+        /// SQLite's error.
+        message: String,
+    },
+}
+
+/// `Result` with [`PipelineError`].
+pub type Result<T, E = PipelineError> = std::result::Result<T, E>;
+
+impl PipelineError {
+    /// The primary line (no `ERROR:` prefix).
+    pub fn primary(&self) -> String {
+        match self {
+            PipelineError::Config { message } => message.clone(),
+            PipelineError::UnknownConnection { name, .. } => {
+                format!("connection \"{name}\" does not exist")
+            }
+            PipelineError::AlreadyExists { kind, name } => {
+                format!("{kind} \"{name}\" already exists")
+            }
+            PipelineError::UnknownObject { kind, name } => {
+                format!("{kind} \"{name}\" does not exist")
+            }
+            PipelineError::InvalidName { kind, name, reason } => {
+                format!("invalid {kind} name \"{name}\": {reason}")
+            }
+            PipelineError::HasDependents { kind, name, .. } => {
+                format!("cannot drop {kind} \"{name}\" because other objects depend on it")
+            }
+            PipelineError::UpstreamTableNotFound {
+                reference,
+                source_name,
+            } => {
+                format!("upstream table \"{reference}\" does not exist in source \"{source_name}\"")
+            }
+            PipelineError::NoReplicaIdentity { reference, .. } => {
+                format!(
+                    "upstream table \"{reference}\" has no primary key or replica identity index"
+                )
+            }
+            PipelineError::BadColumn {
+                reference,
+                column,
+                reason,
+            } => format!("column \"{column}\" of upstream table \"{reference}\" {reason}"),
+            PipelineError::Connect {
+                connection, target, ..
+            } => format!("could not connect to connection \"{connection}\" ({target})"),
+            PipelineError::Database { context, .. } => format!("{context} failed"),
+            PipelineError::SlotLost {
+                source_name, slot, ..
+            } => format!(
+                "replication slot \"{slot}\" of source \"{source_name}\" is missing or invalidated"
+            ),
+            PipelineError::SlotExists { slot } => {
+                format!("replication slot \"{slot}\" already exists upstream")
+            }
+            PipelineError::Replication {
+                source_name,
+                message,
+            } => {
+                format!("replication stream of source \"{source_name}\" failed: {message}")
+            }
+            PipelineError::SinkShape { table, .. } => {
+                format!("sink table \"{table}\" has the wrong shape")
+            }
+            PipelineError::Document { table, message } => {
+                format!("could not build the document of a row of table \"{table}\": {message}")
+            }
+            PipelineError::Store { context, message } => {
+                format!("embedded store: {context}: {message}")
+            }
+        }
+    }
+
+    /// The detail line, when there is one.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            PipelineError::UnknownConnection { known, .. } => Some(if known.is_empty() {
+                "The config file defines no connections.".to_string()
+            } else {
+                format!("Defined connections: {}.", known.join(", "))
+            }),
+            PipelineError::HasDependents { dependents, .. } => Some(
+                dependents
+                    .iter()
+                    .map(|(kind, name)| format!("{kind} \"{name}\" depends on it."))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            PipelineError::NoReplicaIdentity { detail, .. } => Some(detail.clone()),
+            PipelineError::Connect { reason, .. } => Some(reason.clone()),
+            PipelineError::Database { message, .. } => Some(message.clone()),
+            PipelineError::SlotLost { detail, .. } => Some(detail.clone()),
+            PipelineError::SinkShape { problem, .. } => Some(problem.clone()),
+            _ => None,
+        }
+    }
+
+    /// The hint line, when there is one.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            PipelineError::UnknownConnection { .. } => {
+                Some("Add a [connections.NAME] section with a url to evolve.toml.".into())
+            }
+            PipelineError::HasDependents { .. } => {
+                Some("Drop the dependent objects first.".into())
+            }
+            PipelineError::UpstreamTableNotFound { .. } => Some(
+                "Check the spelling, and that the source's connection reaches the right database (REFERENCE schema.table).".into(),
+            ),
+            PipelineError::NoReplicaIdentity { reference, .. } => Some(format!(
+                "Add a primary key (ALTER TABLE {reference} ADD PRIMARY KEY (...)) or choose a unique index on NOT NULL columns (ALTER TABLE {reference} REPLICA IDENTITY USING INDEX ...)."
+            )),
+            PipelineError::BadColumn { .. } => {
+                Some("List only existing columns that are not part of the key.".into())
+            }
+            PipelineError::Connect { .. } => Some(
+                "Check the connection's url in the config file and that the server is running."
+                    .into(),
+            ),
+            PipelineError::SlotLost { .. } => Some(
+                "The stream cannot resume without loss: drop the source's tables and the source, then create them again.".into(),
+            ),
+            PipelineError::SlotExists { slot } => Some(format!(
+                "Another pipeline may own it; if not, drop it upstream with SELECT pg_drop_replication_slot('{slot}')."
+            )),
+            PipelineError::SinkShape { .. } => Some(
+                "A sink table has exactly (key jsonb PRIMARY KEY, data jsonb NOT NULL); name a new table, or drop this one.".into(),
+            ),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn store(context: impl Into<String>, e: rusqlite::Error) -> PipelineError {
+        PipelineError::Store {
+            context: context.into(),
+            message: e.to_string(),
+        }
+    }
+
+    pub(crate) fn database(context: impl Into<String>, e: &tokio_postgres::Error) -> PipelineError {
+        let message = match e.as_db_error() {
+            Some(db) => evolve_pg::describe_db_error(db, None),
+            None => e.to_string(),
+        };
+        PipelineError::Database {
+            context: context.into(),
+            message,
+        }
+    }
+}
+
+fn render(e: &PipelineError) -> String {
+    let mut out = format!("ERROR: {}", e.primary());
+    if let Some(detail) = e.detail() {
+        out.push_str("\nDETAIL: ");
+        out.push_str(&detail);
+    }
+    if let Some(hint) = e.hint() {
+        out.push_str("\nHINT: ");
+        out.push_str(&hint);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_primary_detail_hint() {
+        let e = PipelineError::HasDependents {
+            kind: ObjectKind::Table,
+            name: "orders_v1".into(),
+            dependents: vec![(ObjectKind::Interface, "orders_json".into())],
+        };
+        assert_eq!(
+            e.to_string(),
+            "ERROR: cannot drop table \"orders_v1\" because other objects depend on it\n\
+             DETAIL: materialized view \"orders_json\" depends on it.\n\
+             HINT: Drop the dependent objects first."
+        );
+    }
+}

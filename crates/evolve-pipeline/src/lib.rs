@@ -1,0 +1,140 @@
+//! Change data capture from PostgreSQL into a stable JSON interface.
+//!
+//! # Objects
+//!
+//! - A **source** ([`Pipeline::create_source`]) is an upstream database
+//!   reached through a named connection of `evolve.toml` ([`Config`]), with
+//!   a publication (created if missing) and one logical replication slot
+//!   (`evolve_<name>`, pgoutput, created with the source).
+//! - A **table** ([`Pipeline::create_table`]) is a versioned ingestion of
+//!   one upstream table: its columns (name, attnum, type OID, typmod, JSON
+//!   kind, key flag) are pinned when it is created, with optional EXCLUDE
+//!   COLUMNS and TEXT COLUMNS; the upstream table is added to the
+//!   publication. A table needs a key: its primary key, or its replica
+//!   identity index; tables with neither (or with REPLICA IDENTITY NOTHING)
+//!   are refused, since logical replication could not send their updates
+//!   and deletes (adding them to a publication would make those fail).
+//! - An **interface** ([`Pipeline::create_interface`], the "materialized
+//!   view") is the stable output over a table: one document per upstream
+//!   row, exactly `coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}')`
+//!   ([`evolve_core::document`]), keyed by the key columns' document.
+//!   Interfaces name their table, so a later replacement can swap it.
+//! - A **sink** ([`Pipeline::create_sink`]) writes an interface into a
+//!   PostgreSQL table `(key jsonb PRIMARY KEY, data jsonb NOT NULL)`.
+//!
+//! # What is stored where
+//!
+//! Everything of the pipeline's own lives in `state_dir/pipeline.db`
+//! (SQLite, WAL, `synchronous=FULL`; see [`store`]): the catalog, each
+//! table's current documents (key bytes → document bytes), each source's
+//! applied position, and each interface's change feed (position, key, old
+//! and new document) until every sink of the interface has committed it.
+//! Each sink's own position lives in its database, in
+//! `evolve_sink_progress(sink, lsn)` beside the target table. Upstream,
+//! the slot's confirmed position is what the server keeps WAL for.
+//!
+//! # Positions
+//!
+//! A transaction's position is the end LSN of its commit record. Three
+//! positions move, always in this order:
+//!
+//! 1. *applied* (SQLite): the transaction's document changes, its feed
+//!    entries and the new applied position are one SQLite transaction; one
+//!    upstream transaction is one state transaction, in commit order.
+//!    Transactions at or below the applied position are skipped when the
+//!    stream replays them after a restart.
+//! 2. *sink* (the sink's database): each upstream transaction's feed
+//!    entries become one sink transaction that also upserts the sink's row
+//!    of `evolve_sink_progress`; entries at or below it are skipped on
+//!    restart. Nothing else is written: a key whose document did not change
+//!    has no feed entry.
+//! 3. *confirmed* (the slot): the minimum of the applied position and every
+//!    sink's position (a sink that has nothing pending counts as caught up);
+//!    when all are caught up and no transaction is open, the keepalive's WAL
+//!    position, so an idle pipeline does not hold WAL. A crash anywhere
+//!    replays from the slot's confirmed position and the skips above make
+//!    the replay lose and duplicate nothing.
+//!
+//! # The seam between snapshot and stream
+//!
+//! A table is snapshotted by its source's task before it starts streaming
+//! (a table created while the pipeline runs restarts the task). The task
+//! creates a **temporary** logical slot with an exported snapshot
+//! (`CREATE_REPLICATION_SLOT ... TEMPORARY LOGICAL pgoutput (SNAPSHOT
+//! 'export')`), copies the table in text format in a `REPEATABLE READ`
+//! transaction under that snapshot (`SET TRANSACTION SNAPSHOT`), stores the
+//! documents in batches, and records the slot's consistent point `C` with
+//! the table's state `running` in the last batch's SQLite transaction (a
+//! crash before that restarts the snapshot from scratch). The snapshot
+//! holds exactly the transactions committed before `C`; the source's own
+//! slot, whose confirmed position is older than `C`, then delivers every
+//! transaction, and the table applies those whose commit LSN is at or
+//! after `C` (PostgreSQL's table synchronization uses the same rule). No
+//! transaction is in both, none in neither: the seam is exact.
+//!
+//! We chose one temporary slot per table, also for a source's first table,
+//! so that there is one code path, the source's slot exists before any
+//! table (and from then on keeps the WAL every table needs), and a table
+//! added later works exactly like the first. The table is added to the
+//! publication before the temporary slot is created; the slot's consistent
+//! point comes after every transaction that was running then, so every
+//! transaction committed at or after `C` began after the table was
+//! published and is decoded with it. While a table is copied the source's
+//! other tables wait (the stream is not read during the copy).
+//!
+//! # Applying the stream
+//!
+//! Each transaction collects an overlay of the keys it touches ([`apply`]):
+//! inserts, updates (a changed key deletes the old key's document),
+//! deletes (with REPLICA IDENTITY DEFAULT the old key tuple, with FULL the
+//! old row: the key is always read from the pinned key columns, since under
+//! FULL every column is flagged as key) and TRUNCATE (every document of the
+//! table is deleted). An unchanged TOASTed value (`u`) keeps the member the
+//! current document has for that column. At commit only keys whose
+//! document differs from before the transaction are written and fed.
+//! Relation messages are matched to the pinned columns by name; a pinned
+//! column that is gone or has another type stalls that table (the others go
+//! on), which a replacement will resolve.
+//!
+//! # Sessions
+//!
+//! Every upstream session, ordinary or replication, runs with
+//! `DateStyle=ISO`, `TimeZone=UTC`, `extra_float_digits=1`,
+//! `IntervalStyle=postgres` and `bytea_output=hex`
+//! ([`upstream::SESSION_SETTINGS`]), so the text values are the ones
+//! `evolve_core::document` expects and `to_jsonb` on a default session sees.
+//!
+//! # Tests
+//!
+//! `tests/pipeline.rs` runs the pipeline in-process against two throwaway
+//! clusters (upstream and sink); `tests/crash.rs` runs it as a child process
+//! (`src/bin/evolve-pipeline-run.rs`, a test helper) and kills it with
+//! SIGKILL while the upstream keeps writing, then counts every write the
+//! sink received with a trigger.
+//!
+//! # Not done yet
+//!
+//! The SQL statements and admin API, `subscribe`, `/status` and
+//! `/metrics`, WAL retention warnings, TLS for replication sessions, and
+//! replacement swaps and drift are not built. Documents of a very large
+//! transaction, a TRUNCATE, or a sink's initial load are held in memory.
+//! Each upstream transaction is one SQLite commit (`synchronous=FULL`) and
+//! one sink transaction: correct, not yet fast.
+
+pub mod apply;
+pub mod config;
+pub mod doc;
+pub mod error;
+mod pipeline;
+mod sink;
+mod source;
+pub mod status;
+pub mod store;
+pub mod upstream;
+
+pub use config::{Config, Connection};
+pub use error::{ObjectKind, PipelineError, Result};
+pub use pipeline::{Pipeline, TableSpec};
+pub use sink::PROGRESS_TABLE;
+pub use status::ObjectStatus;
+pub use store::{ColumnInfo, InterfaceInfo, SinkInfo, SourceInfo, TableInfo, TableState};

@@ -1,0 +1,816 @@
+//! The embedded store: `state_dir/pipeline.db`, SQLite in WAL mode with
+//! `synchronous=FULL`. It holds the catalog (sources, tables with their
+//! pinned columns, interfaces, sinks), each table's current documents
+//! (`rows`: key bytes → document bytes), each source's applied position,
+//! and each interface's change feed (`feed`: position, key, old and new
+//! document), which sinks consume and which is pruned once every sink has
+//! committed it.
+//!
+//! Positions are LSNs stored as integers: a transaction's position is the
+//! end LSN of its commit record (what the slot is confirmed with).
+
+use std::path::Path;
+
+use evolve_core::document::TypeKind;
+use evolve_pgoutput::Lsn;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::doc::{kind_from_json, kind_to_json};
+use crate::error::{ObjectKind, PipelineError, Result};
+
+/// A source: an upstream database reached through a named connection, with
+/// a publication and a logical replication slot.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SourceInfo {
+    /// Its name.
+    pub name: String,
+    /// The connection's name in the config file.
+    pub connection: String,
+    /// The upstream publication.
+    pub publication: String,
+    /// Whether the pipeline created the publication (and drops it with the
+    /// source).
+    pub publication_created: bool,
+    /// The upstream logical replication slot.
+    pub slot: String,
+    /// The end LSN of the last upstream transaction applied to the state.
+    #[serde(serialize_with = "ser_lsn")]
+    pub applied_lsn: Lsn,
+}
+
+fn ser_lsn<S: serde::Serializer>(lsn: &Lsn, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&lsn.to_string())
+}
+
+/// One upstream column as pinned when the table was created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnInfo {
+    /// The attribute name.
+    pub name: String,
+    /// `attnum`.
+    pub attnum: i16,
+    /// `atttypid`.
+    pub type_oid: u32,
+    /// `atttypmod`.
+    pub typmod: i32,
+    /// `format_type(atttypid, atttypmod)`.
+    pub type_name: String,
+    /// `attnotnull`.
+    pub not_null: bool,
+    /// How its text becomes JSON (TEXT COLUMNS are [`TypeKind::Text`]).
+    pub kind: TypeKind,
+    /// In EXCLUDE COLUMNS: not part of the document.
+    pub excluded: bool,
+    /// In TEXT COLUMNS.
+    pub as_text: bool,
+    /// Part of the key (primary key or replica identity index).
+    pub key: bool,
+}
+
+/// The lifecycle of a table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TableState {
+    /// Created; its snapshot has not started.
+    Pending,
+    /// Its snapshot is being copied (restarted from scratch after a crash).
+    Snapshotting,
+    /// Snapshot done; the stream applies to it.
+    Running,
+    /// The stream can no longer apply to it (see the error).
+    Stalled,
+}
+
+impl TableState {
+    fn as_str(self) -> &'static str {
+        match self {
+            TableState::Pending => "pending",
+            TableState::Snapshotting => "snapshotting",
+            TableState::Running => "running",
+            TableState::Stalled => "stalled",
+        }
+    }
+
+    fn parse(s: &str) -> TableState {
+        match s {
+            "snapshotting" => TableState::Snapshotting,
+            "running" => TableState::Running,
+            "stalled" => TableState::Stalled,
+            _ => TableState::Pending,
+        }
+    }
+}
+
+/// A versioned ingestion of one upstream table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableInfo {
+    /// Internal id (keys its rows).
+    pub id: i64,
+    /// Its name, e.g. `orders_v1`.
+    pub name: String,
+    /// The source it reads.
+    pub source: String,
+    /// The upstream schema.
+    pub upstream_schema: String,
+    /// The upstream table.
+    pub upstream_table: String,
+    /// The upstream table's OID when the table was created.
+    pub upstream_oid: u32,
+    /// Every upstream column, pinned, in attnum order.
+    pub columns: Vec<ColumnInfo>,
+    /// Its state.
+    pub state: TableState,
+    /// Why it is stalled.
+    pub error: Option<String>,
+    /// The snapshot's consistent point: the stream applies to this table
+    /// the transactions whose commit LSN is at or after it.
+    pub snapshot_lsn: Option<Lsn>,
+    /// Rows copied by the snapshot so far.
+    pub rows_copied: u64,
+}
+
+impl TableInfo {
+    /// `schema.table` upstream.
+    pub fn reference(&self) -> String {
+        format!("{}.{}", self.upstream_schema, self.upstream_table)
+    }
+
+    /// The columns of the document, in attnum order.
+    pub fn document_columns(&self) -> impl Iterator<Item = &ColumnInfo> {
+        self.columns.iter().filter(|c| !c.excluded)
+    }
+
+    /// The key columns, in attnum order.
+    pub fn key_columns(&self) -> impl Iterator<Item = &ColumnInfo> {
+        self.columns.iter().filter(|c| c.key)
+    }
+}
+
+/// The stable interface over a table: one document per upstream row.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct InterfaceInfo {
+    /// Internal id (keys its feed).
+    pub id: i64,
+    /// Its name.
+    pub name: String,
+    /// The table it currently reads.
+    pub table: String,
+}
+
+/// A PostgreSQL sink of an interface.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SinkInfo {
+    /// Its name (also its row in `evolve_sink_progress`).
+    pub name: String,
+    /// The interface it follows.
+    pub interface: String,
+    /// The connection's name in the config file.
+    pub connection: String,
+    /// The target table's schema.
+    pub target_schema: String,
+    /// The target table.
+    pub target_table: String,
+}
+
+/// One change of an interface's feed: the net effect of one upstream
+/// transaction on one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeedEntry {
+    /// The transaction's position (end LSN of its commit).
+    pub pos: Lsn,
+    /// The key document.
+    pub key: Vec<u8>,
+    /// The document before, `None` for an insert.
+    pub old: Option<Vec<u8>>,
+    /// The document after, `None` for a delete.
+    pub new: Option<Vec<u8>>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS sources (
+    name TEXT PRIMARY KEY,
+    connection TEXT NOT NULL,
+    publication TEXT NOT NULL,
+    publication_created INTEGER NOT NULL,
+    slot TEXT NOT NULL,
+    applied_lsn INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS tables (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    source TEXT NOT NULL REFERENCES sources(name),
+    upstream_schema TEXT NOT NULL,
+    upstream_table TEXT NOT NULL,
+    upstream_oid INTEGER NOT NULL,
+    columns TEXT NOT NULL,
+    state TEXT NOT NULL,
+    error TEXT,
+    snapshot_lsn INTEGER,
+    rows_copied INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS interfaces (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    table_name TEXT NOT NULL REFERENCES tables(name)
+);
+CREATE TABLE IF NOT EXISTS sinks (
+    name TEXT PRIMARY KEY,
+    interface TEXT NOT NULL REFERENCES interfaces(name),
+    connection TEXT NOT NULL,
+    target_schema TEXT NOT NULL,
+    target_table TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rows (
+    tbl INTEGER NOT NULL,
+    key BLOB NOT NULL,
+    doc BLOB NOT NULL,
+    PRIMARY KEY (tbl, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS feed (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    interface INTEGER NOT NULL,
+    pos INTEGER NOT NULL,
+    key BLOB NOT NULL,
+    old_doc BLOB,
+    new_doc BLOB
+);
+CREATE INDEX IF NOT EXISTS feed_by_position ON feed (interface, pos, seq);
+";
+
+/// A connection to the store. Each task opens its own; SQLite's WAL mode
+/// lets readers run beside the one writer.
+pub struct Store {
+    pub(crate) conn: Connection,
+}
+
+fn lsn_to_sql(lsn: Lsn) -> i64 {
+    lsn.0 as i64
+}
+
+fn lsn_from_sql(v: i64) -> Lsn {
+    Lsn(v as u64)
+}
+
+impl Store {
+    /// Opens (creating if needed) `state_dir/pipeline.db`.
+    pub fn open(state_dir: &Path) -> Result<Store> {
+        std::fs::create_dir_all(state_dir).map_err(|e| PipelineError::Store {
+            context: format!("create state directory {}", state_dir.display()),
+            message: e.to_string(),
+        })?;
+        let path = state_dir.join("pipeline.db");
+        let ctx = || format!("open {}", path.display());
+        let conn = Connection::open(&path).map_err(|e| PipelineError::store(ctx(), e))?;
+        conn.busy_timeout(std::time::Duration::from_secs(30))
+            .map_err(|e| PipelineError::store(ctx(), e))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| PipelineError::store(ctx(), e))?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(|e| PipelineError::store(ctx(), e))?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(|e| PipelineError::store(ctx(), e))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| PipelineError::store(ctx(), e))?;
+        Ok(Store { conn })
+    }
+
+    // ---------------------------------------------------------- sources
+
+    /// Inserts a source.
+    pub fn insert_source(&self, s: &SourceInfo) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO sources (name, connection, publication, publication_created, slot, applied_lsn) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    s.name,
+                    s.connection,
+                    s.publication,
+                    s.publication_created,
+                    s.slot,
+                    lsn_to_sql(s.applied_lsn)
+                ],
+            )
+            .map_err(|e| PipelineError::store("insert source", e))?;
+        Ok(())
+    }
+
+    /// The source named `name`.
+    pub fn source(&self, name: &str) -> Result<Option<SourceInfo>> {
+        self.conn
+            .query_row(
+                "SELECT name, connection, publication, publication_created, slot, applied_lsn \
+                 FROM sources WHERE name = ?1",
+                [name],
+                source_row,
+            )
+            .optional()
+            .map_err(|e| PipelineError::store("read source", e))
+    }
+
+    /// Every source, by name.
+    pub fn sources(&self) -> Result<Vec<SourceInfo>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT name, connection, publication, publication_created, slot, applied_lsn \
+                 FROM sources ORDER BY name",
+            )
+            .map_err(|e| PipelineError::store("list sources", e))?;
+        let rows = stmt
+            .query_map([], source_row)
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| PipelineError::store("list sources", e))?;
+        Ok(rows)
+    }
+
+    /// Deletes a source.
+    pub fn delete_source(&self, name: &str) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM sources WHERE name = ?1", [name])
+            .map_err(|e| PipelineError::store("delete source", e))?;
+        Ok(())
+    }
+
+    /// The source's applied position.
+    pub fn applied_lsn(&self, source: &str) -> Result<Lsn> {
+        self.conn
+            .query_row(
+                "SELECT applied_lsn FROM sources WHERE name = ?1",
+                [source],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(lsn_from_sql)
+            .map_err(|e| PipelineError::store("read applied position", e))
+    }
+
+    // ----------------------------------------------------------- tables
+
+    /// Inserts a table; returns its id.
+    pub fn insert_table(&self, t: &TableInfo) -> Result<i64> {
+        self.conn
+            .execute(
+                "INSERT INTO tables (name, source, upstream_schema, upstream_table, upstream_oid, columns, state) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    t.name,
+                    t.source,
+                    t.upstream_schema,
+                    t.upstream_table,
+                    t.upstream_oid,
+                    columns_to_json(&t.columns),
+                    t.state.as_str()
+                ],
+            )
+            .map_err(|e| PipelineError::store("insert table", e))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// The table named `name`.
+    pub fn table(&self, name: &str) -> Result<Option<TableInfo>> {
+        let mut tables = self.tables_where("name = ?1", [name])?;
+        Ok(tables.pop())
+    }
+
+    /// Every table, by name.
+    pub fn tables(&self) -> Result<Vec<TableInfo>> {
+        self.tables_where("1 = 1", [])
+    }
+
+    /// The tables of a source, by name.
+    pub fn tables_of(&self, source: &str) -> Result<Vec<TableInfo>> {
+        self.tables_where("source = ?1", [source])
+    }
+
+    fn tables_where<P: rusqlite::Params>(&self, filter: &str, p: P) -> Result<Vec<TableInfo>> {
+        let sql = format!(
+            "SELECT id, name, source, upstream_schema, upstream_table, upstream_oid, columns, \
+                    state, error, snapshot_lsn, rows_copied \
+             FROM tables WHERE {filter} ORDER BY name"
+        );
+        let mut stmt = self
+            .conn
+            .prepare(&sql)
+            .map_err(|e| PipelineError::store("list tables", e))?;
+        let rows = stmt
+            .query_map(p, |r| {
+                let columns: String = r.get(6)?;
+                let state: String = r.get(7)?;
+                Ok(TableInfo {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    source: r.get(2)?,
+                    upstream_schema: r.get(3)?,
+                    upstream_table: r.get(4)?,
+                    upstream_oid: r.get(5)?,
+                    columns: columns_from_json(&columns).unwrap_or_default(),
+                    state: TableState::parse(&state),
+                    error: r.get(8)?,
+                    snapshot_lsn: r.get::<_, Option<i64>>(9)?.map(lsn_from_sql),
+                    rows_copied: r.get::<_, i64>(10)? as u64,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| PipelineError::store("list tables", e))?;
+        Ok(rows)
+    }
+
+    /// Sets a table's state (and error, and snapshot position).
+    pub fn set_table_state(
+        &self,
+        id: i64,
+        state: TableState,
+        error: Option<&str>,
+        snapshot_lsn: Option<Lsn>,
+    ) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE tables SET state = ?2, error = ?3, snapshot_lsn = ?4 WHERE id = ?1",
+                params![id, state.as_str(), error, snapshot_lsn.map(lsn_to_sql)],
+            )
+            .map_err(|e| PipelineError::store("update table state", e))?;
+        Ok(())
+    }
+
+    /// Deletes a table and its rows.
+    pub fn delete_table(&mut self, name: &str) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|e| PipelineError::store("drop table", e))?;
+        tx.execute(
+            "DELETE FROM rows WHERE tbl = (SELECT id FROM tables WHERE name = ?1)",
+            [name],
+        )
+        .and_then(|_| tx.execute("DELETE FROM tables WHERE name = ?1", [name]))
+        .and_then(|_| tx.commit())
+        .map_err(|e| PipelineError::store("drop table", e))?;
+        Ok(())
+    }
+
+    // ------------------------------------------------------- interfaces
+
+    /// Inserts an interface.
+    pub fn insert_interface(&self, name: &str, table: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO interfaces (name, table_name) VALUES (?1, ?2)",
+                [name, table],
+            )
+            .map_err(|e| PipelineError::store("insert materialized view", e))?;
+        Ok(())
+    }
+
+    /// Every interface, by name.
+    pub fn interfaces(&self) -> Result<Vec<InterfaceInfo>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, name, table_name FROM interfaces ORDER BY name")
+            .map_err(|e| PipelineError::store("list materialized views", e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(InterfaceInfo {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    table: r.get(2)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| PipelineError::store("list materialized views", e))?;
+        Ok(rows)
+    }
+
+    /// The interface named `name`.
+    pub fn interface(&self, name: &str) -> Result<Option<InterfaceInfo>> {
+        Ok(self.interfaces()?.into_iter().find(|i| i.name == name))
+    }
+
+    /// Deletes an interface and its feed.
+    pub fn delete_interface(&mut self, name: &str) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|e| PipelineError::store("drop materialized view", e))?;
+        tx.execute(
+            "DELETE FROM feed WHERE interface = (SELECT id FROM interfaces WHERE name = ?1)",
+            [name],
+        )
+        .and_then(|_| tx.execute("DELETE FROM interfaces WHERE name = ?1", [name]))
+        .and_then(|_| tx.commit())
+        .map_err(|e| PipelineError::store("drop materialized view", e))?;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ sinks
+
+    /// Inserts a sink.
+    pub fn insert_sink(&self, s: &SinkInfo) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO sinks (name, interface, connection, target_schema, target_table) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    s.name,
+                    s.interface,
+                    s.connection,
+                    s.target_schema,
+                    s.target_table
+                ],
+            )
+            .map_err(|e| PipelineError::store("insert sink", e))?;
+        Ok(())
+    }
+
+    /// Every sink, by name.
+    pub fn sinks(&self) -> Result<Vec<SinkInfo>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT name, interface, connection, target_schema, target_table \
+                 FROM sinks ORDER BY name",
+            )
+            .map_err(|e| PipelineError::store("list sinks", e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(SinkInfo {
+                    name: r.get(0)?,
+                    interface: r.get(1)?,
+                    connection: r.get(2)?,
+                    target_schema: r.get(3)?,
+                    target_table: r.get(4)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| PipelineError::store("list sinks", e))?;
+        Ok(rows)
+    }
+
+    /// Deletes a sink.
+    pub fn delete_sink(&self, name: &str) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM sinks WHERE name = ?1", [name])
+            .map_err(|e| PipelineError::store("drop sink", e))?;
+        Ok(())
+    }
+
+    /// The objects that depend on `kind` `name` (what blocks its drop).
+    pub fn dependents(&self, kind: ObjectKind, name: &str) -> Result<Vec<(ObjectKind, String)>> {
+        Ok(match kind {
+            ObjectKind::Source => self
+                .tables_of(name)?
+                .into_iter()
+                .map(|t| (ObjectKind::Table, t.name))
+                .collect(),
+            ObjectKind::Table => self
+                .interfaces()?
+                .into_iter()
+                .filter(|i| i.table == name)
+                .map(|i| (ObjectKind::Interface, i.name))
+                .collect(),
+            ObjectKind::Interface => self
+                .sinks()?
+                .into_iter()
+                .filter(|s| s.interface == name)
+                .map(|s| (ObjectKind::Sink, s.name))
+                .collect(),
+            ObjectKind::Sink => Vec::new(),
+        })
+    }
+
+    // ------------------------------------------------------------- rows
+
+    /// The current document of `key` in table `tbl`.
+    pub fn doc(&self, tbl: i64, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT doc FROM rows WHERE tbl = ?1 AND key = ?2")
+            .map_err(|e| PipelineError::store("read document", e))?;
+        stmt.query_row(params![tbl, key], |r| r.get(0))
+            .optional()
+            .map_err(|e| PipelineError::store("read document", e))
+    }
+
+    /// Every (key, document) of table `tbl`, in key order.
+    pub fn docs(&self, tbl: i64) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT key, doc FROM rows WHERE tbl = ?1 ORDER BY key")
+            .map_err(|e| PipelineError::store("read documents", e))?;
+        let rows = stmt
+            .query_map([tbl], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| PipelineError::store("read documents", e))?;
+        Ok(rows)
+    }
+
+    /// The number of documents of table `tbl`.
+    pub fn doc_count(&self, tbl: i64) -> Result<u64> {
+        self.conn
+            .query_row("SELECT count(*) FROM rows WHERE tbl = ?1", [tbl], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n as u64)
+            .map_err(|e| PipelineError::store("count documents", e))
+    }
+
+    // ------------------------------------------------------------- feed
+
+    /// Feed entries of `interface` with `after < pos <= upto`, in order, at
+    /// most `limit` of them but never part of a transaction: when the limit
+    /// cuts a transaction, the entries of that transaction are left out
+    /// (unless it is the only one, which is then read whole).
+    pub fn feed(
+        &self,
+        interface: i64,
+        after: Lsn,
+        upto: Lsn,
+        limit: usize,
+    ) -> Result<Vec<FeedEntry>> {
+        let read = |limit: i64, upto: Lsn| -> Result<Vec<FeedEntry>> {
+            let mut stmt = self
+                .conn
+                .prepare_cached(
+                    "SELECT pos, key, old_doc, new_doc FROM feed \
+                     WHERE interface = ?1 AND pos > ?2 AND pos <= ?3 ORDER BY pos, seq LIMIT ?4",
+                )
+                .map_err(|e| PipelineError::store("read feed", e))?;
+            stmt.query_map(
+                params![interface, lsn_to_sql(after), lsn_to_sql(upto), limit],
+                |r| {
+                    Ok(FeedEntry {
+                        pos: lsn_from_sql(r.get(0)?),
+                        key: r.get(1)?,
+                        old: r.get(2)?,
+                        new: r.get(3)?,
+                    })
+                },
+            )
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| PipelineError::store("read feed", e))
+        };
+        let mut entries = read(limit as i64, upto)?;
+        if entries.len() >= limit
+            && let Some(last) = entries.last().map(|e| e.pos)
+        {
+            if entries.first().map(|e| e.pos) == Some(last) {
+                // One transaction larger than the limit: read it whole.
+                return read(-1, last);
+            }
+            entries.retain(|e| e.pos != last);
+        }
+        Ok(entries)
+    }
+
+    /// Deletes the feed entries of `interface` at or before `upto`.
+    pub fn prune_feed(&self, interface: i64, upto: Lsn) -> Result<usize> {
+        self.conn
+            .execute(
+                "DELETE FROM feed WHERE interface = ?1 AND pos <= ?2",
+                params![interface, lsn_to_sql(upto)],
+            )
+            .map_err(|e| PipelineError::store("prune feed", e))
+    }
+}
+
+fn source_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SourceInfo> {
+    Ok(SourceInfo {
+        name: r.get(0)?,
+        connection: r.get(1)?,
+        publication: r.get(2)?,
+        publication_created: r.get(3)?,
+        slot: r.get(4)?,
+        applied_lsn: lsn_from_sql(r.get(5)?),
+    })
+}
+
+fn columns_to_json(columns: &[ColumnInfo]) -> String {
+    let list: Vec<serde_json::Value> = columns
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "name": c.name,
+                "attnum": c.attnum,
+                "type_oid": c.type_oid,
+                "typmod": c.typmod,
+                "type_name": c.type_name,
+                "not_null": c.not_null,
+                "kind": kind_to_json(&c.kind),
+                "excluded": c.excluded,
+                "as_text": c.as_text,
+                "key": c.key,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(list).to_string()
+}
+
+fn columns_from_json(text: &str) -> Option<Vec<ColumnInfo>> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let mut out = Vec::new();
+    for c in value.as_array()? {
+        out.push(ColumnInfo {
+            name: c.get("name")?.as_str()?.to_string(),
+            attnum: i16::try_from(c.get("attnum")?.as_i64()?).ok()?,
+            type_oid: u32::try_from(c.get("type_oid")?.as_u64()?).ok()?,
+            typmod: i32::try_from(c.get("typmod")?.as_i64()?).ok()?,
+            type_name: c.get("type_name")?.as_str()?.to_string(),
+            not_null: c.get("not_null")?.as_bool()?,
+            kind: kind_from_json(c.get("kind")?)?,
+            excluded: c.get("excluded")?.as_bool()?,
+            as_text: c.get("as_text")?.as_bool()?,
+            key: c.get("key")?.as_bool()?,
+        });
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_round_trip_and_feed_limits() {
+        let dir = std::env::temp_dir().join(format!("evolve-store-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir).unwrap();
+        store
+            .insert_source(&SourceInfo {
+                name: "src".into(),
+                connection: "pg".into(),
+                publication: "pub".into(),
+                publication_created: true,
+                slot: "evolve_src".into(),
+                applied_lsn: Lsn(5),
+            })
+            .unwrap();
+        let table = TableInfo {
+            id: 0,
+            name: "t_v1".into(),
+            source: "src".into(),
+            upstream_schema: "public".into(),
+            upstream_table: "t".into(),
+            upstream_oid: 1234,
+            columns: vec![ColumnInfo {
+                name: "id".into(),
+                attnum: 1,
+                type_oid: 23,
+                typmod: -1,
+                type_name: "integer".into(),
+                not_null: true,
+                kind: TypeKind::Integer,
+                excluded: false,
+                as_text: false,
+                key: true,
+            }],
+            state: TableState::Pending,
+            error: None,
+            snapshot_lsn: None,
+            rows_copied: 0,
+        };
+        let id = store.insert_table(&table).unwrap();
+        let read = store.table("t_v1").unwrap().unwrap();
+        assert_eq!(read.columns, table.columns);
+        assert_eq!(read.id, id);
+        store.insert_interface("t_json", "t_v1").unwrap();
+        assert_eq!(
+            store.dependents(ObjectKind::Table, "t_v1").unwrap(),
+            vec![(ObjectKind::Interface, "t_json".to_string())]
+        );
+        let iface = store.interface("t_json").unwrap().unwrap().id;
+        for (pos, key) in [(10, "a"), (10, "b"), (20, "c"), (30, "d")] {
+            store
+                .conn
+                .execute(
+                    "INSERT INTO feed (interface, pos, key, new_doc) VALUES (?1, ?2, ?3, x'7b7d')",
+                    params![iface, pos, key.as_bytes()],
+                )
+                .unwrap();
+        }
+        let keys = |v: Vec<FeedEntry>| -> Vec<String> {
+            v.into_iter()
+                .map(|e| String::from_utf8(e.key).unwrap())
+                .collect()
+        };
+        assert_eq!(
+            keys(store.feed(iface, Lsn(0), Lsn(30), 100).unwrap()),
+            ["a", "b", "c", "d"]
+        );
+        // The limit cuts transaction 20: it is left for the next read.
+        assert_eq!(
+            keys(store.feed(iface, Lsn(0), Lsn(30), 3).unwrap()),
+            ["a", "b"]
+        );
+        // A transaction bigger than the limit is read whole.
+        assert_eq!(
+            keys(store.feed(iface, Lsn(0), Lsn(30), 1).unwrap()),
+            ["a", "b"]
+        );
+        assert_eq!(
+            keys(store.feed(iface, Lsn(10), Lsn(20), 100).unwrap()),
+            ["c"]
+        );
+        assert_eq!(store.prune_feed(iface, Lsn(20)).unwrap(), 3);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,695 @@
+//! Talking to the upstream PostgreSQL: ordinary sessions (catalog,
+//! publication, slot, COPY) and replication sessions (temporary slot with an
+//! exported snapshot, the stream).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use evolve_core::document::{Column, TypeKind};
+use evolve_pg::{quote_ident, quote_literal};
+use evolve_pgoutput::Lsn;
+use pgwire_replication::{ReplicationClient, ReplicationConfig, TlsConfig};
+use tokio_postgres::Client;
+
+use crate::config::Connection;
+use crate::error::{PipelineError, Result};
+use crate::store::ColumnInfo;
+
+/// The session settings under which every text value is read, both by COPY
+/// and by the walsender's output plugin: what `evolve_core::document`
+/// requires (ISO dates, UTC, shortest-exact floats) and the defaults that
+/// `to_jsonb` on a default session sees (interval and bytea output).
+pub const SESSION_SETTINGS: &[(&str, &str)] = &[
+    ("DateStyle", "ISO"),
+    ("TimeZone", "UTC"),
+    ("extra_float_digits", "1"),
+    ("IntervalStyle", "postgres"),
+    ("bytea_output", "hex"),
+];
+
+/// Opens an ordinary session on `connection` (named `name` in messages),
+/// with [`SESSION_SETTINGS`].
+pub async fn connect(name: &str, connection: &Connection) -> Result<Client> {
+    let client = evolve_pg::connect(connection.url(), "evolve-pipeline")
+        .await
+        .map_err(|e| connect_error(name, connection, &e.to_string()))?;
+    let mut sql = String::new();
+    for (setting, value) in SESSION_SETTINGS {
+        sql.push_str(&format!("SET {setting} = {};", quote_literal(value)));
+    }
+    client
+        .batch_execute(&sql)
+        .await
+        .map_err(|e| PipelineError::database("set session settings", &e))?;
+    Ok(client)
+}
+
+/// A connection failure of `connection` (named `name`), with the client's
+/// reason and the target without its password.
+pub(crate) fn connect_error(name: &str, connection: &Connection, reason: &str) -> PipelineError {
+    let target = tokio_postgres::Config::from_str(connection.url())
+        .map(|c| evolve_pg::describe_target(&c))
+        .unwrap_or_else(|_| connection.redacted());
+    // evolve_pg's message already names the target; keep its reason only.
+    let reason = reason
+        .split_once(": ")
+        .map(|(_, r)| r)
+        .unwrap_or(reason)
+        .split("; check")
+        .next()
+        .unwrap_or(reason)
+        .to_string();
+    PipelineError::Connect {
+        connection: name.to_string(),
+        target,
+        reason,
+    }
+}
+
+/// What the pipeline pins of an upstream table when it is created.
+#[derive(Clone, Debug)]
+pub struct UpstreamTable {
+    /// `pg_class.oid`.
+    pub oid: u32,
+    /// The schema.
+    pub schema: String,
+    /// The table.
+    pub name: String,
+    /// Every non-dropped column, attnum order, with kinds and key flags
+    /// (EXCLUDE/TEXT not applied yet).
+    pub columns: Vec<ColumnInfo>,
+    /// Generated columns (pgoutput does not send them).
+    pub generated: Vec<String>,
+}
+
+/// Reads table `schema.name` from the upstream catalog, with its key: the
+/// primary key, or the replica identity index. Refuses tables whose
+/// updates and deletes logical replication cannot identify.
+pub async fn inspect_table(
+    client: &Client,
+    source: &str,
+    schema: &str,
+    name: &str,
+) -> Result<UpstreamTable> {
+    let reference = format!("{schema}.{name}");
+    let row = client
+        .query_opt(
+            "SELECT c.oid, c.relkind::text, c.relreplident::text \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[&schema, &name],
+        )
+        .await
+        .map_err(|e| PipelineError::database("read the upstream catalog", &e))?;
+    let Some(row) = row else {
+        return Err(PipelineError::UpstreamTableNotFound {
+            reference,
+            source_name: source.to_string(),
+        });
+    };
+    let oid: u32 = row.get(0);
+    let relkind: String = row.get(1);
+    let replident: String = row.get(2);
+    if relkind != "r" {
+        return Err(PipelineError::UpstreamTableNotFound {
+            reference: format!("{reference} (relkind '{relkind}', not an ordinary table)"),
+            source_name: source.to_string(),
+        });
+    }
+    let key_query = match replident.as_str() {
+        "d" | "f" => "indisprimary",
+        "i" => "indisreplident",
+        _ => {
+            return Err(PipelineError::NoReplicaIdentity {
+                reference,
+                detail: "Its REPLICA IDENTITY is NOTHING: logical replication cannot send its updates and deletes.".into(),
+            });
+        }
+    };
+    let key_names: Vec<String> = client
+        .query(
+            &format!(
+                "SELECT a.attname::text FROM pg_index i \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+                 WHERE i.indrelid = $1 AND i.{key_query} ORDER BY a.attnum"
+            ),
+            &[&oid],
+        )
+        .await
+        .map_err(|e| PipelineError::database("read the upstream table's key", &e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if key_names.is_empty() {
+        return Err(PipelineError::NoReplicaIdentity {
+            reference,
+            detail: if replident == "f" {
+                "Its REPLICA IDENTITY is FULL but it has no primary key: the interface needs a key to identify its rows.".into()
+            } else {
+                "Without one, logical replication cannot identify the rows its updates and deletes change (adding the table to a publication would make them fail).".into()
+            },
+        });
+    }
+    let catalog = TypeCatalog::load(client).await?;
+    let rows = client
+        .query(
+            "SELECT attname::text, attnum, atttypid, atttypmod, format_type(atttypid, atttypmod), \
+                    attnotnull, attgenerated <> '' \
+             FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped \
+             ORDER BY attnum",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| PipelineError::database("read the upstream table's columns", &e))?;
+    let mut columns = Vec::new();
+    let mut generated = Vec::new();
+    for row in rows {
+        let name: String = row.get(0);
+        let type_oid: u32 = row.get(2);
+        if row.get::<_, bool>(6) {
+            generated.push(name.clone());
+        }
+        let kind = catalog
+            .kind(type_oid)
+            .ok_or_else(|| PipelineError::BadColumn {
+                reference: reference.clone(),
+                column: name.clone(),
+                reason: format!("has a type (OID {type_oid}) that cannot be mapped to JSON"),
+            })?;
+        columns.push(ColumnInfo {
+            key: key_names.contains(&name),
+            name,
+            attnum: row.get(1),
+            type_oid,
+            typmod: row.get(3),
+            type_name: row.get(4),
+            not_null: row.get(5),
+            kind,
+            excluded: false,
+            as_text: false,
+        });
+    }
+    Ok(UpstreamTable {
+        oid,
+        schema: schema.to_string(),
+        name: name.to_string(),
+        columns,
+        generated,
+    })
+}
+
+/// The document columns of pinned `columns` (EXCLUDE removed, TEXT applied).
+pub fn document_columns<'a>(columns: impl Iterator<Item = &'a ColumnInfo>) -> Vec<Column> {
+    columns
+        .map(|c| Column::new(c.name.clone(), c.kind.clone()))
+        .collect()
+}
+
+/// Creates publication `name` (empty) unless it exists; true if created.
+pub async fn ensure_publication(client: &Client, name: &str) -> Result<bool> {
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
+        .await
+        .map_err(|e| PipelineError::database("read pg_publication", &e))?
+        .is_some();
+    if exists {
+        return Ok(false);
+    }
+    client
+        .batch_execute(&format!("CREATE PUBLICATION {}", quote_ident(name)))
+        .await
+        .map_err(|e| PipelineError::database(format!("CREATE PUBLICATION {name}"), &e))?;
+    Ok(true)
+}
+
+/// Adds `schema.table` to publication `publication` unless it is in it.
+pub async fn add_to_publication(
+    client: &Client,
+    publication: &str,
+    schema: &str,
+    table: &str,
+) -> Result<()> {
+    let row = client
+        .query_opt(
+            "SELECT puballtables FROM pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(|e| PipelineError::database("read pg_publication", &e))?;
+    let Some(row) = row else {
+        return Err(PipelineError::Database {
+            context: format!("add {schema}.{table} to publication {publication}"),
+            message: format!("publication \"{publication}\" does not exist upstream"),
+        });
+    };
+    if row.get::<_, bool>(0) {
+        return Ok(());
+    }
+    let member = client
+        .query_opt(
+            "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+            &[&publication, &schema, &table],
+        )
+        .await
+        .map_err(|e| PipelineError::database("read pg_publication_tables", &e))?
+        .is_some();
+    if !member {
+        client
+            .batch_execute(&format!(
+                "ALTER PUBLICATION {} ADD TABLE {}.{}",
+                quote_ident(publication),
+                quote_ident(schema),
+                quote_ident(table)
+            ))
+            .await
+            .map_err(|e| {
+                PipelineError::database(
+                    format!("ALTER PUBLICATION {publication} ADD TABLE {schema}.{table}"),
+                    &e,
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// Removes `schema.table` from `publication` if it is a member.
+pub async fn remove_from_publication(
+    client: &Client,
+    publication: &str,
+    schema: &str,
+    table: &str,
+) -> Result<()> {
+    let member = client
+        .query_opt(
+            "SELECT 1 FROM pg_publication p JOIN pg_publication_rel r ON r.prpubid = p.oid \
+             JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE p.pubname = $1 AND n.nspname = $2 AND c.relname = $3",
+            &[&publication, &schema, &table],
+        )
+        .await
+        .map_err(|e| PipelineError::database("read pg_publication_rel", &e))?
+        .is_some();
+    if member {
+        client
+            .batch_execute(&format!(
+                "ALTER PUBLICATION {} DROP TABLE {}.{}",
+                quote_ident(publication),
+                quote_ident(schema),
+                quote_ident(table)
+            ))
+            .await
+            .map_err(|e| PipelineError::database("ALTER PUBLICATION ... DROP TABLE", &e))?;
+    }
+    Ok(())
+}
+
+/// The state of a replication slot upstream.
+#[derive(Clone, Debug)]
+pub struct SlotStatus {
+    /// `confirmed_flush_lsn`.
+    pub confirmed_flush: Lsn,
+    /// `wal_status` (`reserved`, `extended`, `unreserved`, `lost`).
+    pub wal_status: Option<String>,
+    /// `pg_current_wal_lsn() - restart_lsn`, bytes of WAL the slot retains.
+    pub retained_bytes: Option<i64>,
+}
+
+/// The slot named `slot`, if it exists.
+pub async fn slot_status(client: &Client, slot: &str) -> Result<Option<SlotStatus>> {
+    let row = client
+        .query_opt(
+            "SELECT confirmed_flush_lsn::text, wal_status, \
+                    (pg_current_wal_lsn() - restart_lsn)::int8 \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|e| PipelineError::database("read pg_replication_slots", &e))?;
+    Ok(row.map(|row| SlotStatus {
+        confirmed_flush: row
+            .get::<_, Option<String>>(0)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_default(),
+        wal_status: row.get(1),
+        retained_bytes: row.get(2),
+    }))
+}
+
+/// Creates logical slot `slot` with pgoutput (no snapshot).
+pub async fn create_slot(client: &Client, slot: &str) -> Result<()> {
+    if slot_status(client, slot).await?.is_some() {
+        return Err(PipelineError::SlotExists {
+            slot: slot.to_string(),
+        });
+    }
+    client
+        .query_one(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await
+        .map_err(|e| PipelineError::database(format!("create replication slot {slot}"), &e))?;
+    Ok(())
+}
+
+/// Drops logical slot `slot` if it exists.
+pub async fn drop_slot(client: &Client, slot: &str) -> Result<()> {
+    client
+        .execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|e| PipelineError::database(format!("drop replication slot {slot}"), &e))?;
+    Ok(())
+}
+
+/// A replication-session config for `connection`: host, port, user,
+/// password and database from its url, [`SESSION_SETTINGS`] as startup
+/// options. TLS is not supported yet (`sslmode=require` is refused).
+pub fn replication_config(
+    name: &str,
+    connection: &Connection,
+    slot: &str,
+    publication: &str,
+) -> Result<ReplicationConfig> {
+    let bad = |reason: String| PipelineError::Connect {
+        connection: name.to_string(),
+        target: connection.redacted(),
+        reason,
+    };
+    let config = tokio_postgres::Config::from_str(connection.url())
+        .map_err(|e| bad(format!("invalid connection url: {e}")))?;
+    if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+        return Err(bad(
+            "sslmode=require is not supported by the pipeline yet".into()
+        ));
+    }
+    let user = config
+        .get_user()
+        .ok_or_else(|| bad("the url names no user".into()))?
+        .to_string();
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".to_string(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let password = config
+        .get_password()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .unwrap_or_default();
+    let database = config.get_dbname().unwrap_or(&user).to_string();
+    let options: Vec<String> = SESSION_SETTINGS
+        .iter()
+        .map(|(k, v)| format!("-c {k}={}", v.replace(' ', "\\ ")))
+        .collect();
+    Ok(
+        ReplicationConfig::new(host, user, password, database, slot, publication)
+            .with_port(port)
+            .with_tls(TlsConfig::disabled())
+            .with_options(options.join(" "))
+            .with_application_name("evolve-pipeline")
+            .with_status_interval(std::time::Duration::from_secs(1)),
+    )
+}
+
+/// A temporary slot with an exported snapshot, alive while this lives.
+pub struct ExportedSnapshot {
+    /// The replication session holding the slot and the snapshot.
+    _session: ReplicationClient,
+    /// The slot's consistent point: transactions committed before it are
+    /// in the snapshot, those committed at or after it are not.
+    pub consistent_point: Lsn,
+    /// The snapshot's name for `SET TRANSACTION SNAPSHOT`.
+    pub snapshot_name: String,
+}
+
+/// Creates a temporary logical slot with an exported snapshot.
+pub async fn export_snapshot(
+    name: &str,
+    connection: &Connection,
+    publication: &str,
+    temp_slot: &str,
+) -> Result<ExportedSnapshot> {
+    let config = replication_config(name, connection, temp_slot, publication)?;
+    let mut session = ReplicationClient::connect_gated(config)
+        .await
+        .map_err(|e| replication_connect_error(name, connection, &e))?;
+    let rows = session
+        .simple_query(&format!(
+            "CREATE_REPLICATION_SLOT {} TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')",
+            quote_ident(temp_slot)
+        ))
+        .await
+        .map_err(|e| replication_connect_error(name, connection, &e))?;
+    let row = rows.first().ok_or_else(|| PipelineError::Replication {
+        source_name: name.to_string(),
+        message: "CREATE_REPLICATION_SLOT returned no row".into(),
+    })?;
+    let text = |i: usize| -> Result<String> {
+        row.get(i)
+            .and_then(|v| v.as_ref())
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .ok_or_else(|| PipelineError::Replication {
+                source_name: name.to_string(),
+                message: format!("CREATE_REPLICATION_SLOT returned no column {i}"),
+            })
+    };
+    let consistent_point: Lsn = text(1)?.parse().map_err(|e| PipelineError::Replication {
+        source_name: name.to_string(),
+        message: format!("consistent point: {e}"),
+    })?;
+    Ok(ExportedSnapshot {
+        _session: session,
+        consistent_point,
+        snapshot_name: text(2)?,
+    })
+}
+
+/// A replication-session error, phrased for the connection `name`.
+pub fn replication_connect_error(
+    name: &str,
+    connection: &Connection,
+    e: &pgwire_replication::PgWireError,
+) -> PipelineError {
+    match e {
+        pgwire_replication::PgWireError::Server(message) => PipelineError::Replication {
+            source_name: name.to_string(),
+            message: message.clone(),
+        },
+        other => connect_error(name, connection, &other.to_string()),
+    }
+}
+
+// ------------------------------------------------------------ type kinds
+
+struct PgType {
+    typtype: u8,
+    typelem: u32,
+    typdelim: u8,
+    typbasetype: u32,
+    typrelid: u32,
+    true_array: bool,
+}
+
+/// The upstream catalog's types, to map a type OID to a [`TypeKind`]
+/// (adapted from evolve-core's document_vs_server test).
+pub struct TypeCatalog {
+    types: HashMap<u32, PgType>,
+    attributes: HashMap<u32, Vec<(String, u32)>>,
+}
+
+impl TypeCatalog {
+    /// Reads every type and every composite type's attributes.
+    pub async fn load(client: &Client) -> Result<TypeCatalog> {
+        let fail = |e: tokio_postgres::Error| PipelineError::database("read pg_type", &e);
+        let mut types = HashMap::new();
+        for row in client
+            .query(
+                "SELECT oid, typtype, typelem, typdelim, typbasetype, typrelid, \
+                        typsubscript = 'array_subscript_handler'::regproc \
+                 FROM pg_type",
+                &[],
+            )
+            .await
+            .map_err(fail)?
+        {
+            let typtype: i8 = row.get(1);
+            let typdelim: i8 = row.get(3);
+            types.insert(
+                row.get::<_, u32>(0),
+                PgType {
+                    typtype: typtype as u8,
+                    typelem: row.get(2),
+                    typdelim: typdelim as u8,
+                    typbasetype: row.get(4),
+                    typrelid: row.get(5),
+                    true_array: row.get(6),
+                },
+            );
+        }
+        let mut attributes: HashMap<u32, Vec<(String, u32)>> = HashMap::new();
+        for row in client
+            .query(
+                "SELECT a.attrelid, a.attname::text, a.atttypid \
+                 FROM pg_attribute a JOIN pg_type t ON t.typrelid = a.attrelid \
+                 WHERE t.typtype = 'c' AND a.attnum > 0 AND NOT a.attisdropped \
+                 ORDER BY a.attrelid, a.attnum",
+                &[],
+            )
+            .await
+            .map_err(fail)?
+        {
+            attributes
+                .entry(row.get(0))
+                .or_default()
+                .push((row.get(1), row.get(2)));
+        }
+        Ok(TypeCatalog { types, attributes })
+    }
+
+    /// The kind of type `oid`; `None` for an unknown OID.
+    pub fn kind(&self, oid: u32) -> Option<TypeKind> {
+        self.kind_at(oid, 0)
+    }
+
+    fn kind_at(&self, oid: u32, depth: usize) -> Option<TypeKind> {
+        if depth > evolve_core::document::MAX_TYPE_DEPTH {
+            return None;
+        }
+        let t = self.types.get(&oid)?;
+        Some(match t.typtype {
+            b'd' => return self.kind_at(t.typbasetype, depth + 1),
+            b'c' => {
+                let mut fields = Vec::new();
+                for (name, typid) in self.attributes.get(&t.typrelid).into_iter().flatten() {
+                    fields.push((name.clone(), self.kind_at(*typid, depth + 1)?));
+                }
+                TypeKind::Composite { fields }
+            }
+            b'b' if t.true_array && t.typelem != 0 => TypeKind::Array {
+                element: Box::new(self.kind_at(t.typelem, depth + 1)?),
+                delimiter: self.types.get(&t.typelem)?.typdelim,
+            },
+            _ => TypeKind::from_builtin_oid(oid),
+        })
+    }
+}
+
+// ------------------------------------------------------------ COPY text
+
+/// Splits COPY's text format into rows: fields separated by tabs, rows by
+/// newlines, `\N` for NULL, backslash escapes decoded.
+#[derive(Default)]
+pub struct CopyTextReader {
+    pending: Vec<u8>,
+}
+
+impl CopyTextReader {
+    /// Feeds a chunk; calls `row` for every complete row in it.
+    pub fn feed<E>(
+        &mut self,
+        chunk: &[u8],
+        mut row: impl FnMut(&[Option<&[u8]>]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        self.pending.extend_from_slice(chunk);
+        let mut start = 0;
+        let mut fields: Vec<Option<Vec<u8>>> = Vec::new();
+        while let Some(nl) = self.pending[start..].iter().position(|&b| b == b'\n') {
+            let line = &self.pending[start..start + nl];
+            fields.clear();
+            for field in line.split(|&b| b == b'\t') {
+                fields.push(if field == b"\\N" {
+                    None
+                } else {
+                    Some(unescape(field))
+                });
+            }
+            let refs: Vec<Option<&[u8]>> = fields.iter().map(|f| f.as_deref()).collect();
+            row(&refs)?;
+            start += nl + 1;
+        }
+        self.pending.drain(..start);
+        Ok(())
+    }
+
+    /// Whether bytes of an incomplete row are left over.
+    pub fn has_partial_row(&self) -> bool {
+        !self.pending.is_empty()
+    }
+}
+
+fn unescape(field: &[u8]) -> Vec<u8> {
+    if !field.contains(&b'\\') {
+        return field.to_vec();
+    }
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let b = field[i];
+        if b != b'\\' || i + 1 == field.len() {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        let c = field[i + 1];
+        i += 2;
+        match c {
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'v' => out.push(11),
+            b'0'..=b'7' => {
+                let mut value = u32::from(c - b'0');
+                let mut n = 1;
+                while n < 3 && i < field.len() && (b'0'..=b'7').contains(&field[i]) {
+                    value = value * 8 + u32::from(field[i] - b'0');
+                    i += 1;
+                    n += 1;
+                }
+                out.push(value as u8);
+            }
+            b'x' if i < field.len() && field[i].is_ascii_hexdigit() => {
+                let mut value = 0u32;
+                let mut n = 0;
+                while n < 2 && i < field.len() && field[i].is_ascii_hexdigit() {
+                    value = value * 16 + (field[i] as char).to_digit(16).unwrap_or(0);
+                    i += 1;
+                    n += 1;
+                }
+                out.push(value as u8);
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_text_rows_across_chunks() {
+        let mut reader = CopyTextReader::default();
+        let mut rows: Vec<Vec<Option<Vec<u8>>>> = Vec::new();
+        let mut push = |r: &[Option<&[u8]>]| -> Result<(), ()> {
+            rows.push(r.iter().map(|f| f.map(<[u8]>::to_vec)).collect());
+            Ok(())
+        };
+        reader.feed(b"1\ta\\tb\\\\c\t\\N\n2\tx", &mut push).unwrap();
+        assert!(reader.has_partial_row());
+        reader.feed(b"y\\n\\101\\x41\t\n", &mut push).unwrap();
+        assert!(!reader.has_partial_row());
+        assert_eq!(
+            rows,
+            vec![
+                vec![Some(b"1".to_vec()), Some(b"a\tb\\c".to_vec()), None],
+                vec![Some(b"2".to_vec()), Some(b"xy\nAA".to_vec()), Some(vec![])],
+            ]
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! Shared helpers: an upstream database on the shared cluster, a sink
+//! database on a second cluster, a state directory, and checks that compare
+//! the sink with the upstream server's own documents.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use evolve_pipeline::{Config, Pipeline, TableSpec};
+use evolve_test::{Cluster, TestDb};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_postgres::Client;
+
+/// The sink cluster, separate from the upstream (shared) one.
+pub fn sink_cluster() -> &'static Cluster {
+    static SINK: OnceLock<Cluster> = OnceLock::new();
+    SINK.get_or_init(|| Cluster::start().expect("start the sink cluster"))
+}
+
+pub struct Env {
+    /// The source's name, unique in the cluster (slots are cluster-wide).
+    pub source: String,
+    pub up: TestDb,
+    pub sink: TestDb,
+    pub state: PathBuf,
+    pub config: Config,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+pub async fn env(hint: &str) -> Env {
+    let up = evolve_test::fresh_db(hint).await;
+    let sink_cluster = tokio::task::spawn_blocking(sink_cluster).await.unwrap();
+    let sink = sink_cluster.create_database(hint).await.unwrap();
+    let state = std::env::temp_dir().join(format!(
+        "evolve-pipeline-test-{}-{}",
+        std::process::id(),
+        up.name
+    ));
+    let _ = std::fs::remove_dir_all(&state);
+    let config = Config::new(&state)
+        .with_connection("up", up.url.clone())
+        .with_connection("sink", sink.url.clone());
+    Env {
+        source: format!("src_{}", up.name),
+        up,
+        sink,
+        state,
+        config,
+    }
+}
+
+pub async fn connect(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// Source `src`, table `<name>_v1` on `public.<name>`, interface
+/// `<name>_json`, sink `<name>_sink` into `public.<name>_json`.
+pub async fn create_all(pipeline: &Pipeline, source: &str, names: &[&str]) {
+    if pipeline.sources().unwrap().is_empty() {
+        pipeline
+            .create_source(source, "up", "evolve_pub")
+            .await
+            .unwrap();
+    }
+    for name in names {
+        pipeline
+            .create_table(&TableSpec {
+                name: format!("{name}_v1"),
+                source: source.into(),
+                schema: "public".into(),
+                table: name.to_string(),
+                ..TableSpec::default()
+            })
+            .await
+            .unwrap();
+        pipeline
+            .create_interface(&format!("{name}_json"), &format!("{name}_v1"))
+            .unwrap();
+        pipeline
+            .create_sink(
+                &format!("{name}_sink"),
+                &format!("{name}_json"),
+                "sink",
+                "public",
+                &format!("{name}_json"),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// A pipeline running in a task of this runtime.
+pub struct Running {
+    pub pipeline: Arc<Pipeline>,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    pub fn start(pipeline: Arc<Pipeline>) -> Running {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let p = pipeline.clone();
+        let handle = tokio::spawn(async move {
+            p.run(async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        Running {
+            pipeline,
+            stop: Some(stop),
+            handle: Some(handle),
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            tokio::time::timeout(Duration::from_secs(20), handle)
+                .await
+                .expect("the pipeline stops within 20 s")
+                .unwrap();
+        }
+    }
+}
+
+/// Rows of a sink table: `(key text, data text)`.
+pub async fn sink_rows(sink: &Client, table: &str) -> Vec<(String, String)> {
+    sink.query(
+        &format!("SELECT key::text, data::text FROM public.{table} ORDER BY key::text"),
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// How the sink compares with the upstream server's own documents of
+/// `table` (keyed by `id`): (upstream rows, sink rows, rows equal as jsonb).
+pub async fn compare(up: &Client, sink: &Client, table: &str, sink_table: &str) -> (i64, i64, i64) {
+    let rows = sink_rows(sink, sink_table).await;
+    let keys: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    let docs: Vec<String> = rows.iter().map(|r| r.1.clone()).collect();
+    let row = up
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM public.{table}), \
+                        (SELECT count(*) FROM public.{table} t \
+                         JOIN unnest($1::text[], $2::text[]) AS s(k, d) \
+                           ON jsonb_build_object('id', t.id) = s.k::jsonb \
+                         WHERE coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) = s.d::jsonb)"
+            ),
+            &[&keys, &docs],
+        )
+        .await
+        .unwrap();
+    (row.get(0), rows.len() as i64, row.get(1))
+}
+
+/// Waits until the sink equals the upstream table (same count, every row
+/// equal as jsonb); panics with the last comparison after `timeout`.
+pub async fn wait_equal(
+    up: &Client,
+    sink: &Client,
+    table: &str,
+    sink_table: &str,
+    timeout: Duration,
+) {
+    let start = Instant::now();
+    let mut last = (0, 0, 0);
+    while start.elapsed() < timeout {
+        if sink_exists(sink, sink_table).await {
+            last = compare(up, sink, table, sink_table).await;
+            if last.0 == last.1 && last.1 == last.2 {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "sink {sink_table} did not converge to upstream {table} in {timeout:?}: upstream {} rows, sink {} rows, {} equal",
+        last.0, last.1, last.2
+    );
+}
+
+pub async fn sink_exists(sink: &Client, table: &str) -> bool {
+    sink.query_one(
+        "SELECT to_regclass($1) IS NOT NULL",
+        &[&format!("public.{table}")],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Counts every row write into `table` in `<table>_audit`.
+pub async fn audit_sink(sink: &Client, table: &str) {
+    sink.batch_execute(&format!(
+        "CREATE TABLE public.{table}_audit (op text, key jsonb);
+         CREATE FUNCTION public.{table}_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           INSERT INTO public.{table}_audit VALUES (TG_OP, CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END);
+           RETURN NULL;
+         END $$;
+         CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON public.{table}
+           FOR EACH ROW EXECUTE FUNCTION public.{table}_audit_fn();"
+    ))
+    .await
+    .unwrap();
+}
+
+pub async fn audit_count(sink: &Client, table: &str) -> i64 {
+    sink.query_one(&format!("SELECT count(*) FROM public.{table}_audit"), &[])
+        .await
+        .unwrap()
+        .get(0)
+}

@@ -1,0 +1,173 @@
+//! SIGKILL of a process running the pipeline, at several moments while the
+//! upstream keeps writing: after restarts, the sink equals the upstream, and
+//! it received every change exactly once (counted with a trigger).
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use evolve_pipeline::Pipeline;
+
+/// The child process; killed with SIGKILL when dropped (a failing test
+/// must not leave it running).
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn start_child(config: &std::path::Path) -> Guard {
+    Guard(
+        Command::new(env!("CARGO_BIN_EXE_evolve-pipeline-run"))
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start evolve-pipeline-run"),
+    )
+}
+
+/// Sends `signal` to the child with kill(1) (this crate has no unsafe
+/// code) and reaps it.
+fn kill(child: &mut Guard, signal: i32) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.0.id().to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {}", child.0.id());
+    child.0.wait().expect("reap the child");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_several_moments_loses_and_duplicates_nothing() {
+    let env = env("crash").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute("CREATE TABLE k (id int PRIMARY KEY, n int NOT NULL, pad text);")
+        .await
+        .unwrap();
+    {
+        let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+        create_all(&pipeline, &env.source, &["k"]).await;
+    }
+    sink.batch_execute(
+        "CREATE TABLE public.k_json_audit (op text, key jsonb, same bool);
+         CREATE FUNCTION public.k_json_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF TG_OP = 'DELETE' THEN
+             INSERT INTO public.k_json_audit VALUES (TG_OP, OLD.key, false);
+           ELSIF TG_OP = 'UPDATE' THEN
+             INSERT INTO public.k_json_audit VALUES (TG_OP, NEW.key, OLD.data = NEW.data);
+           ELSE
+             INSERT INTO public.k_json_audit VALUES (TG_OP, NEW.key, false);
+           END IF;
+           RETURN NULL;
+         END $$;
+         CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON public.k_json
+           FOR EACH ROW EXECUTE FUNCTION public.k_json_audit_fn();",
+    )
+    .await
+    .unwrap();
+    let config_path = env.state.with_extension("toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "state_dir = {:?}\n[connections.up]\nurl = {:?}\n[connections.sink]\nurl = {:?}\n",
+            env.state.display().to_string(),
+            env.up.url,
+            env.sink.url
+        ),
+    )
+    .unwrap();
+
+    // The initial load (of an empty table) is done before writing starts.
+    let mut child = start_child(&config_path);
+    let start = std::time::Instant::now();
+    loop {
+        let loaded: bool = sink
+            .query_one(
+                "SELECT to_regclass('public.evolve_sink_progress') IS NOT NULL \
+                 AND EXISTS (SELECT 1 FROM public.evolve_sink_progress WHERE sink = 'k_sink')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if loaded {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no initial load");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Transaction i inserts i, updates i - 1, and every tenth deletes i - 2.
+    let writer_url = env.up.url.clone();
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let writer = tokio::spawn(async move {
+        let w = connect(&writer_url).await;
+        let mut i: i32 = 0;
+        loop {
+            if stop_rx.try_recv().is_ok() {
+                return i;
+            }
+            i += 1;
+            let delete = if i % 10 == 0 {
+                format!("DELETE FROM k WHERE id = {};", i - 2)
+            } else {
+                String::new()
+            };
+            w.batch_execute(&format!(
+                "BEGIN; INSERT INTO k VALUES ({i}, 0, repeat('p', 50));
+                 UPDATE k SET n = n + 1 WHERE id = {prev}; {delete} COMMIT;",
+                prev = i - 1
+            ))
+            .await
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+
+    for delay in [300, 700, 1200, 500] {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        kill(&mut child, 9);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        child = start_child(&config_path);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = stop_tx.send(());
+    let n = writer.await.unwrap();
+    assert!(n > 50, "the writer ran only {n} transactions");
+    wait_equal(&up, &sink, "k", "k_json", Duration::from_secs(40)).await;
+    kill(&mut child, 15);
+
+    let expected_deletes = (1..=n).filter(|i| i % 10 == 0 && *i >= 3).count() as i64;
+    let counts = sink
+        .query_one(
+            "SELECT count(*) FILTER (WHERE op = 'INSERT'), count(*) FILTER (WHERE op = 'UPDATE'), \
+                    count(*) FILTER (WHERE op = 'DELETE'), count(*) FILTER (WHERE same) \
+             FROM public.k_json_audit",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (inserts, updates, deletes, same): (i64, i64, i64, i64) =
+        (counts.get(0), counts.get(1), counts.get(2), counts.get(3));
+    assert_eq!(
+        same, 0,
+        "a write left a document as it was (a replayed transaction)"
+    );
+    assert_eq!(inserts, i64::from(n), "inserts");
+    assert_eq!(updates, i64::from(n) - 1, "updates");
+    assert_eq!(deletes, expected_deletes, "deletes");
+    let _ = std::fs::remove_file(&config_path);
+}

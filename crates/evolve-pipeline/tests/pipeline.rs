@@ -1,0 +1,712 @@
+//! The pipeline against real clusters: upstream on the shared cluster, the
+//! sink on a second one.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use evolve_pipeline::{ObjectKind, Pipeline, PipelineError, TableSpec, TableState};
+
+const CONVERGE: Duration = Duration::from_secs(30);
+
+/// Documents of many types, from the snapshot and from the stream, equal
+/// the upstream server's `coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}')`;
+/// deletes, key changes and no-op updates behave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_in_the_sink_equal_the_servers() {
+    let env = env("documents").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        r#"CREATE TYPE mood AS ENUM ('happy', 'sad');
+         CREATE TYPE pair AS (x int, label text);
+         CREATE TABLE items (
+            id int PRIMARY KEY, name text, price numeric(10,2), ratio float8, ok bool,
+            at timestamptz, day date, tags text[], meta jsonb, m mood, p pair, gone int,
+            iv interval, raw bytea, n numeric
+         );
+         INSERT INTO items
+         SELECT i, 'item ' || i, i * 1.25, i / 3.0, i % 2 = 0,
+                '2024-01-02 03:04:05.678+02'::timestamptz + i * interval '1 hour',
+                date '2024-02-29' + i, ARRAY['a', NULL, 'c"' || i], jsonb_build_object('k', i, 'n', NULL),
+                'sad'::mood, ROW(i, 'p ' || i)::pair, NULL, i * interval '90 minutes', '\x00ff'::bytea, 'NaN'
+         FROM generate_series(1, 300) i;"#,
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["items"]).await;
+    audit_sink(&sink, "items_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_equal(&up, &sink, "items", "items_json", CONVERGE).await;
+    assert_eq!(
+        audit_count(&sink, "items_json").await,
+        300,
+        "the initial load"
+    );
+
+    up.batch_execute(
+        "INSERT INTO items (id, name, ratio, at, meta) VALUES (1000, 'new', 'Infinity', 'infinity', '[1, {\"a\": null}]');
+         UPDATE items SET name = name || ' changed', price = NULL WHERE id <= 10;
+         UPDATE items SET name = name WHERE id BETWEEN 11 AND 20; -- documents unchanged
+         DELETE FROM items WHERE id BETWEEN 21 AND 25;
+         UPDATE items SET id = id + 5000 WHERE id = 26;          -- key change
+         BEGIN; INSERT INTO items (id) VALUES (2000); DELETE FROM items WHERE id = 2000; COMMIT;",
+    )
+    .await
+    .unwrap();
+    wait_equal(&up, &sink, "items", "items_json", CONVERGE).await;
+    // 1 insert + 10 updates + 5 deletes + (delete + insert) for the key
+    // change; nothing for the no-op updates or the insert-then-delete.
+    let writes = audit_count(&sink, "items_json").await - 300;
+    assert_eq!(writes, 1 + 10 + 5 + 2);
+    // The interface's state holds the same documents.
+    let docs = pipeline.documents("items_json").unwrap();
+    assert_eq!(docs.len(), 300 + 1 - 5);
+    running.stop().await;
+}
+
+/// Rows inserted, updated and deleted while the snapshot is copied appear
+/// exactly once, with their final value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_and_stream_meet_exactly() {
+    let env = env("seam").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE seam (id int PRIMARY KEY, n int NOT NULL, pad text);
+         INSERT INTO seam SELECT i, 0, repeat('x', 100) FROM generate_series(1, 30000) i;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["seam"]).await;
+
+    // A writer that keeps changing rows while the snapshot runs.
+    let writer_url = env.up.url.clone();
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let writer = tokio::spawn(async move {
+        let w = connect(&writer_url).await;
+        let mut i: i32 = 0;
+        loop {
+            if stop_rx.try_recv().is_ok() {
+                return i;
+            }
+            i += 1;
+            w.batch_execute(&format!(
+                "BEGIN;
+                 UPDATE seam SET n = n + 1 WHERE id % 97 = {m};
+                 INSERT INTO seam VALUES ({new}, {i}, 'new');
+                 DELETE FROM seam WHERE id = {del};
+                 COMMIT;",
+                m = i % 97,
+                new = 100_000 + i,
+                del = 30_001 - i,
+            ))
+            .await
+            .unwrap();
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let running = Running::start(pipeline.clone());
+    // Keep writing until the table is streaming, and a little longer.
+    let start = std::time::Instant::now();
+    loop {
+        let t = pipeline.tables().unwrap();
+        if t[0].state == TableState::Running {
+            break;
+        }
+        assert!(start.elapsed() < CONVERGE, "snapshot did not finish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = stop_tx.send(());
+    let transactions = writer.await.unwrap();
+    assert!(
+        transactions > 10,
+        "the writer ran only {transactions} transactions"
+    );
+    wait_equal(&up, &sink, "seam", "seam_json", CONVERGE).await;
+    running.stop().await;
+}
+
+/// A table created while the pipeline streams another one, with writes to
+/// both during its snapshot: it meets the stream exactly, and the first
+/// table goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_added_later_meets_the_stream_exactly() {
+    let env = env("later").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE first (id int PRIMARY KEY, n int NOT NULL);
+         CREATE TABLE second (id int PRIMARY KEY, n int NOT NULL, pad text);
+         INSERT INTO first SELECT i, 0 FROM generate_series(1, 100) i;
+         INSERT INTO second SELECT i, 0, repeat('y', 100) FROM generate_series(1, 20000) i;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["first"]).await;
+    let running = Running::start(pipeline.clone());
+    wait_equal(&up, &sink, "first", "first_json", CONVERGE).await;
+
+    let writer_url = env.up.url.clone();
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let writer = tokio::spawn(async move {
+        let w = connect(&writer_url).await;
+        let mut i: i32 = 0;
+        loop {
+            if stop_rx.try_recv().is_ok() {
+                return i;
+            }
+            i += 1;
+            w.batch_execute(&format!(
+                "BEGIN;
+                 UPDATE first SET n = n + 1 WHERE id = {f};
+                 UPDATE second SET n = n + 1 WHERE id % 101 = {m};
+                 INSERT INTO second VALUES ({new}, {i}, 'new');
+                 DELETE FROM second WHERE id = {i};
+                 COMMIT;",
+                f = i % 100 + 1,
+                m = i % 101,
+                new = 100_000 + i,
+            ))
+            .await
+            .unwrap();
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    create_all(&pipeline, &env.source, &["second"]).await;
+    let start = std::time::Instant::now();
+    while pipeline
+        .tables()
+        .unwrap()
+        .iter()
+        .any(|t| t.state != TableState::Running)
+    {
+        assert!(
+            start.elapsed() < CONVERGE,
+            "the second snapshot did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = stop_tx.send(());
+    let transactions = writer.await.unwrap();
+    assert!(
+        transactions > 10,
+        "the writer ran only {transactions} transactions"
+    );
+    wait_equal(&up, &sink, "second", "second_json", CONVERGE).await;
+    wait_equal(&up, &sink, "first", "first_json", CONVERGE).await;
+    let second = pipeline
+        .tables()
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == "second_v1")
+        .unwrap();
+    // Every writer transaction inserts one row and deletes one.
+    assert_eq!(second.rows_copied, 20_000, "rows copied by the snapshot");
+    running.stop().await;
+}
+
+/// Dropping a pinned column upstream stalls that table only (with the
+/// reason); the other table of the source keeps streaming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_column_stalls_only_its_table() {
+    let env = env("stall").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE s1 (id int PRIMARY KEY, a text, b text);
+         CREATE TABLE s2 (id int PRIMARY KEY, a text);
+         INSERT INTO s1 VALUES (1, 'a', 'b'); INSERT INTO s2 VALUES (1, 'a');",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["s1", "s2"]).await;
+    let running = Running::start(pipeline.clone());
+    wait_equal(&up, &sink, "s1", "s1_json", CONVERGE).await;
+    wait_equal(&up, &sink, "s2", "s2_json", CONVERGE).await;
+    up.batch_execute(
+        "ALTER TABLE s1 DROP COLUMN b; INSERT INTO s1 VALUES (2, 'x'); INSERT INTO s2 VALUES (2, 'y');",
+    )
+    .await
+    .unwrap();
+    wait_equal(&up, &sink, "s2", "s2_json", CONVERGE).await;
+    let start = std::time::Instant::now();
+    let s1 = loop {
+        let t = pipeline
+            .tables()
+            .unwrap()
+            .into_iter()
+            .find(|t| t.name == "s1_v1")
+            .unwrap();
+        if t.state == TableState::Stalled || start.elapsed() > CONVERGE {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(s1.state, TableState::Stalled);
+    let error = s1.error.unwrap_or_default();
+    assert!(error.contains("column \"b\""), "{error}");
+    // The stalled table's interface keeps its last consistent state.
+    assert_eq!(pipeline.documents("s1_json").unwrap().len(), 1);
+    running.stop().await;
+}
+
+/// An update of another column keeps a 100 kB TOASTed value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_toast_values_are_kept() {
+    let env = env("toast").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE big (id int PRIMARY KEY, body text, note text);
+         ALTER TABLE big ALTER COLUMN body SET STORAGE EXTERNAL;
+         INSERT INTO big VALUES (1, 'small', 'a');",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["big"]).await;
+    let running = Running::start(pipeline.clone());
+    wait_equal(&up, &sink, "big", "big_json", CONVERGE).await;
+    up.batch_execute(
+        "INSERT INTO big SELECT 2, string_agg(md5(i::text), ''), 'b' FROM generate_series(1, 3200) i;",
+    )
+    .await
+    .unwrap();
+    wait_equal(&up, &sink, "big", "big_json", CONVERGE).await;
+    up.batch_execute("UPDATE big SET note = 'changed' WHERE id = 2;")
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "big", "big_json", CONVERGE).await;
+    let row = sink
+        .query_one(
+            "SELECT length(data->>'body'), data->>'note' FROM public.big_json WHERE key = '{\"id\": 2}'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 102_400);
+    assert_eq!(row.get::<_, String>(1), "changed");
+    running.stop().await;
+}
+
+/// Deletes under REPLICA IDENTITY DEFAULT and FULL, key changes under both,
+/// and TRUNCATE of one table (the other keeps its rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_and_truncate() {
+    let env = env("deletes").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE d_default (id int PRIMARY KEY, v text);
+         CREATE TABLE d_full (id int PRIMARY KEY, v text, big text);
+         ALTER TABLE d_full REPLICA IDENTITY FULL;
+         INSERT INTO d_default SELECT i, 'v' || i FROM generate_series(1, 50) i;
+         INSERT INTO d_full SELECT i, 'v' || i, NULL FROM generate_series(1, 50) i;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["d_default", "d_full"]).await;
+    let running = Running::start(pipeline.clone());
+    wait_equal(&up, &sink, "d_default", "d_default_json", CONVERGE).await;
+    wait_equal(&up, &sink, "d_full", "d_full_json", CONVERGE).await;
+    up.batch_execute(
+        "DELETE FROM d_default WHERE id <= 10;
+         DELETE FROM d_full WHERE id <= 10;
+         UPDATE d_default SET id = id + 100 WHERE id = 11;
+         UPDATE d_full SET id = id + 100, v = 'moved' WHERE id = 11;
+         UPDATE d_full SET v = 'x' WHERE id = 12;",
+    )
+    .await
+    .unwrap();
+    wait_equal(&up, &sink, "d_default", "d_default_json", CONVERGE).await;
+    wait_equal(&up, &sink, "d_full", "d_full_json", CONVERGE).await;
+    assert_eq!(compare(&up, &sink, "d_full", "d_full_json").await.1, 40);
+
+    up.batch_execute("INSERT INTO d_full VALUES (500, 'late'); TRUNCATE d_full;")
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "d_full", "d_full_json", CONVERGE).await;
+    assert_eq!(compare(&up, &sink, "d_full", "d_full_json").await.1, 0);
+    assert!(pipeline.documents("d_full_json").unwrap().is_empty());
+    assert_eq!(
+        compare(&up, &sink, "d_default", "d_default_json").await.1,
+        40
+    );
+    up.batch_execute("INSERT INTO d_full VALUES (1, 'again');")
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "d_full", "d_full_json", CONVERGE).await;
+    running.stop().await;
+}
+
+/// A reader of the sink never sees part of an upstream transaction: every
+/// transaction inserts 200 rows in 200 statements, so the count a reader
+/// sees is always a multiple of 200, and matches the recorded position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_transactions_are_atomic_in_the_sink() {
+    let env = env("atomic").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute("CREATE TABLE atomic (id int PRIMARY KEY, v int);")
+        .await
+        .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["atomic"]).await;
+    let running = Running::start(pipeline.clone());
+    while !sink_exists(&sink, "atomic_json").await {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reader_url = env.sink.url.clone();
+    let reader = tokio::spawn(async move {
+        let r = connect(&reader_url).await;
+        let mut seen = std::collections::BTreeMap::new();
+        loop {
+            let row = r
+                .query_one(
+                    "SELECT (SELECT count(*) FROM public.atomic_json), \
+                            (SELECT lsn::text FROM public.evolve_sink_progress WHERE sink = 'atomic_sink')",
+                    &[],
+                )
+                .await
+                .unwrap();
+            let count: i64 = row.get(0);
+            let lsn: Option<String> = row.get(1);
+            assert_eq!(
+                count % 200,
+                0,
+                "a reader saw {count} rows: half a transaction"
+            );
+            if let Some(lsn) = lsn {
+                let previous = seen.insert(lsn.clone(), count);
+                assert!(
+                    previous.is_none_or(|p| p == count),
+                    "position {lsn} with {previous:?} and {count} rows"
+                );
+            }
+            if count == 2000 {
+                return seen.len();
+            }
+        }
+    });
+    for t in 0..10 {
+        let mut sql = String::from("BEGIN;");
+        for i in 0..200 {
+            sql.push_str(&format!(
+                "INSERT INTO atomic VALUES ({}, {t});",
+                t * 200 + i
+            ));
+        }
+        sql.push_str("COMMIT;");
+        up.batch_execute(&sql).await.unwrap();
+        // Give the reader time to see each state.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let positions = tokio::time::timeout(CONVERGE, reader)
+        .await
+        .expect("the sink reaches 2000 rows")
+        .unwrap();
+    assert!(positions >= 2, "the reader saw {positions} positions");
+    wait_equal(&up, &sink, "atomic", "atomic_json", CONVERGE).await;
+    running.stop().await;
+}
+
+/// Stopping the pipeline and starting it again, with changes made while
+/// it was down: nothing lost, nothing written twice, and the slot's
+/// confirmed position advances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_loses_and_duplicates_nothing() {
+    let env = env("restart").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute("CREATE TABLE r (id int PRIMARY KEY, v text);")
+        .await
+        .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["r"]).await;
+    audit_sink(&sink, "r_json").await;
+    let running = Running::start(pipeline.clone());
+    for i in 0..100 {
+        up.execute("INSERT INTO r VALUES ($1, 'a')", &[&i])
+            .await
+            .unwrap();
+    }
+    wait_equal(&up, &sink, "r", "r_json", CONVERGE).await;
+    running.stop().await;
+    drop(pipeline);
+    let confirmed_before: String = up
+        .query_one(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&format!("evolve_{}", env.source)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+
+    up.batch_execute(
+        "UPDATE r SET v = 'b' WHERE id < 50;
+         UPDATE r SET v = v WHERE id >= 50;
+         DELETE FROM r WHERE id >= 90;
+         INSERT INTO r SELECT i, 'c' FROM generate_series(100, 119) i;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    let running = Running::start(pipeline.clone());
+    wait_equal(&up, &sink, "r", "r_json", CONVERGE).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.stop().await;
+    assert_eq!(audit_count(&sink, "r_json").await, 100 + 50 + 10 + 20);
+    let advanced: bool = up
+        .query_one(
+            "SELECT confirmed_flush_lsn > $1::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $2",
+            &[&confirmed_before, &format!("evolve_{}", env.source)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let after: String = up
+        .query_one(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&format!("evolve_{}", env.source)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let applied = pipeline.sources().unwrap()[0].applied_lsn;
+    assert!(
+        advanced,
+        "the slot's confirmed position did not advance: {confirmed_before} then {after}, applied {applied}"
+    );
+}
+
+/// While a sink cannot commit, the slot's confirmed position does not pass
+/// what the sink has committed; once it can, everything arrives and the
+/// slot moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slot_waits_for_the_sinks() {
+    let env = env("slotwait").await;
+    let up = connect(&env.up.url).await;
+    let admin = connect(&sink_cluster().url("postgres")).await;
+    up.batch_execute("CREATE TABLE w (id int PRIMARY KEY);")
+        .await
+        .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["w"]).await;
+    let running = Running::start(pipeline.clone());
+    up.batch_execute("INSERT INTO w SELECT generate_series(1, 10);")
+        .await
+        .unwrap();
+    {
+        let sink = connect(&env.sink.url).await;
+        wait_equal(&up, &sink, "w", "w_json", CONVERGE).await;
+    }
+    // Shut the sink database.
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {db} ALLOW_CONNECTIONS false;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}';",
+            db = env.sink.name
+        ))
+        .await
+        .unwrap();
+    let before: String = up
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    for i in 11..=20 {
+        up.execute("INSERT INTO w VALUES ($1)", &[&i])
+            .await
+            .unwrap();
+    }
+    let slot = format!("evolve_{}", env.source);
+    let confirmed_le = |lsn: String| {
+        let up = &up;
+        let slot = slot.clone();
+        async move {
+            up.query_one(
+                "SELECT confirmed_flush_lsn <= $1::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $2",
+                &[&lsn, &slot],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+        }
+    };
+    // The pipeline applies the inserts to its state, but cannot write them.
+    let start = std::time::Instant::now();
+    while pipeline.documents("w_json").unwrap().len() < 20 {
+        assert!(
+            start.elapsed() < CONVERGE,
+            "the state did not reach 20 rows"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        confirmed_le(before.clone()).await,
+        "the slot confirmed changes the sink has not committed"
+    );
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} ALLOW_CONNECTIONS true;",
+            env.sink.name
+        ))
+        .await
+        .unwrap();
+    let sink = connect(&env.sink.url).await;
+    wait_equal(&up, &sink, "w", "w_json", CONVERGE).await;
+    let start = std::time::Instant::now();
+    while confirmed_le(before.clone()).await {
+        assert!(start.elapsed() < CONVERGE, "the slot did not move on");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    running.stop().await;
+}
+
+/// Bad input: errors in PostgreSQL's shape, and the catalog unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_leave_the_catalog_unchanged() {
+    let env = env("errors").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE nokey (a int, b text);
+         CREATE TABLE ok (id int PRIMARY KEY, g int GENERATED ALWAYS AS (id * 2) STORED);",
+    )
+    .await
+    .unwrap();
+    sink.batch_execute("CREATE TABLE public.wrong (key text PRIMARY KEY, data jsonb);")
+        .await
+        .unwrap();
+    // An unreachable upstream: a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = env.config.clone().with_connection(
+        "down",
+        format!("postgres://postgres:hunter2@127.0.0.1:{port}/x"),
+    );
+    let pipeline = Pipeline::open(config).unwrap();
+    let e = pipeline
+        .create_source(&env.source, "down", "p")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, PipelineError::Connect { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("ERROR: could not connect to connection \"down\""),
+        "{text}"
+    );
+    assert!(text.contains("HINT: "), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    let e = pipeline
+        .create_source(&env.source, "nope", "p")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, PipelineError::UnknownConnection { .. }), "{e}");
+    assert!(pipeline.sources().unwrap().is_empty());
+
+    pipeline
+        .create_source(&env.source, "up", "p")
+        .await
+        .unwrap();
+    let spec = |table: &str| TableSpec {
+        name: format!("{table}_v1"),
+        source: env.source.clone(),
+        schema: "public".into(),
+        table: table.into(),
+        ..TableSpec::default()
+    };
+    let e = pipeline.create_table(&spec("missing")).await.unwrap_err();
+    assert!(
+        matches!(e, PipelineError::UpstreamTableNotFound { .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with("ERROR: upstream table \"public.missing\" does not exist"),
+        "{e}"
+    );
+    let e = pipeline.create_table(&spec("nokey")).await.unwrap_err();
+    assert!(matches!(e, PipelineError::NoReplicaIdentity { .. }), "{e}");
+    assert!(
+        e.detail().is_some() && e.hint().unwrap().contains("PRIMARY KEY"),
+        "{e}"
+    );
+    let e = pipeline.create_table(&spec("ok")).await.unwrap_err();
+    assert!(e.to_string().contains("generated column"), "{e}");
+    let e = pipeline
+        .create_table(&TableSpec {
+            exclude: vec!["id".into()],
+            ..spec("ok")
+        })
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("part of the key"), "{e}");
+    assert!(pipeline.tables().unwrap().is_empty());
+    // Nothing was added to the publication either.
+    let published: i64 = up
+        .query_one(
+            "SELECT count(*) FROM pg_publication_tables WHERE pubname = 'p'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(published, 0);
+
+    pipeline
+        .create_table(&TableSpec {
+            exclude: vec!["g".into()],
+            ..spec("ok")
+        })
+        .await
+        .unwrap();
+    pipeline.create_interface("ok_json", "ok_v1").unwrap();
+    let e = pipeline
+        .create_sink("s", "ok_json", "sink", "public", "wrong")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, PipelineError::SinkShape { .. }), "{e}");
+    assert!(e.to_string().contains("key text"), "{e}");
+    assert!(pipeline.sinks().unwrap().is_empty());
+    let e = pipeline.create_interface("x", "no_table").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PipelineError::UnknownObject {
+                kind: ObjectKind::Table,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = pipeline.drop_table("ok_v1").await.unwrap_err();
+    assert!(matches!(e, PipelineError::HasDependents { .. }), "{e}");
+    // Dropping in order works, and releases the slot.
+    pipeline.drop_interface("ok_json").unwrap();
+    pipeline.drop_table("ok_v1").await.unwrap();
+    pipeline.drop_source(&env.source).await.unwrap();
+    let slots: i64 = up
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0);
+}
