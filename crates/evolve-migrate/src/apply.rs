@@ -495,7 +495,7 @@ impl<'o> Runner<'o> {
                 statement: Some(sql.to_string()),
                 context: Some(format!(
                     "recreating {} {} after the file's statements; the file must leave every column it reads in place, or drop and recreate the dependent itself",
-                    if dependent.materialized { "materialized view" } else { "view" },
+                    dependent.kind.as_str(),
                     dependent.name
                 )),
                 error: w.error,
@@ -521,11 +521,7 @@ impl<'o> Runner<'o> {
             .try_get(0)
             .map_err(|e| fail("(recording the migration in the history table)", e))?;
         for d in &plan.dependents {
-            let kind = if d.materialized {
-                "materialized view"
-            } else {
-                "view"
-            };
+            let kind = d.kind.as_str();
             let depth = i32::try_from(d.depth).unwrap_or(i32::MAX);
             self.client
                 .execute(

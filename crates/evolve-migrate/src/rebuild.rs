@@ -32,6 +32,7 @@ use crate::files::MigrationFile;
 #[derive(Clone, Debug, Serialize)]
 pub struct Captured {
     pub name: String,
+    pub kind: DependentKind,
     pub materialized: bool,
     pub depth: u32,
     pub populated: bool,
@@ -45,6 +46,13 @@ pub struct Captured {
 }
 
 impl Captured {
+    fn is_view(&self) -> bool {
+        matches!(
+            self.kind,
+            DependentKind::View | DependentKind::MaterializedView
+        )
+    }
+
     /// `REFRESH MATERIALIZED VIEW` statement.
     pub fn refresh_sql(&self) -> String {
         format!("REFRESH MATERIALIZED VIEW {}", self.qualified)
@@ -62,18 +70,21 @@ pub struct RebuildPlan {
 }
 
 impl RebuildPlan {
-    /// Drops, deepest first.
+    /// Drops: policies and triggers first (their expressions may read a
+    /// view), then views and materialized views, deepest first.
     pub fn drops(&self) -> impl Iterator<Item = (&Captured, &str)> {
-        self.dependents
-            .iter()
-            .rev()
-            .map(|c| (c, c.drop_sql.as_str()))
+        let others = self.dependents.iter().filter(|c| !c.is_view());
+        let views = self.dependents.iter().rev().filter(|c| c.is_view());
+        others.chain(views).map(|c| (c, c.drop_sql.as_str()))
     }
 
-    /// Creation statements, bottom-up.
+    /// Creation statements: views and materialized views bottom-up, then
+    /// policies and triggers.
     pub fn creates(&self) -> impl Iterator<Item = (&Captured, &str)> {
-        self.dependents
-            .iter()
+        let views = self.dependents.iter().filter(|c| c.is_view());
+        let others = self.dependents.iter().filter(|c| !c.is_view());
+        views
+            .chain(others)
             .flat_map(|c| c.create_sql.iter().map(move |s| (c, s.as_str())))
     }
 
@@ -187,6 +198,11 @@ pub async fn plan_with(
                         None => found.push((d.name, d.depth, d.kind, d.oid)),
                     }
                 }
+                DependentKind::Policy | DependentKind::Trigger => {
+                    if !found.iter().any(|(_, _, _, oid)| *oid == d.oid) {
+                        found.push((d.name, d.depth, d.kind, d.oid));
+                    }
+                }
                 other => {
                     return Err(MigrateError::Script {
                         script: file.script.clone(),
@@ -212,7 +228,12 @@ pub async fn plan_with(
         .await?;
     let mut dependents = Vec::new();
     for (name, depth, kind, oid) in found {
-        dependents.push(capture(client, &name, oid, depth, kind, populate_in_transaction).await?);
+        dependents.push(match kind {
+            DependentKind::Policy | DependentKind::Trigger => {
+                capture_on_table(client, &name, oid, depth, kind).await?
+            }
+            _ => capture(client, &name, oid, depth, kind, populate_in_transaction).await?,
+        });
     }
     client
         .query_one("SELECT set_config('search_path', $1, true)", &[&saved])
@@ -321,12 +342,71 @@ async fn capture(
     }
     Ok(Captured {
         name: name.to_string(),
+        kind,
         materialized,
         depth,
         populated: populated && !populate_in_transaction,
         drop_sql: format!("DROP {object} {qualified}"),
         create_sql,
         qualified,
+    })
+}
+
+/// A row-level security policy or a trigger (its WHEN clause or `UPDATE OF`
+/// list reads the column), captured with an empty search_path: its full
+/// definition, its comment and, for a trigger, whether it is enabled.
+async fn capture_on_table(
+    client: &Client,
+    name: &str,
+    oid: u32,
+    depth: u32,
+    kind: DependentKind,
+) -> Result<Captured, MigrateError> {
+    let sql = match kind {
+        DependentKind::Policy => {
+            "SELECT format('DROP POLICY %I ON %s', p.polname, p.polrelid::regclass),
+                    array[format('CREATE POLICY %I ON %s AS %s FOR %s TO %s%s%s',
+                        p.polname, p.polrelid::regclass,
+                        CASE WHEN p.polpermissive THEN 'PERMISSIVE' ELSE 'RESTRICTIVE' END,
+                        CASE p.polcmd WHEN 'r' THEN 'SELECT' WHEN 'a' THEN 'INSERT'
+                                      WHEN 'w' THEN 'UPDATE' WHEN 'd' THEN 'DELETE' ELSE 'ALL' END,
+                        CASE WHEN p.polroles = '{0}' THEN 'PUBLIC'
+                             ELSE (SELECT string_agg(quote_ident(r.rolname), ', ' ORDER BY r.rolname)
+                                   FROM pg_roles r WHERE r.oid = ANY (p.polroles)) END,
+                        coalesce(' USING (' || pg_get_expr(p.polqual, p.polrelid) || ')', ''),
+                        coalesce(' WITH CHECK (' || pg_get_expr(p.polwithcheck, p.polrelid) || ')', ''))]
+                    || array(SELECT format('COMMENT ON POLICY %I ON %s IS %L', p.polname,
+                                           p.polrelid::regclass, d.description)
+                             FROM pg_description d
+                             WHERE d.objoid = p.oid AND d.classoid = 'pg_policy'::regclass)
+             FROM pg_policy p WHERE p.oid = $1"
+        }
+        _ => {
+            "SELECT format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::regclass),
+                    array[pg_get_triggerdef(t.oid)]
+                    || array(SELECT format('COMMENT ON TRIGGER %I ON %s IS %L', t.tgname,
+                                           t.tgrelid::regclass, d.description)
+                             FROM pg_description d
+                             WHERE d.objoid = t.oid AND d.classoid = 'pg_trigger'::regclass)
+                    || array(SELECT format('ALTER TABLE %s %s TRIGGER %I', t.tgrelid::regclass,
+                                           CASE t.tgenabled WHEN 'D' THEN 'DISABLE'
+                                                            WHEN 'R' THEN 'ENABLE REPLICA'
+                                                            ELSE 'ENABLE ALWAYS' END,
+                                           t.tgname)
+                             WHERE t.tgenabled <> 'O')
+             FROM pg_trigger t WHERE t.oid = $1"
+        }
+    };
+    let row = client.query_one(sql, &[&oid]).await?;
+    Ok(Captured {
+        name: name.to_string(),
+        kind,
+        materialized: false,
+        depth,
+        populated: false,
+        drop_sql: row.try_get(0)?,
+        create_sql: row.try_get(1)?,
+        qualified: String::new(),
     })
 }
 
