@@ -71,21 +71,32 @@ pub struct RebuildPlan {
 
 impl RebuildPlan {
     /// Drops: policies and triggers first (their expressions may read a
-    /// view), then views and materialized views, deepest first.
+    /// view or call a function), then views and materialized views,
+    /// deepest first, then functions (a view may call one).
     pub fn drops(&self) -> impl Iterator<Item = (&Captured, &str)> {
-        let others = self.dependents.iter().filter(|c| !c.is_view());
+        let on_tables = self.of(|k| matches!(k, DependentKind::Policy | DependentKind::Trigger));
         let views = self.dependents.iter().rev().filter(|c| c.is_view());
-        others.chain(views).map(|c| (c, c.drop_sql.as_str()))
+        let functions = self.of(|k| k == DependentKind::Function);
+        on_tables
+            .chain(views)
+            .chain(functions)
+            .map(|c| (c, c.drop_sql.as_str()))
     }
 
-    /// Creation statements: views and materialized views bottom-up, then
-    /// policies and triggers.
+    /// Creation statements, the drops' order reversed: functions, views and
+    /// materialized views bottom-up, then policies and triggers.
     pub fn creates(&self) -> impl Iterator<Item = (&Captured, &str)> {
+        let functions = self.of(|k| k == DependentKind::Function);
         let views = self.dependents.iter().filter(|c| c.is_view());
-        let others = self.dependents.iter().filter(|c| !c.is_view());
-        views
-            .chain(others)
+        let on_tables = self.of(|k| matches!(k, DependentKind::Policy | DependentKind::Trigger));
+        functions
+            .chain(views)
+            .chain(on_tables)
             .flat_map(|c| c.create_sql.iter().map(move |s| (c, s.as_str())))
+    }
+
+    fn of(&self, kind: impl Fn(DependentKind) -> bool) -> impl Iterator<Item = &Captured> {
+        self.dependents.iter().filter(move |c| kind(c.kind))
     }
 
     /// Materialized views to refresh after the commit, bottom-up.
@@ -198,7 +209,7 @@ pub async fn plan_with(
                         None => found.push((d.name, d.depth, d.kind, d.oid)),
                     }
                 }
-                DependentKind::Policy | DependentKind::Trigger => {
+                DependentKind::Policy | DependentKind::Trigger | DependentKind::Function => {
                     if !found.iter().any(|(_, _, _, oid)| *oid == d.oid) {
                         found.push((d.name, d.depth, d.kind, d.oid));
                     }
@@ -229,8 +240,8 @@ pub async fn plan_with(
     let mut dependents = Vec::new();
     for (name, depth, kind, oid) in found {
         dependents.push(match kind {
-            DependentKind::Policy | DependentKind::Trigger => {
-                capture_on_table(client, &name, oid, depth, kind).await?
+            DependentKind::Policy | DependentKind::Trigger | DependentKind::Function => {
+                capture_other(client, &name, oid, depth, kind).await?
             }
             _ => capture(client, &name, oid, depth, kind, populate_in_transaction).await?,
         });
@@ -352,10 +363,12 @@ async fn capture(
     })
 }
 
-/// A row-level security policy or a trigger (its WHEN clause or `UPDATE OF`
-/// list reads the column), captured with an empty search_path: its full
-/// definition, its comment and, for a trigger, whether it is enabled.
-async fn capture_on_table(
+/// A row-level security policy, a trigger (its WHEN clause or `UPDATE OF`
+/// list reads the column) or a function with a SQL-standard body (`BEGIN
+/// ATOMIC`), captured with an empty search_path: its full definition, its
+/// comment, for a trigger whether it is enabled, for a function its owner
+/// and EXECUTE privileges.
+async fn capture_other(
     client: &Client,
     name: &str,
     oid: u32,
@@ -380,6 +393,28 @@ async fn capture_on_table(
                              FROM pg_description d
                              WHERE d.objoid = p.oid AND d.classoid = 'pg_policy'::regclass)
              FROM pg_policy p WHERE p.oid = $1"
+        }
+        DependentKind::Function => {
+            "SELECT format('DROP %s %s', x.kind, p.oid::regprocedure),
+                    array[pg_get_functiondef(p.oid),
+                          format('ALTER %s %s OWNER TO %I', x.kind, p.oid::regprocedure,
+                                 pg_get_userbyid(p.proowner))]
+                    || array(SELECT format('COMMENT ON %s %s IS %L', x.kind, p.oid::regprocedure,
+                                           d.description)
+                             FROM pg_description d
+                             WHERE d.objoid = p.oid AND d.classoid = 'pg_proc'::regclass)
+                    || array(SELECT format('REVOKE EXECUTE ON %s %s FROM PUBLIC', x.kind,
+                                           p.oid::regprocedure)
+                             WHERE p.proacl IS NOT NULL
+                               AND NOT EXISTS (SELECT FROM aclexplode(p.proacl) a WHERE a.grantee = 0))
+                    || array(SELECT format('GRANT EXECUTE ON %s %s TO %s%s', x.kind, p.oid::regprocedure,
+                                           CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                                ELSE quote_ident(pg_get_userbyid(a.grantee)) END,
+                                           CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+                             FROM aclexplode(p.proacl) a WHERE a.grantee <> p.proowner)
+             FROM pg_proc p,
+                  LATERAL (SELECT CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END AS kind) x
+             WHERE p.oid = $1"
         }
         _ => {
             "SELECT format('DROP TRIGGER %I ON %s', t.tgname, t.tgrelid::regclass),

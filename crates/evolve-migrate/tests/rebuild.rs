@@ -712,3 +712,65 @@ async fn policies_and_triggers_that_read_the_column_are_rebuilt() {
         1
     );
 }
+
+#[tokio::test]
+async fn functions_with_a_sql_standard_body_are_rebuilt_with_owner_comment_and_grants() {
+    let s = scenario("rebuild_function").await;
+    let role = &s.role;
+    s.client
+        .batch_execute(&format!(
+            r#"CREATE FUNCTION open_count(min_amount numeric) RETURNS bigint LANGUAGE sql STABLE
+                   BEGIN ATOMIC SELECT count(*) FROM orders WHERE status = 'open' AND amount >= min_amount; END;
+               COMMENT ON FUNCTION open_count(numeric) IS 'open orders';
+               REVOKE EXECUTE ON FUNCTION open_count(numeric) FROM PUBLIC;
+               GRANT EXECUTE ON FUNCTION open_count(numeric) TO "{role}";"#
+        ))
+        .await
+        .expect("function");
+    let describe =
+        "SELECT coalesce(obj_description(p.oid, 'pg_proc'), '-') || ' ' || p.proacl::text
+                           || ' ' || pg_get_userbyid(p.proowner)
+                    FROM pg_proc p WHERE p.proname = 'open_count'";
+    let before: String = s
+        .client
+        .query_one(describe, &[])
+        .await
+        .expect("describe")
+        .get(0);
+    let count_before = scalar_i64(&s.client, "SELECT open_count(0)").await;
+    assert!(count_before > 0);
+
+    std::fs::write(
+        s.dir.join("V2__widen.sql"),
+        "ALTER TABLE orders ALTER COLUMN status TYPE text;",
+    )
+    .expect("write");
+    let mut events = Vec::new();
+    evolve_migrate::apply(&s.opts, &ApplyOptions::default(), &mut |e| events.push(e))
+        .await
+        .expect("apply");
+    let rebuilt = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Rebuilt { dependents, .. } => Some(dependents.clone()),
+            _ => None,
+        })
+        .expect("rebuilt");
+    assert!(
+        rebuilt
+            .iter()
+            .any(|d| d == "public.open_count(min_amount numeric)"),
+        "{rebuilt:?}"
+    );
+    let after: String = s
+        .client
+        .query_one(describe, &[])
+        .await
+        .expect("describe")
+        .get(0);
+    assert_eq!(after, before, "comment, privileges and owner survive");
+    assert_eq!(
+        scalar_i64(&s.client, "SELECT open_count(0)").await,
+        count_before
+    );
+}
