@@ -121,6 +121,7 @@
 //! Each upstream transaction is one SQLite commit (`synchronous=FULL`) and
 //! one sink transaction: correct, not yet fast.
 
+pub mod admin;
 pub mod apply;
 pub mod config;
 pub mod doc;

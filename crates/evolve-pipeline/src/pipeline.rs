@@ -507,6 +507,17 @@ impl Pipeline {
         })
     }
 
+    /// How many documents table `name` holds (one per upstream row).
+    pub fn document_count(&self, name: &str) -> Result<u64> {
+        self.with_store(|s| {
+            let table = s.table(name)?.ok_or_else(|| PipelineError::UnknownObject {
+                kind: ObjectKind::Table,
+                name: name.to_string(),
+            })?;
+            s.doc_count(table.id)
+        })
+    }
+
     /// What the running tasks last reported about each object.
     pub fn status(&self) -> Vec<ObjectStatus> {
         self.status.all()

@@ -1,0 +1,850 @@
+//! The admin API: the control language over HTTP, status and metrics.
+//!
+//! [`serve`] runs the API and [`Pipeline::run`] together until shutdown
+//! (`evolve pipeline run`); [`router`] is the API alone (tests drive it in
+//! process). It listens where `admin_listen` says, loopback by default, and
+//! has no authentication: whoever reaches it can change the pipeline.
+//!
+//! # `POST /sql`
+//!
+//! The body is the statements' text (any content type, UTF-8). The whole
+//! text is parsed first ([`evolve_core::control::parse`]): a syntax error,
+//! or a statement that is not supported yet (`CREATE REPLACEMENT
+//! MATERIALIZED VIEW`, `ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT`,
+//! `ALTER SOURCE ... REFRESH REFERENCES`, SQLSTATE `0A000`), anywhere in
+//! it applies nothing. The statements then run in order, one at a time and
+//! each on its own, like psql without a transaction: when one fails, the
+//! statements before it stay applied, and nothing of the failing one or
+//! of those after it is. Requests run one after another, never
+//! interleaved. A success is `200` with
+//!
+//! ```json
+//! {"results": [
+//!   {"statement": "CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub')",
+//!    "status": "CREATE SOURCE"},
+//!   {"statement": "SHOW SOURCES", "status": "SHOW",
+//!    "columns": ["name", "connection", "publication", "slot"],
+//!    "rows": [{"name": "src", "connection": "pg_conn", "publication": "evolve_pub", "slot": "evolve_src"}]}
+//! ]}
+//! ```
+//!
+//! where `statement` is the canonical text ([`Statement::to_sql`]),
+//! `status` the command tag (`CREATE SOURCE`, `DROP SINK`, `SHOW`, ...),
+//! `columns` and `rows` come with `SHOW` (`columns` gives the order), and
+//! `notice` with `DROP ... IF EXISTS` of an object that does not exist. A
+//! failure is a `4xx` (`400` syntax or not supported, `409` conflicts,
+//! `422` objects or upstream tables that do not exist or cannot be used),
+//! or `502` when a database could not be reached or failed, with the
+//! results of the statements applied before it:
+//!
+//! ```json
+//! {"results": [...],
+//!  "error": {"code": "42601", "message": "syntax error at or near \"CREAT\"",
+//!            "detail": null, "hint": "Did you mean CREATE?",
+//!            "position": {"offset": 0, "line": 1, "column": 1},
+//!            "statement": null}}
+//! ```
+//!
+//! `code` is a SQLSTATE in PostgreSQL's classes; `position` is a byte
+//! offset in the body and its 1-based line and column (characters): where
+//! the parser stopped, or the start of the failing statement, whose
+//! canonical text is `statement`.
+//!
+//! # `GET /status`
+//!
+//! `{"objects": [...]}`, every object of the catalog in the order sources,
+//! tables, materialized views, sinks, each with `kind`, `name`, `state`
+//! (`starting`, `snapshotting`, `running`, `stalled`, or for a table not
+//! yet picked up, `pending`) and `error`; sources add `connection`,
+//! `slot`, `applied_lsn`, and, read from the upstream server when it
+//! answers within 3 s, `lag_bytes` (WAL written upstream that the pipeline
+//! has not applied) and `retained_wal_bytes` (WAL the slot keeps), with a
+//! `warning` past 1 GiB; tables add `source`, `reference`, `rows_copied`
+//! (by the snapshot) and `documents`; materialized views `table` and
+//! `documents`; sinks `from`, `connection` and `target`. Connections appear
+//! by their name in `evolve.toml`, never as URLs.
+//!
+//! # `GET /metrics`
+//!
+//! The same in Prometheus' text format: `evolve_pipeline_object_state`
+//! (1 per object and state), `evolve_pipeline_documents`,
+//! `evolve_pipeline_snapshot_rows_copied`, `evolve_pipeline_lag_bytes`,
+//! `evolve_pipeline_retained_wal_bytes`, and
+//! `evolve_pipeline_statements_total` by result.
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use evolve_core::control::{self, ControlError, ObjectKind as Kind, Statement};
+use evolve_pgoutput::Lsn;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{Mutex, watch};
+
+use crate::error::{ObjectKind, PipelineError};
+use crate::pipeline::{Pipeline, TableSpec};
+use crate::upstream;
+
+/// `retained_wal_bytes` past this gets a warning in `/status`.
+pub const RETAINED_WAL_WARNING_BYTES: i64 = 1 << 30;
+
+/// How long `/status` waits for an upstream server's positions.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
+
+// ------------------------------------------------------------- responses
+
+/// The answer to `POST /sql`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SqlResponse {
+    /// One per statement applied, in order.
+    pub results: Vec<StatementResult>,
+    /// Why the request stopped, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<SqlError>,
+}
+
+/// One statement that was applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatementResult {
+    /// Its canonical text.
+    pub statement: String,
+    /// The command tag: `CREATE SOURCE`, `DROP TABLE`, `SHOW`, ...
+    pub status: String,
+    /// `SHOW`: the columns, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
+    /// `SHOW`: one object per row, keyed by column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<Vec<serde_json::Map<String, Value>>>,
+    /// A notice, e.g. `DROP ... IF EXISTS` of a missing object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
+}
+
+/// A refused or failed statement, in PostgreSQL's shape.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SqlError {
+    /// A SQLSTATE: `42601` syntax, `0A000` not supported, `42704` no such
+    /// object, `42710` exists already, ...
+    pub code: String,
+    /// The primary line.
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+    /// Where in the request's text.
+    pub position: Option<ErrorPosition>,
+    /// The failing statement's canonical text, when it parsed.
+    pub statement: Option<String>,
+}
+
+/// A position in the request's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorPosition {
+    /// Byte offset.
+    pub offset: usize,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column, in characters.
+    pub column: u32,
+}
+
+impl SqlError {
+    fn from_control(code: &str, e: &ControlError) -> SqlError {
+        SqlError {
+            code: code.to_string(),
+            message: e.message.clone(),
+            detail: e.detail.clone(),
+            hint: e.hint.clone(),
+            position: Some(ErrorPosition {
+                offset: e.position.offset,
+                line: e.position.line,
+                column: e.position.column,
+            }),
+            statement: None,
+        }
+    }
+
+    /// The HTTP status the error is answered with.
+    pub fn http_status(&self) -> StatusCode {
+        match self.code.as_str() {
+            "42601" | "0A000" | "22021" => StatusCode::BAD_REQUEST,
+            "42710" | "2BP01" => StatusCode::CONFLICT,
+            c if c.starts_with("08") || c.starts_with("58") || c == "55000" => {
+                StatusCode::BAD_GATEWAY
+            }
+            "XX000" => StatusCode::INTERNAL_SERVER_ERROR,
+            _ => StatusCode::UNPROCESSABLE_ENTITY,
+        }
+    }
+}
+
+/// A pipeline error's SQLSTATE.
+fn sqlstate(e: &PipelineError) -> &'static str {
+    match e {
+        PipelineError::Config { .. } => "F0000",
+        PipelineError::UnknownConnection { .. } | PipelineError::UnknownObject { .. } => "42704",
+        PipelineError::AlreadyExists { .. } | PipelineError::SlotExists { .. } => "42710",
+        PipelineError::InvalidName { .. } => "42602",
+        PipelineError::HasDependents { .. } => "2BP01",
+        PipelineError::UpstreamTableNotFound { .. } => "42P01",
+        PipelineError::NoReplicaIdentity { .. } => "42P10",
+        PipelineError::BadColumn { .. } => "42703",
+        PipelineError::SinkShape { .. } => "42809",
+        PipelineError::Connect { .. } => "08006",
+        PipelineError::Database { .. } | PipelineError::Replication { .. } => "58000",
+        PipelineError::SlotLost { .. } => "55000",
+        PipelineError::Document { .. } | PipelineError::Store { .. } => "XX000",
+    }
+}
+
+// ------------------------------------------------------------- execution
+
+/// The statements that are parsed but not built yet (issue 6).
+fn unsupported(input: &str, statement: &Statement) -> Option<SqlError> {
+    let what = match statement {
+        Statement::CreateReplacement(_) => "CREATE REPLACEMENT MATERIALIZED VIEW",
+        Statement::ApplyReplacement(_) => "ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT",
+        Statement::RefreshReferences(_) => "ALTER SOURCE ... REFRESH REFERENCES",
+        _ => return None,
+    };
+    let e = ControlError::new(input, statement.span().start, format!("{what} is not supported yet"))
+        .with_detail("Replacement swaps and reference refreshes are not built yet; nothing in this request was applied.")
+        .with_hint("To move an interface to a new table version today, create the new table and a materialized view over it, then a sink from that view.");
+    let mut error = SqlError::from_control("0A000", &e);
+    error.statement = Some(statement.to_sql());
+    Some(error)
+}
+
+/// Parses `input` and runs its statements in order against `pipeline`
+/// (see the module docs for what is applied when one fails).
+pub async fn execute(pipeline: &Pipeline, input: &str) -> SqlResponse {
+    let statements = match control::parse(input) {
+        Ok(s) => s,
+        Err(e) => {
+            return SqlResponse {
+                results: Vec::new(),
+                error: Some(SqlError::from_control("42601", &e)),
+            };
+        }
+    };
+    if let Some(error) = statements.iter().find_map(|s| unsupported(input, s)) {
+        return SqlResponse {
+            results: Vec::new(),
+            error: Some(error),
+        };
+    }
+    let mut results = Vec::with_capacity(statements.len());
+    for statement in &statements {
+        match run_statement(pipeline, statement).await {
+            Ok(result) => results.push(result),
+            Err(e) => {
+                let control = ControlError::new(input, statement.span().start, e.primary());
+                let mut error = SqlError::from_control(sqlstate(&e), &control);
+                error.detail = e.detail();
+                error.hint = e.hint();
+                error.statement = Some(statement.to_sql());
+                return SqlResponse {
+                    results,
+                    error: Some(error),
+                };
+            }
+        }
+    }
+    SqlResponse {
+        results,
+        error: None,
+    }
+}
+
+fn engine_kind(kind: Kind) -> ObjectKind {
+    match kind {
+        Kind::Source => ObjectKind::Source,
+        Kind::Table => ObjectKind::Table,
+        Kind::MaterializedView => ObjectKind::Interface,
+        Kind::Sink => ObjectKind::Sink,
+    }
+}
+
+async fn run_statement(
+    pipeline: &Pipeline,
+    statement: &Statement,
+) -> Result<StatementResult, PipelineError> {
+    let tag = |status: &str| StatementResult {
+        statement: statement.to_sql(),
+        status: status.to_string(),
+        columns: None,
+        rows: None,
+        notice: None,
+    };
+    match statement {
+        Statement::CreateSource(s) => {
+            pipeline
+                .create_source(&s.name, &s.connection, &s.publication)
+                .await?;
+            Ok(tag("CREATE SOURCE"))
+        }
+        Statement::CreateTable(s) => {
+            pipeline
+                .create_table(&TableSpec {
+                    name: s.name.clone(),
+                    source: s.source.clone(),
+                    schema: s.reference.schema.clone(),
+                    table: s.reference.name.clone(),
+                    exclude: s.exclude_columns.clone(),
+                    text: s.text_columns.clone(),
+                })
+                .await?;
+            Ok(tag("CREATE TABLE"))
+        }
+        Statement::CreateMaterializedView(s) => {
+            pipeline.create_interface(&s.name, &s.table)?;
+            Ok(tag("CREATE MATERIALIZED VIEW"))
+        }
+        Statement::CreateSink(s) => {
+            pipeline
+                .create_sink(
+                    &s.name,
+                    &s.from,
+                    &s.connection,
+                    &s.table.schema,
+                    &s.table.name,
+                )
+                .await?;
+            Ok(tag("CREATE SINK"))
+        }
+        Statement::Drop(d) => {
+            let dropped = match d.kind {
+                Kind::Source => pipeline.drop_source(&d.name).await,
+                Kind::Table => pipeline.drop_table(&d.name).await,
+                Kind::MaterializedView => pipeline.drop_interface(&d.name),
+                Kind::Sink => pipeline.drop_sink(&d.name).await,
+            };
+            let mut result = tag(&format!("DROP {}", d.kind.keyword()));
+            match dropped {
+                Ok(()) => {}
+                Err(PipelineError::UnknownObject { kind, name })
+                    if d.if_exists && kind == engine_kind(d.kind) && name == d.name =>
+                {
+                    result.notice = Some(format!("{kind} \"{name}\" does not exist, skipping"));
+                }
+                Err(e) => return Err(e),
+            }
+            Ok(result)
+        }
+        Statement::Show(s) => {
+            let (columns, rows) = show(pipeline, s.kind)?;
+            let mut result = tag("SHOW");
+            result.columns = Some(columns.iter().map(|c| c.to_string()).collect());
+            result.rows = Some(
+                rows.into_iter()
+                    .map(|row| {
+                        columns
+                            .iter()
+                            .map(|c| c.to_string())
+                            .zip(row)
+                            .collect::<serde_json::Map<_, _>>()
+                    })
+                    .collect(),
+            );
+            Ok(result)
+        }
+        Statement::CreateReplacement(_)
+        | Statement::ApplyReplacement(_)
+        | Statement::RefreshReferences(_) => {
+            unreachable!("refused before anything runs")
+        }
+    }
+}
+
+type Rows = (&'static [&'static str], Vec<Vec<Value>>);
+
+fn show(pipeline: &Pipeline, kind: Kind) -> Result<Rows, PipelineError> {
+    Ok(match kind {
+        Kind::Source => (
+            &["name", "connection", "publication", "slot"],
+            pipeline
+                .sources()?
+                .into_iter()
+                .map(|s| {
+                    vec![
+                        s.name.into(),
+                        s.connection.into(),
+                        s.publication.into(),
+                        s.slot.into(),
+                    ]
+                })
+                .collect(),
+        ),
+        Kind::Table => (
+            &["name", "source", "reference", "key", "columns", "state"],
+            pipeline
+                .tables()?
+                .into_iter()
+                .map(|t| {
+                    let key: Vec<&str> = t.key_columns().map(|c| c.name.as_str()).collect();
+                    vec![
+                        t.name.clone().into(),
+                        t.source.clone().into(),
+                        t.reference().into(),
+                        key.join(", ").into(),
+                        t.document_columns().count().into(),
+                        json!(t.state),
+                    ]
+                })
+                .collect(),
+        ),
+        Kind::MaterializedView => (
+            &["name", "table"],
+            pipeline
+                .interfaces()?
+                .into_iter()
+                .map(|i| vec![i.name.into(), i.table.into()])
+                .collect(),
+        ),
+        Kind::Sink => (
+            &["name", "from", "connection", "table"],
+            pipeline
+                .sinks()?
+                .into_iter()
+                .map(|s| {
+                    vec![
+                        s.name.into(),
+                        s.interface.into(),
+                        s.connection.into(),
+                        format!("{}.{}", s.target_schema, s.target_table).into(),
+                    ]
+                })
+                .collect(),
+        ),
+    })
+}
+
+// ------------------------------------------------------------------ status
+
+/// The answer to `GET /status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// Sources, tables, materialized views, sinks.
+    pub objects: Vec<ObjectReport>,
+}
+
+/// One object in `/status` (fields that do not apply to its kind are left
+/// out).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ObjectReport {
+    /// `source`, `table`, `materialized view`, `sink`.
+    pub kind: String,
+    pub name: String,
+    /// `starting`, `pending`, `snapshotting`, `running`, `stalled`.
+    pub state: String,
+    /// The last error, when stalled or retrying.
+    pub error: Option<String>,
+    /// A source's or sink's connection name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
+    /// A source's slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+    /// A source's applied position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_lsn: Option<String>,
+    /// A source's WAL written upstream and not applied yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_bytes: Option<u64>,
+    /// WAL the source's slot keeps upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retained_wal_bytes: Option<i64>,
+    /// Something to look at, e.g. retained WAL past the threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+    /// A table's source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// A table's upstream `schema.table`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// Rows a table's snapshot copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_copied: Option<u64>,
+    /// A table's or materialized view's current documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents: Option<u64>,
+    /// A materialized view's table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    /// A sink's materialized view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// A sink's target table, `schema.table`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// The current WAL position upstream and the slot's retained WAL, or
+/// `None` when the server does not answer in time.
+async fn upstream_positions(
+    pipeline: &Pipeline,
+    connection: &str,
+    slot: &str,
+) -> Option<(Lsn, Option<i64>)> {
+    let conn = pipeline.config().connection(connection).ok()?;
+    let read = async {
+        let client = upstream::connect(connection, conn).await.ok()?;
+        let row = client
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .ok()?;
+        let current: Lsn = row.get::<_, String>(0).parse().ok()?;
+        let slot = upstream::slot_status(&client, slot).await.ok()?;
+        Some((current, slot.and_then(|s| s.retained_bytes)))
+    };
+    tokio::time::timeout(UPSTREAM_TIMEOUT, read).await.ok()?
+}
+
+/// Every object with its state, from the catalog and the running tasks.
+pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> {
+    let board = pipeline.status();
+    let live = |kind: ObjectKind, name: &str| {
+        board
+            .iter()
+            .find(|s| s.kind == kind && s.name == name)
+            .map(|s| (s.state.clone(), s.error.clone()))
+    };
+    let mut objects = Vec::new();
+    for s in pipeline.sources()? {
+        let (state, error) =
+            live(ObjectKind::Source, &s.name).unwrap_or_else(|| ("starting".into(), None));
+        let positions = upstream_positions(pipeline, &s.connection, &s.slot).await;
+        let retained = positions.and_then(|p| p.1);
+        objects.push(ObjectReport {
+            kind: ObjectKind::Source.as_str().into(),
+            name: s.name.clone(),
+            state,
+            error,
+            connection: Some(s.connection.clone()),
+            slot: Some(s.slot.clone()),
+            applied_lsn: Some(s.applied_lsn.to_string()),
+            lag_bytes: positions.map(|(current, _)| current.0.saturating_sub(s.applied_lsn.0)),
+            retained_wal_bytes: retained,
+            warning: retained.filter(|r| *r > RETAINED_WAL_WARNING_BYTES).map(|r| {
+                format!(
+                    "slot {} retains {} MiB of WAL upstream; is a sink behind, or the pipeline stopped?",
+                    s.slot,
+                    r >> 20
+                )
+            }),
+            ..ObjectReport::default()
+        });
+    }
+    let tables = pipeline.tables()?;
+    let mut table_docs = Vec::with_capacity(tables.len());
+    for t in &tables {
+        let documents = pipeline.document_count(&t.name)?;
+        let (state, error) = live(ObjectKind::Table, &t.name)
+            .unwrap_or_else(|| (json_str(&json!(t.state)), t.error.clone()));
+        table_docs.push((t.name.clone(), state.clone(), documents));
+        objects.push(ObjectReport {
+            kind: ObjectKind::Table.as_str().into(),
+            name: t.name.clone(),
+            state,
+            error,
+            source: Some(t.source.clone()),
+            reference: Some(t.reference()),
+            rows_copied: Some(t.rows_copied),
+            documents: Some(documents),
+            ..ObjectReport::default()
+        });
+    }
+    for i in pipeline.interfaces()? {
+        let (state, documents) = table_docs
+            .iter()
+            .find(|(name, _, _)| *name == i.table)
+            .map(|(_, state, docs)| (state.clone(), Some(*docs)))
+            .unwrap_or_else(|| ("starting".into(), None));
+        objects.push(ObjectReport {
+            kind: ObjectKind::Interface.as_str().into(),
+            name: i.name.clone(),
+            state,
+            table: Some(i.table.clone()),
+            documents,
+            ..ObjectReport::default()
+        });
+    }
+    for s in pipeline.sinks()? {
+        let (state, error) =
+            live(ObjectKind::Sink, &s.name).unwrap_or_else(|| ("starting".into(), None));
+        objects.push(ObjectReport {
+            kind: ObjectKind::Sink.as_str().into(),
+            name: s.name.clone(),
+            state,
+            error,
+            connection: Some(s.connection.clone()),
+            from: Some(s.interface.clone()),
+            target: Some(format!("{}.{}", s.target_schema, s.target_table)),
+            ..ObjectReport::default()
+        });
+    }
+    Ok(StatusReport { objects })
+}
+
+fn json_str(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+/// Prometheus' escaping of a label value.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The status report and statement counters in Prometheus' text format.
+pub fn metrics_text(report: &StatusReport, statements_ok: u64, statements_failed: u64) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, help: &str, kind: &str, samples: Vec<(String, String)>| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    };
+    let object =
+        |o: &ObjectReport| format!("kind=\"{}\",name=\"{}\"", label(&o.kind), label(&o.name));
+    family(
+        "evolve_pipeline_object_state",
+        "1 for the state each object of the catalog is in.",
+        "gauge",
+        report
+            .objects
+            .iter()
+            .map(|o| {
+                (
+                    format!("{},state=\"{}\"", object(o), label(&o.state)),
+                    "1".into(),
+                )
+            })
+            .collect(),
+    );
+    family(
+        "evolve_pipeline_documents",
+        "Documents (upstream rows) a table or materialized view holds.",
+        "gauge",
+        report
+            .objects
+            .iter()
+            .filter_map(|o| Some((object(o), o.documents?.to_string())))
+            .collect(),
+    );
+    family(
+        "evolve_pipeline_snapshot_rows_copied",
+        "Rows a table's snapshot copied.",
+        "gauge",
+        report
+            .objects
+            .iter()
+            .filter_map(|o| Some((object(o), o.rows_copied?.to_string())))
+            .collect(),
+    );
+    family(
+        "evolve_pipeline_lag_bytes",
+        "WAL written upstream that a source has not applied.",
+        "gauge",
+        report
+            .objects
+            .iter()
+            .filter_map(|o| Some((object(o), o.lag_bytes?.to_string())))
+            .collect(),
+    );
+    family(
+        "evolve_pipeline_retained_wal_bytes",
+        "WAL a source's replication slot keeps upstream.",
+        "gauge",
+        report
+            .objects
+            .iter()
+            .filter_map(|o| Some((object(o), o.retained_wal_bytes?.to_string())))
+            .collect(),
+    );
+    family(
+        "evolve_pipeline_statements_total",
+        "Control statements run through POST /sql, by result.",
+        "counter",
+        vec![
+            ("result=\"ok\"".into(), statements_ok.to_string()),
+            ("result=\"error\"".into(), statements_failed.to_string()),
+        ],
+    );
+    out
+}
+
+// -------------------------------------------------------------------- http
+
+struct Admin {
+    pipeline: Arc<Pipeline>,
+    /// `/sql` requests run one at a time.
+    sql: Mutex<()>,
+    statements_ok: AtomicU64,
+    statements_failed: AtomicU64,
+}
+
+/// The admin API over `pipeline` (without running it; see [`serve`]).
+pub fn router(pipeline: Arc<Pipeline>) -> Router {
+    let admin = Arc::new(Admin {
+        pipeline,
+        sql: Mutex::new(()),
+        statements_ok: AtomicU64::new(0),
+        statements_failed: AtomicU64::new(0),
+    });
+    Router::new()
+        .route("/sql", post(sql))
+        .route("/status", get(status_handler))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .with_state(admin)
+}
+
+fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
+    let text = serde_json::to_string(body).unwrap_or_else(|_| "{}".into());
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+fn plain_error(status: StatusCode, code: &str, message: String, hint: Option<&str>) -> Response {
+    let response = SqlResponse {
+        results: Vec::new(),
+        error: Some(SqlError {
+            code: code.into(),
+            message,
+            detail: None,
+            hint: hint.map(str::to_string),
+            position: None,
+            statement: None,
+        }),
+    };
+    json_response(status, &response)
+}
+
+async fn sql(State(admin): State<Arc<Admin>>, body: Bytes) -> Response {
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return plain_error(
+            StatusCode::BAD_REQUEST,
+            "22021",
+            "the request body is not valid UTF-8".into(),
+            Some("Send the statements' text in UTF-8."),
+        );
+    };
+    let response = {
+        let _one_at_a_time = admin.sql.lock().await;
+        execute(&admin.pipeline, text).await
+    };
+    admin
+        .statements_ok
+        .fetch_add(response.results.len() as u64, Ordering::Relaxed);
+    match &response.error {
+        None => json_response(StatusCode::OK, &response),
+        Some(error) => {
+            admin.statements_failed.fetch_add(1, Ordering::Relaxed);
+            json_response(error.http_status(), &response)
+        }
+    }
+}
+
+async fn status_handler(State(admin): State<Arc<Admin>>) -> Response {
+    match status(&admin.pipeline).await {
+        Ok(report) => json_response(StatusCode::OK, &report),
+        Err(e) => plain_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            sqlstate(&e),
+            e.primary(),
+            None,
+        ),
+    }
+}
+
+async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
+    match status(&admin.pipeline).await {
+        Ok(report) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            metrics_text(
+                &report,
+                admin.statements_ok.load(Ordering::Relaxed),
+                admin.statements_failed.load(Ordering::Relaxed),
+            ),
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.primary()).into_response(),
+    }
+}
+
+async fn not_found() -> Response {
+    plain_error(
+        StatusCode::NOT_FOUND,
+        "42704",
+        "no such endpoint".into(),
+        Some("The admin API has POST /sql, GET /status and GET /metrics."),
+    )
+}
+
+// ------------------------------------------------------------------- serve
+
+/// Why [`serve`] stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The admin API's listener failed.
+    #[error("admin API: {0}")]
+    Io(#[from] std::io::Error),
+    /// The pipeline could not run.
+    #[error("{0}")]
+    Pipeline(#[from] PipelineError),
+}
+
+/// Serves the admin API on `listener` and runs `pipeline` until `shutdown`
+/// completes (or either stops on its own, which stops the other). Requests
+/// in flight finish; the pipeline's tasks stop at a clean point.
+pub async fn serve(
+    pipeline: Arc<Pipeline>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let (stop, stopped) = watch::channel(false);
+    let signal = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let forward = async {
+        let mut rx = stopped.clone();
+        tokio::select! {
+            _ = shutdown => {}
+            _ = rx.wait_for(|stop| *stop) => {}
+        }
+        let _ = stop.send(true);
+    };
+    let server = async {
+        let result = axum::serve(listener, router(Arc::clone(&pipeline)))
+            .with_graceful_shutdown(signal(stopped.clone()))
+            .await;
+        let _ = stop.send(true);
+        result
+    };
+    let run = async {
+        let result = pipeline.run(signal(stopped.clone())).await;
+        let _ = stop.send(true);
+        result
+    };
+    let ((), served, ran) = tokio::join!(forward, server, run);
+    served?;
+    ran?;
+    Ok(())
+}
