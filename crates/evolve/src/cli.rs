@@ -49,6 +49,13 @@ pub enum Command {
     Compat(crate::compat::CompatArgs),
     /// A schema registry speaking Confluent Schema Registry's REST API.
     Registry(crate::registry::RegistryArgs),
+    /// Change data capture from PostgreSQL into a stable JSON interface.
+    Pipeline(crate::pipeline::PipelineArgs),
+    /// Run control statements (CREATE SOURCE, SHOW TABLES, ...) against a
+    /// running pipeline.
+    Sql(crate::pipeline::SqlArgs),
+    /// Every object of a running pipeline with its state.
+    Status(crate::pipeline::StatusArgs),
     /// A short tour of `evolve migrate` against a throwaway PostgreSQL.
     Demo(DemoArgs),
 }
@@ -191,6 +198,8 @@ pub fn wants_multi_thread(cli: &Cli) -> bool {
         &cli.command,
         Command::Registry(crate::registry::RegistryArgs {
             verb: crate::registry::RegistryVerb::Serve { .. }
+        }) | Command::Pipeline(crate::pipeline::PipelineArgs {
+            verb: crate::pipeline::PipelineVerb::Run { .. }
         })
     )
 }
@@ -204,6 +213,12 @@ pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<ExitCode> {
             unreachable!("matched above")
         };
         return crate::compat::run(args, out);
+    }
+    if let Command::Sql(_) = &cli.command {
+        let Command::Sql(args) = cli.command else {
+            unreachable!("matched above")
+        };
+        return crate::pipeline::sql(args, out).await;
     }
     run_command(cli, out).await.map(|()| ExitCode::SUCCESS)
 }
@@ -245,7 +260,11 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
         }
         Command::Demo(args) => crate::demo::run(args, out).await,
         Command::Registry(args) => crate::registry::run(args).await,
-        Command::Lint(_) | Command::Compat(_) => unreachable!("handled in run"),
+        Command::Pipeline(args) => crate::pipeline::run(args).await,
+        Command::Status(args) => crate::pipeline::status(args, out).await,
+        Command::Lint(_) | Command::Compat(_) | Command::Sql(_) => {
+            unreachable!("handled in run")
+        }
     }
 }
 

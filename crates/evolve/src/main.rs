@@ -6,6 +6,7 @@ mod cli;
 mod compat;
 mod demo;
 mod output;
+mod pipeline;
 mod registry;
 
 use std::process::ExitCode;

@@ -1,0 +1,575 @@
+//! `evolve pipeline run`, and the clients of its admin API: `evolve sql`
+//! and `evolve status`.
+//!
+//! The clients speak plain HTTP/1.1 to the admin API (loopback by default)
+//! with hyper's connection-level client: one connection per command.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use evolve_core::control::ControlError;
+use evolve_pipeline::admin::{ObjectReport, SqlError, SqlResponse, StatusReport};
+use evolve_pipeline::{Config, Pipeline, PipelineError};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request, StatusCode, header};
+use hyper_util::rt::TokioIo;
+
+use crate::cli::Format;
+use crate::output::Out;
+
+/// Where `evolve sql` and `evolve status` find the admin API.
+pub const DEFAULT_ADMIN: &str = "http://127.0.0.1:7800";
+
+#[derive(Debug, Args)]
+pub struct PipelineArgs {
+    #[command(subcommand)]
+    pub verb: PipelineVerb,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PipelineVerb {
+    /// Run the pipeline and its admin API until SIGINT or SIGTERM.
+    Run {
+        /// The pipeline's config file (state_dir, admin_listen, connections).
+        #[arg(long, default_value = "evolve.toml")]
+        config: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct AdminArg {
+    /// The running pipeline's admin API.
+    #[arg(long, value_name = "URL", default_value = DEFAULT_ADMIN, env = "EVOLVE_ADMIN")]
+    pub admin: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SqlArgs {
+    /// Statements to run, e.g. "SHOW SOURCES".
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "STATEMENTS",
+        required_unless_present = "file",
+        conflicts_with = "file"
+    )]
+    pub command: Option<String>,
+    /// A file of statements (`-` for stdin).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub admin: AdminArg,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub admin: AdminArg,
+}
+
+/// A pipeline error as the binary prints errors: the primary line, then
+/// the detail and hint indented.
+fn pipeline_error(e: &PipelineError) -> anyhow::Error {
+    let mut message = e.primary();
+    for line in [e.detail(), e.hint()].into_iter().flatten() {
+        message.push_str("\n  ");
+        message.push_str(&line);
+    }
+    anyhow::anyhow!(message)
+}
+
+// ------------------------------------------------------------------ run
+
+pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
+    let PipelineVerb::Run { config: path } = args.verb;
+    let config = Config::load(&path).map_err(|e| pipeline_error(&e))?;
+    let listen = config.admin_listen.clone();
+    let state_dir = config.state_dir.clone();
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {listen} (admin_listen in {}); is another pipeline running?",
+                path.display()
+            )
+        })?;
+    let address: SocketAddr = listener.local_addr()?;
+    let pipeline = Arc::new(Pipeline::open(config).map_err(|e| pipeline_error(&e))?);
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(
+            stdout,
+            "evolve pipeline listening on http://{address} (state {})",
+            state_dir.display()
+        )?;
+        stdout.flush()?;
+    }
+    if !address.ip().is_loopback() {
+        eprintln!(
+            "warning: the admin API on {address} has no authentication; whoever reaches it can change the pipeline"
+        );
+    }
+    evolve_pipeline::admin::serve(pipeline, listener, shutdown_signal())
+        .await
+        .map_err(|e| match e {
+            evolve_pipeline::admin::ServeError::Pipeline(e) => pipeline_error(&e),
+            other => anyhow::anyhow!(other),
+        })
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+// --------------------------------------------------------------- client
+
+/// The admin API's address: `http://host[:port][/prefix]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct AdminUrl {
+    /// As given, for messages.
+    url: String,
+    /// For connecting: the host without brackets.
+    host: String,
+    port: u16,
+    /// The `Host` header.
+    authority: String,
+    /// A path prefix without the trailing `/` (usually empty).
+    prefix: String,
+}
+
+impl AdminUrl {
+    fn parse(url: &str) -> anyhow::Result<AdminUrl> {
+        let Some(rest) = url.strip_prefix("http://") else {
+            if url.starts_with("https://") {
+                bail!(
+                    "--admin {url}: the admin API speaks plain HTTP (it listens on loopback); use http://"
+                );
+            }
+            bail!("--admin {url}: expected http://HOST:PORT, e.g. {DEFAULT_ADMIN}");
+        };
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) if !port.contains(']') => {
+                let port = port
+                    .parse::<u16>()
+                    .map_err(|_| anyhow::anyhow!("--admin {url}: {port:?} is not a port"))?;
+                (host, port)
+            }
+            _ => (authority, 80),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || authority.contains('@') {
+            bail!("--admin {url}: expected http://HOST:PORT, e.g. {DEFAULT_ADMIN}");
+        }
+        Ok(AdminUrl {
+            url: url.to_string(),
+            host: host.to_string(),
+            port,
+            authority: authority.to_string(),
+            prefix: path.trim_end_matches('/').to_string(),
+        })
+    }
+
+    fn unreachable(&self, why: impl std::fmt::Display) -> anyhow::Error {
+        anyhow::anyhow!(
+            "cannot reach the pipeline's admin API at {} ({why}); is `evolve pipeline run` running?",
+            self.url
+        )
+    }
+
+    /// One request; the status and the whole body.
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> anyhow::Result<(StatusCode, Bytes)> {
+        let connect = tokio::net::TcpStream::connect((self.host.as_str(), self.port));
+        let stream = match tokio::time::timeout(Duration::from_secs(10), connect).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(self.unreachable(e)),
+            Err(_) => return Err(self.unreachable("no answer in 10 s")),
+        };
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.prefix))
+            .header(header::HOST, &self.authority);
+        if body.is_some() {
+            request = request.header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
+        }
+        let request = request.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the answer of {}: {e}", self.url))?
+            .to_bytes();
+        Ok((status, bytes))
+    }
+
+    fn unexpected(&self, path: &str, status: StatusCode, body: &[u8]) -> anyhow::Error {
+        let text = String::from_utf8_lossy(body);
+        let first = text
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(200)
+            .collect::<String>();
+        anyhow::anyhow!(
+            "unexpected answer from {}{path}: HTTP {status} {first}; is this an evolve pipeline's admin API?",
+            self.url
+        )
+    }
+}
+
+// ------------------------------------------------------------------ sql
+
+/// `evolve sql`: exit 0 when every statement ran, 1 otherwise (the error
+/// on stderr, psql's way).
+pub async fn sql(args: SqlArgs, out: &Out) -> anyhow::Result<ExitCode> {
+    if matches!(out.format(), Format::Dot | Format::Mermaid) {
+        bail!("--format dot and --format mermaid are for evolve deps; use text or json here");
+    }
+    let admin = AdminUrl::parse(&args.admin.admin)?;
+    let input = match (&args.command, &args.file) {
+        (Some(c), _) => c.clone(),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("cannot read statements from stdin")?;
+            text
+        }
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?,
+        (None, None) => bail!("give statements with -c \"...\" or a file with -f FILE"),
+    };
+    let (status, body) = admin
+        .request(Method::POST, "/sql", Some(input.clone()))
+        .await?;
+    let response: SqlResponse =
+        serde_json::from_slice(&body).map_err(|_| admin.unexpected("/sql", status, &body))?;
+    match out.format() {
+        Format::Json => out.json_value(&serde_json::to_value(&response)?)?,
+        _ => {
+            for result in &response.results {
+                if let Some(notice) = &result.notice {
+                    eprintln!("NOTICE:  {notice}");
+                }
+                match (&result.columns, &result.rows) {
+                    (Some(columns), Some(rows)) => out.text(&psql_table(columns, rows))?,
+                    _ => out.text(&result.status)?,
+                }
+            }
+        }
+    }
+    match &response.error {
+        None if status.is_success() => Ok(ExitCode::SUCCESS),
+        None => Err(admin.unexpected("/sql", status, &body)),
+        Some(error) => {
+            eprintln!("{}", render_error(&input, error));
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// psql's rendering: `ERROR:  message`, the `LINE n:` excerpt with a caret
+/// when there is a position, `DETAIL:` and `HINT:`.
+/// The excerpt is shown for syntax errors, and for errors of a statement
+/// that is not the first (so that the failing one is clear).
+fn render_error(input: &str, e: &SqlError) -> String {
+    match e.position {
+        Some(position) if e.code == "42601" || position.offset > 0 => {
+            let mut error = ControlError::new(input, position.offset, e.message.clone());
+            if let Some(detail) = &e.detail {
+                error = error.with_detail(detail.clone());
+            }
+            if let Some(hint) = &e.hint {
+                error = error.with_hint(hint.clone());
+            }
+            error.to_string()
+        }
+        _ => {
+            let mut text = format!("ERROR:  {}", e.message);
+            if let Some(detail) = &e.detail {
+                text.push_str(&format!("\nDETAIL:  {detail}"));
+            }
+            if let Some(hint) = &e.hint {
+                text.push_str(&format!("\nHINT:  {hint}"));
+            }
+            text
+        }
+    }
+}
+
+fn cell(value: &serde_json::Value) -> (String, bool) {
+    match value {
+        serde_json::Value::Null => (String::new(), false),
+        serde_json::Value::String(s) => (s.clone(), false),
+        serde_json::Value::Number(n) => (n.to_string(), true),
+        other => (other.to_string(), false),
+    }
+}
+
+/// psql's aligned format: centered headers, numbers right-aligned, a row
+/// count.
+fn psql_table(columns: &[String], rows: &[serde_json::Map<String, serde_json::Value>]) -> String {
+    let cells: Vec<Vec<(String, bool)>> = rows
+        .iter()
+        .map(|row| {
+            columns
+                .iter()
+                .map(|c| cell(row.get(c).unwrap_or(&serde_json::Value::Null)))
+                .collect()
+        })
+        .collect();
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            cells
+                .iter()
+                .map(|r| r[i].0.chars().count())
+                .chain([c.chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    let header: Vec<String> = columns
+        .iter()
+        .zip(&widths)
+        .map(|(c, w)| {
+            let pad = w - c.chars().count();
+            format!("{}{c}{}", " ".repeat(pad / 2), " ".repeat(pad - pad / 2))
+        })
+        .collect();
+    out.push(' ');
+    out.push_str(header.join(" | ").trim_end());
+    out.push('\n');
+    out.push_str(
+        &widths
+            .iter()
+            .map(|w| "-".repeat(w + 2))
+            .collect::<Vec<_>>()
+            .join("+"),
+    );
+    out.push('\n');
+    for row in &cells {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|((text, number), w)| {
+                if *number {
+                    format!("{text:>w$}")
+                } else {
+                    format!("{text:<w$}")
+                }
+            })
+            .collect();
+        out.push(' ');
+        out.push_str(line.join(" | ").trim_end());
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "({} row{})\n",
+        rows.len(),
+        if rows.len() == 1 { "" } else { "s" }
+    ));
+    out
+}
+
+// --------------------------------------------------------------- status
+
+/// `evolve status`: every object of the running pipeline.
+pub async fn status(args: StatusArgs, out: &Out) -> anyhow::Result<()> {
+    let admin = AdminUrl::parse(&args.admin.admin)?;
+    let (status, body) = admin.request(Method::GET, "/status", None).await?;
+    if !status.is_success() {
+        return Err(admin.unexpected("/status", status, &body));
+    }
+    let report: StatusReport =
+        serde_json::from_slice(&body).map_err(|_| admin.unexpected("/status", status, &body))?;
+    match out.format() {
+        Format::Json => out.json_value(&serde_json::to_value(&report)?),
+        _ => out.text(&status_text(&report)),
+    }
+}
+
+fn status_text(report: &StatusReport) -> String {
+    if report.objects.is_empty() {
+        return "the pipeline has no objects yet; create them with evolve sql".into();
+    }
+    let columns: Vec<String> = ["kind", "name", "state", "documents", "lag bytes", "note"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let rows: Vec<serde_json::Map<String, serde_json::Value>> = report
+        .objects
+        .iter()
+        .map(|o| {
+            let mut row = serde_json::Map::new();
+            row.insert("kind".into(), o.kind.clone().into());
+            row.insert("name".into(), o.name.clone().into());
+            row.insert("state".into(), o.state.clone().into());
+            row.insert("documents".into(), o.documents.into());
+            row.insert("lag bytes".into(), o.lag_bytes.into());
+            row.insert("note".into(), note(o).into());
+            row
+        })
+        .collect();
+    let mut text = psql_table(&columns, &rows);
+    text.truncate(text.trim_end().len());
+    for o in &report.objects {
+        if let Some(warning) = &o.warning {
+            text.push_str(&format!("\nwarning: {} {}: {warning}", o.kind, o.name));
+        }
+    }
+    text
+}
+
+/// What an object reads or writes, and its error.
+fn note(o: &ObjectReport) -> String {
+    let mut parts = Vec::new();
+    if let Some(error) = &o.error {
+        parts.push(error.lines().next().unwrap_or_default().to_string());
+    }
+    if o.state == "snapshotting"
+        && let Some(copied) = o.rows_copied
+    {
+        parts.push(format!("{copied} rows copied"));
+    }
+    match o.kind.as_str() {
+        "source" => parts.push(format!("slot {}", o.slot.as_deref().unwrap_or_default())),
+        "table" => parts.push(format!(
+            "{} of {}",
+            o.reference.as_deref().unwrap_or_default(),
+            o.source.as_deref().unwrap_or_default()
+        )),
+        "materialized view" => {
+            parts.push(format!("over {}", o.table.as_deref().unwrap_or_default()))
+        }
+        "sink" => parts.push(format!(
+            "{} into {}",
+            o.from.as_deref().unwrap_or_default(),
+            o.target.as_deref().unwrap_or_default()
+        )),
+        _ => {}
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_urls_parse() {
+        let a = AdminUrl::parse("http://127.0.0.1:7800").unwrap();
+        assert_eq!(
+            (a.host.as_str(), a.port, a.prefix.as_str()),
+            ("127.0.0.1", 7800, "")
+        );
+        let a = AdminUrl::parse("http://[::1]:9/admin/").unwrap();
+        assert_eq!(
+            (a.host.as_str(), a.port, a.prefix.as_str()),
+            ("::1", 9, "/admin")
+        );
+        assert_eq!(a.authority, "[::1]:9");
+        assert_eq!(AdminUrl::parse("http://localhost").unwrap().port, 80);
+        assert!(AdminUrl::parse("https://x:1").is_err());
+        assert!(AdminUrl::parse("127.0.0.1:7800").is_err());
+        assert!(AdminUrl::parse("http://u:p@h:1").is_err());
+        assert!(AdminUrl::parse("http://h:port").is_err());
+    }
+
+    #[test]
+    fn tables_look_like_psql() {
+        let columns = vec!["name".to_string(), "columns".to_string()];
+        let rows = vec![
+            serde_json::json!({"name": "orders_v1", "columns": 3}),
+            serde_json::json!({"name": "x", "columns": 12}),
+        ]
+        .into_iter()
+        .map(|v| v.as_object().unwrap().clone())
+        .collect::<Vec<_>>();
+        assert_eq!(
+            psql_table(&columns, &rows),
+            "   name    | columns\n-----------+---------\n orders_v1 |       3\n x         |      12\n(2 rows)\n"
+        );
+    }
+
+    #[test]
+    fn errors_render_like_psql() {
+        let input = "SHOW SOURCES;\nCREAT SOURCE s";
+        let e = SqlError {
+            code: "42601".into(),
+            message: "syntax error at or near \"CREAT\"".into(),
+            detail: None,
+            hint: Some("Did you mean CREATE?".into()),
+            position: Some(evolve_pipeline::admin::ErrorPosition {
+                offset: 14,
+                line: 2,
+                column: 1,
+            }),
+            statement: None,
+        };
+        assert_eq!(
+            render_error(input, &e),
+            "ERROR:  syntax error at or near \"CREAT\"\nLINE 2: CREAT SOURCE s\n        ^\nHINT:  Did you mean CREATE?"
+        );
+        let e = SqlError {
+            code: "42704".into(),
+            position: Some(evolve_pipeline::admin::ErrorPosition {
+                offset: 0,
+                line: 1,
+                column: 1,
+            }),
+            detail: Some("d.".into()),
+            hint: None,
+            ..e
+        };
+        assert_eq!(
+            render_error(input, &e),
+            "ERROR:  syntax error at or near \"CREAT\"\nDETAIL:  d."
+        );
+    }
+}
