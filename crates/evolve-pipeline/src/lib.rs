@@ -114,9 +114,12 @@
 //!
 //! # Not done yet
 //!
-//! The SQL statements and admin API, `subscribe`, `/status` and
-//! `/metrics`, WAL retention warnings, TLS for replication sessions, and
-//! replacement swaps and drift are not built. Documents of a very large
+//! `subscribe` (the change feed is pruned as soon as every sink has it;
+//! subscribers need a broadcast of committed feed entries), lag in seconds
+//! and rows per second in `/status`, TLS for replication sessions, and
+//! replacement swaps and drift are not built. The admin API ([`admin`]:
+//! `/sql`, `/status`, `/metrics`) has no authentication and listens on
+//! loopback by default. Documents of a very large
 //! transaction, a TRUNCATE, or a sink's initial load are held in memory.
 //! Each upstream transaction is one SQLite commit (`synchronous=FULL`) and
 //! one sink transaction: correct, not yet fast.
