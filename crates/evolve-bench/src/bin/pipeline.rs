@@ -1,0 +1,665 @@
+//! `cargo xtask bench pipeline [CHANGES]`: evolve's pipeline against
+//! PostgreSQL's own logical replication and `pg_recvlogical`, on two
+//! throwaway clusters (upstream and sink).
+//!
+//! Stream: CHANGES (default 1,000,000) row changes, inserts and updates in
+//! transactions of 1, 10, 100 and 1000 rows (a fixed shuffled mix, see
+//! [`MIX`]), are loaded into `bench_t` (int8 key, text, numeric,
+//! timestamptz, bool, small jsonb, nullable text) after every consumer's
+//! slot exists, so each drains the same WAL, one after the other:
+//!
+//! - evolve: source, table, interface and sink created and the (empty)
+//!   snapshot done before the load, the pipeline stopped; then restarted
+//!   and timed until the marker row (the load's last transaction) is in the
+//!   sink table, whose row count is then checked;
+//! - native: a subscription (`copy_data = false`, created disabled on a
+//!   slot made before the load) into a plain copy of the table, timed from
+//!   `ALTER SUBSCRIPTION ... ENABLE` until the marker row is applied;
+//! - `pg_recvlogical` on a pgoutput slot (`proto_version=1`, the same
+//!   publication) to /dev/null with `--endpos` just after the marker: the
+//!   decoding ceiling.
+//!
+//! Snapshot: a table of CHANGES / 10 rows and one of CHANGES rows, snapshotted
+//! by evolve into the sink (timed from the pipeline's start to the sink's
+//! progress row, written with the initial load), against `COPY (SELECT key,
+//! jsonb_strip_nulls(to_jsonb(t)) ...) TO STDOUT` streamed into `COPY ...
+//! FROM STDIN` on the sink, into a table of the same shape. The process's
+//! peak resident memory (VmHWM, reset through `/proc/self/clear_refs`
+//! before each snapshot) is printed for each size.
+//!
+//! To tell where evolve's time goes it also prints when its source had
+//! applied everything to the store (the sink's share is the rest), the
+//! process's CPU time, and the snapshot's store and sink-load phases. With
+//! `TMPDIR=/dev/shm` the store (and the clusters) live on tmpfs, which
+//! takes the store's fsyncs out of the figures.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use evolve_bench::{fmt, ratio};
+use evolve_pipeline::{Config, Pipeline, TableSpec};
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_postgres::Client;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+type Result<T> = std::result::Result<T, Error>;
+
+/// One round of the load: (rows per transaction, how many inserting
+/// transactions, how many updating ones). 70 transactions, 3,040 row
+/// changes (1,272 of them updates); [`mix`] shuffles them.
+const MIX: [(i32, usize, usize); 4] = [
+    // (size, inserts, updates)
+    (1, 28, 12),
+    (10, 14, 6),
+    (100, 6, 2),
+    (1000, 1, 1),
+];
+
+/// How long any consumer may take before the benchmark gives up.
+const TIMEOUT: Duration = Duration::from_secs(1800);
+
+const COLUMNS: &str = "id int8 PRIMARY KEY, name text NOT NULL, amount numeric(12,2) NOT NULL, \
+     created_at timestamptz NOT NULL, active bool NOT NULL, attrs jsonb, note text";
+
+/// The row of id `g` (an SQL expression over `g`).
+const ROW: &str = "g, 'customer ' || g, (g % 100000) / 100.0, \
+     timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', g % 3 <> 0, \
+     jsonb_build_object('tier', g % 5, 'tags', jsonb_build_array('a', 'b')), \
+     CASE WHEN g % 4 = 0 THEN NULL ELSE 'note ' || g END";
+
+fn main() {
+    if let Err(e) = run() {
+        match e
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(|e| e.as_db_error())
+        {
+            Some(db) => eprintln!("error: {}", evolve_pg::describe_db_error(db, None)),
+            None => eprintln!("error: {e}"),
+        }
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let changes: i64 = std::env::args()
+        .nth(1)
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(1_000_000);
+    if changes < 10 {
+        return Err("CHANGES must be at least 10".into());
+    }
+    let up = evolve_test::Cluster::start()?;
+    let sink = evolve_test::Cluster::start()?;
+    // The runtime `evolve pipeline run` uses: multi-threaded, one worker
+    // per core.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let version = Command::new(up.bin("postgres")).arg("--version").output()?;
+    println!(
+        "pipeline benchmark: {changes} row changes, {}, two clusters on loopback, fsync=off",
+        String::from_utf8_lossy(&version.stdout).trim()
+    );
+    let result = rt.block_on(bench(&up, &sink, changes));
+    if result.is_err() {
+        eprintln!("upstream log:\n{}", up.log_tail(20));
+        eprintln!("sink log:\n{}", sink.log_tail(20));
+    }
+    result
+}
+
+async fn connect(url: &str) -> Result<Client> {
+    Ok(evolve_pg::connect(url, "evolve-bench").await?)
+}
+
+/// The pipeline running in a task.
+struct Running {
+    stop: oneshot::Sender<()>,
+    handle: JoinHandle<evolve_pipeline::Result<()>>,
+}
+
+impl Running {
+    fn start(pipeline: &Arc<Pipeline>) -> Running {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let p = pipeline.clone();
+        let handle = tokio::spawn(async move {
+            p.run(async {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        Running { stop, handle }
+    }
+
+    async fn stop(self) -> Result<()> {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(60), self.handle)
+            .await
+            .map_err(|_| "the pipeline did not stop within 60 s")???;
+        Ok(())
+    }
+}
+
+/// Polls `sql` (one bool) every 10 ms until it is true; the time it took,
+/// and when `probe` first held (it is checked before `sql` each time).
+async fn wait_until(
+    client: &Client,
+    sql: &str,
+    started: Instant,
+    what: &str,
+    pipeline: &Pipeline,
+    mut probe: impl FnMut(&Pipeline) -> bool,
+) -> Result<(Duration, Option<Duration>)> {
+    let mut probed = None;
+    loop {
+        if probed.is_none() && probe(pipeline) {
+            probed = Some(started.elapsed());
+        }
+        if client.query_one(sql, &[]).await?.get::<_, bool>(0) {
+            return Ok((started.elapsed(), probed));
+        }
+        if started.elapsed() > TIMEOUT {
+            return Err(format!(
+                "{what} did not finish within {TIMEOUT:?}: {:?}",
+                pipeline.status()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls `sql` (one bool) every 10 ms until it is true; the time it took.
+async fn wait_for(client: &Client, sql: &str, started: Instant, what: &str) -> Result<Duration> {
+    loop {
+        if client.query_one(sql, &[]).await?.get::<_, bool>(0) {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > TIMEOUT {
+            return Err(format!("{what} did not finish within {TIMEOUT:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn count(client: &Client, table: &str) -> Result<i64> {
+    Ok(client
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await?
+        .get(0))
+}
+
+async fn lsn(client: &Client, sql: &str) -> Result<String> {
+    Ok(client.query_one(sql, &[]).await?.get(0))
+}
+
+fn lsn_value(text: &str) -> u64 {
+    let (hi, lo) = text.split_once('/').unwrap_or(("0", "0"));
+    (u64::from_str_radix(hi, 16).unwrap_or(0) << 32) | u64::from_str_radix(lo, 16).unwrap_or(0)
+}
+
+/// The transaction sizes of the load (negative: updates), as the load
+/// procedure cycles through them: [`MIX`] shuffled with a fixed seed.
+fn mix() -> Vec<i32> {
+    let mut sizes = Vec::new();
+    for (size, inserts, updates) in MIX {
+        sizes.extend(std::iter::repeat_n(size, inserts));
+        sizes.extend(std::iter::repeat_n(-size, updates));
+    }
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    for i in (1..sizes.len()).rev() {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let j = (seed >> 33) as usize % (i + 1);
+        sizes.swap(i, j);
+    }
+    sizes
+}
+
+/// What the load procedure does with `sizes` and `total`: (transactions,
+/// updated rows). Mirrors `bench_load`.
+fn simulate(sizes: &[i32], total: i64) -> (u64, i64) {
+    let (mut done, mut next_id, mut i, mut updates) = (0i64, 1i64, 0usize, 0i64);
+    while done < total {
+        let planned = sizes[i % sizes.len()];
+        let s = i64::from(planned.abs()).min(total - done);
+        if planned < 0 && next_id > s {
+            updates += s;
+        } else {
+            next_id += s;
+        }
+        done += s;
+        i += 1;
+    }
+    (i as u64, updates)
+}
+
+const LOAD_PROCEDURE: &str = "
+CREATE PROCEDURE bench_load(sizes int[], total bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    done bigint := 0;
+    next_id bigint := 1;
+    i bigint := 0;
+    planned int;
+    s bigint;
+    a bigint;
+BEGIN
+    WHILE done < total LOOP
+        planned := sizes[1 + i % array_length(sizes, 1)];
+        s := least(abs(planned), total - done);
+        IF planned < 0 AND next_id - 1 >= s THEN
+            a := 1 + (i * 7919) % (next_id - s);
+            UPDATE bench_t SET amount = amount + 1, active = NOT active,
+                               attrs = attrs || jsonb_build_object('v', i)
+             WHERE id BETWEEN a AND a + s - 1;
+        ELSE
+            INSERT INTO bench_t SELECT ROW_EXPR FROM generate_series(next_id, next_id + s - 1) g;
+            next_id := next_id + s;
+        END IF;
+        done := done + s;
+        i := i + 1;
+        COMMIT;
+    END LOOP;
+END $$";
+
+/// `kB` figures of /proc/self/status.
+fn proc_status(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// This process's CPU time so far (user, system), from /proc/self/stat.
+fn cpu_time() -> (Duration, Duration) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let field = |n: usize| -> Duration {
+        let ticks: u64 = rest
+            .split_whitespace()
+            .nth(n)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        // USER_HZ is 100 on Linux.
+        Duration::from_millis(ticks * 10)
+    };
+    // utime and stime: fields 14 and 15 of the line, 11 and 12 after the name.
+    (field(11), field(12))
+}
+
+fn cpu_since(start: (Duration, Duration)) -> String {
+    let now = cpu_time();
+    format!(
+        "{} user + {} system",
+        fmt(now.0.saturating_sub(start.0)),
+        fmt(now.1.saturating_sub(start.1))
+    )
+}
+
+fn mib(kb: u64) -> String {
+    format!("{:.0} MiB", kb as f64 / 1024.0)
+}
+
+fn per_second(rows: i64, d: Duration) -> String {
+    let r = rows as f64 / d.as_secs_f64().max(1e-9);
+    // Thousands separators.
+    let s = format!("{:.0}", r);
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, n: i64) -> Result<()> {
+    let up_db = up.create_database("pipeline_up").await?;
+    let sink_db = sink.create_database("pipeline_sink").await?;
+    let native_db = sink.create_database("pipeline_native").await?;
+    let upc = connect(&up_db.url).await?;
+    let sinkc = connect(&sink_db.url).await?;
+    let nativec = connect(&native_db.url).await?;
+
+    // Tables, and the snapshot benchmark's data, before any slot exists.
+    let small = (n / 10).max(1);
+    upc.batch_execute(&format!(
+        "CREATE TABLE bench_t ({COLUMNS});
+         CREATE TABLE snap_small ({COLUMNS});
+         CREATE TABLE snap_full ({COLUMNS});
+         INSERT INTO snap_small SELECT {ROW} FROM generate_series(1, {small}) g;
+         INSERT INTO snap_full SELECT {ROW} FROM generate_series(1, {n}) g;
+         {};",
+        LOAD_PROCEDURE.replace("ROW_EXPR", ROW)
+    ))
+    .await?;
+    upc.batch_execute("VACUUM ANALYZE snap_small").await?;
+    upc.batch_execute("VACUUM ANALYZE snap_full").await?;
+    nativec
+        .batch_execute(&format!("CREATE TABLE bench_t ({COLUMNS})"))
+        .await?;
+
+    // evolve: source (its slot), table, interface, sink; the empty
+    // snapshot and initial load; then stopped.
+    let state = std::env::temp_dir().join(format!("evolve-bench-pipeline-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let config = Config::new(&state)
+        .with_connection("up", up_db.url.clone())
+        .with_connection("sink", sink_db.url.clone());
+    let pipeline = Arc::new(Pipeline::open(config)?);
+    pipeline.create_source("bench", "up", "evolve_pub").await?;
+    create_objects(&pipeline, "bench_t", "bench_t").await?;
+    let running = Running::start(&pipeline);
+    wait_until(
+        &sinkc,
+        "SELECT EXISTS (SELECT 1 FROM public.evolve_sink_progress WHERE sink = 'bench_t_sink')",
+        Instant::now(),
+        "evolve's empty snapshot",
+        &pipeline,
+        |_| false,
+    )
+    .await?;
+    running.stop().await?;
+
+    // The native subscription's slot and pg_recvlogical's, before the load.
+    for sql in [
+        "CREATE PUBLICATION bench_pub FOR TABLE bench_t",
+        "SELECT pg_create_logical_replication_slot('bench_native', 'pgoutput')",
+        "SELECT pg_create_logical_replication_slot('bench_recv', 'pgoutput')",
+    ] {
+        upc.batch_execute(sql).await?;
+    }
+    nativec
+        .batch_execute(&format!(
+            "CREATE SUBSCRIPTION bench_native
+               CONNECTION 'host=127.0.0.1 port={} user=postgres dbname={}'
+               PUBLICATION bench_pub
+               WITH (create_slot = false, slot_name = 'bench_native', copy_data = false, enabled = false)",
+            up.port(),
+            up_db.name
+        ))
+        .await?;
+
+    // The load, then the marker row in a transaction of its own.
+    let sizes = mix();
+    let (transactions, updates) = simulate(&sizes, n);
+    let started = Instant::now();
+    let array: Vec<String> = sizes.iter().map(i32::to_string).collect();
+    // A simple query of one statement: the procedure commits as it goes.
+    upc.batch_execute(&format!("CALL bench_load('{{{}}}', {n})", array.join(",")))
+        .await?;
+    let load = started.elapsed();
+    let before_marker = lsn_value(&lsn(&upc, "SELECT pg_current_wal_insert_lsn()::text").await?);
+    upc.batch_execute(&format!(
+        "INSERT INTO bench_t SELECT {ROW} FROM (VALUES (0::int8)) v(g)"
+    ))
+    .await?;
+    let endpos = lsn(&upc, "SELECT pg_current_wal_insert_lsn()::text").await?;
+    let rows = count(&upc, "bench_t").await?;
+    let wal_start = lsn(
+        &upc,
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'bench_recv'",
+    )
+    .await?;
+    let wal_bytes = lsn_value(&endpos).saturating_sub(lsn_value(&wal_start));
+    println!(
+        "load: {n} row changes ({updates} updates) in {transactions} transactions + a marker row, {} ({} changes/s); {rows} rows; {:.0} MiB of WAL",
+        fmt(load),
+        per_second(n, load),
+        wal_bytes as f64 / 1048576.0
+    );
+
+    // (a) evolve, timed from the restart until the marker is in the sink.
+    let cpu = cpu_time();
+    let started = Instant::now();
+    let running = Running::start(&pipeline);
+    // The source's applied position (SQLite) next to the sink's marker, to
+    // tell the source's share of the time from the sink's.
+    let (evolve, applied_at) = wait_until(
+        &sinkc,
+        "SELECT EXISTS (SELECT 1 FROM public.bench_t_json WHERE key = '{\"id\": 0}'::jsonb)",
+        started,
+        "evolve",
+        &pipeline,
+        |p| {
+            p.sources()
+                .ok()
+                .and_then(|s| s.first().map(|s| s.applied_lsn.0 > before_marker))
+                .unwrap_or(false)
+        },
+    )
+    .await?;
+    let evolve_cpu = cpu_since(cpu);
+    running.stop().await?;
+    let got = count(&sinkc, "public.bench_t_json").await?;
+    if got != rows {
+        return Err(format!("evolve's sink has {got} rows, upstream {rows}").into());
+    }
+
+    // (b) native logical replication.
+    let started = Instant::now();
+    nativec
+        .batch_execute("ALTER SUBSCRIPTION bench_native ENABLE")
+        .await?;
+    let native = wait_for(
+        &nativec,
+        "SELECT EXISTS (SELECT 1 FROM bench_t WHERE id = 0)",
+        started,
+        "the native subscription",
+    )
+    .await?;
+    let got = count(&nativec, "bench_t").await?;
+    if got != rows {
+        return Err(format!("the subscriber has {got} rows, upstream {rows}").into());
+    }
+    nativec
+        .batch_execute("ALTER SUBSCRIPTION bench_native DISABLE")
+        .await?;
+
+    // (c) pg_recvlogical to /dev/null.
+    let started = Instant::now();
+    let mut recvlogical = Command::new(up.bin("pg_recvlogical"));
+    recvlogical
+        .args([
+            "-d",
+            &up_db.url,
+            "--slot",
+            "bench_recv",
+            "--start",
+            "--no-loop",
+        ])
+        .args(["-o", "proto_version=1", "-o", "publication_names=bench_pub"])
+        .args(["-E", &endpos, "-f", "/dev/null"]);
+    let out = tokio::task::spawn_blocking(move || recvlogical.output()).await??;
+    let recv = started.elapsed();
+    if !out.status.success() {
+        return Err(format!(
+            "pg_recvlogical failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+
+    // pg_recvlogical confirms what it wrote before it exits: the marker.
+    let confirmed = lsn(
+        &upc,
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'bench_recv'",
+    )
+    .await?;
+    if lsn_value(&confirmed) <= before_marker {
+        return Err(format!("pg_recvlogical stopped at {confirmed}, before the marker").into());
+    }
+
+    println!();
+    println!("| consumer | time | row changes/s | evolve / it |");
+    println!("|---|---|---|---|");
+    println!(
+        "| evolve into the sink | {} | {} | |",
+        fmt(evolve),
+        per_second(n, evolve)
+    );
+    println!(
+        "| native subscription | {} | {} | **{}** |",
+        fmt(native),
+        per_second(n, native),
+        ratio(native, evolve)
+    );
+    println!(
+        "| pg_recvlogical to /dev/null | {} | {} | **{}** |",
+        fmt(recv),
+        per_second(n, recv),
+        ratio(recv, evolve)
+    );
+    if let Some(applied) = applied_at {
+        println!(
+            "evolve's source had applied everything to its store after {} ({} changes/s); the sink finished {} later",
+            fmt(applied),
+            per_second(n, applied),
+            fmt(evolve.saturating_sub(applied))
+        );
+    }
+    println!(
+        "evolve's process used {evolve_cpu} of CPU in those {}",
+        fmt(evolve)
+    );
+    println!(
+        "goals: evolve / native >= 1.0x, evolve / pg_recvlogical >= 0.8x; native / pg_recvlogical {}",
+        ratio(recv, native)
+    );
+    nativec
+        .batch_execute("DROP SUBSCRIPTION bench_native")
+        .await?;
+    upc.batch_execute("SELECT pg_drop_replication_slot('bench_recv')")
+        .await?;
+
+    // Snapshot: the baseline, then evolve, for each size.
+    println!();
+    println!(
+        "| table | COPY ... TO STDOUT into COPY ... FROM STDIN | evolve snapshot into the sink | evolve / COPY | peak RSS during evolve's snapshot (RSS before) | evolve's CPU |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (table, rows) in [("snap_small", small), ("snap_full", n)] {
+        let copy = copy_baseline(&upc, &sinkc, table, rows).await?;
+        create_objects(&pipeline, table, table).await?;
+        // Reset the peak to the current resident set.
+        std::fs::write("/proc/self/clear_refs", "5")?;
+        let before = proc_status("VmRSS:");
+        let cpu = cpu_time();
+        let started = Instant::now();
+        let running = Running::start(&pipeline);
+        // When the table is running, its snapshot is in the store; the
+        // sink's initial load follows.
+        let name = format!("{table}_v1");
+        let (snapshot, stored) = wait_until(
+            &sinkc,
+            &format!(
+                "SELECT EXISTS (SELECT 1 FROM public.evolve_sink_progress WHERE sink = '{table}_sink')"
+            ),
+            started,
+            "evolve's snapshot",
+            &pipeline,
+            |p| {
+                p.tables().is_ok_and(|t| {
+                    t.iter()
+                        .any(|t| t.name == name && t.state == evolve_pipeline::TableState::Running)
+                })
+            },
+        )
+        .await?;
+        let stored = stored.unwrap_or(snapshot);
+        let peak = proc_status("VmHWM:");
+        let snapshot_cpu = cpu_since(cpu);
+        running.stop().await?;
+        let got = count(&sinkc, &format!("public.{table}_json")).await?;
+        if got != rows {
+            return Err(format!("evolve's snapshot sink has {got} rows of {rows}").into());
+        }
+        println!(
+            "| {rows} rows | {} ({} rows/s) | {} ({} rows/s; in the store after {}, then the sink's initial load {}) | **{}** | {} ({}) | {snapshot_cpu} |",
+            fmt(copy),
+            per_second(rows, copy),
+            fmt(snapshot),
+            per_second(rows, snapshot),
+            fmt(stored),
+            fmt(snapshot.saturating_sub(stored)),
+            ratio(copy, snapshot),
+            mib(peak),
+            mib(before),
+        );
+    }
+    println!("goal: evolve / COPY >= 0.7x, peak memory flat as the table grows");
+    let _ = std::fs::remove_dir_all(&state);
+    Ok(())
+}
+
+/// Source `bench`'s table `<name>_v1` on `public.<upstream>`, interface
+/// `<name>_json`, sink `<name>_sink` into `public.<name>_json`.
+async fn create_objects(pipeline: &Pipeline, name: &str, upstream: &str) -> Result<()> {
+    pipeline
+        .create_table(&TableSpec {
+            name: format!("{name}_v1"),
+            source: "bench".into(),
+            schema: "public".into(),
+            table: upstream.into(),
+            ..TableSpec::default()
+        })
+        .await?;
+    pipeline.create_interface(&format!("{name}_json"), &format!("{name}_v1"))?;
+    pipeline
+        .create_sink(
+            &format!("{name}_sink"),
+            &format!("{name}_json"),
+            "sink",
+            "public",
+            &format!("{name}_json"),
+        )
+        .await?;
+    Ok(())
+}
+
+/// `COPY (SELECT key, document ...) TO STDOUT` upstream streamed into `COPY
+/// <table>_copy FROM STDIN` on the sink, a table shaped like evolve's sink
+/// table.
+async fn copy_baseline(up: &Client, sink: &Client, table: &str, rows: i64) -> Result<Duration> {
+    sink.batch_execute(&format!(
+        "CREATE TABLE public.{table}_copy (key jsonb PRIMARY KEY, data jsonb NOT NULL)"
+    ))
+    .await?;
+    let started = Instant::now();
+    let out = up
+        .copy_out(&format!(
+            "COPY (SELECT jsonb_build_object('id', t.id), \
+                          coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) \
+                   FROM public.{table} t) TO STDOUT"
+        ))
+        .await?;
+    let into = sink
+        .copy_in::<_, bytes::Bytes>(&format!("COPY public.{table}_copy (key, data) FROM STDIN"))
+        .await?;
+    futures_util::pin_mut!(out);
+    futures_util::pin_mut!(into);
+    // One CopyData message per row: buffered, flushed by the sink as its
+    // buffer fills and at the end.
+    while let Some(chunk) = out.next().await {
+        into.feed(chunk?).await?;
+    }
+    let copied = into.finish().await?;
+    let elapsed = started.elapsed();
+    if copied != rows as u64 {
+        return Err(format!("COPY wrote {copied} rows of {rows}").into());
+    }
+    Ok(elapsed)
+}
