@@ -528,3 +528,28 @@ fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
     }
     out
 }
+
+/// Completes on SIGINT or SIGTERM: when a server command (`registry serve`,
+/// `pipeline run`) should stop.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

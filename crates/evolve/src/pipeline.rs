@@ -116,35 +116,12 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
             "warning: the admin API on {address} has no authentication; whoever reaches it can change the pipeline"
         );
     }
-    evolve_pipeline::admin::serve(pipeline, listener, shutdown_signal())
+    evolve_pipeline::admin::serve(pipeline, listener, crate::output::shutdown_signal())
         .await
         .map_err(|e| match e {
             evolve_pipeline::admin::ServeError::Pipeline(e) => pipeline_error(&e),
             other => anyhow::anyhow!(other),
         })
-}
-
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = interrupt.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
 }
 
 // --------------------------------------------------------------- client

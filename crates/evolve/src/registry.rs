@@ -143,7 +143,8 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
                 metrics: Metrics::default(),
                 max_body: max_body_bytes,
             });
-            evolve_registry::serve::serve(app, listener, tls, shutdown_signal()).await?;
+            evolve_registry::serve::serve(app, listener, tls, crate::output::shutdown_signal())
+                .await?;
             Ok(())
         }
         RegistryVerb::Import { file, store, force } => {
@@ -195,27 +196,4 @@ async fn open(spec: &str, settings: Settings) -> anyhow::Result<Registry<Storage
     Registry::open(storage, settings)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = interrupt.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
 }
