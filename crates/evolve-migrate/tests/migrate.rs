@@ -855,15 +855,23 @@ async fn a_history_table_of_the_wrong_shape_is_refused() {
 
 #[tokio::test]
 async fn a_database_that_does_not_connect_is_one_clear_line_without_the_password() {
-    let dir = std::env::temp_dir();
+    // An empty directory of its own: the migrations directory is read
+    // (recursively) before connecting, and the shared temp directory holds
+    // other tests' clusters, which come and go.
+    let dir = std::env::temp_dir().join(format!("evolve-noconnect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("migrations dir");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     drop(listener);
-    let opts = Options::new(format!("postgres://app:hunter2@127.0.0.1:{port}/shop"), dir);
+    let opts = Options::new(
+        format!("postgres://app:hunter2@127.0.0.1:{port}/shop"),
+        dir.clone(),
+    );
     let err = evolve_migrate::status(&opts)
         .await
         .expect_err("no server")
         .to_string();
+    let _ = std::fs::remove_dir(&dir);
     assert!(
         err.starts_with(&format!("could not connect to app@127.0.0.1:{port}/shop: ")),
         "{err}"
