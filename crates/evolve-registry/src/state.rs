@@ -114,8 +114,18 @@ pub struct State {
     compatibility: Option<Mode>,
     mode: Option<RegistryMode>,
     max_id: u32,
+    /// How many versions (live or soft-deleted) use each id: whether an id
+    /// is still served, without scanning every subject on a read.
+    uses: HashMap<u32, usize>,
     /// Parsed schemas by id, filled on first use.
     parsed: Mutex<HashMap<u32, Arc<Schema>>>,
+}
+
+/// One version fewer uses `id`.
+fn release(uses: &mut HashMap<u32, usize>, id: u32) {
+    if let Some(n) = uses.get_mut(&id) {
+        *n = n.saturating_sub(1);
+    }
 }
 
 /// The key on which ids are deduplicated: the type, the schema text with
@@ -210,7 +220,9 @@ impl State {
             (Key::Schema { .. }, Some(Value::Schema(v))) => self.apply_schema(v),
             (Key::Schema { subject, version }, None) => {
                 if let Some(s) = self.subjects.get_mut(subject) {
-                    s.versions.remove(version);
+                    if let Some(removed) = s.versions.remove(version) {
+                        release(&mut self.uses, removed.id);
+                    }
                     if s.versions.is_empty() && s.compatibility.is_none() && s.mode.is_none() {
                         self.subjects.remove(subject);
                     }
@@ -245,7 +257,14 @@ impl State {
             }
             (Key::ClearSubject { .. }, Some(Value::ClearSubject { subject, version })) => {
                 if let Some(s) = self.subjects.get_mut(subject) {
-                    s.versions.retain(|v, e| *v > *version || !e.deleted);
+                    let uses = &mut self.uses;
+                    s.versions.retain(|v, e| {
+                        let keep = *v > *version || !e.deleted;
+                        if !keep {
+                            release(uses, e.id);
+                        }
+                        keep
+                    });
                 }
             }
             _ => {}
@@ -269,13 +288,17 @@ impl State {
             .entry(dedup_key(schema_type, &v.schema, &v.references))
             .or_insert(v.id);
         self.max_id = self.max_id.max(v.id);
-        self.subject_entry(&v.subject).versions.insert(
+        let replaced = self.subject_entry(&v.subject).versions.insert(
             v.version,
             VersionEntry {
                 id: v.id,
                 deleted: v.deleted,
             },
         );
+        if let Some(old) = replaced {
+            release(&mut self.uses, old.id);
+        }
+        *self.uses.entry(v.id).or_default() += 1;
     }
 
     // ---- reads ----------------------------------------------------------
@@ -288,10 +311,7 @@ impl State {
     /// uses it; a schema whose every version was permanently deleted is
     /// not found, though its id is never given to another schema.
     pub fn schema_in_use(&self, id: u32) -> Result<&Arc<StoredSchema>, ApiError> {
-        let used = self
-            .subjects
-            .values()
-            .any(|s| s.versions.values().any(|e| e.id == id));
+        let used = self.uses.get(&id).is_some_and(|n| *n > 0);
         match self.schemas.get(&id) {
             Some(schema) if used => Ok(schema),
             _ => Err(ApiError::schema_not_found(id)),
