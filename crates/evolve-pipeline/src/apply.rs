@@ -14,6 +14,7 @@ use evolve_core::document::RowEncoder;
 use evolve_pgoutput::{Lsn, OldTuple, Relation, TupleData, Value};
 use rusqlite::params;
 
+use crate::bus::Change;
 use crate::doc::splice_members;
 use crate::error::{PipelineError, Result};
 use crate::store::{Store, TableInfo, TableState};
@@ -355,18 +356,20 @@ impl Txn {
     }
 
     /// Writes the transaction: changed rows, their feed entries, and the
-    /// source's applied position `end_lsn`, in one SQLite transaction.
-    /// Returns the number of changed keys.
+    /// source's applied position `end_lsn`, in one SQLite transaction; feed
+    /// entries carry the upstream commit time (Unix microseconds).
+    /// Returns the changes of every interface (what was fed).
     pub fn commit(
         self,
         store: &mut Store,
         tables: &[TableRuntime],
         source: &str,
         end_lsn: Lsn,
-    ) -> Result<usize> {
+        commit_time_micros: i64,
+    ) -> Result<Vec<Change>> {
         let fail = |e: rusqlite::Error| PipelineError::store("apply an upstream transaction", e);
         let tx = store.conn.transaction().map_err(fail)?;
-        let mut changed = 0;
+        let mut changes = Vec::new();
         {
             let mut upsert = tx
                 .prepare_cached("INSERT OR REPLACE INTO rows (tbl, key, doc) VALUES (?1, ?2, ?3)")
@@ -376,7 +379,8 @@ impl Txn {
                 .map_err(fail)?;
             let mut feed = tx
                 .prepare_cached(
-                    "INSERT INTO feed (interface, pos, key, old_doc, new_doc) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )
                 .map_err(fail)?;
             for id in &self.order {
@@ -384,7 +388,6 @@ impl Txn {
                 if touched.orig == touched.cur {
                     continue;
                 }
-                changed += 1;
                 let (t, key) = id;
                 let table = &tables[*t];
                 match &touched.cur {
@@ -398,9 +401,16 @@ impl Txn {
                         end_lsn.0 as i64,
                         key,
                         touched.orig,
-                        touched.cur
+                        touched.cur,
+                        commit_time_micros
                     ])
                     .map_err(fail)?;
+                    changes.push(Change {
+                        interface: *interface,
+                        key: key.clone(),
+                        old: touched.orig.clone(),
+                        new: touched.cur.clone(),
+                    });
                 }
             }
         }
@@ -410,6 +420,6 @@ impl Txn {
         )
         .map_err(fail)?;
         tx.commit().map_err(fail)?;
-        Ok(changed)
+        Ok(changes)
     }
 }

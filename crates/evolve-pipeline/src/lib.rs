@@ -126,6 +126,7 @@
 
 pub mod admin;
 pub mod apply;
+pub mod bus;
 pub mod config;
 pub mod doc;
 pub mod error;

@@ -9,6 +9,7 @@ use evolve_pgoutput::Lsn;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
+use crate::bus::Bus;
 use crate::config::Config;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::sink::{self, SinkContext};
@@ -43,6 +44,7 @@ pub struct Pipeline {
     store: Mutex<Store>,
     changed: Arc<Notify>,
     status: StatusBoard,
+    bus: Bus,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -104,6 +106,7 @@ impl Pipeline {
             store: Mutex::new(store),
             changed: Arc::new(Notify::new()),
             status: StatusBoard::default(),
+            bus: Bus::default(),
         })
     }
 
@@ -518,6 +521,12 @@ impl Pipeline {
         })
     }
 
+    /// The change bus: every committed upstream transaction, published as
+    /// it becomes durable (see [`crate::bus`]).
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
     /// What the running tasks last reported about each object.
     pub fn status(&self) -> Vec<ObjectStatus> {
         self.status.all()
@@ -613,6 +622,7 @@ impl Pipeline {
                 applied: applied_tx,
                 stop: stop.clone(),
                 status: self.status.clone(),
+                bus: self.bus.clone(),
                 source,
             }));
         }

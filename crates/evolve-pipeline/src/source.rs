@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio_postgres::Client;
 
 use crate::apply::{TableRuntime, Txn};
+use crate::bus::{Bus, Committed};
 use crate::config::Connection;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::status::StatusBoard;
@@ -37,6 +38,8 @@ pub(crate) struct SourceContext {
     pub sinks: Vec<(i64, watch::Receiver<Lsn>)>,
     pub stop: watch::Receiver<bool>,
     pub status: StatusBoard,
+    /// Where committed transactions are published.
+    pub bus: Bus,
 }
 
 /// Runs the source until `stop`, retrying after failures.
@@ -254,6 +257,11 @@ fn write_snapshot_batch(
     tx.commit().map_err(fail)
 }
 
+/// PostgreSQL's commit timestamps count from 2000-01-01.
+fn unix_micros(pg_micros: i64) -> i64 {
+    pg_micros.saturating_add(evolve_pgoutput::POSTGRES_EPOCH_UNIX_MICROS)
+}
+
 fn to_wire(lsn: Lsn) -> pgwire_replication::Lsn {
     pgwire_replication::Lsn::from_u64(lsn.0)
 }
@@ -299,6 +307,7 @@ async fn stream(
     let mut idle = Lsn(0);
     let mut txn: Option<Txn> = None;
     let mut skip = false;
+    let mut commit_time: i64 = 0;
     let mut decoder = LogicalDecoder::new();
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     ctx.status.set(ObjectKind::Source, &name, "running", None);
@@ -337,10 +346,11 @@ async fn stream(
                     Err(e) => return Err(upstream::replication_connect_error(&name, &ctx.connection, &e)),
                 };
                 match event {
-                    ReplicationEvent::Begin { final_lsn, .. } => {
+                    ReplicationEvent::Begin { final_lsn, commit_time_micros, .. } => {
                         let final_lsn = from_wire(final_lsn);
                         skip = final_lsn < applied;
                         txn = Some(Txn::new(final_lsn));
+                        commit_time = unix_micros(commit_time_micros);
                     }
                     ReplicationEvent::XLogData { data, .. } => {
                         let message = decoder.decode(&data).map_err(|e| PipelineError::Replication {
@@ -355,14 +365,21 @@ async fn stream(
                             && !skip
                             && end_lsn > applied
                         {
-                            if t.is_empty() {
-                                applied = end_lsn;
+                            let changes = if t.is_empty() {
+                                Vec::new()
                             } else {
-                                t.commit(store, &tables, &name, end_lsn)?;
-                                applied = end_lsn;
+                                let changes = t.commit(store, &tables, &name, end_lsn, commit_time)?;
                                 stored = end_lsn;
-                            }
+                                changes
+                            };
+                            applied = end_lsn;
                             ctx.applied.send_replace(applied);
+                            ctx.bus.publish(Committed {
+                                source: name.clone(),
+                                pos: end_lsn,
+                                commit_time_micros: commit_time,
+                                changes,
+                            });
                         }
                     }
                     ReplicationEvent::KeepAlive { wal_end, .. } if txn.is_none() => {

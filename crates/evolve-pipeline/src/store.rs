@@ -232,7 +232,8 @@ CREATE TABLE IF NOT EXISTS feed (
     pos INTEGER NOT NULL,
     key BLOB NOT NULL,
     old_doc BLOB,
-    new_doc BLOB
+    new_doc BLOB,
+    committed_at INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS feed_by_position ON feed (interface, pos, seq);
 ";

@@ -1,0 +1,107 @@
+//! The change bus: every committed upstream transaction, as it was
+//! applied to the state, broadcast to whoever follows the pipeline live
+//! (subscribers).
+//!
+//! The source task publishes a [`Committed`] right after the SQLite commit
+//! that made it durable, in commit order, also for transactions that
+//! changed no document (they carry the position forward). A follower that
+//! subscribes to the bus *before* reading a snapshot of the state (the
+//! documents and the applied position `P`, in one read) sees every
+//! transaction after `P` on the bus: a transaction committed to SQLite
+//! before the read is in the snapshot (position at or below `P`, skipped),
+//! and one committed after it is published after the follower subscribed.
+//!
+//! The bus holds at most [`CAPACITY`] transactions per follower; one that
+//! falls further behind gets [`broadcast::error::RecvError::Lagged`] and
+//! must be cut off (it cannot know what it missed), so a slow follower
+//! never stalls the pipeline.
+
+use std::sync::Arc;
+
+use evolve_pgoutput::Lsn;
+use tokio::sync::broadcast;
+
+/// Transactions a follower may be behind before it is cut off.
+pub const CAPACITY: usize = 4096;
+
+/// One change of an interface: the net effect of one upstream transaction
+/// on one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The interface's id.
+    pub interface: i64,
+    /// The key document.
+    pub key: Vec<u8>,
+    /// The document before, `None` for an insert.
+    pub old: Option<Vec<u8>>,
+    /// The document after, `None` for a delete.
+    pub new: Option<Vec<u8>>,
+}
+
+/// One committed upstream transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The source it came from.
+    pub source: String,
+    /// Its position: the end LSN of its commit record.
+    pub pos: Lsn,
+    /// Its commit time upstream, microseconds since the Unix epoch (0 when
+    /// unknown).
+    pub commit_time_micros: i64,
+    /// What it changed, per interface, in the order applied.
+    pub changes: Vec<Change>,
+}
+
+/// The bus (cheap to clone).
+#[derive(Clone, Debug)]
+pub struct Bus {
+    tx: broadcast::Sender<Arc<Committed>>,
+}
+
+impl Default for Bus {
+    fn default() -> Bus {
+        Bus {
+            tx: broadcast::channel(CAPACITY).0,
+        }
+    }
+}
+
+impl Bus {
+    /// Publishes a committed transaction (nobody listening is fine).
+    pub fn publish(&self, committed: Committed) {
+        let _ = self.tx.send(Arc::new(committed));
+    }
+
+    /// Follows the bus from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Committed>> {
+        self.tx.subscribe()
+    }
+
+    /// How many followers there are.
+    pub fn followers(&self) -> usize {
+        self.tx.receiver_count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_follower_that_falls_behind_is_told() {
+        let bus = Bus::default();
+        let mut rx = bus.subscribe();
+        for n in 0..(CAPACITY as u64 + 10) {
+            bus.publish(Committed {
+                source: "src".into(),
+                pos: Lsn(n),
+                commit_time_micros: 0,
+                changes: Vec::new(),
+            });
+        }
+        assert!(matches!(
+            rx.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(10))
+        ));
+    }
+}
