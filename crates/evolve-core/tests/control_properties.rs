@@ -4,9 +4,9 @@
 //! commented and re-cased.
 
 use evolve_core::control::{
-    ApplyReplacement, ControlError, CreateMaterializedView, CreateReplacement, CreateSink,
-    CreateSource, CreateTable, Drop, ObjectKind, QualifiedName, RefreshReferences, Show, Span,
-    Statement, parse,
+    Absorb, AlterMaterializedView, ApplyReplacement, ControlError, CreateMaterializedView,
+    CreateReplacement, CreateSink, CreateSource, CreateTable, Drop, ObjectKind, QualifiedName,
+    RefreshReferences, Show, Span, Statement, parse,
 };
 use evolve_core::migration::line_col;
 use proptest::prelude::*;
@@ -66,7 +66,8 @@ fn name() -> impl Strategy<Value = String> {
         3 => "[a-z_][a-z0-9_$]{0,20}",
         2 => prop::sample::select(vec![
             "select", "table", "from", "source", "sources", "if", "exists", "show", "data", "t",
-            "public", "with", "text", "as", "jsonb", "create", "\"", "'", ";", "--", "/*",
+            "public", "with", "text", "as", "jsonb", "create", "absorb", "set", "reset", "auto",
+            "\"", "'", ";", "--", "/*",
         ])
         .prop_map(String::from),
         2 => "[A-Za-z0-9 _\"'.é;$(),*/-]{1,20}",
@@ -89,6 +90,10 @@ fn kind() -> impl Strategy<Value = ObjectKind> {
         ObjectKind::MaterializedView,
         ObjectKind::Sink,
     ])
+}
+
+fn absorb() -> impl Strategy<Value = Absorb> {
+    prop::sample::select(vec![Absorb::Manual, Absorb::Auto])
 }
 
 fn statement() -> impl Strategy<Value = Statement> {
@@ -131,8 +136,13 @@ fn statement() -> impl Strategy<Value = Statement> {
                     span,
                 })
             }),
-        (name(), name()).prop_map(move |(name, table)| {
-            Statement::CreateMaterializedView(CreateMaterializedView { name, table, span })
+        (name(), name(), absorb()).prop_map(move |(name, table, absorb)| {
+            Statement::CreateMaterializedView(CreateMaterializedView {
+                name,
+                table,
+                absorb,
+                span,
+            })
         }),
         (name(), name(), name()).prop_map(move |(name, target, table)| {
             Statement::CreateReplacement(CreateReplacement {
@@ -148,6 +158,9 @@ fn statement() -> impl Strategy<Value = Statement> {
                 replacement,
                 span,
             })
+        }),
+        (name(), absorb()).prop_map(move |(name, absorb)| {
+            Statement::AlterMaterializedView(AlterMaterializedView { name, absorb, span })
         }),
         name().prop_map(
             move |source| Statement::RefreshReferences(RefreshReferences { source, span })
@@ -214,6 +227,8 @@ fn valid_text() -> impl Strategy<Value = String> {
             "CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;",
             "CREATE REPLACEMENT MATERIALIZED VIEW v2 FOR v AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), CAST('{}' AS jsonb)) AS data FROM orders_v2 AS t",
             "ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2;",
+            "CREATE MATERIALIZED VIEW j WITH (ABSORB = 'auto') AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t",
+            "ALTER MATERIALIZED VIEW orders_json SET (ABSORB 'Manual'); ALTER MATERIALIZED VIEW j RESET (ABSORB)",
             "ALTER SOURCE src REFRESH REFERENCES",
             "CREATE SINK orders_sink FROM orders_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.\"Orders\"');",
             "DROP TABLE IF EXISTS \"Orders\"; SHOW MATERIALIZED VIEWS; -- done",
@@ -254,7 +269,8 @@ proptest! {
                     "REFERENCE", "WITH", "EXCLUDE", "TEXT", "COLUMNS", "AS", "SELECT", "coalesce",
                     "jsonb_strip_nulls", "to_jsonb", "jsonb", "CAST", "data", "FOR", "APPLY",
                     "REFRESH", "REFERENCES", "INTO", "IF", "EXISTS", "SOURCES", "TABLES", "VIEWS",
-                    "SINKS", "(", ")", ",", ";", ".", "::", "=", "'{}'", "'x'", "\"Q\"", "t", "x",
+                    "SINKS", "ABSORB", "SET", "RESET", "'auto'", "'manual'", "(", ")", ",", ";",
+                    ".", "::", "=", "'{}'", "'x'", "\"Q\"", "t", "x",
                     "--c\n", "/* */", "'", "\"", "/*", "\n", "é",
                 ]).prop_map(String::from),
                 "[a-z]{1,3}",

@@ -8,15 +8,16 @@
 //! # `POST /sql`
 //!
 //! The body is the statements' text (any content type, UTF-8). The whole
-//! text is parsed first ([`evolve_core::control::parse`]): a syntax error,
-//! or a statement that is not supported yet (`CREATE REPLACEMENT
-//! MATERIALIZED VIEW`, `ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT`,
-//! `ALTER SOURCE ... REFRESH REFERENCES`, SQLSTATE `0A000`), anywhere in
-//! it applies nothing. The statements then run in order, one at a time and
+//! text is parsed first ([`evolve_core::control::parse`]): a syntax error
+//! anywhere in it applies nothing. The statements then run in order, one at a time and
 //! each on its own, like psql without a transaction: when one fails, the
 //! statements before it stay applied, and nothing of the failing one or
 //! of those after it is. Requests run one after another, never
-//! interleaved. A success is `200` with
+//! interleaved. `ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT` returns
+//! once the swap is applied (up to 30 s; see [`crate::swap`]); `ALTER
+//! SOURCE ... REFRESH REFERENCES` polls the source's upstream catalog and
+//! names the tables that differ in `notice` (`GET /drift` has the rows). A
+//! success is `200` with
 //!
 //! ```json
 //! {"results": [
@@ -64,6 +65,20 @@
 //! `documents`; sinks `from`, `connection` and `target`. Connections appear
 //! by their name in `evolve.toml`, never as URLs.
 //!
+//! # `GET /drift`
+//!
+//! `{"tables": [...]}`: every table whose pinned columns differ from its
+//! upstream table now, or that is stalled, by table name; empty when
+//! everything matches ([`crate::drift`] has the rules and the row's
+//! fields: `table`, `source`, `upstream`, `signal`, `status`,
+//! `added_upstream`, `dropped_upstream`, `type_changed`, `error`,
+//! `detail`). Each request reads the upstream catalogs, one session per
+//! source, within 10 s; a source that cannot be read gives each of its
+//! tables a row with signal `unknown` and the connection error (the
+//! connection by its name, never its URL). `?source=NAME` polls that
+//! source only; a source that does not exist is a `422` with code
+//! `42704`.
+//!
 //! # `GET /metrics`
 //!
 //! The same in Prometheus' text format: `evolve_pipeline_object_state`
@@ -71,6 +86,38 @@
 //! `evolve_pipeline_snapshot_rows_copied`, `evolve_pipeline_lag_bytes`,
 //! `evolve_pipeline_retained_wal_bytes`, and
 //! `evolve_pipeline_statements_total` by result.
+//!
+//! # `GET /subscribe/{name}`
+//!
+//! Materialized view `name`'s changes as they happen: `200` with
+//! `Content-Type: application/x-ndjson` and a body that does not end on
+//! its own, one JSON object per line, each line sent as soon as it is
+//! produced ([`crate::subscribe`] documents the format and the
+//! guarantees). Query parameters: `snapshot=true` sends every document
+//! first; `as_of=0/16B3748` starts at that position (a `ts` the stream
+//! reported) instead of now. For example, `GET
+//! /subscribe/orders_json?snapshot=true`:
+//!
+//! ```text
+//! {"type":"change","ts":"0/1A2B3C8","diff":1,"key":{"id":1},"data":{"id":1,"customer":"ada"}}
+//! {"type":"change","ts":"0/1A2B3C8","diff":1,"key":{"id":3},"data":{"id":3,"customer":"cy"}}
+//! {"type":"progress","ts":"0/1A2B3C8"}
+//! {"type":"change","ts":"0/1A2B5F0","diff":-1,"key":{"id":1},"data":{"id":1,"customer":"ada"}}
+//! {"type":"change","ts":"0/1A2B5F0","diff":1,"key":{"id":1},"data":{"id":1,"customer":"ada l."}}
+//! {"type":"progress","ts":"0/1A2B5F0"}
+//! ```
+//!
+//! An update is a `-1` and a `+1` at the same `ts`; a `progress` line says
+//! everything up to its `ts` has been sent. A reader that falls more than
+//! [`crate::bus::CAPACITY`] transactions behind gets an `error` line
+//! (`53400`) and the stream ends; so does one whose materialized view is
+//! dropped (`42704`). Refused before the stream starts, with the error
+//! object of `POST /sql`: `404` (`42704`) for a materialized view that
+//! does not exist, `400` for an unknown parameter or a bad value
+//! (`22023`), an `as_of` that is not a position (`22P02`), or one out of
+//! range (`22023`): before what the change feed retains (`retain_history`
+//! in `evolve.toml`; the message names the earliest position), or ahead of
+//! the pipeline's applied position.
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -84,7 +131,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use evolve_core::control::{self, ControlError, ObjectKind as Kind, Statement};
+use evolve_core::control::{self, Absorb, ControlError, ObjectKind as Kind, Statement};
 use evolve_pgoutput::Lsn;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -93,6 +140,7 @@ use tokio::sync::{Mutex, watch};
 
 use crate::error::{ObjectKind, PipelineError};
 use crate::pipeline::{Pipeline, TableSpec};
+use crate::store::TableState;
 use crate::upstream;
 
 /// `retained_wal_bytes` past this gets a warning in `/status`.
@@ -204,26 +252,14 @@ fn sqlstate(e: &PipelineError) -> &'static str {
         PipelineError::Database { .. } | PipelineError::Replication { .. } => "58000",
         PipelineError::SlotLost { .. } => "55000",
         PipelineError::Document { .. } | PipelineError::Store { .. } => "XX000",
+        PipelineError::Refused { sqlstate, .. } => sqlstate,
     }
 }
 
 // ------------------------------------------------------------- execution
 
-/// The statements that are parsed but not built yet (issue 6).
-fn unsupported(input: &str, statement: &Statement) -> Option<SqlError> {
-    let what = match statement {
-        Statement::CreateReplacement(_) => "CREATE REPLACEMENT MATERIALIZED VIEW",
-        Statement::ApplyReplacement(_) => "ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT",
-        Statement::RefreshReferences(_) => "ALTER SOURCE ... REFRESH REFERENCES",
-        _ => return None,
-    };
-    let e = ControlError::new(input, statement.span().start, format!("{what} is not supported yet"))
-        .with_detail("Replacement swaps and reference refreshes are not built yet; nothing in this request was applied.")
-        .with_hint("To move an interface to a new table version today, create the new table and a materialized view over it, then a sink from that view.");
-    let mut error = SqlError::from_control("0A000", &e);
-    error.statement = Some(statement.to_sql());
-    Some(error)
-}
+/// How long `APPLY REPLACEMENT` waits for the stream to swap.
+const APPLY_WAIT: Duration = Duration::from_secs(30);
 
 /// Parses `input` and runs its statements in order against `pipeline`
 /// (see the module docs for what is applied when one fails).
@@ -237,12 +273,6 @@ pub async fn execute(pipeline: &Pipeline, input: &str) -> SqlResponse {
             };
         }
     };
-    if let Some(error) = statements.iter().find_map(|s| unsupported(input, s)) {
-        return SqlResponse {
-            results: Vec::new(),
-            error: Some(error),
-        };
-    }
     let mut results = Vec::with_capacity(statements.len());
     for statement in &statements {
         match run_statement(pipeline, statement).await {
@@ -308,6 +338,9 @@ async fn run_statement(
         }
         Statement::CreateMaterializedView(s) => {
             pipeline.create_interface(&s.name, &s.table)?;
+            if s.absorb == Absorb::Auto {
+                pipeline.set_absorb(&s.name, true)?;
+            }
             Ok(tag("CREATE MATERIALIZED VIEW"))
         }
         Statement::CreateSink(s) => {
@@ -358,10 +391,37 @@ async fn run_statement(
             );
             Ok(result)
         }
-        Statement::CreateReplacement(_)
-        | Statement::ApplyReplacement(_)
-        | Statement::RefreshReferences(_) => {
-            unreachable!("refused before anything runs")
+        Statement::CreateReplacement(s) => {
+            pipeline.create_replacement(&s.name, &s.target, &s.table)?;
+            Ok(tag("CREATE MATERIALIZED VIEW"))
+        }
+        Statement::ApplyReplacement(s) => {
+            pipeline
+                .apply_replacement(&s.view, &s.replacement, APPLY_WAIT)
+                .await?;
+            Ok(tag("ALTER MATERIALIZED VIEW"))
+        }
+        Statement::RefreshReferences(r) => {
+            // Polls the source's upstream catalog now: the drift of each of
+            // its tables, as `GET /drift?source=` gives it.
+            let rows = crate::drift::drift(pipeline, Some(&r.source)).await?;
+            let mut result = tag("ALTER SOURCE");
+            if !rows.is_empty() {
+                result.notice = Some(format!(
+                    "{} table(s) of source \"{}\" differ from upstream: {}",
+                    rows.len(),
+                    r.source,
+                    rows.iter()
+                        .map(|d| format!("{} ({})", d.table, d.signal))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            Ok(result)
+        }
+        Statement::AlterMaterializedView(s) => {
+            pipeline.set_absorb(&s.name, s.absorb == Absorb::Auto)?;
+            Ok(tag("ALTER MATERIALIZED VIEW"))
         }
     }
 }
@@ -488,6 +548,13 @@ pub struct ObjectReport {
     /// A sink's target table, `schema.table`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// Replacements: the materialized view it replaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacement_for: Option<String>,
+    /// Replacements: whether its table's snapshot is in and it follows
+    /// the stream (APPLY REPLACEMENT needs it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hydrated: Option<bool>,
 }
 
 /// The current WAL position upstream and the slot's retained WAL, or
@@ -566,17 +633,58 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
         });
     }
     for i in pipeline.interfaces()? {
-        let (state, documents) = table_docs
+        let (mut state, documents) = table_docs
             .iter()
             .find(|(name, _, _)| *name == i.table)
             .map(|(_, state, docs)| (state.clone(), Some(*docs)))
             .unwrap_or_else(|| ("starting".into(), None));
+        let mut error = None;
+        if state == "stalled" {
+            // Readers and sinks keep the last consistent state.
+            state = "stale".into();
+            error = Some(format!(
+                "table \"{}\" is stalled ({}); readers and sinks keep its last consistent state until a replacement is applied",
+                i.table,
+                tables
+                    .iter()
+                    .find(|t| t.name == i.table)
+                    .and_then(|t| t.error.clone())
+                    .unwrap_or_default()
+            ));
+        }
         objects.push(ObjectReport {
             kind: ObjectKind::Interface.as_str().into(),
             name: i.name.clone(),
             state,
+            error,
             table: Some(i.table.clone()),
             documents,
+            ..ObjectReport::default()
+        });
+    }
+    for r in pipeline.replacements()? {
+        let table = tables.iter().find(|t| t.name == r.table);
+        let hydrated = table.is_some_and(|t| t.state == TableState::Running);
+        let state = if r.applying {
+            "applying"
+        } else if hydrated {
+            "hydrated"
+        } else {
+            "hydrating"
+        };
+        objects.push(ObjectReport {
+            kind: ObjectKind::Interface.as_str().into(),
+            name: r.name.clone(),
+            state: state.into(),
+            error: r.error.clone(),
+            table: Some(r.table.clone()),
+            rows_copied: table.map(|t| t.rows_copied),
+            documents: table_docs
+                .iter()
+                .find(|(name, _, _)| *name == r.table)
+                .map(|(_, _, docs)| *docs),
+            replacement_for: Some(r.target.clone()),
+            hydrated: Some(hydrated),
             ..ObjectReport::default()
         });
     }
@@ -708,7 +816,9 @@ pub fn router(pipeline: Arc<Pipeline>) -> Router {
     Router::new()
         .route("/sql", post(sql))
         .route("/status", get(status_handler))
+        .route("/drift", get(drift_handler))
         .route("/metrics", get(metrics))
+        .route("/subscribe/{name}", get(subscribe_handler))
         .fallback(not_found)
         .with_state(admin)
 }
@@ -770,6 +880,33 @@ async fn status_handler(State(admin): State<Arc<Admin>>) -> Response {
     }
 }
 
+/// `GET /drift`'s query.
+#[derive(Deserialize)]
+struct DriftQuery {
+    source: Option<String>,
+}
+
+async fn drift_handler(
+    State(admin): State<Arc<Admin>>,
+    axum::extract::Query(query): axum::extract::Query<DriftQuery>,
+) -> Response {
+    match crate::drift::drift(&admin.pipeline, query.source.as_deref()).await {
+        Ok(tables) => json_response(StatusCode::OK, &crate::drift::DriftReport { tables }),
+        Err(e @ PipelineError::UnknownObject { .. }) => plain_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            sqlstate(&e),
+            e.primary(),
+            Some("SHOW SOURCES lists the sources."),
+        ),
+        Err(e) => plain_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            sqlstate(&e),
+            e.primary(),
+            None,
+        ),
+    }
+}
+
 async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
     match status(&admin.pipeline).await {
         Ok(report) => (
@@ -786,6 +923,102 @@ async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
         )
             .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.primary()).into_response(),
+    }
+}
+
+/// `GET /subscribe/{name}`: the stream, or the error that refused it.
+async fn subscribe_handler(
+    State(admin): State<Arc<Admin>>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    axum::extract::Query(query): axum::extract::Query<Vec<(String, String)>>,
+) -> Response {
+    use crate::subscribe::{SubscribeError, SubscribeOptions};
+    let refuse = |status: StatusCode,
+                  code: &str,
+                  message: String,
+                  detail: Option<String>,
+                  hint: Option<String>| {
+        let response = SqlResponse {
+            results: Vec::new(),
+            error: Some(SqlError {
+                code: code.into(),
+                message,
+                detail,
+                hint,
+                position: None,
+                statement: None,
+            }),
+        };
+        json_response(status, &response)
+    };
+    let mut opts = SubscribeOptions::default();
+    for (key, value) in query {
+        match key.as_str() {
+            "snapshot" => {
+                opts.snapshot = match value.as_str() {
+                    "true" | "1" | "" => true,
+                    "false" | "0" => false,
+                    _ => {
+                        return refuse(
+                            StatusCode::BAD_REQUEST,
+                            "22023",
+                            format!("invalid value for parameter \"snapshot\": {value:?}"),
+                            None,
+                            Some("Use snapshot=true or snapshot=false.".into()),
+                        );
+                    }
+                }
+            }
+            "as_of" => match value.parse::<Lsn>() {
+                Ok(lsn) => opts.as_of = Some(lsn),
+                Err(_) => {
+                    return refuse(
+                        StatusCode::BAD_REQUEST,
+                        "22P02",
+                        format!("invalid input syntax for type pg_lsn: {value:?}"),
+                        None,
+                        Some(
+                            "A position looks like 0/16B3748: the ts of a subscription's line."
+                                .into(),
+                        ),
+                    );
+                }
+            },
+            other => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    "22023",
+                    format!("unknown parameter \"{other}\""),
+                    None,
+                    Some("GET /subscribe/{name} takes snapshot=true and as_of=POSITION.".into()),
+                );
+            }
+        }
+    }
+    match crate::subscribe::subscribe(&admin.pipeline, &name, opts).await {
+        Ok(subscription) => {
+            let lines =
+                futures_util::StreamExt::map(subscription, Ok::<Bytes, std::convert::Infallible>);
+            (
+                StatusCode::OK,
+                [
+                    (header::CONTENT_TYPE, "application/x-ndjson"),
+                    (header::CACHE_CONTROL, "no-store"),
+                ],
+                axum::body::Body::from_stream(lines),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            let (status, code) = match &e {
+                SubscribeError::Pipeline(p @ PipelineError::UnknownObject { .. }) => {
+                    (StatusCode::NOT_FOUND, sqlstate(p))
+                }
+                SubscribeError::Pipeline(p) => (StatusCode::INTERNAL_SERVER_ERROR, sqlstate(p)),
+                other => (StatusCode::BAD_REQUEST, other.code()),
+            };
+            refuse(status, code, e.primary(), e.detail(), e.hint())
+        }
     }
 }
 

@@ -100,7 +100,17 @@ impl TableRuntime {
         }
         let mut key = Vec::new();
         for c in self.info.key_columns() {
-            key.push(find(&c.name, c.type_oid)?);
+            let at = find(&c.name, c.type_oid)?;
+            // Updates and deletes identify rows by the replica identity's
+            // columns; the pinned key must be among them.
+            if relation.columns[at].flags & evolve_pgoutput::Column::KEY == 0 {
+                return Err(format!(
+                    "the replica identity of upstream table \"{}\" no longer includes key column \"{}\", so its updates and deletes cannot be matched to documents",
+                    self.info.reference(),
+                    c.name
+                ));
+            }
+            key.push(at);
         }
         self.mapping = Some(Mapping { doc, key });
         Ok(())
@@ -233,6 +243,11 @@ pub struct Txn {
     pub final_lsn: Lsn,
     touched: HashMap<(usize, Vec<u8>), Touched>,
     order: Vec<(usize, Vec<u8>)>,
+    /// Raw pgoutput messages kept for tables whose snapshot is not in yet:
+    /// table index and message.
+    deferred: Vec<(usize, Vec<u8>)>,
+    /// Replacements to swap in at this transaction's position.
+    swaps: Vec<String>,
 }
 
 impl Txn {
@@ -242,14 +257,26 @@ impl Txn {
             final_lsn,
             touched: HashMap::new(),
             order: Vec::new(),
+            deferred: Vec::new(),
+            swaps: Vec::new(),
         }
     }
 
-    /// Whether no row of an applied table was touched.
+    /// Whether the transaction has nothing to write: no row of an applied
+    /// table touched, nothing deferred, no swap.
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.order.is_empty() && self.deferred.is_empty() && self.swaps.is_empty()
     }
 
+    /// Keeps a raw message for table `t`, which is not hydrated yet.
+    pub fn defer(&mut self, t: usize, message: &[u8]) {
+        self.deferred.push((t, message.to_vec()));
+    }
+
+    /// Swaps replacement `name` in at this transaction's position.
+    pub fn swap(&mut self, name: String) {
+        self.swaps.push(name);
+    }
     fn current(
         &self,
         store: &Store,
@@ -355,29 +382,53 @@ impl Txn {
         Ok(())
     }
 
-    /// Writes the transaction: changed rows, their feed entries, and the
-    /// source's applied position `end_lsn`, in one SQLite transaction; feed
-    /// entries carry the upstream commit time (Unix microseconds).
-    /// Returns the changes of every interface (what was fed).
+    /// Writes the transaction: changed rows, their feed entries, the
+    /// deferred messages, the swaps, and the source's applied position
+    /// `end_lsn`, in one SQLite transaction; feed entries carry the upstream
+    /// commit time (Unix microseconds). Returns the changes of every
+    /// interface (what was fed), in order.
     pub fn commit(
         self,
         store: &mut Store,
-        tables: &[TableRuntime],
+        tables: &mut [TableRuntime],
         source: &str,
         end_lsn: Lsn,
         commit_time_micros: i64,
     ) -> Result<Vec<Change>> {
         let fail = |e: rusqlite::Error| PipelineError::store("apply an upstream transaction", e);
-        let tx = store.conn.transaction().map_err(fail)?;
+        let tx = store.conn.unchecked_transaction().map_err(fail)?;
+        let changes = self.write(store, tables, end_lsn, commit_time_micros, true)?;
+        tx.execute(
+            "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1",
+            params![source, end_lsn.0 as i64],
+        )
+        .map_err(fail)?;
+        tx.commit().map_err(fail)?;
+        Ok(changes)
+    }
+
+    /// Writes the transaction into the store transaction the caller has
+    /// open on `store`: changed rows and, with `feed`, their feed entries;
+    /// deferred messages; swaps.
+    pub(crate) fn write(
+        self,
+        store: &Store,
+        tables: &mut [TableRuntime],
+        end_lsn: Lsn,
+        commit_time_micros: i64,
+        feed: bool,
+    ) -> Result<Vec<Change>> {
+        let fail = |e: rusqlite::Error| PipelineError::store("apply an upstream transaction", e);
+        let conn = &store.conn;
         let mut changes = Vec::new();
         {
-            let mut upsert = tx
+            let mut upsert = conn
                 .prepare_cached("INSERT OR REPLACE INTO rows (tbl, key, doc) VALUES (?1, ?2, ?3)")
                 .map_err(fail)?;
-            let mut delete = tx
+            let mut delete = conn
                 .prepare_cached("DELETE FROM rows WHERE tbl = ?1 AND key = ?2")
                 .map_err(fail)?;
-            let mut feed = tx
+            let mut insert_feed = conn
                 .prepare_cached(
                     "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -395,16 +446,20 @@ impl Txn {
                     None => delete.execute(params![table.info.id, key]),
                 }
                 .map_err(fail)?;
+                if !feed {
+                    continue;
+                }
                 for interface in &table.interfaces {
-                    feed.execute(params![
-                        interface,
-                        end_lsn.0 as i64,
-                        key,
-                        touched.orig,
-                        touched.cur,
-                        commit_time_micros
-                    ])
-                    .map_err(fail)?;
+                    insert_feed
+                        .execute(params![
+                            interface,
+                            end_lsn.0 as i64,
+                            key,
+                            touched.orig,
+                            touched.cur,
+                            commit_time_micros
+                        ])
+                        .map_err(fail)?;
                     changes.push(Change {
                         interface: *interface,
                         key: key.clone(),
@@ -413,13 +468,48 @@ impl Txn {
                     });
                 }
             }
+            if !self.deferred.is_empty() {
+                let mut pending = conn
+                    .prepare_cached(
+                        "INSERT INTO pending (tbl, final_lsn, end_lsn, committed_at, message) \
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )
+                    .map_err(fail)?;
+                for (t, message) in &self.deferred {
+                    pending
+                        .execute(params![
+                            tables[*t].info.id,
+                            self.final_lsn.0 as i64,
+                            end_lsn.0 as i64,
+                            commit_time_micros,
+                            message
+                        ])
+                        .map_err(fail)?;
+                }
+            }
         }
-        tx.execute(
-            "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1",
-            params![source, end_lsn.0 as i64],
-        )
-        .map_err(fail)?;
-        tx.commit().map_err(fail)?;
+        if !self.swaps.is_empty() {
+            // What this transaction changed, per table: the documents
+            // before it (a swap compares with the old table as it was).
+            let mut before = crate::swap::Before::new();
+            for id in &self.order {
+                before
+                    .entry(tables[id.0].info.id)
+                    .or_default()
+                    .push((id.1.clone(), self.touched[id].orig.clone()));
+            }
+            for name in &self.swaps {
+                crate::swap::apply(
+                    store,
+                    tables,
+                    name,
+                    end_lsn,
+                    commit_time_micros,
+                    &before,
+                    &mut changes,
+                )?;
+            }
+        }
         Ok(changes)
     }
 }

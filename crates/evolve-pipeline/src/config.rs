@@ -1,9 +1,10 @@
-//! `evolve.toml`: where the state lives, where the admin API listens, and
-//! the named connections.
+//! `evolve.toml`: where the state lives, where the admin API listens, how
+//! long change history is kept, and the named connections.
 //!
 //! ```toml
 //! state_dir = "evolve-state"            # embedded store (relative to the file)
 //! admin_listen = "127.0.0.1:7800"
+//! retain_history = "10m"                # change feed kept for subscribe --as-of
 //! [connections.pg_conn]
 //! url = "postgres://replicator:${PG_PASSWORD}@db.example:5432/shop"
 //! ```
@@ -12,10 +13,18 @@
 //! error names the variable when it is unset; `$$` is a literal `$`).
 //! Connection urls never appear in `Debug` output or in errors except
 //! through [`evolve_pg::redact_url`].
+//!
+//! `retain_history` is how long each interface's change feed is kept after
+//! every sink has committed it (by upstream commit time), so that
+//! subscribers can start from a recent position (`evolve subscribe
+//! --as-of`, see [`crate::subscribe`]): a number and a unit, `ms`, `s`,
+//! `m` (or `min`), `h` or `d`, parts added up (`1h30m`); `"0s"` keeps
+//! nothing beyond what the sinks still need.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::error::{PipelineError, Result};
 
@@ -23,6 +32,8 @@ use crate::error::{PipelineError, Result};
 pub const DEFAULT_STATE_DIR: &str = "evolve-state";
 /// The default `admin_listen`.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:7800";
+/// The default `retain_history`: ten minutes.
+pub const DEFAULT_RETAIN_HISTORY: Duration = Duration::from_secs(600);
 
 /// A parsed `evolve.toml`.
 #[derive(Clone, Debug)]
@@ -31,6 +42,9 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// The admin API's address.
     pub admin_listen: String,
+    /// How long the change feed is kept after every sink has it (by
+    /// upstream commit time), for subscribers starting at a past position.
+    pub retain_history: Duration,
     /// The named connections.
     pub connections: BTreeMap<String, Connection>,
 }
@@ -71,6 +85,7 @@ impl fmt::Debug for Connection {
 struct RawConfig {
     state_dir: Option<String>,
     admin_listen: Option<String>,
+    retain_history: Option<toml::Value>,
     #[serde(default)]
     connections: BTreeMap<String, RawConnection>,
 }
@@ -88,8 +103,15 @@ impl Config {
         Config {
             state_dir: state_dir.into(),
             admin_listen: DEFAULT_ADMIN_LISTEN.to_string(),
+            retain_history: DEFAULT_RETAIN_HISTORY,
             connections: BTreeMap::new(),
         }
+    }
+
+    /// Sets `retain_history`.
+    pub fn with_retain_history(mut self, retain: Duration) -> Config {
+        self.retain_history = retain;
+        self
     }
 
     /// Adds (or replaces) a named connection.
@@ -129,6 +151,22 @@ impl Config {
                 .unwrap_or("invalid TOML")
                 .to_string(),
         })?;
+        let retain_history = match &raw.retain_history {
+            None => DEFAULT_RETAIN_HISTORY,
+            Some(toml::Value::String(text)) => {
+                parse_duration(text).map_err(|problem| PipelineError::Config {
+                    message: format!("retain_history: {problem}"),
+                })?
+            }
+            Some(other) => {
+                return Err(PipelineError::Config {
+                    message: format!(
+                        "retain_history: expected a duration in quotes like \"10m\", found a {}",
+                        other.type_str()
+                    ),
+                });
+            }
+        };
         let mut connections = BTreeMap::new();
         for (name, c) in raw.connections {
             let url = expand(&c.url, &env).map_err(|problem| PipelineError::Config {
@@ -141,6 +179,7 @@ impl Config {
             admin_listen: raw
                 .admin_listen
                 .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.into()),
+            retain_history,
             connections,
         })
     }
@@ -154,6 +193,49 @@ impl Config {
                 known: self.connections.keys().cloned().collect(),
             })
     }
+}
+
+/// Parses `90s`, `10m`, `1h30m`, `500ms`, `2d`: numbers each followed by
+/// a unit, added up.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "{text:?} is not a duration; use a number and a unit (ms, s, m, h, d), e.g. \"10m\", \"1h\" or \"90s\""
+        )
+    };
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let seconds_per = match &rest[..unit] {
+            "ms" => None,
+            "s" => Some(1),
+            "m" | "min" => Some(60),
+            "h" => Some(3_600),
+            "d" => Some(86_400),
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit..];
+        let part = match seconds_per {
+            None => Duration::from_millis(number),
+            Some(s) => number
+                .checked_mul(s)
+                .map(Duration::from_secs)
+                .ok_or_else(bad)?,
+        };
+        total = total.checked_add(part).ok_or_else(bad)?;
+    }
+    Ok(total)
 }
 
 /// Replaces `${NAME}` with `env(NAME)`; `$$` is a literal `$`.
@@ -223,6 +305,43 @@ mod tests {
         assert!(e.to_string().starts_with("ERROR: "), "{e}");
         let e = Config::new("x").connection("zz").unwrap_err();
         assert!(e.to_string().contains("connection \"zz\" does not exist"));
+    }
+
+    #[test]
+    fn retain_history_parses_and_bad_values_name_the_key() {
+        let c = Config::parse("", env).unwrap();
+        assert_eq!(c.retain_history, DEFAULT_RETAIN_HISTORY);
+        for (text, want) in [
+            ("10m", Duration::from_secs(600)),
+            ("1h", Duration::from_secs(3600)),
+            ("90s", Duration::from_secs(90)),
+            ("0s", Duration::ZERO),
+            ("1h30m", Duration::from_secs(5400)),
+            ("250ms", Duration::from_millis(250)),
+            ("2min", Duration::from_secs(120)),
+            ("1d", Duration::from_secs(86_400)),
+        ] {
+            let c = Config::parse(&format!("retain_history = \"{text}\"\n"), env).unwrap();
+            assert_eq!(c.retain_history, want, "{text}");
+        }
+        for text in [
+            "\"\"",
+            "\"10\"",
+            "\"ten minutes\"",
+            "\"10 m\"",
+            "\"-1s\"",
+            "\"m\"",
+            "\"99999999999999999999d\"",
+            "600",
+            "true",
+        ] {
+            let e = Config::parse(&format!("retain_history = {text}\n"), env).unwrap_err();
+            assert!(
+                e.primary().starts_with("retain_history: "),
+                "{text}: {}",
+                e.primary()
+            );
+        }
     }
 
     #[test]

@@ -180,6 +180,19 @@ pub enum PipelineError {
         /// The encoder's error.
         message: String,
     },
+    /// A statement refused for a reason of its own (replacements), with
+    /// its SQLSTATE.
+    #[error("{}", render(self))]
+    Refused {
+        /// The SQLSTATE, in PostgreSQL's classes.
+        sqlstate: &'static str,
+        /// The primary line.
+        primary: String,
+        /// The detail line.
+        detail: Option<String>,
+        /// The hint line.
+        hint: Option<String>,
+    },
     /// The embedded store failed.
     #[error("{}", render(self))]
     Store {
@@ -256,6 +269,7 @@ impl PipelineError {
             PipelineError::Store { context, message } => {
                 format!("embedded store: {context}: {message}")
             }
+            PipelineError::Refused { primary, .. } => primary.clone(),
         }
     }
 
@@ -279,6 +293,7 @@ impl PipelineError {
             PipelineError::Database { message, .. } => Some(message.clone()),
             PipelineError::SlotLost { detail, .. } => Some(detail.clone()),
             PipelineError::SinkShape { problem, .. } => Some(problem.clone()),
+            PipelineError::Refused { detail, .. } => detail.clone(),
             _ => None,
         }
     }
@@ -314,6 +329,7 @@ impl PipelineError {
             PipelineError::SinkShape { .. } => Some(
                 "A sink table has exactly (key jsonb PRIMARY KEY, data jsonb NOT NULL); name a new table, or drop this one.".into(),
             ),
+            PipelineError::Refused { hint, .. } => hint.clone(),
             _ => None,
         }
     }

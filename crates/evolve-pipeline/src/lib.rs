@@ -124,17 +124,22 @@
 //! Each upstream transaction is one SQLite commit (`synchronous=FULL`) and
 //! one sink transaction: correct, not yet fast.
 
+pub mod absorb;
 pub mod admin;
 pub mod apply;
 pub mod bus;
 pub mod config;
 pub mod doc;
+pub mod drift;
 pub mod error;
+mod hydrate;
 mod pipeline;
 mod sink;
 mod source;
 pub mod status;
 pub mod store;
+pub mod subscribe;
+mod swap;
 pub mod upstream;
 
 pub use config::{Config, Connection};

@@ -12,10 +12,14 @@ use tokio::task::JoinSet;
 use crate::bus::Bus;
 use crate::config::Config;
 use crate::error::{ObjectKind, PipelineError, Result};
+use crate::hydrate::{self, HydrateContext};
 use crate::sink::{self, SinkContext};
 use crate::source::{self, SourceContext};
 use crate::status::{ObjectStatus, StatusBoard};
-use crate::store::{InterfaceInfo, SinkInfo, SourceInfo, Store, TableInfo, TableState};
+use crate::store::{
+    InterfaceInfo, ReplacementInfo, SinkInfo, SourceInfo, Store, TableInfo, TableState,
+};
+use crate::swap;
 use crate::upstream;
 
 /// `CREATE TABLE name FROM SOURCE source (REFERENCE schema.table) WITH
@@ -34,6 +38,12 @@ pub struct TableSpec {
     pub exclude: Vec<String>,
     /// Columns whose document value is their text output as a string.
     pub text: Vec<String>,
+}
+
+/// A running snapshot copy.
+struct Hydrator {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 /// A pipeline: its config, its catalog and state (the embedded store), and
@@ -70,6 +80,81 @@ fn check_name(kind: ObjectKind, name: &str) -> Result<()> {
         name: name.to_string(),
         reason: reason.to_string(),
     })
+}
+
+/// One column of a materialized view's output: name, type, NOT NULL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct OutputColumn {
+    pub name: String,
+    pub type_name: String,
+    pub not_null: bool,
+}
+
+/// The output of the schema-agnostic interface form: `data jsonb NOT
+/// NULL` (the `coalesce` makes it never null).
+pub(crate) fn interface_output() -> Vec<OutputColumn> {
+    vec![OutputColumn {
+        name: "data".into(),
+        type_name: "jsonb".into(),
+        not_null: true,
+    }]
+}
+
+/// Refuses a replacement whose output differs from its target's, naming
+/// the first column that differs and how.
+pub(crate) fn check_output_schema(
+    target: &[OutputColumn],
+    replacement: &[OutputColumn],
+) -> Result<()> {
+    let refuse = |detail: String| PipelineError::Refused {
+        sqlstate: "42804",
+        primary: "replacement schema differs from target schema".into(),
+        detail: Some(detail),
+        hint: Some(
+            "A replacement must produce exactly the columns of the materialized view it replaces."
+                .into(),
+        ),
+    };
+    for (i, t) in target.iter().enumerate() {
+        let Some(r) = replacement.get(i) else {
+            return Err(refuse(format!(
+                "Column {} \"{}\" is missing from the replacement.",
+                i + 1,
+                t.name
+            )));
+        };
+        if r.name != t.name {
+            return Err(refuse(format!(
+                "Column {} is named \"{}\" in the replacement and \"{}\" in the target.",
+                i + 1,
+                r.name,
+                t.name
+            )));
+        }
+        if r.type_name != t.type_name {
+            return Err(refuse(format!(
+                "Column \"{}\" has type {} in the replacement and {} in the target.",
+                t.name, r.type_name, t.type_name
+            )));
+        }
+        if r.not_null != t.not_null {
+            let null = |n: bool| if n { "NOT NULL" } else { "nullable" };
+            return Err(refuse(format!(
+                "Column \"{}\" is {} in the replacement and {} in the target.",
+                t.name,
+                null(r.not_null),
+                null(t.not_null)
+            )));
+        }
+    }
+    if let Some(extra) = replacement.get(target.len()) {
+        return Err(refuse(format!(
+            "Column {} \"{}\" of the replacement is not in the target.",
+            target.len() + 1,
+            extra.name
+        )));
+    }
+    Ok(())
 }
 
 /// The slot name of source `name`: `evolve_` and the name when that is a
@@ -283,6 +368,222 @@ impl Pipeline {
         Ok(info)
     }
 
+    /// `CREATE REPLACEMENT MATERIALIZED VIEW name FOR target AS SELECT
+    /// coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM
+    /// table t`: the interface `target` over another table of the same
+    /// source, hydrating (its table's snapshot) until applied. At most one
+    /// replacement is pending per interface.
+    pub fn create_replacement(
+        &self,
+        name: &str,
+        target: &str,
+        table: &str,
+    ) -> Result<ReplacementInfo> {
+        check_name(ObjectKind::Interface, name)?;
+        let info = self.with_store(|s| {
+            if s.interface(name)?.is_some() || s.replacement(name)?.is_some() {
+                return Err(PipelineError::AlreadyExists {
+                    kind: ObjectKind::Interface,
+                    name: name.to_string(),
+                });
+            }
+            let interface = s.interface(target)?.ok_or_else(|| PipelineError::UnknownObject {
+                kind: ObjectKind::Interface,
+                name: target.to_string(),
+            })?;
+            let new_table = s.table(table)?.ok_or_else(|| PipelineError::UnknownObject {
+                kind: ObjectKind::Table,
+                name: table.to_string(),
+            })?;
+            if let Some(existing) = s.replacements()?.into_iter().find(|r| r.target == target) {
+                return Err(PipelineError::Refused {
+                    sqlstate: "42710",
+                    primary: format!(
+                        "materialized view \"{target}\" already has a pending replacement \"{}\"",
+                        existing.name
+                    ),
+                    detail: Some("At most one replacement is pending per materialized view.".into()),
+                    hint: Some(format!(
+                        "Apply it (ALTER MATERIALIZED VIEW {target} APPLY REPLACEMENT {}) or drop it (DROP MATERIALIZED VIEW {}).",
+                        existing.name, existing.name
+                    )),
+                });
+            }
+            let old_table = s.table(&interface.table)?;
+            if let Some(old) = &old_table
+                && old.source != new_table.source
+            {
+                return Err(PipelineError::Refused {
+                    sqlstate: "0A000",
+                    primary: format!(
+                        "table \"{table}\" reads source \"{}\", but materialized view \"{target}\" reads source \"{}\"",
+                        new_table.source, old.source
+                    ),
+                    detail: Some("A replacement is swapped in at one position of its source's stream, so it must read the same source.".into()),
+                    hint: Some(format!("Create the new table version FROM SOURCE {}.", old.source)),
+                });
+            }
+            if new_table.name == interface.table {
+                return Err(PipelineError::Refused {
+                    sqlstate: "42P17",
+                    primary: format!(
+                        "materialized view \"{target}\" already reads table \"{table}\""
+                    ),
+                    detail: None,
+                    hint: Some("A replacement reads a new table version: CREATE TABLE ... FROM SOURCE first.".into()),
+                });
+            }
+            check_output_schema(&interface_output(), &interface_output())?;
+            s.insert_replacement(name, target, table)?;
+            s.replacement(name)?.ok_or_else(|| PipelineError::UnknownObject {
+                kind: ObjectKind::Interface,
+                name: name.to_string(),
+            })
+        })?;
+        Ok(info)
+    }
+
+    /// `ALTER MATERIALIZED VIEW target APPLY REPLACEMENT name`: swaps the
+    /// replacement in at one upstream position (see [`crate::swap`]), and
+    /// returns once it is applied. Refused while the replacement is not
+    /// hydrated. Needs the pipeline running: the swap happens in its
+    /// source's stream; when that does not happen within `wait`, the
+    /// request stays and is applied when the stream reaches it.
+    pub async fn apply_replacement(&self, target: &str, name: &str, wait: Duration) -> Result<()> {
+        let (replacement, table, source) = self.with_store(|s| {
+            let replacement = s
+                .replacement(name)?
+                .ok_or_else(|| PipelineError::UnknownObject {
+                    kind: ObjectKind::Interface,
+                    name: name.to_string(),
+                })?;
+            if s.interface(target)?.is_none() {
+                return Err(PipelineError::UnknownObject {
+                    kind: ObjectKind::Interface,
+                    name: target.to_string(),
+                });
+            }
+            let table =
+                s.table(&replacement.table)?
+                    .ok_or_else(|| PipelineError::UnknownObject {
+                        kind: ObjectKind::Table,
+                        name: replacement.table.clone(),
+                    })?;
+            let source = s
+                .source(&table.source)?
+                .ok_or_else(|| PipelineError::UnknownObject {
+                    kind: ObjectKind::Source,
+                    name: table.source.clone(),
+                })?;
+            Ok((replacement, table, source))
+        })?;
+        if replacement.target != target {
+            return Err(PipelineError::Refused {
+                sqlstate: "42809",
+                primary: format!(
+                    "\"{name}\" is a replacement for materialized view \"{}\", not \"{target}\"",
+                    replacement.target
+                ),
+                detail: None,
+                hint: Some(format!(
+                    "ALTER MATERIALIZED VIEW {} APPLY REPLACEMENT {name}",
+                    replacement.target
+                )),
+            });
+        }
+        if table.state != TableState::Running {
+            let (detail, hint) = match table.state {
+                TableState::Stalled => (
+                    format!(
+                        "Its table \"{}\" is stalled: {}",
+                        table.name,
+                        table.error.clone().unwrap_or_default()
+                    ),
+                    "Create a new table version that matches upstream and a replacement over it."
+                        .to_string(),
+                ),
+                _ => (
+                    format!(
+                        "Its table \"{}\" is {} ({} rows copied so far).",
+                        table.name,
+                        table.state.as_str(),
+                        table.rows_copied
+                    ),
+                    "Wait until `evolve status` shows the replacement hydrated, then apply it."
+                        .to_string(),
+                ),
+            };
+            return Err(PipelineError::Refused {
+                sqlstate: "55000",
+                primary: format!("replacement \"{name}\" is not hydrated"),
+                detail: Some(detail),
+                hint: Some(hint),
+            });
+        }
+        self.with_store(|s| s.set_replacement_applying(name, true))?;
+        let conn = self.config.connection(&source.connection)?;
+        let client = upstream::connect(&source.connection, conn).await?;
+        client
+            .execute(
+                "SELECT pg_logical_emit_message(true, $1, $2)",
+                &[
+                    &swap::MESSAGE_PREFIX,
+                    &swap::apply_message(&source.slot, name),
+                ],
+            )
+            .await
+            .map_err(|e| {
+                PipelineError::database("request the swap upstream (pg_logical_emit_message)", &e)
+            })?;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let (pending, now_reads) = self.with_store(|s| {
+                Ok((s.replacement(name)?, s.interface(target)?.map(|i| i.table)))
+            })?;
+            match pending {
+                None if now_reads.as_deref() == Some(replacement.table.as_str()) => {
+                    self.catalog_changed();
+                    return Ok(());
+                }
+                None => {
+                    return Err(PipelineError::Refused {
+                        sqlstate: "55000",
+                        primary: format!(
+                            "replacement \"{name}\" was dropped before it was applied"
+                        ),
+                        detail: None,
+                        hint: None,
+                    });
+                }
+                Some(r) if !r.applying => {
+                    return Err(PipelineError::Refused {
+                        sqlstate: "55000",
+                        primary: format!("replacement \"{name}\" could not be applied"),
+                        detail: r.error,
+                        hint: Some(
+                            "Nothing changed for readers; fix the cause and apply it again.".into(),
+                        ),
+                    });
+                }
+                Some(_) if tokio::time::Instant::now() >= deadline => {
+                    return Err(PipelineError::Refused {
+                        sqlstate: "57014",
+                        primary: format!(
+                            "replacement \"{name}\" was not applied within {} s",
+                            wait.as_secs()
+                        ),
+                        detail: Some(format!(
+                            "The swap is requested in source \"{}\"'s stream and happens when the running pipeline reaches it.",
+                            source.name
+                        )),
+                        hint: Some("Check that the pipeline is running (`evolve status`); the request stays pending.".into()),
+                    });
+                }
+                Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
     /// `CREATE SINK name FROM interface INTO POSTGRES CONNECTION connection
     /// (TABLE 'schema.table')`: creates the target table if missing and
     /// refuses one of another shape, or one holding rows no sink of this
@@ -385,8 +686,23 @@ impl Pipeline {
         Ok(())
     }
 
-    /// `DROP MATERIALIZED VIEW name`.
+    /// `DROP MATERIALIZED VIEW name`: an interface, or a pending
+    /// replacement.
     pub fn drop_interface(&self, name: &str) -> Result<()> {
+        if let Some(r) = self.with_store(|s| s.replacement(name))? {
+            if r.applying {
+                return Err(PipelineError::Refused {
+                    sqlstate: "55006",
+                    primary: format!("replacement \"{name}\" is being applied"),
+                    detail: Some("Its swap was requested in the source's stream.".into()),
+                    hint: Some(
+                        "Wait for it to be applied, then drop what it replaced instead.".into(),
+                    ),
+                });
+            }
+            self.with_store(|s| s.delete_replacement(name))?;
+            return Ok(());
+        }
         if self.with_store(|s| s.interface(name))?.is_none() {
             return Err(PipelineError::UnknownObject {
                 kind: ObjectKind::Interface,
@@ -485,6 +801,24 @@ impl Pipeline {
         self.with_store(|s| s.interfaces())
     }
 
+    /// `ALTER MATERIALIZED VIEW name SET (ABSORB = 'auto' | 'manual')`.
+    pub fn set_absorb(&self, name: &str, auto: bool) -> Result<()> {
+        self.with_store(|s| {
+            if s.interface(name)?.is_none() {
+                return Err(PipelineError::UnknownObject {
+                    kind: ObjectKind::Interface,
+                    name: name.to_string(),
+                });
+            }
+            s.set_absorb(name, auto)
+        })
+    }
+
+    /// The pending replacements.
+    pub fn replacements(&self) -> Result<Vec<ReplacementInfo>> {
+        self.with_store(|s| s.replacements())
+    }
+
     /// `SHOW SINKS`.
     pub fn sinks(&self) -> Result<Vec<SinkInfo>> {
         self.with_store(|s| s.sinks())
@@ -539,20 +873,89 @@ impl Pipeline {
     /// [`status`](Self::status); catalog changes restart the tasks.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<()> {
         tokio::pin!(shutdown);
-        loop {
+        // Snapshot copies outlive the restarts: a catalog change must not
+        // start a long copy over.
+        let mut hydrators: HashMap<i64, Hydrator> = HashMap::new();
+        let (absorb_stop, absorb_stop_rx) = watch::channel(false);
+        let absorb = crate::absorb::run(self, absorb_stop_rx);
+        tokio::pin!(absorb);
+        let result = loop {
             let (stop_tx, stop_rx) = watch::channel(false);
             let mut tasks = JoinSet::new();
-            self.spawn_tasks(&mut tasks, &stop_rx)?;
-            let restart = tokio::select! {
-                _ = &mut shutdown => false,
-                _ = self.changed.notified() => true,
+            let spawned = self
+                .spawn_tasks(&mut tasks, &stop_rx)
+                .and_then(|()| self.spawn_hydrators(&mut hydrators));
+            let restart = match spawned {
+                Err(e) => Err(e),
+                Ok(()) => Ok(tokio::select! {
+                    _ = &mut shutdown => false,
+                    _ = self.changed.notified() => true,
+                    _ = &mut absorb => false,
+                }),
             };
             let _ = stop_tx.send(true);
             while tasks.join_next().await.is_some() {}
-            if !restart {
-                return Ok(());
+            match restart {
+                Ok(true) => continue,
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
             }
+        };
+        let _ = absorb_stop.send(true);
+        for (_, hydrator) in hydrators.drain() {
+            let _ = hydrator.stop.send(true);
+            let _ = hydrator.task.await;
         }
+        result
+    }
+
+    /// Starts a copy for every table that needs one and has none running;
+    /// stops the copies of tables that are gone.
+    fn spawn_hydrators(&self, hydrators: &mut HashMap<i64, Hydrator>) -> Result<()> {
+        let (sources, tables) = self.with_store(|s| Ok((s.sources()?, s.tables()?)))?;
+        hydrators.retain(|id, h| {
+            let wanted = tables.iter().any(|t| {
+                t.id == *id && matches!(t.state, TableState::Pending | TableState::Snapshotting)
+            });
+            if !wanted {
+                let _ = h.stop.send(true);
+            }
+            wanted && !h.task.is_finished()
+        });
+        for table in tables {
+            if !matches!(table.state, TableState::Pending | TableState::Snapshotting)
+                || hydrators.contains_key(&table.id)
+            {
+                continue;
+            }
+            let Some(source) = sources.iter().find(|s| s.name == table.source) else {
+                continue;
+            };
+            let connection = match self.config.connection(&source.connection) {
+                Ok(c) => c.clone(),
+                Err(e) => {
+                    self.status.set(
+                        ObjectKind::Table,
+                        &table.name,
+                        "stalled",
+                        Some(e.to_string()),
+                    );
+                    continue;
+                }
+            };
+            let (stop, stop_rx) = watch::channel(false);
+            let id = table.id;
+            let task = tokio::spawn(hydrate::run(HydrateContext {
+                source: source.clone(),
+                connection,
+                state_dir: self.config.state_dir.clone(),
+                table,
+                stop: stop_rx,
+                status: self.status.clone(),
+            }));
+            hydrators.insert(id, Hydrator { stop, task });
+        }
+        Ok(())
     }
 
     fn spawn_tasks(&self, tasks: &mut JoinSet<()>, stop: &watch::Receiver<bool>) -> Result<()> {
@@ -623,6 +1026,7 @@ impl Pipeline {
                 stop: stop.clone(),
                 status: self.status.clone(),
                 bus: self.bus.clone(),
+                retain_history: self.config.retain_history,
                 source,
             }));
         }
@@ -633,6 +1037,42 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replacement_output_must_match_the_target() {
+        let ok = interface_output();
+        assert!(check_output_schema(&ok, &ok).is_ok());
+        let col = |name: &str, type_name: &str, not_null: bool| OutputColumn {
+            name: name.into(),
+            type_name: type_name.into(),
+            not_null,
+        };
+        let detail = |r: Vec<OutputColumn>| {
+            let e = check_output_schema(&ok, &r).unwrap_err();
+            assert_eq!(e.primary(), "replacement schema differs from target schema");
+            e.detail().unwrap()
+        };
+        assert_eq!(
+            detail(vec![col("doc", "jsonb", true)]),
+            "Column 1 is named \"doc\" in the replacement and \"data\" in the target."
+        );
+        assert_eq!(
+            detail(vec![col("data", "json", true)]),
+            "Column \"data\" has type json in the replacement and jsonb in the target."
+        );
+        assert_eq!(
+            detail(vec![col("data", "jsonb", false)]),
+            "Column \"data\" is nullable in the replacement and NOT NULL in the target."
+        );
+        assert_eq!(
+            detail(vec![]),
+            "Column 1 \"data\" is missing from the replacement."
+        );
+        assert_eq!(
+            detail(vec![col("data", "jsonb", true), col("extra", "int", false)]),
+            "Column 2 \"extra\" of the replacement is not in the target."
+        );
+    }
 
     #[test]
     fn slot_names_are_valid() {

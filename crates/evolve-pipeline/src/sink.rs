@@ -19,7 +19,7 @@ use tokio_postgres::Client;
 use crate::config::Connection;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::status::StatusBoard;
-use crate::store::{FeedEntry, SinkInfo, Store, TableState};
+use crate::store::{FeedEntry, SinkInfo, Store};
 
 /// The progress table's name (in the target table's schema).
 pub const PROGRESS_TABLE: &str = "evolve_sink_progress";
@@ -238,7 +238,7 @@ async fn run_once(ctx: &mut SinkContext) -> Result<()> {
             );
             loop {
                 let table = store.table(&ctx.table)?;
-                if table.is_some_and(|t| t.state == TableState::Running) {
+                if table.is_some_and(|t| t.state.is_hydrated()) {
                     break;
                 }
                 tokio::select! {

@@ -1,19 +1,18 @@
-//! A source's task: snapshot the tables that need it, then apply the
-//! replication stream to the state, one upstream transaction per SQLite
-//! transaction, and confirm positions to the slot once every sink has
-//! committed them.
+//! A source's task: apply the replication stream to the state, one
+//! upstream transaction per SQLite transaction, and confirm positions to
+//! the slot once every sink has committed them. Tables whose snapshot is
+//! being copied (by their [`crate::hydrate`] task) get their changes kept
+//! as pending until the copy is in; then they are applied here
+//! ([`replay_pending`]) and the table runs like the others.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use evolve_pg::{quote_ident, quote_literal};
 use evolve_pgoutput::{LogicalDecoder, LogicalMessage, Lsn};
-use futures_util::StreamExt;
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use rusqlite::params;
 use tokio::sync::watch;
-use tokio_postgres::Client;
 
 use crate::apply::{TableRuntime, Txn};
 use crate::bus::{Bus, Committed};
@@ -21,10 +20,8 @@ use crate::config::Connection;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::status::StatusBoard;
 use crate::store::{SourceInfo, Store, TableState};
-use crate::upstream::{self, CopyTextReader};
-
-/// Rows per SQLite transaction while copying a snapshot.
-const SNAPSHOT_BATCH: usize = 5_000;
+use crate::swap::{MESSAGE_PREFIX, parse_apply_message};
+use crate::upstream;
 
 /// What a source task needs.
 pub(crate) struct SourceContext {
@@ -40,6 +37,8 @@ pub(crate) struct SourceContext {
     pub status: StatusBoard,
     /// Where committed transactions are published.
     pub bus: Bus,
+    /// How long feed entries are kept after every sink has them.
+    pub retain_history: Duration,
 }
 
 /// Runs the source until `stop`, retrying after failures.
@@ -104,157 +103,24 @@ async fn run_once(ctx: &mut SourceContext) -> Result<()> {
             .collect();
         tables.push(TableRuntime::new(info, ids)?);
     }
-    for table in tables.iter_mut() {
-        if matches!(
-            table.info.state,
-            TableState::Pending | TableState::Snapshotting
-        ) {
-            ctx.status
-                .set(ObjectKind::Table, &table.info.name, "snapshotting", None);
-            hydrate(ctx, &client, &mut store, table).await?;
-        }
-        ctx.status.set(
-            ObjectKind::Table,
-            &table.info.name,
-            match table.info.state {
-                TableState::Stalled => "stalled",
-                _ => "running",
-            },
-            table.info.error.clone(),
-        );
-    }
-    drop(client);
-    stream(ctx, &mut store, tables, slot.confirmed_flush).await
-}
-
-/// Copies `table`'s rows under a temporary slot's exported snapshot and
-/// marks it running from the slot's consistent point.
-async fn hydrate(
-    ctx: &SourceContext,
-    client: &Client,
-    store: &mut Store,
-    table: &mut TableRuntime,
-) -> Result<()> {
-    let id = table.info.id;
-    let fail = |e: rusqlite::Error| PipelineError::store("snapshot", e);
-    store
-        .conn
-        .execute("DELETE FROM rows WHERE tbl = ?1", [id])
-        .map_err(fail)?;
-    store
-        .conn
-        .execute(
-            "UPDATE tables SET state = 'snapshotting', rows_copied = 0 WHERE id = ?1",
-            [id],
-        )
-        .map_err(fail)?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let mut temp_slot = ctx.source.slot.clone();
-    temp_slot.truncate(40);
-    let temp_slot = format!("{temp_slot}_s{id}_{nanos}");
-    let snapshot = upstream::export_snapshot(
-        &ctx.source.name,
-        &ctx.connection,
-        &ctx.source.publication,
-        &temp_slot,
-    )
-    .await?;
-    let columns: Vec<String> = table
-        .info
-        .document_columns()
-        .map(|c| quote_ident(&c.name))
-        .collect();
-    let copy = format!(
-        "COPY (SELECT {} FROM {}.{}) TO STDOUT",
-        columns.join(", "),
-        quote_ident(&table.info.upstream_schema),
-        quote_ident(&table.info.upstream_table)
-    );
-    client
-        .batch_execute(&format!(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
-            quote_literal(&snapshot.snapshot_name)
-        ))
-        .await
-        .map_err(|e| PipelineError::database("start the snapshot transaction", &e))?;
-    let out = client
-        .copy_out(copy.as_str())
-        .await
-        .map_err(|e| PipelineError::database(format!("COPY {}", table.info.reference()), &e))?;
-    futures_util::pin_mut!(out);
-    table.set_copy_mapping();
-    let mut reader = CopyTextReader::default();
-    let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(SNAPSHOT_BATCH);
-    let mut copied: u64 = 0;
-    let started = std::time::Instant::now();
-    while let Some(chunk) = out.next().await {
-        let chunk = chunk
-            .map_err(|e| PipelineError::database(format!("COPY {}", table.info.reference()), &e))?;
-        reader.feed(&chunk, |row| {
-            batch.push(table.encode_values(row)?);
-            Ok::<(), PipelineError>(())
-        })?;
-        if batch.len() >= SNAPSHOT_BATCH {
-            copied += batch.len() as u64;
-            write_snapshot_batch(store, id, &batch, copied, None)?;
-            batch.clear();
-            tracing::info!(
-                table = %table.info.name,
-                rows = copied,
-                rows_per_second = (copied as f64 / started.elapsed().as_secs_f64().max(1e-3)) as u64,
-                "snapshot progress"
+    for table in &tables {
+        let state = match table.info.state {
+            TableState::Running => "running",
+            TableState::Stalled => "stalled",
+            TableState::Copied => "catching up",
+            TableState::Pending | TableState::Snapshotting => "snapshotting",
+        };
+        if table.info.state.is_hydrated() {
+            ctx.status.set(
+                ObjectKind::Table,
+                &table.info.name,
+                state,
+                table.info.error.clone(),
             );
         }
     }
-    client
-        .batch_execute("COMMIT")
-        .await
-        .map_err(|e| PipelineError::database("end the snapshot transaction", &e))?;
-    copied += batch.len() as u64;
-    let point = snapshot.consistent_point;
-    write_snapshot_batch(store, id, &batch, copied, Some(point))?;
-    drop(snapshot);
-    table.clear_mapping();
-    table.info.state = TableState::Running;
-    table.info.snapshot_lsn = Some(point);
-    table.info.rows_copied = copied;
-    tracing::info!(table = %table.info.name, rows = copied, "snapshot done");
-    Ok(())
-}
-
-fn write_snapshot_batch(
-    store: &mut Store,
-    id: i64,
-    batch: &[(Vec<u8>, Vec<u8>)],
-    copied: u64,
-    done_at: Option<Lsn>,
-) -> Result<()> {
-    let fail = |e: rusqlite::Error| PipelineError::store("write snapshot rows", e);
-    let tx = store.conn.transaction().map_err(fail)?;
-    {
-        let mut insert = tx
-            .prepare_cached("INSERT OR REPLACE INTO rows (tbl, key, doc) VALUES (?1, ?2, ?3)")
-            .map_err(fail)?;
-        for (key, doc) in batch {
-            insert.execute(params![id, key, doc]).map_err(fail)?;
-        }
-    }
-    tx.execute(
-        "UPDATE tables SET rows_copied = ?2 WHERE id = ?1",
-        params![id, copied as i64],
-    )
-    .map_err(fail)?;
-    if let Some(lsn) = done_at {
-        tx.execute(
-            "UPDATE tables SET state = 'running', error = NULL, snapshot_lsn = ?2 WHERE id = ?1",
-            params![id, lsn.0 as i64],
-        )
-        .map_err(fail)?;
-    }
-    tx.commit().map_err(fail)
+    drop(client);
+    stream(ctx, &mut store, tables, slot.confirmed_flush).await
 }
 
 /// PostgreSQL's commit timestamps count from 2000-01-01.
@@ -309,6 +175,7 @@ async fn stream(
     let mut skip = false;
     let mut commit_time: i64 = 0;
     let mut decoder = LogicalDecoder::new();
+    let mut deferral = Deferral::default();
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     ctx.status.set(ObjectKind::Source, &name, "running", None);
     loop {
@@ -357,7 +224,23 @@ async fn stream(
                             source_name: name.clone(),
                             message: e.to_string(),
                         })?;
-                        on_message(ctx, store, &mut tables, &by_oid, txn.as_mut().filter(|_| !skip), message)?;
+                        on_message(
+                            ctx,
+                            store,
+                            &mut tables,
+                            &by_oid,
+                            &mut deferral,
+                            txn.as_mut().filter(|_| !skip),
+                            &data,
+                            message,
+                        )?;
+                    }
+                    ReplicationEvent::Message { prefix, content, .. } if prefix == MESSAGE_PREFIX => {
+                        if let Some(t) = txn.as_mut().filter(|_| !skip)
+                            && let Some(replacement) = parse_apply_message(&ctx.source.slot, &content)
+                        {
+                            t.swap(replacement.to_string());
+                        }
                     }
                     ReplicationEvent::Commit { end_lsn, .. } => {
                         let end_lsn = from_wire(end_lsn);
@@ -368,7 +251,7 @@ async fn stream(
                             let changes = if t.is_empty() {
                                 Vec::new()
                             } else {
-                                let changes = t.commit(store, &tables, &name, end_lsn, commit_time)?;
+                                let changes = t.commit(store, &mut tables, &name, end_lsn, commit_time)?;
                                 stored = end_lsn;
                                 changes
                             };
@@ -389,6 +272,19 @@ async fn stream(
                 }
             }
             _ = tick.tick() => {
+                if txn.is_none() {
+                    for t in 0..tables.len() {
+                        if tables[t].info.state.is_hydrated() {
+                            continue;
+                        }
+                        if let Some(fresh) = store.table(&tables[t].info.name)?
+                            && fresh.state == TableState::Copied
+                            && let Some(point) = fresh.snapshot_lsn
+                        {
+                            replay_pending(ctx, store, &mut tables, t, point, &deferral)?;
+                        }
+                    }
+                }
                 if applied > stored {
                     store.conn.execute(
                         "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1 AND applied_lsn < ?2",
@@ -401,6 +297,11 @@ async fn stream(
                     repl.update_applied_lsn(to_wire(target));
                     acked = target;
                 }
+                let now_micros = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros() as i64);
+                let committed_before =
+                    now_micros.saturating_sub(ctx.retain_history.as_micros() as i64);
                 for &interface in &interfaces {
                     let mut horizon = applied;
                     for (i, rx) in &ctx.sinks {
@@ -408,7 +309,16 @@ async fn stream(
                             horizon = horizon.min(*rx.borrow());
                         }
                     }
-                    store.prune_feed(interface, horizon)?;
+                    let hydrated = tables.iter().any(|t| {
+                        t.interfaces.contains(&interface)
+                            && matches!(t.info.state, TableState::Running | TableState::Stalled)
+                    });
+                    store.prune_feed_retained(
+                        interface,
+                        horizon,
+                        committed_before,
+                        hydrated.then_some(applied),
+                    )?;
                 }
             }
         }
@@ -428,36 +338,72 @@ fn ack_target(ctx: &SourceContext, applied: Lsn, between_transactions: bool, idl
     target
 }
 
+/// What the stream keeps for tables whose snapshot is not in yet: the
+/// latest Relation message of each upstream table (raw), and which tables
+/// already have it among their pending messages in this session.
+#[derive(Default)]
+struct Deferral {
+    relations: HashMap<u32, Vec<u8>>,
+    relation_kept: HashSet<usize>,
+}
+
+impl Deferral {
+    fn keep(&mut self, txn: &mut Txn, t: usize, oid: u32, data: &[u8]) {
+        if !self.relation_kept.contains(&t)
+            && let Some(relation) = self.relations.get(&oid)
+        {
+            txn.defer(t, relation);
+            self.relation_kept.insert(t);
+        }
+        txn.defer(t, data);
+    }
+}
+
+fn stall(
+    ctx: &SourceContext,
+    store: &Store,
+    table: &mut TableRuntime,
+    problem: String,
+) -> Result<()> {
+    tracing::warn!(table = %table.info.name, %problem, "table stalled");
+    store.set_table_state(
+        table.info.id,
+        TableState::Stalled,
+        Some(&problem),
+        table.info.snapshot_lsn,
+    )?;
+    table.info.state = TableState::Stalled;
+    table.info.error = Some(problem.clone());
+    ctx.status.set(
+        ObjectKind::Table,
+        &table.info.name,
+        "stalled",
+        Some(problem),
+    );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn on_message(
     ctx: &SourceContext,
     store: &Store,
     tables: &mut [TableRuntime],
     by_oid: &HashMap<u32, Vec<usize>>,
+    deferral: &mut Deferral,
     txn: Option<&mut Txn>,
+    data: &[u8],
     message: LogicalMessage<'_>,
 ) -> Result<()> {
     let none: &[usize] = &[];
     match message {
         LogicalMessage::Relation(relation) => {
+            deferral.relations.insert(relation.oid, data.to_vec());
             for &t in by_oid.get(&relation.oid).map_or(none, Vec::as_slice) {
+                deferral.relation_kept.remove(&t);
                 if let Err(problem) = tables[t].on_relation(&relation)
                     && tables[t].info.state == TableState::Running
                 {
-                    tracing::warn!(table = %tables[t].info.name, %problem, "table stalled");
-                    store.set_table_state(
-                        tables[t].info.id,
-                        TableState::Stalled,
-                        Some(&problem),
-                        tables[t].info.snapshot_lsn,
-                    )?;
-                    tables[t].info.state = TableState::Stalled;
-                    tables[t].info.error = Some(problem.clone());
-                    ctx.status.set(
-                        ObjectKind::Table,
-                        &tables[t].info.name,
-                        "stalled",
-                        Some(problem),
-                    );
+                    stall(ctx, store, &mut tables[t], problem)?;
                 }
             }
         }
@@ -466,6 +412,8 @@ fn on_message(
                 for &t in by_oid.get(&m.oid).map_or(none, Vec::as_slice) {
                     if tables[t].applies(txn.final_lsn) {
                         txn.insert(store, tables, t, &m.new)?;
+                    } else if !tables[t].info.state.is_hydrated() {
+                        deferral.keep(txn, t, m.oid, data);
                     }
                 }
             }
@@ -475,6 +423,8 @@ fn on_message(
                 for &t in by_oid.get(&m.oid).map_or(none, Vec::as_slice) {
                     if tables[t].applies(txn.final_lsn) {
                         txn.update(store, tables, t, m.old.as_ref(), &m.new)?;
+                    } else if !tables[t].info.state.is_hydrated() {
+                        deferral.keep(txn, t, m.oid, data);
                     }
                 }
             }
@@ -484,6 +434,8 @@ fn on_message(
                 for &t in by_oid.get(&m.oid).map_or(none, Vec::as_slice) {
                     if tables[t].applies(txn.final_lsn) {
                         txn.delete(store, tables, t, &m.old)?;
+                    } else if !tables[t].info.state.is_hydrated() {
+                        deferral.keep(txn, t, m.oid, data);
                     }
                 }
             }
@@ -494,6 +446,8 @@ fn on_message(
                     for &t in by_oid.get(oid).map_or(none, Vec::as_slice) {
                         if tables[t].applies(txn.final_lsn) {
                             txn.truncate(store, tables, t)?;
+                        } else if !tables[t].info.state.is_hydrated() {
+                            deferral.keep(txn, t, *oid, data);
                         }
                     }
                 }
@@ -501,5 +455,124 @@ fn on_message(
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// Pending messages read at once while replaying.
+const REPLAY_PAGE: i64 = 1_000;
+
+/// Table `t`'s snapshot is copied (state `copied`, consistent point `C`):
+/// applies its pending messages of the transactions committed at or after
+/// `C`, in order, and marks it running, in one store transaction. A
+/// Relation message among them that the pinned columns do not match stalls
+/// it instead, as it would have live.
+fn replay_pending(
+    ctx: &SourceContext,
+    store: &mut Store,
+    tables: &mut [TableRuntime],
+    t: usize,
+    point: Lsn,
+    deferral: &Deferral,
+) -> Result<()> {
+    let fail = |e: rusqlite::Error| PipelineError::store("apply a table's pending changes", e);
+    let id = tables[t].info.id;
+    let oid = tables[t].info.upstream_oid;
+    tables[t].info.snapshot_lsn = Some(point);
+    let tx = store.conn.unchecked_transaction().map_err(fail)?;
+    let mut decoder = LogicalDecoder::new();
+    let mut last_seq = 0i64;
+    let mut current: Option<(i64, i64, Txn)> = None;
+    let mut replayed = 0u64;
+    let mut stalled: Option<String> = None;
+    'pages: loop {
+        let page: Vec<(i64, i64, i64, i64, Vec<u8>)> = {
+            let mut read = store
+                .conn
+                .prepare_cached(
+                    "SELECT seq, final_lsn, end_lsn, committed_at, message FROM pending \
+                     WHERE tbl = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                )
+                .map_err(fail)?;
+            read.query_map(params![id, last_seq, REPLAY_PAGE], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(fail)?
+        };
+        if page.is_empty() {
+            break;
+        }
+        for (seq, final_lsn, end_lsn, committed_at, message) in page {
+            last_seq = seq;
+            if current.as_ref().is_none_or(|(end, _, _)| *end != end_lsn) {
+                if let Some((end, time, txn)) = current.take() {
+                    txn.write(store, tables, Lsn(end as u64), time, false)?;
+                }
+                current = Some((end_lsn, committed_at, Txn::new(Lsn(final_lsn as u64))));
+            }
+            let Some((_, _, txn)) = current.as_mut() else {
+                continue;
+            };
+            let applies = Lsn(final_lsn as u64) >= point;
+            let decoded = decoder
+                .decode(&message)
+                .map_err(|e| PipelineError::Replication {
+                    source_name: ctx.source.name.clone(),
+                    message: format!("a pending message of table {}: {e}", tables[t].info.name),
+                })?;
+            match decoded {
+                LogicalMessage::Relation(relation) => {
+                    if let Err(problem) = tables[t].on_relation(&relation)
+                        && applies
+                    {
+                        stalled = Some(problem);
+                        break 'pages;
+                    }
+                }
+                LogicalMessage::Insert(m) if applies => txn.insert(store, tables, t, &m.new)?,
+                LogicalMessage::Update(m) if applies => {
+                    txn.update(store, tables, t, m.old.as_ref(), &m.new)?
+                }
+                LogicalMessage::Delete(m) if applies => txn.delete(store, tables, t, &m.old)?,
+                LogicalMessage::Truncate(m) if applies && m.relation_oids.contains(&oid) => {
+                    txn.truncate(store, tables, t)?
+                }
+                _ => continue,
+            }
+            replayed += 1;
+        }
+    }
+    if let Some((end, time, txn)) = current.take()
+        && stalled.is_none()
+    {
+        txn.write(store, tables, Lsn(end as u64), time, false)?;
+    }
+    let state = if stalled.is_some() {
+        TableState::Stalled
+    } else {
+        TableState::Running
+    };
+    store.set_table_state(id, state, stalled.as_deref(), Some(point))?;
+    tx.execute("DELETE FROM pending WHERE tbl = ?1", [id])
+        .map_err(fail)?;
+    tx.commit().map_err(fail)?;
+    tables[t].info.state = state;
+    tables[t].info.error = stalled.clone();
+    // Back to the columns of the live stream's latest Relation message.
+    if stalled.is_none()
+        && let Some(relation) = deferral.relations.get(&oid)
+        && let Ok(LogicalMessage::Relation(relation)) = LogicalDecoder::new().decode(relation)
+        && let Err(problem) = tables[t].on_relation(&relation)
+    {
+        stall(ctx, store, &mut tables[t], problem)?;
+        return Ok(());
+    }
+    tracing::info!(table = %tables[t].info.name, replayed, "table caught up and running");
+    ctx.status.set(
+        ObjectKind::Table,
+        &tables[t].info.name,
+        state.as_str(),
+        stalled,
+    );
     Ok(())
 }

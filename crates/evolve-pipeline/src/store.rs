@@ -75,6 +75,9 @@ pub enum TableState {
     Pending,
     /// Its snapshot is being copied (restarted from scratch after a crash).
     Snapshotting,
+    /// Its snapshot is copied; the source's task has still to apply what
+    /// the stream brought for it meanwhile (its pending changes).
+    Copied,
     /// Snapshot done; the stream applies to it.
     Running,
     /// The stream can no longer apply to it (see the error).
@@ -82,18 +85,27 @@ pub enum TableState {
 }
 
 impl TableState {
-    fn as_str(self) -> &'static str {
+    /// The state's name, as stored and shown.
+    pub fn as_str(self) -> &'static str {
         match self {
             TableState::Pending => "pending",
             TableState::Snapshotting => "snapshotting",
+            TableState::Copied => "copied",
             TableState::Running => "running",
             TableState::Stalled => "stalled",
         }
     }
 
+    /// Whether the stream applies to the table directly (otherwise its
+    /// changes are kept as pending until its snapshot is in).
+    pub fn is_hydrated(self) -> bool {
+        matches!(self, TableState::Running | TableState::Stalled)
+    }
+
     fn parse(s: &str) -> TableState {
         match s {
             "snapshotting" => TableState::Snapshotting,
+            "copied" => TableState::Copied,
             "running" => TableState::Running,
             "stalled" => TableState::Stalled,
             _ => TableState::Pending,
@@ -155,6 +167,27 @@ pub struct InterfaceInfo {
     pub name: String,
     /// The table it currently reads.
     pub table: String,
+    /// `ABSORB = 'auto'`: evolve absorbs upstream schema changes itself.
+    pub absorb_auto: bool,
+}
+
+/// A replacement of an interface: the same interface over another table
+/// (`CREATE REPLACEMENT MATERIALIZED VIEW name FOR target AS ... FROM
+/// table t`), swapped in by `ALTER MATERIALIZED VIEW target APPLY
+/// REPLACEMENT name`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ReplacementInfo {
+    /// Its name.
+    pub name: String,
+    /// The interface it replaces.
+    pub target: String,
+    /// The table it reads.
+    pub table: String,
+    /// APPLY was requested: the source's stream swaps it in at the
+    /// upstream position of the request.
+    pub applying: bool,
+    /// Why the last APPLY failed.
+    pub error: Option<String>,
 }
 
 /// A PostgreSQL sink of an interface.
@@ -196,7 +229,7 @@ CREATE TABLE IF NOT EXISTS sources (
     applied_lsn INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS tables (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL UNIQUE,
     source TEXT NOT NULL REFERENCES sources(name),
     upstream_schema TEXT NOT NULL,
@@ -209,9 +242,10 @@ CREATE TABLE IF NOT EXISTS tables (
     rows_copied INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS interfaces (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL UNIQUE,
-    table_name TEXT NOT NULL REFERENCES tables(name)
+    table_name TEXT NOT NULL REFERENCES tables(name),
+    absorb TEXT NOT NULL DEFAULT 'manual'
 );
 CREATE TABLE IF NOT EXISTS sinks (
     name TEXT PRIMARY KEY,
@@ -236,6 +270,24 @@ CREATE TABLE IF NOT EXISTS feed (
     committed_at INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS feed_by_position ON feed (interface, pos, seq);
+CREATE TABLE IF NOT EXISTS feed_horizon (interface INTEGER PRIMARY KEY, pos INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS feed_horizon_forget AFTER DELETE ON interfaces BEGIN DELETE FROM feed_horizon WHERE interface = old.id; END;
+CREATE TABLE IF NOT EXISTS pending (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    tbl INTEGER NOT NULL,
+    final_lsn INTEGER NOT NULL,
+    end_lsn INTEGER NOT NULL,
+    committed_at INTEGER NOT NULL,
+    message BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pending_by_table ON pending (tbl, seq);
+CREATE TABLE IF NOT EXISTS replacements (
+    name TEXT PRIMARY KEY,
+    target TEXT NOT NULL UNIQUE REFERENCES interfaces(name),
+    table_name TEXT NOT NULL REFERENCES tables(name),
+    applying INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
 ";
 
 /// A connection to the store. Each task opens its own; SQLite's WAL mode
@@ -272,6 +324,7 @@ impl Store {
             .map_err(|e| PipelineError::store(ctx(), e))?;
         conn.execute_batch(SCHEMA)
             .map_err(|e| PipelineError::store(ctx(), e))?;
+        upgrade(&conn).map_err(|e| PipelineError::store(ctx(), e))?;
         Ok(Store { conn })
     }
 
@@ -443,6 +496,12 @@ impl Store {
             "DELETE FROM rows WHERE tbl = (SELECT id FROM tables WHERE name = ?1)",
             [name],
         )
+        .and_then(|_| {
+            tx.execute(
+                "DELETE FROM pending WHERE tbl = (SELECT id FROM tables WHERE name = ?1)",
+                [name],
+            )
+        })
         .and_then(|_| tx.execute("DELETE FROM tables WHERE name = ?1", [name]))
         .and_then(|_| tx.commit())
         .map_err(|e| PipelineError::store("drop table", e))?;
@@ -462,11 +521,22 @@ impl Store {
         Ok(())
     }
 
+    /// Sets an interface's ABSORB option.
+    pub fn set_absorb(&self, name: &str, auto: bool) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE interfaces SET absorb = ?2 WHERE name = ?1",
+                params![name, if auto { "auto" } else { "manual" }],
+            )
+            .map_err(|e| PipelineError::store("alter materialized view", e))?;
+        Ok(())
+    }
+
     /// Every interface, by name.
     pub fn interfaces(&self) -> Result<Vec<InterfaceInfo>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT id, name, table_name FROM interfaces ORDER BY name")
+            .prepare("SELECT id, name, table_name, absorb FROM interfaces ORDER BY name")
             .map_err(|e| PipelineError::store("list materialized views", e))?;
         let rows = stmt
             .query_map([], |r| {
@@ -474,6 +544,7 @@ impl Store {
                     id: r.get(0)?,
                     name: r.get(1)?,
                     table: r.get(2)?,
+                    absorb_auto: r.get::<_, String>(3)? == "auto",
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
@@ -499,6 +570,67 @@ impl Store {
         .and_then(|_| tx.execute("DELETE FROM interfaces WHERE name = ?1", [name]))
         .and_then(|_| tx.commit())
         .map_err(|e| PipelineError::store("drop materialized view", e))?;
+        Ok(())
+    }
+
+    // ----------------------------------------------------- replacements
+
+    /// Inserts a replacement of interface `target` reading `table`.
+    pub fn insert_replacement(&self, name: &str, target: &str, table: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO replacements (name, target, table_name) VALUES (?1, ?2, ?3)",
+                [name, target, table],
+            )
+            .map_err(|e| PipelineError::store("insert replacement", e))?;
+        Ok(())
+    }
+
+    /// Every pending replacement, by name.
+    pub fn replacements(&self) -> Result<Vec<ReplacementInfo>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT name, target, table_name, applying, error FROM replacements ORDER BY name",
+            )
+            .map_err(|e| PipelineError::store("list replacements", e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(ReplacementInfo {
+                    name: r.get(0)?,
+                    target: r.get(1)?,
+                    table: r.get(2)?,
+                    applying: r.get(3)?,
+                    error: r.get(4)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| PipelineError::store("list replacements", e))?;
+        Ok(rows)
+    }
+
+    /// The replacement named `name`.
+    pub fn replacement(&self, name: &str) -> Result<Option<ReplacementInfo>> {
+        Ok(self.replacements()?.into_iter().find(|r| r.name == name))
+    }
+
+    /// Marks a replacement as requested to apply (or not), clearing its
+    /// error.
+    pub fn set_replacement_applying(&self, name: &str, applying: bool) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE replacements SET applying = ?2, error = NULL WHERE name = ?1",
+                params![name, applying],
+            )
+            .map_err(|e| PipelineError::store("update replacement", e))?;
+        Ok(())
+    }
+
+    /// Deletes a replacement.
+    pub fn delete_replacement(&self, name: &str) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM replacements WHERE name = ?1", [name])
+            .map_err(|e| PipelineError::store("drop replacement", e))?;
         Ok(())
     }
 
@@ -567,12 +699,24 @@ impl Store {
                 .into_iter()
                 .filter(|i| i.table == name)
                 .map(|i| (ObjectKind::Interface, i.name))
+                .chain(
+                    self.replacements()?
+                        .into_iter()
+                        .filter(|r| r.table == name)
+                        .map(|r| (ObjectKind::Interface, r.name)),
+                )
                 .collect(),
             ObjectKind::Interface => self
                 .sinks()?
                 .into_iter()
                 .filter(|s| s.interface == name)
                 .map(|s| (ObjectKind::Sink, s.name))
+                .chain(
+                    self.replacements()?
+                        .into_iter()
+                        .filter(|r| r.target == name)
+                        .map(|r| (ObjectKind::Interface, r.name)),
+                )
                 .collect(),
             ObjectKind::Sink => Vec::new(),
         })
@@ -662,15 +806,141 @@ impl Store {
         Ok(entries)
     }
 
-    /// Deletes the feed entries of `interface` at or before `upto`.
+    /// Deletes the feed entries of `interface` at or before `upto` and
+    /// raises its horizon accordingly (see [`Store::feed_horizon`]).
     pub fn prune_feed(&self, interface: i64, upto: Lsn) -> Result<usize> {
-        self.conn
+        self.prune_feed_retained(interface, upto, i64::MAX, None)
+    }
+
+    /// The source task's upkeep of `interface`'s feed, each tick. With
+    /// `start`, the interface's table is hydrated and `start` is the
+    /// applied position: if no horizon is recorded yet, the feed is
+    /// complete from there on, and that becomes the horizon. Then the
+    /// entries at or before `upto` (what every sink has committed) whose
+    /// upstream commit time is before `committed_before` (Unix
+    /// microseconds: now minus `retain_history`) are deleted, oldest
+    /// first and stopping at the first entry that is kept, so that what
+    /// remains is every entry after the horizon. Deleting and raising the
+    /// horizon are one store transaction. Returns the entries deleted.
+    pub fn prune_feed_retained(
+        &self,
+        interface: i64,
+        upto: Lsn,
+        committed_before: i64,
+        start: Option<Lsn>,
+    ) -> Result<usize> {
+        let fail = |e: rusqlite::Error| PipelineError::store("prune feed", e);
+        if let Some(start) = start
+            && self.feed_horizon(interface)?.is_none()
+        {
+            self.conn
+                .execute(
+                    "INSERT OR IGNORE INTO feed_horizon (interface, pos) VALUES (?1, ?2)",
+                    params![interface, lsn_to_sql(start)],
+                )
+                .map_err(fail)?;
+        }
+        // Reads first, so that a tick with nothing to prune writes nothing.
+        let oldest: Option<(i64, i64)> = self
+            .conn
+            .prepare_cached(
+                "SELECT pos, committed_at FROM feed WHERE interface = ?1 ORDER BY pos, seq LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row([interface], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(fail)?;
+        match oldest {
+            Some((pos, at)) if pos <= lsn_to_sql(upto) && at < committed_before => {}
+            _ => return Ok(0),
+        }
+        let tx = rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )
+        .map_err(fail)?;
+        // The first entry to keep bounds what goes.
+        let kept: Option<i64> = tx
+            .prepare_cached(
+                "SELECT pos FROM feed WHERE interface = ?1 AND (pos > ?2 OR committed_at >= ?3) \
+                 ORDER BY pos, seq LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row(
+                    params![interface, lsn_to_sql(upto), committed_before],
+                    |r| r.get(0),
+                )
+                .optional()
+            })
+            .map_err(fail)?;
+        let through = match kept {
+            Some(pos) => (pos - 1).min(lsn_to_sql(upto)),
+            None => lsn_to_sql(upto),
+        };
+        let last: Option<i64> = tx
+            .prepare_cached(
+                "SELECT pos FROM feed WHERE interface = ?1 AND pos <= ?2 ORDER BY pos DESC LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![interface, through], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(fail)?;
+        let Some(last) = last else {
+            return Ok(0);
+        };
+        let deleted = tx
             .execute(
                 "DELETE FROM feed WHERE interface = ?1 AND pos <= ?2",
-                params![interface, lsn_to_sql(upto)],
+                params![interface, last],
             )
-            .map_err(|e| PipelineError::store("prune feed", e))
+            .map_err(fail)?;
+        tx.execute(
+            "INSERT INTO feed_horizon (interface, pos) VALUES (?1, ?2) \
+             ON CONFLICT (interface) DO UPDATE SET pos = max(pos, excluded.pos)",
+            params![interface, last],
+        )
+        .map_err(fail)?;
+        tx.commit().map_err(fail)?;
+        Ok(deleted)
     }
+
+    /// The horizon of `interface`'s feed: every feed entry after it is
+    /// kept (entries at or before it may have been pruned), so the
+    /// interface's changes can be replayed from any position at or after
+    /// it. `None` while the source's task has not yet recorded where the
+    /// feed starts (then only the current position is safe).
+    pub fn feed_horizon(&self, interface: i64) -> Result<Option<Lsn>> {
+        self.conn
+            .prepare_cached("SELECT pos FROM feed_horizon WHERE interface = ?1")
+            .and_then(|mut s| s.query_row([interface], |r| r.get(0)).optional())
+            .map(|pos| pos.map(lsn_from_sql))
+            .map_err(|e| PipelineError::store("read feed horizon", e))
+    }
+}
+
+/// Columns added since the first release of the store: added to an older
+/// `pipeline.db` when it is opened.
+const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("feed", "committed_at", "INTEGER NOT NULL DEFAULT 0"),
+    ("interfaces", "absorb", "TEXT NOT NULL DEFAULT 'manual'"),
+];
+
+fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
+    for (table, column, definition) in ADDED_COLUMNS {
+        let present: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2)",
+            [table, column],
+            |r| r.get(0),
+        )?;
+        if !present {
+            conn.execute_batch(&format!(
+                "ALTER TABLE {table} ADD COLUMN {column} {definition}"
+            ))?;
+        }
+    }
+    Ok(())
 }
 
 fn source_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SourceInfo> {

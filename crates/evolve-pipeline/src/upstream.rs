@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::str::FromStr;
 
 use evolve_core::document::{Column, TypeKind};
-use evolve_pg::{quote_ident, quote_literal};
+use evolve_pg::{PgError, SslMode, TlsSettings, Verification, quote_ident, quote_literal};
 use evolve_pgoutput::Lsn;
 use pgwire_replication::{ReplicationClient, ReplicationConfig, TlsConfig};
 use tokio_postgres::Client;
@@ -366,7 +366,7 @@ pub async fn drop_slot(client: &Client, slot: &str) -> Result<()> {
 
 /// A replication-session config for `connection`: host, port, user,
 /// password and database from its url, [`SESSION_SETTINGS`] as startup
-/// options. TLS is not supported yet (`sslmode=require` is refused).
+/// options, and the url's TLS parameters as [`replication_tls`] maps them.
 pub fn replication_config(
     name: &str,
     connection: &Connection,
@@ -378,21 +378,20 @@ pub fn replication_config(
         target: connection.redacted(),
         reason,
     };
-    let config = tokio_postgres::Config::from_str(connection.url())
-        .map_err(|e| bad(format!("invalid connection url: {e}")))?;
-    if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-        return Err(bad(
-            "sslmode=require is not supported by the pipeline yet".into()
-        ));
-    }
+    let (config, tls) = evolve_pg::parse_url(connection.url()).map_err(|e| {
+        bad(match e {
+            PgError::BadUrl { reason, .. } => format!("invalid connection url: {reason}"),
+            other => other.to_string(),
+        })
+    })?;
     let user = config
         .get_user()
         .ok_or_else(|| bad("the url names no user".into()))?
         .to_string();
-    let host = match config.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
-        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
-        None => "localhost".to_string(),
+    let (host, unix) = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => (h.clone(), false),
+        Some(tokio_postgres::config::Host::Unix(p)) => (p.display().to_string(), true),
+        None => ("localhost".to_string(), false),
     };
     let port = config.get_ports().first().copied().unwrap_or(5432);
     let password = config
@@ -404,14 +403,66 @@ pub fn replication_config(
         .iter()
         .map(|(k, v)| format!("-c {k}={}", v.replace(' ', "\\ ")))
         .collect();
+    let tls = if unix {
+        // As libpq: no TLS over Unix-domain sockets, whatever the mode.
+        TlsConfig::disabled()
+    } else {
+        replication_tls(&tls, &host).map_err(bad)?
+    };
     Ok(
         ReplicationConfig::new(host, user, password, database, slot, publication)
             .with_port(port)
-            .with_tls(TlsConfig::disabled())
+            .with_tls(tls)
             .with_options(options.join(" "))
             .with_application_name("evolve-pipeline")
             .with_status_interval(std::time::Duration::from_secs(1)),
     )
+}
+
+/// pgwire-replication's TLS for the url's TLS settings (see `evolve_pg::tls`)
+/// on a TCP connection to `host`.
+///
+/// pgwire-replication 0.5 cannot express two of libpq's combinations, and
+/// they are refused rather than weakened: `allow` (it has no plain-then-TLS
+/// retry) and `prefer` with `sslrootcert` (its `prefer` never verifies).
+/// Its `verify-ca` also checks the host name (with rustls 0.23.46 its
+/// name-skipping verifier no longer recognises the name error), so a
+/// certificate that does not name the host fails there; the error says so.
+fn replication_tls(settings: &TlsSettings, host: &str) -> std::result::Result<TlsConfig, String> {
+    let unverified = |mode| TlsConfig {
+        mode,
+        ..TlsConfig::disabled()
+    };
+    let root = settings.root_cert.clone();
+    let tls = match (settings.mode, settings.verification()) {
+        (SslMode::Disable, _) => return Ok(TlsConfig::disabled()),
+        (SslMode::Allow, _) => {
+            return Err("sslmode=allow is not supported for replication sessions (pgwire-replication has no plain-then-TLS retry); use sslmode=prefer or a stronger mode".into());
+        }
+        (SslMode::Prefer, Verification::Unverified) => {
+            unverified(pgwire_replication::SslMode::Prefer)
+        }
+        (SslMode::Prefer, _) => {
+            return Err("sslmode=prefer with sslrootcert is not supported for replication sessions (pgwire-replication's prefer never verifies the certificate); use sslmode=verify-ca or verify-full".into());
+        }
+        (_, Verification::Unverified) => unverified(pgwire_replication::SslMode::Require),
+        (_, Verification::Chain) => TlsConfig::verify_ca(root),
+        (_, Verification::ChainAndHostName) => {
+            let tls = TlsConfig::verify_full(root);
+            // pgwire-replication refuses verify-full for an IP address
+            // unless the name to check is given; libpq checks the
+            // certificate's IP addresses, which rustls does for this name.
+            if host.parse::<std::net::IpAddr>().is_ok() {
+                tls.with_sni_hostname(host)
+            } else {
+                tls
+            }
+        }
+    };
+    Ok(match (&settings.client_cert, &settings.client_key) {
+        (Some(cert), Some(key)) => tls.with_client_cert(cert, key),
+        _ => tls,
+    })
 }
 
 /// A temporary slot with an exported snapshot, alive while this lives.
@@ -478,7 +529,53 @@ pub fn replication_connect_error(
             source_name: name.to_string(),
             message: message.clone(),
         },
+        pgwire_replication::PgWireError::Tls(message) => {
+            let (target, settings) = match evolve_pg::parse_url(connection.url()) {
+                Ok((config, settings)) => (evolve_pg::describe_target(&config), settings),
+                Err(_) => (connection.redacted(), TlsSettings::default()),
+            };
+            PipelineError::Connect {
+                connection: name.to_string(),
+                target,
+                reason: replication_tls_reason(message, &settings),
+            }
+        }
         other => connect_error(name, connection, &other.to_string()),
+    }
+}
+
+/// pgwire-replication's TLS error, phrased as `evolve_pg` phrases its own.
+fn replication_tls_reason(message: &str, settings: &TlsSettings) -> String {
+    let root = settings
+        .root_cert
+        .as_deref()
+        .map_or_else(String::new, |p| p.display().to_string());
+    let detail = message
+        .strip_prefix("TLS handshake failed: ")
+        .unwrap_or(message);
+    let certificate = detail.strip_prefix("invalid peer certificate: ");
+    if message.starts_with("server does not support TLS") {
+        format!(
+            "server does not support TLS but sslmode={}; turn ssl on in the server or use sslmode=prefer",
+            settings.mode
+        )
+    } else if certificate == Some("UnknownIssuer") {
+        format!(
+            "certificate verify failed: the server's certificate is not signed by a CA in sslrootcert {root}"
+        )
+    } else if let Some(c) = certificate.filter(|c| c.contains("not valid for name")) {
+        if settings.verification() == Verification::Chain {
+            format!(
+                "certificate verify failed: {c}; replication sessions check the host name under sslmode={} too (pgwire-replication 0.5): connect by a name the certificate lists",
+                settings.mode
+            )
+        } else {
+            format!("certificate verify failed: {c}; connect by a name the certificate lists")
+        }
+    } else if let Some(c) = certificate {
+        format!("certificate verify failed: {c}")
+    } else {
+        format!("TLS: {}", detail.lines().next().unwrap_or(""))
     }
 }
 

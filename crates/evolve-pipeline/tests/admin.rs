@@ -264,21 +264,11 @@ async fn errors_are_postgres_shaped_and_leave_the_catalog_unchanged() {
     assert_eq!(body["results"], json!([]));
     assert_eq!(catalog(&app).await, [0, 0, 0, 0]);
 
-    // Not supported yet: 0A000, nothing applied.
-    let (status, body) = sql(
-        &app,
-        &format!(
-            "CREATE SOURCE {src} FROM POSTGRES CONNECTION up (PUBLICATION 'evolve_pub');
-             ALTER SOURCE {src} REFRESH REFERENCES;"
-        ),
-    )
-    .await;
-    assert_eq!(status, 400, "{body}");
-    assert_eq!(body["error"]["code"], "0A000", "{body}");
-    assert_eq!(
-        body["error"]["message"],
-        "ALTER SOURCE ... REFRESH REFERENCES is not supported yet"
-    );
+    // REFRESH REFERENCES of a source that does not exist.
+    let (status, body) = sql(&app, "ALTER SOURCE nosuch REFRESH REFERENCES").await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "42704", "{body}");
+    assert_eq!(body["error"]["message"], "source \"nosuch\" does not exist");
     assert_eq!(catalog(&app).await, [0, 0, 0, 0]);
 
     // An unknown connection: nothing created upstream or in the catalog.

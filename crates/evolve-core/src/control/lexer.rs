@@ -128,6 +128,7 @@ const RESERVED: &[&str] = &[
 /// They are fine as bare names, but [`super::sql_ident`] quotes them anyway
 /// so canonical text never reads ambiguously.
 const CONTROL_KEYWORDS: &[&str] = &[
+    "absorb",
     "alter",
     "apply",
     "columns",
@@ -142,6 +143,8 @@ const CONTROL_KEYWORDS: &[&str] = &[
     "reference",
     "refresh",
     "replacement",
+    "reset",
+    "set",
     "show",
     "sink",
     "sinks",

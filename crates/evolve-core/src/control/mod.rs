@@ -6,11 +6,13 @@
 //! CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');
 //! CREATE TABLE orders_v1 FROM SOURCE src (REFERENCE public.orders)
 //!   [WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c))];
-//! CREATE MATERIALIZED VIEW orders_json AS
+//! CREATE MATERIALIZED VIEW orders_json [WITH (ABSORB = {'auto' | 'manual'})] AS
 //!   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;
 //! CREATE REPLACEMENT MATERIALIZED VIEW orders_json_v2 FOR orders_json AS
 //!   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v2 t;
 //! ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2;
+//! ALTER MATERIALIZED VIEW orders_json SET (ABSORB = {'auto' | 'manual'});
+//! ALTER MATERIALIZED VIEW orders_json RESET (ABSORB);
 //! ALTER SOURCE src REFRESH REFERENCES;
 //! CREATE SINK orders_sink FROM orders_json
 //!   INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');
@@ -30,6 +32,14 @@
 //!
 //! Options in parentheses may be written with or without `=`
 //! (`PUBLICATION = 'p'`), and each may be given once.
+//!
+//! `ABSORB` is the one option of a materialized view ([`Absorb`]): its value
+//! is the string literal `'auto'` or `'manual'` in any case, and `manual`
+//! when it is not given; `RESET (ABSORB)` sets it back to `manual`. A
+//! replacement takes no options (`WITH` after `CREATE REPLACEMENT
+//! MATERIALIZED VIEW` is refused): applying it leaves the options of the
+//! materialized view it replaces as they are, and those are changed with
+//! `ALTER MATERIALIZED VIEW ... SET`.
 //!
 //! A materialized view is only ever the schema-agnostic interface over one
 //! ingestion table, so its query is matched against that one form (tokens,
@@ -181,13 +191,42 @@ pub struct CreateTable {
     pub span: Span,
 }
 
-/// `CREATE MATERIALIZED VIEW name AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)),
-/// '{}'::jsonb) AS data FROM table t`
+/// The `ABSORB` option of a materialized view: who absorbs upstream schema
+/// changes behind the interface.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Absorb {
+    /// An operator creates and applies each replacement (the default).
+    #[default]
+    Manual,
+    /// The pipeline absorbs upstream schema changes on its own.
+    Auto,
+}
+
+impl Absorb {
+    /// The option's value as written in a statement: `manual` or `auto`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Absorb::Manual => "manual",
+            Absorb::Auto => "auto",
+        }
+    }
+}
+
+impl fmt::Display for Absorb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `CREATE MATERIALIZED VIEW name [WITH (ABSORB = 'auto' | 'manual')] AS
+/// SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM table t`
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateMaterializedView {
     pub name: String,
     /// The ingestion table the interface reads.
     pub table: String,
+    /// [`Absorb::Manual`] when the statement has no `WITH`.
+    pub absorb: Absorb,
     pub span: Span,
 }
 
@@ -207,6 +246,17 @@ pub struct CreateReplacement {
 pub struct ApplyReplacement {
     pub view: String,
     pub replacement: String,
+    pub span: Span,
+}
+
+/// `ALTER MATERIALIZED VIEW name SET (ABSORB = 'auto' | 'manual')` or
+/// `ALTER MATERIALIZED VIEW name RESET (ABSORB)` (which sets
+/// [`Absorb::Manual`])
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AlterMaterializedView {
+    pub name: String,
+    /// The option's new value.
+    pub absorb: Absorb,
     pub span: Span,
 }
 
@@ -254,6 +304,7 @@ pub enum Statement {
     CreateMaterializedView(CreateMaterializedView),
     CreateReplacement(CreateReplacement),
     ApplyReplacement(ApplyReplacement),
+    AlterMaterializedView(AlterMaterializedView),
     RefreshReferences(RefreshReferences),
     CreateSink(CreateSink),
     Drop(Drop),
@@ -270,6 +321,7 @@ impl Statement {
             Statement::CreateMaterializedView(s) => s.span,
             Statement::CreateReplacement(s) => s.span,
             Statement::ApplyReplacement(s) => s.span,
+            Statement::AlterMaterializedView(s) => s.span,
             Statement::RefreshReferences(s) => s.span,
             Statement::CreateSink(s) => s.span,
             Statement::Drop(s) => s.span,
@@ -285,6 +337,7 @@ impl Statement {
             Statement::CreateMaterializedView(s) => s.span = span,
             Statement::CreateReplacement(s) => s.span = span,
             Statement::ApplyReplacement(s) => s.span = span,
+            Statement::AlterMaterializedView(s) => s.span = span,
             Statement::RefreshReferences(s) => s.span = span,
             Statement::CreateSink(s) => s.span = span,
             Statement::Drop(s) => s.span = span,
@@ -305,7 +358,8 @@ impl Statement {
             Statement::CreateTable(_) => ObjectKind::Table,
             Statement::CreateMaterializedView(_)
             | Statement::CreateReplacement(_)
-            | Statement::ApplyReplacement(_) => ObjectKind::MaterializedView,
+            | Statement::ApplyReplacement(_)
+            | Statement::AlterMaterializedView(_) => ObjectKind::MaterializedView,
             Statement::CreateSink(_) => ObjectKind::Sink,
             Statement::Drop(d) => d.kind,
             Statement::Show(s) => s.kind,
@@ -315,7 +369,9 @@ impl Statement {
     /// The canonical text of the statement, without a terminating `;`:
     /// keywords in upper case, single spaces, identifiers quoted only where
     /// needed ([`sql_ident`]), the reference and sink table always
-    /// schema-qualified, the interface query in its one form with alias `t`.
+    /// schema-qualified, the interface query in its one form with alias `t`,
+    /// `WITH (ABSORB = 'auto')` only when it is not the default, and
+    /// `RESET (ABSORB)` written as `SET (ABSORB = 'manual')`.
     /// For every statement `s` that [`parse`] returned,
     /// `parse(&s.to_sql())` is `[s]` up to spans.
     pub fn to_sql(&self) -> String {
@@ -351,8 +407,12 @@ impl Statement {
                 sql
             }
             Statement::CreateMaterializedView(s) => format!(
-                "CREATE MATERIALIZED VIEW {} AS {}",
+                "CREATE MATERIALIZED VIEW {}{} AS {}",
                 sql_ident(&s.name),
+                match s.absorb {
+                    Absorb::Manual => String::new(),
+                    Absorb::Auto => format!(" WITH ({})", absorb_option(s.absorb)),
+                },
                 interface_query(&s.table)
             ),
             Statement::CreateReplacement(s) => format!(
@@ -365,6 +425,11 @@ impl Statement {
                 "ALTER MATERIALIZED VIEW {} APPLY REPLACEMENT {}",
                 sql_ident(&s.view),
                 sql_ident(&s.replacement)
+            ),
+            Statement::AlterMaterializedView(s) => format!(
+                "ALTER MATERIALIZED VIEW {} SET ({})",
+                sql_ident(&s.name),
+                absorb_option(s.absorb)
             ),
             Statement::RefreshReferences(s) => {
                 format!("ALTER SOURCE {} REFRESH REFERENCES", sql_ident(&s.source))
@@ -399,6 +464,11 @@ fn interface_query(table: &str) -> String {
         "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) AS data FROM {} t",
         sql_ident(table)
     )
+}
+
+/// `ABSORB = 'auto'`
+fn absorb_option(absorb: Absorb) -> String {
+    format!("ABSORB = {}", sql_literal(absorb.as_str()))
 }
 
 fn ident_list(names: &[String]) -> String {

@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use super::error::ControlError;
 use super::lexer::{STATEMENT_STARTS, Tok, Token, is_reserved, lex, near};
 use super::{
-    ApplyReplacement, CreateMaterializedView, CreateReplacement, CreateSink, CreateSource,
-    CreateTable, Drop, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName, RefreshReferences, Show,
-    Span, Statement,
+    Absorb, AlterMaterializedView, ApplyReplacement, CreateMaterializedView, CreateReplacement,
+    CreateSink, CreateSource, CreateTable, Drop, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName,
+    RefreshReferences, Show, Span, Statement,
 };
 
 /// Parses `input` into statements, in input order. Empty input (or only
@@ -38,9 +38,16 @@ pub fn parse(input: &str) -> Result<Vec<Statement>, ControlError> {
 /// The hint for an unknown statement.
 const SUPPORTED: &str = "The supported statements are CREATE SOURCE, \
 CREATE TABLE ... FROM SOURCE, CREATE [REPLACEMENT] MATERIALIZED VIEW, CREATE SINK, \
-ALTER SOURCE ... REFRESH REFERENCES, ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT, \
+ALTER SOURCE ... REFRESH REFERENCES, \
+ALTER MATERIALIZED VIEW ... {APPLY REPLACEMENT | SET | RESET}, \
 DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} and \
 SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS}.";
+
+/// The options of a materialized view, for [`Parser::options`].
+const VIEW_OPTIONS: &[(&str, &str)] = &[("absorb", "ABSORB")];
+
+/// The values of `ABSORB`, for hints.
+const ABSORB_VALUES: &str = "ABSORB is 'auto' or 'manual'.";
 
 const INTERFACE_FORM: &str = "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) \
 AS data FROM table_name t";
@@ -557,13 +564,35 @@ impl Parser<'_> {
 
     fn create_view(&mut self, start: usize, replacement: bool) -> Result<Statement, ControlError> {
         let (name, _) = self.name()?;
+        let mut absorb = Absorb::default();
         let target = if replacement {
+            if self.at_word("with") {
+                return Err(self.replacement_options(None));
+            }
             self.expect_keyword("for")?;
-            Some(self.name()?.0)
+            let (target, _) = self.name()?;
+            if self.at_word("with") {
+                return Err(self.replacement_options(Some(&target)));
+            }
+            self.expect_keyword("as")?;
+            Some(target)
         } else {
+            if self.at_word("with") {
+                self.bump();
+                self.options(VIEW_OPTIONS, |p, _| {
+                    absorb = p.absorb_value()?;
+                    Ok(())
+                })?;
+                self.expect_keyword("as")?;
+            } else if self.at_word("as") {
+                self.bump();
+            } else {
+                return Err(
+                    self.syntax_error(&[Expected::Keyword("with"), Expected::Keyword("as")])
+                );
+            }
             None
         };
-        self.expect_keyword("as")?;
         let table = Interface {
             parser: self,
             replacement,
@@ -577,8 +606,58 @@ impl Parser<'_> {
                 table,
                 span,
             }),
-            None => Statement::CreateMaterializedView(CreateMaterializedView { name, table, span }),
+            None => Statement::CreateMaterializedView(CreateMaterializedView {
+                name,
+                table,
+                absorb,
+                span,
+            }),
         })
+    }
+
+    /// `[=] 'auto' | 'manual'`, the literal in any case.
+    fn absorb_value(&mut self) -> Result<Absorb, ControlError> {
+        self.optional_equals();
+        let token = self.peek();
+        let Tok::Str(value) = &token.tok else {
+            let err = self.bare_syntax_error();
+            return Err(if token.tok == Tok::Error {
+                err
+            } else {
+                err.with_hint(format!("Expected a string literal: {ABSORB_VALUES}"))
+            });
+        };
+        let absorb = if value.eq_ignore_ascii_case("auto") {
+            Absorb::Auto
+        } else if value.eq_ignore_ascii_case("manual") {
+            Absorb::Manual
+        } else {
+            return Err(self
+                .error_at(
+                    token.start,
+                    format!("invalid value for option ABSORB: {}", near(value)),
+                )
+                .with_hint(ABSORB_VALUES));
+        };
+        self.bump();
+        Ok(absorb)
+    }
+
+    /// `WITH` after `CREATE REPLACEMENT MATERIALIZED VIEW name [FOR target]`.
+    fn replacement_options(&self, target: Option<&str>) -> ControlError {
+        let target = target.map_or("target_view".into(), super::sql_ident);
+        self.error_at(
+            self.peek().start,
+            "a replacement materialized view takes no options",
+        )
+        .with_detail(
+            "Applying a replacement leaves the options of the materialized view it replaces \
+             as they are.",
+        )
+        .with_hint(format!(
+            "Options belong to the materialized view itself; change them with \
+             ALTER MATERIALIZED VIEW {target} SET (...)."
+        ))
     }
 
     fn create_sink(&mut self, start: usize) -> Result<Statement, ControlError> {
@@ -651,16 +730,7 @@ impl Parser<'_> {
             Some("materialized") => {
                 self.bump();
                 self.expect_keyword("view")?;
-                let (view, _) = self.name()?;
-                self.expect_keyword("apply")?;
-                self.expect_keyword("replacement")?;
-                let (replacement, _) = self.name()?;
-                self.expect_end(&[])?;
-                Ok(Statement::ApplyReplacement(ApplyReplacement {
-                    view,
-                    replacement,
-                    span: self.span_from(start),
-                }))
+                self.alter_view(start)
             }
             Some("source") => {
                 self.bump();
@@ -675,6 +745,63 @@ impl Parser<'_> {
             }
             _ => Err(self.statement_error(&["materialized", "source"])),
         }
+    }
+
+    /// After `ALTER MATERIALIZED VIEW`.
+    fn alter_view(&mut self, start: usize) -> Result<Statement, ControlError> {
+        let (name, _) = self.name()?;
+        let absorb = match self.word() {
+            Some("apply") => {
+                self.bump();
+                self.expect_keyword("replacement")?;
+                let (replacement, _) = self.name()?;
+                self.expect_end(&[])?;
+                return Ok(Statement::ApplyReplacement(ApplyReplacement {
+                    view: name,
+                    replacement,
+                    span: self.span_from(start),
+                }));
+            }
+            Some("set") => {
+                self.bump();
+                let mut absorb = Absorb::default();
+                self.options(VIEW_OPTIONS, |p, _| {
+                    absorb = p.absorb_value()?;
+                    Ok(())
+                })?;
+                absorb
+            }
+            Some("reset") => {
+                self.bump();
+                self.options(VIEW_OPTIONS, |p, _| {
+                    let token = p.peek();
+                    let value = matches!(token.tok, Tok::Str(_))
+                        || (token.tok == Tok::Op && p.raw(token) == "=");
+                    if value {
+                        return Err(p
+                            .error_at(token.start, "RESET must not include values for parameters")
+                            .with_hint(
+                                "Write RESET (ABSORB), or SET (ABSORB = '...') to set a value.",
+                            ));
+                    }
+                    Ok(())
+                })?;
+                Absorb::default()
+            }
+            _ => {
+                return Err(self.syntax_error(&[
+                    Expected::Keyword("apply"),
+                    Expected::Keyword("set"),
+                    Expected::Keyword("reset"),
+                ]));
+            }
+        };
+        self.expect_end(&[])?;
+        Ok(Statement::AlterMaterializedView(AlterMaterializedView {
+            name,
+            absorb,
+            span: self.span_from(start),
+        }))
     }
 
     fn drop(&mut self, start: usize) -> Result<Statement, ControlError> {

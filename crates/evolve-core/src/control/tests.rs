@@ -83,9 +83,22 @@ fn table(
 }
 
 fn view(name: &str, table: &str) -> Statement {
+    view_absorbing(name, table, Absorb::Manual)
+}
+
+fn view_absorbing(name: &str, table: &str, absorb: Absorb) -> Statement {
     Statement::CreateMaterializedView(CreateMaterializedView {
         name: s(name),
         table: s(table),
+        absorb,
+        span: Span::default(),
+    })
+}
+
+fn alter_view(name: &str, absorb: Absorb) -> Statement {
+    Statement::AlterMaterializedView(AlterMaterializedView {
+        name: s(name),
+        absorb,
         span: Span::default(),
     })
 }
@@ -221,6 +234,40 @@ fn create_materialized_view() {
 }
 
 #[test]
+fn create_materialized_view_with_absorb() {
+    let auto = view_absorbing("orders_json", "orders_v1", Absorb::Auto);
+    for input in [
+        "CREATE MATERIALIZED VIEW orders_json WITH (ABSORB = 'auto') AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;",
+        "create materialized view Orders_Json with (absorb 'AUTO') as select coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) as data from orders_v1 t",
+        "CREATE MATERIALIZED VIEW orders_json WITH(Absorb='Auto')AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t",
+        "CREATE MATERIALIZED VIEW orders_json WITH ( -- absorb\n ABSORB /* = */ = 'aUTO' ) AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t",
+    ] {
+        assert_eq!(one(input), auto, "{input}");
+    }
+    assert_eq!(
+        auto.to_sql(),
+        format!(
+            "CREATE MATERIALIZED VIEW orders_json WITH (ABSORB = 'auto') AS {INTERFACE} FROM orders_v1 t"
+        )
+    );
+    // 'manual' is the default, so its canonical text has no WITH.
+    let manual = view("orders_json", "orders_v1");
+    for input in [
+        "CREATE MATERIALIZED VIEW orders_json WITH (ABSORB = 'manual') AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t",
+        "CREATE MATERIALIZED VIEW orders_json WITH (absorb 'MANUAL') AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t",
+    ] {
+        assert_eq!(one(input), manual, "{input}");
+    }
+    assert_eq!(
+        manual.to_sql(),
+        format!("CREATE MATERIALIZED VIEW orders_json AS {INTERFACE} FROM orders_v1 t")
+    );
+    assert_eq!(Absorb::default(), Absorb::Manual);
+    assert_eq!(Absorb::Auto.as_str(), "auto");
+    assert_eq!(Absorb::Manual.to_string(), "manual");
+}
+
+#[test]
 fn create_replacement() {
     let expected = Statement::CreateReplacement(CreateReplacement {
         name: s("orders_json_v2"),
@@ -272,6 +319,47 @@ fn alter_statements() {
         source: s("src"),
         span: Span::default(),
     });
+    let auto = alter_view("orders_json", Absorb::Auto);
+    assert_eq!(
+        one("ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto');"),
+        auto
+    );
+    assert_eq!(
+        one("alter materialized view Orders_Json set (absorb 'Auto')"),
+        auto
+    );
+    assert_eq!(
+        auto.to_sql(),
+        "ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto')"
+    );
+    assert_eq!(auto.object_kind(), ObjectKind::MaterializedView);
+    let manual = alter_view("orders_json", Absorb::Manual);
+    assert_eq!(
+        one("ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'MANUAL')"),
+        manual
+    );
+    // RESET is SET to the default.
+    assert_eq!(
+        one("ALTER MATERIALIZED VIEW orders_json RESET (ABSORB);"),
+        manual
+    );
+    assert_eq!(
+        one("alter materialized view \"orders_json\" reset ( absorb )"),
+        manual
+    );
+    assert_eq!(
+        manual.to_sql(),
+        "ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'manual')"
+    );
+    // The option's words are names elsewhere, quoted in canonical text.
+    assert_eq!(
+        one("ALTER MATERIALIZED VIEW set SET (absorb 'auto')"),
+        alter_view("set", Absorb::Auto)
+    );
+    assert_eq!(
+        alter_view("reset", Absorb::Auto).to_sql(),
+        "ALTER MATERIALIZED VIEW \"reset\" SET (ABSORB = 'auto')"
+    );
     assert_eq!(one("ALTER SOURCE src REFRESH REFERENCES;"), refresh);
     assert_eq!(one("alter source SRC refresh references"), refresh);
     assert_eq!(refresh.to_sql(), "ALTER SOURCE src REFRESH REFERENCES");
@@ -399,13 +487,15 @@ CREATE TABLE orders_v1 FROM SOURCE src (REFERENCE public.orders) WITH (EXCLUDE C
 CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;
 CREATE REPLACEMENT MATERIALIZED VIEW orders_json_v2 FOR orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v2 t;
 ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2;
+CREATE MATERIALIZED VIEW orders_auto WITH (ABSORB = 'auto') AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;
+ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'manual');
 ALTER SOURCE src REFRESH REFERENCES;
 CREATE SINK orders_sink FROM orders_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');
 DROP TABLE orders_v1;  DROP MATERIALIZED VIEW orders_json;  DROP SINK orders_sink;  DROP SOURCE src;
 SHOW SOURCES;  SHOW TABLES;  SHOW MATERIALIZED VIEWS;  SHOW SINKS;
 ";
     let statements = parse(script).unwrap();
-    assert_eq!(statements.len(), 15);
+    assert_eq!(statements.len(), 17);
     for statement in &statements {
         let text = &script[statement.span().range()];
         assert!(!text.ends_with(';'));
@@ -455,6 +545,10 @@ fn sql_ident_quotes_only_when_needed() {
         ("table", "\"table\""),
         ("source", "\"source\""),
         ("show", "\"show\""),
+        ("absorb", "\"absorb\""),
+        ("set", "\"set\""),
+        ("reset", "\"reset\""),
+        ("auto", "auto"),
         ("größe", "\"größe\""),
         ("", "\"\""),
     ] {
@@ -471,8 +565,8 @@ fn sql_ident_quotes_only_when_needed() {
 
 const SUPPORTED_HINT: &str = "The supported statements are CREATE SOURCE, CREATE TABLE ... FROM SOURCE, \
 CREATE [REPLACEMENT] MATERIALIZED VIEW, CREATE SINK, ALTER SOURCE ... REFRESH REFERENCES, \
-ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT, DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} \
-and SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS}.";
+ALTER MATERIALIZED VIEW ... {APPLY REPLACEMENT | SET | RESET}, \
+DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} and SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS}.";
 
 #[test]
 fn misspelled_keywords_get_suggestions() {
@@ -1170,12 +1264,23 @@ fn only_the_interface_form_is_accepted() {
         e.detail.as_deref(),
         Some("Found \"count\" where the interface form has coalesce.")
     );
+    // After WITH (...), the query is matched the same way.
+    let e = check(
+        "CREATE MATERIALIZED VIEW v WITH (absorb = 'auto') AS SELECT 1",
+        message,
+        60,
+        Some(form),
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("Found \"1\" where the interface form has coalesce.")
+    );
     // Before AS, errors are ordinary syntax errors.
     check(
-        "CREATE MATERIALIZED VIEW v WITH (absorb = 'auto') AS SELECT 1",
-        "syntax error at or near \"WITH\"",
+        "CREATE MATERIALIZED VIEW v SELECT 1",
+        "syntax error at or near \"SELECT\"",
         27,
-        Some("Expected AS."),
+        Some("Expected WITH or AS."),
     );
     check(
         "CREATE REPLACEMENT MATERIALIZED VIEW v2 AS SELECT 1",
@@ -1290,5 +1395,239 @@ fn large_inputs_take_linear_time() {
     assert_eq!(
         e.message,
         format!("identifier \"{}...\" is too long", "x".repeat(64))
+    );
+}
+
+#[test]
+fn absorb_option_errors() {
+    let create =
+        |options: &str| format!("CREATE MATERIALIZED VIEW v {options} AS {INTERFACE} FROM o t");
+    let values = Some("ABSORB is 'auto' or 'manual'.");
+    // Bad values, at the literal.
+    check(
+        &create("WITH (ABSORB = 'sometimes')"),
+        "invalid value for option ABSORB: \"sometimes\"",
+        42,
+        values,
+    );
+    check(
+        &create("WITH (ABSORB ' auto')"),
+        "invalid value for option ABSORB: \" auto\"",
+        40,
+        values,
+    );
+    check(
+        &create("WITH (ABSORB '')"),
+        "invalid value for option ABSORB: \"\"",
+        40,
+        values,
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v SET (ABSORB = 'never')",
+        "invalid value for option ABSORB: \"never\"",
+        40,
+        values,
+    );
+    // The value is a string literal.
+    let literal = Some("Expected a string literal: ABSORB is 'auto' or 'manual'.");
+    check(
+        &create("WITH (ABSORB = auto)"),
+        "syntax error at or near \"auto\"",
+        42,
+        literal,
+    );
+    check(
+        &create("WITH (ABSORB)"),
+        "syntax error at or near \")\"",
+        39,
+        literal,
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v SET (ABSORB = true)",
+        "syntax error at or near \"true\"",
+        40,
+        literal,
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v SET (ABSORB = 'auto",
+        "unterminated quoted string at or near \"'auto\"",
+        40,
+        None,
+    );
+    // Once only.
+    let e = check(
+        &create("WITH (ABSORB 'auto', absorb 'manual')"),
+        "conflicting or redundant options",
+        48,
+        None,
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("ABSORB is specified more than once.")
+    );
+    let e = check(
+        "ALTER MATERIALIZED VIEW v SET (ABSORB 'auto', ABSORB 'auto')",
+        "conflicting or redundant options",
+        46,
+        None,
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("ABSORB is specified more than once.")
+    );
+    // Unknown options.
+    check(
+        &create("WITH (ABSORBE = 'auto')"),
+        "syntax error at or near \"ABSORBE\"",
+        33,
+        Some("Did you mean ABSORB?"),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v SET (ABSROB = 'auto')",
+        "syntax error at or near \"ABSROB\"",
+        31,
+        Some("Did you mean ABSORB?"),
+    );
+    check(
+        &create("WITH (REFRESH = 'auto')"),
+        "syntax error at or near \"REFRESH\"",
+        33,
+        Some("Expected ABSORB."),
+    );
+    check(
+        &create("WITH ()"),
+        "syntax error at or near \")\"",
+        33,
+        Some("Expected ABSORB."),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v RESET (TEXT)",
+        "syntax error at or near \"TEXT\"",
+        33,
+        Some("Expected ABSORB."),
+    );
+    // Parentheses are required.
+    check(
+        &create("WITH ABSORB = 'auto'"),
+        "syntax error at or near \"ABSORB\"",
+        32,
+        Some("Expected \"(\"."),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v SET ABSORB = 'auto'",
+        "syntax error at or near \"ABSORB\"",
+        30,
+        Some("Expected \"(\"."),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v RESET ABSORB",
+        "syntax error at or near \"ABSORB\"",
+        32,
+        Some("Expected \"(\"."),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v SET (ABSORB = 'auto'",
+        "syntax error at end of input",
+        46,
+        Some("Expected \",\" or \")\"."),
+    );
+    // RESET takes names only.
+    let reset = Some("Write RESET (ABSORB), or SET (ABSORB = '...') to set a value.");
+    check(
+        "ALTER MATERIALIZED VIEW v RESET (ABSORB = 'auto')",
+        "RESET must not include values for parameters",
+        40,
+        reset,
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v RESET (ABSORB 'auto')",
+        "RESET must not include values for parameters",
+        40,
+        reset,
+    );
+    // What may follow the view's name.
+    check(
+        &create("WIHT (ABSORB = 'auto')"),
+        "syntax error at or near \"WIHT\"",
+        27,
+        Some("Did you mean WITH?"),
+    );
+    check(
+        "CREATE MATERIALIZED VIEW v WITH (ABSORB = 'auto')",
+        "syntax error at end of input",
+        49,
+        Some("Expected AS."),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v UNSET (ABSORB)",
+        "syntax error at or near \"UNSET\"",
+        26,
+        Some("Expected APPLY, SET or RESET."),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v RESTE (ABSORB)",
+        "syntax error at or near \"RESTE\"",
+        26,
+        Some("Did you mean RESET?"),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v",
+        "syntax error at end of input",
+        25,
+        Some("Expected APPLY, SET or RESET."),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v SET (ABSORB = 'auto') SET",
+        "syntax error at or near \"SET\"",
+        48,
+        Some("Expected \";\" or end of input."),
+    );
+    check(
+        "ALTER MATERIALIZED VIEW v SET (ABSORB = 'auto') DROP TABLE t",
+        "syntax error at or near \"DROP\"",
+        48,
+        Some("End the previous statement with \";\"."),
+    );
+}
+
+#[test]
+fn a_replacement_takes_no_options() {
+    let detail = Some(
+        "Applying a replacement leaves the options of the materialized view it replaces as \
+         they are.",
+    );
+    let e = check(
+        &format!(
+            "CREATE REPLACEMENT MATERIALIZED VIEW v2 FOR v WITH (ABSORB = 'auto') AS {INTERFACE} FROM o t"
+        ),
+        "a replacement materialized view takes no options",
+        46,
+        Some(
+            "Options belong to the materialized view itself; change them with \
+             ALTER MATERIALIZED VIEW v SET (...).",
+        ),
+    );
+    assert_eq!(e.detail.as_deref(), detail);
+    let e = check(
+        "CREATE REPLACEMENT MATERIALIZED VIEW v2 FOR \"V\" WITH (ABSORB = 'manual')",
+        "a replacement materialized view takes no options",
+        48,
+        Some(
+            "Options belong to the materialized view itself; change them with \
+             ALTER MATERIALIZED VIEW \"V\" SET (...).",
+        ),
+    );
+    assert_eq!(e.detail.as_deref(), detail);
+    // Before FOR, the target is not known yet.
+    check(
+        &format!(
+            "CREATE REPLACEMENT MATERIALIZED VIEW v2 WITH (ABSORB = 'auto') FOR v AS {INTERFACE} FROM o t"
+        ),
+        "a replacement materialized view takes no options",
+        40,
+        Some(
+            "Options belong to the materialized view itself; change them with \
+             ALTER MATERIALIZED VIEW target_view SET (...).",
+        ),
     );
 }

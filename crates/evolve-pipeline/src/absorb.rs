@@ -1,0 +1,244 @@
+//! `ABSORB = 'auto'`: evolve absorbs upstream schema changes behind an
+//! interface by itself.
+//!
+//! While the pipeline runs, [`run`] polls the upstream catalogs every
+//! [`INTERVAL`] ([`crate::drift`]) and, for each interface with `ABSORB =
+//! 'auto'` whose table shows drift (`column_drift`, `type_drift`, or
+//! `stalled`), runs the manual flow's steps, logging each one:
+//!
+//! 1. `CREATE TABLE <next version> FROM SOURCE ... (REFERENCE ...)` with
+//!    the columns upstream has now (the old version's EXCLUDE COLUMNS and
+//!    TEXT COLUMNS are kept for the columns that still exist), where the
+//!    next version's name is the old one's with its `_vN` suffix
+//!    incremented (`orders_v1` → `orders_v2`; `_v2` appended otherwise);
+//! 2. `CREATE REPLACEMENT MATERIALIZED VIEW <interface>_<version> FOR
+//!    <interface>` over it, which hydrates beside the stream;
+//! 3. once hydrated, `ALTER MATERIALIZED VIEW <interface> APPLY
+//!    REPLACEMENT ...`: one upstream position, one change per key whose
+//!    document differs;
+//! 4. `DROP TABLE <old version>` when nothing else reads it.
+//!
+//! Readers never see an error: the interface serves the old version until
+//! the swap and the new one from the swap on. A step that fails is logged
+//! and retried at a later poll (after [`RETRY_AFTER`]). Only replacements
+//! that this controller created are applied by it; a replacement an
+//! operator created for an interface is left to the operator.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::drift::{self, Signal};
+use crate::error::Result;
+use crate::pipeline::{Pipeline, TableSpec};
+use crate::store::TableState;
+
+/// How often the upstream catalogs are polled for drift.
+pub const INTERVAL: Duration = Duration::from_secs(2);
+
+/// How long a failed step waits before it is tried again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// How long one APPLY waits for the stream.
+const APPLY_WAIT: Duration = Duration::from_secs(30);
+
+/// The name of the table version after `name`.
+pub fn next_version(name: &str, taken: impl Fn(&str) -> bool) -> String {
+    let (stem, mut n) = match name.rfind("_v") {
+        Some(at) if at + 2 < name.len() && name[at + 2..].bytes().all(|b| b.is_ascii_digit()) => {
+            let n: u64 = name[at + 2..].parse().unwrap_or(1);
+            (&name[..at], n + 1)
+        }
+        _ => (name, 2),
+    };
+    loop {
+        let candidate = format!("{stem}_v{n}");
+        if !taken(&candidate) && candidate.len() <= 63 {
+            return candidate;
+        }
+        n += 1;
+    }
+}
+
+/// The replacement the controller creates for `interface` over table
+/// version `table`.
+fn replacement_name(interface: &str, table: &str) -> String {
+    let suffix = table.rsplit_once("_v").map_or(table, |(_, n)| n);
+    let mut name = format!("{interface}_absorb_v{suffix}");
+    name.truncate(63);
+    name
+}
+
+/// Runs the controller until `stop` completes.
+pub(crate) async fn run(pipeline: &Pipeline, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut failed: HashMap<String, Instant> = HashMap::new();
+    let mut ticks = tokio::time::interval(INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let step = step(pipeline, &mut failed);
+        tokio::select! {
+            _ = step => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn step(pipeline: &Pipeline, failed: &mut HashMap<String, Instant>) {
+    let interfaces = match pipeline.interfaces() {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(error = %e.primary(), "absorb: reading the catalog failed");
+            return;
+        }
+    };
+    if !interfaces.iter().any(|i| i.absorb_auto) {
+        return;
+    }
+    failed.retain(|_, at| at.elapsed() < RETRY_AFTER);
+    let rows = match drift::drift(pipeline, None).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!(error = %e.primary(), "absorb: drift poll failed");
+            return;
+        }
+    };
+    for interface in interfaces.iter().filter(|i| i.absorb_auto) {
+        if failed.contains_key(&interface.name) {
+            continue;
+        }
+        if let Err(e) = absorb(pipeline, &interface.name, &rows).await {
+            tracing::warn!(
+                materialized_view = %interface.name,
+                error = %e.primary(),
+                detail = %e.detail().unwrap_or_default(),
+                "absorb: step failed; retrying in {} s",
+                RETRY_AFTER.as_secs()
+            );
+            failed.insert(interface.name.clone(), Instant::now());
+        }
+    }
+}
+
+/// One step for one interface: create the next version, or apply a
+/// hydrated replacement of ours and drop the old version.
+async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) -> Result<()> {
+    let Some(current) = pipeline
+        .interfaces()?
+        .into_iter()
+        .find(|i| i.name == interface)
+    else {
+        return Ok(());
+    };
+    let tables = pipeline.tables()?;
+    if let Some(pending) = pipeline
+        .replacements()?
+        .into_iter()
+        .find(|r| r.target == interface)
+    {
+        if pending.name != replacement_name(interface, &pending.table) {
+            return Ok(()); // an operator's replacement
+        }
+        let hydrated = tables
+            .iter()
+            .any(|t| t.name == pending.table && t.state == TableState::Running);
+        if !hydrated || pending.applying {
+            return Ok(());
+        }
+        tracing::info!(materialized_view = %interface, replacement = %pending.name, "absorb: applying the hydrated replacement");
+        pipeline
+            .apply_replacement(interface, &pending.name, APPLY_WAIT)
+            .await?;
+        let old = current.table;
+        let readers = pipeline.interfaces()?.iter().any(|i| i.table == old)
+            || pipeline.replacements()?.iter().any(|r| r.table == old);
+        if !readers {
+            tracing::info!(table = %old, "absorb: dropping the old table version");
+            pipeline.drop_table(&old).await?;
+        }
+        tracing::info!(materialized_view = %interface, table = %pending.table, "absorb: done");
+        return Ok(());
+    }
+    let Some(row) = rows.iter().find(|r| r.table == current.table) else {
+        return Ok(());
+    };
+    if !matches!(
+        row.signal,
+        Signal::ColumnDrift | Signal::TypeDrift | Signal::Stalled
+    ) {
+        return Ok(());
+    }
+    let Some(old) = tables.iter().find(|t| t.name == current.table) else {
+        return Ok(());
+    };
+    let next = next_version(&old.name, |n| tables.iter().any(|t| t.name == n));
+    tracing::info!(
+        materialized_view = %interface,
+        table = %old.name,
+        signal = %row.signal,
+        added = ?row.added_upstream,
+        dropped = ?row.dropped_upstream,
+        type_changed = row.type_changed.len(),
+        next = %next,
+        "absorb: drift found; creating the next table version"
+    );
+    // The old version's choices, for the columns upstream still has.
+    let keep = |excluded: bool| -> Vec<String> {
+        old.columns
+            .iter()
+            .filter(|c| if excluded { c.excluded } else { c.as_text })
+            .filter(|c| !row.dropped_upstream.contains(&c.name))
+            .map(|c| c.name.clone())
+            .collect()
+    };
+    let spec = TableSpec {
+        name: next.clone(),
+        source: old.source.clone(),
+        schema: old.upstream_schema.clone(),
+        table: old.upstream_table.clone(),
+        exclude: keep(true),
+        text: keep(false),
+    };
+    let spec = match pipeline.create_table(&spec).await {
+        Ok(_) => spec,
+        // An excluded or text column that is gone upstream now.
+        Err(crate::PipelineError::BadColumn { .. }) => {
+            let spec = TableSpec {
+                exclude: Vec::new(),
+                text: Vec::new(),
+                ..spec
+            };
+            pipeline.create_table(&spec).await?;
+            spec
+        }
+        Err(e) => return Err(e),
+    };
+    let replacement = replacement_name(interface, &spec.name);
+    tracing::info!(materialized_view = %interface, %replacement, table = %spec.name, "absorb: replacement created; hydrating");
+    pipeline.create_replacement(&replacement, interface, &spec.name)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_versions() {
+        let none = |_: &str| false;
+        assert_eq!(next_version("orders_v1", none), "orders_v2");
+        assert_eq!(next_version("orders_v9", none), "orders_v10");
+        assert_eq!(next_version("orders", none), "orders_v2");
+        assert_eq!(next_version("orders_vx", none), "orders_vx_v2");
+        assert_eq!(next_version("orders_v1", |n| n == "orders_v2"), "orders_v3");
+        assert_eq!(
+            replacement_name("orders_json", "orders_v3"),
+            "orders_json_absorb_v3"
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! Replacement swaps: an interface moves from the table it reads to its
+//! replacement's table at one upstream position.
+//!
+//! `ALTER MATERIALIZED VIEW x APPLY REPLACEMENT r` marks `r` as applying
+//! and writes a transactional logical decoding message upstream
+//! (`pg_logical_emit_message(true, 'evolve', 'apply-replacement <slot>
+//! <r>')`). The message is a transaction of its own in the WAL, so the
+//! source's stream meets it at one commit position `P`, in commit order
+//! with every row change: everything before `P` was applied to both tables
+//! (the replacement's table is hydrated: it follows the same stream), and
+//! from `P` on the interface reads the new table. In the store transaction
+//! of `P`, [`apply`] compares the two tables' documents key by key (an
+//! index merge inside SQLite, nothing held in memory but the differing
+//! keys of the transaction itself) and writes one feed entry per key whose
+//! document differs: an insert for a key only the new table has, a delete
+//! for one only the old table has, an update otherwise, nothing for equal
+//! documents. Sinks and subscribers read those entries like any
+//! transaction's, at `P`, so each receives exactly the changes and
+//! nothing else. The interface then names the new table and the
+//! replacement is gone, in that same transaction.
+//!
+//! The old table keeps ingesting until it is dropped (`DROP TABLE`), so an
+//! operator can compare or roll forward again.
+
+use std::collections::HashMap;
+
+use evolve_pgoutput::Lsn;
+use rusqlite::params;
+
+use crate::apply::TableRuntime;
+use crate::bus::Change;
+use crate::error::{PipelineError, Result};
+use crate::store::Store;
+
+/// Per table id, the keys a transaction changed with their documents
+/// before it.
+pub(crate) type Before = HashMap<i64, Vec<(Vec<u8>, Option<Vec<u8>>)>>;
+
+/// The prefix of evolve's logical decoding messages.
+pub const MESSAGE_PREFIX: &str = "evolve";
+
+/// The content of the message that applies replacement `name` in the
+/// pipeline whose source slot is `slot`.
+pub fn apply_message(slot: &str, name: &str) -> String {
+    format!("apply-replacement {slot} {name}")
+}
+
+/// The replacement a message asks slot `slot` to apply, if it is one.
+pub fn parse_apply_message<'a>(slot: &str, content: &'a [u8]) -> Option<&'a str> {
+    let text = std::str::from_utf8(content).ok()?;
+    let rest = text.strip_prefix("apply-replacement ")?;
+    let (for_slot, name) = rest.split_once(' ')?;
+    (for_slot == slot).then_some(name)
+}
+
+/// Swaps replacement `name` in at position `pos`, inside the store
+/// transaction the caller has open. `before` holds, per table id, the
+/// documents that the transaction at `pos` changed as they were before it;
+/// `changes` (the transaction's fed changes) is updated: the interface's
+/// entries of this transaction are replaced by the swap's net ones. A
+/// replacement that cannot be applied is left in place with its error.
+pub(crate) fn apply(
+    store: &Store,
+    tables: &mut [TableRuntime],
+    name: &str,
+    pos: Lsn,
+    commit_time_micros: i64,
+    before: &Before,
+    changes: &mut Vec<Change>,
+) -> Result<()> {
+    let fail = |e: rusqlite::Error| PipelineError::store("apply a replacement", e);
+    let Some(replacement) = store.replacement(name)? else {
+        tracing::warn!(replacement = %name, "an APPLY REPLACEMENT message names a replacement that no longer exists; ignored");
+        return Ok(());
+    };
+    if !replacement.applying {
+        tracing::warn!(replacement = %name, "an APPLY REPLACEMENT message for a replacement not being applied; ignored");
+        return Ok(());
+    }
+    let refuse = |error: String| -> Result<()> {
+        tracing::warn!(replacement = %name, %error, "replacement not applied");
+        store
+            .conn
+            .execute(
+                "UPDATE replacements SET applying = 0, error = ?2 WHERE name = ?1",
+                params![name, error],
+            )
+            .map_err(fail)?;
+        Ok(())
+    };
+    let Some(interface) = store.interface(&replacement.target)? else {
+        return refuse(format!(
+            "materialized view \"{}\" does not exist",
+            replacement.target
+        ));
+    };
+    let Some(old) = tables.iter().position(|t| t.info.name == interface.table) else {
+        return refuse(format!(
+            "table \"{}\" of materialized view \"{}\" is not read by this source",
+            interface.table, interface.name
+        ));
+    };
+    let Some(new) = tables.iter().position(|t| t.info.name == replacement.table) else {
+        return refuse(format!(
+            "table \"{}\" of replacement \"{name}\" is not read by the source of \"{}\"",
+            replacement.table, interface.name
+        ));
+    };
+    if !tables[new].info.state.is_hydrated() {
+        return refuse(format!(
+            "replacement \"{name}\" is not hydrated: its table \"{}\" is {}",
+            replacement.table,
+            tables[new].info.state.as_str()
+        ));
+    }
+    let (old_id, new_id) = (tables[old].info.id, tables[new].info.id);
+    let at = pos.0 as i64;
+
+    // The interface's entries of this transaction came from the old
+    // table; the swap's comparison replaces them.
+    store
+        .conn
+        .execute(
+            "DELETE FROM feed WHERE interface = ?1 AND pos = ?2",
+            params![interface.id, at],
+        )
+        .map_err(fail)?;
+    changes.retain(|c| c.interface != interface.id);
+
+    // Every key whose document differs between the two tables.
+    let differing = store
+        .conn
+        .execute(
+            "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
+             SELECT ?1, ?2, o.key, o.doc, n.doc, ?3 FROM rows o \
+               LEFT JOIN rows n ON n.tbl = ?5 AND n.key = o.key \
+               WHERE o.tbl = ?4 AND n.doc IS NOT o.doc \
+             UNION ALL \
+             SELECT ?1, ?2, n.key, NULL, n.doc, ?3 FROM rows n \
+               WHERE n.tbl = ?5 AND NOT EXISTS \
+                 (SELECT 1 FROM rows o WHERE o.tbl = ?4 AND o.key = n.key)",
+            params![interface.id, at, commit_time_micros, old_id, new_id],
+        )
+        .map_err(fail)?;
+    // Keys this same transaction changed in the old table: compare with
+    // the document the interface showed before it.
+    for (key, orig) in before.get(&old_id).map_or(&[][..], Vec::as_slice) {
+        store
+            .conn
+            .execute(
+                "DELETE FROM feed WHERE interface = ?1 AND pos = ?2 AND key = ?3",
+                params![interface.id, at, key],
+            )
+            .map_err(fail)?;
+        let now = store.doc(new_id, key)?;
+        if *orig != now {
+            store
+                .conn
+                .execute(
+                    "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![interface.id, at, key, orig, now, commit_time_micros],
+                )
+                .map_err(fail)?;
+        }
+    }
+    {
+        let mut read = store
+            .conn
+            .prepare_cached(
+                "SELECT key, old_doc, new_doc FROM feed WHERE interface = ?1 AND pos = ?2 \
+                 ORDER BY seq",
+            )
+            .map_err(fail)?;
+        let rows = read
+            .query_map(params![interface.id, at], |r| {
+                Ok(Change {
+                    interface: interface.id,
+                    key: r.get(0)?,
+                    old: r.get(1)?,
+                    new: r.get(2)?,
+                })
+            })
+            .map_err(fail)?;
+        for row in rows {
+            changes.push(row.map_err(fail)?);
+        }
+    }
+    store
+        .conn
+        .execute(
+            "UPDATE interfaces SET table_name = ?2 WHERE id = ?1",
+            params![interface.id, replacement.table],
+        )
+        .map_err(fail)?;
+    store.delete_replacement(name)?;
+    tables[old].interfaces.retain(|&i| i != interface.id);
+    tables[new].interfaces.push(interface.id);
+    tracing::info!(
+        materialized_view = %interface.name,
+        replacement = %name,
+        from = %interface.table,
+        to = %replacement.table,
+        position = %pos,
+        differing,
+        "replacement applied"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_messages_name_their_slot() {
+        let m = apply_message("evolve_src", "orders_json_v2");
+        assert_eq!(
+            parse_apply_message("evolve_src", m.as_bytes()),
+            Some("orders_json_v2")
+        );
+        assert_eq!(parse_apply_message("evolve_other", m.as_bytes()), None);
+        assert_eq!(parse_apply_message("evolve_src", b"\xff"), None);
+        assert_eq!(
+            parse_apply_message("evolve_src", b"apply-replacement"),
+            None
+        );
+    }
+}
