@@ -510,3 +510,109 @@ async fn absorb_auto_runs_the_flows_itself() {
     wait_equal(&up, &sink, "orders", "orders_json", CONVERGE).await;
     running.stop().await;
 }
+
+/// Flow 6: TRUNCATE, replica identity changes and a rename upstream each
+/// have a defined outcome.
+/// - TRUNCATE: every document of the table is deleted (one sink write per
+///   row), and the table goes on.
+/// - REPLICA IDENTITY FULL: nothing changes for the interface.
+/// - REPLICA IDENTITY USING INDEX on other columns: the pinned key no
+///   longer identifies updated and deleted rows, so the table stalls with
+///   that reason; a new version keyed by the replica identity index
+///   recovers (every key changes: a delete and an insert per row).
+/// - RENAME: the table keeps flowing (matched by OID) and drift reports
+///   `table_renamed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_replica_identity_and_rename_upstream() {
+    let env = env("absorb_outcomes").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, code text NOT NULL UNIQUE, status text);
+         INSERT INTO orders SELECT i, 'c' || i, 'open' FROM generate_series(1, 300) i;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["orders"]).await;
+    audit_sink(&sink, "orders_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_writes(&sink, "orders_json", 300).await;
+
+    // TRUNCATE and the same 200 rows again, in one transaction: the net
+    // effect is 100 deletes (the interface shows each transaction's net
+    // effect). Then a TRUNCATE alone: 200 deletes; and new rows.
+    up.batch_execute(
+        "TRUNCATE orders;
+         INSERT INTO orders SELECT i, 'c' || i, 'open' FROM generate_series(1, 200) i;",
+    )
+    .await
+    .unwrap();
+    wait_writes(&sink, "orders_json", 300 + 100).await;
+    up.batch_execute("TRUNCATE orders").await.unwrap();
+    wait_writes(&sink, "orders_json", 600).await;
+    up.batch_execute(
+        "INSERT INTO orders SELECT i, 'c' || i, 'open' FROM generate_series(1, 200) i",
+    )
+    .await
+    .unwrap();
+    wait_writes(&sink, "orders_json", 800).await;
+    wait_equal(&up, &sink, "orders", "orders_json", CONVERGE).await;
+
+    // REPLICA IDENTITY FULL: updates and deletes still apply by key.
+    up.batch_execute(
+        "ALTER TABLE orders REPLICA IDENTITY FULL;
+         UPDATE orders SET status = 'paid' WHERE id <= 3;
+         DELETE FROM orders WHERE id = 4;",
+    )
+    .await
+    .unwrap();
+    wait_writes(&sink, "orders_json", 804).await;
+    wait_equal(&up, &sink, "orders", "orders_json", CONVERGE).await;
+
+    // RENAME: still flowing; drift says so.
+    up.batch_execute(
+        "ALTER TABLE orders RENAME TO orders_renamed;
+         UPDATE orders_renamed SET status = 'shipped' WHERE id = 5;",
+    )
+    .await
+    .unwrap();
+    wait_writes(&sink, "orders_json", 805).await;
+    let drift = evolve_pipeline::drift::drift(&pipeline, None)
+        .await
+        .unwrap();
+    assert_eq!(drift.len(), 1, "{drift:?}");
+    assert_eq!(
+        drift[0].signal,
+        evolve_pipeline::drift::Signal::TableRenamed
+    );
+    up.batch_execute("ALTER TABLE orders_renamed RENAME TO orders")
+        .await
+        .unwrap();
+
+    // REPLICA IDENTITY USING INDEX on code: the pinned key (id) no longer
+    // identifies rows; the table stalls at the next change.
+    up.batch_execute(
+        "ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_code_key;
+         UPDATE orders SET status = 'late' WHERE id = 6;",
+    )
+    .await
+    .unwrap();
+    wait_state(&pipeline, "orders_v1", TableState::Stalled).await;
+    let error = pipeline.tables().unwrap()[0].error.clone().unwrap();
+    assert!(error.contains("replica identity"), "{error}");
+    assert_eq!(audit_count(&sink, "orders_json").await, 805);
+    // v2 is keyed by code: 199 rows, each a delete (old key) and an insert.
+    swap_to(&pipeline, &env.source, "orders_v2", &[]).await;
+    wait_writes(&sink, "orders_json", 805 + 2 * 199).await;
+    let keys: i64 = sink
+        .query_one(
+            "SELECT count(*) FROM public.orders_json WHERE key ? 'code' AND NOT key ? 'id'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(keys, 199);
+    running.stop().await;
+}
