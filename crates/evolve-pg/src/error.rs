@@ -14,6 +14,11 @@ pub enum PgError {
         "could not connect to {target}: {reason}; check --database-url and that the server is running"
     )]
     Connect { target: String, reason: String },
+    /// TLS could not be set up (a file named in the connection string is
+    /// unreadable) or failed (the server has no TLS, its certificate did not
+    /// verify): see [`crate::tls`].
+    #[error("could not connect to {target}: {reason}")]
+    Tls { target: String, reason: String },
     /// A query failed.
     #[error("{}", describe(.0))]
     Query(#[from] tokio_postgres::Error),

@@ -575,7 +575,11 @@ fn replication_tls_reason(message: &str, settings: &TlsSettings) -> String {
     } else if let Some(c) = certificate {
         format!("certificate verify failed: {c}")
     } else {
-        format!("TLS: {}", detail.lines().next().unwrap_or(""))
+        let line = detail.lines().next().unwrap_or("");
+        match line.strip_prefix("TLS config error: ") {
+            Some(rest) => format!("TLS configuration: {rest}"),
+            None => format!("TLS: {line}"),
+        }
     }
 }
 

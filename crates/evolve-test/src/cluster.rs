@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::os::{self, RunAs};
+use crate::tls::{TlsFiles, TlsOptions};
 use crate::{HarnessError, pg_bin_dir};
 
 /// Attempts at starting the server, each on a fresh free port, when the
@@ -76,6 +77,17 @@ pub struct Cluster {
     keep: bool,
     /// `sh` running [`WATCHDOG`]; we hold its stdin open for our lifetime.
     watchdog: Option<Child>,
+    /// The certificates of a cluster started with TLS.
+    tls: Option<TlsFiles>,
+}
+
+/// How to start a cluster: [`Cluster::start_with`]. The default is what
+/// [`Cluster::start`] does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// TLS on the server (`ssl=on`, a throwaway CA and a server certificate
+    /// made with the `openssl` command line); `None` for none, the default.
+    pub tls: Option<TlsOptions>,
 }
 
 /// A fresh, empty database on a [`Cluster`].
@@ -95,6 +107,30 @@ impl Cluster {
     /// (each `#[tokio::test]` owns its runtime), elsewhere use
     /// `tokio::task::spawn_blocking`.
     pub fn start() -> Result<Cluster, HarnessError> {
+        Cluster::start_with(Options::default())
+    }
+
+    /// [`Cluster::start`] with `options`. With [`Options::tls`], the server
+    /// also has `ssl=on`, `ssl_cert_file`, `ssl_key_file` and `ssl_ca_file`
+    /// from `<dir>/tls` (a fresh CA, see [`Cluster::ca_cert`], and a server
+    /// certificate for [`TlsOptions::server_names`]), and a `pg_hba.conf`
+    /// with `hostssl` lines (and plain `host` lines unless
+    /// [`TlsOptions::require`]). Needs `openssl` on `PATH`.
+    ///
+    /// ```no_run
+    /// # fn example() -> Result<(), evolve_test::HarnessError> {
+    /// use evolve_test::{Cluster, Options, TlsOptions};
+    /// let cluster = Cluster::start_with(Options {
+    ///     tls: Some(TlsOptions { require: true, ..TlsOptions::default() }),
+    /// })?;
+    /// let ca = cluster.ca_cert().unwrap().display();
+    /// let url = format!(
+    ///     "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={ca}",
+    ///     cluster.port()
+    /// );
+    /// # Ok(()) }
+    /// ```
+    pub fn start_with(options: Options) -> Result<Cluster, HarnessError> {
         let bin = pg_bin_dir()?;
         let run_as = RunAs::detect()?;
         let keep = keep_requested();
@@ -108,6 +144,7 @@ impl Cluster {
             run_as,
             keep,
             watchdog: None,
+            tls: None,
         };
         if let Some(ids) = run_as {
             std::os::unix::fs::chown(&cluster.dir, Some(ids.uid), Some(ids.gid)).map_err(|e| {
@@ -121,6 +158,13 @@ impl Cluster {
             cluster.watchdog = Some(spawn_watchdog(&cluster.dir)?);
         }
         cluster.initdb()?;
+        if let Some(tls) = &options.tls {
+            let files = TlsFiles::create(&cluster.dir, tls, run_as)?;
+            let hba = cluster.data.join("pg_hba.conf");
+            std::fs::write(&hba, files.hba())
+                .map_err(|e| HarnessError::io(format!("write {}", hba.display()), e))?;
+            cluster.tls = Some(files);
+        }
         cluster.start_server()?;
         if keep {
             let as_postgres = if run_as.is_some() {
@@ -164,6 +208,39 @@ impl Cluster {
         &self.data
     }
 
+    /// The PEM file of the CA that signed the server's certificate, for
+    /// `sslrootcert`; `None` for a cluster started without TLS.
+    pub fn ca_cert(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|t| t.ca_cert.as_path())
+    }
+
+    /// A fresh client certificate for role `user` (its CN), signed by the
+    /// cluster's CA, and its key: `(cert, key)` PEM files in `<dir>/tls`,
+    /// for `sslcert` and `sslkey`. The server trusts the CA for client
+    /// certificates; roles in [`TlsOptions::cert_auth_users`] must use one.
+    ///
+    /// # Errors
+    ///
+    /// For a cluster started without TLS, or when `openssl` fails.
+    pub fn client_certificate(&self, user: &str) -> Result<(PathBuf, PathBuf), HarnessError> {
+        let Some(tls) = &self.tls else {
+            return Err(HarnessError::io(
+                format!("make a client certificate for {user}"),
+                std::io::Error::other(
+                    "the cluster was started without TLS; use Cluster::start_with(Options { tls: Some(..) })",
+                ),
+            ));
+        };
+        let n = NEXT_DB.fetch_add(1, Ordering::Relaxed);
+        let stem = format!("client-{n}");
+        let (cert, key) = (
+            tls.dir.join(format!("{stem}.crt")),
+            tls.dir.join(format!("{stem}.key")),
+        );
+        tls.issue(user, "client", &cert, &key)?;
+        Ok((cert, key))
+    }
+
     /// The last `lines` lines of the server log, for failure messages.
     pub fn log_tail(&self, lines: usize) -> String {
         match std::fs::read(self.log_path()) {
@@ -188,8 +265,14 @@ impl Cluster {
             port: self.port,
             source,
         };
-        let (client, connection) = tokio_postgres::Config::new()
-            .host("127.0.0.1")
+        let mut config = tokio_postgres::Config::new();
+        if self.tls.as_ref().is_some_and(|t| t.options.require) {
+            // Plain TCP is refused; the Unix socket is trusted.
+            config.host_path(&self.dir);
+        } else {
+            config.host("127.0.0.1");
+        }
+        let (client, connection) = config
             .port(self.port)
             .user("postgres")
             .dbname("postgres")
@@ -307,6 +390,11 @@ impl Cluster {
 
     fn settings(&self, port: u16) -> String {
         let socket_dir = self.dir.to_string_lossy().replace('\'', "''");
+        let tls = self
+            .tls
+            .as_ref()
+            .map(TlsFiles::settings)
+            .unwrap_or_default();
         format!(
             "# evolve-test\n\
              listen_addresses = '127.0.0.1'\n\
@@ -319,7 +407,8 @@ impl Cluster {
              max_connections = 200\n\
              max_wal_senders = 20\n\
              max_replication_slots = 20\n\
-             shared_buffers = 128MB\n"
+             shared_buffers = 128MB\n\
+             {tls}"
         )
     }
 

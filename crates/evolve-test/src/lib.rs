@@ -25,6 +25,15 @@
 //!
 //! Benchmarks and the demo start their own with [`Cluster::start`].
 //!
+//! # TLS
+//!
+//! [`Cluster::start_with`] with [`Options::tls`] starts a cluster with
+//! `ssl=on` and a certificate from a throwaway CA made for it with the
+//! `openssl` command line ([`Cluster::ca_cert`] is the CA's PEM file, for
+//! `sslrootcert`); [`TlsOptions`] choose the certificate's names, whether
+//! plain TCP sessions are refused (`hostssl` lines only) and which roles must
+//! log in with a client certificate ([`Cluster::client_certificate`]).
+//!
 //! # Cleanup
 //!
 //! Dropping a [`Cluster`] stops the server (`pg_ctl stop -m immediate`) and
@@ -60,12 +69,14 @@ mod bin_dir;
 mod cluster;
 mod error;
 mod os;
+mod tls;
 
 use std::sync::OnceLock;
 
 pub use bin_dir::pg_bin_dir;
-pub use cluster::{Cluster, TestDb};
+pub use cluster::{Cluster, Options, TestDb};
 pub use error::HarnessError;
+pub use tls::TlsOptions;
 
 /// The cluster shared by every test of this process, started on first use.
 ///
