@@ -60,10 +60,18 @@
 //! `slot`, `applied_lsn`, and, read from the upstream server when it
 //! answers within 3 s, `lag_bytes` (WAL written upstream that the pipeline
 //! has not applied) and `retained_wal_bytes` (WAL the slot keeps), with a
-//! `warning` past 1 GiB; tables add `source`, `reference`, `rows_copied`
-//! (by the snapshot) and `documents`; materialized views `table` and
-//! `documents`; sinks `from`, `connection` and `target`. Connections appear
-//! by their name in `evolve.toml`, never as URLs.
+//! `warning` past 1 GiB, plus `lag_seconds` (how far behind its upstream
+//! commit the latest transaction was applied; 0 when none was applied in
+//! the last 10 s) and `rows_per_second` (row changes applied, over the
+//! last 10 s); tables add `source`, `reference`, `rows_copied` (by the
+//! snapshot), `rows_per_second` while copying, and `documents`;
+//! materialized views `table` and `documents`, and the state `stale` with
+//! the reason when their table is stalled (readers and sinks keep its last
+//! consistent state); pending replacements appear as materialized views
+//! with `replacement_for`, `table`, `rows_copied`, `hydrated` and the state
+//! `hydrating`, `hydrated` or `applying`; sinks `from`, `connection` and
+//! `target`. Connections appear by their name in `evolve.toml`, never as
+//! URLs.
 //!
 //! # `GET /drift`
 //!
@@ -84,6 +92,7 @@
 //! The same in Prometheus' text format: `evolve_pipeline_object_state`
 //! (1 per object and state), `evolve_pipeline_documents`,
 //! `evolve_pipeline_snapshot_rows_copied`, `evolve_pipeline_lag_bytes`,
+//! `evolve_pipeline_lag_seconds`, `evolve_pipeline_rows_per_second`,
 //! `evolve_pipeline_retained_wal_bytes`, and
 //! `evolve_pipeline_statements_total` by result.
 //!
@@ -521,6 +530,15 @@ pub struct ObjectReport {
     /// A source's WAL written upstream and not applied yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_bytes: Option<u64>,
+    /// Sources: how far behind its upstream commit the latest transaction
+    /// was applied, in seconds; 0 when none was applied in the last 10 s
+    /// (`lag_bytes` then shows WAL still to decode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<f64>,
+    /// Sources: row changes applied per second; tables: rows copied per
+    /// second by the snapshot (over the last 10 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_per_second: Option<f64>,
     /// WAL the source's slot keeps upstream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retained_wal_bytes: Option<i64>,
@@ -593,6 +611,7 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
             live(ObjectKind::Source, &s.name).unwrap_or_else(|| ("starting".into(), None));
         let positions = upstream_positions(pipeline, &s.connection, &s.slot).await;
         let retained = positions.and_then(|p| p.1);
+        let lag_bytes = positions.map(|(current, _)| current.0.saturating_sub(s.applied_lsn.0));
         objects.push(ObjectReport {
             kind: ObjectKind::Source.as_str().into(),
             name: s.name.clone(),
@@ -601,7 +620,15 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
             connection: Some(s.connection.clone()),
             slot: Some(s.slot.clone()),
             applied_lsn: Some(s.applied_lsn.to_string()),
-            lag_bytes: positions.map(|(current, _)| current.0.saturating_sub(s.applied_lsn.0)),
+            lag_bytes,
+            lag_seconds: pipeline
+                .status_board()
+                .lag_seconds(&s.name)
+                .map(|l| (l * 10.0).round() / 10.0),
+            rows_per_second: pipeline
+                .status_board()
+                .rows_per_second(ObjectKind::Source, &s.name)
+                .map(|r| r.round()),
             retained_wal_bytes: retained,
             warning: retained.filter(|r| *r > RETAINED_WAL_WARNING_BYTES).map(|r| {
                 format!(
@@ -628,6 +655,14 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
             source: Some(t.source.clone()),
             reference: Some(t.reference()),
             rows_copied: Some(t.rows_copied),
+            rows_per_second: matches!(t.state, TableState::Pending | TableState::Snapshotting)
+                .then(|| {
+                    pipeline
+                        .status_board()
+                        .rows_per_second(ObjectKind::Table, &t.name)
+                        .map(|r| r.round())
+                })
+                .flatten(),
             documents: Some(documents),
             ..ObjectReport::default()
         });
@@ -771,6 +806,26 @@ pub fn metrics_text(report: &StatusReport, statements_ok: u64, statements_failed
             .objects
             .iter()
             .filter_map(|o| Some((object(o), o.lag_bytes?.to_string())))
+            .collect(),
+    );
+    family(
+        "evolve_pipeline_lag_seconds",
+        "How far behind its upstream commit a source applied its latest transaction.",
+        "gauge",
+        report
+            .objects
+            .iter()
+            .filter_map(|o| Some((object(o), o.lag_seconds?.to_string())))
+            .collect(),
+    );
+    family(
+        "evolve_pipeline_rows_per_second",
+        "Row changes a source applied, or rows a table's snapshot copied, per second over 10 s.",
+        "gauge",
+        report
+            .objects
+            .iter()
+            .filter_map(|o| Some((object(o), o.rows_per_second?.to_string())))
             .collect(),
     );
     family(

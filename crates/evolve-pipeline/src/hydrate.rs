@@ -61,14 +61,9 @@ pub(crate) async fn run(mut ctx: HydrateContext) {
         };
         match result {
             Ok(rows) => {
-                ctx.status.set(
-                    ObjectKind::Table,
-                    &name,
-                    "catching up",
-                    Some(format!(
-                        "{rows} rows copied; applying what changed meanwhile"
-                    )),
-                );
+                tracing::debug!(table = %name, rows, "copy in; catching up");
+                ctx.status
+                    .set(ObjectKind::Table, &name, "catching up", None);
                 return;
             }
             Err(e) => {
@@ -159,17 +154,13 @@ async fn copy(ctx: &HydrateContext) -> Result<u64> {
         if batch.len() >= BATCH {
             copied += batch.len() as u64;
             write_batch(&mut store, id, &batch, copied, None)?;
+            ctx.status
+                .count(ObjectKind::Table, &info.name, batch.len() as u64, None);
             batch.clear();
             if reported.elapsed() >= Duration::from_secs(1) {
                 reported = Instant::now();
                 let rate = copied as f64 / started.elapsed().as_secs_f64().max(1e-3);
                 tracing::info!(table = %info.name, rows = copied, rows_per_second = rate as u64, "snapshot progress");
-                ctx.status.set(
-                    ObjectKind::Table,
-                    &info.name,
-                    "snapshotting",
-                    Some(format!("{copied} rows copied, {} rows/s", rate as u64)),
-                );
             }
         }
     }

@@ -861,6 +861,11 @@ impl Pipeline {
         &self.bus
     }
 
+    /// The running tasks' status board (rates, last commit times).
+    pub fn status_board(&self) -> &StatusBoard {
+        &self.status
+    }
+
     /// What the running tasks last reported about each object.
     pub fn status(&self) -> Vec<ObjectStatus> {
         self.status.all()

@@ -174,6 +174,7 @@ async fn stream(
     let mut txn: Option<Txn> = None;
     let mut skip = false;
     let mut commit_time: i64 = 0;
+    let mut txn_rows: u64 = 0;
     let mut decoder = LogicalDecoder::new();
     let mut deferral = Deferral::default();
     let mut tick = tokio::time::interval(Duration::from_millis(200));
@@ -218,12 +219,19 @@ async fn stream(
                         skip = final_lsn < applied;
                         txn = Some(Txn::new(final_lsn));
                         commit_time = unix_micros(commit_time_micros);
+                        txn_rows = 0;
                     }
                     ReplicationEvent::XLogData { data, .. } => {
                         let message = decoder.decode(&data).map_err(|e| PipelineError::Replication {
                             source_name: name.clone(),
                             message: e.to_string(),
                         })?;
+                        if matches!(
+                            message,
+                            LogicalMessage::Insert(_) | LogicalMessage::Update(_) | LogicalMessage::Delete(_)
+                        ) {
+                            txn_rows += 1;
+                        }
                         on_message(
                             ctx,
                             store,
@@ -257,6 +265,7 @@ async fn stream(
                             };
                             applied = end_lsn;
                             ctx.applied.send_replace(applied);
+                            ctx.status.count(ObjectKind::Source, &name, txn_rows, Some(commit_time));
                             ctx.bus.publish(Committed {
                                 source: name.clone(),
                                 pos: end_lsn,

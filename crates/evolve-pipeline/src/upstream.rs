@@ -3,7 +3,6 @@
 //! exported snapshot, the stream).
 
 use std::collections::HashMap;
-use std::str::FromStr;
 
 use evolve_core::document::{Column, TypeKind};
 use evolve_pg::{PgError, SslMode, TlsSettings, Verification, quote_ident, quote_literal};
@@ -47,8 +46,8 @@ pub async fn connect(name: &str, connection: &Connection) -> Result<Client> {
 /// A connection failure of `connection` (named `name`), with the client's
 /// reason and the target without its password.
 pub(crate) fn connect_error(name: &str, connection: &Connection, reason: &str) -> PipelineError {
-    let target = tokio_postgres::Config::from_str(connection.url())
-        .map(|c| evolve_pg::describe_target(&c))
+    let target = evolve_pg::parse_url(connection.url())
+        .map(|(c, _)| evolve_pg::describe_target(&c))
         .unwrap_or_else(|_| connection.redacted());
     // evolve_pg's message already names the target; keep its reason only.
     let reason = reason

@@ -184,6 +184,30 @@ async fn statements_create_objects_show_lists_them_and_status_reports_them() {
     assert_eq!(objects[3]["target"], "public.orders_json");
     assert!(!report.to_string().contains("postgres://"), "{report}");
 
+    // Row changes show as a rate, and the lag of their apply.
+    up.batch_execute(
+        "INSERT INTO orders (id, customer, total) SELECT i, 'new', i FROM generate_series(100, 149) i",
+    )
+    .await
+    .unwrap();
+    let start = Instant::now();
+    loop {
+        let (_, text) = call(&app, "GET", "/status", Vec::new()).await;
+        let report: Value = serde_json::from_str(&text).unwrap();
+        let source = &report["objects"][0];
+        let rate = source["rows_per_second"].as_f64().unwrap_or(0.0);
+        if rate > 0.0 {
+            // 50 rows within the 10 s window, over at least one second;
+            // applied well within seconds of their commit.
+            assert!(rate <= 50.0, "{report}");
+            let lag = source["lag_seconds"].as_f64().unwrap();
+            assert!((0.0..10.0).contains(&lag), "{report}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{report}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     let (status, metrics) = call(&app, "GET", "/metrics", Vec::new()).await;
     assert_eq!(status, 200);
     assert!(
@@ -194,7 +218,7 @@ async fn statements_create_objects_show_lists_them_and_status_reports_them() {
     );
     assert!(
         metrics.contains(
-            "evolve_pipeline_documents{kind=\"materialized view\",name=\"orders_json\"} 2"
+            "evolve_pipeline_documents{kind=\"materialized view\",name=\"orders_json\"} 52"
         ),
         "{metrics}"
     );
