@@ -710,3 +710,70 @@ async fn errors_leave_the_catalog_unchanged() {
         .get(0);
     assert_eq!(slots, 0);
 }
+
+/// A slot dropped upstream while the pipeline was down: the source stalls
+/// with an error that names the slot and the way out, the catalog and the
+/// sink keep what they have, and nothing is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_slot_stalls_the_source_with_the_way_out() {
+    let env = env("lost_slot").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE lost (id int PRIMARY KEY, n int);
+         INSERT INTO lost SELECT i, i FROM generate_series(1, 20) i;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["lost"]).await;
+    let running = Running::start(pipeline.clone());
+    wait_equal(&up, &sink, "lost", "lost_json", CONVERGE).await;
+    running.stop().await;
+
+    let slot = pipeline.sources().unwrap()[0].slot.clone();
+    up.execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await
+        .unwrap();
+    up.batch_execute("UPDATE lost SET n = n + 1").await.unwrap();
+
+    let running = Running::start(pipeline.clone());
+    let start = std::time::Instant::now();
+    let error = loop {
+        let status = pipeline.status();
+        if let Some(s) = status
+            .iter()
+            .find(|s| s.kind == ObjectKind::Source && s.state == "stalled")
+        {
+            break s.error.clone().unwrap();
+        }
+        assert!(start.elapsed() < CONVERGE, "{status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        error.starts_with(&format!(
+            "ERROR: replication slot \"{slot}\" of source \"{}\" is missing or invalidated",
+            env.source
+        )),
+        "{error}"
+    );
+    assert!(
+        error.contains("DETAIL: The slot does not exist upstream."),
+        "{error}"
+    );
+    assert!(error.contains("HINT: "), "{error}");
+    // Nothing moved: the sink keeps the 20 rows as they were.
+    let rows = sink_rows(&sink, "lost_json").await;
+    assert_eq!(rows.len(), 20);
+    let n1: i32 = sink
+        .query_one(
+            "SELECT (data->>'n')::int FROM public.lost_json WHERE key = '{\"id\": 1}'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n1, 1);
+    assert_eq!(pipeline.tables().unwrap().len(), 1);
+    running.stop().await;
+}
