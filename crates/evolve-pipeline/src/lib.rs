@@ -57,20 +57,22 @@
 //!
 //! # The seam between snapshot and stream
 //!
-//! A table is snapshotted by its source's task before it starts streaming
-//! (a table created while the pipeline runs restarts the task). The task
-//! creates a **temporary** logical slot with an exported snapshot
+//! A table is snapshotted by a task of its own ([`hydrate`]), beside the
+//! stream, which goes on for the source's other tables. The task creates a
+//! **temporary** logical slot with an exported snapshot
 //! (`CREATE_REPLICATION_SLOT ... TEMPORARY LOGICAL pgoutput (SNAPSHOT
 //! 'export')`), copies the table in text format in a `REPEATABLE READ`
 //! transaction under that snapshot (`SET TRANSACTION SNAPSHOT`), stores the
-//! documents in batches, and records the slot's consistent point `C` with
-//! the table's state `running` in the last batch's SQLite transaction (a
-//! crash before that restarts the snapshot from scratch). The snapshot
-//! holds exactly the transactions committed before `C`; the source's own
-//! slot, whose confirmed position is older than `C`, then delivers every
-//! transaction, and the table applies those whose commit LSN is at or
-//! after `C` (PostgreSQL's table synchronization uses the same rule). No
-//! transaction is in both, none in neither: the seam is exact.
+//! documents in batches, and marks the table `copied` with the slot's
+//! consistent point `C` (a crash before that restarts the copy from
+//! scratch). Meanwhile the source's stream keeps the table's changes as
+//! *pending* raw pgoutput messages, written with each upstream
+//! transaction's commit. Once the copy is in, the source's task applies the
+//! pending changes of the transactions whose commit LSN is at or after `C`
+//! and marks the table running, in one store transaction (PostgreSQL's
+//! table synchronization uses the same rule). The snapshot holds exactly
+//! the transactions committed before `C`; no transaction is in both, none
+//! in neither: the seam is exact.
 //!
 //! We chose one temporary slot per table, also for a source's first table,
 //! so that there is one code path, the source's slot exists before any
@@ -79,9 +81,24 @@
 //! publication before the temporary slot is created; the slot's consistent
 //! point comes after every transaction that was running then, so every
 //! transaction committed at or after `C` began after the table was
-//! published and is decoded with it. While a table is copied the source's
-//! other tables wait (the stream is not read during the copy).
+//! published and is decoded with it. Copies outlive the restarts that
+//! catalog changes cause.
 //!
+//! # Replacements and drift
+//!
+//! A replacement ([`Pipeline::create_replacement`]) is the same interface
+//! over a new version of its table; once that table is hydrated,
+//! [`Pipeline::apply_replacement`] swaps it in at one upstream position: a
+//! transactional logical decoding message written upstream, met by the
+//! stream in commit order, at whose commit the interface switches tables
+//! and one feed entry is written per key whose document differs
+//! ([`swap`]). [`drift`] compares each table's pinned columns with the
+//! upstream catalog (added, dropped, dropped-and-re-added, retyped
+//! columns; renamed or dropped tables); [`absorb`] runs the whole flow for
+//! interfaces with `ABSORB = 'auto'`. A replacement does not inherit its
+//! target's settings: the interface keeps its own (its name, its ABSORB
+//! option, its sinks and subscribers) and only the table under it changes.
+
 //! # Applying the stream
 //!
 //! Each transaction collects an overlay of the keys it touches ([`apply`]):
@@ -110,19 +127,22 @@
 //! clusters (upstream and sink); `tests/crash.rs` runs it as a child process
 //! (`src/bin/evolve-pipeline-run.rs`, a test helper) and kills it with
 //! SIGKILL while the upstream keeps writing, then counts every write the
-//! sink received with a trigger.
+//! sink received with a trigger; `tests/replacement.rs` runs the flows
+//! that absorb upstream schema changes (added column, planned drop, type
+//! change, unplanned drop, `ABSORB = 'auto'`, TRUNCATE, replica identity
+//! changes, a rename) and counts the sink's writes for each;
+//! `tests/drift.rs`, `tests/subscribe.rs`, `tests/tls.rs` and
+//! `tests/admin.rs` cover drift, subscribers, TLS and the admin API.
 //!
-//! # Not done yet
+//! # Limits
 //!
-//! `subscribe` (the change feed is pruned as soon as every sink has it;
-//! subscribers need a broadcast of committed feed entries), lag in seconds
-//! and rows per second in `/status`, TLS for replication sessions, and
-//! replacement swaps and drift are not built. The admin API ([`admin`]:
-//! `/sql`, `/status`, `/metrics`) has no authentication and listens on
-//! loopback by default. Documents of a very large
-//! transaction, a TRUNCATE, or a sink's initial load are held in memory.
-//! Each upstream transaction is one SQLite commit (`synchronous=FULL`) and
-//! one sink transaction: correct, not yet fast.
+//! The admin API ([`admin`]) has no authentication and listens on loopback
+//! by default. The documents of one very large upstream transaction, a
+//! TRUNCATE, or a sink's initial load are held in memory, as are the
+//! changes of one swap while they are published to subscribers. Each
+//! upstream transaction is one SQLite commit (`synchronous=FULL`) and one
+//! sink transaction: correct, not yet as fast as PostgreSQL's own logical
+//! replication (BENCHMARKS.md).
 
 pub mod absorb;
 pub mod admin;
@@ -132,14 +152,14 @@ pub mod config;
 pub mod doc;
 pub mod drift;
 pub mod error;
-mod hydrate;
+pub mod hydrate;
 mod pipeline;
 mod sink;
 mod source;
 pub mod status;
 pub mod store;
 pub mod subscribe;
-mod swap;
+pub mod swap;
 pub mod upstream;
 
 pub use config::{Config, Connection};
