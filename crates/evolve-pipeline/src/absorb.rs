@@ -2,7 +2,9 @@
 //! interface by itself.
 //!
 //! While the pipeline runs, [`run`] polls the upstream catalogs every
-//! [`INTERVAL`] ([`crate::drift`]) and, for each interface with `ABSORB =
+//! [`INTERVAL`] when an interface has `ABSORB = 'auto'` (every
+//! [`drift::POLL_INTERVAL`] otherwise, to keep `evolve drift` fresh;
+//! [`crate::drift`]) and, for each interface with `ABSORB =
 //! 'auto'` whose table shows drift (`column_drift`, `type_drift`, or
 //! `stalled`), runs the manual flow's steps, logging each one:
 //!
@@ -71,6 +73,7 @@ fn replacement_name(interface: &str, table: &str) -> String {
 /// Runs the controller until `stop` completes.
 pub(crate) async fn run(pipeline: &Pipeline, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut failed: HashMap<String, Instant> = HashMap::new();
+    let mut polled: Option<Instant> = None;
     let mut ticks = tokio::time::interval(INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -81,7 +84,7 @@ pub(crate) async fn run(pipeline: &Pipeline, mut stop: tokio::sync::watch::Recei
         if *stop.borrow() {
             return;
         }
-        let step = step(pipeline, &mut failed);
+        let step = step(pipeline, &mut failed, &mut polled);
         tokio::select! {
             _ = step => {}
             _ = stop.changed() => return,
@@ -89,7 +92,11 @@ pub(crate) async fn run(pipeline: &Pipeline, mut stop: tokio::sync::watch::Recei
     }
 }
 
-async fn step(pipeline: &Pipeline, failed: &mut HashMap<String, Instant>) {
+async fn step(
+    pipeline: &Pipeline,
+    failed: &mut HashMap<String, Instant>,
+    polled: &mut Option<Instant>,
+) {
     let interfaces = match pipeline.interfaces() {
         Ok(i) => i,
         Err(e) => {
@@ -97,17 +104,19 @@ async fn step(pipeline: &Pipeline, failed: &mut HashMap<String, Instant>) {
             return;
         }
     };
-    if !interfaces.iter().any(|i| i.absorb_auto) {
+    let auto = interfaces.iter().any(|i| i.absorb_auto);
+    if !auto && polled.is_some_and(|at| at.elapsed() < drift::POLL_INTERVAL) {
         return;
     }
-    failed.retain(|_, at| at.elapsed() < RETRY_AFTER);
-    let rows = match drift::drift(pipeline, None).await {
+    *polled = Some(Instant::now());
+    let rows = match pipeline.drift_board().poll(pipeline, None).await {
         Ok(rows) => rows,
         Err(e) => {
             tracing::warn!(error = %e.primary(), "absorb: drift poll failed");
             return;
         }
     };
+    failed.retain(|_, at| at.elapsed() < RETRY_AFTER);
     for interface in interfaces.iter().filter(|i| i.absorb_auto) {
         if failed.contains_key(&interface.name) {
             continue;

@@ -413,7 +413,10 @@ async fn run_statement(
         Statement::RefreshReferences(r) => {
             // Polls the source's upstream catalog now: the drift of each of
             // its tables, as `GET /drift?source=` gives it.
-            let rows = crate::drift::drift(pipeline, Some(&r.source)).await?;
+            let rows = pipeline
+                .drift_board()
+                .poll(pipeline, Some(&r.source))
+                .await?;
             let mut result = tag("ALTER SOURCE");
             if !rows.is_empty() {
                 result.notice = Some(format!(
@@ -945,7 +948,12 @@ async fn drift_handler(
     State(admin): State<Arc<Admin>>,
     axum::extract::Query(query): axum::extract::Query<DriftQuery>,
 ) -> Response {
-    match crate::drift::drift(&admin.pipeline, query.source.as_deref()).await {
+    match admin
+        .pipeline
+        .drift_board()
+        .poll(&admin.pipeline, query.source.as_deref())
+        .await
+    {
         Ok(tables) => json_response(StatusCode::OK, &crate::drift::DriftReport { tables }),
         Err(e @ PipelineError::UnknownObject { .. }) => plain_error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -1082,7 +1090,9 @@ async fn not_found() -> Response {
         StatusCode::NOT_FOUND,
         "42704",
         "no such endpoint".into(),
-        Some("The admin API has POST /sql, GET /status and GET /metrics."),
+        Some(
+            "The admin API has POST /sql, GET /status, GET /drift, GET /subscribe/{name} and GET /metrics.",
+        ),
     )
 }
 

@@ -11,15 +11,17 @@
 //!   [`crate::apply`]); drift reports such a table as `stalled`, with the
 //!   error. Relation messages come only before the next row change of
 //!   their table, and say nothing of attribute numbers;
-//! - the upstream catalog, polled by [`drift`] (and by
-//!   [`DriftBoard::poll`], on `REFRESH REFERENCES` and every
-//!   [`POLL_INTERVAL`]): one ordinary session per source reads each
-//!   table's columns (`attname`, `attnum`, `atttypid`, `atttypmod`,
-//!   `format_type`) by the pinned OID, and looks the pinned
-//!   `schema.table` up by name. Comparing attribute numbers shows what no
-//!   Relation message can: a column dropped and re-added with the same
-//!   name and type (its old values are gone upstream, and the stream would
-//!   carry on as if nothing happened).
+//! - the upstream catalog, polled by [`drift`] for each request, and by
+//!   [`DriftBoard::poll`], which keeps the last result per table for
+//!   status output (the pipeline is to call it on `REFRESH REFERENCES`,
+//!   and every [`POLL_INTERVAL`] through [`DriftBoard::poll_every`]):
+//!   one ordinary session per source reads each table's columns
+//!   (`attname`, `attnum`, `atttypid`, `atttypmod`, `format_type`) by the
+//!   pinned OID, and looks the pinned `schema.table` up by name.
+//!   Comparing attribute numbers shows what no Relation message can: a
+//!   column dropped and re-added with the same name and type (its old
+//!   values are gone upstream, and the stream would carry on as if
+//!   nothing happened).
 //!
 //! [`compare`] is the comparison itself, a pure function.
 //!

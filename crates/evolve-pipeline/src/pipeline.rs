@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 
 use crate::bus::Bus;
 use crate::config::Config;
+use crate::drift::DriftBoard;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::hydrate::{self, HydrateContext};
 use crate::sink::{self, SinkContext};
@@ -55,6 +56,7 @@ pub struct Pipeline {
     changed: Arc<Notify>,
     status: StatusBoard,
     bus: Bus,
+    drift: DriftBoard,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -192,6 +194,7 @@ impl Pipeline {
             changed: Arc::new(Notify::new()),
             status: StatusBoard::default(),
             bus: Bus::default(),
+            drift: DriftBoard::default(),
         })
     }
 
@@ -859,6 +862,14 @@ impl Pipeline {
     /// it becomes durable (see [`crate::bus`]).
     pub fn bus(&self) -> &Bus {
         &self.bus
+    }
+
+    /// The last drift poll of each table ([`crate::drift`]): refreshed by
+    /// `GET /drift`, `REFRESH REFERENCES` and, while the pipeline runs,
+    /// every [`crate::drift::POLL_INTERVAL`] (every
+    /// [`crate::absorb::INTERVAL`] when an interface absorbs by itself).
+    pub fn drift_board(&self) -> &DriftBoard {
+        &self.drift
     }
 
     /// The running tasks' status board (rates, last commit times).
