@@ -126,7 +126,9 @@
 //! (`22023`), an `as_of` that is not a position (`22P02`), or one out of
 //! range (`22023`): before what the change feed retains (`retain_history`
 //! in `evolve.toml`; the message names the earliest position), or ahead of
-//! the pipeline's applied position.
+//! the pipeline's applied position. While the materialized view's table is
+//! still being hydrated the answer is a `200` that sends nothing until it
+//! runs (an `as_of` out of range then ends it with an `error` line).
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -861,15 +863,36 @@ struct Admin {
     sql: Mutex<()>,
     statements_ok: AtomicU64,
     statements_failed: AtomicU64,
+    /// Set when the server shuts down: open subscriptions end then, so
+    /// the graceful shutdown does not wait for them forever.
+    stopping: watch::Receiver<bool>,
+    /// Keeps `stopping` open for a router without a server.
+    _never: Option<watch::Sender<bool>>,
 }
 
 /// The admin API over `pipeline` (without running it; see [`serve`]).
 pub fn router(pipeline: Arc<Pipeline>) -> Router {
+    // Subscriptions of this router end only with their clients.
+    let (never, stopping) = watch::channel(false);
+    build_router(pipeline, stopping, Some(never))
+}
+
+fn router_with_stop(pipeline: Arc<Pipeline>, stopping: watch::Receiver<bool>) -> Router {
+    build_router(pipeline, stopping, None)
+}
+
+fn build_router(
+    pipeline: Arc<Pipeline>,
+    stopping: watch::Receiver<bool>,
+    never: Option<watch::Sender<bool>>,
+) -> Router {
     let admin = Arc::new(Admin {
         pipeline,
         sql: Mutex::new(()),
         statements_ok: AtomicU64::new(0),
         statements_failed: AtomicU64::new(0),
+        stopping,
+        _never: never,
     });
     Router::new()
         .route("/sql", post(sql))
@@ -1060,8 +1083,14 @@ async fn subscribe_handler(
     }
     match crate::subscribe::subscribe(&admin.pipeline, &name, opts).await {
         Ok(subscription) => {
-            let lines =
-                futures_util::StreamExt::map(subscription, Ok::<Bytes, std::convert::Infallible>);
+            let mut stopping = admin.stopping.clone();
+            let stopped = async move {
+                let _ = stopping.wait_for(|stop| *stop).await;
+            };
+            let lines = futures_util::StreamExt::take_until(
+                futures_util::StreamExt::map(subscription, Ok::<Bytes, std::convert::Infallible>),
+                stopped,
+            );
             (
                 StatusCode::OK,
                 [
@@ -1130,9 +1159,12 @@ pub async fn serve(
         let _ = stop.send(true);
     };
     let server = async {
-        let result = axum::serve(listener, router(Arc::clone(&pipeline)))
-            .with_graceful_shutdown(signal(stopped.clone()))
-            .await;
+        let result = axum::serve(
+            listener,
+            router_with_stop(Arc::clone(&pipeline), stopped.clone()),
+        )
+        .with_graceful_shutdown(signal(stopped.clone()))
+        .await;
         let _ = stop.send(true);
         result
     };

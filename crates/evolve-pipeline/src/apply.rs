@@ -396,7 +396,11 @@ impl Txn {
         commit_time_micros: i64,
     ) -> Result<Vec<Change>> {
         let fail = |e: rusqlite::Error| PipelineError::store("apply an upstream transaction", e);
-        let tx = store.conn.unchecked_transaction().map_err(fail)?;
+        let tx = rusqlite::Transaction::new_unchecked(
+            &store.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )
+        .map_err(fail)?;
         let changes = self.write(store, tables, end_lsn, commit_time_micros, true)?;
         tx.execute(
             "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1",

@@ -487,7 +487,12 @@ fn replay_pending(
     let id = tables[t].info.id;
     let oid = tables[t].info.upstream_oid;
     tables[t].info.snapshot_lsn = Some(point);
-    let tx = store.conn.unchecked_transaction().map_err(fail)?;
+    // IMMEDIATE: the replay reads before it writes, and a deferred
+    // transaction could not take the write lock after another connection
+    // (a copy) committed meanwhile.
+    let tx =
+        rusqlite::Transaction::new_unchecked(&store.conn, rusqlite::TransactionBehavior::Immediate)
+            .map_err(fail)?;
     let mut decoder = LogicalDecoder::new();
     let mut last_seq = 0i64;
     let mut current: Option<(i64, i64, Txn)> = None;

@@ -78,7 +78,8 @@
 //!
 //! While the interface's table is not hydrated yet (its snapshot is being
 //! copied), the subscription sends nothing and waits; it starts as above
-//! once the table runs.
+//! once the table runs (an `as_of` out of range is then an `error` line,
+//! since the subscription has already started).
 //!
 //! # Slow readers, many readers
 //!
@@ -92,7 +93,7 @@
 //! read transaction stays open meanwhile) rather than held in memory.
 //! Dropping the [`Subscription`] ends it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, btree_map};
 use std::fmt;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -404,6 +405,16 @@ enum Begun {
     Ready(Start, JoinHandle<Blocking>),
 }
 
+/// What a live subscription waits for.
+enum Event {
+    /// Time to check that the interface still exists.
+    Check,
+    /// Time to send the progress of transactions that changed nothing.
+    ProgressDue,
+    /// A transaction from the bus (or why there is none).
+    Received(Result<Arc<Committed>, broadcast::error::RecvError>),
+}
+
 /// Why sending stopped.
 enum Stop {
     ReaderGone,
@@ -505,6 +516,8 @@ impl Follower {
             CatchUp::Failed(e) => return self.fail(&e).await,
         }
         let mut progressed = Instant::now();
+        // A position past the last progress line, of transactions that
+        // did not change the interface.
         let mut unsent: Option<Lsn> = None;
         let mut check =
             tokio::time::interval_at(Instant::now() + CATALOG_CHECK_EVERY, CATALOG_CHECK_EVERY);
@@ -515,60 +528,68 @@ impl Follower {
                 drop(bus);
                 return self.cut_off(behind, last_progress).await;
             }
-            let mut lines: Vec<Bytes> = Vec::new();
-            // The progress line among `lines`, the last of them.
-            let mut progress: Option<Lsn> = None;
-            tokio::select! {
+            let event = tokio::select! {
                 biased;
                 _ = self.out.closed() => return,
-                received = bus.recv() => match received {
-                    Ok(committed) => {
-                        if committed.source != start.source || committed.pos <= start.at {
-                            continue;
-                        }
-                        for change in committed.changes.iter().filter(|c| c.interface == start.interface) {
-                            lines.extend(
-                                change_lines(committed.pos, &change.key, change.old.as_deref(), change.new.as_deref())
-                                    .into_iter()
-                                    .flatten(),
-                            );
-                        }
-                        if lines.is_empty() {
-                            unsent = Some(committed.pos);
-                            continue;
-                        }
-                        lines.push(progress_line(committed.pos));
-                        unsent = None;
-                        progress = Some(committed.pos);
-                    }
-                    Err(broadcast::error::RecvError::Lagged(missed)) => {
-                        drop(bus);
-                        return self.cut_off(missed as usize + bus::CAPACITY, last_progress).await;
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
+                _ = check.tick() => Event::Check,
                 _ = tokio::time::sleep_until(progressed + PROGRESS_EVERY), if unsent.is_some() => {
-                    if let Some(pos) = unsent.take() {
-                        lines.push(progress_line(pos));
-                        progress = Some(pos);
-                    }
+                    Event::ProgressDue
                 }
-                _ = check.tick() => {
-                    match interface_exists(&mut store, &self.state_dir, start.interface, &self.name).await {
+                received = bus.recv() => Event::Received(received),
+            };
+            let mut lines: Vec<Bytes> = Vec::new();
+            // The position of the progress line that ends `lines`.
+            let progress = match event {
+                Event::Check => {
+                    let exists =
+                        interface_exists(&mut store, &self.state_dir, start.interface, &self.name)
+                            .await;
+                    match exists {
                         Ok(true) => continue,
                         Ok(false) => {
-                            let line = error_line(
-                                "42704",
-                                &format!("{} \"{}\" was dropped", ObjectKind::Interface, self.name),
-                                None,
-                                None,
-                            );
+                            let message =
+                                format!("{} \"{}\" was dropped", ObjectKind::Interface, self.name);
+                            let line = error_line("42704", &message, None, None);
                             let _ = self.out.send(line).await;
                             return;
                         }
                         Err(e) => return self.fail(&e).await,
                     }
                 }
+                Event::ProgressDue => unsent.take(),
+                Event::Received(Ok(committed)) => {
+                    if committed.source != start.source || committed.pos <= start.at {
+                        continue;
+                    }
+                    for change in &committed.changes {
+                        if change.interface != start.interface {
+                            continue;
+                        }
+                        let [old, new] = change_lines(
+                            committed.pos,
+                            &change.key,
+                            change.old.as_deref(),
+                            change.new.as_deref(),
+                        );
+                        lines.extend(old);
+                        lines.extend(new);
+                    }
+                    if lines.is_empty() && Instant::now() < progressed + PROGRESS_EVERY {
+                        unsent = Some(committed.pos);
+                        continue;
+                    }
+                    unsent = None;
+                    Some(committed.pos)
+                }
+                Event::Received(Err(broadcast::error::RecvError::Lagged(missed))) => {
+                    drop(bus);
+                    let behind = missed as usize + bus::CAPACITY;
+                    return self.cut_off(behind, last_progress).await;
+                }
+                Event::Received(Err(broadcast::error::RecvError::Closed)) => return,
+            };
+            if let Some(pos) = progress {
+                lines.push(progress_line(pos));
             }
             for line in lines {
                 match send_live(&self.out, &bus, line).await {
@@ -582,8 +603,8 @@ impl Follower {
             }
             if progress.is_some() {
                 last_progress = progress;
+                progressed = Instant::now();
             }
-            progressed = Instant::now();
         }
     }
 
@@ -857,8 +878,8 @@ impl Job {
                 let mut rows = feed.query(range)?;
                 while let Some(row) = rows.next()? {
                     let key: Vec<u8> = row.get(1)?;
-                    if !before.contains_key(&key) {
-                        before.insert(key, row.get(2)?);
+                    if let btree_map::Entry::Vacant(first) = before.entry(key) {
+                        first.insert(row.get(2)?);
                     }
                 }
             }

@@ -56,7 +56,43 @@ pub enum Command {
     Sql(crate::pipeline::SqlArgs),
     /// Every object of a running pipeline with its state.
     Status(crate::pipeline::StatusArgs),
-    /// A short tour of `evolve migrate` against a throwaway PostgreSQL.
+    /// Follow a materialized view of a running pipeline: its changes as
+    /// JSON lines on stdout, until SIGINT or SIGTERM.
+    ///
+    /// Each line is one JSON object with a "type". A "change" is a
+    /// document entering (diff 1) or leaving (diff -1) the view at upstream
+    /// position ts, with its key and data; an update is a -1 and a +1 at
+    /// the same ts. A "progress" line says everything up to its ts has
+    /// been sent. An "error" line ends a stream that cannot go on (exit 1,
+    /// the error also on stderr), e.g. a subscriber too slow to keep up.
+    Subscribe(crate::pipeline::SubscribeArgs),
+    /// Tables of a running pipeline whose upstream table changed since
+    /// their columns were pinned, and stalled tables.
+    ///
+    /// One row per table that differs: columns added or dropped upstream
+    /// (column_drift), an ingested column's type or typmod changed
+    /// (type_drift), the table stalled (stalled, with the error), the
+    /// upstream table renamed or dropped (table_renamed, table_dropped),
+    /// or its upstream not answering (unknown). The pipeline reads the
+    /// upstream catalogs for each request. No rows means everything
+    /// matches.
+    ///
+    /// The exit code is 0 whether or not there is drift, and 1 on errors
+    /// (the admin API cannot be reached, --source names no source).
+    Drift(crate::pipeline::DriftArgs),
+    /// A tour against throwaway PostgreSQL clusters it starts and removes:
+    /// the pipeline absorbing upstream schema changes (the default), or
+    /// `evolve demo migrate`.
+    ///
+    /// The pipeline tour needs nothing but the PostgreSQL server package.
+    /// It starts an upstream and a sink cluster, puts an `orders` table
+    /// under write load, runs a pipeline into the sink with a consumer
+    /// view `open_orders` on it, and walks through four upstream schema
+    /// changes (a column added, a planned drop, an unplanned drop, and the
+    /// same absorbed automatically with ABSORB = 'auto'), printing each
+    /// statement it runs and, after each step, the writes the sink received
+    /// against the rows that really changed. It takes well under a minute
+    /// and exits 1 if any expectation failed.
     Demo(DemoArgs),
 }
 
@@ -95,9 +131,22 @@ pub struct DepsArgs {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Keep the throwaway cluster and files, and print where they are.
+    /// Which tour.
+    #[arg(value_enum, default_value_t = Tour::Pipeline)]
+    pub tour: Tour,
+    /// At the end, keep the throwaway clusters (and the pipeline) running
+    /// and print how to reach them, until Ctrl-C; then clean up.
     #[arg(long)]
     pub keep: bool,
+}
+
+/// The tours of `evolve demo`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Tour {
+    /// A CDC pipeline absorbing upstream schema changes under write load.
+    Pipeline,
+    /// `evolve migrate`: files, history, checksums, lock_timeout, rollback.
+    Migrate,
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +249,9 @@ pub fn wants_multi_thread(cli: &Cli) -> bool {
             verb: crate::registry::RegistryVerb::Serve { .. }
         }) | Command::Pipeline(crate::pipeline::PipelineArgs {
             verb: crate::pipeline::PipelineVerb::Run { .. }
+        }) | Command::Demo(DemoArgs {
+            tour: Tour::Pipeline,
+            ..
         })
     )
 }
@@ -219,6 +271,12 @@ pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<ExitCode> {
             unreachable!("matched above")
         };
         return crate::pipeline::sql(args, out).await;
+    }
+    if let Command::Subscribe(_) = &cli.command {
+        let Command::Subscribe(args) = cli.command else {
+            unreachable!("matched above")
+        };
+        return crate::pipeline::subscribe(args, out).await;
     }
     run_command(cli, out).await.map(|()| ExitCode::SUCCESS)
 }
@@ -262,7 +320,8 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
         Command::Registry(args) => crate::registry::run(args).await,
         Command::Pipeline(args) => crate::pipeline::run(args).await,
         Command::Status(args) => crate::pipeline::status(args, out).await,
-        Command::Lint(_) | Command::Compat(_) | Command::Sql(_) => {
+        Command::Drift(args) => crate::pipeline::drift(args, out).await,
+        Command::Lint(_) | Command::Compat(_) | Command::Sql(_) | Command::Subscribe(_) => {
             unreachable!("handled in run")
         }
     }

@@ -1,5 +1,5 @@
-//! `evolve pipeline run`, and the clients of its admin API: `evolve sql`
-//! and `evolve status`.
+//! `evolve pipeline run`, and the clients of its admin API: `evolve sql`,
+//! `evolve status` and `evolve drift`.
 //!
 //! The clients speak plain HTTP/1.1 to the admin API (loopback by default)
 //! with hyper's connection-level client: one connection per command.
@@ -15,6 +15,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use evolve_core::control::ControlError;
 use evolve_pipeline::admin::{ObjectReport, SqlError, SqlResponse, StatusReport};
+use evolve_pipeline::drift::{DriftReport, DriftRow};
 use evolve_pipeline::{Config, Pipeline, PipelineError};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -70,6 +71,15 @@ pub struct SqlArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    #[command(flatten)]
+    pub admin: AdminArg,
+}
+
+#[derive(Debug, Args)]
+pub struct DriftArgs {
+    /// Only the tables of this source.
+    #[arg(long, value_name = "NAME")]
+    pub source: Option<String>,
     #[command(flatten)]
     pub admin: AdminArg,
 }
@@ -474,6 +484,274 @@ fn note(o: &ObjectReport) -> String {
     parts.join("; ")
 }
 
+// ---------------------------------------------------------------- drift
+
+/// `evolve drift`: the tables that differ from upstream. Drift is not an
+/// error: the exit code is 0 whether or not there is any.
+pub async fn drift(args: DriftArgs, out: &Out) -> anyhow::Result<()> {
+    let admin = AdminUrl::parse(&args.admin.admin)?;
+    let path = match &args.source {
+        Some(source) => format!("/drift?source={}", query_value(source)),
+        None => "/drift".to_string(),
+    };
+    let (status, body) = admin.request(Method::GET, &path, None).await?;
+    if status == StatusCode::NOT_FOUND {
+        bail!(
+            "the admin API at {} has no /drift; is the pipeline running an older evolve?",
+            admin.url
+        );
+    }
+    if !status.is_success() {
+        return Err(match serde_json::from_slice::<SqlResponse>(&body) {
+            Ok(SqlResponse {
+                error: Some(error), ..
+            }) => {
+                let mut message = error.message;
+                for line in [error.detail, error.hint].into_iter().flatten() {
+                    message.push_str("\n  ");
+                    message.push_str(&line);
+                }
+                anyhow::anyhow!(message)
+            }
+            _ => admin.unexpected(&path, status, &body),
+        });
+    }
+    let report: DriftReport =
+        serde_json::from_slice(&body).map_err(|_| admin.unexpected(&path, status, &body))?;
+    match out.format() {
+        Format::Json => out.json_value(&serde_json::to_value(&report)?),
+        _ => out.text(&drift_text(&report.tables)),
+    }
+}
+
+/// A query-string value, percent-encoded.
+fn query_value(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// A text array as psql prints one: `{a,b}`, `{}`, elements quoted when
+/// they are empty, `NULL`, or hold spaces or `{},"\\`.
+fn pg_array<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
+    let items: Vec<String> = items
+        .into_iter()
+        .map(|item| {
+            let item = item.as_ref();
+            let plain = !item.is_empty()
+                && !item.eq_ignore_ascii_case("null")
+                && !item
+                    .chars()
+                    .any(|c| c.is_whitespace() || matches!(c, '{' | '}' | ',' | '"' | '\\'));
+            if plain {
+                item.to_string()
+            } else {
+                format!("\"{}\"", item.replace('\\', "\\\\").replace('"', "\\\""))
+            }
+        })
+        .collect();
+    format!("{{{}}}", items.join(","))
+}
+
+/// The drift rows as the product spec shows them: a header of left-aligned
+/// column names, one line per table, arrays in psql's notation; then one
+/// line per error or detail.
+fn drift_text(rows: &[DriftRow]) -> String {
+    if rows.is_empty() {
+        return "no drift: every table matches its upstream table".into();
+    }
+    let header = [
+        "table",
+        "upstream",
+        "signal",
+        "status",
+        "added_upstream",
+        "dropped_upstream",
+        "type_changed",
+    ]
+    .map(String::from);
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.table.clone(),
+                r.upstream.clone(),
+                r.signal.to_string(),
+                r.status.clone(),
+                pg_array(&r.added_upstream),
+                pg_array(&r.dropped_upstream),
+                pg_array(r.type_changed.iter().map(|c| c.to_string())),
+            ]
+        })
+        .collect();
+    let mut widths = header.clone().map(|h| h.chars().count());
+    for row in &cells {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |row: &[String; 7]| {
+        let padded: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        format!(" {}", padded.join(" | ")).trim_end().to_string()
+    };
+    let mut lines = vec![line(&header)];
+    lines.extend(cells.iter().map(line));
+    for r in rows {
+        for note in [&r.error, &r.detail].into_iter().flatten() {
+            lines.push(format!("{}: {}", r.table, note.replace('\n', " ")));
+        }
+    }
+    lines.join("\n")
+}
+
+// ------------------------------------------------------------ subscribe
+
+#[derive(Debug, Args)]
+pub struct SubscribeArgs {
+    /// The materialized view to follow.
+    pub name: String,
+    /// Send every document first (as +1 changes at one position), then the
+    /// changes.
+    #[arg(long)]
+    pub snapshot: bool,
+    /// Start at this position, a `ts` the stream reported (e.g.
+    /// 0/16B3748), instead of now: the changes after it, or with
+    /// --snapshot the documents as they were then and the changes after.
+    #[arg(long, value_name = "POSITION")]
+    pub as_of: Option<String>,
+    #[command(flatten)]
+    pub admin: AdminArg,
+}
+
+impl AdminUrl {
+    /// Sends a request without a body; the response, its body unread.
+    async fn open(&self, path: &str) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
+        let connect = tokio::net::TcpStream::connect((self.host.as_str(), self.port));
+        let stream = match tokio::time::timeout(Duration::from_secs(10), connect).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(self.unreachable(e)),
+            Err(_) => return Err(self.unreachable("no answer in 10 s")),
+        };
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(format!("{}{path}", self.prefix))
+            .header(header::HOST, &self.authority)
+            .body(Full::new(Bytes::new()))?;
+        sender
+            .send_request(request)
+            .await
+            .map_err(|e| self.unreachable(e))
+    }
+}
+
+/// `evolve subscribe`: the materialized view's lines on stdout as they
+/// arrive, each flushed (the format is `evolve_pipeline::subscribe`'s).
+/// Exit 0 on SIGINT or SIGTERM, or when the pipeline ends the stream; 1
+/// when the admin API refuses or the stream ends with an error line (the
+/// error also on stderr, psql's way).
+pub async fn subscribe(args: SubscribeArgs, out: &Out) -> anyhow::Result<ExitCode> {
+    if matches!(out.format(), Format::Dot | Format::Mermaid) {
+        bail!("--format dot and --format mermaid are for evolve deps; subscribe writes JSON lines");
+    }
+    let admin = AdminUrl::parse(&args.admin.admin)?;
+    let mut path = format!("/subscribe/{}", query_value(&args.name));
+    let mut params = Vec::new();
+    if args.snapshot {
+        params.push("snapshot=true".to_string());
+    }
+    if let Some(position) = &args.as_of {
+        params.push(format!("as_of={}", query_value(position)));
+    }
+    if !params.is_empty() {
+        path.push('?');
+        path.push_str(&params.join("&"));
+    }
+    let shutdown = crate::output::shutdown_signal();
+    tokio::pin!(shutdown);
+    let response = tokio::select! {
+        _ = &mut shutdown => return Ok(ExitCode::SUCCESS),
+        response = admin.open(&path) => response?,
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the answer of {}: {e}", admin.url))?
+            .to_bytes();
+        return match serde_json::from_slice::<SqlResponse>(&body) {
+            Ok(SqlResponse {
+                error: Some(error), ..
+            }) => {
+                eprintln!("{}", render_error("", &error));
+                Ok(ExitCode::FAILURE)
+            }
+            _ => Err(admin.unexpected(&path, status, &body)),
+        };
+    }
+    let mut body = response.into_body();
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let frame = tokio::select! {
+            _ = &mut shutdown => return Ok(ExitCode::SUCCESS),
+            frame = body.frame() => frame,
+        };
+        let data = match frame {
+            None => {
+                // The pipeline ended the stream (it stopped).
+                if !pending.is_empty() {
+                    let mut stdout = std::io::stdout().lock();
+                    stdout.write_all(&pending)?;
+                    stdout.flush()?;
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            Some(Err(e)) => bail!("the stream from {} broke off: {e}", admin.url),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue,
+            },
+        };
+        pending.extend_from_slice(&data);
+        let Some(end) = pending.iter().rposition(|b| *b == b'\n') else {
+            continue;
+        };
+        let lines: Vec<u8> = pending.drain(..=end).collect();
+        {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&lines)?;
+            stdout.flush()?;
+        }
+        // An error line is the last one.
+        if let Some(error) = lines
+            .split(|b| *b == b'\n')
+            .filter(|line| line.starts_with(b"{\"type\":\"error\""))
+            .find_map(|line| serde_json::from_slice::<SqlError>(line).ok())
+        {
+            eprintln!("{}", render_error("", &error));
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,5 +826,61 @@ mod tests {
             render_error(input, &e),
             "ERROR:  syntax error at or near \"CREAT\"\nDETAIL:  d."
         );
+    }
+
+    fn drift_row(table: &str) -> DriftRow {
+        DriftRow {
+            table: table.into(),
+            source: "src".into(),
+            upstream: "public.orders".into(),
+            signal: evolve_pipeline::drift::Signal::ColumnDrift,
+            status: "running".into(),
+            added_upstream: vec!["region".into()],
+            dropped_upstream: Vec::new(),
+            type_changed: Vec::new(),
+            error: None,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn drift_looks_like_the_spec() {
+        assert_eq!(
+            drift_text(&[drift_row("orders_v1")]),
+            " table     | upstream      | signal       | status  | added_upstream | dropped_upstream | type_changed\n \
+             orders_v1 | public.orders | column_drift | running | {region}       | {}               | {}"
+        );
+        let mut row = drift_row("o");
+        row.signal = evolve_pipeline::drift::Signal::Stalled;
+        row.status = "stalled".into();
+        row.added_upstream = vec!["a".into(), "b c".into()];
+        row.type_changed = vec![evolve_pipeline::drift::TypeChange {
+            column: "priority".into(),
+            from: "integer".into(),
+            to: "bigint".into(),
+        }];
+        row.error = Some("column \"priority\" changed type".into());
+        row.detail = Some("column \"x\" was dropped and re-added (attnum 3 → 7)".into());
+        assert_eq!(
+            drift_text(&[row]),
+            " table | upstream      | signal  | status  | added_upstream | dropped_upstream | type_changed\n \
+             o     | public.orders | stalled | stalled | {a,\"b c\"}      | {}               | {\"priority integer → bigint\"}\n\
+             o: column \"priority\" changed type\n\
+             o: column \"x\" was dropped and re-added (attnum 3 → 7)"
+        );
+        assert_eq!(
+            drift_text(&[]),
+            "no drift: every table matches its upstream table"
+        );
+    }
+
+    #[test]
+    fn arrays_and_query_values_are_escaped() {
+        assert_eq!(pg_array(Vec::<String>::new()), "{}");
+        assert_eq!(
+            pg_array(["a", "", "NULL", "x,y", "q\"\\"]),
+            r#"{a,"","NULL","x,y","q\"\\"}"#
+        );
+        assert_eq!(query_value("src 1&x=é"), "src%201%26x%3D%C3%A9");
     }
 }

@@ -397,3 +397,74 @@ fn compat_check_exits_0_1_or_2() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `evolve demo`, the README's first command: the pipeline tour runs on
+/// its own throwaway clusters, exits 0, and each flow prints its check
+/// line with equal counts.
+#[test]
+fn demo_tours_the_pipeline_through_flows_1_2_4_and_5_with_exact_counts() {
+    let out = Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .arg("demo")
+        .output()
+        .expect("run evolve demo");
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "evolve demo failed\n{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(!stdout.contains('✗'), "{stdout}");
+    // Sections start with "== "; each flow has at least one check line
+    // whose two counts are equal.
+    let section = |title: &str| -> &str {
+        let start = stdout
+            .find(&format!("\n== {title}"))
+            .unwrap_or_else(|| panic!("no section {title}\n{stdout}"));
+        let rest = &stdout[start + 1..];
+        let end = rest[3..].find("\n== ").map_or(rest.len(), |i| i + 3);
+        &rest[..end]
+    };
+    let counts = |section: &str| -> Vec<(u64, u64)> {
+        section
+            .lines()
+            .filter_map(|line| {
+                let rest = line.trim().strip_prefix("downstream changes: ")?;
+                let (writes, rest) = rest.split_once("   rows that really changed: ")?;
+                let (changed, mark) = rest.split_once("   ")?;
+                assert_eq!(mark, "✓", "{line}");
+                Some((writes.parse().ok()?, changed.parse().ok()?))
+            })
+            .collect()
+    };
+    for flow in ["flow 1:", "flow 2:", "flow 4:"] {
+        let counts = counts(section(flow));
+        assert!(!counts.is_empty(), "no check line in {flow}\n{stdout}");
+        for (writes, changed) in counts {
+            assert_eq!(writes, changed, "{flow}\n{stdout}");
+            assert!(writes > 0, "{flow}\n{stdout}");
+        }
+    }
+    // Flow 5 needs ABSORB = 'auto'; a build without it says so.
+    let flow_5 = section("flow 5:");
+    assert!(
+        !counts(flow_5).is_empty()
+            || flow_5.contains("skipped: ABSORB = 'auto' is not available in this build"),
+        "{stdout}"
+    );
+    let end = section("the end");
+    assert!(
+        end.lines()
+            .any(|l| l.trim().starts_with("open_orders answered ")
+                && l.ends_with(" queries, 0 errors   ✓")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("pipeline stopped, clusters and state removed"),
+        "{stdout}"
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("all ") && last.contains(" checks passed in "),
+        "{stdout}"
+    );
+}

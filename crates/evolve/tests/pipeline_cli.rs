@@ -331,3 +331,275 @@ async fn statements_end_to_end_through_the_binary() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `evolve drift`: nothing at first, then one row in the product spec's
+/// layout after a column is added upstream, the same row as JSON, and an
+/// unknown `--source` as an error (exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_through_the_binary() {
+    let up_db = evolve_test::fresh_db("cli_drift").await;
+    let up = connect(&up_db.url).await;
+    up.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL);
+         INSERT INTO orders VALUES (1, 'ada');",
+    )
+    .await
+    .unwrap();
+    let dir = temp_dir("drift");
+    let config = dir.join("evolve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"state\"\nadmin_listen = \"127.0.0.1:0\"\n\
+             [connections.pg_conn]\nurl = \"{}\"\n",
+            up_db.url
+        ),
+    )
+    .unwrap();
+    let mut pipeline = Pipeline::start(&config);
+    let admin = pipeline.url.clone();
+    let out = evolve(&[
+        "sql",
+        "--admin",
+        &admin,
+        "-c",
+        "CREATE SOURCE src_drift FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');
+         CREATE TABLE orders_v1 FROM SOURCE src_drift (REFERENCE public.orders);",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let start = Instant::now();
+    loop {
+        let out = evolve(&["status", "--admin", &admin, "--format", "json"]).await;
+        let report: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        let running = report["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["name"] == "orders_v1" && o["state"] == "running");
+        if running {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "orders_v1 is not running after 30 s: {report}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let out = evolve(&["drift", "--admin", &admin]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "no drift: every table matches its upstream table\n"
+    );
+
+    up.batch_execute("ALTER TABLE orders ADD COLUMN region text")
+        .await
+        .unwrap();
+    let out = evolve(&["drift", "--admin", &admin]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        " table     | upstream      | signal       | status  | added_upstream | dropped_upstream | type_changed\n \
+         orders_v1 | public.orders | column_drift | running | {region}       | {}               | {}\n"
+    );
+    let out = evolve(&[
+        "drift",
+        "--admin",
+        &admin,
+        "--format",
+        "json",
+        "--source",
+        "src_drift",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let body: Value = serde_json::from_slice(&out.stdout).expect("drift JSON");
+    assert_eq!(
+        body,
+        serde_json::json!({"tables": [{
+            "table": "orders_v1", "source": "src_drift", "upstream": "public.orders",
+            "signal": "column_drift", "status": "running",
+            "added_upstream": ["region"], "dropped_upstream": [], "type_changed": [],
+            "error": null, "detail": null
+        }]})
+    );
+
+    let out = evolve(&["drift", "--admin", &admin, "--source", "nope"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).starts_with("error: source \"nope\" does not exist"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout), "");
+
+    let status = pipeline.terminate(Duration::from_secs(20));
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `evolve subscribe NAME --snapshot` against `evolve pipeline run`: the
+/// documents, then each change as it happens, one JSON line each on
+/// stdout; SIGTERM ends it with exit 0. A materialized view that does not
+/// exist: exit 1 and one line on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_through_the_binary() {
+    /// A child process killed on drop (a failing test leaves none).
+    struct Subscriber(Child);
+    impl Drop for Subscriber {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    let up_db = evolve_test::fresh_db("cli_subscribe").await;
+    let up = connect(&up_db.url).await;
+    up.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL, total numeric(10,2));
+         INSERT INTO orders VALUES (1, 'ada', 10.50), (2, 'bob', NULL), (3, 'cy', 3);",
+    )
+    .await
+    .unwrap();
+    let dir = temp_dir("subscribe");
+    let config = dir.join("evolve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"state\"\nadmin_listen = \"127.0.0.1:0\"\nretain_history = \"5m\"\n\
+             [connections.pg_conn]\nurl = \"{}\"\n",
+            up_db.url
+        ),
+    )
+    .unwrap();
+    let mut pipeline = Pipeline::start(&config);
+    let admin = pipeline.url.clone();
+    let out = evolve(&[
+        "sql",
+        "--admin",
+        &admin,
+        "-c",
+        "CREATE SOURCE src_subscribe FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');
+         CREATE TABLE orders_v1 FROM SOURCE src_subscribe (REFERENCE public.orders);
+         CREATE MATERIALIZED VIEW orders_json AS
+           SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // Started before the table runs: it waits, then sends the snapshot.
+    let mut child = Subscriber(
+        Command::new(EVOLVE)
+            .args(["subscribe", "orders_json", "--snapshot", "--admin", &admin])
+            .env_remove("EVOLVE_ADMIN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn evolve subscribe"),
+    );
+    let stdout = child.0.stdout.take().expect("stdout");
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let next = || -> Value {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a line from evolve subscribe within 30 s");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+
+    let mut snapshot = Vec::new();
+    let start = loop {
+        let line = next();
+        match line["type"].as_str() {
+            Some("change") => snapshot.push(line),
+            Some("progress") => break line["ts"].clone(),
+            _ => panic!("{line}"),
+        }
+    };
+    assert_eq!(snapshot.len(), 3, "{snapshot:?}");
+    assert!(snapshot.iter().all(|l| l["diff"] == 1 && l["ts"] == start));
+    assert_eq!(
+        snapshot[0],
+        serde_json::json!({"type": "change", "ts": start, "diff": 1, "key": {"id": 1},
+                           "data": {"id": 1, "customer": "ada", "total": 10.50}})
+    );
+    assert_eq!(
+        snapshot[1]["data"],
+        serde_json::json!({"id": 2, "customer": "bob"})
+    );
+
+    // Live: an insert, then an update (a retraction and an insertion at
+    // one position), each followed by its progress line.
+    up.batch_execute("INSERT INTO orders VALUES (4, 'dee', 99.99)")
+        .await
+        .unwrap();
+    let insert = next();
+    assert_eq!(
+        (&insert["type"], &insert["diff"], &insert["key"]),
+        (
+            &Value::from("change"),
+            &Value::from(1),
+            &serde_json::json!({"id": 4})
+        ),
+        "{insert}"
+    );
+    assert_eq!(insert["data"]["customer"], "dee");
+    assert_eq!(
+        next(),
+        serde_json::json!({"type": "progress", "ts": insert["ts"]})
+    );
+    up.batch_execute("UPDATE orders SET customer = 'ada l.' WHERE id = 1")
+        .await
+        .unwrap();
+    let (old, new) = (next(), next());
+    assert_eq!(
+        (&old["diff"], &new["diff"]),
+        (&Value::from(-1), &Value::from(1))
+    );
+    assert_eq!(old["ts"], new["ts"]);
+    assert_eq!(old["data"]["customer"], "ada");
+    assert_eq!(new["data"]["customer"], "ada l.");
+    assert_eq!(next()["type"], "progress");
+
+    // SIGTERM: exit 0.
+    let status = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "evolve subscribe did not stop within 10 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+
+    // A materialized view that does not exist: exit 1, one line.
+    let out = evolve(&["subscribe", "missing", "--admin", &admin]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr,
+        "ERROR:  materialized view \"missing\" does not exist\n"
+    );
+    assert_eq!(text(&out.stdout), "");
+
+    let status = pipeline.terminate(Duration::from_secs(20));
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,1336 @@
+//! `evolve demo` (the pipeline tour): the pipeline absorbing upstream schema
+//! changes behind a stable JSON interface, under write load, everything in
+//! this process.
+//!
+//! Two throwaway clusters ([`evolve_test::Cluster`]): the upstream, with
+//! `orders` and `customers`, and the sink. A [`Pipeline`] runs in a task
+//! between them, and every control statement goes through
+//! [`admin::execute`], so the tour prints and runs the real statements. A
+//! load task keeps writing upstream (status and amount of existing orders,
+//! new orders, customer visits: never a column the flows are about); a
+//! reader task queries the consumer view `open_orders` on the sink every
+//! 20 ms for the whole tour.
+//!
+//! # What is counted, and how
+//!
+//! *Downstream changes* are the writes a sink table received, counted by
+//! an `AFTER INSERT OR UPDATE OR DELETE ... FOR EACH ROW` trigger into an
+//! audit table beside it. *Rows that really changed* are computed from the
+//! upstream on its own: `count(*) WHERE region IS NOT NULL` and the like,
+//! or, after the unplanned drop, the number of keys whose document upstream
+//! (`coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}')` over the new version's
+//! columns) differs from the one the sink holds.
+//!
+//! For each count the load pauses (a lock it takes for each transaction),
+//! the tour waits until the sink has caught up (every sink document equals
+//! the upstream one over the current version's columns; for a stalled
+//! table, its audit count has not moved), counts, applies, waits until the
+//! sink shows the new version, counts the writes, and resumes the load.
+//! Readers never pause.
+//!
+//! Any failed expectation is printed with a ✗ and makes the command exit 1
+//! after cleanup; a statement that fails, or a wait that times out, stops
+//! the tour there (and also cleans up). Flow 5 needs `ABSORB = 'auto'`: a
+//! build whose engine refuses it (SQLSTATE `0A000`) skips that flow without
+//! failing.
+//!
+//! Cleanup (load, reader, pipeline, both clusters, the state directory)
+//! runs whatever happened, also on Ctrl-C; with `--keep` it waits for
+//! Ctrl-C after the tour, with the pipeline still running. The tour runs
+//! on the multi-thread runtime (`cli::wants_multi_thread`): the pipeline,
+//! the load and the reader work at the same time as the narration.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use evolve_pg::{Client, quote_ident, quote_literal};
+use evolve_pipeline::admin::{self, SqlError};
+use evolve_pipeline::{Config, Pipeline, PipelineError, TableState};
+use evolve_test::Cluster;
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
+use tokio::task::JoinHandle;
+
+/// Sample rows.
+const ORDERS: i64 = 3_000;
+const CUSTOMERS: i64 = 200;
+
+/// The load's pause between transactions.
+const LOAD_INTERVAL: Duration = Duration::from_millis(15);
+/// The reader's pause between queries.
+const READ_INTERVAL: Duration = Duration::from_millis(20);
+/// How long the tour waits for anything (hydration, a sink catching up).
+const WAIT: Duration = Duration::from_secs(30);
+/// How long flow 5 waits for evolve to absorb the change on its own.
+const ABSORB_WAIT: Duration = Duration::from_secs(30);
+/// After the sink shows what was expected: how long to watch for more.
+const SETTLE: Duration = Duration::from_millis(300);
+/// Between two looks at something being waited for.
+const POLL: Duration = Duration::from_millis(50);
+/// How long the load runs on its own to show that ingestion goes on.
+const LOAD_GOES_ON: Duration = Duration::from_millis(1500);
+
+const CREATE_CUSTOMERS: &str = "CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL, \
+     city text NOT NULL, visits int NOT NULL DEFAULT 0)";
+const CREATE_ORDERS: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, customer_id bigint NOT NULL, \
+     status text NOT NULL, amount numeric(10,2) NOT NULL, note text, coupon text, \
+     created_at timestamptz NOT NULL DEFAULT now())";
+
+const OPEN_ORDERS: &str = "CREATE VIEW open_orders AS SELECT (key->>'id')::bigint AS id, \
+     (data->>'customer_id')::bigint AS customer_id, (data->>'amount')::numeric AS amount \
+     FROM public.orders_json WHERE data->>'status' = 'open'";
+
+/// The interface query over `table`.
+fn interface_query(table: &str) -> String {
+    format!("SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) AS data FROM {table} t")
+}
+
+/// Prints one line of the tour. An error (stdout closed) ends the tour;
+/// `main` treats a broken pipe as success.
+fn say(text: impl AsRef<str>) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", text.as_ref())?;
+    stdout.flush()?;
+    Ok(())
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+pub async fn run(keep: bool) -> anyhow::Result<()> {
+    let started = Instant::now();
+    say("evolve demo: a change data capture pipeline absorbing upstream schema changes")?;
+    say("")?;
+    say("An upstream PostgreSQL with an `orders` table under write load, a pipeline that")?;
+    say("turns each row into one JSON document (the interface orders_json, whose shape")?;
+    say("never changes), and a sink database where a consumer view reads them. Upstream,")?;
+    say("the schema changes four times; each time the pipeline absorbs the change and the")?;
+    say("sink receives exactly the rows whose document changed. To make the counts")?;
+    say("comparable, the write load pauses while the numbers are taken; readers never do.")?;
+    say("The flows are numbered as in the pipeline's design; flow 3, a planned type change,")?;
+    say("is flow 2 followed by flow 1.")?;
+    say("")?;
+    say("== setup")?;
+    say("starting two throwaway PostgreSQL clusters (initdb + pg_ctl), upstream and sink ...")?;
+    let (up, sink) = tokio::join!(
+        tokio::task::spawn_blocking(Cluster::start),
+        tokio::task::spawn_blocking(Cluster::start)
+    );
+    let up = up
+        .context("starting the upstream cluster")?
+        .context("starting the upstream cluster")?;
+    let sink = sink
+        .context("starting the sink cluster")?
+        .context("starting the sink cluster")?;
+    say(format!(
+        "  upstream on 127.0.0.1:{}, sink on 127.0.0.1:{} ({})",
+        up.port(),
+        sink.port(),
+        secs(started.elapsed())
+    ))?;
+    let state_dir = std::env::temp_dir().join(format!("evolve-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state_dir);
+
+    let mut background = Background::default();
+    let outcome = tokio::select! {
+        outcome = tour(&up, &sink, &state_dir, &mut background) => outcome,
+        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
+    };
+    if keep && let Ok(tour) = &outcome {
+        say("")?;
+        say("keeping everything until Ctrl-C (the pipeline keeps running):")?;
+        say(format!("  upstream: psql {}", tour.up_url))?;
+        say(format!(
+            "  sink:     psql {}   (try: SELECT * FROM open_orders LIMIT 5)",
+            tour.sink_url
+        ))?;
+        say(format!("  pipeline state: {}", state_dir.display()))?;
+        super::wait_for_ctrl_c().await;
+    }
+
+    let cleanup = Instant::now();
+    let stop_errors = background.stop().await;
+    tokio::task::spawn_blocking(move || drop((up, sink)))
+        .await
+        .context("removing the clusters")?;
+    let _ = std::fs::remove_dir_all(&state_dir);
+    say(format!(
+        "\npipeline stopped, clusters and state removed ({})",
+        secs(cleanup.elapsed())
+    ))?;
+
+    let Outcome {
+        checks,
+        mut failures,
+        ..
+    } = outcome?;
+    failures.extend(stop_errors);
+    let total = secs(started.elapsed());
+    if failures.is_empty() {
+        say(format!("all {checks} checks passed in {total}"))?;
+        return Ok(());
+    }
+    say(format!(
+        "{} of {checks} checks failed ({total}):",
+        failures.len()
+    ))?;
+    for f in &failures {
+        say(format!("  ✗ {f}"))?;
+    }
+    bail!(
+        "the demo failed: {} expectation(s) not met, first: {}",
+        failures.len(),
+        failures[0]
+    )
+}
+
+/// What the tour found.
+struct Outcome {
+    checks: u32,
+    /// The failed checks' lines.
+    failures: Vec<String>,
+    up_url: String,
+    sink_url: String,
+}
+
+/// Runs setup and flows.
+async fn tour(
+    up_cluster: &Cluster,
+    sink_cluster: &Cluster,
+    state_dir: &Path,
+    background: &mut Background,
+) -> anyhow::Result<Outcome> {
+    let mut t = Tour::setup(up_cluster, sink_cluster, state_dir, background).await?;
+    t.flow_1().await?;
+    t.flow_2().await?;
+    t.flow_4().await?;
+    t.flow_5().await?;
+    t.finish(background).await?;
+    Ok(Outcome {
+        checks: t.checks,
+        failures: t.failures,
+        up_url: t.up_url,
+        sink_url: t.sink_url,
+    })
+}
+
+// ----------------------------------------------------------- background
+
+/// The tasks that run beside the tour, stopped at the end whatever
+/// happened.
+#[derive(Default)]
+struct Background {
+    stop_load: Arc<AtomicBool>,
+    stop_reader: Arc<AtomicBool>,
+    load: Option<JoinHandle<()>>,
+    reader: Option<JoinHandle<()>>,
+    pipeline_stop: Option<oneshot::Sender<()>>,
+    pipeline: Option<JoinHandle<Result<(), PipelineError>>>,
+}
+
+impl Background {
+    async fn stop_load(&mut self) {
+        self.stop_load.store(true, Ordering::SeqCst);
+        if let Some(load) = self.load.take() {
+            let _ = load.await;
+        }
+    }
+
+    async fn stop_reader(&mut self) {
+        self.stop_reader.store(true, Ordering::SeqCst);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.await;
+        }
+    }
+
+    /// Stops the load, the reader and the pipeline; what went wrong.
+    async fn stop(&mut self) -> Vec<String> {
+        let mut errors = Vec::new();
+        self.stop_load().await;
+        self.stop_reader().await;
+        if let Some(stop) = self.pipeline_stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(mut pipeline) = self.pipeline.take() {
+            match tokio::time::timeout(Duration::from_secs(20), &mut pipeline).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => errors.push(format!("the pipeline failed: {e}")),
+                Ok(Err(e)) => errors.push(format!("the pipeline task failed: {e}")),
+                Err(_) => {
+                    pipeline.abort();
+                    errors.push("the pipeline did not stop within 20 s".into());
+                }
+            }
+        }
+        errors
+    }
+}
+
+/// What the load did, and the lock that pauses it.
+#[derive(Default)]
+struct Load {
+    /// Held for each transaction; the tour holds it to pause the load.
+    gate: Arc<AsyncMutex<()>>,
+    order_updates: AtomicU64,
+    order_inserts: AtomicU64,
+    customer_updates: AtomicU64,
+    errors: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl Load {
+    fn orders_changed(&self) -> u64 {
+        self.order_updates.load(Ordering::SeqCst) + self.order_inserts.load(Ordering::SeqCst)
+    }
+
+    fn transactions(&self) -> u64 {
+        self.orders_changed() + self.customer_updates.load(Ordering::SeqCst)
+    }
+}
+
+/// A small xorshift generator: the load needs variety, not quality.
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Rng {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x9e37_79b9, |d| d.as_nanos() as u64);
+        Rng(seed | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// Until `stop`: one upstream transaction every [`LOAD_INTERVAL`], each
+/// under the gate: an order's status and amount (55%), a new order (25%),
+/// a customer's visits (20%).
+async fn write_load(client: Client, load: Arc<Load>, stop: Arc<AtomicBool>) {
+    const STATUSES: [&str; 3] = ["open", "paid", "shipped"];
+    let mut rng = Rng::new();
+    let mut next_id = ORDERS + 1;
+    while !stop.load(Ordering::SeqCst) {
+        {
+            let _gate = load.gate.lock().await;
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let roll = rng.below(100);
+            let result = if roll < 55 {
+                let id = 1 + rng.below((next_id - 1) as u64) as i64;
+                let status = STATUSES[rng.below(3) as usize];
+                client
+                    .execute(
+                        "UPDATE orders SET status = $1, amount = amount + 1 WHERE id = $2",
+                        &[&status, &id],
+                    )
+                    .await
+                    .map(|_| &load.order_updates)
+            } else if roll < 80 {
+                let customer = 1 + rng.below(CUSTOMERS as u64) as i64;
+                let inserted = client
+                    .execute(
+                        "INSERT INTO orders (id, customer_id, status, amount) \
+                         VALUES ($1, $2, 'open', round((random() * 500)::numeric, 2))",
+                        &[&next_id, &customer],
+                    )
+                    .await
+                    .map(|_| &load.order_inserts);
+                if inserted.is_ok() {
+                    next_id += 1;
+                }
+                inserted
+            } else {
+                let customer = 1 + rng.below(CUSTOMERS as u64) as i64;
+                client
+                    .execute(
+                        "UPDATE customers SET visits = visits + 1 WHERE id = $1",
+                        &[&customer],
+                    )
+                    .await
+                    .map(|_| &load.customer_updates)
+            };
+            match result {
+                Ok(counter) => {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    load.errors.fetch_add(1, Ordering::SeqCst);
+                    let mut first = load.first_error.lock().unwrap_or_else(|p| p.into_inner());
+                    first.get_or_insert_with(|| e.to_string());
+                }
+            }
+        }
+        tokio::time::sleep(LOAD_INTERVAL).await;
+    }
+}
+
+/// What the reader saw.
+#[derive(Default)]
+struct Reads {
+    answers: AtomicU64,
+    errors: AtomicU64,
+    first_error: Mutex<Option<String>>,
+    /// The last answer: open orders.
+    open: AtomicI64,
+}
+
+/// Until `stop`: the consumer's query every [`READ_INTERVAL`].
+async fn read_open_orders(client: Client, reads: Arc<Reads>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        match client
+            .query_one(
+                "SELECT count(*), coalesce(sum(amount), 0)::text FROM open_orders",
+                &[],
+            )
+            .await
+        {
+            Ok(row) => {
+                reads.open.store(row.get(0), Ordering::SeqCst);
+                reads.answers.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(e) => {
+                reads.errors.fetch_add(1, Ordering::SeqCst);
+                let mut first = reads.first_error.lock().unwrap_or_else(|p| p.into_inner());
+                first.get_or_insert_with(|| e.to_string());
+            }
+        }
+        tokio::time::sleep(READ_INTERVAL).await;
+    }
+}
+
+// ----------------------------------------------------------------- tour
+
+/// The load is paused while this lives.
+struct Paused {
+    _guard: OwnedMutexGuard<()>,
+    since: Instant,
+}
+
+/// How the sink compares with the upstream over some columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Diff {
+    upstream: i64,
+    sink: i64,
+    /// Keys whose documents differ, or that only one side has.
+    differing: i64,
+}
+
+struct Tour {
+    pipeline: Arc<Pipeline>,
+    up: Client,
+    sink: Client,
+    up_url: String,
+    sink_url: String,
+    load: Arc<Load>,
+    /// When the load started, and how long it was paused since.
+    load_started: Instant,
+    paused: Duration,
+    reads: Arc<Reads>,
+    checks: u32,
+    failures: Vec<String>,
+}
+
+impl Tour {
+    async fn setup(
+        up_cluster: &Cluster,
+        sink_cluster: &Cluster,
+        state_dir: &Path,
+        background: &mut Background,
+    ) -> anyhow::Result<Tour> {
+        let started = Instant::now();
+        let up_db = up_cluster
+            .create_database("shop")
+            .await
+            .context("creating the upstream database")?;
+        let sink_db = sink_cluster
+            .create_database("warehouse")
+            .await
+            .context("creating the sink database")?;
+        let up = session(&up_db.url).await?;
+        let sink = session(&sink_db.url).await?;
+        let config = Config::new(PathBuf::from(state_dir))
+            .with_connection("pg_conn", up_db.url.clone())
+            .with_connection("sink_conn", sink_db.url.clone());
+        let pipeline = Arc::new(Pipeline::open(config).context("opening the pipeline's state")?);
+        let mut t = Tour {
+            pipeline,
+            up,
+            sink,
+            up_url: up_db.url.clone(),
+            sink_url: sink_db.url.clone(),
+            load: Arc::new(Load::default()),
+            load_started: Instant::now(),
+            paused: Duration::ZERO,
+            reads: Arc::new(Reads::default()),
+            checks: 0,
+            failures: Vec::new(),
+        };
+
+        say("")?;
+        say("The upstream: 200 customers and 3000 orders, some with a note, some with a coupon.")?;
+        t.upstream(CREATE_CUSTOMERS).await?;
+        t.upstream(&format!(
+            "INSERT INTO customers (id, name, city) SELECT i, 'customer ' || i, \
+             (ARRAY['Lisbon', 'Oslo', 'Lyon', 'Turin'])[1 + i % 4] FROM generate_series(1, {CUSTOMERS}) i"
+        ))
+        .await?;
+        t.upstream(CREATE_ORDERS).await?;
+        t.upstream(&format!(
+            "INSERT INTO orders (id, customer_id, status, amount, note, coupon) \
+             SELECT i, 1 + i % {CUSTOMERS}, (ARRAY['open', 'paid', 'shipped'])[1 + i % 3], \
+             round((random() * 500)::numeric, 2), \
+             CASE WHEN i % 9 = 0 THEN 'leave at the door' END, \
+             CASE WHEN i % 13 = 0 THEN 'SPRING10' END \
+             FROM generate_series(1, {ORDERS}) i"
+        ))
+        .await?;
+
+        say("")?;
+        say("The write load starts and runs until the end: a task updates the status and")?;
+        say("amount of random orders, inserts new orders and counts customer visits, tens of")?;
+        say("transactions a second. It never touches the columns the flows are about.")?;
+        let load_client = session(&up_db.url).await?;
+        t.load_started = Instant::now();
+        background.load = Some(tokio::spawn(write_load(
+            load_client,
+            t.load.clone(),
+            background.stop_load.clone(),
+        )));
+
+        say("")?;
+        say(format!(
+            "The pipeline runs in this process (state in {}); connections pg_conn (upstream)",
+            state_dir.display()
+        ))?;
+        say("and sink_conn (sink). Each statement below goes through its SQL interface, as with")?;
+        say("`evolve sql`.")?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let pipeline = t.pipeline.clone();
+        background.pipeline_stop = Some(stop);
+        background.pipeline = Some(tokio::spawn(async move {
+            pipeline
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
+        }));
+        t.control("CREATE SOURCE shop FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub')")
+            .await?;
+        for name in ["orders", "customers"] {
+            t.control(&format!(
+                "CREATE TABLE {name}_v1 FROM SOURCE shop (REFERENCE public.{name})"
+            ))
+            .await?;
+            t.control(&format!(
+                "CREATE MATERIALIZED VIEW {name}_json AS {}",
+                interface_query(&format!("{name}_v1"))
+            ))
+            .await?;
+            t.control(&format!(
+                "CREATE SINK {name}_sink FROM {name}_json INTO POSTGRES CONNECTION sink_conn \
+                 (TABLE 'public.{name}_json')"
+            ))
+            .await?;
+        }
+
+        say("")?;
+        say("On the sink: a trigger counts every write into each sink table, and a consumer")?;
+        say("reads open orders through a view; a reader queries it every 20 ms from now on.")?;
+        for name in ["orders_json", "customers_json"] {
+            say(format!(
+                "sink=# CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON {name} FOR EACH ROW EXECUTE FUNCTION {name}_audit_fn();  -- adds (TG_OP, key) to {name}_audit"
+            ))?;
+            audit(&t.sink, name).await?;
+            say("CREATE TRIGGER")?;
+        }
+        t.sink_sql(OPEN_ORDERS).await?;
+        let reader = session(&sink_db.url).await?;
+        background.reader = Some(tokio::spawn(read_open_orders(
+            reader,
+            t.reads.clone(),
+            background.stop_reader.clone(),
+        )));
+
+        let pause = t.pause().await?;
+        let (customers, orders) = t.caught_up(false).await?;
+        let orders = orders.unwrap_or_default();
+        t.check(
+            orders.differing == 0 && customers.differing == 0,
+            format!(
+                "orders_json ({} documents) and customers_json ({}) in the sink equal upstream",
+                orders.sink, customers.sink
+            ),
+        )?;
+        t.resume(pause)?;
+        t.reader_line()?;
+        say(format!("  (setup: {})", secs(started.elapsed())))?;
+        Ok(t)
+    }
+
+    /// Flow 1: a column added upstream.
+    async fn flow_1(&mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        say("")?;
+        say("== flow 1: a column is added upstream")?;
+        say("Upstream adds orders.region and fills it for some rows. orders_v1 pinned its")?;
+        say("columns when it was created, so it goes on ingesting without region.")?;
+        let before = self.audit("orders_json").await?;
+        self.upstream("ALTER TABLE orders ADD COLUMN region text")
+            .await?;
+        self.upstream(
+            "UPDATE orders SET region = (ARRAY['eu', 'us', 'apac'])[1 + id % 3] WHERE id % 10 = 0",
+        )
+        .await?;
+        tokio::time::sleep(LOAD_GOES_ON).await;
+        let writes = self.audit("orders_json").await? - before;
+        let state = self.table("orders_v1")?.state;
+        self.check(
+            writes > 0 && state == TableState::Running,
+            format!(
+                "ingestion goes on: orders_v1 is {}, orders_json received {writes} writes from the load since the ALTER",
+                state.as_str()
+            ),
+        )?;
+        self.drift().await?;
+        say("A new version with region is hydrated beside it (snapshot plus the live stream),")?;
+        say("then swapped in at one upstream position:")?;
+        self.replace("orders_v2", "").await?;
+        let pause = self.pause().await?;
+        self.caught_up(false).await?;
+        let expected = self
+            .count_upstream("SELECT count(*) FROM orders WHERE region IS NOT NULL")
+            .await?;
+        self.apply_counted("orders_v2", expected, "the rows with a region")
+            .await?;
+        self.resume(pause)?;
+        self.control("DROP TABLE orders_v1").await?;
+        self.reader_line()?;
+        say(format!("  (flow 1: {})", secs(started.elapsed())))
+    }
+
+    /// Flow 2: a planned drop.
+    async fn flow_2(&mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        say("")?;
+        say("== flow 2: a planned drop")?;
+        say("The upstream team will drop orders.note. First a version without it is swapped in,")?;
+        say("so consumers see the change before it happens upstream:")?;
+        self.replace("orders_v3", " WITH (EXCLUDE COLUMNS (note))")
+            .await?;
+        let pause = self.pause().await?;
+        self.caught_up(false).await?;
+        let expected = self
+            .count_upstream("SELECT count(*) FROM orders WHERE note IS NOT NULL")
+            .await?;
+        self.apply_counted("orders_v3", expected, "the rows that had a note")
+            .await?;
+        self.resume(pause)?;
+        self.control("DROP TABLE orders_v2").await?;
+        say("Then the upstream drop is nothing for the interface: only rows that really")?;
+        say("change afterwards reach the sink.")?;
+        let pause = self.pause().await?;
+        self.caught_up(false).await?;
+        let before = self.audit("orders_json").await?;
+        self.upstream("ALTER TABLE orders DROP COLUMN note").await?;
+        let expected = self
+            .upstream("UPDATE orders SET status = 'paid' WHERE id <= 20 AND status <> 'paid'")
+            .await?;
+        self.count_writes(
+            before,
+            "orders_v3",
+            expected as i64,
+            "the rows the UPDATE changed; the DROP COLUMN itself changed no document",
+        )
+        .await?;
+        let state = self.table("orders_v3")?.state;
+        self.check(
+            state == TableState::Running,
+            format!("orders_v3 is {} after the drop", state.as_str()),
+        )?;
+        self.resume(pause)?;
+        self.reader_line()?;
+        say(format!("  (flow 2: {})", secs(started.elapsed())))
+    }
+
+    /// Flow 4: an unplanned drop.
+    async fn flow_4(&mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        say("")?;
+        say("== flow 4: an unplanned drop")?;
+        say("Somebody drops orders.coupon without telling anyone. orders_v3 ingests coupon,")?;
+        say("so it can no longer apply the stream: it stalls, alone. The source's other table")?;
+        say("keeps flowing, and readers and sinks keep the last consistent state.")?;
+        let pause = self.pause().await?;
+        self.caught_up(false).await?;
+        let orders_before = self.audit("orders_json").await?;
+        let customers_before = self.audit("customers_json").await?;
+        let load_before = self.load.orders_changed();
+        self.upstream("ALTER TABLE orders DROP COLUMN coupon")
+            .await?;
+        self.resume(pause)?;
+        let stalled_at = Instant::now();
+        let table = self
+            .wait_table("orders_v3", |t| t.state == TableState::Stalled)
+            .await?;
+        say(format!(
+            "  orders_v3 stalled after {}: {}",
+            secs(stalled_at.elapsed()),
+            table.error.as_deref().unwrap_or("(no error)")
+        ))?;
+        let status = admin::status(&self.pipeline)
+            .await
+            .context("reading the pipeline's status")?;
+        let interface = status
+            .objects
+            .iter()
+            .find(|o| o.name == "orders_json")
+            .ok_or_else(|| anyhow!("evolve status does not list orders_json"))?;
+        say(format!(
+            "  evolve status: materialized view orders_json is {}: {}",
+            interface.state,
+            interface.error.as_deref().unwrap_or("(no reason given)")
+        ))?;
+        self.check(
+            interface.state == "stale" && interface.error.is_some(),
+            format!("status says orders_json is {} and why", interface.state),
+        )?;
+        self.drift().await?;
+        say("Meanwhile a customer moves (customers is the source's other table):")?;
+        self.upstream("UPDATE customers SET city = 'Porto' WHERE id = 7")
+            .await?;
+        tokio::time::sleep(LOAD_GOES_ON).await;
+        let pause = self.pause().await?;
+        let (customers, _) = self.caught_up(true).await?;
+        let orders_writes = self.audit("orders_json").await? - orders_before;
+        let customers_writes = self.audit("customers_json").await? - customers_before;
+        let load_changed = self.load.orders_changed() - load_before;
+        self.check(
+            orders_writes == 0,
+            format!(
+                "orders_json received {orders_writes} writes during the stall (the load changed orders {load_changed} times): the last consistent state"
+            ),
+        )?;
+        self.check(
+            customers.differing == 0 && customers_writes > 0,
+            format!(
+                "customers_json received {customers_writes} writes during the stall and equals upstream"
+            ),
+        )?;
+        self.resume(pause)?;
+        self.reader_line()?;
+        say("The same replacement flow recovers: a version with today's columns.")?;
+        self.replace("orders_v4", "").await?;
+        let pause = self.pause().await?;
+        self.caught_up(true).await?;
+        let columns = self.document_columns("orders_v4")?;
+        let expected = self.diff("orders", &columns).await?;
+        say(format!(
+            "  upstream documents that differ from the sink's stale ones: {} (rows that had a coupon,",
+            expected.differing
+        ))?;
+        say("  and rows the load changed during the stall)")?;
+        self.apply_counted(
+            "orders_v4",
+            expected.differing,
+            &format!(
+                "the sink resumes without reprocessing: {} orders in all",
+                expected.upstream
+            ),
+        )
+        .await?;
+        self.resume(pause)?;
+        self.control("DROP TABLE orders_v3").await?;
+        self.reader_line()?;
+        say(format!("  (flow 4: {})", secs(started.elapsed())))
+    }
+
+    /// Flow 5: `ABSORB = 'auto'`.
+    async fn flow_5(&mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        say("")?;
+        say("== flow 5: ABSORB = 'auto'")?;
+        say("The same flow, run by evolve itself: when drift appears it creates the next")?;
+        say("version, hydrates it, applies it and drops the old one.")?;
+        let sql = "ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto')";
+        match self.try_control(sql).await? {
+            Ok(()) => {}
+            Err(e) if e.code == "0A000" => {
+                return say("  skipped: ABSORB = 'auto' is not available in this build");
+            }
+            Err(e) => bail!("{sql} failed: {}", e.message),
+        }
+        let pause = self.pause().await?;
+        self.caught_up(false).await?;
+        let before = self.audit("orders_json").await?;
+        let old = self.interface_table("orders_json")?;
+        self.upstream("ALTER TABLE orders ADD COLUMN priority int")
+            .await?;
+        self.upstream("UPDATE orders SET priority = 1 + id % 3 WHERE id % 25 = 0")
+            .await?;
+        say(format!(
+            "  waiting for evolve to absorb it (at most {} s; the load stays paused so the count is comparable) ...",
+            ABSORB_WAIT.as_secs()
+        ))?;
+        let waiting = Instant::now();
+        let new = loop {
+            let now_reads = self.interface_table("orders_json")?;
+            let old_exists = self.pipeline.tables()?.iter().any(|t| t.name == old);
+            if now_reads != old && !old_exists {
+                break Some(now_reads);
+            }
+            if waiting.elapsed() >= ABSORB_WAIT {
+                break None;
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        let Some(new) = new else {
+            let now_reads = self.interface_table("orders_json")?;
+            self.check(
+                false,
+                format!(
+                    "evolve did not absorb the change within {} s (orders_json reads {now_reads})",
+                    ABSORB_WAIT.as_secs()
+                ),
+            )?;
+            self.resume(pause)?;
+            return Ok(());
+        };
+        say(format!(
+            "  orders_json now reads {new}, and {old} is gone ({})",
+            secs(waiting.elapsed())
+        ))?;
+        let expected = self
+            .count_upstream("SELECT count(*) FROM orders WHERE priority IS NOT NULL")
+            .await?;
+        self.count_writes(before, &new, expected, "the rows with a priority")
+            .await?;
+        self.resume(pause)?;
+        self.reader_line()?;
+        say(format!("  (flow 5: {})", secs(started.elapsed())))
+    }
+
+    /// The load stops; everything is compared one last time.
+    async fn finish(&mut self, background: &mut Background) -> anyhow::Result<()> {
+        say("")?;
+        say("== the end")?;
+        background.stop_load().await;
+        let ran = self.load_started.elapsed();
+        let running = ran.saturating_sub(self.paused);
+        let load = self.load.clone();
+        let errors = load.errors.load(Ordering::SeqCst);
+        let first = load
+            .first_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        self.check(
+            errors == 0,
+            format!(
+                "the load ran {} transactions ({} order updates, {} new orders, {} customer visits; {:.0}/s, paused {} of {} for the counts), {errors} errors{}",
+                load.transactions(),
+                load.order_updates.load(Ordering::SeqCst),
+                load.order_inserts.load(Ordering::SeqCst),
+                load.customer_updates.load(Ordering::SeqCst),
+                load.transactions() as f64 / running.as_secs_f64().max(0.001),
+                secs(self.paused),
+                secs(ran),
+                first.map(|e| format!(" (first: {e})")).unwrap_or_default()
+            ),
+        )?;
+        let customers = self
+            .converge("customers", &self.document_columns("customers_v1")?)
+            .await?;
+        let table = self.interface_table("orders_json")?;
+        let orders = self
+            .converge("orders", &self.document_columns(&table)?)
+            .await?;
+        self.check(
+            orders.differing == 0 && customers.differing == 0,
+            format!(
+                "orders_json ({} documents, {} differing) and customers_json ({}, {} differing) equal upstream",
+                orders.sink, orders.differing, customers.sink, customers.differing
+            ),
+        )?;
+        // The reader goes on until everything is compared.
+        background.stop_reader().await;
+        let answers = self.reads.answers.load(Ordering::SeqCst);
+        let errors = self.reads.errors.load(Ordering::SeqCst);
+        let first = self
+            .reads
+            .first_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        self.check(
+            errors == 0 && answers > 0,
+            format!(
+                "open_orders answered {answers} queries, {errors} errors{}",
+                first.map(|e| format!(" (first: {e})")).unwrap_or_default()
+            ),
+        )
+    }
+
+    // ------------------------------------------------------- statements
+
+    /// Runs control statements through the pipeline's SQL interface,
+    /// printed like a psql session; an error stops the tour.
+    async fn control(&self, sql: &str) -> anyhow::Result<()> {
+        match self.try_control(sql).await? {
+            Ok(()) => Ok(()),
+            Err(e) => bail!("{sql} failed: {}", e.message),
+        }
+    }
+
+    /// [`Tour::control`], handing back the statement's error.
+    async fn try_control(&self, sql: &str) -> anyhow::Result<Result<(), SqlError>> {
+        say(format!("evolve=> {sql};"))?;
+        let started = Instant::now();
+        let response = admin::execute(&self.pipeline, sql).await;
+        for result in &response.results {
+            if let Some(notice) = &result.notice {
+                say(format!("NOTICE:  {notice}"))?;
+            }
+            let took = started.elapsed();
+            if took >= Duration::from_millis(100) {
+                say(format!("{}   ({})", result.status, secs(took)))?;
+            } else {
+                say(&result.status)?;
+            }
+        }
+        let Some(error) = response.error else {
+            return Ok(Ok(()));
+        };
+        say(format!("ERROR:  {}", error.message))?;
+        if let Some(detail) = &error.detail {
+            say(format!("DETAIL:  {detail}"))?;
+        }
+        if let Some(hint) = &error.hint {
+            say(format!("HINT:  {hint}"))?;
+        }
+        Ok(Err(error))
+    }
+
+    /// Runs one statement upstream, printed; the rows it affected.
+    async fn upstream(&self, sql: &str) -> anyhow::Result<u64> {
+        say(format!("upstream=# {sql};"))?;
+        let n = self
+            .up
+            .execute(sql, &[])
+            .await
+            .with_context(|| format!("upstream: {sql}"))?;
+        say(command_tag(sql, n))?;
+        Ok(n)
+    }
+
+    /// Runs one statement on the sink, printed.
+    async fn sink_sql(&self, sql: &str) -> anyhow::Result<u64> {
+        say(format!("sink=# {sql};"))?;
+        let n = self
+            .sink
+            .execute(sql, &[])
+            .await
+            .with_context(|| format!("sink: {sql}"))?;
+        say(command_tag(sql, n))?;
+        Ok(n)
+    }
+
+    /// `CREATE TABLE version ... options`, a replacement of orders_json
+    /// over it, and the wait until it is hydrated.
+    async fn replace(&self, version: &str, options: &str) -> anyhow::Result<()> {
+        self.control(&format!(
+            "CREATE TABLE {version} FROM SOURCE shop (REFERENCE public.orders){options}"
+        ))
+        .await?;
+        self.control(&format!(
+            "CREATE REPLACEMENT MATERIALIZED VIEW {} FOR orders_json AS {}",
+            replacement_name(version),
+            interface_query(version)
+        ))
+        .await?;
+        let started = Instant::now();
+        let table = self
+            .wait_table(version, |t| t.state == TableState::Running)
+            .await?;
+        say(format!(
+            "  {version} hydrated while the load went on: {} rows copied, then the changes made meanwhile ({})",
+            table.rows_copied,
+            secs(started.elapsed())
+        ))
+    }
+
+    /// With the load paused and the sink caught up: applies the
+    /// replacement over `version` and checks the writes.
+    async fn apply_counted(
+        &mut self,
+        version: &str,
+        expected: i64,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        let before = self.audit("orders_json").await?;
+        self.control(&format!(
+            "ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT {}",
+            replacement_name(version)
+        ))
+        .await?;
+        self.count_writes(before, version, expected, what).await
+    }
+
+    /// Waits until the sink shows `version`'s documents, then compares the
+    /// writes since `before` with `expected`: the check line of a flow.
+    async fn count_writes(
+        &mut self,
+        before: i64,
+        version: &str,
+        expected: i64,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        let columns = self.document_columns(version)?;
+        self.wait_converged("orders", &columns).await?;
+        tokio::time::sleep(SETTLE).await;
+        let writes = self.audit("orders_json").await? - before;
+        self.check(
+            writes == expected,
+            format!("downstream changes: {writes}   rows that really changed: {expected}"),
+        )?;
+        say(format!("    ({what})"))
+    }
+
+    // ------------------------------------------------------------ waits
+
+    /// Pauses the load: returns once no load transaction is running.
+    async fn pause(&self) -> anyhow::Result<Paused> {
+        let guard = self.load.gate.clone().lock_owned().await;
+        say("  (load paused while the numbers are taken)")?;
+        Ok(Paused {
+            _guard: guard,
+            since: Instant::now(),
+        })
+    }
+
+    fn resume(&mut self, pause: Paused) -> anyhow::Result<()> {
+        self.paused += pause.since.elapsed();
+        drop(pause);
+        say("  (load resumed)")
+    }
+
+    /// Waits until the sink has every change of the paused load:
+    /// customers_json equals upstream, and orders_json too (over its
+    /// table's columns) or, when `orders_stalled`, its audit count holds
+    /// still. The comparisons: customers, and orders unless stalled.
+    async fn caught_up(&self, orders_stalled: bool) -> anyhow::Result<(Diff, Option<Diff>)> {
+        let customers = self.caught_up_customers().await?;
+        if !orders_stalled {
+            let table = self.interface_table("orders_json")?;
+            let columns = self.document_columns(&table)?;
+            let orders = self.wait_converged("orders", &columns).await?;
+            return Ok((customers, Some(orders)));
+        }
+        let started = Instant::now();
+        let mut count = self.audit("orders_json").await?;
+        loop {
+            tokio::time::sleep(SETTLE).await;
+            let now = self.audit("orders_json").await?;
+            if now == count {
+                return Ok((customers, None));
+            }
+            if started.elapsed() >= WAIT {
+                bail!(
+                    "the sink table orders_json kept receiving writes for {} s while orders_v3 was stalled and the load paused",
+                    WAIT.as_secs()
+                );
+            }
+            count = now;
+        }
+    }
+
+    async fn caught_up_customers(&self) -> anyhow::Result<Diff> {
+        let columns = self.document_columns("customers_v1")?;
+        self.wait_converged("customers", &columns).await
+    }
+
+    /// Waits until `<table>_json` on the sink equals upstream `table` over
+    /// `columns`; an error after [`WAIT`].
+    async fn wait_converged(&self, table: &str, columns: &[String]) -> anyhow::Result<Diff> {
+        let diff = self.converge(table, columns).await?;
+        if diff.differing != 0 {
+            bail!(
+                "the sink table {table}_json did not catch up with upstream {table} within {} s: {} rows upstream, {} in the sink, {} differing",
+                WAIT.as_secs(),
+                diff.upstream,
+                diff.sink,
+                diff.differing
+            );
+        }
+        Ok(diff)
+    }
+
+    /// [`Tour::wait_converged`], handing back the last comparison after
+    /// [`WAIT`].
+    async fn converge(&self, table: &str, columns: &[String]) -> anyhow::Result<Diff> {
+        let started = Instant::now();
+        loop {
+            let diff = self.diff(table, columns).await?;
+            if diff.differing == 0 || started.elapsed() >= WAIT {
+                return Ok(diff);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits until table `name` satisfies `ready`.
+    async fn wait_table(
+        &self,
+        name: &str,
+        ready: impl Fn(&evolve_pipeline::TableInfo) -> bool,
+    ) -> anyhow::Result<evolve_pipeline::TableInfo> {
+        let started = Instant::now();
+        loop {
+            let table = self.table(name)?;
+            if ready(&table) {
+                return Ok(table);
+            }
+            if started.elapsed() >= WAIT {
+                bail!(
+                    "table {name} is still {} after {} s{}",
+                    table.state.as_str(),
+                    WAIT.as_secs(),
+                    table.error.map(|e| format!(": {e}")).unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    // --------------------------------------------------------- readings
+
+    fn check(&mut self, ok: bool, line: String) -> anyhow::Result<()> {
+        self.checks += 1;
+        if !ok {
+            self.failures.push(line.clone());
+        }
+        say(format!("  {line}   {}", if ok { "✓" } else { "✗" }))
+    }
+
+    fn reader_line(&self) -> anyhow::Result<()> {
+        say(format!(
+            "  open_orders: {} open orders; answered {} queries so far, {} errors",
+            self.reads.open.load(Ordering::SeqCst),
+            self.reads.answers.load(Ordering::SeqCst),
+            self.reads.errors.load(Ordering::SeqCst)
+        ))
+    }
+
+    /// `evolve drift`, in one line per table.
+    async fn drift(&self) -> anyhow::Result<()> {
+        let rows = evolve_pipeline::drift::drift(&self.pipeline, None)
+            .await
+            .context("reading drift")?;
+        for row in rows {
+            let mut what = Vec::new();
+            if !row.added_upstream.is_empty() {
+                what.push(format!("added upstream: {}", row.added_upstream.join(", ")));
+            }
+            if !row.dropped_upstream.is_empty() {
+                what.push(format!(
+                    "dropped upstream: {}",
+                    row.dropped_upstream.join(", ")
+                ));
+            }
+            for change in &row.type_changed {
+                what.push(format!("type changed: {change}"));
+            }
+            say(format!(
+                "  evolve drift: {} ({}) {}, {}; {}",
+                row.table,
+                row.upstream,
+                row.signal,
+                row.status,
+                what.join("; ")
+            ))?;
+        }
+        Ok(())
+    }
+
+    fn table(&self, name: &str) -> anyhow::Result<evolve_pipeline::TableInfo> {
+        self.pipeline
+            .tables()?
+            .into_iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| anyhow!("the pipeline has no table {name}"))
+    }
+
+    fn interface_table(&self, name: &str) -> anyhow::Result<String> {
+        self.pipeline
+            .interfaces()?
+            .into_iter()
+            .find(|i| i.name == name)
+            .map(|i| i.table)
+            .ok_or_else(|| anyhow!("the pipeline has no materialized view {name}"))
+    }
+
+    fn document_columns(&self, table: &str) -> anyhow::Result<Vec<String>> {
+        Ok(self
+            .table(table)?
+            .document_columns()
+            .map(|c| c.name.clone())
+            .collect())
+    }
+
+    async fn count_upstream(&self, sql: &str) -> anyhow::Result<i64> {
+        let row = self
+            .up
+            .query_one(sql, &[])
+            .await
+            .with_context(|| format!("upstream: {sql}"))?;
+        Ok(row.get(0))
+    }
+
+    async fn audit(&self, table: &str) -> anyhow::Result<i64> {
+        let sql = format!(
+            "SELECT count(*) FROM public.{}",
+            quote_ident(&audit_table(table))
+        );
+        let row = self
+            .sink
+            .query_one(&sql, &[])
+            .await
+            .with_context(|| format!("sink: {sql}"))?;
+        Ok(row.get(0))
+    }
+
+    /// Compares sink table `<table>_json` with upstream `table` (keyed by
+    /// `id`), each upstream row's document taken over `columns`.
+    async fn diff(&self, table: &str, columns: &[String]) -> anyhow::Result<Diff> {
+        let sink_table = quote_ident(&format!("{table}_json"));
+        let rows = self
+            .sink
+            .query(
+                &format!("SELECT key::text, data::text FROM public.{sink_table}"),
+                &[],
+            )
+            .await
+            .with_context(|| format!("reading sink table {table}_json"))?;
+        let keys: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let docs: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
+        let columns = columns.to_vec();
+        let sql = format!(
+            "WITH s AS (SELECT k::jsonb AS k, d::jsonb AS d FROM unnest($1::text[], $2::text[]) AS x(k, d)), \
+                  u AS (SELECT jsonb_build_object('id', t.id) AS k, \
+                               coalesce(jsonb_strip_nulls((SELECT jsonb_object_agg(e.key, e.value) \
+                                 FROM jsonb_each(to_jsonb(t)) e WHERE e.key = ANY($3::text[]))), '{{}}'::jsonb) AS d \
+                        FROM public.{} t) \
+             SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM s), \
+                    count(*) FILTER (WHERE u.d IS DISTINCT FROM s.d) \
+             FROM u FULL JOIN s ON u.k = s.k",
+            quote_ident(table)
+        );
+        let row = self
+            .up
+            .query_one(&sql, &[&keys, &docs, &columns])
+            .await
+            .with_context(|| format!("comparing upstream {table} with the sink"))?;
+        Ok(Diff {
+            upstream: row.get(0),
+            sink: row.get(1),
+            differing: row.get(2),
+        })
+    }
+}
+
+/// A session with the settings the pipeline's own sessions use (UTC, ISO
+/// dates, ...), so that `to_jsonb` here renders values as it does there.
+async fn session(url: &str) -> anyhow::Result<Client> {
+    let client = evolve_pg::connect(url, "evolve demo")
+        .await
+        .context("connecting to a demo cluster")?;
+    let mut sql = String::new();
+    for (setting, value) in evolve_pipeline::upstream::SESSION_SETTINGS {
+        sql.push_str(&format!("SET {setting} = {};", quote_literal(value)));
+    }
+    client
+        .batch_execute(&sql)
+        .await
+        .context("setting up a demo session")?;
+    Ok(client)
+}
+
+/// `orders_json_v2` for table `orders_v2`.
+fn replacement_name(version: &str) -> String {
+    let suffix = version.strip_prefix("orders_").unwrap_or(version);
+    format!("orders_json_{suffix}")
+}
+
+fn audit_table(table: &str) -> String {
+    format!("{table}_audit")
+}
+
+/// Counts every write into sink table `table` in `<table>_audit`.
+async fn audit(sink: &Client, table: &str) -> anyhow::Result<()> {
+    let (t, audit, function) = (
+        quote_ident(table),
+        quote_ident(&audit_table(table)),
+        quote_ident(&format!("{table}_audit_fn")),
+    );
+    sink.batch_execute(&format!(
+        "CREATE TABLE public.{audit} (op text NOT NULL, key jsonb NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+         CREATE FUNCTION public.{function}() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           INSERT INTO public.{audit} (op, key) VALUES (TG_OP, CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END);
+           RETURN NULL;
+         END $$;
+         CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON public.{t}
+           FOR EACH ROW EXECUTE FUNCTION public.{function}();"
+    ))
+    .await
+    .with_context(|| format!("sink: creating the audit trigger on {table}"))
+}
+
+/// psql's command tag for `sql` that affected `rows` rows.
+fn command_tag(sql: &str, rows: u64) -> String {
+    let mut words = sql.split_whitespace().map(str::to_ascii_uppercase);
+    let first = words.next().unwrap_or_default();
+    match first.as_str() {
+        "INSERT" => format!("INSERT 0 {rows}"),
+        "UPDATE" | "DELETE" => format!("{first} {rows}"),
+        _ => match words.next() {
+            Some(second) => format!("{first} {second}"),
+            None => first,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_tags_are_psqls() {
+        assert_eq!(command_tag("UPDATE orders SET x = 1", 7), "UPDATE 7");
+        assert_eq!(command_tag("insert into t values (1)", 1), "INSERT 0 1");
+        assert_eq!(
+            command_tag("ALTER TABLE orders ADD COLUMN r text", 0),
+            "ALTER TABLE"
+        );
+        assert_eq!(command_tag("CREATE VIEW v AS SELECT 1", 0), "CREATE VIEW");
+    }
+
+    #[test]
+    fn the_interface_query_is_the_accepted_form() {
+        let sql = format!(
+            "CREATE MATERIALIZED VIEW x AS {}",
+            interface_query("orders_v1")
+        );
+        let parsed = evolve_core::control::parse(&sql).expect("parses");
+        assert_eq!(parsed.len(), 1);
+    }
+}
