@@ -149,12 +149,47 @@ async fn a_column_added_upstream_is_absorbed() {
     wait_state(&pipeline, "orders_v2", TableState::Running).await;
     // v1 fed the 20 updates and 20 inserts (without region).
     wait_writes(&sink, "orders_json", 2001 + 40).await;
+    // A subscriber sees the swap too.
+    let mut subscription = evolve_pipeline::subscribe::subscribe(
+        &pipeline,
+        "orders_json",
+        evolve_pipeline::subscribe::SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
     pipeline
         .apply_replacement("orders_json", "orders_json_v2", APPLY_WAIT)
         .await
         .unwrap();
     // One write per row with a region: 100 old rows and the 20 new ones.
     wait_writes(&sink, "orders_json", 2041 + 120).await;
+    // ... and for the subscriber, one update (a -1 and a +1) per such row,
+    // all at the swap's position.
+    let mut changes: Vec<serde_json::Value> = Vec::new();
+    while changes.len() < 240 {
+        let line = tokio::time::timeout(CONVERGE, subscription.next_line())
+            .await
+            .expect("the swap reaches the subscriber")
+            .expect("the subscription goes on");
+        let line: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        if line["type"] == "change" {
+            changes.push(line);
+        }
+    }
+    let positions: std::collections::BTreeSet<String> =
+        changes.iter().map(|c| c["ts"].to_string()).collect();
+    assert_eq!(positions.len(), 1, "one position: {positions:?}");
+    let keys: std::collections::BTreeSet<String> =
+        changes.iter().map(|c| c["key"].to_string()).collect();
+    assert_eq!(keys.len(), 120);
+    assert_eq!(changes.iter().filter(|c| c["diff"] == 1).count(), 120);
+    assert!(
+        changes
+            .iter()
+            .filter(|c| c["diff"] == 1)
+            .all(|c| c["data"]["region"].is_string())
+    );
+    drop(subscription);
     wait_equal(&up, &sink, "orders", "orders_json", CONVERGE).await;
 
     // The old version can go; the interface follows v2.
