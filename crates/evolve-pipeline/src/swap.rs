@@ -9,9 +9,9 @@
 //! with every row change: everything before `P` was applied to both tables
 //! (the replacement's table is hydrated: it follows the same stream), and
 //! from `P` on the interface reads the new table. In the store transaction
-//! of `P`, [`apply`] compares the two tables' documents key by key (an
-//! index merge inside SQLite, nothing held in memory but the differing
-//! keys of the transaction itself) and writes one feed entry per key whose
+//! of `P`, [`apply`] compares the two tables' documents key by key (both
+//! read once in key order and merged; nothing is held in memory but the
+//! keys the transaction itself changed) and writes one feed entry per key whose
 //! document differs: an insert for a key only the new table has, a delete
 //! for one only the old table has, an update otherwise, nothing for equal
 //! documents. Sinks and subscribers read those entries like any
@@ -127,21 +127,10 @@ pub(crate) fn apply(
         .map_err(fail)?;
     changes.retain(|c| c.interface != interface.id);
 
-    // Every key whose document differs between the two tables.
-    let differing = store
-        .conn
-        .execute(
-            "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
-             SELECT ?1, ?2, o.key, o.doc, n.doc, ?3 FROM rows o \
-               LEFT JOIN rows n ON n.tbl = ?5 AND n.key = o.key \
-               WHERE o.tbl = ?4 AND n.doc IS NOT o.doc \
-             UNION ALL \
-             SELECT ?1, ?2, n.key, NULL, n.doc, ?3 FROM rows n \
-               WHERE n.tbl = ?5 AND NOT EXISTS \
-                 (SELECT 1 FROM rows o WHERE o.tbl = ?4 AND o.key = n.key)",
-            params![interface.id, at, commit_time_micros, old_id, new_id],
-        )
-        .map_err(fail)?;
+    // Every key whose document differs between the two tables: both
+    // read once in key order and merged (the rows' primary key is (tbl,
+    // key), so each read is one index range).
+    let differing = merge_differences(store, interface.id, at, commit_time_micros, old_id, new_id)?;
     // Keys this same transaction changed in the old table: compare with
     // the document the interface showed before it.
     for (key, orig) in before.get(&old_id).map_or(&[][..], Vec::as_slice) {
@@ -206,6 +195,82 @@ pub(crate) fn apply(
         "replacement applied"
     );
     Ok(())
+}
+
+/// Writes a feed entry at `at` for every key whose document differs
+/// between tables `old` and `new`; returns how many.
+fn merge_differences(
+    store: &Store,
+    interface: i64,
+    at: i64,
+    commit_time_micros: i64,
+    old: i64,
+    new: i64,
+) -> Result<usize> {
+    let fail = |e: rusqlite::Error| PipelineError::store("compare a replacement's documents", e);
+    let read = "SELECT key, doc FROM rows WHERE tbl = ?1 ORDER BY key";
+    let mut old_rows = store.conn.prepare(read).map_err(fail)?;
+    let mut new_rows = store.conn.prepare(read).map_err(fail)?;
+    let mut insert = store
+        .conn
+        .prepare_cached(
+            "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .map_err(fail)?;
+    let mut olds = old_rows.query([old]).map_err(fail)?;
+    let mut news = new_rows.query([new]).map_err(fail)?;
+    type Row = (Vec<u8>, Vec<u8>);
+    let next = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<Row>> {
+        match rows.next().map_err(fail)? {
+            Some(r) => Ok(Some((r.get(0).map_err(fail)?, r.get(1).map_err(fail)?))),
+            None => Ok(None),
+        }
+    };
+    let mut o = next(&mut olds)?;
+    let mut n = next(&mut news)?;
+    let mut written = 0;
+    loop {
+        let (key, before, after) = match (&o, &n) {
+            (None, None) => break,
+            (Some((ok, od)), Some((nk, nd))) if ok == nk => {
+                let entry = (od != nd).then(|| (ok.clone(), Some(od.clone()), Some(nd.clone())));
+                o = next(&mut olds)?;
+                n = next(&mut news)?;
+                match entry {
+                    Some(entry) => entry,
+                    None => continue,
+                }
+            }
+            (Some((ok, od)), Some((nk, _))) if ok < nk => {
+                let entry = (ok.clone(), Some(od.clone()), None);
+                o = next(&mut olds)?;
+                entry
+            }
+            (Some((ok, od)), None) => {
+                let entry = (ok.clone(), Some(od.clone()), None);
+                o = next(&mut olds)?;
+                entry
+            }
+            (_, Some((nk, nd))) => {
+                let entry = (nk.clone(), None, Some(nd.clone()));
+                n = next(&mut news)?;
+                entry
+            }
+        };
+        insert
+            .execute(params![
+                interface,
+                at,
+                key,
+                before,
+                after,
+                commit_time_micros
+            ])
+            .map_err(fail)?;
+        written += 1;
+    }
+    Ok(written)
 }
 
 #[cfg(test)]
