@@ -463,17 +463,25 @@ async fn restart_loses_and_duplicates_nothing() {
     let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
     let running = Running::start(pipeline.clone());
     wait_equal(&up, &sink, "r", "r_json", CONVERGE).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The slot is confirmed once the sink has committed (the replication
+    // client sends the position with its next status update).
+    let start = std::time::Instant::now();
+    let advanced = loop {
+        let advanced: bool = up
+            .query_one(
+                "SELECT confirmed_flush_lsn > $1::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $2",
+                &[&confirmed_before, &format!("evolve_{}", env.source)],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if advanced || start.elapsed() > CONVERGE {
+            break advanced;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     running.stop().await;
     assert_eq!(audit_count(&sink, "r_json").await, 100 + 50 + 10 + 20);
-    let advanced: bool = up
-        .query_one(
-            "SELECT confirmed_flush_lsn > $1::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $2",
-            &[&confirmed_before, &format!("evolve_{}", env.source)],
-        )
-        .await
-        .unwrap()
-        .get(0);
     let after: String = up
         .query_one(
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
