@@ -37,11 +37,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use evolve_bench::{fmt, ratio};
+use evolve_bench::{Running, cpu_since, cpu_time, fmt, lsn_value, mib, proc_status, ratio};
 use evolve_pipeline::{Config, Pipeline, TableSpec};
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -117,34 +115,6 @@ async fn connect(url: &str) -> Result<Client> {
     Ok(evolve_pg::connect(url, "evolve-bench").await?)
 }
 
-/// The pipeline running in a task.
-struct Running {
-    stop: oneshot::Sender<()>,
-    handle: JoinHandle<evolve_pipeline::Result<()>>,
-}
-
-impl Running {
-    fn start(pipeline: &Arc<Pipeline>) -> Running {
-        let (stop, stopped) = oneshot::channel::<()>();
-        let p = pipeline.clone();
-        let handle = tokio::spawn(async move {
-            p.run(async {
-                let _ = stopped.await;
-            })
-            .await
-        });
-        Running { stop, handle }
-    }
-
-    async fn stop(self) -> Result<()> {
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(60), self.handle)
-            .await
-            .map_err(|_| "the pipeline did not stop within 60 s")???;
-        Ok(())
-    }
-}
-
 /// Polls `sql` (one bool) every 10 ms until it is true; the time it took,
 /// and when `probe` first held (it is checked before `sql` each time).
 async fn wait_until(
@@ -196,11 +166,6 @@ async fn count(client: &Client, table: &str) -> Result<i64> {
 
 async fn lsn(client: &Client, sql: &str) -> Result<String> {
     Ok(client.query_one(sql, &[]).await?.get(0))
-}
-
-fn lsn_value(text: &str) -> u64 {
-    let (hi, lo) = text.split_once('/').unwrap_or(("0", "0"));
-    (u64::from_str_radix(hi, 16).unwrap_or(0) << 32) | u64::from_str_radix(lo, 16).unwrap_or(0)
 }
 
 /// The transaction sizes of the load (negative: updates), as the load
@@ -267,50 +232,6 @@ BEGIN
         COMMIT;
     END LOOP;
 END $$";
-
-/// `kB` figures of /proc/self/status.
-fn proc_status(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// This process's CPU time so far (user, system), from /proc/self/stat.
-fn cpu_time() -> (Duration, Duration) {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The fields after the command name, which is in parentheses.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let field = |n: usize| -> Duration {
-        let ticks: u64 = rest
-            .split_whitespace()
-            .nth(n)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        // USER_HZ is 100 on Linux.
-        Duration::from_millis(ticks * 10)
-    };
-    // utime and stime: fields 14 and 15 of the line, 11 and 12 after the name.
-    (field(11), field(12))
-}
-
-fn cpu_since(start: (Duration, Duration)) -> String {
-    let now = cpu_time();
-    format!(
-        "{} user + {} system",
-        fmt(now.0.saturating_sub(start.0)),
-        fmt(now.1.saturating_sub(start.1))
-    )
-}
-
-fn mib(kb: u64) -> String {
-    format!("{:.0} MiB", kb as f64 / 1024.0)
-}
 
 fn per_second(rows: i64, d: Duration) -> String {
     let r = rows as f64 / d.as_secs_f64().max(1e-9);
