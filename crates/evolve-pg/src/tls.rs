@@ -237,11 +237,12 @@ impl TlsSettings {
 pub(crate) fn client_config(settings: &TlsSettings) -> Result<Arc<ClientConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier: Arc<dyn ServerCertVerifier> = match settings.verification() {
-        Verification::Unverified => Arc::new(AnyCertificate {
+        Verification::Unverified => Arc::new(WithoutNames {
+            roots: None,
             provider: provider.clone(),
         }),
-        Verification::Chain => Arc::new(ChainOnly {
-            roots: Arc::new(root_store(settings)?),
+        Verification::Chain => Arc::new(WithoutNames {
+            roots: Some(Arc::new(root_store(settings)?)),
             provider: provider.clone(),
         }),
         Verification::ChainAndHostName => WebPkiServerVerifier::builder_with_provider(
@@ -326,15 +327,18 @@ fn read_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     })
 }
 
-/// `verify-ca`: the chain up to a trusted CA, validity dates and key usage,
-/// as rustls's own verifier checks them, but not the names.
+/// A verifier that never checks names. With `roots` (`verify-ca`): the
+/// chain up to a trusted CA, validity dates and key usage, as rustls's own
+/// verifier checks them. Without (`prefer`/`require` without
+/// `sslrootcert`): any certificate. Either way the handshake must be signed
+/// by the key of the certificate presented (so the peer holds that key).
 #[derive(Debug)]
-struct ChainOnly {
-    roots: Arc<RootCertStore>,
+struct WithoutNames {
+    roots: Option<Arc<RootCertStore>>,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for WithoutNames {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -343,69 +347,16 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = ParsedCertificate::try_from(end_entity)?;
-        rustls::client::verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// `prefer`/`require` without `sslrootcert`: any certificate, but the
-/// handshake must be signed by the key of the certificate presented (so the
-/// peer holds that key).
-#[derive(Debug)]
-struct AnyCertificate {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
+        if let Some(roots) = &self.roots {
+            let cert = ParsedCertificate::try_from(end_entity)?;
+            rustls::client::verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.provider.signature_verification_algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
