@@ -2,12 +2,20 @@
 //! `.cargo/config.toml`). Standard library only, so it builds in seconds.
 //!
 //! - `cargo xtask test [ARGS]`: make sure the PostgreSQL server, curl,
-//!   openssl and the Python clients (pip) are installed, then `cargo fmt --check`, `cargo clippy -D warnings` and
+//!   openssl and the Python clients (pip) are installed and the Flyway jars
+//!   fetched, then `cargo fmt --check`, `cargo clippy -D warnings` and
 //!   `cargo test --workspace ARGS`, stopping at the first failure. This is
 //!   the repository's test command; `.ci/run` runs it.
 //! - `cargo xtask demo [ARGS]`: PostgreSQL, then `evolve demo ARGS`.
-//! - `cargo xtask bench NAME [ARGS]`: PostgreSQL, then the release build of
-//!   benchmark `NAME` from `evolve-bench` with `ARGS`.
+//! - `cargo xtask bench NAME [ARGS]`: PostgreSQL (and for `migrate` the
+//!   Flyway jars), then the release build of benchmark `NAME` from
+//!   `evolve-bench` with `ARGS`.
+//!
+//! The Flyway jars (the real Flyway that the migrate tests and benchmark
+//! compare evolve with) are fetched by Maven into `target/flyway/jars`
+//! when `flyway-core` is not there yet: xtask writes `target/flyway/pom.xml`
+//! and runs `mvn dependency:copy-dependencies`; `java`, `javac` and `mvn`
+//! must be installed.
 //!
 //! The PostgreSQL server is found by the same search as `evolve-test`'s
 //! `pg_bin_dir` (keep the two in step): `EVOLVE_PG_BIN`, the highest
@@ -26,11 +34,11 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test [ARGS]         install PostgreSQL if missing, then cargo fmt --check, cargo clippy
+  test [ARGS]         install PostgreSQL if missing, fetch the Flyway jars, then cargo fmt --check, cargo clippy
                       -D warnings, cargo test --workspace ARGS (e.g. -- --nocapture)
   demo [ARGS]         install PostgreSQL if missing, then run `evolve demo ARGS`
-  bench NAME [ARGS]   install PostgreSQL if missing, then run benchmark NAME of evolve-bench
-                      (release build) with ARGS
+  bench NAME [ARGS]   install PostgreSQL if missing (and for migrate fetch the Flyway jars),
+                      then run benchmark NAME of evolve-bench (release build) with ARGS
 
 environment:
   EVOLVE_PG_BIN       directory of the PostgreSQL server binaries (initdb, pg_ctl, ...)
@@ -86,6 +94,12 @@ fn run(args: &[String]) -> Result<(), Failure> {
                 return Err(usage_error("bench needs the name of a benchmark"));
             };
             ensure_postgres()?;
+            if name == "migrate" {
+                ensure_flyway_jars()?;
+            }
+            if name == "rewrite" {
+                ensure_repack()?;
+            }
             let mut cmd = cargo(["run", "--release", "-p", "evolve-bench", "--bin"]);
             cmd.arg(name).arg("--").args(bench_args);
             step(&format!("bench {name}"), &mut cmd)
@@ -110,6 +124,7 @@ fn test(cargo_test_args: &[String]) -> Result<(), Failure> {
     ensure_postgres()?;
     ensure_tools()?;
     ensure_python_clients()?;
+    ensure_flyway_jars()?;
     step("fmt", &mut cargo(["fmt", "--all", "--", "--check"]))?;
     step(
         "clippy",
@@ -308,6 +323,55 @@ fn ensure_python_clients() -> Result<(), Failure> {
     )
 }
 
+/// The Flyway the migrate tests and benchmark run, with the PostgreSQL
+/// JDBC driver; keep in step with the README's Flyway section.
+const FLYWAY_VERSION: &str = "13.12.1";
+const PGJDBC_VERSION: &str = "42.7.4";
+
+/// `target/flyway`, where the jars and the compiled test driver live.
+fn flyway_dir() -> PathBuf {
+    workspace_root().join("target").join("flyway")
+}
+
+/// Fetches the Flyway jars into `target/flyway/jars` unless `flyway-core`
+/// of [`FLYWAY_VERSION`] is there already.
+fn ensure_flyway_jars() -> Result<(), Failure> {
+    let dir = flyway_dir();
+    let jars = dir.join("jars");
+    if jars
+        .join(format!("flyway-core-{FLYWAY_VERSION}.jar"))
+        .is_file()
+    {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure::new(format!("cannot create {}: {e}", dir.display())))?;
+    let dependency = |group: &str, artifact: &str, version: &str| {
+        format!(
+            "    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version></dependency>\n"
+        )
+    };
+    let pom = format!(
+        "<project xmlns=\"http://maven.apache.org/POM/4.0.0\">\n  <modelVersion>4.0.0</modelVersion>\n  <groupId>evolve</groupId>\n  <artifactId>flyway-jars</artifactId>\n  <version>1</version>\n  <dependencies>\n{}{}{}  </dependencies>\n</project>\n",
+        dependency("org.flywaydb", "flyway-core", FLYWAY_VERSION),
+        dependency("org.flywaydb", "flyway-database-postgresql", FLYWAY_VERSION),
+        dependency("org.postgresql", "postgresql", PGJDBC_VERSION),
+    );
+    let pom_path = dir.join("pom.xml");
+    std::fs::write(&pom_path, pom)
+        .map_err(|e| Failure::new(format!("cannot write {}: {e}", pom_path.display())))?;
+    let _ = std::fs::remove_dir_all(&jars);
+    step(
+        "fetch the Flyway jars",
+        Command::new("mvn")
+            .args(["-q", "-B", "-f"])
+            .arg(&pom_path)
+            .arg("dependency:copy-dependencies")
+            .arg(format!("-DoutputDirectory={}", jars.display()))
+            .stdin(Stdio::null()),
+    )
+}
+
 /// Install the PostgreSQL server packages unless `initdb` is found.
 fn ensure_postgres() -> Result<(), Failure> {
     match find_pg_bin() {
@@ -339,6 +403,33 @@ fn ensure_postgres() -> Result<(), Failure> {
             PACKAGES.join(" ")
         ))),
     }
+}
+
+/// pg_repack, the rewrite benchmark's baseline: Debian's
+/// `postgresql-<major>-repack` for the server found, installed with
+/// apt-get when its binary is missing.
+fn ensure_repack() -> Result<(), Failure> {
+    let PgBin::Found(bin) = find_pg_bin() else {
+        return Err(Failure::new("no PostgreSQL server binaries found"));
+    };
+    if bin.join("pg_repack").is_file() {
+        return Ok(());
+    }
+    let major = bin
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|m| m.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "15".to_string());
+    let package = format!("postgresql-{major}-repack");
+    let elevate = privilege()?;
+    step("apt-get update", &mut apt(elevate, &["update"]))?;
+    step(
+        "install pg_repack",
+        &mut apt(
+            elevate,
+            &["install", "-y", "--no-install-recommends", &package],
+        ),
+    )
 }
 
 /// How apt-get gets root.

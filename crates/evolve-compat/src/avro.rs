@@ -228,5 +228,6 @@ fn error(message: String) -> SchemaError {
     SchemaError {
         schema_type: SchemaType::Avro,
         message,
+        missing_import: None,
     }
 }

@@ -31,6 +31,18 @@ pub enum SchemaType {
     Json,
 }
 
+impl SchemaType {
+    /// What a schema of this type is called in messages: "Avro schema",
+    /// "Protobuf schema", "JSON Schema".
+    pub fn noun(self) -> &'static str {
+        match self {
+            SchemaType::Avro => "Avro schema",
+            SchemaType::Protobuf => "Protobuf schema",
+            SchemaType::Json => "JSON Schema",
+        }
+    }
+}
+
 /// One way in which a reader cannot read what a writer wrote.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Incompatibility {
@@ -59,12 +71,16 @@ pub struct Reference {
 }
 
 /// A schema that cannot be used: it does not parse, or is not a valid
-/// schema of its type. One line, saying what and where.
+/// schema of its type. One line, saying what and where:
+/// `invalid JSON Schema: ...`, `invalid Avro schema: ...`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {schema_type:?} schema: {message}")]
+#[error("invalid {}: {message}", schema_type.noun())]
 pub struct SchemaError {
     pub schema_type: SchemaType,
     pub message: String,
+    /// The import that was not found (Protobuf), for callers to say how to
+    /// pass it as a reference.
+    pub missing_import: Option<String>,
 }
 
 /// Confluent Schema Registry's compatibility levels.

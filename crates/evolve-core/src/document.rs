@@ -9,8 +9,9 @@
 //!
 //! over the table's row `t`. Rows arrive from logical replication (pgoutput)
 //! as the text output of each column, so this module recomputes that document
-//! from the text values and a little type metadata ([`TypeKind`], which the
-//! caller builds from the catalog), without asking the server. The result is
+//! from the text values and a little type metadata ([`TypeKind`], which
+//! [`TypeCatalog`] derives from the rows of `pg_type` and `pg_attribute` the
+//! caller reads), without asking the server. The result is
 //! written as canonical bytes: jsonb's key order (by length first, then
 //! bytewise; of duplicate keys the last wins), no whitespace at all
 //! (`{"a":1,"bb":[1,2]}`, where the server's jsonb text output would say
@@ -71,6 +72,7 @@
 //! the type ([`MAX_TYPE_DEPTH`]). [`RowEncoder`] sorts the keys of a row type
 //! once; [`encode_row`] does it on every call.
 
+mod catalog;
 mod datetime;
 mod escape;
 mod json;
@@ -80,13 +82,16 @@ mod pgtext;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
+pub use catalog::{ATTRIBUTES_QUERY, PgType, TYPES_QUERY, TypeCatalog};
+
 /// How deeply [`TypeKind`]s may nest (arrays and composites inside each
 /// other). Deeper types are refused with [`DocumentError::TypeTooDeep`]
 /// rather than risking the stack.
 pub const MAX_TYPE_DEPTH: usize = 100;
 
-/// What the encoder must know about a column's type, built by the pipeline
-/// from `pg_type`/`pg_attribute` (see the module documentation for how).
+/// What the encoder must know about a column's type, built from
+/// `pg_type`/`pg_attribute` by [`TypeCatalog`] (see the module
+/// documentation for the rules).
 ///
 /// Domains are not a kind of their own: the caller resolves a domain to its
 /// base type, because `to_jsonb` does (`getBaseType`).

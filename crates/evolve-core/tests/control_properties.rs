@@ -8,6 +8,9 @@ use evolve_core::control::{
     CreateReplacement, CreateSink, CreateSource, CreateTable, Drop, ObjectKind, QualifiedName,
     RefreshReferences, Show, Span, Statement, parse,
 };
+use std::time::Duration;
+
+use evolve_core::control::{format_duration, parse_duration};
 use evolve_core::migration::line_col;
 use proptest::prelude::*;
 
@@ -99,21 +102,25 @@ fn absorb() -> impl Strategy<Value = Absorb> {
 fn statement() -> impl Strategy<Value = Statement> {
     let span = Span::default();
     prop_oneof![
-        (name(), name(), "[^\0]{1,20}").prop_map(move |(name, connection, publication)| {
-            Statement::CreateSource(CreateSource {
-                name,
-                connection,
-                publication,
-                span,
-            })
-        }),
+        (name(), any::<bool>(), name(), "[^\0]{1,20}").prop_map(
+            move |(name, if_not_exists, connection, publication)| {
+                Statement::CreateSource(CreateSource {
+                    name,
+                    if_not_exists,
+                    connection,
+                    publication,
+                    span,
+                })
+            }
+        ),
         (
             name(),
+            any::<bool>(),
             name(),
             qualified(),
             prop::collection::vec((name(), 0..3u8), 0..6)
         )
-            .prop_map(move |(name, source, reference, columns)| {
+            .prop_map(move |(name, if_not_exists, source, reference, columns)| {
                 let mut seen = Vec::new();
                 let (mut exclude_columns, mut text_columns) = (Vec::new(), Vec::new());
                 for (column, list) in columns {
@@ -129,6 +136,7 @@ fn statement() -> impl Strategy<Value = Statement> {
                 }
                 Statement::CreateTable(CreateTable {
                     name,
+                    if_not_exists,
                     source,
                     reference,
                     exclude_columns,
@@ -136,44 +144,56 @@ fn statement() -> impl Strategy<Value = Statement> {
                     span,
                 })
             }),
-        (name(), name(), absorb()).prop_map(move |(name, table, absorb)| {
-            Statement::CreateMaterializedView(CreateMaterializedView {
-                name,
-                table,
-                absorb,
-                span,
-            })
-        }),
-        (name(), name(), name()).prop_map(move |(name, target, table)| {
-            Statement::CreateReplacement(CreateReplacement {
-                name,
-                target,
-                table,
-                span,
-            })
-        }),
-        (name(), name()).prop_map(move |(view, replacement)| {
-            Statement::ApplyReplacement(ApplyReplacement {
-                view,
-                replacement,
-                span,
-            })
-        }),
+        (name(), any::<bool>(), name(), absorb()).prop_map(
+            move |(name, if_not_exists, table, absorb)| {
+                Statement::CreateMaterializedView(CreateMaterializedView {
+                    name,
+                    if_not_exists,
+                    table,
+                    absorb,
+                    span,
+                })
+            }
+        ),
+        (name(), any::<bool>(), name(), name()).prop_map(
+            move |(name, if_not_exists, target, table)| {
+                Statement::CreateReplacement(CreateReplacement {
+                    name,
+                    if_not_exists,
+                    target,
+                    table,
+                    span,
+                })
+            }
+        ),
+        (name(), name(), prop::option::of(any::<u64>())).prop_map(
+            move |(view, replacement, wait)| {
+                Statement::ApplyReplacement(ApplyReplacement {
+                    view,
+                    replacement,
+                    wait: wait.map(Duration::from_millis),
+                    span,
+                })
+            }
+        ),
         (name(), absorb()).prop_map(move |(name, absorb)| {
             Statement::AlterMaterializedView(AlterMaterializedView { name, absorb, span })
         }),
         name().prop_map(
             move |source| Statement::RefreshReferences(RefreshReferences { source, span })
         ),
-        (name(), name(), name(), qualified()).prop_map(move |(name, from, connection, table)| {
-            Statement::CreateSink(CreateSink {
-                name,
-                from,
-                connection,
-                table,
-                span,
-            })
-        }),
+        (name(), any::<bool>(), name(), name(), qualified()).prop_map(
+            move |(name, if_not_exists, from, connection, table)| {
+                Statement::CreateSink(CreateSink {
+                    name,
+                    if_not_exists,
+                    from,
+                    connection,
+                    table,
+                    span,
+                })
+            }
+        ),
         (kind(), name(), any::<bool>()).prop_map(move |(kind, name, if_exists)| {
             Statement::Drop(Drop {
                 kind,
@@ -227,6 +247,8 @@ fn valid_text() -> impl Strategy<Value = String> {
             "CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;",
             "CREATE REPLACEMENT MATERIALIZED VIEW v2 FOR v AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), CAST('{}' AS jsonb)) AS data FROM orders_v2 AS t",
             "ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2;",
+            "ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2 WITH (WAIT = '1min30s');",
+            "CREATE SOURCE IF NOT EXISTS src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'p'); CREATE SINK IF NOT EXISTS s FROM v INTO POSTGRES CONNECTION c (TABLE 'x')",
             "CREATE MATERIALIZED VIEW j WITH (ABSORB = 'auto') AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t",
             "ALTER MATERIALIZED VIEW orders_json SET (ABSORB 'Manual'); ALTER MATERIALIZED VIEW j RESET (ABSORB)",
             "ALTER SOURCE src REFRESH REFERENCES",
@@ -270,6 +292,7 @@ proptest! {
                     "jsonb_strip_nulls", "to_jsonb", "jsonb", "CAST", "data", "FOR", "APPLY",
                     "REFRESH", "REFERENCES", "INTO", "IF", "EXISTS", "SOURCES", "TABLES", "VIEWS",
                     "SINKS", "ABSORB", "SET", "RESET", "'auto'", "'manual'", "(", ")", ",", ";",
+                    "NOT", "WAIT", "'60s'", "'1min30s'",
                     ".", "::", "=", "'{}'", "'x'", "\"Q\"", "t", "x",
                     "--c\n", "/* */", "'", "\"", "/*", "\n", "é",
                 ]).prop_map(String::from),
@@ -296,6 +319,15 @@ proptest! {
         for ((got, want), text) in parsed.iter().zip(&statements).zip(&texts) {
             prop_assert!(got.eq_ignoring_span(want));
             prop_assert_eq!(&script[got.span().range()], text.as_str());
+        }
+    }
+
+    #[test]
+    fn durations_round_trip(millis in any::<u64>(), text in "[0-9a-z]{0,12}") {
+        let duration = Duration::from_millis(millis);
+        prop_assert_eq!(parse_duration(&format_duration(duration)), Some(duration));
+        if let Some(d) = parse_duration(&text) {
+            prop_assert_eq!(parse_duration(&format_duration(d)), Some(d));
         }
     }
 

@@ -7,113 +7,40 @@
 //! The column values are read with the simple query protocol, which returns
 //! each type's output function result, exactly what pgoutput sends (a
 //! `::text` cast is not the same: `char(n)::text` drops the padding). The
-//! `TypeKind`s are built from the catalog as the pipeline builds them: see
+//! `TypeKind`s come from the server's catalog through
+//! `evolve_core::document::TypeCatalog`, as the pipeline's do: see
 //! [`catalog`].
 
 use evolve_core::document::{Column, DocumentError, RowEncoder, TypeKind, encode_key};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-/// Building [`TypeKind`]s from `pg_type`/`pg_attribute`, the way
-/// `to_jsonb` categorises types (PostgreSQL's `json_categorize_type`):
-/// domains resolved to their base type, arrays are types with a `typelem`
-/// and `array_subscript_handler` (as `get_element_type` says), composites
-/// are `typtype = 'c'`, and among the rest only twelve built-in OIDs are
-/// special; everything else (enums, ranges, `oid`, `money`, ...) is text.
+/// Reading the server's catalog into
+/// [`TypeCatalog`](evolve_core::document::TypeCatalog), the one mapping from
+/// type OID to [`TypeKind`] that the pipeline uses too.
 pub mod catalog {
-    use std::collections::HashMap;
-
-    use evolve_core::document::{Column, TypeKind};
+    use evolve_core::document::{ATTRIBUTES_QUERY, Column, PgType, TYPES_QUERY, TypeCatalog};
     use tokio_postgres::Client;
 
-    struct PgType {
-        typtype: u8,
-        typelem: u32,
-        typdelim: u8,
-        typbasetype: u32,
-        typrelid: u32,
-        true_array: bool,
-    }
-
-    /// The catalog's types and composite attributes, read once.
-    pub struct Catalog {
-        types: HashMap<u32, PgType>,
-        /// Composite relation OID → non-dropped attributes in attnum order.
-        attributes: HashMap<u32, Vec<(String, u32)>>,
-    }
-
-    impl Catalog {
-        /// Reads every type and every composite type's attributes.
-        pub async fn load(client: &Client) -> Result<Catalog, tokio_postgres::Error> {
-            let mut types = HashMap::new();
-            for row in client
-                .query(
-                    "SELECT oid, typtype, typelem, typdelim, typbasetype, typrelid, \
-                            typsubscript = 'array_subscript_handler'::regproc \
-                     FROM pg_type",
-                    &[],
-                )
-                .await?
-            {
-                let typtype: i8 = row.get(1);
-                let typdelim: i8 = row.get(3);
-                types.insert(
-                    row.get::<_, u32>(0),
-                    PgType {
-                        typtype: typtype as u8,
-                        typelem: row.get(2),
-                        typdelim: typdelim as u8,
-                        typbasetype: row.get(4),
-                        typrelid: row.get(5),
-                        true_array: row.get(6),
-                    },
-                );
-            }
-            let mut attributes: HashMap<u32, Vec<(String, u32)>> = HashMap::new();
-            for row in client
-                .query(
-                    "SELECT a.attrelid, a.attname::text, a.atttypid \
-                     FROM pg_attribute a JOIN pg_type t ON t.typrelid = a.attrelid \
-                     WHERE t.typtype = 'c' AND a.attnum > 0 AND NOT a.attisdropped \
-                     ORDER BY a.attrelid, a.attnum",
-                    &[],
-                )
-                .await?
-            {
-                attributes
-                    .entry(row.get(0))
-                    .or_default()
-                    .push((row.get(1), row.get(2)));
-            }
-            Ok(Catalog { types, attributes })
+    /// Reads every type and every composite type's attributes.
+    pub async fn load(client: &Client) -> Result<TypeCatalog, tokio_postgres::Error> {
+        let mut catalog = TypeCatalog::new();
+        for row in client.query(TYPES_QUERY, &[]).await? {
+            let typtype: i8 = row.get(1);
+            let typdelim: i8 = row.get(3);
+            catalog.add_type(PgType {
+                oid: row.get(0),
+                typtype: typtype as u8,
+                typelem: row.get(2),
+                typdelim: typdelim as u8,
+                typbasetype: row.get(4),
+                typrelid: row.get(5),
+                array_subscript: row.get(6),
+            });
         }
-
-        /// The kind of type `oid`, or `None` for an OID not in the catalog
-        /// (or a type nested absurdly deep).
-        pub fn kind(&self, oid: u32) -> Option<TypeKind> {
-            self.kind_at(oid, 0)
+        for row in client.query(ATTRIBUTES_QUERY, &[]).await? {
+            catalog.add_attribute(row.get(0), row.get(1), row.get(2));
         }
-
-        fn kind_at(&self, oid: u32, depth: usize) -> Option<TypeKind> {
-            if depth > evolve_core::document::MAX_TYPE_DEPTH {
-                return None;
-            }
-            let t = self.types.get(&oid)?;
-            Some(match t.typtype {
-                b'd' => return self.kind_at(t.typbasetype, depth + 1),
-                b'c' => {
-                    let mut fields = Vec::new();
-                    for (name, typid) in self.attributes.get(&t.typrelid).into_iter().flatten() {
-                        fields.push((name.clone(), self.kind_at(*typid, depth + 1)?));
-                    }
-                    TypeKind::Composite { fields }
-                }
-                b'b' if t.true_array && t.typelem != 0 => TypeKind::Array {
-                    element: Box::new(self.kind_at(t.typelem, depth + 1)?),
-                    delimiter: self.types.get(&t.typelem)?.typdelim,
-                },
-                _ => TypeKind::from_builtin_oid(oid),
-            })
-        }
+        Ok(catalog)
     }
 
     /// The columns of table `table` (a `regclass` literal), in attnum order,
@@ -122,7 +49,7 @@ pub mod catalog {
         client: &Client,
         table: &str,
     ) -> Result<Vec<Column>, tokio_postgres::Error> {
-        let catalog = Catalog::load(client).await?;
+        let catalog = load(client).await?;
         let rows = client
             .query(
                 "SELECT attname::text, atttypid FROM pg_attribute \

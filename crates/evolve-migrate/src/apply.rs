@@ -24,7 +24,7 @@ use tokio_postgres::Statement as Prepared;
 use tokio_postgres::error::ErrorPosition;
 
 use crate::files::{MigrationFile, MigrationSet};
-use crate::history::{History, TYPE_SQL};
+use crate::history::{History, TYPE_SQL, Widths};
 use crate::plan::{Plan, Resume, Step, StepOptions};
 use crate::rebuild::{self, RebuildPlan};
 use crate::{ApplyOptions, ApplyReport, Event, MigrateError, Options, connect, lock};
@@ -35,8 +35,9 @@ pub(crate) async fn run(
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ApplyReport, MigrateError> {
     let started = Instant::now();
-    let files = MigrationSet::load(&opts.dir)?;
-    let crate::Connected { client, history } = connect(opts).await?;
+    let connected = connect(opts).await?;
+    let files = connected.load(opts).await?;
+    let crate::Connected { client, history } = connected;
     let step_opts = StepOptions {
         target: apply_opts.target.clone(),
         out_of_order: apply_opts.out_of_order,
@@ -84,6 +85,19 @@ pub(crate) async fn run(
     // Everything below happens under the lock, so the history read here is
     // the one this run continues.
     let _lock = lock::acquire_and_ensure(opts, &client, &history, on_event).await?;
+    // Progress of a failed row that is gone (Flyway's repair removes failed
+    // rows and knows nothing of this table) would be taken for the progress
+    // of the next row given that rank.
+    client
+        .execute(
+            &format!(
+                "DELETE FROM {p} WHERE NOT EXISTS (SELECT 1 FROM {t} h WHERE h.installed_rank = {p}.installed_rank AND NOT h.success)",
+                p = history.progress,
+                t = history.table
+            ),
+            &[],
+        )
+        .await?;
     let (plan, steps) = plan_steps(&files, &history, &client, &step_opts).await?;
 
     let mut runner = Runner::new(opts, client, history).await?;
@@ -124,10 +138,60 @@ async fn plan_steps<'a>(
     let steps = plan
         .steps(step_opts, &progress)
         .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
+    let widths = history.widths(client).await?;
     for step in &steps {
         check_runnable(step.file)?;
+        check_fits(step.file, &widths, history)?;
     }
     Ok((plan, steps))
+}
+
+/// A file whose path, description or version is longer than the history
+/// column that records it would fail only when its row is written, after
+/// the files before it ran: refuse it up front.
+fn check_fits(
+    file: &MigrationFile,
+    widths: &Widths,
+    history: &History,
+) -> Result<(), MigrateError> {
+    let fields = [
+        (
+            "script",
+            "its path below the migrations directory",
+            file.script.as_str(),
+            widths.script,
+            "shorten its directories or its name",
+        ),
+        (
+            "description",
+            "its description",
+            file.name.description.as_str(),
+            widths.description,
+            "shorten its name",
+        ),
+        (
+            "version",
+            "its version",
+            file.version().map(|v| v.as_str()).unwrap_or_default(),
+            widths.version,
+            "give it a shorter version",
+        ),
+    ];
+    for (column, what, value, width, fix) in fields {
+        let n = value.chars().count();
+        if let Some(w) = width
+            && n > w
+        {
+            return Err(MigrateError::Entry {
+                path: file.path.clone(),
+                reason: format!(
+                    "cannot be recorded: {what} has {n} characters and column {column} of history table {} holds {w}; {fix}",
+                    history.table.plain()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn check(plan: &Plan<'_>, opts: &StepOptions) -> Result<(), MigrateError> {
@@ -191,6 +255,9 @@ struct Runner<'o> {
     client: Client,
     monitor: Client,
     pid: i32,
+    /// The role migrations run as (named when it cannot see a blocker's
+    /// query).
+    role: String,
     history: History,
     insert: Prepared,
     begin_sql: String,
@@ -218,10 +285,11 @@ impl<'o> Runner<'o> {
         history: History,
     ) -> Result<Self, MigrateError> {
         let monitor = evolve_pg::connect(&opts.database_url, "evolve migrate (monitor)").await?;
-        let pid: i32 = client
-            .query_one("SELECT pg_backend_pid()", &[])
-            .await?
-            .try_get(0)?;
+        let row = client
+            .query_one("SELECT pg_backend_pid(), current_user::text", &[])
+            .await?;
+        let pid: i32 = row.try_get(0)?;
+        let role: String = row.try_get(1)?;
         let insert = client.prepare(&history.insert_sql()).await?;
         let begin_sql = format!(
             "BEGIN; SET LOCAL lock_timeout = {}",
@@ -232,6 +300,7 @@ impl<'o> Runner<'o> {
             client,
             monitor,
             pid,
+            role,
             history,
             insert,
             begin_sql,
@@ -590,6 +659,7 @@ impl<'o> Runner<'o> {
                     retries: self.opts.lock_retries,
                     wait_ms: wait.as_millis() as u64,
                     blockers: failure.blockers,
+                    role: self.role.clone(),
                 });
                 tokio::time::sleep(wait).await;
                 return Ok(());
@@ -600,6 +670,7 @@ impl<'o> Runner<'o> {
                 attempts: attempt,
                 lock_timeout_ms: self.opts.lock_timeout.as_millis() as u64,
                 blockers: failure.blockers,
+                role: self.role.clone(),
             });
         }
         let (line, column) = (failure.line, failure.column);
@@ -695,7 +766,8 @@ impl<'o> Runner<'o> {
                 self.client
                     .execute(
                         &format!(
-                            "INSERT INTO {} (installed_rank, statements_done, done_checksum) VALUES ($1, 0, $2)",
+                            "INSERT INTO {} (installed_rank, statements_done, done_checksum) VALUES ($1, 0, $2)
+                             ON CONFLICT (installed_rank) DO UPDATE SET statements_done = 0, done_checksum = excluded.done_checksum",
                             self.history.progress
                         ),
                         &[&rank, &prefix_checksum(statements, 0)],
@@ -783,7 +855,10 @@ impl<'o> Runner<'o> {
 
     /// A failed `CREATE INDEX CONCURRENTLY` leaves an INVALID index behind,
     /// which makes the same statement fail ("already exists") or, with IF
-    /// NOT EXISTS, silently keep the useless index. Drop it first.
+    /// NOT EXISTS, silently keep the useless index. Drop it first, unless
+    /// another backend is still building it (an index is INVALID while its
+    /// concurrent build runs, e.g. the build of a run that was killed): wait
+    /// for that build, at most `index_build_wait`, then look again.
     async fn drop_invalid_index(
         &self,
         file: &MigrationFile,
@@ -791,31 +866,93 @@ impl<'o> Runner<'o> {
         name: &str,
         on_event: &mut dyn FnMut(Event),
     ) -> Result<(), MigrateError> {
-        let row = self
-            .client
-            .query_opt(
-                "SELECT n.nspname::text FROM pg_index i
-                 JOIN pg_class c ON c.oid = i.indexrelid
-                 JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE c.relname = $1 AND NOT i.indisvalid
-                   AND CASE WHEN $2::text IS NULL THEN pg_catalog.pg_table_is_visible(c.oid)
-                            ELSE n.nspname = $2 END",
-                &[&name, &schema],
+        let mut waited: Option<Instant> = None;
+        loop {
+            let row = self
+                .client
+                .query_opt(
+                    "SELECT n.nspname::text, c.oid, i.indrelid FROM pg_index i
+                     JOIN pg_class c ON c.oid = i.indexrelid
+                     JOIN pg_namespace n ON n.oid = c.relnamespace
+                     WHERE c.relname = $1 AND NOT i.indisvalid
+                       AND CASE WHEN $2::text IS NULL THEN pg_catalog.pg_table_is_visible(c.oid)
+                                ELSE n.nspname = $2 END",
+                    &[&name, &schema],
+                )
+                .await?;
+            let Some(row) = row else {
+                return Ok(());
+            };
+            let nsp: String = row.try_get(0)?;
+            let index = QualifiedName::new(nsp, name);
+            let builders = self
+                .index_builders(row.try_get(1)?, row.try_get(2)?)
+                .await?;
+            if builders.is_empty() {
+                self.client
+                    .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {index}"))
+                    .await?;
+                on_event(Event::InvalidIndexDropped {
+                    script: file.script.clone(),
+                    index: index.plain(),
+                });
+                return Ok(());
+            }
+            let since = match waited {
+                Some(since) => since,
+                None => {
+                    on_event(Event::IndexBuildWait {
+                        script: file.script.clone(),
+                        index: index.plain(),
+                        builders: builders.clone(),
+                        max_wait_ms: self.opts.index_build_wait.as_millis() as u64,
+                    });
+                    *waited.insert(Instant::now())
+                }
+            };
+            if since.elapsed() >= self.opts.index_build_wait {
+                return Err(MigrateError::IndexBuilding {
+                    script: file.script.clone(),
+                    index: index.plain(),
+                    waited_s: since.elapsed().as_secs(),
+                    builders,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The other backends that are building index `index` of table `table`
+    /// right now. `pg_stat_progress_create_index` names the index to roles
+    /// that may see the backend; for the others (the row's columns are
+    /// NULL), a build in this database holding a lock on the table counts.
+    async fn index_builders(
+        &self,
+        index: u32,
+        table: u32,
+    ) -> Result<Vec<SessionInfo>, MigrateError> {
+        let pids: Vec<i32> = self
+            .monitor
+            .query(
+                "SELECT p.pid FROM pg_stat_progress_create_index p
+                 WHERE p.pid <> $3
+                   AND p.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND (p.index_relid = $1
+                        OR (p.index_relid IS NULL AND EXISTS (
+                              SELECT 1 FROM pg_locks l
+                              WHERE l.pid = p.pid AND l.locktype = 'relation'
+                                AND l.database = p.datid AND l.relation = $2)))
+                 ORDER BY p.pid",
+                &[&index, &table, &self.pid],
             )
-            .await?;
-        let Some(row) = row else {
-            return Ok(());
-        };
-        let nsp: String = row.try_get(0)?;
-        let index = QualifiedName::new(nsp, name);
-        self.client
-            .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {index}"))
-            .await?;
-        on_event(Event::InvalidIndexDropped {
-            script: file.script.clone(),
-            index: index.plain(),
-        });
-        Ok(())
+            .await?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
+        if pids.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(evolve_pg::sessions(&self.monitor, &pids).await?)
     }
 }
 
@@ -873,13 +1010,7 @@ fn file_end(file: &MigrationFile) -> (u32, u32) {
 /// so that several waiting deploys do not retry in step.
 fn backoff(base: Duration, attempt: u32) -> Duration {
     let exp = base.saturating_mul(1 << attempt.saturating_sub(1).min(16));
-    let capped = exp.min(Duration::from_secs(30));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let jitter = capped.mul_f64(f64::from(nanos % 1000) / 4000.0);
-    capped + jitter
+    crate::with_jitter(exp.min(Duration::from_secs(30)))
 }
 
 fn excerpt(s: &str) -> String {

@@ -12,10 +12,25 @@ pub enum MigrateError {
     Dir { dir: PathBuf, reason: String },
     #[error("migration file {path} cannot be read: {reason}")]
     Read { path: PathBuf, reason: String },
+    /// An entry of the migrations directory that evolve refuses to read.
+    #[error("{path} {reason}")]
+    Entry { path: PathBuf, reason: String },
+    #[error(
+        "migrations directory {dir} holds more than {limit} entries; point --dir at the migrations themselves"
+    )]
+    TooManyEntries { dir: PathBuf, limit: usize },
     #[error("{0}")]
     Name(String),
     #[error("migration {script}: {reason}")]
     Script { script: String, reason: String },
+    #[error(
+        "migration {script}: line {line}: placeholder {placeholder} has no value, so nothing was applied; give it one (--placeholder NAME=VALUE, flyway.placeholders.NAME or FLYWAY_PLACEHOLDERS_NAME), or turn replacement off (--no-placeholder-replacement)"
+    )]
+    Placeholder {
+        script: String,
+        line: u32,
+        placeholder: String,
+    },
     #[error(
         "migrations {first} and {second} both have version {version}; give one of them another version"
     )]
@@ -32,7 +47,7 @@ pub enum MigrateError {
         first: String,
         second: String,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Pg(#[from] PgError),
     #[error("history table {table}: {reason}")]
     History { table: String, reason: String },
@@ -61,7 +76,7 @@ pub enum MigrateError {
     },
     #[error(
         "migration {script} could not take its locks within {lock_timeout_ms} ms after {attempts} attempts (line {line}); blocked by {}; retry when it has finished, or raise --lock-timeout/--lock-retries",
-        evolve_pg::describe_sessions(.blockers)
+        crate::describe_blockers(.blockers, .role)
     )]
     LockTimeout {
         script: String,
@@ -69,6 +84,18 @@ pub enum MigrateError {
         attempts: u32,
         lock_timeout_ms: u64,
         blockers: Vec<SessionInfo>,
+        /// The role evolve migrates as.
+        role: String,
+    },
+    #[error(
+        "migration {script}: INVALID index {index} is still being built by {} after {waited_s} s of waiting, so evolve leaves it alone; let that build finish (or stop it with SELECT pg_cancel_backend(pid)) and run 'evolve migrate apply' again",
+        evolve_pg::describe_sessions(.builders)
+    )]
+    IndexBuilding {
+        script: String,
+        index: String,
+        waited_s: u64,
+        builders: Vec<SessionInfo>,
     },
     #[error("{0}")]
     Usage(String),

@@ -1,8 +1,16 @@
 //! Reading a migrations directory: every `.sql` file below it, named as
 //! Flyway names them, checksummed and split into statements up front so that
 //! a bad file stops the run before anything is applied.
+//!
+//! The directory is not trusted: the walk reads regular files only, never
+//! follows a link out of the directory or into a directory unless told to
+//! (and then refuses loops), stops at a depth and an entry count, and
+//! refuses names it could not record faithfully (not UTF-8, a directory
+//! named like a migration). A refused file is never read, so its content
+//! never reaches a message.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use evolve_core::migration::{
@@ -10,6 +18,7 @@ use evolve_core::migration::{
 };
 
 use crate::MigrateError;
+use crate::placeholders::{BuiltIns, Placeholders};
 
 /// One migration file, read and parsed.
 #[derive(Debug)]
@@ -19,7 +28,10 @@ pub struct MigrationFile {
     /// is what the history's `script` column records.
     pub script: String,
     pub path: PathBuf,
+    /// Flyway's checksum: of the file as it is for a versioned migration,
+    /// of the text after placeholder replacement for a repeatable one.
     pub checksum: i32,
+    /// The text that runs, placeholders replaced.
     pub text: String,
     pub parsed: Script,
 }
@@ -42,11 +54,26 @@ pub struct MigrationSet {
 }
 
 impl MigrationSet {
-    /// Reads `dir` recursively. Fails on the first unreadable, misnamed,
-    /// non-UTF-8 or unparseable file, and on duplicate versions.
-    pub fn load(dir: &Path) -> Result<MigrationSet, MigrateError> {
-        let mut paths = Vec::new();
-        collect(dir, dir, &mut paths)?;
+    /// Reads `dir` recursively, replacing no placeholders. Fails on the
+    /// first unreadable, misnamed, non-UTF-8 or unparseable file, on entries
+    /// the walk refuses (see the module docs), and on duplicate versions.
+    pub fn load(dir: &Path, symlinks: Symlinks) -> Result<MigrationSet, MigrateError> {
+        let off = Placeholders {
+            replace: false,
+            ..Placeholders::default()
+        };
+        MigrationSet::load_with(dir, symlinks, &off, &BuiltIns::default())
+    }
+
+    /// [`MigrationSet::load`], replacing placeholders as Flyway does; a
+    /// placeholder without a value fails the load.
+    pub fn load_with(
+        dir: &Path,
+        symlinks: Symlinks,
+        placeholders: &Placeholders,
+        built_ins: &BuiltIns,
+    ) -> Result<MigrationSet, MigrateError> {
+        let mut paths = walk(dir, symlinks)?;
         paths.sort();
         let mut set = MigrationSet::default();
         for (script, path) in paths {
@@ -60,19 +87,29 @@ impl MigrationSet {
                 continue;
             };
             name.script = script.clone();
-            let bytes = std::fs::read(&path).map_err(|e| MigrateError::Read {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
-            let checksum = flyway_checksum(&bytes).map_err(|e| MigrateError::Script {
+            let bytes = read_regular(&path)?;
+            let mut checksum = flyway_checksum(&bytes).map_err(|e| MigrateError::Script {
                 script: script.clone(),
                 reason: e.to_string(),
             })?;
             // flyway_checksum succeeded, so the bytes are UTF-8.
-            let text = String::from_utf8(bytes).map_err(|e| MigrateError::Script {
+            let raw = String::from_utf8(bytes).map_err(|e| MigrateError::Script {
                 script: script.clone(),
                 reason: format!("{e}; save the file as UTF-8"),
             })?;
+            let text = placeholders
+                .replace(&raw, built_ins, &file_name)
+                .map_err(|m| MigrateError::Placeholder {
+                    script: script.clone(),
+                    line: m.line,
+                    placeholder: m.placeholder,
+                })?;
+            if name.kind == MigrationKind::Repeatable && text != raw {
+                checksum = flyway_checksum(text.as_bytes()).map_err(|e| MigrateError::Script {
+                    script: script.clone(),
+                    reason: e.to_string(),
+                })?;
+            }
             let parsed = parse_script(&text).map_err(|e| MigrateError::Script {
                 script: script.clone(),
                 reason: e.to_string(),
@@ -118,43 +155,213 @@ impl MigrationSet {
     }
 }
 
-fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<(), MigrateError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| MigrateError::Dir {
-        dir: dir.to_path_buf(),
+/// How the walk of a migrations directory treats symbolic links.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Symlinks {
+    /// A link to a file inside the directory is read like the file; a link
+    /// to a directory, or to anything outside the directory, is refused.
+    #[default]
+    WithinDir,
+    /// Links are followed wherever they lead (`--follow-symlinks`); a link
+    /// back to a directory already read is refused as a loop.
+    Follow,
+}
+
+/// Directories deeper than this below the migrations directory are refused.
+const MAX_DEPTH: usize = 32;
+/// A walk that meets more entries than this stops with an error.
+const MAX_ENTRIES: usize = 100_000;
+
+/// `(script, path)` of every file below `root` whose name ends in `.sql`.
+fn walk(root: &Path, symlinks: Symlinks) -> Result<Vec<(String, PathBuf)>, MigrateError> {
+    let real_root = std::fs::canonicalize(root).map_err(|e| MigrateError::Dir {
+        dir: root.to_path_buf(),
         reason: e.to_string(),
     })?;
-    for entry in entries {
-        let entry = entry.map_err(|e| MigrateError::Dir {
+    let mut walk = Walk {
+        root,
+        real_root: real_root.clone(),
+        symlinks,
+        entries: 0,
+        visited: vec![real_root],
+        out: Vec::new(),
+    };
+    walk.dir(root, &mut Vec::new())?;
+    Ok(walk.out)
+}
+
+struct Walk<'a> {
+    root: &'a Path,
+    real_root: PathBuf,
+    symlinks: Symlinks,
+    entries: usize,
+    /// Resolved paths of the directories read so far (loop detection when
+    /// links are followed).
+    visited: Vec<PathBuf>,
+    out: Vec<(String, PathBuf)>,
+}
+
+fn refuse(path: &Path, reason: impl Into<String>) -> MigrateError {
+    MigrateError::Entry {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+impl Walk<'_> {
+    /// Reads `dir`, whose path below the root is `rel`.
+    fn dir(&mut self, dir: &Path, rel: &mut Vec<String>) -> Result<(), MigrateError> {
+        let entries = std::fs::read_dir(dir).map_err(|e| MigrateError::Dir {
             dir: dir.to_path_buf(),
             reason: e.to_string(),
         })?;
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') {
-            continue;
+        for entry in entries {
+            let entry = entry.map_err(|e| MigrateError::Dir {
+                dir: dir.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+            self.entries += 1;
+            if self.entries > MAX_ENTRIES {
+                return Err(MigrateError::TooManyEntries {
+                    dir: self.root.to_path_buf(),
+                    limit: MAX_ENTRIES,
+                });
+            }
+            let path = entry.path();
+            let os_name = entry.file_name();
+            let raw = os_name.as_encoded_bytes();
+            if raw.starts_with(b".") {
+                continue;
+            }
+            let sql_name = looks_like_sql(raw);
+            let file_type = entry.file_type().map_err(|e| MigrateError::Read {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            let (kind, resolved) = if file_type.is_symlink() {
+                match std::fs::canonicalize(&path)
+                    .and_then(|real| std::fs::metadata(&real).map(|m| (m.file_type(), real)))
+                {
+                    Ok((t, real)) => (t, Some(real)),
+                    // A broken link matters only where a file was expected.
+                    Err(_) if !sql_name => continue,
+                    Err(e) => {
+                        return Err(refuse(
+                            &path,
+                            format!(
+                                "is a symbolic link that cannot be resolved ({e}); fix or remove it"
+                            ),
+                        ));
+                    }
+                }
+            } else {
+                (file_type, None)
+            };
+            if !kind.is_dir() && !sql_name {
+                continue;
+            }
+            let Some(name) = os_name.to_str() else {
+                return Err(refuse(
+                    &path,
+                    "has a name that is not UTF-8, which the history could not record as it is; rename it",
+                ));
+            };
+            if kind.is_dir() {
+                if sql_name {
+                    return Err(refuse(
+                        &path,
+                        "is a directory named like a migration file; rename it so its name does not end in .sql",
+                    ));
+                }
+                let real = match resolved {
+                    Some(real) => {
+                        if self.symlinks == Symlinks::WithinDir {
+                            return Err(refuse(
+                                &path,
+                                "is a symbolic link to a directory, which evolve does not follow; move the files into the migrations directory, or pass --follow-symlinks",
+                            ));
+                        }
+                        if self.visited.contains(&real) {
+                            return Err(refuse(
+                                &path,
+                                format!(
+                                    "is a symbolic link back to {}, a directory already read (a loop); remove it",
+                                    real.display()
+                                ),
+                            ));
+                        }
+                        real
+                    }
+                    None if self.symlinks == Symlinks::Follow => std::fs::canonicalize(&path)
+                        .map_err(|e| MigrateError::Dir {
+                            dir: path.clone(),
+                            reason: e.to_string(),
+                        })?,
+                    None => PathBuf::new(),
+                };
+                if rel.len() >= MAX_DEPTH {
+                    return Err(refuse(
+                        &path,
+                        format!(
+                            "is nested more than {MAX_DEPTH} directories deep below the migrations directory; flatten it"
+                        ),
+                    ));
+                }
+                if self.symlinks == Symlinks::Follow {
+                    self.visited.push(real);
+                }
+                rel.push(name.to_string());
+                self.dir(&path, rel)?;
+                rel.pop();
+                continue;
+            }
+            if !kind.is_file() {
+                return Err(refuse(
+                    &path,
+                    "is not a regular file (a FIFO, socket or device); evolve reads only regular files, remove it",
+                ));
+            }
+            if let Some(real) = &resolved
+                && self.symlinks == Symlinks::WithinDir
+                && !real.starts_with(&self.real_root)
+            {
+                return Err(refuse(
+                    &path,
+                    "is a symbolic link to a file outside the migrations directory; copy the file in, or pass --follow-symlinks to read it",
+                ));
+            }
+            let mut script = rel.join("/");
+            if !script.is_empty() {
+                script.push('/');
+            }
+            script.push_str(name);
+            self.out.push((script, path));
         }
-        let file_type = entry.file_type().map_err(|e| MigrateError::Read {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-        // Follow symlinks the way users expect: a link to a file is a file.
-        let is_dir = if file_type.is_symlink() {
-            path.is_dir()
-        } else {
-            file_type.is_dir()
-        };
-        if is_dir {
-            collect(root, &path, out)?;
-        } else {
-            let rel = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join("/");
-            out.push((rel, path));
-        }
+        Ok(())
     }
-    Ok(())
+}
+
+/// Whether a file name ends in `.sql`, in any case (`.SQL` is a misnamed
+/// migration, reported by the name check).
+fn looks_like_sql(name: &[u8]) -> bool {
+    name.len() >= 4 && name[name.len() - 4..].eq_ignore_ascii_case(b".sql")
+}
+
+/// Reads a file the walk found, checking again on the open file that it is
+/// a regular file (it may have been replaced since).
+fn read_regular(path: &Path) -> Result<Vec<u8>, MigrateError> {
+    let read_err = |e: std::io::Error| MigrateError::Read {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let mut file = std::fs::File::open(path).map_err(read_err)?;
+    if !file.metadata().map_err(read_err)?.is_file() {
+        return Err(refuse(
+            path,
+            "is not a regular file (a FIFO, socket or device); evolve reads only regular files, remove it",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(read_err)?;
+    Ok(bytes)
 }

@@ -29,7 +29,17 @@ pub const TYPE_DELETE: &str = "DELETE";
 /// Flyway records schema creation with this type; it is not a migration.
 pub const TYPE_SCHEMA: &str = "SCHEMA";
 
-pub const BASELINE_DESCRIPTION: &str = "<< Baseline >>";
+/// Whether a history row records one of Flyway's Java-based migrations
+/// (`JDBC`, `SPRING_JDBC`, and `JAVA`/`SPRING` of older Flyway versions),
+/// which evolve cannot run.
+pub fn is_java_migration(kind: &str) -> bool {
+    matches!(
+        kind,
+        "JDBC" | "SPRING_JDBC" | "JAVA" | "SPRING" | "JDBC_STATE_SCRIPT"
+    )
+}
+
+pub const BASELINE_DESCRIPTION: &str = "<< Flyway Baseline >>";
 
 /// One row of the history table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -55,6 +65,15 @@ pub struct Progress {
     pub statements_done: i32,
     /// Checksum of the statements done, so an edit to them is noticed.
     pub done_checksum: i32,
+}
+
+/// The widths of the history's text columns, in characters (`None`: no
+/// limit).
+#[derive(Clone, Copy, Debug)]
+pub struct Widths {
+    pub version: Option<usize>,
+    pub description: Option<usize>,
+    pub script: Option<usize>,
 }
 
 /// A history table and its progress companion.
@@ -113,7 +132,8 @@ impl History {
     pub async fn exists(&self, client: &Client) -> Result<bool, MigrateError> {
         let rows = client
             .query(
-                "SELECT a.attname::text, format_type(a.atttypid, NULL), a.attnotnull, c.relkind::text
+                "SELECT a.attname::text, format_type(a.atttypid, NULL), a.attnotnull, c.relkind::text,
+                        a.atthasdef
                  FROM pg_class c
                  JOIN pg_namespace n ON n.oid = c.relnamespace
                  LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -132,6 +152,24 @@ impl History {
         for r in &rows {
             if let Some(name) = r.try_get::<_, Option<String>>(0)? {
                 let ty: String = r.try_get(1)?;
+                let not_null: bool = r.try_get(2)?;
+                let has_default: bool = r.try_get(4)?;
+                // A column evolve does not write that must be written: the
+                // history of another Flyway version (version_rank of
+                // Flyway 4 and older), whose rows evolve cannot add.
+                if not_null && !has_default && !COLUMNS.iter().any(|(c, _)| *c == name) {
+                    let reason = if name == "version_rank" {
+                        "has column version_rank (NOT NULL), which the history of Flyway 4 and older has and evolve cannot fill; upgrade the table by running Flyway 5 or later against it once, then run evolve again".to_string()
+                    } else {
+                        format!(
+                            "has column {name} (NOT NULL, no default), which neither Flyway nor evolve writes; drop it or give it a default, or choose another table with --history-table"
+                        )
+                    };
+                    return Err(MigrateError::History {
+                        table: self.table.plain(),
+                        reason,
+                    });
+                }
                 present.insert(name, ty);
             }
         }
@@ -233,6 +271,49 @@ impl History {
                 }
             })?;
         Ok(created)
+    }
+
+    /// How many characters the `version`, `description` and `script`
+    /// columns hold (`None`: no limit); an absent table has the widths
+    /// evolve creates it with.
+    pub async fn widths(&self, client: &Client) -> Result<Widths, MigrateError> {
+        let rows = client
+            .query(
+                "SELECT a.attname::text,
+                        CASE WHEN a.atttypid = 'varchar'::regtype AND a.atttypmod > 4
+                             THEN a.atttypmod - 4 END
+                 FROM pg_attribute a
+                 JOIN pg_class c ON c.oid = a.attrelid
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
+                &[&self.table.schema, &self.table.name],
+            )
+            .await?;
+        if rows.is_empty() {
+            return Ok(Widths {
+                version: Some(50),
+                description: Some(200),
+                script: Some(1000),
+            });
+        }
+        let mut widths = Widths {
+            version: None,
+            description: None,
+            script: None,
+        };
+        for r in rows {
+            let name: String = r.try_get(0)?;
+            let width = r
+                .try_get::<_, Option<i32>>(1)?
+                .and_then(|w| usize::try_from(w).ok());
+            match name.as_str() {
+                "version" => widths.version = width,
+                "description" => widths.description = width,
+                "script" => widths.script = width,
+                _ => {}
+            }
+        }
+        Ok(widths)
     }
 
     /// All rows in installed order. An absent table reads as empty.

@@ -16,8 +16,10 @@ mod apply;
 mod deps;
 mod error;
 mod files;
+mod flyway_config;
 mod history;
 mod lock;
+mod placeholders;
 mod plan;
 mod rebuild;
 mod refresh;
@@ -31,10 +33,13 @@ use serde::Serialize;
 
 pub use deps::{Dependent, DependentKind, DepsReport, to_dot, to_mermaid};
 pub use error::MigrateError;
-pub use files::{MigrationFile, MigrationSet};
+pub use files::{MigrationFile, MigrationSet, Symlinks};
+pub use flyway_config::{ConfigError, FlywayConfig, from_env, parse_conf, parse_toml};
 pub use history::{BASELINE_DESCRIPTION, History, HistoryRow};
 pub use lock::lock_key;
+pub use placeholders::{BuiltIns, Placeholders};
 pub use plan::{Kind, MigrationStatus, Plan, State, StepOptions};
+pub use rebuild::{Captured, RebuildPlan, plan_targets};
 pub use refresh::{MatviewStatus, Refreshed};
 
 /// Default history table name.
@@ -57,6 +62,14 @@ pub struct Options {
     pub wait_for_lock: bool,
     /// Recorded as `installed_by`; defaults to the database user.
     pub installed_by: Option<String>,
+    /// How the walk of `dir` treats symbolic links.
+    pub symlinks: Symlinks,
+    /// How long `apply` waits for another backend's build of an INVALID
+    /// index (a `CREATE INDEX CONCURRENTLY` still running, e.g. of a run
+    /// that was killed) before it refuses to drop the index.
+    pub index_build_wait: Duration,
+    /// Flyway's placeholders, replaced in every file before it is parsed.
+    pub placeholders: Placeholders,
 }
 
 impl Options {
@@ -70,6 +83,9 @@ impl Options {
             retry_delay: Duration::from_millis(500),
             wait_for_lock: true,
             installed_by: None,
+            symlinks: Symlinks::WithinDir,
+            index_build_wait: Duration::from_secs(300),
+            placeholders: Placeholders::default(),
         }
     }
 }
@@ -136,6 +152,18 @@ pub enum Event {
         retries: u32,
         wait_ms: u64,
         blockers: Vec<SessionInfo>,
+        /// The role evolve migrates as (see [`describe_blockers`]).
+        role: String,
+    },
+    /// The INVALID index the file creates again is still being built by
+    /// another backend (a concurrent build of a run that was killed, or of
+    /// someone else): `apply` waits for that build, at most `max_wait_ms`,
+    /// instead of dropping the index under it.
+    IndexBuildWait {
+        script: String,
+        index: String,
+        builders: Vec<SessionInfo>,
+        max_wait_ms: u64,
     },
     /// An INVALID index left by a failed `CREATE INDEX CONCURRENTLY` was
     /// found where the file creates that index again, and dropped.
@@ -182,7 +210,10 @@ pub enum Event {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RefreshEstimate {
     pub name: String,
-    pub rows: f64,
+    /// Its rows: counted (`rows_counted`), else the planner's estimate;
+    /// `None` when a large matview was never analysed.
+    pub rows: Option<i64>,
+    pub rows_counted: bool,
     pub bytes: i64,
     pub last_refresh_ms: Option<i64>,
 }
@@ -230,6 +261,52 @@ pub struct ChangeReport {
     pub changed: usize,
 }
 
+/// `d` plus up to a quarter of it, so that several waiting runs do not
+/// retry in step.
+pub(crate) fn with_jitter(d: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|t| t.subsec_nanos())
+        .unwrap_or(0);
+    d + d.mul_f64(f64::from(nanos % 1000) / 4000.0)
+}
+
+/// The sessions that block a migration, for a message: `pid 12 (app,
+/// idle in transaction): BEGIN; LOCK TABLE t` for each, joined with `; `.
+/// The query is PostgreSQL's text with its white space collapsed and
+/// without a final semicolon; when `role` (the migrating role) may not see
+/// another role's query, the text says so and how to allow it.
+pub fn describe_blockers(blockers: &[SessionInfo], role: &str) -> String {
+    if blockers.is_empty() {
+        return evolve_pg::describe_sessions(blockers);
+    }
+    blockers
+        .iter()
+        .map(|s| {
+            let app = if s.application_name.is_empty() {
+                "no application_name"
+            } else {
+                &s.application_name
+            };
+            if s.query == "<insufficient privilege>" {
+                return format!(
+                    "pid {} ({app}): its query is hidden from role {role} (GRANT pg_read_all_stats TO {} lets evolve name it)",
+                    s.pid,
+                    evolve_pg::quote_ident(role)
+                );
+            }
+            let query = s.query.split_whitespace().collect::<Vec<_>>().join(" ");
+            let query = query.trim_end_matches([';', ' ']);
+            if query.is_empty() {
+                format!("pid {} ({app}, {})", s.pid, s.state)
+            } else {
+                format!("pid {} ({app}, {}): {query}", s.pid, s.state)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 pub(crate) struct Connected {
     pub client: Client,
     pub history: History,
@@ -240,6 +317,36 @@ pub(crate) async fn connect(opts: &Options) -> Result<Connected, MigrateError> {
     let (schema, name) = &opts.history_table;
     let history = History::resolve(&client, schema.as_deref(), name).await?;
     Ok(Connected { client, history })
+}
+
+impl Connected {
+    /// The migrations of `opts.dir`, placeholders replaced with the values
+    /// of this connection.
+    pub(crate) async fn load(&self, opts: &Options) -> Result<MigrationSet, MigrateError> {
+        let built_ins = if opts.placeholders.replace {
+            let row = self
+                .client
+                .query_one(
+                    "SELECT current_user::text, current_database()::text,
+                            to_char(localtimestamp, 'YYYY-MM-DD HH24:MI:SS')",
+                    &[],
+                )
+                .await?;
+            BuiltIns {
+                user: row.try_get(0)?,
+                database: row.try_get(1)?,
+                timestamp: row.try_get(2)?,
+                default_schema: self.history.table.schema.clone(),
+                table: self.history.table.name.clone(),
+                working_directory: std::env::current_dir()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default(),
+            }
+        } else {
+            BuiltIns::default()
+        };
+        MigrationSet::load_with(&opts.dir, opts.symlinks, &opts.placeholders, &built_ins)
+    }
 }
 
 /// `evolve deps`: everything that depends on a table or one of its columns
@@ -269,8 +376,8 @@ pub async fn refresh_status(database_url: &str) -> Result<Vec<MatviewStatus>, Mi
 
 /// `evolve migrate status`.
 pub async fn status(opts: &Options) -> Result<StatusReport, MigrateError> {
-    let files = MigrationSet::load(&opts.dir)?;
     let c = connect(opts).await?;
+    let files = c.load(opts).await?;
     let history_exists = c.history.exists(&c.client).await?;
     let rows = c.history.rows(&c.client).await?;
     let progress = c.history.progress(&c.client).await?;
@@ -290,12 +397,20 @@ pub async fn status(opts: &Options) -> Result<StatusReport, MigrateError> {
 /// missing, a migration failed, or a pending file sorts before an applied
 /// one.
 pub async fn validate(opts: &Options) -> Result<ValidateReport, MigrateError> {
-    let files = MigrationSet::load(&opts.dir)?;
     let c = connect(opts).await?;
+    let files = c.load(opts).await?;
     let rows = c.history.rows(&c.client).await?;
     let progress = c.history.progress(&c.client).await?;
     let plan = Plan::new(&files, &rows, &progress);
     let mut problems = plan.problems(&StepOptions::default());
+    let next = next_version(&files, &rows);
+    for m in plan.deleted_on_disk() {
+        problems.push(format!(
+            "migration {} has version {}, which 'evolve migrate repair' marked deleted, so apply never runs it; rename it to version {next} (or above), or remove it if its changes are already in the database",
+            m.script,
+            m.version.as_deref().unwrap_or_default()
+        ));
+    }
     for m in plan.failed() {
         problems.push(format!(
             "migration {} failed{}; run 'evolve migrate apply' to resume it, or fix it by hand and run 'evolve migrate repair'",
@@ -373,8 +488,8 @@ pub async fn repair(
     opts: &Options,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ChangeReport, MigrateError> {
-    let files = MigrationSet::load(&opts.dir)?;
     let c = connect(opts).await?;
+    let files = c.load(opts).await?;
     let _lock = lock::acquire(
         &opts.database_url,
         &c.history.table,
@@ -396,6 +511,20 @@ pub async fn repair(
     let mut tx_client = c.client;
     let tx = tx_client.transaction().await?;
     let mut changed = 0;
+    if let Some(java) = plan.migrations.iter().find(|m| {
+        m.state == State::Failed
+            && rows.iter().any(|r| {
+                Some(r.installed_rank) == m.installed_rank && history::is_java_migration(&r.kind)
+            })
+    }) {
+        return Err(MigrateError::History {
+            table: c.history.table.plain(),
+            reason: format!(
+                "migration {} is a failed Java-based migration, which evolve cannot repair; repair it with Flyway, which has its class",
+                java.script
+            ),
+        });
+    }
     for m in &plan.migrations {
         let action = match m.state {
             State::Failed => {
@@ -430,7 +559,7 @@ pub async fn repair(
                 .await?;
                 RepairAction::RealignedChecksum
             }
-            State::MissingFile => {
+            State::MissingFile | State::Future => {
                 tx.query_one(
                     &c.history.insert_sql(),
                     &[
@@ -463,10 +592,18 @@ pub async fn repair(
     })
 }
 
-/// `evolve migrate new DESCRIPTION`: creates the next versioned file,
-/// numbered one above the highest version in `dir` (first part + 1), and
-/// returns its path. Never overwrites a file.
-pub fn new_migration(dir: &Path, description: &str) -> Result<PathBuf, MigrateError> {
+/// `evolve migrate new DESCRIPTION`: creates the next versioned file in
+/// `dir` and returns its path. Its version is one above the highest
+/// version (first part + 1) among the files and, when `history` gives a
+/// database, among every version its history table ever recorded (deleted,
+/// failed and baseline rows included), so a version is never reused. Never
+/// overwrites a file.
+pub async fn new_migration(
+    dir: &Path,
+    symlinks: Symlinks,
+    description: &str,
+    history: Option<&Options>,
+) -> Result<PathBuf, MigrateError> {
     let description = description.trim();
     if description.is_empty()
         || description
@@ -481,11 +618,15 @@ pub fn new_migration(dir: &Path, description: &str) -> Result<PathBuf, MigrateEr
         path: dir.to_path_buf(),
         reason: e.to_string(),
     })?;
-    let files = MigrationSet::load(dir)?;
-    let next = files
-        .latest_version()
-        .map(next_major)
-        .unwrap_or_else(|| "1".to_string());
+    let files = MigrationSet::load(dir, symlinks)?;
+    let rows = match history {
+        Some(opts) => {
+            let c = connect(opts).await?;
+            c.history.rows(&c.client).await?
+        }
+        None => Vec::new(),
+    };
+    let next = next_version(&files, &rows);
     let name = format!("V{next}__{}.sql", description.replace(' ', "_"));
     let path = dir.join(&name);
     use std::io::Write;
@@ -502,6 +643,23 @@ pub fn new_migration(dir: &Path, description: &str) -> Result<PathBuf, MigrateEr
         reason: e.to_string(),
     })?;
     Ok(path)
+}
+
+/// The version `new` gives the next file: one above the highest among the
+/// files and every history row.
+fn next_version(files: &MigrationSet, rows: &[HistoryRow]) -> String {
+    let recorded = rows
+        .iter()
+        .filter_map(|r| r.version.as_deref())
+        .filter_map(|v| Version::parse(v).ok());
+    files
+        .versioned
+        .keys()
+        .cloned()
+        .chain(recorded)
+        .max()
+        .map(|v| next_major(&v))
+        .unwrap_or_else(|| "1".to_string())
 }
 
 /// One above the first part of `v`: 41 -> 42, 1.2 -> 2, 2024_01_01 -> 2025.

@@ -3,9 +3,13 @@
 //!
 //! It must never be taken inside a transaction on the connection that runs
 //! migrations: `CREATE INDEX CONCURRENTLY` waits for every open transaction
-//! to end, and would wait on that one forever.
+//! to end, and would wait on that one forever. Nor is it waited for with a
+//! blocking `pg_advisory_lock`: a waiting run's statement would be active
+//! all the while, with a snapshot, and the holder's `CREATE INDEX
+//! CONCURRENTLY` waits for old snapshots. A waiting run polls
+//! `pg_try_advisory_lock` instead and stays idle in between.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use evolve_pg::{Client, QualifiedName, SessionInfo, sessions};
 
@@ -35,10 +39,8 @@ pub async fn acquire(
 ) -> Result<MigrationLock, MigrateError> {
     let client = evolve_pg::connect(url, "evolve migrate (lock)").await?;
     let key = lock_key(table);
-    let got: bool = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-        .await?
-        .try_get(0)?;
+    let try_lock = client.prepare("SELECT pg_try_advisory_lock($1)").await?;
+    let got: bool = client.query_one(&try_lock, &[&key]).await?.try_get(0)?;
     if got {
         return Ok(MigrationLock { _client: client });
     }
@@ -54,15 +56,26 @@ pub async fn acquire(
         holder,
     });
     let started = Instant::now();
-    client
-        .query_one("SELECT pg_advisory_lock($1)", &[&key])
-        .await?;
+    let mut delay = FIRST_POLL;
+    loop {
+        tokio::time::sleep(crate::with_jitter(delay)).await;
+        let got: bool = client.query_one(&try_lock, &[&key]).await?.try_get(0)?;
+        if got {
+            break;
+        }
+        delay = (delay * 2).min(LAST_POLL);
+    }
     on_event(Event::LockAcquired {
         table: table.plain(),
         waited_ms: started.elapsed().as_millis() as u64,
     });
     Ok(MigrationLock { _client: client })
 }
+
+/// A waiting run polls for the lock after this, doubling the wait up to
+/// [`LAST_POLL`] (each with up to a quarter of jitter).
+const FIRST_POLL: Duration = Duration::from_millis(50);
+const LAST_POLL: Duration = Duration::from_secs(1);
 
 /// Takes the migration lock for `history`, then creates the history table
 /// if it is missing (under the lock, so two first runs never race).

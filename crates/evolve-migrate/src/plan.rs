@@ -7,7 +7,9 @@ use evolve_core::migration::Version;
 use serde::Serialize;
 
 use crate::files::{MigrationFile, MigrationSet};
-use crate::history::{HistoryRow, Progress, TYPE_BASELINE, TYPE_DELETE, TYPE_SCHEMA};
+use crate::history::{
+    HistoryRow, Progress, TYPE_BASELINE, TYPE_DELETE, TYPE_SCHEMA, is_java_migration,
+};
 
 /// The state of one migration. Serialized in kebab-case
 /// (`ignored-out-of-order`, `missing-file`, ...).
@@ -25,6 +27,10 @@ pub enum State {
     Edited,
     /// Applied, but the file is gone.
     MissingFile,
+    /// Applied, the file is gone and its version is above every file's: a
+    /// newer set of files applied it (Flyway's FUTURE_SUCCESS). Valid;
+    /// `repair` marks it deleted.
+    Future,
     /// Pending, but sorts before an applied version; `apply` refuses unless
     /// `--out-of-order`.
     IgnoredOutOfOrder,
@@ -47,6 +53,7 @@ impl State {
             State::Failed => "failed",
             State::Edited => "edited",
             State::MissingFile => "missing-file",
+            State::Future => "future",
             State::IgnoredOutOfOrder => "ignored-out-of-order",
             State::Baseline => "baseline",
             State::BelowBaseline => "below-baseline",
@@ -176,6 +183,7 @@ impl<'a> Plan<'a> {
                 row,
                 baseline.as_ref(),
                 current_version.as_ref(),
+                files.latest_version(),
                 progress,
             ));
         }
@@ -241,6 +249,19 @@ impl<'a> Plan<'a> {
             }
         }
         out
+    }
+
+    /// Versioned files on disk whose version `repair` marked deleted: `apply`
+    /// never runs them, which `validate` reports.
+    pub fn deleted_on_disk(&self) -> impl Iterator<Item = &MigrationStatus> {
+        self.migrations.iter().filter(|m| {
+            m.state == State::Deleted
+                && m.kind == Kind::Versioned
+                && m.version
+                    .as_deref()
+                    .and_then(|v| Version::parse(v).ok())
+                    .is_some_and(|v| self.files.versioned.contains_key(&v))
+        })
     }
 
     /// Failed migrations, which `validate` reports and `apply` resumes.
@@ -390,6 +411,7 @@ fn versioned_status(
     row: Option<&HistoryRow>,
     baseline: Option<&Version>,
     current: Option<&Version>,
+    latest_file: Option<&Version>,
     progress: &[Progress],
 ) -> MigrationStatus {
     match (file, row) {
@@ -402,11 +424,27 @@ fn versioned_status(
         }
         (Some(file), Some(row)) if row.kind == TYPE_DELETE => {
             let mut s = merged(file, row, State::Deleted, Kind::Versioned);
-            s.note = Some("marked deleted by repair; the file is back on disk".into());
+            s.note = Some("version marked deleted by repair; apply never runs this file, give it a new version".into());
             s
         }
         (None, Some(row)) if row.kind == TYPE_DELETE => {
             from_row(row, State::Deleted, Kind::Versioned)
+        }
+        (None, Some(row)) if is_java_migration(&row.kind) => {
+            let mut s = from_row(
+                row,
+                if row.success {
+                    State::Applied
+                } else {
+                    State::Failed
+                },
+                Kind::Versioned,
+            );
+            s.note = Some(format!(
+                "a Java-based migration (type {}) that Flyway applied; evolve never runs it again and does not repair it",
+                row.kind
+            ));
+            s
         }
         (file, Some(row)) if !row.success => {
             let mut s = match file {
@@ -450,6 +488,11 @@ fn versioned_status(
             }
             s
         }
+        (None, Some(row)) if latest_file.is_some_and(|l| v > l) => {
+            let mut s = from_row(row, State::Future, Kind::Versioned);
+            s.note = Some("above every file's version: applied by a newer set of files".into());
+            s
+        }
         (None, Some(row)) => from_row(row, State::MissingFile, Kind::Versioned),
         (Some(file), None) => {
             if baseline.is_some_and(|b| v <= b) {
@@ -485,6 +528,22 @@ fn repeatable_status(
         }
         (None, Some(row)) if row.kind == TYPE_DELETE => {
             from_row(row, State::Deleted, Kind::Repeatable)
+        }
+        (None, Some(row)) if is_java_migration(&row.kind) => {
+            let mut s = from_row(
+                row,
+                if row.success {
+                    State::Applied
+                } else {
+                    State::Failed
+                },
+                Kind::Repeatable,
+            );
+            s.note = Some(format!(
+                "a Java-based migration (type {}) that Flyway applied; evolve never runs it again and does not repair it",
+                row.kind
+            ));
+            s
         }
         (None, Some(row)) => from_row(row, State::MissingFile, Kind::Repeatable),
         (None, None) => {

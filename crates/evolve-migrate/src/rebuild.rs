@@ -188,6 +188,18 @@ pub async fn plan_with(
             }
         }
     }
+    plan_targets(client, &file.script, targets, populate_in_transaction).await
+}
+
+/// Captures the dependents of `targets` (`schema.table` or
+/// `schema.table.column`, quoted), for a change that `script` names in
+/// errors. Runs inside the transaction that will drop and recreate them.
+pub async fn plan_targets(
+    client: &Client,
+    script: &str,
+    targets: Vec<String>,
+    populate_in_transaction: bool,
+) -> Result<RebuildPlan, MigrateError> {
     if targets.is_empty() {
         return Ok(RebuildPlan::default());
     }
@@ -216,7 +228,7 @@ pub async fn plan_with(
                 }
                 other => {
                     return Err(MigrateError::Script {
-                        script: file.script.clone(),
+                        script: script.to_string(),
                         reason: format!(
                             "{} is used by {} {}, which evolve cannot rebuild yet; drop and recreate it in the migration around the change",
                             report.target,
@@ -448,6 +460,12 @@ async fn capture_other(
 /// For `--dry-run`: each matview to be refreshed after the commit, with its
 /// size and the duration of its last refresh through `evolve refresh` (when
 /// `evolve_refresh_log` has one), so the unreadable window can be judged.
+/// Rows are counted when the matview is small (8 MB); larger ones get the
+/// planner's estimate, or none when it was never analysed.
+/// Matviews up to this size (main fork) are counted with `count(*)` by
+/// the dry run rather than estimated.
+const COUNT_ROWS_UP_TO: i64 = 8 << 20;
+
 pub async fn estimates(
     client: &Client,
     plan: &RebuildPlan,
@@ -460,11 +478,28 @@ pub async fn estimates(
     for m in plan.to_refresh() {
         let row = client
             .query_one(
-                "SELECT c.reltuples::float8, pg_total_relation_size(c.oid)
+                "SELECT c.reltuples::float8, pg_total_relation_size(c.oid),
+                        pg_relation_size(c.oid), c.relispopulated
                  FROM pg_class c WHERE c.oid = to_regclass($1)",
                 &[&m.qualified],
             )
             .await?;
+        let reltuples: f64 = row.try_get(0)?;
+        let heap_bytes: i64 = row.try_get(2)?;
+        let populated: bool = row.try_get(3)?;
+        let (rows, rows_counted) = if !populated {
+            (Some(0), true)
+        } else if heap_bytes <= COUNT_ROWS_UP_TO {
+            let n: i64 = client
+                .query_one(&format!("SELECT count(*) FROM {}", m.qualified), &[])
+                .await?
+                .try_get(0)?;
+            (Some(n), true)
+        } else if reltuples > 0.0 {
+            (Some(reltuples as i64), false)
+        } else {
+            (None, false)
+        };
         let last_refresh_ms = if log_exists {
             client
                 .query_opt(
@@ -480,7 +515,8 @@ pub async fn estimates(
         };
         out.push(crate::RefreshEstimate {
             name: m.name.clone(),
-            rows: row.try_get::<_, f64>(0)?.max(0.0),
+            rows,
+            rows_counted,
             bytes: row.try_get(1)?,
             last_refresh_ms,
         });

@@ -820,7 +820,7 @@ async fn baseline_marks_an_existing_database() {
         f.states().await,
         vec![
             s("V1__legacy.sql", State::BelowBaseline),
-            s("<< Baseline >>", State::Baseline),
+            s("<< Flyway Baseline >>", State::Baseline),
             s("V3__new.sql", State::Pending)
         ]
     );

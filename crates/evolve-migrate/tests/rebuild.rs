@@ -163,7 +163,8 @@ async fn a_type_change_under_three_layers_rebuilds_them_all() {
     // daily: 120 days, one status each (i % 3 follows i % 120); sizes are real.
     assert_eq!(estimates.len(), 2);
     assert_eq!(estimates[0].name, "public.daily");
-    assert_eq!(estimates[0].rows, 120.0);
+    assert_eq!(estimates[0].rows, Some(120));
+    assert!(estimates[0].rows_counted);
     assert!(estimates[0].bytes > 8192, "{estimates:?}");
     assert_eq!(
         estimates[0].last_refresh_ms, None,

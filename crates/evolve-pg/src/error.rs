@@ -19,6 +19,15 @@ pub enum PgError {
     /// verify): see [`crate::tls`].
     #[error("could not connect to {target}: {reason}")]
     Tls { target: String, reason: String },
+    /// The server asked for a password and none was found; `reason` says
+    /// where it was looked for and the way out (a password file ignored
+    /// for its permissions names the `chmod`).
+    #[error("could not connect to {target}: the server asks for a password: {reason}")]
+    Password { target: String, reason: String },
+    /// A connection service (`service=NAME`, `PGSERVICE`) could not be
+    /// read from the service files.
+    #[error("{0}")]
+    Service(String),
     /// A query failed.
     #[error("{}", describe(.0))]
     Query(#[from] tokio_postgres::Error),

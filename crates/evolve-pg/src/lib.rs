@@ -7,17 +7,32 @@
 //! passwords: nothing here ever puts a password into an error or a log line
 //! ([`redact_url`] shows what is safe to print).
 //!
-//! Every connection honours libpq's TLS parameters in its connection string
-//! (`sslmode`, default `prefer`; `sslrootcert`; `sslcert` and `sslkey`),
-//! over rustls: see [`tls`] for what each mode verifies. [`parse_url`] and
-//! [`tls_settings`] give the same reading to callers that open sessions of
-//! their own.
+//! Connection strings are read as libpq reads them, in both forms (URL
+//! and key=value), and what they leave out comes from where psql would
+//! take it: the connection service file (`service=NAME` or `PGSERVICE`;
+//! `PGSERVICEFILE`, `~/.pg_service.conf`, `PGSYSCONFDIR/pg_service.conf`),
+//! then the environment (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`,
+//! `PGDATABASE`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`,
+//! `PGAPPNAME`, `PGCONNECT_TIMEOUT`), then libpq's defaults (the OS user, a
+//! database named after the user, the local Unix socket); a password still
+//! missing is looked up in the password file (`passfile`, `PGPASSFILE`,
+//! `~/.pgpass`), which is ignored with a warning unless only its owner may
+//! read it. Values in the string beat the service file's, which beat the
+//! environment's.
+//!
+//! Every connection honours libpq's TLS parameters (`sslmode`, default
+//! `prefer`; `sslrootcert`; `sslcert` and `sslkey`), over rustls: see
+//! [`tls`] for what each mode verifies. [`parse_url`] and [`tls_settings`]
+//! give the same reading to callers that open sessions of their own.
 
+mod conninfo;
 mod error;
 mod ident;
+mod resolve;
 mod session;
+mod sources;
 pub mod tls;
-mod url;
+mod x509;
 
 pub use error::{PgError, describe_db_error, is_lock_timeout, sqlstate};
 pub use ident::{QualifiedName, quote_ident, quote_literal};
@@ -32,13 +47,19 @@ use tokio_postgres::tls::MakeTlsConnect;
 
 pub use tokio_postgres::{Client, Config};
 
-/// Opens a connection with `application_name` set, and drives it on the
+/// Opens a connection with `application_name` set (unless the connection
+/// string, the service or `PGAPPNAME` names one), and drives it on the
 /// current tokio runtime. The returned client is usable from this runtime.
 ///
-/// libpq's TLS parameters in `url` are honoured (`sslmode`, default
-/// `prefer`; `sslrootcert`; `sslcert` and `sslkey`): see [`tls`].
+/// The connection string is resolved as [`parse_url`] says; libpq's TLS
+/// parameters are honoured (`sslmode`, default `prefer`; `sslrootcert`;
+/// `sslcert` and `sslkey`): see [`tls`].
 pub async fn connect(url: &str, application_name: &str) -> Result<Client, PgError> {
-    let (mut config, settings) = parse_url(url)?;
+    let Resolved {
+        mut config,
+        settings,
+        no_password,
+    } = resolve(url)?;
     if config.get_application_name().is_none() {
         config.application_name(application_name);
     }
@@ -68,11 +89,21 @@ pub async fn connect(url: &str, application_name: &str) -> Result<Client, PgErro
     };
     opened.map_err(|e| match tls::describe_error(&e, &settings) {
         Some(reason) => PgError::Tls { target, reason },
+        None if is_password_missing(&e) => PgError::Password {
+            target,
+            reason: no_password.unwrap_or_else(|| "none was given".into()),
+        },
         None => PgError::Connect {
             target,
             reason: error_text(&e),
         },
     })
+}
+
+/// tokio-postgres's error when the server asks for a password it was not
+/// given.
+fn is_password_missing(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error().is_none() && error_text(e) == "invalid configuration: password missing"
 }
 
 /// Connects with `tls` and drives the connection in a task.
@@ -96,22 +127,41 @@ fn unix_sockets_only(config: &Config) -> bool {
     !hosts.is_empty() && hosts.iter().all(|h| !matches!(h, Host::Tcp(_)))
 }
 
-/// Parses a connection string (URL or key=value) into what tokio-postgres
-/// takes and the TLS parameters evolve handles itself (`sslmode`,
-/// `sslrootcert`, `sslcert`, `sslkey`; see [`tls`]).
+/// Reads a connection string (URL or key=value) as libpq does, fills in
+/// what it leaves out (service file, `PG*` environment variables, defaults,
+/// password file: see the [crate docs](crate)), and returns what
+/// tokio-postgres takes and the TLS parameters evolve handles itself
+/// (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`; see [`tls`]).
 ///
 /// The [`Config`]'s own `ssl_mode` is what tokio-postgres should do
 /// (`disable`, `prefer` or `require`; `disable` for `allow`, whose TLS
 /// attempt comes second); the [`TlsSettings`] say what is verified. For
 /// callers that open sessions of their own, e.g. replication sessions.
 pub fn parse_url(url: &str) -> Result<(Config, TlsSettings), PgError> {
+    resolve(url).map(|r| (r.config, r.settings))
+}
+
+/// A resolved connection string.
+struct Resolved {
+    config: Config,
+    settings: TlsSettings,
+    /// Why there is no password, when there is none.
+    no_password: Option<String>,
+}
+
+fn resolve(url: &str) -> Result<Resolved, PgError> {
     let bad = |reason: String| PgError::BadUrl {
         url: redact_url(url),
         reason,
     };
-    let split = url::split_tls_params(url).map_err(bad)?;
-    let settings = TlsSettings::from_params(split.tls).map_err(bad)?;
-    let mut config = Config::from_str(&split.rest).map_err(|e| bad(error_text(&e)))?;
+    let resolution = sources::resolve(url)?;
+    let tls_params = tls::TLS_KEYS
+        .iter()
+        .filter_map(|&k| Some((k, resolution.params.get(k)?.clone())))
+        .collect();
+    let settings = TlsSettings::from_params(tls_params).map_err(bad)?;
+    let mut config = Config::from_str(&conninfo::to_key_value(&resolution.params))
+        .map_err(|e| bad(error_text(&e)))?;
     config.ssl_mode(match settings.mode {
         SslMode::Disable | SslMode::Allow => tokio_postgres::config::SslMode::Disable,
         SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
@@ -119,78 +169,27 @@ pub fn parse_url(url: &str) -> Result<(Config, TlsSettings), PgError> {
             tokio_postgres::config::SslMode::Require
         }
     });
-    Ok((config, settings))
+    Ok(Resolved {
+        config,
+        settings,
+        no_password: resolution.no_password,
+    })
 }
 
-/// The TLS parameters of a connection string (see [`tls`] and
-/// [`parse_url`]).
+/// The TLS parameters of a connection string, resolved as [`parse_url`]
+/// says (see [`tls`]).
 pub fn tls_settings(url: &str) -> Result<TlsSettings, PgError> {
     parse_url(url).map(|(_, settings)| settings)
 }
 
-/// A printable form of a connection string with any password removed.
-/// Works for URLs (`postgres://user:secret@host/db`) and for key/value
-/// strings (`host=x password=secret`).
+/// A printable form of any connection string, valid or not, with every
+/// password replaced by `***`: in URLs of any scheme
+/// (`postgres://user:secret@host/db`, `mysql://user:secret@host`, also
+/// without one: `user:secret@host/db`), in their queries (`?password=x`)
+/// and in key=value strings (`password=secret`, `password = 'a b'`). The
+/// one function every message about a connection string goes through.
 pub fn redact_url(url: &str) -> String {
-    if let Some(rest) = url
-        .strip_prefix("postgres://")
-        .map(|r| ("postgres://", r))
-        .or_else(|| {
-            url.strip_prefix("postgresql://")
-                .map(|r| ("postgresql://", r))
-        })
-    {
-        let (scheme, rest) = rest;
-        // userinfo ends at the last '@' before the first '/', '?' or end.
-        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-        let authority = &rest[..authority_end];
-        let tail = &rest[authority_end..];
-        let authority = match authority.rfind('@') {
-            Some(at) => {
-                let userinfo = &authority[..at];
-                let user = userinfo.split(':').next().unwrap_or("");
-                let masked = if userinfo.contains(':') {
-                    format!("{user}:***")
-                } else {
-                    user.to_string()
-                };
-                format!("{masked}@{}", &authority[at + 1..])
-            }
-            None => authority.to_string(),
-        };
-        let tail = redact_query_password(tail);
-        return format!("{scheme}{authority}{tail}");
-    }
-    // key=value form
-    url.split_whitespace()
-        .map(|kv| {
-            if kv.to_ascii_lowercase().starts_with("password=") {
-                "password=***".to_string()
-            } else {
-                kv.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn redact_query_password(tail: &str) -> String {
-    let Some(q) = tail.find('?') else {
-        return tail.to_string();
-    };
-    let (path, query) = tail.split_at(q + 1);
-    let query = query
-        .split('&')
-        .map(|kv| {
-            if kv.to_ascii_lowercase().starts_with("password=") {
-                "password=***".to_string()
-            } else {
-                kv.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("&");
-    format!("{path}{query}")
+    conninfo::redact(url)
 }
 
 /// `user@host:port/dbname` for messages, never the password.
@@ -231,32 +230,4 @@ pub(crate) fn error_text(e: &tokio_postgres::Error) -> String {
 
 fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[track_caller]
-    fn check(input: &str, expected: &str) {
-        assert_eq!(redact_url(input), expected);
-    }
-
-    #[test]
-    fn passwords_never_survive_redaction() {
-        check(
-            "postgres://app:s3cr%40t@db.example:5432/shop",
-            "postgres://app:***@db.example:5432/shop",
-        );
-        check("postgresql://app@db/shop", "postgresql://app@db/shop");
-        check(
-            "postgres://db/shop?user=a&password=hunter2&sslmode=require",
-            "postgres://db/shop?user=a&password=***&sslmode=require",
-        );
-        check(
-            "host=db user=app password=hunter2 dbname=shop",
-            "host=db user=app password=*** dbname=shop",
-        );
-        check("postgres://a:b@c@host/db", "postgres://a:***@host/db");
-    }
 }

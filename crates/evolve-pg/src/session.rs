@@ -7,7 +7,8 @@ pub struct SessionInfo {
     pub pid: i32,
     pub application_name: String,
     pub state: String,
-    /// The first 80 characters of the session's current or last query.
+    /// The session's current or last query, as far as PostgreSQL keeps it
+    /// (`track_activity_query_size`, 1 kB by default).
     pub query: String,
 }
 
@@ -43,7 +44,7 @@ pub fn describe_sessions(sessions: &[SessionInfo]) -> String {
 }
 
 const SESSION_COLUMNS: &str = "pid, coalesce(application_name, ''), coalesce(state, 'unknown'), \
-     coalesce(left(query, 80), '')";
+     coalesce(query, '')";
 
 /// The sessions that block backend `pid` right now (`pg_blocking_pids`).
 pub async fn blocking_sessions(

@@ -3,7 +3,9 @@
 //!
 //! [`connect`](crate::connect) reads them from the connection string, in
 //! either form (`postgres://h/db?sslmode=verify-full&sslrootcert=/ca.pem`
-//! or `host=h dbname=db sslmode=verify-full sslrootcert=/ca.pem`);
+//! or `host=h dbname=db sslmode=verify-full sslrootcert=/ca.pem`), else
+//! from the connection service, else from `PGSSLMODE`, `PGSSLROOTCERT`,
+//! `PGSSLCERT` and `PGSSLKEY`;
 //! [`tls_settings`](crate::tls_settings) gives them to callers that open
 //! sessions of their own (the pipeline's replication sessions). TLS is
 //! rustls with the ring provider; no OpenSSL.
@@ -30,7 +32,10 @@
 //!
 //! - `sslrootcert`: a PEM file of the CA certificates to trust (an
 //!   intermediate CA works too). For public CAs name the system bundle,
-//!   e.g. `/etc/ssl/certs/ca-certificates.crt`.
+//!   e.g. `/etc/ssl/certs/ca-certificates.crt`. A self-signed server
+//!   certificate may be its own CA, as with psql: when the certificate the
+//!   server presents is itself in the file (and self-signed), its signature
+//!   and validity dates are checked, and under `verify-full` the host name.
 //! - `sslcert` and `sslkey`: a client certificate (PEM, with any
 //!   intermediates after it) and its unencrypted private key (PEM: PKCS#8,
 //!   PKCS#1 or SEC1), for `cert` authentication or `clientcert=verify-*`.
@@ -41,9 +46,11 @@
 //! # Differences from libpq
 //!
 //! - Nothing is read from `~/.postgresql/` (`root.crt`, `postgresql.crt`,
-//!   `postgresql.key`), nor from `PGSSL*` variables: name the files in the
-//!   connection string. `sslrootcert=system` is refused for the same
-//!   reason: name the bundle file.
+//!   `postgresql.key`): name the files in the connection string, the
+//!   service or the `PGSSL*` variables. `sslrootcert=system` is refused for
+//!   the same reason: name the bundle file.
+//! - Host names are matched against the certificate's subjectAltName only,
+//!   never its common name.
 //! - A file that is named but cannot be read is an error in every mode
 //!   (libpq ignores a missing `sslrootcert` under `prefer` and `require`).
 //! - A TLS handshake that fails under `prefer` or `allow` is an error, not a
@@ -79,6 +86,11 @@ use rustls::{
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
+
+use crate::x509;
+
+/// The parameters read into [`TlsSettings`].
+pub(crate) const TLS_KEYS: &[&str] = &["sslmode", "sslrootcert", "sslcert", "sslkey"];
 
 /// libpq's `sslmode`: whether TLS is used and what of the server's
 /// certificate is checked (see the [module docs](self)).
@@ -182,7 +194,7 @@ impl Default for TlsSettings {
 }
 
 impl TlsSettings {
-    /// Reads the parameters split out of a connection string. The error
+    /// Reads the [`TLS_KEYS`] of a resolved connection string. The error
     /// is the reason, for [`PgError::BadUrl`](crate::PgError::BadUrl).
     pub(crate) fn from_params(params: Vec<(&'static str, String)>) -> Result<TlsSettings, String> {
         let mut settings = TlsSettings::default();
@@ -236,22 +248,23 @@ impl TlsSettings {
 /// chosen. The error is the one-line reason, naming the file.
 pub(crate) fn client_config(settings: &TlsSettings) -> Result<Arc<ClientConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier: Arc<dyn ServerCertVerifier> = match settings.verification() {
-        Verification::Unverified => Arc::new(WithoutNames {
-            roots: None,
-            provider: provider.clone(),
-        }),
-        Verification::Chain => Arc::new(WithoutNames {
-            roots: Some(Arc::new(root_store(settings)?)),
-            provider: provider.clone(),
-        }),
-        Verification::ChainAndHostName => WebPkiServerVerifier::builder_with_provider(
-            Arc::new(root_store(settings)?),
-            provider.clone(),
-        )
-        .build()
-        .map_err(|e| format!("cannot use sslrootcert: {e}"))?,
+    let roots = match settings.verification() {
+        Verification::Unverified => None,
+        Verification::Chain | Verification::ChainAndHostName => Some(root_store(settings)?),
     };
+    let with_names = match (&roots, settings.verification()) {
+        (Some((store, _)), Verification::ChainAndHostName) => Some(
+            WebPkiServerVerifier::builder_with_provider(store.clone(), provider.clone())
+                .build()
+                .map_err(|e| format!("cannot use sslrootcert: {e}"))?,
+        ),
+        _ => None,
+    };
+    let verifier = Arc::new(Verifier {
+        roots,
+        with_names,
+        provider: provider.clone(),
+    });
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS configuration: {e}"))?
@@ -273,20 +286,24 @@ pub(crate) fn client_config(settings: &TlsSettings) -> Result<Arc<ClientConfig>,
     Ok(Arc::new(config))
 }
 
-fn root_store(settings: &TlsSettings) -> Result<RootCertStore, String> {
+/// The certificates of `sslrootcert`, as rustls's trust anchors and as
+/// they are (to recognise a self-signed server certificate among them).
+type Roots = (Arc<RootCertStore>, Vec<CertificateDer<'static>>);
+
+fn root_store(settings: &TlsSettings) -> Result<Roots, String> {
     let Some(path) = &settings.root_cert else {
         return Err(format!("sslmode={} needs sslrootcert", settings.mode));
     };
+    let certs = read_certificates("sslrootcert", path)?;
     let mut roots = RootCertStore::empty();
-    let (added, _ignored) =
-        roots.add_parsable_certificates(read_certificates("sslrootcert", path)?);
+    let (added, _ignored) = roots.add_parsable_certificates(certs.iter().cloned());
     if added == 0 {
         return Err(format!(
             "sslrootcert {} holds no usable CA certificate",
             path.display()
         ));
     }
-    Ok(roots)
+    Ok((Arc::new(roots), certs))
 }
 
 fn read_file(what: &str, path: &Path) -> Result<Vec<u8>, String> {
@@ -295,7 +312,7 @@ fn read_file(what: &str, path: &Path) -> Result<Vec<u8>, String> {
 }
 
 /// An I/O error's message without the ` (os error 2)` tail.
-fn io_reason(e: &io::Error) -> String {
+pub(crate) fn io_reason(e: &io::Error) -> String {
     let text = e.to_string();
     match text.rfind(" (os error ") {
         Some(i) if text.ends_with(')') => text[..i].to_string(),
@@ -327,36 +344,71 @@ fn read_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     })
 }
 
-/// A verifier that never checks names. With `roots` (`verify-ca`): the
-/// chain up to a trusted CA, validity dates and key usage, as rustls's own
-/// verifier checks them. Without (`prefer`/`require` without
-/// `sslrootcert`): any certificate. Either way the handshake must be signed
-/// by the key of the certificate presented (so the peer holds that key).
+/// The server-certificate check for every mode.
+///
+/// Without `roots` (`prefer`/`require` without `sslrootcert`): any
+/// certificate. With `roots` (`verify-ca`): the chain up to a trusted CA,
+/// validity dates and key usage, as rustls's own verifier checks them; with
+/// `with_names` too (`verify-full`): that verifier, which also checks the
+/// host name. Either way the handshake must be signed by the key of the
+/// certificate presented (so the peer holds that key).
+///
+/// A self-signed server certificate that is itself in `sslrootcert` is
+/// trusted as it is, as OpenSSL (and so psql) trusts it: its own signature
+/// and validity dates are checked, and under `verify-full` the host name.
+/// rustls alone refuses it (`CaUsedAsEndEntity`) when it says `CA:TRUE`, as
+/// `openssl req -x509` makes it.
 #[derive(Debug)]
-struct WithoutNames {
-    roots: Option<Arc<RootCertStore>>,
+struct Verifier {
+    roots: Option<Roots>,
+    with_names: Option<Arc<WebPkiServerVerifier>>,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for WithoutNames {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        if let Some(roots) = &self.roots {
-            let cert = ParsedCertificate::try_from(end_entity)?;
-            rustls::client::verify_server_cert_signed_by_trust_anchor(
-                &cert,
-                roots,
-                intermediates,
-                now,
-                self.provider.signature_verification_algorithms.all,
-            )?;
+        let Some((store, certs)) = &self.roots else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        if certs.iter().any(|c| c.as_ref() == end_entity.as_ref()) {
+            self.verify_trusted_self_signed(end_entity, now)?;
+            if self.with_names.is_some() {
+                let cert = ParsedCertificate::try_from(end_entity)?;
+                rustls::client::verify_server_name(&cert, server_name)?;
+            }
+            return Ok(ServerCertVerified::assertion());
         }
+        if x509::parse(end_entity).is_some_and(|c| c.issuer == c.subject) {
+            // Self-signed, and not in sslrootcert: no CA there signed it
+            // (rustls would say CaUsedAsEndEntity of one with CA:TRUE).
+            return Err(rustls::Error::InvalidCertificate(
+                CertificateError::UnknownIssuer,
+            ));
+        }
+        if let Some(verifier) = &self.with_names {
+            return verifier.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            );
+        }
+        let cert = ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_cert_signed_by_trust_anchor(
+            &cert,
+            store,
+            intermediates,
+            now,
+            self.provider.signature_verification_algorithms.all,
+        )?;
         Ok(ServerCertVerified::assertion())
     }
 
@@ -392,6 +444,43 @@ impl ServerCertVerifier for WithoutNames {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
+    }
+}
+
+impl Verifier {
+    /// `der`, found in `sslrootcert`, is self-signed (issuer and subject
+    /// alike, signed by its own key with an algorithm rustls supports) and
+    /// valid at `now`.
+    fn verify_trusted_self_signed(&self, der: &[u8], now: UnixTime) -> Result<(), rustls::Error> {
+        let bad = |e: CertificateError| rustls::Error::InvalidCertificate(e);
+        let cert = x509::parse(der).ok_or(bad(CertificateError::BadEncoding))?;
+        if cert.issuer != cert.subject {
+            return Err(bad(CertificateError::UnknownIssuer));
+        }
+        let signed = self
+            .provider
+            .signature_verification_algorithms
+            .all
+            .iter()
+            .filter(|alg| {
+                alg.signature_alg_id().as_ref() == cert.signature_algorithm
+                    && alg.public_key_alg_id().as_ref() == cert.key_algorithm
+            })
+            .any(|alg| {
+                alg.verify_signature(cert.key, cert.tbs, cert.signature)
+                    .is_ok()
+            });
+        if !signed {
+            return Err(bad(CertificateError::BadSignature));
+        }
+        let now = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+        if now < cert.not_before {
+            return Err(bad(CertificateError::NotValidYet));
+        }
+        if now > cert.not_after {
+            return Err(bad(CertificateError::Expired));
+        }
+        Ok(())
     }
 }
 

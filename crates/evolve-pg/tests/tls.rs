@@ -1,6 +1,7 @@
 //! `evolve_pg::connect` with libpq's TLS parameters, against real servers:
-//! one with TLS whose certificate names `localhost` only, one that refuses
-//! plain TCP sessions, and the shared cluster, which has no TLS.
+//! one with TLS whose certificate names `localhost` only, one whose
+//! self-signed certificate (naming `localhost` only) is its own CA, one that
+//! refuses plain TCP sessions, and the shared cluster, which has no TLS.
 //!
 //! Every URL carries a password (trust authentication ignores it) so that
 //! each error can be checked for it.
@@ -27,8 +28,25 @@ fn tls_cluster() -> &'static Cluster {
                 cert_auth_users: vec![CERT_USER.into()],
                 ..TlsOptions::default()
             }),
+            ..Options::default()
         })
         .expect("start the TLS cluster")
+    })
+}
+
+/// TLS on with a self-signed certificate for `localhost`, its own CA.
+fn self_signed_cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        Cluster::start_with(Options {
+            tls: Some(TlsOptions {
+                server_names: vec!["localhost".into()],
+                self_signed: true,
+                ..TlsOptions::default()
+            }),
+            ..Options::default()
+        })
+        .expect("start the self-signed TLS cluster")
     })
 }
 
@@ -41,6 +59,7 @@ fn tls_only_cluster() -> &'static Cluster {
                 require: true,
                 ..TlsOptions::default()
             }),
+            ..Options::default()
         })
         .expect("start the TLS-only cluster")
     })
@@ -369,4 +388,77 @@ async fn client_certificates_authenticate() {
         )),
         "{e}"
     );
+}
+
+/// psql's `SELECT ssl ...` on `conninfo`: `Ok("t")` or psql's error.
+fn psql_ssl(cluster: &Cluster, conninfo: &str) -> Result<String, String> {
+    let out = Command::new(cluster.bin("psql"))
+        .args(["-X", "-At", "-c"])
+        .arg("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .arg(conninfo)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run psql");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[tokio::test]
+async fn a_self_signed_certificate_is_its_own_ca_as_for_psql() {
+    let (cluster, db) = fresh_db(self_signed_cluster, "self_signed").await;
+    let cert = ca_of(cluster);
+    let kv = |host: &str, mode: &str| {
+        format!(
+            "host={host} port={} user=postgres dbname={} sslmode={mode} sslrootcert='{cert}'",
+            cluster.port(),
+            db.name
+        )
+    };
+    // psql takes the certificate as its own CA under verify-full...
+    assert_eq!(
+        psql_ssl(cluster, &kv("localhost", "verify-full")).as_deref(),
+        Ok("t")
+    );
+    // ...and still checks the name.
+    let e = psql_ssl(cluster, &kv("127.0.0.1", "verify-full")).unwrap_err();
+    assert!(e.contains("127.0.0.1"), "{e}");
+    // So does evolve, in both forms.
+    assert!(session_ssl(&kv("localhost", "verify-full")).await);
+    let query = format!("sslmode=verify-full&sslrootcert={cert}");
+    assert!(session_ssl(&url("localhost", cluster, &db, &query)).await);
+    let e = connect_error(&url("127.0.0.1", cluster, &db, &query)).await;
+    assert!(
+        e.to_string()
+            .contains("certificate verify failed: certificate not valid for name \"127.0.0.1\""),
+        "{e}"
+    );
+    // verify-ca checks the certificate, not the name.
+    assert!(session_ssl(&kv("127.0.0.1", "verify-ca")).await);
+    // Another self-signed certificate is no CA of the server's.
+    let other = OtherCa::new();
+    let query = format!("sslmode=verify-full&sslrootcert={}", other.cert().display());
+    let e = connect_error(&url("localhost", cluster, &db, &query)).await;
+    assert!(
+        e.to_string()
+            .contains("the server's certificate is not signed by a CA in sslrootcert"),
+        "{e}"
+    );
+    // Nor is it when it comes after the server's in the file: the server's
+    // own entry is what makes it trusted.
+    let both = other.dir.join("both.pem");
+    std::fs::write(
+        &both,
+        [
+            std::fs::read(other.cert()).unwrap(),
+            std::fs::read(&cert).unwrap(),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let query = format!("sslmode=verify-full&sslrootcert={}", both.display());
+    assert!(session_ssl(&url("localhost", cluster, &db, &query)).await);
 }

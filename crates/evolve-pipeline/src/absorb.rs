@@ -6,7 +6,9 @@
 //! [`drift::POLL_INTERVAL`] otherwise, to keep `evolve drift` fresh;
 //! [`crate::drift`]) and, for each interface with `ABSORB =
 //! 'auto'` whose table shows drift (`column_drift`, `type_drift`, or
-//! `stalled`), runs the manual flow's steps, logging each one:
+//! `stalled`), runs the manual flow's steps, each logged at INFO once it is
+//! done (created table, created replacement, hydrated, applied, dropped
+//! the old table):
 //!
 //! 1. `CREATE TABLE <next version> FROM SOURCE ... (REFERENCE ...)` with
 //!    the columns upstream has now (the old version's EXCLUDE COLUMNS and
@@ -159,18 +161,33 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
         if !hydrated || pending.applying {
             return Ok(());
         }
-        tracing::info!(materialized_view = %interface, replacement = %pending.name, "absorb: applying the hydrated replacement");
+        tracing::info!(
+            materialized_view = %interface,
+            replacement = %pending.name,
+            table = %pending.table,
+            "absorb: replacement \"{}\" hydrated; applying it",
+            pending.name
+        );
         pipeline
             .apply_replacement(interface, &pending.name, APPLY_WAIT)
             .await?;
+        tracing::info!(
+            materialized_view = %interface,
+            replacement = %pending.name,
+            table = %pending.table,
+            "absorb: applied replacement \"{}\": materialized view \"{interface}\" reads table \"{}\"",
+            pending.name,
+            pending.table
+        );
         let old = current.table;
         let readers = pipeline.interfaces()?.iter().any(|i| i.table == old)
             || pipeline.replacements()?.iter().any(|r| r.table == old);
-        if !readers {
-            tracing::info!(table = %old, "absorb: dropping the old table version");
+        if readers {
+            tracing::info!(table = %old, "absorb: kept the old table \"{old}\": other materialized views read it");
+        } else {
             pipeline.drop_table(&old).await?;
+            tracing::info!(table = %old, "absorb: dropped the old table \"{old}\"");
         }
-        tracing::info!(materialized_view = %interface, table = %pending.table, "absorb: done");
         return Ok(());
     }
     let Some(row) = rows.iter().find(|r| r.table == current.table) else {
@@ -186,16 +203,6 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
         return Ok(());
     };
     let next = next_version(&old.name, |n| tables.iter().any(|t| t.name == n));
-    tracing::info!(
-        materialized_view = %interface,
-        table = %old.name,
-        signal = %row.signal,
-        added = ?row.added_upstream,
-        dropped = ?row.dropped_upstream,
-        type_changed = row.type_changed.len(),
-        next = %next,
-        "absorb: drift found; creating the next table version"
-    );
     // The old version's choices, for the columns upstream still has.
     let keep = |excluded: bool| -> Vec<String> {
         old.columns
@@ -227,9 +234,30 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
         }
         Err(e) => return Err(e),
     };
+    tracing::info!(
+        materialized_view = %interface,
+        table = %spec.name,
+        old_table = %old.name,
+        signal = %row.signal,
+        added = ?row.added_upstream,
+        dropped = ?row.dropped_upstream,
+        type_changed = row.type_changed.len(),
+        "absorb: created table \"{}\" from {}.{}, the next version of \"{}\" ({})",
+        spec.name,
+        spec.schema,
+        spec.table,
+        old.name,
+        row.signal
+    );
     let replacement = replacement_name(interface, &spec.name);
-    tracing::info!(materialized_view = %interface, %replacement, table = %spec.name, "absorb: replacement created; hydrating");
     pipeline.create_replacement(&replacement, interface, &spec.name)?;
+    tracing::info!(
+        materialized_view = %interface,
+        %replacement,
+        table = %spec.name,
+        "absorb: created replacement \"{replacement}\" for materialized view \"{interface}\" over table \"{}\"; hydrating",
+        spec.name
+    );
     Ok(())
 }
 

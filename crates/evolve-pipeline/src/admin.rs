@@ -2,19 +2,27 @@
 //!
 //! [`serve`] runs the API and [`Pipeline::run`] together until shutdown
 //! (`evolve pipeline run`); [`router`] is the API alone (tests drive it in
-//! process). It listens where `admin_listen` says, loopback by default, and
-//! has no authentication: whoever reaches it can change the pipeline.
+//! process). It listens where `admin_listen` says, loopback by default.
+//! Every request passes [`crate::access`]'s rules first: its `Host` must
+//! name the API, a browser page of another origin is refused, and with
+//! `admin_token` set every endpoint but `/metrics` needs `Authorization:
+//! Bearer TOKEN`. Refusals are `403` (`42501`) and `401` (`28000`) with
+//! the error object of `POST /sql`.
 //!
 //! # `POST /sql`
 //!
-//! The body is the statements' text (any content type, UTF-8). The whole
+//! The body is `{"sql": "..."}` with `Content-Type: application/json`, or
+//! the statements' text with `Content-Type: application/sql` (UTF-8);
+//! other content types are refused with `415`. The whole
 //! text is parsed first ([`evolve_core::control::parse`]): a syntax error
 //! anywhere in it applies nothing. The statements then run in order, one at a time and
 //! each on its own, like psql without a transaction: when one fails, the
 //! statements before it stay applied, and nothing of the failing one or
 //! of those after it is. Requests run one after another, never
 //! interleaved. `ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT` returns
-//! once the swap is applied (up to 30 s; see [`crate::swap`]); `ALTER
+//! once the swap is applied (up to 30 s; see [`crate::swap`]), and with
+//! `WITH (WAIT = '60s')` first waits up to that long for the replacement
+//! to be hydrated; `ALTER
 //! SOURCE ... REFRESH REFERENCES` polls the source's upstream catalog and
 //! names the tables that differ in `notice` (`GET /drift` has the rows). A
 //! success is `200` with
@@ -32,7 +40,8 @@
 //! where `statement` is the canonical text ([`Statement::to_sql`]),
 //! `status` the command tag (`CREATE SOURCE`, `DROP SINK`, `SHOW`, ...),
 //! `columns` and `rows` come with `SHOW` (`columns` gives the order), and
-//! `notice` with `DROP ... IF EXISTS` of an object that does not exist. A
+//! `notice` with `DROP ... IF EXISTS` of an object that does not exist
+//! and `CREATE ... IF NOT EXISTS` of one that does (nothing changed). A
 //! failure is a `4xx` (`400` syntax or not supported, `409` conflicts,
 //! `422` objects or upstream tables that do not exist or cannot be used),
 //! or `502` when a database could not be reached or failed, with the
@@ -55,8 +64,9 @@
 //!
 //! `{"objects": [...]}`, every object of the catalog in the order sources,
 //! tables, materialized views, sinks, each with `kind`, `name`, `state`
-//! (`starting`, `snapshotting`, `running`, `stalled`, or for a table not
-//! yet picked up, `pending`) and `error`; sources add `connection`,
+//! (`starting`, `snapshotting`, `running`, `stalled`, for a table not yet
+//! picked up `pending`, for a source whose `DROP SOURCE` has not finished
+//! `dropping`) and `error`; sources add `connection`,
 //! `slot`, `applied_lsn`, and, read from the upstream server when it
 //! answers within 3 s, `lag_bytes` (WAL written upstream that the pipeline
 //! has not applied) and `retained_wal_bytes` (WAL the slot keeps), with a
@@ -134,7 +144,7 @@ use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -149,10 +159,10 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{Mutex, watch};
 
+use crate::access::{Access, SqlBody};
 use crate::error::{ObjectKind, PipelineError};
 use crate::pipeline::{Pipeline, TableSpec};
 use crate::store::TableState;
-use crate::upstream;
 
 /// `retained_wal_bytes` past this gets a warning in `/status`.
 pub const RETAINED_WAL_WARNING_BYTES: i64 = 1 << 30;
@@ -329,13 +339,15 @@ async fn run_statement(
     };
     match statement {
         Statement::CreateSource(s) => {
-            pipeline
+            let created = pipeline
                 .create_source(&s.name, &s.connection, &s.publication)
-                .await?;
-            Ok(tag("CREATE SOURCE"))
+                .await;
+            let mut result = tag("CREATE SOURCE");
+            result.notice = skip_existing(created, s.if_not_exists, ObjectKind::Source, &s.name)?;
+            Ok(result)
         }
         Statement::CreateTable(s) => {
-            pipeline
+            let created = pipeline
                 .create_table(&TableSpec {
                     name: s.name.clone(),
                     source: s.source.clone(),
@@ -344,18 +356,23 @@ async fn run_statement(
                     exclude: s.exclude_columns.clone(),
                     text: s.text_columns.clone(),
                 })
-                .await?;
-            Ok(tag("CREATE TABLE"))
+                .await;
+            let mut result = tag("CREATE TABLE");
+            result.notice = skip_existing(created, s.if_not_exists, ObjectKind::Table, &s.name)?;
+            Ok(result)
         }
         Statement::CreateMaterializedView(s) => {
-            pipeline.create_interface(&s.name, &s.table)?;
-            if s.absorb == Absorb::Auto {
+            let created = pipeline.create_interface(&s.name, &s.table);
+            let mut result = tag("CREATE MATERIALIZED VIEW");
+            result.notice =
+                skip_existing(created, s.if_not_exists, ObjectKind::Interface, &s.name)?;
+            if result.notice.is_none() && s.absorb == Absorb::Auto {
                 pipeline.set_absorb(&s.name, true)?;
             }
-            Ok(tag("CREATE MATERIALIZED VIEW"))
+            Ok(result)
         }
         Statement::CreateSink(s) => {
-            pipeline
+            let created = pipeline
                 .create_sink(
                     &s.name,
                     &s.from,
@@ -363,8 +380,10 @@ async fn run_statement(
                     &s.table.schema,
                     &s.table.name,
                 )
-                .await?;
-            Ok(tag("CREATE SINK"))
+                .await;
+            let mut result = tag("CREATE SINK");
+            result.notice = skip_existing(created, s.if_not_exists, ObjectKind::Sink, &s.name)?;
+            Ok(result)
         }
         Statement::Drop(d) => {
             let dropped = match d.kind {
@@ -403,10 +422,18 @@ async fn run_statement(
             Ok(result)
         }
         Statement::CreateReplacement(s) => {
-            pipeline.create_replacement(&s.name, &s.target, &s.table)?;
-            Ok(tag("CREATE MATERIALIZED VIEW"))
+            let created = pipeline.create_replacement(&s.name, &s.target, &s.table);
+            let mut result = tag("CREATE MATERIALIZED VIEW");
+            result.notice =
+                skip_existing(created, s.if_not_exists, ObjectKind::Interface, &s.name)?;
+            Ok(result)
         }
         Statement::ApplyReplacement(s) => {
+            if let Some(wait) = s.wait {
+                pipeline
+                    .wait_hydrated(&s.view, &s.replacement, wait)
+                    .await?;
+            }
             pipeline
                 .apply_replacement(&s.view, &s.replacement, APPLY_WAIT)
                 .await?;
@@ -437,6 +464,27 @@ async fn run_statement(
             pipeline.set_absorb(&s.name, s.absorb == Absorb::Auto)?;
             Ok(tag("ALTER MATERIALIZED VIEW"))
         }
+    }
+}
+
+/// What `CREATE ... IF NOT EXISTS` of `kind` `name` answers: no notice
+/// when it was created; when an object of that kind and name exists and
+/// the statement says `IF NOT EXISTS`, a notice, and nothing was changed
+/// (every create verb checks for the name before anything else).
+fn skip_existing<T>(
+    created: Result<T, PipelineError>,
+    if_not_exists: bool,
+    kind: ObjectKind,
+    name: &str,
+) -> Result<Option<String>, PipelineError> {
+    match created {
+        Ok(_) => Ok(None),
+        Err(PipelineError::AlreadyExists { kind: k, name: n })
+            if if_not_exists && k == kind && n == name =>
+        {
+            Ok(Some(format!("{k} \"{n}\" already exists, skipping")))
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -580,27 +628,6 @@ pub struct ObjectReport {
     pub hydrated: Option<bool>,
 }
 
-/// The current WAL position upstream and the slot's retained WAL, or
-/// `None` when the server does not answer in time.
-async fn upstream_positions(
-    pipeline: &Pipeline,
-    connection: &str,
-    slot: &str,
-) -> Option<(Lsn, Option<i64>)> {
-    let conn = pipeline.config().connection(connection).ok()?;
-    let read = async {
-        let client = upstream::connect(connection, conn).await.ok()?;
-        let row = client
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
-            .await
-            .ok()?;
-        let current: Lsn = row.get::<_, String>(0).parse().ok()?;
-        let slot = upstream::slot_status(&client, slot).await.ok()?;
-        Some((current, slot.and_then(|s| s.retained_bytes)))
-    };
-    tokio::time::timeout(UPSTREAM_TIMEOUT, read).await.ok()?
-}
-
 /// Every object with its state, from the catalog and the running tasks.
 pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> {
     let board = pipeline.status();
@@ -611,12 +638,33 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
             .map(|s| (s.state.clone(), s.error.clone()))
     };
     let mut objects = Vec::new();
-    for s in pipeline.sources()? {
-        let (state, error) =
-            live(ObjectKind::Source, &s.name).unwrap_or_else(|| ("starting".into(), None));
-        let positions = upstream_positions(pipeline, &s.connection, &s.slot).await;
-        let retained = positions.and_then(|p| p.1);
-        let lag_bytes = positions.map(|(current, _)| current.0.saturating_sub(s.applied_lsn.0));
+    let sources = pipeline.sources()?;
+    pipeline
+        .monitor()
+        .retain(&sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>());
+    for s in sources {
+        let (state, error) = if s.dropping {
+            ("dropping".into(), s.drop_error.clone())
+        } else {
+            live(ObjectKind::Source, &s.name).unwrap_or_else(|| ("starting".into(), None))
+        };
+        let positions = match pipeline.config().connection(&s.connection) {
+            Ok(conn) => {
+                pipeline
+                    .monitor()
+                    .positions(&s.name, &s.connection, conn, &s.slot, UPSTREAM_TIMEOUT)
+                    .await
+            }
+            Err(_) => None,
+        };
+        let retained = positions.and_then(|p| p.retained_bytes);
+        // The slot's confirmed position counts as applied: it moves past
+        // WAL that holds nothing for this source (and starts where the
+        // slot was created), which the applied position does not.
+        let lag_bytes = positions.map(|p| {
+            let done = s.applied_lsn.max(p.confirmed.unwrap_or_default());
+            p.current.0.saturating_sub(done.0)
+        });
         objects.push(ObjectReport {
             kind: ObjectKind::Source.as_str().into(),
             name: s.name.clone(),
@@ -857,10 +905,19 @@ pub fn metrics_text(report: &StatusReport, statements_ok: u64, statements_failed
 
 // -------------------------------------------------------------------- http
 
+/// When a drift poll started, its `?source=`, and its rows.
+type LastDrift = (Instant, Option<String>, Vec<crate::drift::DriftRow>);
+
 struct Admin {
     pipeline: Arc<Pipeline>,
+    /// Who may call.
+    access: Access,
     /// `/sql` requests run one at a time.
     sql: Mutex<()>,
+    /// The last status report and when its reading started.
+    report: Mutex<Option<(Instant, StatusReport)>>,
+    /// The last drift poll, its `?source=` and when it started.
+    drift: Mutex<Option<LastDrift>>,
     statements_ok: AtomicU64,
     statements_failed: AtomicU64,
     /// Set when the server shuts down: open subscriptions end then, so
@@ -887,8 +944,11 @@ fn build_router(
     never: Option<watch::Sender<bool>>,
 ) -> Router {
     let admin = Arc::new(Admin {
+        access: Access::new(pipeline.config()),
         pipeline,
         sql: Mutex::new(()),
+        report: Mutex::new(None),
+        drift: Mutex::new(None),
         statements_ok: AtomicU64::new(0),
         statements_failed: AtomicU64::new(0),
         stopping,
@@ -901,7 +961,96 @@ fn build_router(
         .route("/metrics", get(metrics))
         .route("/subscribe/{name}", get(subscribe_handler))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&admin),
+            guard,
+        ))
         .with_state(admin)
+}
+
+impl Admin {
+    /// The status report for a request that arrived now: readers that
+    /// arrive while one is being read wait for it and then share the next
+    /// one, which starts after all of them arrived, so a burst of
+    /// scrapers costs two readings at most and nobody gets figures older
+    /// than their request.
+    async fn status(&self) -> Result<StatusReport, PipelineError> {
+        let asked = Instant::now();
+        let mut last = self.report.lock().await;
+        if let Some((started, report)) = &*last
+            && *started >= asked
+        {
+            return Ok(report.clone());
+        }
+        let started = Instant::now();
+        let report = status(&self.pipeline).await?;
+        *last = Some((started, report.clone()));
+        Ok(report)
+    }
+}
+
+impl Admin {
+    /// A drift poll for a request that arrived now, shared like
+    /// [`Admin::status`] by the requests for the same source that arrive
+    /// while one is polling.
+    async fn drift(
+        &self,
+        source: Option<&str>,
+    ) -> Result<Vec<crate::drift::DriftRow>, PipelineError> {
+        let asked = Instant::now();
+        let mut last = self.drift.lock().await;
+        if let Some((started, polled, rows)) = &*last
+            && *started >= asked
+            && polled.as_deref() == source
+        {
+            return Ok(rows.clone());
+        }
+        let started = Instant::now();
+        let rows = self
+            .pipeline
+            .drift_board()
+            .poll(&self.pipeline, source)
+            .await?;
+        *last = Some((started, source.map(str::to_string), rows.clone()));
+        Ok(rows)
+    }
+}
+
+/// [`Access::check`] before every handler.
+async fn guard(
+    State(admin): State<Arc<Admin>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match admin
+        .access
+        .check(request.method(), request.uri().path(), request.headers())
+    {
+        Ok(body) => {
+            if let Some(body) = body {
+                request.extensions_mut().insert(body);
+            }
+            next.run(request).await
+        }
+        Err(refusal) => {
+            let mut response =
+                plain_error(refusal.status, refusal.code, refusal.message, refusal.hint);
+            if refusal.status == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    header::HeaderValue::from_static("Bearer"),
+                );
+            }
+            response
+        }
+    }
+}
+
+/// `POST /sql`'s JSON body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SqlRequest {
+    sql: String,
 }
 
 fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
@@ -924,7 +1073,11 @@ fn plain_error(status: StatusCode, code: &str, message: String, hint: Option<&st
     json_response(status, &response)
 }
 
-async fn sql(State(admin): State<Arc<Admin>>, body: Bytes) -> Response {
+async fn sql(
+    State(admin): State<Arc<Admin>>,
+    kind: Option<axum::Extension<SqlBody>>,
+    body: Bytes,
+) -> Response {
     let Ok(text) = std::str::from_utf8(&body) else {
         return plain_error(
             StatusCode::BAD_REQUEST,
@@ -933,9 +1086,23 @@ async fn sql(State(admin): State<Arc<Admin>>, body: Bytes) -> Response {
             Some("Send the statements' text in UTF-8."),
         );
     };
+    let text = match kind.map(|k| k.0) {
+        Some(SqlBody::Json) => match serde_json::from_str::<SqlRequest>(text) {
+            Ok(request) => request.sql,
+            Err(e) => {
+                return plain_error(
+                    StatusCode::BAD_REQUEST,
+                    "22P02",
+                    format!("the request body is not {{\"sql\": \"...\"}}: {e}"),
+                    Some("Send a JSON object with one key, sql, whose value is the statements."),
+                );
+            }
+        },
+        _ => text.to_string(),
+    };
     let response = {
         let _one_at_a_time = admin.sql.lock().await;
-        execute(&admin.pipeline, text).await
+        execute(&admin.pipeline, &text).await
     };
     admin
         .statements_ok
@@ -950,7 +1117,7 @@ async fn sql(State(admin): State<Arc<Admin>>, body: Bytes) -> Response {
 }
 
 async fn status_handler(State(admin): State<Arc<Admin>>) -> Response {
-    match status(&admin.pipeline).await {
+    match admin.status().await {
         Ok(report) => json_response(StatusCode::OK, &report),
         Err(e) => plain_error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -971,12 +1138,7 @@ async fn drift_handler(
     State(admin): State<Arc<Admin>>,
     axum::extract::Query(query): axum::extract::Query<DriftQuery>,
 ) -> Response {
-    match admin
-        .pipeline
-        .drift_board()
-        .poll(&admin.pipeline, query.source.as_deref())
-        .await
-    {
+    match admin.drift(query.source.as_deref()).await {
         Ok(tables) => json_response(StatusCode::OK, &crate::drift::DriftReport { tables }),
         Err(e @ PipelineError::UnknownObject { .. }) => plain_error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -994,7 +1156,7 @@ async fn drift_handler(
 }
 
 async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
-    match status(&admin.pipeline).await {
+    match admin.status().await {
         Ok(report) => (
             StatusCode::OK,
             [(
@@ -1146,6 +1308,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    crate::access::check_listen(pipeline.config())?;
     let (stop, stopped) = watch::channel(false);
     let signal = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;

@@ -277,6 +277,15 @@ impl Txn {
     pub fn swap(&mut self, name: String) {
         self.swaps.push(name);
     }
+
+    /// Leaves table `t` out of the transaction: it stalled in the middle of
+    /// it, so none of the transaction's changes apply to it.
+    pub fn forget(&mut self, t: usize) {
+        self.order.retain(|(table, _)| *table != t);
+        self.touched.retain(|(table, _), _| *table != t);
+        self.deferred.retain(|(table, _)| *table != t);
+    }
+
     fn current(
         &self,
         store: &Store,

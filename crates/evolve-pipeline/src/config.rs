@@ -5,6 +5,8 @@
 //! state_dir = "evolve-state"            # embedded store (relative to the file)
 //! admin_listen = "127.0.0.1:7800"
 //! retain_history = "10m"                # change feed kept for subscribe --as-of
+//! admin_token_file = "admin.token"      # or admin_token = "${EVOLVE_ADMIN_TOKEN}"
+//! admin_allowed_hosts = ["pipeline.internal"]
 //! [connections.pg_conn]
 //! url = "postgres://replicator:${PG_PASSWORD}@db.example:5432/shop"
 //! ```
@@ -13,6 +15,14 @@
 //! error names the variable when it is unset; `$$` is a literal `$`).
 //! Connection urls never appear in `Debug` output or in errors except
 //! through [`evolve_pg::redact_url`].
+//!
+//! `admin_token` (or `admin_token_file`, a file whose first line is the
+//! token, relative to the config file) makes every admin endpoint but
+//! `/metrics` require `Authorization: Bearer TOKEN`; an `admin_listen`
+//! that is not a loopback address is refused without one (see
+//! [`crate::admin`]). `admin_allowed_hosts` names the host names, besides
+//! `localhost`, loopback addresses and the listen address, that clients
+//! may use in the `Host` header.
 //!
 //! `retain_history` is how long each interface's change feed is kept after
 //! every sink has committed it (by upstream commit time), so that
@@ -45,8 +55,49 @@ pub struct Config {
     /// How long the change feed is kept after every sink has it (by
     /// upstream commit time), for subscribers starting at a past position.
     pub retain_history: Duration,
+    /// The admin API's bearer token, if it requires one.
+    pub admin_token: Option<AdminToken>,
+    /// Host names accepted in the admin API's `Host` header besides
+    /// `localhost`, loopback addresses and the listen address.
+    pub admin_allowed_hosts: Vec<String>,
     /// The named connections.
     pub connections: BTreeMap<String, Connection>,
+    /// `admin_token_file` as written, read by [`Config::load`].
+    token_file: Option<PathBuf>,
+}
+
+/// The admin API's bearer token; never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(String);
+
+impl AdminToken {
+    /// A token; `None` when `text` is empty after trimming white space.
+    pub fn new(text: &str) -> Option<AdminToken> {
+        let text = text.trim();
+        (!text.is_empty()).then(|| AdminToken(text.to_string()))
+    }
+
+    /// The token, for comparing and sending only.
+    pub fn secret(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `offered` is this token, in time that does not depend on
+    /// where they first differ.
+    pub fn matches(&self, offered: &[u8]) -> bool {
+        let mine = self.0.as_bytes();
+        let mut diff = mine.len() ^ offered.len();
+        for (i, b) in mine.iter().enumerate() {
+            diff |= usize::from(b ^ offered.get(i).copied().unwrap_or(0));
+        }
+        diff == 0
+    }
+}
+
+impl fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AdminToken(***)")
+    }
 }
 
 /// A named connection: a PostgreSQL url whose password never shows.
@@ -86,6 +137,10 @@ struct RawConfig {
     state_dir: Option<String>,
     admin_listen: Option<String>,
     retain_history: Option<toml::Value>,
+    admin_token: Option<String>,
+    admin_token_file: Option<String>,
+    #[serde(default)]
+    admin_allowed_hosts: Vec<String>,
     #[serde(default)]
     connections: BTreeMap<String, RawConnection>,
 }
@@ -104,8 +159,23 @@ impl Config {
             state_dir: state_dir.into(),
             admin_listen: DEFAULT_ADMIN_LISTEN.to_string(),
             retain_history: DEFAULT_RETAIN_HISTORY,
+            admin_token: None,
+            admin_allowed_hosts: Vec::new(),
             connections: BTreeMap::new(),
+            token_file: None,
         }
+    }
+
+    /// Sets the admin API's listen address.
+    pub fn with_admin_listen(mut self, listen: impl Into<String>) -> Config {
+        self.admin_listen = listen.into();
+        self
+    }
+
+    /// Sets (or clears) the admin API's bearer token.
+    pub fn with_admin_token(mut self, token: Option<AdminToken>) -> Config {
+        self.admin_token = token;
+        self
     }
 
     /// Sets `retain_history`.
@@ -132,9 +202,30 @@ impl Config {
                 message: format!("config file {}: {}", path.display(), e.primary()),
             }
         })?;
+        let base = path.parent().unwrap_or(Path::new("."));
         if config.state_dir.is_relative() {
-            let base = path.parent().unwrap_or(Path::new("."));
             config.state_dir = base.join(&config.state_dir);
+        }
+        if let Some(file) = config.token_file.take() {
+            let file = base.join(file);
+            let token = std::fs::read_to_string(&file).map_err(|e| PipelineError::Config {
+                message: format!(
+                    "config file {}: admin_token_file: could not read {}: {e}",
+                    path.display(),
+                    file.display()
+                ),
+            })?;
+            config.admin_token = Some(
+                AdminToken::new(token.lines().next().unwrap_or_default()).ok_or_else(|| {
+                    PipelineError::Config {
+                        message: format!(
+                            "config file {}: admin_token_file: {} is empty; write the token on its first line",
+                            path.display(),
+                            file.display()
+                        ),
+                    }
+                })?,
+            );
         }
         Ok(config)
     }
@@ -167,6 +258,31 @@ impl Config {
                 });
             }
         };
+        if raw.admin_token.is_some() && raw.admin_token_file.is_some() {
+            return Err(PipelineError::Config {
+                message: "admin_token and admin_token_file are both set; keep one".into(),
+            });
+        }
+        let admin_token = match &raw.admin_token {
+            None => None,
+            Some(text) => {
+                let text = expand(text, &env).map_err(|problem| PipelineError::Config {
+                    message: format!("admin_token: {problem}"),
+                })?;
+                Some(AdminToken::new(&text).ok_or_else(|| PipelineError::Config {
+                    message: "admin_token is empty; set a token or remove the line".into(),
+                })?)
+            }
+        };
+        for host in &raw.admin_allowed_hosts {
+            if host.is_empty() || host.contains(['/', ' ', '@']) {
+                return Err(PipelineError::Config {
+                    message: format!(
+                        "admin_allowed_hosts: {host:?} is not a host name; list names like \"pipeline.internal\""
+                    ),
+                });
+            }
+        }
         let mut connections = BTreeMap::new();
         for (name, c) in raw.connections {
             let url = expand(&c.url, &env).map_err(|problem| PipelineError::Config {
@@ -180,8 +296,57 @@ impl Config {
                 .admin_listen
                 .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.into()),
             retain_history,
+            admin_token,
+            admin_allowed_hosts: raw
+                .admin_allowed_hosts
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
             connections,
+            token_file: raw.admin_token_file.map(PathBuf::from),
         })
+    }
+
+    /// What a client of the admin API needs of the config file at `path`:
+    /// the listen address and the token (from `admin_token`, expanded from
+    /// the environment, or `admin_token_file`). Connections are not
+    /// expanded, so their variables need not be set.
+    pub fn load_admin(path: &Path) -> Result<(String, Option<AdminToken>)> {
+        let bad = |message: String| PipelineError::Config {
+            message: format!("config file {}: {message}", path.display()),
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| PipelineError::Config {
+            message: format!("could not read config file {}: {e}", path.display()),
+        })?;
+        let raw: RawConfig = toml::from_str(&text)
+            .map_err(|e| bad(e.message().lines().next().unwrap_or("invalid TOML").into()))?;
+        let listen = raw
+            .admin_listen
+            .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.into());
+        let token = match (raw.admin_token, raw.admin_token_file) {
+            (Some(text), None) => {
+                let text = expand(&text, &|name: &str| std::env::var(name).ok())
+                    .map_err(|p| bad(format!("admin_token: {p}")))?;
+                AdminToken::new(&text)
+            }
+            (None, Some(file)) => {
+                let file = path.parent().unwrap_or(Path::new(".")).join(file);
+                let text = std::fs::read_to_string(&file).map_err(|e| {
+                    bad(format!(
+                        "admin_token_file: could not read {}: {e}",
+                        file.display()
+                    ))
+                })?;
+                AdminToken::new(text.lines().next().unwrap_or_default())
+            }
+            (None, None) => None,
+            (Some(_), Some(_)) => {
+                return Err(bad(
+                    "admin_token and admin_token_file are both set; keep one".into(),
+                ));
+            }
+        };
+        Ok((listen, token))
     }
 
     /// The connection named `name`.
@@ -352,5 +517,46 @@ mod tests {
         )
         .unwrap_err();
         assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn admin_token_and_hosts() {
+        let c = Config::parse(
+            "admin_token = \"${PW}\"\nadmin_allowed_hosts = [\"Pipe.Internal\"]\n",
+            env,
+        )
+        .unwrap();
+        let token = c.admin_token.clone().unwrap();
+        assert_eq!(token.secret(), "s3cret");
+        assert!(token.matches(b"s3cret"));
+        assert!(!token.matches(b"s3cre"));
+        assert!(!token.matches(b"s3cret!"));
+        assert!(!token.matches(b"S3cret"));
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert_eq!(c.admin_allowed_hosts, vec!["pipe.internal".to_string()]);
+        assert!(Config::parse("", env).unwrap().admin_token.is_none());
+        for bad in [
+            "admin_token = \"  \"\n",
+            "admin_token = \"a\"\nadmin_token_file = \"f\"\n",
+            "admin_allowed_hosts = [\"http://x/\"]\n",
+        ] {
+            let e = Config::parse(bad, env).unwrap_err();
+            assert!(e.primary().contains("admin_"), "{bad}: {}", e.primary());
+        }
+    }
+
+    #[test]
+    fn admin_token_file_is_read_relative_to_the_config() {
+        let dir = std::env::temp_dir().join(format!("evolve-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("admin.token"), "tok-123\nignored\n").unwrap();
+        let path = dir.join("evolve.toml");
+        std::fs::write(&path, "admin_token_file = \"admin.token\"\n").unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.admin_token.unwrap().secret(), "tok-123");
+        std::fs::write(&path, "admin_token_file = \"missing.token\"\n").unwrap();
+        let e = Config::load(&path).unwrap_err();
+        assert!(e.primary().contains("admin_token_file"), "{}", e.primary());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,8 +13,8 @@
 //!   their table, and say nothing of attribute numbers;
 //! - the upstream catalog, polled by [`drift`] for each request, and by
 //!   [`DriftBoard::poll`], which keeps the last result per table for
-//!   status output (the pipeline is to call it on `REFRESH REFERENCES`,
-//!   and every [`POLL_INTERVAL`] through [`DriftBoard::poll_every`]):
+//!   status output (on `REFRESH REFERENCES`, `GET /drift`, and while the
+//!   pipeline runs every [`POLL_INTERVAL`], from [`crate::absorb`]):
 //!   one ordinary session per source reads each table's columns
 //!   (`attname`, `attnum`, `atttypid`, `atttypmod`, `format_type`) by the
 //!   pinned OID, and looks the pinned `schema.table` up by name.
@@ -80,7 +80,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -90,10 +89,9 @@ use tokio_postgres::Client;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::pipeline::Pipeline;
 use crate::store::{SourceInfo, TableInfo, TableState};
-use crate::upstream;
 
-/// How often [`DriftBoard::poll_every`] is meant to poll the upstream
-/// catalogs.
+/// How often the running pipeline polls the upstream catalogs when no
+/// interface absorbs by itself ([`crate::absorb::INTERVAL`] otherwise).
 pub const POLL_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How long one source's poll may take before its tables are reported as
@@ -476,26 +474,30 @@ async fn poll_source(
 ) -> Vec<(String, Option<DriftRow>)> {
     let read = async {
         let connection = pipeline.config().connection(&source.connection)?;
-        let client = upstream::connect(&source.connection, connection).await?;
-        let mut out = Vec::with_capacity(tables.len());
-        for table in &tables {
-            let upstream = read_upstream(&client, table).await?;
-            out.push((
-                table.name.clone(),
-                compare(table, &upstream).map(|d| DriftRow::new(table, d)),
-            ));
-        }
-        Ok::<_, PipelineError>(out)
+        pipeline
+            .monitor()
+            .with_session(
+                &source.name,
+                &source.connection,
+                connection,
+                POLL_TIMEOUT,
+                async |client| {
+                    let mut out = Vec::with_capacity(tables.len());
+                    for table in &tables {
+                        let upstream = read_upstream(client, table).await?;
+                        out.push((
+                            table.name.clone(),
+                            compare(table, &upstream).map(|d| DriftRow::new(table, d)),
+                        ));
+                    }
+                    Ok(out)
+                },
+            )
+            .await
     };
-    let error = match tokio::time::timeout(POLL_TIMEOUT, read).await {
-        Ok(Ok(rows)) => return rows,
-        Ok(Err(e)) => one_line(&e),
-        Err(_) => format!(
-            "the upstream of source \"{}\" (connection \"{}\") did not answer within {} s",
-            source.name,
-            source.connection,
-            POLL_TIMEOUT.as_secs()
-        ),
+    let error = match read.await {
+        Ok(rows) => return rows,
+        Err(e) => one_line(&e),
     };
     tables
         .iter()
@@ -607,35 +609,6 @@ impl DriftBoard {
     pub fn all(&self) -> Vec<DriftRow> {
         let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         map.values().filter_map(|p| p.drift.clone()).collect()
-    }
-
-    /// Polls every source now and then every `every` until `stop`
-    /// completes. A failed poll (the embedded store) is logged and
-    /// retried at the next tick; an unreachable upstream is a row, not a
-    /// failure.
-    pub async fn poll_every(
-        &self,
-        pipeline: &Pipeline,
-        every: Duration,
-        stop: impl Future<Output = ()>,
-    ) {
-        tokio::pin!(stop);
-        let mut ticks = tokio::time::interval(every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = &mut stop => return,
-                _ = ticks.tick() => {}
-            }
-            tokio::select! {
-                _ = &mut stop => return,
-                result = self.poll(pipeline, None) => {
-                    if let Err(e) = result {
-                        tracing::warn!(error = %one_line(&e), "drift poll failed");
-                    }
-                }
-            }
-        }
     }
 }
 

@@ -334,6 +334,22 @@ impl PipelineError {
         }
     }
 
+    /// Whether retrying cannot help until someone changes something: a
+    /// slot that is gone, or a replication stream the server refuses for
+    /// a reason that does not pass by itself (an object that does not
+    /// exist, a missing privilege, a bad parameter, failed
+    /// authentication). Connection failures, a slot in use, too many
+    /// connections and server shutdowns are transient.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            PipelineError::SlotLost { .. } => true,
+            PipelineError::Replication { message, .. } => {
+                server_sqlstate(message).is_some_and(permanent_sqlstate)
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn store(context: impl Into<String>, e: rusqlite::Error) -> PipelineError {
         PipelineError::Store {
             context: context.into(),
@@ -351,6 +367,23 @@ impl PipelineError {
             message,
         }
     }
+}
+
+/// The SQLSTATE of a server error as pgwire-replication words it
+/// (`message (SQLSTATE 42704)`).
+fn server_sqlstate(message: &str) -> Option<&str> {
+    let at = message.rfind("(SQLSTATE ")?;
+    let code = message[at + "(SQLSTATE ".len()..].strip_suffix(')')?;
+    (code.len() == 5 && code.bytes().all(|b| b.is_ascii_alphanumeric())).then_some(code)
+}
+
+/// SQLSTATEs after which a replication stream fails again the same way:
+/// invalid authorization (28), invalid catalog name (3D), syntax errors
+/// and access rule violations (42: a missing publication or privilege),
+/// and invalid parameter values (22023: `invalid publication_names
+/// syntax`).
+fn permanent_sqlstate(code: &str) -> bool {
+    code.starts_with("28") || code.starts_with("3D") || code.starts_with("42") || code == "22023"
 }
 
 fn render(e: &PipelineError) -> String {
@@ -382,6 +415,48 @@ mod tests {
             "ERROR: cannot drop table \"orders_v1\" because other objects depend on it\n\
              DETAIL: materialized view \"orders_json\" depends on it.\n\
              HINT: Drop the dependent objects first."
+        );
+    }
+
+    #[test]
+    fn permanent_and_transient_failures() {
+        let replication = |message: &str| PipelineError::Replication {
+            source_name: "s".into(),
+            message: message.into(),
+        };
+        for permanent in [
+            "publication \"mypub\" does not exist (SQLSTATE 42704)",
+            "invalid publication_names syntax (SQLSTATE 22023)",
+            "permission denied to start WAL sender (SQLSTATE 42501)",
+            "password authentication failed for user \"x\" (SQLSTATE 28P01)",
+            "database \"nope\" does not exist (SQLSTATE 3D000)",
+        ] {
+            assert!(replication(permanent).is_permanent(), "{permanent}");
+        }
+        for transient in [
+            "replication slot \"s\" is active for PID 7 (SQLSTATE 55006)",
+            "sorry, too many clients already (SQLSTATE 53300)",
+            "terminating connection due to administrator command (SQLSTATE 57P01)",
+            "the server ended the stream",
+            "mentions (SQLSTATE 42704) but not at the end",
+        ] {
+            assert!(!replication(transient).is_permanent(), "{transient}");
+        }
+        assert!(
+            PipelineError::SlotLost {
+                source_name: "s".into(),
+                slot: "evolve_s".into(),
+                detail: "gone".into(),
+            }
+            .is_permanent()
+        );
+        assert!(
+            !PipelineError::Connect {
+                connection: "up".into(),
+                target: "u@h:5432/db".into(),
+                reason: "connection refused".into(),
+            }
+            .is_permanent()
         );
     }
 }

@@ -145,6 +145,7 @@
 //! replication (BENCHMARKS.md).
 
 pub mod absorb;
+pub mod access;
 pub mod admin;
 pub mod apply;
 pub mod bus;
@@ -153,7 +154,9 @@ pub mod doc;
 pub mod drift;
 pub mod error;
 pub mod hydrate;
+pub mod monitor;
 mod pipeline;
+pub mod preflight;
 mod sink;
 mod source;
 pub mod status;

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use evolve_core::control::{format_duration, sql_ident};
 use evolve_pgoutput::Lsn;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -14,11 +15,14 @@ use crate::config::Config;
 use crate::drift::DriftBoard;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::hydrate::{self, HydrateContext};
+use crate::monitor::Monitor;
+use crate::preflight;
 use crate::sink::{self, SinkContext};
 use crate::source::{self, SourceContext};
 use crate::status::{ObjectStatus, StatusBoard};
 use crate::store::{
-    InterfaceInfo, ReplacementInfo, SinkInfo, SourceInfo, Store, TableInfo, TableState,
+    InterfaceInfo, OutputColumn, ReplacementInfo, SinkInfo, SourceInfo, Store, TableInfo,
+    TableState,
 };
 use crate::swap;
 use crate::upstream;
@@ -41,6 +45,9 @@ pub struct TableSpec {
     pub text: Vec<String>,
 }
 
+/// How often [`Pipeline::wait_hydrated`] looks at the replacement's table.
+const HYDRATED_POLL: Duration = Duration::from_millis(100);
+
 /// A running snapshot copy.
 struct Hydrator {
     stop: watch::Sender<bool>,
@@ -53,10 +60,18 @@ struct Hydrator {
 pub struct Pipeline {
     config: Config,
     store: Mutex<Store>,
+    /// Held by every verb that checks the catalog, works upstream or on a
+    /// sink, and then writes the catalog, for all of it: two such verbs
+    /// never interleave, whoever calls them (an admin request, the absorb
+    /// controller), so the later one sees what the earlier one did and
+    /// fails with the error that says so. The verbs that never wait check
+    /// and write in one store call.
+    catalog: tokio::sync::Mutex<()>,
     changed: Arc<Notify>,
     status: StatusBoard,
     bus: Bus,
     drift: DriftBoard,
+    monitor: Monitor,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -84,12 +99,35 @@ fn check_name(kind: ObjectKind, name: &str) -> Result<()> {
     })
 }
 
-/// One column of a materialized view's output: name, type, NOT NULL.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct OutputColumn {
-    pub name: String,
-    pub type_name: String,
-    pub not_null: bool,
+/// Refuses to drop an object others depend on.
+fn refuse_dependents(s: &Store, kind: ObjectKind, name: &str) -> Result<()> {
+    let dependents = s.dependents(kind, name)?;
+    if dependents.is_empty() {
+        return Ok(());
+    }
+    Err(PipelineError::HasDependents {
+        kind,
+        name: name.to_string(),
+        dependents,
+    })
+}
+
+/// Refuses new work for a source that `DROP SOURCE` was run on.
+fn being_dropped(source: &SourceInfo) -> PipelineError {
+    PipelineError::Refused {
+        sqlstate: "55000",
+        primary: format!("source \"{}\" is being dropped", source.name),
+        detail: source.drop_error.as_ref().map(|e| {
+            format!(
+                "DROP SOURCE could not drop its replication slot \"{}\": {e}",
+                source.slot
+            )
+        }),
+        hint: Some(format!(
+            "Finish dropping it (DROP SOURCE {}), then create it again.",
+            sql_ident(&source.name)
+        )),
+    }
 }
 
 /// The output of the schema-agnostic interface form: `data jsonb NOT
@@ -191,10 +229,12 @@ impl Pipeline {
         Ok(Pipeline {
             config,
             store: Mutex::new(store),
+            catalog: tokio::sync::Mutex::new(()),
             changed: Arc::new(Notify::new()),
             status: StatusBoard::default(),
             bus: Bus::default(),
             drift: DriftBoard::default(),
+            monitor: Monitor::default(),
         })
     }
 
@@ -224,6 +264,7 @@ impl Pipeline {
         publication: &str,
     ) -> Result<SourceInfo> {
         check_name(ObjectKind::Source, name)?;
+        let _catalog = self.catalog.lock().await;
         if self.with_store(|s| s.source(name))?.is_some() {
             return Err(PipelineError::AlreadyExists {
                 kind: ObjectKind::Source,
@@ -232,12 +273,13 @@ impl Pipeline {
         }
         let conn = self.config.connection(connection)?;
         let client = upstream::connect(connection, conn).await?;
+        preflight::first_failure(&preflight::upstream(&client, publication).await?)?;
         let slot = slot_name(name);
         if upstream::slot_status(&client, &slot).await?.is_some() {
             return Err(PipelineError::SlotExists { slot });
         }
         let created = upstream::ensure_publication(&client, publication).await?;
-        if let Err(e) = upstream::create_slot(&client, &slot).await {
+        let drop_publication = async || {
             if created {
                 let _ = client
                     .batch_execute(&format!(
@@ -246,6 +288,16 @@ impl Pipeline {
                     ))
                     .await;
             }
+        };
+        if let Err(e) = upstream::create_slot(&client, &slot).await {
+            drop_publication().await;
+            return Err(e);
+        }
+        // The stream must start as the source will start it; otherwise
+        // the source would be accepted and then stall holding WAL.
+        if let Err(e) = upstream::probe_stream(name, conn, &slot, publication).await {
+            let _ = upstream::drop_slot_released(&client, &slot).await;
+            drop_publication().await;
             return Err(e);
         }
         let info = SourceInfo {
@@ -255,6 +307,8 @@ impl Pipeline {
             publication_created: created,
             slot,
             applied_lsn: Lsn(0),
+            dropping: false,
+            drop_error: None,
         };
         self.with_store(|s| s.insert_source(&info))?;
         self.catalog_changed();
@@ -266,6 +320,7 @@ impl Pipeline {
     /// leaves it pending: the running pipeline snapshots it, then streams.
     pub async fn create_table(&self, spec: &TableSpec) -> Result<TableInfo> {
         check_name(ObjectKind::Table, &spec.name)?;
+        let _catalog = self.catalog.lock().await;
         if self.with_store(|s| s.table(&spec.name))?.is_some() {
             return Err(PipelineError::AlreadyExists {
                 kind: ObjectKind::Table,
@@ -278,10 +333,17 @@ impl Pipeline {
                 kind: ObjectKind::Source,
                 name: spec.source.clone(),
             })?;
+        if source.dropping {
+            return Err(being_dropped(&source));
+        }
         let conn = self.config.connection(&source.connection)?;
         let client = upstream::connect(&source.connection, conn).await?;
         let upstream =
             upstream::inspect_table(&client, &source.name, &spec.schema, &spec.table).await?;
+        preflight::first_failure(
+            &preflight::upstream_table(&client, &source.publication, &spec.schema, &spec.table)
+                .await?,
+        )?;
         let reference = format!("{}.{}", spec.schema, spec.table);
         let mut columns = upstream.columns.clone();
         for (list, name) in spec
@@ -348,7 +410,7 @@ impl Pipeline {
     pub fn create_interface(&self, name: &str, table: &str) -> Result<InterfaceInfo> {
         check_name(ObjectKind::Interface, name)?;
         let info = self.with_store(|s| {
-            if s.interface(name)?.is_some() {
+            if s.interface(name)?.is_some() || s.replacement(name)?.is_some() {
                 return Err(PipelineError::AlreadyExists {
                     kind: ObjectKind::Interface,
                     name: name.to_string(),
@@ -360,7 +422,7 @@ impl Pipeline {
                     name: table.to_string(),
                 });
             }
-            s.insert_interface(name, table)?;
+            s.insert_interface(name, table, &interface_output())?;
             s.interface(name)?
                 .ok_or_else(|| PipelineError::UnknownObject {
                     kind: ObjectKind::Interface,
@@ -436,7 +498,15 @@ impl Pipeline {
                     hint: Some("A replacement reads a new table version: CREATE TABLE ... FROM SOURCE first.".into()),
                 });
             }
-            check_output_schema(&interface_output(), &interface_output())?;
+            // The target's output as recorded when it was created, against
+            // what the replacement's query outputs.
+            let target_output =
+                s.interface_output(target)?
+                    .ok_or_else(|| PipelineError::UnknownObject {
+                        kind: ObjectKind::Interface,
+                        name: target.to_string(),
+                    })?;
+            check_output_schema(&target_output, &interface_output())?;
             s.insert_replacement(name, target, table)?;
             s.replacement(name)?.ok_or_else(|| PipelineError::UnknownObject {
                 kind: ObjectKind::Interface,
@@ -446,13 +516,13 @@ impl Pipeline {
         Ok(info)
     }
 
-    /// `ALTER MATERIALIZED VIEW target APPLY REPLACEMENT name`: swaps the
-    /// replacement in at one upstream position (see [`crate::swap`]), and
-    /// returns once it is applied. Refused while the replacement is not
-    /// hydrated. Needs the pipeline running: the swap happens in its
-    /// source's stream; when that does not happen within `wait`, the
-    /// request stays and is applied when the stream reaches it.
-    pub async fn apply_replacement(&self, target: &str, name: &str, wait: Duration) -> Result<()> {
+    /// Replacement `name` of interface `target`, its table and its source,
+    /// for `APPLY REPLACEMENT`.
+    fn replacement_of(
+        &self,
+        target: &str,
+        name: &str,
+    ) -> Result<(ReplacementInfo, TableInfo, SourceInfo)> {
         let (replacement, table, source) = self.with_store(|s| {
             let replacement = s
                 .replacement(name)?
@@ -494,6 +564,61 @@ impl Pipeline {
                 )),
             });
         }
+        Ok((replacement, table, source))
+    }
+
+    /// `APPLY REPLACEMENT ... WITH (WAIT = ...)`: waits up to `wait` for
+    /// replacement `name` of interface `target` to be hydrated (its table's
+    /// snapshot in and following the stream). Returns at once when it is,
+    /// or when its table is stalled (which [`Pipeline::apply_replacement`]
+    /// refuses with the table's error); fails, having changed nothing,
+    /// when `wait` passes first. Needs the pipeline running: it is what
+    /// hydrates the table.
+    pub async fn wait_hydrated(&self, target: &str, name: &str, wait: Duration) -> Result<()> {
+        let start = tokio::time::Instant::now();
+        loop {
+            let (_, table, _) = self.replacement_of(target, name)?;
+            if matches!(table.state, TableState::Running | TableState::Stalled) {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= wait {
+                return Err(PipelineError::Refused {
+                    sqlstate: "57014",
+                    primary: format!(
+                        "replacement \"{name}\" is not hydrated after waiting {}",
+                        format_duration(wait)
+                    ),
+                    detail: Some(format!(
+                        "Its table \"{}\" is {} ({} rows copied so far). Nothing was applied.",
+                        table.name,
+                        table.state.as_str(),
+                        table.rows_copied
+                    )),
+                    hint: Some(format!(
+                        "Wait longer (ALTER MATERIALIZED VIEW {} APPLY REPLACEMENT {} \
+                         WITH (WAIT = '10min')), or apply it once `evolve status` shows it hydrated.",
+                        sql_ident(target),
+                        sql_ident(name)
+                    )),
+                });
+            }
+            tokio::time::sleep((wait - waited).min(HYDRATED_POLL)).await;
+        }
+    }
+
+    /// The request part of [`Pipeline::apply_replacement`]: refuses a
+    /// replacement that is not hydrated, marks it as applying and writes the
+    /// swap's message upstream. When that fails, the mark is cleared and the
+    /// error recorded, so the replacement can be applied again or dropped
+    /// (a message that did reach the WAL is then ignored by the stream).
+    async fn request_swap(
+        &self,
+        target: &str,
+        name: &str,
+        table: &TableInfo,
+        source: &SourceInfo,
+    ) -> Result<()> {
         if table.state != TableState::Running {
             let (detail, hint) = match table.state {
                 TableState::Stalled => (
@@ -512,8 +637,12 @@ impl Pipeline {
                         table.state.as_str(),
                         table.rows_copied
                     ),
-                    "Wait until `evolve status` shows the replacement hydrated, then apply it."
-                        .to_string(),
+                    format!(
+                        "Wait for it with ALTER MATERIALIZED VIEW {} APPLY REPLACEMENT {} \
+                         WITH (WAIT = '60s'), or apply it once `evolve status` shows it hydrated.",
+                        sql_ident(target),
+                        sql_ident(name)
+                    ),
                 ),
             };
             return Err(PipelineError::Refused {
@@ -524,20 +653,52 @@ impl Pipeline {
             });
         }
         self.with_store(|s| s.set_replacement_applying(name, true))?;
-        let conn = self.config.connection(&source.connection)?;
-        let client = upstream::connect(&source.connection, conn).await?;
-        client
-            .execute(
-                "SELECT pg_logical_emit_message(true, $1, $2)",
-                &[
-                    &swap::MESSAGE_PREFIX,
-                    &swap::apply_message(&source.slot, name),
-                ],
-            )
-            .await
-            .map_err(|e| {
-                PipelineError::database("request the swap upstream (pg_logical_emit_message)", &e)
-            })?;
+        let emitted = async {
+            let conn = self.config.connection(&source.connection)?;
+            let client = upstream::connect(&source.connection, conn).await?;
+            client
+                .execute(
+                    "SELECT pg_logical_emit_message(true, $1, $2)",
+                    &[
+                        &swap::MESSAGE_PREFIX,
+                        &swap::apply_message(&source.slot, name),
+                    ],
+                )
+                .await
+                .map_err(|e| {
+                    PipelineError::database(
+                        "request the swap upstream (pg_logical_emit_message)",
+                        &e,
+                    )
+                })?;
+            Ok::<(), PipelineError>(())
+        }
+        .await;
+        if let Err(e) = emitted {
+            let error = match e.detail() {
+                Some(detail) => format!("{}: {detail}", e.primary()),
+                None => e.primary(),
+            };
+            self.with_store(|s| s.set_replacement_error(name, &error))?;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// `ALTER MATERIALIZED VIEW target APPLY REPLACEMENT name`: swaps the
+    /// replacement in at one upstream position (see [`crate::swap`]), and
+    /// returns once it is applied. Refused while the replacement is not
+    /// hydrated ([`Pipeline::wait_hydrated`] waits for that). Needs the
+    /// pipeline running: the swap happens in its source's stream; when
+    /// that does not happen within `wait`, the request stays and is
+    /// applied when the stream reaches it.
+    pub async fn apply_replacement(&self, target: &str, name: &str, wait: Duration) -> Result<()> {
+        let (replacement, source) = {
+            let _catalog = self.catalog.lock().await;
+            let (replacement, table, source) = self.replacement_of(target, name)?;
+            self.request_swap(target, name, &table, &source).await?;
+            (replacement, source)
+        };
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let (pending, now_reads) = self.with_store(|s| {
@@ -600,7 +761,8 @@ impl Pipeline {
         table: &str,
     ) -> Result<SinkInfo> {
         check_name(ObjectKind::Sink, name)?;
-        self.with_store(|s| {
+        let _catalog = self.catalog.lock().await;
+        let refuse = |s: &mut Store| {
             if s.sinks()?.iter().any(|x| x.name == name) {
                 return Err(PipelineError::AlreadyExists {
                     kind: ObjectKind::Sink,
@@ -614,11 +776,13 @@ impl Pipeline {
                 });
             }
             Ok(())
-        })?;
+        };
+        self.with_store(refuse)?;
         let conn = self.config.connection(connection)?;
         let client = evolve_pg::connect(conn.url(), "evolve-pipeline")
             .await
             .map_err(|e| upstream::connect_error(connection, conn, &e.to_string()))?;
+        preflight::first_failure(&preflight::sink(&client, schema, table).await?)?;
         sink::ensure_tables(&client, schema, table).await?;
         let targets = sink::Targets::new(schema, table);
         if sink::progress(&client, &targets, name).await?.is_none() {
@@ -645,26 +809,19 @@ impl Pipeline {
             target_schema: schema.to_string(),
             target_table: table.to_string(),
         };
-        self.with_store(|s| s.insert_sink(&info))?;
+        // DROP MATERIALIZED VIEW does not wait, so it may have run meanwhile.
+        self.with_store(|s| {
+            refuse(s)?;
+            s.insert_sink(&info)
+        })?;
         self.catalog_changed();
         Ok(info)
-    }
-
-    fn refuse_dependents(&self, kind: ObjectKind, name: &str) -> Result<()> {
-        let dependents = self.with_store(|s| s.dependents(kind, name))?;
-        if dependents.is_empty() {
-            return Ok(());
-        }
-        Err(PipelineError::HasDependents {
-            kind,
-            name: name.to_string(),
-            dependents,
-        })
     }
 
     /// `DROP SINK name`: forgets the sink and its progress record; its
     /// table is left as it is.
     pub async fn drop_sink(&self, name: &str) -> Result<()> {
+        let _catalog = self.catalog.lock().await;
         let sink = self
             .with_store(|s| s.sinks())?
             .into_iter()
@@ -692,29 +849,34 @@ impl Pipeline {
     /// `DROP MATERIALIZED VIEW name`: an interface, or a pending
     /// replacement.
     pub fn drop_interface(&self, name: &str) -> Result<()> {
-        if let Some(r) = self.with_store(|s| s.replacement(name))? {
-            if r.applying {
-                return Err(PipelineError::Refused {
-                    sqlstate: "55006",
-                    primary: format!("replacement \"{name}\" is being applied"),
-                    detail: Some("Its swap was requested in the source's stream.".into()),
-                    hint: Some(
-                        "Wait for it to be applied, then drop what it replaced instead.".into(),
-                    ),
+        let interface = self.with_store(|s| {
+            if let Some(r) = s.replacement(name)? {
+                if r.applying {
+                    return Err(PipelineError::Refused {
+                        sqlstate: "55006",
+                        primary: format!("replacement \"{name}\" is being applied"),
+                        detail: Some("Its swap was requested in the source's stream.".into()),
+                        hint: Some(
+                            "Wait for it to be applied, then drop what it replaced instead.".into(),
+                        ),
+                    });
+                }
+                s.delete_replacement(name)?;
+                return Ok(false);
+            }
+            if s.interface(name)?.is_none() {
+                return Err(PipelineError::UnknownObject {
+                    kind: ObjectKind::Interface,
+                    name: name.to_string(),
                 });
             }
-            self.with_store(|s| s.delete_replacement(name))?;
-            return Ok(());
+            refuse_dependents(s, ObjectKind::Interface, name)?;
+            s.delete_interface(name)?;
+            Ok(true)
+        })?;
+        if interface {
+            self.catalog_changed();
         }
-        if self.with_store(|s| s.interface(name))?.is_none() {
-            return Err(PipelineError::UnknownObject {
-                kind: ObjectKind::Interface,
-                name: name.to_string(),
-            });
-        }
-        self.refuse_dependents(ObjectKind::Interface, name)?;
-        self.with_store(|s| s.delete_interface(name))?;
-        self.catalog_changed();
         Ok(())
     }
 
@@ -722,14 +884,16 @@ impl Pipeline {
     /// its upstream table from the publication unless another table of the
     /// source still reads it.
     pub async fn drop_table(&self, name: &str) -> Result<()> {
-        let table =
-            self.with_store(|s| s.table(name))?
-                .ok_or_else(|| PipelineError::UnknownObject {
-                    kind: ObjectKind::Table,
-                    name: name.to_string(),
-                })?;
-        self.refuse_dependents(ObjectKind::Table, name)?;
-        self.with_store(|s| s.delete_table(name))?;
+        let _catalog = self.catalog.lock().await;
+        let table = self.with_store(|s| {
+            let table = s.table(name)?.ok_or_else(|| PipelineError::UnknownObject {
+                kind: ObjectKind::Table,
+                name: name.to_string(),
+            })?;
+            refuse_dependents(s, ObjectKind::Table, name)?;
+            s.delete_table(name)?;
+            Ok(table)
+        })?;
         self.catalog_changed();
         let others = self.with_store(|s| s.tables_of(&table.source))?;
         let shared = others.iter().any(|t| {
@@ -751,32 +915,66 @@ impl Pipeline {
         Ok(())
     }
 
-    /// `DROP SOURCE name`: drops its slot upstream (waiting up to 10 s for
-    /// a running pipeline to release it), and its publication if the
-    /// pipeline created it.
+    /// `DROP SOURCE name`: stops its stream, drops its slot upstream
+    /// (waiting up to 10 s for the stream to release it) and its
+    /// publication if the pipeline created it. The source leaves the
+    /// catalog only once its slot is gone: when the slot cannot be dropped,
+    /// it stays listed, stopped and marked as being dropped with the error
+    /// (`SHOW SOURCES`, `evolve status`), and running `DROP SOURCE` again
+    /// tries again.
     pub async fn drop_source(&self, name: &str) -> Result<()> {
-        let source =
-            self.with_store(|s| s.source(name))?
+        let _catalog = self.catalog.lock().await;
+        let source = self.with_store(|s| {
+            let source = s
+                .source(name)?
                 .ok_or_else(|| PipelineError::UnknownObject {
                     kind: ObjectKind::Source,
                     name: name.to_string(),
                 })?;
-        self.refuse_dependents(ObjectKind::Source, name)?;
+            refuse_dependents(s, ObjectKind::Source, name)?;
+            Ok(source)
+        })?;
         let conn = self.config.connection(&source.connection)?;
         let client = upstream::connect(&source.connection, conn).await?;
-        self.with_store(|s| s.delete_source(name))?;
+        self.with_store(|s| s.set_source_dropping(name, None))?;
+        self.status.set(ObjectKind::Source, name, "dropping", None);
         self.catalog_changed();
         let mut attempt = 0;
-        loop {
+        let dropped = loop {
             match upstream::drop_slot(&client, &source.slot).await {
-                Ok(()) => break,
-                Err(e) if attempt >= 50 => return Err(e),
+                Ok(()) => break Ok(()),
+                Err(e) if attempt >= 50 => break Err(e),
                 Err(_) => {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
+        };
+        if let Err(e) = dropped {
+            let reason = match e.detail() {
+                Some(detail) => format!("{}: {detail}", e.primary()),
+                None => e.primary(),
+            };
+            self.with_store(|s| s.set_source_dropping(name, Some(&reason)))?;
+            self.status
+                .set(ObjectKind::Source, name, "dropping", Some(reason.clone()));
+            return Err(PipelineError::Refused {
+                sqlstate: "55006",
+                primary: format!(
+                    "source \"{name}\" is not dropped: its replication slot \"{}\" could not be dropped upstream",
+                    source.slot
+                ),
+                detail: Some(format!(
+                    "{reason}\nThe source stays listed and no longer streams; its slot keeps WAL upstream until it is dropped."
+                )),
+                hint: Some(format!(
+                    "Stop whatever still uses the slot (pg_stat_replication shows it), then run DROP SOURCE {} again.",
+                    sql_ident(name)
+                )),
+            });
         }
+        self.with_store(|s| s.delete_source(name))?;
+        self.catalog_changed();
         if source.publication_created {
             client
                 .batch_execute(&format!(
@@ -870,6 +1068,11 @@ impl Pipeline {
     /// [`crate::absorb::INTERVAL`] when an interface absorbs by itself).
     pub fn drift_board(&self) -> &DriftBoard {
         &self.drift
+    }
+
+    /// Monitoring's shared upstream sessions ([`crate::monitor`]).
+    pub(crate) fn monitor(&self) -> &Monitor {
+        &self.monitor
     }
 
     /// The running tasks' status board (rates, last commit times).
@@ -977,6 +1180,8 @@ impl Pipeline {
     fn spawn_tasks(&self, tasks: &mut JoinSet<()>, stop: &watch::Receiver<bool>) -> Result<()> {
         let (sources, tables, interfaces, sinks) =
             self.with_store(|s| Ok((s.sources()?, s.tables()?, s.interfaces()?, s.sinks()?)))?;
+        // A source being dropped no longer streams: its slot must be free.
+        let sources: Vec<SourceInfo> = sources.into_iter().filter(|s| !s.dropping).collect();
         let mut applied: HashMap<String, watch::Sender<Lsn>> = HashMap::new();
         for source in &sources {
             applied.insert(source.name.clone(), watch::channel(source.applied_lsn).0);

@@ -259,19 +259,12 @@ async fn run_once(ctx: &mut SinkContext) -> Result<()> {
             if entries.is_empty() {
                 break;
             }
-            let mut start = 0;
-            while start < entries.len() {
-                let at = entries[start].pos;
-                let end = entries[start..]
-                    .iter()
-                    .position(|e| e.pos != at)
-                    .map_or(entries.len(), |n| start + n);
-                write_transaction(&mut client, &statements, &name, at, &entries[start..end])
-                    .await?;
-                pos = at;
-                ctx.effective.send_replace(pos);
-                start = end;
-            }
+            // Whole upstream transactions, in order: written together as
+            // one sink transaction at the last one's position.
+            let at = entries.last().map_or(pos, |e| e.pos);
+            write_transactions(&client, &statements, &name, at, &entries).await?;
+            pos = at;
+            ctx.effective.send_replace(pos);
         }
         if upto > pos {
             pos = upto;
@@ -324,8 +317,14 @@ async fn initial_load(
         .await
         .map_err(|e| PipelineError::database("begin the sink's initial load", &e))?;
     for chunk in docs.chunks(LOAD_BATCH) {
-        let keys: Vec<&str> = chunk.iter().map(|(k, _)| utf8(k)).collect();
-        let data: Vec<&str> = chunk.iter().map(|(_, d)| utf8(d)).collect();
+        let keys = chunk
+            .iter()
+            .map(|(k, _)| utf8(k))
+            .collect::<Result<Vec<&str>>>()?;
+        let data = chunk
+            .iter()
+            .map(|(_, d)| utf8(d))
+            .collect::<Result<Vec<&str>>>()?;
         tx.execute(&statements.upsert, &[&keys, &data])
             .await
             .map_err(|e| PipelineError::database("write the sink's initial load", &e))?;
@@ -340,46 +339,85 @@ async fn initial_load(
     Ok(at)
 }
 
-fn utf8(bytes: &[u8]) -> &str {
-    // Documents are written by evolve_core::document from UTF-8 text.
-    std::str::from_utf8(bytes).unwrap_or("null")
+/// A document or key as text. They are written by evolve_core::document
+/// from UTF-8 text; anything else is a corrupt store, never written as
+/// something else.
+fn utf8(bytes: &[u8]) -> Result<&str> {
+    std::str::from_utf8(bytes).map_err(|e| PipelineError::Store {
+        context: "read a document for the sink".into(),
+        message: format!("the document is not UTF-8 ({e}); the state store is damaged"),
+    })
 }
 
-/// One upstream transaction's changes and the position, in one sink
-/// transaction.
-async fn write_transaction(
-    client: &mut Client,
+/// Consecutive upstream transactions' changes (`entries`, in order) and
+/// the position `pos` of the last one, in one sink transaction: each
+/// upstream transaction's deletes and upserts in turn, so every row change
+/// reaches the sink as it happened upstream, and readers of the sink see
+/// every transaction whole and in order, never part of one. The statements
+/// are pipelined: one round trip whatever their number.
+async fn write_transactions(
+    client: &Client,
     statements: &Statements,
     sink: &str,
     pos: Lsn,
     entries: &[FeedEntry],
 ) -> Result<()> {
+    let mut writes = Vec::new();
+    let mut start = 0;
+    while start < entries.len() {
+        let at = entries[start].pos;
+        let end = entries[start..]
+            .iter()
+            .position(|e| e.pos != at)
+            .map_or(entries.len(), |n| start + n);
+        let (keys, data, deleted) = changes(&entries[start..end])?;
+        if !deleted.is_empty() {
+            writes.push((&statements.delete, vec![deleted]));
+        }
+        if !keys.is_empty() {
+            writes.push((&statements.upsert, vec![keys, data]));
+        }
+        start = end;
+    }
+    let fail = |e: tokio_postgres::Error| PipelineError::database("write to the sink", &e);
+    let position = pos.to_string();
+    let progress_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&sink, &position];
+    // Sent in this order on first poll; a failure aborts the transaction,
+    // and the COMMIT after it then rolls back.
+    let begin = client.batch_execute("BEGIN");
+    let rows = futures_util::future::join_all(writes.iter().map(|(statement, arrays)| {
+        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = arrays
+            .iter()
+            .map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync))
+            .collect();
+        async move { client.execute(*statement, &params).await }
+    }));
+    let progress = client.execute(&statements.progress, &progress_params);
+    let commit = client.batch_execute("COMMIT");
+    let (begin, rows, progress, commit) = tokio::join!(biased; begin, rows, progress, commit);
+    begin.map_err(fail)?;
+    for written in rows {
+        written.map_err(fail)?;
+    }
+    progress.map_err(fail)?;
+    commit.map_err(fail)
+}
+
+/// One upstream transaction's keys and documents to upsert, and keys to
+/// delete (the feed has one entry per key and transaction).
+#[allow(clippy::type_complexity)]
+fn changes(entries: &[FeedEntry]) -> Result<(Vec<&str>, Vec<&str>, Vec<&str>)> {
     let mut keys = Vec::new();
     let mut data = Vec::new();
     let mut deleted = Vec::new();
     for e in entries {
         match &e.new {
             Some(doc) => {
-                keys.push(utf8(&e.key));
-                data.push(utf8(doc));
+                keys.push(utf8(&e.key)?);
+                data.push(utf8(doc)?);
             }
-            None => deleted.push(utf8(&e.key)),
+            None => deleted.push(utf8(&e.key)?),
         }
     }
-    let fail = |e: tokio_postgres::Error| PipelineError::database("write to the sink", &e);
-    let tx = client.transaction().await.map_err(fail)?;
-    if !deleted.is_empty() {
-        tx.execute(&statements.delete, &[&deleted])
-            .await
-            .map_err(fail)?;
-    }
-    if !keys.is_empty() {
-        tx.execute(&statements.upsert, &[&keys, &data])
-            .await
-            .map_err(fail)?;
-    }
-    tx.execute(&statements.progress, &[&sink, &pos.to_string()])
-        .await
-        .map_err(fail)?;
-    tx.commit().await.map_err(fail)
+    Ok((keys, data, deleted))
 }

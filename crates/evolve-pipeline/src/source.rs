@@ -52,6 +52,25 @@ pub(crate) async fn run(mut ctx: SourceContext) {
             .set(ObjectKind::Source, &ctx.source.name, "starting", None);
         match run_once(&mut ctx).await {
             Ok(()) => return,
+            Err(e) if e.is_permanent() => {
+                // Retrying would fail the same way while the slot keeps
+                // WAL upstream: stop, and say so.
+                tracing::error!(
+                    source = %ctx.source.name,
+                    error = %e,
+                    "source stopped; it is not retried until the pipeline restarts or its catalog changes"
+                );
+                ctx.status.set(
+                    ObjectKind::Source,
+                    &ctx.source.name,
+                    "stalled",
+                    Some(format!(
+                        "{e}\nnot retried: fix the cause, then restart the pipeline (its slot keeps WAL upstream meanwhile)"
+                    )),
+                );
+                let _ = ctx.stop.changed().await;
+                return;
+            }
             Err(e) => {
                 tracing::warn!(source = %ctx.source.name, error = %e, "source failed; retrying");
                 ctx.status.set(
@@ -166,8 +185,12 @@ async fn stream(
         .await
         .map_err(|e| upstream::replication_connect_error(&name, &ctx.connection, &e))?;
 
+    // `applied`: the last upstream transaction taken into the store,
+    // committed or in the open group; `stored`: the last one committed
+    // (what sinks, subscribers and the slot may see).
     let mut applied = store.applied_lsn(&name)?;
     let mut stored = applied;
+    let mut group: Option<Group> = None;
     ctx.applied.send_replace(applied);
     let mut acked = confirmed;
     let mut idle = Lsn(0);
@@ -181,10 +204,17 @@ async fn stream(
     ctx.status.set(ObjectKind::Source, &name, "running", None);
     loop {
         tokio::select! {
+            // In this order: the tick is never starved by a busy stream,
+            // and the group is committed when the stream has nothing
+            // ready.
+            biased;
             _ = ctx.stop.changed() => {
-                // Confirm what the sinks have committed before leaving, and
-                // give the replication worker a moment to send it.
-                let target = ack_target(ctx, applied, txn.is_none(), idle).max(acked);
+                // Commit the open group (complete upstream transactions
+                // only), confirm what the sinks have committed before
+                // leaving, and give the replication worker a moment to send
+                // it.
+                flush(ctx, store, &name, &mut group, applied, &mut stored)?;
+                let target = ack_target(ctx, stored, txn.is_none(), idle).max(acked);
                 if target > confirmed {
                     repl.update_applied_lsn(to_wire(target));
                     let metrics = repl.metrics();
@@ -203,6 +233,57 @@ async fn stream(
                 }
                 let _ = repl.shutdown().await;
                 return Ok(());
+            }
+            _ = tick.tick() => {
+                flush(ctx, store, &name, &mut group, applied, &mut stored)?;
+                if txn.is_none() {
+                    for t in 0..tables.len() {
+                        if tables[t].info.state.is_hydrated() {
+                            continue;
+                        }
+                        if let Some(fresh) = store.table(&tables[t].info.name)?
+                            && fresh.state == TableState::Copied
+                            && let Some(point) = fresh.snapshot_lsn
+                        {
+                            replay_pending(ctx, store, &mut tables, t, point, &deferral)?;
+                        }
+                    }
+                }
+                if applied > stored {
+                    store.conn.execute(
+                        "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1 AND applied_lsn < ?2",
+                        params![name, applied.0 as i64],
+                    ).map_err(|e| PipelineError::store("record applied position", e))?;
+                    stored = applied;
+                }
+                let target = ack_target(ctx, stored, txn.is_none(), idle);
+                if target > acked {
+                    repl.update_applied_lsn(to_wire(target));
+                    acked = target;
+                }
+                let now_micros = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros() as i64);
+                let committed_before =
+                    now_micros.saturating_sub(ctx.retain_history.as_micros() as i64);
+                for &interface in &interfaces {
+                    let mut horizon = stored;
+                    for (i, rx) in &ctx.sinks {
+                        if *i == interface {
+                            horizon = horizon.min(*rx.borrow());
+                        }
+                    }
+                    let hydrated = tables.iter().any(|t| {
+                        t.interfaces.contains(&interface)
+                            && matches!(t.info.state, TableState::Running | TableState::Stalled)
+                    });
+                    store.prune_feed_retained(
+                        interface,
+                        horizon,
+                        committed_before,
+                        hydrated.then_some(stored),
+                    )?;
+                }
             }
             event = repl.recv() => {
                 let event = match event {
@@ -232,6 +313,12 @@ async fn stream(
                         ) {
                             txn_rows += 1;
                         }
+                        // A long transaction does not keep the store
+                        // locked: the group before it is committed, and its
+                        // reads run outside a transaction until its commit.
+                        if group.as_ref().is_some_and(|g| g.began.elapsed() >= GROUP_AGE) {
+                            flush(ctx, store, &name, &mut group, applied, &mut stored)?;
+                        }
                         on_message(
                             ctx,
                             store,
@@ -259,19 +346,31 @@ async fn stream(
                             let changes = if t.is_empty() {
                                 Vec::new()
                             } else {
-                                let changes = t.commit(store, &mut tables, &name, end_lsn, commit_time)?;
-                                stored = end_lsn;
-                                changes
+                                if group.is_none() {
+                                    group = Some(Group::begin(store)?);
+                                }
+                                t.write(store, &mut tables, end_lsn, commit_time, true)?
                             };
                             applied = end_lsn;
-                            ctx.applied.send_replace(applied);
-                            ctx.status.count(ObjectKind::Source, &name, txn_rows, Some(commit_time));
-                            ctx.bus.publish(Committed {
-                                source: name.clone(),
-                                pos: end_lsn,
-                                commit_time_micros: commit_time,
-                                changes,
-                            });
+                            let full = match group.as_mut() {
+                                Some(g) => g.add(txn_rows, Committed {
+                                    source: name.clone(),
+                                    pos: end_lsn,
+                                    commit_time_micros: commit_time,
+                                    changes,
+                                }),
+                                None => {
+                                    // Nothing to write and no group open:
+                                    // the position only (stored at the next
+                                    // tick; nothing is lost without it).
+                                    ctx.applied.send_replace(applied);
+                                    ctx.status.count(ObjectKind::Source, &name, txn_rows, Some(commit_time));
+                                    false
+                                }
+                            };
+                            if full {
+                                flush(ctx, store, &name, &mut group, applied, &mut stored)?;
+                            }
                         }
                     }
                     ReplicationEvent::KeepAlive { wal_end, .. } if txn.is_none() => {
@@ -280,58 +379,99 @@ async fn stream(
                     _ => {}
                 }
             }
-            _ = tick.tick() => {
-                if txn.is_none() {
-                    for t in 0..tables.len() {
-                        if tables[t].info.state.is_hydrated() {
-                            continue;
-                        }
-                        if let Some(fresh) = store.table(&tables[t].info.name)?
-                            && fresh.state == TableState::Copied
-                            && let Some(point) = fresh.snapshot_lsn
-                        {
-                            replay_pending(ctx, store, &mut tables, t, point, &deferral)?;
-                        }
-                    }
-                }
-                if applied > stored {
-                    store.conn.execute(
-                        "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1 AND applied_lsn < ?2",
-                        params![name, applied.0 as i64],
-                    ).map_err(|e| PipelineError::store("record applied position", e))?;
-                    stored = applied;
-                }
-                let target = ack_target(ctx, applied, txn.is_none(), idle);
-                if target > acked {
-                    repl.update_applied_lsn(to_wire(target));
-                    acked = target;
-                }
-                let now_micros = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_micros() as i64);
-                let committed_before =
-                    now_micros.saturating_sub(ctx.retain_history.as_micros() as i64);
-                for &interface in &interfaces {
-                    let mut horizon = applied;
-                    for (i, rx) in &ctx.sinks {
-                        if *i == interface {
-                            horizon = horizon.min(*rx.borrow());
-                        }
-                    }
-                    let hydrated = tables.iter().any(|t| {
-                        t.interfaces.contains(&interface)
-                            && matches!(t.info.state, TableState::Running | TableState::Stalled)
-                    });
-                    store.prune_feed_retained(
-                        interface,
-                        horizon,
-                        committed_before,
-                        hydrated.then_some(applied),
-                    )?;
-                }
+            _ = std::future::ready(()), if group.is_some() => {
+                flush(ctx, store, &name, &mut group, applied, &mut stored)?;
             }
         }
     }
+}
+
+/// At most this many upstream transactions share one store commit.
+const GROUP_TRANSACTIONS: usize = 1_000;
+/// A group is committed once it holds this many row changes.
+const GROUP_ROWS: u64 = 20_000;
+/// ... or once it has been open this long.
+const GROUP_AGE: Duration = Duration::from_millis(50);
+
+/// Group commit: consecutive upstream transactions written in one store
+/// transaction (`BEGIN IMMEDIATE` ... `COMMIT`), with the applied position
+/// of the last one in the same commit. The group is committed as soon as
+/// the stream has nothing more ready, and at the latest after
+/// [`GROUP_TRANSACTIONS`], [`GROUP_ROWS`] or [`GROUP_AGE`] (so the store's
+/// write lock is never held longer, and never while waiting for the
+/// network); only then are its transactions published on the bus and shown
+/// to sinks and the slot. A crash loses the open group only: the slot was
+/// not confirmed past it, so the stream sends it again, and positions
+/// already stored are skipped. The group opens at the first transaction
+/// that writes; the reads of current documents of the transactions after
+/// it run inside the open transaction.
+struct Group {
+    began: std::time::Instant,
+    rows: u64,
+    /// The group's transactions, in commit order, with their row counts.
+    committed: Vec<(u64, Committed)>,
+}
+
+impl Group {
+    fn begin(store: &Store) -> Result<Group> {
+        store
+            .conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| PipelineError::store("begin a store transaction", e))?;
+        Ok(Group {
+            began: std::time::Instant::now(),
+            rows: 0,
+            committed: Vec::new(),
+        })
+    }
+
+    /// Adds a written transaction; true when the group should be committed
+    /// now.
+    fn add(&mut self, rows: u64, committed: Committed) -> bool {
+        self.rows += rows;
+        self.committed.push((rows, committed));
+        self.committed.len() >= GROUP_TRANSACTIONS
+            || self.rows >= GROUP_ROWS
+            || self.began.elapsed() >= GROUP_AGE
+    }
+}
+
+/// Commits the open group, if any, with `applied` as the source's
+/// position; then publishes its transactions and the new position.
+fn flush(
+    ctx: &SourceContext,
+    store: &Store,
+    name: &str,
+    group: &mut Option<Group>,
+    applied: Lsn,
+    stored: &mut Lsn,
+) -> Result<()> {
+    let Some(g) = group.take() else {
+        return Ok(());
+    };
+    let fail = |e: rusqlite::Error| PipelineError::store("commit upstream transactions", e);
+    if applied > *stored {
+        store
+            .conn
+            .execute(
+                "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1 AND applied_lsn < ?2",
+                params![name, applied.0 as i64],
+            )
+            .map_err(fail)?;
+    }
+    store.conn.execute_batch("COMMIT").map_err(fail)?;
+    *stored = applied.max(*stored);
+    ctx.applied.send_replace(*stored);
+    for (rows, committed) in g.committed {
+        ctx.status.count(
+            ObjectKind::Source,
+            name,
+            rows,
+            Some(committed.commit_time_micros),
+        );
+        ctx.bus.publish(committed);
+    }
+    Ok(())
 }
 
 /// The position to confirm: the applied one, or less if a sink is behind;
@@ -392,6 +532,28 @@ fn stall(
     Ok(())
 }
 
+/// The outcome of applying one row change to table `t`: a row that cannot
+/// be made a document (a value the encoder refuses) stalls that table with
+/// the error, without any of this transaction's changes, as a schema
+/// mismatch does; the source and its other tables go on. Other failures
+/// (the store) fail the source, which retries.
+fn stall_on_row_error(
+    ctx: &SourceContext,
+    store: &Store,
+    tables: &mut [TableRuntime],
+    txn: &mut Txn,
+    t: usize,
+    applied: Result<()>,
+) -> Result<()> {
+    match applied {
+        Err(e @ PipelineError::Document { .. }) => {
+            txn.forget(t);
+            stall(ctx, store, &mut tables[t], e.primary())
+        }
+        other => other,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn on_message(
     ctx: &SourceContext,
@@ -420,7 +582,8 @@ fn on_message(
             if let Some(txn) = txn {
                 for &t in by_oid.get(&m.oid).map_or(none, Vec::as_slice) {
                     if tables[t].applies(txn.final_lsn) {
-                        txn.insert(store, tables, t, &m.new)?;
+                        let applied = txn.insert(store, tables, t, &m.new);
+                        stall_on_row_error(ctx, store, tables, txn, t, applied)?;
                     } else if !tables[t].info.state.is_hydrated() {
                         deferral.keep(txn, t, m.oid, data);
                     }
@@ -431,7 +594,8 @@ fn on_message(
             if let Some(txn) = txn {
                 for &t in by_oid.get(&m.oid).map_or(none, Vec::as_slice) {
                     if tables[t].applies(txn.final_lsn) {
-                        txn.update(store, tables, t, m.old.as_ref(), &m.new)?;
+                        let applied = txn.update(store, tables, t, m.old.as_ref(), &m.new);
+                        stall_on_row_error(ctx, store, tables, txn, t, applied)?;
                     } else if !tables[t].info.state.is_hydrated() {
                         deferral.keep(txn, t, m.oid, data);
                     }
@@ -442,7 +606,8 @@ fn on_message(
             if let Some(txn) = txn {
                 for &t in by_oid.get(&m.oid).map_or(none, Vec::as_slice) {
                     if tables[t].applies(txn.final_lsn) {
-                        txn.delete(store, tables, t, &m.old)?;
+                        let applied = txn.delete(store, tables, t, &m.old);
+                        stall_on_row_error(ctx, store, tables, txn, t, applied)?;
                     } else if !tables[t].info.state.is_hydrated() {
                         deferral.keep(txn, t, m.oid, data);
                     }
@@ -534,7 +699,7 @@ fn replay_pending(
                     source_name: ctx.source.name.clone(),
                     message: format!("a pending message of table {}: {e}", tables[t].info.name),
                 })?;
-            match decoded {
+            let applied = match decoded {
                 LogicalMessage::Relation(relation) => {
                     if let Err(problem) = tables[t].on_relation(&relation)
                         && applies
@@ -542,16 +707,25 @@ fn replay_pending(
                         stalled = Some(problem);
                         break 'pages;
                     }
+                    Ok(())
                 }
-                LogicalMessage::Insert(m) if applies => txn.insert(store, tables, t, &m.new)?,
+                LogicalMessage::Insert(m) if applies => txn.insert(store, tables, t, &m.new),
                 LogicalMessage::Update(m) if applies => {
-                    txn.update(store, tables, t, m.old.as_ref(), &m.new)?
+                    txn.update(store, tables, t, m.old.as_ref(), &m.new)
                 }
-                LogicalMessage::Delete(m) if applies => txn.delete(store, tables, t, &m.old)?,
+                LogicalMessage::Delete(m) if applies => txn.delete(store, tables, t, &m.old),
                 LogicalMessage::Truncate(m) if applies && m.relation_oids.contains(&oid) => {
-                    txn.truncate(store, tables, t)?
+                    txn.truncate(store, tables, t)
                 }
                 _ => continue,
+            };
+            match applied {
+                // As live: the table stalls before this transaction.
+                Err(e @ PipelineError::Document { .. }) => {
+                    stalled = Some(e.primary());
+                    break 'pages;
+                }
+                other => other?,
             }
             replayed += 1;
         }

@@ -36,6 +36,11 @@ pub struct SourceInfo {
     /// The end LSN of the last upstream transaction applied to the state.
     #[serde(serialize_with = "ser_lsn")]
     pub applied_lsn: Lsn,
+    /// `DROP SOURCE` was run: the source no longer streams, and leaves the
+    /// catalog once its slot is dropped upstream.
+    pub dropping: bool,
+    /// Why the last `DROP SOURCE` could not drop the slot.
+    pub drop_error: Option<String>,
 }
 
 fn ser_lsn<S: serde::Serializer>(lsn: &Lsn, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -102,14 +107,17 @@ impl TableState {
         matches!(self, TableState::Running | TableState::Stalled)
     }
 
-    fn parse(s: &str) -> TableState {
-        match s {
+    /// The state named `s`, as stored; `None` for any other text (a store
+    /// written by a newer release, or damaged).
+    fn parse(s: &str) -> Option<TableState> {
+        Some(match s {
+            "pending" => TableState::Pending,
             "snapshotting" => TableState::Snapshotting,
             "copied" => TableState::Copied,
             "running" => TableState::Running,
             "stalled" => TableState::Stalled,
-            _ => TableState::Pending,
-        }
+            _ => return None,
+        })
     }
 }
 
@@ -171,6 +179,15 @@ pub struct InterfaceInfo {
     pub absorb_auto: bool,
 }
 
+/// One column of a materialized view's output: name, type, NOT NULL.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct OutputColumn {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    pub not_null: bool,
+}
+
 /// A replacement of an interface: the same interface over another table
 /// (`CREATE REPLACEMENT MATERIALIZED VIEW name FOR target AS ... FROM
 /// table t`), swapped in by `ALTER MATERIALIZED VIEW target APPLY
@@ -226,7 +243,9 @@ CREATE TABLE IF NOT EXISTS sources (
     publication TEXT NOT NULL,
     publication_created INTEGER NOT NULL,
     slot TEXT NOT NULL,
-    applied_lsn INTEGER NOT NULL DEFAULT 0
+    applied_lsn INTEGER NOT NULL DEFAULT 0,
+    dropping INTEGER NOT NULL DEFAULT 0,
+    drop_error TEXT
 );
 CREATE TABLE IF NOT EXISTS tables (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -245,7 +264,8 @@ CREATE TABLE IF NOT EXISTS interfaces (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL UNIQUE,
     table_name TEXT NOT NULL REFERENCES tables(name),
-    absorb TEXT NOT NULL DEFAULT 'manual'
+    absorb TEXT NOT NULL DEFAULT 'manual',
+    output TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS sinks (
     name TEXT PRIMARY KEY,
@@ -353,7 +373,8 @@ impl Store {
     pub fn source(&self, name: &str) -> Result<Option<SourceInfo>> {
         self.conn
             .query_row(
-                "SELECT name, connection, publication, publication_created, slot, applied_lsn \
+                "SELECT name, connection, publication, publication_created, slot, applied_lsn, \
+                        dropping, drop_error \
                  FROM sources WHERE name = ?1",
                 [name],
                 source_row,
@@ -367,7 +388,8 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT name, connection, publication, publication_created, slot, applied_lsn \
+                "SELECT name, connection, publication, publication_created, slot, applied_lsn, \
+                        dropping, drop_error \
                  FROM sources ORDER BY name",
             )
             .map_err(|e| PipelineError::store("list sources", e))?;
@@ -376,6 +398,18 @@ impl Store {
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| PipelineError::store("list sources", e))?;
         Ok(rows)
+    }
+
+    /// Marks source `name` as being dropped, with why the last attempt
+    /// could not drop its slot (`None` while one runs).
+    pub fn set_source_dropping(&self, name: &str, error: Option<&str>) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE sources SET dropping = 1, drop_error = ?2 WHERE name = ?1",
+                params![name, error],
+            )
+            .map_err(|e| PipelineError::store("mark source as being dropped", e))?;
+        Ok(())
     }
 
     /// Deletes a source.
@@ -450,23 +484,41 @@ impl Store {
             .query_map(p, |r| {
                 let columns: String = r.get(6)?;
                 let state: String = r.get(7)?;
-                Ok(TableInfo {
-                    id: r.get(0)?,
-                    name: r.get(1)?,
-                    source: r.get(2)?,
-                    upstream_schema: r.get(3)?,
-                    upstream_table: r.get(4)?,
-                    upstream_oid: r.get(5)?,
-                    columns: columns_from_json(&columns).unwrap_or_default(),
-                    state: TableState::parse(&state),
-                    error: r.get(8)?,
-                    snapshot_lsn: r.get::<_, Option<i64>>(9)?.map(lsn_from_sql),
-                    rows_copied: r.get::<_, i64>(10)? as u64,
-                })
+                Ok((
+                    TableInfo {
+                        id: r.get(0)?,
+                        name: r.get(1)?,
+                        source: r.get(2)?,
+                        upstream_schema: r.get(3)?,
+                        upstream_table: r.get(4)?,
+                        upstream_oid: r.get(5)?,
+                        columns: columns_from_json(&columns).unwrap_or_default(),
+                        state: TableState::Pending, // set from `state` below
+                        error: r.get(8)?,
+                        snapshot_lsn: r.get::<_, Option<i64>>(9)?.map(lsn_from_sql),
+                        rows_copied: r.get::<_, i64>(10)? as u64,
+                    },
+                    state,
+                ))
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| PipelineError::store("list tables", e))?;
-        Ok(rows)
+        rows.into_iter()
+            .map(|(mut table, state)| {
+                // Never a guess: taken as pending, the table would be
+                // copied again, and a copy starts by deleting its rows.
+                table.state = TableState::parse(&state).ok_or_else(|| PipelineError::Store {
+                    context: format!("read table \"{}\"", table.name),
+                    message: format!(
+                        "its state \"{state}\" is not one this release knows (pending, \
+                              snapshotting, copied, running, stalled): the state store was \
+                             written by a newer release or is damaged; run the release that \
+                             wrote it, or restore pipeline.db from a backup"
+                    ),
+                })?;
+                Ok(table)
+            })
+            .collect()
     }
 
     /// Sets a table's state (and error, and snapshot position).
@@ -510,15 +562,50 @@ impl Store {
 
     // ------------------------------------------------------- interfaces
 
-    /// Inserts an interface.
-    pub fn insert_interface(&self, name: &str, table: &str) -> Result<()> {
+    /// Inserts an interface whose query outputs `output`.
+    pub(crate) fn insert_interface(
+        &self,
+        name: &str,
+        table: &str,
+        output: &[OutputColumn],
+    ) -> Result<()> {
+        let output = serde_json::to_string(output).map_err(|e| PipelineError::Store {
+            context: "insert materialized view".into(),
+            message: e.to_string(),
+        })?;
         self.conn
             .execute(
-                "INSERT INTO interfaces (name, table_name) VALUES (?1, ?2)",
-                [name, table],
+                "INSERT INTO interfaces (name, table_name, output) VALUES (?1, ?2, ?3)",
+                [name, table, &output],
             )
             .map_err(|e| PipelineError::store("insert materialized view", e))?;
         Ok(())
+    }
+
+    /// The output columns of interface `name`'s query, as recorded when it
+    /// was created.
+    pub(crate) fn interface_output(&self, name: &str) -> Result<Option<Vec<OutputColumn>>> {
+        let context = || format!("read the output of materialized view \"{name}\"");
+        let Some(text) = self
+            .conn
+            .query_row(
+                "SELECT output FROM interfaces WHERE name = ?1",
+                [name],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+            .map_err(|e| PipelineError::store(context(), e))?
+        else {
+            return Ok(None);
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| PipelineError::Store {
+                context: context(),
+                message: format!(
+                    "the recorded output is unreadable ({e}); the state store is damaged"
+                ),
+            })
     }
 
     /// Sets an interface's ABSORB option.
@@ -621,6 +708,18 @@ impl Store {
             .execute(
                 "UPDATE replacements SET applying = ?2, error = NULL WHERE name = ?1",
                 params![name, applying],
+            )
+            .map_err(|e| PipelineError::store("update replacement", e))?;
+        Ok(())
+    }
+
+    /// Records why replacement `name` could not be applied: it is no
+    /// longer being applied, so it can be applied again or dropped.
+    pub fn set_replacement_error(&self, name: &str, error: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE replacements SET applying = 0, error = ?2 WHERE name = ?1",
+                params![name, error],
             )
             .map_err(|e| PipelineError::store("update replacement", e))?;
         Ok(())
@@ -923,8 +1022,16 @@ impl Store {
 /// Columns added since the first release of the store: added to an older
 /// `pipeline.db` when it is opened.
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
+    ("sources", "dropping", "INTEGER NOT NULL DEFAULT 0"),
+    ("sources", "drop_error", "TEXT"),
     ("feed", "committed_at", "INTEGER NOT NULL DEFAULT 0"),
     ("interfaces", "absorb", "TEXT NOT NULL DEFAULT 'manual'"),
+    // Every interface of an older store is of the one interface form.
+    (
+        "interfaces",
+        "output",
+        r#"TEXT NOT NULL DEFAULT '[{"name":"data","type":"jsonb","not_null":true}]'"#,
+    ),
 ];
 
 fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
@@ -951,6 +1058,8 @@ fn source_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SourceInfo> {
         publication_created: r.get(3)?,
         slot: r.get(4)?,
         applied_lsn: lsn_from_sql(r.get(5)?),
+        dropping: r.get(6)?,
+        drop_error: r.get(7)?,
     })
 }
 
@@ -1012,6 +1121,8 @@ mod tests {
                 publication_created: true,
                 slot: "evolve_src".into(),
                 applied_lsn: Lsn(5),
+                dropping: false,
+                drop_error: None,
             })
             .unwrap();
         let table = TableInfo {
@@ -1042,7 +1153,9 @@ mod tests {
         let read = store.table("t_v1").unwrap().unwrap();
         assert_eq!(read.columns, table.columns);
         assert_eq!(read.id, id);
-        store.insert_interface("t_json", "t_v1").unwrap();
+        store
+            .insert_interface("t_json", "t_v1", &crate::pipeline::interface_output())
+            .unwrap();
         assert_eq!(
             store.dependents(ObjectKind::Table, "t_v1").unwrap(),
             vec![(ObjectKind::Interface, "t_json".to_string())]

@@ -79,14 +79,7 @@ pub(crate) fn apply(
     }
     let refuse = |error: String| -> Result<()> {
         tracing::warn!(replacement = %name, %error, "replacement not applied");
-        store
-            .conn
-            .execute(
-                "UPDATE replacements SET applying = 0, error = ?2 WHERE name = ?1",
-                params![name, error],
-            )
-            .map_err(fail)?;
-        Ok(())
+        store.set_replacement_error(name, &error)
     };
     let Some(interface) = store.interface(&replacement.target)? else {
         return refuse(format!(

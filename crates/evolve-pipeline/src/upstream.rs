@@ -2,9 +2,7 @@
 //! publication, slot, COPY) and replication sessions (temporary slot with an
 //! exported snapshot, the stream).
 
-use std::collections::HashMap;
-
-use evolve_core::document::{Column, TypeKind};
+use evolve_core::document::{ATTRIBUTES_QUERY, Column, PgType, TYPES_QUERY, TypeCatalog};
 use evolve_pg::{PgError, SslMode, TlsSettings, Verification, quote_ident, quote_literal};
 use evolve_pgoutput::Lsn;
 use pgwire_replication::{ReplicationClient, ReplicationConfig, TlsConfig};
@@ -149,7 +147,7 @@ pub async fn inspect_table(
             },
         });
     }
-    let catalog = TypeCatalog::load(client).await?;
+    let catalog = type_catalog(client).await?;
     let rows = client
         .query(
             "SELECT attname::text, attnum, atttypid, atttypmod, format_type(atttypid, atttypmod), \
@@ -363,6 +361,21 @@ pub async fn drop_slot(client: &Client, slot: &str) -> Result<()> {
     Ok(())
 }
 
+/// Drops logical slot `slot` if it exists, waiting up to 5 s for a
+/// session that is ending to release it.
+pub async fn drop_slot_released(client: &Client, slot: &str) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        match drop_slot(client, slot).await {
+            Err(_) if attempt < 25 => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// A replication-session config for `connection`: host, port, user,
 /// password and database from its url, [`SESSION_SETTINGS`] as startup
 /// options, and the url's TLS parameters as [`replication_tls`] maps them.
@@ -408,14 +421,29 @@ pub fn replication_config(
     } else {
         replication_tls(&tls, &host).map_err(bad)?
     };
-    Ok(
-        ReplicationConfig::new(host, user, password, database, slot, publication)
-            .with_port(port)
-            .with_tls(tls)
-            .with_options(options.join(" "))
-            .with_application_name("evolve-pipeline")
-            .with_status_interval(std::time::Duration::from_secs(1)),
+    Ok(ReplicationConfig::new(
+        host,
+        user,
+        password,
+        database,
+        slot,
+        publication_names(publication),
     )
+    .with_port(port)
+    .with_tls(tls)
+    .with_options(options.join(" "))
+    .with_application_name("evolve-pipeline")
+    .with_status_interval(std::time::Duration::from_secs(1)))
+}
+
+/// `publication` as an element of `START_REPLICATION`'s
+/// `publication_names` list, which the server splits at commas and folds
+/// to lower case like identifiers: always double-quoted, so `MyPub`,
+/// `a,b` and `it's` each name the one publication that CREATE SOURCE
+/// created. (pgwire-replication doubles the single quotes of the string
+/// literal around the list.)
+fn publication_names(publication: &str) -> String {
+    format!("\"{}\"", publication.replace('"', "\"\""))
 }
 
 /// pgwire-replication's TLS for the url's TLS settings (see `evolve_pg::tls`)
@@ -462,6 +490,38 @@ fn replication_tls(settings: &TlsSettings, host: &str) -> std::result::Result<Tl
         (Some(cert), Some(key)) => tls.with_client_cert(cert, key),
         _ => tls,
     })
+}
+
+/// How long [`probe_stream`] waits for the server to accept the stream.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Starts the stream of `slot` with `publication` once, as the source
+/// will, and ends it at once: the server's refusal (an unusable
+/// publication list, a missing privilege, no free WAL sender) as an
+/// error. Nothing is consumed from the slot.
+pub async fn probe_stream(
+    name: &str,
+    connection: &Connection,
+    slot: &str,
+    publication: &str,
+) -> Result<()> {
+    let config = replication_config(name, connection, slot, publication)?;
+    let mut session = ReplicationClient::connect(config)
+        .await
+        .map_err(|e| replication_connect_error(name, connection, &e))?;
+    let started = tokio::time::timeout(PROBE_TIMEOUT, session.wait_started()).await;
+    let _ = session.shutdown().await;
+    match started {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(replication_connect_error(name, connection, &e)),
+        Err(_) => Err(PipelineError::Replication {
+            source_name: name.to_string(),
+            message: format!(
+                "the server did not start the replication stream within {} s",
+                PROBE_TIMEOUT.as_secs()
+            ),
+        }),
+    }
 }
 
 /// A temporary slot with an exported snapshot, alive while this lives.
@@ -584,97 +644,28 @@ fn replication_tls_reason(message: &str, settings: &TlsSettings) -> String {
 
 // ------------------------------------------------------------ type kinds
 
-struct PgType {
-    typtype: u8,
-    typelem: u32,
-    typdelim: u8,
-    typbasetype: u32,
-    typrelid: u32,
-    true_array: bool,
-}
-
-/// The upstream catalog's types, to map a type OID to a [`TypeKind`]
-/// (adapted from evolve-core's document_vs_server test).
-pub struct TypeCatalog {
-    types: HashMap<u32, PgType>,
-    attributes: HashMap<u32, Vec<(String, u32)>>,
-}
-
-impl TypeCatalog {
-    /// Reads every type and every composite type's attributes.
-    pub async fn load(client: &Client) -> Result<TypeCatalog> {
-        let fail = |e: tokio_postgres::Error| PipelineError::database("read pg_type", &e);
-        let mut types = HashMap::new();
-        for row in client
-            .query(
-                "SELECT oid, typtype, typelem, typdelim, typbasetype, typrelid, \
-                        typsubscript = 'array_subscript_handler'::regproc \
-                 FROM pg_type",
-                &[],
-            )
-            .await
-            .map_err(fail)?
-        {
-            let typtype: i8 = row.get(1);
-            let typdelim: i8 = row.get(3);
-            types.insert(
-                row.get::<_, u32>(0),
-                PgType {
-                    typtype: typtype as u8,
-                    typelem: row.get(2),
-                    typdelim: typdelim as u8,
-                    typbasetype: row.get(4),
-                    typrelid: row.get(5),
-                    true_array: row.get(6),
-                },
-            );
-        }
-        let mut attributes: HashMap<u32, Vec<(String, u32)>> = HashMap::new();
-        for row in client
-            .query(
-                "SELECT a.attrelid, a.attname::text, a.atttypid \
-                 FROM pg_attribute a JOIN pg_type t ON t.typrelid = a.attrelid \
-                 WHERE t.typtype = 'c' AND a.attnum > 0 AND NOT a.attisdropped \
-                 ORDER BY a.attrelid, a.attnum",
-                &[],
-            )
-            .await
-            .map_err(fail)?
-        {
-            attributes
-                .entry(row.get(0))
-                .or_default()
-                .push((row.get(1), row.get(2)));
-        }
-        Ok(TypeCatalog { types, attributes })
+/// Reads the upstream catalog's types into a [`TypeCatalog`], which maps a
+/// type OID to a [`TypeKind`](evolve_core::document::TypeKind).
+pub async fn type_catalog(client: &Client) -> Result<TypeCatalog> {
+    let fail = |e: tokio_postgres::Error| PipelineError::database("read pg_type", &e);
+    let mut catalog = TypeCatalog::new();
+    for row in client.query(TYPES_QUERY, &[]).await.map_err(fail)? {
+        let typtype: i8 = row.get(1);
+        let typdelim: i8 = row.get(3);
+        catalog.add_type(PgType {
+            oid: row.get(0),
+            typtype: typtype as u8,
+            typelem: row.get(2),
+            typdelim: typdelim as u8,
+            typbasetype: row.get(4),
+            typrelid: row.get(5),
+            array_subscript: row.get(6),
+        });
     }
-
-    /// The kind of type `oid`; `None` for an unknown OID.
-    pub fn kind(&self, oid: u32) -> Option<TypeKind> {
-        self.kind_at(oid, 0)
+    for row in client.query(ATTRIBUTES_QUERY, &[]).await.map_err(fail)? {
+        catalog.add_attribute(row.get(0), row.get(1), row.get(2));
     }
-
-    fn kind_at(&self, oid: u32, depth: usize) -> Option<TypeKind> {
-        if depth > evolve_core::document::MAX_TYPE_DEPTH {
-            return None;
-        }
-        let t = self.types.get(&oid)?;
-        Some(match t.typtype {
-            b'd' => return self.kind_at(t.typbasetype, depth + 1),
-            b'c' => {
-                let mut fields = Vec::new();
-                for (name, typid) in self.attributes.get(&t.typrelid).into_iter().flatten() {
-                    fields.push((name.clone(), self.kind_at(*typid, depth + 1)?));
-                }
-                TypeKind::Composite { fields }
-            }
-            b'b' if t.true_array && t.typelem != 0 => TypeKind::Array {
-                element: Box::new(self.kind_at(t.typelem, depth + 1)?),
-                delimiter: self.types.get(&t.typelem)?.typdelim,
-            },
-            _ => TypeKind::from_builtin_oid(oid),
-        })
-    }
+    Ok(catalog)
 }
 
 // ------------------------------------------------------------ COPY text

@@ -20,6 +20,7 @@ async fn call(router: &Router, method: &str, uri: &str, body: Vec<u8>) -> (u16, 
     let request = Request::builder()
         .method(method)
         .uri(uri)
+        .header("content-type", "application/sql")
         .body(Body::from(body))
         .unwrap();
     let response = router.clone().oneshot(request).await.unwrap();

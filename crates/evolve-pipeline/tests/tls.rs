@@ -24,6 +24,7 @@ fn tls_only_cluster() -> Cluster {
             require: true,
             ..TlsOptions::default()
         }),
+        ..Options::default()
     })
     .expect("start a TLS-only cluster")
 }

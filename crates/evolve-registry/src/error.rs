@@ -35,6 +35,12 @@ impl ApiError {
         )
     }
 
+    /// A request refused before it is read: a `Host` that is not the
+    /// registry's, or a write from another site's page.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(403, 403, message)
+    }
+
     pub fn not_found_path(path: &str) -> ApiError {
         ApiError::new(404, 404, format!("HTTP 404 Not Found: no endpoint {path}"))
     }
@@ -203,6 +209,19 @@ impl ApiError {
             422,
             42209,
             format!("Request body is larger than the limit of {limit} bytes (--max-body-bytes)"),
+        )
+    }
+
+    /// A schema text over `--max-schema-bytes`: 422 with 42209, as
+    /// Confluent answers a schema too large for its Kafka store ("Register
+    /// operation failed because schema is too large").
+    pub fn schema_too_large(operation: &str, size: usize, limit: usize) -> ApiError {
+        ApiError::new(
+            422,
+            42209,
+            format!(
+                "{operation} operation failed because schema is too large: {size} bytes, more than the limit of {limit} bytes (--max-schema-bytes)"
+            ),
         )
     }
 

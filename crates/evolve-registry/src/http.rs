@@ -15,6 +15,7 @@ use axum::routing::{get, post};
 use evolve_compat::Mode;
 use serde_json::{Value as Json, json};
 
+use crate::access::Access;
 use crate::auth::Users;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -26,22 +27,38 @@ use crate::store::Storage;
 /// Confluent's content type, the default for responses.
 pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 
-/// The default request body limit (`--max-body-bytes`).
-pub const DEFAULT_MAX_BODY: usize = 8 * 1024 * 1024;
+/// The default limit on a schema's text (`--max-schema-bytes`).
+pub const DEFAULT_MAX_SCHEMA: usize = 8 * 1024 * 1024;
+
+/// The request body limit for a schema limit (`--max-body-bytes` when it
+/// is not given): twice the schema, since escaping a schema's quotes in
+/// the JSON body can double it, and 1 MiB for the rest of the body.
+pub const fn default_max_body(max_schema: usize) -> usize {
+    max_schema.saturating_mul(2).saturating_add(1024 * 1024)
+}
+
+/// The default request body limit: [`default_max_body`] of
+/// [`DEFAULT_MAX_SCHEMA`] (17 MiB).
+pub const DEFAULT_MAX_BODY: usize = default_max_body(DEFAULT_MAX_SCHEMA);
 
 /// What the handlers share.
 pub struct App {
     pub registry: Registry<Storage>,
     pub users: Option<Users>,
     pub metrics: Metrics,
+    /// The largest request body read (42209 beyond).
     pub max_body: usize,
+    /// The largest schema text accepted (42209 beyond).
+    pub max_schema: usize,
+    /// Which `Host` and `Origin` headers are accepted.
+    pub access: Access,
 }
 
 type Shared = Arc<App>;
 type Params = Query<HashMap<String, String>>;
 
-/// The router with every route, basic auth (when users are configured),
-/// metrics and access logs.
+/// The router with every route, the `Host` and `Origin` checks, basic auth
+/// (when users are configured), metrics and access logs.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(root))
@@ -104,6 +121,7 @@ pub fn router(app: Arc<App>) -> Router {
             Arc::clone(&app),
             authenticate,
         ))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), guard))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), observe))
         .with_state(app)
 }
@@ -163,7 +181,7 @@ pub fn decode_schema_body(bytes: &[u8], normalize: bool) -> Result<SchemaInput, 
     }
     let body: Json = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("The request body is not valid JSON: {e}")))?;
-    let mut input = schema_input(&body)?;
+    let mut input = schema_input(body)?;
     if normalize {
         let schema_type = crate::state::parse_schema_type(input.schema_type.as_deref())?;
         input.schema = crate::state::normalize_text(schema_type, &input.schema);
@@ -171,27 +189,39 @@ pub fn decode_schema_body(bytes: &[u8], normalize: bool) -> Result<SchemaInput, 
     Ok(input)
 }
 
-/// Reads a schema body: at most `max_body` bytes (42209 beyond).
+/// Reads a schema body: at most `max_body` bytes, a schema of at most
+/// `max_schema` bytes (42209 beyond either). `operation` names the request
+/// in the error.
 async fn read_schema_body(
     app: &App,
     body: Body,
     params: &HashMap<String, String>,
+    operation: &str,
 ) -> Result<SchemaInput, ApiError> {
     let bytes = axum::body::to_bytes(body, app.max_body)
         .await
         .map_err(|_| ApiError::too_large(app.max_body))?;
-    decode_schema_body(&bytes, flag(params, "normalize"))
+    let input = decode_schema_body(&bytes, flag(params, "normalize"))?;
+    if input.schema.len() > app.max_schema {
+        return Err(ApiError::schema_too_large(
+            operation,
+            input.schema.len(),
+            app.max_schema,
+        ));
+    }
+    Ok(input)
 }
 
-/// The schema fields of a registration, lookup or check body.
-fn schema_input(body: &Json) -> Result<SchemaInput, ApiError> {
-    let Some(object) = body.as_object() else {
+/// The schema fields of a registration, lookup or check body (the schema
+/// text is moved out of it, not copied).
+fn schema_input(body: Json) -> Result<SchemaInput, ApiError> {
+    let Json::Object(mut object) = body else {
         return Err(ApiError::bad_request(
             "The request body must be a JSON object with a \"schema\" field",
         ));
     };
-    let schema = match object.get("schema") {
-        Some(Json::String(s)) if !s.trim().is_empty() => s.clone(),
+    let schema = match object.remove("schema") {
+        Some(Json::String(s)) if !s.trim().is_empty() => s,
         Some(Json::String(_)) => return Err(ApiError::invalid_schema("Empty schema")),
         Some(_) => {
             return Err(ApiError::invalid_schema(
@@ -213,9 +243,9 @@ fn schema_input(body: &Json) -> Result<SchemaInput, ApiError> {
             )));
         }
     };
-    let references: Vec<SchemaReference> = match object.get("references") {
+    let references: Vec<SchemaReference> = match object.remove("references") {
         None | Some(Json::Null) => Vec::new(),
-        Some(refs) => serde_json::from_value(refs.clone()).map_err(|e| {
+        Some(refs) => serde_json::from_value(refs).map_err(|e| {
             ApiError::invalid_schema(format!(
                 "Invalid schema: \"references\" must be a list of {{\"name\",\"subject\",\"version\"}}: {e}"
             ))
@@ -414,7 +444,7 @@ async fn lookup(
     Query(params): Params,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let input = read_schema_body(&app, body, &params).await?;
+    let input = read_schema_body(&app, body, &params, "Lookup").await?;
     let deleted = flag(&params, "deleted");
     let body = app
         .registry
@@ -437,7 +467,13 @@ async fn register(
     Query(params): Params,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let input = read_schema_body(&app, body, &params).await?;
+    let input = read_schema_body(&app, body, &params, "Register").await?;
+    if let Some(existing) = app
+        .registry
+        .read(|state| state.existing_registration(&subject, &input))
+    {
+        return ok(json!({ "id": existing.id }));
+    }
     let code = app.registry.settings.incompatible_code;
     let id = app
         .registry
@@ -557,7 +593,7 @@ async fn check(
     params: &HashMap<String, String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let input = read_schema_body(app, body, params).await?;
+    let input = read_schema_body(app, body, params, "Compatibility check").await?;
     let messages = app
         .registry
         .read_fresh(|state| state.check_compatibility(subject, version, &input))
@@ -755,6 +791,16 @@ async fn method_not_allowed(request: Request) -> ApiError {
 }
 
 // ---- middleware ----------------------------------------------------------------
+
+/// Refuses, with 403, a request whose `Host` is not one of the registry's
+/// names (DNS rebinding) and a write whose `Origin` is another site's (a
+/// browser page posting to the registry); see [`Access`].
+async fn guard(AxumState(app): AxumState<Shared>, request: Request, next: Next) -> Response {
+    match app.access.check(request.method(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
+}
 
 /// HTTP basic auth against the users file, when one is configured.
 async fn authenticate(AxumState(app): AxumState<Shared>, request: Request, next: Next) -> Response {

@@ -10,12 +10,16 @@
 //! - [`service`]: one registry instance: its state, catching up with the
 //!   log, writes that retry when another instance appended first.
 //! - [`http`]: the axum router (routes, content types, errors, basic
-//!   auth, metrics, access logs) and [`http::serve`] (TCP or TLS).
+//!   auth, metrics, access logs) and [`serve`] (TCP or TLS).
+//! - [`access`]: the `Host` and `Origin` checks that keep web pages in a
+//!   browser out (DNS rebinding, cross-site writes).
 
+pub mod access;
 pub mod auth;
 pub mod error;
 pub mod http;
 pub mod metrics;
+mod parser;
 pub mod record;
 pub mod serve;
 pub mod service;

@@ -110,21 +110,16 @@ impl<L: Log> Registry<L> {
     }
 
     /// Computes a write from the current state and appends its records;
-    /// recomputes when another instance appended first. A write that
-    /// appends nothing (re-registering a live schema) is answered from the
-    /// state as it is, without catching up: like a read, it may lag another
-    /// instance's writes by the poll interval.
+    /// recomputes when another instance appended first. Writes on one
+    /// instance run one at a time, so a write is computed once per attempt
+    /// and large schemas are never parsed by several writes at once. A
+    /// registration of a schema that is already a live version should not
+    /// come here: see [`State::existing_registration`], answered from
+    /// memory like a read.
     pub async fn write<T>(
         &self,
         op: impl Fn(&State) -> Result<(T, Vec<Record>), ApiError>,
     ) -> Result<T, ApiError> {
-        // A write that would append nothing (a schema already registered in
-        // its subject) answers from memory, like a read.
-        if let Ok((answer, records)) = self.read(&op)
-            && records.is_empty()
-        {
-            return Ok(answer);
-        }
         let _writer = self.writer.lock().await;
         for _ in 0..MAX_WRITE_ATTEMPTS {
             self.catch_up().await?;

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use evolve_compat::{Mode, Reference, Schema, SchemaType};
+use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 use crate::record::{Key, Record, RegistryMode, SchemaReference, SchemaValue, Value};
@@ -16,6 +17,13 @@ pub const DEFAULT_COMPATIBILITY: Mode = Mode::Backward;
 
 /// The largest version number and id (Confluent: 2^31-1).
 pub const MAX_VERSION: u32 = i32::MAX as u32;
+
+/// How much schema text the cache of parsed schemas may stand for. A
+/// parsed schema takes several times its text (an Avro record about twenty
+/// times), so the cache is bounded by the texts' total size, least recently
+/// used first out; a schema larger than this is parsed each time it is
+/// needed.
+pub const PARSED_CACHE_TEXT_BYTES: usize = 4 * 1024 * 1024;
 
 /// A schema as stored under an id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,7 +117,7 @@ pub struct State {
     pub offset: i64,
     schemas: HashMap<u32, Arc<StoredSchema>>,
     /// Dedup key → id: ids are global and one per distinct schema.
-    ids: HashMap<String, u32>,
+    ids: HashMap<DedupKey, u32>,
     subjects: BTreeMap<String, Subject>,
     compatibility: Option<Mode>,
     mode: Option<RegistryMode>,
@@ -117,8 +125,62 @@ pub struct State {
     /// How many versions (live or soft-deleted) use each id: whether an id
     /// is still served, without scanning every subject on a read.
     uses: HashMap<u32, usize>,
-    /// Parsed schemas by id, filled on first use.
-    parsed: Mutex<HashMap<u32, Arc<Schema>>>,
+    /// Parsed schemas by id, filled on use, bounded.
+    parsed: Mutex<ParsedCache>,
+}
+
+/// Parsed schemas by id, at most [`PARSED_CACHE_TEXT_BYTES`] of their
+/// texts, least recently used evicted first.
+#[derive(Debug, Default)]
+struct ParsedCache {
+    entries: HashMap<u32, CacheEntry>,
+    text_bytes: usize,
+    clock: u64,
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    schema: Arc<Schema>,
+    text_bytes: usize,
+    used: u64,
+}
+
+impl ParsedCache {
+    fn get(&mut self, id: u32) -> Option<Arc<Schema>> {
+        self.clock += 1;
+        let entry = self.entries.get_mut(&id)?;
+        entry.used = self.clock;
+        Some(Arc::clone(&entry.schema))
+    }
+
+    fn insert(&mut self, id: u32, schema: Arc<Schema>, text_bytes: usize) {
+        if text_bytes > PARSED_CACHE_TEXT_BYTES {
+            return;
+        }
+        self.clock += 1;
+        let entry = CacheEntry {
+            schema,
+            text_bytes,
+            used: self.clock,
+        };
+        if let Some(old) = self.entries.insert(id, entry) {
+            self.text_bytes -= old.text_bytes;
+        }
+        self.text_bytes += text_bytes;
+        while self.text_bytes > PARSED_CACHE_TEXT_BYTES {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(id, _)| *id)
+            else {
+                break;
+            };
+            if let Some(old) = self.entries.remove(&oldest) {
+                self.text_bytes -= old.text_bytes;
+            }
+        }
+    }
 }
 
 /// One version fewer uses `id`.
@@ -128,29 +190,117 @@ fn release(uses: &mut HashMap<u32, usize>, id: u32) {
     }
 }
 
-/// The key on which ids are deduplicated: the type, the schema text with
-/// insignificant white space and object key order removed (for the JSON
-/// formats) and the references. Not Avro's Parsing Canonical Form, which
-/// drops defaults, aliases and doc: two schemas that differ there are
-/// different schemas to their users.
-pub fn dedup_key(schema_type: SchemaType, text: &str, references: &[SchemaReference]) -> String {
-    let body = match schema_type {
-        SchemaType::Avro | SchemaType::Json => {
-            match serde_json::from_str::<serde_json::Value>(text) {
-                Ok(value) => value.to_string(),
-                Err(_) => text.trim().to_owned(),
-            }
-        }
-        SchemaType::Protobuf => text.trim().to_owned(),
-    };
-    let mut key = format!("{schema_type:?}\u{0}{body}");
+/// The key on which ids are deduplicated: the SHA-256 of the type, the
+/// schema text with insignificant white space and object key order removed
+/// (for the JSON formats) and the references. Not Avro's Parsing Canonical
+/// Form, which drops defaults, aliases and doc: two schemas that differ
+/// there are different schemas to their users. A digest rather than the
+/// text itself, so that the state holds each schema's text once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DedupKey([u8; 32]);
+
+pub fn dedup_key(schema_type: SchemaType, text: &str, references: &[SchemaReference]) -> DedupKey {
+    let mut hasher = Sha256::new();
+    hasher.update(format!("{schema_type:?}\u{0}"));
+    match schema_type {
+        SchemaType::Avro | SchemaType::Json => match canonical_json(text) {
+            Some(body) => hasher.update(body),
+            None => hasher.update(text.trim()),
+        },
+        SchemaType::Protobuf => hasher.update(text.trim()),
+    }
     for r in references {
-        key.push_str(&format!(
+        hasher.update(format!(
             "\u{0}{}\u{1}{}\u{1}{}",
             r.name, r.subject, r.version
         ));
     }
-    key
+    DedupKey(hasher.finalize().into())
+}
+
+/// The JSON text without insignificant white space and with object keys
+/// sorted (a repeated key keeps its last value), exactly as
+/// `serde_json::Value`'s `to_string` prints it, but written while parsing:
+/// no tree of values, whose nodes take several times the text. `None` when
+/// the text is not JSON.
+pub fn canonical_json(text: &str) -> Option<String> {
+    serde_json::from_str::<Canonical>(text).ok().map(|c| c.0)
+}
+
+/// A JSON value as canonical text.
+struct Canonical(String);
+
+impl<'de> serde::Deserialize<'de> for Canonical {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Canonical, D::Error> {
+        deserializer.deserialize_any(CanonicalVisitor)
+    }
+}
+
+struct CanonicalVisitor;
+
+impl<'de> serde::de::Visitor<'de> for CanonicalVisitor {
+    type Value = Canonical;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Canonical, E> {
+        Ok(Canonical(v.to_string()))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Canonical, E> {
+        Ok(Canonical(serde_json::Number::from(v).to_string()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Canonical, E> {
+        Ok(Canonical(serde_json::Number::from(v).to_string()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Canonical, E> {
+        Ok(Canonical(match serde_json::Number::from_f64(v) {
+            Some(n) => n.to_string(),
+            None => "null".to_owned(),
+        }))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Canonical, E> {
+        Ok(Canonical(serde_json::Value::from(v).to_string()))
+    }
+
+    fn visit_unit<E>(self) -> Result<Canonical, E> {
+        Ok(Canonical("null".to_owned()))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Canonical, A::Error> {
+        let mut out = String::from("[");
+        while let Some(Canonical(item)) = seq.next_element()? {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            out.push_str(&item);
+        }
+        out.push(']');
+        Ok(Canonical(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Canonical, A::Error> {
+        let mut members = BTreeMap::new();
+        while let Some((key, Canonical(value))) = map.next_entry::<String, Canonical>()? {
+            members.insert(key, value);
+        }
+        let mut out = String::from("{");
+        for (i, (key, value)) in members.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&serde_json::Value::from(key.as_str()).to_string());
+            out.push(':');
+            out.push_str(value);
+        }
+        out.push('}');
+        Ok(Canonical(out))
+    }
 }
 
 /// What `normalize=true` stores instead of the text as given: for Avro and
@@ -277,16 +427,26 @@ impl State {
 
     fn apply_schema(&mut self, v: &SchemaValue) {
         let schema_type = parse_schema_type(v.schema_type.as_deref()).unwrap_or(SchemaType::Avro);
-        self.schemas.entry(v.id).or_insert_with(|| {
-            Arc::new(StoredSchema {
-                schema_type,
-                text: v.schema.clone(),
-                references: v.references.clone(),
-            })
+        // Another version of a schema already stored (a soft delete, the
+        // same schema in another subject) changes no key: no need to
+        // compute it again.
+        let known = self.schemas.get(&v.id).is_some_and(|stored| {
+            stored.schema_type == schema_type
+                && stored.text == v.schema
+                && stored.references == v.references
         });
-        self.ids
-            .entry(dedup_key(schema_type, &v.schema, &v.references))
-            .or_insert(v.id);
+        if !known {
+            self.ids
+                .entry(dedup_key(schema_type, &v.schema, &v.references))
+                .or_insert(v.id);
+            self.schemas.entry(v.id).or_insert_with(|| {
+                Arc::new(StoredSchema {
+                    schema_type,
+                    text: v.schema.clone(),
+                    references: v.references.clone(),
+                })
+            });
+        }
         self.max_id = self.max_id.max(v.id);
         let replaced = self.subject_entry(&v.subject).versions.insert(
             v.version,
@@ -516,13 +676,24 @@ impl State {
         references: &[SchemaReference],
     ) -> Result<Schema, ApiError> {
         let resolved = self.resolve_references(references)?;
-        Schema::parse(schema_type, text, &resolved)
-            .map_err(|e| ApiError::invalid_schema(format!("Invalid schema: {}", e.message)))
+        crate::parser::parse(schema_type, text, &resolved).map_err(|e| {
+            let hint = match &e.missing_import {
+                Some(name) => format!(
+                    " in \"references\": {{\"name\":\"{name}\",\"subject\":SUBJECT,\"version\":VERSION}}"
+                ),
+                None => String::new(),
+            };
+            ApiError::invalid_schema(format!(
+                "Invalid {}: {}{hint}",
+                schema_type.noun(),
+                e.message
+            ))
+        })
     }
 
-    /// The parsed schema under `id`, cached.
+    /// The parsed schema under `id`, cached (see [`PARSED_CACHE_TEXT_BYTES`]).
     pub fn parsed(&self, id: u32) -> Result<Arc<Schema>, ApiError> {
-        if let Some(s) = self.parsed.lock().ok().and_then(|c| c.get(&id).cloned()) {
+        if let Some(s) = self.parsed.lock().ok().and_then(|mut c| c.get(id)) {
             return Ok(s);
         }
         let stored = self
@@ -539,13 +710,13 @@ impl State {
                 })?,
         );
         if let Ok(mut cache) = self.parsed.lock() {
-            cache.insert(id, Arc::clone(&schema));
+            cache.insert(id, Arc::clone(&schema), stored.text.len());
         }
         Ok(schema)
     }
 
     /// The id of an identical schema, if one was ever registered.
-    pub fn id_of(&self, key: &str) -> Option<u32> {
+    pub fn id_of(&self, key: &DedupKey) -> Option<u32> {
         self.ids.get(key).copied()
     }
 
@@ -566,6 +737,44 @@ impl State {
         }
     }
 
+    /// A registration that appends nothing because the schema already is a
+    /// live version of `subject`, answered without parsing the schema: what
+    /// [`State::register`] would answer, or `None` when it has work to do
+    /// (or an error to report).
+    pub fn existing_registration(
+        &self,
+        subject: &str,
+        input: &SchemaInput,
+    ) -> Option<Registration> {
+        validate_subject(subject).ok()?;
+        let explicit = input.id.is_some() || input.version.is_some();
+        self.check_writable(subject, explicit).ok()?;
+        let schema_type = parse_schema_type(input.schema_type.as_deref()).ok()?;
+        let key = dedup_key(schema_type, &input.schema, &input.references);
+        self.live_version(subject, input, self.id_of(&key))
+    }
+
+    fn live_version(
+        &self,
+        subject: &str,
+        input: &SchemaInput,
+        existing_id: Option<u32>,
+    ) -> Option<Registration> {
+        let id = existing_id?;
+        let (version, _) = self
+            .subjects
+            .get(subject)?
+            .live()
+            .find(|(_, e)| e.id == id)?;
+        (input.version.is_none() && (input.id.is_none() || input.id == Some(id))).then(|| {
+            Registration {
+                id,
+                version,
+                records: Vec::new(),
+            }
+        })
+    }
+
     /// `POST /subjects/{subject}/versions`. `incompatible_code` is the
     /// error_code of a 409 (409 or 40901).
     pub fn register(
@@ -584,16 +793,8 @@ impl State {
 
         // Already a live version of the subject: nothing to check or parse
         // (it was valid when registered).
-        if let (Some(id), Some(s)) = (existing_id, subject_state)
-            && input.version.is_none()
-            && (input.id.is_none() || input.id == Some(id))
-            && let Some((version, _)) = s.live().find(|(_, e)| e.id == id)
-        {
-            return Ok(Registration {
-                id,
-                version,
-                records: Vec::new(),
-            });
+        if let Some(registration) = self.live_version(subject, input, existing_id) {
+            return Ok(registration);
         }
         let new = Arc::new(self.parse(schema_type, &input.schema, &input.references)?);
 
@@ -1015,4 +1216,53 @@ fn describe_findings(
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_json_prints_what_serde_json_values_print() {
+        for text in [
+            r#"{"b": 1, "a": [true, false, null], "c": {"z": "é\n\"", "y": -0}}"#,
+            r#"{"a": 1, "a": 2}"#,
+            r#"[1.0, 1e3, -12, 18446744073709551615, 1e300, 0.1]"#,
+            r#""\u0007\ud83d\ude00""#,
+            " { } ",
+            "[]",
+        ] {
+            let value: serde_json::Value = serde_json::from_str(text).expect("JSON");
+            assert_eq!(canonical_json(text), Some(value.to_string()), "{text}");
+        }
+        assert_eq!(canonical_json("{"), None);
+        assert_eq!(
+            dedup_key(SchemaType::Avro, r#"{"type": "string"}"#, &[]),
+            dedup_key(SchemaType::Avro, r#" {"type":"string"} "#, &[])
+        );
+        assert_ne!(
+            dedup_key(SchemaType::Avro, r#""string""#, &[]),
+            dedup_key(SchemaType::Json, r#""string""#, &[])
+        );
+    }
+
+    #[test]
+    fn the_parsed_cache_holds_a_bounded_amount_of_text() {
+        let schema = Arc::new(Schema::parse(SchemaType::Avro, r#""string""#, &[]).expect("schema"));
+        let mut cache = ParsedCache::default();
+        let quarter = PARSED_CACHE_TEXT_BYTES / 4;
+        for id in 1..=4 {
+            cache.insert(id, Arc::clone(&schema), quarter);
+        }
+        assert_eq!(cache.text_bytes, PARSED_CACHE_TEXT_BYTES);
+        assert!(cache.get(1).is_some());
+        cache.insert(5, Arc::clone(&schema), quarter);
+        // The least recently used (2, not 1) made room.
+        assert_eq!(cache.text_bytes, PARSED_CACHE_TEXT_BYTES);
+        assert!(cache.get(2).is_none());
+        assert!(cache.get(1).is_some() && cache.get(5).is_some());
+        cache.insert(6, Arc::clone(&schema), PARSED_CACHE_TEXT_BYTES + 1);
+        assert!(cache.get(6).is_none());
+        assert_eq!(cache.entries.len(), 4);
+    }
 }

@@ -69,18 +69,9 @@ impl std::str::FromStr for StorageSpec {
         } else {
             Err(format!(
                 "storage {:?} is not understood; use sqlite:PATH or postgres://user@host/db",
-                redact_userinfo(s)
+                evolve_pg::redact_url(s)
             ))
         }
-    }
-}
-
-/// `scheme://user:password@host` without the user information, whatever
-/// the scheme.
-fn redact_userinfo(s: &str) -> String {
-    match (s.find("://"), s.rfind('@')) {
-        (Some(start), Some(at)) if at > start => format!("{}://…{}", &s[..start], &s[at..]),
-        _ => s.to_owned(),
     }
 }
 
@@ -152,12 +143,7 @@ const SQLITE_SCHEMA: &str = "
 
 impl SqliteLog {
     pub fn open(path: &Path) -> Result<SqliteLog, StoreError> {
-        let fail = |e: rusqlite::Error| {
-            StoreError(format!(
-                "registry store {}: {e}; check that the directory exists and is writable",
-                path.display()
-            ))
-        };
+        let fail = |e: rusqlite::Error| StoreError(sqlite_open_error(path, &e));
         let connection = rusqlite::Connection::open(path).map_err(fail)?;
         connection
             .busy_timeout(std::time::Duration::from_secs(10))
@@ -240,6 +226,22 @@ impl Log for SqliteLog {
     }
 }
 
+/// Why an SQLite store cannot be opened, naming the file once (rusqlite
+/// appends the path to SQLite's "unable to open database file") and the
+/// way out.
+fn sqlite_open_error(path: &Path, e: &rusqlite::Error) -> String {
+    let shown = e.to_string();
+    let reason = shown
+        .strip_suffix(&format!(": {}", path.display()))
+        .unwrap_or(&shown);
+    let hint = match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => "give another --storage sqlite:PATH",
+        Some(rusqlite::ErrorCode::ReadOnly) => "check that the file is writable",
+        _ => "check that the directory exists and is writable",
+    };
+    format!("registry store sqlite:{}: {reason}; {hint}", path.display())
+}
+
 // ---- PostgreSQL -------------------------------------------------------------
 
 /// The log in a PostgreSQL table, `evolve_registry_log`, so that several
@@ -253,10 +255,10 @@ pub struct PostgresLog {
 
 impl PostgresLog {
     pub async fn open(url: &str) -> Result<PostgresLog, StoreError> {
+        let target = evolve_pg::redact_url(url);
         let client = evolve_pg::connect(url, "evolve registry")
             .await
-            .map_err(|e| StoreError(format!("registry store: {e}")))?;
-        let target = evolve_pg::redact_url(url);
+            .map_err(|e| StoreError(pg_connect_error(&target, &e)))?;
         client
             .batch_execute(
                 "CREATE TABLE IF NOT EXISTS evolve_registry_log (
@@ -266,14 +268,40 @@ impl PostgresLog {
                  )",
             )
             .await
-            .map_err(|e| {
-                StoreError(format!(
-                    "registry store {target}: {}",
-                    evolve_pg::PgError::from(e)
-                ))
-            })?;
+            .map_err(|e| pg_error(&target, e))?;
         Ok(PostgresLog { target, client })
     }
+}
+
+/// Why the PostgreSQL store cannot be reached: once, on one line, naming
+/// the store (without its password) and `--storage`, the flag that names it.
+fn pg_connect_error(target: &str, e: &evolve_pg::PgError) -> String {
+    let reason = match e {
+        evolve_pg::PgError::Connect { reason, .. } => {
+            format!("could not connect: {reason}; check --storage and that the server is running")
+        }
+        evolve_pg::PgError::Tls { reason, .. } => format!("could not connect: {reason}"),
+        // The message names the connection string itself.
+        other => return format!("registry store: {}", one_line(&other.to_string())),
+    };
+    format!("registry store {target}: {}", one_line(&reason))
+}
+
+/// A failed statement on the PostgreSQL store.
+fn pg_error(target: &str, e: tokio_postgres::Error) -> StoreError {
+    StoreError(format!(
+        "registry store {target}: {}",
+        one_line(&evolve_pg::PgError::from(e).to_string())
+    ))
+}
+
+/// A PostgreSQL error (detail and hint lines included) on one line.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl Log for PostgresLog {
@@ -285,7 +313,7 @@ impl Log for PostgresLog {
                 &[&offset],
             )
             .await
-            .map_err(|e| StoreError(format!("registry store {}: {}", self.target, evolve_pg::PgError::from(e))))?;
+            .map_err(|e| pg_error(&self.target, e))?;
         decode_rows(
             rows.into_iter()
                 .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -313,11 +341,7 @@ impl Log for PostgresLog {
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
                 Ok(false)
             }
-            Err(e) => Err(StoreError(format!(
-                "registry store {}: {}",
-                self.target,
-                evolve_pg::PgError::from(e)
-            ))),
+            Err(e) => Err(pg_error(&self.target, e)),
         }
     }
 

@@ -738,3 +738,36 @@ async fn normalize_stores_the_layout_free_text() {
         .await;
     assert_eq!(found["id"], id);
 }
+
+#[tokio::test]
+async fn max_schema_bytes_applies_to_every_schema_body() {
+    let r = common::open_with(temp_path("max-schema"), Settings::default(), 1 << 20, 64).await;
+    let offset = r.offset();
+    let long = " ".repeat(60) + "\"string\"";
+    assert!(long.len() > 64);
+    for (method, path, operation) in [
+        ("POST", "/subjects/s/versions", "Register"),
+        ("POST", "/subjects/s", "Lookup"),
+        (
+            "POST",
+            "/compatibility/subjects/s/versions",
+            "Compatibility check",
+        ),
+    ] {
+        let reply = r
+            .raw(
+                method,
+                path,
+                Some(json!({ "schema": long }).to_string()),
+                &[],
+            )
+            .await;
+        let message = reply.error(422, 42209);
+        assert!(
+            message.starts_with(&format!("{operation} operation failed because schema is too large: {} bytes, more than the limit of 64 bytes", long.len())),
+            "{message}"
+        );
+    }
+    assert_eq!(r.offset(), offset, "a refused schema appended to the log");
+    assert_eq!(r.register("s", json!({"schema": "\"string\""})).await, 1);
+}

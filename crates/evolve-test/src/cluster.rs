@@ -56,7 +56,8 @@ rm -rf "$1"
 "#;
 
 /// A PostgreSQL cluster in a temp dir, listening on 127.0.0.1 at a free port,
-/// with `trust` authentication for the `postgres` superuser.
+/// with `trust` authentication for the `postgres` superuser (unless
+/// [`Options::auth`] says otherwise).
 ///
 /// Settings: `wal_level=logical`, `fsync=off`, `synchronous_commit=off`,
 /// `full_page_writes=off`, `max_connections=200`, `max_wal_senders=20`,
@@ -79,6 +80,8 @@ pub struct Cluster {
     watchdog: Option<Child>,
     /// The certificates of a cluster started with TLS.
     tls: Option<TlsFiles>,
+    /// How TCP sessions authenticate.
+    auth: Auth,
 }
 
 /// How to start a cluster: [`Cluster::start_with`]. The default is what
@@ -88,6 +91,48 @@ pub struct Options {
     /// TLS on the server (`ssl=on`, a throwaway CA and a server certificate
     /// made with the `openssl` command line); `None` for none, the default.
     pub tls: Option<TlsOptions>,
+    /// How sessions over TCP authenticate: [`Auth::Trust`] by default.
+    pub auth: Auth,
+}
+
+/// How a cluster's TCP sessions (`host` and `hostssl` lines, replication
+/// included) authenticate. Unix-socket sessions are always trusted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Auth {
+    /// No password asked of anyone. The default.
+    #[default]
+    Trust,
+    /// `scram-sha-256` for every role, as a production server does; the
+    /// `postgres` superuser's password is `password` (it is in
+    /// [`Cluster::url`]). Make more roles with [`Cluster::create_role`].
+    Scram {
+        /// The `postgres` superuser's password.
+        password: String,
+    },
+}
+
+/// A role for [`Cluster::create_role`]: `LOGIN`, with a password unless
+/// `password` is `None`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Role {
+    /// The role's name.
+    pub name: String,
+    /// Its password (stored as a SCRAM verifier); `None` for none.
+    pub password: Option<String>,
+    /// `SUPERUSER`, which also allows replication sessions.
+    pub superuser: bool,
+}
+
+impl Role {
+    /// A `LOGIN` role named `name`, without password or superuser.
+    pub fn new(name: impl Into<String>) -> Role {
+        Role {
+            name: name.into(),
+            password: None,
+            superuser: false,
+        }
+    }
 }
 
 /// A fresh, empty database on a [`Cluster`].
@@ -95,7 +140,8 @@ pub struct Options {
 pub struct TestDb {
     /// The database's name, `evolve_<hint>_<n>`.
     pub name: String,
-    /// `postgres://postgres@127.0.0.1:<port>/<name>`.
+    /// `postgres://postgres@127.0.0.1:<port>/<name>`, with the superuser's
+    /// password under [`Auth::Scram`].
     pub url: String,
 }
 
@@ -110,7 +156,9 @@ impl Cluster {
         Cluster::start_with(Options::default())
     }
 
-    /// [`Cluster::start`] with `options`. With [`Options::tls`], the server
+    /// [`Cluster::start`] with `options`. With [`Auth::Scram`], TCP sessions
+    /// need a password (SCRAM), Unix-socket sessions do not. With
+    /// [`Options::tls`], the server
     /// also has `ssl=on`, `ssl_cert_file`, `ssl_key_file` and `ssl_ca_file`
     /// from `<dir>/tls` (a fresh CA, see [`Cluster::ca_cert`], and a server
     /// certificate for [`TlsOptions::server_names`]), and a `pg_hba.conf`
@@ -122,6 +170,7 @@ impl Cluster {
     /// use evolve_test::{Cluster, Options, TlsOptions};
     /// let cluster = Cluster::start_with(Options {
     ///     tls: Some(TlsOptions { require: true, ..TlsOptions::default() }),
+    ///     ..Options::default()
     /// })?;
     /// let ca = cluster.ca_cert().unwrap().display();
     /// let url = format!(
@@ -145,6 +194,7 @@ impl Cluster {
             keep,
             watchdog: None,
             tls: None,
+            auth: options.auth.clone(),
         };
         if let Some(ids) = run_as {
             std::os::unix::fs::chown(&cluster.dir, Some(ids.uid), Some(ids.gid)).map_err(|e| {
@@ -161,7 +211,7 @@ impl Cluster {
         if let Some(tls) = &options.tls {
             let files = TlsFiles::create(&cluster.dir, tls, run_as)?;
             let hba = cluster.data.join("pg_hba.conf");
-            std::fs::write(&hba, files.hba())
+            std::fs::write(&hba, files.hba(cluster.tcp_method()))
                 .map_err(|e| HarnessError::io(format!("write {}", hba.display()), e))?;
             cluster.tls = Some(files);
         }
@@ -191,10 +241,25 @@ impl Cluster {
         self.port
     }
 
-    /// `postgres://postgres@127.0.0.1:<port>/<database>`. The name is not
-    /// percent-encoded; names from [`Cluster::create_database`] need none.
+    /// `postgres://postgres@127.0.0.1:<port>/<database>`, under
+    /// [`Auth::Scram`] with the superuser's password (percent-encoded). The
+    /// name is not percent-encoded; names from [`Cluster::create_database`]
+    /// need none.
     pub fn url(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+        let password = match &self.auth {
+            Auth::Trust => String::new(),
+            Auth::Scram { password } => format!(":{}", percent_encode(password)),
+        };
+        format!(
+            "postgres://postgres{password}@127.0.0.1:{}/{database}",
+            self.port
+        )
+    }
+
+    /// The directory of the server's Unix socket, where every session is
+    /// trusted (`host=<dir>` in a connection string).
+    pub fn socket_dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The path of a tool from the server's bin directory, e.g. `psql`,
@@ -209,7 +274,9 @@ impl Cluster {
     }
 
     /// The PEM file of the CA that signed the server's certificate, for
-    /// `sslrootcert`; `None` for a cluster started without TLS.
+    /// `sslrootcert` (the server's certificate itself under
+    /// [`TlsOptions::self_signed`]); `None` for a cluster started without
+    /// TLS.
     pub fn ca_cert(&self) -> Option<&Path> {
         self.tls.as_ref().map(|t| t.ca_cert.as_path())
     }
@@ -265,9 +332,54 @@ impl Cluster {
             port: self.port,
             source,
         };
+        self.admin_execute(&format!("CREATE DATABASE {}", quote_ident(&name)))
+            .await
+            .map_err(fail)?;
+        Ok(TestDb {
+            url: self.url(&name),
+            name,
+        })
+    }
+
+    /// Creates `role` (cluster-wide), e.g. a role that logs in with a
+    /// password on a cluster with [`Auth::Scram`]. It may connect to every
+    /// database (as `PUBLIC` may).
+    ///
+    /// ```no_run
+    /// # async fn example(cluster: &evolve_test::Cluster) -> Result<(), evolve_test::HarnessError> {
+    /// use evolve_test::Role;
+    /// cluster
+    ///     .create_role(&Role { password: Some("apppw".into()), ..Role::new("app") })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn create_role(&self, role: &Role) -> Result<(), HarnessError> {
+        let mut sql = format!("CREATE ROLE {} LOGIN", quote_ident(&role.name));
+        if role.superuser {
+            sql.push_str(" SUPERUSER");
+        }
+        if let Some(password) = &role.password {
+            sql.push_str(&format!(" PASSWORD {}", quote_literal(password)));
+        }
+        self.admin_execute(&sql)
+            .await
+            .map_err(|source| HarnessError::CreateRole {
+                detail: source
+                    .as_db_error()
+                    .map_or_else(|| source.to_string(), |db| db.message().to_owned()),
+                name: role.name.clone(),
+                port: self.port,
+                source,
+            })
+    }
+
+    /// Runs `sql` as `postgres` in database `postgres`, over the Unix socket
+    /// when TCP needs TLS or a password, on the caller's runtime; the
+    /// connection is closed before this returns, so nothing outlives the
+    /// caller's runtime.
+    async fn admin_execute(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
         let mut config = tokio_postgres::Config::new();
-        if self.tls.as_ref().is_some_and(|t| t.options.require) {
-            // Plain TCP is refused; the Unix socket is trusted.
+        if self.tls.as_ref().is_some_and(|t| t.options.require) || self.auth != Auth::Trust {
             config.host_path(&self.dir);
         } else {
             config.host("127.0.0.1");
@@ -279,21 +391,22 @@ impl Cluster {
             .application_name("evolve-test")
             .connect_timeout(Duration::from_secs(10))
             .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(fail)?;
+            .await?;
         let connection = tokio::spawn(connection);
-        let created = client
-            .batch_execute(&format!("CREATE DATABASE {}", quote_ident(&name)))
-            .await;
+        let done = client.batch_execute(sql).await;
         drop(client);
         // The connection ends once the client is gone; wait for it so that
         // no task is left behind on the caller's runtime.
         let _ = connection.await;
-        created.map_err(fail)?;
-        Ok(TestDb {
-            url: self.url(&name),
-            name,
-        })
+        done
+    }
+
+    /// The `pg_hba.conf` method of TCP sessions.
+    fn tcp_method(&self) -> &'static str {
+        match self.auth {
+            Auth::Trust => "trust",
+            Auth::Scram { .. } => "scram-sha-256",
+        }
     }
 
     fn log_path(&self) -> PathBuf {
@@ -320,9 +433,23 @@ impl Cluster {
         let mut cmd = self.tool("initdb");
         cmd.arg("-D")
             .arg(&self.data)
-            .args(["-U", "postgres", "--auth=trust", "--encoding=UTF8"])
-            .args(["--locale=C", "--no-sync"]);
-        let out = self.run(cmd, "initdb")?;
+            .args(["-U", "postgres", "--auth-local=trust", "--encoding=UTF8"])
+            .args(["--locale=C", "--no-sync"])
+            .arg(format!("--auth-host={}", self.tcp_method()));
+        let pwfile = self.dir.join("pwfile");
+        if let Auth::Scram { password } = &self.auth {
+            std::fs::write(&pwfile, format!("{password}\n"))
+                .map_err(|e| HarnessError::io(format!("write {}", pwfile.display()), e))?;
+            if let Some(ids) = self.run_as {
+                std::os::unix::fs::chown(&pwfile, Some(ids.uid), Some(ids.gid)).map_err(|e| {
+                    HarnessError::io(format!("give {} to the postgres user", pwfile.display()), e)
+                })?;
+            }
+            cmd.arg("--pwfile").arg(&pwfile);
+        }
+        let out = self.run(cmd, "initdb");
+        let _ = std::fs::remove_file(&pwfile);
+        let out = out?;
         if out.status.success() {
             return Ok(());
         }
@@ -505,6 +632,22 @@ fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+fn quote_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// Everything but RFC 3986's unreserved characters as `%XX`.
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 fn combined(out: &Output) -> String {
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
@@ -537,8 +680,10 @@ mod tests {
     }
 
     #[test]
-    fn identifiers_are_quoted() {
+    fn identifiers_and_literals_are_quoted() {
         assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(percent_encode("a b@c:d/é~"), "a%20b%40c%3Ad%2F%C3%A9~");
     }
 
     #[test]

@@ -67,6 +67,20 @@ pub enum HarnessError {
         #[source]
         source: tokio_postgres::Error,
     },
+
+    /// `CREATE ROLE` (or the connection for it) failed.
+    #[error("could not create role \"{name}\" on 127.0.0.1:{port}: {detail}")]
+    CreateRole {
+        /// The role that was being created.
+        name: String,
+        /// The cluster's port.
+        port: u16,
+        /// The server's message, or the client error.
+        detail: String,
+        /// The underlying error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
 }
 
 impl HarnessError {

@@ -4,7 +4,7 @@
 //! A [`Cluster`] is a real PostgreSQL server made with `initdb` and started
 //! with `pg_ctl` in a fresh temp dir (`$TMPDIR/evolve-pg-<pid>-<n>`), listening
 //! only on 127.0.0.1 at a free port with `trust` authentication for the
-//! `postgres` superuser. It is configured for change capture and for speed,
+//! `postgres` superuser (see [Passwords](#passwords)). It is configured for change capture and for speed,
 //! not durability: `wal_level=logical`, `fsync=off`, `synchronous_commit=off`,
 //! `full_page_writes=off`, 200 connections, 20 WAL senders and replication
 //! slots. Starting one takes about two seconds, nearly all of it `initdb`.
@@ -33,6 +33,15 @@
 //! `sslrootcert`); [`TlsOptions`] choose the certificate's names, whether
 //! plain TCP sessions are refused (`hostssl` lines only) and which roles must
 //! log in with a client certificate ([`Cluster::client_certificate`]).
+//!
+//! [`TlsOptions::self_signed`] makes the server's certificate self-signed
+//! instead, its own CA, as `openssl req -x509` makes one.
+//!
+//! # Passwords
+//!
+//! [`Options::auth`] with [`Auth::Scram`] makes TCP sessions (replication
+//! included) authenticate with `scram-sha-256`; Unix-socket sessions stay
+//! trusted. [`Cluster::create_role`] makes roles with passwords.
 //!
 //! # Cleanup
 //!
@@ -74,7 +83,7 @@ mod tls;
 use std::sync::OnceLock;
 
 pub use bin_dir::pg_bin_dir;
-pub use cluster::{Cluster, Options, TestDb};
+pub use cluster::{Auth, Cluster, Options, Role, TestDb};
 pub use error::HarnessError;
 pub use tls::TlsOptions;
 

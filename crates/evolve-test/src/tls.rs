@@ -1,6 +1,6 @@
 //! Throwaway certificates for clusters with TLS, made with the `openssl`
-//! command line: a CA per cluster, a server certificate signed by it, and
-//! client certificates on request.
+//! command line: a CA per cluster, a server certificate signed by it (or a
+//! self-signed one), and client certificates on request.
 
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -28,6 +28,12 @@ pub struct TlsOptions {
     /// see [`Cluster::client_certificate`](crate::Cluster::client_certificate).
     /// Default: none.
     pub cert_auth_users: Vec<String>,
+    /// The server's certificate is self-signed and its own CA, as
+    /// `openssl req -x509` makes one (`basicConstraints CA:TRUE`, the
+    /// names in its subjectAltName): no separate CA is made, and
+    /// [`Cluster::ca_cert`](crate::Cluster::ca_cert) is the server's
+    /// certificate. Default: `false`, a CA signs the server's certificate.
+    pub self_signed: bool,
 }
 
 impl Default for TlsOptions {
@@ -36,6 +42,7 @@ impl Default for TlsOptions {
             server_names: vec!["localhost".into(), "127.0.0.1".into()],
             require: false,
             cert_auth_users: Vec::new(),
+            self_signed: false,
         }
     }
 }
@@ -69,6 +76,11 @@ extendedKeyUsage = serverAuth
 subjectAltName = @SAN@
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
+[self_signed]
+basicConstraints = critical, CA:TRUE
+subjectAltName = @SAN@
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
 [client]
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature
@@ -84,7 +96,8 @@ static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 impl TlsFiles {
     /// Makes `<cluster_dir>/tls` with a fresh CA and a server certificate
-    /// for `options.server_names`; the server's files are given to the
+    /// for `options.server_names` (or, under `self_signed`, a server
+    /// certificate that is its own CA); the server's files are given to the
     /// server's user, the key readable by it alone (PostgreSQL insists).
     pub(crate) fn create(
         cluster_dir: &Path,
@@ -110,14 +123,45 @@ impl TlsFiles {
             .collect();
         let config = dir.join("openssl.cnf");
         write(&config, &OPENSSL_CONFIG.replace("@SAN@", &san.join(", ")))?;
+        let (server_cert, server_key) = (dir.join("server.crt"), dir.join("server.key"));
+        let (ca_cert, ca_key) = if options.self_signed {
+            (server_cert.clone(), server_key.clone())
+        } else {
+            (dir.join("ca.crt"), dir.join("ca.key"))
+        };
         let files = TlsFiles {
-            ca_cert: dir.join("ca.crt"),
-            ca_key: dir.join("ca.key"),
-            server_cert: dir.join("server.crt"),
-            server_key: dir.join("server.key"),
+            ca_cert,
+            ca_key,
+            server_cert,
+            server_key,
             dir,
             options: options.clone(),
         };
+        if options.self_signed {
+            files.self_signed(&options.server_names[0], &config)?;
+        } else {
+            files.ca(cluster_dir, &config)?;
+            files.issue(
+                &options.server_names[0],
+                "server",
+                &files.server_cert,
+                &files.server_key,
+            )?;
+        }
+        set_mode(&files.ca_key, 0o600)?;
+        set_mode(&files.server_key, 0o600)?;
+        if let Some(ids) = run_as {
+            for path in [&files.server_cert, &files.server_key] {
+                std::os::unix::fs::chown(path, Some(ids.uid), Some(ids.gid)).map_err(|e| {
+                    HarnessError::io(format!("give {} to the postgres user", path.display()), e)
+                })?;
+            }
+        }
+        Ok(files)
+    }
+
+    /// The cluster's CA: a self-signed certificate and its key.
+    fn ca(&self, cluster_dir: &Path, config: &Path) -> Result<(), HarnessError> {
         let subject = format!(
             "/CN=evolve-test CA {}",
             cluster_dir
@@ -138,28 +182,32 @@ impl TlsFiles {
                 "ca",
             ])
             .arg("-config")
-            .arg(&config)
+            .arg(config)
             .arg("-keyout")
-            .arg(&files.ca_key)
+            .arg(&self.ca_key)
             .arg("-out")
-            .arg(&files.ca_cert);
-        run(ca, "openssl req -x509 (the test CA)")?;
-        files.issue(
-            &options.server_names[0],
-            "server",
-            &files.server_cert,
-            &files.server_key,
-        )?;
-        set_mode(&files.ca_key, 0o600)?;
-        set_mode(&files.server_key, 0o600)?;
-        if let Some(ids) = run_as {
-            for path in [&files.server_cert, &files.server_key] {
-                std::os::unix::fs::chown(path, Some(ids.uid), Some(ids.gid)).map_err(|e| {
-                    HarnessError::io(format!("give {} to the postgres user", path.display()), e)
-                })?;
-            }
-        }
-        Ok(files)
+            .arg(&self.ca_cert);
+        run(ca, "openssl req -x509 (the test CA)")
+    }
+
+    /// A self-signed server certificate for `cn` (and the configured
+    /// names), which is its own CA.
+    fn self_signed(&self, cn: &str, config: &Path) -> Result<(), HarnessError> {
+        let mut req = openssl();
+        req.args(["req", "-x509", "-new"])
+            .args(EC_KEY)
+            .args(["-nodes", "-days", DAYS, "-subj", &format!("/CN={cn}")])
+            .args(["-extensions", "self_signed", "-set_serial", &serial()])
+            .arg("-config")
+            .arg(config)
+            .arg("-keyout")
+            .arg(&self.server_key)
+            .arg("-out")
+            .arg(&self.server_cert);
+        run(
+            req,
+            &format!("openssl req -x509 (a self-signed server certificate for {cn})"),
+        )
     }
 
     /// A certificate for `cn` signed by the CA, with extensions from
@@ -218,9 +266,10 @@ impl TlsFiles {
         )
     }
 
-    /// The whole pg_hba.conf: Unix sockets trusted, TCP over TLS trusted
-    /// (except for certificate users), plain TCP unless TLS is required.
-    pub(crate) fn hba(&self) -> String {
+    /// The whole pg_hba.conf: Unix sockets trusted, TCP over TLS with
+    /// `method` (certificate users with `cert`), plain TCP with `method`
+    /// unless TLS is required.
+    pub(crate) fn hba(&self, method: &str) -> String {
         let mut hba = String::from(
             "# evolve-test (TLS)\n\
              local all all trust\n\
@@ -235,15 +284,15 @@ impl TlsFiles {
                  host replication {user} 127.0.0.1/32 reject\n"
             ));
         }
-        hba.push_str(
-            "hostssl all all 127.0.0.1/32 trust\n\
-             hostssl replication all 127.0.0.1/32 trust\n",
-        );
+        hba.push_str(&format!(
+            "hostssl all all 127.0.0.1/32 {method}\n\
+             hostssl replication all 127.0.0.1/32 {method}\n"
+        ));
         if !self.options.require {
-            hba.push_str(
-                "host all all 127.0.0.1/32 trust\n\
-                 host replication all 127.0.0.1/32 trust\n",
-            );
+            hba.push_str(&format!(
+                "host all all 127.0.0.1/32 {method}\n\
+                 host replication all 127.0.0.1/32 {method}\n"
+            ));
         }
         hba
     }
@@ -324,7 +373,7 @@ mod tests {
             server_key: PathBuf::from("/d/tls/server.key"),
             options,
         };
-        let both = files(TlsOptions::default()).hba();
+        let both = files(TlsOptions::default()).hba("trust");
         assert!(both.contains("hostssl all all 127.0.0.1/32 trust\n"));
         assert!(both.contains("\nhost all all 127.0.0.1/32 trust\n"));
         let only = files(TlsOptions {
@@ -332,9 +381,9 @@ mod tests {
             cert_auth_users: vec!["app".into()],
             ..TlsOptions::default()
         })
-        .hba();
+        .hba("scram-sha-256");
         assert!(!only.contains("\nhost all all"), "{only}");
-        assert!(only.contains("hostssl replication all 127.0.0.1/32 trust\n"));
+        assert!(only.contains("hostssl replication all 127.0.0.1/32 scram-sha-256\n"));
         let cert = only.find("hostssl all \"app\" 127.0.0.1/32 cert").unwrap();
         assert!(cert < only.find("hostssl all all").unwrap(), "{only}");
         let conf = files(TlsOptions::default()).settings();

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use evolve_core::migration::Version;
 use evolve_migrate::{ApplyOptions, Options};
 use evolve_pg::QualifiedName;
@@ -17,17 +18,45 @@ use crate::output::Out;
 #[command(name = "evolve", version, about)]
 pub struct Cli {
     /// Output format of every command that reports.
-    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    #[arg(
+        long,
+        global = true,
+        default_value = "text",
+        value_parser = PossibleValuesParser::new(["text", "json"])
+            .map(|s| if s == "json" { Format::Json } else { Format::Text })
+    )]
     pub format: Format,
+    /// Which log lines go to stderr: a level (off, error, warn, info,
+    /// debug, trace) or tracing's filter syntax, e.g.
+    /// "warn,evolve_pipeline=debug". Wins over EVOLVE_LOG, which takes the
+    /// same. Default: info for the pipeline's own lines under `evolve
+    /// pipeline run`, the access log under `evolve registry serve`, warn
+    /// for everything else.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// How log lines are written to stderr: text (coloured only when
+    /// stderr is a terminal and NO_COLOR is not set), or json, one JSON
+    /// object per line with timestamp, level, target, message and the
+    /// line's fields.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The format of log lines on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Text,
     Json,
-    /// Graphviz (evolve deps only).
+    /// Graphviz DOT (evolve deps only); Graphviz renders it: `dot -Tsvg >
+    /// deps.svg`.
     Dot,
     /// Mermaid flowchart (evolve deps only).
     Mermaid,
@@ -37,6 +66,12 @@ pub enum Format {
 pub enum Command {
     /// Migrations as code for PostgreSQL.
     Migrate(MigrateArgs),
+    /// Backfill columns in keyset batches: resumable, throttled, idempotent.
+    Backfill(crate::backfill::BackfillArgs),
+    /// Change a table's shape online (e.g. integer to bigint): shadow
+    /// table, captured changes, batched copy, a short swap, dependents
+    /// rebuilt.
+    Rewrite(crate::backfill::RewriteArgs),
     /// Every view, materialized view, policy, trigger, generated column and
     /// function that depends on a table or one of its columns.
     Deps(DepsArgs),
@@ -103,9 +138,14 @@ pub struct LintArgs {
     /// Directory of migration files.
     #[arg(long, default_value = "migrations", conflicts_with = "files")]
     pub dir: PathBuf,
+    /// Also read symbolic links that lead out of --dir or into directories
+    /// (loops are refused).
+    #[arg(long, conflicts_with = "files")]
+    pub follow_symlinks: bool,
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["names", "all", "status"])))]
 pub struct RefreshArgs {
     /// Materialized views to refresh (name or schema.name).
     pub names: Vec<String>,
@@ -124,6 +164,9 @@ pub struct RefreshArgs {
 pub struct DepsArgs {
     /// table, schema.table, table.column or schema.table.column.
     pub target: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
     /// PostgreSQL connection string (postgres://user@host:port/database).
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
@@ -151,44 +194,94 @@ pub enum Tour {
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
-    /// PostgreSQL connection string (postgres://user@host:port/database).
-    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
-    pub database_url: Option<String>,
-    /// Directory of migration files (searched recursively).
-    #[arg(long, global = true, default_value = "migrations")]
-    pub dir: PathBuf,
-    /// History table, `name` or `schema.name` (an existing
-    /// flyway_schema_history can be adopted as it is).
-    #[arg(long, global = true, default_value = evolve_migrate::DEFAULT_HISTORY_TABLE)]
-    pub history_table: String,
-    /// lock_timeout for every migration transaction (e.g. 3s, 500ms).
-    #[arg(long, global = true, default_value = "3s", value_parser = parse_duration)]
-    pub lock_timeout: Duration,
-    /// How many times a file is retried after its lock_timeout expires.
-    #[arg(long, global = true, default_value_t = 5)]
-    pub lock_retries: u32,
-    /// First wait before a retry, doubled each time (at most 30s).
-    #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration)]
-    pub lock_retry_delay: Duration,
-    /// Fail at once if another run holds the migration lock.
-    #[arg(long, global = true)]
-    pub no_wait: bool,
-    /// Recorded as installed_by (default: the database user).
-    #[arg(long, global = true)]
-    pub installed_by: Option<String>,
     #[command(subcommand)]
     pub verb: MigrateVerb,
+}
+
+/// The database and its history table.
+#[derive(Debug, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL connection string (postgres://user@host:port/database).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// History table, `name` or `schema.name` (an existing
+    /// flyway_schema_history can be adopted as it is) [default:
+    /// evolve_schema_history, or flyway_schema_history under a Flyway
+    /// configuration].
+    #[arg(long)]
+    pub history_table: Option<String>,
+    /// Flyway configuration file (flyway.toml or flyway.conf) whose settings
+    /// apply where no flag is given [default: ./flyway.toml or
+    /// ./flyway.conf when present]; FLYWAY_* variables override it.
+    #[arg(long, value_name = "FILE")]
+    pub flyway_config: Option<PathBuf>,
+}
+
+/// The migration files.
+#[derive(Debug, Args)]
+pub struct DirArgs {
+    /// Directory of migration files (searched recursively) [default:
+    /// migrations, or Flyway's first filesystem: location].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Also read symbolic links that lead out of --dir or into directories
+    /// (loops are refused).
+    #[arg(long)]
+    pub follow_symlinks: bool,
+    /// A Flyway placeholder: `${NAME}` in the files is replaced by VALUE
+    /// (repeat for more).
+    #[arg(long = "placeholder", value_name = "NAME=VALUE", value_parser = parse_placeholder)]
+    pub placeholders: Vec<(String, String)>,
+    /// What starts a placeholder [default: ${].
+    #[arg(long)]
+    pub placeholder_prefix: Option<String>,
+    /// What ends a placeholder [default: }].
+    #[arg(long)]
+    pub placeholder_suffix: Option<String>,
+    /// Leave `${...}` in the files as it is.
+    #[arg(long)]
+    pub no_placeholder_replacement: bool,
+}
+
+/// Verbs that change the history take the migration lock.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// Fail at once if another run holds the migration lock.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Recorded as installed_by (default: the database user).
+    #[arg(long)]
+    pub installed_by: Option<String>,
+}
+
+/// How `apply` treats a migration that waits for a table lock.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// lock_timeout for every migration transaction (e.g. 3s, 500ms).
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub lock_timeout: Duration,
+    /// How many times a file is retried after its lock_timeout expires.
+    #[arg(long, default_value_t = 5)]
+    pub lock_retries: u32,
+    /// First wait before a retry, doubled each time (at most 30s).
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pub lock_retry_delay: Duration,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum MigrateVerb {
     /// Every migration, file or history row, with its state.
-    Status,
+    Status {
+        #[command(flatten)]
+        db: DatabaseArgs,
+        #[command(flatten)]
+        files: DirArgs,
+    },
     /// Apply pending migrations in order.
     Apply {
         /// Apply versioned migrations up to and including this version.
-        #[arg(long)]
-        target: Option<String>,
+        #[arg(long, value_parser = parse_version)]
+        target: Option<Version>,
         /// Print what would run; run nothing.
         #[arg(long)]
         dry_run: bool,
@@ -200,25 +293,71 @@ pub enum MigrateVerb {
         /// base table stays locked while they fill).
         #[arg(long)]
         populate_in_transaction: bool,
+        #[command(flatten)]
+        db: DatabaseArgs,
+        #[command(flatten)]
+        files: DirArgs,
+        #[command(flatten)]
+        lock: LockArgs,
+        #[command(flatten)]
+        retry: RetryArgs,
     },
     /// Fail if an applied file was edited or is missing, a migration failed,
-    /// or a pending file sorts before an applied one.
-    Validate,
-    /// Mark an existing database as being at VERSION.
+    /// a pending file sorts before an applied one, or a file has a version
+    /// that repair marked deleted.
+    Validate {
+        #[command(flatten)]
+        db: DatabaseArgs,
+        #[command(flatten)]
+        files: DirArgs,
+    },
+    /// Mark an existing database as being at VERSION: files at or below it
+    /// are never applied.
     Baseline {
-        #[arg(long)]
-        version: String,
+        /// The version the database is at (e.g. 40 or 2024_01_01) [default:
+        /// Flyway's baselineVersion, else 1].
+        #[arg(long, value_parser = parse_version)]
+        version: Option<Version>,
+        /// Recorded as the baseline row's description (default: << Flyway Baseline >>, as Flyway writes it).
         #[arg(long)]
         description: Option<String>,
+        #[command(flatten)]
+        db: DatabaseArgs,
+        #[command(flatten)]
+        lock: LockArgs,
     },
     /// After a deliberate edit: realign checksums, remove failed rows, mark
     /// deleted files as deleted.
-    Repair,
-    /// Create the next versioned migration file.
+    Repair {
+        #[command(flatten)]
+        db: DatabaseArgs,
+        #[command(flatten)]
+        files: DirArgs,
+        #[command(flatten)]
+        lock: LockArgs,
+    },
+    /// Create the next versioned migration file: one above the highest
+    /// version among the files and, when a database is given, every version
+    /// its history ever recorded (deleted ones included).
     New {
         /// What the migration does, e.g. "add postal code".
         description: String,
+        #[command(flatten)]
+        files: DirArgs,
+        #[command(flatten)]
+        db: DatabaseArgs,
     },
+}
+
+fn parse_placeholder(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("{s:?} is not NAME=VALUE")),
+    }
+}
+
+fn parse_version(s: &str) -> Result<Version, String> {
+    Version::parse(s).map_err(|e| e.to_string())
 }
 
 /// Parses `3s`, `500ms`, `2min`, or a bare number of milliseconds.
@@ -282,13 +421,10 @@ pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
-    if matches!(cli.format, Format::Dot | Format::Mermaid)
-        && !matches!(cli.command, Command::Deps(_))
-    {
-        bail!("--format dot and --format mermaid are for evolve deps; use text or json here");
-    }
     match cli.command {
         Command::Migrate(args) => migrate(args, out).await,
+        Command::Backfill(args) => crate::backfill::run(args, out).await,
+        Command::Rewrite(args) => crate::backfill::rewrite(args, out).await,
         Command::Deps(args) => {
             let Some(url) = args.database_url else {
                 bail!(
@@ -296,7 +432,7 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
                 );
             };
             let report = evolve_migrate::dependents(&url, &args.target).await?;
-            out.deps(&report)
+            Out::new(args.format).deps(&report)
         }
         Command::Refresh(args) => {
             let Some(url) = args.database_url else {
@@ -308,9 +444,6 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
                 let status = evolve_migrate::refresh_status(&url).await?;
                 return out.refresh_status(&status);
             }
-            if !args.all && args.names.is_empty() {
-                bail!("name the materialized views to refresh, or pass --all");
-            }
             let mut events = out.clone();
             evolve_migrate::refresh_matviews(&url, &args.names, &mut |r| events.refreshed(r))
                 .await?;
@@ -318,7 +451,7 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
         }
         Command::Demo(args) => crate::demo::run(args, out).await,
         Command::Registry(args) => crate::registry::run(args).await,
-        Command::Pipeline(args) => crate::pipeline::run(args).await,
+        Command::Pipeline(args) => crate::pipeline::run(args, out).await,
         Command::Status(args) => crate::pipeline::status(args, out).await,
         Command::Drift(args) => crate::pipeline::drift(args, out).await,
         Command::Lint(_) | Command::Compat(_) | Command::Sql(_) | Command::Subscribe(_) => {
@@ -332,7 +465,12 @@ fn lint(args: &LintArgs, out: &Out) -> anyhow::Result<ExitCode> {
     // Files in the order they apply: a directory as `migrate` reads it, or
     // the files given, in the order given.
     let loaded: Vec<(String, String, evolve_core::migration::Script)> = if args.files.is_empty() {
-        let set = evolve_migrate::MigrationSet::load(&args.dir)?;
+        let symlinks = if args.follow_symlinks {
+            evolve_migrate::Symlinks::Follow
+        } else {
+            evolve_migrate::Symlinks::WithinDir
+        };
+        let set = evolve_migrate::MigrationSet::load(&args.dir, symlinks)?;
         set.versioned
             .into_values()
             .chain(set.repeatable.into_values())
@@ -384,14 +522,29 @@ fn lint(args: &LintArgs, out: &Out) -> anyhow::Result<ExitCode> {
 }
 
 async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
-    if let MigrateVerb::New { description } = &args.verb {
-        let path = evolve_migrate::new_migration(&args.dir, description)?;
-        return out.created(&path);
-    }
-    let opts = options(&args)?;
     match args.verb {
-        MigrateVerb::Status => {
-            let report = evolve_migrate::status(&opts).await?;
+        MigrateVerb::New {
+            description,
+            files,
+            db,
+        } => {
+            let flyway = flyway_settings(db.flyway_config.as_deref())?;
+            let opts = match db.database_url.as_ref().or(flyway.database_url.as_ref()) {
+                Some(_) => Some(options(&db, &files, None, None)?.0),
+                None => None,
+            };
+            let dir = files
+                .dir
+                .clone()
+                .or(flyway.dir)
+                .unwrap_or_else(|| PathBuf::from("migrations"));
+            let path =
+                evolve_migrate::new_migration(&dir, symlinks(&files), &description, opts.as_ref())
+                    .await?;
+            out.created(&path)
+        }
+        MigrateVerb::Status { db, files } => {
+            let report = evolve_migrate::status(&options(&db, &files, None, None)?.0).await?;
             out.status(&report)
         }
         MigrateVerb::Apply {
@@ -399,14 +552,23 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
             dry_run,
             out_of_order,
             populate_in_transaction,
+            db,
+            files,
+            lock,
+            retry,
         } => {
-            let target = target
-                .map(|t| Version::parse(&t))
-                .transpose()
-                .context("--target")?;
+            let (opts, flyway) = options(&db, &files, Some(&lock), Some(&retry))?;
+            let target = match (target, &flyway.target) {
+                (Some(t), _) => Some(t),
+                (None, Some(t)) if t != "latest" => Some(
+                    Version::parse(t)
+                        .map_err(|e| anyhow::anyhow!("Flyway setting flyway.target: {e}"))?,
+                ),
+                _ => None,
+            };
             let apply_opts = ApplyOptions {
                 target,
-                out_of_order,
+                out_of_order: out_of_order || flyway.out_of_order == Some(true),
                 dry_run,
                 populate_in_transaction,
             };
@@ -417,15 +579,32 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
             .await?;
             out.apply_summary(&report)
         }
-        MigrateVerb::Validate => {
-            let report = evolve_migrate::validate(&opts).await?;
+        MigrateVerb::Validate { db, files } => {
+            let report = evolve_migrate::validate(&options(&db, &files, None, None)?.0).await?;
             out.validated(&report)
         }
         MigrateVerb::Baseline {
             version,
             description,
+            db,
+            lock,
         } => {
-            let version = Version::parse(&version).context("--version")?;
+            let no_files = DirArgs {
+                dir: None,
+                follow_symlinks: false,
+                placeholders: Vec::new(),
+                placeholder_prefix: None,
+                placeholder_suffix: None,
+                no_placeholder_replacement: true,
+            };
+            let (opts, flyway) = options(&db, &no_files, Some(&lock), None)?;
+            let version = match (version, &flyway.baseline_version) {
+                (Some(v), _) => v,
+                (None, Some(v)) => Version::parse(v)
+                    .map_err(|e| anyhow::anyhow!("Flyway setting flyway.baselineVersion: {e}"))?,
+                (None, None) => Version::parse("1").map_err(|e| anyhow::anyhow!("{e}"))?,
+            };
+            let description = description.or(flyway.baseline_description);
             let mut event_out = out.clone();
             let report =
                 evolve_migrate::baseline(&opts, &version, description.as_deref(), &mut |e| {
@@ -434,29 +613,121 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                 .await?;
             out.changed("baselined", &report)
         }
-        MigrateVerb::Repair => {
+        MigrateVerb::Repair { db, files, lock } => {
+            let (opts, _) = options(&db, &files, Some(&lock), None)?;
             let mut event_out = out.clone();
             let report = evolve_migrate::repair(&opts, &mut |e| event_out.event(&e)).await?;
             out.changed("repaired", &report)
         }
-        MigrateVerb::New { .. } => unreachable!("handled above"),
     }
 }
 
-fn options(args: &MigrateArgs) -> anyhow::Result<Options> {
-    let Some(url) = args.database_url.clone() else {
+fn symlinks(files: &DirArgs) -> evolve_migrate::Symlinks {
+    if files.follow_symlinks {
+        evolve_migrate::Symlinks::Follow
+    } else {
+        evolve_migrate::Symlinks::WithinDir
+    }
+}
+
+/// Flyway's configuration: `file`, else `./flyway.toml` or `./flyway.conf`
+/// when present, then the `FLYWAY_*` variables. Each key evolve does not
+/// apply is named in a warning on stderr.
+fn flyway_settings(file: Option<&std::path::Path>) -> anyhow::Result<evolve_migrate::FlywayConfig> {
+    let file = file.map(PathBuf::from).or_else(|| {
+        ["flyway.toml", "flyway.conf"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+    });
+    let mut pairs = Vec::new();
+    if let Some(path) = &file {
+        let text = std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "Flyway configuration {} cannot be read; fix the path given to --flyway-config",
+                path.display()
+            )
+        })?;
+        let parsed = if path.extension().is_some_and(|e| e == "toml") {
+            evolve_migrate::parse_toml(&text)
+        } else {
+            evolve_migrate::parse_conf(&text)
+        };
+        pairs = parsed.map_err(|e| {
+            anyhow::anyhow!("Flyway configuration {}: {e}; fix the file", path.display())
+        })?;
+    }
+    let env = evolve_migrate::from_env(std::env::vars());
+    let present = file.is_some() || !env.is_empty();
+    pairs.extend(env);
+    let mut config = evolve_migrate::FlywayConfig::from_pairs(&pairs);
+    if present && config.history_table.is_none() {
+        config.history_table = Some("flyway_schema_history".into());
+    }
+    for w in &config.warnings {
+        eprintln!("warning: Flyway configuration: {w}");
+    }
+    Ok(config)
+}
+
+/// The library's options from the flags a verb has, then Flyway's
+/// configuration; the others keep their defaults.
+fn options(
+    db: &DatabaseArgs,
+    files: &DirArgs,
+    lock: Option<&LockArgs>,
+    retry: Option<&RetryArgs>,
+) -> anyhow::Result<(Options, evolve_migrate::FlywayConfig)> {
+    let flyway = flyway_settings(db.flyway_config.as_deref())?;
+    let Some(url) = db.database_url.clone().or(flyway.database_url.clone()) else {
         bail!("no database given; pass --database-url postgres://user@host/db or set DATABASE_URL");
     };
-    let (schema, name) = QualifiedName::parse_user(&args.history_table)
-        .map_err(|e| anyhow::anyhow!("--history-table {e}"))?;
-    let mut opts = Options::new(url, args.dir.clone());
+    let (schema, name) = match (&db.history_table, &flyway.history_table) {
+        (Some(t), _) => {
+            QualifiedName::parse_user(t).map_err(|e| anyhow::anyhow!("--history-table {e}"))?
+        }
+        (None, Some(t)) => (flyway.history_schema.clone(), t.clone()),
+        (None, None) => (None, evolve_migrate::DEFAULT_HISTORY_TABLE.to_string()),
+    };
+    let dir = files
+        .dir
+        .clone()
+        .or(flyway.dir.clone())
+        .unwrap_or_else(|| PathBuf::from("migrations"));
+    let mut opts = Options::new(url, dir);
     opts.history_table = (schema, name);
-    opts.lock_timeout = args.lock_timeout;
-    opts.lock_retries = args.lock_retries;
-    opts.retry_delay = args.lock_retry_delay;
-    opts.wait_for_lock = !args.no_wait;
-    opts.installed_by = args.installed_by.clone();
-    Ok(opts)
+    opts.symlinks = symlinks(files);
+    let p = &mut opts.placeholders;
+    p.values = flyway.placeholders.clone();
+    p.values.extend(files.placeholders.iter().cloned());
+    if let Some(prefix) = files
+        .placeholder_prefix
+        .clone()
+        .or(flyway.placeholder_prefix.clone())
+    {
+        p.prefix = prefix;
+    }
+    if let Some(suffix) = files
+        .placeholder_suffix
+        .clone()
+        .or(flyway.placeholder_suffix.clone())
+    {
+        p.suffix = suffix;
+    }
+    p.replace = !files.no_placeholder_replacement && flyway.placeholder_replacement != Some(false);
+    opts.installed_by = flyway.installed_by.clone();
+    if let Some(lock) = lock {
+        opts.wait_for_lock = !lock.no_wait;
+        if lock.installed_by.is_some() {
+            opts.installed_by = lock.installed_by.clone();
+        }
+    }
+    if let Some(retry) = retry {
+        opts.lock_timeout = retry.lock_timeout;
+        opts.lock_retries = retry.lock_retries;
+        opts.retry_delay = retry.lock_retry_delay;
+    }
+    Ok((opts, flyway))
 }
 
 #[cfg(test)]

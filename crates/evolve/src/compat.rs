@@ -105,8 +105,13 @@ pub fn run(args: CompatArgs, out: &Out) -> anyhow::Result<ExitCode> {
     }
     let parse = |path: &PathBuf| -> anyhow::Result<Schema> {
         let text = read(path)?;
-        Schema::parse(schema_type, &text, &refs)
-            .map_err(|e| Unusable(format!("{}: {e}", path.display())).into())
+        Schema::parse(schema_type, &text, &refs).map_err(|e| {
+            let hint = match &e.missing_import {
+                Some(name) => format!(" with --reference {name}=FILE"),
+                None => String::new(),
+            };
+            Unusable(format!("{}: {e}{hint}", path.display())).into()
+        })
     };
     let new_schema = parse(&new)?;
     let previous = old.iter().map(parse).collect::<anyhow::Result<Vec<_>>>()?;

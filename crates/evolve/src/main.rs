@@ -2,6 +2,7 @@
 //! they report, and maps failures to exit codes (0 ok, 1 failed or refused,
 //! 2 bad usage). A closed stdout (`evolve ... | head`) is not an error.
 
+mod backfill;
 mod cli;
 mod compat;
 mod demo;
@@ -9,30 +10,88 @@ mod output;
 mod pipeline;
 mod registry;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use tracing_subscriber::EnvFilter;
 
 use crate::output::Out;
 
-/// Warnings only, except the registry's access log when serving.
+/// Warnings only, except what a server reports of its own work: the
+/// pipeline's steps (tables hydrated, replacements applied, ...) under
+/// `evolve pipeline run`, the access log under `evolve registry serve`.
 fn default_log_filter(args: &cli::Cli) -> &'static str {
-    if cli::wants_multi_thread(args) {
-        "warn,evolve::registry::access=info"
-    } else {
-        "warn"
+    match &args.command {
+        cli::Command::Pipeline(pipeline::PipelineArgs {
+            verb: pipeline::PipelineVerb::Run { .. },
+        }) => "warn,evolve_pipeline=info",
+        cli::Command::Registry(registry::RegistryArgs {
+            verb: registry::RegistryVerb::Serve { .. },
+        }) => "warn,evolve::registry::access=info",
+        _ => "warn",
+    }
+}
+
+/// The log filter: `--log-level`, else `EVOLVE_LOG`, else the command's
+/// default. Both take tracing's filter syntax; a bare word given to
+/// `--log-level` must be a level (`--log-level verbose` is refused rather
+/// than read as the target "verbose").
+fn log_filter(args: &cli::Cli) -> Result<EnvFilter, String> {
+    let parse = |value: &str, given: &str| {
+        EnvFilter::try_new(value.trim()).map_err(|e| {
+            format!(
+                "{given} {value:?} is not a log filter ({e}); use a level (off, error, warn, info, \
+                 debug, trace) or directives such as \"warn,evolve_pipeline=debug\""
+            )
+        })
+    };
+    if let Some(level) = &args.log_level {
+        let bare = !level.contains(['=', ',', '[', ':']);
+        let is_level = matches!(
+            level.trim().to_ascii_lowercase().as_str(),
+            "off" | "error" | "warn" | "info" | "debug" | "trace"
+        );
+        if bare && !is_level {
+            return Err(format!(
+                "--log-level {level:?} is not a log level; use off, error, warn, info, debug or \
+                 trace, or directives such as \"warn,evolve_pipeline=debug\""
+            ));
+        }
+        return parse(level, "--log-level");
+    }
+    match std::env::var("EVOLVE_LOG") {
+        Ok(value) if !value.trim().is_empty() => parse(&value, "EVOLVE_LOG"),
+        _ => Ok(EnvFilter::new(default_log_filter(args))),
     }
 }
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("EVOLVE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(&args))),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = match log_filter(&args) {
+        Ok(filter) => filter,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        cli::LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+        cli::LogFormat::Text => {
+            // Colour codes only for a terminal: a file or a pipe gets plain text.
+            let colour = std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            logs.with_ansi(colour).init()
+        }
+    }
     // One thread: evolve's work is round trips to PostgreSQL, and a
     // single-threaded runtime answers them without cross-thread wake-ups
     // (measured: 1.06x psql's floor instead of 1.3x, see BENCHMARKS.md).

@@ -386,8 +386,9 @@ pub fn event_text(e: &Event) -> String {
             retries,
             wait_ms,
             blockers,
+            role,
         } => {
-            let who = evolve_pg::describe_sessions(blockers);
+            let who = evolve_migrate::describe_blockers(blockers, role);
             format!(
                 "lock timeout in {script} at line {line}, blocked by {who}; retry {attempt} of {retries} in {}",
                 millis(*wait_ms)
@@ -418,9 +419,13 @@ pub fn event_text(e: &Event) -> String {
                     .last_refresh_ms
                     .map(|ms| format!(", last refresh took {}", millis(ms.max(0) as u64)))
                     .unwrap_or_default();
+                let rows = match (e.rows, e.rows_counted) {
+                    (Some(n), true) => format!("{n} row{}", plural(n as usize)),
+                    (Some(n), false) => format!("about {n} rows (the planner's estimate)"),
+                    (None, _) => "rows unknown (never analysed)".to_string(),
+                };
                 s.push_str(&format!(
-                    "\n  after the commit: {r} (unreadable until done: about {:.0} rows, {} kB{last})",
-                    e.rows,
+                    "\n  after the commit: {r} (unreadable until done: {rows}, {} kB{last})",
                     e.bytes / 1024
                 ));
             }
@@ -434,6 +439,16 @@ pub fn event_text(e: &Event) -> String {
             "refreshed {name} in {} (unreadable for {} after the commit)",
             millis(*refresh_ms),
             millis(*unreadable_ms)
+        ),
+        Event::IndexBuildWait {
+            script,
+            index,
+            builders,
+            max_wait_ms,
+        } => format!(
+            "{script}: INVALID index {index} is still being built by {}; waiting up to {} for that build instead of dropping the index",
+            evolve_pg::describe_sessions(builders),
+            millis(*max_wait_ms)
         ),
         Event::InvalidIndexDropped { script, index } => format!(
             "{script}: dropped INVALID index {index} left by an earlier failed CREATE INDEX CONCURRENTLY; building it again"

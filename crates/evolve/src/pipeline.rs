@@ -4,9 +4,9 @@
 //! The clients speak plain HTTP/1.1 to the admin API (loopback by default)
 //! with hyper's connection-level client: one connection per command.
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,37 +42,109 @@ pub enum PipelineVerb {
         #[arg(long, default_value = "evolve.toml")]
         config: PathBuf,
     },
+    /// Check what the pipeline's objects need of their servers
+    /// (wal_level, the REPLICATION attribute, free slots and WAL senders,
+    /// publication and table privileges, the sinks' privileges), and
+    /// print the statement that fixes each failure. Exit 1 when any fails.
+    Check {
+        /// The pipeline's config file.
+        #[arg(long, default_value = "evolve.toml")]
+        config: PathBuf,
+        /// Also check what the statements of this file would need (the
+        /// setup file before its first run).
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
 pub struct AdminArg {
-    /// The running pipeline's admin API.
-    #[arg(long, value_name = "URL", default_value = DEFAULT_ADMIN, env = "EVOLVE_ADMIN")]
-    pub admin: String,
+    /// The running pipeline's admin API [default: admin_listen of --config,
+    /// else http://127.0.0.1:7800].
+    #[arg(long, value_name = "URL", env = "EVOLVE_ADMIN")]
+    pub admin: Option<String>,
+    /// The pipeline's config file, for the admin API's address and token.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+impl AdminArg {
+    /// The admin API to call: `--admin` (or `EVOLVE_ADMIN`), else the
+    /// config's `admin_listen`; the token from `EVOLVE_ADMIN_TOKEN`, else
+    /// the config's `admin_token` or `admin_token_file`.
+    fn resolve(&self) -> anyhow::Result<AdminUrl> {
+        let (listen, token) = match &self.config {
+            Some(path) => {
+                let (listen, token) = Config::load_admin(path).map_err(|e| pipeline_error(&e))?;
+                (Some(listen), token.map(|t| t.secret().to_string()))
+            }
+            None => (None, None),
+        };
+        let url = match (&self.admin, listen) {
+            (Some(url), _) => url.clone(),
+            (None, Some(listen)) => format!("http://{listen}"),
+            (None, None) => DEFAULT_ADMIN.to_string(),
+        };
+        let mut admin = AdminUrl::parse(&url)?;
+        admin.token = std::env::var("EVOLVE_ADMIN_TOKEN")
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| t.trim().to_string())
+            .or(token);
+        Ok(admin)
+    }
 }
 
 #[derive(Debug, Args)]
 pub struct SqlArgs {
-    /// Statements to run, e.g. "SHOW SOURCES".
+    /// Statements to run, e.g. "SHOW SOURCES". Without -c or -f, the
+    /// statements piped to stdin.
     #[arg(
         short = 'c',
         long = "command",
-        value_name = "STATEMENTS",
-        required_unless_present = "file",
+        value_name = "SQL",
         conflicts_with = "file"
     )]
     pub command: Option<String>,
     /// A file of statements (`-` for stdin).
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: Option<PathBuf>,
+    /// Let each ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT without a
+    /// WAIT wait up to DURATION (e.g. 60s, 2min) for the replacement to
+    /// be hydrated, as WITH (WAIT = 'DURATION') would.
+    #[arg(long, value_name = "DURATION", value_parser = parse_wait)]
+    pub wait: Option<Duration>,
     #[command(flatten)]
     pub admin: AdminArg,
 }
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    /// Wait until the table or replacement NAME is hydrated (a table
+    /// running, a replacement hydrated), then exit 0; exit 1 with its
+    /// state when --timeout passes first, or at once when it is stalled.
+    #[arg(long, value_name = "NAME")]
+    pub wait_hydrated: Option<String>,
+    /// How long --wait-hydrated waits (e.g. 60s, 10min).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "60s",
+        value_parser = parse_wait,
+        requires = "wait_hydrated"
+    )]
+    pub timeout: Duration,
     #[command(flatten)]
     pub admin: AdminArg,
+}
+
+/// A duration as the control language's `WAIT` takes it.
+fn parse_wait(text: &str) -> Result<Duration, String> {
+    evolve_core::control::parse_duration(text).ok_or_else(|| {
+        format!(
+            "{text:?} is not a duration; use numbers each with a unit (ms, s, min, h), e.g. 60s, 500ms or 1min30s"
+        )
+    })
 }
 
 #[derive(Debug, Args)]
@@ -97,9 +169,13 @@ fn pipeline_error(e: &PipelineError) -> anyhow::Error {
 
 // ------------------------------------------------------------------ run
 
-pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
-    let PipelineVerb::Run { config: path } = args.verb;
+pub async fn run(args: PipelineArgs, out: &Out) -> anyhow::Result<()> {
+    let path = match args.verb {
+        PipelineVerb::Run { config } => config,
+        PipelineVerb::Check { config, file } => return check(&config, file.as_deref(), out).await,
+    };
     let config = Config::load(&path).map_err(|e| pipeline_error(&e))?;
+    evolve_pipeline::access::check_listen(&config).map_err(|e| pipeline_error(&e))?;
     let listen = config.admin_listen.clone();
     let state_dir = config.state_dir.clone();
     let listener = tokio::net::TcpListener::bind(&listen)
@@ -121,17 +197,94 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
         )?;
         stdout.flush()?;
     }
-    if !address.ip().is_loopback() {
-        eprintln!(
-            "warning: the admin API on {address} has no authentication; whoever reaches it can change the pipeline"
-        );
-    }
     evolve_pipeline::admin::serve(pipeline, listener, crate::output::shutdown_signal())
         .await
         .map_err(|e| match e {
             evolve_pipeline::admin::ServeError::Pipeline(e) => pipeline_error(&e),
             other => anyhow::anyhow!(other),
         })
+}
+
+/// `evolve pipeline check`.
+async fn check(path: &Path, file: Option<&Path>, out: &Out) -> anyhow::Result<()> {
+    use evolve_pipeline::preflight;
+    let config = Config::load(path).map_err(|e| pipeline_error(&e))?;
+    let catalog = config.state_dir.join("pipeline.db");
+    let (sources, tables, sinks) = if catalog.exists() {
+        let pipeline = Pipeline::open(config.clone()).map_err(|e| pipeline_error(&e))?;
+        (
+            pipeline.sources().map_err(|e| pipeline_error(&e))?,
+            pipeline.tables().map_err(|e| pipeline_error(&e))?,
+            pipeline.sinks().map_err(|e| pipeline_error(&e))?,
+        )
+    } else {
+        Default::default()
+    };
+    let mut plan = preflight::Plan::from_catalog(&sources, &tables, &sinks);
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let statements = evolve_core::control::parse(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {}",
+                file.display(),
+                render_error(
+                    &text,
+                    &SqlError {
+                        code: "42601".into(),
+                        message: e.message.clone(),
+                        detail: e.detail.clone(),
+                        hint: e.hint.clone(),
+                        position: None,
+                        statement: None,
+                    }
+                )
+                .trim_end()
+            )
+        })?;
+        plan.add_statements(&statements, &sources);
+    }
+    let report = preflight::run(&config, &plan).await;
+    if out.format() == Format::Json {
+        out.text(&serde_json::to_string_pretty(&report)?)?;
+    } else {
+        let mut text = String::new();
+        for c in &report.connections {
+            let used = if c.used_as.is_empty() {
+                "not used yet".to_string()
+            } else {
+                format!("as {}", c.used_as.join(" and "))
+            };
+            text.push_str(&format!(
+                "connection {} ({}, {used})\n",
+                c.connection, c.target
+            ));
+            for check in &c.checks {
+                text.push_str(&format!(
+                    "  {}  {}\n",
+                    if check.ok { "ok  " } else { "FAIL" },
+                    check.message
+                ));
+                if let Some(fix) = &check.fix {
+                    text.push_str(&format!("        fix: {fix}\n"));
+                }
+            }
+        }
+        let failures = report.failures();
+        text.push_str(&if failures == 0 {
+            "every check passed".to_string()
+        } else {
+            format!("{failures} check(s) failed")
+        });
+        out.text(&text)?;
+    }
+    if report.failures() > 0 {
+        bail!(
+            "the pipeline's servers are not ready: {} check(s) failed (the fixes are above)",
+            report.failures()
+        );
+    }
+    Ok(())
 }
 
 // --------------------------------------------------------------- client
@@ -148,6 +301,8 @@ struct AdminUrl {
     authority: String,
     /// A path prefix without the trailing `/` (usually empty).
     prefix: String,
+    /// The bearer token, if the API needs one.
+    token: Option<String>,
 }
 
 impl AdminUrl {
@@ -180,6 +335,7 @@ impl AdminUrl {
             port,
             authority: authority.to_string(),
             prefix: path.trim_end_matches('/').to_string(),
+            token: None,
         })
     }
 
@@ -213,10 +369,17 @@ impl AdminUrl {
             .method(method)
             .uri(format!("{}{path}", self.prefix))
             .header(header::HOST, &self.authority);
-        if body.is_some() {
-            request = request.header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
+        if let Some(token) = &self.token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
         }
-        let request = request.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
+        let body = match body {
+            Some(sql) => {
+                request = request.header(header::CONTENT_TYPE, "application/json");
+                serde_json::to_string(&serde_json::json!({ "sql": sql }))?
+            }
+            None => String::new(),
+        };
+        let request = request.body(Full::new(Bytes::from(body)))?;
         let response = sender
             .send_request(request)
             .await
@@ -228,7 +391,31 @@ impl AdminUrl {
             .await
             .map_err(|e| anyhow::anyhow!("reading the answer of {}: {e}", self.url))?
             .to_bytes();
+        self.refused(status, &bytes)?;
         Ok((status, bytes))
+    }
+
+    /// The API's refusal of the request itself (`401`, `403`, `415`) as an
+    /// error: its message and hint.
+    fn refused(&self, status: StatusCode, body: &[u8]) -> anyhow::Result<()> {
+        if !matches!(
+            status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::UNSUPPORTED_MEDIA_TYPE
+        ) {
+            return Ok(());
+        }
+        let Some(error) = serde_json::from_slice::<SqlResponse>(body)
+            .ok()
+            .and_then(|r| r.error)
+        else {
+            return Ok(());
+        };
+        let mut message = format!("the admin API at {} refused: {}", self.url, error.message);
+        if let Some(hint) = error.hint {
+            message.push_str("\n  hint: ");
+            message.push_str(&hint);
+        }
+        bail!(message)
     }
 
     fn unexpected(&self, path: &str, status: StatusCode, body: &[u8]) -> anyhow::Error {
@@ -255,7 +442,7 @@ pub async fn sql(args: SqlArgs, out: &Out) -> anyhow::Result<ExitCode> {
     if matches!(out.format(), Format::Dot | Format::Mermaid) {
         bail!("--format dot and --format mermaid are for evolve deps; use text or json here");
     }
-    let admin = AdminUrl::parse(&args.admin.admin)?;
+    let admin = args.admin.resolve()?;
     let input = match (&args.command, &args.file) {
         (Some(c), _) => c.clone(),
         (None, Some(path)) if path.as_os_str() == "-" => {
@@ -267,7 +454,25 @@ pub async fn sql(args: SqlArgs, out: &Out) -> anyhow::Result<ExitCode> {
         }
         (None, Some(path)) => std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?,
-        (None, None) => bail!("give statements with -c \"...\" or a file with -f FILE"),
+        (None, None) => {
+            let mut text = String::new();
+            let stdin = std::io::stdin();
+            if !stdin.is_terminal() {
+                stdin
+                    .lock()
+                    .read_to_string(&mut text)
+                    .context("cannot read statements from stdin")?;
+            }
+            if text.trim().is_empty() {
+                eprintln!("{SQL_USAGE}");
+                return Ok(ExitCode::from(2));
+            }
+            text
+        }
+    };
+    let input = match args.wait {
+        Some(wait) => with_wait(&input, wait),
+        None => input,
     };
     let (status, body) = admin
         .request(Method::POST, "/sql", Some(input.clone()))
@@ -296,6 +501,31 @@ pub async fn sql(args: SqlArgs, out: &Out) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// What `evolve sql` says when it is given no statements.
+const SQL_USAGE: &str =
+    "error: no statements to run; give them with -c SQL, in a file with -f FILE, or on stdin
+Usage: evolve sql -c \"SHOW SOURCES\"
+       evolve sql -f setup.sql        (-f - reads stdin)
+       evolve sql < setup.sql";
+
+/// `input` with ` WITH (WAIT = '...')` added to each `APPLY REPLACEMENT`
+/// that has no `WAIT`, where the statement ends. Input that does not parse
+/// is sent as it is, for the pipeline to point at the error.
+fn with_wait(input: &str, wait: Duration) -> String {
+    let Ok(statements) = evolve_core::control::parse(input) else {
+        return input.to_string();
+    };
+    let mut text = input.to_string();
+    for statement in statements.iter().rev() {
+        if let evolve_core::control::Statement::ApplyReplacement(apply) = statement
+            && apply.wait.is_none()
+        {
+            text.insert_str(apply.span.end, &evolve_core::control::wait_option(wait));
+        }
+    }
+    text
 }
 
 /// psql's rendering: `ERROR:  message`, the `LINE n:` excerpt with a caret
@@ -408,7 +638,10 @@ fn psql_table(columns: &[String], rows: &[serde_json::Map<String, serde_json::Va
 
 /// `evolve status`: every object of the running pipeline.
 pub async fn status(args: StatusArgs, out: &Out) -> anyhow::Result<()> {
-    let admin = AdminUrl::parse(&args.admin.admin)?;
+    let admin = args.admin.resolve()?;
+    if let Some(name) = &args.wait_hydrated {
+        return wait_hydrated(&admin, name, args.timeout, out).await;
+    }
     let (status, body) = admin.request(Method::GET, "/status", None).await?;
     if !status.is_success() {
         return Err(admin.unexpected("/status", status, &body));
@@ -418,6 +651,84 @@ pub async fn status(args: StatusArgs, out: &Out) -> anyhow::Result<()> {
     match out.format() {
         Format::Json => out.json_value(&serde_json::to_value(&report)?),
         _ => out.text(&status_text(&report)),
+    }
+}
+
+/// `evolve status --wait-hydrated NAME`: polls `/status` until the table
+/// or replacement `name` is hydrated (Ok), it is stalled, or `timeout`
+/// passes (errors, exit 1).
+async fn wait_hydrated(
+    admin: &AdminUrl,
+    name: &str,
+    timeout: Duration,
+    out: &Out,
+) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        let (status, body) = admin.request(Method::GET, "/status", None).await?;
+        if !status.is_success() {
+            return Err(admin.unexpected("/status", status, &body));
+        }
+        let report: StatusReport = serde_json::from_slice(&body)
+            .map_err(|_| admin.unexpected("/status", status, &body))?;
+        let objects: Vec<&ObjectReport> = report
+            .objects
+            .iter()
+            .filter(|o| o.name == name && (o.kind == "table" || o.replacement_for.is_some()))
+            .collect();
+        if objects.is_empty() {
+            bail!(
+                "the pipeline has no table or replacement \"{name}\"; `evolve status` lists its objects"
+            );
+        }
+        let noun = |o: &ObjectReport| {
+            let noun = if o.kind == "table" {
+                "table"
+            } else {
+                "replacement"
+            };
+            format!("{noun} \"{name}\"")
+        };
+        let state = |o: &ObjectReport| {
+            format!(
+                "{} ({} rows copied)",
+                o.state,
+                o.rows_copied.unwrap_or_default()
+            )
+        };
+        if let Some(stalled) = objects.iter().find(|o| o.state == "stalled") {
+            bail!(
+                "{} is stalled: {}; create a new table version that matches upstream",
+                noun(stalled),
+                stalled.error.as_deref().unwrap_or_default()
+            );
+        }
+        let hydrated = |o: &&ObjectReport| match o.replacement_for {
+            Some(_) => o.hydrated == Some(true),
+            None => o.state == "running",
+        };
+        let Some(pending) = objects.iter().find(|o| !hydrated(o)) else {
+            return match out.format() {
+                Format::Json => out.json_value(&serde_json::json!({ "objects": objects })),
+                _ => out.text(
+                    &objects
+                        .iter()
+                        .map(|o| format!("{} is {}", noun(o), state(o)))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                ),
+            };
+        };
+        let waited = start.elapsed();
+        if waited >= timeout {
+            bail!(
+                "{} is not hydrated after waiting {}: it is {}; wait longer with --timeout, or see `evolve status`",
+                noun(pending),
+                evolve_core::control::format_duration(timeout),
+                state(pending)
+            );
+        }
+        tokio::time::sleep((timeout - waited).min(Duration::from_millis(200))).await;
     }
 }
 
@@ -489,7 +800,7 @@ fn note(o: &ObjectReport) -> String {
 /// `evolve drift`: the tables that differ from upstream. Drift is not an
 /// error: the exit code is 0 whether or not there is any.
 pub async fn drift(args: DriftArgs, out: &Out) -> anyhow::Result<()> {
-    let admin = AdminUrl::parse(&args.admin.admin)?;
+    let admin = args.admin.resolve()?;
     let path = match &args.source {
         Some(source) => format!("/drift?source={}", query_value(source)),
         None => "/drift".to_string(),
@@ -649,15 +960,36 @@ impl AdminUrl {
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(Method::GET)
             .uri(format!("{}{path}", self.prefix))
-            .header(header::HOST, &self.authority)
-            .body(Full::new(Bytes::new()))?;
-        sender
+            .header(header::HOST, &self.authority);
+        if let Some(token) = &self.token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request.body(Full::new(Bytes::new()))?;
+        let response = sender
             .send_request(request)
             .await
-            .map_err(|e| self.unreachable(e))
+            .map_err(|e| self.unreachable(e))?;
+        if matches!(
+            response.status(),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN
+        ) {
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| anyhow::anyhow!("reading the answer of {}: {e}", self.url))?
+                .to_bytes();
+            self.refused(status, &body)?;
+            bail!(
+                "the admin API at {} refused the request (HTTP {status})",
+                self.url
+            );
+        }
+        Ok(response)
     }
 }
 
@@ -670,7 +1002,7 @@ pub async fn subscribe(args: SubscribeArgs, out: &Out) -> anyhow::Result<ExitCod
     if matches!(out.format(), Format::Dot | Format::Mermaid) {
         bail!("--format dot and --format mermaid are for evolve deps; subscribe writes JSON lines");
     }
-    let admin = AdminUrl::parse(&args.admin.admin)?;
+    let admin = args.admin.resolve()?;
     let mut path = format!("/subscribe/{}", query_value(&args.name));
     let mut params = Vec::new();
     if args.snapshot {
@@ -755,6 +1087,27 @@ pub async fn subscribe(args: SubscribeArgs, out: &Out) -> anyhow::Result<ExitCod
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sql_wait_goes_to_each_apply_without_one() {
+        let wait = Duration::from_secs(60);
+        assert_eq!(
+            with_wait(
+                "ALTER MATERIALIZED VIEW v APPLY REPLACEMENT r; -- now\n\
+                 SHOW TABLES;\n\
+                 ALTER MATERIALIZED VIEW w APPLY REPLACEMENT s WITH (WAIT = '1s');\n\
+                 alter materialized view x apply replacement \"T\"",
+                wait
+            ),
+            "ALTER MATERIALIZED VIEW v APPLY REPLACEMENT r WITH (WAIT = '60s'); -- now\n\
+             SHOW TABLES;\n\
+             ALTER MATERIALIZED VIEW w APPLY REPLACEMENT s WITH (WAIT = '1s');\n\
+             alter materialized view x apply replacement \"T\" WITH (WAIT = '60s')"
+        );
+        // Text that does not parse goes as it is, for the pipeline's error.
+        let broken = "ALTER MATERIALIZED VIEW v APPLY REPLACEMENT r; CREAT SINK";
+        assert_eq!(with_wait(broken, wait), broken);
+    }
 
     #[test]
     fn admin_urls_parse() {

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
+use evolve_registry::access::Access;
 use evolve_registry::auth::Users;
-use evolve_registry::http::{App, DEFAULT_MAX_BODY};
+use evolve_registry::http::{App, DEFAULT_MAX_SCHEMA, default_max_body};
 use evolve_registry::metrics::Metrics;
 use evolve_registry::service::{Registry, Settings};
 use evolve_registry::store::{Storage, StorageSpec};
@@ -53,9 +54,18 @@ pub enum RegistryVerb {
         /// The PEM private key of --tls-cert.
         #[arg(long, value_name = "FILE", requires = "tls_cert")]
         tls_key: Option<PathBuf>,
-        /// Largest request body accepted (42209 beyond).
-        #[arg(long, default_value_t = DEFAULT_MAX_BODY)]
-        max_body_bytes: usize,
+        /// Largest schema text accepted (42209 beyond).
+        #[arg(long, default_value_t = DEFAULT_MAX_SCHEMA)]
+        max_schema_bytes: usize,
+        /// Largest request body accepted (42209 beyond); by default twice
+        /// --max-schema-bytes and 1 MiB.
+        #[arg(long)]
+        max_body_bytes: Option<usize>,
+        /// Another host name clients use for this registry (besides
+        /// localhost, loopback addresses and the --listen address), e.g. its
+        /// DNS name behind a load balancer; repeatable.
+        #[arg(long = "allowed-host", value_name = "NAME")]
+        allowed_hosts: Vec<String>,
         /// error_code of an incompatible registration: 409 (Confluent up to
         /// 8.0.3, Karapace) or 40901 (Confluent 8.0.4 and later).
         #[arg(long, default_value_t = 409, value_parser = parse_incompatible_code)]
@@ -94,7 +104,9 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
             users,
             tls_cert,
             tls_key,
+            max_schema_bytes,
             max_body_bytes,
+            allowed_hosts,
             incompatible_error_code,
             poll_interval_ms,
         } => {
@@ -126,6 +138,8 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
                     format!("cannot listen on {listen}; pick another --listen address")
                 })?;
             let address = listener.local_addr()?;
+            let access =
+                Access::new(address, tls.is_some(), &allowed_hosts).map_err(anyhow::Error::msg)?;
             let scheme = if tls.is_some() { "https" } else { "http" };
             {
                 let mut stdout = std::io::stdout().lock();
@@ -141,7 +155,9 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
                 registry,
                 users,
                 metrics: Metrics::default(),
-                max_body: max_body_bytes,
+                max_body: max_body_bytes.unwrap_or(default_max_body(max_schema_bytes)),
+                max_schema: max_schema_bytes,
+                access,
             });
             evolve_registry::serve::serve(app, listener, tls, crate::output::shutdown_signal())
                 .await?;

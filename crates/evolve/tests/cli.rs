@@ -172,9 +172,9 @@ async fn refusals_exit_non_zero_with_one_line_on_stderr() {
         &dir,
         &["migrate", "apply", "--target", "1.x"],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
     assert!(
-        text(&out.stderr).starts_with("error: --target"),
+        text(&out.stderr).starts_with("error: invalid value '1.x' for '--target <TARGET>'"),
         "{}",
         text(&out.stderr)
     );
@@ -263,8 +263,8 @@ async fn deps_prints_text_json_dot_and_mermaid() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).starts_with("error: table \"nope\" does not exist"));
     let out = deps(&["migrate", "status", "--format", "dot"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("are for evolve deps"));
+    assert_eq!(out.status.code(), Some(2), "dot is for evolve deps only");
+    assert!(text(&out.stderr).contains("invalid value 'dot' for '--format <FORMAT>'"));
 }
 
 #[test]

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::get;
 use bytes::Bytes;
-use evolve_registry::http::{App, DEFAULT_MAX_BODY};
+use evolve_registry::access::Access;
+use evolve_registry::http::{App, DEFAULT_MAX_BODY, DEFAULT_MAX_SCHEMA};
 use evolve_registry::metrics::Metrics;
 use evolve_registry::service::{Registry, Settings};
 use evolve_registry::store::{SqliteLog, Storage};
@@ -55,6 +56,8 @@ async fn bench(duration: Duration, connections: usize) -> Result<(), BoxError> {
         users: None,
         metrics: Metrics::default(),
         max_body: DEFAULT_MAX_BODY,
+        max_schema: DEFAULT_MAX_SCHEMA,
+        access: Access::new(([127, 0, 0, 1], 0).into(), false, &[])?,
     });
     let registry_addr = spawn(evolve_registry::http::router(Arc::clone(&app))).await?;
     let hello_addr =

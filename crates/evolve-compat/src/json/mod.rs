@@ -174,6 +174,7 @@ fn error(message: String) -> SchemaError {
     SchemaError {
         schema_type: SchemaType::Json,
         message,
+        missing_import: None,
     }
 }
 

@@ -49,10 +49,16 @@ fn with_refs(text: &str, refs: &[(&str, &str)]) -> JsonSchema {
     parse(text, &refs).unwrap_or_else(|e| panic!("{text} should parse: {e}"))
 }
 
+/// The message of a schema that does not parse; every such error is shown
+/// as a JSON Schema error.
 fn parse_error(text: &str) -> String {
     match parse(text, &[]) {
         Ok(_) => panic!("{text} should not parse"),
-        Err(e) => e.message,
+        Err(e) => {
+            let shown = e.to_string();
+            assert!(shown.starts_with("invalid JSON Schema: "), "{shown}");
+            e.message
+        }
     }
 }
 

@@ -145,6 +145,7 @@ fn error(message: String) -> SchemaError {
     SchemaError {
         schema_type: SchemaType::Protobuf,
         message,
+        missing_import: None,
     }
 }
 
@@ -153,6 +154,9 @@ fn error(message: String) -> SchemaError {
 /// of file, a duplicate package) get the file's name, and the end of the
 /// file as the position of an early end.
 fn compile_error(err: &protox::Error, sources: &Sources) -> SchemaError {
+    if let Some(missing) = missing_import(err) {
+        return missing;
+    }
     let mut message = format!("{err:?}");
     if let Some(file) = err.file()
         && !message.starts_with(&format!("{file}:"))
@@ -166,10 +170,35 @@ fn compile_error(err: &protox::Error, sources: &Sources) -> SchemaError {
         };
         message = format!("{file}:{position}{message}");
     }
-    if err.is_file_not_found() {
-        message.push_str(" (it is neither a reference nor a bundled well-known type)");
-    }
     error(message.replace(['\r', '\n'], " "))
+}
+
+/// An import that is neither a reference nor a bundled well-known type,
+/// named first: `import "common.proto" not found (at schema.proto:2:1):
+/// it is not a bundled well-known type; pass it as a reference`. protox names it only in its `Display`
+/// (`import 'common.proto' not found`), its position in its `Debug`.
+fn missing_import(err: &protox::Error) -> Option<SchemaError> {
+    if !err.is_file_not_found() {
+        return None;
+    }
+    let shown = err.to_string();
+    let name = shown
+        .strip_prefix("import '")
+        .or_else(|| shown.strip_prefix("file '"))?
+        .strip_suffix("' not found")?;
+    let debug = format!("{err:?}");
+    let place = match debug.strip_suffix(&format!(": {shown}")) {
+        Some(position) if !position.is_empty() => format!(" (at {position})"),
+        _ => err.file().map(|f| format!(" (in {f})")).unwrap_or_default(),
+    };
+    let mut error = error(
+        format!(
+            "import \"{name}\" not found{place}: it is not a bundled well-known type; pass it as a reference"
+        )
+        .replace(['\r', '\n'], " "),
+    );
+    error.missing_import = Some(name.to_owned());
+    Some(error)
 }
 
 /// The 1-based line and column just past the end of `text`.

@@ -44,12 +44,36 @@ fn missing_import_is_named() {
         "syntax = \"proto3\";\nimport \"other.proto\";\nmessage A { int32 a = 1; }\n",
         &[reference("unrelated.proto", "syntax = \"proto3\";")],
     );
-    assert!(message.contains("'other.proto'"), "{message}");
-    assert!(message.starts_with("schema.proto:2:"), "{message}");
     assert!(
-        message.contains("neither a reference nor a bundled"),
+        message.starts_with("import \"other.proto\" not found (at schema.proto:2:1): "),
         "{message}"
     );
+    let err = parse(
+        "syntax = \"proto3\";\nimport \"other.proto\";\nmessage A { int32 a = 1; }\n",
+        &[],
+    )
+    .unwrap_err();
+    assert!(message.ends_with("; pass it as a reference"), "{message}");
+    assert_eq!(err.missing_import.as_deref(), Some("other.proto"));
+}
+
+#[test]
+fn missing_import_of_a_reference_names_both() {
+    let err = parse(
+        "syntax = \"proto3\";\nimport \"common.proto\";\nmessage A { C c = 1; }\n",
+        &[reference(
+            "common.proto",
+            "syntax = \"proto3\";\nimport \"money.proto\";\nmessage C { int32 x = 1; }\n",
+        )],
+    )
+    .unwrap_err();
+    assert!(
+        err.message
+            .starts_with("import \"money.proto\" not found (at common.proto:2:1)"),
+        "{}",
+        err.message
+    );
+    assert_eq!(err.missing_import.as_deref(), Some("money.proto"));
 }
 
 #[test]

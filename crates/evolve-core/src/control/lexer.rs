@@ -154,6 +154,7 @@ const CONTROL_KEYWORDS: &[&str] = &[
     "text",
     "view",
     "views",
+    "wait",
 ];
 
 /// The words that start a statement.

@@ -3,18 +3,18 @@
 //! SINK`, `ALTER`, `DROP` and `SHOW`, parsed into typed [`Statement`]s.
 //!
 //! ```text
-//! CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');
-//! CREATE TABLE orders_v1 FROM SOURCE src (REFERENCE public.orders)
+//! CREATE SOURCE [IF NOT EXISTS] src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');
+//! CREATE TABLE [IF NOT EXISTS] orders_v1 FROM SOURCE src (REFERENCE public.orders)
 //!   [WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c))];
-//! CREATE MATERIALIZED VIEW orders_json [WITH (ABSORB = {'auto' | 'manual'})] AS
+//! CREATE MATERIALIZED VIEW [IF NOT EXISTS] orders_json [WITH (ABSORB = {'auto' | 'manual'})] AS
 //!   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;
-//! CREATE REPLACEMENT MATERIALIZED VIEW orders_json_v2 FOR orders_json AS
+//! CREATE REPLACEMENT MATERIALIZED VIEW [IF NOT EXISTS] orders_json_v2 FOR orders_json AS
 //!   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v2 t;
-//! ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2;
+//! ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2 [WITH (WAIT = '60s')];
 //! ALTER MATERIALIZED VIEW orders_json SET (ABSORB = {'auto' | 'manual'});
 //! ALTER MATERIALIZED VIEW orders_json RESET (ABSORB);
 //! ALTER SOURCE src REFRESH REFERENCES;
-//! CREATE SINK orders_sink FROM orders_json
+//! CREATE SINK [IF NOT EXISTS] orders_sink FROM orders_json
 //!   INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');
 //! DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} [IF EXISTS] name;
 //! SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS};
@@ -40,6 +40,12 @@
 //! MATERIALIZED VIEW` is refused): applying it leaves the options of the
 //! materialized view it replaces as they are, and those are changed with
 //! `ALTER MATERIALIZED VIEW ... SET`.
+//!
+//! `IF NOT EXISTS` asks for nothing to happen when an object of that kind
+//! and name exists, whatever its definition, as in PostgreSQL. `WAIT` is
+//! the one option of `APPLY REPLACEMENT`: how long to wait for the
+//! replacement to be hydrated before applying it, a duration literal
+//! ([`parse_duration`]).
 //!
 //! A materialized view is only ever the schema-agnostic interface over one
 //! ingestion table, so its query is matched against that one form (tokens,
@@ -68,6 +74,7 @@ mod tests;
 
 use std::borrow::Cow;
 use std::fmt;
+use std::time::Duration;
 
 pub use error::{ControlError, Position};
 pub use parser::parse;
@@ -168,6 +175,8 @@ impl fmt::Display for ObjectKind {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateSource {
     pub name: String,
+    /// `IF NOT EXISTS`: an existing source of this name is left as it is.
+    pub if_not_exists: bool,
     pub connection: String,
     /// The upstream publication's name, exactly as written in the literal.
     pub publication: String,
@@ -179,6 +188,8 @@ pub struct CreateSource {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateTable {
     pub name: String,
+    /// `IF NOT EXISTS`: an existing table of this name is left as it is.
+    pub if_not_exists: bool,
     pub source: String,
     /// The upstream table.
     pub reference: QualifiedName,
@@ -223,6 +234,9 @@ impl fmt::Display for Absorb {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateMaterializedView {
     pub name: String,
+    /// `IF NOT EXISTS`: an existing materialized view of this name is left
+    /// as it is.
+    pub if_not_exists: bool,
     /// The ingestion table the interface reads.
     pub table: String,
     /// [`Absorb::Manual`] when the statement has no `WITH`.
@@ -234,6 +248,9 @@ pub struct CreateMaterializedView {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateReplacement {
     pub name: String,
+    /// `IF NOT EXISTS`: an existing materialized view or replacement of
+    /// this name is left as it is.
+    pub if_not_exists: bool,
     /// The materialized view this one will replace.
     pub target: String,
     /// The ingestion table the replacement reads.
@@ -241,11 +258,15 @@ pub struct CreateReplacement {
     pub span: Span,
 }
 
-/// `ALTER MATERIALIZED VIEW view APPLY REPLACEMENT replacement`
+/// `ALTER MATERIALIZED VIEW view APPLY REPLACEMENT replacement [WITH (WAIT
+/// = 'duration')]`
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ApplyReplacement {
     pub view: String,
     pub replacement: String,
+    /// `WAIT`: how long to wait for the replacement to be hydrated; `None`
+    /// refuses one that is not hydrated yet.
+    pub wait: Option<Duration>,
     pub span: Span,
 }
 
@@ -271,6 +292,8 @@ pub struct RefreshReferences {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateSink {
     pub name: String,
+    /// `IF NOT EXISTS`: an existing sink of this name is left as it is.
+    pub if_not_exists: bool,
     /// The materialized view whose changes the sink receives.
     pub from: String,
     pub connection: String,
@@ -370,21 +393,24 @@ impl Statement {
     /// keywords in upper case, single spaces, identifiers quoted only where
     /// needed ([`sql_ident`]), the reference and sink table always
     /// schema-qualified, the interface query in its one form with alias `t`,
-    /// `WITH (ABSORB = 'auto')` only when it is not the default, and
-    /// `RESET (ABSORB)` written as `SET (ABSORB = 'manual')`.
+    /// `WITH (ABSORB = 'auto')` only when it is not the default, `WAIT`
+    /// as [`format_duration`] writes it, and `RESET (ABSORB)` written as
+    /// `SET (ABSORB = 'manual')`.
     /// For every statement `s` that [`parse`] returned,
     /// `parse(&s.to_sql())` is `[s]` up to spans.
     pub fn to_sql(&self) -> String {
         match self {
             Statement::CreateSource(s) => format!(
-                "CREATE SOURCE {} FROM POSTGRES CONNECTION {} (PUBLICATION {})",
+                "CREATE SOURCE {}{} FROM POSTGRES CONNECTION {} (PUBLICATION {})",
+                if_not_exists(s.if_not_exists),
                 sql_ident(&s.name),
                 sql_ident(&s.connection),
                 sql_literal(&s.publication)
             ),
             Statement::CreateTable(s) => {
                 let mut sql = format!(
-                    "CREATE TABLE {} FROM SOURCE {} (REFERENCE {})",
+                    "CREATE TABLE {}{} FROM SOURCE {} (REFERENCE {})",
+                    if_not_exists(s.if_not_exists),
                     sql_ident(&s.name),
                     sql_ident(&s.source),
                     s.reference.to_sql()
@@ -407,7 +433,8 @@ impl Statement {
                 sql
             }
             Statement::CreateMaterializedView(s) => format!(
-                "CREATE MATERIALIZED VIEW {}{} AS {}",
+                "CREATE MATERIALIZED VIEW {}{}{} AS {}",
+                if_not_exists(s.if_not_exists),
                 sql_ident(&s.name),
                 match s.absorb {
                     Absorb::Manual => String::new(),
@@ -416,16 +443,23 @@ impl Statement {
                 interface_query(&s.table)
             ),
             Statement::CreateReplacement(s) => format!(
-                "CREATE REPLACEMENT MATERIALIZED VIEW {} FOR {} AS {}",
+                "CREATE REPLACEMENT MATERIALIZED VIEW {}{} FOR {} AS {}",
+                if_not_exists(s.if_not_exists),
                 sql_ident(&s.name),
                 sql_ident(&s.target),
                 interface_query(&s.table)
             ),
-            Statement::ApplyReplacement(s) => format!(
-                "ALTER MATERIALIZED VIEW {} APPLY REPLACEMENT {}",
-                sql_ident(&s.view),
-                sql_ident(&s.replacement)
-            ),
+            Statement::ApplyReplacement(s) => {
+                let mut sql = format!(
+                    "ALTER MATERIALIZED VIEW {} APPLY REPLACEMENT {}",
+                    sql_ident(&s.view),
+                    sql_ident(&s.replacement)
+                );
+                if let Some(wait) = s.wait {
+                    sql.push_str(&wait_option(wait));
+                }
+                sql
+            }
             Statement::AlterMaterializedView(s) => format!(
                 "ALTER MATERIALIZED VIEW {} SET ({})",
                 sql_ident(&s.name),
@@ -435,7 +469,8 @@ impl Statement {
                 format!("ALTER SOURCE {} REFRESH REFERENCES", sql_ident(&s.source))
             }
             Statement::CreateSink(s) => format!(
-                "CREATE SINK {} FROM {} INTO POSTGRES CONNECTION {} (TABLE {})",
+                "CREATE SINK {}{} FROM {} INTO POSTGRES CONNECTION {} (TABLE {})",
+                if_not_exists(s.if_not_exists),
                 sql_ident(&s.name),
                 sql_ident(&s.from),
                 sql_ident(&s.connection),
@@ -469,6 +504,61 @@ fn interface_query(table: &str) -> String {
 /// `ABSORB = 'auto'`
 fn absorb_option(absorb: Absorb) -> String {
     format!("ABSORB = {}", sql_literal(absorb.as_str()))
+}
+
+/// `IF NOT EXISTS ` when `yes`.
+fn if_not_exists(yes: bool) -> &'static str {
+    if yes { "IF NOT EXISTS " } else { "" }
+}
+
+/// ` WITH (WAIT = '60s')`: the option as it follows `APPLY REPLACEMENT
+/// name`, for [`Statement::to_sql`] and for clients that add it to a
+/// statement that does not say it.
+pub fn wait_option(wait: Duration) -> String {
+    format!(" WITH (WAIT = {})", sql_literal(&format_duration(wait)))
+}
+
+/// Reads a duration: one or more numbers each followed by a unit (`ms`,
+/// `s`, `m` or `min`, `h`), added up: `60s`, `500ms`, `2min`, `1m30s`.
+/// `None` when it is anything else, or more than `u64::MAX` milliseconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let mut rest = text;
+    if rest.is_empty() {
+        return None;
+    }
+    let mut millis: u64 = 0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let number: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let per: u64 = match &rest[..unit] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" | "min" => 60_000,
+            "h" => 3_600_000,
+            _ => return None,
+        };
+        rest = &rest[unit..];
+        millis = millis.checked_add(number.checked_mul(per)?)?;
+    }
+    Some(Duration::from_millis(millis))
+}
+
+/// A duration as [`parse_duration`] reads it back: whole seconds as `60s`,
+/// anything else in milliseconds (`1500ms`); sub-millisecond parts are
+/// dropped.
+pub fn format_duration(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis.is_multiple_of(1_000) {
+        format!("{}s", millis / 1_000)
+    } else {
+        format!("{millis}ms")
+    }
 }
 
 fn ident_list(names: &[String]) -> String {

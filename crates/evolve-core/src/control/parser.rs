@@ -1,5 +1,5 @@
 //! The parser: recursive descent over the lexer's tokens, one token of
-//! lookahead (two for `IF EXISTS`), no backtracking.
+//! lookahead (two for `IF [NOT] EXISTS`), no backtracking.
 
 use std::collections::HashSet;
 
@@ -8,7 +8,7 @@ use super::lexer::{STATEMENT_STARTS, Tok, Token, is_reserved, lex, near};
 use super::{
     Absorb, AlterMaterializedView, ApplyReplacement, CreateMaterializedView, CreateReplacement,
     CreateSink, CreateSource, CreateTable, Drop, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName,
-    RefreshReferences, Show, Span, Statement,
+    RefreshReferences, Show, Span, Statement, parse_duration,
 };
 
 /// Parses `input` into statements, in input order. Empty input (or only
@@ -48,6 +48,9 @@ const VIEW_OPTIONS: &[(&str, &str)] = &[("absorb", "ABSORB")];
 
 /// The values of `ABSORB`, for hints.
 const ABSORB_VALUES: &str = "ABSORB is 'auto' or 'manual'.";
+
+/// The values of `WAIT`, for hints.
+const WAIT_VALUES: &str = "WAIT is a duration: numbers each with a unit (ms, s, min, h), as in '60s', '500ms' or '1min30s'.";
 
 const INTERFACE_FORM: &str = "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) \
 AS data FROM table_name t";
@@ -419,6 +422,18 @@ impl Parser<'_> {
         ))
     }
 
+    /// `IF NOT EXISTS` after `CREATE ... kind`. `if` is a name unless
+    /// `not` (which PostgreSQL reserves, so no name) follows it.
+    fn if_not_exists(&mut self) -> Result<bool, ControlError> {
+        if !(self.at_word("if") && self.peek_nth(1).tok == Tok::Word("not".into())) {
+            return Ok(false);
+        }
+        self.bump();
+        self.bump();
+        self.expect_keyword("exists")?;
+        Ok(true)
+    }
+
     // ------------------------------------------------------------ statements
 
     fn statement(&mut self) -> Result<Statement, ControlError> {
@@ -480,6 +495,7 @@ impl Parser<'_> {
     }
 
     fn create_source(&mut self, start: usize) -> Result<Statement, ControlError> {
+        let if_not_exists = self.if_not_exists()?;
         let (name, _) = self.name()?;
         self.expect_keyword("from")?;
         self.expect_keyword("postgres")?;
@@ -498,6 +514,7 @@ impl Parser<'_> {
         self.expect_end(&[])?;
         Ok(Statement::CreateSource(CreateSource {
             name,
+            if_not_exists,
             connection,
             publication,
             span: self.span_from(start),
@@ -505,6 +522,7 @@ impl Parser<'_> {
     }
 
     fn create_table(&mut self, start: usize) -> Result<Statement, ControlError> {
+        let if_not_exists = self.if_not_exists()?;
         let (name, _) = self.name()?;
         self.expect_keyword("from")?;
         self.expect_keyword("source")?;
@@ -554,6 +572,7 @@ impl Parser<'_> {
         }
         Ok(Statement::CreateTable(CreateTable {
             name,
+            if_not_exists,
             source,
             reference: reference.unwrap_or_else(|| QualifiedName::new("", "")),
             exclude_columns: exclude.into_iter().map(|(c, _)| c).collect(),
@@ -563,6 +582,7 @@ impl Parser<'_> {
     }
 
     fn create_view(&mut self, start: usize, replacement: bool) -> Result<Statement, ControlError> {
+        let if_not_exists = self.if_not_exists()?;
         let (name, _) = self.name()?;
         let mut absorb = Absorb::default();
         let target = if replacement {
@@ -602,12 +622,14 @@ impl Parser<'_> {
         Ok(match target {
             Some(target) => Statement::CreateReplacement(CreateReplacement {
                 name,
+                if_not_exists,
                 target,
                 table,
                 span,
             }),
             None => Statement::CreateMaterializedView(CreateMaterializedView {
                 name,
+                if_not_exists,
                 table,
                 absorb,
                 span,
@@ -643,6 +665,30 @@ impl Parser<'_> {
         Ok(absorb)
     }
 
+    /// `[=] 'duration'`, as [`parse_duration`] reads it.
+    fn wait_value(&mut self) -> Result<std::time::Duration, ControlError> {
+        self.optional_equals();
+        let token = self.peek();
+        let Tok::Str(value) = &token.tok else {
+            let err = self.bare_syntax_error();
+            return Err(if token.tok == Tok::Error {
+                err
+            } else {
+                err.with_hint(format!("Expected a string literal: {WAIT_VALUES}"))
+            });
+        };
+        let Some(wait) = parse_duration(value) else {
+            return Err(self
+                .error_at(
+                    token.start,
+                    format!("invalid value for option WAIT: {}", near(value)),
+                )
+                .with_hint(WAIT_VALUES));
+        };
+        self.bump();
+        Ok(wait)
+    }
+
     /// `WITH` after `CREATE REPLACEMENT MATERIALIZED VIEW name [FOR target]`.
     fn replacement_options(&self, target: Option<&str>) -> ControlError {
         let target = target.map_or("target_view".into(), super::sql_ident);
@@ -661,6 +707,7 @@ impl Parser<'_> {
     }
 
     fn create_sink(&mut self, start: usize) -> Result<Statement, ControlError> {
+        let if_not_exists = self.if_not_exists()?;
         let (name, _) = self.name()?;
         self.expect_keyword("from")?;
         let (from, _) = self.name()?;
@@ -678,6 +725,7 @@ impl Parser<'_> {
         self.expect_end(&[])?;
         Ok(Statement::CreateSink(CreateSink {
             name,
+            if_not_exists,
             from,
             connection,
             table: table.unwrap_or_else(|| QualifiedName::new("", "")),
@@ -755,10 +803,21 @@ impl Parser<'_> {
                 self.bump();
                 self.expect_keyword("replacement")?;
                 let (replacement, _) = self.name()?;
-                self.expect_end(&[])?;
+                let mut wait = None;
+                if self.at_word("with") {
+                    self.bump();
+                    self.options(&[("wait", "WAIT")], |p, _| {
+                        wait = Some(p.wait_value()?);
+                        Ok(())
+                    })?;
+                    self.expect_end(&[])?;
+                } else {
+                    self.expect_end(&["with"])?;
+                }
                 return Ok(Statement::ApplyReplacement(ApplyReplacement {
                     view: name,
                     replacement,
+                    wait,
                     span: self.span_from(start),
                 }));
             }

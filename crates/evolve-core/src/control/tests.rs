@@ -58,6 +58,7 @@ fn s(v: &str) -> String {
 fn source(name: &str, connection: &str, publication: &str) -> Statement {
     Statement::CreateSource(CreateSource {
         name: s(name),
+        if_not_exists: false,
         connection: s(connection),
         publication: s(publication),
         span: Span::default(),
@@ -74,6 +75,7 @@ fn table(
 ) -> Statement {
     Statement::CreateTable(CreateTable {
         name: s(name),
+        if_not_exists: false,
         source: s(src),
         reference: QualifiedName::new(schema, upstream),
         exclude_columns: exclude.iter().map(|c| s(c)).collect(),
@@ -89,6 +91,7 @@ fn view(name: &str, table: &str) -> Statement {
 fn view_absorbing(name: &str, table: &str, absorb: Absorb) -> Statement {
     Statement::CreateMaterializedView(CreateMaterializedView {
         name: s(name),
+        if_not_exists: false,
         table: s(table),
         absorb,
         span: Span::default(),
@@ -271,6 +274,7 @@ fn create_materialized_view_with_absorb() {
 fn create_replacement() {
     let expected = Statement::CreateReplacement(CreateReplacement {
         name: s("orders_json_v2"),
+        if_not_exists: false,
         target: s("orders_json"),
         table: s("orders_v2"),
         span: Span::default(),
@@ -301,6 +305,7 @@ fn alter_statements() {
     let apply = Statement::ApplyReplacement(ApplyReplacement {
         view: s("orders_json"),
         replacement: s("orders_json_v2"),
+        wait: None,
         span: Span::default(),
     });
     assert_eq!(
@@ -370,6 +375,7 @@ fn create_sink() {
     let sink = |schema: &str, name: &str| {
         Statement::CreateSink(CreateSink {
             name: s("orders_sink"),
+            if_not_exists: false,
             from: s("orders_json"),
             connection: s("sink_conn"),
             table: QualifiedName::new(schema, name),
@@ -408,6 +414,7 @@ fn create_sink() {
         one("create sink S from V into postgres connection C (table 'x')"),
         Statement::CreateSink(CreateSink {
             name: s("s"),
+            if_not_exists: false,
             from: s("v"),
             connection: s("c"),
             table: QualifiedName::new("public", "x"),
@@ -1630,4 +1637,244 @@ fn a_replacement_takes_no_options() {
              ALTER MATERIALIZED VIEW target_view SET (...).",
         ),
     );
+}
+
+#[test]
+fn if_not_exists_on_every_create() {
+    let create = |statement: Statement| match statement {
+        Statement::CreateSource(mut s) => {
+            s.if_not_exists = true;
+            Statement::CreateSource(s)
+        }
+        Statement::CreateTable(mut s) => {
+            s.if_not_exists = true;
+            Statement::CreateTable(s)
+        }
+        Statement::CreateMaterializedView(mut s) => {
+            s.if_not_exists = true;
+            Statement::CreateMaterializedView(s)
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        one("CREATE SOURCE IF NOT EXISTS src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'p')"),
+        create(source("src", "pg_conn", "p"))
+    );
+    assert_eq!(
+        create(source("src", "pg_conn", "p")).to_sql(),
+        "CREATE SOURCE IF NOT EXISTS src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'p')"
+    );
+    assert_eq!(
+        one(
+            "create table if not exists Orders_V1 from source src (reference orders) \
+             with (exclude columns (a))"
+        ),
+        create(table("orders_v1", "src", "public", "orders", &["a"], &[]))
+    );
+    assert_eq!(
+        create(table("orders_v1", "src", "public", "orders", &[], &[])).to_sql(),
+        "CREATE TABLE IF NOT EXISTS orders_v1 FROM SOURCE src (REFERENCE public.orders)"
+    );
+    assert_eq!(
+        one(&format!(
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS orders_json WITH (ABSORB = 'auto') AS \
+             {INTERFACE} FROM orders_v1 t"
+        )),
+        create(view_absorbing("orders_json", "orders_v1", Absorb::Auto))
+    );
+    assert_eq!(
+        create(view("orders_json", "orders_v1")).to_sql(),
+        format!(
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS orders_json AS {INTERFACE} FROM orders_v1 t"
+        )
+    );
+    let replacement = Statement::CreateReplacement(CreateReplacement {
+        name: s("v2"),
+        if_not_exists: true,
+        target: s("v"),
+        table: s("orders_v2"),
+        span: Span::default(),
+    });
+    assert_eq!(
+        one(&format!(
+            "CREATE REPLACEMENT MATERIALIZED VIEW IF NOT EXISTS v2 FOR v AS {INTERFACE} FROM orders_v2 t"
+        )),
+        replacement
+    );
+    assert_eq!(
+        replacement.to_sql(),
+        format!(
+            "CREATE REPLACEMENT MATERIALIZED VIEW IF NOT EXISTS v2 FOR v AS {INTERFACE} FROM orders_v2 t"
+        )
+    );
+    let sink = Statement::CreateSink(CreateSink {
+        name: s("orders_sink"),
+        if_not_exists: true,
+        from: s("orders_json"),
+        connection: s("sink_conn"),
+        table: QualifiedName::new("public", "orders_json"),
+        span: Span::default(),
+    });
+    assert_eq!(
+        one(
+            "CREATE SINK IF  NOT /* c */ EXISTS orders_sink FROM orders_json \
+             INTO POSTGRES CONNECTION sink_conn (TABLE 'orders_json')"
+        ),
+        sink
+    );
+    assert_eq!(
+        sink.to_sql(),
+        "CREATE SINK IF NOT EXISTS orders_sink FROM orders_json \
+         INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json')"
+    );
+    // `if` alone is still a name, and a quoted "if" is one too.
+    assert_eq!(
+        one("CREATE SOURCE if FROM POSTGRES CONNECTION c (PUBLICATION 'p')"),
+        source("if", "c", "p")
+    );
+    assert_eq!(
+        one("CREATE SOURCE IF NOT EXISTS \"if\" FROM POSTGRES CONNECTION c (PUBLICATION 'p')"),
+        create(source("if", "c", "p"))
+    );
+    assert_eq!(
+        create(source("if", "c", "p")).to_sql(),
+        "CREATE SOURCE IF NOT EXISTS \"if\" FROM POSTGRES CONNECTION c (PUBLICATION 'p')"
+    );
+    // Misspelled or incomplete.
+    check(
+        "CREATE TABLE IF NOT EXIST t FROM SOURCE s (REFERENCE o)",
+        "syntax error at or near \"EXIST\"",
+        20,
+        Some("Did you mean EXISTS?"),
+    );
+    check(
+        "CREATE SINK IF NOT s FROM v INTO POSTGRES CONNECTION c (TABLE 'x')",
+        "syntax error at or near \"s\"",
+        19,
+        Some("Expected EXISTS."),
+    );
+}
+
+#[test]
+fn apply_with_wait() {
+    let apply = |wait: Option<Duration>| {
+        Statement::ApplyReplacement(ApplyReplacement {
+            view: s("orders_json"),
+            replacement: s("orders_json_v2"),
+            wait,
+            span: Span::default(),
+        })
+    };
+    let base = "ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT orders_json_v2";
+    assert_eq!(
+        one(&format!("{base} WITH (WAIT = '60s');")),
+        apply(Some(Duration::from_secs(60)))
+    );
+    assert_eq!(
+        one(&format!("{base} with (wait '1min30s')")),
+        apply(Some(Duration::from_secs(90)))
+    );
+    assert_eq!(
+        one(&format!("{base} WITH (WAIT = '1500ms')")),
+        apply(Some(Duration::from_millis(1500)))
+    );
+    assert_eq!(
+        one(&format!("{base} WITH (WAIT = '0s')")),
+        apply(Some(Duration::ZERO))
+    );
+    assert_eq!(
+        apply(Some(Duration::from_secs(120))).to_sql(),
+        format!("{base} WITH (WAIT = '120s')")
+    );
+    assert_eq!(
+        apply(Some(Duration::from_millis(250))).to_sql(),
+        format!("{base} WITH (WAIT = '250ms')")
+    );
+    assert_eq!(apply(None).to_sql(), base);
+    // A name `wait` is quoted in canonical text.
+    assert_eq!(
+        one("ALTER MATERIALIZED VIEW wait APPLY REPLACEMENT r WITH (WAIT = '1s')"),
+        Statement::ApplyReplacement(ApplyReplacement {
+            view: s("wait"),
+            replacement: s("r"),
+            wait: Some(Duration::from_secs(1)),
+            span: Span::default(),
+        })
+    );
+    let values = Some(
+        "WAIT is a duration: numbers each with a unit (ms, s, min, h), as in '60s', '500ms' or \
+         '1min30s'.",
+    );
+    for (bad, near) in [
+        ("'soon'", "\"soon\""),
+        ("'60'", "\"60\""),
+        ("'60 s'", "\"60 s\""),
+        ("''", "\"\""),
+        ("'-1s'", "\"-1s\""),
+        ("'99999999999999999999s'", "\"99999999999999999999s\""),
+    ] {
+        check(
+            &format!("{base} WITH (WAIT = {bad})"),
+            &format!("invalid value for option WAIT: {near}"),
+            base.len() + 14,
+            values,
+        );
+    }
+    check(
+        &format!("{base} WITH (WAIT = 60)"),
+        "syntax error at or near \"60\"",
+        base.len() + 14,
+        Some(
+            "Expected a string literal: WAIT is a duration: numbers each with a unit (ms, s, min, \
+             h), as in '60s', '500ms' or '1min30s'.",
+        ),
+    );
+    let e = check(
+        &format!("{base} WITH (WAIT '1s', WAIT '2s')"),
+        "conflicting or redundant options",
+        base.len() + 18,
+        None,
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("WAIT is specified more than once.")
+    );
+    check(
+        &format!("{base} WITH (ABSORB 'auto')"),
+        "syntax error at or near \"ABSORB\"",
+        base.len() + 7,
+        Some("Expected WAIT."),
+    );
+    check(
+        &format!("{base} WAIT '1s'"),
+        "syntax error at or near \"WAIT\"",
+        base.len() + 1,
+        Some("Expected WITH, \";\" or end of input."),
+    );
+}
+
+#[test]
+fn durations_parse_and_print() {
+    assert_eq!(parse_duration("60s"), Some(Duration::from_secs(60)));
+    assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+    assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+    assert_eq!(parse_duration("2min"), Some(Duration::from_secs(120)));
+    assert_eq!(
+        parse_duration("1h1m1s1ms"),
+        Some(Duration::from_millis(3_661_001))
+    );
+    for bad in [
+        "", "s", "60", "1.5s", " 1s", "1s ", "1d", "1S", "-1s", "1sm",
+    ] {
+        assert_eq!(parse_duration(bad), None, "{bad:?}");
+    }
+    assert_eq!(
+        parse_duration(&format!("{}ms", u64::MAX)),
+        Some(Duration::from_millis(u64::MAX))
+    );
+    assert_eq!(parse_duration(&format!("{}s", u64::MAX)), None);
+    assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+    assert_eq!(format_duration(Duration::from_millis(90_001)), "90001ms");
+    assert_eq!(format_duration(Duration::ZERO), "0s");
+    assert_eq!(wait_option(Duration::from_secs(60)), " WITH (WAIT = '60s')");
 }

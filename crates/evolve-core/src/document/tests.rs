@@ -385,3 +385,83 @@ fn row_encoder_matches_encode_row_and_keys_alias() {
     encode_key(&columns[..1], &values[..1], &mut k).unwrap();
     assert_eq!(k, br#"{"id":7}"#);
 }
+
+#[test]
+fn the_type_catalog_resolves_domains_arrays_and_composites() {
+    let base = |oid: u32| PgType {
+        oid,
+        typtype: b'b',
+        typelem: 0,
+        typdelim: b',',
+        typbasetype: 0,
+        typrelid: 0,
+        array_subscript: false,
+    };
+    let array_of = |oid: u32, element: u32| PgType {
+        typelem: element,
+        array_subscript: true,
+        ..base(oid)
+    };
+    let mut catalog = TypeCatalog::new();
+    catalog.add_type(base(23)); // int4
+    catalog.add_type(base(25)); // text
+    catalog.add_type(base(1184)); // timestamptz
+    catalog.add_type(array_of(1007, 23)); // int4[]
+    catalog.add_type(PgType {
+        typdelim: b';',
+        ..base(603) // box
+    });
+    catalog.add_type(array_of(1020, 603)); // box[]
+    // point has an element type but another subscript handler: not an
+    // array.
+    catalog.add_type(PgType {
+        typelem: 701,
+        ..base(600)
+    });
+    catalog.add_type(PgType {
+        typtype: b'd',
+        typbasetype: 1007,
+        ..base(90_000)
+    }); // a domain over int4[]
+    catalog.add_type(PgType {
+        typtype: b'c',
+        typrelid: 90_002,
+        ..base(90_001)
+    });
+    catalog.add_attribute(90_002, "n".into(), 90_000);
+    catalog.add_attribute(90_002, "at".into(), 1184);
+    catalog.add_type(PgType {
+        typtype: b'd',
+        typbasetype: 90_003,
+        ..base(90_003)
+    }); // a domain over itself: a broken catalog
+    catalog.add_type(PgType {
+        typtype: b'e',
+        ..base(90_004)
+    }); // an enum
+
+    assert_eq!(catalog.kind(23), Some(TypeKind::Integer));
+    assert_eq!(catalog.kind(25), Some(TypeKind::Text));
+    assert_eq!(catalog.kind(1007), Some(array(TypeKind::Integer)));
+    assert_eq!(
+        catalog.kind(1020),
+        Some(TypeKind::Array {
+            element: Box::new(TypeKind::Text),
+            delimiter: b';'
+        })
+    );
+    assert_eq!(catalog.kind(600), Some(TypeKind::Text));
+    assert_eq!(catalog.kind(90_000), Some(array(TypeKind::Integer)));
+    assert_eq!(
+        catalog.kind(90_001),
+        Some(TypeKind::Composite {
+            fields: vec![
+                ("n".into(), array(TypeKind::Integer)),
+                ("at".into(), TypeKind::TimestampTz)
+            ]
+        })
+    );
+    assert_eq!(catalog.kind(90_004), Some(TypeKind::Text));
+    assert_eq!(catalog.kind(90_003), None);
+    assert_eq!(catalog.kind(12_345), None);
+}

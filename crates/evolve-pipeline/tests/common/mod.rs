@@ -139,6 +139,19 @@ impl Running {
     }
 }
 
+/// Waits until `condition` holds, looking every 50 ms; panics naming
+/// `what` when `timeout` passes first.
+pub async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, mut condition: F) {
+    let deadline = Instant::now() + timeout;
+    while !condition().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Rows of a sink table: `(key text, data text)`.
 pub async fn sink_rows(sink: &Client, table: &str) -> Vec<(String, String)> {
     sink.query(

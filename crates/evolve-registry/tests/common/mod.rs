@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, header};
-use evolve_registry::http::{App, DEFAULT_MAX_BODY, router};
+use evolve_registry::access::Access;
+use evolve_registry::http::{App, DEFAULT_MAX_BODY, DEFAULT_MAX_SCHEMA, router};
 use evolve_registry::metrics::Metrics;
 use evolve_registry::service::{Registry, Settings};
 use evolve_registry::store::{SqliteLog, Storage};
@@ -38,6 +39,15 @@ pub struct TestRegistry {
 }
 
 pub async fn open_at(path: PathBuf, settings: Settings, max_body: usize) -> TestRegistry {
+    open_with(path, settings, max_body, DEFAULT_MAX_SCHEMA).await
+}
+
+pub async fn open_with(
+    path: PathBuf,
+    settings: Settings,
+    max_body: usize,
+    max_schema: usize,
+) -> TestRegistry {
     let log = SqliteLog::open(&path).expect("sqlite log");
     let registry = Registry::open(Storage::Sqlite(log), settings)
         .await
@@ -47,6 +57,9 @@ pub async fn open_at(path: PathBuf, settings: Settings, max_body: usize) -> Test
         users: None,
         metrics: Metrics::default(),
         max_body,
+        max_schema,
+        access: Access::new("127.0.0.1:8081".parse().expect("address"), false, &[])
+            .expect("access"),
     });
     TestRegistry {
         router: router(Arc::clone(&app)),

@@ -30,9 +30,7 @@
 //!
 //! Any failed expectation is printed with a ✗ and makes the command exit 1
 //! after cleanup; a statement that fails, or a wait that times out, stops
-//! the tour there (and also cleans up). Flow 5 needs `ABSORB = 'auto'`: a
-//! build whose engine refuses it (SQLSTATE `0A000`) skips that flow without
-//! failing.
+//! the tour there (and also cleans up).
 //!
 //! Cleanup (load, reader, pipeline, both clusters, the state directory)
 //! runs whatever happened, also on Ctrl-C; with `--keep` it waits for
@@ -48,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use evolve_pg::{Client, quote_ident, quote_literal};
-use evolve_pipeline::admin::{self, SqlError};
+use evolve_pipeline::admin;
 use evolve_pipeline::{Config, Pipeline, PipelineError, TableState};
 use evolve_test::Cluster;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
@@ -761,14 +759,8 @@ impl Tour {
         say("== flow 5: ABSORB = 'auto'")?;
         say("The same flow, run by evolve itself: when drift appears it creates the next")?;
         say("version, hydrates it, applies it and drops the old one.")?;
-        let sql = "ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto')";
-        match self.try_control(sql).await? {
-            Ok(()) => {}
-            Err(e) if e.code == "0A000" => {
-                return say("  skipped: ABSORB = 'auto' is not available in this build");
-            }
-            Err(e) => bail!("{sql} failed: {}", e.message),
-        }
+        self.control("ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto')")
+            .await?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
         let before = self.audit("orders_json").await?;
@@ -885,14 +877,6 @@ impl Tour {
     /// Runs control statements through the pipeline's SQL interface,
     /// printed like a psql session; an error stops the tour.
     async fn control(&self, sql: &str) -> anyhow::Result<()> {
-        match self.try_control(sql).await? {
-            Ok(()) => Ok(()),
-            Err(e) => bail!("{sql} failed: {}", e.message),
-        }
-    }
-
-    /// [`Tour::control`], handing back the statement's error.
-    async fn try_control(&self, sql: &str) -> anyhow::Result<Result<(), SqlError>> {
         say(format!("evolve=> {sql};"))?;
         let started = Instant::now();
         let response = admin::execute(&self.pipeline, sql).await;
@@ -908,7 +892,7 @@ impl Tour {
             }
         }
         let Some(error) = response.error else {
-            return Ok(Ok(()));
+            return Ok(());
         };
         say(format!("ERROR:  {}", error.message))?;
         if let Some(detail) = &error.detail {
@@ -917,7 +901,7 @@ impl Tour {
         if let Some(hint) = &error.hint {
             say(format!("HINT:  {hint}"))?;
         }
-        Ok(Err(error))
+        bail!("{sql} failed: {}", error.message)
     }
 
     /// Runs one statement upstream, printed; the rows it affected.

@@ -1,0 +1,538 @@
+//! `evolve backfill run | status | pause | resume | cancel`.
+//!
+//! A job's row in `evolve_backfill_jobs` holds its definition (table,
+//! assignments, condition), where it is (the last key of the last batch
+//! that committed, rows changed, batches, keys walked) and its state:
+//! `running` (or crashed while running: the next run resumes), `paused`,
+//! `cancelled`, `failed` and `done`. Each batch updates the row in the
+//! batch's own transaction.
+
+use std::time::Instant;
+
+use evolve_pg::Client;
+use serde::Serialize;
+use tokio_postgres::types::ToSql;
+
+use crate::sql::{self, Assignment};
+use crate::throttle::{BatchSizer, Pause};
+use crate::worker::{self, describe_key, in_transaction, wait_while_throttled};
+use crate::{BackfillError, BackfillOptions, Event, JOBS_TABLE};
+
+/// One job as `evolve backfill status` shows it (also its JSON shape).
+#[derive(Clone, Debug, Serialize)]
+pub struct JobStatus {
+    pub name: String,
+    pub table: String,
+    pub state: String,
+    /// Whether a run holds the job's lock right now.
+    pub running: bool,
+    pub rows_done: i64,
+    pub batches: i64,
+    pub keys_seen: i64,
+    pub started_at: String,
+    pub updated_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What the job stores to recognise itself on the next run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+struct Definition {
+    table: String,
+    set: Vec<Assignment>,
+    filter: Option<String>,
+}
+
+async fn ensure_jobs_table(client: &Client) -> Result<(), BackfillError> {
+    // Under a transaction-scoped lock, so two first runs never race.
+    client
+        .batch_execute(&format!(
+            "BEGIN;
+             SELECT pg_advisory_xact_lock({key});
+             CREATE TABLE IF NOT EXISTS {JOBS_TABLE} (
+               name text PRIMARY KEY,
+               table_name text NOT NULL,
+               definition jsonb NOT NULL,
+               last_key text[],
+               rows_done int8 NOT NULL DEFAULT 0,
+               batches int8 NOT NULL DEFAULT 0,
+               keys_seen int8 NOT NULL DEFAULT 0,
+               state text NOT NULL,
+               error text,
+               started_at timestamptz NOT NULL DEFAULT now(),
+               updated_at timestamptz NOT NULL DEFAULT now(),
+               finished_at timestamptz);
+             COMMIT",
+            key = worker::lock_key("backfill", "")
+        ))
+        .await?;
+    Ok(())
+}
+
+/// Runs (or resumes) a backfill to the end, then verifies it.
+pub async fn run(
+    opts: &BackfillOptions,
+    on_event: &mut dyn FnMut(&Event),
+) -> Result<JobStatus, BackfillError> {
+    let started = Instant::now();
+    let job = opts.name.as_str();
+    if job.trim().is_empty() {
+        return Err(BackfillError::Usage(
+            "a backfill needs a name; pass --name".into(),
+        ));
+    }
+    let spec = &opts.spec;
+    if spec.set.is_empty() {
+        return Err(BackfillError::Usage(
+            "a backfill needs at least one --set \"column = expression\"".into(),
+        ));
+    }
+    let client = evolve_pg::connect(&opts.database_url, "evolve backfill").await?;
+    let table = worker::resolve_table(&client, &spec.table).await?;
+    let columns = worker::columns(&client, table.oid).await?;
+    for a in &spec.set {
+        match columns.iter().find(|(c, _)| *c == a.column) {
+            None => {
+                return Err(BackfillError::Usage(format!(
+                    "column {:?} of table {} does not exist; --set names a column of the table",
+                    a.column,
+                    table.name.plain()
+                )));
+            }
+            Some((_, true)) => {
+                return Err(BackfillError::Usage(format!(
+                    "column {:?} of table {} is generated; it cannot be set",
+                    a.column,
+                    table.name.plain()
+                )));
+            }
+            Some(_) => {}
+        }
+        if table.key.iter().any(|k| k.name == a.column) {
+            return Err(BackfillError::Usage(format!(
+                "column {:?} is part of the primary key of {}; a backfill walks that key and cannot change it",
+                a.column,
+                table.name.plain()
+            )));
+        }
+    }
+    let filter = spec.filter.as_deref();
+    let first_sql = sql::batch_update(&table.name, &table.key, &spec.set, filter, true);
+    let next_sql = sql::batch_update(&table.name, &table.key, &spec.set, filter, false);
+    // Preparing checks the expressions against the table before any batch.
+    let first = client.prepare(&first_sql).await.map_err(|e| {
+        BackfillError::Usage(format!(
+            "backfill {job}: the --set/--where expressions do not work on {}: {}",
+            table.name.plain(),
+            evolve_pg::PgError::Query(e)
+        ))
+    })?;
+    let next = client.prepare(&next_sql).await?;
+
+    ensure_jobs_table(&client).await?;
+    let key = worker::lock_key("backfill", job);
+    if !worker::try_lock(&client, key).await? {
+        let holder = worker::holder(&client, key)
+            .await?
+            .map(|h| h.to_string())
+            .unwrap_or_else(|| "another session".into());
+        return Err(BackfillError::Running {
+            job: job.to_string(),
+            holder,
+        });
+    }
+    let definition = Definition {
+        table: table.name.plain(),
+        set: spec.set.clone(),
+        filter: spec.filter.clone(),
+    };
+    let definition_json =
+        serde_json::to_string(&definition).map_err(|e| BackfillError::Usage(e.to_string()))?;
+    let existing = client
+        .query_opt(
+            &format!(
+                "SELECT definition::text, state, last_key, rows_done, batches FROM {JOBS_TABLE} WHERE name = $1"
+            ),
+            &[&job],
+        )
+        .await?;
+    let (mut last_key, resumed, rows_done, batches): (Option<Vec<Option<String>>>, bool, i64, i64) =
+        match existing {
+            None => {
+                client
+                    .execute(
+                        &format!(
+                            "INSERT INTO {JOBS_TABLE} (name, table_name, definition, state)
+                             VALUES ($1, $2, $3::text::jsonb, 'running')"
+                        ),
+                        &[&job, &table.name.plain(), &definition_json],
+                    )
+                    .await?;
+                (None, false, 0, 0)
+            }
+            Some(row) => {
+                let stored: String = row.try_get(0)?;
+                let state: String = row.try_get(1)?;
+                let same =
+                    serde_json::from_str::<Definition>(&stored).is_ok_and(|d| d == definition);
+                if !same && state != "done" && state != "cancelled" {
+                    return Err(BackfillError::Usage(format!(
+                        "backfill {job} exists for another change (state {state}); choose another --name, or 'evolve backfill cancel {job}' first"
+                    )));
+                }
+                if state == "done" || state == "cancelled" || !same {
+                    // A finished job runs again from the start (the
+                    // predicate makes that harmless).
+                    client
+                        .execute(
+                            &format!(
+                                "UPDATE {JOBS_TABLE} SET table_name = $2, definition = $3::text::jsonb, state = 'running',
+                                   last_key = NULL, rows_done = 0, batches = 0, keys_seen = 0, error = NULL,
+                                   started_at = now(), updated_at = now(), finished_at = NULL
+                                 WHERE name = $1"
+                            ),
+                            &[&job, &table.name.plain(), &definition_json],
+                        )
+                        .await?;
+                    (None, false, 0, 0)
+                } else {
+                    let resumed_state = if state == "paused" {
+                        "paused"
+                    } else {
+                        "running"
+                    };
+                    client
+                        .execute(
+                            &format!(
+                                "UPDATE {JOBS_TABLE} SET state = $2, error = NULL, updated_at = now() WHERE name = $1"
+                            ),
+                            &[&job, &resumed_state],
+                        )
+                        .await?;
+                    let batches: i64 = row.try_get(4)?;
+                    (row.try_get(2)?, batches > 0, row.try_get(3)?, batches)
+                }
+            }
+        };
+    on_event(&Event::Started {
+        job: job.to_string(),
+        table: table.name.plain(),
+        resumed,
+        rows_done: rows_done as u64,
+        batches: batches as u64,
+        estimated_rows: table.estimated_rows,
+    });
+
+    let progress = client
+        .prepare(&format!(
+            "UPDATE {JOBS_TABLE} SET last_key = $2, rows_done = rows_done + $3, batches = batches + 1,
+               keys_seen = keys_seen + $4, updated_at = now()
+             WHERE name = $1 RETURNING rows_done, batches, keys_seen"
+        ))
+        .await?;
+    let state_sql = client
+        .prepare(&format!("SELECT state FROM {JOBS_TABLE} WHERE name = $1"))
+        .await?;
+    let mut sizer = BatchSizer::new(
+        spec.batch.unwrap_or(opts.batches.batch),
+        opts.batches.batch_time,
+    );
+    let mut cancelled = false;
+    loop {
+        let mut requested = async |c: &Client| -> Result<Option<Pause>, BackfillError> {
+            let state: String = c.query_one(&state_sql, &[&job]).await?.try_get(0)?;
+            match state.as_str() {
+                "paused" => Ok(Some(Pause::Requested)),
+                "cancelled" => {
+                    cancelled = true;
+                    Ok(None)
+                }
+                _ => Ok(None),
+            }
+        };
+        wait_while_throttled(&client, job, &opts.batches, on_event, &mut requested).await?;
+        if cancelled {
+            let rows: i64 = client
+                .query_one(
+                    &format!("SELECT rows_done FROM {JOBS_TABLE} WHERE name = $1"),
+                    &[&job],
+                )
+                .await?
+                .try_get(0)?;
+            return Err(BackfillError::Cancelled {
+                job: job.to_string(),
+                rows_done: rows as u64,
+            });
+        }
+        let size = sizer.size() as i64;
+        let batch_started = Instant::now();
+        let mut body = async |c: &Client| {
+            let row = match &last_key {
+                None => c.query_one(&first, &[&size]).await?,
+                Some(k) => c.query_one(&next, &[k, &size]).await?,
+            };
+            let updated: i64 = row.try_get(0)?;
+            let scanned: i64 = row.try_get(1)?;
+            let end: Option<Vec<Option<String>>> = row.try_get(2)?;
+            let totals = match &end {
+                Some(end) => {
+                    let r = c
+                        .query_one(&progress, &[&job, end, &updated, &scanned])
+                        .await?;
+                    Some((
+                        r.try_get::<_, i64>(0)?,
+                        r.try_get::<_, i64>(1)?,
+                        r.try_get::<_, i64>(2)?,
+                    ))
+                }
+                None => None,
+            };
+            Ok((updated, scanned, end, totals))
+        };
+        let (result, _) = in_transaction(
+            &client,
+            &format!("backfill {job}"),
+            &table.name,
+            &opts.batches,
+            on_event,
+            &mut body,
+        )
+        .await?;
+        let (updated, scanned, end, totals) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let end_sql = sql::batch_end(&table.name, &table.key, last_key.is_none());
+                let params: Vec<&(dyn ToSql + Sync)> = match &last_key {
+                    None => vec![&size],
+                    Some(k) => vec![k, &size],
+                };
+                let end: Option<Vec<Option<String>>> = client
+                    .query_one(&end_sql, &params)
+                    .await
+                    .ok()
+                    .and_then(|r| r.try_get(0).ok());
+                let range = format!(
+                    "after {} up to {}",
+                    describe_key(last_key.as_deref()),
+                    describe_key(end.as_deref())
+                );
+                let error = evolve_pg::PgError::Query(e).to_string();
+                client
+                    .execute(
+                        &format!(
+                            "UPDATE {JOBS_TABLE} SET state = 'failed', error = $2, updated_at = now() WHERE name = $1"
+                        ),
+                        &[&job, &format!("keys {range}: {error}")],
+                    )
+                    .await?;
+                return Err(BackfillError::Batch {
+                    job: job.to_string(),
+                    table: table.name.plain(),
+                    range,
+                    error,
+                });
+            }
+        };
+        let Some((rows_done, batches, keys_seen)) = totals else {
+            break;
+        };
+        let took = batch_started.elapsed();
+        let next_size = sizer.observe(took, scanned as u64);
+        on_event(&Event::Batch {
+            job: job.to_string(),
+            batch: batches as u64,
+            rows: updated as u64,
+            scanned: scanned as u64,
+            rows_done: rows_done as u64,
+            keys_seen: keys_seen as u64,
+            next_size,
+            ms: took.as_millis() as u64,
+        });
+        last_key = end;
+        if scanned < size {
+            break;
+        }
+    }
+    let remaining: i64 = client
+        .query_one(&sql::verify(&table.name, &spec.set, filter), &[])
+        .await?
+        .try_get(0)?;
+    let status = if remaining == 0 {
+        client
+            .execute(
+                &format!(
+                    "UPDATE {JOBS_TABLE} SET state = 'done', updated_at = now(), finished_at = now() WHERE name = $1"
+                ),
+                &[&job],
+            )
+            .await?;
+        job_status(&client, Some(job)).await?.pop()
+    } else {
+        // The next run walks the table again.
+        client
+            .execute(
+                &format!(
+                    "UPDATE {JOBS_TABLE} SET state = 'failed', last_key = NULL, error = $2, updated_at = now() WHERE name = $1"
+                ),
+                &[&job, &format!("{remaining} rows still need the change after the last batch")],
+            )
+            .await?;
+        None
+    };
+    let (rows_done, batches): (i64, i64) = {
+        let r = client
+            .query_one(
+                &format!("SELECT rows_done, batches FROM {JOBS_TABLE} WHERE name = $1"),
+                &[&job],
+            )
+            .await?;
+        (r.try_get(0)?, r.try_get(1)?)
+    };
+    on_event(&Event::Finished {
+        job: job.to_string(),
+        rows_done: rows_done as u64,
+        batches: batches as u64,
+        remaining: remaining as u64,
+        ms: started.elapsed().as_millis() as u64,
+    });
+    match status {
+        Some(s) => Ok(s),
+        None => Err(BackfillError::Unverified {
+            job: job.to_string(),
+            table: table.name.plain(),
+            remaining: remaining as u64,
+        }),
+    }
+}
+
+async fn jobs_table_exists(client: &Client) -> Result<bool, BackfillError> {
+    Ok(client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&JOBS_TABLE])
+        .await?
+        .try_get(0)?)
+}
+
+async fn job_status(client: &Client, name: Option<&str>) -> Result<Vec<JobStatus>, BackfillError> {
+    if !jobs_table_exists(client).await? {
+        return Ok(Vec::new());
+    }
+    let rows = client
+        .query(
+            &format!(
+                "SELECT name, table_name, state, rows_done, batches, keys_seen,
+                        started_at::text, updated_at::text, finished_at::text, error
+                 FROM {JOBS_TABLE} WHERE $1::text IS NULL OR name = $1 ORDER BY started_at, name"
+            ),
+            &[&name],
+        )
+        .await?;
+    let mut out = Vec::new();
+    for r in rows {
+        let name: String = r.try_get(0)?;
+        let key = worker::lock_key("backfill", &name);
+        out.push(JobStatus {
+            running: worker::holder(client, key).await?.is_some(),
+            name,
+            table: r.try_get(1)?,
+            state: r.try_get(2)?,
+            rows_done: r.try_get(3)?,
+            batches: r.try_get(4)?,
+            keys_seen: r.try_get(5)?,
+            started_at: r.try_get(6)?,
+            updated_at: r.try_get(7)?,
+            finished_at: r.try_get(8)?,
+            error: r.try_get(9)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Every job (or the one named) with its progress.
+pub async fn status(
+    database_url: &str,
+    name: Option<&str>,
+) -> Result<Vec<JobStatus>, BackfillError> {
+    let client = evolve_pg::connect(database_url, "evolve backfill").await?;
+    let jobs = job_status(&client, name).await?;
+    if let (Some(name), true) = (name, jobs.is_empty()) {
+        return Err(no_such_job(name));
+    }
+    Ok(jobs)
+}
+
+fn no_such_job(name: &str) -> BackfillError {
+    BackfillError::Usage(format!(
+        "backfill job {name} does not exist; 'evolve backfill status' lists the jobs"
+    ))
+}
+
+/// Sets a job's state from one of `from` to `to`.
+async fn transition(
+    database_url: &str,
+    name: &str,
+    from: &[&str],
+    to: &str,
+    verb: &str,
+) -> Result<JobStatus, BackfillError> {
+    let client = evolve_pg::connect(database_url, "evolve backfill").await?;
+    if !jobs_table_exists(&client).await? {
+        return Err(no_such_job(name));
+    }
+    let from: Vec<String> = from.iter().map(|s| s.to_string()).collect();
+    let row = client
+        .query_opt(
+            &format!(
+                "WITH old AS (SELECT state FROM {JOBS_TABLE} WHERE name = $1 FOR UPDATE)
+                 UPDATE {JOBS_TABLE} j SET state = CASE WHEN old.state = ANY($2) THEN $3 ELSE old.state END,
+                   updated_at = now()
+                 FROM old WHERE j.name = $1 RETURNING old.state"
+            ),
+            &[&name, &from, &to],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Err(no_such_job(name));
+    };
+    let old: String = row.try_get(0)?;
+    if !from.contains(&old) {
+        return Err(BackfillError::Usage(format!(
+            "backfill {name} is {old}, so it cannot be {verb}{}",
+            match old.as_str() {
+                "done" | "cancelled" => "; 'evolve backfill run' starts it again",
+                _ => "",
+            }
+        )));
+    }
+    Ok(job_status(&client, Some(name)).await?.remove(0))
+}
+
+/// Asks a job to pause before its next batch (a run waits until resumed).
+pub async fn pause(database_url: &str, name: &str) -> Result<JobStatus, BackfillError> {
+    transition(
+        database_url,
+        name,
+        &["running", "failed"],
+        "paused",
+        "paused",
+    )
+    .await
+}
+
+/// Lets a paused job go on.
+pub async fn resume(database_url: &str, name: &str) -> Result<JobStatus, BackfillError> {
+    transition(database_url, name, &["paused"], "running", "resumed").await
+}
+
+/// Stops a job after its current batch; a later run starts it afresh.
+pub async fn cancel(database_url: &str, name: &str) -> Result<JobStatus, BackfillError> {
+    transition(
+        database_url,
+        name,
+        &["running", "paused", "failed"],
+        "cancelled",
+        "cancelled",
+    )
+    .await
+}

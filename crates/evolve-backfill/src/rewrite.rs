@@ -1,0 +1,1581 @@
+//! `evolve rewrite`: a table's shape changed online.
+//!
+//! 1. **Setup**, one transaction: a shadow table `_evolve_rw_<oid>_new`
+//!    made `LIKE` the original (defaults, constraints, generated columns,
+//!    identity, storage, comments, statistics) with the `--alter` actions
+//!    applied and its primary key; a log table `_evolve_rw_<oid>_log`; and
+//!    a trigger on the original that writes the key of every row an
+//!    INSERT, UPDATE or DELETE touches into the log, in the writer's own
+//!    transaction (a TRUNCATE is refused while the rewrite runs). Its row
+//!    in `evolve_rewrites` is written in the same transaction.
+//! 2. **Copy** in key order, in throttled batches like a backfill, each
+//!    batch and its progress in one transaction; then the other indexes
+//!    and index-backed constraints are built on the shadow.
+//! 3. **Replay**: log entries are taken off the log in batches; for each
+//!    key the shadow's row is deleted and the original's current row (if
+//!    any) copied again, so the order of changes never matters.
+//! 4. **Swap**, one transaction under `lock_timeout` with retry: ACCESS
+//!    EXCLUSIVE on the original, the last of the log replayed, the
+//!    dependents (views, materialized views, BEGIN ATOMIC functions)
+//!    captured and dropped by `evolve-migrate`'s rebuild, the original
+//!    renamed to `_evolve_rw_<oid>_old` and stripped of its triggers,
+//!    policies and foreign keys, the shadow renamed to the table's name
+//!    and given them (foreign keys in both directions `NOT VALID`),
+//!    indexes' names swapped, sequences moved (`OWNED BY`, identity
+//!    values), grants, owner, comment, row security, replica identity and
+//!    publications restored, dependents recreated.
+//! 5. **After**: materialized views refreshed, foreign keys validated, and
+//!    the old table dropped, unless `--keep-old`: then changes to the new
+//!    table keep being logged, and `--revert` replays them into the old
+//!    table and swaps back.
+//!
+//! A run stopped at any moment leaves either the state before a step or
+//! after it: the next run reads `evolve_rewrites` and goes on from there.
+
+use std::time::Instant;
+
+use evolve_pg::{Client, QualifiedName, quote_ident, quote_literal};
+
+use crate::sql::{self, KeyColumn};
+use crate::throttle::BatchSizer;
+use crate::worker::{self, Table, in_transaction, wait_while_throttled};
+use crate::{BackfillError, BatchOptions, Event};
+
+/// A rewrite to run.
+#[derive(Clone, Debug)]
+pub struct RewriteOptions {
+    pub database_url: String,
+    /// The table as typed (`name` or `schema.name`).
+    pub table: String,
+    /// `ALTER TABLE` actions, e.g. `ALTER COLUMN id TYPE bigint`.
+    pub alters: Vec<String>,
+    pub keep_old: bool,
+    pub batches: BatchOptions,
+}
+
+/// The state table, in the first schema of the search_path.
+pub const STATE_TABLE: &str = "evolve_rewrites";
+
+/// Actions a rewrite cannot express: they rename, move or re-parent the
+/// table or its columns, which the copy matches by name.
+const REFUSED: [&str; 9] = [
+    "rename",
+    "set schema",
+    "owner",
+    "attach",
+    "detach",
+    "inherit",
+    "no inherit",
+    "of ",
+    "not of",
+];
+
+struct Rewrite<'a> {
+    client: Client,
+    state: String,
+    table: QualifiedName,
+    opts: &'a RewriteOptions,
+}
+
+/// Names of everything a rewrite of the table with this oid creates.
+struct Names {
+    shadow: QualifiedName,
+    log: QualifiedName,
+    old: QualifiedName,
+    function: QualifiedName,
+}
+
+fn names(schema: &str, oid: u32) -> Names {
+    let n = |suffix: &str| QualifiedName::new(schema, format!("_evolve_rw_{oid}_{suffix}"));
+    Names {
+        shadow: n("new"),
+        log: n("log"),
+        old: n("old"),
+        function: n("capture"),
+    }
+}
+
+const TRIGGER: &str = "_evolve_rw_capture";
+
+fn err(table: &QualifiedName, reason: impl Into<String>) -> BackfillError {
+    BackfillError::Rewrite {
+        table: table.plain(),
+        reason: reason.into(),
+    }
+}
+
+/// Checks each `--alter` before anything runs.
+fn check_alters(alters: &[String]) -> Result<(), String> {
+    if alters.is_empty() {
+        return Err(
+            "a rewrite needs at least one --alter, e.g. --alter \"ALTER COLUMN id TYPE bigint\""
+                .into(),
+        );
+    }
+    for a in alters {
+        let t = a.trim();
+        crate::script::check_condition(t).map_err(|_| {
+            format!("--alter {a:?} is not one ALTER TABLE action (unbalanced quote or parenthesis, a comment, or a semicolon)")
+        })?;
+        let lower = t.to_ascii_lowercase();
+        let lower = lower.split_whitespace().collect::<Vec<_>>().join(" ") + " ";
+        if let Some(word) = REFUSED.iter().find(|w| lower.starts_with(*w)) {
+            return Err(format!(
+                "--alter {a:?} cannot be done by a rewrite ({} changes the table's identity, not its shape); run it as a plain ALTER TABLE",
+                word.trim().to_uppercase()
+            ));
+        }
+        if lower.contains(" rename ") {
+            return Err(format!(
+                "--alter {a:?} renames; a rewrite copies columns by name, so rename with a plain ALTER TABLE before or after"
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn ensure_state_table(client: &Client) -> Result<String, BackfillError> {
+    let schema: Option<String> = client
+        .query_one("SELECT current_schema()::text", &[])
+        .await?
+        .try_get(0)?;
+    let Some(schema) = schema else {
+        return Err(BackfillError::Usage(
+            "the search_path names no existing schema, so evolve has nowhere to keep the rewrite's state; set search_path".into(),
+        ));
+    };
+    let state = QualifiedName::new(schema, STATE_TABLE).to_string();
+    client
+        .batch_execute(&format!(
+            "BEGIN;
+             SELECT pg_advisory_xact_lock({key});
+             CREATE TABLE IF NOT EXISTS {state} (
+               table_name text PRIMARY KEY,
+               table_oid oid NOT NULL,
+               alters text[] NOT NULL,
+               keep_old bool NOT NULL,
+               phase text NOT NULL,
+               last_key text[],
+               rows_copied int8 NOT NULL DEFAULT 0,
+               batches int8 NOT NULL DEFAULT 0,
+               index_pairs text[] NOT NULL DEFAULT '{{}}',
+               after_swap text[] NOT NULL DEFAULT '{{}}',
+               started_at timestamptz NOT NULL DEFAULT now(),
+               updated_at timestamptz NOT NULL DEFAULT now());
+             COMMIT",
+            key = worker::lock_key("rewrite", "")
+        ))
+        .await?;
+    Ok(state)
+}
+
+struct StateRow {
+    oid: u32,
+    alters: Vec<String>,
+    keep_old: bool,
+    phase: String,
+    last_key: Option<Vec<Option<String>>>,
+    rows_copied: i64,
+    batches: i64,
+    index_pairs: Vec<String>,
+}
+
+impl Rewrite<'_> {
+    async fn state_row(&self) -> Result<Option<StateRow>, BackfillError> {
+        let row = self
+            .client
+            .query_opt(
+                &format!(
+                    "SELECT table_oid, alters, keep_old, phase, last_key, rows_copied, batches, index_pairs
+                     FROM {} WHERE table_name = $1",
+                    self.state
+                ),
+                &[&self.table.plain()],
+            )
+            .await?;
+        row.map(|r| {
+            Ok(StateRow {
+                oid: r.try_get(0)?,
+                alters: r.try_get(1)?,
+                keep_old: r.try_get(2)?,
+                phase: r.try_get(3)?,
+                last_key: r.try_get(4)?,
+                rows_copied: r.try_get(5)?,
+                batches: r.try_get(6)?,
+                index_pairs: r.try_get(7)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn set_phase(&self, phase: &str) -> Result<(), BackfillError> {
+        self.client
+            .execute(
+                &format!(
+                    "UPDATE {} SET phase = $2, updated_at = now() WHERE table_name = $1",
+                    self.state
+                ),
+                &[&self.table.plain(), &phase],
+            )
+            .await?;
+        Ok(())
+    }
+
+    fn what(&self) -> String {
+        format!("rewrite of {}", self.table.plain())
+    }
+
+    /// Columns copied from `from` into `to`: those of `from` that `to`
+    /// has and does not generate.
+    async fn copy_columns(&self, from: u32, to: u32) -> Result<Vec<String>, BackfillError> {
+        let from_cols = worker::columns(&self.client, from).await?;
+        let to_cols = worker::columns(&self.client, to).await?;
+        Ok(from_cols
+            .into_iter()
+            .filter(|(c, _)| to_cols.iter().any(|(t, generated)| t == c && !generated))
+            .map(|(c, _)| c)
+            .collect())
+    }
+
+    async fn oid_of(&self, name: &QualifiedName) -> Result<Option<u32>, BackfillError> {
+        Ok(self
+            .client
+            .query_one("SELECT to_regclass($1)::oid", &[&name.to_string()])
+            .await?
+            .try_get(0)?)
+    }
+
+    /// Step 1, in one transaction.
+    async fn setup(
+        &self,
+        table: &Table,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<(), BackfillError> {
+        check_alters(&self.opts.alters).map_err(BackfillError::Usage)?;
+        let n = names(&table.name.schema, table.oid);
+        let t = &table.name;
+        let reloptions: Vec<String> = self
+            .client
+            .query_one(
+                "SELECT coalesce(reloptions::text[], '{}') FROM pg_class WHERE oid = $1",
+                &[&table.oid],
+            )
+            .await?
+            .try_get(0)?;
+        let pk: (u32, String, String) = {
+            let r = self
+                .client
+                .query_one(
+                    "SELECT i.indexrelid, c.relname::text, pg_get_constraintdef(k.oid)
+                     FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                     JOIN pg_constraint k ON k.conindid = i.indexrelid AND k.contype = 'p'
+                     WHERE i.indrelid = $1 AND i.indisprimary",
+                    &[&table.oid],
+                )
+                .await?;
+            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)
+        };
+        let alter_list = self.opts.alters.join(", ");
+        let alters = self.opts.alters.clone();
+        let key = table.key.clone();
+        let state = self.state.clone();
+        let what = self.what();
+        let mut body = async |c: &Client| -> Result<Result<(), String>, tokio_postgres::Error> {
+            // What reads the table must be something the swap can rebuild:
+            // found out now, not after the copy.
+            match evolve_migrate::plan_targets(c, &what, vec![t.to_string()], false).await {
+                Ok(_) => {}
+                Err(evolve_migrate::MigrateError::Pg(evolve_pg::PgError::Query(e))) => {
+                    return Err(e);
+                }
+                Err(e) => {
+                    c.batch_execute("ROLLBACK").await?;
+                    return Ok(Err(e.to_string()));
+                }
+            }
+            c.batch_execute(&format!(
+                "CREATE TABLE {shadow} (LIKE {t} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED
+                   INCLUDING IDENTITY INCLUDING STORAGE INCLUDING COMMENTS INCLUDING COMPRESSION
+                   INCLUDING STATISTICS)",
+                shadow = n.shadow
+            ))
+            .await?;
+            if !reloptions.is_empty() {
+                c.batch_execute(&format!(
+                    "ALTER TABLE {} SET ({})",
+                    n.shadow,
+                    reloptions.join(", ")
+                ))
+                .await?;
+            }
+            if let Err(e) = c
+                .execute(&format!("ALTER TABLE {} {alter_list}", n.shadow), &[])
+                .await
+            {
+                if e.as_db_error().is_none() {
+                    return Err(e);
+                }
+                let text = evolve_pg::PgError::Query(e).to_string();
+                c.batch_execute("ROLLBACK").await?;
+                return Ok(Err(format!(
+                    "--alter {} cannot be applied: {}",
+                    alters
+                        .iter()
+                        .map(|a| format!("{a:?}"))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    text.replace(&n.shadow.name, &t.name)
+                )));
+            }
+            let shadow_pk = format!("_evolve_rw_{}", pk.0);
+            if let Err(e) = c
+                .execute(
+                    &format!(
+                        "ALTER TABLE {} ADD CONSTRAINT {} {}",
+                        n.shadow,
+                        quote_ident(&shadow_pk),
+                        pk.2
+                    ),
+                    &[],
+                )
+                .await
+            {
+                c.batch_execute("ROLLBACK").await?;
+                return Ok(Err(format!(
+                    "the new shape cannot keep the primary key {}: {}",
+                    pk.2,
+                    evolve_pg::PgError::Query(e)
+                )));
+            }
+            // The copy must work on the new shape (a type change without an
+            // assignment cast needs USING, which only rewrites rows in place).
+            let columns: Vec<String> = c
+                .query(
+                    "SELECT a.attname::text FROM pg_attribute a
+                     JOIN pg_attribute b ON b.attrelid = to_regclass($2)::oid AND b.attname = a.attname
+                                        AND b.attnum > 0 AND NOT b.attisdropped AND b.attgenerated = ''
+                     WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+                    &[&table.oid, &n.shadow.to_string()],
+                )
+                .await?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+            if let Err(e) = c
+                .prepare(&sql::copy_batch(t, &n.shadow, &key, &columns, false))
+                .await
+            {
+                c.batch_execute("ROLLBACK").await?;
+                return Ok(Err(format!(
+                    "its rows cannot be copied into the new shape (a type change that needs USING cannot be done online; add a column and backfill it instead): {}",
+                    evolve_pg::PgError::Query(e)
+                )));
+            }
+            c.batch_execute(&format!(
+                "CREATE TABLE {log} (id bigserial PRIMARY KEY, k text[] NOT NULL);
+                 {function};
+                 CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE OR DELETE ON {t}
+                   FOR EACH ROW EXECUTE FUNCTION {fname}();
+                 CREATE TRIGGER {trigger_t} BEFORE TRUNCATE ON {t}
+                   FOR EACH STATEMENT EXECUTE FUNCTION {fname}()",
+                log = n.log,
+                function = sql::capture_function(&n.function, &n.log, &key),
+                trigger = quote_ident(TRIGGER),
+                trigger_t = quote_ident(&format!("{TRIGGER}_truncate")),
+                fname = n.function,
+            ))
+            .await?;
+            c.execute(
+                &format!(
+                    "INSERT INTO {state} (table_name, table_oid, alters, keep_old, phase, index_pairs)
+                     VALUES ($1, $2, $3, false, 'copy', $4)"
+                ),
+                &[&t.plain(), &table.oid, &alters, &vec![pk.1.clone(), shadow_pk.clone()]],
+            )
+            .await?;
+            Ok(Ok(()))
+        };
+        let (result, _) = in_transaction(
+            &self.client,
+            &self.what(),
+            t,
+            &self.opts.batches,
+            on_event,
+            &mut body,
+        )
+        .await?;
+        result?.map_err(|reason| err(t, reason))?;
+        Ok(())
+    }
+
+    /// Step 2.
+    async fn copy(
+        &self,
+        table: &Table,
+        row: &StateRow,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<(), BackfillError> {
+        let n = names(&table.name.schema, row.oid);
+        let shadow_oid = self
+            .oid_of(&n.shadow)
+            .await?
+            .ok_or_else(|| err(&table.name, "its shadow table is missing; run 'evolve rewrite' again after removing the row from evolve_rewrites"))?;
+        let columns = self.copy_columns(table.oid, shadow_oid).await?;
+        let first = self
+            .client
+            .prepare(&sql::copy_batch(&table.name, &n.shadow, &table.key, &columns, true))
+            .await
+            .map_err(|e| {
+                err(
+                    &table.name,
+                    format!(
+                        "its rows cannot be copied into the new shape (a type change that needs USING?): {}",
+                        evolve_pg::PgError::Query(e)
+                    ),
+                )
+            })?;
+        let next = self
+            .client
+            .prepare(&sql::copy_batch(
+                &table.name,
+                &n.shadow,
+                &table.key,
+                &columns,
+                false,
+            ))
+            .await?;
+        let progress = self
+            .client
+            .prepare(&format!(
+                "UPDATE {} SET last_key = $2, rows_copied = rows_copied + $3, batches = batches + 1,
+                   updated_at = now() WHERE table_name = $1 RETURNING rows_copied, batches",
+                self.state
+            ))
+            .await?;
+        let what = self.what();
+        on_event(&Event::Phase {
+            table: table.name.plain(),
+            phase: "copy".into(),
+        });
+        on_event(&Event::Started {
+            job: what.clone(),
+            table: table.name.plain(),
+            resumed: row.batches > 0,
+            rows_done: row.rows_copied as u64,
+            batches: row.batches as u64,
+            estimated_rows: table.estimated_rows,
+        });
+        let mut last_key = row.last_key.clone();
+        let mut keys_seen = row.rows_copied as u64;
+        let mut sizer = BatchSizer::new(self.opts.batches.batch, self.opts.batches.batch_time);
+        loop {
+            wait_while_throttled(
+                &self.client,
+                &what,
+                &self.opts.batches,
+                on_event,
+                &mut async |_| Ok(None),
+            )
+            .await?;
+            let size = sizer.size() as i64;
+            let started = Instant::now();
+            let t = table.name.plain();
+            let mut body = async |c: &Client| {
+                let r = match &last_key {
+                    None => c.query_one(&first, &[&size]).await?,
+                    Some(k) => c.query_one(&next, &[k, &size]).await?,
+                };
+                let copied: i64 = r.try_get(0)?;
+                let scanned: i64 = r.try_get(1)?;
+                let end: Option<Vec<Option<String>>> = r.try_get(2)?;
+                let totals = match &end {
+                    Some(end) => {
+                        let p = c.query_one(&progress, &[&t, end, &scanned]).await?;
+                        Some((p.try_get::<_, i64>(0)?, p.try_get::<_, i64>(1)?))
+                    }
+                    None => None,
+                };
+                Ok((copied, scanned, end, totals))
+            };
+            let (result, _) = in_transaction(
+                &self.client,
+                &what,
+                &table.name,
+                &self.opts.batches,
+                on_event,
+                &mut body,
+            )
+            .await?;
+            let (copied, scanned, end, totals) = result?;
+            let Some((done, batches)) = totals else { break };
+            keys_seen += scanned as u64;
+            let took = started.elapsed();
+            let next_size = sizer.observe(took, scanned as u64);
+            on_event(&Event::Batch {
+                job: what.clone(),
+                batch: batches as u64,
+                rows: copied as u64,
+                scanned: scanned as u64,
+                rows_done: done as u64,
+                keys_seen,
+                next_size,
+                ms: took.as_millis() as u64,
+            });
+            last_key = end;
+            if scanned < size {
+                break;
+            }
+        }
+        self.build_indexes(table, &n, shadow_oid, on_event).await?;
+        self.set_phase("replay").await
+    }
+
+    /// The original's other indexes and index-backed constraints, built on
+    /// the shadow after the copy (each in its own transaction; one that
+    /// exists already is skipped, so a rerun builds only what is missing).
+    async fn build_indexes(
+        &self,
+        table: &Table,
+        n: &Names,
+        shadow_oid: u32,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<(), BackfillError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT i.indexrelid, ic.relname::text, pg_get_indexdef(i.indexrelid),
+                        k.oid IS NOT NULL, pg_get_constraintdef(k.oid),
+                        quote_ident(ic.relname), quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+                 FROM pg_index i
+                 JOIN pg_class ic ON ic.oid = i.indexrelid
+                 JOIN pg_class c ON c.oid = i.indrelid
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 LEFT JOIN pg_constraint k ON k.conindid = i.indexrelid AND k.conrelid = i.indrelid
+                                          AND k.contype IN ('u', 'x')
+                 WHERE i.indrelid = $1 AND NOT i.indisprimary
+                 ORDER BY i.indexrelid",
+                &[&table.oid],
+            )
+            .await?;
+        let mut pairs: Vec<String> = Vec::new();
+        for r in rows {
+            let index_oid: u32 = r.try_get(0)?;
+            let name: String = r.try_get(1)?;
+            let def: String = r.try_get(2)?;
+            let is_constraint: bool = r.try_get(3)?;
+            let constraint_def: Option<String> = r.try_get(4)?;
+            let quoted_name: String = r.try_get(5)?;
+            let quoted_table: String = r.try_get(6)?;
+            let shadow_name = format!("_evolve_rw_{index_oid}");
+            pairs.push(name.clone());
+            pairs.push(shadow_name.clone());
+            let exists: bool = self
+                .client
+                .query_one(
+                    "SELECT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                                    WHERE i.indrelid = $1 AND c.relname = $2)",
+                    &[&shadow_oid, &shadow_name],
+                )
+                .await?
+                .try_get(0)?;
+            if exists {
+                continue;
+            }
+            let statement = if is_constraint {
+                format!(
+                    "ALTER TABLE {} ADD CONSTRAINT {} {}",
+                    n.shadow,
+                    quote_ident(&shadow_name),
+                    constraint_def.unwrap_or_default()
+                )
+            } else {
+                // CREATE [UNIQUE] INDEX name ON [ONLY] table USING ...
+                let unique = def.starts_with("CREATE UNIQUE INDEX ");
+                let head = format!(
+                    "CREATE {}INDEX {quoted_name} ON {quoted_table} ",
+                    if unique { "UNIQUE " } else { "" }
+                );
+                let Some(rest) = def.strip_prefix(&head) else {
+                    return Err(err(
+                        &table.name,
+                        format!(
+                            "index {name} has a definition evolve cannot move ({def}); drop it and recreate it after the rewrite"
+                        ),
+                    ));
+                };
+                format!(
+                    "CREATE {}INDEX {} ON {} {rest}",
+                    if unique { "UNIQUE " } else { "" },
+                    quote_ident(&shadow_name),
+                    n.shadow
+                )
+            };
+            let mut body = async |c: &Client| c.batch_execute(&statement).await;
+            let (result, _) = in_transaction(
+                &self.client,
+                &self.what(),
+                &table.name,
+                &self.opts.batches,
+                on_event,
+                &mut body,
+            )
+            .await?;
+            result.map_err(|e| {
+                err(
+                    &table.name,
+                    format!(
+                        "index {name} cannot be built on the new shape: {}",
+                        evolve_pg::PgError::Query(e)
+                    ),
+                )
+            })?;
+        }
+        self.client
+            .execute(
+                &format!(
+                    "UPDATE {} SET index_pairs = index_pairs || $2 WHERE table_name = $1
+                       AND NOT index_pairs @> $2",
+                    self.state
+                ),
+                &[&table.name.plain(), &pairs],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Step 3: replays the log from `from` onto `to` until less than one
+    /// batch was left.
+    async fn replay(
+        &self,
+        from: &QualifiedName,
+        to: &QualifiedName,
+        log: &QualifiedName,
+        key: &[KeyColumn],
+        columns: &[String],
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<(), BackfillError> {
+        on_event(&Event::Phase {
+            table: self.table.plain(),
+            phase: "replay".into(),
+        });
+        // The batch adapts like the copy's; less than a full batch taken
+        // means the log was drained to less than one batch.
+        let mut sizer = BatchSizer::new(self.opts.batches.batch, self.opts.batches.batch_time);
+        loop {
+            wait_while_throttled(
+                &self.client,
+                &self.what(),
+                &self.opts.batches,
+                on_event,
+                &mut async |_| Ok(None),
+            )
+            .await?;
+            let size = sizer.size() as i64;
+            let started = Instant::now();
+            let mut body =
+                async |c: &Client| replay_batch(c, from, to, log, key, columns, size).await;
+            let (result, _) = in_transaction(
+                &self.client,
+                &self.what(),
+                from,
+                &self.opts.batches,
+                on_event,
+                &mut body,
+            )
+            .await?;
+            let taken = result?;
+            let took = started.elapsed();
+            sizer.observe(took, taken);
+            on_event(&Event::Replayed {
+                table: self.table.plain(),
+                entries: taken,
+                ms: took.as_millis() as u64,
+            });
+            if taken < size as u64 {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Takes up to `size` entries off the log and makes `to` match `from` for
+/// their keys. Returns how many entries it took.
+async fn replay_batch(
+    c: &Client,
+    from: &QualifiedName,
+    to: &QualifiedName,
+    log: &QualifiedName,
+    key: &[KeyColumn],
+    columns: &[String],
+    size: i64,
+) -> Result<u64, tokio_postgres::Error> {
+    let rows = c.query(&sql::take_log(log), &[&size]).await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    // Each key once: a row changed many times is copied once.
+    let mut keys: Vec<Vec<Option<String>>> = rows
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    keys.sort_unstable();
+    keys.dedup();
+    let mut per_column: Vec<Vec<Option<String>>> = vec![Vec::with_capacity(keys.len()); key.len()];
+    for k in keys {
+        for (i, v) in k.into_iter().enumerate().take(key.len()) {
+            per_column[i].push(v);
+        }
+    }
+    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = per_column
+        .iter()
+        .map(|v| v as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect();
+    c.execute(&sql::replay_delete(to, key), &params).await?;
+    c.execute(&sql::replay_insert(from, to, key, columns), &params)
+        .await?;
+    Ok(rows.len() as u64)
+}
+
+/// What the swap moves from one table to the other, captured under the
+/// table's lock with an empty search_path (every name qualified).
+struct Moved {
+    /// Run on the table that is swapped out (after its rename).
+    strip: Vec<String>,
+    /// Run on other tables before the rename (incoming foreign keys).
+    before: Vec<String>,
+    /// Run after the renames.
+    after: Vec<String>,
+    /// Foreign keys re-added NOT VALID, validated after the commit.
+    validate: Vec<String>,
+}
+
+async fn capture_moved(
+    c: &Client,
+    from_oid: u32,
+    to_oid: u32,
+    table: &QualifiedName,
+    swapped_out: &QualifiedName,
+) -> Result<Moved, tokio_postgres::Error> {
+    let mut m = Moved {
+        strip: Vec::new(),
+        before: Vec::new(),
+        after: Vec::new(),
+        validate: Vec::new(),
+    };
+    // Triggers (not internal, not the capture's own).
+    for r in c
+        .query(
+            "SELECT t.tgname::text, pg_get_triggerdef(t.oid), t.tgenabled::text
+             FROM pg_trigger t WHERE t.tgrelid = $1 AND NOT t.tgisinternal
+               AND t.tgname NOT LIKE '\\_evolve\\_rw\\_capture%' ORDER BY t.tgname",
+            &[&from_oid],
+        )
+        .await?
+    {
+        let name: String = r.try_get(0)?;
+        let def: String = r.try_get(1)?;
+        let enabled: String = r.try_get(2)?;
+        m.strip.push(format!(
+            "DROP TRIGGER {} ON {swapped_out}",
+            quote_ident(&name)
+        ));
+        m.after.push(def);
+        let state = match enabled.as_str() {
+            "D" => Some("DISABLE"),
+            "R" => Some("ENABLE REPLICA"),
+            "A" => Some("ENABLE ALWAYS"),
+            _ => None,
+        };
+        if let Some(s) = state {
+            m.after.push(format!(
+                "ALTER TABLE {table} {s} TRIGGER {}",
+                quote_ident(&name)
+            ));
+        }
+    }
+    // Policies and row security.
+    for r in c
+        .query(
+            "SELECT p.polname::text,
+                    format('CREATE POLICY %I ON %s AS %s FOR %s TO %s%s%s', p.polname, $2::text,
+                        CASE WHEN p.polpermissive THEN 'PERMISSIVE' ELSE 'RESTRICTIVE' END,
+                        CASE p.polcmd WHEN 'r' THEN 'SELECT' WHEN 'a' THEN 'INSERT'
+                                      WHEN 'w' THEN 'UPDATE' WHEN 'd' THEN 'DELETE' ELSE 'ALL' END,
+                        CASE WHEN p.polroles = '{0}' THEN 'PUBLIC'
+                             ELSE (SELECT string_agg(quote_ident(r.rolname), ', ' ORDER BY r.rolname)
+                                   FROM pg_roles r WHERE r.oid = ANY (p.polroles)) END,
+                        coalesce(' USING (' || pg_get_expr(p.polqual, p.polrelid) || ')', ''),
+                        coalesce(' WITH CHECK (' || pg_get_expr(p.polwithcheck, p.polrelid) || ')', ''))
+             FROM pg_policy p WHERE p.polrelid = $1 ORDER BY p.polname",
+            &[&from_oid, &table.to_string()],
+        )
+        .await?
+    {
+        let name: String = r.try_get(0)?;
+        m.strip.push(format!("DROP POLICY {} ON {swapped_out}", quote_ident(&name)));
+        m.after.push(r.try_get(1)?);
+    }
+    let r = c
+        .query_one(
+            "SELECT c.relrowsecurity, c.relforcerowsecurity, pg_get_userbyid(c.relowner)::text,
+                    obj_description(c.oid, 'pg_class'), c.relreplident::text,
+                    (SELECT quote_ident(ic.relname) FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+                     WHERE i.indrelid = c.oid AND i.indisreplident),
+                    array(SELECT format('GRANT %s ON %s TO %s%s', a.privilege_type, $2::text,
+                                        CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                             ELSE quote_ident(pg_get_userbyid(a.grantee)) END,
+                                        CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+                          FROM aclexplode(c.relacl) a WHERE a.grantee <> c.relowner),
+                    array(SELECT format('GRANT %s (%I) ON %s TO %s%s', a.privilege_type, att.attname, $2::text,
+                                        CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                             ELSE quote_ident(pg_get_userbyid(a.grantee)) END,
+                                        CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+                          FROM pg_attribute att, aclexplode(att.attacl) a
+                          WHERE att.attrelid = c.oid AND att.attnum > 0 AND NOT att.attisdropped
+                            AND att.attacl IS NOT NULL),
+                    array(SELECT quote_ident(p.pubname) FROM pg_publication_rel pr
+                          JOIN pg_publication p ON p.oid = pr.prpubid WHERE pr.prrelid = c.oid)
+             FROM pg_class c WHERE c.oid = $1",
+            &[&from_oid, &table.to_string()],
+        )
+        .await?;
+    let (rls, force): (bool, bool) = (r.try_get(0)?, r.try_get(1)?);
+    let owner: String = r.try_get(2)?;
+    let comment: Option<String> = r.try_get(3)?;
+    let replident: String = r.try_get(4)?;
+    let replident_index: Option<String> = r.try_get(5)?;
+    let grants: Vec<String> = r.try_get(6)?;
+    let column_grants: Vec<String> = r.try_get(7)?;
+    let publications: Vec<String> = r.try_get(8)?;
+    m.after.push(format!(
+        "ALTER TABLE {table} OWNER TO {}",
+        quote_ident(&owner)
+    ));
+    m.after.extend(grants);
+    m.after.extend(column_grants);
+    if rls {
+        m.after
+            .push(format!("ALTER TABLE {table} ENABLE ROW LEVEL SECURITY"));
+    }
+    if force {
+        m.after
+            .push(format!("ALTER TABLE {table} FORCE ROW LEVEL SECURITY"));
+    }
+    if let Some(comment) = comment {
+        m.after.push(format!(
+            "COMMENT ON TABLE {table} IS {}",
+            quote_literal(&comment)
+        ));
+    }
+    match (replident.as_str(), replident_index) {
+        ("f", _) => m
+            .after
+            .push(format!("ALTER TABLE {table} REPLICA IDENTITY FULL")),
+        ("n", _) => m
+            .after
+            .push(format!("ALTER TABLE {table} REPLICA IDENTITY NOTHING")),
+        ("i", Some(index)) => m.after.push(format!(
+            "ALTER TABLE {table} REPLICA IDENTITY USING INDEX {index}"
+        )),
+        _ => {}
+    }
+    for p in publications {
+        m.strip
+            .push(format!("ALTER PUBLICATION {p} DROP TABLE {swapped_out}"));
+        m.after
+            .push(format!("ALTER PUBLICATION {p} ADD TABLE {table}"));
+    }
+    // Owned sequences (serial columns) move; identity values carry over.
+    for r in c
+        .query(
+            "SELECT d.objid::regclass::text, a.attname::text, a.attidentity <> '',
+                    (SELECT format_type(s.seqtypid, NULL) FROM pg_sequence s WHERE s.seqrelid = d.objid),
+                    (SELECT format_type(b.atttypid, NULL) FROM pg_attribute b
+                     WHERE b.attrelid = $2 AND b.attname = a.attname AND NOT b.attisdropped)
+             FROM pg_depend d JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+             WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
+               AND d.refobjid = $1 AND d.deptype IN ('a', 'i')
+               AND (SELECT relkind FROM pg_class WHERE oid = d.objid) = 'S'",
+            &[&from_oid, &to_oid],
+        )
+        .await?
+    {
+        let seq: String = r.try_get(0)?;
+        let column: String = r.try_get(1)?;
+        let identity: bool = r.try_get(2)?;
+        if identity {
+            m.after.push(format!(
+                "SELECT setval(pg_get_serial_sequence({}, {}), s.last_value, s.is_called) FROM {seq} s",
+                quote_literal(&table.to_string()),
+                quote_literal(&column)
+            ));
+        } else {
+            m.after.push(format!(
+                "ALTER SEQUENCE {seq} OWNED BY {table}.{}",
+                quote_ident(&column)
+            ));
+            // A serial column's sequence follows its new integer type, so
+            // integer to bigint really gets past 2^31.
+            let seq_type: Option<String> = r.try_get(3)?;
+            let column_type: Option<String> = r.try_get(4)?;
+            if let Some(t) = column_type.filter(|t| {
+                ["smallint", "integer", "bigint"].contains(&t.as_str()) && Some(t) != seq_type.as_ref()
+            }) {
+                m.after.push(format!("ALTER SEQUENCE {seq} AS {t}"));
+            }
+        }
+    }
+    // Foreign keys: outgoing (self-references included) and incoming.
+    for r in c
+        .query(
+            "SELECT k.conname::text, k.conrelid::regclass::text, pg_get_constraintdef(k.oid),
+                    k.conrelid = $1
+             FROM pg_constraint k
+             WHERE k.contype = 'f' AND (k.conrelid = $1 OR k.confrelid = $1)
+             ORDER BY k.conrelid, k.conname",
+            &[&from_oid],
+        )
+        .await?
+    {
+        let name: String = r.try_get(0)?;
+        let on: String = r.try_get(1)?;
+        let def: String = r.try_get(2)?;
+        let outgoing: bool = r.try_get(3)?;
+        let target = if outgoing {
+            table.to_string()
+        } else {
+            on.clone()
+        };
+        if outgoing {
+            m.strip.push(format!(
+                "ALTER TABLE {swapped_out} DROP CONSTRAINT {}",
+                quote_ident(&name)
+            ));
+        } else {
+            m.before.push(format!(
+                "ALTER TABLE {on} DROP CONSTRAINT {}",
+                quote_ident(&name)
+            ));
+        }
+        let def = def.trim_end_matches(" NOT VALID");
+        m.after.push(format!(
+            "ALTER TABLE {target} ADD CONSTRAINT {} {def} NOT VALID",
+            quote_ident(&name)
+        ));
+        m.validate.push(format!(
+            "ALTER TABLE {target} VALIDATE CONSTRAINT {}",
+            quote_ident(&name)
+        ));
+    }
+    Ok(m)
+}
+
+/// What one swap does.
+struct SwapPlan<'a> {
+    /// The table now under the name (with the capture trigger).
+    from: &'a QualifiedName,
+    from_oid: u32,
+    /// The table that takes the name.
+    to: &'a QualifiedName,
+    /// The name `from` gets.
+    from_new_name: &'a str,
+    log: &'a QualifiedName,
+    function: &'a QualifiedName,
+    key: &'a [KeyColumn],
+    columns: &'a [String],
+    /// Index name pairs whose names are exchanged.
+    index_pairs: &'a [String],
+    /// Keep logging changes of the swapped-in table (for --revert).
+    capture_after: bool,
+    /// The phase recorded with the swap.
+    phase: &'a str,
+}
+
+impl Rewrite<'_> {
+    /// Step 4, one transaction, retried when its lock_timeout expires.
+    async fn swap(
+        &self,
+        p: &SwapPlan<'_>,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<(), BackfillError> {
+        on_event(&Event::Phase {
+            table: self.table.plain(),
+            phase: "swap".into(),
+        });
+        let table = &self.table;
+        let state = &self.state;
+        let what = self.what();
+        let mut rebuilt_names = Vec::new();
+        let mut lock_ms = 0;
+        let mut body = async |c: &Client| -> Result<Result<(), String>, tokio_postgres::Error> {
+            c.batch_execute(&format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", p.from))
+                .await?;
+            let locked = Instant::now();
+            while replay_batch(c, p.from, p.to, p.log, p.key, p.columns, 10_000).await? > 0 {}
+            let plan = match evolve_migrate::plan_targets(c, &what, vec![p.from.to_string()], false)
+                .await
+            {
+                Ok(plan) => plan,
+                Err(evolve_migrate::MigrateError::Pg(evolve_pg::PgError::Query(e))) => {
+                    return Err(e);
+                }
+                Err(e) => {
+                    c.batch_execute("ROLLBACK").await?;
+                    return Ok(Err(e.to_string()));
+                }
+            };
+            let own = format!(" on {}", p.from.plain());
+            let dependents: Vec<&evolve_migrate::Captured> = plan
+                .dependents
+                .iter()
+                .filter(|d| !d.name.ends_with(&own))
+                .collect();
+            let saved: String = c
+                .query_one("SELECT current_setting('search_path')", &[])
+                .await?
+                .try_get(0)?;
+            c.batch_execute("SELECT set_config('search_path', '', true)")
+                .await?;
+            let swapped_out = QualifiedName::new(&table.schema, p.from_new_name);
+            let to_oid: u32 = c
+                .query_one("SELECT to_regclass($1)::oid", &[&p.to.to_string()])
+                .await?
+                .try_get(0)?;
+            let moved = capture_moved(c, p.from_oid, to_oid, table, &swapped_out).await?;
+            for (d, sql) in plan.drops() {
+                if dependents.iter().any(|x| std::ptr::eq(*x, d)) {
+                    c.batch_execute(sql).await?;
+                }
+            }
+            c.batch_execute(&format!(
+                "DROP TRIGGER {trigger} ON {from}; DROP TRIGGER {trigger_t} ON {from}",
+                trigger = quote_ident(TRIGGER),
+                trigger_t = quote_ident(&format!("{TRIGGER}_truncate")),
+                from = p.from
+            ))
+            .await?;
+            for s in &moved.before {
+                c.batch_execute(s).await?;
+            }
+            c.batch_execute(&format!(
+                "ALTER TABLE {} RENAME TO {}; ALTER TABLE {} RENAME TO {}",
+                p.from,
+                quote_ident(p.from_new_name),
+                p.to,
+                quote_ident(&table.name)
+            ))
+            .await?;
+            for (i, pair) in p.index_pairs.chunks(2).enumerate() {
+                let [a, b] = pair else { continue };
+                let tmp = format!("_evolve_rw_swap_{i}");
+                let q = |n: &str| QualifiedName::new(&table.schema, n).to_string();
+                c.batch_execute(&format!(
+                    "ALTER INDEX {} RENAME TO {}; ALTER INDEX {} RENAME TO {}; ALTER INDEX {} RENAME TO {}",
+                    q(a),
+                    quote_ident(&tmp),
+                    q(b),
+                    quote_ident(a),
+                    q(&tmp),
+                    quote_ident(b)
+                ))
+                .await?;
+            }
+            for s in moved.strip.iter().chain(&moved.after) {
+                c.batch_execute(s).await?;
+            }
+            for (d, sql) in plan.creates() {
+                if !dependents.iter().any(|x| std::ptr::eq(*x, d)) {
+                    continue;
+                }
+                if let Err(e) = c.batch_execute(sql).await {
+                    if e.as_db_error().is_none() {
+                        return Err(e);
+                    }
+                    c.batch_execute("ROLLBACK").await?;
+                    return Ok(Err(format!(
+                        "{} {} cannot be recreated on the new shape: {}",
+                        d.kind.as_str(),
+                        d.name,
+                        evolve_pg::PgError::Query(e)
+                    )));
+                }
+            }
+            if p.capture_after {
+                c.batch_execute(&format!(
+                    "CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE OR DELETE ON {table}
+                       FOR EACH ROW EXECUTE FUNCTION {f}();
+                     CREATE TRIGGER {trigger_t} BEFORE TRUNCATE ON {table}
+                       FOR EACH STATEMENT EXECUTE FUNCTION {f}()",
+                    trigger = quote_ident(TRIGGER),
+                    trigger_t = quote_ident(&format!("{TRIGGER}_truncate")),
+                    f = p.function
+                ))
+                .await?;
+            }
+            let refresh: Vec<String> = dependents
+                .iter()
+                .filter(|d| d.materialized && d.populated)
+                .flat_map(|d| [d.refresh_sql(), d.analyze_sql()])
+                .collect();
+            let after: Vec<String> = moved
+                .validate
+                .iter()
+                .cloned()
+                .chain(refresh)
+                .chain([format!("ANALYZE {table}")])
+                .collect();
+            c.query_one("SELECT set_config('search_path', $1, true)", &[&saved])
+                .await?;
+            c.execute(
+                &format!(
+                    "UPDATE {state} SET phase = $2, after_swap = $3, keep_old = $4, updated_at = now()
+                     WHERE table_name = $1"
+                ),
+                &[&table.plain(), &p.phase, &after, &p.capture_after],
+            )
+            .await?;
+            rebuilt_names = dependents.iter().map(|d| d.name.clone()).collect();
+            lock_ms = locked.elapsed().as_millis() as u64;
+            Ok(Ok(()))
+        };
+        let (result, attempts) = in_transaction(
+            &self.client,
+            &self.what(),
+            table,
+            &self.opts.batches,
+            on_event,
+            &mut body,
+        )
+        .await?;
+        let abort = format!(
+            "; the table is unchanged and its changes are still captured: fix that and run 'evolve rewrite' again, or drop the shadow with 'evolve rewrite {} --abort'",
+            table.plain()
+        );
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => return Err(err(table, format!("the swap failed: {reason}{abort}"))),
+            Err(e) => {
+                return Err(err(
+                    table,
+                    format!("the swap failed: {}{abort}", evolve_pg::PgError::Query(e)),
+                ));
+            }
+        }
+        on_event(&Event::Swapped {
+            table: table.plain(),
+            attempts,
+            ms: lock_ms,
+            rebuilt: rebuilt_names,
+        });
+        Ok(())
+    }
+
+    /// Step 5: what the swap left for after its commit (validations,
+    /// refreshes, ANALYZE), then the cleanup. Each is idempotent.
+    async fn after_swap(
+        &self,
+        drop: &[QualifiedName],
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<(), BackfillError> {
+        on_event(&Event::Phase {
+            table: self.table.plain(),
+            phase: "validate".into(),
+        });
+        let statements: Vec<String> = self
+            .client
+            .query_one(
+                &format!(
+                    "SELECT after_swap FROM {} WHERE table_name = $1",
+                    self.state
+                ),
+                &[&self.table.plain()],
+            )
+            .await?
+            .try_get(0)?;
+        for s in &statements {
+            let mut body = async |c: &Client| c.batch_execute(s).await;
+            let (result, _) = in_transaction(
+                &self.client,
+                &self.what(),
+                &self.table,
+                &self.opts.batches,
+                on_event,
+                &mut body,
+            )
+            .await?;
+            result.map_err(|e| {
+                err(
+                    &self.table,
+                    format!(
+                        "after the swap, {s} failed: {}",
+                        evolve_pg::PgError::Query(e)
+                    ),
+                )
+            })?;
+        }
+        on_event(&Event::Phase {
+            table: self.table.plain(),
+            phase: "cleanup".into(),
+        });
+        for d in drop {
+            let sql = if d.name.ends_with("_capture") {
+                format!("DROP FUNCTION IF EXISTS {d}()")
+            } else {
+                format!("DROP TABLE IF EXISTS {d}")
+            };
+            let mut body = async |c: &Client| c.batch_execute(&sql).await;
+            let (result, _) = in_transaction(
+                &self.client,
+                &self.what(),
+                &self.table,
+                &self.opts.batches,
+                on_event,
+                &mut body,
+            )
+            .await?;
+            result.map_err(|e| {
+                err(
+                    &self.table,
+                    format!(
+                        "the swap is done but {} cannot be dropped: {}; drop it by hand",
+                        d.plain(),
+                        evolve_pg::PgError::Query(e)
+                    ),
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+async fn start(opts: &RewriteOptions) -> Result<Rewrite<'_>, BackfillError> {
+    let client = evolve_pg::connect(&opts.database_url, "evolve rewrite").await?;
+    let state = ensure_state_table(&client).await?;
+    let (schema, name) = QualifiedName::parse_user(&opts.table).map_err(BackfillError::Usage)?;
+    let regclass = match &schema {
+        Some(s) => format!("{}.{}", quote_ident(s), quote_ident(&name)),
+        None => quote_ident(&name),
+    };
+    let found: Option<(String, String)> = client
+        .query_opt(
+            "SELECT n.nspname::text, c.relname::text FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)",
+            &[&regclass],
+        )
+        .await?
+        .map(|r| Ok::<_, tokio_postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
+        .transpose()?;
+    let Some((schema, name)) = found else {
+        return Err(BackfillError::Usage(format!(
+            "table {:?} does not exist; name it as table or schema.table (the search_path applies)",
+            opts.table
+        )));
+    };
+    let table = QualifiedName::new(schema, name);
+    let key = worker::lock_key("rewrite", &table.plain());
+    if !worker::try_lock(&client, key).await? {
+        let holder = worker::holder(&client, key)
+            .await?
+            .map(|h| h.to_string())
+            .unwrap_or_else(|| "another session".into());
+        return Err(err(
+            &table,
+            format!("another rewrite of it is running ({holder}); wait for it to finish"),
+        ));
+    }
+    Ok(Rewrite {
+        client,
+        state,
+        table,
+        opts,
+    })
+}
+
+/// Runs (or continues) a rewrite to the end.
+pub async fn run(
+    opts: &RewriteOptions,
+    on_event: &mut dyn FnMut(&Event),
+) -> Result<(), BackfillError> {
+    check_alters(&opts.alters).map_err(BackfillError::Usage)?;
+    let rw = start(opts).await?;
+    let mut row = rw.state_row().await?;
+    if let Some(r) = &row {
+        let n = names(&rw.table.schema, r.oid);
+        match r.phase.as_str() {
+            "done" if r.keep_old && rw.oid_of(&n.old).await?.is_some() => {
+                return Err(err(
+                    &rw.table,
+                    format!(
+                        "the previous rewrite kept the old table {}; run 'evolve rewrite --revert {}' or drop that table first",
+                        n.old.plain(),
+                        rw.table.plain()
+                    ),
+                ));
+            }
+            "done" => {
+                rw.client
+                    .execute(
+                        &format!("DELETE FROM {} WHERE table_name = $1", rw.state),
+                        &[&rw.table.plain()],
+                    )
+                    .await?;
+                row = None;
+            }
+            _ if r.alters != opts.alters => {
+                return Err(err(
+                    &rw.table,
+                    format!(
+                        "a rewrite with other --alter ({}) is under way; run it with the same --alter to finish it",
+                        r.alters.join("; ")
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+    let table = worker::resolve_table(&rw.client, &rw.table.to_string()).await?;
+    let row = match row {
+        Some(r) => r,
+        None => {
+            rw.setup(&table, on_event).await?;
+            rw.state_row()
+                .await?
+                .ok_or_else(|| err(&rw.table, "its state row vanished during setup"))?
+        }
+    };
+    let n = names(&rw.table.schema, row.oid);
+    if row.phase == "copy" {
+        rw.copy(&table, &row, on_event).await?;
+    }
+    let row = rw
+        .state_row()
+        .await?
+        .ok_or_else(|| err(&rw.table, "its state row vanished"))?;
+    if row.phase == "replay" {
+        let shadow_oid = rw
+            .oid_of(&n.shadow)
+            .await?
+            .ok_or_else(|| err(&rw.table, "its shadow table is missing"))?;
+        let columns = rw.copy_columns(table.oid, shadow_oid).await?;
+        rw.replay(
+            &table.name,
+            &n.shadow,
+            &n.log,
+            &table.key,
+            &columns,
+            on_event,
+        )
+        .await?;
+        rw.swap(
+            &SwapPlan {
+                from: &table.name,
+                from_oid: table.oid,
+                to: &n.shadow,
+                from_new_name: &n.old.name,
+                log: &n.log,
+                function: &n.function,
+                key: &table.key,
+                columns: &columns,
+                index_pairs: &row.index_pairs,
+                capture_after: opts.keep_old,
+                phase: "swapped",
+            },
+            on_event,
+        )
+        .await?;
+    }
+    let row = rw
+        .state_row()
+        .await?
+        .ok_or_else(|| err(&rw.table, "its state row vanished"))?;
+    if row.phase == "swapped" {
+        let drop = if row.keep_old {
+            Vec::new()
+        } else {
+            vec![n.old.clone(), n.log.clone(), n.function.clone()]
+        };
+        rw.after_swap(&drop, on_event).await?;
+        rw.set_phase("done").await?;
+    }
+    on_event(&Event::Phase {
+        table: rw.table.plain(),
+        phase: "done".into(),
+    });
+    Ok(())
+}
+
+/// Swaps back to the old table a `--keep-old` rewrite kept, after
+/// replaying into it every change made since the swap.
+pub async fn revert(
+    opts: &RewriteOptions,
+    on_event: &mut dyn FnMut(&Event),
+) -> Result<(), BackfillError> {
+    let rw = start(opts).await?;
+    let Some(row) = rw.state_row().await? else {
+        return Err(err(
+            &rw.table,
+            "no rewrite of it is recorded in evolve_rewrites, so there is nothing to revert",
+        ));
+    };
+    let n = names(&rw.table.schema, row.oid);
+    if row.phase == "reverted" {
+        rw.after_swap(
+            &[n.shadow.clone(), n.log.clone(), n.function.clone()],
+            on_event,
+        )
+        .await?;
+        rw.client
+            .execute(
+                &format!("DELETE FROM {} WHERE table_name = $1", rw.state),
+                &[&rw.table.plain()],
+            )
+            .await?;
+        return Ok(());
+    }
+    let old_oid = rw.oid_of(&n.old).await?;
+    let (true, "done", Some(old_oid)) = (row.keep_old, row.phase.as_str(), old_oid) else {
+        return Err(err(
+            &rw.table,
+            format!(
+                "only a finished rewrite run with --keep-old can be reverted (this one is in phase {}{})",
+                row.phase,
+                if row.keep_old {
+                    ""
+                } else {
+                    ", without --keep-old"
+                }
+            ),
+        ));
+    };
+    let current = worker::resolve_table(&rw.client, &rw.table.to_string()).await?;
+    let columns = rw.copy_columns(current.oid, old_oid).await?;
+    rw.replay(
+        &current.name,
+        &n.old,
+        &n.log,
+        &current.key,
+        &columns,
+        on_event,
+    )
+    .await?;
+    rw.swap(
+        &SwapPlan {
+            from: &current.name,
+            from_oid: current.oid,
+            to: &n.old,
+            from_new_name: &n.shadow.name,
+            log: &n.log,
+            function: &n.function,
+            key: &current.key,
+            columns: &columns,
+            index_pairs: &row.index_pairs,
+            capture_after: false,
+            phase: "reverted",
+        },
+        on_event,
+    )
+    .await?;
+    rw.after_swap(
+        &[n.shadow.clone(), n.log.clone(), n.function.clone()],
+        on_event,
+    )
+    .await?;
+    rw.client
+        .execute(
+            &format!("DELETE FROM {} WHERE table_name = $1", rw.state),
+            &[&rw.table.plain()],
+        )
+        .await?;
+    on_event(&Event::Phase {
+        table: rw.table.plain(),
+        phase: "done".into(),
+    });
+    Ok(())
+}
+
+/// Gives up a rewrite that has not swapped yet: the capture triggers,
+/// the shadow, the log and the state row are dropped in one transaction.
+pub async fn abort(
+    opts: &RewriteOptions,
+    on_event: &mut dyn FnMut(&Event),
+) -> Result<(), BackfillError> {
+    let rw = start(opts).await?;
+    let Some(row) = rw.state_row().await? else {
+        return Err(err(
+            &rw.table,
+            "no rewrite of it is recorded in evolve_rewrites, so there is nothing to abort",
+        ));
+    };
+    if row.phase != "copy" && row.phase != "replay" {
+        return Err(err(
+            &rw.table,
+            format!(
+                "its rewrite has swapped already (phase {}); run 'evolve rewrite {}' to finish it{}",
+                row.phase,
+                rw.table.plain(),
+                if row.keep_old {
+                    " or --revert to swap back"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    let n = names(&rw.table.schema, row.oid);
+    let table = rw.table.clone();
+    let state = rw.state.clone();
+    let mut body = async |c: &Client| {
+        c.batch_execute(&format!(
+            "DROP TRIGGER IF EXISTS {trigger} ON {table};
+             DROP TRIGGER IF EXISTS {trigger_t} ON {table};
+             DROP TABLE IF EXISTS {shadow}; DROP TABLE IF EXISTS {log};
+             DROP FUNCTION IF EXISTS {function}()",
+            trigger = quote_ident(TRIGGER),
+            trigger_t = quote_ident(&format!("{TRIGGER}_truncate")),
+            shadow = n.shadow,
+            log = n.log,
+            function = n.function,
+        ))
+        .await?;
+        c.execute(
+            &format!("DELETE FROM {state} WHERE table_name = $1"),
+            &[&table.plain()],
+        )
+        .await?;
+        Ok(())
+    };
+    let (result, _) = in_transaction(
+        &rw.client,
+        &rw.what(),
+        &rw.table,
+        &opts.batches,
+        on_event,
+        &mut body,
+    )
+    .await?;
+    result?;
+    on_event(&Event::Phase {
+        table: rw.table.plain(),
+        phase: "aborted".into(),
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_alters;
+
+    #[test]
+    fn alters_that_a_rewrite_cannot_express_are_refused() {
+        let ok = |a: &str| check_alters(&[a.to_string()]);
+        assert!(ok("ALTER COLUMN id TYPE bigint").is_ok());
+        assert!(ok("ADD COLUMN note text DEFAULT 'x'").is_ok());
+        assert!(ok("RENAME COLUMN a TO b").unwrap_err().contains("RENAME"));
+        assert!(ok("rename to t2").is_err());
+        assert!(ok("SET SCHEMA other").unwrap_err().contains("SET SCHEMA"));
+        assert!(ok("OWNER TO bob").is_err());
+        assert!(ok("ALTER COLUMN id TYPE bigint; DROP TABLE t").is_err());
+        assert!(ok("ALTER COLUMN a TYPE int USING (a").is_err());
+        assert!(check_alters(&[]).is_err());
+    }
+}

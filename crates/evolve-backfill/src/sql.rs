@@ -1,0 +1,424 @@
+//! The SQL of a backfill and a rewrite, generated from names and types
+//! read from the catalog (pure: no I/O). Identifiers are always quoted;
+//! key values travel as one bound `text[]` parameter and are cast back to
+//! each key column's type, so any key type and any number of key columns
+//! work the same way. Expressions (`--set`, `--where`) are the user's SQL,
+//! spliced in parentheses as a migration file's text would be.
+
+use evolve_pg::{QualifiedName, quote_ident};
+
+/// One primary-key column: its name and its type as `format_type` prints
+/// it (already valid SQL, qualified and quoted where needed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyColumn {
+    pub name: String,
+    pub type_sql: String,
+}
+
+/// `column = expression` of a backfill.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Assignment {
+    pub column: String,
+    pub expr: String,
+}
+
+fn quoted_list(key: &[KeyColumn], prefix: &str) -> String {
+    key.iter()
+        .map(|k| format!("{prefix}{}", quote_ident(&k.name)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `("a", "b")`.
+pub fn key_tuple(key: &[KeyColumn]) -> String {
+    format!("({})", quoted_list(key, ""))
+}
+
+/// `"a", "b"` in descending order, for the batch's last key.
+fn key_desc(key: &[KeyColumn]) -> String {
+    key.iter()
+        .map(|k| format!("{} DESC", quote_ident(&k.name)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `ARRAY["a"::text, "b"::text]`: a key as the text array it is stored and
+/// bound as.
+pub fn key_as_text(key: &[KeyColumn]) -> String {
+    let parts: Vec<String> = key
+        .iter()
+        .map(|k| format!("{}::text", quote_ident(&k.name)))
+        .collect();
+    format!("ARRAY[{}]", parts.join(", "))
+}
+
+/// `(($n::text[])[1]::int4, ($n::text[])[2]::text)`: the bound key cast
+/// back to the key's types.
+pub fn bound_key(key: &[KeyColumn], param: usize) -> String {
+    let parts: Vec<String> = key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("(${param}::text[])[{}]::{}", i + 1, k.type_sql))
+        .collect();
+    format!("({})", parts.join(", "))
+}
+
+/// The idempotence predicate: true for a row that some assignment would
+/// still change (`col IS DISTINCT FROM (expr)` for each, joined by OR),
+/// so running a batch twice changes nothing the second time.
+pub fn predicate(set: &[Assignment]) -> String {
+    let parts: Vec<String> = set
+        .iter()
+        .map(|a| format!("{} IS DISTINCT FROM ({})", quote_ident(&a.column), a.expr))
+        .collect();
+    format!("({})", parts.join(" OR "))
+}
+
+/// The rows a backfill must still change: the user's filter (if any) and
+/// the predicate.
+pub fn pending_condition(set: &[Assignment], filter: Option<&str>) -> String {
+    match filter {
+        Some(f) => format!("({f}) AND {}", predicate(set)),
+        None => predicate(set),
+    }
+}
+
+/// The keys of the next batch: after the bound last key (`$1`, omitted for
+/// the first batch), in key order, at most `$2` (or `$1`) of them.
+fn next_keys(table: &QualifiedName, key: &[KeyColumn], first: bool) -> String {
+    let (after, limit) = if first {
+        (String::new(), "$1")
+    } else {
+        (
+            format!(" WHERE {} > {}", key_tuple(key), bound_key(key, 1)),
+            "$2",
+        )
+    };
+    format!(
+        "SELECT {cols} FROM {table}{after} ORDER BY {cols} LIMIT {limit}",
+        cols = quoted_list(key, ""),
+    )
+}
+
+/// One backfill batch as a single statement. Parameters: the last key
+/// (`text[]`, not for the first batch) and the batch size (`int8`).
+/// Returns one row: rows updated, keys scanned, the batch's last key
+/// (`text[]`, NULL when no key was left).
+///
+/// The update reads the batch as a key range (after the bound key, up to
+/// the batch's last key, both index conditions) rather than as a list of
+/// keys to look up one by one.
+pub fn batch_update(
+    table: &QualifiedName,
+    key: &[KeyColumn],
+    set: &[Assignment],
+    filter: Option<&str>,
+    first: bool,
+) -> String {
+    let assignments: Vec<String> = set
+        .iter()
+        .map(|a| format!("{} = ({})", quote_ident(&a.column), a.expr))
+        .collect();
+    let lower = if first {
+        String::new()
+    } else {
+        format!("{} > {} AND ", key_tuple(key), bound_key(key, 1))
+    };
+    let upper: Vec<String> = key
+        .iter()
+        .map(|k| format!("(SELECT {} FROM last)", quote_ident(&k.name)))
+        .collect();
+    format!(
+        "WITH batch AS MATERIALIZED ({keys}), \
+         last AS MATERIALIZED (SELECT {cols} FROM batch ORDER BY {desc} LIMIT 1), \
+         updated AS (UPDATE {table} SET {assignments} \
+           WHERE {lower}{tuple} <= ({upper}) AND {pending} RETURNING 1) \
+         SELECT (SELECT count(*) FROM updated)::int8, (SELECT count(*) FROM batch)::int8, \
+           (SELECT {as_text} FROM last)",
+        keys = next_keys(table, key, first),
+        cols = quoted_list(key, ""),
+        desc = key_desc(key),
+        assignments = assignments.join(", "),
+        tuple = key_tuple(key),
+        upper = upper.join(", "),
+        pending = pending_condition(set, filter),
+        as_text = key_as_text(key),
+    )
+}
+
+/// The last key of the batch that starts after the bound key: where a
+/// failed batch would have ended, for its error message. Same parameters
+/// as [`batch_update`].
+pub fn batch_end(table: &QualifiedName, key: &[KeyColumn], first: bool) -> String {
+    format!(
+        "WITH batch AS MATERIALIZED ({keys}) SELECT (SELECT {as_text} FROM batch ORDER BY {desc} LIMIT 1)",
+        keys = next_keys(table, key, first),
+        as_text = key_as_text(key),
+        desc = key_desc(key),
+    )
+}
+
+/// The verify query: how many rows still need the change (must be 0).
+pub fn verify(table: &QualifiedName, set: &[Assignment], filter: Option<&str>) -> String {
+    format!(
+        "SELECT count(*)::int8 FROM {table} WHERE {}",
+        pending_condition(set, filter)
+    )
+}
+
+/// One copy batch of a rewrite: the next rows of `from` after the bound
+/// key, inserted into `to` (rows the log replay already put there are
+/// kept). Parameters and result row as [`batch_update`].
+pub fn copy_batch(
+    from: &QualifiedName,
+    to: &QualifiedName,
+    key: &[KeyColumn],
+    columns: &[String],
+    first: bool,
+) -> String {
+    let cols = columns
+        .iter()
+        .map(|c| quote_ident(c))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (after, limit) = if first {
+        (String::new(), "$1")
+    } else {
+        (
+            format!(" WHERE {} > {}", key_tuple(key), bound_key(key, 1)),
+            "$2",
+        )
+    };
+    format!(
+        "WITH batch AS MATERIALIZED (SELECT {cols} FROM {from}{after} ORDER BY {keys} LIMIT {limit}), \
+         copied AS (INSERT INTO {to} ({cols}) OVERRIDING SYSTEM VALUE SELECT {cols} FROM batch \
+           ON CONFLICT DO NOTHING RETURNING 1) \
+         SELECT (SELECT count(*) FROM copied)::int8, (SELECT count(*) FROM batch)::int8, \
+           (SELECT {as_text} FROM batch ORDER BY {desc} LIMIT 1)",
+        keys = quoted_list(key, ""),
+        as_text = key_as_text(key),
+        desc = key_desc(key),
+    )
+}
+
+/// The keys bound as one `text[]` per key column (`$1`, `$2`, ...), cast
+/// back to their types: `SELECT u1::int4, u2::text FROM unnest($1, $2)`.
+fn unnest_keys(key: &[KeyColumn]) -> String {
+    let params: Vec<String> = (1..=key.len()).map(|i| format!("${i}::text[]")).collect();
+    let names: Vec<String> = (1..=key.len()).map(|i| format!("u{i}")).collect();
+    let casts: Vec<String> = key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("u{}::{}", i + 1, k.type_sql))
+        .collect();
+    format!(
+        "SELECT {} FROM unnest({}) AS u({})",
+        casts.join(", "),
+        params.join(", "),
+        names.join(", ")
+    )
+}
+
+/// Replay, first half: delete the rows of the given keys from `to`.
+pub fn replay_delete(to: &QualifiedName, key: &[KeyColumn]) -> String {
+    format!(
+        "DELETE FROM {to} WHERE {} IN ({})",
+        key_tuple(key),
+        unnest_keys(key)
+    )
+}
+
+/// Replay, second half: copy the current rows of the given keys from
+/// `from` into `to`.
+pub fn replay_insert(
+    from: &QualifiedName,
+    to: &QualifiedName,
+    key: &[KeyColumn],
+    columns: &[String],
+) -> String {
+    let cols = columns
+        .iter()
+        .map(|c| quote_ident(c))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "INSERT INTO {to} ({cols}) OVERRIDING SYSTEM VALUE SELECT {cols} FROM {from} WHERE {} IN ({})",
+        key_tuple(key),
+        unnest_keys(key)
+    )
+}
+
+/// Takes up to `$1` entries off the change log, oldest first, returning
+/// their keys.
+pub fn take_log(log: &QualifiedName) -> String {
+    format!("DELETE FROM {log} WHERE id IN (SELECT id FROM {log} ORDER BY id LIMIT $1) RETURNING k")
+}
+
+/// The capture function: every row an INSERT, UPDATE or DELETE touches
+/// has its key (before and after) written to the log, in the writer's
+/// transaction.
+pub fn capture_function(
+    function: &QualifiedName,
+    log: &QualifiedName,
+    key: &[KeyColumn],
+) -> String {
+    let of = |rec: &str| {
+        let parts: Vec<String> = key
+            .iter()
+            .map(|k| format!("{rec}.{}::text", quote_ident(&k.name)))
+            .collect();
+        format!(
+            "INSERT INTO {log} (k) VALUES (ARRAY[{}]);",
+            parts.join(", ")
+        )
+    };
+    format!(
+        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $evolve$\n\
+         BEGIN\n\
+           IF TG_OP <> 'INSERT' THEN {old} END IF;\n\
+           IF TG_OP <> 'DELETE' THEN {new} END IF;\n\
+           RETURN NULL;\n\
+         END\n\
+         $evolve$",
+        old = of("OLD"),
+        new = of("NEW"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn t() -> QualifiedName {
+        QualifiedName::new("public", "orders")
+    }
+
+    fn key(names: &[(&str, &str)]) -> Vec<KeyColumn> {
+        names
+            .iter()
+            .map(|(n, t)| KeyColumn {
+                name: n.to_string(),
+                type_sql: t.to_string(),
+            })
+            .collect()
+    }
+
+    fn set(column: &str, expr: &str) -> Vec<Assignment> {
+        vec![Assignment {
+            column: column.into(),
+            expr: expr.into(),
+        }]
+    }
+
+    #[test]
+    fn first_and_next_batches_seek_after_the_last_key() {
+        let k = key(&[("region", "text"), ("id", "bigint")]);
+        let first = batch_update(&t(), &k, &set("total", "price * qty"), None, true);
+        assert!(
+            first.contains(
+                r#"SELECT "region", "id" FROM "public"."orders" ORDER BY "region", "id" LIMIT $1"#
+            ),
+            "{first}"
+        );
+        let next = batch_update(&t(), &k, &set("total", "price * qty"), None, false);
+        assert!(
+            next.contains(
+                r#"WHERE ("region", "id") > (($1::text[])[1]::text, ($1::text[])[2]::bigint) ORDER BY "region", "id" LIMIT $2"#
+            ),
+            "{next}"
+        );
+        assert!(next.contains(r#"ORDER BY "region" DESC, "id" DESC LIMIT 1"#));
+        // The update reads a key range, both bounds index conditions.
+        assert!(
+            next.contains(
+                r#"WHERE ("region", "id") > (($1::text[])[1]::text, ($1::text[])[2]::bigint) AND ("region", "id") <= ((SELECT "region" FROM last), (SELECT "id" FROM last)) AND"#
+            ),
+            "{next}"
+        );
+        assert!(next.contains(r#"SET "total" = (price * qty)"#));
+        assert!(next.contains(r#""total" IS DISTINCT FROM (price * qty)"#));
+    }
+
+    #[test]
+    fn the_filter_is_added_to_the_predicate() {
+        let s = vec![
+            Assignment {
+                column: "a".into(),
+                expr: "x".into(),
+            },
+            Assignment {
+                column: "b".into(),
+                expr: "y + 1".into(),
+            },
+        ];
+        assert_eq!(
+            pending_condition(&s, Some("created < now()")),
+            r#"(created < now()) AND ("a" IS DISTINCT FROM (x) OR "b" IS DISTINCT FROM (y + 1))"#
+        );
+        assert_eq!(
+            verify(&t(), &s[..1], None),
+            r#"SELECT count(*)::int8 FROM "public"."orders" WHERE ("a" IS DISTINCT FROM (x))"#
+        );
+    }
+
+    #[test]
+    fn replay_binds_one_array_per_key_column() {
+        let k = key(&[("a", "integer"), ("b", "uuid")]);
+        assert_eq!(
+            replay_delete(&t(), &k),
+            r#"DELETE FROM "public"."orders" WHERE ("a", "b") IN (SELECT u1::integer, u2::uuid FROM unnest($1::text[], $2::text[]) AS u(u1, u2))"#
+        );
+    }
+
+    fn ident() -> impl Strategy<Value = String> {
+        // Names with quotes, dots, spaces and dollar signs included.
+        proptest::string::string_regex("[a-zA-Z_\"'. $;-]{1,12}").unwrap()
+    }
+
+    proptest! {
+        /// Whatever the names, every identifier comes out quoted: the
+        /// generated SQL holds each name only inside double quotes, with
+        /// inner quotes doubled, so a name never ends its quoting early.
+        #[test]
+        fn names_never_escape_their_quotes(names in proptest::collection::vec(ident(), 1..4), col in ident()) {
+            let k: Vec<KeyColumn> = names.iter().map(|n| KeyColumn { name: n.clone(), type_sql: "text".into() }).collect();
+            let sql = batch_update(&QualifiedName::new("s", "t"), &k, &set(&col, "1"), None, false);
+            // Remove every quoted identifier; what is left has no quote.
+            let mut rest = String::new();
+            let mut in_quotes = false;
+            let mut chars = sql.chars().peekable();
+            while let Some(c) = chars.next() {
+                if c == '"' {
+                    if in_quotes && chars.peek() == Some(&'"') {
+                        chars.next();
+                        continue;
+                    }
+                    in_quotes = !in_quotes;
+                    continue;
+                }
+                if !in_quotes {
+                    rest.push(c);
+                }
+            }
+            prop_assert!(!in_quotes);
+            prop_assert!(!rest.contains(';'), "{}", rest);
+            // The bound key: once to find the batch, once as its lower bound.
+            prop_assert_eq!(rest.matches("$1").count(), 2 * k.len());
+            prop_assert_eq!(rest.matches("$2").count(), 1);
+        }
+
+        /// The bound key has one element per key column, in order, each
+        /// cast to its column's type.
+        #[test]
+        fn bound_key_casts_each_position(types in proptest::collection::vec("[a-z]{1,8}", 1..6)) {
+            let k: Vec<KeyColumn> = types.iter().enumerate().map(|(i, t)| KeyColumn { name: format!("k{i}"), type_sql: t.clone() }).collect();
+            let b = bound_key(&k, 1);
+            for (i, t) in types.iter().enumerate() {
+                let part = format!("($1::text[])[{}]::{}", i + 1, t);
+                prop_assert!(b.contains(&part));
+            }
+            prop_assert_eq!(b.matches("$1").count(), types.len());
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! `cargo xtask bench backfill [ROWS] [WRITERS] [SECONDS]`: a backfill of
+//! ROWS rows (default 5,000,000) while WRITERS pgbench-style writers
+//! (default 4, each `UPDATE t SET a = a + 1 WHERE id = random`) update the
+//! same table.
+//!
+//! Three phases on one table, in one run:
+//!
+//! - **writers alone** for SECONDS (default 10): their p99 and longest
+//!   write;
+//! - **evolve backfill** `b = id * 2` (batches of 5,000 adapting to 200 ms,
+//!   lock_timeout 3 s) under the writers: its rate, the writers' p99 and
+//!   longest write;
+//! - **evolve backfill without writers** `d = id * 2`, to tell the
+//!   backfill's own cost from the CPU the writers take on a small machine;
+//! - **one plain UPDATE** `SET c = id * 2` of the whole table under the
+//!   writers: its rate, the writers' p99 and longest write (a writer that
+//!   touches a row the UPDATE has changed waits for its commit).
+//!
+//! Goals: p99 during the backfill within 2x of the writers alone; the
+//! backfill's rate at least 0.5x of the single UPDATE's.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use evolve_backfill::{BackfillOptions, BatchOptions, Spec};
+use evolve_bench::fmt;
+use tokio::task::JoinHandle;
+
+fn main() {
+    if let Err(e) = run() {
+        // A server error shows its SQLSTATE, message and detail.
+        let e = match e.downcast::<tokio_postgres::Error>() {
+            Ok(pg) => Box::new(evolve_pg::PgError::Query(*pg)),
+            Err(other) => other,
+        };
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+fn arg<T: std::str::FromStr>(n: usize, default: T) -> Result<T, Error>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::args().nth(n) {
+        None => Ok(default),
+        Some(a) => a
+            .parse()
+            .map_err(|e| format!("argument {n} ({a:?}): {e}").into()),
+    }
+}
+
+fn run() -> Result<(), Error> {
+    let rows: i64 = arg(1, 5_000_000)?;
+    let writers: usize = arg(2, 4)?;
+    let seconds: u64 = arg(3, 10)?;
+    let cluster = evolve_test::Cluster::start()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(bench(&cluster, rows, writers, seconds))
+}
+
+/// Latencies of the writers between start and stop.
+struct Writers {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<JoinHandle<Result<Vec<Duration>, tokio_postgres::Error>>>,
+}
+
+impl Writers {
+    async fn start(url: &str, n: usize, rows: i64) -> Result<Writers, Error> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for w in 0..n {
+            let c = evolve_pg::connect(url, "bench writer").await?;
+            let stop = stop.clone();
+            tasks.push(tokio::spawn(async move {
+                let update = c
+                    .prepare("UPDATE t SET a = a + 1 WHERE id = $1::int8")
+                    .await?;
+                let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1);
+                let mut latencies = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let id = (x % rows as u64) as i64 + 1;
+                    let started = Instant::now();
+                    c.execute(&update, &[&id]).await?;
+                    latencies.push(started.elapsed());
+                }
+                Ok(latencies)
+            }));
+        }
+        Ok(Writers { stop, tasks })
+    }
+
+    /// (writes, p99, longest).
+    async fn stop(self) -> Result<(usize, Duration, Duration), Error> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = Vec::new();
+        for t in self.tasks {
+            all.extend(t.await??);
+        }
+        all.sort();
+        let p99 = all
+            .get(all.len().saturating_mul(99) / 100)
+            .copied()
+            .unwrap_or_default();
+        Ok((all.len(), p99, all.last().copied().unwrap_or_default()))
+    }
+}
+
+/// `column = id * 2` as evolve backfills it by default (batches of 5,000
+/// adapting to 200 ms): its duration and batch count.
+async fn run_backfill(url: &str, column: &str) -> Result<(Duration, u64), Error> {
+    let started = Instant::now();
+    let opts = BackfillOptions {
+        database_url: url.to_string(),
+        name: format!("bench {column}"),
+        spec: Spec {
+            table: "t".into(),
+            set: vec![evolve_backfill::script::parse_assignment(&format!(
+                "{column} = id * 2"
+            ))?],
+            filter: None,
+            batch: None,
+        },
+        batches: BatchOptions::default(),
+    };
+    let mut batches = 0u64;
+    evolve_backfill::run(&opts, &mut |e| {
+        if matches!(e, evolve_backfill::Event::Batch { .. }) {
+            batches += 1;
+        }
+    })
+    .await?;
+    Ok((started.elapsed(), batches))
+}
+
+async fn bench(
+    cluster: &evolve_test::Cluster,
+    rows: i64,
+    writers: usize,
+    seconds: u64,
+) -> Result<(), Error> {
+    println!(
+        "backfill benchmark: {rows} rows, {writers} writers updating random rows of the same table"
+    );
+    let db = cluster.create_database("bench_backfill").await?;
+    let c = evolve_pg::connect(&db.url, "bench").await?;
+    c.batch_execute(&format!(
+        "CREATE TABLE t (id bigint PRIMARY KEY, a int NOT NULL, b bigint, c bigint, d bigint, pad text);
+         INSERT INTO t SELECT i, 0, NULL, NULL, NULL, 'padding padding padding' FROM generate_series(1, {rows}) i"
+    ))
+    .await?;
+    c.batch_execute("VACUUM ANALYZE t").await?;
+
+    let w = Writers::start(&db.url, writers, rows).await?;
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let (alone_n, alone_p99, alone_max) = w.stop().await?;
+
+    let w = Writers::start(&db.url, writers, rows).await?;
+    let (backfill, batches) = run_backfill(&db.url, "b").await?;
+    let (bf_n, bf_p99, bf_max) = w.stop().await?;
+    let (quiet, _) = run_backfill(&db.url, "d").await?;
+
+    let w = Writers::start(&db.url, writers, rows).await?;
+    let started = Instant::now();
+    c.batch_execute("UPDATE t SET c = id * 2").await?;
+    let update = started.elapsed();
+    let (up_n, up_p99, up_max) = w.stop().await?;
+
+    let rate = |d: Duration| rows as f64 / d.as_secs_f64();
+    println!(
+        "{:<32} {:>12} {:>14} {:>10} {:>12} {:>12}",
+        "phase", "time", "rows/s", "writes", "write p99", "longest"
+    );
+    println!(
+        "{:<32} {:>12} {:>14} {:>10} {:>12} {:>12}",
+        format!("writers alone ({seconds} s)"),
+        "-",
+        "-",
+        alone_n,
+        fmt(alone_p99),
+        fmt(alone_max)
+    );
+    println!(
+        "{:<32} {:>12} {:>14.0} {:>10} {:>12} {:>12}",
+        format!("evolve backfill ({batches} batches)"),
+        fmt(backfill),
+        rate(backfill),
+        bf_n,
+        fmt(bf_p99),
+        fmt(bf_max)
+    );
+    println!(
+        "{:<32} {:>12} {:>14.0} {:>10} {:>12} {:>12}",
+        "evolve backfill, no writers",
+        fmt(quiet),
+        rate(quiet),
+        "-",
+        "-",
+        "-"
+    );
+    println!(
+        "{:<32} {:>12} {:>14.0} {:>10} {:>12} {:>12}",
+        "one UPDATE of the whole table",
+        fmt(update),
+        rate(update),
+        up_n,
+        fmt(up_p99),
+        fmt(up_max)
+    );
+    println!(
+        "write p99 during the backfill / writers alone: {:.2}x (goal <= 2x)",
+        bf_p99.as_secs_f64() / alone_p99.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "backfill rate / single UPDATE rate: {:.2}x (goal >= 0.5x)",
+        rate(backfill) / rate(update)
+    );
+    println!(
+        "backfill rate without writers / single UPDATE rate: {:.2}x",
+        rate(quiet) / rate(update)
+    );
+    println!(
+        "longest write: {} during the backfill, {} during the single UPDATE",
+        fmt(bf_max),
+        fmt(up_max)
+    );
+    Ok(())
+}

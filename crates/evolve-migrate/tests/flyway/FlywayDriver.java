@@ -1,0 +1,148 @@
+// Drives the real Flyway through its Java API for evolve's tests and
+// benchmark.
+//
+//   java -cp <jars>/*:<classes> FlywayDriver key=value ... -- command ...
+//
+// Each key=value is a Flyway configuration property (flyway.url,
+// flyway.locations, flyway.placeholders.x, ...), passed as they are to
+// Flyway.configure().configuration(map); an argument `@FILE` reads more
+// properties from a flyway.conf-style file. The commands (migrate, info,
+// validate, repair, baseline) run in order, whatever the outcome of the one
+// before, and each prints one JSON object on a line of its own to standard
+// output: {"command":...,"ok":...,"ms":...,...}. Flyway's own log goes to
+// standard error.
+
+import java.io.FileInputStream;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+
+import org.flywaydb.core.Flyway;
+import org.flywaydb.core.api.MigrationInfo;
+import org.flywaydb.core.api.output.MigrateResult;
+import org.flywaydb.core.api.output.RepairResult;
+import org.flywaydb.core.api.output.ValidateResult;
+import org.flywaydb.core.api.configuration.FluentConfiguration;
+import org.flywaydb.database.postgresql.PostgreSQLConfigurationExtension;
+
+public class FlywayDriver {
+    public static void main(String[] args) throws Exception {
+        PrintStream out = System.out;
+        System.setOut(System.err);
+        Map<String, String> config = new LinkedHashMap<>();
+        List<String> commands = new ArrayList<>();
+        boolean inCommands = false;
+        for (String arg : args) {
+            if (inCommands) {
+                commands.add(arg);
+            } else if (arg.equals("--")) {
+                inCommands = true;
+            } else if (arg.startsWith("@")) {
+                Properties p = new Properties();
+                try (InputStreamReader r = new InputStreamReader(
+                        new FileInputStream(arg.substring(1)), StandardCharsets.UTF_8)) {
+                    p.load(r);
+                }
+                for (String k : p.stringPropertyNames()) {
+                    config.put(k, p.getProperty(k));
+                }
+            } else {
+                int eq = arg.indexOf('=');
+                config.put(arg.substring(0, eq), arg.substring(eq + 1));
+            }
+        }
+        long started = System.nanoTime();
+        // Set through its extension: the property needs jackson-databind.
+        String lock = config.remove("flyway.postgresql.transactional.lock");
+        FluentConfiguration fluent = Flyway.configure().configuration(config);
+        if (lock != null) {
+            fluent.getConfigurationExtension(PostgreSQLConfigurationExtension.class)
+                    .setTransactionalLock(Boolean.parseBoolean(lock));
+        }
+        Flyway flyway = fluent.load();
+        out.println("{\"command\":\"configure\",\"ok\":true,\"ms\":" + ms(started) + "}");
+        for (String command : commands) {
+            long t = System.nanoTime();
+            StringBuilder b = new StringBuilder();
+            try {
+                switch (command) {
+                    case "migrate": {
+                        MigrateResult r = flyway.migrate();
+                        b.append(",\"executed\":").append(r.migrationsExecuted);
+                        break;
+                    }
+                    case "info":
+                        b.append(",\"rows\":[");
+                        boolean first = true;
+                        for (MigrationInfo i : flyway.info().all()) {
+                            if (!first) b.append(',');
+                            first = false;
+                            b.append("{\"version\":").append(str(i.getVersion() == null ? null : i.getVersion().getVersion()));
+                            b.append(",\"description\":").append(str(i.getDescription()));
+                            b.append(",\"type\":").append(str(i.getType() == null ? null : i.getType().name()));
+                            b.append(",\"script\":").append(str(i.getScript()));
+                            b.append(",\"checksum\":").append(i.getChecksum());
+                            b.append(",\"state\":").append(str(i.getState().name()));
+                            b.append(",\"installed_rank\":").append(i.getInstalledRank());
+                            b.append(",\"installed_by\":").append(str(i.getInstalledBy()));
+                            b.append(",\"execution_time\":").append(i.getExecutionTime());
+                            b.append('}');
+                        }
+                        b.append(']');
+                        break;
+                    case "validate": {
+                        ValidateResult r = flyway.validateWithResult();
+                        if (!r.validationSuccessful) {
+                            throw new RuntimeException(r.getAllErrorMessages());
+                        }
+                        break;
+                    }
+                    case "repair": {
+                        RepairResult r = flyway.repair();
+                        b.append(",\"removed\":").append(r.migrationsRemoved.size());
+                        b.append(",\"deleted\":").append(r.migrationsDeleted.size());
+                        b.append(",\"aligned\":").append(r.migrationsAligned.size());
+                        break;
+                    }
+                    case "baseline":
+                        flyway.baseline();
+                        break;
+                    default:
+                        throw new IllegalArgumentException("unknown command " + command);
+                }
+                out.println("{\"command\":" + str(command) + ",\"ok\":true,\"ms\":" + ms(t) + b + "}");
+            } catch (Exception e) {
+                out.println("{\"command\":" + str(command) + ",\"ok\":false,\"ms\":" + ms(t)
+                        + ",\"error\":" + str(String.valueOf(e.getMessage())) + "}");
+            }
+        }
+        out.flush();
+    }
+
+    static long ms(long since) {
+        return (System.nanoTime() - since) / 1_000_000;
+    }
+
+    static String str(String s) {
+        if (s == null) return "null";
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            switch (c) {
+                case '"': b.append("\\\""); break;
+                case '\\': b.append("\\\\"); break;
+                case '\n': b.append("\\n"); break;
+                case '\r': b.append("\\r"); break;
+                case '\t': b.append("\\t"); break;
+                default:
+                    if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
+                    else b.append(c);
+            }
+        }
+        return b.append('"').toString();
+    }
+}

@@ -1,0 +1,474 @@
+//! evolve-migrate against the real Flyway. Checksums and history rows: a corpus of files
+//! covering the edge cases of line endings, encodings and sizes, applied by
+//! Flyway to one database and by evolve to another; evolve's checksum of
+//! every file equals the one Flyway stores, and the rows evolve writes equal
+//! Flyway's column by column.
+
+mod flyway;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use evolve_migrate::{ApplyOptions, BuiltIns, MigrationSet, Options, Placeholders, Symlinks};
+use tokio_postgres::Client;
+
+fn corpus() -> Vec<(String, Vec<u8>)> {
+    let long_line = format!("SELECT '{}';\n", "x".repeat(200_000));
+    let files: Vec<(&str, Vec<u8>)> = vec![
+        ("V1__bom.sql", b"\xEF\xBB\xBFCREATE TABLE bom (id int);\n".to_vec()),
+        (
+            "V2__crlf.sql",
+            b"CREATE TABLE crlf (id int);\r\nINSERT INTO crlf VALUES (1);\r\n".to_vec(),
+        ),
+        ("V3__cr_only.sql", b"SELECT 1;\rSELECT 2;\r".to_vec()),
+        (
+            "V4__mixed_endings.sql",
+            b"SELECT 1;\r\nSELECT 2;\nSELECT 3;\rSELECT 4;\n\r\n".to_vec(),
+        ),
+        ("V5__no_final_terminator.sql", b"SELECT 1;\nSELECT 2;".to_vec()),
+        (
+            "V6__trailing_white_space.sql",
+            b"SELECT 1;   \t\n\n  \n\t\n".to_vec(),
+        ),
+        (
+            "V7__non_ascii.sql",
+            "-- gr\u{f6}\u{df}e \u{65e5}\u{672c}\u{8a9e} \u{1f680}\nCREATE TABLE \"gr\u{f6}\u{df}e\" (name text DEFAULT '\u{f1}and\u{fa}');\n"
+                .as_bytes()
+                .to_vec(),
+        ),
+        ("V8__empty.sql", Vec::new()),
+        ("V9__long_line.sql", long_line.into_bytes()),
+        (
+            "V10__placeholder.sql",
+            b"CREATE TABLE ${table_name} (id int);\n".to_vec(),
+        ),
+        ("V11__only_comment.sql", b"-- nothing to do\n".to_vec()),
+        (
+            "V12__bom_crlf.sql",
+            b"\xEF\xBB\xBFSELECT 1;\r\nSELECT 2;\r\n".to_vec(),
+        ),
+        ("V13__single_newline.sql", b"\n".to_vec()),
+        (
+            "V14__line_separator.sql",
+            "SELECT 'a\u{2028}b';\n".as_bytes().to_vec(),
+        ),
+        ("V15__blank_lines.sql", b"\n\n\nSELECT 1;\n\n\n".to_vec()),
+        (
+            "V16__tabs_and_form_feed.sql",
+            b"SELECT\t1;\x0c\nSELECT 2 ;\t\n".to_vec(),
+        ),
+        ("sub/V17__in_a_subdirectory.sql", b"SELECT 17;\n".to_vec()),
+        ("V18__1_dotted_description.sql", b"SELECT 18;\n".to_vec()),
+        ("R__repeatable.sql", b"CREATE OR REPLACE VIEW rv AS SELECT 1 AS one;\n".to_vec()),
+        (
+            "R__repeatable_placeholder.sql",
+            b"CREATE OR REPLACE VIEW ${view_name} AS SELECT 2 AS two;\r\n".to_vec(),
+        ),
+    ];
+    files.into_iter().map(|(n, b)| (n.to_string(), b)).collect()
+}
+
+fn write_corpus(dir: &Path) {
+    for (name, bytes) in corpus() {
+        let path = dir.join(&name);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, bytes).expect("write corpus file");
+    }
+}
+
+fn temp_dir(hint: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "evolve-flyway-compat-{}-{hint}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    dir
+}
+
+type Row = (
+    i32,
+    Option<String>,
+    String,
+    String,
+    String,
+    Option<i32>,
+    String,
+    bool,
+);
+
+async fn history(client: &Client) -> Vec<Row> {
+    client
+        .query(
+            "SELECT installed_rank, version, description, type, script, checksum, installed_by, success
+             FROM flyway_schema_history ORDER BY installed_rank",
+            &[],
+        )
+        .await
+        .expect("read flyway_schema_history")
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                r.get(1),
+                r.get(2),
+                r.get(3),
+                r.get(4),
+                r.get(5),
+                r.get(6),
+                r.get(7),
+            )
+        })
+        .collect()
+}
+
+const PLACEHOLDERS: [(&str, &str); 2] = [
+    ("flyway.placeholders.table_name", "placeholder_table"),
+    ("flyway.placeholders.view_name", "placeholder_view"),
+];
+
+fn user_placeholders() -> BTreeMap<String, String> {
+    PLACEHOLDERS
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.trim_start_matches("flyway.placeholders.").to_string(),
+                v.to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn checksums_and_rows_equal_flyways() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("corpus");
+    write_corpus(&dir);
+
+    // Flyway applies the corpus.
+    let by_flyway = evolve_test::fresh_db("fw_corpus").await;
+    flyway.ok(&by_flyway.url, &dir, &PLACEHOLDERS, "migrate");
+    let fw_client = evolve_pg::connect(&by_flyway.url, "evolve test")
+        .await
+        .expect("connect");
+    let fw_rows = history(&fw_client).await;
+    assert_eq!(fw_rows.len(), corpus().len(), "{fw_rows:#?}");
+
+    // evolve's checksum of each file is the one Flyway stored.
+    let placeholders = Placeholders {
+        values: user_placeholders(),
+        ..Placeholders::default()
+    };
+    let set = MigrationSet::load_with(
+        &dir,
+        Symlinks::WithinDir,
+        &placeholders,
+        &BuiltIns::default(),
+    )
+    .expect("load corpus");
+    let evolve_checksums: Vec<(String, i32)> = set
+        .versioned
+        .values()
+        .chain(set.repeatable.values())
+        .map(|f| (f.script.clone(), f.checksum))
+        .collect();
+    for (script, checksum) in &evolve_checksums {
+        let row = fw_rows
+            .iter()
+            .find(|r| &r.4 == script)
+            .unwrap_or_else(|| panic!("flyway recorded no row for {script}: {fw_rows:#?}"));
+        assert_eq!(row.5, Some(*checksum), "checksum of {script}");
+    }
+
+    // evolve applies the same files to another database: the same rows.
+    let by_evolve = evolve_test::fresh_db("ev_corpus").await;
+    let mut opts = Options::new(by_evolve.url.clone(), &dir);
+    opts.history_table = (None, "flyway_schema_history".into());
+    opts.placeholders.values = user_placeholders();
+    evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect("evolve applies the corpus");
+    let ev_client = evolve_pg::connect(&by_evolve.url, "evolve test")
+        .await
+        .expect("connect");
+    let ev_rows = history(&ev_client).await;
+    assert_eq!(ev_rows, fw_rows);
+
+    // Flyway accepts the history evolve wrote.
+    let outcomes = flyway.run(&by_evolve.url, &dir, &PLACEHOLDERS, &["validate", "info"]);
+    outcomes[0].expect_ok("validate");
+    for row in outcomes[1].rows() {
+        assert_eq!(row["state"], "SUCCESS", "{row}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn table_text(client: &Client, sql: &str) -> Vec<String> {
+    let row = client.query_one(sql, &[]).await.expect(sql);
+    (0..row.len()).map(|i| row.get::<_, String>(i)).collect()
+}
+
+/// Built-in and user placeholders, with Flyway's and with other prefixes
+/// and suffixes, hold the values Flyway gives them; a placeholder without
+/// a value stops both tools before anything runs.
+#[tokio::test]
+async fn placeholders_are_replaced_as_flyway_replaces_them() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("placeholders");
+    std::fs::write(
+        dir.join("V1__built_ins.sql"),
+        "CREATE TABLE b AS SELECT '${flyway:filename}'::text f, '${flyway:user}'::text u,\n  '${flyway:database}'::text d, '${flyway:defaultSchema}'::text s,\n  '${flyway:table}'::text t, '${MyName}'::text a, '${myname}'::text a2,\n  '${flyway:workingDirectory}'::text w, '${flyway:timestamp}'::text ts;\n",
+    )
+    .expect("write");
+    let config = [("flyway.placeholders.MyName", "my value")];
+    let values: BTreeMap<String, String> = [("MyName".to_string(), "my value".to_string())].into();
+    let select = "SELECT f, u, d, s, t, a, a2, w FROM b";
+
+    let by_flyway = evolve_test::fresh_db("fw_ph").await;
+    flyway.ok(&by_flyway.url, &dir, &config, "migrate");
+    let fw_client = evolve_pg::connect(&by_flyway.url, "t")
+        .await
+        .expect("connect");
+    let by_evolve = evolve_test::fresh_db("ev_ph").await;
+    let mut opts = Options::new(by_evolve.url.clone(), &dir);
+    opts.history_table = (None, "flyway_schema_history".into());
+    opts.placeholders.values = values.clone();
+    evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect("apply");
+    let ev_client = evolve_pg::connect(&by_evolve.url, "t")
+        .await
+        .expect("connect");
+    let fw_values = table_text(&fw_client, select).await;
+    let ev_values = table_text(&ev_client, select).await;
+    // Only the database names differ.
+    assert_eq!(fw_values[2], by_flyway.name);
+    assert_eq!(ev_values[2], by_evolve.name);
+    let strip = |mut v: Vec<String>| {
+        v.remove(2);
+        v
+    };
+    assert_eq!(strip(ev_values), strip(fw_values));
+    let ts = table_text(&ev_client, "SELECT ts FROM b").await.remove(0);
+    assert_eq!(ts.len(), "2026-01-01 00:00:00".len(), "{ts}");
+    // Checksums of both (before replacement, as for every versioned file).
+    assert_eq!(history(&ev_client).await, history(&fw_client).await);
+
+    // Another prefix and suffix; a missing placeholder on line 3.
+    std::fs::write(
+        dir.join("V2__prefix.sql"),
+        "CREATE TABLE #[MyName_t] (id int);\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("V3__missing.sql"),
+        "SELECT 1;\n-- the next line lacks a value\nSELECT '#[nope]';\n",
+    )
+    .expect("write");
+    let config = [
+        ("flyway.placeholders.MyName_t", "prefixed"),
+        ("flyway.placeholderPrefix", "#["),
+        ("flyway.placeholderSuffix", "]"),
+        ("flyway.placeholders.MyName", "my value"),
+    ];
+    let outcome = flyway
+        .run(&by_flyway.url, &dir, &config, &["migrate"])
+        .remove(0);
+    assert!(
+        !outcome.ok() && outcome.error().contains("#[nope]"),
+        "{}",
+        outcome.error()
+    );
+    opts.placeholders.prefix = "#[".into();
+    opts.placeholders.suffix = "]".into();
+    opts.placeholders
+        .values
+        .insert("MyName_t".into(), "prefixed".into());
+    let err = evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect_err("a missing placeholder fails")
+        .to_string();
+    assert!(
+        err.starts_with("migration V3__missing.sql: line 3: placeholder #[nope] has no value, so nothing was applied;"),
+        "{err}"
+    );
+    assert_eq!(history(&ev_client).await.len(), 1, "nothing was applied");
+    // With a value, both apply V2 and V3 alike.
+    std::fs::write(
+        dir.join("V3__missing.sql"),
+        "SELECT 1;\n-- now it has one\nSELECT '#[nope]';\n",
+    )
+    .expect("write");
+    opts.placeholders.values.insert("nope".into(), "x".into());
+    let mut config = config.to_vec();
+    config.push(("flyway.placeholders.nope", "x"));
+    flyway.ok(&by_flyway.url, &dir, &config, "migrate");
+    evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect("apply");
+    assert_eq!(history(&ev_client).await, history(&fw_client).await);
+    let n: i64 = ev_client
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE tablename = 'prefixed'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(n, 1);
+
+    // Replacement switched off: the text stays as it is in both.
+    std::fs::write(
+        dir.join("V4__off.sql"),
+        "CREATE TABLE off AS SELECT '#[not_replaced]'::text v;\n",
+    )
+    .expect("write");
+    config.push(("flyway.placeholderReplacement", "false"));
+    flyway.ok(&by_flyway.url, &dir, &config, "migrate");
+    opts.placeholders.replace = false;
+    evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect("apply");
+    assert_eq!(
+        table_text(&ev_client, "SELECT v FROM off").await,
+        table_text(&fw_client, "SELECT v FROM off").await
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A repeatable migration runs again when a placeholder's value changes,
+/// in both tools (its checksum is of the replaced text).
+#[tokio::test]
+async fn a_new_placeholder_value_runs_a_repeatable_migration_again() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("repeatable_ph");
+    std::fs::write(
+        dir.join("R__v.sql"),
+        "CREATE OR REPLACE VIEW v AS SELECT '${value}'::text AS value;\n",
+    )
+    .expect("write");
+    let db = evolve_test::fresh_db("fw_rph").await;
+    flyway.ok(
+        &db.url,
+        &dir,
+        &[("flyway.placeholders.value", "one")],
+        "migrate",
+    );
+    let mut opts = Options::new(db.url.clone(), &dir);
+    opts.history_table = (None, "flyway_schema_history".into());
+    opts.placeholders
+        .values
+        .insert("value".into(), "one".into());
+    let report = evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect("apply");
+    assert_eq!(report.applied, 0, "same value: nothing to run");
+    opts.placeholders
+        .values
+        .insert("value".into(), "two".into());
+    let report = evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect("apply");
+    assert_eq!(report.applied, 1);
+    let outcomes = flyway.run(
+        &db.url,
+        &dir,
+        &[("flyway.placeholders.value", "two")],
+        &["validate", "info"],
+    );
+    outcomes[0].expect_ok("validate");
+    let states: Vec<String> = outcomes[1]
+        .rows()
+        .iter()
+        .map(|r| r["state"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(states, ["SUPERSEDED", "SUCCESS"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Flyway's Java-based migrations in the history are applied and never
+/// run again; a failed one is not repaired; the history of Flyway 4 and
+/// older (another column set) is refused with the difference named.
+#[tokio::test]
+async fn java_migrations_and_other_column_sets() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("java");
+    std::fs::write(dir.join("V1__one.sql"), "CREATE TABLE one (id int);\n").expect("write");
+    let db = evolve_test::fresh_db("fw_java").await;
+    flyway.ok(&db.url, &dir, &[], "migrate");
+    let client = evolve_pg::connect(&db.url, "t").await.expect("connect");
+    client
+        .batch_execute(
+            "INSERT INTO flyway_schema_history (installed_rank, version, description, type, script, checksum, installed_by, execution_time, success)
+             VALUES (2, '2', 'java step', 'JDBC', 'db.migration.V2__java_step', NULL, 'postgres', 3, true)",
+        )
+        .await
+        .expect("insert a Java migration's row");
+    std::fs::write(dir.join("V3__three.sql"), "CREATE TABLE three (id int);\n").expect("write");
+    let mut opts = Options::new(db.url.clone(), &dir);
+    opts.history_table = (None, "flyway_schema_history".into());
+    let status = evolve_migrate::status(&opts).await.expect("status");
+    let java = status
+        .migrations
+        .iter()
+        .find(|m| m.version.as_deref() == Some("2"))
+        .expect("the Java migration is listed");
+    assert_eq!(java.state, evolve_migrate::State::Applied);
+    assert!(
+        java.note
+            .as_deref()
+            .unwrap_or("")
+            .contains("Java-based migration (type JDBC)"),
+        "{java:?}"
+    );
+    evolve_migrate::validate(&opts)
+        .await
+        .expect("a Java migration is valid");
+    let report = evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect("apply");
+    assert_eq!(report.applied, 1, "only V3 runs");
+    let changed = evolve_migrate::repair(&opts, &mut |_| {})
+        .await
+        .expect("repair")
+        .changed;
+    assert_eq!(changed, 0, "repair leaves the Java migration alone");
+    client
+        .batch_execute("UPDATE flyway_schema_history SET success = false WHERE installed_rank = 2")
+        .await
+        .expect("fail it");
+    let err = evolve_migrate::repair(&opts, &mut |_| {})
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(err.contains("db.migration.V2__java_step is a failed Java-based migration, which evolve cannot repair"), "{err}");
+
+    // Flyway 4's column set.
+    client
+        .batch_execute(
+            "CREATE TABLE schema_version (version_rank INT NOT NULL, installed_rank INT NOT NULL, version VARCHAR(50) NOT NULL,
+               description VARCHAR(200) NOT NULL, type VARCHAR(20) NOT NULL, script VARCHAR(1000) NOT NULL, checksum INT,
+               installed_by VARCHAR(100) NOT NULL, installed_on TIMESTAMP NOT NULL DEFAULT now(), execution_time INT NOT NULL,
+               success BOOLEAN NOT NULL)",
+        )
+        .await
+        .expect("create");
+    opts.history_table = (None, "schema_version".into());
+    let err = evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.starts_with("history table public.schema_version: has column version_rank (NOT NULL), which the history of Flyway 4 and older has"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,52 @@
+//! The Flyway configuration and placeholder parsers never panic, whatever
+//! they are given, and replacement leaves text without placeholders alone.
+
+use evolve_migrate::{BuiltIns, FlywayConfig, Placeholders, from_env, parse_conf, parse_toml};
+use proptest::prelude::*;
+
+proptest! {
+    #[test]
+    fn conf_and_toml_never_panic(text in "(?s)[a-z.=:#!\\\\\\[\\]\"{}, \n\r\tA-Z0-9_-]{0,200}") {
+        if let Ok(pairs) = parse_conf(&text) {
+            let _ = FlywayConfig::from_pairs(&pairs);
+        }
+        if let Ok(pairs) = parse_toml(&text) {
+            let _ = FlywayConfig::from_pairs(&pairs);
+        }
+    }
+
+    #[test]
+    fn any_text_parses_without_panic(text in any::<String>()) {
+        let _ = parse_conf(&text);
+        let _ = parse_toml(&text);
+    }
+
+    #[test]
+    fn environment_never_panics(vars in proptest::collection::vec(("FLYWAY_[A-Z_]{0,20}", any::<String>()), 0..8)) {
+        let pairs = from_env(vars);
+        let _ = FlywayConfig::from_pairs(&pairs);
+    }
+
+    #[test]
+    fn placeholders_never_panic(
+        text in any::<String>(),
+        prefix in "\\PC{0,3}",
+        suffix in "\\PC{0,3}",
+        name in "\\PC{0,5}",
+        value in "\\PC{0,5}",
+    ) {
+        let p = Placeholders {
+            prefix,
+            suffix,
+            values: [(name, value)].into(),
+            ..Placeholders::default()
+        };
+        let _ = p.replace(&text, &BuiltIns::default(), "V1__a.sql");
+    }
+
+    #[test]
+    fn text_without_the_prefix_is_left_alone(text in "[^$]*") {
+        let p = Placeholders::default();
+        prop_assert_eq!(p.replace(&text, &BuiltIns::default(), "f"), Ok(text.clone()));
+    }
+}

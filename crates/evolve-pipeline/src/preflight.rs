@@ -1,0 +1,555 @@
+//! What a source, a table and a sink need of their servers, checked before
+//! anything is created: by `CREATE SOURCE`, `CREATE TABLE` and `CREATE
+//! SINK` (which refuse with the first failed check, creating nothing), and
+//! all at once by `evolve pipeline check`.
+//!
+//! Each [`Check`] names what it looked at and, when it fails, the
+//! statement that fixes it (`ALTER SYSTEM`, `ALTER ROLE`, `GRANT`,
+//! `ALTER PUBLICATION`) for the role the connection logs in as.
+//!
+//! An upstream needs `wal_level = logical`, a role with the `REPLICATION`
+//! attribute (or a superuser), a free replication slot (one more while a
+//! table's snapshot is copied) and a free WAL sender (two while a snapshot
+//! is copied), and either the publication already or the `CREATE`
+//! privilege on the database to create it. Each table needs `SELECT` for
+//! the snapshot, and must be in the publication (it is, when the
+//! publication is `FOR ALL TABLES` or its owner added it) or owned by the
+//! role, which then adds it. A sink needs `CREATE` on its schema (or the
+//! target and `evolve_sink_progress` tables already, with `SELECT`,
+//! `INSERT`, `UPDATE` and `DELETE`).
+
+use serde::Serialize;
+use tokio_postgres::Client;
+
+use crate::error::{PipelineError, Result};
+use crate::sink::PROGRESS_TABLE;
+
+/// One check and its outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// What was checked: `wal_level`, `replication role`, `publication`,
+    /// `table public.orders`, ...
+    pub subject: String,
+    /// Whether it passed.
+    pub ok: bool,
+    /// What was found.
+    pub message: String,
+    /// What to run to fix it, when it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn pass(subject: impl Into<String>, message: impl Into<String>) -> Check {
+        Check {
+            subject: subject.into(),
+            ok: true,
+            message: message.into(),
+            fix: None,
+        }
+    }
+
+    fn fail(
+        subject: impl Into<String>,
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Check {
+        Check {
+            subject: subject.into(),
+            ok: false,
+            message: message.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
+    /// This failed check as the error of the statement it refuses.
+    pub fn refusal(&self) -> PipelineError {
+        PipelineError::Refused {
+            sqlstate: if self.subject == "wal_level" || self.subject.starts_with("free ") {
+                "55000"
+            } else {
+                "42501"
+            },
+            primary: self.message.clone(),
+            detail: None,
+            hint: self.fix.as_ref().map(|f| format!("Run: {f}")),
+        }
+    }
+}
+
+/// The first failed check as an error, if any failed.
+pub fn first_failure(checks: &[Check]) -> Result<()> {
+    match checks.iter().find(|c| !c.ok) {
+        Some(c) => Err(c.refusal()),
+        None => Ok(()),
+    }
+}
+
+fn db_error(what: &str) -> impl FnOnce(tokio_postgres::Error) -> PipelineError + '_ {
+    move |e| PipelineError::database(format!("check {what}"), &e)
+}
+
+/// The role and database of `client`'s session, as the server's
+/// `quote_ident` writes them in statements (quoted only when needed).
+async fn whoami(client: &Client) -> Result<(String, String)> {
+    let row = client
+        .query_one(
+            "SELECT quote_ident(current_user), quote_ident(current_database())",
+            &[],
+        )
+        .await
+        .map_err(db_error("the session's role"))?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// `names` joined with `.`, each as the server's `quote_ident` writes it.
+async fn ident(client: &Client, names: &[&str]) -> Result<String> {
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let row = client
+            .query_one("SELECT quote_ident($1)", &[name])
+            .await
+            .map_err(db_error("a name"))?;
+        out.push(row.get::<_, String>(0));
+    }
+    Ok(out.join("."))
+}
+
+/// What an upstream needs for a source streaming `publication`.
+pub async fn upstream(client: &Client, publication: &str) -> Result<Vec<Check>> {
+    let (role, database) = whoami(client).await?;
+    let mut checks = Vec::new();
+    let row = client
+        .query_one(
+            "SELECT current_setting('wal_level'), \
+                    r.rolreplication, r.rolsuper, \
+                    current_setting('max_replication_slots')::int \
+                      - (SELECT count(*) FROM pg_replication_slots)::int, \
+                    current_setting('max_wal_senders')::int \
+                      - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender')::int, \
+                    has_database_privilege(current_database(), 'CREATE') \
+             FROM pg_roles r WHERE r.rolname = current_user",
+            &[],
+        )
+        .await
+        .map_err(db_error("the upstream's settings"))?;
+    let wal_level: String = row.get(0);
+    let (replication, superuser): (bool, bool) = (row.get(1), row.get(2));
+    let free_slots: i32 = row.get(3);
+    let free_senders: i32 = row.get(4);
+    let may_create: bool = row.get(5);
+
+    checks.push(if wal_level == "logical" {
+        Check::pass("wal_level", "wal_level is logical")
+    } else {
+        Check::fail(
+            "wal_level",
+            format!("wal_level is {wal_level}; logical replication needs logical"),
+            "ALTER SYSTEM SET wal_level = logical; then restart the server",
+        )
+    });
+    checks.push(if replication || superuser {
+        Check::pass(
+            "replication role",
+            format!(
+                "role {role} may start replication ({})",
+                if superuser {
+                    "superuser"
+                } else {
+                    "REPLICATION"
+                }
+            ),
+        )
+    } else {
+        Check::fail(
+            "replication role",
+            format!("role {role} does not have the REPLICATION attribute"),
+            format!("ALTER ROLE {role} REPLICATION;"),
+        )
+    });
+    checks.push(if free_slots >= 2 {
+        Check::pass(
+            "free replication slots",
+            format!("{free_slots} replication slots free"),
+        )
+    } else {
+        Check::fail(
+            "free replication slots",
+            format!(
+                "{} replication slots free; a source needs one, and one more while a table's snapshot is copied",
+                free_slots.max(0)
+            ),
+            "ALTER SYSTEM SET max_replication_slots = <more>; then restart the server (or drop unused slots with pg_drop_replication_slot)",
+        )
+    });
+    checks.push(if free_senders >= 2 {
+        Check::pass(
+            "free WAL senders",
+            format!("{free_senders} WAL senders free"),
+        )
+    } else {
+        Check::fail(
+            "free WAL senders",
+            format!(
+                "{} WAL senders free; a source streams with one, and one more while a table's snapshot is copied",
+                free_senders.max(0)
+            ),
+            "ALTER SYSTEM SET max_wal_senders = <more>; then restart the server",
+        )
+    });
+    let existing = client
+        .query_opt(
+            "SELECT p.puballtables, pg_get_userbyid(p.pubowner)::text \
+             FROM pg_publication p WHERE p.pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(db_error("the publication"))?;
+    let publication_q = ident(client, &[publication]).await?;
+    let subject = format!("publication {publication_q}");
+    checks.push(match existing {
+        Some(row) => {
+            let (all, owner): (bool, String) = (row.get(0), row.get(1));
+            Check::pass(
+                subject,
+                format!(
+                    "publication {publication_q} exists ({}, owned by {owner})",
+                    if all { "FOR ALL TABLES" } else { "its own tables" }
+                ),
+            )
+        }
+        None if may_create => Check::pass(
+            subject,
+            format!("publication {publication_q} does not exist; role {role} may create it"),
+        ),
+        None => Check::fail(
+            subject,
+            format!("publication {publication_q} does not exist and role {role} may not create it"),
+            format!(
+                "CREATE PUBLICATION {publication_q} FOR TABLE <the tables>; as the tables' owner (or GRANT CREATE ON DATABASE {database} TO {role};)"
+            ),
+        ),
+    });
+    Ok(checks)
+}
+
+/// What upstream table `schema.table` needs to be read by a source
+/// streaming `publication`: `SELECT`, and membership of the publication
+/// or ownership (so that the role can add it).
+pub async fn upstream_table(
+    client: &Client,
+    publication: &str,
+    schema: &str,
+    table: &str,
+) -> Result<Vec<Check>> {
+    let (role, _) = whoami(client).await?;
+    let name = ident(client, &[schema, table]).await?;
+    let subject = format!("table {schema}.{table}");
+    let row = client
+        .query_opt(
+            "SELECT has_table_privilege(c.oid, 'SELECT'), \
+                    pg_has_role(c.relowner, 'USAGE'), \
+                    pg_get_userbyid(c.relowner)::text, \
+                    EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $3 AND p.puballtables) \
+                    OR EXISTS (SELECT 1 FROM pg_publication_tables t \
+                               WHERE t.pubname = $3 AND t.schemaname = $1 AND t.tablename = $2), \
+                    EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $3) \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+            &[&schema, &table, &publication],
+        )
+        .await
+        .map_err(db_error("the upstream table"))?;
+    let Some(row) = row else {
+        // CREATE TABLE names the missing table itself.
+        return Ok(Vec::new());
+    };
+    let (select, owns, owner, member, exists): (bool, bool, String, bool, bool) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    let mut checks = vec![if select {
+        Check::pass(subject.clone(), format!("role {role} may read {name}"))
+    } else {
+        Check::fail(
+            subject.clone(),
+            format!("role {role} may not read {name} (its snapshot needs SELECT)"),
+            format!("GRANT SELECT ON {name} TO {role};"),
+        )
+    }];
+    let publication_q = ident(client, &[publication]).await?;
+    checks.push(if member {
+        Check::pass(
+            subject,
+            format!("{name} is in publication {publication_q}"),
+        )
+    } else if owns {
+        Check::pass(
+            subject,
+            format!("{name} is owned by {owner}: role {role} adds it to publication {publication_q}"),
+        )
+    } else if exists {
+        Check::fail(
+            subject,
+            format!(
+                "{name} is not in publication {publication_q}, and role {role} cannot add it (the table belongs to {owner})"
+            ),
+            format!(
+                "ALTER PUBLICATION {publication_q} ADD TABLE {name}; as {owner} (the table's owner, who must also own the publication)"
+            ),
+        )
+    } else {
+        Check::fail(
+            subject,
+            format!(
+                "role {role} would create publication {publication_q} but cannot add {name} to it (the table belongs to {owner})"
+            ),
+            format!("CREATE PUBLICATION {publication_q} FOR TABLE {name}; as {owner}"),
+        )
+    });
+    Ok(checks)
+}
+
+/// What a sink into `schema.table` needs of its server.
+pub async fn sink(client: &Client, schema: &str, table: &str) -> Result<Vec<Check>> {
+    let (role, _) = whoami(client).await?;
+    let mut checks = Vec::new();
+    let may_create: Option<bool> = client
+        .query_one(
+            "SELECT CASE WHEN to_regnamespace(quote_ident($1)) IS NULL THEN NULL \
+                    ELSE has_schema_privilege(to_regnamespace(quote_ident($1)), 'CREATE') END",
+            &[&schema],
+        )
+        .await
+        .map_err(db_error("the sink's schema"))?
+        .get(0);
+    let schema_q = ident(client, &[schema]).await?;
+    let Some(may_create) = may_create else {
+        checks.push(Check::fail(
+            format!("schema {schema}"),
+            format!("schema {schema_q} does not exist on the sink's server"),
+            format!("CREATE SCHEMA {schema_q} AUTHORIZATION {role};"),
+        ));
+        return Ok(checks);
+    };
+    for target in [table, PROGRESS_TABLE] {
+        let name = ident(client, &[schema, target]).await?;
+        let subject = format!("sink table {schema}.{target}");
+        let rights: Option<bool> = client
+            .query_one(
+                "SELECT CASE WHEN to_regclass($1) IS NULL THEN NULL \
+                        ELSE has_table_privilege(to_regclass($1), 'SELECT, INSERT, UPDATE, DELETE') END",
+                &[&name],
+            )
+            .await
+            .map_err(db_error("the sink's tables"))?
+            .get(0);
+        checks.push(match rights {
+            Some(true) => Check::pass(subject, format!("role {role} may write {name}")),
+            Some(false) => Check::fail(
+                subject,
+                format!("role {role} may not write {name}"),
+                format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {name} TO {role};"),
+            ),
+            None if may_create => Check::pass(
+                subject,
+                format!("{name} does not exist; role {role} may create it"),
+            ),
+            None => Check::fail(
+                subject,
+                format!(
+                    "{name} does not exist and role {role} may not create tables in schema {schema_q}"
+                ),
+                format!("GRANT CREATE ON SCHEMA {schema_q} TO {role};"),
+            ),
+        });
+    }
+    Ok(checks)
+}
+
+// ----------------------------------------------------------------- plans
+
+/// What `evolve pipeline check` checks: the upstream of each source, each
+/// table, each sink, whether from the catalog or from a file of
+/// statements not run yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// `(connection, publication)` of each source.
+    pub sources: Vec<(String, String)>,
+    /// `(connection, publication, schema, table)` of each table.
+    pub tables: Vec<(String, String, String, String)>,
+    /// `(connection, schema, table)` of each sink.
+    pub sinks: Vec<(String, String, String)>,
+}
+
+impl Plan {
+    /// The objects of a catalog.
+    pub fn from_catalog(
+        sources: &[crate::store::SourceInfo],
+        tables: &[crate::store::TableInfo],
+        sinks: &[crate::store::SinkInfo],
+    ) -> Plan {
+        let mut plan = Plan::default();
+        for s in sources {
+            plan.sources
+                .push((s.connection.clone(), s.publication.clone()));
+        }
+        for t in tables {
+            if let Some(s) = sources.iter().find(|s| s.name == t.source) {
+                plan.tables.push((
+                    s.connection.clone(),
+                    s.publication.clone(),
+                    t.upstream_schema.clone(),
+                    t.upstream_table.clone(),
+                ));
+            }
+        }
+        for k in sinks {
+            plan.sinks.push((
+                k.connection.clone(),
+                k.target_schema.clone(),
+                k.target_table.clone(),
+            ));
+        }
+        plan
+    }
+
+    /// Adds what `statements` would create; tables find their source among
+    /// the statements or in `sources` (the catalog's).
+    pub fn add_statements(
+        &mut self,
+        statements: &[evolve_core::control::Statement],
+        sources: &[crate::store::SourceInfo],
+    ) {
+        use evolve_core::control::Statement;
+        let mut named: Vec<(String, String, String)> = sources
+            .iter()
+            .map(|s| (s.name.clone(), s.connection.clone(), s.publication.clone()))
+            .collect();
+        for statement in statements {
+            match statement {
+                Statement::CreateSource(s) => {
+                    named.push((s.name.clone(), s.connection.clone(), s.publication.clone()));
+                    self.sources
+                        .push((s.connection.clone(), s.publication.clone()));
+                }
+                Statement::CreateTable(t) => {
+                    if let Some((_, connection, publication)) =
+                        named.iter().rev().find(|(name, _, _)| *name == t.source)
+                    {
+                        self.tables.push((
+                            connection.clone(),
+                            publication.clone(),
+                            t.reference.schema.clone(),
+                            t.reference.name.clone(),
+                        ));
+                    }
+                }
+                Statement::CreateSink(k) => self.sinks.push((
+                    k.connection.clone(),
+                    k.table.schema.clone(),
+                    k.table.name.clone(),
+                )),
+                _ => {}
+            }
+        }
+        self.sources.dedup();
+        self.tables.dedup();
+        self.sinks.dedup();
+    }
+}
+
+/// The checks of one connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConnectionReport {
+    /// The connection's name in `evolve.toml`.
+    pub connection: String,
+    /// `user@host:port/db`, never with a password.
+    pub target: String,
+    /// What it is used for: `source`, `sink`, both, or nothing yet.
+    pub used_as: Vec<&'static str>,
+    pub checks: Vec<Check>,
+}
+
+/// `evolve pipeline check`'s answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub connections: Vec<ConnectionReport>,
+}
+
+impl Report {
+    /// How many checks failed.
+    pub fn failures(&self) -> usize {
+        self.connections
+            .iter()
+            .flat_map(|c| &c.checks)
+            .filter(|c| !c.ok)
+            .count()
+    }
+}
+
+/// Runs every check of `plan` against the connections of `config`, one
+/// session per connection; a connection that cannot be reached is one
+/// failed check. Connections the plan does not use are only connected to.
+pub async fn run(config: &crate::config::Config, plan: &Plan) -> Report {
+    let mut connections = Vec::new();
+    for (name, connection) in &config.connections {
+        let target = evolve_pg::parse_url(connection.url())
+            .map(|(c, _)| evolve_pg::describe_target(&c))
+            .unwrap_or_else(|_| connection.redacted());
+        let mut used_as = Vec::new();
+        if plan.sources.iter().any(|s| &s.0 == name) {
+            used_as.push("source");
+        }
+        if plan.sinks.iter().any(|s| &s.0 == name) {
+            used_as.push("sink");
+        }
+        let mut checks = Vec::new();
+        match crate::upstream::connect(name, connection).await {
+            Err(e) => checks.push(Check::fail(
+                "connection",
+                match e.detail() {
+                    Some(reason) => format!("{}: {reason}", e.primary()),
+                    None => e.primary(),
+                },
+                format!(
+                    "check connections.{name}.url in evolve.toml, the server and its pg_hba.conf"
+                ),
+            )),
+            Ok(client) => {
+                checks.push(Check::pass("connection", format!("connected as {target}")));
+                let mut all = Vec::new();
+                for (_, publication) in plan.sources.iter().filter(|s| &s.0 == name) {
+                    all.push(upstream(&client, publication).await);
+                }
+                for (_, publication, schema, table) in plan.tables.iter().filter(|t| &t.0 == name) {
+                    all.push(upstream_table(&client, publication, schema, table).await);
+                }
+                for (_, schema, table) in plan.sinks.iter().filter(|s| &s.0 == name) {
+                    all.push(sink(&client, schema, table).await);
+                }
+                for result in all {
+                    match result {
+                        Ok(found) => {
+                            for c in found {
+                                if !checks.contains(&c) {
+                                    checks.push(c);
+                                }
+                            }
+                        }
+                        Err(e) => checks.push(Check::fail(
+                            "catalog",
+                            e.primary(),
+                            "check that the role may read the server's catalogs",
+                        )),
+                    }
+                }
+            }
+        }
+        connections.push(ConnectionReport {
+            connection: name.clone(),
+            target,
+            used_as,
+            checks,
+        });
+    }
+    Report { connections }
+}

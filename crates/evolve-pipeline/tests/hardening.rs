@@ -1,0 +1,414 @@
+//! Regressions found by hostile testing: publication names that are not
+//! plain lower-case identifiers, streams the server refuses, sources that
+//! can never recover, and monitoring floods.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::Request;
+use common::*;
+use evolve_pipeline::{Pipeline, TableSpec};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tower::ServiceExt;
+
+async fn get_json(router: &Router, uri: &str) -> (u16, Value) {
+    let request = Request::get(uri)
+        .header("host", "127.0.0.1:7800")
+        .body(Body::empty())
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// The `/status` object of kind `kind` named `name`.
+async fn object(router: &Router, kind: &str, name: &str) -> Value {
+    let (status, body) = get_json(router, "/status").await;
+    assert_eq!(status, 200, "{body}");
+    body["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == kind && o["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {kind} {name} in {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publication_names_keep_their_case_commas_and_quotes() {
+    let env = env("pubnames").await;
+    let up = connect(&env.up.url).await;
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    let names = ["MyPub", "zz,evolve_pub", "it's \"quoted\""];
+    for (i, publication) in names.iter().enumerate() {
+        up.batch_execute(&format!(
+            "CREATE TABLE t{i} (id int PRIMARY KEY, v text); INSERT INTO t{i} VALUES (1, 'a')"
+        ))
+        .await
+        .unwrap();
+        let source = format!("{}_{i}", env.source);
+        pipeline
+            .create_source(&source, "up", publication)
+            .await
+            .unwrap_or_else(|e| panic!("{publication}: {e}"));
+        pipeline
+            .create_table(&TableSpec {
+                name: format!("t{i}_v1"),
+                source: source.clone(),
+                schema: "public".into(),
+                table: format!("t{i}"),
+                ..TableSpec::default()
+            })
+            .await
+            .unwrap();
+        pipeline
+            .create_interface(&format!("t{i}_json"), &format!("t{i}_v1"))
+            .unwrap();
+    }
+    // Each publication exists upstream under exactly its name, alone.
+    let rows = up
+        .query("SELECT pubname::text FROM pg_publication ORDER BY 1", &[])
+        .await
+        .unwrap();
+    let mut found: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    found.sort();
+    let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(found, want);
+
+    let running = Running::start(pipeline.clone());
+    for i in 0..names.len() {
+        up.batch_execute(&format!(
+            "INSERT INTO t{i} SELECT g, 'x' FROM generate_series(2, 11) g"
+        ))
+        .await
+        .unwrap();
+    }
+    for (i, publication) in names.iter().enumerate() {
+        let table = format!("t{i}_v1");
+        wait_until(
+            &format!("11 documents through publication {publication:?}"),
+            Duration::from_secs(30),
+            async || pipeline.document_count(&table).unwrap() == 11,
+        )
+        .await;
+    }
+    for status in pipeline.status() {
+        assert_ne!(status.state, "stalled", "{status:?}");
+    }
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_source_refuses_a_stream_the_server_refuses_and_creates_nothing() {
+    // A cluster of its own whose every WAL sender is taken: the slot can
+    // be made (in an ordinary session) but no stream can start.
+    let cluster = tokio::task::spawn_blocking(|| evolve_test::Cluster::start().unwrap())
+        .await
+        .unwrap();
+    let db = cluster.create_database("nosenders").await.unwrap();
+    let up = connect(&db.url).await;
+    let mut held = Vec::new();
+    loop {
+        let config = pgwire_replication::ReplicationConfig::new(
+            "127.0.0.1",
+            "postgres",
+            "",
+            db.name.clone(),
+            "unused",
+            "unused",
+        )
+        .with_port(cluster.port());
+        let mut session = pgwire_replication::ReplicationClient::connect_gated(config)
+            .await
+            .unwrap();
+        match session.simple_query("IDENTIFY_SYSTEM").await {
+            Ok(_) => held.push(session),
+            Err(e) => {
+                assert!(e.to_string().contains("max_wal_senders"), "{e}");
+                break;
+            }
+        }
+        assert!(held.len() <= 100, "max_wal_senders is never reached");
+    }
+    let state = std::env::temp_dir().join(format!("evolve-nosenders-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let config = evolve_pipeline::Config::new(&state).with_connection("up", db.url.clone());
+    let pipeline = Pipeline::open(config).unwrap();
+    let e = pipeline
+        .create_source("nosenders", "up", "evolve_pub")
+        .await
+        .unwrap_err();
+    let message = e.to_string();
+    assert!(message.contains("0 WAL senders free"), "{message}");
+    assert!(
+        message.contains("ALTER SYSTEM SET max_wal_senders"),
+        "{message}"
+    );
+    assert!(pipeline.sources().unwrap().is_empty());
+    let slots: i64 = up
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0, "the slot was dropped again");
+    let publications: i64 = up
+        .query_one("SELECT count(*) FROM pg_publication", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(publications, 0, "the publication it created was dropped");
+    // Once two senders are free (one to stream, one for a snapshot) the
+    // same statement works.
+    drop(held.pop());
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    pipeline
+        .create_source("nosenders", "up", "evolve_pub")
+        .await
+        .unwrap();
+    drop(held);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_probe_reports_the_servers_refusal() {
+    // pg_recvlogical holds a slot; starting a stream on it is refused
+    // (55006), which is what CREATE SOURCE's probe reports.
+    let env = env("probe").await;
+    let up = connect(&env.up.url).await;
+    let slot = format!("probe_{}", env.up.name);
+    up.query(
+        "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+        &[&slot],
+    )
+    .await
+    .unwrap();
+    up.batch_execute("CREATE PUBLICATION probe_pub")
+        .await
+        .unwrap();
+    let cluster = evolve_test::shared();
+    let mut holder = std::process::Command::new(cluster.bin("pg_recvlogical"))
+        .args([
+            "-d",
+            &env.up.url,
+            "--slot",
+            &slot,
+            "--start",
+            "-f",
+            "/dev/null",
+        ])
+        .args(["-o", "proto_version=1", "-o", "publication_names=probe_pub"])
+        .spawn()
+        .unwrap();
+    wait_until(
+        "pg_recvlogical holds the slot",
+        Duration::from_secs(20),
+        async || {
+            up.query_one(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+        },
+    )
+    .await;
+    let connection = env.config.connection("up").unwrap();
+    let e = evolve_pipeline::upstream::probe_stream("src", connection, &slot, "probe_pub")
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("is active for PID"), "{e}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    wait_until("the slot is free", Duration::from_secs(20), async || {
+        !up.query_one(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    })
+    .await;
+    evolve_pipeline::upstream::probe_stream("src", connection, &slot, "probe_pub")
+        .await
+        .unwrap();
+    up.query("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_whose_publication_is_gone_stops_instead_of_retrying() {
+    let env = env("permanent").await;
+    let up = connect(&env.up.url).await;
+    up.batch_execute("CREATE TABLE p (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["p"]).await;
+    let router = evolve_pipeline::admin::router(pipeline.clone());
+    let running = Running::start(pipeline.clone());
+    wait_until("the table runs", Duration::from_secs(30), async || {
+        pipeline
+            .status()
+            .iter()
+            .any(|s| s.name == "p_v1" && s.state == "running")
+    })
+    .await;
+    up.batch_execute("DROP PUBLICATION evolve_pub; INSERT INTO p VALUES (1)")
+        .await
+        .unwrap();
+    wait_until("the source stops", Duration::from_secs(30), async || {
+        let o = object(&router, "source", &env.source).await;
+        o["state"] == "stalled" && o["error"].as_str().unwrap_or("").contains("not retried")
+    })
+    .await;
+    let o = object(&router, "source", &env.source).await;
+    let error = o["error"].as_str().unwrap();
+    assert!(
+        error.contains("publication \"evolve_pub\" does not exist"),
+        "{error}"
+    );
+    assert!(o["retained_wal_bytes"].as_i64().is_some(), "{o}");
+    // A retry would set the state to "starting" again (the backoff starts
+    // at half a second): it stays stalled, and the slot stays inactive.
+    let slot = format!("evolve_{}", env.source);
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let state = pipeline
+            .status()
+            .into_iter()
+            .find(|s| s.name == env.source)
+            .unwrap()
+            .state;
+        assert_eq!(state, "stalled");
+        let active: bool = up
+            .query_one(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!active, "the slot was taken again by a retry");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    running.stop().await;
+}
+
+/// Upstream client sessions of the pipeline (not its replication
+/// sessions) on database `db`.
+async fn monitoring_sessions(up: &tokio_postgres::Client, db: &str) -> i64 {
+    up.query_one(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
+         AND application_name = 'evolve-pipeline' AND backend_type = 'client backend'",
+        &[&db],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_scrapers_share_one_upstream_session() {
+    let env = env("flood").await;
+    let up = connect(&env.up.url).await;
+    up.batch_execute(
+        "CREATE TABLE f (id int PRIMARY KEY, v text); \
+         INSERT INTO f SELECT g, 'x' FROM generate_series(1, 1000) g",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["f"]).await;
+    let router = evolve_pipeline::admin::router(pipeline.clone());
+    let running = Running::start(pipeline.clone());
+    wait_until("the table runs", Duration::from_secs(30), async || {
+        pipeline
+            .status()
+            .iter()
+            .any(|s| s.name == "f_v1" && s.state == "running")
+    })
+    .await;
+
+    // An idle source that has applied nothing yet is caught up.
+    wait_until(
+        "lag_bytes of an idle source under 1 MiB",
+        Duration::from_secs(30),
+        async || {
+            let o = object(&router, "source", &env.source).await;
+            o["lag_bytes"].as_u64().is_some_and(|l| l < 1 << 20)
+        },
+    )
+    .await;
+
+    let flooding = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let url = env.up.url.clone();
+        let db = env.up.name.clone();
+        let flooding = flooding.clone();
+        tokio::spawn(async move {
+            let up = connect(&url).await;
+            let mut most = 0;
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(monitoring_sessions(&up, &db).await);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            most
+        })
+    };
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let router = router.clone();
+        clients.spawn(async move {
+            let mut took = Vec::new();
+            for uri in ["/status", "/metrics", "/drift", "/status", "/status"] {
+                let started = Instant::now();
+                let request = Request::get(uri)
+                    .header("host", "127.0.0.1:7800")
+                    .body(Body::empty())
+                    .unwrap();
+                let response = router.clone().oneshot(request).await.unwrap();
+                assert_eq!(response.status(), 200, "{uri}");
+                let _ = response.into_body().collect().await.unwrap();
+                if uri == "/status" {
+                    took.push(started.elapsed());
+                }
+            }
+            took
+        });
+    }
+    let mut took = Vec::new();
+    while let Some(result) = clients.join_next().await {
+        took.extend(result.unwrap());
+    }
+    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+    let most = watcher.await.unwrap();
+    took.sort();
+    let p99 = took[took.len() * 99 / 100];
+    println!(
+        "600 GET /status by 200 concurrent clients: p50 {:?}, p99 {:?}; at most {most} monitoring session(s) upstream",
+        took[took.len() / 2],
+        p99
+    );
+    assert!(most <= 1, "{most} monitoring sessions upstream");
+    let (_, status) = get_json(&router, "/status").await;
+    assert_eq!(
+        monitoring_sessions(&up, &env.up.name).await,
+        1,
+        "the session stays open for the next reader: {status}"
+    );
+    running.stop().await;
+}

@@ -1,0 +1,374 @@
+//! The pipeline's admin API against browsers, DNS rebinding and callers
+//! without the token, driven with curl as an attacker would, and the
+//! evolve commands that call it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+const EVOLVE: &str = env!("CARGO_BIN_EXE_evolve");
+const TOKEN: &str = "tok-4b1d6c0e9f";
+
+fn temp_dir(hint: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "evolve-admin-security-{}-{hint}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// A running `evolve pipeline run`; killed on drop.
+struct Running {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    authority: String,
+}
+
+impl Running {
+    fn start(config: &Path) -> Running {
+        let mut child = Command::new(EVOLVE)
+            .args(["pipeline", "run", "--config"])
+            .arg(config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn evolve pipeline run");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("first line");
+        let authority = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        Running { child, authority }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.authority)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// curl with `args`; the HTTP status and the body.
+fn curl(args: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("run curl (installed by cargo xtask test)");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let all = text(&out.stdout);
+    let (body, code) = all.rsplit_once('\n').expect("status line");
+    (code.trim().parse().expect("status"), body.to_string())
+}
+
+/// curl's response headers only (`-D -`), lower case.
+fn curl_headers(args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-D", "-"])
+        .args(args)
+        .output()
+        .expect("run curl");
+    text(&out.stdout).to_ascii_lowercase()
+}
+
+fn evolve(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(EVOLVE);
+    cmd.args(args)
+        .env_remove("EVOLVE_ADMIN")
+        .env_remove("EVOLVE_ADMIN_TOKEN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run evolve")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The sinks the pipeline has, by `SHOW SINKS` over JSON.
+fn sinks(running: &Running, token: Option<&str>) -> Vec<String> {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}"));
+    let mut args = vec![
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "--data",
+        r#"{"sql": "SHOW SINKS"}"#,
+    ];
+    if let Some(auth) = &auth {
+        args.extend(["-H", auth.as_str()]);
+    }
+    let url = running.url("/sql");
+    args.push(&url);
+    let (status, body) = curl(&args);
+    assert_eq!(status, 200, "{body}");
+    let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+    value["results"][0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn write_config(dir: &Path, up: &str, sink: &str, extra: &str) -> PathBuf {
+    let config = dir.join("evolve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"state\"\nadmin_listen = \"127.0.0.1:0\"\n{extra}\
+             [connections.up]\nurl = \"{up}\"\n[connections.sink]\nurl = \"{sink}\"\n"
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_pages_and_rebinding_cannot_drive_the_admin_api() {
+    let up = evolve_test::fresh_db("sec_up").await;
+    let sink = evolve_test::fresh_db("sec_sink").await;
+    let (client, connection) = tokio_postgres::connect(&up.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute("CREATE TABLE canary (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let dir = temp_dir("browser");
+    let config = write_config(&dir, &up.url, &sink.url, "");
+    let running = Running::start(&config);
+    let setup = format!(
+        "CREATE SOURCE src_{db} FROM POSTGRES CONNECTION up (PUBLICATION 'evolve_pub');
+         CREATE TABLE canary_v1 FROM SOURCE src_{db} (REFERENCE public.canary);
+         CREATE MATERIALIZED VIEW canary_json AS
+           SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) AS data FROM canary_v1 t;
+         CREATE SINK canary FROM canary_json INTO POSTGRES CONNECTION sink (TABLE 'public.canary_json');",
+        db = up.name
+    );
+    let out = evolve(&["sql", "--admin", &running.url(""), "-c", &setup], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(sinks(&running, None), ["canary"]);
+
+    let sql = running.url("/sql");
+    // The request from the report: a page of another origin, a "simple"
+    // request that needs no preflight.
+    let (status, body) = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Origin: http://evil.example",
+        "-H",
+        "Content-Type: text/plain",
+        "--data",
+        "DROP SINK canary",
+        &sql,
+    ]);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("evil.example"), "{body}");
+    // Without Origin, the other simple content types are refused too.
+    for content_type in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let (status, body) = curl(&[
+            "-X",
+            "POST",
+            "-H",
+            &format!("Content-Type: {content_type}"),
+            "--data",
+            "DROP SINK canary",
+            &sql,
+        ]);
+        assert_eq!(status, 415, "{content_type}: {body}");
+    }
+    // DNS rebinding: the page's own host name in Host.
+    let port = running.authority.rsplit_once(':').unwrap().1.to_string();
+    let rebound = format!("Host: rebind.evil.example:{port}");
+    for args in [
+        vec!["-H", rebound.as_str(), sql.as_str()],
+        vec![
+            "-X",
+            "POST",
+            "-H",
+            rebound.as_str(),
+            "-H",
+            "Content-Type: application/sql",
+            "--data",
+            "DROP SINK canary",
+            sql.as_str(),
+        ],
+    ] {
+        let (status, body) = curl(&args);
+        assert_eq!(status, 403, "{args:?}: {body}");
+    }
+    let status_url = running.url("/status");
+    let (status, _) = curl(&["-H", rebound.as_str(), &status_url]);
+    assert_eq!(status, 403);
+    // A preflight gets no CORS headers, so a browser never sends the
+    // request that would follow it.
+    let headers = curl_headers(&[
+        "-X",
+        "OPTIONS",
+        "-H",
+        "Origin: http://evil.example",
+        "-H",
+        "Access-Control-Request-Method: POST",
+        "-H",
+        "Access-Control-Request-Headers: content-type",
+        &sql,
+    ]);
+    assert!(!headers.contains("access-control-"), "{headers}");
+    assert_eq!(sinks(&running, None), ["canary"], "nothing was dropped");
+
+    // The API's own clients: application/sql and the evolve command.
+    let (status, body) = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/sql",
+        "--data",
+        "SHOW SOURCES",
+        &sql,
+    ]);
+    assert_eq!(status, 200, "{body}");
+    let out = evolve(
+        &["sql", "--admin", &running.url(""), "-c", "SHOW SINKS"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("canary"));
+    let (status, _) = curl(&["-H", "Host: localhost", &status_url]);
+    assert_eq!(status, 200);
+    drop(running);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_token_guards_every_endpoint_but_metrics() {
+    let up = evolve_test::fresh_db("tok_up").await;
+    let sink = evolve_test::fresh_db("tok_sink").await;
+    let dir = temp_dir("token");
+    std::fs::write(dir.join("admin.token"), format!("{TOKEN}\n")).unwrap();
+    let config = write_config(
+        &dir,
+        &up.url,
+        &sink.url,
+        "admin_token_file = \"admin.token\"\n",
+    );
+    let running = Running::start(&config);
+    let bearer = format!("Authorization: Bearer {TOKEN}");
+    for path in ["/status", "/drift", "/subscribe/nothing"] {
+        let url = running.url(path);
+        let (status, body) = curl(&[&url]);
+        assert_eq!(status, 401, "{path}: {body}");
+        assert!(!body.contains(TOKEN));
+        let (status, _) = curl(&["-H", "Authorization: Bearer wrong", &url]);
+        assert_eq!(status, 401, "{path}");
+    }
+    let (status, _) = curl(&["-H", &bearer, &running.url("/status")]);
+    assert_eq!(status, 200);
+    let (status, body) = curl(&[&running.url("/metrics")]);
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/sql",
+        "--data",
+        "SHOW SOURCES",
+        &running.url("/sql"),
+    ]);
+    assert_eq!(status, 401);
+    assert!(sinks(&running, Some(TOKEN)).is_empty());
+
+    let admin = running.url("");
+    // Without the token the command says how to give it.
+    let out = evolve(&["status", "--admin", &admin], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("requires a token"), "{stderr}");
+    assert!(stderr.contains("EVOLVE_ADMIN_TOKEN"), "{stderr}");
+    // From the environment, or from the config file (which also gives the
+    // address when it is fixed; here --admin gives the ephemeral port).
+    let out = evolve(
+        &["status", "--admin", &admin],
+        &[("EVOLVE_ADMIN_TOKEN", TOKEN)],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = evolve(
+        &[
+            "sql",
+            "--admin",
+            &admin,
+            "--config",
+            config.to_str().unwrap(),
+            "-c",
+            "SHOW SOURCES",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = evolve(
+        &["drift", "--admin", &admin],
+        &[("EVOLVE_ADMIN_TOKEN", "wrong")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(all.contains("token is not valid"), "{all}");
+    assert!(!all.contains(TOKEN));
+    drop(running);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_listen_address_off_loopback_needs_a_token() {
+    let dir = temp_dir("listen");
+    let config = dir.join("evolve.toml");
+    std::fs::write(
+        &config,
+        "state_dir = \"state\"\nadmin_listen = \"0.0.0.0:0\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(EVOLVE)
+        .args(["pipeline", "run", "--config"])
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("evolve pipeline run listened on 0.0.0.0 without a token");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("admin_token"), "{stderr}");
+    assert!(stderr.contains("0.0.0.0:0"), "{stderr}");
+    assert!(text(&out.stdout).is_empty(), "it never listened");
+    let _ = std::fs::remove_dir_all(&dir);
+}
