@@ -195,8 +195,11 @@ pub enum DocumentError {
         column: String,
     },
     /// A column's value is not what its type's output function produces, or
-    /// is something PostgreSQL's own `to_jsonb` refuses too.
-    #[error("column \"{column}\": {problem}; value: {value}")]
+    /// is something PostgreSQL's own `to_jsonb` refuses too. The message
+    /// names the column and the problem, never the value (messages reach
+    /// logs and status, where row values must not appear); the value is in
+    /// its field for a caller that may show it.
+    #[error("column \"{column}\": {problem}")]
     Value {
         /// The column's name.
         column: String,

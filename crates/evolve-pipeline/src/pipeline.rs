@@ -300,6 +300,8 @@ impl Pipeline {
             drop_publication().await;
             return Err(e);
         }
+        // The source's stream finds the slot free.
+        upstream::wait_slot_released(&client, &slot).await?;
         let info = SourceInfo {
             name: name.to_string(),
             connection: connection.to_string(),

@@ -361,6 +361,26 @@ pub async fn drop_slot(client: &Client, slot: &str) -> Result<()> {
     Ok(())
 }
 
+/// Waits up to 5 s until no session holds slot `slot` (a replication
+/// session that just ended releases it a moment later).
+pub async fn wait_slot_released(client: &Client, slot: &str) -> Result<()> {
+    for _ in 0..50 {
+        let active: Option<bool> = client
+            .query_opt(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .map_err(|e| PipelineError::database("read pg_replication_slots", &e))?
+            .map(|r| r.get(0));
+        if active != Some(true) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
 /// Drops logical slot `slot` if it exists, waiting up to 5 s for a
 /// session that is ending to release it.
 pub async fn drop_slot_released(client: &Client, slot: &str) -> Result<()> {

@@ -244,6 +244,9 @@ async fn the_stream_probe_reports_the_servers_refusal() {
     evolve_pipeline::upstream::probe_stream("src", connection, &slot, "probe_pub")
         .await
         .unwrap();
+    evolve_pipeline::upstream::wait_slot_released(&up, &slot)
+        .await
+        .unwrap();
     up.query("SELECT pg_drop_replication_slot($1)", &[&slot])
         .await
         .unwrap();

@@ -337,6 +337,10 @@ fn errors_name_column_value_and_problem() {
     assert_eq!(column, "tags");
     assert_eq!(value.chars().count(), 61);
     assert!(value.ends_with('…'));
+    assert!(
+        !e.to_string().contains("1,1,"),
+        "no row value in the message: {e}"
+    );
     assert!(matches!(problem, ValueProblem::Array { .. }));
     assert!(
         e.to_string()

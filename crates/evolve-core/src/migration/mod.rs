@@ -5,7 +5,9 @@
 //! - `V<version>__<description>.sql`: a versioned migration, applied once, in
 //!   version order ([`parse_file_name`], [`Version`]);
 //! - `R__<description>.sql`: a repeatable migration, applied again whenever its
-//!   checksum changes.
+//!   checksum changes;
+//! - `<event>.sql` and `<event>__<description>.sql`: Flyway's SQL callbacks
+//!   ([`parse_callback_name`]), not migrations.
 //!
 //! [`flyway_checksum`] computes the same checksum Flyway stores in its history
 //! table, so a history written by Flyway is accepted as is. [`parse_script`]
@@ -70,7 +72,10 @@ mod version;
 pub use alter::{AlterAction, BlockedAlter, blocked_alters};
 pub use checksum::{EncodingError, flyway_checksum};
 pub use lines::line_col;
-pub use name::{MigrationKind, MigrationName, NameError, parse_file_name};
+pub use name::{
+    CALLBACK_EVENTS, CallbackName, MigrationKind, MigrationName, NameError, parse_callback_name,
+    parse_file_name,
+};
 pub use script::{
     Directives, MAX_NESTING, Script, ScriptError, Statement, StatementKind, parse_script,
 };

@@ -192,6 +192,8 @@ pub fn parse_file_name(file_name: &str) -> Result<Option<MigrationName>, NameErr
         (MigrationKind::Repeatable, description)
     } else if stem.starts_with('U') {
         return Err(NameError::UndoNotSupported { file: file() });
+    } else if callback_event(stem).is_some() {
+        return Ok(None);
     } else {
         return Err(NameError::UnknownPrefix { file: file() });
     };
@@ -209,6 +211,88 @@ pub fn parse_file_name(file_name: &str) -> Result<Option<MigrationName>, NameErr
         description,
         script: file(),
     }))
+}
+
+/// The events of Flyway's SQL callbacks, as its callback file names spell
+/// them (`beforeMigrate.sql`, `afterEachMigrate__log.sql`).
+pub const CALLBACK_EVENTS: [&str; 48] = [
+    "beforeMigrate",
+    "beforeEachMigrate",
+    "beforeEachMigrateStatement",
+    "afterEachMigrateStatement",
+    "afterEachMigrateStatementError",
+    "afterEachMigrate",
+    "afterEachMigrateError",
+    "afterMigrate",
+    "afterMigrateApplied",
+    "afterVersioned",
+    "afterMigrateError",
+    "afterMigrateOperationFinish",
+    "beforeRepeatables",
+    "beforeUndo",
+    "beforeEachUndo",
+    "beforeEachUndoStatement",
+    "afterEachUndoStatement",
+    "afterEachUndoStatementError",
+    "afterEachUndo",
+    "afterEachUndoError",
+    "afterUndo",
+    "afterUndoError",
+    "afterUndoOperationFinish",
+    "beforeClean",
+    "afterClean",
+    "afterCleanError",
+    "afterCleanOperationFinish",
+    "beforeInfo",
+    "afterInfo",
+    "afterInfoError",
+    "afterInfoOperationFinish",
+    "beforeValidate",
+    "afterValidate",
+    "afterValidateError",
+    "afterValidateOperationFinish",
+    "beforeBaseline",
+    "afterBaseline",
+    "afterBaselineError",
+    "afterBaselineOperationFinish",
+    "beforeRepair",
+    "afterRepair",
+    "afterRepairError",
+    "afterRepairOperationFinish",
+    "beforeCreateSchema",
+    "createSchema",
+    "beforeConnect",
+    "afterConnect",
+    "afterReportGenerated",
+];
+
+/// A Flyway SQL callback file name: `<event>.sql` or
+/// `<event>__<description>.sql`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallbackName {
+    /// One of [`CALLBACK_EVENTS`].
+    pub event: &'static str,
+    /// The text after the first `__`, as it is (Flyway orders the callbacks
+    /// of one event by it, the one without a description first).
+    pub description: Option<String>,
+}
+
+/// Parses a Flyway SQL callback file name (a bare name, not a path);
+/// `None` when the name is not one.
+pub fn parse_callback_name(file_name: &str) -> Option<CallbackName> {
+    let stem = file_name.strip_suffix(SUFFIX)?;
+    let event = callback_event(stem)?;
+    let description = stem
+        .split_once(SEPARATOR)
+        .map(|(_, description)| description.to_string());
+    Some(CallbackName { event, description })
+}
+
+/// The callback event a file stem names: the text before the first `__`
+/// (or all of it) when it is one of [`CALLBACK_EVENTS`].
+fn callback_event(stem: &str) -> Option<&'static str> {
+    let id = stem.split_once(SEPARATOR).map_or(stem, |(id, _)| id);
+    CALLBACK_EVENTS.iter().copied().find(|e| *e == id)
 }
 
 /// The length of `name` without its `.sql` suffix, matched in any letter case;
@@ -373,6 +457,36 @@ mod tests {
             ),
         );
         check("V1__line\nbreak.sql", V("1", "line\nbreak"));
+    }
+
+    #[test]
+    fn callbacks_are_not_migrations() {
+        check("beforeMigrate.sql", Skip);
+        check("afterEachMigrate__log_it.sql", Skip);
+        check("beforeInfo__.sql", Skip);
+        check(
+            "beforeMigrat.sql",
+            Fails(
+                "migration file name \"beforeMigrat.sql\" does not start with V (versioned) or R (repeatable); name it like V1__add_users.sql or R__refresh_views.sql, or move it out of the migrations directory",
+            ),
+        );
+        assert_eq!(
+            parse_callback_name("afterMigrate__b_c.sql"),
+            Some(CallbackName {
+                event: "afterMigrate",
+                description: Some("b_c".into())
+            })
+        );
+        assert_eq!(
+            parse_callback_name("beforeValidate.sql"),
+            Some(CallbackName {
+                event: "beforeValidate",
+                description: None
+            })
+        );
+        assert_eq!(parse_callback_name("beforeValidate.SQL"), None);
+        assert_eq!(parse_callback_name("beforevalidate.sql"), None);
+        assert_eq!(parse_callback_name("V1__x.sql"), None);
     }
 
     #[test]
