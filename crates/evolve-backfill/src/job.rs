@@ -133,11 +133,7 @@ pub async fn run(
 
     ensure_jobs_table(&client).await?;
     let key = worker::lock_key("backfill", job);
-    if !worker::try_lock(&client, key).await? {
-        let holder = worker::holder(&client, key)
-            .await?
-            .map(|h| h.to_string())
-            .unwrap_or_else(|| "another session".into());
+    if let Err(holder) = worker::lock(&client, key).await? {
         return Err(BackfillError::Running {
             job: job.to_string(),
             holder,

@@ -709,31 +709,10 @@ async fn replay_batch(
     columns: &[String],
     size: i64,
 ) -> Result<u64, tokio_postgres::Error> {
-    let rows = c.query(&sql::take_log(log), &[&size]).await?;
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    // Each key once: a row changed many times is copied once.
-    let mut keys: Vec<Vec<Option<String>>> = rows
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect::<Result<_, _>>()?;
-    keys.sort_unstable();
-    keys.dedup();
-    let mut per_column: Vec<Vec<Option<String>>> = vec![Vec::with_capacity(keys.len()); key.len()];
-    for k in keys {
-        for (i, v) in k.into_iter().enumerate().take(key.len()) {
-            per_column[i].push(v);
-        }
-    }
-    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = per_column
-        .iter()
-        .map(|v| v as &(dyn tokio_postgres::types::ToSql + Sync))
-        .collect();
-    c.execute(&sql::replay_delete(to, key), &params).await?;
-    c.execute(&sql::replay_insert(from, to, key, columns), &params)
+    let row = c
+        .query_one(&sql::replay(from, to, log, key, columns), &[&size])
         .await?;
-    Ok(rows.len() as u64)
+    Ok(row.try_get::<_, i64>(0)? as u64)
 }
 
 /// What the swap moves from one table to the other, captured under the
@@ -1273,11 +1252,7 @@ async fn start(opts: &RewriteOptions) -> Result<Rewrite<'_>, BackfillError> {
     };
     let table = QualifiedName::new(schema, name);
     let key = worker::lock_key("rewrite", &table.plain());
-    if !worker::try_lock(&client, key).await? {
-        let holder = worker::holder(&client, key)
-            .await?
-            .map(|h| h.to_string())
-            .unwrap_or_else(|| "another session".into());
+    if let Err(holder) = worker::lock(&client, key).await? {
         return Err(err(
             &table,
             format!("another rewrite of it is running ({holder}); wait for it to finish"),

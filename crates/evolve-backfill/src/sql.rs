@@ -201,38 +201,15 @@ pub fn copy_batch(
     )
 }
 
-/// The keys bound as one `text[]` per key column (`$1`, `$2`, ...), cast
-/// back to their types: `SELECT u1::int4, u2::text FROM unnest($1, $2)`.
-fn unnest_keys(key: &[KeyColumn]) -> String {
-    let params: Vec<String> = (1..=key.len()).map(|i| format!("${i}::text[]")).collect();
-    let names: Vec<String> = (1..=key.len()).map(|i| format!("u{i}")).collect();
-    let casts: Vec<String> = key
-        .iter()
-        .enumerate()
-        .map(|(i, k)| format!("u{}::{}", i + 1, k.type_sql))
-        .collect();
-    format!(
-        "SELECT {} FROM unnest({}) AS u({})",
-        casts.join(", "),
-        params.join(", "),
-        names.join(", ")
-    )
-}
-
-/// Replay, first half: delete the rows of the given keys from `to`.
-pub fn replay_delete(to: &QualifiedName, key: &[KeyColumn]) -> String {
-    format!(
-        "DELETE FROM {to} WHERE {} IN ({})",
-        key_tuple(key),
-        unnest_keys(key)
-    )
-}
-
-/// Replay, second half: copy the current rows of the given keys from
-/// `from` into `to`.
-pub fn replay_insert(
+/// One replay batch as a single statement: takes up to `$1` entries off
+/// the change log, oldest first, and makes `to` match `from` for their
+/// keys (each once): rows gone from `from` are deleted from `to`, the
+/// others inserted or, when `to` has them, updated in place. Returns one
+/// row: the entries taken.
+pub fn replay(
     from: &QualifiedName,
     to: &QualifiedName,
+    log: &QualifiedName,
     key: &[KeyColumn],
     columns: &[String],
 ) -> String {
@@ -241,17 +218,38 @@ pub fn replay_insert(
         .map(|c| quote_ident(c))
         .collect::<Vec<_>>()
         .join(", ");
+    let casts: Vec<String> = key
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("(k[{}])::{} AS _k{}", i + 1, k.type_sql, i + 1))
+        .collect();
+    let keys: Vec<String> = (1..=key.len()).map(|i| format!("keys._k{i}")).collect();
+    let keys = format!("({})", keys.join(", "));
+    let qualified = |alias: &str| format!("({})", quoted_list(key, &format!("{alias}.")));
+    let updates: Vec<String> = columns
+        .iter()
+        .filter(|c| !key.iter().any(|k| &k.name == *c))
+        .map(|c| format!("{0} = EXCLUDED.{0}", quote_ident(c)))
+        .collect();
+    let on_conflict = if updates.is_empty() {
+        "DO NOTHING".to_string()
+    } else {
+        format!("DO UPDATE SET {}", updates.join(", "))
+    };
     format!(
-        "INSERT INTO {to} ({cols}) OVERRIDING SYSTEM VALUE SELECT {cols} FROM {from} WHERE {} IN ({})",
-        key_tuple(key),
-        unnest_keys(key)
+        "WITH taken AS (DELETE FROM {log} WHERE id IN (SELECT id FROM {log} ORDER BY id LIMIT $1) RETURNING k), \
+         keys AS (SELECT DISTINCT {casts} FROM taken), \
+         gone AS (DELETE FROM {to} t USING keys WHERE {t_key} = {keys} \
+           AND NOT EXISTS (SELECT FROM {from} f WHERE {f_key} = {keys}) RETURNING 1), \
+         copied AS (INSERT INTO {to} ({cols}) OVERRIDING SYSTEM VALUE \
+           SELECT {cols} FROM {from} f WHERE {f_key} IN (SELECT * FROM keys) \
+           ON CONFLICT {tuple} {on_conflict} RETURNING 1) \
+         SELECT (SELECT count(*) FROM taken)::int8, (SELECT count(*) FROM gone), (SELECT count(*) FROM copied)",
+        casts = casts.join(", "),
+        t_key = qualified("t"),
+        f_key = qualified("f"),
+        tuple = key_tuple(key),
     )
-}
-
-/// Takes up to `$1` entries off the change log, oldest first, returning
-/// their keys.
-pub fn take_log(log: &QualifiedName) -> String {
-    format!("DELETE FROM {log} WHERE id IN (SELECT id FROM {log} ORDER BY id LIMIT $1) RETURNING k")
 }
 
 /// The capture function: every row an INSERT, UPDATE or DELETE touches
@@ -363,11 +361,31 @@ mod tests {
     }
 
     #[test]
-    fn replay_binds_one_array_per_key_column() {
+    fn replay_is_one_statement_that_upserts_each_key_once() {
         let k = key(&[("a", "integer"), ("b", "uuid")]);
-        assert_eq!(
-            replay_delete(&t(), &k),
-            r#"DELETE FROM "public"."orders" WHERE ("a", "b") IN (SELECT u1::integer, u2::uuid FROM unnest($1::text[], $2::text[]) AS u(u1, u2))"#
+        let sql = replay(
+            &t(),
+            &QualifiedName::new("public", "shadow"),
+            &QualifiedName::new("public", "log"),
+            &k,
+            &["a".into(), "b".into(), "v".into()],
+        );
+        assert!(
+            sql.contains("SELECT DISTINCT (k[1])::integer AS _k1, (k[2])::uuid AS _k2 FROM taken"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(r#"ON CONFLICT ("a", "b") DO UPDATE SET "v" = EXCLUDED."v""#),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(r#"WHERE (f."a", f."b") IN (SELECT * FROM keys)"#),
+            "{sql}"
+        );
+        let only_key = replay(&t(), &t(), &t(), &k[..1], &["a".into()]);
+        assert!(
+            only_key.contains(r#"ON CONFLICT ("a") DO NOTHING"#),
+            "{only_key}"
         );
     }
 

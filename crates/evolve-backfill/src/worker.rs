@@ -268,12 +268,27 @@ pub(crate) fn lock_key(scope: &str, name: &str) -> i64 {
     hash as i64
 }
 
-/// Takes the session advisory lock `key` without waiting.
-pub(crate) async fn try_lock(client: &Client, key: i64) -> Result<bool, BackfillError> {
-    Ok(client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-        .await?
-        .try_get(0)?)
+/// Takes the session advisory lock `key`, or says who holds it. A run
+/// that has just exited may still hold it for a moment (its backend ends
+/// after the client has gone), so a held lock is tried again for up to
+/// two seconds before it counts as held.
+pub(crate) async fn lock(client: &Client, key: i64) -> Result<Result<(), String>, BackfillError> {
+    let try_lock = client.prepare("SELECT pg_try_advisory_lock($1)").await?;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let got: bool = client.query_one(&try_lock, &[&key]).await?.try_get(0)?;
+        if got {
+            return Ok(Ok(()));
+        }
+        if Instant::now() >= deadline {
+            let holder = holder(client, key)
+                .await?
+                .map(|h| h.to_string())
+                .unwrap_or_else(|| "another session".into());
+            return Ok(Err(holder));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The session holding advisory lock `key`, if any.

@@ -1,7 +1,8 @@
-//! `cargo xtask bench backfill [ROWS] [WRITERS] [SECONDS]`: a backfill of
-//! ROWS rows (default 5,000,000) while WRITERS pgbench-style writers
-//! (default 4, each `UPDATE t SET a = a + 1 WHERE id = random`) update the
-//! same table.
+//! `cargo xtask bench backfill [ROWS] [WRITERS] [SECONDS] [RATE]`: a
+//! backfill of ROWS rows (default 5,000,000) while WRITERS pgbench-style
+//! writers (default 4, each `UPDATE t SET a = a + 1 WHERE id = random` at
+//! RATE writes a second, default 1,000, as `pgbench -R` does; 0 for as
+//! fast as they can) update the same table.
 //!
 //! Three phases on one table, in one run:
 //!
@@ -57,12 +58,13 @@ fn run() -> Result<(), Error> {
     let rows: i64 = arg(1, 5_000_000)?;
     let writers: usize = arg(2, 4)?;
     let seconds: u64 = arg(3, 10)?;
+    let rate: u64 = arg(4, 1000)?;
     let cluster = evolve_test::Cluster::start()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(bench(&cluster, rows, writers, seconds))
+    rt.block_on(bench(&cluster, rows, writers, seconds, rate))
 }
 
 /// Latencies of the writers between start and stop.
@@ -72,7 +74,8 @@ struct Writers {
 }
 
 impl Writers {
-    async fn start(url: &str, n: usize, rows: i64) -> Result<Writers, Error> {
+    /// `n` writers, each at most `rate` writes a second (0: as fast as it can).
+    async fn start(url: &str, n: usize, rows: i64, rate: u64) -> Result<Writers, Error> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         for w in 0..n {
@@ -84,7 +87,13 @@ impl Writers {
                     .await?;
                 let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1);
                 let mut latencies = Vec::new();
+                let begun = tokio::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
+                    if rate > 0 {
+                        let due =
+                            begun + Duration::from_secs_f64(latencies.len() as f64 / rate as f64);
+                        tokio::time::sleep_until(due).await;
+                    }
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
@@ -147,9 +156,10 @@ async fn bench(
     rows: i64,
     writers: usize,
     seconds: u64,
+    rate: u64,
 ) -> Result<(), Error> {
     println!(
-        "backfill benchmark: {rows} rows, {writers} writers updating random rows of the same table"
+        "backfill benchmark: {rows} rows, {writers} writers updating random rows of the same table, {rate} writes/s each (0: unthrottled)"
     );
     let db = cluster.create_database("bench_backfill").await?;
     let c = evolve_pg::connect(&db.url, "bench").await?;
@@ -160,16 +170,16 @@ async fn bench(
     .await?;
     c.batch_execute("VACUUM ANALYZE t").await?;
 
-    let w = Writers::start(&db.url, writers, rows).await?;
+    let w = Writers::start(&db.url, writers, rows, rate).await?;
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let (alone_n, alone_p99, alone_max) = w.stop().await?;
 
-    let w = Writers::start(&db.url, writers, rows).await?;
+    let w = Writers::start(&db.url, writers, rows, rate).await?;
     let (backfill, batches) = run_backfill(&db.url, "b").await?;
     let (bf_n, bf_p99, bf_max) = w.stop().await?;
     let (quiet, _) = run_backfill(&db.url, "d").await?;
 
-    let w = Writers::start(&db.url, writers, rows).await?;
+    let w = Writers::start(&db.url, writers, rows, rate).await?;
     let started = Instant::now();
     c.batch_execute("UPDATE t SET c = id * 2").await?;
     let update = started.elapsed();

@@ -1,7 +1,9 @@
-//! `cargo xtask bench rewrite [ROWS] [WRITERS]`: integer to bigint on a
-//! table of ROWS rows (default 5,000,000) while WRITERS pgbench-style
-//! writers (default 4, each `UPDATE t SET a = a + 1 WHERE id = random`)
-//! update it.
+//! `cargo xtask bench rewrite [ROWS] [WRITERS] [RATE]`: integer to bigint
+//! on a table of ROWS rows (default 5,000,000) while WRITERS pgbench-style
+//! writers (default 4, each `UPDATE t SET a = a + 1 WHERE id = random` at
+//! RATE writes a second, default 1,000; 0 for as fast as they can) update
+//! it. The replay must outpace the writers: unthrottled writers that keep
+//! two cores busy write changes faster than it applies them.
 //!
 //! Three runs, each on a fresh copy of the table, in one process:
 //!
@@ -54,12 +56,13 @@ where
 fn run() -> Result<(), Error> {
     let rows: i64 = arg(1, 5_000_000)?;
     let writers: usize = arg(2, 4)?;
+    let rate: u64 = arg(3, 1000)?;
     let cluster = evolve_test::Cluster::start()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(bench(&cluster, rows, writers))
+    rt.block_on(bench(&cluster, rows, writers, rate))
 }
 
 /// Latencies of the writers between start and stop.
@@ -69,7 +72,8 @@ struct Writers {
 }
 
 impl Writers {
-    async fn start(url: &str, n: usize, rows: i64) -> Result<Writers, Error> {
+    /// `n` writers, each at most `rate` writes a second (0: as fast as it can).
+    async fn start(url: &str, n: usize, rows: i64, rate: u64) -> Result<Writers, Error> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         for w in 0..n {
@@ -81,7 +85,13 @@ impl Writers {
                     .await?;
                 let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1);
                 let mut latencies = Vec::new();
+                let begun = tokio::time::Instant::now();
                 while !stop.load(Ordering::Relaxed) {
+                    if rate > 0 {
+                        let due =
+                            begun + Duration::from_secs_f64(latencies.len() as f64 / rate as f64);
+                        tokio::time::sleep_until(due).await;
+                    }
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
@@ -124,6 +134,7 @@ async fn measure(
     cluster: &evolve_test::Cluster,
     rows: i64,
     writers: usize,
+    rate: u64,
     way: Way,
 ) -> Result<Option<(Duration, usize, Duration)>, Error> {
     let repack = cluster.bin("pg_repack");
@@ -141,7 +152,7 @@ async fn measure(
     if way == Way::Repack {
         c.batch_execute("CREATE EXTENSION pg_repack").await?;
     }
-    let w = Writers::start(&db.url, writers, rows).await?;
+    let w = Writers::start(&db.url, writers, rows, rate).await?;
     let started = Instant::now();
     match way {
         Way::Evolve => {
@@ -190,17 +201,22 @@ async fn measure(
     Ok(Some((total, n, longest)))
 }
 
-async fn bench(cluster: &evolve_test::Cluster, rows: i64, writers: usize) -> Result<(), Error> {
+async fn bench(
+    cluster: &evolve_test::Cluster,
+    rows: i64,
+    writers: usize,
+    rate: u64,
+) -> Result<(), Error> {
     println!(
-        "rewrite benchmark: integer to bigint, {rows} rows, {writers} writers updating random rows"
+        "rewrite benchmark: integer to bigint, {rows} rows, {writers} writers updating random rows, {rate} writes/s each (0: unthrottled)"
     );
-    let evolve = measure(cluster, rows, writers, Way::Evolve)
+    let evolve = measure(cluster, rows, writers, rate, Way::Evolve)
         .await?
         .ok_or("evolve did not run")?;
-    let alter = measure(cluster, rows, writers, Way::Alter)
+    let alter = measure(cluster, rows, writers, rate, Way::Alter)
         .await?
         .ok_or("ALTER did not run")?;
-    let repack = measure(cluster, rows, writers, Way::Repack).await?;
+    let repack = measure(cluster, rows, writers, rate, Way::Repack).await?;
     println!(
         "{:<28} {:>12} {:>10} {:>16}",
         "way", "total", "writes", "longest block"
