@@ -23,7 +23,8 @@ use tokio_postgres::SimpleQueryMessage;
 use tokio_postgres::Statement as Prepared;
 use tokio_postgres::error::ErrorPosition;
 
-use crate::files::{MigrationFile, MigrationSet};
+use crate::callbacks;
+use crate::files::{CallbackFile, MigrationFile, MigrationSet};
 use crate::history::{History, TYPE_SQL, Widths};
 use crate::plan::{Plan, Resume, Step, StepOptions};
 use crate::rebuild::{self, RebuildPlan};
@@ -45,9 +46,9 @@ pub(crate) async fn run(
 
     if apply_opts.dry_run {
         // Reads only: no lock, no history table created.
-        let (plan, steps) = plan_steps(&files, &history, &client, &step_opts).await?;
+        let (plan, steps) = plan_steps(&files, &history, &client, &step_opts, apply_opts).await?;
         for step in &steps {
-            if !step.file.parsed.directives.no_transaction
+            if !no_transaction(step.file, apply_opts.mixed)
                 && !step.file.parsed.directives.rebuild_dependents_off
             {
                 let populate = apply_opts.populate_in_transaction
@@ -69,7 +70,7 @@ pub(crate) async fn run(
                 version: step.file.version().map(|v| v.as_str().to_string()),
                 description: step.file.name.description.clone(),
                 statements: step.file.parsed.statements.len(),
-                transaction: !step.file.parsed.directives.no_transaction,
+                transaction: !no_transaction(step.file, apply_opts.mixed),
                 resume_at_statement: step.resume.as_ref().map(|r| r.statements_done + 1),
             });
         }
@@ -98,21 +99,35 @@ pub(crate) async fn run(
             &[],
         )
         .await?;
-    let (plan, steps) = plan_steps(&files, &history, &client, &step_opts).await?;
-
-    let mut runner = Runner::new(opts, client, history).await?;
-    runner.populate_in_transaction = apply_opts.populate_in_transaction;
-    let mut applied = 0;
-    let mut current = plan.current_version.clone();
-    for step in &steps {
-        runner.run_step(step, on_event).await?;
-        applied += 1;
-        if let Some(v) = step.file.version()
-            && current.as_ref().is_none_or(|c| v > c)
-        {
-            current = Some(v.clone());
+    callbacks::run(&client, &files, "beforeValidate").await?;
+    let (plan, steps) = match plan_steps(&files, &history, &client, &step_opts, apply_opts).await {
+        Ok(planned) => planned,
+        Err(e @ MigrateError::Invalid { .. }) => {
+            callbacks::run(&client, &files, "afterValidateError").await?;
+            return Err(e);
         }
+        Err(e) => return Err(e),
+    };
+    callbacks::run(&client, &files, "afterValidate").await?;
+    let group = apply_opts.group && group_transaction(&steps, apply_opts.mixed)?;
+
+    let mut runner = Runner::new(opts, client, history, &files).await?;
+    runner.populate_in_transaction = apply_opts.populate_in_transaction;
+    runner.mixed = apply_opts.mixed;
+    runner.group = group;
+    callbacks::run(&runner.client, &files, "beforeMigrate").await?;
+    let mut current = plan.current_version.clone();
+    let applied = match runner.run_steps(&steps, &mut current, on_event).await {
+        Ok(applied) => applied,
+        Err(e) => {
+            callbacks::run(&runner.client, &files, "afterMigrateError").await?;
+            return Err(e);
+        }
+    };
+    if applied > 0 {
+        callbacks::run(&runner.client, &files, "afterMigrateApplied").await?;
     }
+    callbacks::run(&runner.client, &files, "afterMigrate").await?;
     Ok(ApplyReport {
         history_table: runner.history.table.plain(),
         dry_run: false,
@@ -130,6 +145,7 @@ async fn plan_steps<'a>(
     history: &History,
     client: &Client,
     step_opts: &StepOptions,
+    apply_opts: &ApplyOptions,
 ) -> Result<(Plan<'a>, Vec<Step<'a>>), MigrateError> {
     let rows = history.rows(client).await?;
     let progress = history.progress(client).await?;
@@ -140,7 +156,7 @@ async fn plan_steps<'a>(
         .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
     let widths = history.widths(client).await?;
     for step in &steps {
-        check_runnable(step.file)?;
+        check_runnable(step.file, apply_opts.mixed)?;
         check_fits(step.file, &widths, history)?;
     }
     Ok((plan, steps))
@@ -203,10 +219,43 @@ fn check(plan: &Plan<'_>, opts: &StepOptions) -> Result<(), MigrateError> {
     }
 }
 
+/// Whether `file` runs outside a transaction: it says so, or `mixed` lets
+/// a file with a statement PostgreSQL refuses in a transaction run as
+/// Flyway runs it then, without one.
+fn no_transaction(file: &MigrationFile, mixed: bool) -> bool {
+    use evolve_core::migration::StatementKind;
+    file.parsed.directives.no_transaction
+        || (mixed
+            && file
+                .parsed
+                .statements
+                .iter()
+                .any(|s| s.kind == StatementKind::NonTransactional))
+}
+
+/// Whether `group` can put every step in one transaction: yes when all of
+/// them run in one; with `mixed`, steps that cannot make each file run on
+/// its own instead (Flyway runs the whole group outside a transaction
+/// then); without it, a mix is refused as Flyway refuses it.
+fn group_transaction(steps: &[Step<'_>], mixed: bool) -> Result<bool, MigrateError> {
+    let outside = steps.iter().find(|s| no_transaction(s.file, mixed));
+    match outside {
+        None => Ok(true),
+        Some(_) if mixed => Ok(false),
+        Some(step) if steps.iter().any(|s| !no_transaction(s.file, mixed)) => {
+            Err(MigrateError::Script {
+                script: step.file.script.clone(),
+                reason: "runs outside a transaction, and group = true puts the pending migrations in one transaction; set mixed = true (--mixed) to run each of them on its own, or apply this file without --group".into(),
+            })
+        }
+        Some(_) => Ok(false),
+    }
+}
+
 /// A transactional file may not end its own transaction, nor contain a
 /// statement PostgreSQL refuses inside one.
-fn check_runnable(file: &MigrationFile) -> Result<(), MigrateError> {
-    if file.parsed.directives.no_transaction {
+fn check_runnable(file: &MigrationFile, mixed: bool) -> Result<(), MigrateError> {
+    if no_transaction(file, mixed) {
         return Ok(());
     }
     use evolve_core::migration::StatementKind;
@@ -218,7 +267,7 @@ fn check_runnable(file: &MigrationFile) -> Result<(), MigrateError> {
                 first_words(&s.text)
             ),
             StatementKind::NonTransactional => format!(
-                "line {}: {} cannot run inside a transaction; make '-- evolve:no-transaction' the first line of the file",
+                "line {}: {} cannot run inside a transaction; make '-- evolve:no-transaction' the first line of the file, or set mixed = true (--mixed) to run such files outside a transaction",
                 s.line,
                 first_words(&s.text)
             ),
@@ -262,6 +311,20 @@ struct Runner<'o> {
     insert: Prepared,
     begin_sql: String,
     populate_in_transaction: bool,
+    /// The migrations directory's callbacks.
+    files: &'o MigrationSet,
+    mixed: bool,
+    /// Every step runs in one transaction, begun by `run_steps`.
+    group: bool,
+    /// Whether an `afterVersioned` is still due (Flyway's rule: before the
+    /// first repeatable migration, else at the end).
+    versioned_callback_due: bool,
+}
+
+/// Where a statement of a transaction comes from.
+enum Piece<'a> {
+    File(usize),
+    Callback(&'a CallbackFile, &'a Statement),
 }
 
 /// How a transactional attempt ended badly.
@@ -283,6 +346,7 @@ impl<'o> Runner<'o> {
         opts: &'o Options,
         client: Client,
         history: History,
+        files: &'o MigrationSet,
     ) -> Result<Self, MigrateError> {
         let monitor = evolve_pg::connect(&opts.database_url, "evolve migrate (monitor)").await?;
         let row = client
@@ -305,21 +369,111 @@ impl<'o> Runner<'o> {
             insert,
             begin_sql,
             populate_in_transaction: false,
+            files,
+            mixed: false,
+            group: false,
+            versioned_callback_due: true,
         })
     }
 
-    async fn run_step(
+    /// Runs `steps` in order (in one transaction under `group`), with the
+    /// `afterVersioned` and `beforeRepeatables` callbacks where Flyway runs
+    /// them; returns how many ran and raises `current` to the highest
+    /// version applied.
+    async fn run_steps(
         &mut self,
-        step: &Step<'_>,
+        steps: &[Step<'_>],
+        current: &mut Option<evolve_core::migration::Version>,
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<usize, MigrateError> {
+        if self.group && !steps.is_empty() {
+            self.client.batch_execute(&self.begin_sql).await?;
+        }
+        let mut rebuilt = Vec::new();
+        let mut applied = 0;
+        for step in steps {
+            if step.file.version().is_none() && self.versioned_callback_due {
+                self.versioned_callback_due = false;
+                self.group_callbacks("afterVersioned").await?;
+                self.group_callbacks("beforeRepeatables").await?;
+            }
+            if let Err(e) = self.run_step(step, &mut rebuilt, on_event).await {
+                if self.group {
+                    let _ = self.client.batch_execute("ROLLBACK; RESET ALL").await;
+                }
+                return Err(e);
+            }
+            applied += 1;
+            if let Some(v) = step.file.version()
+                && current.as_ref().is_none_or(|c| v > c)
+            {
+                *current = Some(v.clone());
+            }
+        }
+        if self.group && !steps.is_empty() {
+            self.client.batch_execute("COMMIT; RESET ALL").await?;
+            for (file, plan) in &rebuilt {
+                self.after_rebuild(file, plan, on_event).await?;
+            }
+        }
+        if self.versioned_callback_due {
+            callbacks::run(&self.client, self.files, "afterVersioned").await?;
+        }
+        Ok(applied)
+    }
+
+    /// Runs the callbacks of `event` between two steps: inside the group's
+    /// transaction under `group`, else each in its own.
+    async fn group_callbacks(&self, event: &str) -> Result<(), MigrateError> {
+        if !self.group {
+            return callbacks::run(&self.client, self.files, event).await;
+        }
+        for file in self.files.callbacks_of(event) {
+            for stmt in &file.parsed.statements {
+                if let Err(e) = self.client.batch_execute(&stmt.text).await {
+                    return Err(callbacks::failed(
+                        file,
+                        Some((stmt, position_in(&e, &stmt.text).unwrap_or(0))),
+                        &e,
+                        "the group's transaction was rolled back; none of the pending migrations was applied",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How many times a file is retried after a lock timeout: never inside
+    /// a group, whose transaction a failure ends.
+    fn lock_retries(&self) -> u32 {
+        if self.group {
+            0
+        } else {
+            self.opts.lock_retries
+        }
+    }
+
+    async fn run_step<'f>(
+        &mut self,
+        step: &Step<'f>,
+        rebuilt: &mut Vec<(&'f MigrationFile, RebuildPlan)>,
         on_event: &mut dyn FnMut(Event),
     ) -> Result<(), MigrateError> {
         let file = step.file;
         let started = Instant::now();
-        let attempts = if file.parsed.directives.no_transaction {
+        let attempts = if no_transaction(file, self.mixed) {
             self.run_no_transaction(file, step.resume.as_ref(), on_event)
                 .await?
         } else {
-            self.run_transactional(file, on_event).await?
+            let (attempts, plan) = self.run_transactional(file, on_event).await?;
+            if let Some(plan) = plan {
+                if self.group {
+                    rebuilt.push((file, plan));
+                } else {
+                    self.after_rebuild(file, &plan, on_event).await?;
+                }
+            }
+            attempts
         };
         on_event(Event::Applied {
             script: file.script.clone(),
@@ -334,13 +488,14 @@ impl<'o> Runner<'o> {
         Ok(())
     }
 
-    /// Runs a file in one transaction with its history row. Returns the
-    /// number of attempts it took.
+    /// Runs a file in one transaction with its history row (under `group`,
+    /// in the group's). Returns the number of attempts it took, and what
+    /// was rebuilt, to refresh after the commit.
     async fn run_transactional(
         &mut self,
         file: &MigrationFile,
         on_event: &mut dyn FnMut(Event),
-    ) -> Result<u32, MigrateError> {
+    ) -> Result<(u32, Option<RebuildPlan>), MigrateError> {
         let needs_rebuild = !file.parsed.directives.rebuild_dependents_off
             && file
                 .parsed
@@ -369,11 +524,7 @@ impl<'o> Runner<'o> {
                     .map_err(Attempt::Failed)
             };
             let failure = match result {
-                Ok(None) => return Ok(attempt),
-                Ok(Some(plan)) => {
-                    self.after_rebuild(file, &plan, on_event).await?;
-                    return Ok(attempt);
-                }
+                Ok(plan) => return Ok((attempt, plan)),
                 Err(Attempt::Failed(f)) => f,
                 Err(Attempt::Refused(e)) => {
                     let _ = self.client.batch_execute("ROLLBACK").await;
@@ -382,6 +533,18 @@ impl<'o> Runner<'o> {
             };
             // The transaction is aborted or gone; end it whatever its state.
             let _ = self.client.batch_execute("ROLLBACK").await;
+            if self.group {
+                return self
+                    .retry_or_fail(
+                        file,
+                        failure,
+                        attempt,
+                        on_event,
+                        "the group's transaction was rolled back; none of the pending migrations was applied",
+                    )
+                    .await
+                    .map(|()| (attempt, None));
+            }
             if refused_targets.is_none() && !file.parsed.directives.rebuild_dependents_off {
                 let targets = rebuild::targets_from_refusal(&self.client, &failure.error).await?;
                 if !targets.is_empty() {
@@ -415,34 +578,87 @@ impl<'o> Runner<'o> {
         // time (each parsed-analysed just before it runs, so DDL is visible
         // to what follows); the error's position, or else the count of
         // statements that completed, says which one failed.
+        // The beforeEachMigrate and afterEachMigrate callbacks run in the
+        // same transaction, around the file's statements.
         let mut sql = String::with_capacity(file.text.len() + self.begin_sql.len() + 16);
-        sql.push_str(&self.begin_sql);
-        let mut starts = Vec::with_capacity(file.parsed.statements.len());
-        for stmt in &file.parsed.statements {
-            sql.push_str(";\n");
-            starts.push(sql.len());
-            sql.push_str(&stmt.text);
+        let mut pieces = Vec::with_capacity(file.parsed.statements.len());
+        fn push<'a>(
+            pieces: &mut Vec<(usize, Piece<'a>)>,
+            piece: Piece<'a>,
+            text: &str,
+            sql: &mut String,
+        ) {
+            if !sql.is_empty() {
+                sql.push_str(";\n");
+            }
+            pieces.push((sql.len(), piece));
+            sql.push_str(text);
+        }
+        // BEGIN and SET LOCAL complete first (the group's ran before).
+        let mut opening = 0;
+        if !self.group {
+            sql.push_str(&self.begin_sql);
+            opening = 2;
+        }
+        for cb in self.files.callbacks_of("beforeEachMigrate") {
+            for stmt in &cb.parsed.statements {
+                push(&mut pieces, Piece::Callback(cb, stmt), &stmt.text, &mut sql);
+            }
+        }
+        for (i, stmt) in file.parsed.statements.iter().enumerate() {
+            push(&mut pieces, Piece::File(i), &stmt.text, &mut sql);
+        }
+        for cb in self.files.callbacks_of("afterEachMigrate") {
+            for stmt in &cb.parsed.statements {
+                push(&mut pieces, Piece::Callback(cb, stmt), &stmt.text, &mut sql);
+            }
+        }
+        if sql.is_empty() {
+            return self.record_and_commit(file, started).await;
         }
         if let Err(w) = self.execute_watched(&sql).await {
-            let statements = &file.parsed.statements;
             let by_position = position_in(&w.error, &sql).and_then(|at| {
-                let i = starts.iter().rposition(|&start| start <= at)?;
-                Some((i, at - starts[i]))
+                let i = pieces.iter().rposition(|(start, _)| *start <= at)?;
+                Some((i, at - pieces[i].0))
             });
-            // BEGIN and SET LOCAL complete first.
-            let by_count = w.completed.checked_sub(2).filter(|&i| i < statements.len());
+            let by_count = w
+                .completed
+                .checked_sub(opening)
+                .filter(|&i| i < pieces.len());
             let Some((i, within)) = by_position.or(by_count.map(|i| (i, 0))) else {
                 return Err(at_start(w.error));
             };
-            let stmt = &statements[i];
-            let (line, column) = locate(file, stmt, within);
-            return Err(Failure {
-                line,
-                column,
-                statement: Some(stmt.text.clone()),
-                context: None,
-                error: w.error,
-                blockers: w.blockers,
+            return Err(match &pieces[i].1 {
+                Piece::File(n) => {
+                    let stmt = &file.parsed.statements[*n];
+                    let (line, column) = locate(file, stmt, within);
+                    Failure {
+                        line,
+                        column,
+                        statement: Some(stmt.text.clone()),
+                        context: None,
+                        error: w.error,
+                        blockers: w.blockers,
+                    }
+                }
+                Piece::Callback(cb, stmt) => {
+                    let (line, column) = if within > 0 && within <= stmt.text.len() {
+                        line_col(&cb.text, stmt.offset + within)
+                    } else {
+                        (stmt.line, stmt.column)
+                    };
+                    Failure {
+                        line: 1,
+                        column: 1,
+                        statement: Some(stmt.text.clone()),
+                        context: Some(format!(
+                            "running callback {} (line {line}, column {column})",
+                            cb.script
+                        )),
+                        error: w.error,
+                        blockers: w.blockers,
+                    }
+                }
             });
         }
         self.record_and_commit(file, started).await
@@ -487,7 +703,9 @@ impl<'o> Runner<'o> {
         // RESET ALL keeps settings a file changed with SET from leaking into
         // the next file.
         let insert = self.insert_history(file, elapsed, true);
-        let commit = self.client.batch_execute("COMMIT; RESET ALL");
+        let commit = self
+            .client
+            .batch_execute(if self.group { "" } else { "COMMIT; RESET ALL" });
         let (inserted, committed) = tokio::join!(insert, commit);
         let fail = |statement: &str, error| Failure {
             line: end.0,
@@ -520,10 +738,12 @@ impl<'o> Runner<'o> {
             error,
             blockers: Vec::new(),
         };
-        self.client
-            .batch_execute(&self.begin_sql)
-            .await
-            .map_err(at_start)?;
+        if !self.group {
+            self.client
+                .batch_execute(&self.begin_sql)
+                .await
+                .map_err(at_start)?;
+        }
         let populate =
             self.populate_in_transaction || file.parsed.directives.populate_in_transaction;
         let plan = rebuild::plan_with(&self.client, file, populate, extra_targets)
@@ -541,6 +761,8 @@ impl<'o> Runner<'o> {
                 blockers: w.blockers,
             })?;
         }
+        self.each_callbacks_in_transaction("beforeEachMigrate", line, column)
+            .await?;
         for stmt in &file.parsed.statements {
             if let Err(w) = self.execute_watched(&stmt.text).await {
                 let within = position_in(&w.error, &stmt.text).unwrap_or(0);
@@ -571,6 +793,8 @@ impl<'o> Runner<'o> {
                 blockers: w.blockers,
             })?;
         }
+        self.each_callbacks_in_transaction("afterEachMigrate", end.0, end.1)
+            .await?;
         // The history row, what was rebuilt, and the commit: one
         // transaction, so the record can never disagree with the catalog.
         let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
@@ -603,11 +827,42 @@ impl<'o> Runner<'o> {
                 .await
                 .map_err(|e| fail("(recording the rebuilt dependents)", e))?;
         }
-        self.client
-            .batch_execute("COMMIT; RESET ALL")
-            .await
-            .map_err(|e| fail("COMMIT", e))?;
+        if !self.group {
+            self.client
+                .batch_execute("COMMIT; RESET ALL")
+                .await
+                .map_err(|e| fail("COMMIT", e))?;
+        }
         Ok(Some(plan))
+    }
+
+    /// The `beforeEachMigrate` or `afterEachMigrate` callbacks, statement
+    /// by statement in the migration's transaction; a failure is placed at
+    /// `line`, `column` of the migration.
+    async fn each_callbacks_in_transaction(
+        &self,
+        event: &str,
+        line: u32,
+        column: u32,
+    ) -> Result<(), Failure> {
+        for cb in self.files.callbacks_of(event) {
+            for stmt in &cb.parsed.statements {
+                self.execute_watched(&stmt.text)
+                    .await
+                    .map_err(|w| Failure {
+                        line,
+                        column,
+                        statement: Some(stmt.text.clone()),
+                        context: Some(format!(
+                            "running callback {} (line {}, column {})",
+                            cb.script, stmt.line, stmt.column
+                        )),
+                        error: w.error,
+                        blockers: w.blockers,
+                    })?;
+            }
+        }
+        Ok(())
     }
 
     /// After the commit: refresh the recreated materialized views that held
@@ -650,13 +905,13 @@ impl<'o> Runner<'o> {
         outcome: &str,
     ) -> Result<(), MigrateError> {
         if evolve_pg::is_lock_timeout(&failure.error) {
-            if attempt <= self.opts.lock_retries {
+            if attempt <= self.lock_retries() {
                 let wait = backoff(self.opts.retry_delay, attempt);
                 on_event(Event::LockRetry {
                     script: file.script.clone(),
                     line: failure.line,
                     attempt,
-                    retries: self.opts.lock_retries,
+                    retries: self.lock_retries(),
                     wait_ms: wait.as_millis() as u64,
                     blockers: failure.blockers,
                     role: self.role.clone(),
@@ -776,6 +1031,7 @@ impl<'o> Runner<'o> {
                 (rank, 0)
             }
         };
+        callbacks::run(&self.client, self.files, "beforeEachMigrate").await?;
         self.client
             .batch_execute(&format!(
                 "SET lock_timeout = {}",
@@ -810,8 +1066,15 @@ impl<'o> Runner<'o> {
                             i + 1,
                             stmt.line
                         );
-                        self.retry_or_fail(file, failure, attempt, on_event, &outcome)
-                            .await?;
+                        if let Err(e) = self
+                            .retry_or_fail(file, failure, attempt, on_event, &outcome)
+                            .await
+                        {
+                            self.client.batch_execute("RESET ALL").await?;
+                            callbacks::run(&self.client, self.files, "afterEachMigrateError")
+                                .await?;
+                            return Err(e);
+                        }
                     }
                 }
             }
@@ -830,6 +1093,8 @@ impl<'o> Runner<'o> {
                 )
                 .await?;
         }
+        self.client.batch_execute("RESET ALL").await?;
+        callbacks::run(&self.client, self.files, "afterEachMigrate").await?;
         let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
         let t = &self.history.table;
         self.client
@@ -849,7 +1114,6 @@ impl<'o> Runner<'o> {
                 &[&rank],
             )
             .await?;
-        self.client.batch_execute("RESET ALL").await?;
         Ok(max_attempts)
     }
 
@@ -966,7 +1230,7 @@ struct Watched {
 
 /// The byte offset in `sql` of the server's error position (a 1-based
 /// character index into the query string), when it sent one.
-fn position_in(error: &tokio_postgres::Error, sql: &str) -> Option<usize> {
+pub(crate) fn position_in(error: &tokio_postgres::Error, sql: &str) -> Option<usize> {
     match error.as_db_error()?.position()? {
         ErrorPosition::Original(pos) => Some(
             sql.char_indices()

@@ -47,6 +47,18 @@ pub enum MigrateError {
         first: String,
         second: String,
     },
+    #[error(
+        "callbacks {first} and {second} have the same name, and Flyway refuses that; rename or remove one of them"
+    )]
+    DuplicateCallback { first: String, second: String },
+    #[error("callback {script} failed at line {line}, column {column}: {error}\n  {outcome}")]
+    Callback {
+        script: String,
+        line: u32,
+        column: u32,
+        error: String,
+        outcome: String,
+    },
     #[error(transparent)]
     Pg(#[from] PgError),
     #[error("history table {table}: {reason}")]

@@ -14,7 +14,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use evolve_core::migration::{
-    MigrationKind, MigrationName, Script, Version, flyway_checksum, parse_file_name, parse_script,
+    MigrationKind, MigrationName, Script, Version, flyway_checksum, parse_callback_name,
+    parse_file_name, parse_script,
 };
 
 use crate::MigrateError;
@@ -45,12 +46,28 @@ impl MigrationFile {
     }
 }
 
+/// A Flyway SQL callback: `<event>.sql` or `<event>__<description>.sql`.
+#[derive(Debug)]
+pub struct CallbackFile {
+    /// One of [`crate::callbacks::EVENTS`].
+    pub event: &'static str,
+    pub description: Option<String>,
+    /// Path relative to the migrations directory.
+    pub script: String,
+    /// The text that runs, placeholders replaced.
+    pub text: String,
+    pub parsed: Script,
+}
+
 /// The migrations of a directory, versioned sorted by version and
-/// repeatable sorted by description.
+/// repeatable sorted by description, and its callbacks in Flyway's order.
 #[derive(Debug, Default)]
 pub struct MigrationSet {
     pub versioned: BTreeMap<Version, MigrationFile>,
     pub repeatable: BTreeMap<String, MigrationFile>,
+    /// Per event, the one without a description first, then by
+    /// description (compared as Java compares strings).
+    pub callbacks: Vec<CallbackFile>,
 }
 
 impl MigrationSet {
@@ -81,6 +98,11 @@ impl MigrationSet {
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
+            if let Some(callback) = parse_callback_name(&file_name) {
+                let file = load_callback(&path, script, callback, placeholders, built_ins)?;
+                set.add_callback(file)?;
+                continue;
+            }
             let Some(mut name) =
                 parse_file_name(&file_name).map_err(|e| MigrateError::Name(e.to_string()))?
             else {
@@ -149,10 +171,84 @@ impl MigrationSet {
         Ok(set)
     }
 
+    fn add_callback(&mut self, file: CallbackFile) -> Result<(), MigrateError> {
+        let stem = |f: &CallbackFile| f.script.rsplit('/').next().unwrap_or_default().to_string();
+        if let Some(other) = self.callbacks.iter().find(|c| stem(c) == stem(&file)) {
+            return Err(MigrateError::DuplicateCallback {
+                first: other.script.clone(),
+                second: file.script,
+            });
+        }
+        let key = |f: &CallbackFile| {
+            (
+                f.event,
+                f.description
+                    .as_ref()
+                    .map(|d| d.encode_utf16().collect::<Vec<u16>>()),
+            )
+        };
+        let at = self.callbacks.partition_point(|c| key(c) <= key(&file));
+        self.callbacks.insert(at, file);
+        Ok(())
+    }
+
+    /// The callbacks of `event`, in the order they run.
+    pub fn callbacks_of<'a>(&'a self, event: &'a str) -> impl Iterator<Item = &'a CallbackFile> {
+        self.callbacks.iter().filter(move |c| c.event == event)
+    }
+
     /// The highest version among the files.
     pub fn latest_version(&self) -> Option<&Version> {
         self.versioned.keys().next_back()
     }
+}
+
+/// Reads a callback file, replacing its placeholders; refuses the events
+/// evolve does not run.
+fn load_callback(
+    path: &Path,
+    script: String,
+    name: evolve_core::migration::CallbackName,
+    placeholders: &Placeholders,
+    built_ins: &BuiltIns,
+) -> Result<CallbackFile, MigrateError> {
+    let Some(event) = crate::callbacks::EVENTS
+        .iter()
+        .copied()
+        .find(|e| *e == name.event)
+    else {
+        return Err(MigrateError::Script {
+            script,
+            reason: format!(
+                "evolve does not run {} callbacks; move the file out of the migrations directory (or run that step with Flyway)",
+                name.event
+            ),
+        });
+    };
+    let bytes = read_regular(path)?;
+    let raw = String::from_utf8(bytes).map_err(|e| MigrateError::Script {
+        script: script.clone(),
+        reason: format!("{e}; save the file as UTF-8"),
+    })?;
+    let file_name = script.rsplit('/').next().unwrap_or_default().to_string();
+    let text = placeholders
+        .replace(&raw, built_ins, &file_name)
+        .map_err(|m| MigrateError::Placeholder {
+            script: script.clone(),
+            line: m.line,
+            placeholder: m.placeholder,
+        })?;
+    let parsed = parse_script(&text).map_err(|e| MigrateError::Script {
+        script: script.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(CallbackFile {
+        event,
+        description: name.description,
+        script,
+        text,
+        parsed,
+    })
 }
 
 /// How the walk of a migrations directory treats symbolic links.

@@ -26,6 +26,8 @@ pub struct FlywayConfig {
     pub baseline_version: Option<String>,
     pub baseline_description: Option<String>,
     pub installed_by: Option<String>,
+    pub group: Option<bool>,
+    pub mixed: Option<bool>,
     /// Keys evolve does not apply, each with why: one warning per key.
     pub warnings: Vec<String>,
 }
@@ -181,16 +183,35 @@ fn boolean(key: &str, value: &str) -> Result<bool, String> {
 
 /// Keys of Flyway's that evolve accepts and has nothing to do for, given
 /// the value that matches evolve's own behaviour.
-const SAME_AS_EVOLVE: [(&str, &str); 9] = [
+const SAME_AS_EVOLVE: [(&str, &str); 7] = [
     ("sqlMigrationPrefix", "V"),
     ("repeatableSqlMigrationPrefix", "R"),
     ("sqlMigrationSeparator", "__"),
     ("sqlMigrationSuffixes", ".sql"),
     ("validateOnMigrate", "true"),
-    ("mixed", "true"),
-    ("group", "false"),
     ("encoding", "UTF-8"),
     ("cleanDisabled", "true"),
+];
+
+/// Keys of Flyway's that evolve does not apply, with why.
+const UNSUPPORTED: [(&str, &str); 5] = [
+    (
+        "baselineOnMigrate",
+        "run 'evolve migrate baseline' once instead",
+    ),
+    (
+        "initSql",
+        "evolve runs no SQL at the start of a session; put it in a beforeMigrate.sql callback",
+    ),
+    ("connectRetries", "evolve connects once; retry the command"),
+    (
+        "lockRetryCount",
+        "evolve waits for the migration lock unless --no-wait is given",
+    ),
+    (
+        "callbacks",
+        "evolve runs only the SQL callbacks of the migrations directory",
+    ),
 ];
 
 impl FlywayConfig {
@@ -255,15 +276,22 @@ impl FlywayConfig {
                 "baselineVersion" => c.baseline_version = Some(value.clone()),
                 "baselineDescription" => c.baseline_description = Some(value.clone()),
                 "installedBy" => c.installed_by = Some(value.clone()),
+                "group" => set_bool(&mut c.group, &mut c.warnings),
+                "mixed" => set_bool(&mut c.mixed, &mut c.warnings),
                 "environment" | "driver" => {}
                 other => match SAME_AS_EVOLVE.iter().find(|(name, _)| *name == other) {
                     Some((_, same)) if value.trim().eq_ignore_ascii_case(same) => {}
                     Some((_, same)) => c.warnings.push(format!(
                         "{key}={value} is not supported by evolve, which behaves as {key}={same}; it is ignored"
                     )),
-                    None => c.warnings.push(format!(
-                        "{key} is not supported by evolve; it is ignored"
-                    )),
+                    None => match UNSUPPORTED.iter().find(|(name, _)| *name == other) {
+                        Some((_, why)) => c.warnings.push(format!(
+                            "{key} is not supported by evolve ({why}); it is ignored"
+                        )),
+                        None => c.warnings.push(format!(
+                            "{key} is not supported by evolve; it is ignored"
+                        )),
+                    },
                 },
             }
         }
@@ -382,8 +410,9 @@ mod tests {
     fn unsupported_keys_are_named() {
         let c = FlywayConfig::from_pairs(&pairs(&[
             ("flyway.group", "true"),
-            ("flyway.mixed", "true"),
+            ("flyway.mixed", "yes"),
             ("flyway.callbacks", "com.x.Y"),
+            ("flyway.sqlMigrationPrefix", "M"),
             ("flyway.outOfOrder", "perhaps"),
             ("flyway.user", "a b"),
             ("flyway.password", "p@ss"),
@@ -392,11 +421,13 @@ mod tests {
         assert_eq!(
             c.warnings,
             [
-                "flyway.callbacks is not supported by evolve; it is ignored",
-                "flyway.group=true is not supported by evolve, which behaves as flyway.group=false; it is ignored",
+                "flyway.callbacks is not supported by evolve (evolve runs only the SQL callbacks of the migrations directory); it is ignored",
+                "flyway.mixed is \"yes\", expected true or false; the setting is ignored",
                 "flyway.outOfOrder is \"perhaps\", expected true or false; the setting is ignored",
+                "flyway.sqlMigrationPrefix=M is not supported by evolve, which behaves as flyway.sqlMigrationPrefix=V; it is ignored",
             ]
         );
+        assert_eq!(c.group, Some(true));
         assert_eq!(
             c.database_url.as_deref(),
             Some("postgres://a%20b:p%40ss@h:1/d?sslmode=require")

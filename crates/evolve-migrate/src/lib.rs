@@ -13,6 +13,7 @@
 //! serializable reports; rendering is the caller's business.
 
 mod apply;
+mod callbacks;
 mod deps;
 mod error;
 mod files;
@@ -31,9 +32,10 @@ use evolve_core::migration::Version;
 use evolve_pg::{Client, SessionInfo};
 use serde::Serialize;
 
+pub use callbacks::EVENTS as CALLBACK_EVENTS;
 pub use deps::{Dependent, DependentKind, DepsReport, to_dot, to_mermaid};
 pub use error::MigrateError;
-pub use files::{MigrationFile, MigrationSet, Symlinks};
+pub use files::{CallbackFile, MigrationFile, MigrationSet, Symlinks};
 pub use flyway_config::{ConfigError, FlywayConfig, from_env, parse_conf, parse_toml};
 pub use history::{BASELINE_DESCRIPTION, History, HistoryRow};
 pub use lock::lock_key;
@@ -101,6 +103,13 @@ pub struct ApplyOptions {
     /// table stays locked while they populate) instead of refreshing them
     /// after the commit.
     pub populate_in_transaction: bool,
+    /// Flyway's `group`: every pending migration in one transaction, so one
+    /// failure rolls back all of them.
+    pub group: bool,
+    /// Flyway's `mixed`: a file with a statement PostgreSQL refuses in a
+    /// transaction runs outside one, as if it began with
+    /// `-- evolve:no-transaction`.
+    pub mixed: bool,
 }
 
 /// What happens while a verb runs, in order. Serialized as one JSON object
@@ -378,19 +387,29 @@ pub async fn refresh_status(database_url: &str) -> Result<Vec<MatviewStatus>, Mi
 pub async fn status(opts: &Options) -> Result<StatusReport, MigrateError> {
     let c = connect(opts).await?;
     let files = c.load(opts).await?;
-    let history_exists = c.history.exists(&c.client).await?;
-    let rows = c.history.rows(&c.client).await?;
-    let progress = c.history.progress(&c.client).await?;
-    let plan = Plan::new(&files, &rows, &progress);
-    Ok(StatusReport {
-        history_table: c.history.table.plain(),
-        history_exists,
-        current_version: plan
-            .current_version
-            .as_ref()
-            .map(|v| v.as_str().to_string()),
-        migrations: plan.migrations,
-    })
+    callbacks::around(
+        &c.client,
+        &files,
+        "beforeInfo",
+        "afterInfo",
+        "afterInfoError",
+        async {
+            let history_exists = c.history.exists(&c.client).await?;
+            let rows = c.history.rows(&c.client).await?;
+            let progress = c.history.progress(&c.client).await?;
+            let plan = Plan::new(&files, &rows, &progress);
+            Ok(StatusReport {
+                history_table: c.history.table.plain(),
+                history_exists,
+                current_version: plan
+                    .current_version
+                    .as_ref()
+                    .map(|v| v.as_str().to_string()),
+                migrations: plan.migrations,
+            })
+        },
+    )
+    .await
 }
 
 /// `evolve migrate validate`: fails when an applied file was edited or is
@@ -399,11 +418,26 @@ pub async fn status(opts: &Options) -> Result<StatusReport, MigrateError> {
 pub async fn validate(opts: &Options) -> Result<ValidateReport, MigrateError> {
     let c = connect(opts).await?;
     let files = c.load(opts).await?;
+    callbacks::around(
+        &c.client,
+        &files,
+        "beforeValidate",
+        "afterValidate",
+        "afterValidateError",
+        validate_loaded(&c, &files),
+    )
+    .await
+}
+
+async fn validate_loaded(
+    c: &Connected,
+    files: &MigrationSet,
+) -> Result<ValidateReport, MigrateError> {
     let rows = c.history.rows(&c.client).await?;
     let progress = c.history.progress(&c.client).await?;
-    let plan = Plan::new(&files, &rows, &progress);
+    let plan = Plan::new(files, &rows, &progress);
     let mut problems = plan.problems(&StepOptions::default());
-    let next = next_version(&files, &rows);
+    let next = next_version(files, &rows);
     for m in plan.deleted_on_disk() {
         problems.push(format!(
             "migration {} has version {}, which 'evolve migrate repair' marked deleted, so apply never runs it; rename it to version {next} (or above), or remove it if its changes are already in the database",
@@ -447,7 +481,29 @@ pub async fn baseline(
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ChangeReport, MigrateError> {
     let c = connect(opts).await?;
+    let files = if opts.dir.is_dir() {
+        c.load(opts).await?
+    } else {
+        MigrationSet::default()
+    };
     let _lock = lock::acquire_and_ensure(opts, &c.client, &c.history, on_event).await?;
+    callbacks::around(
+        &c.client,
+        &files,
+        "beforeBaseline",
+        "afterBaseline",
+        "afterBaselineError",
+        baseline_row(opts, &c, version, description),
+    )
+    .await
+}
+
+async fn baseline_row(
+    opts: &Options,
+    c: &Connected,
+    version: &Version,
+    description: Option<&str>,
+) -> Result<ChangeReport, MigrateError> {
     let rows = c.history.rows(&c.client).await?;
     if let Some(row) = rows.iter().find(|r| r.kind != history::TYPE_SCHEMA) {
         return Err(MigrateError::History {
@@ -504,12 +560,35 @@ pub async fn repair(
         });
     }
     c.history.ensure(&c.client).await?;
-    let rows = c.history.rows(&c.client).await?;
-    let progress = c.history.progress(&c.client).await?;
-    let plan = Plan::new(&files, &rows, &progress);
-    let t = &c.history.table;
-    let mut tx_client = c.client;
-    let tx = tx_client.transaction().await?;
+    callbacks::run(&c.client, &files, "beforeRepair").await?;
+    let Connected {
+        mut client,
+        history,
+    } = c;
+    match repair_rows(opts, &mut client, &history, &files, on_event).await {
+        Ok(report) => {
+            callbacks::run(&client, &files, "afterRepair").await?;
+            Ok(report)
+        }
+        Err(e) => {
+            callbacks::run(&client, &files, "afterRepairError").await?;
+            Err(e)
+        }
+    }
+}
+
+async fn repair_rows(
+    opts: &Options,
+    client: &mut Client,
+    history: &History,
+    files: &MigrationSet,
+    on_event: &mut dyn FnMut(Event),
+) -> Result<ChangeReport, MigrateError> {
+    let rows = history.rows(client).await?;
+    let progress = history.progress(client).await?;
+    let plan = Plan::new(files, &rows, &progress);
+    let t = &history.table;
+    let tx = client.transaction().await?;
     let mut changed = 0;
     if let Some(java) = plan.migrations.iter().find(|m| {
         m.state == State::Failed
@@ -518,7 +597,7 @@ pub async fn repair(
             })
     }) {
         return Err(MigrateError::History {
-            table: c.history.table.plain(),
+            table: history.table.plain(),
             reason: format!(
                 "migration {} is a failed Java-based migration, which evolve cannot repair; repair it with Flyway, which has its class",
                 java.script
@@ -535,10 +614,7 @@ pub async fn repair(
                 )
                 .await?;
                 tx.execute(
-                    &format!(
-                        "DELETE FROM {} WHERE installed_rank = $1",
-                        c.history.progress
-                    ),
+                    &format!("DELETE FROM {} WHERE installed_rank = $1", history.progress),
                     &[&rank],
                 )
                 .await?;
@@ -561,7 +637,7 @@ pub async fn repair(
             }
             State::MissingFile | State::Future => {
                 tx.query_one(
-                    &c.history.insert_sql(),
+                    &history.insert_sql(),
                     &[
                         &m.version,
                         &m.description,

@@ -472,3 +472,251 @@ async fn java_migrations_and_other_column_sets() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every callback file logs its name (and a placeholder) into `cb_log`.
+fn write_callbacks(dir: &Path, events: &[&str]) {
+    for event in events {
+        std::fs::write(
+            dir.join(format!("{event}.sql")),
+            "CREATE TABLE IF NOT EXISTS cb_log (n serial PRIMARY KEY, event text);\nINSERT INTO cb_log (event) VALUES ('${flyway:filename} ${who}');\n",
+        )
+        .expect("write callback");
+    }
+}
+
+async fn callback_log(client: &Client) -> Vec<String> {
+    client
+        .query("SELECT event FROM cb_log ORDER BY n", &[])
+        .await
+        .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+        .unwrap_or_default()
+}
+
+/// The same callbacks run for the same events, in the same order, the
+/// same number of times, in Flyway and in evolve; beforeEachMigrate's
+/// work rolls back with a failed migration; the histories are identical.
+#[tokio::test]
+async fn callbacks_run_as_flyway_runs_them() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("callbacks");
+    write_callbacks(
+        &dir,
+        &[
+            "beforeMigrate",
+            "beforeMigrate__b",
+            "beforeMigrate__a",
+            "beforeEachMigrate",
+            "afterEachMigrate",
+            "afterEachMigrateError",
+            "afterVersioned",
+            "beforeRepeatables",
+            "afterMigrateApplied",
+            "afterMigrate",
+            "afterMigrateError",
+            "beforeValidate",
+            "afterValidate",
+            "beforeRepair",
+            "afterRepair",
+            "beforeBaseline",
+            "afterBaseline",
+            "beforeInfo",
+            "afterInfo",
+        ],
+    );
+    std::fs::write(dir.join("V1__a.sql"), "CREATE TABLE a (id int);\n").expect("write");
+    std::fs::write(dir.join("V2__b.sql"), "INSERT INTO a VALUES (2);\n").expect("write");
+    std::fs::write(
+        dir.join("R__r.sql"),
+        "CREATE OR REPLACE VIEW r AS SELECT 1 AS one;\n",
+    )
+    .expect("write");
+    let config = [
+        ("flyway.placeholders.who", "someone"),
+        ("flyway.baselineVersion", "0"),
+    ];
+    let failing = dir.join("V3__fails.sql");
+
+    let fw = evolve_test::fresh_db("fw_cb").await;
+    let outcomes = flyway.run(&fw.url, &dir, &config, &["baseline", "migrate"]);
+    outcomes[0].expect_ok("baseline");
+    outcomes[1].expect_ok("migrate");
+    std::fs::write(&failing, "SELECT 1/0;\n").expect("write");
+    assert!(!flyway.run(&fw.url, &dir, &config, &["migrate"])[0].ok());
+    std::fs::remove_file(&failing).expect("rm");
+    let outcomes = flyway.run(&fw.url, &dir, &config, &["repair", "info", "validate"]);
+    for o in &outcomes {
+        o.expect_ok("repair, info, validate");
+    }
+
+    let ev = evolve_test::fresh_db("ev_cb").await;
+    let mut opts = Options::new(ev.url.clone(), &dir);
+    opts.history_table = (None, "flyway_schema_history".into());
+    opts.placeholders
+        .values
+        .insert("who".into(), "someone".into());
+    let zero = evolve_core::migration::Version::parse("0").expect("version");
+    evolve_migrate::baseline(&opts, &zero, None, &mut |_| {})
+        .await
+        .expect("baseline");
+    evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect("apply");
+    std::fs::write(&failing, "SELECT 1/0;\n").expect("write");
+    evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect_err("V3 fails");
+    std::fs::remove_file(&failing).expect("rm");
+    evolve_migrate::repair(&opts, &mut |_| {})
+        .await
+        .expect("repair");
+    evolve_migrate::status(&opts).await.expect("status");
+    evolve_migrate::validate(&opts).await.expect("validate");
+
+    let fw_client = evolve_pg::connect(&fw.url, "t").await.expect("connect");
+    let ev_client = evolve_pg::connect(&ev.url, "t").await.expect("connect");
+    let fw_log = callback_log(&fw_client).await;
+    let ev_log = callback_log(&ev_client).await;
+    let expected: Vec<String> = [
+        "beforeBaseline",
+        "afterBaseline",
+        "beforeValidate",
+        "afterValidate",
+        "beforeMigrate",
+        "beforeMigrate__a",
+        "beforeMigrate__b",
+        "beforeEachMigrate",
+        "afterEachMigrate",
+        "beforeEachMigrate",
+        "afterEachMigrate",
+        "afterVersioned",
+        "beforeRepeatables",
+        "beforeEachMigrate",
+        "afterEachMigrate",
+        "afterMigrateApplied",
+        "afterMigrate",
+        // V3 fails: its beforeEachMigrate rolls back with it.
+        "beforeValidate",
+        "afterValidate",
+        "beforeMigrate",
+        "beforeMigrate__a",
+        "beforeMigrate__b",
+        "afterMigrateError",
+        "beforeRepair",
+        "afterRepair",
+        "beforeInfo",
+        "afterInfo",
+        "beforeValidate",
+        "afterValidate",
+    ]
+    .iter()
+    .map(|e| format!("{e}.sql someone"))
+    .collect();
+    assert_eq!(fw_log, expected);
+    assert_eq!(ev_log, fw_log);
+    assert_eq!(history(&ev_client).await, history(&fw_client).await);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn exists(client: &Client, table: &str) -> bool {
+    client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .expect("to_regclass")
+        .get(0)
+}
+
+/// `group = true` rolls back every pending migration with the one that
+/// fails, and `mixed` decides whether a file that mixes statements that
+/// cannot run in a transaction with ones that can is refused or run: in
+/// both tools alike.
+#[tokio::test]
+async fn group_and_mixed_as_flyway() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("group");
+    std::fs::write(dir.join("V1__t.sql"), "CREATE TABLE g (id int);\n").expect("write");
+    std::fs::write(dir.join("V2__ok.sql"), "INSERT INTO g VALUES (1);\n").expect("write");
+    std::fs::write(dir.join("V3__fails.sql"), "INSERT INTO g VALUES (1/0);\n").expect("write");
+    let mixed_dir = temp_dir("mixed");
+    std::fs::write(
+        mixed_dir.join("V1__mixed.sql"),
+        "CREATE TABLE m (id int);\nCREATE INDEX CONCURRENTLY m_i ON m (id);\n",
+    )
+    .expect("write");
+
+    let fw = evolve_test::fresh_db("fw_group").await;
+    let ev = evolve_test::fresh_db("ev_group").await;
+    let fw_client = evolve_pg::connect(&fw.url, "t").await.expect("connect");
+    let ev_client = evolve_pg::connect(&ev.url, "t").await.expect("connect");
+    let mut opts = Options::new(ev.url.clone(), &dir);
+    opts.history_table = (None, "flyway_schema_history".into());
+
+    // group: nothing of V1..V3 stays.
+    assert!(!flyway.run(&fw.url, &dir, &[("flyway.group", "true")], &["migrate"])[0].ok());
+    let group = ApplyOptions {
+        group: true,
+        ..ApplyOptions::default()
+    };
+    let err = evolve_migrate::apply(&opts, &group, &mut |_| {})
+        .await
+        .expect_err("V3 fails")
+        .to_string();
+    assert!(
+        err.contains("none of the pending migrations was applied"),
+        "{err}"
+    );
+    assert!(!exists(&fw_client, "g").await);
+    assert!(!exists(&ev_client, "g").await);
+    assert_eq!(history(&ev_client).await, history(&fw_client).await);
+    assert!(history(&ev_client).await.is_empty());
+
+    // Without group, V1 and V2 stay.
+    assert!(!flyway.run(&fw.url, &dir, &[], &["migrate"])[0].ok());
+    evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect_err("V3 fails");
+    assert!(exists(&ev_client, "g").await);
+    assert_eq!(history(&ev_client).await, history(&fw_client).await);
+    assert_eq!(history(&ev_client).await.len(), 2);
+
+    // mixed = false refuses the mixed file, mixed = true applies it.
+    let fw = evolve_test::fresh_db("fw_mixed").await;
+    let ev = evolve_test::fresh_db("ev_mixed").await;
+    let fw_client = evolve_pg::connect(&fw.url, "t").await.expect("connect");
+    let ev_client = evolve_pg::connect(&ev.url, "t").await.expect("connect");
+    let mut opts = Options::new(ev.url.clone(), &mixed_dir);
+    opts.history_table = (None, "flyway_schema_history".into());
+    let outcomes = flyway.run(&fw.url, &mixed_dir, &[], &["migrate"]);
+    assert!(!outcomes[0].ok());
+    evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect_err("mixed = false refuses it");
+    assert!(!exists(&fw_client, "m").await);
+    assert!(!exists(&ev_client, "m").await);
+    // Flyway's transactional lock would make its own CREATE INDEX
+    // CONCURRENTLY wait for it forever.
+    flyway.ok(
+        &fw.url,
+        &mixed_dir,
+        &[
+            ("flyway.mixed", "true"),
+            ("flyway.postgresql.transactional.lock", "false"),
+        ],
+        "migrate",
+    );
+    let mixed = ApplyOptions {
+        mixed: true,
+        ..ApplyOptions::default()
+    };
+    evolve_migrate::apply(&opts, &mixed, &mut |_| {})
+        .await
+        .expect("mixed = true applies it");
+    assert!(exists(&ev_client, "m_i").await);
+    assert!(exists(&fw_client, "m_i").await);
+    assert_eq!(history(&ev_client).await, history(&fw_client).await);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&mixed_dir);
+}

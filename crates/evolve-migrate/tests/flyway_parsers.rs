@@ -45,6 +45,19 @@ proptest! {
     }
 
     #[test]
+    fn callback_names_never_panic_and_are_never_migrations(
+        name in "\\PC{0,30}",
+        event in proptest::sample::select(evolve_core::migration::CALLBACK_EVENTS.to_vec()),
+        description in "[a-zA-Z0-9_ ]{0,10}",
+    ) {
+        let _ = evolve_core::migration::parse_callback_name(&name);
+        let file = format!("{event}__{description}.sql");
+        let parsed = evolve_core::migration::parse_callback_name(&file);
+        prop_assert_eq!(parsed.map(|c| c.event), Some(event));
+        prop_assert_eq!(evolve_core::migration::parse_file_name(&file), Ok(None));
+    }
+
+    #[test]
     fn text_without_the_prefix_is_left_alone(text in "[^$]*") {
         let p = Placeholders::default();
         prop_assert_eq!(p.replace(&text, &BuiltIns::default(), "f"), Ok(text.clone()));

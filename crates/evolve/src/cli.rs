@@ -293,6 +293,15 @@ pub enum MigrateVerb {
         /// base table stays locked while they fill).
         #[arg(long)]
         populate_in_transaction: bool,
+        /// Apply every pending migration in one transaction: one failure
+        /// rolls back all of them (Flyway's group).
+        #[arg(long)]
+        group: bool,
+        /// Run a file with a statement PostgreSQL refuses in a transaction
+        /// outside one, as if it began with '-- evolve:no-transaction'
+        /// (Flyway's mixed).
+        #[arg(long)]
+        mixed: bool,
         #[command(flatten)]
         db: DatabaseArgs,
         #[command(flatten)]
@@ -552,6 +561,8 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
             dry_run,
             out_of_order,
             populate_in_transaction,
+            group,
+            mixed,
             db,
             files,
             lock,
@@ -571,6 +582,8 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                 out_of_order: out_of_order || flyway.out_of_order == Some(true),
                 dry_run,
                 populate_in_transaction,
+                group: group || flyway.group == Some(true),
+                mixed: mixed || flyway.mixed == Some(true),
             };
             let mut event_out = out.clone();
             let report = evolve_migrate::apply(&opts, &apply_opts, &mut |e| {
@@ -595,7 +608,7 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                 placeholders: Vec::new(),
                 placeholder_prefix: None,
                 placeholder_suffix: None,
-                no_placeholder_replacement: true,
+                no_placeholder_replacement: false,
             };
             let (opts, flyway) = options(&db, &no_files, Some(&lock), None)?;
             let version = match (version, &flyway.baseline_version) {
