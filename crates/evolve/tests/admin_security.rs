@@ -2,12 +2,14 @@
 //! without the token, driven with curl as an attacker would, and the
 //! evolve commands that call it.
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const EVOLVE: &str = env!("CARGO_BIN_EXE_evolve");
+use support::{EVOLVE, Pipeline, evolve_with, text};
+
 const TOKEN: &str = "tok-4b1d6c0e9f";
 
 fn temp_dir(hint: &str) -> PathBuf {
@@ -20,44 +22,13 @@ fn temp_dir(hint: &str) -> PathBuf {
     dir
 }
 
-/// A running `evolve pipeline run`; killed on drop.
-struct Running {
-    child: Child,
-    /// `127.0.0.1:PORT`.
-    authority: String,
+/// `127.0.0.1:PORT` of a running pipeline.
+fn authority(running: &Pipeline) -> &str {
+    running.url.strip_prefix("http://").expect("an http URL")
 }
 
-impl Running {
-    fn start(config: &Path) -> Running {
-        let mut child = Command::new(EVOLVE)
-            .args(["pipeline", "run", "--config"])
-            .arg(config)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn evolve pipeline run");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("first line");
-        let authority = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
-        Running { child, authority }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.authority)
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn url(running: &Pipeline, path: &str) -> String {
+    format!("{}{path}", running.url)
 }
 
 /// curl with `args`; the HTTP status and the body.
@@ -83,23 +54,8 @@ fn curl_headers(args: &[&str]) -> String {
     text(&out.stdout).to_ascii_lowercase()
 }
 
-fn evolve(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(EVOLVE);
-    cmd.args(args)
-        .env_remove("EVOLVE_ADMIN")
-        .env_remove("EVOLVE_ADMIN_TOKEN");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run evolve")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// The sinks the pipeline has, by `SHOW SINKS` over JSON.
-fn sinks(running: &Running, token: Option<&str>) -> Vec<String> {
+fn sinks(running: &Pipeline, token: Option<&str>) -> Vec<String> {
     let auth = token.map(|t| format!("Authorization: Bearer {t}"));
     let mut args = vec![
         "-X",
@@ -112,7 +68,7 @@ fn sinks(running: &Running, token: Option<&str>) -> Vec<String> {
     if let Some(auth) = &auth {
         args.extend(["-H", auth.as_str()]);
     }
-    let url = running.url("/sql");
+    let url = url(running, "/sql");
     args.push(&url);
     let (status, body) = curl(&args);
     assert_eq!(status, 200, "{body}");
@@ -152,7 +108,7 @@ async fn web_pages_and_rebinding_cannot_drive_the_admin_api() {
         .unwrap();
     let dir = temp_dir("browser");
     let config = write_config(&dir, &up.url, &sink.url, "");
-    let running = Running::start(&config);
+    let running = Pipeline::start(&config);
     let setup = format!(
         "CREATE SOURCE src_{db} FROM POSTGRES CONNECTION up (PUBLICATION 'evolve_pub');
          CREATE TABLE canary_v1 FROM SOURCE src_{db} (REFERENCE public.canary);
@@ -161,11 +117,11 @@ async fn web_pages_and_rebinding_cannot_drive_the_admin_api() {
          CREATE SINK canary FROM canary_json INTO POSTGRES CONNECTION sink (TABLE 'public.canary_json');",
         db = up.name
     );
-    let out = evolve(&["sql", "--admin", &running.url(""), "-c", &setup], &[]);
+    let out = evolve_with(&["sql", "--admin", &url(&running, ""), "-c", &setup], &[]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(sinks(&running, None), ["canary"]);
 
-    let sql = running.url("/sql");
+    let sql = url(&running, "/sql");
     // The request from the report: a page of another origin, a "simple"
     // request that needs no preflight.
     let (status, body) = curl(&[
@@ -199,7 +155,7 @@ async fn web_pages_and_rebinding_cannot_drive_the_admin_api() {
         assert_eq!(status, 415, "{content_type}: {body}");
     }
     // DNS rebinding: the page's own host name in Host.
-    let port = running.authority.rsplit_once(':').unwrap().1.to_string();
+    let port = authority(&running).rsplit_once(':').unwrap().1.to_string();
     let rebound = format!("Host: rebind.evil.example:{port}");
     for args in [
         vec!["-H", rebound.as_str(), sql.as_str()],
@@ -218,7 +174,7 @@ async fn web_pages_and_rebinding_cannot_drive_the_admin_api() {
         let (status, body) = curl(&args);
         assert_eq!(status, 403, "{args:?}: {body}");
     }
-    let status_url = running.url("/status");
+    let status_url = url(&running, "/status");
     let (status, _) = curl(&["-H", rebound.as_str(), &status_url]);
     assert_eq!(status, 403);
     // A preflight gets no CORS headers, so a browser never sends the
@@ -248,10 +204,11 @@ async fn web_pages_and_rebinding_cannot_drive_the_admin_api() {
         &sql,
     ]);
     assert_eq!(status, 200, "{body}");
-    let out = evolve(
-        &["sql", "--admin", &running.url(""), "-c", "SHOW SINKS"],
+    let out = evolve_with(
+        &["sql", "--admin", &url(&running, ""), "-c", "SHOW SINKS"],
         &[],
-    );
+    )
+    .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("canary"));
     let (status, _) = curl(&["-H", "Host: localhost", &status_url]);
@@ -272,19 +229,19 @@ async fn the_admin_token_guards_every_endpoint_but_metrics() {
         &sink.url,
         "admin_token_file = \"admin.token\"\n",
     );
-    let running = Running::start(&config);
+    let running = Pipeline::start(&config);
     let bearer = format!("Authorization: Bearer {TOKEN}");
     for path in ["/status", "/drift", "/subscribe/nothing"] {
-        let url = running.url(path);
+        let url = url(&running, path);
         let (status, body) = curl(&[&url]);
         assert_eq!(status, 401, "{path}: {body}");
         assert!(!body.contains(TOKEN));
         let (status, _) = curl(&["-H", "Authorization: Bearer wrong", &url]);
         assert_eq!(status, 401, "{path}");
     }
-    let (status, _) = curl(&["-H", &bearer, &running.url("/status")]);
+    let (status, _) = curl(&["-H", &bearer, &url(&running, "/status")]);
     assert_eq!(status, 200);
-    let (status, body) = curl(&[&running.url("/metrics")]);
+    let (status, body) = curl(&[&url(&running, "/metrics")]);
     assert_eq!(status, 200, "{body}");
     let (status, _) = curl(&[
         "-X",
@@ -293,26 +250,27 @@ async fn the_admin_token_guards_every_endpoint_but_metrics() {
         "Content-Type: application/sql",
         "--data",
         "SHOW SOURCES",
-        &running.url("/sql"),
+        &url(&running, "/sql"),
     ]);
     assert_eq!(status, 401);
     assert!(sinks(&running, Some(TOKEN)).is_empty());
 
-    let admin = running.url("");
+    let admin = url(&running, "");
     // Without the token the command says how to give it.
-    let out = evolve(&["status", "--admin", &admin], &[]);
+    let out = evolve_with(&["status", "--admin", &admin], &[]).await;
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("requires a token"), "{stderr}");
     assert!(stderr.contains("EVOLVE_ADMIN_TOKEN"), "{stderr}");
     // From the environment, or from the config file (which also gives the
     // address when it is fixed; here --admin gives the ephemeral port).
-    let out = evolve(
+    let out = evolve_with(
         &["status", "--admin", &admin],
         &[("EVOLVE_ADMIN_TOKEN", TOKEN)],
-    );
+    )
+    .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let out = evolve(
+    let out = evolve_with(
         &[
             "sql",
             "--admin",
@@ -323,12 +281,14 @@ async fn the_admin_token_guards_every_endpoint_but_metrics() {
             "SHOW SOURCES",
         ],
         &[],
-    );
+    )
+    .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let out = evolve(
+    let out = evolve_with(
         &["drift", "--admin", &admin],
         &[("EVOLVE_ADMIN_TOKEN", "wrong")],
-    );
+    )
+    .await;
     assert_eq!(out.status.code(), Some(1));
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(all.contains("token is not valid"), "{all}");

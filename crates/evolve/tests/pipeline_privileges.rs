@@ -3,12 +3,12 @@
 //! pipeline check`, the setup file, run twice. And the checks that catch
 //! each missing privilege, with the statement that fixes it.
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const EVOLVE: &str = env!("CARGO_BIN_EXE_evolve");
+use support::{Pipeline, connect, evolve, readme_file, text};
 
 fn readme() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
@@ -28,21 +28,6 @@ fn readme_block(after: &str, lang: &str) -> String {
     body[..body.find("```").expect("its end")].to_string()
 }
 
-/// The README's setup.sql: the lines after `$ cat setup.sql` up to the
-/// next prompt.
-fn readme_setup() -> String {
-    let block = readme_block("In another shell", "sh");
-    let mut lines = block.lines().skip_while(|l| *l != "$ cat setup.sql");
-    lines.next().expect("$ cat setup.sql");
-    let mut out = String::new();
-    for line in lines.take_while(|l| !l.starts_with('$')) {
-        out.push_str(line);
-        out.push('\n');
-    }
-    assert!(out.contains("CREATE SOURCE"), "{out}");
-    out
-}
-
 fn temp_dir(hint: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "evolve-pipeline-privileges-{}-{hint}",
@@ -51,61 +36,6 @@ fn temp_dir(hint: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
-}
-
-struct Running {
-    child: Child,
-    admin: String,
-}
-
-impl Running {
-    fn start(config: &Path) -> Running {
-        let mut child = Command::new(EVOLVE)
-            .args(["pipeline", "run", "--config"])
-            .arg(config)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn evolve pipeline run");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let admin = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("{line:?}"))
-            .to_string();
-        Running { child, admin }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn evolve(args: &[&str]) -> Output {
-    Command::new(EVOLVE)
-        .args(args)
-        .env_remove("EVOLVE_ADMIN")
-        .env_remove("EVOLVE_ADMIN_TOKEN")
-        .output()
-        .expect("run evolve")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
 }
 
 fn as_user(url: &str, user: &str) -> String {
@@ -196,7 +126,7 @@ async fn the_readme_runs_as_printed_for_a_least_privilege_role() {
         &as_user(&sink_db.url, "writer"),
     );
     let setup = dir.join("setup.sql");
-    std::fs::write(&setup, readme_setup()).unwrap();
+    std::fs::write(&setup, readme_file("setup.sql")).unwrap();
 
     let out = evolve(&[
         "pipeline",
@@ -205,7 +135,8 @@ async fn the_readme_runs_as_printed_for_a_least_privilege_role() {
         config.to_str().unwrap(),
         "-f",
         setup.to_str().unwrap(),
-    ]);
+    ])
+    .await;
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("every check passed"), "{stdout}");
@@ -216,15 +147,16 @@ async fn the_readme_runs_as_printed_for_a_least_privilege_role() {
     let state = dir.join("state");
     assert!(!state.exists(), "a check creates no state");
 
-    let running = Running::start(&config);
+    let running = Pipeline::start(&config);
     for run in 0..2 {
         let out = evolve(&[
             "sql",
             "--admin",
-            &running.admin,
+            &running.url,
             "-f",
             setup.to_str().unwrap(),
-        ]);
+        ])
+        .await;
         assert!(
             out.status.success(),
             "run {run}: {}{}",
@@ -299,8 +231,8 @@ async fn each_missing_privilege_is_named_with_its_fix() {
         &as_user(&sink_db.url, "weak_writer"),
     );
     let setup = dir.join("setup.sql");
-    std::fs::write(&setup, readme_setup()).unwrap();
-    let check = || {
+    std::fs::write(&setup, readme_file("setup.sql")).unwrap();
+    let check = async || {
         evolve(&[
             "pipeline",
             "check",
@@ -309,8 +241,9 @@ async fn each_missing_privilege_is_named_with_its_fix() {
             "-f",
             setup.to_str().unwrap(),
         ])
+        .await
     };
-    let out = check();
+    let out = check().await;
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
     for fix in [
@@ -329,9 +262,9 @@ async fn each_missing_privilege_is_named_with_its_fix() {
     );
 
     // The statements refuse with the same checks, creating nothing.
-    let running = Running::start(&config);
+    let running = Pipeline::start(&config);
     let source = "CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub')";
-    let out = evolve(&["sql", "--admin", &running.admin, "-c", source]);
+    let out = evolve(&["sql", "--admin", &running.url, "-c", source]).await;
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(
@@ -345,7 +278,7 @@ async fn each_missing_privilege_is_named_with_its_fix() {
     up.batch_execute("ALTER ROLE weak REPLICATION")
         .await
         .unwrap();
-    let out = evolve(&["sql", "--admin", &running.admin, "-c", source]);
+    let out = evolve(&["sql", "--admin", &running.url, "-c", source]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("may not create it"),
@@ -371,10 +304,11 @@ async fn each_missing_privilege_is_named_with_its_fix() {
     let out = evolve(&[
         "sql",
         "--admin",
-        &running.admin,
+        &running.url,
         "-f",
         setup.to_str().unwrap(),
-    ]);
+    ])
+    .await;
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stdout),
@@ -397,7 +331,7 @@ async fn each_missing_privilege_is_named_with_its_fix() {
     sink.batch_execute("GRANT CREATE ON SCHEMA public TO weak_writer")
         .await
         .unwrap();
-    let out = check();
+    let out = check().await;
     assert!(out.status.success(), "{}", text(&out.stdout));
     drop(running);
     let _ = std::fs::remove_dir_all(&dir);

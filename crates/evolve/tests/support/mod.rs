@@ -154,13 +154,25 @@ impl Drop for Pipeline {
     }
 }
 
-/// `evolve ARGS`, stdin empty, without `EVOLVE_ADMIN` from the caller.
+/// `evolve ARGS`, stdin empty, without `EVOLVE_ADMIN` or
+/// `EVOLVE_ADMIN_TOKEN` from the caller.
 pub async fn evolve(args: &[&str]) -> Output {
+    evolve_with(args, &[]).await
+}
+
+/// [`evolve`] with the variables `env` set.
+pub async fn evolve_with(args: &[&str], env: &[(&str, &str)]) -> Output {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     tokio::task::spawn_blocking(move || {
         Command::new(EVOLVE)
             .args(&args)
             .env_remove("EVOLVE_ADMIN")
+            .env_remove("EVOLVE_ADMIN_TOKEN")
+            .envs(env)
             .stdin(Stdio::null())
             .output()
             .expect("run evolve")
