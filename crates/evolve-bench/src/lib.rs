@@ -4,7 +4,8 @@
 //! release mode. Results are kept in BENCHMARKS.md.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use evolve_pipeline::Pipeline;
 use tokio::sync::oneshot;
@@ -102,4 +103,70 @@ pub fn mib(kb: u64) -> String {
 pub fn lsn_value(text: &str) -> u64 {
     let (hi, lo) = text.split_once('/').unwrap_or(("0", "0"));
     (u64::from_str_radix(hi, 16).unwrap_or(0) << 32) | u64::from_str_radix(lo, 16).unwrap_or(0)
+}
+
+/// Writers updating random rows of `t (id int8, a ...)` at a fixed rate,
+/// and their latencies between start and stop (the load of the backfill
+/// and rewrite benchmarks).
+pub struct Writers {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<JoinHandle<Result<Vec<Duration>, tokio_postgres::Error>>>,
+}
+
+impl Writers {
+    /// `n` writers, each at most `rate` writes a second (0: as fast as it can).
+    pub async fn start(
+        url: &str,
+        n: usize,
+        rows: i64,
+        rate: u64,
+    ) -> Result<Writers, Box<dyn std::error::Error + Send + Sync>> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for w in 0..n {
+            let c = evolve_pg::connect(url, "bench writer").await?;
+            let stop = stop.clone();
+            tasks.push(tokio::spawn(async move {
+                let update = c
+                    .prepare("UPDATE t SET a = a + 1 WHERE id = $1::int8")
+                    .await?;
+                let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1);
+                let mut latencies = Vec::new();
+                let begun = tokio::time::Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    if rate > 0 {
+                        let due =
+                            begun + Duration::from_secs_f64(latencies.len() as f64 / rate as f64);
+                        tokio::time::sleep_until(due).await;
+                    }
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let id = (x % rows as u64) as i64 + 1;
+                    let started = Instant::now();
+                    c.execute(&update, &[&id]).await?;
+                    latencies.push(started.elapsed());
+                }
+                Ok(latencies)
+            }));
+        }
+        Ok(Writers { stop, tasks })
+    }
+
+    /// (writes, p99, longest).
+    pub async fn stop(
+        self,
+    ) -> Result<(usize, Duration, Duration), Box<dyn std::error::Error + Send + Sync>> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = Vec::new();
+        for t in self.tasks {
+            all.extend(t.await??);
+        }
+        all.sort();
+        let p99 = all
+            .get(all.len().saturating_mul(99) / 100)
+            .copied()
+            .unwrap_or_default();
+        Ok((all.len(), p99, all.last().copied().unwrap_or_default()))
+    }
 }

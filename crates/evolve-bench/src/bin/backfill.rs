@@ -20,13 +20,10 @@
 //! Goals: p99 during the backfill within 2x of the writers alone; the
 //! backfill's rate at least 0.5x of the single UPDATE's.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use evolve_backfill::{BackfillOptions, BatchOptions, Spec};
-use evolve_bench::fmt;
-use tokio::task::JoinHandle;
+use evolve_bench::{Writers, fmt};
 
 fn main() {
     if let Err(e) = run() {
@@ -65,63 +62,6 @@ fn run() -> Result<(), Error> {
         .enable_all()
         .build()?;
     rt.block_on(bench(&cluster, rows, writers, seconds, rate))
-}
-
-/// Latencies of the writers between start and stop.
-struct Writers {
-    stop: Arc<AtomicBool>,
-    tasks: Vec<JoinHandle<Result<Vec<Duration>, tokio_postgres::Error>>>,
-}
-
-impl Writers {
-    /// `n` writers, each at most `rate` writes a second (0: as fast as it can).
-    async fn start(url: &str, n: usize, rows: i64, rate: u64) -> Result<Writers, Error> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut tasks = Vec::new();
-        for w in 0..n {
-            let c = evolve_pg::connect(url, "bench writer").await?;
-            let stop = stop.clone();
-            tasks.push(tokio::spawn(async move {
-                let update = c
-                    .prepare("UPDATE t SET a = a + 1 WHERE id = $1::int8")
-                    .await?;
-                let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1);
-                let mut latencies = Vec::new();
-                let begun = tokio::time::Instant::now();
-                while !stop.load(Ordering::Relaxed) {
-                    if rate > 0 {
-                        let due =
-                            begun + Duration::from_secs_f64(latencies.len() as f64 / rate as f64);
-                        tokio::time::sleep_until(due).await;
-                    }
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let id = (x % rows as u64) as i64 + 1;
-                    let started = Instant::now();
-                    c.execute(&update, &[&id]).await?;
-                    latencies.push(started.elapsed());
-                }
-                Ok(latencies)
-            }));
-        }
-        Ok(Writers { stop, tasks })
-    }
-
-    /// (writes, p99, longest).
-    async fn stop(self) -> Result<(usize, Duration, Duration), Error> {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut all = Vec::new();
-        for t in self.tasks {
-            all.extend(t.await??);
-        }
-        all.sort();
-        let p99 = all
-            .get(all.len().saturating_mul(99) / 100)
-            .copied()
-            .unwrap_or_default();
-        Ok((all.len(), p99, all.last().copied().unwrap_or_default()))
-    }
 }
 
 /// `column = id * 2` as evolve backfills it by default (batches of 5,000

@@ -18,14 +18,11 @@
 //! For each: the total time and the longest time any writer was blocked
 //! (its longest write). Goal: evolve's longest block under 1 s.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use evolve_backfill::BatchOptions;
 use evolve_backfill::rewrite::RewriteOptions;
-use evolve_bench::{fmt, ratio};
-use tokio::task::JoinHandle;
+use evolve_bench::{Writers, fmt, ratio};
 
 fn main() {
     if let Err(e) = run() {
@@ -63,63 +60,6 @@ fn run() -> Result<(), Error> {
         .enable_all()
         .build()?;
     rt.block_on(bench(&cluster, rows, writers, rate))
-}
-
-/// Latencies of the writers between start and stop.
-struct Writers {
-    stop: Arc<AtomicBool>,
-    tasks: Vec<JoinHandle<Result<Vec<Duration>, tokio_postgres::Error>>>,
-}
-
-impl Writers {
-    /// `n` writers, each at most `rate` writes a second (0: as fast as it can).
-    async fn start(url: &str, n: usize, rows: i64, rate: u64) -> Result<Writers, Error> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut tasks = Vec::new();
-        for w in 0..n {
-            let c = evolve_pg::connect(url, "bench writer").await?;
-            let stop = stop.clone();
-            tasks.push(tokio::spawn(async move {
-                let update = c
-                    .prepare("UPDATE t SET a = a + 1 WHERE id = $1::int8")
-                    .await?;
-                let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1);
-                let mut latencies = Vec::new();
-                let begun = tokio::time::Instant::now();
-                while !stop.load(Ordering::Relaxed) {
-                    if rate > 0 {
-                        let due =
-                            begun + Duration::from_secs_f64(latencies.len() as f64 / rate as f64);
-                        tokio::time::sleep_until(due).await;
-                    }
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let id = (x % rows as u64) as i64 + 1;
-                    let started = Instant::now();
-                    c.execute(&update, &[&id]).await?;
-                    latencies.push(started.elapsed());
-                }
-                Ok(latencies)
-            }));
-        }
-        Ok(Writers { stop, tasks })
-    }
-
-    /// (writes, p99, longest).
-    async fn stop(self) -> Result<(usize, Duration, Duration), Error> {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut all = Vec::new();
-        for t in self.tasks {
-            all.extend(t.await??);
-        }
-        all.sort();
-        let p99 = all
-            .get(all.len().saturating_mul(99) / 100)
-            .copied()
-            .unwrap_or_default();
-        Ok((all.len(), p99, all.last().copied().unwrap_or_default()))
-    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
