@@ -28,9 +28,17 @@ pub enum PgError {
     /// read from the service files.
     #[error("{0}")]
     Service(String),
-    /// A query failed.
+    /// A query failed. The message already carries the server's error
+    /// (or the client's, with its cause), so it is not also the source:
+    /// a chain printed in full would say it twice ("...: db error").
     #[error("{}", describe(.0))]
-    Query(#[from] tokio_postgres::Error),
+    Query(tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for PgError {
+    fn from(e: tokio_postgres::Error) -> PgError {
+        PgError::Query(e)
+    }
 }
 
 impl PgError {

@@ -236,6 +236,67 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// A streaming replica of this cluster, started and caught up: a
+    /// `pg_basebackup -R` over the Unix socket (so it needs no password
+    /// under [`Auth::Scram`]), connecting with `application_name` `name`
+    /// (the name `pg_stat_replication` shows), reporting its position every
+    /// second (`wal_receiver_status_interval = 1s`). It is a [`Cluster`] of
+    /// its own: its own port, directory and watchdog, stopped when dropped.
+    /// Pause its replay with `SELECT pg_wal_replay_pause()` on it to make it
+    /// fall behind.
+    pub fn start_standby(&self, name: &str) -> Result<Cluster, HarnessError> {
+        let dir = create_dir(&os::base_dir(self.run_as))?;
+        let mut standby = Cluster {
+            data: dir.join("data"),
+            dir,
+            bin: self.bin.clone(),
+            port: 0,
+            run_as: self.run_as,
+            keep: self.keep,
+            watchdog: None,
+            tls: None,
+            auth: self.auth.clone(),
+        };
+        if let Some(ids) = self.run_as {
+            std::os::unix::fs::chown(&standby.dir, Some(ids.uid), Some(ids.gid)).map_err(|e| {
+                HarnessError::io(
+                    format!("give {} to the postgres user", standby.dir.display()),
+                    e,
+                )
+            })?;
+        }
+        if !standby.keep {
+            standby.watchdog = Some(spawn_watchdog(&standby.dir)?);
+        }
+        let conninfo = format!(
+            "host={} port={} user=postgres application_name={}",
+            self.dir.display(),
+            self.port,
+            name
+        );
+        let mut cmd = standby.tool("pg_basebackup");
+        cmd.arg("-D")
+            .arg(&standby.data)
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync", "-d"])
+            .arg(&conninfo);
+        let out = standby.run(cmd, "pg_basebackup")?;
+        if !out.status.success() {
+            return Err(HarnessError::Tool {
+                tool: format!("pg_basebackup -D {}", standby.data.display()),
+                status: out.status,
+                output: tail(&combined(&out), TAIL_LINES),
+            });
+        }
+        let conf = standby.data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf)
+            .map_err(|e| HarnessError::io(format!("read {}", conf.display()), e))?;
+        text.push_str("\nwal_receiver_status_interval = 1s\nhot_standby = on\n");
+        std::fs::write(&conf, text)
+            .map_err(|e| HarnessError::io(format!("write {}", conf.display()), e))?;
+        standby.start_server()?;
+        Ok(standby)
+    }
+
     /// The TCP port the server listens on at 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.port

@@ -206,3 +206,96 @@ async fn the_batch_size_grows_toward_the_target_batch_time() {
     assert_eq!(batches[1]["next_size"], 40);
     assert_eq!(events(&lines, "finished")[0]["rows_done"], 20000);
 }
+
+/// A streaming replica whose replay is paused falls behind while the
+/// backfill writes; `--max-lag` pauses the backfill until the replica
+/// replays again, and the replica ends with every row changed. A primary
+/// of its own, so that no other test sees the replica's lag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_replaying_behind_pauses_the_backfill_until_it_catches_up() {
+    let primary = evolve_test::Cluster::start().expect("primary");
+    let db = primary.create_database("bf_replica").await.unwrap();
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE s (id int PRIMARY KEY, a int, b int);
+         INSERT INTO s SELECT i, i, NULL FROM generate_series(1, 20000) i;",
+    )
+    .await
+    .unwrap();
+    let standby = primary.start_standby("replica_a").expect("standby");
+    let r = connect(&standby.url(&db.name)).await;
+    let caught_up = async |r: &tokio_postgres::Client, sql: &str, want: i64| {
+        for _ in 0..600 {
+            if r.query_one(sql, &[])
+                .await
+                .is_ok_and(|row| row.get::<_, i64>(0) == want)
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("the replica never answered {want} to {sql}");
+    };
+    caught_up(&r, "SELECT count(*) FROM s", 20000).await;
+    r.batch_execute("SELECT pg_wal_replay_pause()")
+        .await
+        .unwrap();
+    // WAL the replica receives but does not replay, for longer than the
+    // limit.
+    c.batch_execute("CREATE TABLE filler AS SELECT i FROM generate_series(1, 1000) i")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let mut run = Background::start(
+        &db.url,
+        &[
+            "backfill",
+            "run",
+            "--table",
+            "s",
+            "--set",
+            "b = a",
+            "--max-lag",
+            "1s",
+            "--poll",
+            "100ms",
+            "--batch",
+            "200",
+            "--batch-time",
+            "0",
+            "--format",
+            "json",
+        ],
+    );
+    let paused = run.wait_for("paused", |v| v["type"] == "paused");
+    assert_eq!(paused["reason"], "replica_lag", "{paused}");
+    assert_eq!(paused["replica"], "replica_a");
+    assert!(paused["lag_ms"].as_u64().unwrap() > 1000, "{paused}");
+    assert!(
+        paused["message"]
+            .as_str()
+            .unwrap()
+            .contains("replica \"replica_a\" replays"),
+        "{paused}"
+    );
+    // While paused, nothing is written.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(
+        events(&run.seen, "batch").is_empty(),
+        "it paused before the first batch"
+    );
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM s WHERE b IS NOT NULL").await,
+        0,
+        "no batch ran while the replica was behind"
+    );
+    r.batch_execute("SELECT pg_wal_replay_resume()")
+        .await
+        .unwrap();
+    let (status, lines, stderr) = run.finish();
+    assert!(status.success(), "{stderr}");
+    assert!(!events(&lines, "resumed").is_empty(), "{lines:?}");
+    assert_eq!(events(&lines, "finished")[0]["rows_done"], 20000);
+    assert_eq!(count(&c, "SELECT count(*) FROM s WHERE b = a").await, 20000);
+    caught_up(&r, "SELECT count(*) FROM s WHERE b = a", 20000).await;
+}

@@ -623,3 +623,94 @@ async fn bad_input_is_one_line_and_leaves_nothing_behind() {
     assert_eq!(count(&c, "SELECT count(*) FROM evolve_rewrites").await, 0);
     assert_eq!(count(&c, "SELECT count(*) FROM t").await, 1);
 }
+
+/// A non-key `GENERATED ALWAYS AS IDENTITY` column: the replay updates rows
+/// the copy already brought over, which PostgreSQL refuses for such a
+/// column ("can only be updated to DEFAULT") unless the shadow's identity
+/// is `BY DEFAULT` until the swap. After the swap (and after --revert) it
+/// is `ALWAYS` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_always_column_is_replayed_and_stays_always() {
+    let db = evolve_test::fresh_db("rw_identity").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE ledger (id int PRIMARY KEY, seq int GENERATED ALWAYS AS IDENTITY, v int NOT NULL);
+         INSERT INTO ledger (id, v) SELECT i, 0 FROM generate_series(1, 2000) i;",
+    )
+    .await
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(tokio::sync::Notify::new());
+    let updates = {
+        let (url, stop, started) = (db.url.clone(), Arc::clone(&stop), Arc::clone(&started));
+        tokio::spawn(async move {
+            let c = connect(&url).await;
+            started.notify_one();
+            let (mut done, mut failures) = (0i64, Vec::new());
+            let mut i = 0i64;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                match c
+                    .execute(
+                        "UPDATE ledger SET v = v + 1 WHERE id = $1::int8",
+                        &[&(i * 7 % 2000 + 1)],
+                    )
+                    .await
+                {
+                    Ok(n) => done += n as i64,
+                    Err(e) => failures.push(evolve_pg::PgError::Query(e).to_string()),
+                }
+            }
+            (done, failures)
+        })
+    };
+    started.notified().await;
+    let out = evolve(
+        &db.url,
+        &[
+            "rewrite",
+            "ledger",
+            "--alter",
+            "ALTER COLUMN v TYPE bigint",
+            "--batch",
+            "20",
+            "--batch-time",
+            "0",
+            "--keep-old",
+        ],
+    );
+    stop.store(true, Ordering::SeqCst);
+    let (done, failures) = updates.await.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(failures.is_empty(), "{failures:?}");
+    assert!(done > 0, "the writer ran during the rewrite");
+    assert_eq!(
+        count(&c, "SELECT sum(v)::int8 FROM ledger").await,
+        done,
+        "every update made during the copy reached the new table"
+    );
+    let identity = async |c: &Client| {
+        scalar_text(c, "SELECT attidentity::text FROM pg_attribute WHERE attrelid = 'ledger'::regclass AND attname = 'seq'").await
+    };
+    assert_eq!(identity(&c).await.as_deref(), Some("a"));
+    let seqs = count(&c, "SELECT count(DISTINCT seq) FROM ledger").await;
+    assert_eq!(seqs, 2000, "each row kept its own identity value");
+    // Writes after the swap go back to the old table on --revert, whose
+    // identity column is ALWAYS too.
+    c.batch_execute("UPDATE ledger SET v = v + 1000 WHERE id <= 10; INSERT INTO ledger (id, v) VALUES (2001, 5)")
+        .await
+        .unwrap();
+    let out = evolve(&db.url, &["rewrite", "ledger", "--revert"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        count(&c, "SELECT sum(v)::int8 FROM ledger").await,
+        done + 10_005
+    );
+    assert_eq!(identity(&c).await.as_deref(), Some("a"));
+    assert_eq!(
+        count(&c, "SELECT seq::int8 FROM ledger WHERE id = 2001").await,
+        2001,
+        "the identity went on where it was"
+    );
+    assert_no_leftovers(&c).await;
+}
