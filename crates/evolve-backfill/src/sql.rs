@@ -267,31 +267,41 @@ pub fn identity_by_default(table: &QualifiedName, columns: &[String]) -> String 
 }
 
 /// The capture function: every row an INSERT, UPDATE or DELETE touches
-/// has its key (before and after) written to the log, in the writer's
-/// transaction.
+/// has its key written to the log, in the writer's transaction: the new
+/// key, and the old one too when a DELETE or an UPDATE of the key itself
+/// leaves it behind. A TRUNCATE (the statement trigger) is refused with
+/// the way out, since the log cannot record it row by row.
 pub fn capture_function(
     function: &QualifiedName,
     log: &QualifiedName,
     key: &[KeyColumn],
 ) -> String {
+    let parts = |rec: &str| -> Vec<String> {
+        key.iter()
+            .map(|k| format!("{rec}.{}", quote_ident(&k.name)))
+            .collect()
+    };
     let of = |rec: &str| {
-        let parts: Vec<String> = key
-            .iter()
-            .map(|k| format!("{rec}.{}::text", quote_ident(&k.name)))
-            .collect();
+        let texts: Vec<String> = parts(rec).iter().map(|p| format!("{p}::text")).collect();
         format!(
             "INSERT INTO {log} (k) VALUES (ARRAY[{}]);",
-            parts.join(", ")
+            texts.join(", ")
         )
     };
     format!(
         "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $evolve$\n\
          BEGIN\n\
-           IF TG_OP <> 'INSERT' THEN {old} END IF;\n\
+           IF TG_OP = 'TRUNCATE' THEN\n\
+             RAISE EXCEPTION 'TRUNCATE of % is refused while evolve rewrite runs on it', TG_TABLE_NAME\n\
+               USING HINT = 'wait for the rewrite to finish, or give it up with evolve rewrite --abort';\n\
+           END IF;\n\
+           IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND ROW({old_key}) IS DISTINCT FROM ROW({new_key})) THEN {old} END IF;\n\
            IF TG_OP <> 'DELETE' THEN {new} END IF;\n\
            RETURN NULL;\n\
          END\n\
          $evolve$",
+        old_key = parts("OLD").join(", "),
+        new_key = parts("NEW").join(", "),
         old = of("OLD"),
         new = of("NEW"),
     )

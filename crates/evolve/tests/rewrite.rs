@@ -714,3 +714,66 @@ async fn an_identity_always_column_is_replayed_and_stays_always() {
     );
     assert_no_leftovers(&c).await;
 }
+
+/// The change log records rows; a TRUNCATE cannot be recorded that way and
+/// is refused, with the way out, while a rewrite has its triggers on the
+/// table. Updates that leave the key alone log it once.
+#[tokio::test]
+async fn truncate_is_refused_while_a_rewrite_runs_and_updates_log_their_key_once() {
+    let db = evolve_test::fresh_db("rw_truncate").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE tr (id int PRIMARY KEY, v int);
+         INSERT INTO tr SELECT i, i FROM generate_series(1, 3000) i;",
+    )
+    .await
+    .unwrap();
+    let oid = count(&c, "SELECT 'tr'::regclass::oid::int8").await;
+    let args = [
+        "rewrite",
+        "tr",
+        "--alter",
+        "ALTER COLUMN v TYPE bigint",
+        "--batch",
+        "100",
+        "--batch-time",
+        "0",
+        "--format",
+        "json",
+    ];
+    let mut run = Background::start(&db.url, &args);
+    run.wait_for("2nd batch", |v| v["type"] == "batch" && v["batch"] == 2);
+    run.kill();
+    let log = format!("_evolve_rw_{oid}_log");
+    let logged = count(&c, &format!("SELECT count(*) FROM {log}")).await;
+    c.batch_execute(
+        "UPDATE tr SET v = v + 1 WHERE id <= 10; UPDATE tr SET id = id + 10000 WHERE id = 20",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        count(&c, &format!("SELECT count(*) FROM {log}")).await - logged,
+        12,
+        "ten updates of v log ten keys, a key update logs the old and the new"
+    );
+    let err = c.batch_execute("TRUNCATE tr").await.unwrap_err();
+    let message = evolve_pg::PgError::Query(err).to_string();
+    assert!(
+        message.contains("TRUNCATE of tr is refused while evolve rewrite runs on it")
+            && message.contains("evolve rewrite --abort"),
+        "{message}"
+    );
+    assert_eq!(count(&c, "SELECT count(*) FROM tr").await, 3000);
+    let out = evolve(&db.url, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(count(&c, "SELECT count(*) FROM tr").await, 3000);
+    assert_eq!(
+        count(&c, "SELECT sum(v)::int8 FROM tr").await,
+        3000 * 3001 / 2 + 10
+    );
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM tr WHERE id = 10020").await,
+        1
+    );
+    assert_no_leftovers(&c).await;
+}
