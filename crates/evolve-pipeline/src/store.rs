@@ -492,19 +492,29 @@ impl Store {
                         upstream_schema: r.get(3)?,
                         upstream_table: r.get(4)?,
                         upstream_oid: r.get(5)?,
-                        columns: columns_from_json(&columns).unwrap_or_default(),
+                        columns: Vec::new(),        // set from `columns` below
                         state: TableState::Pending, // set from `state` below
                         error: r.get(8)?,
                         snapshot_lsn: r.get::<_, Option<i64>>(9)?.map(lsn_from_sql),
                         rows_copied: r.get::<_, i64>(10)? as u64,
                     },
                     state,
+                    columns,
                 ))
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| PipelineError::store("list tables", e))?;
         rows.into_iter()
-            .map(|(mut table, state)| {
+            .map(|(mut table, state, columns)| {
+                // An empty list would ingest no column at all.
+                table.columns =
+                    columns_from_json(&columns).ok_or_else(|| PipelineError::Store {
+                        context: format!("read table \"{}\"", table.name),
+                        message: "its pinned column list is not one this release can read: the \
+                                  state store was written by a newer release or is damaged; run \
+                                  the release that wrote it, or restore pipeline.db from a backup"
+                            .into(),
+                    })?;
                 // Never a guess: taken as pending, the table would be
                 // copied again, and a copy starts by deleting its rows.
                 table.state = TableState::parse(&state).ok_or_else(|| PipelineError::Store {

@@ -328,6 +328,57 @@ async fn a_replacement_whose_output_differs_from_its_targets_is_refused() {
     assert_eq!(pipeline.replacements().unwrap().len(), 1);
 }
 
+/// A pinned column list the store cannot read was taken as no columns at
+/// all: the table would have gone on ingesting empty documents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_column_list_is_an_error_and_keeps_the_documents() {
+    let env = env("reg_columns").await;
+    let up = connect(&env.up.url).await;
+    up.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, v text);
+         INSERT INTO orders SELECT g, 'v' || g FROM generate_series(1, 3) g;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    pipeline
+        .create_source(&env.source, "up", "evolve_pub")
+        .await
+        .unwrap();
+    let table = pipeline
+        .create_table(&spec("orders_v1", &env.source, "orders"))
+        .await
+        .unwrap();
+    let running = Running::start(pipeline.clone());
+    wait_state(&pipeline, "orders_v1", TableState::Running).await;
+    running.stop().await;
+
+    let db = state_db(&env);
+    db.execute(
+        r#"UPDATE tables SET columns = '[{"name":"id"}]' WHERE name = 'orders_v1'"#,
+        [],
+    )
+    .unwrap();
+    let e = pipeline.tables().unwrap_err();
+    assert!(
+        e.primary().starts_with(
+            "embedded store: read table \"orders_v1\": its pinned column list is not one this release can read"
+        ),
+        "{e}"
+    );
+    let run = tokio::time::timeout(WAIT, pipeline.run(std::future::pending())).await;
+    let e = run.expect("the run stops at once").unwrap_err();
+    assert!(e.primary().contains("pinned column list"), "{e}");
+    let rows: i64 = db
+        .query_row(
+            "SELECT count(*) FROM rows WHERE tbl = ?1",
+            [table.id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(rows, 3, "the documents are kept");
+}
+
 /// Defect 5: a table state the store did not know was read as "pending",
 /// and the copy that followed began by deleting the table's documents.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
