@@ -66,6 +66,21 @@ pub(crate) async fn run(mut ctx: HydrateContext) {
                     .set(ObjectKind::Table, &name, "catching up", None);
                 return;
             }
+            Err(e @ PipelineError::Document { .. }) => {
+                // The same row fails every copy, and each copy reads the
+                // whole table upstream again: the table stalls, as it does
+                // when a streamed row cannot be encoded, and keeps none of
+                // its partial copy.
+                let problem = e.primary();
+                tracing::warn!(table = %name, %problem, "table stalled during its snapshot");
+                if let Err(e) = stall(&ctx, &problem) {
+                    tracing::warn!(table = %name, error = %e, "could not record the stall");
+                }
+                ctx.status
+                    .set(ObjectKind::Table, &name, "stalled", Some(problem));
+                let _ = ctx.stop.changed().await;
+                return;
+            }
             Err(e) => {
                 tracing::warn!(table = %name, error = %e, "snapshot failed; retrying");
                 ctx.status
@@ -78,6 +93,23 @@ pub(crate) async fn run(mut ctx: HydrateContext) {
         }
         backoff = (backoff * 2).min(Duration::from_secs(10));
     }
+}
+
+/// Records a stall found by the copy: the table's partial copy removed,
+/// its state stalled with `problem` (unless it was dropped meanwhile).
+fn stall(ctx: &HydrateContext, problem: &str) -> Result<()> {
+    let mut store = Store::open(&ctx.state_dir)?;
+    let fail = |e: rusqlite::Error| PipelineError::store("record a stalled snapshot", e);
+    let tx = store.conn.transaction().map_err(fail)?;
+    tx.execute("DELETE FROM rows WHERE tbl = ?1", [ctx.table.id])
+        .map_err(fail)?;
+    tx.execute(
+        "UPDATE tables SET state = ?2, error = ?3, rows_copied = 0 \
+         WHERE id = ?1 AND state = 'snapshotting'",
+        params![ctx.table.id, TableState::Stalled.as_str(), problem],
+    )
+    .map_err(fail)?;
+    tx.commit().map_err(fail)
 }
 
 /// One attempt: the whole copy. Returns the rows copied.

@@ -267,6 +267,58 @@ async fn a_row_that_cannot_be_encoded_stalls_only_its_table() {
     running.stop().await;
 }
 
+/// A row the encoder refuses found by the snapshot failed the copy, which
+/// was retried forever, each time reading the whole table upstream again.
+/// The table stalls instead, keeps no partial copy, and the other tables
+/// go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_cannot_be_encoded_in_the_snapshot_stalls_its_table_once() {
+    let env = env("reg_encode_copy").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        r#"CREATE TABLE bad (id int PRIMARY KEY, j json);
+           CREATE TABLE good (id int PRIMARY KEY, v text);
+           INSERT INTO bad SELECT g, '[1]' FROM generate_series(1, 100) g;
+           INSERT INTO bad VALUES (101, '{"a": "\u0000"}');
+           INSERT INTO good VALUES (1, 'a');"#,
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["bad", "good"]).await;
+    let running = Running::start(pipeline.clone());
+    wait_state(&pipeline, "bad_v1", TableState::Stalled).await;
+    let (_, error) = table_state(&pipeline, "bad_v1");
+    let error = error.unwrap();
+    assert!(
+        error
+            .starts_with("could not build the document of a row of table \"bad_v1\": column \"j\""),
+        "{error}"
+    );
+    // A retry would start by setting the table snapshotting again.
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(table_state(&pipeline, "bad_v1").0, TableState::Stalled);
+    }
+    assert_eq!(pipeline.document_count("bad_v1").unwrap(), 0);
+    wait_equal(&up, &sink, "good", "good_json", WAIT).await;
+    up.batch_execute("INSERT INTO good VALUES (2, 'b')")
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "good", "good_json", WAIT).await;
+    let temporary: i64 = up
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE temporary",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(temporary, 0, "no snapshot slot is left behind");
+    running.stop().await;
+}
+
 /// Defect 4: CREATE REPLACEMENT compared the interface form's output with
 /// itself, so it could never refuse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
