@@ -31,6 +31,7 @@ use crate::config::Connection;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::status::StatusBoard;
 use crate::store::{SourceInfo, Store, TableInfo, TableState};
+use crate::supervise::{Task, Verdict, supervise};
 use crate::upstream::{self, CopyTextReader};
 
 /// Rows per store transaction while copying.
@@ -46,53 +47,49 @@ pub(crate) struct HydrateContext {
     pub status: StatusBoard,
 }
 
-/// Copies the table until done or `stop`, retrying after failures.
+/// Copies the table until done or `stop`, retrying after transient
+/// failures. A row the encoder refuses fails every copy the same way, and
+/// each copy reads the whole table upstream again: the table stalls, as it
+/// does when a streamed row cannot be encoded, and keeps none of its
+/// partial copy.
 pub(crate) async fn run(mut ctx: HydrateContext) {
-    let mut backoff = Duration::from_millis(500);
-    loop {
-        if *ctx.stop.borrow() {
-            return;
-        }
-        let name = ctx.table.name.clone();
-        let mut stop = ctx.stop.clone();
-        let result = tokio::select! {
-            r = copy(&ctx) => r,
-            _ = stop.changed() => return,
-        };
-        match result {
-            Ok(rows) => {
-                tracing::debug!(table = %name, rows, "copy in; catching up");
-                ctx.status
-                    .set(ObjectKind::Table, &name, "catching up", None);
-                return;
-            }
-            Err(e @ PipelineError::Document { .. }) => {
-                // The same row fails every copy, and each copy reads the
-                // whole table upstream again: the table stalls, as it does
-                // when a streamed row cannot be encoded, and keeps none of
-                // its partial copy.
+    let (name, status, stop) = (ctx.table.name.clone(), ctx.status.clone(), ctx.stop.clone());
+    let task = Task {
+        kind: ObjectKind::Table,
+        name: &name,
+        status: &status,
+        stop,
+        starting: None,
+    };
+    supervise(
+        task,
+        &mut ctx,
+        |ctx| Box::pin(attempt(ctx)),
+        |ctx, e| match e {
+            PipelineError::Document { .. } => {
                 let problem = e.primary();
-                tracing::warn!(table = %name, %problem, "table stalled during its snapshot");
-                if let Err(e) = stall(&ctx, &problem) {
-                    tracing::warn!(table = %name, error = %e, "could not record the stall");
+                if let Err(e) = stall(ctx, &problem) {
+                    tracing::warn!(table = %ctx.table.name, error = %e, "could not record the stall");
                 }
-                ctx.status
-                    .set(ObjectKind::Table, &name, "stalled", Some(problem));
-                let _ = ctx.stop.changed().await;
-                return;
+                Verdict::Stop { shown: problem }
             }
-            Err(e) => {
-                tracing::warn!(table = %name, error = %e, "snapshot failed; retrying");
-                ctx.status
-                    .set(ObjectKind::Table, &name, "stalled", Some(e.to_string()));
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = ctx.stop.changed() => return,
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(10));
-    }
+            _ => Verdict::Retry,
+        },
+    )
+    .await
+}
+
+/// One copy, ended early (and fine) when the pipeline stops.
+async fn attempt(ctx: &mut HydrateContext) -> Result<()> {
+    let mut stop = ctx.stop.clone();
+    let rows = tokio::select! {
+        r = copy(ctx) => r?,
+        _ = stop.changed() => return Ok(()),
+    };
+    let name = &ctx.table.name;
+    tracing::debug!(table = %name, rows, "copy in; catching up");
+    ctx.status.set(ObjectKind::Table, name, "catching up", None);
+    Ok(())
 }
 
 /// Records a stall found by the copy: the table's partial copy removed,

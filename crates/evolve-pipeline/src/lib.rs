@@ -162,6 +162,7 @@ mod source;
 pub mod status;
 pub mod store;
 pub mod subscribe;
+mod supervise;
 pub mod swap;
 pub mod upstream;
 

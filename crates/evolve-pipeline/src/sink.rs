@@ -20,6 +20,7 @@ use crate::config::Connection;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::status::StatusBoard;
 use crate::store::{FeedEntry, SinkInfo, Store};
+use crate::supervise::{Task, Verdict, supervise};
 
 /// The progress table's name (in the target table's schema).
 pub const PROGRESS_TABLE: &str = "evolve_sink_progress";
@@ -155,31 +156,21 @@ pub(crate) struct SinkContext {
 
 /// Runs the sink until `stop`, retrying after failures.
 pub(crate) async fn run(mut ctx: SinkContext) {
-    let mut backoff = Duration::from_millis(500);
-    loop {
-        if *ctx.stop.borrow() {
-            return;
-        }
-        ctx.status
-            .set(ObjectKind::Sink, &ctx.sink.name, "starting", None);
-        match run_once(&mut ctx).await {
-            Ok(()) => return,
-            Err(e) => {
-                tracing::warn!(sink = %ctx.sink.name, error = %e, "sink failed; retrying");
-                ctx.status.set(
-                    ObjectKind::Sink,
-                    &ctx.sink.name,
-                    "stalled",
-                    Some(e.to_string()),
-                );
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = ctx.stop.changed() => return,
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(10));
-    }
+    let (name, status, stop) = (ctx.sink.name.clone(), ctx.status.clone(), ctx.stop.clone());
+    let task = Task {
+        kind: ObjectKind::Sink,
+        name: &name,
+        status: &status,
+        stop,
+        starting: Some("starting"),
+    };
+    supervise(
+        task,
+        &mut ctx,
+        |ctx| Box::pin(run_once(ctx)),
+        |_, _| Verdict::Retry,
+    )
+    .await
 }
 
 struct Statements {

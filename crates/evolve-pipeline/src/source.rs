@@ -20,6 +20,7 @@ use crate::config::Connection;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::status::StatusBoard;
 use crate::store::{SourceInfo, Store, TableState};
+use crate::supervise::{Task, Verdict, supervise};
 use crate::swap::{MESSAGE_PREFIX, parse_apply_message};
 use crate::upstream;
 
@@ -41,52 +42,34 @@ pub(crate) struct SourceContext {
     pub retain_history: Duration,
 }
 
-/// Runs the source until `stop`, retrying after failures.
+/// Runs the source until `stop`, retrying after transient failures.
 pub(crate) async fn run(mut ctx: SourceContext) {
-    let mut backoff = Duration::from_millis(500);
-    loop {
-        if *ctx.stop.borrow() {
-            return;
-        }
-        ctx.status
-            .set(ObjectKind::Source, &ctx.source.name, "starting", None);
-        match run_once(&mut ctx).await {
-            Ok(()) => return,
-            Err(e) if e.is_permanent() => {
-                // Retrying would fail the same way while the slot keeps
-                // WAL upstream: stop, and say so.
-                tracing::error!(
-                    source = %ctx.source.name,
-                    error = %e,
-                    "source stopped; it is not retried until the pipeline restarts or its catalog changes"
-                );
-                ctx.status.set(
-                    ObjectKind::Source,
-                    &ctx.source.name,
-                    "stalled",
-                    Some(format!(
-                        "{e}\nnot retried: fix the cause, then restart the pipeline (its slot keeps WAL upstream meanwhile)"
-                    )),
-                );
-                let _ = ctx.stop.changed().await;
-                return;
+    let (name, status, stop) = (
+        ctx.source.name.clone(),
+        ctx.status.clone(),
+        ctx.stop.clone(),
+    );
+    let task = Task {
+        kind: ObjectKind::Source,
+        name: &name,
+        status: &status,
+        stop,
+        starting: Some("starting"),
+    };
+    supervise(task, &mut ctx, |ctx| Box::pin(run_once(ctx)), |_, e| {
+        if e.is_permanent() {
+            // Retrying would fail the same way while the slot keeps WAL
+            // upstream: stop, and say so.
+            Verdict::Stop {
+                shown: format!(
+                    "{e}\nnot retried: fix the cause, then restart the pipeline (its slot keeps WAL upstream meanwhile)"
+                ),
             }
-            Err(e) => {
-                tracing::warn!(source = %ctx.source.name, error = %e, "source failed; retrying");
-                ctx.status.set(
-                    ObjectKind::Source,
-                    &ctx.source.name,
-                    "stalled",
-                    Some(e.to_string()),
-                );
-            }
+        } else {
+            Verdict::Retry
         }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = ctx.stop.changed() => return,
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(10));
-    }
+    })
+    .await
 }
 
 async fn run_once(ctx: &mut SourceContext) -> Result<()> {
