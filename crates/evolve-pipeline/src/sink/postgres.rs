@@ -2,31 +2,23 @@
 //! NULL)` kept equal to an interface, and `evolve_sink_progress(sink text
 //! PRIMARY KEY, lsn pg_lsn NOT NULL)` beside it.
 //!
-//! Exactly once: each upstream transaction's feed entries are written in
-//! one sink transaction that also upserts the sink's position; on restart
-//! the sink reads that position and skips every feed entry at or below it.
-//! A sink without a progress row starts with the interface's documents as
-//! of the source's applied position, in one transaction with that position.
-
-use std::path::PathBuf;
-use std::time::Duration;
+//! It holds the [`Sink`] contract with PostgreSQL transactions: the
+//! initial load, and each write of consecutive upstream transactions, is
+//! one sink transaction that also upserts the sink's row of the progress
+//! table, so the position and what it covers commit together; the
+//! position is read back from that row.
 
 use evolve_pg::quote_ident;
 use evolve_pgoutput::Lsn;
-use tokio::sync::watch;
 use tokio_postgres::Client;
 
+use super::{Documents, Sink};
 use crate::config::Connection;
-use crate::error::{ObjectKind, PipelineError, Result};
-use crate::status::StatusBoard;
-use crate::store::{FeedEntry, SinkInfo, Store};
-use crate::supervise::{Task, Verdict, supervise};
+use crate::error::{PipelineError, Result};
+use crate::store::{FeedEntry, SinkInfo};
 
 /// The progress table's name (in the target table's schema).
 pub const PROGRESS_TABLE: &str = "evolve_sink_progress";
-
-/// Feed entries read at once (whole transactions are never split).
-const FEED_BATCH: usize = 10_000;
 
 /// Rows per statement of the initial load.
 const LOAD_BATCH: usize = 2_000;
@@ -137,40 +129,12 @@ pub(crate) async fn progress(
     Ok(row.and_then(|r| r.get::<_, String>(0).parse().ok()))
 }
 
-/// What a sink task needs.
-pub(crate) struct SinkContext {
-    pub sink: SinkInfo,
-    pub connection: Connection,
-    pub state_dir: PathBuf,
-    pub interface_id: i64,
-    pub table: String,
-    pub source: String,
-    /// The source's applied position.
-    pub applied: watch::Receiver<Lsn>,
-    /// Everything at or below this is committed in the sink (or has
-    /// nothing for it).
-    pub effective: watch::Sender<Lsn>,
-    pub stop: watch::Receiver<bool>,
-    pub status: StatusBoard,
-}
-
-/// Runs the sink until `stop`, retrying after failures.
-pub(crate) async fn run(mut ctx: SinkContext) {
-    let (name, status, stop) = (ctx.sink.name.clone(), ctx.status.clone(), ctx.stop.clone());
-    let task = Task {
-        kind: ObjectKind::Sink,
-        name: &name,
-        status: &status,
-        stop,
-        starting: Some("starting"),
-    };
-    supervise(
-        task,
-        &mut ctx,
-        |ctx| Box::pin(run_once(ctx)),
-        |_, _| Verdict::Retry,
-    )
-    .await
+/// A connected PostgreSQL sink, its statements prepared.
+pub(crate) struct PostgresSink {
+    name: String,
+    client: Client,
+    targets: Targets,
+    statements: Statements,
 }
 
 struct Statements {
@@ -179,155 +143,90 @@ struct Statements {
     progress: tokio_postgres::Statement,
 }
 
-async fn run_once(ctx: &mut SinkContext) -> Result<()> {
-    let name = ctx.sink.name.clone();
-    let store = Store::open(&ctx.state_dir)?;
-    let mut client = evolve_pg::connect(ctx.connection.url(), "evolve-pipeline-sink")
-        .await
-        .map_err(|e| {
-            crate::upstream::connect_error(&ctx.sink.connection, &ctx.connection, &e.to_string())
-        })?;
-    ensure_tables(&client, &ctx.sink.target_schema, &ctx.sink.target_table).await?;
-    let targets = Targets::new(&ctx.sink.target_schema, &ctx.sink.target_table);
-    let prepare = |sql: String| {
-        let client = &client;
-        async move {
-            client
-                .prepare(&sql)
-                .await
-                .map_err(|e| PipelineError::database("prepare sink statements", &e))
-        }
-    };
-    let statements = Statements {
-        upsert: prepare(format!(
-            "INSERT INTO {} (key, data) SELECT k::jsonb, d::jsonb FROM unnest($1::text[], $2::text[]) AS u(k, d) \
-             ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data",
-            targets.table
-        ))
-        .await?,
-        delete: prepare(format!(
-            "DELETE FROM {} WHERE key IN (SELECT k::jsonb FROM unnest($1::text[]) AS u(k))",
-            targets.table
-        ))
-        .await?,
-        progress: prepare(format!(
-            "INSERT INTO {} (sink, lsn) VALUES ($1, $2::text::pg_lsn) \
-             ON CONFLICT (sink) DO UPDATE SET lsn = EXCLUDED.lsn",
-            targets.progress
-        ))
-        .await?,
-    };
-
-    let mut pos = match progress(&client, &targets, &name).await? {
-        Some(pos) => pos,
-        None => {
-            ctx.status.set(
-                ObjectKind::Sink,
-                &name,
-                "waiting for its table's snapshot",
-                None,
-            );
-            loop {
-                let table = store.table(&ctx.table)?;
-                if table.is_some_and(|t| t.state.is_hydrated()) {
-                    break;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                    _ = ctx.stop.changed() => return Ok(()),
-                }
-            }
-            let (at, docs) = read_initial(ctx, &store)?;
-            initial_load(ctx, at, docs, &mut client, &statements).await?
-        }
-    };
-    ctx.effective.send_replace(pos);
-    ctx.status.set(ObjectKind::Sink, &name, "running", None);
-    loop {
-        let upto = *ctx.applied.borrow_and_update();
-        loop {
-            let entries = store.feed(ctx.interface_id, pos, upto, FEED_BATCH)?;
-            if entries.is_empty() {
-                break;
-            }
-            // Whole upstream transactions, in order: written together as
-            // one sink transaction at the last one's position.
-            let at = entries.last().map_or(pos, |e| e.pos);
-            write_transactions(&client, &statements, &name, at, &entries).await?;
-            pos = at;
-            ctx.effective.send_replace(pos);
-        }
-        if upto > pos {
-            pos = upto;
-            ctx.effective.send_replace(pos);
-        }
-        tokio::select! {
-            changed = ctx.applied.changed() => {
-                if changed.is_err() {
-                    return Ok(());
-                }
-            }
-            _ = ctx.stop.changed() => return Ok(()),
-        }
-    }
-}
-
-/// The interface's documents and the source position they are at, read in
-/// one SQLite transaction.
-type Documents = Vec<(Vec<u8>, Vec<u8>)>;
-
-fn read_initial(ctx: &SinkContext, store: &Store) -> Result<(Lsn, Documents)> {
-    let fail = |e: rusqlite::Error| PipelineError::store("read the interface's documents", e);
-    // One read transaction: the documents and the position they are at.
-    store.conn.execute_batch("BEGIN").map_err(fail)?;
-    let read = (|| {
-        let at = store.applied_lsn(&ctx.source)?;
-        let table = store
-            .table(&ctx.table)?
-            .ok_or_else(|| PipelineError::UnknownObject {
-                kind: ObjectKind::Table,
-                name: ctx.table.clone(),
-            })?;
-        Ok::<_, PipelineError>((at, store.docs(table.id)?))
-    })();
-    store.conn.execute_batch("COMMIT").map_err(fail)?;
-    read
-}
-
-/// Writes every document of the interface as of the source's applied
-/// position, with that position, in one transaction.
-async fn initial_load(
-    ctx: &SinkContext,
-    at: Lsn,
-    docs: Documents,
-    client: &mut Client,
-    statements: &Statements,
-) -> Result<Lsn> {
-    let tx = client
-        .transaction()
-        .await
-        .map_err(|e| PipelineError::database("begin the sink's initial load", &e))?;
-    for chunk in docs.chunks(LOAD_BATCH) {
-        let keys = chunk
-            .iter()
-            .map(|(k, _)| utf8(k))
-            .collect::<Result<Vec<&str>>>()?;
-        let data = chunk
-            .iter()
-            .map(|(_, d)| utf8(d))
-            .collect::<Result<Vec<&str>>>()?;
-        tx.execute(&statements.upsert, &[&keys, &data])
+impl PostgresSink {
+    /// Connects, creates the target and progress tables when missing (or
+    /// refuses a target of another shape) and prepares the statements.
+    pub(crate) async fn open(sink: &SinkInfo, connection: &Connection) -> Result<PostgresSink> {
+        let client = evolve_pg::connect(connection.url(), "evolve-pipeline-sink")
             .await
-            .map_err(|e| PipelineError::database("write the sink's initial load", &e))?;
+            .map_err(|e| {
+                crate::upstream::connect_error(&sink.connection, connection, &e.to_string())
+            })?;
+        ensure_tables(&client, &sink.target_schema, &sink.target_table).await?;
+        let targets = Targets::new(&sink.target_schema, &sink.target_table);
+        let prepare = |sql: String| {
+            let client = &client;
+            async move {
+                client
+                    .prepare(&sql)
+                    .await
+                    .map_err(|e| PipelineError::database("prepare sink statements", &e))
+            }
+        };
+        let statements = Statements {
+            upsert: prepare(format!(
+                "INSERT INTO {} (key, data) SELECT k::jsonb, d::jsonb FROM unnest($1::text[], $2::text[]) AS u(k, d) \
+                 ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data",
+                targets.table
+            ))
+            .await?,
+            delete: prepare(format!(
+                "DELETE FROM {} WHERE key IN (SELECT k::jsonb FROM unnest($1::text[]) AS u(k))",
+                targets.table
+            ))
+            .await?,
+            progress: prepare(format!(
+                "INSERT INTO {} (sink, lsn) VALUES ($1, $2::text::pg_lsn) \
+                 ON CONFLICT (sink) DO UPDATE SET lsn = EXCLUDED.lsn",
+                targets.progress
+            ))
+            .await?,
+        };
+        Ok(PostgresSink {
+            name: sink.name.clone(),
+            client,
+            targets,
+            statements,
+        })
     }
-    tx.execute(&statements.progress, &[&ctx.sink.name, &at.to_string()])
-        .await
-        .map_err(|e| PipelineError::database("record the sink's position", &e))?;
-    tx.commit()
-        .await
-        .map_err(|e| PipelineError::database("commit the sink's initial load", &e))?;
-    tracing::info!(sink = %ctx.sink.name, rows = docs.len(), position = %at, "sink loaded");
-    Ok(at)
+}
+
+impl Sink for PostgresSink {
+    async fn position(&mut self) -> Result<Option<Lsn>> {
+        progress(&self.client, &self.targets, &self.name).await
+    }
+
+    /// One transaction: every document, then the position.
+    async fn load(&mut self, docs: &Documents, at: Lsn) -> Result<()> {
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(|e| PipelineError::database("begin the sink's initial load", &e))?;
+        for chunk in docs.chunks(LOAD_BATCH) {
+            let keys = chunk
+                .iter()
+                .map(|(k, _)| utf8(k))
+                .collect::<Result<Vec<&str>>>()?;
+            let data = chunk
+                .iter()
+                .map(|(_, d)| utf8(d))
+                .collect::<Result<Vec<&str>>>()?;
+            tx.execute(&self.statements.upsert, &[&keys, &data])
+                .await
+                .map_err(|e| PipelineError::database("write the sink's initial load", &e))?;
+        }
+        tx.execute(&self.statements.progress, &[&self.name, &at.to_string()])
+            .await
+            .map_err(|e| PipelineError::database("record the sink's position", &e))?;
+        tx.commit()
+            .await
+            .map_err(|e| PipelineError::database("commit the sink's initial load", &e))
+    }
+
+    async fn write(&mut self, entries: &[FeedEntry], at: Lsn) -> Result<()> {
+        write_transactions(&self.client, &self.statements, &self.name, at, entries).await
+    }
 }
 
 /// A document or key as text. They are written by evolve_core::document
