@@ -146,6 +146,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::position::Position;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -153,7 +154,6 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use evolve_core::control::{self, Absorb, ControlError, ObjectKind as Kind, Statement};
-use evolve_pgoutput::Lsn;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -660,9 +660,10 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
         let retained = positions.and_then(|p| p.retained_bytes);
         // The slot's confirmed position counts as applied: it moves past
         // WAL that holds nothing for this source (and starts where the
-        // slot was created), which the applied position does not.
+        // slot was created), which the applied position does not. A
+        // PostgreSQL source's positions are LSNs: the lag is WAL bytes.
         let lag_bytes = positions.map(|p| {
-            let done = s.applied_lsn.max(p.confirmed.unwrap_or_default());
+            let done = s.applied_lsn.lsn().max(p.confirmed.unwrap_or_default());
             p.current.0.saturating_sub(done.0)
         });
         objects.push(ObjectReport {
@@ -1217,7 +1218,7 @@ async fn subscribe_handler(
                     }
                 }
             }
-            "as_of" => match value.parse::<Lsn>() {
+            "as_of" => match value.parse::<Position>() {
                 Ok(lsn) => opts.as_of = Some(lsn),
                 Err(_) => {
                     return refuse(

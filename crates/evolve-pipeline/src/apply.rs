@@ -11,7 +11,9 @@
 use std::collections::HashMap;
 
 use evolve_core::document::RowEncoder;
-use evolve_pgoutput::{Lsn, OldTuple, Relation, TupleData, Value};
+use evolve_pgoutput::{OldTuple, Relation, TupleData, Value};
+
+use crate::position::Position;
 use rusqlite::params;
 
 use crate::bus::Change;
@@ -65,7 +67,7 @@ impl TableRuntime {
     /// Whether a transaction whose commit record is at `final_lsn` applies
     /// to this table: it is running, and the transaction is not in its
     /// snapshot (committed at or after the snapshot's consistent point).
-    pub fn applies(&self, final_lsn: Lsn) -> bool {
+    pub fn applies(&self, final_lsn: Position) -> bool {
         self.info.state == TableState::Running
             && self.info.snapshot_lsn.is_some_and(|s| final_lsn >= s)
     }
@@ -240,7 +242,7 @@ struct Touched {
 /// One upstream transaction being collected.
 pub struct Txn {
     /// Its commit record's LSN (from Begin).
-    pub final_lsn: Lsn,
+    pub final_lsn: Position,
     touched: HashMap<(usize, Vec<u8>), Touched>,
     order: Vec<(usize, Vec<u8>)>,
     /// Raw pgoutput messages kept for tables whose snapshot is not in yet:
@@ -252,7 +254,7 @@ pub struct Txn {
 
 impl Txn {
     /// An empty transaction committing at `final_lsn`.
-    pub fn new(final_lsn: Lsn) -> Txn {
+    pub fn new(final_lsn: Position) -> Txn {
         Txn {
             final_lsn,
             touched: HashMap::new(),
@@ -401,7 +403,7 @@ impl Txn {
         store: &mut Store,
         tables: &mut [TableRuntime],
         source: &str,
-        end_lsn: Lsn,
+        end_lsn: Position,
         commit_time_micros: i64,
     ) -> Result<Vec<Change>> {
         let fail = |e: rusqlite::Error| PipelineError::store("apply an upstream transaction", e);
@@ -413,7 +415,7 @@ impl Txn {
         let changes = self.write(store, tables, end_lsn, commit_time_micros, true)?;
         tx.execute(
             "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1",
-            params![source, end_lsn.0 as i64],
+            params![source, end_lsn.to_sql()],
         )
         .map_err(fail)?;
         tx.commit().map_err(fail)?;
@@ -427,7 +429,7 @@ impl Txn {
         self,
         store: &Store,
         tables: &mut [TableRuntime],
-        end_lsn: Lsn,
+        end_lsn: Position,
         commit_time_micros: i64,
         feed: bool,
     ) -> Result<Vec<Change>> {
@@ -466,7 +468,7 @@ impl Txn {
                     insert_feed
                         .execute(params![
                             interface,
-                            end_lsn.0 as i64,
+                            end_lsn.to_sql(),
                             key,
                             touched.orig,
                             touched.cur,
@@ -492,8 +494,8 @@ impl Txn {
                     pending
                         .execute(params![
                             tables[*t].info.id,
-                            self.final_lsn.0 as i64,
-                            end_lsn.0 as i64,
+                            self.final_lsn.to_sql(),
+                            end_lsn.to_sql(),
                             commit_time_micros,
                             message
                         ])

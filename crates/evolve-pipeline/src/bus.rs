@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use evolve_pgoutput::Lsn;
+use crate::position::Position;
 use tokio::sync::broadcast;
 
 /// Transactions a follower may be behind before it is cut off.
@@ -44,7 +44,7 @@ pub struct Committed {
     /// The source it came from.
     pub source: String,
     /// Its position: the end LSN of its commit record.
-    pub pos: Lsn,
+    pub pos: Position,
     /// Its commit time upstream, microseconds since the Unix epoch (0 when
     /// unknown).
     pub commit_time_micros: i64,
@@ -94,7 +94,7 @@ mod tests {
         for n in 0..(CAPACITY as u64 + 10) {
             bus.publish(Committed {
                 source: "src".into(),
-                pos: Lsn(n),
+                pos: Position::from_u64(n),
                 commit_time_micros: 0,
                 changes: Vec::new(),
             });

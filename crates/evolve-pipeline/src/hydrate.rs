@@ -20,8 +20,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::position::Position;
 use evolve_pg::{quote_ident, quote_literal};
-use evolve_pgoutput::Lsn;
 use futures_util::StreamExt;
 use rusqlite::params;
 use tokio::sync::watch;
@@ -203,7 +203,7 @@ async fn copy(ctx: &HydrateContext) -> Result<u64> {
         id,
         &batch,
         copied,
-        Some(snapshot.consistent_point),
+        Some(snapshot.consistent_point.into()),
     )?;
     drop(snapshot);
     tracing::info!(
@@ -220,7 +220,7 @@ fn write_batch(
     id: i64,
     batch: &[(Vec<u8>, Vec<u8>)],
     copied: u64,
-    done_at: Option<Lsn>,
+    done_at: Option<Position>,
 ) -> Result<()> {
     let fail = |e: rusqlite::Error| PipelineError::store("write snapshot rows", e);
     let tx = store.conn.transaction().map_err(fail)?;
@@ -242,7 +242,7 @@ fn write_batch(
         tx.execute(
             "UPDATE tables SET state = ?3, error = NULL, snapshot_lsn = ?2 \
              WHERE id = ?1 AND state = 'snapshotting'",
-            params![id, lsn.0 as i64, TableState::Copied.as_str()],
+            params![id, lsn.to_sql(), TableState::Copied.as_str()],
         )
         .map_err(fail)?;
     }

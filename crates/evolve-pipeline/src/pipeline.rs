@@ -5,8 +5,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::position::Position;
 use evolve_core::control::{format_duration, sql_ident};
-use evolve_pgoutput::Lsn;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
@@ -308,7 +308,7 @@ impl Pipeline {
             publication: publication.to_string(),
             publication_created: created,
             slot,
-            applied_lsn: Lsn(0),
+            applied_lsn: Position::ZERO,
             dropping: false,
             drop_error: None,
         };
@@ -1184,11 +1184,12 @@ impl Pipeline {
             self.with_store(|s| Ok((s.sources()?, s.tables()?, s.interfaces()?, s.sinks()?)))?;
         // A source being dropped no longer streams: its slot must be free.
         let sources: Vec<SourceInfo> = sources.into_iter().filter(|s| !s.dropping).collect();
-        let mut applied: HashMap<String, watch::Sender<Lsn>> = HashMap::new();
+        let mut applied: HashMap<String, watch::Sender<Position>> = HashMap::new();
         for source in &sources {
             applied.insert(source.name.clone(), watch::channel(source.applied_lsn).0);
         }
-        let mut source_sinks: HashMap<String, Vec<(i64, watch::Receiver<Lsn>)>> = HashMap::new();
+        let mut source_sinks: HashMap<String, Vec<(i64, watch::Receiver<Position>)>> =
+            HashMap::new();
         for info in sinks {
             let Some(interface) = interfaces.iter().find(|i| i.name == info.interface) else {
                 continue;
@@ -1207,7 +1208,7 @@ impl Pipeline {
                     continue;
                 }
             };
-            let (effective_tx, effective_rx) = watch::channel(Lsn(0));
+            let (effective_tx, effective_rx) = watch::channel(Position::ZERO);
             source_sinks
                 .entry(table.source.clone())
                 .or_default()

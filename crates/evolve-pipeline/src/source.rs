@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use evolve_pgoutput::{LogicalDecoder, LogicalMessage, Lsn};
+use evolve_pgoutput::{LogicalDecoder, LogicalMessage};
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use rusqlite::params;
 use tokio::sync::watch;
@@ -18,6 +18,7 @@ use crate::apply::{TableRuntime, Txn};
 use crate::bus::{Bus, Committed};
 use crate::config::Connection;
 use crate::error::{ObjectKind, PipelineError, Result};
+use crate::position::Position;
 use crate::status::StatusBoard;
 use crate::store::{SourceInfo, Store, TableState};
 use crate::supervise::{Task, Verdict, supervise};
@@ -30,10 +31,10 @@ pub(crate) struct SourceContext {
     pub connection: Connection,
     pub state_dir: PathBuf,
     /// The applied position, for the sinks.
-    pub applied: watch::Sender<Lsn>,
+    pub applied: watch::Sender<Position>,
     /// The sinks of this source's interfaces: interface id and the sink's
     /// committed ("effective") position.
-    pub sinks: Vec<(i64, watch::Receiver<Lsn>)>,
+    pub sinks: Vec<(i64, watch::Receiver<Position>)>,
     pub stop: watch::Receiver<bool>,
     pub status: StatusBoard,
     /// Where committed transactions are published.
@@ -122,7 +123,7 @@ async fn run_once(ctx: &mut SourceContext) -> Result<()> {
         }
     }
     drop(client);
-    stream(ctx, &mut store, tables, slot.confirmed_flush).await
+    stream(ctx, &mut store, tables, slot.confirmed_flush.into()).await
 }
 
 /// PostgreSQL's commit timestamps count from 2000-01-01.
@@ -130,12 +131,12 @@ fn unix_micros(pg_micros: i64) -> i64 {
     pg_micros.saturating_add(evolve_pgoutput::POSTGRES_EPOCH_UNIX_MICROS)
 }
 
-fn to_wire(lsn: Lsn) -> pgwire_replication::Lsn {
-    pgwire_replication::Lsn::from_u64(lsn.0)
+fn to_wire(pos: Position) -> pgwire_replication::Lsn {
+    pgwire_replication::Lsn::from_u64(pos.lsn().0)
 }
 
-fn from_wire(lsn: pgwire_replication::Lsn) -> Lsn {
-    Lsn(lsn.as_u64())
+fn from_wire(lsn: pgwire_replication::Lsn) -> Position {
+    Position::from_lsn(evolve_pgoutput::Lsn(lsn.as_u64()))
 }
 
 /// Applies the stream until `stop`.
@@ -143,7 +144,7 @@ async fn stream(
     ctx: &mut SourceContext,
     store: &mut Store,
     mut tables: Vec<TableRuntime>,
-    confirmed: Lsn,
+    confirmed: Position,
 ) -> Result<()> {
     let name = ctx.source.name.clone();
     let mut by_oid: HashMap<u32, Vec<usize>> = HashMap::new();
@@ -176,7 +177,7 @@ async fn stream(
     let mut group: Option<Group> = None;
     ctx.applied.send_replace(applied);
     let mut acked = confirmed;
-    let mut idle = Lsn(0);
+    let mut idle = Position::ZERO;
     let mut txn: Option<Txn> = None;
     let mut skip = false;
     let mut commit_time: i64 = 0;
@@ -211,7 +212,7 @@ async fn stream(
                 if applied > stored {
                     store.conn.execute(
                         "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1 AND applied_lsn < ?2",
-                        params![name, applied.0 as i64],
+                        params![name, applied.to_sql()],
                     ).map_err(|e| PipelineError::store("record applied position", e))?;
                 }
                 let _ = repl.shutdown().await;
@@ -235,7 +236,7 @@ async fn stream(
                 if applied > stored {
                     store.conn.execute(
                         "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1 AND applied_lsn < ?2",
-                        params![name, applied.0 as i64],
+                        params![name, applied.to_sql()],
                     ).map_err(|e| PipelineError::store("record applied position", e))?;
                     stored = applied;
                 }
@@ -426,8 +427,8 @@ fn flush(
     store: &Store,
     name: &str,
     group: &mut Option<Group>,
-    applied: Lsn,
-    stored: &mut Lsn,
+    applied: Position,
+    stored: &mut Position,
 ) -> Result<()> {
     let Some(g) = group.take() else {
         return Ok(());
@@ -438,7 +439,7 @@ fn flush(
             .conn
             .execute(
                 "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1 AND applied_lsn < ?2",
-                params![name, applied.0 as i64],
+                params![name, applied.to_sql()],
             )
             .map_err(fail)?;
     }
@@ -459,7 +460,12 @@ fn flush(
 
 /// The position to confirm: the applied one, or less if a sink is behind;
 /// the idle keepalive position when everything is caught up.
-fn ack_target(ctx: &SourceContext, applied: Lsn, between_transactions: bool, idle: Lsn) -> Lsn {
+fn ack_target(
+    ctx: &SourceContext,
+    applied: Position,
+    between_transactions: bool,
+    idle: Position,
+) -> Position {
     let mut target = applied;
     for (_, rx) in &ctx.sinks {
         target = target.min(*rx.borrow());
@@ -628,7 +634,7 @@ fn replay_pending(
     store: &mut Store,
     tables: &mut [TableRuntime],
     t: usize,
-    point: Lsn,
+    point: Position,
     deferral: &Deferral,
 ) -> Result<()> {
     let fail = |e: rusqlite::Error| PipelineError::store("apply a table's pending changes", e);
@@ -668,14 +674,18 @@ fn replay_pending(
             last_seq = seq;
             if current.as_ref().is_none_or(|(end, _, _)| *end != end_lsn) {
                 if let Some((end, time, txn)) = current.take() {
-                    txn.write(store, tables, Lsn(end as u64), time, false)?;
+                    txn.write(store, tables, Position::from_u64(end as u64), time, false)?;
                 }
-                current = Some((end_lsn, committed_at, Txn::new(Lsn(final_lsn as u64))));
+                current = Some((
+                    end_lsn,
+                    committed_at,
+                    Txn::new(Position::from_u64(final_lsn as u64)),
+                ));
             }
             let Some((_, _, txn)) = current.as_mut() else {
                 continue;
             };
-            let applies = Lsn(final_lsn as u64) >= point;
+            let applies = Position::from_u64(final_lsn as u64) >= point;
             let decoded = decoder
                 .decode(&message)
                 .map_err(|e| PipelineError::Replication {
@@ -716,7 +726,7 @@ fn replay_pending(
     if let Some((end, time, txn)) = current.take()
         && stalled.is_none()
     {
-        txn.write(store, tables, Lsn(end as u64), time, false)?;
+        txn.write(store, tables, Position::from_u64(end as u64), time, false)?;
     }
     let state = if stalled.is_some() {
         TableState::Stalled

@@ -11,8 +11,8 @@
 
 use std::path::Path;
 
+use crate::position::Position;
 use evolve_core::document::TypeKind;
-use evolve_pgoutput::Lsn;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::doc::{kind_from_json, kind_to_json};
@@ -35,7 +35,7 @@ pub struct SourceInfo {
     pub slot: String,
     /// The end LSN of the last upstream transaction applied to the state.
     #[serde(serialize_with = "ser_lsn")]
-    pub applied_lsn: Lsn,
+    pub applied_lsn: Position,
     /// `DROP SOURCE` was run: the source no longer streams, and leaves the
     /// catalog once its slot is dropped upstream.
     pub dropping: bool,
@@ -43,7 +43,7 @@ pub struct SourceInfo {
     pub drop_error: Option<String>,
 }
 
-fn ser_lsn<S: serde::Serializer>(lsn: &Lsn, s: S) -> std::result::Result<S::Ok, S::Error> {
+fn ser_lsn<S: serde::Serializer>(lsn: &Position, s: S) -> std::result::Result<S::Ok, S::Error> {
     s.serialize_str(&lsn.to_string())
 }
 
@@ -144,7 +144,7 @@ pub struct TableInfo {
     pub error: Option<String>,
     /// The snapshot's consistent point: the stream applies to this table
     /// the transactions whose commit LSN is at or after it.
-    pub snapshot_lsn: Option<Lsn>,
+    pub snapshot_lsn: Option<Position>,
     /// Rows copied by the snapshot so far.
     pub rows_copied: u64,
 }
@@ -227,7 +227,7 @@ pub struct SinkInfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeedEntry {
     /// The transaction's position (end LSN of its commit).
-    pub pos: Lsn,
+    pub pos: Position,
     /// The key document.
     pub key: Vec<u8>,
     /// The document before, `None` for an insert.
@@ -316,12 +316,12 @@ pub struct Store {
     pub(crate) conn: Connection,
 }
 
-fn lsn_to_sql(lsn: Lsn) -> i64 {
-    lsn.0 as i64
+fn lsn_to_sql(pos: Position) -> i64 {
+    pos.to_sql()
 }
 
-fn lsn_from_sql(v: i64) -> Lsn {
-    Lsn(v as u64)
+fn lsn_from_sql(v: i64) -> Position {
+    Position::from_sql(v)
 }
 
 impl Store {
@@ -421,7 +421,7 @@ impl Store {
     }
 
     /// The source's applied position.
-    pub fn applied_lsn(&self, source: &str) -> Result<Lsn> {
+    pub fn applied_lsn(&self, source: &str) -> Result<Position> {
         self.conn
             .query_row(
                 "SELECT applied_lsn FROM sources WHERE name = ?1",
@@ -537,7 +537,7 @@ impl Store {
         id: i64,
         state: TableState,
         error: Option<&str>,
-        snapshot_lsn: Option<Lsn>,
+        snapshot_lsn: Option<Position>,
     ) -> Result<()> {
         self.conn
             .execute(
@@ -876,11 +876,11 @@ impl Store {
     pub fn feed(
         &self,
         interface: i64,
-        after: Lsn,
-        upto: Lsn,
+        after: Position,
+        upto: Position,
         limit: usize,
     ) -> Result<Vec<FeedEntry>> {
-        let read = |limit: i64, upto: Lsn| -> Result<Vec<FeedEntry>> {
+        let read = |limit: i64, upto: Position| -> Result<Vec<FeedEntry>> {
             let mut stmt = self
                 .conn
                 .prepare_cached(
@@ -917,7 +917,7 @@ impl Store {
 
     /// Deletes the feed entries of `interface` at or before `upto` and
     /// raises its horizon accordingly (see [`Store::feed_horizon`]).
-    pub fn prune_feed(&self, interface: i64, upto: Lsn) -> Result<usize> {
+    pub fn prune_feed(&self, interface: i64, upto: Position) -> Result<usize> {
         self.prune_feed_retained(interface, upto, i64::MAX, None)
     }
 
@@ -934,9 +934,9 @@ impl Store {
     pub fn prune_feed_retained(
         &self,
         interface: i64,
-        upto: Lsn,
+        upto: Position,
         committed_before: i64,
-        start: Option<Lsn>,
+        start: Option<Position>,
     ) -> Result<usize> {
         let fail = |e: rusqlite::Error| PipelineError::store("prune feed", e);
         if let Some(start) = start
@@ -1020,7 +1020,7 @@ impl Store {
     /// interface's changes can be replayed from any position at or after
     /// it. `None` while the source's task has not yet recorded where the
     /// feed starts (then only the current position is safe).
-    pub fn feed_horizon(&self, interface: i64) -> Result<Option<Lsn>> {
+    pub fn feed_horizon(&self, interface: i64) -> Result<Option<Position>> {
         self.conn
             .prepare_cached("SELECT pos FROM feed_horizon WHERE interface = ?1")
             .and_then(|mut s| s.query_row([interface], |r| r.get(0)).optional())
@@ -1130,7 +1130,7 @@ mod tests {
                 publication: "pub".into(),
                 publication_created: true,
                 slot: "evolve_src".into(),
-                applied_lsn: Lsn(5),
+                applied_lsn: Position::from_u64(5),
                 dropping: false,
                 drop_error: None,
             })
@@ -1186,24 +1186,40 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            keys(store.feed(iface, Lsn(0), Lsn(30), 100).unwrap()),
+            keys(
+                store
+                    .feed(iface, Position::ZERO, Position::from_u64(30), 100)
+                    .unwrap()
+            ),
             ["a", "b", "c", "d"]
         );
         // The limit cuts transaction 20: it is left for the next read.
         assert_eq!(
-            keys(store.feed(iface, Lsn(0), Lsn(30), 3).unwrap()),
+            keys(
+                store
+                    .feed(iface, Position::ZERO, Position::from_u64(30), 3)
+                    .unwrap()
+            ),
             ["a", "b"]
         );
         // A transaction bigger than the limit is read whole.
         assert_eq!(
-            keys(store.feed(iface, Lsn(0), Lsn(30), 1).unwrap()),
+            keys(
+                store
+                    .feed(iface, Position::ZERO, Position::from_u64(30), 1)
+                    .unwrap()
+            ),
             ["a", "b"]
         );
         assert_eq!(
-            keys(store.feed(iface, Lsn(10), Lsn(20), 100).unwrap()),
+            keys(
+                store
+                    .feed(iface, Position::from_u64(10), Position::from_u64(20), 100)
+                    .unwrap()
+            ),
             ["c"]
         );
-        assert_eq!(store.prune_feed(iface, Lsn(20)).unwrap(), 3);
+        assert_eq!(store.prune_feed(iface, Position::from_u64(20)).unwrap(), 3);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -101,8 +101,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::position::Position;
 use bytes::Bytes;
-use evolve_pgoutput::Lsn;
 use futures_util::Stream;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -148,7 +148,7 @@ pub struct SubscribeOptions {
     /// position).
     pub snapshot: bool,
     /// Start at this position rather than at the current one.
-    pub as_of: Option<Lsn>,
+    pub as_of: Option<Position>,
 }
 
 /// Why a subscription could not start.
@@ -164,9 +164,9 @@ pub enum SubscribeError {
         /// The interface.
         interface: String,
         /// The position asked for.
-        as_of: Lsn,
+        as_of: Position,
         /// The earliest position the feed can start from.
-        horizon: Lsn,
+        horizon: Position,
     },
     /// `as_of` is after the pipeline's applied position.
     #[error("{}", render(self))]
@@ -174,9 +174,9 @@ pub enum SubscribeError {
         /// The interface.
         interface: String,
         /// The position asked for.
-        as_of: Lsn,
+        as_of: Position,
         /// The position the interface's documents are at.
-        applied: Lsn,
+        applied: Position,
     },
 }
 
@@ -253,7 +253,7 @@ fn render(e: &SubscribeError) -> String {
 
 // ------------------------------------------------------------------ lines
 
-fn change_line(ts: Lsn, diff: i8, key: &[u8], data: &[u8]) -> Bytes {
+fn change_line(ts: Position, diff: i8, key: &[u8], data: &[u8]) -> Bytes {
     let mut line = Vec::with_capacity(64 + key.len() + data.len());
     line.extend_from_slice(b"{\"type\":\"change\",\"ts\":\"");
     line.extend_from_slice(ts.to_string().as_bytes());
@@ -269,7 +269,7 @@ fn change_line(ts: Lsn, diff: i8, key: &[u8], data: &[u8]) -> Bytes {
     Bytes::from(line)
 }
 
-fn progress_line(ts: Lsn) -> Bytes {
+fn progress_line(ts: Position) -> Bytes {
     Bytes::from(format!("{{\"type\":\"progress\",\"ts\":\"{ts}\"}}\n"))
 }
 
@@ -296,7 +296,12 @@ fn error_line(code: &str, message: &str, detail: Option<&str>, hint: Option<&str
 }
 
 /// The lines of one change: -1 of the old document, +1 of the new one.
-fn change_lines(ts: Lsn, key: &[u8], old: Option<&[u8]>, new: Option<&[u8]>) -> [Option<Bytes>; 2] {
+fn change_lines(
+    ts: Position,
+    key: &[u8],
+    old: Option<&[u8]>,
+    new: Option<&[u8]>,
+) -> [Option<Bytes>; 2] {
     [
         old.map(|doc| change_line(ts, -1, key, doc)),
         new.map(|doc| change_line(ts, 1, key, doc)),
@@ -373,7 +378,7 @@ struct Start {
     /// The table's source.
     source: String,
     /// `P`: the position of the documents read.
-    at: Lsn,
+    at: Position,
 }
 
 /// What the read transaction found.
@@ -398,7 +403,7 @@ enum CatchUp {
 
 /// The blocking task's result: the bus receiver back, the store
 /// connection for later checks, and how it ended.
-type Blocking = (BusReceiver, Option<Store>, CatchUp, Option<Lsn>);
+type Blocking = (BusReceiver, Option<Store>, CatchUp, Option<Position>);
 
 enum Begun {
     Waiting,
@@ -518,7 +523,7 @@ impl Follower {
         let mut progressed = Instant::now();
         // A position past the last progress line, of transactions that
         // did not change the interface.
-        let mut unsent: Option<Lsn> = None;
+        let mut unsent: Option<Position> = None;
         let mut check =
             tokio::time::interval_at(Instant::now() + CATALOG_CHECK_EVERY, CATALOG_CHECK_EVERY);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -609,7 +614,7 @@ impl Follower {
     }
 
     /// Ends the stream with the line saying the reader fell behind.
-    async fn cut_off(&self, behind: usize, last_progress: Option<Lsn>) {
+    async fn cut_off(&self, behind: usize, last_progress: Option<Position>) {
         let message = format!("subscriber fell behind by {behind} transactions and was cut off");
         let detail = format!(
             "A subscription may be at most {} transactions behind the pipeline, which never waits for a subscriber.",
@@ -817,10 +822,10 @@ impl Job {
             )
             .optional()
             .map_err(fail)?;
-        let snapshot = Lsn(snapshot_lsn.unwrap_or(0) as u64);
+        let snapshot = Position::from_u64(snapshot_lsn.unwrap_or(0) as u64);
         // Before the source applies a transaction at or after the
         // table's snapshot point, the documents are the snapshot's.
-        let at = Lsn(applied as u64).max(snapshot);
+        let at = Position::from_u64(applied as u64).max(snapshot);
         if let Some(as_of) = self.opts.as_of {
             if as_of > at {
                 return Err(SubscribeError::Ahead {
@@ -830,7 +835,7 @@ impl Job {
                 });
             }
             // No horizon recorded yet: where the feed starts is not known.
-            let horizon = horizon.map_or(at, |h| Lsn(h as u64).max(snapshot));
+            let horizon = horizon.map_or(at, |h| Position::from_u64(h as u64).max(snapshot));
             if as_of < horizon {
                 return Err(SubscribeError::TooOld {
                     interface: self.name.clone(),
@@ -868,7 +873,7 @@ impl Job {
         };
         let feed_sql = "SELECT pos, key, old_doc, new_doc FROM feed \
                         WHERE interface = ?1 AND pos > ?2 AND pos <= ?3 ORDER BY pos, seq";
-        let range = params![start.interface, as_of.0 as i64, at.0 as i64];
+        let range = params![start.interface, as_of.to_sql(), at.to_sql()];
         if self.opts.snapshot {
             // Each key changed after `as_of`, as it was before its first
             // change after `as_of` (None: absent).
@@ -908,9 +913,9 @@ impl Job {
         }
         let mut feed = tx.prepare(feed_sql)?;
         let mut rows = feed.query(range)?;
-        let mut open: Option<Lsn> = None;
+        let mut open: Option<Position> = None;
         while let Some(row) = rows.next()? {
-            let pos = Lsn(row.get::<_, i64>(0)? as u64);
+            let pos = Position::from_u64(row.get::<_, i64>(0)? as u64);
             if let Some(prev) = open
                 && prev != pos
             {
@@ -958,7 +963,7 @@ struct Sender<'a> {
     out: &'a mpsc::Sender<Bytes>,
     bus: &'a BusReceiver,
     handle: &'a Handle,
-    last_progress: Option<Lsn>,
+    last_progress: Option<Position>,
 }
 
 impl Sender<'_> {
@@ -988,7 +993,7 @@ impl Sender<'_> {
     }
 
     /// A progress line at `ts`, unless the last one was at `ts` already.
-    fn progress(&mut self, ts: Lsn) -> Result<(), Stop> {
+    fn progress(&mut self, ts: Position) -> Result<(), Stop> {
         if self.last_progress == Some(ts) {
             return Ok(());
         }
@@ -1004,7 +1009,7 @@ mod tests {
 
     #[test]
     fn lines_have_their_members_in_order() {
-        let ts: Lsn = "0/16B3748".parse().unwrap();
+        let ts: Position = "0/16B3748".parse().unwrap();
         assert_eq!(
             change_line(ts, 1, br#"{"id":1}"#, br#"{"id":1,"n":"a"}"#),
             Bytes::from_static(
@@ -1034,7 +1039,7 @@ mod tests {
 
     #[test]
     fn an_update_is_a_retraction_then_an_insertion() {
-        let lines: Vec<Bytes> = change_lines(Lsn(1), b"1", Some(b"2"), Some(b"3"))
+        let lines: Vec<Bytes> = change_lines(Position::from_u64(1), b"1", Some(b"2"), Some(b"3"))
             .into_iter()
             .flatten()
             .collect();
@@ -1050,14 +1055,14 @@ mod tests {
             )
         );
         assert_eq!(
-            change_lines(Lsn(1), b"1", None, Some(b"3"))
+            change_lines(Position::from_u64(1), b"1", None, Some(b"3"))
                 .into_iter()
                 .flatten()
                 .count(),
             1
         );
         assert_eq!(
-            change_lines(Lsn(1), b"1", Some(b"2"), None)
+            change_lines(Position::from_u64(1), b"1", Some(b"2"), None)
                 .into_iter()
                 .flatten()
                 .count(),
@@ -1069,8 +1074,8 @@ mod tests {
     fn errors_read_like_postgres() {
         let e = SubscribeError::TooOld {
             interface: "orders_json".into(),
-            as_of: Lsn(0x10),
-            horizon: Lsn(0x20),
+            as_of: Position::from_u64(0x10),
+            horizon: Position::from_u64(0x20),
         };
         assert_eq!(e.code(), "22023");
         assert!(e.to_string().starts_with(

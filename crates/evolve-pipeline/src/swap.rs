@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 
-use evolve_pgoutput::Lsn;
+use crate::position::Position;
 use rusqlite::params;
 
 use crate::apply::TableRuntime;
@@ -63,7 +63,7 @@ pub(crate) fn apply(
     store: &Store,
     tables: &mut [TableRuntime],
     name: &str,
-    pos: Lsn,
+    pos: Position,
     commit_time_micros: i64,
     before: &Before,
     changes: &mut Vec<Change>,
@@ -107,7 +107,7 @@ pub(crate) fn apply(
         ));
     }
     let (old_id, new_id) = (tables[old].info.id, tables[new].info.id);
-    let at = pos.0 as i64;
+    let at = pos.to_sql();
 
     // The interface's entries of this transaction came from the old
     // table; the swap's comparison replaces them.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use evolve_pgoutput::Lsn;
+use evolve_pipeline::Position;
 use evolve_pipeline::subscribe::{self, SubscribeError, SubscribeOptions, Subscription};
 use evolve_pipeline::{Pipeline, TableState};
 use serde_json::Value;
@@ -21,12 +21,12 @@ const CONVERGE: Duration = Duration::from_secs(60);
 #[derive(Clone, Debug, PartialEq)]
 enum Line {
     Change {
-        ts: Lsn,
+        ts: Position,
         diff: i64,
         key: Value,
         data: Value,
     },
-    Progress(Lsn),
+    Progress(Position),
     Error {
         code: String,
         message: String,
@@ -35,7 +35,7 @@ enum Line {
 }
 
 impl Line {
-    fn ts(&self) -> Option<Lsn> {
+    fn ts(&self) -> Option<Position> {
         match self {
             Line::Change { ts, .. } | Line::Progress(ts) => Some(*ts),
             Line::Error { .. } => None,
@@ -47,7 +47,7 @@ fn parse(raw: &[u8]) -> Line {
     assert!(raw.ends_with(b"\n"), "a line ends in a newline: {raw:?}");
     let v: Value = serde_json::from_slice(raw)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(raw)));
-    let ts = || -> Lsn { v["ts"].as_str().unwrap().parse().unwrap() };
+    let ts = || -> Position { v["ts"].as_str().unwrap().parse().unwrap() };
     match v["type"].as_str() {
         Some("change") => {
             // Members in the documented order.
@@ -87,7 +87,7 @@ async fn next(sub: &mut Subscription) -> Option<Line> {
 
 /// Lines up to and including the first progress line at or after
 /// `target`.
-async fn read_until(sub: &mut Subscription, target: Lsn) -> Vec<Line> {
+async fn read_until(sub: &mut Subscription, target: Position) -> Vec<Line> {
     let mut lines = Vec::new();
     loop {
         let line = next(sub).await.expect("the subscription goes on");
@@ -162,7 +162,7 @@ async fn equal_upstream(up: &Client, table: &str, docs: &[(Value, Value)]) -> (i
 
 /// Waits until the pipeline's documents of `<table>_json` equal the
 /// upstream table, then returns the source's applied position.
-async fn converged(up: &Client, pipeline: &Pipeline, table: &str) -> Lsn {
+async fn converged(up: &Client, pipeline: &Pipeline, table: &str) -> Position {
     let start = Instant::now();
     loop {
         let docs: Vec<(Value, Value)> = documents(pipeline, &format!("{table}_json"))
@@ -225,7 +225,7 @@ fn changes(lines: &[Line]) -> Vec<Line> {
         .collect()
 }
 
-fn opts(snapshot: bool, as_of: Option<Lsn>) -> SubscribeOptions {
+fn opts(snapshot: bool, as_of: Option<Position>) -> SubscribeOptions {
     SubscribeOptions { snapshot, as_of }
 }
 
@@ -387,7 +387,7 @@ async fn subscribe_with_snapshot() {
     let applied = converged(&up, &pipeline, "t").await;
     let lines = read_until(&mut counted, applied).await;
     assert!(lines.iter().all(|l| l.ts().unwrap() > from));
-    let mut by_key: BTreeMap<(Lsn, String), Vec<i64>> = BTreeMap::new();
+    let mut by_key: BTreeMap<(Position, String), Vec<i64>> = BTreeMap::new();
     for line in &lines {
         if let Line::Change { ts, diff, key, .. } = line {
             by_key
@@ -464,7 +464,7 @@ async fn many_subscribers_receive_the_same_lines() {
         all.push(read_until(sub, applied).await);
     }
     // Where each started: the first progress line.
-    let starts: Vec<Lsn> = all
+    let starts: Vec<Position> = all
         .iter()
         .map(|lines| {
             lines
@@ -636,7 +636,10 @@ async fn as_of_out_of_range_is_refused() {
     let id = pipeline.interfaces().unwrap()[0].id;
     assert_eq!(store.feed_horizon(id).unwrap(), Some(horizon));
     assert!(
-        store.feed(id, Lsn(0), applied, 1000).unwrap().is_empty(),
+        store
+            .feed(id, Position::ZERO, applied, 1000)
+            .unwrap()
+            .is_empty(),
         "everything the sink has is pruned"
     );
     drop(store);
@@ -659,7 +662,7 @@ async fn as_of_out_of_range_is_refused() {
     assert_eq!(map, documents(&pipeline, "t_json"));
 
     // Ahead of the pipeline.
-    let ahead = Lsn(applied.0 + (1 << 32));
+    let ahead = Position::from_u64(applied.as_u64() + (1 << 32));
     match subscribe::subscribe(&pipeline, "t_json", opts(false, Some(ahead))).await {
         Err(e @ SubscribeError::Ahead { .. }) => {
             assert!(e.primary().contains(&ahead.to_string()), "{e}");

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use evolve_pgoutput::Lsn;
+use crate::position::Position;
 use tokio::sync::watch;
 
 use crate::config::Connection;
@@ -69,14 +69,18 @@ pub(crate) type Documents = Vec<(Vec<u8>, Vec<u8>)>;
 /// [`write`]: Sink::write
 pub(crate) trait Sink: Send {
     /// The destination's committed position, `None` before its first load.
-    fn position(&mut self) -> impl Future<Output = Result<Option<Lsn>>> + Send;
+    fn position(&mut self) -> impl Future<Output = Result<Option<Position>>> + Send;
 
     /// Writes every document of the interface as of `at`, and `at`.
-    fn load(&mut self, docs: &Documents, at: Lsn) -> impl Future<Output = Result<()>> + Send;
+    fn load(&mut self, docs: &Documents, at: Position) -> impl Future<Output = Result<()>> + Send;
 
     /// Applies consecutive upstream transactions (`entries`, in order) and
     /// records `at`, the last one's position.
-    fn write(&mut self, entries: &[FeedEntry], at: Lsn) -> impl Future<Output = Result<()>> + Send;
+    fn write(
+        &mut self,
+        entries: &[FeedEntry],
+        at: Position,
+    ) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// What a sink task needs.
@@ -88,10 +92,10 @@ pub(crate) struct SinkContext {
     pub table: String,
     pub source: String,
     /// The source's applied position.
-    pub applied: watch::Receiver<Lsn>,
+    pub applied: watch::Receiver<Position>,
     /// Everything at or below this is committed in the sink (or has
     /// nothing for it).
-    pub effective: watch::Sender<Lsn>,
+    pub effective: watch::Sender<Position>,
     pub stop: watch::Receiver<bool>,
     pub status: StatusBoard,
 }
@@ -182,7 +186,7 @@ async fn drive(ctx: &mut SinkContext, mut sink: impl Sink) -> Result<()> {
 
 /// The interface's documents and the source position they are at, read in
 /// one SQLite transaction.
-fn read_initial(ctx: &SinkContext, store: &Store) -> Result<(Lsn, Documents)> {
+fn read_initial(ctx: &SinkContext, store: &Store) -> Result<(Position, Documents)> {
     let fail = |e: rusqlite::Error| PipelineError::store("read the interface's documents", e);
     // One read transaction: the documents and the position they are at.
     store.conn.execute_batch("BEGIN").map_err(fail)?;

@@ -8,8 +8,8 @@
 //! table, so the position and what it covers commit together; the
 //! position is read back from that row.
 
+use crate::position::Position;
 use evolve_pg::quote_ident;
-use evolve_pgoutput::Lsn;
 use tokio_postgres::Client;
 
 use super::{Documents, Sink};
@@ -118,7 +118,7 @@ pub(crate) async fn progress(
     client: &Client,
     targets: &Targets,
     sink: &str,
-) -> Result<Option<Lsn>> {
+) -> Result<Option<Position>> {
     let row = client
         .query_opt(
             &format!("SELECT lsn::text FROM {} WHERE sink = $1", targets.progress),
@@ -192,12 +192,12 @@ impl PostgresSink {
 }
 
 impl Sink for PostgresSink {
-    async fn position(&mut self) -> Result<Option<Lsn>> {
+    async fn position(&mut self) -> Result<Option<Position>> {
         progress(&self.client, &self.targets, &self.name).await
     }
 
     /// One transaction: every document, then the position.
-    async fn load(&mut self, docs: &Documents, at: Lsn) -> Result<()> {
+    async fn load(&mut self, docs: &Documents, at: Position) -> Result<()> {
         let tx = self
             .client
             .transaction()
@@ -224,7 +224,7 @@ impl Sink for PostgresSink {
             .map_err(|e| PipelineError::database("commit the sink's initial load", &e))
     }
 
-    async fn write(&mut self, entries: &[FeedEntry], at: Lsn) -> Result<()> {
+    async fn write(&mut self, entries: &[FeedEntry], at: Position) -> Result<()> {
         write_transactions(&self.client, &self.statements, &self.name, at, entries).await
     }
 }
@@ -249,7 +249,7 @@ async fn write_transactions(
     client: &Client,
     statements: &Statements,
     sink: &str,
-    pos: Lsn,
+    pos: Position,
     entries: &[FeedEntry],
 ) -> Result<()> {
     let mut writes = Vec::new();
