@@ -579,7 +579,7 @@ async fn measure(
             .sources()?
             .into_iter()
             .find(|s| s.name == source)
-            .map_or(0, |s| s.applied_lsn.0);
+            .map_or(0, |s| s.applied_lsn.as_u64());
         if applied > before {
             break;
         }

@@ -358,7 +358,7 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, n: i64) -
         |p| {
             p.sources()
                 .ok()
-                .and_then(|s| s.first().map(|s| s.applied_lsn.0 > before_marker))
+                .and_then(|s| s.first().map(|s| s.applied_lsn.as_u64() > before_marker))
                 .unwrap_or(false)
         },
     )
