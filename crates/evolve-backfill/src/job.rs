@@ -350,6 +350,7 @@ pub async fn run(
         if scanned < size {
             break;
         }
+        tokio::time::sleep(opts.batches.nice_wait(took)).await;
     }
     let remaining: i64 = client
         .query_one(&sql::verify(&table.name, &spec.set, filter), &[])

@@ -59,6 +59,21 @@ pub struct BatchOptions {
     pub lock_retry_delay: Duration,
     /// How often a paused run looks again.
     pub poll: Duration,
+    /// After each batch, wait this many times the batch's own duration
+    /// before the next (gh-ost's `--nice-ratio`): 1 leaves the server half
+    /// the time, 0 (the default) runs batches back to back.
+    pub nice: f64,
+}
+
+impl BatchOptions {
+    /// The wait after a batch that took `took` (see [`BatchOptions::nice`]).
+    pub fn nice_wait(&self, took: Duration) -> Duration {
+        if self.nice > 0.0 && self.nice.is_finite() {
+            took.mul_f64(self.nice)
+        } else {
+            Duration::ZERO
+        }
+    }
 }
 
 impl Default for BatchOptions {
@@ -71,6 +86,7 @@ impl Default for BatchOptions {
             lock_retries: 5,
             lock_retry_delay: Duration::from_millis(500),
             poll: Duration::from_secs(1),
+            nice: 0.0,
         }
     }
 }

@@ -534,6 +534,7 @@ impl Rewrite<'_> {
             if scanned < size {
                 break;
             }
+            tokio::time::sleep(self.opts.batches.nice_wait(took)).await;
         }
         self.build_indexes(table, &n, shadow_oid, on_event).await?;
         self.set_phase("replay").await

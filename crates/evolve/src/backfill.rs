@@ -68,6 +68,20 @@ pub struct BatchArgs {
     /// How often a paused run looks again.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub poll: Duration,
+    /// After each batch, wait RATIO times the batch's duration before the
+    /// next, e.g. 1 to leave the server half the time (gh-ost's
+    /// --nice-ratio); 0 runs batches back to back.
+    #[arg(long, value_name = "RATIO", default_value_t = 0.0, value_parser = parse_nice)]
+    pub nice: f64,
+}
+
+fn parse_nice(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a ratio from 0 to 100 (e.g. 0.5: after a batch of 200 ms, wait 100 ms)"
+        )),
+    }
 }
 
 impl BatchArgs {
@@ -83,6 +97,7 @@ impl BatchArgs {
             lock_retries: self.lock_retries,
             lock_retry_delay: self.lock_retry_delay,
             poll: self.poll,
+            nice: self.nice,
         }
     }
 }

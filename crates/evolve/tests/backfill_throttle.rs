@@ -299,3 +299,72 @@ async fn a_replica_replaying_behind_pauses_the_backfill_until_it_catches_up() {
     assert_eq!(count(&c, "SELECT count(*) FROM s WHERE b = a").await, 20000);
     caught_up(&r, "SELECT count(*) FROM s WHERE b = a", 20000).await;
 }
+
+/// `--nice 2` waits twice each batch's duration before the next: batches
+/// slowed to at least 50 ms each (a statement trigger that sleeps) take at
+/// least three times as long in all.
+#[tokio::test]
+async fn nice_waits_a_multiple_of_each_batch_before_the_next() {
+    let db = evolve_test::fresh_db("bf_nice").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE n (id int PRIMARY KEY, a int, b int);
+         INSERT INTO n SELECT i, i, NULL FROM generate_series(1, 500) i;
+         CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN PERFORM pg_sleep(0.05); RETURN NULL; END $$;
+         CREATE TRIGGER slow AFTER UPDATE ON n FOR EACH STATEMENT EXECUTE FUNCTION slow();",
+    )
+    .await
+    .unwrap();
+    let args = |nice: &'static str, column: &'static str| {
+        let set: &'static str = if column == "a" { "a = a" } else { "b = a" };
+        vec![
+            "backfill",
+            "run",
+            "--name",
+            column,
+            "--table",
+            "n",
+            "--set",
+            set,
+            "--batch",
+            "100",
+            "--batch-time",
+            "0",
+            "--nice",
+            nice,
+            "--format",
+            "json",
+        ]
+    };
+    let started = std::time::Instant::now();
+    let out = evolve(&db.url, &args("2", "b"));
+    let took = started.elapsed();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    let batches = events(&lines, "batch");
+    assert_eq!(batches.len(), 5, "{lines:?}");
+    let batch_ms: u64 = batches.iter().map(|b| b["ms"].as_u64().unwrap()).sum();
+    assert!(
+        batch_ms >= 250,
+        "each batch took its trigger's 50 ms: {batch_ms}"
+    );
+    // Four waits (none after the last batch) of twice the batch before.
+    let waits: u64 = batches[..4]
+        .iter()
+        .map(|b| 2 * b["ms"].as_u64().unwrap())
+        .sum();
+    assert!(
+        took.as_millis() as u64 >= batch_ms + waits,
+        "{} ms in all for {batch_ms} ms of batches and {waits} ms of waits",
+        took.as_millis()
+    );
+    assert_eq!(count(&c, "SELECT count(*) FROM n WHERE b = a").await, 500);
+    let refused = evolve(&db.url, &args("101", "a"));
+    assert_eq!(refused.status.code(), Some(2), "a usage error");
+    assert!(
+        text(&refused.stderr).contains("\"101\" is not a ratio from 0 to 100"),
+        "{}",
+        text(&refused.stderr)
+    );
+}
