@@ -293,7 +293,7 @@ fn on_path(binary: &str) -> bool {
 }
 
 /// The Python packages of the client tests (Confluent's schema registry
-/// client and serializers), pinned in
+/// client and serializers) and squawk-cli (the lint comparison), pinned in
 /// `crates/evolve/tests/python/requirements.txt`, installed with pip when
 /// they do not import.
 fn ensure_python_clients() -> Result<(), Failure> {
@@ -304,7 +304,7 @@ fn ensure_python_clients() -> Result<(), Failure> {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if present {
+    if present && on_path("squawk") {
         return Ok(());
     }
     let requirements = workspace_root().join("crates/evolve/tests/python/requirements.txt");

@@ -46,7 +46,9 @@ pub(crate) async fn run(
 
     if apply_opts.dry_run {
         // Reads only: no lock, no history table created.
-        let (plan, steps) = plan_steps(&files, &history, &client, &step_opts, apply_opts).await?;
+        let (plan, mut steps) =
+            plan_steps(&files, &history, &client, &step_opts, apply_opts).await?;
+        stop_at_phase(&mut steps, apply_opts, on_event);
         for step in &steps {
             if !no_transaction(step.file, apply_opts.mixed)
                 && !step.file.parsed.directives.rebuild_dependents_off
@@ -100,21 +102,24 @@ pub(crate) async fn run(
         )
         .await?;
     callbacks::run(&client, &files, "beforeValidate").await?;
-    let (plan, steps) = match plan_steps(&files, &history, &client, &step_opts, apply_opts).await {
-        Ok(planned) => planned,
-        Err(e @ MigrateError::Invalid { .. }) => {
-            callbacks::run(&client, &files, "afterValidateError").await?;
-            return Err(e);
-        }
-        Err(e) => return Err(e),
-    };
+    let (plan, mut steps) =
+        match plan_steps(&files, &history, &client, &step_opts, apply_opts).await {
+            Ok(planned) => planned,
+            Err(e @ MigrateError::Invalid { .. }) => {
+                callbacks::run(&client, &files, "afterValidateError").await?;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
     callbacks::run(&client, &files, "afterValidate").await?;
+    stop_at_phase(&mut steps, apply_opts, on_event);
     let group = apply_opts.group && group_transaction(&steps, apply_opts.mixed)?;
 
     let mut runner = Runner::new(opts, client, history, &files).await?;
     runner.populate_in_transaction = apply_opts.populate_in_transaction;
     runner.mixed = apply_opts.mixed;
     runner.group = group;
+    runner.backfill = apply_opts.backfill.clone();
     callbacks::run(&runner.client, &files, "beforeMigrate").await?;
     let mut current = plan.current_version.clone();
     let applied = match runner.run_steps(&steps, &mut current, on_event).await {
@@ -135,6 +140,37 @@ pub(crate) async fn run(
         current_version: current.map(|v| v.as_str().to_string()),
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// `--until-phase`: drops the steps from the first one the phase limit
+/// stops at (see [`crate::change::until_phase`]), and says where it stopped.
+fn stop_at_phase(
+    steps: &mut Vec<Step<'_>>,
+    apply_opts: &ApplyOptions,
+    on_event: &mut dyn FnMut(Event),
+) {
+    let Some(until) = apply_opts.until_phase else {
+        return;
+    };
+    let phases: Vec<_> = steps
+        .iter()
+        .map(|s| s.file.parsed.directives.phase)
+        .collect();
+    let keep = crate::change::until_phase(&phases, until);
+    if let Some(next) = steps.get(keep) {
+        on_event(Event::StoppedAtPhase {
+            script: next.file.script.clone(),
+            phase: next
+                .file
+                .parsed
+                .directives
+                .phase
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_default(),
+            until: until.as_str().to_string(),
+        });
+    }
+    steps.truncate(keep);
 }
 
 /// Reads the history, and returns the plan and the steps `apply` runs,
@@ -319,6 +355,8 @@ struct Runner<'o> {
     /// Whether an `afterVersioned` is still due (Flyway's rule: before the
     /// first repeatable migration, else at the end).
     versioned_callback_due: bool,
+    /// Runs the jobs of `-- evolve:backfill` files.
+    backfill: Option<std::sync::Arc<dyn crate::change::BackfillRunner>>,
 }
 
 /// Where a statement of a transaction comes from.
@@ -373,6 +411,7 @@ impl<'o> Runner<'o> {
             mixed: false,
             group: false,
             versioned_callback_due: true,
+            backfill: None,
         })
     }
 
@@ -459,9 +498,18 @@ impl<'o> Runner<'o> {
         rebuilt: &mut Vec<(&'f MigrationFile, RebuildPlan)>,
         on_event: &mut dyn FnMut(Event),
     ) -> Result<(), MigrateError> {
-        let file = step.file;
         let started = Instant::now();
-        let attempts = if no_transaction(file, self.mixed) {
+        let file = step.file;
+        let handed_off = match (&file.parsed.directives.backfill, self.backfill.clone()) {
+            (Some(job), Some(runner)) if step.resume.is_none() => {
+                Some(self.hand_off(file, job, runner.as_ref(), on_event).await?)
+            }
+            _ => None,
+        };
+        let attempts = if let Some(empty) = &handed_off {
+            // Only the history row: the job does the UPDATE.
+            self.run_transactional(empty, on_event).await?.0
+        } else if no_transaction(file, self.mixed) {
             self.run_no_transaction(file, step.resume.as_ref(), on_event)
                 .await?
         } else {
@@ -486,6 +534,54 @@ impl<'o> Runner<'o> {
             out_of_order: step.out_of_order,
         });
         Ok(())
+    }
+
+    /// Hands a `-- evolve:backfill` file's UPDATE to its job, and returns
+    /// the file without statements, whose run records it as applied.
+    async fn hand_off(
+        &self,
+        file: &MigrationFile,
+        job: &str,
+        runner: &dyn crate::change::BackfillRunner,
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<MigrationFile, MigrateError> {
+        let [statement] = file.parsed.statements.as_slice() else {
+            return Err(MigrateError::Script {
+                script: file.script.clone(),
+                reason: format!(
+                    "hands off to backfill job {job} and must hold exactly one UPDATE statement, not {}; keep other statements in files of their own",
+                    file.parsed.statements.len()
+                ),
+            });
+        };
+        let handoff = crate::change::BackfillHandoff {
+            job: job.to_string(),
+            script: file.script.clone(),
+            statement: statement.text.clone(),
+        };
+        let outcome = runner
+            .hand_off(&handoff)
+            .await
+            .map_err(|reason| MigrateError::Script {
+                script: file.script.clone(),
+                reason,
+            })?;
+        on_event(Event::BackfillHandedOff {
+            script: file.script.clone(),
+            job: job.to_string(),
+            outcome,
+        });
+        Ok(MigrationFile {
+            name: file.name.clone(),
+            script: file.script.clone(),
+            path: file.path.clone(),
+            checksum: file.checksum,
+            text: String::new(),
+            parsed: evolve_core::migration::Script {
+                directives: file.parsed.directives.clone(),
+                statements: Vec::new(),
+            },
+        })
     }
 
     /// Runs a file in one transaction with its history row (under `group`,

@@ -14,12 +14,15 @@
 
 mod apply;
 mod callbacks;
+pub mod change;
 mod deps;
 mod error;
 mod files;
 mod flyway_config;
 mod history;
+pub mod lint_catalog;
 mod lock;
+mod lockplan;
 mod placeholders;
 mod plan;
 mod rebuild;
@@ -39,6 +42,10 @@ pub use files::{CallbackFile, MigrationFile, MigrationSet, Symlinks};
 pub use flyway_config::{ConfigError, FlywayConfig, from_env, parse_conf, parse_toml};
 pub use history::{BASELINE_DESCRIPTION, History, HistoryRow};
 pub use lock::lock_key;
+pub use lockplan::{
+    Held, LockPlan, PlannedLock, PlannedRebuild, PlannedStatement, ProbeLock, ProbeResult,
+    lock_plan,
+};
 pub use placeholders::{BuiltIns, Placeholders};
 pub use plan::{Kind, MigrationStatus, Plan, State, StepOptions};
 pub use rebuild::{Captured, RebuildPlan, plan_targets};
@@ -110,6 +117,15 @@ pub struct ApplyOptions {
     /// transaction runs outside one, as if it began with
     /// `-- evolve:no-transaction`.
     pub mixed: bool,
+    /// `--until-phase P`: stop before the first pending file whose
+    /// `-- evolve:phase` is later than `P`, or earlier than a phase this run
+    /// already applied (the next change); files without a phase never stop
+    /// it (see [`change::until_phase`]). Repeatable files run only when the
+    /// run is not stopped.
+    pub until_phase: Option<evolve_core::migration::Phase>,
+    /// Runs the backfill jobs that files marked `-- evolve:backfill NAME`
+    /// hand off to; `None` runs such files as written.
+    pub backfill: Option<std::sync::Arc<dyn change::BackfillRunner>>,
 }
 
 /// What happens while a verb runs, in order. Serialized as one JSON object
@@ -205,6 +221,20 @@ pub enum Event {
         name: String,
         refresh_ms: u64,
         unreadable_ms: u64,
+    },
+    /// A file marked `-- evolve:backfill NAME` handed its UPDATE to the
+    /// backfill job; `outcome` says how it runs.
+    BackfillHandedOff {
+        script: String,
+        job: String,
+        outcome: String,
+    },
+    /// `--until-phase`: the run stopped before this file.
+    StoppedAtPhase {
+        script: String,
+        /// The file's phase.
+        phase: String,
+        until: String,
     },
     /// `repair` changed the history.
     Repaired {

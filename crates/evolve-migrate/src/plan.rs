@@ -92,6 +92,12 @@ pub struct MigrationStatus {
     pub execution_time_ms: Option<i32>,
     /// Whether the file runs outside a transaction.
     pub no_transaction: bool,
+    /// `-- evolve:phase`: the file's step in an expand/contract change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// `-- evolve:backfill NAME`: the backfill job the file hands off to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backfill_job: Option<String>,
     /// For a failed no-transaction file: statements done of the total.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub statements_done: Option<i32>,
@@ -368,6 +374,8 @@ fn from_row(row: &HistoryRow, state: State, kind: Kind) -> MigrationStatus {
         applied_at: Some(row.installed_on.clone()),
         execution_time_ms: Some(row.execution_time),
         no_transaction: false,
+        phase: None,
+        backfill_job: None,
         statements_done: None,
         note: None,
     }
@@ -387,6 +395,8 @@ fn from_file(file: &MigrationFile, state: State, kind: Kind) -> MigrationStatus 
         applied_at: None,
         execution_time_ms: None,
         no_transaction: file.parsed.directives.no_transaction,
+        phase: file.parsed.directives.phase.map(|p| p.as_str().to_string()),
+        backfill_job: file.parsed.directives.backfill.clone(),
         statements_done: None,
         note: None,
     }

@@ -66,6 +66,10 @@ pub enum Format {
 pub enum Command {
     /// Migrations as code for PostgreSQL.
     Migrate(MigrateArgs),
+    /// Write a breaking change as expand/contract migration files (expand,
+    /// backfill, switch, contract) that old and new application versions
+    /// survive.
+    Change(crate::change::ChangeArgs),
     /// Backfill columns in keyset batches: resumable, throttled, idempotent.
     Backfill(crate::backfill::BackfillArgs),
     /// Change a table's shape online (e.g. integer to bigint): shadow
@@ -77,9 +81,13 @@ pub enum Command {
     Deps(DepsArgs),
     /// Refresh materialized views in dependency order, lowest layer first.
     Refresh(RefreshArgs),
+    /// For every statement of the pending migrations: the locks it takes
+    /// and for how long, whether it rewrites or scans, the table's size,
+    /// the dependents rebuilt, and the safer form; from the live catalog.
+    Plan(crate::plan::PlanArgs),
     /// Check migration files for changes that lock, rewrite or silently
     /// break things.
-    Lint(LintArgs),
+    Lint(crate::lint::LintArgs),
     /// Schema compatibility (Avro, Protobuf, JSON Schema) for CI.
     Compat(crate::compat::CompatArgs),
     /// A schema registry speaking Confluent Schema Registry's REST API.
@@ -129,19 +137,6 @@ pub enum Command {
     /// against the rows that really changed. It takes well under a minute
     /// and exits 1 if any expectation failed.
     Demo(DemoArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct LintArgs {
-    /// Files to lint, in the order they apply (default: every migration in --dir).
-    pub files: Vec<PathBuf>,
-    /// Directory of migration files.
-    #[arg(long, default_value = "migrations", conflicts_with = "files")]
-    pub dir: PathBuf,
-    /// Also read symbolic links that lead out of --dir or into directories
-    /// (loops are refused).
-    #[arg(long, conflicts_with = "files")]
-    pub follow_symlinks: bool,
 }
 
 #[derive(Debug, Args)]
@@ -302,6 +297,21 @@ pub enum MigrateVerb {
         /// (Flyway's mixed).
         #[arg(long)]
         mixed: bool,
+        /// Apply pending files while their '-- evolve:phase' is at most
+        /// PHASE (expand < backfill < switch < contract); stop before the
+        /// first later one, or before an earlier one (the next change).
+        /// Files without a phase never stop the run; repeatable files run
+        /// only when it is not stopped.
+        #[arg(long, visible_alias = "phase", value_name = "PHASE", value_parser = parse_phase)]
+        until_phase: Option<evolve_core::migration::Phase>,
+        /// What to do with a file that hands off to a backfill job
+        /// ('-- evolve:backfill NAME'): start the job in the background,
+        /// wait for it, or only record the hand-off.
+        #[arg(long, value_enum, default_value = "start")]
+        backfill: crate::change::BackfillMode,
+        /// Run backfill jobs to the end before going on (--backfill wait).
+        #[arg(long)]
+        wait_backfill: bool,
         #[command(flatten)]
         db: DatabaseArgs,
         #[command(flatten)]
@@ -365,6 +375,11 @@ fn parse_placeholder(s: &str) -> Result<(String, String), String> {
     }
 }
 
+fn parse_phase(s: &str) -> Result<evolve_core::migration::Phase, String> {
+    evolve_core::migration::Phase::parse(s)
+        .ok_or_else(|| format!("{s:?} is not a phase; use expand, backfill, switch or contract"))
+}
+
 fn parse_version(s: &str) -> Result<Version, String> {
     Version::parse(s).map_err(|e| e.to_string())
 }
@@ -406,7 +421,7 @@ pub fn wants_multi_thread(cli: &Cli) -> bool {
 
 pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<ExitCode> {
     if let Command::Lint(args) = &cli.command {
-        return lint(args, out);
+        return crate::lint::run(args, out).await;
     }
     if let Command::Compat(_) = &cli.command {
         let Command::Compat(args) = cli.command else {
@@ -432,6 +447,8 @@ pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<ExitCode> {
 async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate(args) => migrate(args, out).await,
+        Command::Change(args) => crate::change::run(args, out).await,
+        Command::Plan(args) => crate::plan::run(args, out).await,
         Command::Backfill(args) => crate::backfill::run(args, out).await,
         Command::Rewrite(args) => crate::backfill::rewrite(args, out).await,
         Command::Deps(args) => {
@@ -469,67 +486,6 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
     }
 }
 
-fn lint(args: &LintArgs, out: &Out) -> anyhow::Result<ExitCode> {
-    use evolve_core::migration::lint::{LintInput, lint};
-    // Files in the order they apply: a directory as `migrate` reads it, or
-    // the files given, in the order given.
-    let loaded: Vec<(String, String, evolve_core::migration::Script)> = if args.files.is_empty() {
-        let symlinks = if args.follow_symlinks {
-            evolve_migrate::Symlinks::Follow
-        } else {
-            evolve_migrate::Symlinks::WithinDir
-        };
-        let set = evolve_migrate::MigrationSet::load(&args.dir, symlinks)?;
-        set.versioned
-            .into_values()
-            .chain(set.repeatable.into_values())
-            .map(|f| (f.script, f.text, f.parsed))
-            .collect()
-    } else {
-        let mut v = Vec::new();
-        for path in &args.files {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            let parsed = evolve_core::migration::parse_script(&text)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            v.push((path.display().to_string(), text, parsed));
-        }
-        v
-    };
-    // squawk's parser recurses; give it a stack that fits what
-    // parse_script already bounded.
-    let findings = std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .stack_size(1 << 30)
-            .spawn_scoped(scope, || {
-                let inputs: Vec<LintInput> = loaded
-                    .iter()
-                    .map(|(script, text, parsed)| LintInput {
-                        script,
-                        text,
-                        parsed,
-                    })
-                    .collect();
-                lint(&inputs)
-            })
-            .map_err(|e| anyhow::anyhow!("cannot start the lint thread: {e}"))?
-            .join()
-            .map_err(|_| {
-                anyhow::anyhow!("the SQL parser failed; please report it with the migration files")
-            })
-    })?;
-    out.lint(&findings)?;
-    let errors = findings
-        .iter()
-        .filter(|f| f.level == evolve_core::migration::lint::Level::Error)
-        .count();
-    Ok(if errors > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
 async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
     match args.verb {
         MigrateVerb::New {
@@ -563,6 +519,9 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
             populate_in_transaction,
             group,
             mixed,
+            until_phase,
+            backfill,
+            wait_backfill,
             db,
             files,
             lock,
@@ -584,6 +543,12 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                 populate_in_transaction,
                 group: group || flyway.group == Some(true),
                 mixed: mixed || flyway.mixed == Some(true),
+                until_phase,
+                backfill: Some(std::sync::Arc::new(crate::change::runner(
+                    &opts.database_url,
+                    backfill,
+                    wait_backfill,
+                )?)),
             };
             let mut event_out = out.clone();
             let report = evolve_migrate::apply(&opts, &apply_opts, &mut |e| {
@@ -685,7 +650,7 @@ fn flyway_settings(file: Option<&std::path::Path>) -> anyhow::Result<evolve_migr
 
 /// The library's options from the flags a verb has, then Flyway's
 /// configuration; the others keep their defaults.
-fn options(
+pub(crate) fn options(
     db: &DatabaseArgs,
     files: &DirArgs,
     lock: Option<&LockArgs>,

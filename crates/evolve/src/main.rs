@@ -3,11 +3,14 @@
 //! 2 bad usage). A closed stdout (`evolve ... | head`) is not an error.
 
 mod backfill;
+mod change;
 mod cli;
 mod compat;
 mod demo;
+mod lint;
 mod output;
 mod pipeline;
+mod plan;
 mod registry;
 
 use std::io::IsTerminal;

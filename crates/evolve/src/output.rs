@@ -460,6 +460,16 @@ pub fn event_text(e: &Event) -> String {
             }
             RepairAction::MarkedDeleted => format!("marked {script} as deleted"),
         },
+        Event::BackfillHandedOff {
+            script,
+            job,
+            outcome,
+        } => format!("{script} handed off to backfill job {job}: {outcome}"),
+        Event::StoppedAtPhase {
+            script,
+            phase,
+            until,
+        } => format!("stopped before {script} (phase {phase}), as --until-phase {until} asks"),
         other => format!("{other:?}"),
     }
 }
@@ -490,6 +500,31 @@ pub fn status_text(r: &StatusReport) -> String {
         "note",
     ];
     let rows: Vec<[String; 8]> = r.migrations.iter().map(status_row).collect();
+    if r.migrations.iter().any(|m| m.phase.is_some()) {
+        // Files of `evolve change` say which phase they are.
+        let mut header9 = [""; 9];
+        header9[..2].copy_from_slice(&header[..2]);
+        header9[2] = "phase";
+        header9[3..].copy_from_slice(&header[2..]);
+        let rows9: Vec<[String; 9]> = r
+            .migrations
+            .iter()
+            .zip(rows)
+            .map(|(m, row)| {
+                let [a, b, rest @ ..] = row;
+                let mut out: [String; 9] = Default::default();
+                out[0] = a;
+                out[1] = b;
+                out[2] = m.phase.clone().unwrap_or_default();
+                for (o, r) in out[3..].iter_mut().zip(rest) {
+                    *o = r;
+                }
+                out
+            })
+            .collect();
+        out.push_str(&table(&header9, &rows9));
+        return out;
+    }
     out.push_str(&table(&header, &rows));
     out
 }

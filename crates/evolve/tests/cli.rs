@@ -272,7 +272,7 @@ fn lint_reports_file_line_and_rule_and_exits_1_on_errors() {
     let dir = temp_dir("lint");
     std::fs::write(
         dir.join("V1__orders.sql"),
-        "CREATE TABLE orders (id int, status varchar(20));\n",
+        "-- evolve:ignore-file prefer-text-field\nCREATE TABLE orders (id bigint, status varchar(20));\n",
     )
     .expect("write");
     std::fs::write(

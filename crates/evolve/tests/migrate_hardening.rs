@@ -620,7 +620,12 @@ fn help_of_each_verb_lists_only_its_flags() {
         &["--all", "--status", "--database-url"],
         &files,
     );
-    check(&["lint"], &["--dir", "--follow-symlinks"], &db);
+    // lint reads the live catalog with --database-url, never the history.
+    check(
+        &["lint"],
+        &["--dir", "--follow-symlinks", "--database-url"],
+        &["--history-table"],
+    );
 
     // baseline's own flags say what they are.
     let h = help(&["migrate", "baseline"]);

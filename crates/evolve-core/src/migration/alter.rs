@@ -81,7 +81,7 @@ pub fn blocked_alters(statement: &str) -> Vec<BlockedAlter> {
 }
 
 /// `a`, `s.a`, `"S"."A"` into (schema, name), folding unquoted parts.
-fn split_name(name: &str) -> Option<(Option<String>, String)> {
+pub(super) fn split_name(name: &str) -> Option<(Option<String>, String)> {
     let mut parts = Vec::new();
     let mut current = String::new();
     let mut in_quotes = false;

@@ -63,6 +63,7 @@
 mod alter;
 mod checksum;
 mod classify;
+pub mod effects;
 mod lines;
 pub mod lint;
 mod name;
@@ -77,6 +78,6 @@ pub use name::{
     parse_file_name,
 };
 pub use script::{
-    Directives, MAX_NESTING, Script, ScriptError, Statement, StatementKind, parse_script,
+    Directives, MAX_NESTING, Phase, Script, ScriptError, Statement, StatementKind, parse_script,
 };
 pub use version::Version;

@@ -26,6 +26,8 @@ const DIRECTIVE_PREFIX: &str = "evolve:";
 const NO_TRANSACTION: &str = "no-transaction";
 const POPULATE_IN_TRANSACTION: &str = "populate-in-transaction";
 const REBUILD_DEPENDENTS_OFF: &str = "rebuild-dependents off";
+const PHASE: &str = "phase";
+const BACKFILL: &str = "backfill";
 
 /// A parsed migration script.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +49,59 @@ pub struct Directives {
     /// `-- evolve:rebuild-dependents off`: no automatic rebuild of the views
     /// an ALTER in this file would break.
     pub rebuild_dependents_off: bool,
+    /// `-- evolve:phase expand|backfill|switch|contract`: the file's step
+    /// in an expand/contract change (`evolve change` writes it).
+    pub phase: Option<Phase>,
+    /// `-- evolve:backfill NAME`: the file's one `UPDATE` is handed to the
+    /// backfill job `NAME` instead of running in the file's transaction.
+    pub backfill: Option<String>,
+}
+
+/// The step of an expand/contract change a file belongs to, in the order
+/// they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// New structure added beside the old, kept in step by a trigger.
+    Expand,
+    /// Existing rows given the new structure's values.
+    Backfill,
+    /// The new structure verified complete and made authoritative.
+    Switch,
+    /// The old structure and the trigger removed.
+    Contract,
+}
+
+impl Phase {
+    /// Every phase, in order.
+    pub const ALL: [Phase; 4] = [
+        Phase::Expand,
+        Phase::Backfill,
+        Phase::Switch,
+        Phase::Contract,
+    ];
+
+    /// The name used in directives and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Expand => "expand",
+            Phase::Backfill => "backfill",
+            Phase::Switch => "switch",
+            Phase::Contract => "contract",
+        }
+    }
+
+    /// The phase named `name` (any letter case).
+    pub fn parse(name: &str) -> Option<Phase> {
+        Phase::ALL
+            .into_iter()
+            .find(|p| p.as_str().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One statement of a script.
@@ -110,7 +165,7 @@ impl Statement {
 pub enum ScriptError {
     /// A `-- evolve:` comment with a name that is not a directive.
     #[error(
-        "unknown directive \"-- evolve:{name}\" on line {line}; the known directives are \"-- evolve:{NO_TRANSACTION}\", \"-- evolve:{POPULATE_IN_TRANSACTION}\" and \"-- evolve:{REBUILD_DEPENDENTS_OFF}\""
+        "unknown directive \"-- evolve:{name}\" on line {line}; the known directives are \"-- evolve:{NO_TRANSACTION}\", \"-- evolve:{POPULATE_IN_TRANSACTION}\", \"-- evolve:{REBUILD_DEPENDENTS_OFF}\", \"-- evolve:{PHASE} expand|backfill|switch|contract\" and \"-- evolve:{BACKFILL} NAME\""
     )]
     UnknownDirective {
         /// The text after `evolve:`.
@@ -308,6 +363,12 @@ fn split(text: &str, bodies: &[Range<usize>]) -> Result<Script, ScriptError> {
                 let Some(name) = directive_name(token.text) else {
                     continue;
                 };
+                // `-- evolve:ignore[-file] RULE` is for `evolve lint`, anywhere.
+                if name.split_whitespace().next().is_some_and(|w| {
+                    w.eq_ignore_ascii_case("ignore") || w.eq_ignore_ascii_case("ignore-file")
+                }) {
+                    continue;
+                }
                 cursor.advance_to(token.offset);
                 let (line, _) = cursor.position();
                 let name = name.to_owned();
@@ -318,7 +379,15 @@ fn split(text: &str, bodies: &[Range<usize>]) -> Result<Script, ScriptError> {
                     NO_TRANSACTION => directives.no_transaction = true,
                     POPULATE_IN_TRANSACTION => directives.populate_in_transaction = true,
                     REBUILD_DEPENDENTS_OFF => directives.rebuild_dependents_off = true,
-                    _ => return Err(ScriptError::UnknownDirective { name, line }),
+                    _ => match name.split_once(char::is_whitespace) {
+                        Some((PHASE, value)) if Phase::parse(value).is_some() => {
+                            directives.phase = Phase::parse(value);
+                        }
+                        Some((BACKFILL, job)) if !job.trim().is_empty() => {
+                            directives.backfill = Some(job.trim().to_owned());
+                        }
+                        _ => return Err(ScriptError::UnknownDirective { name, line }),
+                    },
                 }
             }
             _ if token.is_trivia() => {}

@@ -12,7 +12,15 @@ fn render(input: &str) -> String {
         no_transaction,
         populate_in_transaction,
         rebuild_dependents_off,
+        phase,
+        backfill,
     } = script.directives;
+    if let Some(phase) = phase {
+        out.push_str(&format!("directive phase {phase}\n"));
+    }
+    if let Some(job) = backfill {
+        out.push_str(&format!("directive backfill {job}\n"));
+    }
     if no_transaction {
         out.push_str("directive no-transaction\n");
     }
@@ -329,15 +337,15 @@ fn directives() {
 fn directive_errors() {
     check(
         "-- evolve:no-transactoin\nselect 1",
-        r#"error: unknown directive "-- evolve:no-transactoin" on line 1; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction" and "-- evolve:rebuild-dependents off""#,
+        r#"error: unknown directive "-- evolve:no-transactoin" on line 1; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction", "-- evolve:rebuild-dependents off", "-- evolve:phase expand|backfill|switch|contract" and "-- evolve:backfill NAME""#,
     );
     check(
         "\n\n-- evolve:no-transaction please\nselect 1",
-        r#"error: unknown directive "-- evolve:no-transaction please" on line 3; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction" and "-- evolve:rebuild-dependents off""#,
+        r#"error: unknown directive "-- evolve:no-transaction please" on line 3; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction", "-- evolve:rebuild-dependents off", "-- evolve:phase expand|backfill|switch|contract" and "-- evolve:backfill NAME""#,
     );
     check(
         "-- evolve:\n",
-        r#"error: unknown directive "-- evolve:" on line 1; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction" and "-- evolve:rebuild-dependents off""#,
+        r#"error: unknown directive "-- evolve:" on line 1; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction", "-- evolve:rebuild-dependents off", "-- evolve:phase expand|backfill|switch|contract" and "-- evolve:backfill NAME""#,
     );
     check(
         "select 1;\n-- evolve:no-transaction\nselect 2;",
@@ -463,5 +471,21 @@ fn rebuild_dependents_off_is_a_directive() {
         directive rebuild-dependents off
         2:1 Other "ALTER TABLE t ALTER COLUMN c TYPE text"
         "#,
+    );
+}
+
+#[test]
+fn phase_and_backfill_directives() {
+    check(
+        "-- evolve:phase Backfill\n-- evolve:backfill users_full_name\nupdate t set a = b;",
+        r#"
+        directive phase backfill
+        directive backfill users_full_name
+        3:1 Other "update t set a = b"
+        "#,
+    );
+    check(
+        "-- evolve:phase later\nselect 1",
+        r#"error: unknown directive "-- evolve:phase later" on line 1; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction", "-- evolve:rebuild-dependents off", "-- evolve:phase expand|backfill|switch|contract" and "-- evolve:backfill NAME""#,
     );
 }

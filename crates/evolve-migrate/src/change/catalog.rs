@@ -1,0 +1,535 @@
+//! What `evolve change` reads from the live catalog, the checks that need
+//! the server (types, casts, expressions, NULLs, keys), and writing the
+//! files.
+
+use std::path::PathBuf;
+
+use evolve_pg::{Client, QualifiedName, quote_ident};
+use serde::Serialize;
+
+use super::{Change, ColumnInfo, Resolved, TableInfo, change_id, fold_ident, generate};
+use crate::files::MigrationSet;
+use crate::{MigrateError, Options};
+
+/// What `evolve change` wrote. This is also the documented shape of its
+/// `--format json` output.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChangeWritten {
+    /// The change's name: the trigger's, the function's and the backfill
+    /// job's.
+    pub change: String,
+    pub table: String,
+    pub files: Vec<WrittenFile>,
+    /// The backfill job the backfill step hands off to, when there is one.
+    pub backfill_job: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WrittenFile {
+    pub path: PathBuf,
+    pub version: String,
+    pub phase: String,
+}
+
+fn usage<T>(message: impl Into<String>) -> Result<T, MigrateError> {
+    Err(MigrateError::Usage(message.into()))
+}
+
+/// Resolves `typed` (`name` or `schema.name`, quoted parts kept) to a table.
+async fn resolve_table(client: &Client, typed: &str) -> Result<(u32, QualifiedName), MigrateError> {
+    let row = client
+        .query_opt(
+            "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE c.oid = to_regclass($1)",
+            &[&typed],
+        )
+        .await
+        .map_err(|e| {
+            MigrateError::Usage(format!(
+                "table name {typed:?} cannot be read ({e}); write it as name or schema.name"
+            ))
+        })?;
+    let Some(row) = row else {
+        return usage(format!(
+            "table {typed} does not exist; check the name (schema.table) and --database-url"
+        ));
+    };
+    let kind: String = row.get(3);
+    let name = QualifiedName::new(row.get::<_, String>(1), row.get::<_, String>(2));
+    if kind != "r" && kind != "p" {
+        return usage(format!(
+            "{} is not a table; evolve change works on tables",
+            name.plain()
+        ));
+    }
+    Ok((row.get(0), name))
+}
+
+async fn describe_table(
+    client: &Client,
+    oid: u32,
+    name: QualifiedName,
+) -> Result<TableInfo, MigrateError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                    pg_get_expr(d.adbin, d.adrelid), a.attgenerated <> '', a.attidentity <> ''
+               FROM pg_attribute a
+               LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+              ORDER BY a.attnum",
+            &[&oid],
+        )
+        .await?;
+    let columns = rows
+        .iter()
+        .map(|r| {
+            let generated: bool = r.get(4);
+            ColumnInfo {
+                name: r.get(0),
+                type_sql: r.get(1),
+                not_null: r.get(2),
+                default: if generated { None } else { r.get(3) },
+                generated,
+                identity: r.get(5),
+            }
+        })
+        .collect();
+    let primary_key = client
+        .query(
+            "SELECT a.attname::text
+               FROM pg_index i
+               JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+              WHERE i.indrelid = $1 AND i.indisprimary
+              ORDER BY k.ord",
+            &[&oid],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // Indexes, constraints and owned sequences that go with a column.
+    let column_uses = client
+        .query(
+            "SELECT a.attname::text,
+                    CASE WHEN d.classid = 'pg_class'::regclass AND c.relkind = 'i'
+                           THEN 'index ' || d.objid::regclass::text
+                         WHEN d.classid = 'pg_class'::regclass AND c.relkind = 'S'
+                           THEN 'sequence ' || d.objid::regclass::text
+                         ELSE 'constraint ' || quote_ident(con.conname) || ' on ' || con.conrelid::regclass::text
+                    END
+               FROM pg_depend d
+               JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+               LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
+               LEFT JOIN pg_constraint con ON d.classid = 'pg_constraint'::regclass AND con.oid = d.objid
+              WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = $1 AND d.refobjsubid > 0
+                AND ((d.classid = 'pg_class'::regclass AND c.relkind IN ('i', 'S'))
+                     OR (d.classid = 'pg_constraint'::regclass AND con.oid IS NOT NULL))
+              ORDER BY 1, 2",
+            &[&oid],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    Ok(TableInfo {
+        name,
+        columns,
+        primary_key,
+        column_uses,
+        column_dependents: Vec::new(),
+    })
+}
+
+/// Views, materialized views, policies, triggers, generated columns and
+/// functions that read `column`.
+async fn dependents_of(
+    client: &Client,
+    table: &QualifiedName,
+    column: &str,
+) -> Result<Vec<(String, String)>, MigrateError> {
+    let target = format!("{table}.{}", quote_ident(column));
+    let report = crate::deps::deps(client, &target).await?;
+    Ok(report
+        .dependents
+        .into_iter()
+        .map(|d| {
+            (
+                column.to_string(),
+                format!("{} {}", d.kind.as_str(), d.name),
+            )
+        })
+        .collect())
+}
+
+/// Prepares `sql` to check that the expression in it works on the table.
+async fn check_sql(
+    client: &Client,
+    sql: &str,
+    what: &str,
+    table: &QualifiedName,
+) -> Result<Vec<u32>, MigrateError> {
+    match client.prepare(sql).await {
+        Ok(stmt) => Ok(stmt.columns().iter().map(|c| c.type_().oid()).collect()),
+        Err(e) => usage(format!(
+            "{what} does not work on table {}: {}; fix the expression",
+            table.plain(),
+            e.as_db_error()
+                .map(|d| d.message().to_string())
+                .unwrap_or_else(|| e.to_string())
+        )),
+    }
+}
+
+/// The numbers in a type's modifier: `character varying(20)` -> [20].
+fn modifiers(type_sql: &str) -> Vec<i64> {
+    let Some(open) = type_sql.find('(') else {
+        return Vec::new();
+    };
+    type_sql[open + 1..]
+        .split([',', ')'])
+        .filter_map(|p| p.trim().parse().ok())
+        .collect()
+}
+
+/// Whether every value of `old` fits `new`: an implicit cast (PostgreSQL's
+/// mark of a conversion that loses nothing) and no smaller modifier.
+async fn check_conversion(
+    client: &Client,
+    table: &QualifiedName,
+    col: &ColumnInfo,
+    new_type: &str,
+) -> Result<(), MigrateError> {
+    let row = client
+        .query_one(
+            "SELECT format_type(a.atttypid, NULL), a.atttypid = t.oid,
+                    EXISTS (SELECT 1 FROM pg_cast WHERE castsource = a.atttypid AND casttarget = t.oid AND castcontext = 'i'),
+                    EXISTS (SELECT 1 FROM pg_cast WHERE castsource = a.atttypid AND casttarget = t.oid)
+               FROM pg_attribute a, pg_type t
+              WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND t.oid = to_regtype($3)",
+            &[&table.to_string(), &col.name, &new_type],
+        )
+        .await?;
+    let same: bool = row.get(1);
+    let implicit: bool = row.get(2);
+    let any_cast: bool = row.get(3);
+    let what = format!("{}.{}", table.plain(), col.name);
+    if !same && !any_cast {
+        return usage(format!(
+            "there is no cast from {} to {new_type} for column {what}; give --using EXPR to say how each value converts",
+            col.type_sql
+        ));
+    }
+    let (old_mods, new_mods) = (modifiers(&col.type_sql), modifiers(new_type));
+    let smaller = !new_mods.is_empty()
+        && (old_mods.is_empty()
+            || new_mods.iter().zip(&old_mods).any(|(n, o)| n < o)
+            || new_mods.len() < old_mods.len());
+    if (!same && !implicit) || smaller {
+        return usage(format!(
+            "changing column {what} from {} to {new_type} can lose data (values that do not fit are cut, rounded or refused); give --using EXPR to say how each value converts",
+            col.type_sql
+        ));
+    }
+    Ok(())
+}
+
+/// Reads what `change` needs from the catalog and checks it against the
+/// server. Returns the change with its names folded.
+pub async fn describe(
+    client: &Client,
+    change: &Change,
+) -> Result<(Change, TableInfo, Resolved), MigrateError> {
+    let (oid, name) = resolve_table(client, change.table()).await?;
+    let mut table = describe_table(client, oid, name.clone()).await?;
+    let t = name.to_string();
+    let alias = quote_ident(&name.name);
+    let mut resolved = Resolved::default();
+    let change = match change.clone() {
+        Change::RenameColumn {
+            table: tn,
+            old,
+            new,
+        } => {
+            let (old, new) = (fold_ident(&old), fold_ident(&new));
+            column_of(&table, &old)?;
+            table.column_dependents = dependents_of(client, &name, &old).await?;
+            Change::RenameColumn {
+                table: tn,
+                old,
+                new,
+            }
+        }
+        Change::ChangeType {
+            table: tn,
+            column,
+            to,
+            using,
+        } => {
+            let column = fold_ident(&column);
+            let to = to.trim().to_string();
+            let known: Option<String> = client
+                .query_one("SELECT to_regtype($1)::text", &[&to])
+                .await
+                .map_err(|e| MigrateError::Usage(format!("type {to:?} cannot be read ({e}); write a type name such as bigint or varchar(20)")))?
+                .get(0);
+            if known.is_none() {
+                return usage(format!(
+                    "type {to} does not exist; check the name (\\dT in psql lists the types) or create the type in an earlier migration"
+                ));
+            }
+            check_sql(
+                client,
+                &format!("SELECT NULL::{to}"),
+                &format!("type {to}"),
+                &name,
+            )
+            .await?;
+            let col = column_of(&table, &column)?;
+            match &using {
+                Some(u) => {
+                    check_sql(
+                        client,
+                        &format!("SELECT ({u})::{to} FROM {t} AS {alias}"),
+                        &format!("--using {u:?}"),
+                        &name,
+                    )
+                    .await?;
+                }
+                None => check_conversion(client, &name, &col, &to).await?,
+            }
+            table.column_dependents = dependents_of(client, &name, &column).await?;
+            resolved.new_type = Some(to.clone());
+            Change::ChangeType {
+                table: tn,
+                column,
+                to,
+                using,
+            }
+        }
+        Change::SetNotNull {
+            table: tn,
+            column,
+            default,
+        } => {
+            let column = fold_ident(&column);
+            let col = column_of(&table, &column)?;
+            match &default {
+                Some(d) => {
+                    check_sql(
+                        client,
+                        &format!("SELECT ({d})::{}", col.type_sql),
+                        &format!("--default {d:?}"),
+                        &name,
+                    )
+                    .await?;
+                }
+                None if !col.not_null => {
+                    let has_null: bool = client
+                        .query_one(
+                            &format!(
+                                "SELECT EXISTS (SELECT 1 FROM {t} WHERE {} IS NULL)",
+                                quote_ident(&column)
+                            ),
+                            &[],
+                        )
+                        .await?
+                        .get(0);
+                    if has_null {
+                        return usage(format!(
+                            "column {}.{column} has NULL values; give --default EXPR to fill them (and the NULLs applications still write)",
+                            name.plain()
+                        ));
+                    }
+                }
+                None => {}
+            }
+            Change::SetNotNull {
+                table: tn,
+                column,
+                default,
+            }
+        }
+        Change::SplitColumn {
+            table: tn,
+            column,
+            into,
+            merge,
+        } => {
+            let column = fold_ident(&column);
+            let col = column_of(&table, &column)?;
+            let into: Vec<(String, String)> =
+                into.into_iter().map(|(n, e)| (fold_ident(&n), e)).collect();
+            for (n, e) in &into {
+                let oids = check_sql(
+                    client,
+                    &format!("SELECT ({e}) FROM {t} AS {alias}"),
+                    &format!("--into {n}={e:?}"),
+                    &name,
+                )
+                .await?;
+                let ty: String = client
+                    .query_one(
+                        "SELECT format_type($1, NULL)",
+                        &[&oids.first().copied().unwrap_or(25)],
+                    )
+                    .await?
+                    .get(0);
+                // A bare literal has type unknown: store it as text.
+                resolved.into_types.push(if ty == "unknown" {
+                    "text".to_string()
+                } else {
+                    ty
+                });
+            }
+            let computed = into
+                .iter()
+                .map(|(n, e)| format!("({e}) AS {}", quote_ident(n)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            check_sql(
+                client,
+                &format!("SELECT ({merge})::{} FROM (SELECT {alias}.*, {computed} FROM {t} AS {alias}) AS {alias}", col.type_sql),
+                &format!("--merge {merge:?}"),
+                &name,
+            )
+            .await?;
+            table.column_dependents = dependents_of(client, &name, &column).await?;
+            Change::SplitColumn {
+                table: tn,
+                column,
+                into,
+                merge,
+            }
+        }
+        Change::AddForeignKey {
+            table: tn,
+            columns,
+            references,
+            to,
+        } => {
+            let columns: Vec<String> = columns.iter().map(|c| fold_ident(c)).collect();
+            let to: Vec<String> = to.iter().map(|c| fold_ident(c)).collect();
+            for c in &columns {
+                column_of(&table, c)?;
+            }
+            let (other_oid, other) = resolve_table(client, &references).await?;
+            let other_info = describe_table(client, other_oid, other.clone()).await?;
+            for c in &to {
+                column_of(&other_info, c)?;
+            }
+            let unique: bool = client
+                .query_one(
+                    "SELECT EXISTS (
+                       SELECT 1 FROM pg_constraint k
+                        WHERE k.conrelid = $1 AND k.contype IN ('p', 'u')
+                          AND (SELECT array_agg(a.attname::text ORDER BY a.attname)
+                                 FROM pg_attribute a
+                                WHERE a.attrelid = k.conrelid AND a.attnum = ANY (k.conkey))
+                              = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) AS x))",
+                    &[&other_oid, &to],
+                )
+                .await?
+                .get(0);
+            if !unique {
+                return usage(format!(
+                    "there is no primary key or unique constraint on {} ({}), which a foreign key must reference; add one first",
+                    other.plain(),
+                    to.join(", ")
+                ));
+            }
+            resolved.has_index = client
+                .query_one(
+                    "SELECT EXISTS (
+                       SELECT 1 FROM pg_index i
+                        WHERE i.indrelid = $1 AND i.indisvalid AND i.indpred IS NULL
+                          AND (SELECT array_agg(a.attname::text ORDER BY a.attname)
+                                 FROM pg_attribute a
+                                WHERE a.attrelid = i.indrelid
+                                  AND a.attnum = ANY ((i.indkey::int2[])[0:cardinality($2::text[]) - 1]))
+                              = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) AS x))",
+                    &[&oid, &columns],
+                )
+                .await?
+                .get(0);
+            resolved.references = Some(other);
+            Change::AddForeignKey {
+                table: tn,
+                columns,
+                references,
+                to,
+            }
+        }
+    };
+    Ok((change, table, resolved))
+}
+
+fn column_of(table: &TableInfo, column: &str) -> Result<ColumnInfo, MigrateError> {
+    table.column(column).cloned().ok_or_else(|| {
+        MigrateError::Usage(format!(
+            "column {} of table {} does not exist; check the name (see \\d {} in psql)",
+            quote_ident(column),
+            table.name.plain(),
+            table.name.plain()
+        ))
+    })
+}
+
+/// `evolve change`: reads the catalog, generates the files and writes them
+/// into `opts.dir`, numbered after the highest version among the files and
+/// the history (as `evolve migrate new` numbers). Nothing is written when
+/// anything is refused; a file is never overwritten.
+pub async fn write(opts: &Options, change: &Change) -> Result<ChangeWritten, MigrateError> {
+    let c = crate::connect(opts).await?;
+    let (change, table, resolved) = describe(&c.client, change).await?;
+    let files = generate(&change, &table, &resolved).map_err(|e| MigrateError::Usage(e.0))?;
+    std::fs::create_dir_all(&opts.dir).map_err(|e| MigrateError::Create {
+        path: opts.dir.clone(),
+        reason: e.to_string(),
+    })?;
+    let set = MigrationSet::load(&opts.dir, opts.symlinks)?;
+    let rows = c.history.rows(&c.client).await?;
+    let mut version = crate::next_version(&set, &rows);
+    let mut written: Vec<WrittenFile> = Vec::new();
+    for file in &files {
+        let path = opts
+            .dir
+            .join(format!("V{version}__{}.sql", file.description));
+        let result = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, file.sql.as_bytes()));
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&path);
+            for w in &written {
+                let _ = std::fs::remove_file(&w.path);
+            }
+            return Err(MigrateError::Create {
+                path,
+                reason: e.to_string(),
+            });
+        }
+        written.push(WrittenFile {
+            path,
+            version: version.clone(),
+            phase: file.phase.as_str().to_string(),
+        });
+        let v = evolve_core::migration::Version::parse(&version)
+            .map_err(|e| MigrateError::Usage(e.to_string()))?;
+        version = crate::next_major(&v);
+    }
+    let id = change_id(&change, &table.name);
+    let backfill_job = files
+        .iter()
+        .any(|f| f.phase == evolve_core::migration::Phase::Backfill)
+        .then(|| id.clone());
+    Ok(ChangeWritten {
+        change: id,
+        table: table.name.plain(),
+        files: written,
+        backfill_job,
+    })
+}

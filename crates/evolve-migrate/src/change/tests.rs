@@ -1,0 +1,204 @@
+use evolve_core::migration::{Phase, StatementKind, parse_script};
+use evolve_pg::QualifiedName;
+
+use super::*;
+
+fn table() -> TableInfo {
+    let col = |name: &str, ty: &str, not_null: bool, default: Option<&str>| ColumnInfo {
+        name: name.into(),
+        type_sql: ty.into(),
+        not_null,
+        default: default.map(String::from),
+        generated: false,
+        identity: false,
+    };
+    TableInfo {
+        name: QualifiedName::new("app", "Users"),
+        columns: vec![
+            col("id", "bigint", true, None),
+            col("na\"me", "text", true, Some("'anon'::text")),
+            col("qty", "integer", false, None),
+        ],
+        primary_key: vec!["id".into()],
+        column_uses: Vec::new(),
+        column_dependents: Vec::new(),
+    }
+}
+
+fn rename() -> Change {
+    Change::RenameColumn {
+        table: "app.Users".into(),
+        old: "na\"me".into(),
+        new: "full name".into(),
+    }
+}
+
+#[test]
+fn every_file_parses_and_names_its_phase() {
+    let files = generate(&rename(), &table(), &Resolved::default()).unwrap();
+    let phases: Vec<Phase> = files.iter().map(|f| f.phase).collect();
+    assert_eq!(phases, Phase::ALL);
+    for f in &files {
+        let script = parse_script(&f.sql).unwrap();
+        assert_eq!(script.directives.phase, Some(f.phase), "{}", f.sql);
+        assert!(f.sql.contains("-- Compatible"), "{}", f.sql);
+    }
+    let backfill = parse_script(&files[1].sql).unwrap();
+    assert_eq!(
+        backfill.directives.backfill.as_deref(),
+        Some("rename_users_na_me_to_full_name")
+    );
+    assert_eq!(backfill.statements.len(), 1);
+    assert_eq!(
+        backfill.statements[0].text,
+        r#"UPDATE "app"."Users" SET "full name" = "na""me""#
+    );
+}
+
+#[test]
+fn rename_quotes_identifiers_and_moves_not_null_and_default() {
+    let files = generate(&rename(), &table(), &Resolved::default()).unwrap();
+    let expand = &files[0].sql;
+    assert!(expand.contains(r#"ALTER TABLE "app"."Users" ADD COLUMN "full name" text;"#));
+    assert!(expand.contains(r#"CHECK ("full name" IS NOT NULL) NOT VALID"#));
+    assert!(expand.contains(r#"NEW."na""me" := NEW."full name";"#));
+    assert!(expand.contains(r#"NEW."full name" := NEW."na""me";"#));
+    let switch = &files[2].sql;
+    assert!(switch.contains(r#"WHERE "full name" IS DISTINCT FROM "na""me""#));
+    assert!(switch.contains("VALIDATE CONSTRAINT"));
+    assert!(switch.contains(r#"ALTER COLUMN "full name" SET NOT NULL"#));
+    let contract = &files[3].sql;
+    assert!(contract.contains(r#"DROP COLUMN "na""me""#));
+    assert!(contract.contains(r#"ALTER COLUMN "full name" SET DEFAULT 'anon'::text"#));
+    // The default moves only once the old column is gone: before, it
+    // would hide writes through the old column.
+    assert!(!expand.contains("SET DEFAULT") && !switch.contains("SET DEFAULT"));
+}
+
+#[test]
+fn bad_input_names_the_object_and_the_way_out() {
+    let err = |change: Change| {
+        generate(&change, &table(), &Resolved::default())
+            .unwrap_err()
+            .0
+    };
+    let e = err(Change::RenameColumn {
+        table: "app.Users".into(),
+        old: "nope".into(),
+        new: "x".into(),
+    });
+    assert!(
+        e.contains("column \"nope\" of table app.Users does not exist"),
+        "{e}"
+    );
+    let e = err(Change::RenameColumn {
+        table: "app.Users".into(),
+        old: "qty".into(),
+        new: "id".into(),
+    });
+    assert!(e.contains("already exists"), "{e}");
+    let e = err(Change::RenameColumn {
+        table: "app.Users".into(),
+        old: "id".into(),
+        new: "key".into(),
+    });
+    assert!(e.contains("primary key"), "{e}");
+    let mut t = table();
+    t.column_dependents = vec![("qty".into(), "view app.v".into())];
+    let e = generate(
+        &Change::RenameColumn {
+            table: "app.Users".into(),
+            old: "qty".into(),
+            new: "amount".into(),
+        },
+        &t,
+        &Resolved::default(),
+    )
+    .unwrap_err()
+    .0;
+    assert!(e.contains("read by view app.v"), "{e}");
+    let e = err(Change::SetNotNull {
+        table: "app.Users".into(),
+        column: "id".into(),
+        default: None,
+    });
+    assert!(e.contains("already NOT NULL"), "{e}");
+}
+
+#[test]
+fn change_type_renames_the_shadow_into_place_at_the_switch() {
+    let resolved = Resolved {
+        new_type: Some("bigint".into()),
+        ..Resolved::default()
+    };
+    let change = Change::ChangeType {
+        table: "app.Users".into(),
+        column: "qty".into(),
+        to: "bigint".into(),
+        using: None,
+    };
+    let files = generate(&change, &table(), &resolved).unwrap();
+    assert!(
+        files[0]
+            .sql
+            .contains(r#"ADD COLUMN "_evolve_new_qty" bigint;"#)
+    );
+    let switch = &files[2].sql;
+    let old = switch
+        .find(r#"RENAME COLUMN "qty" TO "_evolve_old_qty""#)
+        .unwrap();
+    let new = switch
+        .find(r#"RENAME COLUMN "_evolve_new_qty" TO "qty""#)
+        .unwrap();
+    assert!(old < new);
+    assert!(files[3].sql.contains(r#"DROP COLUMN "_evolve_old_qty""#));
+}
+
+#[test]
+fn foreign_key_builds_its_index_concurrently_outside_a_transaction() {
+    let resolved = Resolved {
+        references: Some(QualifiedName::new("app", "customers")),
+        has_index: false,
+        ..Resolved::default()
+    };
+    let change = Change::AddForeignKey {
+        table: "app.Users".into(),
+        columns: vec!["qty".into()],
+        references: "app.customers".into(),
+        to: vec!["id".into()],
+    };
+    let files = generate(&change, &table(), &resolved).unwrap();
+    assert_eq!(files.len(), 3);
+    let index = parse_script(&files[0].sql).unwrap();
+    assert!(index.directives.no_transaction);
+    assert_eq!(index.statements[0].kind, StatementKind::NonTransactional);
+    assert!(files[1].sql.contains("NOT VALID"));
+    assert!(files[2].sql.contains("VALIDATE CONSTRAINT"));
+}
+
+#[test]
+fn until_phase_stops_at_a_later_phase_and_at_the_next_change() {
+    use Phase::*;
+    let p = [
+        None,
+        Some(Expand),
+        Some(Backfill),
+        Some(Switch),
+        Some(Contract),
+        None,
+        Some(Expand),
+    ];
+    assert_eq!(until_phase(&p, Expand), 2);
+    assert_eq!(until_phase(&p[2..], Switch), 2);
+    // The contract, the plain file after it, not the next change's expand.
+    assert_eq!(until_phase(&p[4..], Contract), 2);
+    assert_eq!(until_phase(&p[4..], Expand), 0);
+    assert_eq!(until_phase(&[None, None], Expand), 2);
+}
+
+#[test]
+fn names_from_the_command_line_fold_like_postgresql() {
+    assert_eq!(fold_ident("Name"), "name");
+    assert_eq!(fold_ident("\"Name\""), "Name");
+    assert_eq!(fold_ident("\"a\"\"b\""), "a\"b");
+}

@@ -1,0 +1,128 @@
+//! The live-catalog facts `evolve lint --database-url` gives its rules:
+//! column types, NOT NULL columns and `CHECK (col IS NOT NULL)` constraints,
+//! sizes, and the views that read each column, for the tables the files
+//! name. Four queries, whatever the number of tables; names are bound as
+//! values.
+
+use evolve_core::migration::lint::{CatalogFacts, TableFacts};
+use tokio_postgres::Client;
+
+use crate::MigrateError;
+
+/// Relations (tables, partitioned tables, materialized views) named in
+/// `$1`, the first on the search path for each name.
+const RELATIONS: &str = "
+SELECT DISTINCT ON (c.relname) c.oid, c.relname, c.relkind = 'm',
+       c.reltuples::float8, pg_relation_size(c.oid)::int8
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = ANY($1) AND c.relkind IN ('r', 'p', 'm')
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+ORDER BY c.relname, NOT pg_table_is_visible(c.oid), n.nspname";
+
+const COLUMNS: &str = "
+SELECT a.attrelid, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
+FROM pg_attribute a
+WHERE a.attrelid = ANY($1) AND a.attnum > 0 AND NOT a.attisdropped";
+
+/// CHECK constraints of one column whose whole expression is
+/// `col IS NOT NULL`.
+const CHECKS: &str = "
+SELECT c.conrelid, c.conname, a.attname, c.convalidated
+FROM pg_constraint c
+JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+WHERE c.conrelid = ANY($1) AND c.contype = 'c' AND cardinality(c.conkey) = 1
+  AND pg_get_constraintdef(c.oid) = 'CHECK ((' || quote_ident(a.attname) || ' IS NOT NULL))'
+     || CASE WHEN c.convalidated THEN '' ELSE ' NOT VALID' END";
+
+/// Views and materialized views reading a column, directly.
+const READERS: &str = "
+SELECT DISTINCT d.refobjid, a.attname, v.relname
+FROM pg_depend d
+JOIN pg_rewrite r ON r.oid = d.objid AND d.classid = 'pg_rewrite'::regclass
+JOIN pg_class v ON v.oid = r.ev_class
+JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY($1)
+  AND d.refobjsubid > 0 AND v.oid <> d.refobjid";
+
+/// Reads the facts for `tables` (names as PostgreSQL stores them).
+pub async fn lint_catalog(
+    database_url: &str,
+    tables: &[String],
+) -> Result<CatalogFacts, MigrateError> {
+    let client = evolve_pg::connect(database_url, "evolve lint").await?;
+    catalog_facts(&client, tables).await
+}
+
+/// [`lint_catalog`] on an open connection.
+pub async fn catalog_facts(
+    client: &Client,
+    tables: &[String],
+) -> Result<CatalogFacts, MigrateError> {
+    let mut facts = CatalogFacts {
+        timezone: Some(
+            client
+                .query_one("SELECT current_setting('TimeZone')", &[])
+                .await?
+                .try_get(0)?,
+        ),
+        ..CatalogFacts::default()
+    };
+    let mut by_oid = std::collections::BTreeMap::new();
+    for r in client.query(RELATIONS, &[&tables]).await? {
+        let oid: u32 = r.try_get(0)?;
+        let name: String = r.try_get(1)?;
+        let rows: f64 = r.try_get(3)?;
+        let bytes: i64 = r.try_get(4)?;
+        facts.tables.insert(
+            name.clone(),
+            TableFacts {
+                matview: r.try_get(2)?,
+                // -1 means never vacuumed or analyzed.
+                rows: (rows >= 0.0).then_some(rows as u64),
+                bytes: u64::try_from(bytes).unwrap_or(0),
+                ..TableFacts::default()
+            },
+        );
+        by_oid.insert(oid, name);
+    }
+    let oids: Vec<u32> = by_oid.keys().copied().collect();
+    if oids.is_empty() {
+        return Ok(facts);
+    }
+    let oid_array = &oids;
+    for r in client.query(COLUMNS, &[oid_array]).await? {
+        let Some(t) = by_oid
+            .get(&r.try_get::<_, u32>(0)?)
+            .and_then(|n| facts.tables.get_mut(n))
+        else {
+            continue;
+        };
+        let col: String = r.try_get(1)?;
+        if r.try_get::<_, bool>(3)? {
+            t.not_null.insert(col.clone());
+        }
+        t.columns.insert(col, r.try_get(2)?);
+    }
+    for r in client.query(CHECKS, &[oid_array]).await? {
+        if let Some(t) = by_oid
+            .get(&r.try_get::<_, u32>(0)?)
+            .and_then(|n| facts.tables.get_mut(n))
+        {
+            t.not_null_checks
+                .insert(r.try_get(1)?, (r.try_get(2)?, r.try_get(3)?));
+        }
+    }
+    for r in client.query(READERS, &[oid_array]).await? {
+        if let Some(t) = by_oid
+            .get(&r.try_get::<_, u32>(0)?)
+            .and_then(|n| facts.tables.get_mut(n))
+        {
+            t.readers
+                .entry(r.try_get(1)?)
+                .or_default()
+                .insert(r.try_get(2)?);
+        }
+    }
+    Ok(facts)
+}

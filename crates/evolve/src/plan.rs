@@ -1,0 +1,160 @@
+//! `evolve plan`: the locks, rewrites, scans and rebuilds of the pending
+//! migrations, from the live catalog, optionally probed on a scratch copy.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use evolve_migrate::{Held, LockPlan, PlannedStatement};
+
+use crate::cli::{DatabaseArgs, DirArgs, Format};
+use crate::output::Out;
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Files to plan, in the order they apply (default: the migrations of
+    /// --dir that 'evolve migrate apply' would run now).
+    pub files: Vec<PathBuf>,
+    /// Check each prediction on a scratch database made from the target's
+    /// schema only (pg_dump --schema-only; no rows are copied and the real
+    /// tables are never altered); needs CREATEDB. The scratch database is
+    /// dropped at the end.
+    #[arg(long)]
+    pub probe: bool,
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+    #[command(flatten)]
+    pub dir: DirArgs,
+}
+
+pub async fn run(args: PlanArgs, out: &Out) -> anyhow::Result<()> {
+    let (opts, _) = crate::cli::options(&args.db, &args.dir, None, None)?;
+    let plan = evolve_migrate::lock_plan(&opts, &args.files, args.probe).await?;
+    match out.format() {
+        Format::Json => out.json_value(&serde_json::to_value(&plan)?),
+        _ => out.text(&render(&plan)),
+    }
+}
+
+fn size(bytes: i64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "kB", "MB", "GB", "TB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+fn statement(out: &mut String, st: &PlannedStatement) {
+    let sql = st.sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    let sql = if sql.chars().count() > 100 {
+        format!("{}...", sql.chars().take(97).collect::<String>())
+    } else {
+        sql
+    };
+    out.push_str(&format!("{}:{}  {sql}\n", st.file, st.line));
+    if !st.analysed {
+        out.push_str(
+            "  locks      not predicted for this kind of statement (--probe observes them)\n",
+        );
+    } else if st.locks.is_empty() {
+        out.push_str("  locks      none on existing tables\n");
+    }
+    for l in &st.locks {
+        let held = match l.held {
+            Held::Transaction => "until the file's transaction commits",
+            Held::Statement => "for the statement",
+        };
+        out.push_str(&format!(
+            "  lock       {} on {} ({held}; blocks {})\n",
+            l.mode,
+            l.relation,
+            l.mode.blocks()
+        ));
+    }
+    let what = match (st.rewrites, st.scans) {
+        (true, _) => "rewrites the table",
+        (false, true) => "reads every row (no rewrite)",
+        (false, false) => "catalog only (no rewrite, no scan)",
+    };
+    let table = match (st.table_rows, st.table_bytes) {
+        (Some(r), Some(b)) => format!("; table {r} rows, {}", size(b)),
+        (None, Some(b)) => format!("; table {}", size(b)),
+        _ => String::new(),
+    };
+    out.push_str(&format!(
+        "  effect     {what}{table}; locked time: {}\n",
+        st.locked_time
+    ));
+    for n in &st.notes {
+        out.push_str(&format!("  why        {n}\n"));
+    }
+    for r in &st.rebuilds {
+        out.push_str(&format!(
+            "  rebuilds   {} {} (depth {})\n",
+            r.kind, r.name, r.depth
+        ));
+    }
+    for a in &st.advice {
+        out.push_str(&format!("  advice     {a}\n"));
+    }
+    if let Some(p) = &st.probe {
+        if let Some(e) = &p.error {
+            out.push_str(&format!("  probe      failed on the scratch copy: {e}\n"));
+        } else if p.disagreements.is_empty() {
+            let locks = p
+                .locks
+                .iter()
+                .map(|l| format!("{} on {}", l.mode, l.relation))
+                .collect::<Vec<_>>()
+                .join(", ");
+            out.push_str(&format!(
+                "  probe      agrees ({}{})\n",
+                if locks.is_empty() {
+                    "no locks".into()
+                } else {
+                    locks
+                },
+                if p.rewrites { "; new relfilenode" } else { "" }
+            ));
+        } else {
+            for d in &p.disagreements {
+                out.push_str(&format!("  probe      DISAGREES: {d}\n"));
+            }
+        }
+    }
+}
+
+fn render(plan: &LockPlan) -> String {
+    if plan.statements.is_empty() {
+        return "nothing to plan: no pending migrations".into();
+    }
+    let mut out = String::new();
+    for st in &plan.statements {
+        statement(&mut out, st);
+        out.push('\n');
+    }
+    let rewrites = plan.statements.iter().filter(|s| s.rewrites).count();
+    let scans = plan
+        .statements
+        .iter()
+        .filter(|s| s.scans && !s.rewrites)
+        .count();
+    out.push_str(&format!(
+        "{} statements: {rewrites} rewrite, {scans} scan without rewrite",
+        plan.statements.len()
+    ));
+    if plan.probed {
+        out.push_str(&format!(
+            "; probe: {} disagreement{}",
+            plan.disagreements,
+            if plan.disagreements == 1 { "" } else { "s" }
+        ));
+    }
+    out
+}

@@ -1,0 +1,1 @@
+ALTER TABLE public.orders ADD COLUMN seen_at timestamptz DEFAULT timezone('utc', now());

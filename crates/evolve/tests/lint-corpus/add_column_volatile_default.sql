@@ -1,0 +1,1 @@
+ALTER TABLE public.orders ADD COLUMN token uuid DEFAULT gen_random_uuid();

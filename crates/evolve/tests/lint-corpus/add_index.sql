@@ -1,0 +1,1 @@
+CREATE INDEX orders_status_idx ON public.orders (status);

@@ -1,0 +1,1 @@
+ALTER DOMAIN public.positive ADD CONSTRAINT positive_small CHECK (VALUE < 1000000);

@@ -1,0 +1,1 @@
+ALTER TABLE public.counters ALTER COLUMN hits TYPE bigint;

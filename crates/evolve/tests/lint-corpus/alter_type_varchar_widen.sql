@@ -1,0 +1,1 @@
+ALTER TABLE public.labels ALTER COLUMN code TYPE varchar(20);

@@ -1,0 +1,1 @@
+CLUSTER public.orders USING orders_pkey;

@@ -1,0 +1,1 @@
+CREATE DOMAIN public.positive AS bigint CHECK (VALUE > 0);

@@ -1,0 +1,1 @@
+ALTER TABLE public.orders DROP COLUMN note;

@@ -1,0 +1,1 @@
+DROP INDEX public.orders_status_idx;

@@ -1,0 +1,2 @@
+-- evolve:no-transaction
+DROP INDEX CONCURRENTLY IF EXISTS public.orders_status_idx;

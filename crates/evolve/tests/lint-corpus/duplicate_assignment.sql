@@ -1,0 +1,1 @@
+UPDATE public.orders SET status = 'a', status = 'b';

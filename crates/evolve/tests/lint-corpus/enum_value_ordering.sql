@@ -1,0 +1,1 @@
+ALTER TYPE public.mood ADD VALUE 'meh';

@@ -1,0 +1,1 @@
+CREATE TABLE public.a_table_name_that_is_far_too_long_for_postgresql_to_keep_whole_x (id bigint);

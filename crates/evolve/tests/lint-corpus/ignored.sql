@@ -1,0 +1,2 @@
+-- evolve:ignore ban-drop-table
+DROP TABLE public.legacy_orders;

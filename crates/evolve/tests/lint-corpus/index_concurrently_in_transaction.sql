@@ -1,0 +1,1 @@
+CREATE INDEX CONCURRENTLY orders_status_idx ON public.orders (status);

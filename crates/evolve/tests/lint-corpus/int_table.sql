@@ -1,0 +1,1 @@
+CREATE TABLE public.counters (id bigint, hits int);

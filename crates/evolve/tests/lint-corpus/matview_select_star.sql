@@ -1,0 +1,1 @@
+CREATE MATERIALIZED VIEW public.order_copy AS SELECT * FROM public.orders;

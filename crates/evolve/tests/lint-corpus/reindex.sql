@@ -1,0 +1,1 @@
+REINDEX INDEX public.orders_status_idx;

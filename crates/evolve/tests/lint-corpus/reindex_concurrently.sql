@@ -1,0 +1,2 @@
+-- evolve:no-transaction
+REINDEX INDEX CONCURRENTLY public.orders_status_idx;

@@ -1,0 +1,2 @@
+CREATE TABLE public.jobs (id bigint);
+ALTER TABLE public.jobs ADD COLUMN state text;

@@ -1,0 +1,3 @@
+-- evolve:no-transaction
+CREATE TABLE public.jobs (id bigint);
+ALTER TABLE public.jobs ADD COLUMN state text;

@@ -1,0 +1,1 @@
+ALTER TABLE public.orders ALTER COLUMN status SET NOT NULL;

@@ -1,0 +1,1 @@
+ALTER TABLE public.ticks ALTER COLUMN at TYPE timestamptz;

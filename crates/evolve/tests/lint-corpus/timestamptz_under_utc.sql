@@ -1,0 +1,2 @@
+SET timezone = 'UTC';
+ALTER TABLE public.tocks ALTER COLUMN at TYPE timestamptz;

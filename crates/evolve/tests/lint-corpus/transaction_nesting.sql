@@ -1,0 +1,3 @@
+BEGIN;
+ALTER TABLE public.orders ADD COLUMN note text;
+COMMIT;

@@ -1,0 +1,3 @@
+-- evolve:no-transaction
+BEGIN;
+ALTER TABLE public.orders ADD COLUMN IF NOT EXISTS note text;

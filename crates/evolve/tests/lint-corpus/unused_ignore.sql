@@ -1,0 +1,2 @@
+-- evolve:ignore ban-drop-table
+SELECT 1;

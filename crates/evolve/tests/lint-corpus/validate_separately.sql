@@ -1,0 +1,1 @@
+ALTER TABLE public.orders VALIDATE CONSTRAINT orders_customer_fk;

@@ -1,0 +1,1 @@
+CREATE TABLE public.labels (id bigint, code varchar(10));

@@ -1,0 +1,77 @@
+//! `evolve lint --database-url`: types, NOT NULL checks, sizes and view
+//! readers come from a real catalog, and change the verdicts that the files
+//! alone cannot decide.
+
+use std::process::Command;
+
+const FILE: &str = "ALTER TABLE orders ALTER COLUMN s TYPE varchar(20);
+ALTER TABLE orders ALTER COLUMN n TYPE bigint;
+ALTER TABLE orders ALTER COLUMN a SET NOT NULL;
+CREATE INDEX fresh_x ON fresh (x);
+ALTER TABLE orders RENAME COLUMN n TO m;
+";
+
+fn lint(dir: &std::path::Path, url: Option<&str>) -> Vec<String> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_evolve"));
+    cmd.env_remove("DATABASE_URL")
+        .args(["lint", "--format", "json"])
+        .arg(dir.join("V9__change.sql"));
+    if let Some(url) = url {
+        cmd.args(["--database-url", url]);
+    }
+    let out = cmd.output().expect("run evolve");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}:{}", f["line"], f["rule"].as_str().unwrap()))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_catalog_decides_rewrites_checks_sizes_and_readers() {
+    let db = evolve_test::fresh_db("lint_catalog").await;
+    let client = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id bigint, s varchar(10), n int, a text);
+             INSERT INTO orders VALUES (1, 'x', 1, 'a');
+             ALTER TABLE orders ADD CONSTRAINT a_nn CHECK (a IS NOT NULL);
+             CREATE VIEW v AS SELECT n FROM orders;
+             CREATE TABLE fresh (x bigint);",
+        )
+        .await
+        .expect("schema");
+    let dir = std::env::temp_dir().join(format!("evolve-lint-catalog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("V9__change.sql"), FILE).unwrap();
+
+    // Files alone: the old types are unknown, so is the check, the size and
+    // the view.
+    assert_eq!(
+        lint(&dir, None),
+        [
+            "1:changing-column-type",
+            "2:changing-column-type",
+            "3:adding-not-nullable-field",
+            "4:require-concurrent-index-creation",
+            "5:renaming-column",
+        ]
+    );
+    // The catalog: varchar widening is no rewrite, int to bigint is one, the
+    // valid check backs SET NOT NULL, the empty table needs no concurrent
+    // build, and the view reading n is named.
+    assert_eq!(
+        lint(&dir, Some(&db.url)),
+        [
+            "2:alter-type-rewrite",
+            "5:renaming-column",
+            "5:rename-column-used-by-view",
+        ]
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
