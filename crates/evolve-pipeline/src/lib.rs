@@ -35,19 +35,22 @@
 //!
 //! # Positions
 //!
-//! A transaction's position is the end LSN of its commit record. Three
-//! positions move, always in this order:
+//! Transactions are ordered by [`Position`], opaque past the source: for
+//! a PostgreSQL source, the end LSN of the transaction's commit record,
+//! shown in LSN notation. Three positions move, always in this order:
 //!
-//! 1. *applied* (SQLite): the transaction's document changes, its feed
-//!    entries and the new applied position are one SQLite transaction; one
-//!    upstream transaction is one state transaction, in commit order.
-//!    Transactions at or below the applied position are skipped when the
-//!    stream replays them after a restart.
-//! 2. *sink* (the sink's database): each upstream transaction's feed
-//!    entries become one sink transaction that also upserts the sink's row
-//!    of `evolve_sink_progress`; entries at or below it are skipped on
-//!    restart. Nothing else is written: a key whose document did not change
-//!    has no feed entry.
+//! 1. *applied* (SQLite): consecutive upstream transactions' document
+//!    changes, their feed entries and the applied position of the last of
+//!    them are one SQLite transaction (group commit), in commit order; an
+//!    upstream transaction is never split across two. Transactions at or
+//!    below the applied position are skipped when the stream replays them
+//!    after a restart.
+//! 2. *sink* (the sink's database): the feed entries of consecutive upstream
+//!    transactions become one sink transaction, each upstream
+//!    transaction's changes in turn, that also upserts the sink's row of
+//!    `evolve_sink_progress` with the last one's position; entries at or
+//!    below it are skipped on restart (the `Sink` contract of `sink/mod.rs`). Nothing else
+//!    is written: a key whose document did not change has no feed entry.
 //! 3. *confirmed* (the slot): the minimum of the applied position and every
 //!    sink's position (a sink that has nothing pending counts as caught up);
 //!    when all are caught up and no transaction is open, the keepalive's WAL
