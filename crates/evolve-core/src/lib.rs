@@ -8,6 +8,9 @@
 //!
 //! Modules:
 //!
+//! - [`change`]: row changes as sources deliver them (the upstream table's
+//!   schema at the change, old and new values in text form, unsent values
+//!   said so), below documents.
 //! - [`migration`]: migration files. Flyway-compatible file names and versions,
 //!   Flyway's checksum, and the parsing of a migration script into directives
 //!   and statements (split by a real PostgreSQL parser, never by regex).
@@ -18,6 +21,7 @@
 //! stack in [`migration::parse_script`], so that deeply nested SQL cannot
 //! overflow the caller's stack.
 
+pub mod change;
 pub mod control;
 pub mod document;
 pub mod migration;

@@ -250,6 +250,8 @@ pub struct Txn {
     deferred: Vec<(usize, Vec<u8>)>,
     /// Replacements to swap in at this transaction's position.
     swaps: Vec<String>,
+    /// Its typed row changes, when the bus wants them.
+    pub rows: Option<Vec<evolve_core::change::RowChange>>,
 }
 
 impl Txn {
@@ -261,6 +263,7 @@ impl Txn {
             order: Vec::new(),
             deferred: Vec::new(),
             swaps: Vec::new(),
+            rows: None,
         }
     }
 
@@ -268,6 +271,11 @@ impl Txn {
     /// table touched, nothing deferred, no swap.
     pub fn is_empty(&self) -> bool {
         self.order.is_empty() && self.deferred.is_empty() && self.swaps.is_empty()
+    }
+
+    /// Whether it has typed rows to publish.
+    pub fn has_rows(&self) -> bool {
+        self.rows.as_ref().is_some_and(|r| !r.is_empty())
     }
 
     /// Keeps a raw message for table `t`, which is not hydrated yet.

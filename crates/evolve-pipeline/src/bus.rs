@@ -17,6 +17,9 @@
 //! never stalls the pipeline.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use evolve_core::change::RowChange;
 
 use crate::position::Position;
 use tokio::sync::broadcast;
@@ -50,19 +53,42 @@ pub struct Committed {
     pub commit_time_micros: i64,
     /// What it changed, per interface, in the order applied.
     pub changes: Vec<Change>,
+    /// Its row changes of the source's tables, typed, in upstream order:
+    /// collected only while someone follows rows ([`Bus::follow_rows`]),
+    /// `None` for a transaction that began before that.
+    pub rows: Option<Vec<RowChange>>,
 }
 
 /// The bus (cheap to clone).
 #[derive(Clone, Debug)]
 pub struct Bus {
     tx: broadcast::Sender<Arc<Committed>>,
+    /// How many [`RowFollower`]s there are: the source collects typed rows
+    /// only while there is one.
+    row_followers: Arc<AtomicUsize>,
 }
 
 impl Default for Bus {
     fn default() -> Bus {
         Bus {
             tx: broadcast::channel(CAPACITY).0,
+            row_followers: Arc::new(AtomicUsize::new(0)),
         }
+    }
+}
+
+/// A follower of the bus that asked for typed rows: every transaction
+/// that begins upstream after [`Bus::follow_rows`] returned carries
+/// [`Committed::rows`] until this is dropped.
+#[derive(Debug)]
+pub struct RowFollower {
+    pub rx: broadcast::Receiver<Arc<Committed>>,
+    count: Arc<AtomicUsize>,
+}
+
+impl Drop for RowFollower {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -81,6 +107,20 @@ impl Bus {
     pub fn followers(&self) -> usize {
         self.tx.receiver_count()
     }
+
+    /// Follows the bus from now on, with typed rows.
+    pub fn follow_rows(&self) -> RowFollower {
+        self.row_followers.fetch_add(1, Ordering::SeqCst);
+        RowFollower {
+            rx: self.tx.subscribe(),
+            count: Arc::clone(&self.row_followers),
+        }
+    }
+
+    /// Whether a transaction beginning now must collect typed rows.
+    pub fn wants_rows(&self) -> bool {
+        self.row_followers.load(Ordering::SeqCst) > 0
+    }
 }
 
 #[cfg(test)]
@@ -97,11 +137,25 @@ mod tests {
                 pos: Position::from_u64(n),
                 commit_time_micros: 0,
                 changes: Vec::new(),
+                rows: None,
             });
         }
         assert!(matches!(
             rx.try_recv(),
             Err(broadcast::error::TryRecvError::Lagged(10))
         ));
+    }
+
+    #[test]
+    fn rows_are_wanted_while_a_row_follower_lives() {
+        let bus = Bus::default();
+        assert!(!bus.wants_rows());
+        let a = bus.follow_rows();
+        let b = bus.clone().follow_rows();
+        assert!(bus.wants_rows());
+        drop(a);
+        assert!(bus.wants_rows());
+        drop(b);
+        assert!(!bus.wants_rows());
     }
 }

@@ -7,9 +7,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use evolve_pgoutput::{LogicalDecoder, LogicalMessage};
+use evolve_core::change::{ChangeKind, ColumnSchema, Datum, RowChange, TableSchema};
+use evolve_pgoutput::{LogicalDecoder, LogicalMessage, OldTuple, TupleData, Value};
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use rusqlite::params;
 use tokio::sync::watch;
@@ -282,7 +284,11 @@ async fn stream(
                     ReplicationEvent::Begin { final_lsn, commit_time_micros, .. } => {
                         let final_lsn = from_wire(final_lsn);
                         skip = final_lsn < applied;
-                        txn = Some(Txn::new(final_lsn));
+                        let mut t = Txn::new(final_lsn);
+                        if ctx.bus.wants_rows() {
+                            t.rows = Some(Vec::new());
+                        }
+                        txn = Some(t);
                         commit_time = unix_micros(commit_time_micros);
                         txn_rows = 0;
                     }
@@ -323,11 +329,12 @@ async fn stream(
                     }
                     ReplicationEvent::Commit { end_lsn, .. } => {
                         let end_lsn = from_wire(end_lsn);
-                        if let Some(t) = txn.take()
+                        if let Some(mut t) = txn.take()
                             && !skip
                             && end_lsn > applied
                         {
-                            let changes = if t.is_empty() {
+                            let rows = t.rows.take();
+                            let changes = if t.is_empty() && rows.as_ref().is_none_or(Vec::is_empty) {
                                 Vec::new()
                             } else {
                                 if group.is_none() {
@@ -342,6 +349,7 @@ async fn stream(
                                     pos: end_lsn,
                                     commit_time_micros: commit_time,
                                     changes,
+                                    rows,
                                 }),
                                 None => {
                                     // Nothing to write and no group open:
@@ -483,6 +491,9 @@ fn ack_target(
 struct Deferral {
     relations: HashMap<u32, Vec<u8>>,
     relation_kept: HashSet<usize>,
+    /// Each upstream table's schema as of its last Relation message, for
+    /// typed rows.
+    schemas: HashMap<u32, Arc<TableSchema>>,
 }
 
 impl Deferral {
@@ -558,6 +569,9 @@ fn on_message(
     match message {
         LogicalMessage::Relation(relation) => {
             deferral.relations.insert(relation.oid, data.to_vec());
+            deferral
+                .schemas
+                .insert(relation.oid, Arc::new(table_schema(&relation)));
             for &t in by_oid.get(&relation.oid).map_or(none, Vec::as_slice) {
                 deferral.relation_kept.remove(&t);
                 if let Err(problem) = tables[t].on_relation(&relation)
@@ -569,6 +583,15 @@ fn on_message(
         }
         LogicalMessage::Insert(m) => {
             if let Some(txn) = txn {
+                typed_row(
+                    txn,
+                    deferral,
+                    by_oid,
+                    m.oid,
+                    ChangeKind::Insert,
+                    None,
+                    Some(&m.new),
+                );
                 for &t in by_oid.get(&m.oid).map_or(none, Vec::as_slice) {
                     if tables[t].applies(txn.final_lsn) {
                         let applied = txn.insert(store, tables, t, &m.new);
@@ -581,6 +604,15 @@ fn on_message(
         }
         LogicalMessage::Update(m) => {
             if let Some(txn) = txn {
+                typed_row(
+                    txn,
+                    deferral,
+                    by_oid,
+                    m.oid,
+                    ChangeKind::Update,
+                    m.old.as_ref(),
+                    Some(&m.new),
+                );
                 for &t in by_oid.get(&m.oid).map_or(none, Vec::as_slice) {
                     if tables[t].applies(txn.final_lsn) {
                         let applied = txn.update(store, tables, t, m.old.as_ref(), &m.new);
@@ -593,6 +625,15 @@ fn on_message(
         }
         LogicalMessage::Delete(m) => {
             if let Some(txn) = txn {
+                typed_row(
+                    txn,
+                    deferral,
+                    by_oid,
+                    m.oid,
+                    ChangeKind::Delete,
+                    Some(&m.old),
+                    None,
+                );
                 for &t in by_oid.get(&m.oid).map_or(none, Vec::as_slice) {
                     if tables[t].applies(txn.final_lsn) {
                         let applied = txn.delete(store, tables, t, &m.old);
@@ -606,6 +647,15 @@ fn on_message(
         LogicalMessage::Truncate(m) => {
             if let Some(txn) = txn {
                 for oid in &m.relation_oids {
+                    typed_row(
+                        txn,
+                        deferral,
+                        by_oid,
+                        *oid,
+                        ChangeKind::Truncate,
+                        None,
+                        None,
+                    );
                     for &t in by_oid.get(oid).map_or(none, Vec::as_slice) {
                         if tables[t].applies(txn.final_lsn) {
                             txn.truncate(store, tables, t)?;
@@ -619,6 +669,69 @@ fn on_message(
         _ => {}
     }
     Ok(())
+}
+
+/// An upstream table's schema from its Relation message.
+fn table_schema(relation: &evolve_pgoutput::Relation<'_>) -> TableSchema {
+    TableSchema {
+        schema: if relation.namespace.is_empty() {
+            "pg_catalog".to_string()
+        } else {
+            relation.namespace.to_string()
+        },
+        name: relation.name.to_string(),
+        columns: relation
+            .columns
+            .iter()
+            .map(|c| ColumnSchema {
+                name: c.name.to_string(),
+                type_oid: c.type_oid,
+                typmod: c.type_modifier,
+                key: c.is_key(),
+            })
+            .collect(),
+    }
+}
+
+/// A row image's values: text as sent, a key-only old row's other columns
+/// [`Datum::Missing`].
+fn datums(schema: &TableSchema, tuple: &TupleData<'_>, key_only: bool) -> Vec<Datum> {
+    tuple
+        .values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            _ if key_only && !schema.columns.get(i).is_some_and(|c| c.key) => Datum::Missing,
+            Value::Null => Datum::Null,
+            Value::UnchangedToast => Datum::Unchanged,
+            Value::Text(b) | Value::Binary(b) => Datum::Text(b.to_vec()),
+        })
+        .collect()
+}
+
+/// Adds a typed row change to `txn` when it collects them and the table is
+/// one of the source's.
+fn typed_row(
+    txn: &mut Txn,
+    deferral: &Deferral,
+    by_oid: &HashMap<u32, Vec<usize>>,
+    oid: u32,
+    kind: ChangeKind,
+    old: Option<&OldTuple<'_>>,
+    new: Option<&TupleData<'_>>,
+) {
+    let Some(rows) = txn.rows.as_mut() else {
+        return;
+    };
+    let (true, Some(schema)) = (by_oid.contains_key(&oid), deferral.schemas.get(&oid)) else {
+        return;
+    };
+    rows.push(RowChange {
+        table: Arc::clone(schema),
+        kind,
+        old: old.map(|o| datums(schema, o.tuple(), matches!(o, OldTuple::Key(_)))),
+        new: new.map(|n| datums(schema, n, false)),
+    });
 }
 
 /// Pending messages read at once while replaying.
