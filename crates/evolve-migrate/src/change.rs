@@ -121,8 +121,10 @@ pub struct TableInfo {
     /// Indexes and constraints (other than NOT NULL) per column:
     /// `(column, "index users_email_key")`.
     pub column_uses: Vec<(String, String)>,
-    /// Objects that read a column and are not rebuilt automatically:
-    /// `(column, "view public.v")`.
+    /// Objects that read a column, as `evolve deps` names them:
+    /// `(column, "view public.v")`. Views, materialized views, policies,
+    /// triggers and functions are rebuilt around the switch or contract
+    /// step by `evolve migrate apply`; anything else refuses the change.
     pub column_dependents: Vec<(String, String)>,
 }
 
@@ -183,6 +185,21 @@ fn ident_name(name: &str) -> String {
         end -= 1;
     }
     name[..end].to_string()
+}
+
+/// Whether `evolve migrate apply` rebuilds a dependent (as `deps` names
+/// it: `view public.v`) around an ALTER: views, materialized views,
+/// policies, triggers and functions with SQL-standard bodies.
+fn rebuildable(dependent: &str) -> bool {
+    [
+        "view ",
+        "materialized view ",
+        "policy ",
+        "trigger ",
+        "function ",
+    ]
+    .iter()
+    .any(|k| dependent.starts_with(k))
 }
 
 /// A file-name-safe word: letters, digits and `_`.
@@ -352,12 +369,44 @@ impl<'a> Gen<'a> {
             .filter(|(c, _)| *c == col.name)
             .map(|(_, d)| d.as_str())
             .collect();
+        let it = |n: usize| if n == 1 { "it" } else { "them" };
         if !deps.is_empty() {
+            match self.change {
+                Change::RenameColumn { new, .. } => {
+                    return refuse(format!(
+                        "column {what} is read by {}, whose definition names {}, so the contract step cannot drop it and rebuild {} onto {}; rename the column through a view-compatible path (a view of your own that exposes the new name) or drop {} and recreate {} in a migration of its own around this change",
+                        deps.join(", "),
+                        quote_ident(&col.name),
+                        it(deps.len()),
+                        quote_ident(new),
+                        it(deps.len()),
+                        it(deps.len()),
+                    ));
+                }
+                Change::SplitColumn { into, .. } => {
+                    return refuse(format!(
+                        "column {what} is read by {}, whose definition names {}, which the contract step drops, so {} cannot be rebuilt onto {}; drop {} and recreate {} over the new columns in a migration of its own around this change",
+                        deps.join(", "),
+                        quote_ident(&col.name),
+                        it(deps.len()),
+                        into.iter()
+                            .map(|(n, _)| quote_ident(n))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        it(deps.len()),
+                        it(deps.len()),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let fixed: Vec<&str> = deps.iter().copied().filter(|d| !rebuildable(d)).collect();
+        if !fixed.is_empty() {
             return refuse(format!(
                 "column {what} is read by {}, which evolve cannot rebuild onto the new column automatically; change {} to read the new column in a migration of your own after the expand step, or drop {} before this change",
-                deps.join(", "),
-                if deps.len() == 1 { "it" } else { "them" },
-                if deps.len() == 1 { "it" } else { "them" },
+                fixed.join(", "),
+                it(fixed.len()),
+                it(fixed.len()),
             ));
         }
         let uses: Vec<&str> = self
@@ -656,6 +705,14 @@ impl<'a> Gen<'a> {
                 self.t
             ));
         }
+        // An ALTER TYPE to the type the column already has: no rewrite and
+        // no scan, but `evolve migrate apply` rebuilds what reads the column
+        // around this file, so views and materialized views are recreated
+        // reading the renamed new column, not the old values in {k}.
+        switch.push_str(&format!(
+            "-- Rebuild what reads {c} onto the new column (no rewrite: the type is unchanged).\nALTER TABLE {} ALTER COLUMN {c} TYPE {};\n",
+            self.t, col.type_sql
+        ));
         switch.push_str(&format!(
             "ALTER TABLE {} RENAME COLUMN {c} TO {k};\n",
             self.t

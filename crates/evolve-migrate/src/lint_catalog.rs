@@ -1,8 +1,9 @@
 //! The live-catalog facts `evolve lint --database-url` gives its rules:
 //! column types, NOT NULL columns and `CHECK (col IS NOT NULL)` constraints,
 //! sizes, and the views that read each column, for the tables the files
-//! name. Four queries, whatever the number of tables; names are bound as
-//! values.
+//! name, and the volatility of the functions they name (what a default
+//! calls). Five catalog queries and the TimeZone setting, whatever the
+//! number of names; names are bound as values.
 
 use evolve_core::migration::lint::{CatalogFacts, TableFacts};
 use tokio_postgres::Client;
@@ -45,7 +46,17 @@ JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
 WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY($1)
   AND d.refobjsubid > 0 AND v.oid <> d.refobjid";
 
-/// Reads the facts for `tables` (names as PostgreSQL stores them).
+/// Functions named in `$1` that are on the search path (any schema on it,
+/// `pg_catalog` included): whether one of that name is VOLATILE, so an
+/// overload the rules cannot tell apart counts as volatile.
+const FUNCTIONS: &str = "
+SELECT p.proname::text, bool_or(p.provolatile = 'v')
+FROM pg_proc p
+WHERE p.proname = ANY($1) AND p.prokind = 'f' AND pg_function_is_visible(p.oid)
+GROUP BY p.proname";
+
+/// Reads the facts for `tables` (names as PostgreSQL stores them; every
+/// name the files use, which covers the functions they call).
 pub async fn lint_catalog(
     database_url: &str,
     tables: &[String],
@@ -68,6 +79,9 @@ pub async fn catalog_facts(
         ),
         ..CatalogFacts::default()
     };
+    for r in client.query(FUNCTIONS, &[&tables]).await? {
+        facts.functions.insert(r.try_get(0)?, r.try_get(1)?);
+    }
     let mut by_oid = std::collections::BTreeMap::new();
     for r in client.query(RELATIONS, &[&tables]).await? {
         let oid: u32 = r.try_get(0)?;

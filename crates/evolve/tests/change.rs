@@ -148,6 +148,43 @@ struct Scenario {
     expect: fn(Option<String>) -> Option<String>,
     /// Files expected, by phase.
     phases: &'static [&'static str],
+    /// Materialized views of `setup` that read the changed column.
+    matviews: &'static [&'static str],
+    /// Queries through the views and materialized views of `setup` that
+    /// must return true after every phase, run in one repeatable-read
+    /// transaction after each of `matviews` was read as `apply` left it
+    /// and refreshed.
+    readers: &'static [&'static str],
+}
+
+/// Reads every materialized view as the last phase left it (populated),
+/// refreshes it and checks the scenario's readers in one snapshot.
+async fn check_readers(c: &tokio_postgres::Client, s: &Scenario, after: &str) {
+    if s.readers.is_empty() {
+        return;
+    }
+    for m in s.matviews {
+        c.query_one(&format!("SELECT count(*) FROM {m}"), &[])
+            .await
+            .unwrap_or_else(|e| panic!("reading {m} after the {after} step: {e:?}"));
+    }
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    for m in s.matviews {
+        c.batch_execute(&format!("REFRESH MATERIALIZED VIEW {m}"))
+            .await
+            .unwrap_or_else(|e| panic!("refreshing {m} after the {after} step: {e:?}"));
+    }
+    for q in s.readers {
+        let ok: bool = c
+            .query_one(*q, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{q} after the {after} step: {e:?}"))
+            .get(0);
+        assert!(ok, "{q} is false after the {after} step");
+    }
+    c.batch_execute("COMMIT").await.unwrap();
 }
 
 async fn run(s: Scenario) {
@@ -208,11 +245,13 @@ async fn run(s: Scenario) {
     let old = writer(&db.url, s.old, old_rows, 1_000_000, late.clone());
     tokio::time::sleep(Duration::from_millis(100)).await;
 
+    check_readers(&c, &s, "start").await;
     let out = apply(&db.url, dir.path(), &["--until-phase", "expand"]);
     assert!(
         out.contains("stopped before") || !s.phases[1..].contains(&"expand"),
         "{out}"
     );
+    check_readers(&c, &s, "expand").await;
     let new = writer(&db.url, s.new, new_rows, 2_000_000, late.clone());
     tokio::time::sleep(Duration::from_millis(300)).await;
     if s.phases.contains(&"backfill") {
@@ -222,14 +261,17 @@ async fn run(s: Scenario) {
             &["--until-phase", "backfill", "--wait-backfill"],
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+        check_readers(&c, &s, "backfill").await;
     }
     apply(&db.url, dir.path(), &["--phase", "switch"]);
     late.store(true, Ordering::Relaxed);
     tokio::time::sleep(Duration::from_millis(300)).await;
+    check_readers(&c, &s, "switch").await;
     // The old application is redeployed before the contract step.
     let old = old.finish().await;
     apply(&db.url, dir.path(), &["--until-phase", "contract"]);
     tokio::time::sleep(Duration::from_millis(300)).await;
+    check_readers(&c, &s, "contract").await;
     let new = new.finish().await;
 
     let out = evolve(
@@ -303,6 +345,8 @@ async fn rename_column_under_old_and_new_writers() {
         final_values: "SELECT id, full_name FROM users",
         expect: |v| v,
         phases: &["expand", "backfill", "switch", "contract"],
+        matviews: &[],
+        readers: &[],
     })
     .await;
 }
@@ -311,8 +355,14 @@ async fn rename_column_under_old_and_new_writers() {
 async fn change_type_under_old_and_new_writers() {
     run(Scenario {
         name: "chg_type",
+        // A view, a view over it and a materialized view (with an index)
+        // read the column: the switch rebuilds them onto the new column.
         setup: "CREATE TABLE items (id int8 PRIMARY KEY, qty int4 NOT NULL DEFAULT 0);
-                INSERT INTO items SELECT i, i FROM generate_series(1, 400) i;",
+                INSERT INTO items SELECT i, i FROM generate_series(1, 400) i;
+                CREATE VIEW items_v AS SELECT id, qty FROM items;
+                CREATE VIEW items_total AS SELECT count(*) AS n, sum(qty) AS total FROM items_v;
+                CREATE MATERIALIZED VIEW items_m AS SELECT id, qty, qty * 2 AS twice FROM items;
+                CREATE UNIQUE INDEX items_m_id ON items_m (id);",
         change: &["change-type", "items", "qty", "bigint"],
         old: Shape {
             insert: "INSERT INTO items (id, qty) VALUES ($1, $2::text::int4)",
@@ -330,6 +380,15 @@ async fn change_type_under_old_and_new_writers() {
         final_values: "SELECT id, qty::text FROM items",
         expect: |v| v,
         phases: &["expand", "backfill", "switch", "contract"],
+        matviews: &["items_m"],
+        // Values beyond int4 from the switch on: equal only when the views
+        // read the new bigint column.
+        readers: &[
+            "SELECT (SELECT count(*) FROM items_v v JOIN items i USING (id) WHERE v.qty = i.qty) = (SELECT count(*) FROM items)",
+            "SELECT (SELECT n FROM items_total) = (SELECT count(*) FROM items) AND (SELECT total FROM items_total) = (SELECT sum(qty) FROM items)",
+            "SELECT (SELECT count(*) FROM items_m m JOIN items i USING (id) WHERE m.qty = i.qty AND m.twice = i.qty * 2) = (SELECT count(*) FROM items)",
+            "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE indexname = 'items_m_id')",
+        ],
     })
     .await;
 }
@@ -339,7 +398,9 @@ async fn set_not_null_under_old_and_new_writers() {
     run(Scenario {
         name: "chg_notnull",
         setup: "CREATE TABLE notes (id int8 PRIMARY KEY, body text);
-                INSERT INTO notes SELECT i, CASE WHEN i % 3 = 0 THEN NULL ELSE 'b' || i END FROM generate_series(1, 400) i;",
+                INSERT INTO notes SELECT i, CASE WHEN i % 3 = 0 THEN NULL ELSE 'b' || i END FROM generate_series(1, 400) i;
+                CREATE VIEW notes_v AS SELECT id, body FROM notes;
+                CREATE MATERIALIZED VIEW notes_m AS SELECT id, body, length(body) AS len FROM notes;",
         change: &["set-not-null", "notes", "body", "--default", "'none'"],
         old: Shape {
             insert: "INSERT INTO notes (id, body) VALUES ($1, $2)",
@@ -354,6 +415,11 @@ async fn set_not_null_under_old_and_new_writers() {
         final_values: "SELECT id, body FROM notes",
         expect: |v| Some(v.unwrap_or_else(|| "none".into())),
         phases: &["expand", "backfill", "switch", "contract"],
+        matviews: &["notes_m"],
+        readers: &[
+            "SELECT (SELECT count(*) FROM notes_v v JOIN notes n USING (id) WHERE v.body IS NOT DISTINCT FROM n.body) = (SELECT count(*) FROM notes)",
+            "SELECT (SELECT count(*) FROM notes_m m JOIN notes n USING (id) WHERE m.body IS NOT DISTINCT FROM n.body) = (SELECT count(*) FROM notes)",
+        ],
     })
     .await;
 }
@@ -388,6 +454,8 @@ async fn split_column_under_old_and_new_writers() {
         final_values: "SELECT id, first_name || ' ' || last_name FROM people",
         expect: |v| v,
         phases: &["expand", "backfill", "switch", "contract"],
+        matviews: &[],
+        readers: &[],
     })
     .await;
 }
@@ -423,6 +491,8 @@ async fn add_foreign_key_under_old_and_new_writers() {
         final_values: "SELECT id, customer_id::text FROM orders",
         expect: |v| v,
         phases: &["expand", "expand", "switch"],
+        matviews: &[],
+        readers: &[],
     })
     .await;
 }
@@ -595,11 +665,35 @@ async fn bad_input_is_refused_and_writes_nothing() {
         ),
         (
             vec!["rename-column", "users", "name", "full_name"],
-            vec!["view public.user_names", "public.users.name"],
+            vec![
+                "view public.user_names",
+                "public.users.name",
+                "view-compatible path",
+                "migration of its own",
+            ],
         ),
         (
             vec!["rename-column", "users", "name", "n"],
             vec!["already exists"],
+        ),
+        (
+            vec![
+                "split-column",
+                "users",
+                "name",
+                "--into",
+                "a=name",
+                "--into",
+                "b=name",
+                "--merge",
+                "a",
+            ],
+            vec![
+                "view public.user_names",
+                "public.users.name",
+                "contract step drops",
+                "\"a\", \"b\"",
+            ],
         ),
     ];
     for (args, parts) in cases {

@@ -75,3 +75,51 @@ async fn the_catalog_decides_rewrites_checks_sizes_and_readers() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A default's volatility comes from `pg_proc`: a STABLE or IMMUTABLE
+/// function of the user's fills existing rows without a rewrite, a
+/// VOLATILE one (the default for CREATE FUNCTION) rewrites, and so does a
+/// volatile built-in. Without the catalog every unknown function is taken
+/// as volatile.
+#[tokio::test]
+async fn function_volatility_decides_whether_a_default_rewrites() {
+    let db = evolve_test::fresh_db("lint_volatility").await;
+    let client = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id bigint);
+             INSERT INTO orders VALUES (1);
+             CREATE FUNCTION tenant_default() RETURNS bigint LANGUAGE sql STABLE AS 'SELECT 1';
+             CREATE FUNCTION fixed_code() RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT ''x''';
+             CREATE FUNCTION next_code() RETURNS text LANGUAGE sql AS 'SELECT md5(random()::text)';",
+        )
+        .await
+        .expect("schema");
+    let dir = std::env::temp_dir().join(format!("evolve-lint-volatility-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("V9__change.sql"),
+        "ALTER TABLE orders ADD COLUMN tenant bigint DEFAULT tenant_default();
+ALTER TABLE orders ADD COLUMN code text DEFAULT public.fixed_code();
+ALTER TABLE orders ADD COLUMN next text DEFAULT next_code();
+ALTER TABLE orders ADD COLUMN r float8 DEFAULT random();
+",
+    )
+    .unwrap();
+    assert_eq!(
+        lint(&dir, None),
+        [
+            "1:adding-field-with-default",
+            "2:adding-field-with-default",
+            "3:adding-field-with-default",
+            "4:adding-field-with-default",
+        ]
+    );
+    assert_eq!(
+        lint(&dir, Some(&db.url)),
+        ["3:adding-field-with-default", "4:adding-field-with-default"]
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -154,6 +154,76 @@ fn change_type_renames_the_shadow_into_place_at_the_switch() {
     assert!(files[3].sql.contains(r#"DROP COLUMN "_evolve_old_qty""#));
 }
 
+/// Views over the column are rebuilt by `evolve migrate apply` around the
+/// switch: its first ALTER names the column before the renames, in the form
+/// `blocked_alters` sees, so they are captured reading the old name and
+/// recreated over the renamed new column.
+#[test]
+fn change_type_switch_rebuilds_the_views_over_the_column() {
+    let resolved = Resolved {
+        new_type: Some("bigint".into()),
+        ..Resolved::default()
+    };
+    let change = Change::ChangeType {
+        table: "app.Users".into(),
+        column: "qty".into(),
+        to: "bigint".into(),
+        using: None,
+    };
+    let mut t = table();
+    t.column_dependents = vec![
+        ("qty".into(), "view app.v".into()),
+        ("qty".into(), "materialized view app.m".into()),
+    ];
+    let files = generate(&change, &t, &resolved).unwrap();
+    let switch = parse_script(&files[2].sql).unwrap();
+    assert!(!switch.directives.rebuild_dependents_off);
+    let first_alter = switch
+        .statements
+        .iter()
+        .position(|s| !evolve_core::migration::blocked_alters(&s.text).is_empty())
+        .expect("an ALTER that rebuilds the dependents");
+    let blocked = evolve_core::migration::blocked_alters(&switch.statements[first_alter].text);
+    assert_eq!(blocked[0].column, "qty");
+    let rename = switch
+        .statements
+        .iter()
+        .position(|s| s.text.contains("RENAME COLUMN"))
+        .unwrap();
+    assert!(first_alter < rename, "{}", files[2].sql);
+    assert!(
+        switch.statements[first_alter]
+            .text
+            .ends_with(r#"ALTER COLUMN "qty" TYPE integer"#)
+    );
+
+    // What apply cannot rebuild still refuses, naming it.
+    t.column_dependents = vec![("qty".into(), "generated column app.Users.twice".into())];
+    let e = generate(&change, &t, &resolved).unwrap_err().0;
+    assert!(
+        e.contains("read by generated column app.Users.twice"),
+        "{e}"
+    );
+
+    // A split drops the column the view names.
+    t.column_dependents = vec![("qty".into(), "view app.v".into())];
+    let split = Change::SplitColumn {
+        table: "app.Users".into(),
+        column: "qty".into(),
+        into: vec![("a".into(), "qty".into()), ("b".into(), "qty".into())],
+        merge: "a".into(),
+    };
+    let resolved = Resolved {
+        into_types: vec!["integer".into(), "integer".into()],
+        ..Resolved::default()
+    };
+    let e = generate(&split, &t, &resolved).unwrap_err().0;
+    assert!(
+        e.contains("view app.v") && e.contains("contract step drops"),
+        "{e}"
+    );
+}
+
 #[test]
 fn foreign_key_builds_its_index_concurrently_outside_a_transaction() {
     let resolved = Resolved {

@@ -718,7 +718,10 @@ fn alter_action(
                         .unwrap_or("")
                         .to_string();
                 let serial = SERIALS.contains(&base.as_str());
-                let volatile = c.default.as_ref().and_then(volatile_call);
+                let volatile = c
+                    .default
+                    .as_ref()
+                    .and_then(|d| volatile_call(d, &model.functions));
                 let why = if c.generated {
                     Some("a stored generated or identity column fills every row".to_string())
                 } else if serial {
@@ -979,8 +982,9 @@ fn explicit_using(set: &ast::SetType, col: &str) -> bool {
 }
 
 /// The first function call in `e` that is volatile (or not known to be
-/// anything else), by name.
-fn volatile_call(e: &ast::Expr) -> Option<String> {
+/// anything else), by name: `catalog` (name -> volatile) decides when it
+/// knows the name, the built-in lists otherwise.
+fn volatile_call(e: &ast::Expr, catalog: &BTreeMap<String, bool>) -> Option<String> {
     let calls = std::iter::once(e.syntax().clone())
         .chain(e.syntax().descendants())
         .filter_map(ast::CallExpr::cast);
@@ -988,9 +992,14 @@ fn volatile_call(e: &ast::Expr) -> Option<String> {
         let Some(name) = call.expr().and_then(|x| names(x.syntax()).pop()) else {
             continue;
         };
-        if VOLATILE_FUNCTIONS.contains(&name.as_str())
-            || !NON_VOLATILE_FUNCTIONS.contains(&name.as_str())
-        {
+        let volatile = match catalog.get(&name) {
+            Some(v) => *v,
+            None => {
+                VOLATILE_FUNCTIONS.contains(&name.as_str())
+                    || !NON_VOLATILE_FUNCTIONS.contains(&name.as_str())
+            }
+        };
+        if volatile {
             return Some(format!("{name}()"));
         }
     }

@@ -476,6 +476,11 @@ pub struct CatalogFacts {
     pub tables: BTreeMap<String, TableFacts>,
     /// The database's TimeZone setting, which a migration session starts with.
     pub timezone: Option<String>,
+    /// Functions on the search path by name (without schema): whether one
+    /// of them is VOLATILE (`provolatile = 'v'`). A default that calls only
+    /// functions known here as not volatile fills existing rows without a
+    /// rewrite.
+    pub functions: BTreeMap<String, bool>,
 }
 
 /// One table (or materialized view) of the live database.

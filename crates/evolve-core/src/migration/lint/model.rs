@@ -36,6 +36,9 @@ pub(crate) struct Model {
     pub tables: BTreeMap<String, Table>,
     pub views: BTreeMap<String, View>,
     pub utc: bool,
+    /// From the catalog: function name -> whether one of that name is
+    /// VOLATILE.
+    pub functions: BTreeMap<String, bool>,
 }
 
 impl Model {
@@ -45,6 +48,7 @@ impl Model {
             return m;
         };
         m.utc = c.timezone.as_deref().is_some_and(super::types::is_utc);
+        m.functions = c.functions.clone();
         for (name, t) in &c.tables {
             if t.matview {
                 m.views.insert(
