@@ -73,6 +73,20 @@ fn replacement_name(interface: &str, table: &str) -> String {
 }
 
 /// Runs the controller until `stop` completes.
+/// Runs the pipeline's engine ([`Pipeline::run`]) and, beside it, the
+/// absorb controller (which also keeps the drift board fresh), until
+/// `shutdown` completes or the engine stops; then stops the controller.
+pub async fn run_with(pipeline: &Pipeline, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let engine = async {
+        let result = pipeline.run(shutdown).await;
+        let _ = stop.send(true);
+        result
+    };
+    let ((), result) = tokio::join!(run(pipeline, stopped), engine);
+    result
+}
+
 pub(crate) async fn run(pipeline: &Pipeline, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut failed: HashMap<String, Instant> = HashMap::new();
     let mut polled: Option<Instant> = None;
@@ -111,7 +125,7 @@ async fn step(
         return;
     }
     *polled = Some(Instant::now());
-    let rows = match pipeline.drift_board().poll(pipeline, None).await {
+    let rows = match crate::poll::poll_into(pipeline.drift_board(), pipeline, None).await {
         Ok(rows) => rows,
         Err(e) => {
             tracing::warn!(error = %e.primary(), "absorb: drift poll failed");

@@ -442,10 +442,8 @@ async fn run_statement(
         Statement::RefreshReferences(r) => {
             // Polls the source's upstream catalog now: the drift of each of
             // its tables, as `GET /drift?source=` gives it.
-            let rows = pipeline
-                .drift_board()
-                .poll(pipeline, Some(&r.source))
-                .await?;
+            let rows =
+                crate::poll::poll_into(pipeline.drift_board(), pipeline, Some(&r.source)).await?;
             let mut result = tag("ALTER SOURCE");
             if !rows.is_empty() {
                 result.notice = Some(format!(
@@ -1007,11 +1005,8 @@ impl Admin {
             return Ok(rows.clone());
         }
         let started = Instant::now();
-        let rows = self
-            .pipeline
-            .drift_board()
-            .poll(&self.pipeline, source)
-            .await?;
+        let rows =
+            crate::poll::poll_into(self.pipeline.drift_board(), &self.pipeline, source).await?;
         *last = Some((started, source.map(str::to_string), rows.clone()));
         Ok(rows)
     }
@@ -1333,7 +1328,7 @@ pub async fn serve(
         result
     };
     let run = async {
-        let result = pipeline.run(signal(stopped.clone())).await;
+        let result = crate::absorb::run_with(&pipeline, signal(stopped.clone())).await;
         let _ = stop.send(true);
         result
     };

@@ -11,8 +11,9 @@
 //!   [`crate::apply`]); drift reports such a table as `stalled`, with the
 //!   error. Relation messages come only before the next row change of
 //!   their table, and say nothing of attribute numbers;
-//! - the upstream catalog, polled by [`drift`] for each request, and by
-//!   [`DriftBoard::poll`], which keeps the last result per table for
+//! - the upstream catalog, polled by [`crate::poll::drift`] for each
+//!   request, and by [`crate::poll::poll_into`], which keeps the last
+//!   result per table in a [`DriftBoard`] for
 //!   status output (on `REFRESH REFERENCES`, `GET /drift`, and while the
 //!   pipeline runs every [`POLL_INTERVAL`], from [`crate::absorb`]):
 //!   one ordinary session per source reads each table's columns
@@ -84,11 +85,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use tokio_postgres::Client;
 
-use crate::error::{ObjectKind, PipelineError, Result};
-use crate::pipeline::Pipeline;
-use crate::store::{SourceInfo, TableInfo, TableState};
+use crate::store::{TableInfo, TableState};
 
 /// How often the running pipeline polls the upstream catalogs when no
 /// interface absorbs by itself ([`crate::absorb::INTERVAL`] otherwise).
@@ -406,158 +404,6 @@ pub fn compare(table: &TableInfo, upstream: &Upstream) -> Option<Drift> {
     })
 }
 
-// ------------------------------------------------------------------ poll
-
-/// One line of an error: its primary line and detail, no hint.
-fn one_line(e: &PipelineError) -> String {
-    match e.detail() {
-        Some(detail) => format!("{}: {}", e.primary(), detail.lines().next().unwrap_or("")),
-        None => e.primary(),
-    }
-}
-
-/// Reads what the catalog says of `table`'s pinned OID and name.
-async fn read_upstream(client: &Client, table: &TableInfo) -> Result<Upstream> {
-    let rows = client
-        .query(
-            "SELECT c.oid, n.nspname::text, c.relname::text \
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE c.relkind IN ('r', 'p') \
-               AND (c.oid = $1 OR (n.nspname = $2 AND c.relname = $3))",
-            &[
-                &table.upstream_oid,
-                &table.upstream_schema,
-                &table.upstream_table,
-            ],
-        )
-        .await
-        .map_err(|e| PipelineError::database("read the upstream catalog", &e))?;
-    let Some(found) = rows
-        .iter()
-        .find(|r| r.get::<_, u32>(0) == table.upstream_oid)
-    else {
-        return Ok(Upstream::Missing {
-            recreated_oid: rows.first().map(|r| r.get(0)),
-        });
-    };
-    let columns = client
-        .query(
-            "SELECT attname::text, attnum, atttypid, atttypmod, format_type(atttypid, atttypmod) \
-             FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped \
-             ORDER BY attnum",
-            &[&table.upstream_oid],
-        )
-        .await
-        .map_err(|e| PipelineError::database("read the upstream table's columns", &e))?
-        .iter()
-        .map(|r| UpstreamColumn {
-            name: r.get(0),
-            attnum: r.get(1),
-            type_oid: r.get(2),
-            typmod: r.get(3),
-            type_name: r.get(4),
-        })
-        .collect();
-    Ok(Upstream::Found {
-        schema: found.get(1),
-        name: found.get(2),
-        columns,
-    })
-}
-
-/// Polls one source's upstream catalog for `tables` (all of that source):
-/// one row per table, `None` where it matches.
-async fn poll_source(
-    pipeline: &Pipeline,
-    source: &SourceInfo,
-    tables: Vec<TableInfo>,
-) -> Vec<(String, Option<DriftRow>)> {
-    let read = async {
-        let connection = pipeline.config().connection(&source.connection)?;
-        pipeline
-            .monitor()
-            .with_session(
-                &source.name,
-                &source.connection,
-                connection,
-                POLL_TIMEOUT,
-                async |client| {
-                    let mut out = Vec::with_capacity(tables.len());
-                    for table in &tables {
-                        let upstream = read_upstream(client, table).await?;
-                        out.push((
-                            table.name.clone(),
-                            compare(table, &upstream).map(|d| DriftRow::new(table, d)),
-                        ));
-                    }
-                    Ok(out)
-                },
-            )
-            .await
-    };
-    let error = match read.await {
-        Ok(rows) => return rows,
-        Err(e) => one_line(&e),
-    };
-    tables
-        .iter()
-        .map(|t| (t.name.clone(), Some(DriftRow::unknown(t, error.clone()))))
-        .collect()
-}
-
-/// What one poll saw: every table of the catalog, and for each polled
-/// table its row (`None` where it matches), by table name.
-struct Poll {
-    catalog: Vec<String>,
-    polled: Vec<(String, Option<DriftRow>)>,
-}
-
-async fn poll(pipeline: &Pipeline, source: Option<&str>) -> Result<Poll> {
-    let sources = pipeline.sources()?;
-    if let Some(name) = source
-        && !sources.iter().any(|s| s.name == name)
-    {
-        return Err(PipelineError::UnknownObject {
-            kind: ObjectKind::Source,
-            name: name.to_string(),
-        });
-    }
-    let tables = pipeline.tables()?;
-    let catalog = tables.iter().map(|t| t.name.clone()).collect();
-    let polls = sources
-        .iter()
-        .filter(|s| source.is_none_or(|name| name == s.name))
-        .map(|s| {
-            let mine: Vec<TableInfo> = tables
-                .iter()
-                .filter(|t| t.source == s.name)
-                .cloned()
-                .collect();
-            poll_source(pipeline, s, mine)
-        });
-    let mut polled: Vec<(String, Option<DriftRow>)> = futures_util::future::join_all(polls)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
-    polled.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(Poll { catalog, polled })
-}
-
-/// Compares every table of `source` (or of every source) with its upstream
-/// catalog, one session per source: the tables that differ, by table name;
-/// empty when everything matches. A source whose upstream cannot be read
-/// within [`POLL_TIMEOUT`] gives each of its tables a row with signal
-/// `unknown` and the error. An unknown `source` is an error.
-pub async fn drift(pipeline: &Pipeline, source: Option<&str>) -> Result<Vec<DriftRow>> {
-    Ok(poll(pipeline, source)
-        .await?
-        .polled
-        .into_iter()
-        .filter_map(|(_, row)| row)
-        .collect())
-}
-
 // ----------------------------------------------------------------- board
 
 /// The last poll of one table.
@@ -577,18 +423,17 @@ pub struct DriftBoard {
 }
 
 impl DriftBoard {
-    /// Polls like [`drift`], records the result of every polled table
-    /// (forgetting tables no longer in the catalog), and returns the rows.
-    pub async fn poll(&self, pipeline: &Pipeline, source: Option<&str>) -> Result<Vec<DriftRow>> {
-        let poll = poll(pipeline, source).await?;
-        self.record(&poll, SystemTime::now());
-        Ok(poll.polled.into_iter().filter_map(|(_, row)| row).collect())
-    }
-
-    fn record(&self, poll: &Poll, at: SystemTime) {
+    /// Records a poll at `at`: the row of every polled table (`None` where
+    /// it matched), forgetting the tables no longer in `catalog`.
+    pub fn record(
+        &self,
+        catalog: &[String],
+        polled: &[(String, Option<DriftRow>)],
+        at: SystemTime,
+    ) {
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|table, _| poll.catalog.contains(table));
-        for (table, drift) in &poll.polled {
+        map.retain(|table, _| catalog.contains(table));
+        for (table, drift) in polled {
             map.insert(
                 table.clone(),
                 LastPoll {
@@ -1018,13 +863,11 @@ mod tests {
         let t = table();
         let unknown = DriftRow::unknown(&t, "could not connect".into());
         board.record(
-            &Poll {
-                catalog: strings(&["orders_v1", "steady_v1"]),
-                polled: vec![
-                    ("orders_v1".into(), Some(unknown.clone())),
-                    ("steady_v1".into(), None),
-                ],
-            },
+            &strings(&["orders_v1", "steady_v1"]),
+            &[
+                ("orders_v1".into(), Some(unknown.clone())),
+                ("steady_v1".into(), None),
+            ],
             SystemTime::UNIX_EPOCH,
         );
         assert_eq!(board.all(), vec![unknown]);
@@ -1036,10 +879,8 @@ mod tests {
             })
         );
         board.record(
-            &Poll {
-                catalog: strings(&["orders_v1"]),
-                polled: vec![("orders_v1".into(), None)],
-            },
+            &strings(&["orders_v1"]),
+            &[("orders_v1".into(), None)],
             SystemTime::UNIX_EPOCH,
         );
         assert_eq!(board.all(), Vec::<DriftRow>::new());

@@ -159,6 +159,7 @@ pub mod error;
 pub mod hydrate;
 pub mod monitor;
 mod pipeline;
+pub mod poll;
 pub mod position;
 pub mod preflight;
 mod sink;
@@ -177,3 +178,115 @@ pub use position::Position;
 pub use sink::PROGRESS_TABLE;
 pub use status::ObjectStatus;
 pub use store::{ColumnInfo, InterfaceInfo, SinkInfo, SourceInfo, TableInfo, TableState};
+
+/// The layers inside the crate, lowest first; a module may use modules of
+/// its own layer and of the layers below, never above (doc comments and
+/// test modules aside):
+///
+/// 0. model: errors, positions, configuration, documents, status, the bus;
+/// 1. the store (which alone owns the state database's SQL) and the drift
+///    comparison over its catalog types;
+/// 2. the engine: upstream sessions, monitoring, apply and swap, sources,
+///    snapshots, sinks and their supervision;
+/// 3. the façade ([`Pipeline`], under one catalog lock) and its preflight
+///    checks;
+/// 4. controllers, clients of the façade: absorb, drift polls,
+///    subscriptions;
+/// 5. the admin API and its access rules.
+#[cfg(test)]
+mod layers {
+    const LAYERS: &[(&str, usize, &str)] = &[
+        ("error", 0, include_str!("error.rs")),
+        ("position", 0, include_str!("position.rs")),
+        ("config", 0, include_str!("config.rs")),
+        ("doc", 0, include_str!("doc.rs")),
+        ("status", 0, include_str!("status.rs")),
+        ("bus", 0, include_str!("bus.rs")),
+        ("store", 1, include_str!("store.rs")),
+        ("drift", 1, include_str!("drift.rs")),
+        ("upstream", 2, include_str!("upstream.rs")),
+        ("monitor", 2, include_str!("monitor.rs")),
+        ("apply", 2, include_str!("apply.rs")),
+        ("swap", 2, include_str!("swap.rs")),
+        ("hydrate", 2, include_str!("hydrate.rs")),
+        ("source", 2, include_str!("source.rs")),
+        ("sink", 2, include_str!("sink/mod.rs")),
+        ("sink", 2, include_str!("sink/postgres.rs")),
+        ("supervise", 2, include_str!("supervise.rs")),
+        ("pipeline", 3, include_str!("pipeline.rs")),
+        ("preflight", 3, include_str!("preflight.rs")),
+        ("absorb", 4, include_str!("absorb.rs")),
+        ("poll", 4, include_str!("poll.rs")),
+        ("subscribe", 4, include_str!("subscribe.rs")),
+        ("admin", 5, include_str!("admin.rs")),
+        ("access", 5, include_str!("access.rs")),
+    ];
+
+    fn layer(module: &str) -> Option<usize> {
+        LAYERS
+            .iter()
+            .find(|(name, _, _)| *name == module)
+            .map(|(_, layer, _)| *layer)
+    }
+
+    /// The modules a file's code (not its comments or tests) names as
+    /// `crate::NAME`.
+    fn uses(text: &str) -> Vec<String> {
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
+        let mut out = Vec::new();
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for (at, _) in line.match_indices("crate::") {
+                let name: String = line[at + "crate::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                    .collect();
+                if !name.is_empty() && !out.contains(&name) {
+                    out.push(name);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn no_module_uses_a_layer_above_its_own() {
+        let mut wrong = Vec::new();
+        for (module, own, text) in LAYERS {
+            for used in uses(text) {
+                match layer(&used) {
+                    Some(l) if l > *own => {
+                        wrong.push(format!("{module} (layer {own}) uses {used} (layer {l})"))
+                    }
+                    Some(_) => {}
+                    None => wrong.push(format!("{module} uses {used}, which has no layer")),
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
+    #[test]
+    fn every_module_has_a_layer() {
+        let declared = include_str!("lib.rs")
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("pub mod ")
+                    .or_else(|| l.strip_prefix("mod "))
+                    .and_then(|r| r.strip_suffix(';'))
+            })
+            .collect::<Vec<_>>();
+        assert!(declared.len() > 20, "{declared:?}");
+        for module in declared {
+            assert!(layer(module).is_some(), "module {module} has no layer");
+        }
+    }
+
+    #[test]
+    fn an_upward_use_is_caught() {
+        assert_eq!(
+            uses("use crate::pipeline::Pipeline;\n/// [`crate::admin`]\n"),
+            ["pipeline"]
+        );
+        assert_eq!(layer("store"), Some(1));
+    }
+}

@@ -1089,17 +1089,17 @@ impl Pipeline {
 
     // -------------------------------------------------------------- run
 
-    /// Runs every source and sink until `shutdown` completes. Failures of
-    /// one object are retried with backoff and reported in
-    /// [`status`](Self::status); catalog changes restart the tasks.
+    /// Runs the engine, every source, snapshot and sink, until `shutdown`
+    /// completes. Failures of one object are retried with backoff and
+    /// reported in [`status`](Self::status); catalog changes restart the
+    /// tasks. The controllers that drive the façade (absorb, drift polls)
+    /// are not started here: [`crate::absorb::run_with`] runs them beside
+    /// the engine.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<()> {
         tokio::pin!(shutdown);
         // Snapshot copies outlive the restarts: a catalog change must not
         // start a long copy over.
         let mut hydrators: HashMap<i64, Hydrator> = HashMap::new();
-        let (absorb_stop, absorb_stop_rx) = watch::channel(false);
-        let absorb = crate::absorb::run(self, absorb_stop_rx);
-        tokio::pin!(absorb);
         let result = loop {
             let (stop_tx, stop_rx) = watch::channel(false);
             let mut tasks = JoinSet::new();
@@ -1111,7 +1111,6 @@ impl Pipeline {
                 Ok(()) => Ok(tokio::select! {
                     _ = &mut shutdown => false,
                     _ = self.changed.notified() => true,
-                    _ = &mut absorb => false,
                 }),
             };
             let _ = stop_tx.send(true);
@@ -1122,7 +1121,6 @@ impl Pipeline {
                 Err(e) => break Err(e),
             }
         };
-        let _ = absorb_stop.send(true);
         for (_, hydrator) in hydrators.drain() {
             let _ = hydrator.stop.send(true);
             let _ = hydrator.task.await;

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use evolve_pipeline::drift::{DriftRow, Signal, TypeChange, drift};
+use evolve_pipeline::drift::{DriftRow, Signal, TypeChange};
+use evolve_pipeline::poll::drift;
 use evolve_pipeline::{Config, ObjectKind, Pipeline, PipelineError, TableSpec, TableState};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -32,12 +33,11 @@ impl Running {
     fn start(pipeline: Arc<Pipeline>) -> Running {
         let (stop, stopped) = oneshot::channel::<()>();
         let handle = tokio::spawn(async move {
-            pipeline
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
+            evolve_pipeline::absorb::run_with(&pipeline, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
         });
         Running {
             stop: Some(stop),

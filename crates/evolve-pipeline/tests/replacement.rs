@@ -613,9 +613,7 @@ async fn truncate_replica_identity_and_rename_upstream() {
     .await
     .unwrap();
     wait_writes(&sink, "orders_json", 805).await;
-    let drift = evolve_pipeline::drift::drift(&pipeline, None)
-        .await
-        .unwrap();
+    let drift = evolve_pipeline::poll::drift(&pipeline, None).await.unwrap();
     assert_eq!(drift.len(), 1, "{drift:?}");
     assert_eq!(
         drift[0].signal,

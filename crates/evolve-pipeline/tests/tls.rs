@@ -56,12 +56,11 @@ impl Running {
     fn start(pipeline: Arc<Pipeline>) -> Running {
         let (stop, stopped) = oneshot::channel::<()>();
         let handle = tokio::spawn(async move {
-            pipeline
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
+            evolve_pipeline::absorb::run_with(&pipeline, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
         });
         Running { stop, handle }
     }

@@ -113,7 +113,7 @@ impl Running {
         let (stop, stopped) = oneshot::channel::<()>();
         let p = pipeline.clone();
         let handle = tokio::spawn(async move {
-            p.run(async {
+            evolve_pipeline::absorb::run_with(&p, async {
                 let _ = stopped.await;
             })
             .await

@@ -516,11 +516,10 @@ impl Tour {
         let pipeline = t.pipeline.clone();
         background.pipeline_stop = Some(stop);
         background.pipeline = Some(tokio::spawn(async move {
-            pipeline
-                .run(async {
-                    let _ = stopped.await;
-                })
-                .await
+            evolve_pipeline::absorb::run_with(&pipeline, async {
+                let _ = stopped.await;
+            })
+            .await
         }));
         t.control("CREATE SOURCE shop FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub')")
             .await?;
@@ -1116,7 +1115,7 @@ impl Tour {
 
     /// `evolve drift`, in one line per table.
     async fn drift(&self) -> anyhow::Result<()> {
-        let rows = evolve_pipeline::drift::drift(&self.pipeline, None)
+        let rows = evolve_pipeline::poll::drift(&self.pipeline, None)
             .await
             .context("reading drift")?;
         for row in rows {
