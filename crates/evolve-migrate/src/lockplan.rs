@@ -146,6 +146,41 @@ pub async fn lock_plan(
     probe: bool,
 ) -> Result<LockPlan, MigrateError> {
     let c = crate::connect(opts).await?;
+    // Printing a table's CHECK constraints, indexes and views, and reading
+    // its size, take ACCESS SHARE on it for a moment: behind another
+    // session's ACCESS EXCLUSIVE the plan would wait as long as that
+    // session does. It waits a few seconds, then says who holds the table.
+    c.client
+        .batch_execute(&format!(
+            "SET lock_timeout = '{}ms'",
+            PLAN_LOCK_TIMEOUT.as_millis()
+        ))
+        .await?;
+    match plan_on(&c, opts, files, probe).await {
+        Err(MigrateError::Pg(e))
+            if e.sqlstate() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
+        {
+            Err(MigrateError::Usage(format!(
+                "evolve plan waited {} s to read a table's definition that another session holds locked ({}): \
+                 nothing was applied; run it again when that session's transaction has ended \
+                 (pg_locks and pg_stat_activity show which)",
+                PLAN_LOCK_TIMEOUT.as_secs(),
+                e
+            )))
+        }
+        other => other,
+    }
+}
+
+/// How long the plan's catalog reads wait behind another session's lock.
+const PLAN_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+async fn plan_on(
+    c: &crate::Connected,
+    opts: &Options,
+    files: &[PathBuf],
+    probe: bool,
+) -> Result<LockPlan, MigrateError> {
     let plan_files = if files.is_empty() {
         let set = c.load(opts).await?;
         let rows = c.history.rows(&c.client).await?;

@@ -229,3 +229,54 @@ async fn bad_input_is_one_line_and_applies_nothing() {
     let out = evolve(&url, &dir, &["plan", "--probe"]);
     refused(&out, &[&role, "CREATEDB", "without --probe"]);
 }
+
+/// Another session holds ACCESS EXCLUSIVE on the table the pending file
+/// alters: the plan's catalog reads (its size, its definitions) cannot
+/// take their moment of ACCESS SHARE, so the plan waits a few seconds and
+/// then says so, instead of waiting as long as that session does.
+#[tokio::test]
+async fn a_table_held_by_another_session_is_said_not_waited_for() {
+    let (db, dir) = risky().await;
+    let holder = evolve_pg::connect(&db.url, "holder")
+        .await
+        .expect("connect");
+    holder
+        .batch_execute("BEGIN; LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock");
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args(["plan", "--dir"])
+        .arg(&dir)
+        .arg("--database-url")
+        .arg(&db.url)
+        .env_remove("DATABASE_URL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run evolve plan");
+    // Bounded: a plan that waits on the lock is killed, and the test fails.
+    let out = loop {
+        if child.try_wait().expect("wait").is_some() {
+            break child.wait_with_output().expect("output");
+        }
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("evolve plan still waits on the lock after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    refused(
+        &out,
+        &[
+            "evolve plan waited 5 s",
+            "holds locked",
+            "nothing was applied",
+        ],
+    );
+    holder.batch_execute("ROLLBACK").await.expect("unlock");
+    assert_eq!(applied(&db.url).await, 1, "nothing was applied");
+    // Once the lock is gone the plan goes through.
+    let out = evolve(&db.url, &dir, &["plan"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
