@@ -177,7 +177,7 @@ pub use pipeline::{Pipeline, TableSpec};
 pub use position::Position;
 pub use sink::PROGRESS_TABLE;
 pub use status::ObjectStatus;
-pub use store::{ColumnInfo, InterfaceInfo, SinkInfo, SourceInfo, TableInfo, TableState};
+pub use store::{ColumnInfo, InterfaceInfo, SinkInfo, SinkKind, SourceInfo, TableInfo, TableState};
 
 /// The layers inside the crate, lowest first; a module may use modules of
 /// its own layer and of the layers below, never above (doc comments and

@@ -21,7 +21,7 @@ use crate::sink::{self, SinkContext};
 use crate::source::{self, SourceContext};
 use crate::status::{ObjectStatus, StatusBoard};
 use crate::store::{
-    InterfaceInfo, OutputColumn, ReplacementInfo, SinkInfo, SourceInfo, Store, TableInfo,
+    InterfaceInfo, OutputColumn, ReplacementInfo, SinkInfo, SinkKind, SourceInfo, Store, TableInfo,
     TableState,
 };
 use crate::swap;
@@ -806,6 +806,7 @@ impl Pipeline {
         }
         let info = SinkInfo {
             name: name.to_string(),
+            kind: SinkKind::Postgres,
             interface: interface.to_string(),
             connection: connection.to_string(),
             target_schema: schema.to_string(),

@@ -212,6 +212,8 @@ pub struct ReplacementInfo {
 pub struct SinkInfo {
     /// Its name (also its row in `evolve_sink_progress`).
     pub name: String,
+    /// What kind of destination it writes to.
+    pub kind: SinkKind,
     /// The interface it follows.
     pub interface: String,
     /// The connection's name in the config file.
@@ -220,6 +222,33 @@ pub struct SinkInfo {
     pub target_schema: String,
     /// The target table.
     pub target_table: String,
+}
+
+/// The kind of destination a sink writes to: data in the catalog, so
+/// that the engine starts the right implementation of `Sink`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SinkKind {
+    /// A PostgreSQL table `(key jsonb PRIMARY KEY, data jsonb NOT NULL)`
+    /// with `evolve_sink_progress` beside it.
+    Postgres,
+}
+
+impl SinkKind {
+    /// The catalog's name of the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SinkKind::Postgres => "postgres",
+        }
+    }
+
+    /// The kind named `s`, if this release knows it.
+    pub fn parse(s: &str) -> Option<SinkKind> {
+        match s {
+            "postgres" => Some(SinkKind::Postgres),
+            _ => None,
+        }
+    }
 }
 
 /// One change of an interface's feed: the net effect of one upstream
@@ -749,14 +778,15 @@ impl Store {
     pub fn insert_sink(&self, s: &SinkInfo) -> Result<()> {
         self.conn
             .execute(
-                "INSERT INTO sinks (name, interface, connection, target_schema, target_table) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO sinks (name, interface, connection, target_schema, target_table, kind) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![
                     s.name,
                     s.interface,
                     s.connection,
                     s.target_schema,
-                    s.target_table
+                    s.target_table,
+                    s.kind.as_str()
                 ],
             )
             .map_err(|e| PipelineError::store("insert sink", e))?;
@@ -768,23 +798,40 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT name, interface, connection, target_schema, target_table \
+                "SELECT name, interface, connection, target_schema, target_table, kind \
                  FROM sinks ORDER BY name",
             )
             .map_err(|e| PipelineError::store("list sinks", e))?;
         let rows = stmt
             .query_map([], |r| {
-                Ok(SinkInfo {
-                    name: r.get(0)?,
-                    interface: r.get(1)?,
-                    connection: r.get(2)?,
-                    target_schema: r.get(3)?,
-                    target_table: r.get(4)?,
-                })
+                let kind: String = r.get(5)?;
+                Ok((
+                    SinkInfo {
+                        name: r.get(0)?,
+                        kind: SinkKind::Postgres, // set from `kind` below
+                        interface: r.get(1)?,
+                        connection: r.get(2)?,
+                        target_schema: r.get(3)?,
+                        target_table: r.get(4)?,
+                    },
+                    kind,
+                ))
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| PipelineError::store("list sinks", e))?;
-        Ok(rows)
+        rows.into_iter()
+            .map(|(mut sink, kind)| {
+                sink.kind = SinkKind::parse(&kind).ok_or_else(|| PipelineError::Store {
+                    context: format!("read sink \"{}\"", sink.name),
+                    message: format!(
+                        "its kind \"{kind}\" is not one this release knows (postgres): the state \
+                         store was written by a newer release or is damaged; run the release that \
+                         wrote it, or restore pipeline.db from a backup"
+                    ),
+                })?;
+                Ok(sink)
+            })
+            .collect()
     }
 
     /// Deletes a sink.
@@ -1036,6 +1083,8 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("sources", "drop_error", "TEXT"),
     ("feed", "committed_at", "INTEGER NOT NULL DEFAULT 0"),
     ("interfaces", "absorb", "TEXT NOT NULL DEFAULT 'manual'"),
+    // Every sink of an older store writes to a PostgreSQL table.
+    ("sinks", "kind", "TEXT NOT NULL DEFAULT 'postgres'"),
     // Every interface of an older store is of the one interface form.
     (
         "interfaces",

@@ -431,6 +431,36 @@ async fn an_unreadable_column_list_is_an_error_and_keeps_the_documents() {
     assert_eq!(rows, 3, "the documents are kept");
 }
 
+/// A sink's kind is data in the catalog: an older store's sinks are
+/// PostgreSQL sinks, and a kind this release does not know is an error
+/// naming the sink, never a guess.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_kind_the_store_does_not_know_is_an_error() {
+    let env = env("reg_sink_kind").await;
+    let up = connect(&env.up.url).await;
+    up.batch_execute("CREATE TABLE orders (id int PRIMARY KEY, v text)")
+        .await
+        .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["orders"]).await;
+    let sinks = pipeline.sinks().unwrap();
+    assert_eq!(sinks.len(), 1);
+    assert_eq!(sinks[0].kind, evolve_pipeline::SinkKind::Postgres);
+    let db = state_db(&env);
+    let stored: String = db
+        .query_row("SELECT kind FROM sinks", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(stored, "postgres");
+    db.execute("UPDATE sinks SET kind = 'kafka'", []).unwrap();
+    let e = pipeline.sinks().unwrap_err();
+    assert!(
+        e.primary().starts_with(
+            "embedded store: read sink \"orders_sink\": its kind \"kafka\" is not one this release knows"
+        ),
+        "{e}"
+    );
+}
+
 /// Defect 5: a table state the store did not know was read as "pending",
 /// and the copy that followed began by deleting the table's documents.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

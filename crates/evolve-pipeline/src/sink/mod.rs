@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use crate::config::Connection;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::status::StatusBoard;
-use crate::store::{FeedEntry, SinkInfo, Store};
+use crate::store::{FeedEntry, SinkInfo, SinkKind, Store};
 use crate::supervise::{Task, Verdict, supervise};
 
 pub use postgres::PROGRESS_TABLE;
@@ -119,10 +119,15 @@ pub(crate) async fn run(mut ctx: SinkContext) {
     .await
 }
 
-/// One session with the destination, until `stop` or a failure.
+/// One session with the destination, until `stop` or a failure: the
+/// implementation of [`Sink`] the catalog's kind names.
 async fn run_once(ctx: &mut SinkContext) -> Result<()> {
-    let sink = PostgresSink::open(&ctx.sink, &ctx.connection).await?;
-    drive(ctx, sink).await
+    match ctx.sink.kind {
+        SinkKind::Postgres => {
+            let sink = PostgresSink::open(&ctx.sink, &ctx.connection).await?;
+            drive(ctx, sink).await
+        }
+    }
 }
 
 async fn drive(ctx: &mut SinkContext, mut sink: impl Sink) -> Result<()> {
