@@ -536,3 +536,255 @@ impl Txn {
         Ok(changes)
     }
 }
+
+/// The net effect of one upstream transaction, table-driven, against an
+/// in-memory store: what the table's documents become and which feed
+/// entries (key, old, new) the interface gets.
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use evolve_core::document::TypeKind;
+    use evolve_pgoutput::{Column, ReplicaIdentity};
+
+    use super::*;
+    use crate::store::{ColumnInfo, SourceInfo};
+
+    /// One row operation of the transaction.
+    enum Op {
+        Insert(i32, Option<&'static str>, i32),
+        /// Old key (when it changes), then the new row; `None` note means an
+        /// unchanged TOASTed value.
+        Update(Option<i32>, i32, Option<&'static str>, i32),
+        Delete(i32),
+        Truncate,
+    }
+
+    fn column(name: &str, attnum: i16, type_oid: u32, kind: TypeKind, key: bool) -> ColumnInfo {
+        ColumnInfo {
+            name: name.into(),
+            attnum,
+            type_oid,
+            typmod: -1,
+            type_name: String::new(),
+            not_null: key,
+            kind,
+            excluded: false,
+            as_text: false,
+            key,
+        }
+    }
+
+    /// A store with `t_v1` (id int key, note text, qty int), running from
+    /// position 1, read by one interface; the table's runtime mapped onto
+    /// its Relation message.
+    fn setup() -> (Store, Vec<TableRuntime>, i64) {
+        let store = Store::in_memory();
+        store
+            .insert_source(&SourceInfo {
+                name: "src".into(),
+                connection: "pg".into(),
+                publication: "pub".into(),
+                publication_created: true,
+                slot: "evolve_src".into(),
+                applied_lsn: Position::from_u64(1),
+                dropping: false,
+                drop_error: None,
+            })
+            .unwrap();
+        let mut info = TableInfo {
+            id: 0,
+            name: "t_v1".into(),
+            source: "src".into(),
+            upstream_schema: "public".into(),
+            upstream_table: "t".into(),
+            upstream_oid: 4242,
+            columns: vec![
+                column("id", 1, 23, TypeKind::Integer, true),
+                column("note", 2, 25, TypeKind::Text, false),
+                column("qty", 3, 23, TypeKind::Integer, false),
+            ],
+            state: TableState::Running,
+            error: None,
+            snapshot_lsn: Some(Position::from_u64(1)),
+            rows_copied: 0,
+        };
+        info.id = store.insert_table(&info).unwrap();
+        store
+            .insert_interface("t_json", "t_v1", &crate::pipeline::interface_output())
+            .unwrap();
+        let interface = store.interface("t_json").unwrap().unwrap().id;
+        let mut table = TableRuntime::new(info, vec![interface]).unwrap();
+        let col = |name: &'static str, type_oid, flags| Column {
+            flags,
+            name: Cow::Borrowed(name),
+            type_oid,
+            type_modifier: -1,
+        };
+        table
+            .on_relation(&Relation {
+                xid: None,
+                oid: 4242,
+                namespace: Cow::Borrowed("public"),
+                name: Cow::Borrowed("t"),
+                replica_identity: ReplicaIdentity::Default,
+                columns: vec![
+                    col("id", 23, Column::KEY),
+                    col("note", 25, 0),
+                    col("qty", 23, 0),
+                ],
+            })
+            .unwrap();
+        (store, vec![table], interface)
+    }
+
+    fn row(id: i32, note: Option<&str>, qty: i32) -> TupleData<'static> {
+        TupleData {
+            values: vec![
+                Value::Text(Cow::Owned(id.to_string().into_bytes())),
+                match note {
+                    Some(n) => Value::Text(Cow::Owned(n.as_bytes().to_vec())),
+                    None => Value::UnchangedToast,
+                },
+                Value::Text(Cow::Owned(qty.to_string().into_bytes())),
+            ],
+        }
+    }
+
+    fn key_only(id: i32) -> OldTuple<'static> {
+        OldTuple::Key(TupleData {
+            values: vec![
+                Value::Text(Cow::Owned(id.to_string().into_bytes())),
+                Value::Null,
+                Value::Null,
+            ],
+        })
+    }
+
+    /// Applies `ops` as one transaction at position `pos`; the feed
+    /// entries as (key, old, new) text.
+    fn apply(
+        store: &mut Store,
+        tables: &mut [TableRuntime],
+        pos: u64,
+        ops: &[Op],
+    ) -> Vec<(String, Option<String>, Option<String>)> {
+        let mut txn = Txn::new(Position::from_u64(pos));
+        for op in ops {
+            match op {
+                Op::Insert(id, note, qty) => txn.insert(store, tables, 0, &row(*id, *note, *qty)),
+                Op::Update(old, id, note, qty) => {
+                    let old = old.map(key_only);
+                    txn.update(store, tables, 0, old.as_ref(), &row(*id, *note, *qty))
+                }
+                Op::Delete(id) => txn.delete(store, tables, 0, &key_only(*id)),
+                Op::Truncate => txn.truncate(store, tables, 0),
+            }
+            .unwrap();
+        }
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        txn.commit(store, tables, "src", Position::from_u64(pos), 0)
+            .unwrap()
+            .into_iter()
+            .map(|c| (text(c.key), c.old.map(text), c.new.map(text)))
+            .collect()
+    }
+
+    fn docs(store: &Store) -> Vec<String> {
+        store
+            .docs(store.table("t_v1").unwrap().unwrap().id)
+            .unwrap()
+            .into_iter()
+            .map(|(_, d)| String::from_utf8(d).unwrap())
+            .collect()
+    }
+
+    fn s(text: &str) -> Option<String> {
+        Some(text.to_string())
+    }
+
+    #[test]
+    fn the_net_effect_of_a_transaction_is_fed_once_per_key() {
+        let doc = |id: i32, note: &str, qty: i32| -> String {
+            format!(r#"{{"id":{id},"qty":{qty},"note":"{note}"}}"#)
+        };
+        let key = |id: i32| format!(r#"{{"id":{id}}}"#);
+        let (mut store, mut tables, _) = setup();
+        // (ops, feed entries, documents afterwards)
+        type Case = (
+            Vec<Op>,
+            Vec<(String, Option<String>, Option<String>)>,
+            Vec<String>,
+        );
+        let cases: Vec<Case> = vec![
+            // An insert and an update of the same row: one entry, the last.
+            (
+                vec![
+                    Op::Insert(1, Some("a"), 1),
+                    Op::Update(None, 1, Some("b"), 2),
+                    Op::Insert(2, Some("x"), 5),
+                ],
+                vec![
+                    (key(1), None, s(&doc(1, "b", 2))),
+                    (key(2), None, s(&doc(2, "x", 5))),
+                ],
+                vec![doc(1, "b", 2), doc(2, "x", 5)],
+            ),
+            // An unchanged TOASTed value is kept from the current document.
+            (
+                vec![Op::Update(None, 1, None, 3)],
+                vec![(key(1), s(&doc(1, "b", 2)), s(&doc(1, "b", 3)))],
+                vec![doc(1, "b", 3), doc(2, "x", 5)],
+            ),
+            // A key change: the old key leaves, the new one enters.
+            (
+                vec![Op::Update(Some(2), 20, Some("x"), 5)],
+                vec![
+                    (key(2), s(&doc(2, "x", 5)), None),
+                    (key(20), None, s(&doc(20, "x", 5))),
+                ],
+                vec![doc(1, "b", 3), doc(20, "x", 5)],
+            ),
+            // Delete then insert the same row as it was: nothing changed.
+            (
+                vec![Op::Delete(1), Op::Insert(1, Some("b"), 3)],
+                vec![],
+                vec![doc(1, "b", 3), doc(20, "x", 5)],
+            ),
+            // A row inserted and deleted in one transaction never existed.
+            (
+                vec![Op::Insert(7, Some("t"), 7), Op::Delete(7)],
+                vec![],
+                vec![doc(1, "b", 3), doc(20, "x", 5)],
+            ),
+            // TRUNCATE, then a row: every old row leaves, the new one enters.
+            (
+                vec![Op::Truncate, Op::Insert(3, Some("c"), 1)],
+                vec![
+                    (key(1), s(&doc(1, "b", 3)), None),
+                    (key(20), s(&doc(20, "x", 5)), None),
+                    (key(3), None, s(&doc(3, "c", 1))),
+                ],
+                vec![doc(3, "c", 1)],
+            ),
+        ];
+        for (n, (ops, fed, after)) in cases.into_iter().enumerate() {
+            let mut got = apply(&mut store, &mut tables, 10 + n as u64, &ops);
+            let mut want = fed;
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "case {n}: feed entries");
+            assert_eq!(docs(&store), after, "case {n}: documents");
+        }
+        // The source's applied position is the last transaction's.
+        assert_eq!(store.applied_lsn("src").unwrap(), Position::from_u64(15));
+    }
+
+    #[test]
+    fn a_transaction_before_the_snapshot_does_not_apply() {
+        let (_, tables, _) = setup();
+        assert!(!tables[0].applies(Position::ZERO));
+        assert!(tables[0].applies(Position::from_u64(1)));
+        assert!(tables[0].applies(Position::from_u64(2)));
+    }
+}

@@ -577,6 +577,17 @@ impl Store {
         Ok(())
     }
 
+    /// A store in memory with the schema, for the engine's unit tests.
+    #[cfg(test)]
+    pub(crate) fn in_memory() -> Store {
+        let conn = Connection::open_in_memory().expect("an in-memory database");
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .expect("foreign keys");
+        conn.execute_batch(SCHEMA).expect("the schema");
+        upgrade(&conn).expect("the added columns");
+        Store { conn }
+    }
+
     /// Deletes a table and its rows.
     pub fn delete_table(&mut self, name: &str) -> Result<()> {
         let tx = self
