@@ -466,22 +466,37 @@ fn flush(
     Ok(())
 }
 
-/// The position to confirm: the applied one, or less if a sink is behind;
-/// the idle keepalive position when everything is caught up.
+/// The position to confirm to the slot (see [`confirmable`]).
 fn ack_target(
     ctx: &SourceContext,
     applied: Position,
     between_transactions: bool,
     idle: Position,
 ) -> Position {
-    let mut target = applied;
-    for (_, rx) in &ctx.sinks {
-        target = target.min(*rx.borrow());
-    }
+    confirmable(
+        applied,
+        ctx.sinks.iter().map(|(_, rx)| *rx.borrow()),
+        between_transactions,
+        idle,
+    )
+}
+
+/// The confirmed-position rule: the applied position, or less if a sink
+/// has committed less (a sink with nothing pending reports the applied
+/// position); the keepalive's WAL position `idle` when every sink is caught
+/// up and no transaction is open, so an idle pipeline holds no WAL.
+fn confirmable(
+    applied: Position,
+    sinks: impl IntoIterator<Item = Position>,
+    between_transactions: bool,
+    idle: Position,
+) -> Position {
+    let target = sinks.into_iter().fold(applied, Position::min);
     if target == applied && between_transactions && idle > target {
-        target = idle;
+        idle
+    } else {
+        target
     }
-    target
 }
 
 /// What the stream keeps for tables whose snapshot is not in yet: the
@@ -869,4 +884,34 @@ fn replay_pending(
         stalled,
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::confirmable;
+    use crate::position::Position;
+
+    #[test]
+    fn the_slot_is_confirmed_only_up_to_what_every_sink_committed() {
+        let p = Position::from_u64;
+        // (applied, sinks, between transactions, idle) -> confirmed
+        let cases = [
+            (100, vec![], true, 0, 100),
+            (100, vec![100, 100], true, 0, 100),
+            (100, vec![100, 40], true, 0, 40),
+            (100, vec![40, 70], false, 500, 40),
+            // A sink behind: the keepalive does not move it on.
+            (100, vec![90], true, 500, 90),
+            // All caught up and idle: the keepalive's position.
+            (100, vec![100], true, 500, 500),
+            // ... but not inside an open transaction.
+            (100, vec![100], false, 500, 100),
+            // A keepalive behind the applied position changes nothing.
+            (100, vec![100], true, 50, 100),
+        ];
+        for (n, (applied, sinks, between, idle, want)) in cases.into_iter().enumerate() {
+            let got = confirmable(p(applied), sinks.into_iter().map(p), between, p(idle));
+            assert_eq!(got, p(want), "case {n}");
+        }
+    }
 }
