@@ -502,7 +502,16 @@ async fn restart_loses_and_duplicates_nothing() {
 /// slot moves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_slot_waits_for_the_sinks() {
-    let env = env("slotwait").await;
+    // An upstream of its own: other tests' WAL would let an idle keepalive
+    // confirm past positions this test reads, which is right (nothing of
+    // this source is there) but not what it checks.
+    let own = tokio::task::spawn_blocking(evolve_test::Cluster::start)
+        .await
+        .unwrap()
+        .expect("an upstream cluster of its own");
+    let mut env = env("slotwait").await;
+    env.up = own.create_database("slotwait").await.unwrap();
+    env.config = env.config.clone().with_connection("up", env.up.url.clone());
     let up = connect(&env.up.url).await;
     let admin = connect(&sink_cluster().url("postgres")).await;
     up.batch_execute("CREATE TABLE w (id int PRIMARY KEY);")
@@ -527,12 +536,18 @@ async fn the_slot_waits_for_the_sinks() {
         ))
         .await
         .unwrap();
+    // Where the first insert's transaction is, before its commit record:
+    // the slot must not confirm past it while the sink cannot commit.
     let before: String = up
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .query_one(
+            "WITH i AS (INSERT INTO w VALUES (11) RETURNING 1) \
+             SELECT pg_current_wal_insert_lsn()::text FROM i",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
-    for i in 11..=20 {
+    for i in 12..=20 {
         up.execute("INSERT INTO w VALUES ($1)", &[&i])
             .await
             .unwrap();
