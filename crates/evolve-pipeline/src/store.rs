@@ -345,14 +345,6 @@ pub struct Store {
     pub(crate) conn: Connection,
 }
 
-fn lsn_to_sql(pos: Position) -> i64 {
-    pos.to_sql()
-}
-
-fn lsn_from_sql(v: i64) -> Position {
-    Position::from_sql(v)
-}
-
 impl Store {
     /// Opens (creating if needed) `state_dir/pipeline.db`.
     pub fn open(state_dir: &Path) -> Result<Store> {
@@ -391,7 +383,7 @@ impl Store {
                     s.publication,
                     s.publication_created,
                     s.slot,
-                    lsn_to_sql(s.applied_lsn)
+                    s.applied_lsn.to_sql()
                 ],
             )
             .map_err(|e| PipelineError::store("insert source", e))?;
@@ -457,7 +449,7 @@ impl Store {
                 [source],
                 |r| r.get::<_, i64>(0),
             )
-            .map(lsn_from_sql)
+            .map(Position::from_sql)
             .map_err(|e| PipelineError::store("read applied position", e))
     }
 
@@ -524,7 +516,7 @@ impl Store {
                         columns: Vec::new(),        // set from `columns` below
                         state: TableState::Pending, // set from `state` below
                         error: r.get(8)?,
-                        snapshot_lsn: r.get::<_, Option<i64>>(9)?.map(lsn_from_sql),
+                        snapshot_lsn: r.get::<_, Option<i64>>(9)?.map(Position::from_sql),
                         rows_copied: r.get::<_, i64>(10)? as u64,
                     },
                     state,
@@ -571,7 +563,12 @@ impl Store {
         self.conn
             .execute(
                 "UPDATE tables SET state = ?2, error = ?3, snapshot_lsn = ?4 WHERE id = ?1",
-                params![id, state.as_str(), error, snapshot_lsn.map(lsn_to_sql)],
+                params![
+                    id,
+                    state.as_str(),
+                    error,
+                    snapshot_lsn.map(Position::to_sql)
+                ],
             )
             .map_err(|e| PipelineError::store("update table state", e))?;
         Ok(())
@@ -947,10 +944,10 @@ impl Store {
                 )
                 .map_err(|e| PipelineError::store("read feed", e))?;
             stmt.query_map(
-                params![interface, lsn_to_sql(after), lsn_to_sql(upto), limit],
+                params![interface, after.to_sql(), upto.to_sql(), limit],
                 |r| {
                     Ok(FeedEntry {
-                        pos: lsn_from_sql(r.get(0)?),
+                        pos: Position::from_sql(r.get(0)?),
                         key: r.get(1)?,
                         old: r.get(2)?,
                         new: r.get(3)?,
@@ -1003,7 +1000,7 @@ impl Store {
             self.conn
                 .execute(
                     "INSERT OR IGNORE INTO feed_horizon (interface, pos) VALUES (?1, ?2)",
-                    params![interface, lsn_to_sql(start)],
+                    params![interface, start.to_sql()],
                 )
                 .map_err(fail)?;
         }
@@ -1019,7 +1016,7 @@ impl Store {
             })
             .map_err(fail)?;
         match oldest {
-            Some((pos, at)) if pos <= lsn_to_sql(upto) && at < committed_before => {}
+            Some((pos, at)) if pos <= upto.to_sql() && at < committed_before => {}
             _ => return Ok(0),
         }
         let tx = rusqlite::Transaction::new_unchecked(
@@ -1034,16 +1031,15 @@ impl Store {
                  ORDER BY pos, seq LIMIT 1",
             )
             .and_then(|mut s| {
-                s.query_row(
-                    params![interface, lsn_to_sql(upto), committed_before],
-                    |r| r.get(0),
-                )
+                s.query_row(params![interface, upto.to_sql(), committed_before], |r| {
+                    r.get(0)
+                })
                 .optional()
             })
             .map_err(fail)?;
         let through = match kept {
-            Some(pos) => (pos - 1).min(lsn_to_sql(upto)),
-            None => lsn_to_sql(upto),
+            Some(pos) => (pos - 1).min(upto.to_sql()),
+            None => upto.to_sql(),
         };
         let last: Option<i64> = tx
             .prepare_cached(
@@ -1082,7 +1078,7 @@ impl Store {
         self.conn
             .prepare_cached("SELECT pos FROM feed_horizon WHERE interface = ?1")
             .and_then(|mut s| s.query_row([interface], |r| r.get(0)).optional())
-            .map(|pos| pos.map(lsn_from_sql))
+            .map(|pos| pos.map(Position::from_sql))
             .map_err(|e| PipelineError::store("read feed horizon", e))
     }
 }
@@ -1127,7 +1123,7 @@ fn source_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SourceInfo> {
         publication: r.get(2)?,
         publication_created: r.get(3)?,
         slot: r.get(4)?,
-        applied_lsn: lsn_from_sql(r.get(5)?),
+        applied_lsn: Position::from_sql(r.get(5)?),
         dropping: r.get(6)?,
         drop_error: r.get(7)?,
     })

@@ -380,11 +380,9 @@ async fn a_replacement_whose_output_differs_from_its_targets_is_refused() {
     assert_eq!(pipeline.replacements().unwrap().len(), 1);
 }
 
-/// A pinned column list the store cannot read was taken as no columns at
-/// all: the table would have gone on ingesting empty documents.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_column_list_is_an_error_and_keeps_the_documents() {
-    let env = env("reg_columns").await;
+/// A pipeline whose table `orders_v1` has copied three upstream rows, and
+/// is stopped.
+async fn three_orders_copied(env: &Env) -> (Arc<Pipeline>, evolve_pipeline::TableInfo) {
     let up = connect(&env.up.url).await;
     up.batch_execute(
         "CREATE TABLE orders (id int PRIMARY KEY, v text);
@@ -404,7 +402,35 @@ async fn an_unreadable_column_list_is_an_error_and_keeps_the_documents() {
     let running = Running::start(pipeline.clone());
     wait_state(&pipeline, "orders_v1", TableState::Running).await;
     running.stop().await;
+    assert_eq!(pipeline.document_count("orders_v1").unwrap(), 3);
+    (pipeline, table)
+}
 
+/// The run refuses at once with an error containing `needle`, and the
+/// table's three documents are still in the store.
+async fn stops_and_keeps_the_documents(
+    pipeline: &Pipeline,
+    db: &rusqlite::Connection,
+    table: i64,
+    needle: &str,
+) {
+    let run = tokio::time::timeout(WAIT, pipeline.run(std::future::pending())).await;
+    let e = run.expect("the run stops at once").unwrap_err();
+    assert!(e.primary().contains(needle), "{e}");
+    let rows: i64 = db
+        .query_row("SELECT count(*) FROM rows WHERE tbl = ?1", [table], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(rows, 3, "the documents are kept");
+}
+
+/// A pinned column list the store cannot read was taken as no columns at
+/// all: the table would have gone on ingesting empty documents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_column_list_is_an_error_and_keeps_the_documents() {
+    let env = env("reg_columns").await;
+    let (pipeline, table) = three_orders_copied(&env).await;
     let db = state_db(&env);
     db.execute(
         r#"UPDATE tables SET columns = '[{"name":"id"}]' WHERE name = 'orders_v1'"#,
@@ -418,17 +444,7 @@ async fn an_unreadable_column_list_is_an_error_and_keeps_the_documents() {
         ),
         "{e}"
     );
-    let run = tokio::time::timeout(WAIT, pipeline.run(std::future::pending())).await;
-    let e = run.expect("the run stops at once").unwrap_err();
-    assert!(e.primary().contains("pinned column list"), "{e}");
-    let rows: i64 = db
-        .query_row(
-            "SELECT count(*) FROM rows WHERE tbl = ?1",
-            [table.id],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(rows, 3, "the documents are kept");
+    stops_and_keeps_the_documents(&pipeline, &db, table.id, "pinned column list").await;
 }
 
 /// A sink's kind is data in the catalog: an older store's sinks are
@@ -466,27 +482,7 @@ async fn a_sink_kind_the_store_does_not_know_is_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_table_state_is_an_error_and_keeps_the_documents() {
     let env = env("reg_state").await;
-    let up = connect(&env.up.url).await;
-    up.batch_execute(
-        "CREATE TABLE orders (id int PRIMARY KEY, v text);
-         INSERT INTO orders SELECT g, 'v' || g FROM generate_series(1, 3) g;",
-    )
-    .await
-    .unwrap();
-    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
-    pipeline
-        .create_source(&env.source, "up", "evolve_pub")
-        .await
-        .unwrap();
-    let table = pipeline
-        .create_table(&spec("orders_v1", &env.source, "orders"))
-        .await
-        .unwrap();
-    let running = Running::start(pipeline.clone());
-    wait_state(&pipeline, "orders_v1", TableState::Running).await;
-    running.stop().await;
-    assert_eq!(pipeline.document_count("orders_v1").unwrap(), 3);
-
+    let (pipeline, table) = three_orders_copied(&env).await;
     let db = state_db(&env);
     db.execute(
         "UPDATE tables SET state = 'archived' WHERE name = 'orders_v1'",
@@ -499,17 +495,7 @@ async fn an_unknown_table_state_is_an_error_and_keeps_the_documents() {
             .starts_with("embedded store: read table \"orders_v1\": its state \"archived\" is not one this release knows"),
         "{e}"
     );
-    let run = tokio::time::timeout(WAIT, pipeline.run(std::future::pending())).await;
-    let e = run.expect("the run stops at once").unwrap_err();
-    assert!(e.primary().contains("\"archived\""), "{e}");
-    let rows: i64 = db
-        .query_row(
-            "SELECT count(*) FROM rows WHERE tbl = ?1",
-            [table.id],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(rows, 3, "the documents are kept");
+    stops_and_keeps_the_documents(&pipeline, &db, table.id, "\"archived\"").await;
 }
 
 /// Defect 6: two callers running the same verb at once (the absorb
