@@ -15,13 +15,16 @@
 
 use std::sync::Arc;
 
+pub use bytes::Bytes;
+
 /// One column value of a changed row.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Datum {
     /// SQL NULL.
     Null,
-    /// The value in PostgreSQL's text output form (`int4out`, `textout`, ...).
-    Text(Vec<u8>),
+    /// The value in PostgreSQL's text output form (`int4out`, `textout`, ...),
+    /// shared with the buffer it arrived in.
+    Text(Bytes),
     /// A TOASTed value the update did not change and the upstream did not
     /// send again; it is whatever the row held before.
     Unchanged,
@@ -160,23 +163,26 @@ mod tests {
             table: Arc::clone(&t),
             kind: ChangeKind::Insert,
             old: None,
-            new: Some(vec![Datum::Text(b"7".to_vec()), Datum::Null]),
+            new: Some(vec![Datum::Text(Bytes::from_static(b"7")), Datum::Null]),
         };
-        assert_eq!(insert.key(), vec![&Datum::Text(b"7".to_vec())]);
+        assert_eq!(insert.key(), vec![&Datum::Text(Bytes::from_static(b"7"))]);
         let delete = RowChange {
             table: Arc::clone(&t),
             kind: ChangeKind::Delete,
-            old: Some(vec![Datum::Text(b"8".to_vec()), Datum::Missing]),
+            old: Some(vec![Datum::Text(Bytes::from_static(b"8")), Datum::Missing]),
             new: None,
         };
-        assert_eq!(delete.key(), vec![&Datum::Text(b"8".to_vec())]);
+        assert_eq!(delete.key(), vec![&Datum::Text(Bytes::from_static(b"8"))]);
         let update = RowChange {
             table: t,
             kind: ChangeKind::Update,
-            old: Some(vec![Datum::Text(b"9".to_vec()), Datum::Missing]),
-            new: Some(vec![Datum::Unchanged, Datum::Text(b"x".to_vec())]),
+            old: Some(vec![Datum::Text(Bytes::from_static(b"9")), Datum::Missing]),
+            new: Some(vec![
+                Datum::Unchanged,
+                Datum::Text(Bytes::from_static(b"x")),
+            ]),
         };
-        assert_eq!(update.key(), vec![&Datum::Text(b"9".to_vec())]);
+        assert_eq!(update.key(), vec![&Datum::Text(Bytes::from_static(b"9"))]);
         assert_eq!(update.new.as_ref().unwrap()[1].text(), Some(&b"x"[..]));
     }
 }

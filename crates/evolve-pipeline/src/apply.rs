@@ -1,4 +1,4 @@
-//! Applying decoded pgoutput changes to the tables' documents.
+//! Applying a source's row changes to the tables' documents.
 //!
 //! One upstream transaction is collected in a [`Txn`]: an overlay of the
 //! keys it touched, each with its document before the transaction and its
@@ -10,8 +10,8 @@
 
 use std::collections::HashMap;
 
+use evolve_core::change::{Datum, TableSchema};
 use evolve_core::document::RowEncoder;
-use evolve_pgoutput::{OldTuple, Relation, TupleData, Value};
 
 use crate::position::Position;
 use rusqlite::params;
@@ -31,8 +31,8 @@ pub struct TableRuntime {
     doc_names: Vec<String>,
     /// The interfaces that read this table (feed entries go to each).
     pub interfaces: Vec<i64>,
-    /// Positions in the latest Relation message of the document's and the
-    /// key's columns.
+    /// Positions in the latest schema the source sent of the document's
+    /// and the key's columns.
     mapping: Option<Mapping>,
 }
 
@@ -72,22 +72,19 @@ impl TableRuntime {
             && self.info.snapshot_lsn.is_some_and(|s| final_lsn >= s)
     }
 
-    /// Maps the pinned columns onto a Relation message's, by name. An error
-    /// (a pinned column missing or of another type) means the table must
-    /// stall.
-    pub fn on_relation(&mut self, relation: &Relation<'_>) -> std::result::Result<(), String> {
+    /// Maps the pinned columns onto the columns of the table's schema as
+    /// the source sent it, by name. An error (a pinned column missing or of
+    /// another type, or a key column no longer in the key) means the table
+    /// must stall.
+    pub fn on_schema(&mut self, schema: &TableSchema) -> std::result::Result<(), String> {
         let find = |name: &str, type_oid: u32| -> std::result::Result<usize, String> {
-            let at = relation
-                .columns
-                .iter()
-                .position(|c| c.name == name)
-                .ok_or_else(|| {
-                    format!(
-                        "column \"{name}\" of upstream table \"{}\" was dropped or renamed",
-                        self.info.reference()
-                    )
-                })?;
-            let found = relation.columns[at].type_oid;
+            let at = schema.column(name).ok_or_else(|| {
+                format!(
+                    "column \"{name}\" of upstream table \"{}\" was dropped or renamed",
+                    self.info.reference()
+                )
+            })?;
+            let found = schema.columns[at].type_oid;
             if found != type_oid {
                 return Err(format!(
                     "column \"{name}\" of upstream table \"{}\" changed type (OID {type_oid} to {found})",
@@ -105,7 +102,7 @@ impl TableRuntime {
             let at = find(&c.name, c.type_oid)?;
             // Updates and deletes identify rows by the replica identity's
             // columns; the pinned key must be among them.
-            if relation.columns[at].flags & evolve_pgoutput::Column::KEY == 0 {
+            if !schema.columns[at].key {
                 return Err(format!(
                     "the replica identity of upstream table \"{}\" no longer includes key column \"{}\", so its updates and deletes cannot be matched to documents",
                     self.info.reference(),
@@ -132,7 +129,7 @@ impl TableRuntime {
         self.mapping = Some(Mapping { doc, key });
     }
 
-    /// Forgets the column positions (the next Relation message sets them).
+    /// Forgets the column positions (the next schema sets them).
     pub fn clear_mapping(&mut self) {
         self.mapping = None;
     }
@@ -142,7 +139,7 @@ impl TableRuntime {
             .as_ref()
             .ok_or_else(|| PipelineError::Document {
                 table: self.info.name.clone(),
-                message: "a change arrived before the table's Relation message".into(),
+                message: "a change arrived before the table's schema".into(),
             })
     }
 
@@ -178,15 +175,15 @@ impl TableRuntime {
         Ok((key, doc))
     }
 
-    fn key_of(&self, tuple: &TupleData<'_>) -> Result<Option<Vec<u8>>> {
+    fn key_of(&self, row: &[Datum]) -> Result<Option<Vec<u8>>> {
         let m = self.mapping()?;
         let mut values = Vec::with_capacity(m.key.len());
         for &i in &m.key {
-            match tuple.values.get(i) {
-                Some(Value::Text(b)) => values.push(Some(b.as_ref())),
-                Some(Value::Null) => values.push(None),
-                // An unchanged TOASTed key value: the caller takes the key
-                // from elsewhere.
+            match row.get(i) {
+                Some(Datum::Text(b)) => values.push(Some(b.as_ref())),
+                Some(Datum::Null) => values.push(None),
+                // An unchanged TOASTed key value, or one the image does not
+                // carry: the caller takes the key from elsewhere.
                 _ => return Ok(None),
             }
         }
@@ -197,16 +194,16 @@ impl TableRuntime {
         Ok(Some(key))
     }
 
-    /// The document of `tuple`; unchanged TOASTed values are taken from
+    /// The document of `row`; unchanged TOASTed values are taken from
     /// `previous`, the row's current document.
-    fn doc_of(&self, tuple: &TupleData<'_>, previous: Option<&[u8]>) -> Result<Vec<u8>> {
+    fn doc_of(&self, row: &[Datum], previous: Option<&[u8]>) -> Result<Vec<u8>> {
         let m = self.mapping()?;
         let mut values = Vec::with_capacity(m.doc.len());
         let mut toasted: Vec<&str> = Vec::new();
         for (n, &i) in m.doc.iter().enumerate() {
-            match tuple.values.get(i) {
-                Some(Value::Text(b)) => values.push(Some(b.as_ref())),
-                Some(Value::UnchangedToast) => {
+            match row.get(i) {
+                Some(Datum::Text(b)) => values.push(Some(b.as_ref())),
+                Some(Datum::Unchanged) => {
                     toasted.push(&self.doc_names[n]);
                     values.push(None);
                 }
@@ -245,8 +242,8 @@ pub struct Txn {
     pub final_lsn: Position,
     touched: HashMap<(usize, Vec<u8>), Touched>,
     order: Vec<(usize, Vec<u8>)>,
-    /// Raw pgoutput messages kept for tables whose snapshot is not in yet:
-    /// table index and message.
+    /// Changes kept for tables whose snapshot is not in yet: table index
+    /// and [`crate::pending`] record.
     deferred: Vec<(usize, Vec<u8>)>,
     /// Replacements to swap in at this transaction's position.
     swaps: Vec<String>,
@@ -278,9 +275,10 @@ impl Txn {
         self.rows.as_ref().is_some_and(|r| !r.is_empty())
     }
 
-    /// Keeps a raw message for table `t`, which is not hydrated yet.
-    pub fn defer(&mut self, t: usize, message: &[u8]) {
-        self.deferred.push((t, message.to_vec()));
+    /// Keeps a [`crate::pending`] record for table `t`, which is not
+    /// hydrated yet.
+    pub fn defer(&mut self, t: usize, record: Vec<u8>) {
+        self.deferred.push((t, record));
     }
 
     /// Swaps replacement `name` in at this transaction's position.
@@ -334,7 +332,7 @@ impl Txn {
         store: &Store,
         tables: &[TableRuntime],
         t: usize,
-        new: &TupleData<'_>,
+        new: &[Datum],
     ) -> Result<()> {
         let table = &tables[t];
         let key = table
@@ -350,12 +348,12 @@ impl Txn {
         store: &Store,
         tables: &[TableRuntime],
         t: usize,
-        old: Option<&OldTuple<'_>>,
-        new: &TupleData<'_>,
+        old: Option<&[Datum]>,
+        new: &[Datum],
     ) -> Result<()> {
         let table = &tables[t];
         let old_key = match old {
-            Some(old) => table.key_of(old.tuple())?,
+            Some(old) => table.key_of(old)?,
             None => None,
         };
         let new_key = match table.key_of(new)? {
@@ -379,11 +377,11 @@ impl Txn {
         store: &Store,
         tables: &[TableRuntime],
         t: usize,
-        old: &OldTuple<'_>,
+        old: &[Datum],
     ) -> Result<()> {
         let table = &tables[t];
         let key = table
-            .key_of(old.tuple())?
+            .key_of(old)?
             .ok_or_else(|| table.document_error("a deleted row has no key value"))?;
         self.set(store, tables, t, key, None)
     }
@@ -542,10 +540,8 @@ impl Txn {
 /// entries (key, old, new) the interface gets.
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
-
+    use evolve_core::change::{Bytes, ColumnSchema};
     use evolve_core::document::TypeKind;
-    use evolve_pgoutput::{Column, ReplicaIdentity};
 
     use super::*;
     use crate::store::{ColumnInfo, SourceInfo};
@@ -577,7 +573,7 @@ mod tests {
 
     /// A store with `t_v1` (id int key, note text, qty int), running from
     /// position 1, read by one interface; the table's runtime mapped onto
-    /// its Relation message.
+    /// the source's schema.
     fn setup() -> (Store, Vec<TableRuntime>, i64) {
         let store = Store::in_memory();
         store
@@ -615,50 +611,43 @@ mod tests {
             .unwrap();
         let interface = store.interface("t_json").unwrap().unwrap().id;
         let mut table = TableRuntime::new(info, vec![interface]).unwrap();
-        let col = |name: &'static str, type_oid, flags| Column {
-            flags,
-            name: Cow::Borrowed(name),
+        let col = |name: &str, type_oid, key| ColumnSchema {
+            name: name.into(),
             type_oid,
-            type_modifier: -1,
+            typmod: -1,
+            key,
         };
         table
-            .on_relation(&Relation {
-                xid: None,
-                oid: 4242,
-                namespace: Cow::Borrowed("public"),
-                name: Cow::Borrowed("t"),
-                replica_identity: ReplicaIdentity::Default,
+            .on_schema(&TableSchema {
+                schema: "public".into(),
+                name: "t".into(),
                 columns: vec![
-                    col("id", 23, Column::KEY),
-                    col("note", 25, 0),
-                    col("qty", 23, 0),
+                    col("id", 23, true),
+                    col("note", 25, false),
+                    col("qty", 23, false),
                 ],
             })
             .unwrap();
         (store, vec![table], interface)
     }
 
-    fn row(id: i32, note: Option<&str>, qty: i32) -> TupleData<'static> {
-        TupleData {
-            values: vec![
-                Value::Text(Cow::Owned(id.to_string().into_bytes())),
-                match note {
-                    Some(n) => Value::Text(Cow::Owned(n.as_bytes().to_vec())),
-                    None => Value::UnchangedToast,
-                },
-                Value::Text(Cow::Owned(qty.to_string().into_bytes())),
-            ],
-        }
+    fn text(t: String) -> Datum {
+        Datum::Text(Bytes::from(t))
     }
 
-    fn key_only(id: i32) -> OldTuple<'static> {
-        OldTuple::Key(TupleData {
-            values: vec![
-                Value::Text(Cow::Owned(id.to_string().into_bytes())),
-                Value::Null,
-                Value::Null,
-            ],
-        })
+    fn row(id: i32, note: Option<&str>, qty: i32) -> Vec<Datum> {
+        vec![
+            text(id.to_string()),
+            match note {
+                Some(n) => text(n.to_string()),
+                None => Datum::Unchanged,
+            },
+            text(qty.to_string()),
+        ]
+    }
+
+    fn key_only(id: i32) -> Vec<Datum> {
+        vec![text(id.to_string()), Datum::Missing, Datum::Missing]
     }
 
     /// Applies `ops` as one transaction at position `pos`; the feed
@@ -675,7 +664,7 @@ mod tests {
                 Op::Insert(id, note, qty) => txn.insert(store, tables, 0, &row(*id, *note, *qty)),
                 Op::Update(old, id, note, qty) => {
                     let old = old.map(key_only);
-                    txn.update(store, tables, 0, old.as_ref(), &row(*id, *note, *qty))
+                    txn.update(store, tables, 0, old.as_deref(), &row(*id, *note, *qty))
                 }
                 Op::Delete(id) => txn.delete(store, tables, 0, &key_only(*id)),
                 Op::Truncate => txn.truncate(store, tables, 0),

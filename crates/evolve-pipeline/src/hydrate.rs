@@ -2,45 +2,42 @@
 //!
 //! Each table that is not hydrated yet gets its own task (started by
 //! [`crate::Pipeline::run`], and kept across the restarts that catalog
-//! changes cause). The task creates a temporary logical slot with an
-//! exported snapshot, copies the table under that snapshot in a
-//! `REPEATABLE READ` transaction, writes the documents in batches, and
-//! ends by marking the table [`TableState::Copied`] with the slot's
-//! consistent point `C`. It writes nothing but the table's own documents
-//! and catalog row, so the source's stream keeps applying to the other
-//! tables meanwhile; for this table the stream keeps the changes of every
-//! transaction as *pending* (raw pgoutput messages in the store, with the
-//! transaction's commit positions), and once the copy is in, the source's
-//! task applies the pending changes of the transactions committed at or
-//! after `C` and marks the table running, in one store transaction (see
-//! `source::replay_pending`). A crash during the copy restarts it from
-//! scratch under a new snapshot; the pending changes are kept, and the
-//! new `C` selects from them.
+//! changes cause). The task takes a snapshot of the table from its
+//! [`Source`] (for PostgreSQL: a temporary slot's exported snapshot, read
+//! with COPY in a `REPEATABLE READ` transaction), writes the documents in
+//! batches, and ends by marking the table [`TableState::Copied`] with the
+//! snapshot's position `C`. It writes nothing but the table's own
+//! documents and catalog row, so the source's stream keeps applying to the
+//! other tables meanwhile; for this table the stream keeps the changes of
+//! every transaction as *pending* ([`crate::pending`] records in the
+//! store, with the transaction's positions), and once the copy is in, the
+//! source's task applies the pending changes of the transactions committed
+//! at or after `C` and marks the table running, in one store transaction
+//! (see `stream::replay_pending`). A crash during the copy restarts it
+//! from scratch under a new snapshot; the pending changes are kept, and
+//! the new `C` selects from them.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::position::Position;
-use evolve_pg::{quote_ident, quote_literal};
-use futures_util::StreamExt;
 use rusqlite::params;
 use tokio::sync::watch;
 
 use crate::apply::TableRuntime;
-use crate::config::Connection;
 use crate::error::{ObjectKind, PipelineError, Result};
+use crate::position::Position;
+use crate::source::{Source, TableSnapshot};
 use crate::status::StatusBoard;
-use crate::store::{SourceInfo, Store, TableInfo, TableState};
+use crate::store::{Store, TableInfo, TableState};
 use crate::supervise::{Task, Verdict, supervise};
-use crate::upstream::{self, CopyTextReader};
 
 /// Rows per store transaction while copying.
 const BATCH: usize = 5_000;
 
 /// What a hydrator needs.
-pub(crate) struct HydrateContext {
-    pub source: SourceInfo,
-    pub connection: Connection,
+pub(crate) struct HydrateContext<S> {
+    /// The table's upstream.
+    pub upstream: S,
     pub state_dir: PathBuf,
     pub table: TableInfo,
     pub stop: watch::Receiver<bool>,
@@ -52,7 +49,7 @@ pub(crate) struct HydrateContext {
 /// each copy reads the whole table upstream again: the table stalls, as it
 /// does when a streamed row cannot be encoded, and keeps none of its
 /// partial copy.
-pub(crate) async fn run(mut ctx: HydrateContext) {
+pub(crate) async fn run<S: Source>(mut ctx: HydrateContext<S>) {
     let (name, status, stop) = (ctx.table.name.clone(), ctx.status.clone(), ctx.stop.clone());
     let task = Task {
         kind: ObjectKind::Table,
@@ -80,7 +77,7 @@ pub(crate) async fn run(mut ctx: HydrateContext) {
 }
 
 /// One copy, ended early (and fine) when the pipeline stops.
-async fn attempt(ctx: &mut HydrateContext) -> Result<()> {
+async fn attempt<S: Source>(ctx: &mut HydrateContext<S>) -> Result<()> {
     let mut stop = ctx.stop.clone();
     let rows = tokio::select! {
         r = copy(ctx) => r?,
@@ -94,7 +91,7 @@ async fn attempt(ctx: &mut HydrateContext) -> Result<()> {
 
 /// Records a stall found by the copy: the table's partial copy removed,
 /// its state stalled with `problem` (unless it was dropped meanwhile).
-fn stall(ctx: &HydrateContext, problem: &str) -> Result<()> {
+fn stall<S>(ctx: &HydrateContext<S>, problem: &str) -> Result<()> {
     let mut store = Store::open(&ctx.state_dir)?;
     let fail = |e: rusqlite::Error| PipelineError::store("record a stalled snapshot", e);
     let tx = store.conn.transaction().map_err(fail)?;
@@ -110,7 +107,7 @@ fn stall(ctx: &HydrateContext, problem: &str) -> Result<()> {
 }
 
 /// One attempt: the whole copy. Returns the rows copied.
-async fn copy(ctx: &HydrateContext) -> Result<u64> {
+async fn copy<S: Source>(ctx: &HydrateContext<S>) -> Result<u64> {
     let info = &ctx.table;
     let id = info.id;
     let mut store = Store::open(&ctx.state_dir)?;
@@ -129,57 +126,20 @@ async fn copy(ctx: &HydrateContext) -> Result<u64> {
     }
     ctx.status
         .set(ObjectKind::Table, &info.name, "snapshotting", None);
-    let client = upstream::connect(&ctx.source.connection, &ctx.connection).await?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let mut temp_slot = ctx.source.slot.clone();
-    temp_slot.truncate(40);
-    let temp_slot = format!("{temp_slot}_s{id}_{nanos}");
-    let snapshot = upstream::export_snapshot(
-        &ctx.source.name,
-        &ctx.connection,
-        &ctx.source.publication,
-        &temp_slot,
-    )
-    .await?;
-    let columns: Vec<String> = info
-        .document_columns()
-        .map(|c| quote_ident(&c.name))
-        .collect();
-    let copy = format!(
-        "COPY (SELECT {} FROM {}.{}) TO STDOUT",
-        columns.join(", "),
-        quote_ident(&info.upstream_schema),
-        quote_ident(&info.upstream_table)
-    );
-    client
-        .batch_execute(&format!(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
-            quote_literal(&snapshot.snapshot_name)
-        ))
-        .await
-        .map_err(|e| PipelineError::database("start the snapshot transaction", &e))?;
-    let out = client
-        .copy_out(copy.as_str())
-        .await
-        .map_err(|e| PipelineError::database(format!("COPY {}", info.reference()), &e))?;
-    futures_util::pin_mut!(out);
+    let mut snapshot = ctx.upstream.snapshot(info).await?;
     let mut table = TableRuntime::new(info.clone(), Vec::new())?;
     table.set_copy_mapping();
-    let mut reader = CopyTextReader::default();
     let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(BATCH);
     let mut copied: u64 = 0;
     let started = Instant::now();
     let mut reported = Instant::now();
-    while let Some(chunk) = out.next().await {
-        let chunk =
-            chunk.map_err(|e| PipelineError::database(format!("COPY {}", info.reference()), &e))?;
-        reader.feed(&chunk, |row| {
+    while snapshot
+        .next_rows(|row| {
             batch.push(table.encode_values(row)?);
-            Ok::<(), PipelineError>(())
-        })?;
+            Ok(())
+        })
+        .await?
+    {
         if batch.len() >= BATCH {
             copied += batch.len() as u64;
             write_batch(&mut store, id, &batch, copied, None)?;
@@ -193,19 +153,10 @@ async fn copy(ctx: &HydrateContext) -> Result<u64> {
             }
         }
     }
-    client
-        .batch_execute("COMMIT")
-        .await
-        .map_err(|e| PipelineError::database("end the snapshot transaction", &e))?;
+    let point = snapshot.position();
+    snapshot.finish().await?;
     copied += batch.len() as u64;
-    write_batch(
-        &mut store,
-        id,
-        &batch,
-        copied,
-        Some(snapshot.consistent_point.into()),
-    )?;
-    drop(snapshot);
+    write_batch(&mut store, id, &batch, copied, Some(point))?;
     tracing::info!(
         table = %info.name,
         rows = copied,

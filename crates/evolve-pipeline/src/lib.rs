@@ -158,14 +158,16 @@ pub mod drift;
 pub mod error;
 pub mod hydrate;
 pub mod monitor;
+mod pending;
 mod pipeline;
 pub mod poll;
 pub mod position;
 pub mod preflight;
 mod sink;
-mod source;
+pub mod source;
 pub mod status;
 pub mod store;
+mod stream;
 pub mod subscribe;
 mod supervise;
 pub mod swap;
@@ -209,7 +211,10 @@ mod layers {
         ("apply", 2, include_str!("apply.rs")),
         ("swap", 2, include_str!("swap.rs")),
         ("hydrate", 2, include_str!("hydrate.rs")),
-        ("source", 2, include_str!("source.rs")),
+        ("pending", 0, include_str!("pending.rs")),
+        ("source", 2, include_str!("source/mod.rs")),
+        ("source", 2, include_str!("source/postgres.rs")),
+        ("stream", 2, include_str!("stream.rs")),
         ("sink", 2, include_str!("sink/mod.rs")),
         ("sink", 2, include_str!("sink/postgres.rs")),
         ("supervise", 2, include_str!("supervise.rs")),

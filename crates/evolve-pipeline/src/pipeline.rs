@@ -18,12 +18,13 @@ use crate::hydrate::{self, HydrateContext};
 use crate::monitor::Monitor;
 use crate::preflight;
 use crate::sink::{self, SinkContext};
-use crate::source::{self, SourceContext};
+use crate::source::postgres::PostgresSource;
 use crate::status::{ObjectStatus, StatusBoard};
 use crate::store::{
     InterfaceInfo, OutputColumn, ReplacementInfo, SinkInfo, SinkKind, SourceInfo, Store, TableInfo,
     TableState,
 };
+use crate::stream::{self, SourceContext};
 use crate::swap;
 use crate::upstream;
 
@@ -1166,8 +1167,7 @@ impl Pipeline {
             let (stop, stop_rx) = watch::channel(false);
             let id = table.id;
             let task = tokio::spawn(hydrate::run(HydrateContext {
-                source: source.clone(),
-                connection,
+                upstream: PostgresSource::new(source.clone(), connection),
                 state_dir: self.config.state_dir.clone(),
                 table,
                 stop: stop_rx,
@@ -1241,9 +1241,9 @@ impl Pipeline {
             let Some(applied_tx) = applied.remove(&source.name) else {
                 continue;
             };
-            tasks.spawn(source::run(SourceContext {
+            tasks.spawn(stream::run(SourceContext {
                 sinks: source_sinks.remove(&source.name).unwrap_or_default(),
-                connection,
+                upstream: PostgresSource::new(source.clone(), connection),
                 state_dir: self.config.state_dir.clone(),
                 applied: applied_tx,
                 stop: stop.clone(),

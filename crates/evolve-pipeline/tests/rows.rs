@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn text(s: &str) -> Datum {
-    Datum::Text(s.as_bytes().to_vec())
+    Datum::Text(evolve_core::change::Bytes::copy_from_slice(s.as_bytes()))
 }
 
 /// Transactions from the follower until one has rows for which `done`

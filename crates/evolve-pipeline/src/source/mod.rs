@@ -1,0 +1,152 @@
+//! What a source delivers to the pipeline, whatever its upstream.
+//!
+//! A [`Source`] is one upstream the pipeline reads: today a PostgreSQL
+//! database through a logical replication slot ([`postgres`]). The engine
+//! (the source's task in [`crate::stream`] and the snapshot tasks in
+//! [`crate::hydrate`]) knows sources only through these traits, so it never
+//! sees the upstream's protocol: it sees transactions of typed row changes
+//! ([`evolve_core::change`]), each with an opaque [`Position`].
+//!
+//! # The contract every source keeps
+//!
+//! **Transactions, whole and in commit order.** A [`ChangeStream`] yields
+//! [`SourceEvent::Begin`], then the transaction's schema announcements,
+//! rows and markers in the order the upstream made them, then
+//! [`SourceEvent::Commit`]. Transactions never interleave and come in the
+//! order they committed upstream; an aborted transaction is never
+//! delivered. Events outside a transaction are only
+//! [`SourceEvent::Schema`] and [`SourceEvent::Idle`].
+//!
+//! **Positions.** Each transaction has two positions: its *commit
+//! position* (on `Begin`), which orders it against snapshots, and its *end
+//! position* (on `Commit`), which is where a stream resumes after it.
+//! Both grow strictly from one transaction to the next. A stream opened
+//! at `from` delivers every transaction whose end position is after
+//! `from`, and may deliver some before it again (the engine skips those by
+//! their position: replays are expected, gaps never happen).
+//!
+//! **Snapshots and the seam.** A [`TableSnapshot`] is one table's rows as
+//! of a position `P` ([`TableSnapshot::position`]): a transaction whose
+//! commit position is before `P` is in the snapshot, one at or after `P`
+//! is not and will be delivered by the stream. The engine joins a copy to
+//! the stream at exactly that seam, so nothing is lost or applied twice.
+//!
+//! **Schemas.** Before a table's first row in a stream, and again whenever
+//! its columns change, the stream sends [`SourceEvent::Schema`] with the
+//! table's columns (name, type, type modifier, which are the key) as of
+//! that point; every row carries that schema. Tables are identified by a
+//! number that the source keeps stable across renames
+//! ([`crate::store::TableInfo::upstream_oid`]).
+//!
+//! **Row images.** Values are in the upstream's text form. An update's new
+//! image may say [`Datum::Unchanged`] for a large value it did not send; an
+//! old image carries the key columns only unless the upstream logs whole
+//! rows, the others being [`Datum::Missing`]. A truncate is one
+//! [`ChangeKind::Truncate`] row per table.
+//!
+//! **Confirmation.** [`ChangeStream::confirm`] tells the source that
+//! everything up to a position is durable downstream (the store applied it
+//! and every sink committed it); the source may then let its upstream
+//! release that history. Nothing is released before it is confirmed, so a
+//! crash anywhere replays from the last confirmation.
+//!
+//! **Failures.** An error whose [`PipelineError::is_permanent`] is true
+//! (the slot is gone, the publication cannot be read) stops the source with
+//! that error and is not retried: retrying would fail the same way. Any
+//! other error (the connection dropped, the server restarted) ends the
+//! stream, and the engine opens a new one from the last confirmed position
+//! after a backoff. A row the engine cannot turn into a document stalls
+//! that table only; the source goes on.
+//!
+//! [`Datum::Unchanged`]: evolve_core::change::Datum::Unchanged
+//! [`Datum::Missing`]: evolve_core::change::Datum::Missing
+//! [`ChangeKind::Truncate`]: evolve_core::change::ChangeKind::Truncate
+//! [`PipelineError::is_permanent`]: crate::error::PipelineError::is_permanent
+
+pub mod postgres;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use evolve_core::change::{RowChange, TableSchema};
+
+use crate::error::Result;
+use crate::position::Position;
+use crate::store::TableInfo;
+
+/// One event of a source's stream (see the module's contract).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceEvent {
+    /// A transaction starts; `commit` is its commit position (ordered
+    /// against snapshot positions), `commit_time_micros` its upstream commit
+    /// time in Unix microseconds.
+    Begin {
+        commit: Position,
+        commit_time_micros: i64,
+    },
+    /// Table `table`'s columns from here on.
+    Schema {
+        table: u32,
+        schema: Arc<TableSchema>,
+    },
+    /// A row of table `table` changed.
+    Row { table: u32, change: RowChange },
+    /// A transactional message written upstream for the pipeline (the
+    /// replacement swap's marker), in the transaction's order.
+    Marker { prefix: String, content: Vec<u8> },
+    /// The transaction started by the last `Begin` committed; the stream
+    /// resumes after `end`.
+    Commit { end: Position },
+    /// No transaction is open and the upstream has nothing for this
+    /// source before `upto`: confirming `upto` releases nothing that the
+    /// pipeline still needs.
+    Idle { upto: Position },
+}
+
+/// An upstream the pipeline reads.
+pub trait Source: Send + Sync {
+    /// Its stream of transactions.
+    type Stream: ChangeStream;
+    /// A snapshot of one table.
+    type Snapshot: TableSnapshot;
+
+    /// Opens the stream after `from` (the last confirmed position). Checks
+    /// that the upstream still has the history after `from`; when it does
+    /// not, the error is permanent.
+    fn stream(&self, from: Position) -> impl Future<Output = Result<Self::Stream>> + Send;
+
+    /// Starts a snapshot of `table`'s document columns (in the order of
+    /// [`TableInfo::document_columns`]), consistent with a position of
+    /// this source's stream.
+    fn snapshot(&self, table: &TableInfo) -> impl Future<Output = Result<Self::Snapshot>> + Send;
+}
+
+/// A source's stream of transactions.
+pub trait ChangeStream: Send {
+    /// The next event. A stream does not end: the upstream closing it is
+    /// an error.
+    fn next(&mut self) -> impl Future<Output = Result<SourceEvent>> + Send;
+
+    /// Everything up to `upto` is durable downstream.
+    fn confirm(&mut self, upto: Position);
+
+    /// Ends the stream, making sure the last confirmation reached the
+    /// upstream (waiting a few seconds at most).
+    fn close(self) -> impl Future<Output = ()> + Send;
+}
+
+/// One table's rows as of [`TableSnapshot::position`].
+pub trait TableSnapshot: Send {
+    /// The position the snapshot is consistent with.
+    fn position(&self) -> Position;
+
+    /// Reads the next rows, calling `row` for each with its values in text
+    /// form (`None` for NULL). Returns false once every row was read.
+    fn next_rows<F>(&mut self, row: F) -> impl Future<Output = Result<bool>> + Send
+    where
+        F: FnMut(&[Option<&[u8]>]) -> Result<()> + Send;
+
+    /// Ends the snapshot after its last row; an error means the copy is
+    /// not complete.
+    fn finish(self) -> impl Future<Output = Result<()>> + Send;
+}

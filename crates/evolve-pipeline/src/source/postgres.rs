@@ -1,0 +1,435 @@
+//! The PostgreSQL source: a logical replication slot read with the
+//! `pgoutput` plugin, and table snapshots taken with a temporary slot's
+//! exported snapshot.
+//!
+//! Positions are LSNs ([`Position::from_lsn`]): a transaction's commit
+//! position is its commit record's LSN (pgoutput's Begin `final_lsn`), its
+//! end position the end of that record (Commit `end_lsn`). A snapshot's
+//! position is the temporary slot's consistent point, which pgoutput
+//! compares with commit record LSNs in the same way. Tables are identified
+//! by their OID, which a rename keeps. Confirmation is the standby status
+//! update's flush position, so the slot's `confirmed_flush_lsn` follows it;
+//! the slot itself is the upstream's record of what may be released.
+
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use evolve_core::change::{ChangeKind, ColumnSchema, Datum, RowChange, TableSchema};
+use evolve_pg::{quote_ident, quote_literal};
+use evolve_pgoutput::{LogicalDecoder, LogicalMessage, OldTuple, TupleData, Value};
+use futures_util::StreamExt;
+use pgwire_replication::{ReplicationClient, ReplicationEvent};
+
+use super::{ChangeStream, Source, SourceEvent, TableSnapshot};
+use crate::config::Connection;
+use crate::error::{PipelineError, Result};
+use crate::position::Position;
+use crate::store::{SourceInfo, TableInfo};
+use crate::upstream::{self, CopyTextReader, ExportedSnapshot};
+
+/// A PostgreSQL source: its catalog entry and its connection.
+pub struct PostgresSource {
+    source: SourceInfo,
+    connection: Connection,
+}
+
+impl PostgresSource {
+    pub fn new(source: SourceInfo, connection: Connection) -> PostgresSource {
+        PostgresSource { source, connection }
+    }
+}
+
+fn to_wire(pos: Position) -> pgwire_replication::Lsn {
+    pgwire_replication::Lsn::from_u64(pos.lsn().0)
+}
+
+fn from_wire(lsn: pgwire_replication::Lsn) -> Position {
+    Position::from_lsn(evolve_pgoutput::Lsn(lsn.as_u64()))
+}
+
+/// PostgreSQL's commit timestamps count from 2000-01-01.
+fn unix_micros(pg_micros: i64) -> i64 {
+    pg_micros.saturating_add(evolve_pgoutput::POSTGRES_EPOCH_UNIX_MICROS)
+}
+
+impl Source for PostgresSource {
+    type Stream = PostgresStream;
+    type Snapshot = PostgresSnapshot;
+
+    /// Streams from the slot's confirmed position, which is at or before
+    /// `from`: the server resumes there whatever it is asked, and the
+    /// transactions in between come again (and are skipped).
+    async fn stream(&self, _from: Position) -> Result<PostgresStream> {
+        let name = &self.source.name;
+        let slot_name = &self.source.slot;
+        let client = upstream::connect(&self.source.connection, &self.connection).await?;
+        let slot = upstream::slot_status(&client, slot_name).await?;
+        drop(client);
+        let slot = match slot {
+            Some(s) if s.wal_status.as_deref() != Some("lost") => s,
+            Some(_) => {
+                return Err(PipelineError::SlotLost {
+                    source_name: name.clone(),
+                    slot: slot_name.clone(),
+                    detail: "Its wal_status is \"lost\": the WAL it needed was removed.".into(),
+                });
+            }
+            None => {
+                return Err(PipelineError::SlotLost {
+                    source_name: name.clone(),
+                    slot: slot_name.clone(),
+                    detail: "The slot does not exist upstream.".into(),
+                });
+            }
+        };
+        let confirmed = Position::from_lsn(slot.confirmed_flush);
+        let config = upstream::replication_config(
+            &self.source.connection,
+            &self.connection,
+            slot_name,
+            &self.source.publication,
+        )?
+        .with_start_lsn(to_wire(confirmed));
+        let repl = ReplicationClient::connect(config)
+            .await
+            .map_err(|e| upstream::replication_connect_error(name, &self.connection, &e))?;
+        Ok(PostgresStream {
+            name: name.clone(),
+            connection: self.connection.clone(),
+            repl,
+            decoder: Decoder::default(),
+            queue: VecDeque::new(),
+            in_transaction: false,
+            sent: confirmed,
+            started_at: confirmed,
+        })
+    }
+
+    async fn snapshot(&self, table: &TableInfo) -> Result<PostgresSnapshot> {
+        let client = upstream::connect(&self.source.connection, &self.connection).await?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let mut temp_slot = self.source.slot.clone();
+        temp_slot.truncate(40);
+        let temp_slot = format!("{temp_slot}_s{}_{nanos}", table.id);
+        let exported = upstream::export_snapshot(
+            &self.source.name,
+            &self.connection,
+            &self.source.publication,
+            &temp_slot,
+        )
+        .await?;
+        let columns: Vec<String> = table
+            .document_columns()
+            .map(|c| quote_ident(&c.name))
+            .collect();
+        let copy = format!(
+            "COPY (SELECT {} FROM {}.{}) TO STDOUT",
+            columns.join(", "),
+            quote_ident(&table.upstream_schema),
+            quote_ident(&table.upstream_table)
+        );
+        client
+            .batch_execute(&format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+                quote_literal(&exported.snapshot_name)
+            ))
+            .await
+            .map_err(|e| PipelineError::database("start the snapshot transaction", &e))?;
+        let what = format!("COPY {}", table.reference());
+        let out = client
+            .copy_out(copy.as_str())
+            .await
+            .map_err(|e| PipelineError::database(what.clone(), &e))?;
+        Ok(PostgresSnapshot {
+            position: Position::from_lsn(exported.consistent_point),
+            _exported: exported,
+            client,
+            out: Box::pin(out),
+            reader: CopyTextReader::default(),
+            what,
+        })
+    }
+}
+
+/// A slot's stream.
+pub struct PostgresStream {
+    name: String,
+    connection: Connection,
+    repl: ReplicationClient,
+    decoder: Decoder,
+    /// Events decoded and not yet taken (a truncate of several tables).
+    queue: VecDeque<SourceEvent>,
+    in_transaction: bool,
+    /// The last position confirmed to the server.
+    sent: Position,
+    started_at: Position,
+}
+
+impl ChangeStream for PostgresStream {
+    async fn next(&mut self) -> Result<SourceEvent> {
+        loop {
+            if let Some(event) = self.queue.pop_front() {
+                return Ok(event);
+            }
+            let event = match self.repl.recv().await {
+                Ok(Some(event)) => event,
+                Ok(None) => {
+                    return Err(PipelineError::Replication {
+                        source_name: self.name.clone(),
+                        message: "the server ended the stream".into(),
+                    });
+                }
+                Err(e) => {
+                    return Err(upstream::replication_connect_error(
+                        &self.name,
+                        &self.connection,
+                        &e,
+                    ));
+                }
+            };
+            match event {
+                ReplicationEvent::Begin {
+                    final_lsn,
+                    commit_time_micros,
+                    ..
+                } => {
+                    self.in_transaction = true;
+                    return Ok(SourceEvent::Begin {
+                        commit: from_wire(final_lsn),
+                        commit_time_micros: unix_micros(commit_time_micros),
+                    });
+                }
+                ReplicationEvent::XLogData { data, .. } => {
+                    self.decoder
+                        .decode(&data, &mut self.queue)
+                        .map_err(|message| PipelineError::Replication {
+                            source_name: self.name.clone(),
+                            message,
+                        })?;
+                }
+                ReplicationEvent::Message {
+                    prefix, content, ..
+                } if self.in_transaction => {
+                    return Ok(SourceEvent::Marker {
+                        prefix,
+                        content: content.to_vec(),
+                    });
+                }
+                ReplicationEvent::Commit { end_lsn, .. } => {
+                    self.in_transaction = false;
+                    return Ok(SourceEvent::Commit {
+                        end: from_wire(end_lsn),
+                    });
+                }
+                ReplicationEvent::KeepAlive { wal_end, .. } if !self.in_transaction => {
+                    return Ok(SourceEvent::Idle {
+                        upto: from_wire(wal_end),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn confirm(&mut self, upto: Position) {
+        if upto > self.sent {
+            self.repl.update_applied_lsn(to_wire(upto));
+            self.sent = upto;
+        }
+    }
+
+    async fn close(self) {
+        let PostgresStream {
+            mut repl,
+            sent,
+            started_at,
+            ..
+        } = self;
+        if sent > started_at {
+            // The replication worker sends status updates on its own
+            // schedule: give it a moment to send the last one.
+            let metrics = repl.metrics();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+            while from_wire(metrics.last_applied_lsn()) < sent
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let _ = repl.shutdown().await;
+    }
+}
+
+/// pgoutput messages to [`SourceEvent`]s: the latest schema of each table
+/// from its Relation messages, rows with their values shared with the
+/// message's buffer.
+#[derive(Default)]
+pub(crate) struct Decoder {
+    decoder: LogicalDecoder,
+    schemas: HashMap<u32, Arc<TableSchema>>,
+}
+
+impl Decoder {
+    /// Decodes one pgoutput message into `out`: a Relation gives a
+    /// [`SourceEvent::Schema`], a change a [`SourceEvent::Row`] (a
+    /// truncate one per table); the transaction's own framing is the
+    /// stream's. An error is the decoder's message.
+    pub(crate) fn decode(
+        &mut self,
+        data: &Bytes,
+        out: &mut VecDeque<SourceEvent>,
+    ) -> std::result::Result<(), String> {
+        let message = self.decoder.decode(data).map_err(|e| e.to_string())?;
+        let row = |schemas: &HashMap<u32, Arc<TableSchema>>,
+                   oid: u32,
+                   kind: ChangeKind,
+                   old: Option<&OldTuple<'_>>,
+                   new: Option<&TupleData<'_>>|
+         -> std::result::Result<SourceEvent, String> {
+            let schema = schemas.get(&oid).ok_or_else(|| {
+                format!("a change of table OID {oid} arrived before its Relation message")
+            })?;
+            Ok(SourceEvent::Row {
+                table: oid,
+                change: RowChange {
+                    table: Arc::clone(schema),
+                    kind,
+                    old: old
+                        .map(|o| datums(data, schema, o.tuple(), matches!(o, OldTuple::Key(_)))),
+                    new: new.map(|n| datums(data, schema, n, false)),
+                },
+            })
+        };
+        match message {
+            LogicalMessage::Relation(relation) => {
+                let schema = Arc::new(table_schema(&relation));
+                self.schemas.insert(relation.oid, Arc::clone(&schema));
+                out.push_back(SourceEvent::Schema {
+                    table: relation.oid,
+                    schema,
+                });
+            }
+            LogicalMessage::Insert(m) => {
+                out.push_back(row(
+                    &self.schemas,
+                    m.oid,
+                    ChangeKind::Insert,
+                    None,
+                    Some(&m.new),
+                )?);
+            }
+            LogicalMessage::Update(m) => {
+                out.push_back(row(
+                    &self.schemas,
+                    m.oid,
+                    ChangeKind::Update,
+                    m.old.as_ref(),
+                    Some(&m.new),
+                )?);
+            }
+            LogicalMessage::Delete(m) => {
+                out.push_back(row(
+                    &self.schemas,
+                    m.oid,
+                    ChangeKind::Delete,
+                    Some(&m.old),
+                    None,
+                )?);
+            }
+            LogicalMessage::Truncate(m) => {
+                for oid in m.relation_oids {
+                    out.push_back(row(&self.schemas, oid, ChangeKind::Truncate, None, None)?);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// An upstream table's schema from its Relation message.
+fn table_schema(relation: &evolve_pgoutput::Relation<'_>) -> TableSchema {
+    TableSchema {
+        schema: if relation.namespace.is_empty() {
+            "pg_catalog".to_string()
+        } else {
+            relation.namespace.to_string()
+        },
+        name: relation.name.to_string(),
+        columns: relation
+            .columns
+            .iter()
+            .map(|c| ColumnSchema {
+                name: c.name.to_string(),
+                type_oid: c.type_oid,
+                typmod: c.type_modifier,
+                key: c.is_key(),
+            })
+            .collect(),
+    }
+}
+
+/// A row image's values, sharing `data`'s buffer: text as sent, a key-only
+/// old row's other columns [`Datum::Missing`].
+fn datums(data: &Bytes, schema: &TableSchema, tuple: &TupleData<'_>, key_only: bool) -> Vec<Datum> {
+    let shared = |b: &std::borrow::Cow<'_, [u8]>| match b {
+        std::borrow::Cow::Borrowed(s) => data.slice_ref(s),
+        std::borrow::Cow::Owned(v) => Bytes::copy_from_slice(v),
+    };
+    tuple
+        .values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            _ if key_only && !schema.columns.get(i).is_some_and(|c| c.key) => Datum::Missing,
+            Value::Null => Datum::Null,
+            Value::UnchangedToast => Datum::Unchanged,
+            Value::Text(b) | Value::Binary(b) => Datum::Text(shared(b)),
+        })
+        .collect()
+}
+
+/// A table's copy under a temporary slot's exported snapshot, in a
+/// `REPEATABLE READ` transaction; the slot lives as long as this does.
+pub struct PostgresSnapshot {
+    position: Position,
+    _exported: ExportedSnapshot,
+    client: tokio_postgres::Client,
+    out: Pin<Box<tokio_postgres::CopyOutStream>>,
+    reader: CopyTextReader,
+    /// `COPY <table>`, for errors.
+    what: String,
+}
+
+impl TableSnapshot for PostgresSnapshot {
+    fn position(&self) -> Position {
+        self.position
+    }
+
+    async fn next_rows<F>(&mut self, row: F) -> Result<bool>
+    where
+        F: FnMut(&[Option<&[u8]>]) -> Result<()> + Send,
+    {
+        match self.out.next().await {
+            Some(chunk) => {
+                let chunk = chunk.map_err(|e| PipelineError::database(self.what.clone(), &e))?;
+                self.reader.feed(&chunk, row)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn finish(self) -> Result<()> {
+        self.client
+            .batch_execute("COMMIT")
+            .await
+            .map_err(|e| PipelineError::database("end the snapshot transaction", &e))
+    }
+}
