@@ -268,7 +268,278 @@ fn merge_differences(
 
 #[cfg(test)]
 mod tests {
+    use evolve_core::document::TypeKind;
+
     use super::*;
+    use crate::store::{ColumnInfo, SourceInfo, TableInfo, TableState};
+
+    /// A store with tables `t_v1` (read by interface `t_json`) and `t_v2`
+    /// (replacement `t_json_v2`, being applied), both running, holding
+    /// `old` and `new` as (key, document) rows.
+    fn setup(old: &[(&str, &str)], new: &[(&str, &str)]) -> (Store, Vec<TableRuntime>, i64) {
+        let store = Store::in_memory();
+        store
+            .insert_source(&SourceInfo {
+                name: "src".into(),
+                connection: "pg".into(),
+                publication: "pub".into(),
+                publication_created: true,
+                slot: "evolve_src".into(),
+                applied_lsn: Position::from_u64(1),
+                dropping: false,
+                drop_error: None,
+            })
+            .unwrap();
+        let mut tables = Vec::new();
+        for (name, rows) in [("t_v1", old), ("t_v2", new)] {
+            let mut info = TableInfo {
+                id: 0,
+                name: name.into(),
+                source: "src".into(),
+                upstream_schema: "public".into(),
+                upstream_table: "t".into(),
+                upstream_oid: 4242,
+                columns: vec![ColumnInfo {
+                    name: "id".into(),
+                    attnum: 1,
+                    type_oid: 23,
+                    typmod: -1,
+                    type_name: String::new(),
+                    not_null: true,
+                    kind: TypeKind::Integer,
+                    excluded: false,
+                    as_text: false,
+                    key: true,
+                }],
+                state: TableState::Running,
+                error: None,
+                snapshot_lsn: Some(Position::from_u64(1)),
+                rows_copied: 0,
+            };
+            info.id = store.insert_table(&info).unwrap();
+            for (key, doc) in rows {
+                store
+                    .conn
+                    .execute(
+                        "INSERT INTO rows (tbl, key, doc) VALUES (?1, ?2, ?3)",
+                        params![info.id, key.as_bytes(), doc.as_bytes()],
+                    )
+                    .unwrap();
+            }
+            tables.push(TableRuntime::new(info, Vec::new()).unwrap());
+        }
+        store
+            .insert_interface("t_json", "t_v1", &crate::pipeline::interface_output())
+            .unwrap();
+        let interface = store.interface("t_json").unwrap().unwrap().id;
+        tables[0].interfaces.push(interface);
+        store
+            .insert_replacement("t_json_v2", "t_json", "t_v2")
+            .unwrap();
+        store.set_replacement_applying("t_json_v2", true).unwrap();
+        (store, tables, interface)
+    }
+
+    type Entry = (String, Option<String>, Option<String>);
+
+    fn text(b: &Option<Vec<u8>>) -> Option<String> {
+        b.as_ref().map(|b| String::from_utf8(b.clone()).unwrap())
+    }
+
+    /// Swaps at position 10 with `before` (the old table's keys the same
+    /// transaction changed, with their documents before it) and
+    /// `earlier` (that transaction's own fed entries); the changes fed,
+    /// sorted, and the feed rows at position 10, which must be the same.
+    fn swap(
+        store: &Store,
+        tables: &mut [TableRuntime],
+        interface: i64,
+        before: &[(&str, Option<&str>)],
+        earlier: &[(&str, Option<&str>, Option<&str>)],
+    ) -> Vec<Entry> {
+        let mut b = Before::new();
+        b.insert(
+            tables[0].info.id,
+            before
+                .iter()
+                .map(|(k, d)| (k.as_bytes().to_vec(), d.map(|d| d.as_bytes().to_vec())))
+                .collect(),
+        );
+        let bytes = |d: &Option<&str>| d.map(|d| d.as_bytes().to_vec());
+        let mut changes = Vec::new();
+        for (key, old, new) in earlier {
+            store
+                .conn
+                .execute(
+                    "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
+                     VALUES (?1, 10, ?2, ?3, ?4, 0)",
+                    params![interface, key.as_bytes(), bytes(old), bytes(new)],
+                )
+                .unwrap();
+            changes.push(Change {
+                interface,
+                key: key.as_bytes().to_vec(),
+                old: bytes(old),
+                new: bytes(new),
+            });
+        }
+        apply(
+            store,
+            tables,
+            "t_json_v2",
+            Position::from_u64(10),
+            0,
+            &b,
+            &mut changes,
+        )
+        .unwrap();
+        let mut fed: Vec<Entry> = changes
+            .iter()
+            .map(|c| {
+                (
+                    String::from_utf8(c.key.clone()).unwrap(),
+                    text(&c.old),
+                    text(&c.new),
+                )
+            })
+            .collect();
+        fed.sort();
+        let mut stored: Vec<Entry> = store
+            .conn
+            .prepare("SELECT key, old_doc, new_doc FROM feed WHERE pos = 10")
+            .unwrap()
+            .query_map([], |r| {
+                Ok((
+                    String::from_utf8(r.get::<_, Vec<u8>>(0)?).unwrap(),
+                    text(&r.get(1)?),
+                    text(&r.get(2)?),
+                ))
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        stored.sort();
+        assert_eq!(fed, stored, "the changes published are the ones stored");
+        fed
+    }
+
+    fn e(key: &str, old: Option<&str>, new: Option<&str>) -> Entry {
+        (key.into(), old.map(Into::into), new.map(Into::into))
+    }
+
+    #[test]
+    fn a_swap_feeds_exactly_the_keys_whose_documents_differ() {
+        // (old table, new table, before, earlier entries, fed)
+        type Case = (
+            Vec<(&'static str, &'static str)>,
+            Vec<(&'static str, &'static str)>,
+            Vec<(&'static str, Option<&'static str>)>,
+            Vec<(&'static str, Option<&'static str>, Option<&'static str>)>,
+            Vec<Entry>,
+        );
+        let cases: Vec<Case> = vec![
+            // Equal tables: nothing.
+            (
+                vec![("1", "a"), ("2", "b")],
+                vec![("1", "a"), ("2", "b")],
+                vec![],
+                vec![],
+                vec![],
+            ),
+            // Both empty: nothing.
+            (vec![], vec![], vec![], vec![], vec![]),
+            // A differing document, a key only the old table has, one only
+            // the new table has, interleaved in key order.
+            (
+                vec![("1", "a"), ("2", "b"), ("4", "d")],
+                vec![("1", "a"), ("2", "B"), ("3", "c")],
+                vec![],
+                vec![],
+                vec![
+                    e("2", Some("b"), Some("B")),
+                    e("3", None, Some("c")),
+                    e("4", Some("d"), None),
+                ],
+            ),
+            // Everything differs: the old table's rows all leave, the new
+            // one's all enter.
+            (
+                vec![("1", "a")],
+                vec![("2", "b")],
+                vec![],
+                vec![],
+                vec![e("1", Some("a"), None), e("2", None, Some("b"))],
+            ),
+            // The swap's own transaction changed key 1 in the old table
+            // (from "x" to "a", fed as such): the interface showed "x"
+            // before it, so it gets "x" -> the new table's "A", once; its
+            // earlier entry is replaced.
+            (
+                vec![("1", "a")],
+                vec![("1", "A")],
+                vec![("1", Some("x"))],
+                vec![("1", Some("x"), Some("a"))],
+                vec![e("1", Some("x"), Some("A"))],
+            ),
+            // ... and when the new table's document is what the interface
+            // showed before, nothing is fed for that key at all.
+            (
+                vec![("1", "a")],
+                vec![("1", "x")],
+                vec![("1", Some("x"))],
+                vec![("1", Some("x"), Some("a"))],
+                vec![],
+            ),
+            // A row the transaction inserted into the old table only: the
+            // interface never showed it, and the new table has none.
+            (
+                vec![("1", "a"), ("5", "e")],
+                vec![("1", "a")],
+                vec![("5", None)],
+                vec![("5", None, Some("e"))],
+                vec![],
+            ),
+        ];
+        for (n, (old, new, before, earlier, want)) in cases.into_iter().enumerate() {
+            let (store, mut tables, interface) = setup(&old, &new);
+            let got = swap(&store, &mut tables, interface, &before, &earlier);
+            assert_eq!(got, want, "case {n}");
+            // The interface reads the new table, the replacement is gone.
+            assert_eq!(store.interface("t_json").unwrap().unwrap().table, "t_v2");
+            assert!(store.replacement("t_json_v2").unwrap().is_none());
+            assert_eq!(tables[1].interfaces, vec![interface], "case {n}");
+            assert!(tables[0].interfaces.is_empty(), "case {n}");
+        }
+    }
+
+    #[test]
+    fn a_swap_that_cannot_apply_keeps_the_replacement_with_its_error() {
+        let (store, mut tables, interface) = setup(&[("1", "a")], &[("1", "b")]);
+        tables[1].info.state = TableState::Snapshotting;
+        let mut changes = Vec::new();
+        apply(
+            &store,
+            &mut tables,
+            "t_json_v2",
+            Position::from_u64(10),
+            0,
+            &Before::new(),
+            &mut changes,
+        )
+        .unwrap();
+        assert!(changes.is_empty());
+        assert_eq!(store.interface("t_json").unwrap().unwrap().table, "t_v1");
+        let replacement = store.replacement("t_json_v2").unwrap().unwrap();
+        assert!(
+            replacement
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("is not hydrated")),
+            "{:?}",
+            replacement.error
+        );
+        assert_eq!(tables[0].interfaces, vec![interface]);
+    }
 
     #[test]
     fn apply_messages_name_their_slot() {
