@@ -243,7 +243,7 @@ pub struct Txn {
     touched: HashMap<(usize, Vec<u8>), Touched>,
     order: Vec<(usize, Vec<u8>)>,
     /// Changes kept for tables whose snapshot is not in yet: table index
-    /// and [`crate::pending`] record.
+    /// and `pending` record.
     deferred: Vec<(usize, Vec<u8>)>,
     /// Replacements to swap in at this transaction's position.
     swaps: Vec<String>,
@@ -275,7 +275,7 @@ impl Txn {
         self.rows.as_ref().is_some_and(|r| !r.is_empty())
     }
 
-    /// Keeps a [`crate::pending`] record for table `t`, which is not
+    /// Keeps a `pending` record for table `t`, which is not
     /// hydrated yet.
     pub fn defer(&mut self, t: usize, record: Vec<u8>) {
         self.deferred.push((t, record));

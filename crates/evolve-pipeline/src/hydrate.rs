@@ -9,7 +9,7 @@
 //! snapshot's position `C`. It writes nothing but the table's own
 //! documents and catalog row, so the source's stream keeps applying to the
 //! other tables meanwhile; for this table the stream keeps the changes of
-//! every transaction as *pending* ([`crate::pending`] records in the
+//! every transaction as *pending* (`pending` records in the
 //! store, with the transaction's positions), and once the copy is in, the
 //! source's task applies the pending changes of the transactions committed
 //! at or after `C` and marks the table running, in one store transaction

@@ -69,8 +69,8 @@
 //! documents in batches, and marks the table `copied` with the slot's
 //! consistent point `C` (a crash before that restarts the copy from
 //! scratch). Meanwhile the source's stream keeps the table's changes as
-//! *pending* raw pgoutput messages, written with each upstream
-//! transaction's commit. Once the copy is in, the source's task applies the
+//! *pending* records (`pending`: the typed row changes, with the
+//! table's schema), written with each upstream transaction's commit. Once the copy is in, the source's task applies the
 //! pending changes of the transactions whose commit LSN is at or after `C`
 //! and marks the table running, in one store transaction (PostgreSQL's
 //! table synchronization uses the same rule). The snapshot holds exactly
@@ -112,9 +112,18 @@
 //! table is deleted). An unchanged TOASTed value (`u`) keeps the member the
 //! current document has for that column. At commit only keys whose
 //! document differs from before the transaction are written and fed.
-//! Relation messages are matched to the pinned columns by name; a pinned
-//! column that is gone or has another type stalls that table (the others go
-//! on), which a replacement will resolve.
+//! The table's schema as the source sends it (for PostgreSQL, its Relation
+//! message) is matched to the pinned columns by name; a pinned column that
+//! is gone or has another type stalls that table (the others go on), which
+//! a replacement will resolve.
+//!
+//! # Sources
+//!
+//! The engine reads upstreams only through the [`source::Source`] trait,
+//! whose documentation is the contract every source keeps (transactions
+//! whole and in commit order, positions, the snapshot seam, schemas, row
+//! images, confirmation, failures); [`source::postgres`] implements it for
+//! PostgreSQL, the only place that speaks pgoutput and LSNs.
 //!
 //! # Sessions
 //!
@@ -139,12 +148,11 @@
 //!
 //! # Limits
 //!
-//! The admin API ([`admin`]) has no authentication and listens on loopback
-//! by default. The documents of one very large upstream transaction, a
+//! The admin API ([`admin`]) listens on loopback by default, and needs a
+//! bearer token (`admin_token`) anywhere else. The documents of one very large upstream transaction, a
 //! TRUNCATE, or a sink's initial load are held in memory, as are the
-//! changes of one swap while they are published to subscribers. Each
-//! upstream transaction is one SQLite commit (`synchronous=FULL`) and one
-//! sink transaction: correct, not yet as fast as PostgreSQL's own logical
+//! changes of one swap while they are published to subscribers. The
+//! stream is correct but not yet as fast as PostgreSQL's own logical
 //! replication (BENCHMARKS.md).
 
 pub mod absorb;

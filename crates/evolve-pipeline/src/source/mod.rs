@@ -2,7 +2,7 @@
 //!
 //! A [`Source`] is one upstream the pipeline reads: today a PostgreSQL
 //! database through a logical replication slot ([`postgres`]). The engine
-//! (the source's task in [`crate::stream`] and the snapshot tasks in
+//! (the source's task in `stream.rs` and the snapshot tasks in
 //! [`crate::hydrate`]) knows sources only through these traits, so it never
 //! sees the upstream's protocol: it sees transactions of typed row changes
 //! ([`evolve_core::change`]), each with an opaque [`Position`].
