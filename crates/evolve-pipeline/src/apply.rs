@@ -2,11 +2,12 @@
 //!
 //! One upstream transaction is collected in a [`Txn`]: an overlay of the
 //! keys it touched, each with its document before the transaction and its
-//! current one. At commit, [`Txn::commit`] writes, in one SQLite
-//! transaction, the rows whose document changed, one feed entry per changed
-//! key and interface (the net effect of the transaction: an insert then a
-//! delete of the same key leaves nothing, an update that leaves the
-//! document as it was emits nothing), and the source's applied position.
+//! current one. At commit, `Txn::write` writes, in the store transaction
+//! the source's task has open (its group commit), the rows whose document
+//! changed and one feed entry per changed key and interface (the net
+//! effect of the transaction: an insert then a delete of the same key
+//! leaves nothing, an update that leaves the document as it was emits
+//! nothing); the group's commit records the source's applied position.
 
 use std::collections::HashMap;
 
@@ -127,11 +128,6 @@ impl TableRuntime {
             .map(|(i, _)| i)
             .collect();
         self.mapping = Some(Mapping { doc, key });
-    }
-
-    /// Forgets the column positions (the next schema sets them).
-    pub fn clear_mapping(&mut self) {
-        self.mapping = None;
     }
 
     fn mapping(&self) -> Result<&Mapping> {
@@ -270,11 +266,6 @@ impl Txn {
         self.order.is_empty() && self.deferred.is_empty() && self.swaps.is_empty()
     }
 
-    /// Whether it has typed rows to publish.
-    pub fn has_rows(&self) -> bool {
-        self.rows.as_ref().is_some_and(|r| !r.is_empty())
-    }
-
     /// Keeps a `pending` record for table `t`, which is not
     /// hydrated yet.
     pub fn defer(&mut self, t: usize, record: Vec<u8>) {
@@ -404,6 +395,7 @@ impl Txn {
     /// `end_lsn`, in one SQLite transaction; feed entries carry the upstream
     /// commit time (Unix microseconds). Returns the changes of every
     /// interface (what was fed), in order.
+    #[cfg(test)]
     pub fn commit(
         self,
         store: &mut Store,

@@ -158,14 +158,14 @@
 pub mod absorb;
 pub mod access;
 pub mod admin;
-pub mod apply;
+mod apply;
 pub mod bus;
 pub mod config;
-pub mod doc;
+mod doc;
 pub mod drift;
 pub mod error;
-pub mod hydrate;
-pub mod monitor;
+mod hydrate;
+mod monitor;
 mod pending;
 mod pipeline;
 pub mod poll;
@@ -178,7 +178,7 @@ pub mod store;
 mod stream;
 pub mod subscribe;
 mod supervise;
-pub mod swap;
+mod swap;
 pub mod upstream;
 
 pub use config::{Config, Connection};
