@@ -11,6 +11,8 @@
 //! - [`change`]: row changes as sources deliver them (the upstream table's
 //!   schema at the change, old and new values in text form, unsent values
 //!   said so), below documents.
+//! - [`conflict`]: conflict types and resolvers of replication into nodes at
+//!   other schema versions (PGD's model), and the column match they decide.
 //! - [`migration`]: migration files. Flyway-compatible file names and versions,
 //!   Flyway's checksum, and the parsing of a migration script into directives
 //!   and statements (split by a real PostgreSQL parser, never by regex).
@@ -22,6 +24,7 @@
 //! overflow the caller's stack.
 
 pub mod change;
+pub mod conflict;
 pub mod control;
 pub mod document;
 pub mod migration;
