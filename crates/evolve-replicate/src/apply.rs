@@ -1,0 +1,808 @@
+//! Applying upstream transactions to a node: each one atomically, in
+//! commit order, with the replica's position in the same node
+//! transaction, every conflict resolved by its resolver and written to
+//! `evolve_conflict_history` in that transaction too.
+//!
+//! Apply order, as PGD documents it: the upstream table is matched to the
+//! node's by qualified name and its columns by name
+//! ([`evolve_core::conflict::match_columns`]: `target_table_missing`,
+//! `target_column_missing`, `source_column_missing`,
+//! `target_column_type_mismatch`), then the node row is looked up by key,
+//! then row conflicts are resolved (`insert_exists`, `update_missing`,
+//! `delete_missing`, `multiple_unique_conflicts`). Each row is one
+//! statement whose CTE reads the node's row before the change (for the
+//! conflict's `local_tuple`) and whose data-modifying part applies it, so
+//! a conflict costs no extra round trip. Values travel in their text form
+//! and are given to the node type's input function (`$n::text::type`),
+//! as native logical replication does.
+//!
+//! What is logged: each row conflict once per row; `target_table_missing`
+//! once per row it skips; `target_column_missing` once per row whose
+//! non-NULL value was dropped (the divergence the resolver accepted);
+//! `source_column_missing` and converted types once per match (when the
+//! upstream's or the node's table changes).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use evolve_core::change::{ChangeKind, Datum, RowChange, TableSchema};
+use evolve_core::conflict::{
+    ColumnMatch, ColumnValue, ConflictType, Resolver, Resolvers, TypeRelation, match_columns,
+};
+use evolve_pg::quote_ident;
+use evolve_pipeline::Position;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Statement};
+
+use crate::error::{ReplicateError, Result};
+use crate::node::{self, NodeTable};
+
+/// The node's tables evolve writes, created when a replica starts.
+pub const NODE_SETUP: &str = "
+CREATE TABLE IF NOT EXISTS evolve_replica_progress (
+    replica text PRIMARY KEY,
+    lsn pg_lsn NOT NULL,
+    skip_lsn pg_lsn
+);
+CREATE TABLE IF NOT EXISTS evolve_conflict_history (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at timestamptz NOT NULL DEFAULT now(),
+    replica text NOT NULL,
+    conflict_type text NOT NULL,
+    resolution text NOT NULL,
+    schema_name text NOT NULL,
+    table_name text NOT NULL,
+    key jsonb,
+    remote_tuple jsonb,
+    local_tuple jsonb,
+    remote_lsn pg_lsn NOT NULL,
+    remote_commit_time timestamptz,
+    detail text
+)";
+
+/// One upstream transaction: its end position, its commit time (Unix
+/// microseconds) and its row changes with their upstream table ids.
+#[derive(Clone, Debug)]
+pub struct Transaction {
+    pub end: Position,
+    pub commit_time_micros: i64,
+    pub rows: Vec<(u32, RowChange)>,
+}
+
+/// What applying a transaction did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Rows changed on the node.
+    pub rows: u64,
+    /// Conflicts met, by type and resolution.
+    pub conflicts: BTreeMap<(ConflictType, Resolver), u64>,
+    /// The transaction was at or below the replica's position (already
+    /// applied) or was the one to skip.
+    pub skipped: bool,
+}
+
+/// How an upstream table maps onto the node, for one schema of it.
+struct Mapped {
+    schema: Arc<TableSchema>,
+    target: Option<(NodeTable, ColumnMatch)>,
+    /// Its schema-level conflicts are to be logged (the first transaction
+    /// that uses this match does).
+    log_pending: bool,
+}
+
+/// Applies transactions to one node for one replica.
+pub struct Applier {
+    replica: String,
+    resolvers: Resolvers,
+    tables: HashMap<u32, Mapped>,
+    statements: HashMap<String, Statement>,
+    commit_timestamps: bool,
+    position: Position,
+    skip: Option<Position>,
+    /// Conflicts since the applier was made, by type and resolution.
+    pub counts: BTreeMap<(ConflictType, Resolver), u64>,
+}
+
+/// A conflict to log.
+struct Logged {
+    conflict: ConflictType,
+    resolution: Resolver,
+    schema: String,
+    table: String,
+    key: Option<String>,
+    remote: Option<String>,
+    local: Option<String>,
+    detail: Option<String>,
+}
+
+impl Applier {
+    /// Prepares the node (its progress and conflict tables) and reads the
+    /// replica's position there.
+    pub async fn open(client: &Client, replica: &str, resolvers: Resolvers) -> Result<Applier> {
+        client
+            .batch_execute(NODE_SETUP)
+            .await
+            .map_err(|e| ReplicateError::node("create evolve's tables on the node", &e))?;
+        let commit_timestamps: bool = client
+            .query_one(
+                "SELECT current_setting('track_commit_timestamp')::bool",
+                &[],
+            )
+            .await
+            .map_err(|e| ReplicateError::node("read track_commit_timestamp", &e))?
+            .get(0);
+        let mut applier = Applier {
+            replica: replica.to_string(),
+            resolvers,
+            tables: HashMap::new(),
+            statements: HashMap::new(),
+            commit_timestamps,
+            position: Position::ZERO,
+            skip: None,
+            counts: BTreeMap::new(),
+        };
+        applier.read_position(client).await?;
+        Ok(applier)
+    }
+
+    /// The position of the last transaction applied to the node.
+    pub fn position(&self) -> Position {
+        self.position
+    }
+
+    async fn read_position(&mut self, client: &Client) -> Result<()> {
+        let row = client
+            .query_opt(
+                "SELECT (lsn - '0/0')::int8, (skip_lsn - '0/0')::int8 FROM evolve_replica_progress WHERE replica = $1",
+                &[&self.replica],
+            )
+            .await
+            .map_err(|e| ReplicateError::node("read the replica's position", &e))?;
+        if let Some(row) = row {
+            self.position = Position::from_u64(row.get::<_, i64>(0) as u64);
+            self.skip = row
+                .get::<_, Option<i64>>(1)
+                .map(|s| Position::from_u64(s as u64));
+        }
+        Ok(())
+    }
+
+    /// Applies `txn` in one node transaction, unless the node has it
+    /// already (or it is the one to skip, which only moves the position).
+    pub async fn apply(&mut self, client: &mut Client, txn: &Transaction) -> Result<Applied> {
+        if txn.end <= self.position {
+            return Ok(Applied {
+                skipped: true,
+                ..Applied::default()
+            });
+        }
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
+        let mut applied = Applied::default();
+        let skipping = self.skip == Some(txn.end);
+        if skipping {
+            applied.skipped = true;
+            tracing::warn!(replica = %self.replica, lsn = %txn.end, "skipping the upstream transaction as asked");
+        } else {
+            let mut logged = Vec::new();
+            for (table, change) in &txn.rows {
+                self.apply_row(&tx, txn, *table, change, &mut applied, &mut logged)
+                    .await?;
+            }
+            for l in logged {
+                self.log(&tx, txn, l).await?;
+            }
+        }
+        tx.execute(
+            "INSERT INTO evolve_replica_progress (replica, lsn) VALUES ($1, $2::text::pg_lsn)
+             ON CONFLICT (replica) DO UPDATE SET lsn = EXCLUDED.lsn,
+                 skip_lsn = CASE WHEN evolve_replica_progress.skip_lsn <= EXCLUDED.lsn
+                                 THEN NULL ELSE evolve_replica_progress.skip_lsn END",
+            &[&self.replica, &txn.end.to_string()],
+        )
+        .await
+        .map_err(|e| ReplicateError::node("record the replica's position", &e))?;
+        tx.commit()
+            .await
+            .map_err(|e| ReplicateError::node("commit a node transaction", &e))?;
+        self.position = txn.end;
+        if skipping {
+            self.skip = None;
+        }
+        for (k, n) in &applied.conflicts {
+            *self.counts.entry(*k).or_default() += n;
+        }
+        Ok(applied)
+    }
+
+    fn halt(&self, txn: &Transaction, message: String) -> ReplicateError {
+        ReplicateError::Halted {
+            replica: self.replica.clone(),
+            lsn: txn.end,
+            message,
+        }
+    }
+
+    /// The mapping of upstream table `id` in `schema`, built from the
+    /// node's catalog when the schema is new.
+    async fn mapped(
+        &mut self,
+        client: &tokio_postgres::Transaction<'_>,
+        txn: &Transaction,
+        id: u32,
+        schema: &Arc<TableSchema>,
+    ) -> Result<&mut Mapped> {
+        let fresh = self
+            .tables
+            .get(&id)
+            .is_some_and(|m| Arc::ptr_eq(&m.schema, schema) || *m.schema == **schema);
+        if !fresh {
+            let target = match node::table(client.client(), &schema.schema, &schema.name).await? {
+                None => None,
+                Some(node_table) => {
+                    let mut relations = Vec::with_capacity(node_table.table.columns.len());
+                    for t in &node_table.table.columns {
+                        let relation = match schema.column(&t.name) {
+                            Some(i) => {
+                                node::relation(client.client(), &schema.columns[i], t).await?
+                            }
+                            None => TypeRelation::Same,
+                        };
+                        relations.push((t.name.clone(), relation));
+                    }
+                    let matched =
+                        match_columns(schema, &node_table.table, &self.resolvers, &[], |_, t| {
+                            relations
+                                .iter()
+                                .find(|(name, _)| *name == t.name)
+                                .map_or(TypeRelation::Same, |(_, r)| *r)
+                        })
+                        .map_err(|h| self.halt(txn, h.to_string()))?;
+                    Some((node_table, matched))
+                }
+            };
+            self.tables.insert(
+                id,
+                Mapped {
+                    schema: Arc::clone(schema),
+                    target,
+                    log_pending: true,
+                },
+            );
+        }
+        Ok(self.tables.get_mut(&id).expect("inserted above"))
+    }
+
+    async fn statement(
+        &mut self,
+        client: &tokio_postgres::Transaction<'_>,
+        sql: String,
+    ) -> Result<Statement> {
+        if let Some(s) = self.statements.get(&sql) {
+            return Ok(s.clone());
+        }
+        let s = client
+            .prepare(&sql)
+            .await
+            .map_err(|e| ReplicateError::node(format!("prepare {sql}"), &e))?;
+        self.statements.insert(sql, s.clone());
+        Ok(s)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn apply_row(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        txn: &Transaction,
+        id: u32,
+        change: &RowChange,
+        applied: &mut Applied,
+        logged: &mut Vec<Logged>,
+    ) -> Result<()> {
+        let schema = Arc::clone(&change.table);
+        let resolvers = self.resolvers.clone();
+        let mapped = self.mapped(tx, txn, id, &schema).await?;
+        let Some((node, matched)) = mapped.target.clone() else {
+            let resolver = resolvers.get(ConflictType::TargetTableMissing);
+            if resolver == Resolver::Error {
+                return Err(self.halt(
+                    txn,
+                    format!(
+                        "the node has no table {}.{} that the upstream sends: create it on the node, or set target_table_missing to skip (target_table_missing)",
+                        schema.schema, schema.name
+                    ),
+                ));
+            }
+            count(applied, ConflictType::TargetTableMissing, resolver);
+            logged.push(Logged {
+                conflict: ConflictType::TargetTableMissing,
+                resolution: resolver,
+                schema: schema.schema.clone(),
+                table: schema.name.clone(),
+                key: Some(json_of(&schema, &key_image(change), true).to_string()),
+                remote: change
+                    .new
+                    .as_ref()
+                    .map(|n| json_of(&schema, n, false).to_string()),
+                local: None,
+                detail: None,
+            });
+            return Ok(());
+        };
+        if std::mem::take(&mut mapped.log_pending) {
+            for (conflict, detail) in &matched.conflicts {
+                if *conflict == ConflictType::TargetColumnMissing {
+                    continue;
+                }
+                let resolution = match conflict {
+                    ConflictType::TargetColumnTypeMismatch => Resolver::Transform,
+                    c => resolvers.get(*c),
+                };
+                count(applied, *conflict, resolution);
+                logged.push(Logged {
+                    conflict: *conflict,
+                    resolution,
+                    schema: schema.schema.clone(),
+                    table: schema.name.clone(),
+                    key: None,
+                    remote: None,
+                    local: None,
+                    detail: Some(detail.clone()),
+                });
+            }
+        }
+        // Values of columns the node lacks: dropped, or halting for
+        // ignore_if_null when not NULL.
+        if let Some(new) = &change.new {
+            for &(i, resolver) in &matched.missing_on_target {
+                if let Some(Datum::Text(_)) = new.get(i) {
+                    let column = &schema.columns[i].name;
+                    if resolver == Resolver::IgnoreIfNull {
+                        return Err(self.halt(
+                            txn,
+                            format!(
+                                "the node's table {} has no column \"{column}\" and the upstream sent a value for it: add the column on the node, or set target_column_missing to ignore (target_column_missing)",
+                                node.table.reference()
+                            ),
+                        ));
+                    }
+                    count(applied, ConflictType::TargetColumnMissing, resolver);
+                    logged.push(Logged {
+                        conflict: ConflictType::TargetColumnMissing,
+                        resolution: resolver,
+                        schema: schema.schema.clone(),
+                        table: schema.name.clone(),
+                        key: Some(json_of(&schema, &key_image(change), true).to_string()),
+                        remote: Some(json_of(&schema, new, false).to_string()),
+                        local: None,
+                        detail: Some(format!("column \"{column}\" dropped")),
+                    });
+                }
+            }
+        }
+        let table = format!(
+            "{}.{}",
+            quote_ident(&node.table.schema),
+            quote_ident(&node.table.name)
+        );
+        match change.kind {
+            ChangeKind::Truncate => {
+                tx.batch_execute(&format!("TRUNCATE {table}"))
+                    .await
+                    .map_err(|e| self.node_refused(txn, &table, None, &e))?;
+            }
+            ChangeKind::Insert => {
+                let new = change.new.as_deref().unwrap_or(&[]);
+                self.insert(
+                    tx, txn, &schema, &node, &matched, &table, new, applied, logged,
+                )
+                .await?;
+            }
+            ChangeKind::Update => {
+                let new = change.new.as_deref().unwrap_or(&[]);
+                let key_from = change
+                    .old
+                    .as_deref()
+                    .filter(|old| key_values(&matched, old).is_some())
+                    .unwrap_or(new);
+                let Some(key) = key_values(&matched, key_from) else {
+                    return Err(self.halt(
+                        txn,
+                        format!("an update of {table} came without its key values"),
+                    ));
+                };
+                let mut params: Vec<Option<String>> = Vec::new();
+                let mut sets = Vec::new();
+                for (n, value) in matched.values.iter().enumerate() {
+                    if let ColumnValue::Source(i) = value {
+                        match new.get(*i) {
+                            Some(Datum::Text(t)) => params.push(Some(text(t)?.to_string())),
+                            Some(Datum::Null) => params.push(None),
+                            _ => continue,
+                        }
+                        sets.push(format!(
+                            "{} = ${}::text::{}",
+                            quote_ident(&node.table.columns[n].name),
+                            params.len(),
+                            node.type_names[n]
+                        ));
+                    }
+                }
+                let cond = key_condition(&node, &matched, &key, &mut params)?;
+                let sql = format!(
+                    "WITH upd AS (UPDATE {table} AS t SET {} WHERE {cond} RETURNING 1)
+                     SELECT count(*) FROM upd",
+                    if sets.is_empty() {
+                        // Nothing the node has changed: touch nothing but
+                        // find the row.
+                        format!(
+                            "{0} = t.{0}",
+                            quote_ident(&node.table.columns[matched.key[0]].name)
+                        )
+                    } else {
+                        sets.join(", ")
+                    }
+                );
+                let statement = self.statement(tx, sql).await?;
+                let row = tx
+                    .query_one(&statement, &refs(&params))
+                    .await
+                    .map_err(|e| self.node_refused(txn, &table, None, &e))?;
+                if row.get::<_, i64>(0) > 0 {
+                    applied.rows += 1;
+                    return Ok(());
+                }
+                let resolver = resolvers.get(ConflictType::UpdateMissing);
+                let complete = matched.values.iter().all(|v| match v {
+                    ColumnValue::Source(i) => {
+                        matches!(new.get(*i), Some(Datum::Text(_) | Datum::Null))
+                    }
+                    _ => true,
+                });
+                let inserted = match resolver {
+                    Resolver::InsertOrSkip | Resolver::InsertOrError if complete => {
+                        self.insert(
+                            tx, txn, &schema, &node, &matched, &table, new, applied, logged,
+                        )
+                        .await?;
+                        true
+                    }
+                    Resolver::InsertOrError | Resolver::Error => {
+                        return Err(self.halt(
+                            txn,
+                            format!(
+                                "the row of {table} with key {} that an update names is not on the node{} (update_missing)",
+                                json_of(&schema, key_from, true),
+                                if complete { "" } else { ", and the update did not send every column" }
+                            ),
+                        ));
+                    }
+                    _ => false,
+                };
+                let resolution = if inserted { resolver } else { Resolver::Skip };
+                count(applied, ConflictType::UpdateMissing, resolution);
+                logged.push(Logged {
+                    conflict: ConflictType::UpdateMissing,
+                    resolution,
+                    schema: schema.schema.clone(),
+                    table: schema.name.clone(),
+                    key: Some(json_of(&schema, key_from, true).to_string()),
+                    remote: Some(json_of(&schema, new, false).to_string()),
+                    local: None,
+                    detail: None,
+                });
+            }
+            ChangeKind::Delete => {
+                let old = change.old.as_deref().unwrap_or(&[]);
+                let Some(key) = key_values(&matched, old) else {
+                    return Err(self.halt(
+                        txn,
+                        format!("a delete of {table} came without its key values"),
+                    ));
+                };
+                let mut params: Vec<Option<String>> = Vec::new();
+                let cond = key_condition(&node, &matched, &key, &mut params)?;
+                let sql = format!(
+                    "WITH del AS (DELETE FROM {table} t WHERE {cond} RETURNING 1) SELECT count(*) FROM del"
+                );
+                let statement = self.statement(tx, sql).await?;
+                let row = tx
+                    .query_one(&statement, &refs(&params))
+                    .await
+                    .map_err(|e| self.node_refused(txn, &table, None, &e))?;
+                if row.get::<_, i64>(0) > 0 {
+                    applied.rows += 1;
+                    return Ok(());
+                }
+                let resolver = resolvers.get(ConflictType::DeleteMissing);
+                if resolver == Resolver::Error {
+                    return Err(self.halt(
+                        txn,
+                        format!(
+                            "the row of {table} with key {} that a delete names is not on the node (delete_missing)",
+                            json_of(&schema, old, true)
+                        ),
+                    ));
+                }
+                count(applied, ConflictType::DeleteMissing, resolver);
+                logged.push(Logged {
+                    conflict: ConflictType::DeleteMissing,
+                    resolution: resolver,
+                    schema: schema.schema.clone(),
+                    table: schema.name.clone(),
+                    key: Some(json_of(&schema, old, true).to_string()),
+                    remote: None,
+                    local: None,
+                    detail: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts `new`, resolving `insert_exists`.
+    #[allow(clippy::too_many_arguments)]
+    async fn insert(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        txn: &Transaction,
+        schema: &Arc<TableSchema>,
+        node: &NodeTable,
+        matched: &ColumnMatch,
+        table: &str,
+        new: &[Datum],
+        applied: &mut Applied,
+        logged: &mut Vec<Logged>,
+    ) -> Result<()> {
+        let resolver = self.resolvers.get(ConflictType::InsertExists);
+        let mut params: Vec<Option<String>> = Vec::new();
+        let mut columns = Vec::new();
+        let mut values = Vec::new();
+        let mut param_of = HashMap::new();
+        for (n, value) in matched.values.iter().enumerate() {
+            if let ColumnValue::Source(i) = value {
+                match new.get(*i) {
+                    Some(Datum::Text(t)) => params.push(Some(text(t)?.to_string())),
+                    Some(Datum::Null) => params.push(None),
+                    // Not sent (unchanged TOAST on an update turned insert
+                    // is refused before this): the node's default.
+                    _ => continue,
+                }
+                param_of.insert(n, params.len());
+                columns.push(quote_ident(&node.table.columns[n].name));
+                values.push(format!("${}::text::{}", params.len(), node.type_names[n]));
+            }
+        }
+        let mut cond = Vec::new();
+        let mut key_columns = Vec::new();
+        for &k in &matched.key {
+            let Some(p) = param_of.get(&k) else {
+                return Err(self.halt(
+                    txn,
+                    format!("an insert into {table} came without its key values"),
+                ));
+            };
+            let name = quote_ident(&node.table.columns[k].name);
+            cond.push(format!("t.{name} = ${p}::text::{}", node.type_names[k]));
+            key_columns.push(name);
+        }
+        let updates: Vec<String> = columns
+            .iter()
+            .filter(|c| !key_columns.contains(c))
+            .map(|c| format!("{c} = EXCLUDED.{c}"))
+            .collect();
+        let action = match resolver {
+            Resolver::Update | Resolver::UpdateIfNewer if !updates.is_empty() => {
+                let mut action = format!("DO UPDATE SET {}", updates.join(", "));
+                if resolver == Resolver::UpdateIfNewer && self.commit_timestamps {
+                    params.push(Some(txn.commit_time_micros.to_string()));
+                    action.push_str(&format!(
+                        " WHERE pg_xact_commit_timestamp(t.xmin) IS NULL OR pg_xact_commit_timestamp(t.xmin) < to_timestamp(${}::text::float8 / 1e6)",
+                        params.len()
+                    ));
+                }
+                action
+            }
+            _ => "DO NOTHING".to_string(),
+        };
+        let cond = cond.join(" AND ");
+        let sql = format!(
+            "WITH old AS (SELECT to_jsonb(t)::text AS j FROM {table} t WHERE {cond}),
+                  ins AS (INSERT INTO {table} AS t ({}) VALUES ({}) ON CONFLICT ({}) {action} RETURNING 1)
+             SELECT (SELECT j FROM old), (SELECT count(*) FROM ins)",
+            columns.join(", "),
+            values.join(", "),
+            key_columns.join(", ")
+        );
+        let statement = self.statement(tx, sql).await?;
+        let key_json = json_of(schema, new, true).to_string();
+        let row = tx
+            .query_one(&statement, &refs(&params))
+            .await
+            .map_err(|e| self.node_refused(txn, table, Some(key_json.as_str()), &e))?;
+        let local: Option<String> = row.get(0);
+        let written = row.get::<_, i64>(1) > 0;
+        if local.is_none() {
+            applied.rows += 1;
+            return Ok(());
+        }
+        let resolution = match resolver {
+            Resolver::Error => {
+                return Err(self.halt(
+                    txn,
+                    format!("a row of {table} with key {key_json} exists on the node already (insert_exists)"),
+                ));
+            }
+            _ if written => {
+                applied.rows += 1;
+                Resolver::Update
+            }
+            Resolver::Update => Resolver::Update,
+            _ => Resolver::Skip,
+        };
+        count(applied, ConflictType::InsertExists, resolution);
+        logged.push(Logged {
+            conflict: ConflictType::InsertExists,
+            resolution,
+            schema: schema.schema.clone(),
+            table: schema.name.clone(),
+            key: Some(key_json),
+            remote: Some(json_of(schema, new, false).to_string()),
+            local,
+            detail: None,
+        });
+        Ok(())
+    }
+
+    /// The node refused a row: a unique constraint other than the key
+    /// (`multiple_unique_conflicts`) or anything else; the replica halts
+    /// with the server's error.
+    fn node_refused(
+        &self,
+        txn: &Transaction,
+        table: &str,
+        key: Option<&str>,
+        e: &tokio_postgres::Error,
+    ) -> ReplicateError {
+        let Some(db) = e.as_db_error() else {
+            return ReplicateError::node(format!("apply to {table}"), e);
+        };
+        let what = if db.code() == &tokio_postgres::error::SqlState::UNIQUE_VIOLATION {
+            " (multiple_unique_conflicts)"
+        } else {
+            ""
+        };
+        let key = key.map_or(String::new(), |k| format!(" with key {k}"));
+        self.halt(
+            txn,
+            format!(
+                "the node refused a row of {table}{key}: {}{what}",
+                evolve_pg::describe_db_error(db, None).replace('\n', " ")
+            ),
+        )
+    }
+
+    async fn log(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        txn: &Transaction,
+        l: Logged,
+    ) -> Result<()> {
+        let time = txn.commit_time_micros.to_string();
+        let lsn = txn.end.to_string();
+        tx.execute(
+            "INSERT INTO evolve_conflict_history
+                 (replica, conflict_type, resolution, schema_name, table_name, key, remote_tuple,
+                  local_tuple, remote_lsn, remote_commit_time, detail)
+             VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::text::jsonb, $9::text::pg_lsn,
+                     to_timestamp($10::text::float8 / 1e6), $11)",
+            &[
+                &self.replica,
+                &l.conflict.name(),
+                &l.resolution.name(),
+                &l.schema,
+                &l.table,
+                &l.key,
+                &l.remote,
+                &l.local,
+                &lsn,
+                &time,
+                &l.detail,
+            ],
+        )
+        .await
+        .map_err(|e| ReplicateError::node("write evolve_conflict_history", &e))?;
+        Ok(())
+    }
+}
+
+fn count(applied: &mut Applied, conflict: ConflictType, resolution: Resolver) {
+    *applied.conflicts.entry((conflict, resolution)).or_default() += 1;
+}
+
+fn text(t: &[u8]) -> Result<&str> {
+    std::str::from_utf8(t).map_err(|_| ReplicateError::Node {
+        context: "read an upstream value".into(),
+        message: "the value is not UTF-8".into(),
+    })
+}
+
+fn refs(params: &[Option<String>]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
+}
+
+/// The image an update or delete names its row by: the old one when it
+/// carries the key.
+fn key_image(change: &RowChange) -> Vec<Datum> {
+    change
+        .old
+        .clone()
+        .or_else(|| change.new.clone())
+        .unwrap_or_default()
+}
+
+/// The node key's values from `image`, `None` when one is not in it.
+fn key_values(matched: &ColumnMatch, image: &[Datum]) -> Option<Vec<Option<Vec<u8>>>> {
+    matched
+        .key
+        .iter()
+        .map(|&k| match matched.values[k] {
+            ColumnValue::Source(i) => match image.get(i) {
+                Some(Datum::Text(t)) => Some(Some(t.to_vec())),
+                Some(Datum::Null) => Some(None),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// `t.k = $n::text::type AND ...` for the key values, their parameters
+/// appended to `params`.
+fn key_condition(
+    node: &NodeTable,
+    matched: &ColumnMatch,
+    key: &[Option<Vec<u8>>],
+    params: &mut Vec<Option<String>>,
+) -> Result<String> {
+    let mut cond = Vec::new();
+    for (&k, value) in matched.key.iter().zip(key) {
+        params.push(match value {
+            Some(v) => Some(text(v)?.to_string()),
+            None => None,
+        });
+        cond.push(format!(
+            "t.{} = ${}::text::{}",
+            quote_ident(&node.table.columns[k].name),
+            params.len(),
+            node.type_names[k]
+        ));
+    }
+    Ok(cond.join(" AND "))
+}
+
+/// A row image as JSON (column names to their text form, NULL as null;
+/// values not sent left out); with `key_only` only the key columns.
+fn json_of(schema: &TableSchema, image: &[Datum], key_only: bool) -> serde_json::Value {
+    let mut object = serde_json::Map::new();
+    for (c, d) in schema.columns.iter().zip(image) {
+        if key_only && !c.key {
+            continue;
+        }
+        match d {
+            Datum::Text(t) => {
+                object.insert(
+                    c.name.clone(),
+                    serde_json::Value::String(String::from_utf8_lossy(t).into_owned()),
+                );
+            }
+            Datum::Null => {
+                object.insert(c.name.clone(), serde_json::Value::Null);
+            }
+            _ => {}
+        }
+    }
+    serde_json::Value::Object(object)
+}

@@ -1,0 +1,27 @@
+//! Replication into PostgreSQL nodes at other schema versions.
+//!
+//! A replica reads its upstream through the pipeline's [`Source`] seam
+//! (typed row changes in commit order, its own slot) and applies each
+//! upstream transaction to one target node as typed rows, atomically and
+//! in commit order, with the replica's position in the same node
+//! transaction ([`apply`]): a crash replays from the slot's confirmed
+//! position and the position on the node skips what it has, so nothing is
+//! applied twice. Every mismatch between the upstream's schema and the
+//! node's is a named conflict with a resolver
+//! ([`evolve_core::conflict`]), as EDB PGD has them, so a rolling upgrade
+//! (nodes migrated one at a time) keeps replicating where PostgreSQL's
+//! own logical replication stops.
+//!
+//! Nothing is installed on the nodes: evolve creates two tables there,
+//! `evolve_replica_progress` and `evolve_conflict_history`.
+//!
+//! [`Source`]: evolve_pipeline::source::Source
+
+pub mod apply;
+mod error;
+pub mod node;
+pub mod replica;
+
+pub use apply::{Applied, Applier, Transaction};
+pub use error::{ReplicateError, Result};
+pub use replica::{Replica, ReplicaSpec};

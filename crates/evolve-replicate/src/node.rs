@@ -1,0 +1,106 @@
+//! What a target node's catalog says: its tables as
+//! [`TargetTable`]s, each column's type as the node spells it, and how an
+//! upstream type relates to a node type.
+
+use evolve_core::change::ColumnSchema;
+use evolve_core::conflict::{TargetColumn, TargetTable, TypeRelation};
+use tokio_postgres::Client;
+
+use crate::error::{ReplicateError, Result};
+
+/// A node table with what the apply statements need.
+#[derive(Clone, Debug)]
+pub struct NodeTable {
+    pub table: TargetTable,
+    /// Each column's type as `format_type` prints it, for casts.
+    pub type_names: Vec<String>,
+}
+
+/// Reads table `schema.name` of the node, `None` when it has none. Its key
+/// is the primary key, or else the replica identity's index.
+pub async fn table(client: &Client, schema: &str, name: &str) -> Result<Option<NodeTable>> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid::oid::int8, a.atttypmod, a.attnotnull,
+                    a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '',
+                    format_type(a.atttypid, a.atttypmod),
+                    coalesce(a.attnum = ANY (k.key), false)
+             FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+             LEFT JOIN LATERAL (
+                 SELECT i.indkey::int2[] AS key FROM pg_index i
+                 WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)
+                 ORDER BY i.indisprimary DESC LIMIT 1) k ON true
+             WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')
+             ORDER BY a.attnum",
+            &[&schema, &name],
+        )
+        .await
+        .map_err(|e| ReplicateError::node("read the node's catalog", &e))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut columns = Vec::with_capacity(rows.len());
+    let mut type_names = Vec::with_capacity(rows.len());
+    for r in rows {
+        columns.push(TargetColumn {
+            name: r.get(0),
+            type_oid: r.get::<_, i64>(1) as u32,
+            typmod: r.get(2),
+            not_null: r.get(3),
+            has_default: r.get(4),
+            key: r.get(6),
+        });
+        type_names.push(r.get(5));
+    }
+    Ok(Some(NodeTable {
+        table: TargetTable {
+            schema: schema.to_string(),
+            name: name.to_string(),
+            columns,
+        },
+        type_names,
+    }))
+}
+
+/// OIDs below this are PostgreSQL's own, the same on every server.
+const FIRST_USER_OID: u32 = 16_384;
+
+/// How an upstream column's type relates to a node column's: the same
+/// type and modifier; an assignment (or implicit) cast in the node's
+/// `pg_cast`, or the same type with another modifier (a length coercion);
+/// or neither. A type of the upstream's own (an enum, a domain) has an OID
+/// the node does not share: its text form is given to the node type's
+/// input function, and a value that does not parse halts at apply.
+pub async fn relation(
+    client: &Client,
+    source: &ColumnSchema,
+    target: &TargetColumn,
+) -> Result<TypeRelation> {
+    if source.type_oid == target.type_oid {
+        return Ok(if source.typmod == target.typmod {
+            TypeRelation::Same
+        } else {
+            TypeRelation::Converts
+        });
+    }
+    if source.type_oid >= FIRST_USER_OID {
+        return Ok(TypeRelation::Converts);
+    }
+    let castable: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_cast
+                            WHERE castsource = $1::int8::oid AND casttarget = $2::int8::oid
+                              AND castcontext IN ('a', 'i'))",
+            &[&i64::from(source.type_oid), &i64::from(target.type_oid)],
+        )
+        .await
+        .map_err(|e| ReplicateError::node("read pg_cast", &e))?
+        .get(0);
+    Ok(if castable {
+        TypeRelation::Converts
+    } else {
+        TypeRelation::Incompatible
+    })
+}

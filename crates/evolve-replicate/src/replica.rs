@@ -1,0 +1,260 @@
+//! A replica: its slot and publication upstream, and the task that
+//! applies the stream to its node.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use evolve_core::conflict::{ConflictType, Resolver, Resolvers};
+use evolve_pg::quote_ident;
+use evolve_pipeline::source::postgres::PostgresSource;
+use evolve_pipeline::source::{ChangeStream, Source, SourceEvent};
+use evolve_pipeline::{Connection, Position, SourceInfo};
+use tokio::sync::watch;
+
+use crate::apply::{Applier, Transaction};
+use crate::error::{ReplicateError, Result};
+
+/// What a replica is.
+#[derive(Clone, Debug)]
+pub struct ReplicaSpec {
+    /// Its name (slot and publication are `evolve_replica_<name>`).
+    pub name: String,
+    /// The upstream's connection url.
+    pub upstream: String,
+    /// The node's connection url.
+    pub node: String,
+    /// The upstream tables it replicates, as (schema, name).
+    pub tables: Vec<(String, String)>,
+    pub resolvers: Resolvers,
+}
+
+/// What a running replica shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    /// `starting`, `running`, `retrying` (after a transient error) or
+    /// `halted`.
+    pub state: String,
+    pub error: Option<String>,
+    /// The position of the last transaction applied to the node.
+    pub position: Position,
+    /// Conflicts by type and resolution since the task started.
+    pub conflicts: BTreeMap<(ConflictType, Resolver), u64>,
+}
+
+/// A replica and its task's status.
+pub struct Replica {
+    spec: ReplicaSpec,
+    status: Arc<Mutex<ReplicaStatus>>,
+}
+
+/// The first wait after a transient failure; it doubles up to 10 s.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+
+impl Replica {
+    /// The replica's slot and publication name.
+    pub fn slot_name(name: &str) -> String {
+        format!("evolve_replica_{name}")
+    }
+
+    /// Creates the replica upstream: a publication of its tables and a
+    /// logical slot, both `evolve_replica_<name>`; the stream starts at
+    /// the slot's creation. Nothing is created when a table is missing
+    /// or the slot cannot be made.
+    pub async fn create(spec: ReplicaSpec) -> Result<Replica> {
+        let slot = Self::slot_name(&spec.name);
+        let client = evolve_pg::connect(&spec.upstream, "evolve replicate")
+            .await
+            .map_err(|e| ReplicateError::Node {
+                context: format!("connect to the upstream of replica {}", spec.name),
+                message: e.to_string(),
+            })?;
+        let tables: Vec<String> = spec
+            .tables
+            .iter()
+            .map(|(s, t)| format!("{}.{}", quote_ident(s), quote_ident(t)))
+            .collect();
+        client
+            .batch_execute(&format!(
+                "CREATE PUBLICATION {} FOR TABLE {}",
+                quote_ident(&slot),
+                tables.join(", ")
+            ))
+            .await
+            .map_err(|e| ReplicateError::node(format!("create publication {slot}"), &e))?;
+        if let Err(e) = client
+            .query_one(
+                "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&slot],
+            )
+            .await
+        {
+            let _ = client
+                .batch_execute(&format!("DROP PUBLICATION {}", quote_ident(&slot)))
+                .await;
+            return Err(ReplicateError::node(
+                format!("create replication slot {slot}"),
+                &e,
+            ));
+        }
+        Ok(Replica::new(spec))
+    }
+
+    /// A replica created before.
+    pub fn new(spec: ReplicaSpec) -> Replica {
+        Replica {
+            spec,
+            status: Arc::new(Mutex::new(ReplicaStatus {
+                state: "starting".into(),
+                ..ReplicaStatus::default()
+            })),
+        }
+    }
+
+    /// Its status now.
+    pub fn status(&self) -> ReplicaStatus {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn set(&self, f: impl FnOnce(&mut ReplicaStatus)) {
+        if let Ok(mut s) = self.status.lock() {
+            f(&mut s);
+        }
+    }
+
+    /// Applies the stream to the node until `stop`, retrying transient
+    /// failures with backoff; a halt ends it with the error (the task does
+    /// not crash-loop: it waits to be told what to do).
+    pub async fn run(&self, mut stop: watch::Receiver<bool>) -> Result<()> {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            if *stop.borrow() {
+                return Ok(());
+            }
+            match self.run_once(stop.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_permanent() => {
+                    tracing::error!(replica = %self.spec.name, error = %e, "replica halted");
+                    self.set(|s| {
+                        s.state = "halted".into();
+                        s.error = Some(e.to_string());
+                    });
+                    return Err(e);
+                }
+                Err(e) => {
+                    tracing::warn!(replica = %self.spec.name, error = %e, "replica failed; retrying");
+                    self.set(|s| {
+                        s.state = "retrying".into();
+                        s.error = Some(e.to_string());
+                    });
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.changed() => return Ok(()),
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    async fn run_once(&self, mut stop: watch::Receiver<bool>) -> Result<()> {
+        let spec = &self.spec;
+        let slot = Self::slot_name(&spec.name);
+        let mut node = evolve_pg::connect(&spec.node, "evolve replicate")
+            .await
+            .map_err(|e| ReplicateError::Node {
+                context: format!("connect to the node of replica {}", spec.name),
+                message: e.to_string(),
+            })?;
+        let mut applier = Applier::open(&node, &spec.name, spec.resolvers.clone()).await?;
+        let source = PostgresSource::new(
+            SourceInfo {
+                name: spec.name.clone(),
+                connection: format!("the upstream of replica {}", spec.name),
+                publication: slot.clone(),
+                publication_created: true,
+                slot,
+                applied_lsn: applier.position(),
+                dropping: false,
+                drop_error: None,
+            },
+            Connection::new(spec.upstream.clone()),
+        );
+        let mut stream = source.stream(applier.position()).await?;
+        // What the node has is durable: the slot may release it.
+        stream.confirm(applier.position());
+        self.set(|s| {
+            s.state = "running".into();
+            s.error = None;
+            s.position = applier.position();
+        });
+        let mut current: Option<Transaction> = None;
+        loop {
+            tokio::select! {
+                _ = stop.changed() => {
+                    stream.close().await;
+                    return Ok(());
+                }
+                event = stream.next() => match event? {
+                    SourceEvent::Begin { commit_time_micros, .. } => {
+                        current = Some(Transaction {
+                            end: Position::ZERO,
+                            commit_time_micros,
+                            rows: Vec::new(),
+                        });
+                    }
+                    SourceEvent::Row { table, change } => {
+                        if let Some(t) = current.as_mut() {
+                            t.rows.push((table, change));
+                        }
+                    }
+                    SourceEvent::Commit { end } => {
+                        if let Some(mut t) = current.take() {
+                            t.end = end;
+                            let applied = applier.apply(&mut node, &t).await?;
+                            stream.confirm(end);
+                            self.set(|s| {
+                                s.position = end;
+                                for (k, n) in &applied.conflicts {
+                                    *s.conflicts.entry(*k).or_default() += n;
+                                }
+                            });
+                        }
+                    }
+                    SourceEvent::Idle { upto } => {
+                        if current.is_none() {
+                            stream.confirm(upto);
+                        }
+                    }
+                    SourceEvent::Schema { .. } | SourceEvent::Marker { .. } => {}
+                },
+            }
+        }
+    }
+
+    /// Skips the upstream transaction that finished at `lsn` on the node
+    /// (as `ALTER SUBSCRIPTION ... SKIP` does): the next run moves the
+    /// replica's position past it without applying it.
+    pub async fn skip(node: &str, name: &str, lsn: Position) -> Result<()> {
+        let client = evolve_pg::connect(node, "evolve replicate")
+            .await
+            .map_err(|e| ReplicateError::Node {
+                context: format!("connect to the node of replica {name}"),
+                message: e.to_string(),
+            })?;
+        client
+            .batch_execute(crate::apply::NODE_SETUP)
+            .await
+            .map_err(|e| ReplicateError::node("create evolve's tables on the node", &e))?;
+        client
+            .execute(
+                "INSERT INTO evolve_replica_progress (replica, lsn, skip_lsn)
+                 VALUES ($1, '0/0', $2::text::pg_lsn)
+                 ON CONFLICT (replica) DO UPDATE SET skip_lsn = EXCLUDED.skip_lsn",
+                &[&name, &lsn.to_string()],
+            )
+            .await
+            .map_err(|e| ReplicateError::node("record the transaction to skip", &e))?;
+        Ok(())
+    }
+}

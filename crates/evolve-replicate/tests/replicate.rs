@@ -1,0 +1,337 @@
+//! Replicas against real databases: an upstream and nodes whose schemas
+//! differ from it (on the shared throwaway cluster), each conflict type
+//! counted exactly, the conflict history equal to the counts, nothing
+//! applied twice across restarts, and a halt skipped by its LSN.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use evolve_core::conflict::{ConflictType, Resolver, Resolvers};
+use evolve_replicate::{Replica, ReplicaSpec, ReplicateError};
+use tokio::sync::watch;
+use tokio_postgres::Client;
+
+async fn connect(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// The upstream's current WAL position.
+async fn upstream_lsn(up: &Client) -> String {
+    up.query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Whether the node's replica position is at or past `lsn`.
+async fn caught_up(node: &Client, name: &str, lsn: &str) -> bool {
+    node.query_opt(
+        "SELECT 1 FROM evolve_replica_progress WHERE replica = $1 AND lsn >= $2::text::pg_lsn",
+        &[&name, &lsn],
+    )
+    .await
+    .ok()
+    .flatten()
+    .is_some()
+}
+
+/// A replica task running until the returned sender says stop.
+fn start(
+    replica: Arc<Replica>,
+) -> (
+    watch::Sender<bool>,
+    tokio::task::JoinHandle<Result<(), ReplicateError>>,
+) {
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(async move { replica.run(stop_rx).await });
+    (stop, task)
+}
+
+/// Runs until the node has everything the upstream wrote so far (the
+/// upstream's position, after a last transaction there so the stream
+/// moves past it), then stops the task.
+async fn run_until_caught_up(replica: Arc<Replica>, up: &Client, node: &Client, name: &str) {
+    up.batch_execute("SELECT pg_logical_emit_message(true, 'test', 'tick')")
+        .await
+        .unwrap();
+    let target = upstream_lsn(up).await;
+    let (stop, task) = start(replica.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !caught_up(node, name, &target).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replica {name} did not reach {target}: {:?}",
+            replica.status()
+        );
+        assert!(
+            !task.is_finished(),
+            "the replica stopped: {:?}",
+            replica.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.send(true).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+/// The conflict history on the node, counted by (type, resolution).
+async fn history(node: &Client, name: &str) -> BTreeMap<(String, String), i64> {
+    node.query(
+        "SELECT conflict_type, resolution, count(*) FROM evolve_conflict_history
+         WHERE replica = $1 GROUP BY 1, 2",
+        &[&name],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+    .collect()
+}
+
+fn counted(status: &BTreeMap<(ConflictType, Resolver), u64>) -> BTreeMap<(String, String), i64> {
+    status
+        .iter()
+        .map(|((c, r), n)| ((c.name().to_string(), r.name().to_string()), *n as i64))
+        .collect()
+}
+
+fn key(conflict: &str, resolution: &str) -> (String, String) {
+    (conflict.to_string(), resolution.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_at_another_schema_version_gets_every_row_by_its_resolvers() {
+    let up_db = evolve_test::fresh_db("rep_up").await;
+    let node_db = evolve_test::fresh_db("rep_node").await;
+    let up = connect(&up_db.url).await;
+    let node = connect(&node_db.url).await;
+    up.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, status varchar(20), note text, qty int);
+         CREATE TABLE audit (id int PRIMARY KEY, what text);
+         INSERT INTO orders VALUES (100, 'old', 'before', 1), (200, 'old', 'before', 2);",
+    )
+    .await
+    .unwrap();
+    // The node is at another version: no `note` yet, `status` already
+    // text, `qty` bigint, a new `region` with a default, no `audit`; and
+    // it has a row of its own with key 1.
+    node.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, status text, qty bigint,
+                              region text NOT NULL DEFAULT 'eu');
+         INSERT INTO orders VALUES (1, 'local', 0, 'us');",
+    )
+    .await
+    .unwrap();
+    let mut resolvers = Resolvers::default();
+    resolvers
+        .set(ConflictType::TargetColumnMissing, Resolver::Ignore)
+        .unwrap();
+    resolvers
+        .set(ConflictType::TargetTableMissing, Resolver::Skip)
+        .unwrap();
+    let spec = ReplicaSpec {
+        name: "node_a".into(),
+        upstream: up_db.url.clone(),
+        node: node_db.url.clone(),
+        tables: vec![
+            ("public".into(), "orders".into()),
+            ("public".into(), "audit".into()),
+        ],
+        resolvers,
+    };
+    let replica = Arc::new(Replica::create(spec.clone()).await.unwrap());
+    up.batch_execute(
+        "INSERT INTO orders SELECT g, 'new', 'n' || g, g FROM generate_series(1, 10) g;
+         UPDATE orders SET status = 'paid', qty = 50 WHERE id = 5;
+         DELETE FROM orders WHERE id = 7;
+         INSERT INTO audit VALUES (1, 'a'), (2, 'b'), (3, 'c');
+         UPDATE orders SET status = 'moved' WHERE id = 100;
+         DELETE FROM orders WHERE id = 200;",
+    )
+    .await
+    .unwrap();
+    run_until_caught_up(replica.clone(), &up, &node, "node_a").await;
+
+    let rows: Vec<(i32, String, i64, String)> = node
+        .query(
+            "SELECT id, status, qty, region FROM orders ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let mut want: Vec<(i32, String, i64, String)> = (1..=10)
+        .filter(|&i| i != 7)
+        .map(|i| {
+            let (status, qty) = if i == 5 {
+                ("paid", 50)
+            } else {
+                ("new", i64::from(i))
+            };
+            // Key 1 existed on the node: the upstream's row replaced its
+            // columns, and `region`, which the upstream does not send,
+            // kept the node's value.
+            let region = if i == 1 { "us" } else { "eu" };
+            (i, status.to_string(), qty, region.to_string())
+        })
+        .collect();
+    // The update of a row the node never had became an insert.
+    want.push((100, "moved".into(), 1, "eu".into()));
+    assert_eq!(rows, want);
+
+    let expected: BTreeMap<(String, String), i64> = [
+        // `note` had a value in 10 inserts and 2 updates (the updates'
+        // new rows carry every column).
+        (key("target_column_missing", "ignore"), 12),
+        (key("target_table_missing", "skip"), 3),
+        (key("insert_exists", "update"), 1),
+        (key("update_missing", "insert_or_skip"), 1),
+        (key("delete_missing", "skip"), 1),
+        // Once per match: `region` filled by its default, `status` and
+        // `qty` converted.
+        (key("source_column_missing", "use_default_value"), 1),
+        (key("target_column_type_mismatch", "transform"), 2),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(history(&node, "node_a").await, expected);
+    assert_eq!(counted(&replica.status().conflicts), expected);
+    // The history has what an operator needs: the key, both tuples.
+    let row = node
+        .query_one(
+            "SELECT key::text, remote_tuple->>'status', local_tuple->>'region', remote_lsn IS NOT NULL
+             FROM evolve_conflict_history WHERE conflict_type = 'insert_exists'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), r#"{"id": "1"}"#);
+    assert_eq!(row.get::<_, String>(1), "new");
+    assert_eq!(row.get::<_, String>(2), "us");
+    assert!(row.get::<_, bool>(3));
+
+    // A restart replays nothing twice: more writes, a second run, and the
+    // history grows by exactly their conflicts.
+    up.batch_execute(
+        "INSERT INTO orders VALUES (11, 'new', 'eleven', 11);
+         UPDATE orders SET qty = qty + 1000 WHERE id <= 3;",
+    )
+    .await
+    .unwrap();
+    let replica = Arc::new(Replica::new(spec));
+    run_until_caught_up(replica.clone(), &up, &node, "node_a").await;
+    let qty: Vec<i64> = node
+        .query(
+            "SELECT qty FROM orders WHERE id IN (1, 2, 3, 11) ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(qty, vec![1001, 1002, 1003, 11]);
+    let mut expected = expected;
+    *expected
+        .get_mut(&key("target_column_missing", "ignore"))
+        .unwrap() += 4;
+    *expected
+        .get_mut(&key("source_column_missing", "use_default_value"))
+        .unwrap() += 1;
+    *expected
+        .get_mut(&key("target_column_type_mismatch", "transform"))
+        .unwrap() += 2;
+    assert_eq!(history(&node, "node_a").await, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_resolver_halts_at_the_transaction_and_skip_passes_it() {
+    let up_db = evolve_test::fresh_db("rep_halt_up").await;
+    let node_db = evolve_test::fresh_db("rep_halt_node").await;
+    let up = connect(&up_db.url).await;
+    let node = connect(&node_db.url).await;
+    up.batch_execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        .await
+        .unwrap();
+    node.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (2, 'local');",
+    )
+    .await
+    .unwrap();
+    let mut resolvers = Resolvers::default();
+    resolvers
+        .set(ConflictType::InsertExists, Resolver::Error)
+        .unwrap();
+    let spec = ReplicaSpec {
+        name: "node_h".into(),
+        upstream: up_db.url.clone(),
+        node: node_db.url.clone(),
+        tables: vec![("public".into(), "t".into())],
+        resolvers,
+    };
+    let replica = Arc::new(Replica::create(spec.clone()).await.unwrap());
+    // Three upstream transactions (one query string would be one).
+    for sql in [
+        "INSERT INTO t VALUES (1, 'a')",
+        "INSERT INTO t VALUES (2, 'b'), (3, 'c')",
+        "INSERT INTO t VALUES (4, 'd')",
+    ] {
+        up.batch_execute(sql).await.unwrap();
+    }
+    let (_stop, task) = start(replica.clone());
+    let e = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the replica halts")
+        .unwrap()
+        .unwrap_err();
+    let ReplicateError::Halted { lsn, message, .. } = &e else {
+        panic!("not a halt: {e}");
+    };
+    assert!(message.contains("insert_exists"), "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("evolve replicate skip node_h --lsn {lsn}")),
+        "{e}"
+    );
+    assert_eq!(replica.status().state, "halted");
+    // Nothing of the halted transaction was applied; the one before was.
+    let got: Vec<(i32, String)> = node
+        .query("SELECT id, v FROM t ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(got, vec![(1, "a".into()), (2, "local".into())]);
+    // Skip it: the next run passes exactly that transaction.
+    Replica::skip(&node_db.url, "node_h", *lsn).await.unwrap();
+    let replica = Arc::new(Replica::new(spec));
+    run_until_caught_up(replica, &up, &node, "node_h").await;
+    let got: Vec<(i32, String)> = node
+        .query("SELECT id, v FROM t ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(1, "a".into()), (2, "local".into()), (4, "d".into())]
+    );
+    let skip: Option<String> = node
+        .query_one(
+            "SELECT skip_lsn::text FROM evolve_replica_progress WHERE replica = 'node_h'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(skip, None, "the skip is cleared once passed");
+}
