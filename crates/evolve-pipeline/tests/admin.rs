@@ -4,7 +4,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -148,21 +148,22 @@ async fn statements_create_objects_show_lists_them_and_status_reports_them() {
         Duration::from_secs(30),
     )
     .await;
-    let start = Instant::now();
-    let report = loop {
-        let (status, text) = call(&app, "GET", "/status", Vec::new()).await;
-        assert_eq!(status, 200, "{text}");
-        let report: Value = serde_json::from_str(&text).unwrap();
-        let all_running = report["objects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|o| o["state"] == "running");
-        if all_running || start.elapsed() > Duration::from_secs(20) {
-            break report;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let mut report = Value::Null;
+    wait_until(
+        "every object in /status to be running",
+        Duration::from_secs(20),
+        async || {
+            let (status, text) = call(&app, "GET", "/status", Vec::new()).await;
+            assert_eq!(status, 200, "{text}");
+            report = serde_json::from_str(&text).unwrap();
+            report["objects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|o| o["state"] == "running")
+        },
+    )
+    .await;
     let objects = report["objects"].as_array().unwrap();
     let kinds: Vec<&str> = objects
         .iter()
@@ -191,23 +192,27 @@ async fn statements_create_objects_show_lists_them_and_status_reports_them() {
     )
     .await
     .unwrap();
-    let start = Instant::now();
-    loop {
-        let (_, text) = call(&app, "GET", "/status", Vec::new()).await;
-        let report: Value = serde_json::from_str(&text).unwrap();
-        let source = &report["objects"][0];
-        let rate = source["rows_per_second"].as_f64().unwrap_or(0.0);
-        if rate > 0.0 {
-            // 50 rows within the 10 s window, over at least one second;
-            // applied well within seconds of their commit.
-            assert!(rate <= 50.0, "{report}");
-            let lag = source["lag_seconds"].as_f64().unwrap();
-            assert!((0.0..10.0).contains(&lag), "{report}");
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "{report}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut report = Value::Null;
+    wait_until(
+        "a row rate above 0 in /status",
+        Duration::from_secs(20),
+        async || {
+            let (_, text) = call(&app, "GET", "/status", Vec::new()).await;
+            report = serde_json::from_str(&text).unwrap();
+            report["objects"][0]["rows_per_second"]
+                .as_f64()
+                .unwrap_or(0.0)
+                > 0.0
+        },
+    )
+    .await;
+    // 50 rows within the 10 s window, over at least one second; applied
+    // well within seconds of their commit.
+    let source = &report["objects"][0];
+    let rate = source["rows_per_second"].as_f64().unwrap();
+    assert!(rate <= 50.0, "{report}");
+    let lag = source["lag_seconds"].as_f64().unwrap();
+    assert!((0.0..10.0).contains(&lag), "{report}");
 
     let (status, metrics) = call(&app, "GET", "/metrics", Vec::new()).await;
     assert_eq!(status, 200);

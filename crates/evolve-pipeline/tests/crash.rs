@@ -92,23 +92,21 @@ async fn sigkill_at_several_moments_loses_and_duplicates_nothing() {
 
     // The initial load (of an empty table) is done before writing starts.
     let mut child = start_child(&config_path);
-    let start = std::time::Instant::now();
-    loop {
-        let loaded: bool = sink
-            .query_one(
+    wait_until(
+        "the initial load (k_sink's progress row)",
+        Duration::from_secs(30),
+        async || {
+            sink.query_one(
                 "SELECT to_regclass('public.evolve_sink_progress') IS NOT NULL \
                  AND EXISTS (SELECT 1 FROM public.evolve_sink_progress WHERE sink = 'k_sink')",
                 &[],
             )
             .await
             .unwrap()
-            .get(0);
-        if loaded {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "no initial load");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            .get(0)
+        },
+    )
+    .await;
 
     // Transaction i inserts i, updates i - 1, and every tenth deletes i - 2.
     let writer_url = env.up.url.clone();
@@ -133,16 +131,20 @@ async fn sigkill_at_several_moments_loses_and_duplicates_nothing() {
             ))
             .await
             .unwrap();
+            // A fixed pace for the load, not a wait for anything.
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     });
 
+    // Fixed waits: SIGKILL after each delay of writes, and the next process
+    // starts 100 ms after the last one died.
     for delay in [300, 700, 1200, 500] {
         tokio::time::sleep(Duration::from_millis(delay)).await;
         kill(&mut child, 9);
         tokio::time::sleep(Duration::from_millis(100)).await;
         child = start_child(&config_path);
     }
+    // A fixed 500 ms more of writes for the last process.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _ = stop_tx.send(());
     let n = writer.await.unwrap();

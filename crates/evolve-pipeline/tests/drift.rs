@@ -2,10 +2,13 @@
 //! upstream tables while they change, and `drift()` is asserted row by row
 //! after each change.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::{table_state, wait_state, wait_until};
 use evolve_pipeline::drift::{DriftRow, Signal, TypeChange};
 use evolve_pipeline::poll::drift;
 use evolve_pipeline::{Config, ObjectKind, Pipeline, PipelineError, TableSpec, TableState};
@@ -67,44 +70,13 @@ impl Drop for StateDir {
     }
 }
 
-fn table_state(pipeline: &Pipeline, name: &str) -> (TableState, Option<String>) {
-    let t = pipeline
-        .tables()
-        .unwrap()
-        .into_iter()
-        .find(|t| t.name == name)
-        .unwrap_or_else(|| panic!("no table {name}"));
-    (t.state, t.error)
-}
-
-async fn wait_state(pipeline: &Pipeline, name: &str, state: TableState) {
-    let start = Instant::now();
-    loop {
-        let (now, error) = table_state(pipeline, name);
-        if now == state {
-            return;
-        }
-        assert!(
-            start.elapsed() < CONVERGE,
-            "{name} is {now:?} ({error:?}), not {state:?}, after {CONVERGE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn wait_documents(pipeline: &Pipeline, name: &str, count: u64) {
-    let start = Instant::now();
-    loop {
-        let now = pipeline.document_count(name).unwrap();
-        if now == count {
-            return;
-        }
-        assert!(
-            start.elapsed() < CONVERGE,
-            "{name} has {now} documents, not {count}, after {CONVERGE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        &format!("{name} to have {count} documents"),
+        CONVERGE,
+        async || pipeline.document_count(name).unwrap() == count,
+    )
+    .await;
 }
 
 fn strings(v: &[&str]) -> Vec<String> {
@@ -187,7 +159,7 @@ async fn drift_follows_the_upstream_catalog() {
     }
     let running = Running::start(pipeline.clone());
     for name in ["orders_v1", "memos_v1", "steady_v1"] {
-        wait_state(&pipeline, name, TableState::Running).await;
+        wait_state(&pipeline, name, TableState::Running, CONVERGE).await;
     }
 
     // Everything matches.
@@ -276,7 +248,7 @@ async fn drift_follows_the_upstream_catalog() {
     up.batch_execute("INSERT INTO orders (id) VALUES (3); INSERT INTO steady VALUES (3, 3);")
         .await
         .unwrap();
-    wait_state(&pipeline, "orders_v1", TableState::Stalled).await;
+    wait_state(&pipeline, "orders_v1", TableState::Stalled, CONVERGE).await;
     let error = table_state(&pipeline, "orders_v1").1.unwrap_or_default();
     assert!(error.contains("column \"priority\""), "{error}");
     let stalled = DriftRow {

@@ -109,18 +109,12 @@ async fn snapshot_and_stream_meet_exactly() {
             .unwrap();
         }
     });
+    // A fixed wait: the writer is under way before the snapshot starts.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let running = Running::start(pipeline.clone());
-    // Keep writing until the table is streaming, and a little longer.
-    let start = std::time::Instant::now();
-    loop {
-        let t = pipeline.tables().unwrap();
-        if t[0].state == TableState::Running {
-            break;
-        }
-        assert!(start.elapsed() < CONVERGE, "snapshot did not finish");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Keep writing until the table is streaming, and a little longer (a
+    // fixed 500 ms of writes to the stream).
+    wait_state(&pipeline, "seam_v1", TableState::Running, CONVERGE).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _ = stop_tx.send(());
     let transactions = writer.await.unwrap();
@@ -178,21 +172,11 @@ async fn a_table_added_later_meets_the_stream_exactly() {
             .unwrap();
         }
     });
+    // A fixed wait: the writer is under way before the second snapshot.
     tokio::time::sleep(Duration::from_millis(200)).await;
     create_all(&pipeline, &env.source, &["second"]).await;
-    let start = std::time::Instant::now();
-    while pipeline
-        .tables()
-        .unwrap()
-        .iter()
-        .any(|t| t.state != TableState::Running)
-    {
-        assert!(
-            start.elapsed() < CONVERGE,
-            "the second snapshot did not finish"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_all_running(&pipeline, CONVERGE).await;
+    // A fixed 500 ms more of writes, streamed to both tables.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _ = stop_tx.send(());
     let transactions = writer.await.unwrap();
@@ -238,21 +222,14 @@ async fn a_dropped_column_stalls_only_its_table() {
     .await
     .unwrap();
     wait_equal(&up, &sink, "s2", "s2_json", CONVERGE).await;
-    let start = std::time::Instant::now();
-    let s1 = loop {
-        let t = pipeline
-            .tables()
-            .unwrap()
-            .into_iter()
-            .find(|t| t.name == "s1_v1")
-            .unwrap();
-        if t.state == TableState::Stalled || start.elapsed() > CONVERGE {
-            break t;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert_eq!(s1.state, TableState::Stalled);
-    let error = s1.error.unwrap_or_default();
+    let mut error = None;
+    wait_until("table s1_v1 to stall", CONVERGE, async || {
+        let (state, e) = table_state(&pipeline, "s1_v1");
+        error = e;
+        state == TableState::Stalled
+    })
+    .await;
+    let error = error.unwrap_or_default();
     assert!(error.contains("column \"b\""), "{error}");
     // The stalled table's interface keeps its last consistent state.
     assert_eq!(pipeline.documents("s1_json").unwrap().len(), 1);
@@ -363,9 +340,12 @@ async fn upstream_transactions_are_atomic_in_the_sink() {
     let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
     create_all(&pipeline, &env.source, &["atomic"]).await;
     let running = Running::start(pipeline.clone());
-    while !sink_exists(&sink, "atomic_json").await {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        "the sink table atomic_json to exist",
+        Duration::from_secs(60),
+        async || sink_exists(&sink, "atomic_json").await,
+    )
+    .await;
     let reader_url = env.sink.url.clone();
     let reader = tokio::spawn(async move {
         let r = connect(&reader_url).await;
@@ -465,36 +445,23 @@ async fn restart_loses_and_duplicates_nothing() {
     wait_equal(&up, &sink, "r", "r_json", CONVERGE).await;
     // The slot is confirmed once the sink has committed (the replication
     // client sends the position with its next status update).
-    let start = std::time::Instant::now();
-    let advanced = loop {
-        let advanced: bool = up
-            .query_one(
+    let slot = format!("evolve_{}", env.source);
+    wait_until(
+        &format!("the slot's confirmed position to advance past {confirmed_before}"),
+        CONVERGE,
+        async || {
+            up.query_one(
                 "SELECT confirmed_flush_lsn > $1::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $2",
-                &[&confirmed_before, &format!("evolve_{}", env.source)],
+                &[&confirmed_before, &slot],
             )
             .await
             .unwrap()
-            .get(0);
-        if advanced || start.elapsed() > CONVERGE {
-            break advanced;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+            .get(0)
+        },
+    )
+    .await;
     running.stop().await;
     assert_eq!(audit_count(&sink, "r_json").await, 100 + 50 + 10 + 20);
-    let after: String = up
-        .query_one(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-            &[&format!("evolve_{}", env.source)],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let applied = pipeline.sources().unwrap()[0].applied_lsn;
-    assert!(
-        advanced,
-        "the slot's confirmed position did not advance: {confirmed_before} then {after}, applied {applied}"
-    );
 }
 
 /// While a sink cannot commit, the slot's confirmed position does not pass
@@ -567,14 +534,11 @@ async fn the_slot_waits_for_the_sinks() {
         }
     };
     // The pipeline applies the inserts to its state, but cannot write them.
-    let start = std::time::Instant::now();
-    while pipeline.documents("w_json").unwrap().len() < 20 {
-        assert!(
-            start.elapsed() < CONVERGE,
-            "the state did not reach 20 rows"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the state to reach 20 rows", CONVERGE, async || {
+        pipeline.documents("w_json").unwrap().len() >= 20
+    })
+    .await;
+    // A fixed wait: the slot must not confirm past `before` meanwhile.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         confirmed_le(before.clone()).await,
@@ -589,11 +553,12 @@ async fn the_slot_waits_for_the_sinks() {
         .unwrap();
     let sink = connect(&env.sink.url).await;
     wait_equal(&up, &sink, "w", "w_json", CONVERGE).await;
-    let start = std::time::Instant::now();
-    while confirmed_le(before.clone()).await {
-        assert!(start.elapsed() < CONVERGE, "the slot did not move on");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        &format!("the slot to confirm past {before}"),
+        CONVERGE,
+        async || !confirmed_le(before.clone()).await,
+    )
+    .await;
     running.stop().await;
 }
 
@@ -761,18 +726,17 @@ async fn a_lost_slot_stalls_the_source_with_the_way_out() {
     up.batch_execute("UPDATE lost SET n = n + 1").await.unwrap();
 
     let running = Running::start(pipeline.clone());
-    let start = std::time::Instant::now();
-    let error = loop {
-        let status = pipeline.status();
-        if let Some(s) = status
+    let mut error = None;
+    wait_until("the source to stall", CONVERGE, async || {
+        error = pipeline
+            .status()
             .iter()
             .find(|s| s.kind == ObjectKind::Source && s.state == "stalled")
-        {
-            break s.error.clone().unwrap();
-        }
-        assert!(start.elapsed() < CONVERGE, "{status:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+            .map(|s| s.error.clone().unwrap());
+        error.is_some()
+    })
+    .await;
+    let error = error.unwrap();
     assert!(
         error.starts_with(&format!(
             "ERROR: replication slot \"{slot}\" of source \"{}\" is missing or invalidated",

@@ -5,7 +5,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use evolve_pipeline::{Pipeline, PipelineError, TableSpec, TableState};
@@ -14,50 +14,26 @@ use tokio_postgres::Client;
 const CONVERGE: Duration = Duration::from_secs(30);
 const APPLY_WAIT: Duration = Duration::from_secs(30);
 
-async fn wait_state(pipeline: &Pipeline, table: &str, state: TableState) {
-    let start = Instant::now();
-    loop {
-        let t = pipeline
-            .tables()
-            .unwrap()
-            .into_iter()
-            .find(|t| t.name == table)
-            .unwrap();
-        if t.state == state {
-            return;
-        }
-        assert!(
-            start.elapsed() < CONVERGE,
-            "table {table} is {:?} ({:?}), not {state:?}",
-            t.state,
-            t.error
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Waits until the sink's audit count stops at `expected` (and checks it
 /// does not go past it for a moment).
 async fn wait_writes(sink: &Client, table: &str, expected: i64) {
-    let start = Instant::now();
-    loop {
-        let n = audit_count(sink, table).await;
-        assert!(n <= expected, "{table}: {n} writes, more than {expected}");
-        if n == expected {
-            tokio::time::sleep(Duration::from_millis(700)).await;
-            assert_eq!(
-                audit_count(sink, table).await,
-                expected,
-                "{table}: writes after settling"
-            );
-            return;
-        }
-        assert!(
-            start.elapsed() < CONVERGE,
-            "{table}: {n} writes, waiting for {expected}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        &format!("{table} to have {expected} writes"),
+        CONVERGE,
+        async || {
+            let n = audit_count(sink, table).await;
+            assert!(n <= expected, "{table}: {n} writes, more than {expected}");
+            n == expected
+        },
+    )
+    .await;
+    // A fixed wait: no write past `expected` may arrive meanwhile.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        audit_count(sink, table).await,
+        expected,
+        "{table}: writes after settling"
+    );
 }
 
 fn spec(name: &str, source: &str, table: &str, exclude: &[&str]) -> TableSpec {
@@ -82,7 +58,7 @@ async fn swap_to(pipeline: &Pipeline, source: &str, version: &str, exclude: &[&s
     pipeline
         .create_replacement(&replacement, "orders_json", version)
         .unwrap();
-    wait_state(pipeline, version, TableState::Running).await;
+    wait_state(pipeline, version, TableState::Running, CONVERGE).await;
     pipeline
         .apply_replacement("orders_json", &replacement, APPLY_WAIT)
         .await
@@ -146,7 +122,7 @@ async fn a_column_added_upstream_is_absorbed() {
         .unwrap();
     }
     // Not hydrated yet, or hydrated: either way APPLY is exact; wait.
-    wait_state(&pipeline, "orders_v2", TableState::Running).await;
+    wait_state(&pipeline, "orders_v2", TableState::Running, CONVERGE).await;
     // v1 fed the 20 updates and 20 inserts (without region).
     wait_writes(&sink, "orders_json", 2001 + 40).await;
     // A subscriber sees the swap too.
@@ -284,6 +260,7 @@ async fn a_type_change_in_three_steps() {
     )
     .await
     .unwrap();
+    // A fixed wait: no write may arrive meanwhile.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(audit_count(&sink, "orders_json").await, 1250);
     assert_eq!(high_priority(&sink).await, 0);
@@ -339,7 +316,7 @@ async fn an_unplanned_drop_stalls_one_table_and_a_replacement_recovers() {
     )
     .await
     .unwrap();
-    wait_state(&pipeline, "orders_v1", TableState::Stalled).await;
+    wait_state(&pipeline, "orders_v1", TableState::Stalled, CONVERGE).await;
     // The other table flows; the stalled one's sink keeps its state.
     wait_writes(&sink, "customers_json", 11).await;
     assert_eq!(audit_count(&sink, "orders_json").await, 1000);
@@ -451,31 +428,27 @@ async fn replacement_errors() {
 /// Waits until `orders_json` reads `table` and only that version of
 /// `orders` is left.
 async fn wait_reads(pipeline: &Pipeline, table: &str) {
-    let start = Instant::now();
-    loop {
-        let interface = pipeline
-            .interfaces()
-            .unwrap()
-            .into_iter()
-            .find(|i| i.name == "orders_json")
-            .unwrap();
-        let tables: Vec<String> = pipeline
-            .tables()
-            .unwrap()
-            .into_iter()
-            .map(|t| t.name)
-            .filter(|n| n.starts_with("orders_v"))
-            .collect();
-        if interface.table == table && tables == [table] {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "orders_json reads {} with tables {tables:?}, waiting for {table}",
-            interface.table
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        &format!("orders_json to read {table}, the only version of orders left"),
+        Duration::from_secs(60),
+        async || {
+            let interface = pipeline
+                .interfaces()
+                .unwrap()
+                .into_iter()
+                .find(|i| i.name == "orders_json")
+                .unwrap();
+            let tables: Vec<String> = pipeline
+                .tables()
+                .unwrap()
+                .into_iter()
+                .map(|t| t.name)
+                .filter(|n| n.starts_with("orders_v"))
+                .collect();
+            interface.table == table && tables == [table]
+        },
+    )
+    .await;
 }
 
 /// Flow 5: ABSORB = 'auto'. evolve runs the flows itself: a column added
@@ -631,7 +604,7 @@ async fn truncate_replica_identity_and_rename_upstream() {
     )
     .await
     .unwrap();
-    wait_state(&pipeline, "orders_v1", TableState::Stalled).await;
+    wait_state(&pipeline, "orders_v1", TableState::Stalled, CONVERGE).await;
     let error = pipeline.tables().unwrap()[0].error.clone().unwrap();
     assert!(error.contains("replica identity"), "{error}");
     assert_eq!(audit_count(&sink, "orders_json").await, 805);

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use evolve_pipeline::Pipeline;
 use evolve_pipeline::Position;
 use evolve_pipeline::subscribe::{self, SubscribeError, SubscribeOptions, Subscription};
-use evolve_pipeline::{Pipeline, TableState};
 use serde_json::Value;
 use tokio_postgres::Client;
 
@@ -163,39 +163,23 @@ async fn equal_upstream(up: &Client, table: &str, docs: &[(Value, Value)]) -> (i
 /// Waits until the pipeline's documents of `<table>_json` equal the
 /// upstream table, then returns the source's applied position.
 async fn converged(up: &Client, pipeline: &Pipeline, table: &str) -> Position {
-    let start = Instant::now();
-    loop {
-        let docs: Vec<(Value, Value)> = documents(pipeline, &format!("{table}_json"))
-            .into_iter()
-            .map(|(k, d)| (serde_json::from_str(&k).unwrap(), d))
-            .collect();
-        let (count, equal) = equal_upstream(up, table, &docs).await;
-        if count == docs.len() as i64 && equal == count {
-            // The position of every transaction applied so far (recorded
-            // within a tick).
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            return pipeline.sources().unwrap()[0].applied_lsn;
-        }
-        assert!(
-            start.elapsed() < CONVERGE,
-            "the documents of {table} did not converge: {count} upstream, {} documents, {equal} equal",
-            docs.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_running(pipeline: &Pipeline) {
-    let start = Instant::now();
-    while pipeline
-        .tables()
-        .unwrap()
-        .iter()
-        .any(|t| t.state != TableState::Running)
-    {
-        assert!(start.elapsed() < CONVERGE, "the snapshot did not finish");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(
+        &format!("the documents of {table} to equal the upstream rows"),
+        CONVERGE,
+        async || {
+            let docs: Vec<(Value, Value)> = documents(pipeline, &format!("{table}_json"))
+                .into_iter()
+                .map(|(k, d)| (serde_json::from_str(&k).unwrap(), d))
+                .collect();
+            let (count, equal) = equal_upstream(up, table, &docs).await;
+            count == docs.len() as i64 && equal == count
+        },
+    )
+    .await;
+    // The position of every transaction applied so far (recorded within a
+    // tick, hence a fixed wait of a few ticks).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    pipeline.sources().unwrap()[0].applied_lsn
 }
 
 async fn setup(hint: &str, rows: i32, retain: Option<Duration>) -> (Env, Client, Arc<Pipeline>) {
@@ -237,7 +221,7 @@ fn opts(snapshot: bool, as_of: Option<Position>) -> SubscribeOptions {
 async fn subscribe_with_snapshot() {
     let (_env, up, pipeline) = setup("sub_snapshot", 200, None).await;
     let running = Running::start(pipeline.clone());
-    wait_running(&pipeline).await;
+    wait_all_running(&pipeline, CONVERGE).await;
 
     // Quiet: the snapshot is exactly the documents, in key order.
     let mut quiet = subscribe::subscribe(&pipeline, "t_json", opts(true, None))
@@ -318,12 +302,13 @@ async fn subscribe_with_snapshot() {
             .unwrap();
         }
     });
+    // A fixed wait: the writer is under way before the busy snapshot.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut busy = subscribe::subscribe(&pipeline, "t_json", opts(true, None))
         .await
         .unwrap();
     let mut busy_lines = Vec::new();
-    // Read while the writer runs.
+    // Read for a fixed 700 ms while the writer runs.
     let until = Instant::now() + Duration::from_millis(700);
     while Instant::now() < until {
         busy_lines.push(next(&mut busy).await.unwrap());
@@ -427,7 +412,7 @@ async fn subscribe_with_snapshot() {
 async fn many_subscribers_receive_the_same_lines() {
     let (env, up, pipeline) = setup("sub_many", 50, None).await;
     let running = Running::start(pipeline.clone());
-    wait_running(&pipeline).await;
+    wait_all_running(&pipeline, CONVERGE).await;
     let writer_url = env.up.url.clone();
     let writer = tokio::spawn(async move {
         let w = connect(&writer_url).await;
@@ -454,6 +439,7 @@ async fn many_subscribers_receive_the_same_lines() {
         subscribe::subscribe(&pipeline, "t_json", opts(false, None)),
         subscribe::subscribe(&pipeline, "t_json", opts(true, None)),
     );
+    // A fixed wait: the third subscriber starts later than the first two.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let c = subscribe::subscribe(&pipeline, "t_json", opts(false, None)).await;
     let mut subs = [a.unwrap(), b.unwrap(), c.unwrap()];
@@ -507,7 +493,7 @@ async fn many_subscribers_receive_the_same_lines() {
 async fn as_of_a_past_position() {
     let (_env, up, pipeline) = setup("sub_as_of", 60, None).await;
     let running = Running::start(pipeline.clone());
-    wait_running(&pipeline).await;
+    wait_all_running(&pipeline, CONVERGE).await;
     let mut live = subscribe::subscribe(&pipeline, "t_json", opts(false, None))
         .await
         .unwrap();
@@ -594,7 +580,7 @@ async fn as_of_out_of_range_is_refused() {
     let (env, up, pipeline) = setup("sub_horizon", 20, Some(Duration::ZERO)).await;
     let sink = connect(&env.sink.url).await;
     let running = Running::start(pipeline.clone());
-    wait_running(&pipeline).await;
+    wait_all_running(&pipeline, CONVERGE).await;
     // A tick records where the feed starts.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut live = subscribe::subscribe(&pipeline, "t_json", opts(false, None))
@@ -611,23 +597,24 @@ async fn as_of_out_of_range_is_refused() {
     read_until(&mut live, applied).await;
 
     // The feed is pruned within a few ticks.
-    let start = Instant::now();
-    let horizon = loop {
-        match subscribe::subscribe(&pipeline, "t_json", opts(false, Some(before))).await {
-            Err(SubscribeError::TooOld { as_of, horizon, .. }) => {
+    let mut horizon = None;
+    wait_until(
+        &format!("the feed to be pruned past {before}"),
+        CONVERGE,
+        async || match subscribe::subscribe(&pipeline, "t_json", opts(false, Some(before))).await {
+            Err(SubscribeError::TooOld {
+                as_of, horizon: h, ..
+            }) => {
                 assert_eq!(as_of, before);
-                break horizon;
+                horizon = Some(h);
+                true
             }
             Err(e) => panic!("{e}"),
-            Ok(_) => {
-                assert!(
-                    start.elapsed() < CONVERGE,
-                    "the feed was not pruned in {CONVERGE:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
+            Ok(_) => false,
+        },
+    )
+    .await;
+    let horizon = horizon.unwrap();
     assert!(
         horizon > before && horizon <= applied,
         "{before} < {horizon} <= {applied}"
@@ -778,7 +765,7 @@ async fn a_subscriber_that_does_not_read_is_cut_off() {
     let (env, up, pipeline) = setup("sub_slow", 10, None).await;
     let sink = connect(&env.sink.url).await;
     let running = Running::start(pipeline.clone());
-    wait_running(&pipeline).await;
+    wait_all_running(&pipeline, CONVERGE).await;
     let mut slow = subscribe::subscribe(&pipeline, "t_json", opts(false, None))
         .await
         .unwrap();

@@ -2,10 +2,13 @@
 //! (`hostssl` lines only, replication included) and a sink cluster that
 //! does too, both reached with `sslmode=verify-full` and their CA.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::wait_until;
 use evolve_pipeline::{Config, Connection, Pipeline, TableSpec, upstream};
 use evolve_test::{Cluster, Options, TestDb, TlsOptions};
 use pgwire_replication::SslMode as WireMode;
@@ -104,35 +107,28 @@ async fn upstream_rows(up: &Client) -> Vec<(String, String)> {
 
 /// Waits until the sink holds exactly the upstream documents.
 async fn wait_equal(up: &Client, sink: &Client) {
-    let start = Instant::now();
-    loop {
-        let exists: bool = sink
-            .query_one(
-                "SELECT to_regclass('public.accounts_json') IS NOT NULL",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        let (want, have) = if exists {
-            (
-                upstream_rows(up).await,
-                sink_rows(sink, "accounts_json").await,
-            )
-        } else {
-            (upstream_rows(up).await, Vec::new())
-        };
-        if want == have {
-            return;
-        }
-        assert!(
-            start.elapsed() < CONVERGE,
-            "the sink did not converge in {CONVERGE:?}: upstream {} rows, sink {} rows",
-            want.len(),
-            have.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "the sink to hold exactly the upstream documents",
+        CONVERGE,
+        async || {
+            let exists: bool = sink
+                .query_one(
+                    "SELECT to_regclass('public.accounts_json') IS NOT NULL",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            let want = upstream_rows(up).await;
+            let have = if exists {
+                sink_rows(sink, "accounts_json").await
+            } else {
+                Vec::new()
+            };
+            want == have
+        },
+    )
+    .await;
 }
 
 /// Every row write into `accounts_json`, counted by a trigger.

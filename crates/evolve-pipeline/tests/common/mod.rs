@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use evolve_pipeline::{Config, Pipeline, TableSpec};
+use evolve_pipeline::{Config, Pipeline, TableSpec, TableState};
 use evolve_test::{Cluster, TestDb};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -150,6 +150,39 @@ pub async fn wait_until<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, 
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The state and error of table `name`; panics when there is no such table.
+pub fn table_state(pipeline: &Pipeline, name: &str) -> (TableState, Option<String>) {
+    let t = pipeline
+        .tables()
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no table {name}"));
+    (t.state, t.error)
+}
+
+/// Waits until table `name` is in `state`.
+pub async fn wait_state(pipeline: &Pipeline, name: &str, state: TableState, timeout: Duration) {
+    wait_until(
+        &format!("table {name} to be {state:?}"),
+        timeout,
+        async || table_state(pipeline, name).0 == state,
+    )
+    .await;
+}
+
+/// Waits until every table of the pipeline is running (its snapshot is in).
+pub async fn wait_all_running(pipeline: &Pipeline, timeout: Duration) {
+    wait_until("every table to be running", timeout, async || {
+        pipeline
+            .tables()
+            .unwrap()
+            .iter()
+            .all(|t| t.state == TableState::Running)
+    })
+    .await;
 }
 
 /// Rows of a sink table: `(key text, data text)`.
