@@ -36,6 +36,7 @@ use tokio_postgres::{Client, Statement};
 
 use crate::error::{ReplicateError, Result};
 use crate::node::{self, NodeTable};
+use crate::transform::Transform;
 
 /// The node's tables evolve writes, created when a replica starts.
 pub const NODE_SETUP: &str = "
@@ -79,12 +80,26 @@ pub struct Applied {
     /// The transaction was at or below the replica's position (already
     /// applied) or was the one to skip.
     pub skipped: bool,
+    /// Rows a transform's filter dropped.
+    pub filtered: u64,
+}
+
+/// The node table a row goes to, and how.
+struct Target<'a> {
+    schema: &'a Arc<TableSchema>,
+    node: &'a NodeTable,
+    matched: &'a ColumnMatch,
+    transform: Option<&'a (Transform, Vec<String>)>,
+    table: &'a str,
 }
 
 /// How an upstream table maps onto the node, for one schema of it.
 struct Mapped {
     schema: Arc<TableSchema>,
     target: Option<(NodeTable, ColumnMatch)>,
+    /// The table's transform, with the node's names of the upstream's
+    /// column types (for `NEW`).
+    transform: Option<(Transform, Vec<String>)>,
     /// Its schema-level conflicts are to be logged (the first transaction
     /// that uses this match does).
     log_pending: bool,
@@ -94,6 +109,7 @@ struct Mapped {
 pub struct Applier {
     replica: String,
     resolvers: Resolvers,
+    transforms: Vec<Transform>,
     tables: HashMap<u32, Mapped>,
     statements: HashMap<String, Statement>,
     commit_timestamps: bool,
@@ -118,7 +134,12 @@ struct Logged {
 impl Applier {
     /// Prepares the node (its progress and conflict tables) and reads the
     /// replica's position there.
-    pub async fn open(client: &Client, replica: &str, resolvers: Resolvers) -> Result<Applier> {
+    pub async fn open(
+        client: &Client,
+        replica: &str,
+        resolvers: Resolvers,
+        transforms: Vec<Transform>,
+    ) -> Result<Applier> {
         client
             .batch_execute(NODE_SETUP)
             .await
@@ -134,6 +155,7 @@ impl Applier {
         let mut applier = Applier {
             replica: replica.to_string(),
             resolvers,
+            transforms,
             tables: HashMap::new(),
             statements: HashMap::new(),
             commit_timestamps,
@@ -239,6 +261,15 @@ impl Applier {
             .get(&id)
             .is_some_and(|m| Arc::ptr_eq(&m.schema, schema) || *m.schema == **schema);
         if !fresh {
+            let transform = self
+                .transforms
+                .iter()
+                .find(|t| t.schema == schema.schema && t.table == schema.name)
+                .cloned();
+            let transformed: Vec<&str> = transform
+                .iter()
+                .flat_map(|t| t.sets.iter().map(|(c, _)| c.as_str()))
+                .collect();
             let target = match node::table(client.client(), &schema.schema, &schema.name).await? {
                 None => None,
                 Some(node_table) => {
@@ -252,22 +283,51 @@ impl Applier {
                         };
                         relations.push((t.name.clone(), relation));
                     }
-                    let matched =
-                        match_columns(schema, &node_table.table, &self.resolvers, &[], |_, t| {
+                    let matched = match_columns(
+                        schema,
+                        &node_table.table,
+                        &self.resolvers,
+                        &transformed,
+                        |_, t| {
                             relations
                                 .iter()
                                 .find(|(name, _)| *name == t.name)
                                 .map_or(TypeRelation::Same, |(_, r)| *r)
-                        })
-                        .map_err(|h| self.halt(txn, h.to_string()))?;
+                        },
+                    )
+                    .map_err(|h| self.halt(txn, h.to_string()))?;
+                    if let Some(t) = &transform
+                        && let Some(&k) = matched
+                            .key
+                            .iter()
+                            .find(|&&k| matched.values[k] == ColumnValue::Transform)
+                    {
+                        return Err(self.halt(
+                            txn,
+                            format!(
+                                "transform {} sets key column \"{}\" of {}, which rows are found by: drop that SET from the transform",
+                                t.name,
+                                node_table.table.columns[k].name,
+                                node_table.table.reference()
+                            ),
+                        ));
+                    }
                     Some((node_table, matched))
                 }
+            };
+            let transform = match transform {
+                Some(t) => {
+                    let types = node::type_names(client.client(), schema).await?;
+                    Some((t, types))
+                }
+                None => None,
             };
             self.tables.insert(
                 id,
                 Mapped {
                     schema: Arc::clone(schema),
                     target,
+                    transform,
                     log_pending: true,
                 },
             );
@@ -304,6 +364,7 @@ impl Applier {
         let schema = Arc::clone(&change.table);
         let resolvers = self.resolvers.clone();
         let mapped = self.mapped(tx, txn, id, &schema).await?;
+        let transform = mapped.transform.clone();
         let Some((node, matched)) = mapped.target.clone() else {
             let resolver = resolvers.get(ConflictType::TargetTableMissing);
             if resolver == Resolver::Error {
@@ -395,10 +456,15 @@ impl Applier {
             }
             ChangeKind::Insert => {
                 let new = change.new.as_deref().unwrap_or(&[]);
-                self.insert(
-                    tx, txn, &schema, &node, &matched, &table, new, applied, logged,
-                )
-                .await?;
+                let row = Target {
+                    schema: &schema,
+                    node: &node,
+                    matched: &matched,
+                    transform: transform.as_ref(),
+                    table: &table,
+                };
+                self.insert(tx, txn, &row, new, None, applied, logged)
+                    .await?;
             }
             ChangeKind::Update => {
                 let new = change.new.as_deref().unwrap_or(&[]);
@@ -416,24 +482,47 @@ impl Applier {
                 let mut params: Vec<Option<String>> = Vec::new();
                 let mut sets = Vec::new();
                 for (n, value) in matched.values.iter().enumerate() {
-                    if let ColumnValue::Source(i) = value {
-                        match new.get(*i) {
-                            Some(Datum::Text(t)) => params.push(Some(text(t)?.to_string())),
-                            Some(Datum::Null) => params.push(None),
-                            _ => continue,
+                    let column = quote_ident(&node.table.columns[n].name);
+                    match value {
+                        ColumnValue::Source(i) => {
+                            match new.get(*i) {
+                                Some(Datum::Text(t)) => params.push(Some(text(t)?.to_string())),
+                                Some(Datum::Null) => params.push(None),
+                                _ => continue,
+                            }
+                            sets.push(format!(
+                                "{column} = ${}::text::{}",
+                                params.len(),
+                                node.type_names[n]
+                            ));
                         }
-                        sets.push(format!(
-                            "{} = ${}::text::{}",
-                            quote_ident(&node.table.columns[n].name),
-                            params.len(),
-                            node.type_names[n]
-                        ));
+                        ColumnValue::Transform => {
+                            if let Some((t, _)) = &transform
+                                && let Some(e) = t.expression(&node.table.columns[n].name)
+                            {
+                                sets.push(format!("{column} = ({e})"));
+                            }
+                        }
+                        ColumnValue::Default => {}
                     }
                 }
+                let (with_new, from_new, filter) = match &transform {
+                    Some((t, types)) => {
+                        let cte = new_row(&schema, types, new, change.old.as_deref(), &mut params)
+                            .map_err(|c| self.unsent(txn, &table, t, &c))?;
+                        (format!("{cte}, "), " FROM \"new\"", t.condition())
+                    }
+                    None => (String::new(), "", "true".to_string()),
+                };
                 let cond = key_condition(&node, &matched, &key, &mut params)?;
+                let passed = if transform.is_some() {
+                    format!("(SELECT count(*) FROM \"new\" WHERE {filter})")
+                } else {
+                    "1::int8".to_string()
+                };
                 let sql = format!(
-                    "WITH upd AS (UPDATE {table} AS t SET {} WHERE {cond} RETURNING 1)
-                     SELECT count(*) FROM upd",
+                    "WITH {with_new}upd AS (UPDATE {table} AS t SET {}{from_new} WHERE {cond} AND {filter} RETURNING 1)
+                     SELECT (SELECT count(*) FROM upd), {passed}",
                     if sets.is_empty() {
                         // Nothing the node has changed: touch nothing but
                         // find the row.
@@ -454,6 +543,11 @@ impl Applier {
                     applied.rows += 1;
                     return Ok(());
                 }
+                if row.get::<_, i64>(1) == 0 {
+                    // The transform's filter dropped the row.
+                    applied.filtered += 1;
+                    return Ok(());
+                }
                 let resolver = resolvers.get(ConflictType::UpdateMissing);
                 let complete = matched.values.iter().all(|v| match v {
                     ColumnValue::Source(i) => {
@@ -463,11 +557,21 @@ impl Applier {
                 });
                 let inserted = match resolver {
                     Resolver::InsertOrSkip | Resolver::InsertOrError if complete => {
-                        self.insert(
-                            tx, txn, &schema, &node, &matched, &table, new, applied, logged,
-                        )
-                        .await?;
-                        true
+                        let row = Target {
+                            schema: &schema,
+                            node: &node,
+                            matched: &matched,
+                            transform: transform.as_ref(),
+                            table: &table,
+                        };
+                        if self
+                            .insert(tx, txn, &row, new, change.old.as_deref(), applied, logged)
+                            .await?
+                        {
+                            true
+                        } else {
+                            return Ok(());
+                        }
                     }
                     Resolver::InsertOrError | Resolver::Error => {
                         return Err(self.halt(
@@ -542,38 +646,51 @@ impl Applier {
         Ok(())
     }
 
-    /// Inserts `new`, resolving `insert_exists`.
+    /// Inserts `new`, resolving `insert_exists`; false when the
+    /// transform's filter dropped the row. `old` is the update's old row
+    /// for an update turned insert (values an update did not send are
+    /// taken from it for the transform's `NEW`).
     #[allow(clippy::too_many_arguments)]
     async fn insert(
         &mut self,
         tx: &tokio_postgres::Transaction<'_>,
         txn: &Transaction,
-        schema: &Arc<TableSchema>,
-        node: &NodeTable,
-        matched: &ColumnMatch,
-        table: &str,
+        row: &Target<'_>,
         new: &[Datum],
+        old: Option<&[Datum]>,
         applied: &mut Applied,
         logged: &mut Vec<Logged>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        let (schema, node, matched, table) = (row.schema, row.node, row.matched, row.table);
         let resolver = self.resolvers.get(ConflictType::InsertExists);
         let mut params: Vec<Option<String>> = Vec::new();
         let mut columns = Vec::new();
         let mut values = Vec::new();
         let mut param_of = HashMap::new();
         for (n, value) in matched.values.iter().enumerate() {
-            if let ColumnValue::Source(i) = value {
-                match new.get(*i) {
-                    Some(Datum::Text(t)) => params.push(Some(text(t)?.to_string())),
-                    Some(Datum::Null) => params.push(None),
-                    // Not sent (unchanged TOAST on an update turned insert
-                    // is refused before this): the node's default.
-                    _ => continue,
+            match value {
+                ColumnValue::Source(i) => {
+                    match new.get(*i) {
+                        Some(Datum::Text(t)) => params.push(Some(text(t)?.to_string())),
+                        Some(Datum::Null) => params.push(None),
+                        // Not sent: the node's default.
+                        _ => continue,
+                    }
+                    param_of.insert(n, params.len());
+                    values.push(format!("${}::text::{}", params.len(), node.type_names[n]));
                 }
-                param_of.insert(n, params.len());
-                columns.push(quote_ident(&node.table.columns[n].name));
-                values.push(format!("${}::text::{}", params.len(), node.type_names[n]));
+                ColumnValue::Transform => {
+                    let Some(e) = row
+                        .transform
+                        .and_then(|(t, _)| t.expression(&node.table.columns[n].name))
+                    else {
+                        continue;
+                    };
+                    values.push(format!("({e})"));
+                }
+                ColumnValue::Default => continue,
             }
+            columns.push(quote_ident(&node.table.columns[n].name));
         }
         let mut cond = Vec::new();
         let mut key_columns = Vec::new();
@@ -608,31 +725,53 @@ impl Applier {
             _ => "DO NOTHING".to_string(),
         };
         let cond = cond.join(" AND ");
+        let (with_new, source, passed) = match row.transform {
+            Some((t, types)) => {
+                let cte = new_row(schema, types, new, old, &mut params)
+                    .map_err(|c| self.unsent(txn, table, t, &c))?;
+                let filter = t.condition();
+                (
+                    format!("{cte}, "),
+                    format!("SELECT {} FROM \"new\" WHERE {filter}", values.join(", ")),
+                    format!("(SELECT count(*) FROM \"new\" WHERE {filter})"),
+                )
+            }
+            None => (
+                String::new(),
+                format!("VALUES ({})", values.join(", ")),
+                "1::int8".to_string(),
+            ),
+        };
         let sql = format!(
-            "WITH old AS (SELECT to_jsonb(t)::text AS j FROM {table} t WHERE {cond}),
-                  ins AS (INSERT INTO {table} AS t ({}) VALUES ({}) ON CONFLICT ({}) {action} RETURNING 1)
-             SELECT (SELECT j FROM old), (SELECT count(*) FROM ins)",
+            "WITH {with_new}old AS (SELECT to_jsonb(t)::text AS j FROM {table} t WHERE {cond}),
+                  ins AS (INSERT INTO {table} AS t ({}) {source} ON CONFLICT ({}) {action} RETURNING 1)
+             SELECT (SELECT j FROM old), (SELECT count(*) FROM ins), {passed}",
             columns.join(", "),
-            values.join(", "),
             key_columns.join(", ")
         );
         let statement = self.statement(tx, sql).await?;
         let key_json = json_of(schema, new, true).to_string();
-        let row = tx
+        let result = tx
             .query_one(&statement, &refs(&params))
             .await
             .map_err(|e| self.node_refused(txn, table, Some(key_json.as_str()), &e))?;
-        let local: Option<String> = row.get(0);
-        let written = row.get::<_, i64>(1) > 0;
+        if result.get::<_, i64>(2) == 0 {
+            applied.filtered += 1;
+            return Ok(false);
+        }
+        let local: Option<String> = result.get(0);
+        let written = result.get::<_, i64>(1) > 0;
         if local.is_none() {
             applied.rows += 1;
-            return Ok(());
+            return Ok(true);
         }
         let resolution = match resolver {
             Resolver::Error => {
                 return Err(self.halt(
                     txn,
-                    format!("a row of {table} with key {key_json} exists on the node already (insert_exists)"),
+                    format!(
+                        "a row of {table} with key {key_json} exists on the node already (insert_exists)"
+                    ),
                 ));
             }
             _ if written => {
@@ -653,7 +792,24 @@ impl Applier {
             local,
             detail: None,
         });
-        Ok(())
+        Ok(true)
+    }
+
+    /// A row whose transform needs a value the upstream did not send.
+    fn unsent(
+        &self,
+        txn: &Transaction,
+        table: &str,
+        t: &Transform,
+        column: &str,
+    ) -> ReplicateError {
+        self.halt(
+            txn,
+            format!(
+                "transform {} of {table} reads NEW, and an update left column \"{column}\" unsent (an unchanged TOASTed value): set REPLICA IDENTITY FULL on the upstream table so updates carry whole rows",
+                t.name
+            ),
+        )
     }
 
     /// The node refused a row: a unique constraint other than the key
@@ -805,4 +961,36 @@ fn json_of(schema: &TableSchema, image: &[Datum], key_only: bool) -> serde_json:
         }
     }
     serde_json::Value::Object(object)
+}
+
+/// `"new" AS (SELECT $n::text::type AS "column", ...)`: the upstream's
+/// row as a transform reads it (`NEW`), every column typed as the upstream
+/// sent it; a value the update did not send comes from `old` when it has
+/// it, otherwise the error is that column's name.
+fn new_row(
+    schema: &TableSchema,
+    types: &[String],
+    new: &[Datum],
+    old: Option<&[Datum]>,
+    params: &mut Vec<Option<String>>,
+) -> std::result::Result<String, String> {
+    let mut columns = Vec::with_capacity(schema.columns.len());
+    for (i, c) in schema.columns.iter().enumerate() {
+        let value = match new.get(i) {
+            Some(Datum::Unchanged) | Some(Datum::Missing) | None => old.and_then(|o| o.get(i)),
+            v => v,
+        };
+        params.push(match value {
+            Some(Datum::Text(t)) => Some(String::from_utf8_lossy(t).into_owned()),
+            Some(Datum::Null) => None,
+            _ => return Err(c.name.clone()),
+        });
+        columns.push(format!(
+            "${}::text::{} AS {}",
+            params.len(),
+            types.get(i).map_or("text", String::as_str),
+            quote_ident(&c.name)
+        ));
+    }
+    Ok(format!("\"new\" AS (SELECT {})", columns.join(", ")))
 }

@@ -21,7 +21,9 @@ pub mod apply;
 mod error;
 pub mod node;
 pub mod replica;
+pub mod transform;
 
 pub use apply::{Applied, Applier, Transaction};
 pub use error::{ReplicateError, Result};
 pub use replica::{Replica, ReplicaSpec};
+pub use transform::Transform;

@@ -64,6 +64,33 @@ pub async fn table(client: &Client, schema: &str, name: &str) -> Result<Option<N
     }))
 }
 
+/// The node's names of the upstream table's column types, for values
+/// typed as the upstream sent them (a transform's `NEW`): PostgreSQL's own
+/// types as `format_type` prints them, others (the upstream's enums,
+/// domains) as `text`.
+pub async fn type_names(
+    client: &Client,
+    schema: &evolve_core::change::TableSchema,
+) -> Result<Vec<String>> {
+    let mut names = Vec::with_capacity(schema.columns.len());
+    for c in &schema.columns {
+        if c.type_oid >= FIRST_USER_OID {
+            names.push("text".to_string());
+            continue;
+        }
+        let name: String = client
+            .query_one(
+                "SELECT format_type($1::int8::oid, $2)",
+                &[&i64::from(c.type_oid), &c.typmod],
+            )
+            .await
+            .map_err(|e| ReplicateError::node("read a type's name", &e))?
+            .get(0);
+        names.push(name);
+    }
+    Ok(names)
+}
+
 /// OIDs below this are PostgreSQL's own, the same on every server.
 const FIRST_USER_OID: u32 = 16_384;
 

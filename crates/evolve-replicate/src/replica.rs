@@ -27,6 +27,8 @@ pub struct ReplicaSpec {
     /// The upstream tables it replicates, as (schema, name).
     pub tables: Vec<(String, String)>,
     pub resolvers: Resolvers,
+    /// At most one per table.
+    pub transforms: Vec<crate::Transform>,
 }
 
 /// What a running replica shows.
@@ -166,7 +168,13 @@ impl Replica {
                 context: format!("connect to the node of replica {}", spec.name),
                 message: e.to_string(),
             })?;
-        let mut applier = Applier::open(&node, &spec.name, spec.resolvers.clone()).await?;
+        let mut applier = Applier::open(
+            &node,
+            &spec.name,
+            spec.resolvers.clone(),
+            spec.transforms.clone(),
+        )
+        .await?;
         let source = PostgresSource::new(
             SourceInfo {
                 name: spec.name.clone(),

@@ -143,6 +143,7 @@ async fn a_node_at_another_schema_version_gets_every_row_by_its_resolvers() {
             ("public".into(), "audit".into()),
         ],
         resolvers,
+        transforms: Vec::new(),
     };
     let replica = Arc::new(Replica::create(spec.clone()).await.unwrap());
     up.batch_execute(
@@ -275,6 +276,7 @@ async fn an_error_resolver_halts_at_the_transaction_and_skip_passes_it() {
         node: node_db.url.clone(),
         tables: vec![("public".into(), "t".into())],
         resolvers,
+        transforms: Vec::new(),
     };
     let replica = Arc::new(Replica::create(spec.clone()).await.unwrap());
     // Three upstream transactions (one query string would be one).
@@ -334,4 +336,110 @@ async fn an_error_resolver_halts_at_the_transaction_and_skip_passes_it() {
         .unwrap()
         .get(0);
     assert_eq!(skip, None, "the skip is cleared once passed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transform_splits_a_column_and_its_filter_drops_rows() {
+    let up_db = evolve_test::fresh_db("rep_tf_up").await;
+    let node_db = evolve_test::fresh_db("rep_tf_node").await;
+    let up = connect(&up_db.url).await;
+    let node = connect(&node_db.url).await;
+    up.batch_execute("CREATE TABLE customers (id int PRIMARY KEY, name text, status text)")
+        .await
+        .unwrap();
+    // The node has split `name` already.
+    node.batch_execute(
+        "CREATE TABLE customers (id int PRIMARY KEY, first_name text NOT NULL,
+                                 last_name text NOT NULL, status text)",
+    )
+    .await
+    .unwrap();
+    let mut resolvers = Resolvers::default();
+    resolvers
+        .set(ConflictType::TargetColumnMissing, Resolver::Ignore)
+        .unwrap();
+    let spec = ReplicaSpec {
+        name: "node_tf".into(),
+        upstream: up_db.url.clone(),
+        node: node_db.url.clone(),
+        tables: vec![("public".into(), "customers".into())],
+        resolvers,
+        transforms: vec![evolve_replicate::Transform {
+            name: "split_name".into(),
+            schema: "public".into(),
+            table: "customers".into(),
+            sets: vec![
+                ("first_name".into(), "split_part(NEW.name, ' ', 1)".into()),
+                ("last_name".into(), "split_part(NEW.name, ' ', 2)".into()),
+            ],
+            filter: Some("NEW.status <> 'test'".into()),
+        }],
+    };
+    let replica = Arc::new(Replica::create(spec.clone()).await.unwrap());
+    up.batch_execute(
+        "INSERT INTO customers VALUES (1, 'Ada Lovelace', 'vip'), (2, 'Alan Turing', 'new'),
+                                      (3, 'Test User', 'test'), (4, 'Grace Hopper', 'new');
+         UPDATE customers SET name = 'Alan M. Turing' WHERE id = 2;
+         UPDATE customers SET name = 'Still Test' WHERE id = 3;
+         UPDATE customers SET status = 'test' WHERE id = 4;",
+    )
+    .await
+    .unwrap();
+    run_until_caught_up(replica.clone(), &up, &node, "node_tf").await;
+    let rows: Vec<(i32, String, String, String)> = node
+        .query(
+            "SELECT id, first_name, last_name, status FROM customers ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let row = |id, f: &str, l: &str, s: &str| (id, f.to_string(), l.to_string(), s.to_string());
+    assert_eq!(
+        rows,
+        vec![
+            row(1, "Ada", "Lovelace", "vip"),
+            row(2, "Alan", "M.", "new"),
+            // The update that made row 4 a test row was dropped by the
+            // filter: the node keeps the row as it was.
+            row(4, "Grace", "Hopper", "new"),
+        ]
+    );
+    // Nothing but the dropped `name` values was a conflict: 4 inserts and
+    // 3 updates sent it (columns are matched before the transform runs,
+    // so the rows its filter dropped count too), and the filtered update
+    // of row 3, which the node never had, is not an update_missing.
+    let h = history(&node, "node_tf").await;
+    assert_eq!(
+        h.get(&key("target_column_missing", "ignore")),
+        Some(&7),
+        "{h:?}"
+    );
+    assert_eq!(
+        h.get(&key("update_missing", "insert_or_skip")),
+        None,
+        "{h:?}"
+    );
+    assert_eq!(h.len(), 1, "{h:?}");
+
+    // A transform the node cannot evaluate halts with the server's error.
+    let mut broken = spec.clone();
+    broken.transforms[0].sets[0].1 = "NEW.name::int".into();
+    up.batch_execute("INSERT INTO customers VALUES (5, 'Edsger Dijkstra', 'new')")
+        .await
+        .unwrap();
+    let (_stop, task) = start(Arc::new(Replica::new(broken)));
+    let e = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("the replica halts")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("invalid input syntax for type integer: \"Edsger Dijkstra\""),
+        "{e}"
+    );
+    assert!(matches!(e, ReplicateError::Halted { .. }), "{e}");
 }
