@@ -138,17 +138,20 @@ impl ConflictType {
         }
     }
 
-    /// PGD's default. Two differ from PGD's documented ones because PGD's
-    /// need its own server: `target_table_missing` defaults there to
-    /// `skip_if_recently_dropped`, which only PGD can detect, so here to
-    /// `error` (what community PostgreSQL does); `target_column_type_mismatch`
-    /// is ours and halts unless told otherwise.
+    /// PGD's default. `target_table_missing` defaults in PGD to
+    /// `skip_if_recently_dropped`, which only PGD's server can detect, so
+    /// here to `error` (what community PostgreSQL does).
+    /// `target_column_type_mismatch` is ours: a type the node's assignment
+    /// cast converts to is no conflict at all (the value is applied, as
+    /// native replication applies it); one it does not is resolved by the
+    /// replica's transform of that column (`transform`, the default) and
+    /// halts when there is none, or always with `error`.
     pub fn default_resolver(self) -> Resolver {
         match self {
             ConflictType::TargetTableMissing => Resolver::Error,
             ConflictType::TargetColumnMissing => Resolver::IgnoreIfNull,
             ConflictType::SourceColumnMissing => Resolver::UseDefaultValue,
-            ConflictType::TargetColumnTypeMismatch => Resolver::Error,
+            ConflictType::TargetColumnTypeMismatch => Resolver::Transform,
             ConflictType::InsertExists => Resolver::UpdateIfNewer,
             ConflictType::UpdateMissing => Resolver::InsertOrSkip,
             ConflictType::DeleteMissing => Resolver::Skip,
@@ -423,6 +426,23 @@ pub fn match_columns(
             key.push(n);
         }
         if transformed.contains(&t.name.as_str()) {
+            if let Some(i) = source.column(&t.name)
+                && relation(&source.columns[i], t) == TypeRelation::Incompatible
+            {
+                if resolvers.get(ConflictType::TargetColumnTypeMismatch) == Resolver::Error {
+                    return Err(Halt {
+                        conflict: Some(ConflictType::TargetColumnTypeMismatch),
+                        message: format!(
+                            "column \"{}\" of node table {table} has a type the upstream's values do not convert to, and target_column_type_mismatch is error: set it to transform to let the replica's transform compute the column, or change its type on the node",
+                            t.name
+                        ),
+                    });
+                }
+                conflicts.push((
+                    ConflictType::TargetColumnTypeMismatch,
+                    format!("column \"{}\" computed by a transform", t.name),
+                ));
+            }
             values.push(ColumnValue::Transform);
             continue;
         }
@@ -460,21 +480,14 @@ pub fn match_columns(
             values.push(ColumnValue::Default);
             continue;
         };
-        match relation(&source.columns[i], t) {
-            TypeRelation::Same => {}
-            TypeRelation::Converts => conflicts.push((
-                ConflictType::TargetColumnTypeMismatch,
-                format!("column \"{}\" converted by assignment cast", t.name),
-            )),
-            TypeRelation::Incompatible => {
-                return Err(Halt {
-                    conflict: Some(ConflictType::TargetColumnTypeMismatch),
-                    message: format!(
-                        "column \"{}\" of node table {table} has a type the upstream's values do not convert to: compute it with a transform (and set target_column_type_mismatch to transform), or change its type on the node",
-                        t.name
-                    ),
-                });
-            }
+        if relation(&source.columns[i], t) == TypeRelation::Incompatible {
+            return Err(Halt {
+                conflict: Some(ConflictType::TargetColumnTypeMismatch),
+                message: format!(
+                    "column \"{}\" of node table {table} has a type the upstream's values do not convert to: compute it with a transform of the replica, or change its type on the node",
+                    t.name
+                ),
+            });
         }
         values.push(ColumnValue::Source(i));
     }
@@ -658,12 +671,13 @@ mod tests {
             ]
         );
         assert_eq!(m.missing_on_target, vec![(2, Resolver::IgnoreIfNull)]);
+        // A type the assignment cast converts (varchar to text) is no
+        // conflict.
         let types: Vec<ConflictType> = m.conflicts.iter().map(|c| c.0).collect();
         assert_eq!(
             types,
             vec![
                 ConflictType::TargetColumnMissing,
-                ConflictType::TargetColumnTypeMismatch,
                 ConflictType::SourceColumnMissing
             ]
         );
@@ -692,7 +706,23 @@ mod tests {
         // ... unless a transform computes it.
         let m = match_columns(&source(), &t, &rs, &["region"], relation).unwrap();
         assert_eq!(m.values[3], ColumnValue::Transform);
-        // A type without an assignment cast halts, naming the way out.
+        // A type without an assignment cast is resolved by a transform of
+        // the column (counted), or halts with `error`...
+        let t = node(&[
+            ("id", 23, true, false, true),
+            ("status", 16, false, false, false),
+            ("note", 25, false, false, false),
+        ]);
+        let m = match_columns(&source(), &t, &rs, &["status"], relation).unwrap();
+        assert_eq!(m.values[1], ColumnValue::Transform);
+        assert_eq!(m.conflicts.len(), 1);
+        assert_eq!(m.conflicts[0].0, ConflictType::TargetColumnTypeMismatch);
+        let mut no = Resolvers::default();
+        no.set(ConflictType::TargetColumnTypeMismatch, Resolver::Error)
+            .unwrap();
+        let h = match_columns(&source(), &t, &no, &["status"], relation).unwrap_err();
+        assert_eq!(h.conflict, Some(ConflictType::TargetColumnTypeMismatch));
+        // ... and without a transform halts, naming the way out.
         let t = node(&[
             ("id", 23, true, false, true),
             ("status", 16, false, false, false),

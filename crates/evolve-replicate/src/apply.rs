@@ -103,7 +103,14 @@ struct Mapped {
     /// Its schema-level conflicts are to be logged (the first transaction
     /// that uses this match does).
     log_pending: bool,
+    /// When the node's catalog was read for it.
+    read_at: std::time::Instant,
 }
+
+/// How long a match is used before the node's catalog is read again, so
+/// that a table or column the node gains (a rollout's DDL) is seen while
+/// the replica runs.
+const MATCH_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Applies transactions to one node for one replica.
 pub struct Applier {
@@ -256,11 +263,17 @@ impl Applier {
         id: u32,
         schema: &Arc<TableSchema>,
     ) -> Result<&mut Mapped> {
+        let same_schema = |m: &Mapped| Arc::ptr_eq(&m.schema, schema) || *m.schema == **schema;
         let fresh = self
             .tables
             .get(&id)
-            .is_some_and(|m| Arc::ptr_eq(&m.schema, schema) || *m.schema == **schema);
+            .is_some_and(|m| same_schema(m) && m.read_at.elapsed() < MATCH_AGE);
         if !fresh {
+            let previous = self
+                .tables
+                .get(&id)
+                .filter(|m| same_schema(m))
+                .map(|m| m.target.clone());
             let transform = self
                 .transforms
                 .iter()
@@ -322,13 +335,16 @@ impl Applier {
                 }
                 None => None,
             };
+            // The same match as before logs nothing again.
+            let log_pending = previous.is_none_or(|p| p != target);
             self.tables.insert(
                 id,
                 Mapped {
                     schema: Arc::clone(schema),
                     target,
                     transform,
-                    log_pending: true,
+                    log_pending,
+                    read_at: std::time::Instant::now(),
                 },
             );
         }

@@ -9,7 +9,7 @@ use tokio_postgres::Client;
 use crate::error::{ReplicateError, Result};
 
 /// A node table with what the apply statements need.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeTable {
     pub table: TargetTable,
     /// Each column's type as `format_type` prints it, for casts.
