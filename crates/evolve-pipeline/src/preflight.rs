@@ -119,6 +119,9 @@ async fn ident(client: &Client, names: &[&str]) -> Result<String> {
 pub async fn upstream(client: &Client, publication: &str) -> Result<Vec<Check>> {
     let (role, database) = whoami(client).await?;
     let mut checks = Vec::new();
+    // WAL senders are counted with pg_stat_get_wal_senders(), which lists
+    // every one to every role (pg_stat_activity hides the backend type of
+    // other roles' sessions from a role without pg_read_all_stats).
     let row = client
         .query_one(
             "SELECT current_setting('wal_level'), \
@@ -126,7 +129,7 @@ pub async fn upstream(client: &Client, publication: &str) -> Result<Vec<Check>> 
                     current_setting('max_replication_slots')::int \
                       - (SELECT count(*) FROM pg_replication_slots)::int, \
                     current_setting('max_wal_senders')::int \
-                      - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender')::int, \
+                      - (SELECT count(*) FROM pg_stat_get_wal_senders())::int, \
                     has_database_privilege(current_database(), 'CREATE') \
              FROM pg_roles r WHERE r.rolname = current_user",
             &[],

@@ -61,8 +61,9 @@ rm -rf "$1"
 ///
 /// Settings: `wal_level=logical`, `fsync=off`, `synchronous_commit=off`,
 /// `full_page_writes=off`, `max_connections=200`, `max_wal_senders=20`,
-/// `max_replication_slots=20`, `shared_buffers=128MB`; the Unix socket lives
-/// in the temp dir, not in `/var/run/postgresql`.
+/// `max_replication_slots=20`, `shared_buffers=128MB`, then
+/// [`Options::settings`] (which win); the Unix socket lives in the temp dir,
+/// not in `/var/run/postgresql`.
 ///
 /// Dropping it stops the server (`pg_ctl stop -m immediate`) and removes the
 /// directory. A watchdog process does the same if this process exits
@@ -82,6 +83,8 @@ pub struct Cluster {
     tls: Option<TlsFiles>,
     /// How TCP sessions authenticate.
     auth: Auth,
+    /// [`Options::settings`], written after the harness's own.
+    extra_settings: Vec<(String, String)>,
 }
 
 /// How to start a cluster: [`Cluster::start_with`]. The default is what
@@ -93,6 +96,13 @@ pub struct Options {
     pub tls: Option<TlsOptions>,
     /// How sessions over TCP authenticate: [`Auth::Trust`] by default.
     pub auth: Auth,
+    /// Server settings `(name, value)` written to `postgresql.conf` after
+    /// the harness's own, so they win over them: e.g. `("wal_level",
+    /// "replica")` or `("max_replication_slots", "2")`. Each value is
+    /// written quoted, as `postgresql.conf` accepts for every type. A
+    /// setting the server rejects fails [`Cluster::start_with`] with the
+    /// server log's last lines. Empty by default.
+    pub settings: Vec<(String, String)>,
 }
 
 /// How a cluster's TCP sessions (`host` and `hostssl` lines, replication
@@ -156,7 +166,9 @@ impl Cluster {
         Cluster::start_with(Options::default())
     }
 
-    /// [`Cluster::start`] with `options`. With [`Auth::Scram`], TCP sessions
+    /// [`Cluster::start`] with `options`. [`Options::settings`] are written
+    /// to `postgresql.conf` after the harness's own settings, so they win.
+    /// With [`Auth::Scram`], TCP sessions
     /// need a password (SCRAM), Unix-socket sessions do not. With
     /// [`Options::tls`], the server
     /// also has `ssl=on`, `ssl_cert_file`, `ssl_key_file` and `ssl_ca_file`
@@ -195,6 +207,7 @@ impl Cluster {
             watchdog: None,
             tls: None,
             auth: options.auth.clone(),
+            extra_settings: checked_settings(&options.settings)?,
         };
         if let Some(ids) = run_as {
             std::os::unix::fs::chown(&cluster.dir, Some(ids.uid), Some(ids.gid)).map_err(|e| {
@@ -256,6 +269,9 @@ impl Cluster {
             watchdog: None,
             tls: None,
             auth: self.auth.clone(),
+            // A hot standby needs settings such as max_wal_senders at
+            // least as high as its primary's: the same ones.
+            extra_settings: self.extra_settings.clone(),
         };
         if let Some(ids) = self.run_as {
             std::os::unix::fs::chown(&standby.dir, Some(ids.uid), Some(ids.gid)).map_err(|e| {
@@ -583,6 +599,11 @@ impl Cluster {
             .as_ref()
             .map(TlsFiles::settings)
             .unwrap_or_default();
+        let extra: String = self
+            .extra_settings
+            .iter()
+            .map(|(name, value)| format!("{name} = {}\n", quote_literal(value)))
+            .collect();
         format!(
             "# evolve-test\n\
              listen_addresses = '127.0.0.1'\n\
@@ -596,7 +617,7 @@ impl Cluster {
              max_wal_senders = 20\n\
              max_replication_slots = 20\n\
              shared_buffers = 128MB\n\
-             {tls}"
+             {tls}{extra}"
         )
     }
 
@@ -627,6 +648,28 @@ impl Drop for Cluster {
             let _ = watchdog.wait();
         }
     }
+}
+
+/// `settings` when every name is a setting's name (letters, digits,
+/// underscores, and dots for extensions' settings), as
+/// `postgresql.conf` would read it, and no value holds a line break.
+fn checked_settings(settings: &[(String, String)]) -> Result<Vec<(String, String)>, HarnessError> {
+    for (name, value) in settings {
+        let name_ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+        if !name_ok || value.contains(['\n', '\r']) {
+            return Err(HarnessError::io(
+                format!("use server setting {name:?} = {value:?}"),
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a setting's name is letters, digits, underscores and dots, and its value one line; fix Options::settings",
+                ),
+            ));
+        }
+    }
+    Ok(settings.to_vec())
 }
 
 /// `EVOLVE_TEST_KEEP` is set to something other than empty or `0`.

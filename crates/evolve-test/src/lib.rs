@@ -37,6 +37,23 @@
 //! [`TlsOptions::self_signed`] makes the server's certificate self-signed
 //! instead, its own CA, as `openssl req -x509` makes one.
 //!
+//! # Settings
+//!
+//! [`Options::settings`] adds server settings after the harness's own, so
+//! they win: a cluster with `wal_level = replica`, or with few replication
+//! slots or WAL senders, for tests of what happens when the server is not
+//! ready for change capture.
+//!
+//! ```no_run
+//! # fn example() -> Result<(), evolve_test::HarnessError> {
+//! use evolve_test::{Cluster, Options};
+//! let cluster = Cluster::start_with(Options {
+//!     settings: vec![("wal_level".into(), "replica".into())],
+//!     ..Options::default()
+//! })?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Passwords
 //!
 //! [`Options::auth`] with [`Auth::Scram`] makes TCP sessions (replication

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use evolve_test::{Cluster, fresh_db, shared};
+use evolve_test::{Cluster, Options, fresh_db, shared};
 
 /// One value from a one-row, one-column query, on a connection that is
 /// closed before returning.
@@ -113,6 +113,60 @@ fn dropping_a_cluster_stops_it_and_removes_its_directory() {
     );
     assert!(!dir.exists(), "{} still exists", dir.display());
     assert!(!accepts_connections(port), "port {port} still accepts");
+}
+
+/// `Options::settings` win over the harness's own (wal_level, slots, WAL
+/// senders) and keep the rest; a setting that cannot be a
+/// `postgresql.conf` line is refused before anything starts.
+#[tokio::test]
+async fn extra_settings_win_over_the_harness_defaults() {
+    let settings = |pairs: &[(&str, &str)]| Options {
+        settings: pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Options::default()
+    };
+    let cluster = tokio::task::spawn_blocking(move || {
+        Cluster::start_with(settings(&[
+            ("wal_level", "replica"),
+            ("max_replication_slots", "3"),
+            ("max_wal_senders", "4"),
+            ("application_name", "it's quoted"),
+        ]))
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}"));
+    let url = cluster.url("postgres");
+    for (sql, want) in [
+        ("SHOW wal_level", "replica"),
+        ("SHOW max_replication_slots", "3"),
+        ("SHOW max_wal_senders", "4"),
+        ("SHOW fsync", "off"),
+        ("SHOW max_connections", "200"),
+        (
+            "SELECT setting FROM pg_settings WHERE name = 'application_name'",
+            "it's quoted",
+        ),
+    ] {
+        assert_eq!(query_value(&url, sql).await, want, "{sql}");
+    }
+    drop(cluster);
+
+    for bad in [
+        ("max_wal_senders = 1\nfsync", "on"),
+        ("port", "1\nfsync = on"),
+    ] {
+        let err = Cluster::start_with(settings(&[bad]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fix Options::settings"), "{err}");
+    }
+    let err = Cluster::start_with(settings(&[("no_such_setting", "1")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no_such_setting"), "{err}");
 }
 
 /// What the child process reports: the shared cluster's data dir and port.
