@@ -93,6 +93,69 @@ struct Target<'a> {
     table: &'a str,
 }
 
+/// How a transaction's statements are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// All at once, results read after.
+    Pipelined,
+    /// One at a time, each result read before the next is sent.
+    Sequential,
+}
+
+/// What one node transaction has done so far.
+#[derive(Default)]
+struct Attempt {
+    applied: Applied,
+    /// Conflicts to log, with their transaction's end and commit time.
+    logged: Vec<(Position, i64, Logged)>,
+    /// Tables whose schema-level conflicts this attempt logs.
+    schemas_logged: std::collections::HashSet<u32>,
+}
+
+/// One row's statement and how to read its result.
+struct Step {
+    statement: Statement,
+    params: Vec<Option<String>>,
+    /// The node table, quoted, for messages.
+    table: String,
+    /// The row's key as JSON, for messages and the history.
+    key: Option<String>,
+    kind: StepKind,
+}
+
+enum StepKind {
+    Truncate,
+    /// Returns (the node's row before, rows written, rows the filter let
+    /// through).
+    Insert {
+        resolver: Resolver,
+        remote: String,
+        names: (String, String),
+    },
+    /// Returns (rows updated, rows the filter let through); `insert` is the
+    /// planned insert for update_missing's insert resolvers.
+    Update {
+        resolver: Resolver,
+        complete: bool,
+        insert: Option<Box<Step>>,
+        remote: String,
+        names: (String, String),
+    },
+    /// Returns the rows deleted.
+    Delete {
+        resolver: Resolver,
+        names: (String, String),
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Done,
+    Filtered,
+    /// The update found no row: its planned insert is to run.
+    Insert,
+}
+
 /// How an upstream table maps onto the node, for one schema of it.
 struct Mapped {
     schema: Arc<TableSchema>,
@@ -198,6 +261,11 @@ impl Applier {
 
     /// Applies `txn` in one node transaction, unless the node has it
     /// already (or it is the one to skip, which only moves the position).
+    /// Its statements are sent at once (pipelined); when that meets
+    /// anything but plain success (an update to turn into an insert, a row
+    /// the node refuses) the node transaction is rolled back and the
+    /// transaction applied again one statement at a time, which gives the
+    /// exact halt or the conflict's order.
     pub async fn apply(&mut self, client: &mut Client, txn: &Transaction) -> Result<Applied> {
         if txn.end <= self.position {
             return Ok(Applied {
@@ -205,45 +273,177 @@ impl Applier {
                 ..Applied::default()
             });
         }
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
-        let mut applied = Applied::default();
         let skipping = self.skip == Some(txn.end);
-        if skipping {
-            applied.skipped = true;
-            tracing::warn!(replica = %self.replica, lsn = %txn.end, "skipping the upstream transaction as asked");
-        } else {
-            let mut logged = Vec::new();
-            for (table, change) in &txn.rows {
-                self.apply_row(&tx, txn, *table, change, &mut applied, &mut logged)
-                    .await?;
+        for mode in [Mode::Pipelined, Mode::Sequential] {
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
+            let mut attempt = Attempt::default();
+            if skipping {
+                attempt.applied.skipped = true;
+                tracing::warn!(replica = %self.replica, lsn = %txn.end, "skipping the upstream transaction as asked");
+            } else if !self.write(&tx, txn, mode, &mut attempt).await? {
+                tx.rollback()
+                    .await
+                    .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
+                continue;
             }
-            for l in logged {
-                self.log(&tx, txn, l).await?;
+            self.finish(tx, std::slice::from_ref(txn), &mut attempt)
+                .await?;
+            if skipping {
+                self.skip = None;
             }
+            return Ok(attempt.applied);
+        }
+        unreachable!("the sequential attempt either writes or fails")
+    }
+
+    /// Applies consecutive transactions in one node transaction, each
+    /// pipelined; their conflicts as one. Falls back to [`Applier::apply`]
+    /// for each when anything but plain success happens, so that a halt
+    /// comes at its own transaction with the ones before it applied.
+    pub async fn apply_group(
+        &mut self,
+        client: &mut Client,
+        txns: &[Transaction],
+    ) -> Result<Applied> {
+        let pending: Vec<&Transaction> = txns.iter().filter(|t| t.end > self.position).collect();
+        let one_by_one = pending.len() <= 1 || pending.iter().any(|t| self.skip == Some(t.end));
+        if !one_by_one {
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
+            let mut attempt = Attempt::default();
+            let mut clean = true;
+            for txn in &pending {
+                match self.write(&tx, txn, Mode::Pipelined, &mut attempt).await {
+                    Ok(true) => {}
+                    Ok(false) | Err(_) => {
+                        clean = false;
+                        break;
+                    }
+                }
+            }
+            if clean {
+                let owned: Vec<Transaction> = pending.iter().map(|t| (*t).clone()).collect();
+                self.finish(tx, &owned, &mut attempt).await?;
+                return Ok(attempt.applied);
+            }
+            tx.rollback()
+                .await
+                .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
+        }
+        let mut total = Applied::default();
+        for txn in txns {
+            let applied = self.apply(client, txn).await?;
+            total.rows += applied.rows;
+            total.filtered += applied.filtered;
+            for (k, n) in applied.conflicts {
+                *total.conflicts.entry(k).or_default() += n;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Writes `txn`'s rows in `tx`: true when done, false when a pipelined
+    /// attempt met something only the sequential one handles.
+    async fn write(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        txn: &Transaction,
+        mode: Mode,
+        attempt: &mut Attempt,
+    ) -> Result<bool> {
+        let mut steps = Vec::with_capacity(txn.rows.len());
+        let mut logged = Vec::new();
+        for (table, change) in &txn.rows {
+            if let Some(step) = self
+                .plan_row(tx, txn, *table, change, attempt, &mut logged)
+                .await?
+            {
+                steps.push(step);
+            }
+        }
+        let mut applied = Applied::default();
+        match mode {
+            Mode::Sequential => {
+                for step in &steps {
+                    self.run_step(tx, txn, step, &mut applied, &mut logged)
+                        .await?;
+                }
+            }
+            Mode::Pipelined => {
+                let params: Vec<Vec<&(dyn ToSql + Sync)>> =
+                    steps.iter().map(|s| refs(&s.params)).collect();
+                let results = futures_util::future::join_all(
+                    steps
+                        .iter()
+                        .zip(&params)
+                        .map(|(s, p)| tx.query(&s.statement, p)),
+                )
+                .await;
+                for (step, rows) in steps.iter().zip(results) {
+                    let Ok(rows) = rows else {
+                        return Ok(false);
+                    };
+                    match self.outcome(txn, step, &rows, &mut applied, &mut logged) {
+                        Ok(Outcome::Insert) | Err(_) => return Ok(false),
+                        Ok(_) => {}
+                    }
+                }
+            }
+        }
+        attempt.applied.rows += applied.rows;
+        attempt.applied.filtered += applied.filtered;
+        for (k, n) in applied.conflicts {
+            *attempt.applied.conflicts.entry(k).or_default() += n;
+        }
+        attempt.logged.extend(
+            logged
+                .into_iter()
+                .map(|l| (txn.end, txn.commit_time_micros, l)),
+        );
+        Ok(true)
+    }
+
+    /// Logs the attempt's conflicts, records the last transaction's
+    /// position, commits, and only then takes the attempt's effects in.
+    async fn finish(
+        &mut self,
+        tx: tokio_postgres::Transaction<'_>,
+        txns: &[Transaction],
+        attempt: &mut Attempt,
+    ) -> Result<()> {
+        let Some(last) = txns.last() else {
+            return Ok(());
+        };
+        for (end, time, l) in std::mem::take(&mut attempt.logged) {
+            self.log(&tx, end, time, l).await?;
         }
         tx.execute(
             "INSERT INTO evolve_replica_progress (replica, lsn) VALUES ($1, $2::text::pg_lsn)
              ON CONFLICT (replica) DO UPDATE SET lsn = EXCLUDED.lsn,
                  skip_lsn = CASE WHEN evolve_replica_progress.skip_lsn <= EXCLUDED.lsn
                                  THEN NULL ELSE evolve_replica_progress.skip_lsn END",
-            &[&self.replica, &txn.end.to_string()],
+            &[&self.replica, &last.end.to_string()],
         )
         .await
         .map_err(|e| ReplicateError::node("record the replica's position", &e))?;
         tx.commit()
             .await
             .map_err(|e| ReplicateError::node("commit a node transaction", &e))?;
-        self.position = txn.end;
-        if skipping {
-            self.skip = None;
+        self.position = last.end;
+        for id in std::mem::take(&mut attempt.schemas_logged) {
+            if let Some(m) = self.tables.get_mut(&id) {
+                m.log_pending = false;
+            }
         }
-        for (k, n) in &applied.conflicts {
+        for (k, n) in &attempt.applied.conflicts {
             *self.counts.entry(*k).or_default() += n;
         }
-        Ok(applied)
+        Ok(())
     }
 
     fn halt(&self, txn: &Transaction, message: String) -> ReplicateError {
@@ -367,16 +567,18 @@ impl Applier {
         Ok(s)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn apply_row(
+    /// Plans one row change: its statement (none for a row of a table the
+    /// node lacks), with the conflicts found while matching it logged and
+    /// counted.
+    async fn plan_row(
         &mut self,
         tx: &tokio_postgres::Transaction<'_>,
         txn: &Transaction,
         id: u32,
         change: &RowChange,
-        applied: &mut Applied,
+        attempt: &mut Attempt,
         logged: &mut Vec<Logged>,
-    ) -> Result<()> {
+    ) -> Result<Option<Step>> {
         let schema = Arc::clone(&change.table);
         let resolvers = self.resolvers.clone();
         let mapped = self.mapped(tx, txn, id, &schema).await?;
@@ -392,7 +594,11 @@ impl Applier {
                     ),
                 ));
             }
-            count(applied, ConflictType::TargetTableMissing, resolver);
+            count(
+                &mut attempt.applied,
+                ConflictType::TargetTableMissing,
+                resolver,
+            );
             logged.push(Logged {
                 conflict: ConflictType::TargetTableMissing,
                 resolution: resolver,
@@ -406,9 +612,9 @@ impl Applier {
                 local: None,
                 detail: None,
             });
-            return Ok(());
+            return Ok(None);
         };
-        if std::mem::take(&mut mapped.log_pending) {
+        if mapped.log_pending && attempt.schemas_logged.insert(id) {
             for (conflict, detail) in &matched.conflicts {
                 if *conflict == ConflictType::TargetColumnMissing {
                     continue;
@@ -417,7 +623,7 @@ impl Applier {
                     ConflictType::TargetColumnTypeMismatch => Resolver::Transform,
                     c => resolvers.get(*c),
                 };
-                count(applied, *conflict, resolution);
+                count(&mut attempt.applied, *conflict, resolution);
                 logged.push(Logged {
                     conflict: *conflict,
                     resolution,
@@ -445,7 +651,11 @@ impl Applier {
                             ),
                         ));
                     }
-                    count(applied, ConflictType::TargetColumnMissing, resolver);
+                    count(
+                        &mut attempt.applied,
+                        ConflictType::TargetColumnMissing,
+                        resolver,
+                    );
                     logged.push(Logged {
                         conflict: ConflictType::TargetColumnMissing,
                         resolution: resolver,
@@ -464,23 +674,24 @@ impl Applier {
             quote_ident(&node.table.schema),
             quote_ident(&node.table.name)
         );
-        match change.kind {
-            ChangeKind::Truncate => {
-                tx.batch_execute(&format!("TRUNCATE {table}"))
-                    .await
-                    .map_err(|e| self.node_refused(txn, &table, None, &e))?;
-            }
+        let target = Target {
+            schema: &schema,
+            node: &node,
+            matched: &matched,
+            transform: transform.as_ref(),
+            table: &table,
+        };
+        let step = match change.kind {
+            ChangeKind::Truncate => Step {
+                statement: self.statement(tx, format!("TRUNCATE {table}")).await?,
+                params: Vec::new(),
+                table: table.clone(),
+                key: None,
+                kind: StepKind::Truncate,
+            },
             ChangeKind::Insert => {
                 let new = change.new.as_deref().unwrap_or(&[]);
-                let row = Target {
-                    schema: &schema,
-                    node: &node,
-                    matched: &matched,
-                    transform: transform.as_ref(),
-                    table: &table,
-                };
-                self.insert(tx, txn, &row, new, None, applied, logged)
-                    .await?;
+                self.plan_insert(tx, txn, &target, new, None).await?
             }
             ChangeKind::Update => {
                 let new = change.new.as_deref().unwrap_or(&[]);
@@ -550,20 +761,6 @@ impl Applier {
                         sets.join(", ")
                     }
                 );
-                let statement = self.statement(tx, sql).await?;
-                let row = tx
-                    .query_one(&statement, &refs(&params))
-                    .await
-                    .map_err(|e| self.node_refused(txn, &table, None, &e))?;
-                if row.get::<_, i64>(0) > 0 {
-                    applied.rows += 1;
-                    return Ok(());
-                }
-                if row.get::<_, i64>(1) == 0 {
-                    // The transform's filter dropped the row.
-                    applied.filtered += 1;
-                    return Ok(());
-                }
                 let resolver = resolvers.get(ConflictType::UpdateMissing);
                 let complete = matched.values.iter().all(|v| match v {
                     ColumnValue::Source(i) => {
@@ -571,48 +768,26 @@ impl Applier {
                     }
                     _ => true,
                 });
-                let inserted = match resolver {
-                    Resolver::InsertOrSkip | Resolver::InsertOrError if complete => {
-                        let row = Target {
-                            schema: &schema,
-                            node: &node,
-                            matched: &matched,
-                            transform: transform.as_ref(),
-                            table: &table,
-                        };
-                        if self
-                            .insert(tx, txn, &row, new, change.old.as_deref(), applied, logged)
-                            .await?
-                        {
-                            true
-                        } else {
-                            return Ok(());
-                        }
-                    }
-                    Resolver::InsertOrError | Resolver::Error => {
-                        return Err(self.halt(
-                            txn,
-                            format!(
-                                "the row of {table} with key {} that an update names is not on the node{} (update_missing)",
-                                json_of(&schema, key_from, true),
-                                if complete { "" } else { ", and the update did not send every column" }
-                            ),
-                        ));
-                    }
-                    _ => false,
+                let insert = match resolver {
+                    Resolver::InsertOrSkip | Resolver::InsertOrError if complete => Some(Box::new(
+                        self.plan_insert(tx, txn, &target, new, change.old.as_deref())
+                            .await?,
+                    )),
+                    _ => None,
                 };
-                let resolution = if inserted { resolver } else { Resolver::Skip };
-                count(applied, ConflictType::UpdateMissing, resolution);
-                logged.push(Logged {
-                    conflict: ConflictType::UpdateMissing,
-                    resolution,
-                    schema: schema.schema.clone(),
-                    table: schema.name.clone(),
+                Step {
+                    statement: self.statement(tx, sql).await?,
+                    params,
+                    table: table.clone(),
                     key: Some(json_of(&schema, key_from, true).to_string()),
-                    remote: Some(json_of(&schema, new, false).to_string()),
-                    local: None,
-                    detail: None,
-                });
+                    kind: StepKind::Update {
+                        resolver,
+                        complete,
+                        insert,
+                        remote: json_of(&schema, new, false).to_string(),
+                        names: (schema.schema.clone(), schema.name.clone()),
+                    },
+                }
             }
             ChangeKind::Delete => {
                 let old = change.old.as_deref().unwrap_or(&[]);
@@ -627,56 +802,32 @@ impl Applier {
                 let sql = format!(
                     "WITH del AS (DELETE FROM {table} t WHERE {cond} RETURNING 1) SELECT count(*) FROM del"
                 );
-                let statement = self.statement(tx, sql).await?;
-                let row = tx
-                    .query_one(&statement, &refs(&params))
-                    .await
-                    .map_err(|e| self.node_refused(txn, &table, None, &e))?;
-                if row.get::<_, i64>(0) > 0 {
-                    applied.rows += 1;
-                    return Ok(());
-                }
-                let resolver = resolvers.get(ConflictType::DeleteMissing);
-                if resolver == Resolver::Error {
-                    return Err(self.halt(
-                        txn,
-                        format!(
-                            "the row of {table} with key {} that a delete names is not on the node (delete_missing)",
-                            json_of(&schema, old, true)
-                        ),
-                    ));
-                }
-                count(applied, ConflictType::DeleteMissing, resolver);
-                logged.push(Logged {
-                    conflict: ConflictType::DeleteMissing,
-                    resolution: resolver,
-                    schema: schema.schema.clone(),
-                    table: schema.name.clone(),
+                Step {
+                    statement: self.statement(tx, sql).await?,
+                    params,
+                    table: table.clone(),
                     key: Some(json_of(&schema, old, true).to_string()),
-                    remote: None,
-                    local: None,
-                    detail: None,
-                });
+                    kind: StepKind::Delete {
+                        resolver: resolvers.get(ConflictType::DeleteMissing),
+                        names: (schema.schema.clone(), schema.name.clone()),
+                    },
+                }
             }
-        }
-        Ok(())
+        };
+        Ok(Some(step))
     }
 
-    /// Inserts `new`, resolving `insert_exists`; false when the
-    /// transform's filter dropped the row. `old` is the update's old row
-    /// for an update turned insert (values an update did not send are
-    /// taken from it for the transform's `NEW`).
-    #[allow(clippy::too_many_arguments)]
-    async fn insert(
+    /// Plans the insert of `new`, resolving `insert_exists`. `old` is the
+    /// update's old row for an update turned insert (values an update did
+    /// not send are taken from it for the transform's `NEW`).
+    async fn plan_insert(
         &mut self,
         tx: &tokio_postgres::Transaction<'_>,
         txn: &Transaction,
         row: &Target<'_>,
         new: &[Datum],
         old: Option<&[Datum]>,
-        applied: &mut Applied,
-        logged: &mut Vec<Logged>,
-    ) -> Result<bool> {
+    ) -> Result<Step> {
         let (schema, node, matched, table) = (row.schema, row.node, row.matched, row.table);
         let resolver = self.resolvers.get(ConflictType::InsertExists);
         let mut params: Vec<Option<String>> = Vec::new();
@@ -765,50 +916,195 @@ impl Applier {
             columns.join(", "),
             key_columns.join(", ")
         );
-        let statement = self.statement(tx, sql).await?;
-        let key_json = json_of(schema, new, true).to_string();
-        let result = tx
-            .query_one(&statement, &refs(&params))
+        Ok(Step {
+            statement: self.statement(tx, sql).await?,
+            params,
+            table: table.to_string(),
+            key: Some(json_of(schema, new, true).to_string()),
+            kind: StepKind::Insert {
+                resolver,
+                remote: json_of(schema, new, false).to_string(),
+                names: (schema.schema.clone(), schema.name.clone()),
+            },
+        })
+    }
+
+    /// What a step's result means: done (counted), a conflict to log, an
+    /// update that found no row and is to become its planned insert, or
+    /// a halt.
+    fn outcome(
+        &self,
+        txn: &Transaction,
+        step: &Step,
+        rows: &[tokio_postgres::Row],
+        applied: &mut Applied,
+        logged: &mut Vec<Logged>,
+    ) -> Result<Outcome> {
+        let int = |i: usize| rows.first().map_or(0, |r| r.get::<_, i64>(i));
+        let table = &step.table;
+        let key = step.key.clone().unwrap_or_default();
+        match &step.kind {
+            StepKind::Truncate => Ok(Outcome::Done),
+            StepKind::Insert {
+                resolver,
+                remote,
+                names,
+            } => {
+                if int(2) == 0 {
+                    applied.filtered += 1;
+                    return Ok(Outcome::Filtered);
+                }
+                let local: Option<String> = rows.first().and_then(|r| r.get(0));
+                let written = int(1) > 0;
+                if local.is_none() {
+                    applied.rows += 1;
+                    return Ok(Outcome::Done);
+                }
+                let resolution = match resolver {
+                    Resolver::Error => {
+                        return Err(self.halt(
+                            txn,
+                            format!(
+                                "a row of {table} with key {key} exists on the node already (insert_exists)"
+                            ),
+                        ));
+                    }
+                    _ if written => {
+                        applied.rows += 1;
+                        Resolver::Update
+                    }
+                    Resolver::Update => Resolver::Update,
+                    _ => Resolver::Skip,
+                };
+                count(applied, ConflictType::InsertExists, resolution);
+                logged.push(Logged {
+                    conflict: ConflictType::InsertExists,
+                    resolution,
+                    schema: names.0.clone(),
+                    table: names.1.clone(),
+                    key: Some(key),
+                    remote: Some(remote.clone()),
+                    local,
+                    detail: None,
+                });
+                Ok(Outcome::Done)
+            }
+            StepKind::Update {
+                resolver,
+                complete,
+                insert,
+                remote,
+                names,
+            } => {
+                if int(0) > 0 {
+                    applied.rows += 1;
+                    return Ok(Outcome::Done);
+                }
+                if int(1) == 0 {
+                    // The transform's filter dropped the row.
+                    applied.filtered += 1;
+                    return Ok(Outcome::Filtered);
+                }
+                if insert.is_some() {
+                    return Ok(Outcome::Insert);
+                }
+                if matches!(resolver, Resolver::InsertOrError | Resolver::Error) {
+                    return Err(self.halt(
+                        txn,
+                        format!(
+                            "the row of {table} with key {key} that an update names is not on the node{} (update_missing)",
+                            if *complete {
+                                ""
+                            } else {
+                                ", and the update did not send every column"
+                            }
+                        ),
+                    ));
+                }
+                count(applied, ConflictType::UpdateMissing, Resolver::Skip);
+                logged.push(Logged {
+                    conflict: ConflictType::UpdateMissing,
+                    resolution: Resolver::Skip,
+                    schema: names.0.clone(),
+                    table: names.1.clone(),
+                    key: Some(key),
+                    remote: Some(remote.clone()),
+                    local: None,
+                    detail: None,
+                });
+                Ok(Outcome::Done)
+            }
+            StepKind::Delete { resolver, names } => {
+                if int(0) > 0 {
+                    applied.rows += 1;
+                    return Ok(Outcome::Done);
+                }
+                if *resolver == Resolver::Error {
+                    return Err(self.halt(
+                        txn,
+                        format!(
+                            "the row of {table} with key {key} that a delete names is not on the node (delete_missing)"
+                        ),
+                    ));
+                }
+                count(applied, ConflictType::DeleteMissing, *resolver);
+                logged.push(Logged {
+                    conflict: ConflictType::DeleteMissing,
+                    resolution: *resolver,
+                    schema: names.0.clone(),
+                    table: names.1.clone(),
+                    key: Some(key),
+                    remote: None,
+                    local: None,
+                    detail: None,
+                });
+                Ok(Outcome::Done)
+            }
+        }
+    }
+
+    /// Runs `step` and what its outcome asks for (an update turned
+    /// insert), one round trip at a time.
+    async fn run_step(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        txn: &Transaction,
+        step: &Step,
+        applied: &mut Applied,
+        logged: &mut Vec<Logged>,
+    ) -> Result<()> {
+        let rows = tx
+            .query(&step.statement, &refs(&step.params))
             .await
-            .map_err(|e| self.node_refused(txn, table, Some(key_json.as_str()), &e))?;
-        if result.get::<_, i64>(2) == 0 {
-            applied.filtered += 1;
-            return Ok(false);
-        }
-        let local: Option<String> = result.get(0);
-        let written = result.get::<_, i64>(1) > 0;
-        if local.is_none() {
-            applied.rows += 1;
-            return Ok(true);
-        }
-        let resolution = match resolver {
-            Resolver::Error => {
-                return Err(self.halt(
-                    txn,
-                    format!(
-                        "a row of {table} with key {key_json} exists on the node already (insert_exists)"
-                    ),
-                ));
+            .map_err(|e| self.node_refused(txn, &step.table, step.key.as_deref(), &e))?;
+        if self.outcome(txn, step, &rows, applied, logged)? == Outcome::Insert
+            && let StepKind::Update {
+                insert: Some(insert),
+                resolver,
+                remote,
+                names,
+                ..
+            } = &step.kind
+        {
+            let rows = tx
+                .query(&insert.statement, &refs(&insert.params))
+                .await
+                .map_err(|e| self.node_refused(txn, &insert.table, insert.key.as_deref(), &e))?;
+            if self.outcome(txn, insert, &rows, applied, logged)? != Outcome::Filtered {
+                count(applied, ConflictType::UpdateMissing, *resolver);
+                logged.push(Logged {
+                    conflict: ConflictType::UpdateMissing,
+                    resolution: *resolver,
+                    schema: names.0.clone(),
+                    table: names.1.clone(),
+                    key: step.key.clone(),
+                    remote: Some(remote.clone()),
+                    local: None,
+                    detail: None,
+                });
             }
-            _ if written => {
-                applied.rows += 1;
-                Resolver::Update
-            }
-            Resolver::Update => Resolver::Update,
-            _ => Resolver::Skip,
-        };
-        count(applied, ConflictType::InsertExists, resolution);
-        logged.push(Logged {
-            conflict: ConflictType::InsertExists,
-            resolution,
-            schema: schema.schema.clone(),
-            table: schema.name.clone(),
-            key: Some(key_json),
-            remote: Some(json_of(schema, new, false).to_string()),
-            local,
-            detail: None,
-        });
-        Ok(true)
+        }
+        Ok(())
     }
 
     /// A row whose transform needs a value the upstream did not send.
@@ -859,11 +1155,12 @@ impl Applier {
     async fn log(
         &self,
         tx: &tokio_postgres::Transaction<'_>,
-        txn: &Transaction,
+        end: Position,
+        commit_time_micros: i64,
         l: Logged,
     ) -> Result<()> {
-        let time = txn.commit_time_micros.to_string();
-        let lsn = txn.end.to_string();
+        let time = commit_time_micros.to_string();
+        let lsn = end.to_string();
         tx.execute(
             "INSERT INTO evolve_conflict_history
                  (replica, conflict_type, resolution, schema_name, table_name, key, remote_tuple,

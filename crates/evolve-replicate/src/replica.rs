@@ -50,6 +50,13 @@ pub struct Replica {
     status: Arc<Mutex<ReplicaStatus>>,
 }
 
+/// At most this many upstream transactions share one node transaction.
+const GROUP_TRANSACTIONS: usize = 1_000;
+/// A group is applied once it holds this many row changes ...
+const GROUP_ROWS: usize = 20_000;
+/// ... or once it has been open this long.
+const GROUP_AGE: Duration = Duration::from_millis(50);
+
 /// The first wait after a transient failure; it doubles up to 10 s.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 
@@ -197,9 +204,17 @@ impl Replica {
             s.position = applier.position();
         });
         let mut current: Option<Transaction> = None;
+        // Committed upstream transactions not yet on the node: applied as
+        // one node transaction when the stream has nothing more ready, or
+        // at the group's limits.
+        let mut group: Vec<Transaction> = Vec::new();
+        let mut group_rows = 0usize;
+        let mut group_began = tokio::time::Instant::now();
         loop {
             tokio::select! {
+                biased;
                 _ = stop.changed() => {
+                    self.flush(&mut applier, &mut node, &mut stream, &mut group).await?;
                     stream.close().await;
                     return Ok(());
                 }
@@ -219,25 +234,56 @@ impl Replica {
                     SourceEvent::Commit { end } => {
                         if let Some(mut t) = current.take() {
                             t.end = end;
-                            let applied = applier.apply(&mut node, &t).await?;
-                            stream.confirm(end);
-                            self.set(|s| {
-                                s.position = end;
-                                for (k, n) in &applied.conflicts {
-                                    *s.conflicts.entry(*k).or_default() += n;
-                                }
-                            });
+                            if group.is_empty() {
+                                group_began = tokio::time::Instant::now();
+                            }
+                            group_rows += t.rows.len();
+                            group.push(t);
+                            if group.len() >= GROUP_TRANSACTIONS
+                                || group_rows >= GROUP_ROWS
+                                || group_began.elapsed() >= GROUP_AGE
+                            {
+                                self.flush(&mut applier, &mut node, &mut stream, &mut group).await?;
+                                group_rows = 0;
+                            }
                         }
                     }
                     SourceEvent::Idle { upto } => {
-                        if current.is_none() {
+                        if current.is_none() && group.is_empty() {
                             stream.confirm(upto);
                         }
                     }
                     SourceEvent::Schema { .. } | SourceEvent::Marker { .. } => {}
                 },
+                _ = std::future::ready(()), if !group.is_empty() => {
+                    self.flush(&mut applier, &mut node, &mut stream, &mut group).await?;
+                    group_rows = 0;
+                }
             }
         }
+    }
+
+    /// Applies the group to the node and confirms it upstream.
+    async fn flush<S: ChangeStream>(
+        &self,
+        applier: &mut Applier,
+        node: &mut tokio_postgres::Client,
+        stream: &mut S,
+        group: &mut Vec<Transaction>,
+    ) -> Result<()> {
+        let Some(last) = group.last().map(|t| t.end) else {
+            return Ok(());
+        };
+        let applied = applier.apply_group(node, group).await?;
+        group.clear();
+        stream.confirm(last);
+        self.set(|s| {
+            s.position = last;
+            for (k, n) in &applied.conflicts {
+                *s.conflicts.entry(*k).or_default() += n;
+            }
+        });
+        Ok(())
     }
 
     /// Skips the upstream transaction that finished at `lsn` on the node
