@@ -1,0 +1,43 @@
+//! Test helper: runs one replica with the default resolvers until it
+//! halts or is killed. The crash tests start it as a child process and
+//! kill it with SIGKILL.
+//!
+//! Usage: `evolve-replicate-run NAME UPSTREAM_URL NODE_URL SCHEMA.TABLE...`
+
+use std::process::ExitCode;
+
+use evolve_core::conflict::Resolvers;
+use evolve_replicate::{Replica, ReplicaSpec};
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [name, upstream, node, tables @ ..] = args.as_slice() else {
+        eprintln!("usage: evolve-replicate-run NAME UPSTREAM_URL NODE_URL SCHEMA.TABLE...");
+        return ExitCode::from(2);
+    };
+    let tables = tables
+        .iter()
+        .map(|t| match t.split_once('.') {
+            Some((s, t)) => (s.to_string(), t.to_string()),
+            None => ("public".to_string(), t.clone()),
+        })
+        .collect();
+    let replica = Replica::new(ReplicaSpec {
+        name: name.clone(),
+        upstream: upstream.clone(),
+        node: node.clone(),
+        tables,
+        resolvers: Resolvers::default(),
+        transforms: Vec::new(),
+    });
+    // Never told to stop: it runs until it halts or is killed.
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    match replica.run(stop_rx).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
