@@ -562,14 +562,28 @@ pub async fn export_snapshot(
     publication: &str,
     temp_slot: &str,
 ) -> Result<ExportedSnapshot> {
-    let config = replication_config(name, connection, temp_slot, publication)?;
+    create_slot_exporting(name, connection, publication, temp_slot, true).await
+}
+
+/// Creates logical slot `slot` (pgoutput) with an exported snapshot, the
+/// slot's stream starting exactly where the snapshot ends; temporary (gone
+/// with the session) or not.
+pub async fn create_slot_exporting(
+    name: &str,
+    connection: &Connection,
+    publication: &str,
+    slot: &str,
+    temporary: bool,
+) -> Result<ExportedSnapshot> {
+    let config = replication_config(name, connection, slot, publication)?;
     let mut session = ReplicationClient::connect_gated(config)
         .await
         .map_err(|e| replication_connect_error(name, connection, &e))?;
     let rows = session
         .simple_query(&format!(
-            "CREATE_REPLICATION_SLOT {} TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')",
-            quote_ident(temp_slot)
+            "CREATE_REPLICATION_SLOT {}{} LOGICAL pgoutput (SNAPSHOT 'export')",
+            quote_ident(slot),
+            if temporary { " TEMPORARY" } else { "" }
         ))
         .await
         .map_err(|e| replication_connect_error(name, connection, &e))?;

@@ -299,6 +299,67 @@ impl Applier {
         unreachable!("the sequential attempt either writes or fails")
     }
 
+    /// Loads rows copied from a snapshot (inserts, through the same
+    /// matching, transforms and resolvers) in one node transaction,
+    /// without moving the replica's position; `at` is the snapshot's
+    /// position, for the conflict history.
+    pub async fn load(
+        &mut self,
+        client: &mut Client,
+        at: Position,
+        rows: Vec<(u32, RowChange)>,
+    ) -> Result<Applied> {
+        let txn = Transaction {
+            end: at,
+            commit_time_micros: 0,
+            rows,
+        };
+        for mode in [Mode::Pipelined, Mode::Sequential] {
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
+            let mut attempt = Attempt::default();
+            if !self.write(&tx, &txn, mode, &mut attempt).await? {
+                tx.rollback()
+                    .await
+                    .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
+                continue;
+            }
+            for (end, time, l) in std::mem::take(&mut attempt.logged) {
+                self.log(&tx, end, time, l).await?;
+            }
+            tx.commit()
+                .await
+                .map_err(|e| ReplicateError::node("commit a node transaction", &e))?;
+            for id in std::mem::take(&mut attempt.schemas_logged) {
+                if let Some(m) = self.tables.get_mut(&id) {
+                    m.log_pending = false;
+                }
+            }
+            for (k, n) in &attempt.applied.conflicts {
+                *self.counts.entry(*k).or_default() += n;
+            }
+            return Ok(attempt.applied);
+        }
+        unreachable!("the sequential attempt either writes or fails")
+    }
+
+    /// Records `at` as the replica's position on the node (after a copy:
+    /// the stream starts there).
+    pub async fn set_position(&mut self, client: &Client, at: Position) -> Result<()> {
+        client
+            .execute(
+                "INSERT INTO evolve_replica_progress (replica, lsn) VALUES ($1, $2::text::pg_lsn)
+                 ON CONFLICT (replica) DO UPDATE SET lsn = EXCLUDED.lsn",
+                &[&self.replica, &at.to_string()],
+            )
+            .await
+            .map_err(|e| ReplicateError::node("record the replica's position", &e))?;
+        self.position = at;
+        Ok(())
+    }
+
     /// Applies consecutive transactions in one node transaction, each
     /// pipelined; their conflicts as one. Falls back to [`Applier::apply`]
     /// for each when anything but plain success happens, so that a halt

@@ -25,5 +25,5 @@ pub mod transform;
 
 pub use apply::{Applied, Applier, Transaction};
 pub use error::{ReplicateError, Result};
-pub use replica::{Replica, ReplicaSpec};
+pub use replica::{CopyReport, Replica, ReplicaSpec};
 pub use transform::Transform;

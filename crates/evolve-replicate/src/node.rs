@@ -131,3 +131,58 @@ pub async fn relation(
         TypeRelation::Incompatible
     })
 }
+
+/// An upstream table's OID and its columns as pgoutput describes them
+/// (generated columns left out; the key is the replica identity: the
+/// primary key, the identity index, or every column under FULL), so that
+/// a copy's rows and the stream's share one schema.
+pub async fn upstream_table(
+    client: &Client,
+    schema: &str,
+    name: &str,
+) -> Result<(u32, std::sync::Arc<evolve_core::change::TableSchema>)> {
+    let rows = client
+        .query(
+            "SELECT c.oid::int8, a.attname::text, a.atttypid::oid::int8, a.atttypmod,
+                    CASE c.relreplident WHEN 'f' THEN true WHEN 'n' THEN false
+                         ELSE coalesce(a.attnum = ANY (k.key), false) END
+             FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                                AND a.attgenerated = ''
+             LEFT JOIN LATERAL (
+                 SELECT i.indkey::int2[] AS key FROM pg_index i
+                 WHERE i.indrelid = c.oid
+                   AND ((c.relreplident = 'd' AND i.indisprimary)
+                        OR (c.relreplident = 'i' AND i.indisreplident))) k ON true
+             WHERE n.nspname = $1 AND c.relname = $2
+             ORDER BY a.attnum",
+            &[&schema, &name],
+        )
+        .await
+        .map_err(|e| ReplicateError::node("read the upstream's catalog", &e))?;
+    let Some(first) = rows.first() else {
+        return Err(ReplicateError::Node {
+            context: format!("copy {schema}.{name}"),
+            message: format!("the upstream has no table {schema}.{name}"),
+        });
+    };
+    let oid = first.get::<_, i64>(0) as u32;
+    let columns = rows
+        .iter()
+        .map(|r| evolve_core::change::ColumnSchema {
+            name: r.get(1),
+            type_oid: r.get::<_, i64>(2) as u32,
+            typmod: r.get(3),
+            key: r.get(4),
+        })
+        .collect();
+    Ok((
+        oid,
+        std::sync::Arc::new(evolve_core::change::TableSchema {
+            schema: schema.to_string(),
+            name: name.to_string(),
+            columns,
+        }),
+    ))
+}

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use evolve_core::change::{Bytes, ChangeKind, Datum, RowChange};
 use evolve_core::conflict::{ConflictType, Resolver, Resolvers};
 use evolve_pg::quote_ident;
 use evolve_pipeline::source::postgres::PostgresSource;
@@ -44,6 +45,29 @@ pub struct ReplicaStatus {
     pub conflicts: BTreeMap<(ConflictType, Resolver), u64>,
 }
 
+/// What a replica's initial copy did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CopyReport {
+    pub tables: u64,
+    /// Rows read from the upstream.
+    pub rows: u64,
+    /// Conflicts by type and resolution.
+    pub conflicts: BTreeMap<(ConflictType, Resolver), u64>,
+    /// The snapshot's position: the stream starts after it.
+    pub position: Position,
+}
+
+impl CopyReport {
+    fn add(&mut self, applied: &crate::apply::Applied) {
+        for (k, n) in &applied.conflicts {
+            *self.conflicts.entry(*k).or_default() += n;
+        }
+    }
+}
+
+/// Rows loaded per node transaction while copying.
+const COPY_BATCH: usize = 5_000;
+
 /// A replica and its task's status.
 pub struct Replica {
     spec: ReplicaSpec,
@@ -72,25 +96,8 @@ impl Replica {
     /// or the slot cannot be made.
     pub async fn create(spec: ReplicaSpec) -> Result<Replica> {
         let slot = Self::slot_name(&spec.name);
-        let client = evolve_pg::connect(&spec.upstream, "evolve replicate")
-            .await
-            .map_err(|e| ReplicateError::Node {
-                context: format!("connect to the upstream of replica {}", spec.name),
-                message: e.to_string(),
-            })?;
-        let tables: Vec<String> = spec
-            .tables
-            .iter()
-            .map(|(s, t)| format!("{}.{}", quote_ident(s), quote_ident(t)))
-            .collect();
-        client
-            .batch_execute(&format!(
-                "CREATE PUBLICATION {} FOR TABLE {}",
-                quote_ident(&slot),
-                tables.join(", ")
-            ))
-            .await
-            .map_err(|e| ReplicateError::node(format!("create publication {slot}"), &e))?;
+        let client = Self::upstream(&spec).await?;
+        Self::create_publication(&client, &spec, &slot).await?;
         if let Err(e) = client
             .query_one(
                 "SELECT 1 FROM pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -107,6 +114,174 @@ impl Replica {
             ));
         }
         Ok(Replica::new(spec))
+    }
+
+    /// As [`Replica::create`], then copies the tables into the node first
+    /// (`COPY DATA = true`): the slot is created with an exported snapshot,
+    /// the tables are read under it and loaded through the same column
+    /// matching, transforms and resolvers as the stream's rows, and the
+    /// replica's position on the node is the slot's consistent point, where
+    /// its stream begins: nothing is in both, nothing in neither. A failed
+    /// copy drops the slot and the publication again.
+    pub async fn create_copying(spec: ReplicaSpec) -> Result<(Replica, CopyReport)> {
+        let slot = Self::slot_name(&spec.name);
+        let client = Self::upstream(&spec).await?;
+        Self::create_publication(&client, &spec, &slot).await?;
+        let connection = Connection::new(spec.upstream.clone());
+        let copied = match evolve_pipeline::upstream::create_slot_exporting(
+            &spec.name,
+            &connection,
+            &slot,
+            &slot,
+            false,
+        )
+        .await
+        {
+            Ok(exported) => {
+                let copied = Self::copy(&spec, &connection, &exported).await;
+                // Ends the replication session; the slot stays.
+                drop(exported);
+                copied
+            }
+            Err(e) => Err(e.into()),
+        };
+        match copied {
+            Ok(report) => Ok((Replica::new(spec), report)),
+            Err(e) => {
+                let _ = client
+                    .batch_execute(&format!(
+                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = {};
+                         DROP PUBLICATION IF EXISTS {}",
+                        evolve_pg::quote_literal(&slot),
+                        quote_ident(&slot)
+                    ))
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn upstream(spec: &ReplicaSpec) -> Result<tokio_postgres::Client> {
+        evolve_pg::connect(&spec.upstream, "evolve replicate")
+            .await
+            .map_err(|e| ReplicateError::Node {
+                context: format!("connect to the upstream of replica {}", spec.name),
+                message: e.to_string(),
+            })
+    }
+
+    async fn create_publication(
+        client: &tokio_postgres::Client,
+        spec: &ReplicaSpec,
+        slot: &str,
+    ) -> Result<()> {
+        let tables: Vec<String> = spec
+            .tables
+            .iter()
+            .map(|(s, t)| format!("{}.{}", quote_ident(s), quote_ident(t)))
+            .collect();
+        client
+            .batch_execute(&format!(
+                "CREATE PUBLICATION {} FOR TABLE {}",
+                quote_ident(slot),
+                tables.join(", ")
+            ))
+            .await
+            .map_err(|e| ReplicateError::node(format!("create publication {slot}"), &e))
+    }
+
+    /// Copies every table of the replica under `exported`'s snapshot.
+    async fn copy(
+        spec: &ReplicaSpec,
+        connection: &Connection,
+        exported: &evolve_pipeline::upstream::ExportedSnapshot,
+    ) -> Result<CopyReport> {
+        let at = Position::from_lsn(exported.consistent_point);
+        let up = evolve_pipeline::upstream::connect(&spec.name, connection).await?;
+        up.batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+            evolve_pg::quote_literal(&exported.snapshot_name)
+        ))
+        .await
+        .map_err(|e| ReplicateError::node("start the snapshot transaction", &e))?;
+        let mut node = evolve_pg::connect(&spec.node, "evolve replicate")
+            .await
+            .map_err(|e| ReplicateError::Node {
+                context: format!("connect to the node of replica {}", spec.name),
+                message: e.to_string(),
+            })?;
+        let mut applier = Applier::open(
+            &node,
+            &spec.name,
+            spec.resolvers.clone(),
+            spec.transforms.clone(),
+        )
+        .await?;
+        let mut report = CopyReport {
+            position: at,
+            ..CopyReport::default()
+        };
+        for (schema, table) in &spec.tables {
+            let (oid, table_schema) = crate::node::upstream_table(&up, schema, table).await?;
+            let columns: Vec<String> = table_schema
+                .columns
+                .iter()
+                .map(|c| quote_ident(&c.name))
+                .collect();
+            let copy = format!(
+                "COPY (SELECT {} FROM {}.{}) TO STDOUT",
+                columns.join(", "),
+                quote_ident(schema),
+                quote_ident(table)
+            );
+            let out = up
+                .copy_out(copy.as_str())
+                .await
+                .map_err(|e| ReplicateError::node(format!("COPY {schema}.{table}"), &e))?;
+            futures_util::pin_mut!(out);
+            let mut reader = evolve_pipeline::upstream::CopyTextReader::default();
+            let mut batch: Vec<(u32, RowChange)> = Vec::new();
+            while let Some(chunk) = futures_util::StreamExt::next(&mut out).await {
+                let chunk = chunk
+                    .map_err(|e| ReplicateError::node(format!("COPY {schema}.{table}"), &e))?;
+                reader.feed(&chunk, |values| {
+                    batch.push((
+                        oid,
+                        RowChange {
+                            table: Arc::clone(&table_schema),
+                            kind: ChangeKind::Insert,
+                            old: None,
+                            new: Some(
+                                values
+                                    .iter()
+                                    .map(|v| match v {
+                                        Some(t) => Datum::Text(Bytes::copy_from_slice(t)),
+                                        None => Datum::Null,
+                                    })
+                                    .collect(),
+                            ),
+                        },
+                    ));
+                    Ok::<(), ReplicateError>(())
+                })?;
+                if batch.len() >= COPY_BATCH {
+                    report.rows += batch.len() as u64;
+                    let applied = applier
+                        .load(&mut node, at, std::mem::take(&mut batch))
+                        .await?;
+                    report.add(&applied);
+                }
+            }
+            report.rows += batch.len() as u64;
+            let applied = applier.load(&mut node, at, batch).await?;
+            report.add(&applied);
+            report.tables += 1;
+        }
+        up.batch_execute("COMMIT")
+            .await
+            .map_err(|e| ReplicateError::node("end the snapshot transaction", &e))?;
+        applier.set_position(&node, at).await?;
+        Ok(report)
     }
 
     /// A replica created before.
