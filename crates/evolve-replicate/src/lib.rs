@@ -21,6 +21,7 @@ pub mod apply;
 mod error;
 pub mod node;
 pub mod replica;
+pub mod rollout;
 pub mod transform;
 
 pub use apply::{Applied, Applier, Transaction};
