@@ -4,9 +4,10 @@
 //!
 //! Stream: CHANGES (default 1,000,000) row changes, inserts and updates in
 //! transactions of 1, 10, 100 and 1000 rows (a fixed shuffled mix, see
-//! [`MIX`]), are loaded into `bench_t` (int8 key, text, numeric,
-//! timestamptz, bool, small jsonb, nullable text) after every consumer's
-//! slot exists, so each drains the same WAL, one after the other:
+//! [`MIX`](evolve_bench::stream::MIX)), are loaded into `bench_t` (int8
+//! key, text, numeric, timestamptz, bool, small jsonb, nullable text) after
+//! every consumer's slot exists, so each drains the same WAL, one after the
+//! other:
 //!
 //! - evolve: source, table, interface and sink created and the (empty)
 //!   snapshot done before the load, the pipeline stopped; then restarted
@@ -37,6 +38,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use evolve_bench::stream::{
+    COLUMNS, ROW, TIMEOUT, connect, count, load_procedure, lsn, per_second, wait_for,
+};
 use evolve_bench::{Running, cpu_since, cpu_time, fmt, lsn_value, mib, proc_status, ratio};
 use evolve_pipeline::{Config, Pipeline, TableSpec};
 use futures_util::{SinkExt, StreamExt};
@@ -44,29 +48,6 @@ use tokio_postgres::Client;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T> = std::result::Result<T, Error>;
-
-/// One round of the load: (rows per transaction, how many inserting
-/// transactions, how many updating ones). 70 transactions, 3,040 row
-/// changes (1,272 of them updates); [`mix`] shuffles them.
-const MIX: [(i32, usize, usize); 4] = [
-    // (size, inserts, updates)
-    (1, 28, 12),
-    (10, 14, 6),
-    (100, 6, 2),
-    (1000, 1, 1),
-];
-
-/// How long any consumer may take before the benchmark gives up.
-const TIMEOUT: Duration = Duration::from_secs(1800);
-
-const COLUMNS: &str = "id int8 PRIMARY KEY, name text NOT NULL, amount numeric(12,2) NOT NULL, \
-     created_at timestamptz NOT NULL, active bool NOT NULL, attrs jsonb, note text";
-
-/// The row of id `g` (an SQL expression over `g`).
-const ROW: &str = "g, 'customer ' || g, (g % 100000) / 100.0, \
-     timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', g % 3 <> 0, \
-     jsonb_build_object('tier', g % 5, 'tags', jsonb_build_array('a', 'b')), \
-     CASE WHEN g % 4 = 0 THEN NULL ELSE 'note ' || g END";
 
 fn main() {
     if let Err(e) = run() {
@@ -111,10 +92,6 @@ fn run() -> Result<()> {
     result
 }
 
-async fn connect(url: &str) -> Result<Client> {
-    Ok(evolve_pg::connect(url, "evolve-bench").await?)
-}
-
 /// Polls `sql` (one bool) every 10 ms until it is true; the time it took,
 /// and when `probe` first held (it is checked before `sql` each time).
 async fn wait_until(
@@ -144,109 +121,6 @@ async fn wait_until(
     }
 }
 
-/// Polls `sql` (one bool) every 10 ms until it is true; the time it took.
-async fn wait_for(client: &Client, sql: &str, started: Instant, what: &str) -> Result<Duration> {
-    loop {
-        if client.query_one(sql, &[]).await?.get::<_, bool>(0) {
-            return Ok(started.elapsed());
-        }
-        if started.elapsed() > TIMEOUT {
-            return Err(format!("{what} did not finish within {TIMEOUT:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-async fn count(client: &Client, table: &str) -> Result<i64> {
-    Ok(client
-        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
-        .await?
-        .get(0))
-}
-
-async fn lsn(client: &Client, sql: &str) -> Result<String> {
-    Ok(client.query_one(sql, &[]).await?.get(0))
-}
-
-/// The transaction sizes of the load (negative: updates), as the load
-/// procedure cycles through them: [`MIX`] shuffled with a fixed seed.
-fn mix() -> Vec<i32> {
-    let mut sizes = Vec::new();
-    for (size, inserts, updates) in MIX {
-        sizes.extend(std::iter::repeat_n(size, inserts));
-        sizes.extend(std::iter::repeat_n(-size, updates));
-    }
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    for i in (1..sizes.len()).rev() {
-        seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let j = (seed >> 33) as usize % (i + 1);
-        sizes.swap(i, j);
-    }
-    sizes
-}
-
-/// What the load procedure does with `sizes` and `total`: (transactions,
-/// updated rows). Mirrors `bench_load`.
-fn simulate(sizes: &[i32], total: i64) -> (u64, i64) {
-    let (mut done, mut next_id, mut i, mut updates) = (0i64, 1i64, 0usize, 0i64);
-    while done < total {
-        let planned = sizes[i % sizes.len()];
-        let s = i64::from(planned.abs()).min(total - done);
-        if planned < 0 && next_id > s {
-            updates += s;
-        } else {
-            next_id += s;
-        }
-        done += s;
-        i += 1;
-    }
-    (i as u64, updates)
-}
-
-const LOAD_PROCEDURE: &str = "
-CREATE PROCEDURE bench_load(sizes int[], total bigint) LANGUAGE plpgsql AS $$
-DECLARE
-    done bigint := 0;
-    next_id bigint := 1;
-    i bigint := 0;
-    planned int;
-    s bigint;
-    a bigint;
-BEGIN
-    WHILE done < total LOOP
-        planned := sizes[1 + i % array_length(sizes, 1)];
-        s := least(abs(planned), total - done);
-        IF planned < 0 AND next_id - 1 >= s THEN
-            a := 1 + (i * 7919) % (next_id - s);
-            UPDATE bench_t SET amount = amount + 1, active = NOT active,
-                               attrs = attrs || jsonb_build_object('v', i)
-             WHERE id BETWEEN a AND a + s - 1;
-        ELSE
-            INSERT INTO bench_t SELECT ROW_EXPR FROM generate_series(next_id, next_id + s - 1) g;
-            next_id := next_id + s;
-        END IF;
-        done := done + s;
-        i := i + 1;
-        COMMIT;
-    END LOOP;
-END $$";
-
-fn per_second(rows: i64, d: Duration) -> String {
-    let r = rows as f64 / d.as_secs_f64().max(1e-9);
-    // Thousands separators.
-    let s = format!("{:.0}", r);
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, n: i64) -> Result<()> {
     let up_db = up.create_database("pipeline_up").await?;
     let sink_db = sink.create_database("pipeline_sink").await?;
@@ -264,7 +138,7 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, n: i64) -
          INSERT INTO snap_small SELECT {ROW} FROM generate_series(1, {small}) g;
          INSERT INTO snap_full SELECT {ROW} FROM generate_series(1, {n}) g;
          {};",
-        LOAD_PROCEDURE.replace("ROW_EXPR", ROW)
+        load_procedure()
     ))
     .await?;
     upc.batch_execute("VACUUM ANALYZE snap_small").await?;
@@ -315,33 +189,9 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, n: i64) -
         .await?;
 
     // The load, then the marker row in a transaction of its own.
-    let sizes = mix();
-    let (transactions, updates) = simulate(&sizes, n);
-    let started = Instant::now();
-    let array: Vec<String> = sizes.iter().map(i32::to_string).collect();
-    // A simple query of one statement: the procedure commits as it goes.
-    upc.batch_execute(&format!("CALL bench_load('{{{}}}', {n})", array.join(",")))
-        .await?;
-    let load = started.elapsed();
-    let before_marker = lsn_value(&lsn(&upc, "SELECT pg_current_wal_insert_lsn()::text").await?);
-    upc.batch_execute(&format!(
-        "INSERT INTO bench_t SELECT {ROW} FROM (VALUES (0::int8)) v(g)"
-    ))
-    .await?;
-    let endpos = lsn(&upc, "SELECT pg_current_wal_insert_lsn()::text").await?;
-    let rows = count(&upc, "bench_t").await?;
-    let wal_start = lsn(
-        &upc,
-        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'bench_recv'",
-    )
-    .await?;
-    let wal_bytes = lsn_value(&endpos).saturating_sub(lsn_value(&wal_start));
-    println!(
-        "load: {n} row changes ({updates} updates) in {transactions} transactions + a marker row, {} ({} changes/s); {rows} rows; {:.0} MiB of WAL",
-        fmt(load),
-        per_second(n, load),
-        wal_bytes as f64 / 1048576.0
-    );
+    let load = evolve_bench::stream::load(&upc, n, "bench_recv").await?;
+    let (before_marker, endpos, rows) = (load.before_marker, load.endpos.clone(), load.rows);
+    println!("{load}");
 
     // (a) evolve, timed from the restart until the marker is in the sink.
     let cpu = cpu_time();
