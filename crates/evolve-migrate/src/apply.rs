@@ -38,16 +38,33 @@ pub(crate) async fn run(
     let started = Instant::now();
     let connected = connect(opts).await?;
     let files = connected.load(opts).await?;
-    let crate::Connected { client, history } = connected;
+    let crate::Connected {
+        client,
+        history,
+        reset,
+    } = connected;
     let step_opts = StepOptions {
         target: apply_opts.target.clone(),
         out_of_order: apply_opts.out_of_order,
     };
 
     if apply_opts.dry_run {
-        // Reads only: no lock, no history table created.
-        let (plan, mut steps) =
-            plan_steps(&files, &history, &client, &step_opts, apply_opts).await?;
+        // Reads only: no lock, no history table created, no baseline.
+        let baseline = match &apply_opts.baseline_on_migrate {
+            Some(v) if crate::bootstrap::baseline_due(opts, &client, &history).await? => {
+                Some(crate::bootstrap::baseline_row(v, apply_opts))
+            }
+            _ => None,
+        };
+        let (plan, mut steps) = plan_steps(
+            &files,
+            &history,
+            &client,
+            &step_opts,
+            apply_opts,
+            baseline.as_ref(),
+        )
+        .await?;
         stop_at_phase(&mut steps, apply_opts, on_event);
         for step in &steps {
             if !no_transaction(step.file, apply_opts.mixed)
@@ -87,7 +104,11 @@ pub(crate) async fn run(
 
     // Everything below happens under the lock, so the history read here is
     // the one this run continues.
-    let _lock = lock::acquire_and_ensure(opts, &client, &history, on_event).await?;
+    let _lock = lock::acquire(opts, &history.table, on_event).await?;
+    crate::bootstrap::prepare(
+        opts, apply_opts, &client, &reset, &history, &files, on_event,
+    )
+    .await?;
     // Progress of a failed row that is gone (Flyway's repair removes failed
     // rows and knows nothing of this table) would be taken for the progress
     // of the next row given that rank.
@@ -101,38 +122,46 @@ pub(crate) async fn run(
             &[],
         )
         .await?;
-    callbacks::run(&client, &files, "beforeValidate").await?;
+    // validateOnMigrate = false: Flyway runs no validation, and so none of
+    // its callbacks.
+    let validate = !apply_opts.skip_validation;
+    if validate {
+        callbacks::run(&client, &reset, &files, "beforeValidate").await?;
+    }
     let (plan, mut steps) =
-        match plan_steps(&files, &history, &client, &step_opts, apply_opts).await {
+        match plan_steps(&files, &history, &client, &step_opts, apply_opts, None).await {
             Ok(planned) => planned,
-            Err(e @ MigrateError::Invalid { .. }) => {
-                callbacks::run(&client, &files, "afterValidateError").await?;
+            Err(e @ MigrateError::Invalid { .. }) if validate => {
+                callbacks::run(&client, &reset, &files, "afterValidateError").await?;
                 return Err(e);
             }
             Err(e) => return Err(e),
         };
-    callbacks::run(&client, &files, "afterValidate").await?;
+    if validate {
+        callbacks::run(&client, &reset, &files, "afterValidate").await?;
+    }
     stop_at_phase(&mut steps, apply_opts, on_event);
     let group = apply_opts.group && group_transaction(&steps, apply_opts.mixed)?;
 
-    let mut runner = Runner::new(opts, client, history, &files).await?;
+    let mut runner = Runner::new(opts, client, history, reset, &files).await?;
     runner.populate_in_transaction = apply_opts.populate_in_transaction;
     runner.mixed = apply_opts.mixed;
     runner.group = group;
     runner.backfill = apply_opts.backfill.clone();
-    callbacks::run(&runner.client, &files, "beforeMigrate").await?;
+    let reset = runner.reset.clone();
+    callbacks::run(&runner.client, &reset, &files, "beforeMigrate").await?;
     let mut current = plan.current_version.clone();
     let applied = match runner.run_steps(&steps, &mut current, on_event).await {
         Ok(applied) => applied,
         Err(e) => {
-            callbacks::run(&runner.client, &files, "afterMigrateError").await?;
+            callbacks::run(&runner.client, &reset, &files, "afterMigrateError").await?;
             return Err(e);
         }
     };
     if applied > 0 {
-        callbacks::run(&runner.client, &files, "afterMigrateApplied").await?;
+        callbacks::run(&runner.client, &reset, &files, "afterMigrateApplied").await?;
     }
-    callbacks::run(&runner.client, &files, "afterMigrate").await?;
+    callbacks::run(&runner.client, &reset, &files, "afterMigrate").await?;
     Ok(ApplyReport {
         history_table: runner.history.table.plain(),
         dry_run: false,
@@ -176,17 +205,22 @@ fn stop_at_phase(
 /// Reads the history, and returns the plan and the steps `apply` runs,
 /// after refusing invalid states and files that cannot run (before any of
 /// them runs).
+/// `baseline` is a row `--dry-run` takes as written (baselineOnMigrate).
 async fn plan_steps<'a>(
     files: &'a MigrationSet,
     history: &History,
     client: &Client,
     step_opts: &StepOptions,
     apply_opts: &ApplyOptions,
+    baseline: Option<&crate::HistoryRow>,
 ) -> Result<(Plan<'a>, Vec<Step<'a>>), MigrateError> {
-    let rows = history.rows(client).await?;
+    let mut rows = history.rows(client).await?;
+    rows.extend(baseline.cloned());
     let progress = history.progress(client).await?;
     let plan = Plan::new(files, &rows, &progress);
-    check(&plan, step_opts)?;
+    if !apply_opts.skip_validation {
+        check(&plan, step_opts)?;
+    }
     let steps = plan
         .steps(step_opts, &progress)
         .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
@@ -344,6 +378,8 @@ struct Runner<'o> {
     /// query).
     role: String,
     history: History,
+    /// Ends every migration: `RESET ALL` and the session's own settings.
+    reset: String,
     insert: Prepared,
     begin_sql: String,
     populate_in_transaction: bool,
@@ -384,9 +420,10 @@ impl<'o> Runner<'o> {
         opts: &'o Options,
         client: Client,
         history: History,
+        reset: String,
         files: &'o MigrationSet,
     ) -> Result<Self, MigrateError> {
-        let monitor = evolve_pg::connect(&opts.database_url, "evolve migrate (monitor)").await?;
+        let monitor = crate::open(opts, "evolve migrate (monitor)").await?;
         let row = client
             .query_one("SELECT pg_backend_pid(), current_user::text", &[])
             .await?;
@@ -404,6 +441,7 @@ impl<'o> Runner<'o> {
             pid,
             role,
             history,
+            reset,
             insert,
             begin_sql,
             populate_in_transaction: false,
@@ -438,7 +476,10 @@ impl<'o> Runner<'o> {
             }
             if let Err(e) = self.run_step(step, &mut rebuilt, on_event).await {
                 if self.group {
-                    let _ = self.client.batch_execute("ROLLBACK; RESET ALL").await;
+                    let _ = self
+                        .client
+                        .batch_execute(&format!("ROLLBACK; {}", self.reset))
+                        .await;
                 }
                 return Err(e);
             }
@@ -450,13 +491,15 @@ impl<'o> Runner<'o> {
             }
         }
         if self.group && !steps.is_empty() {
-            self.client.batch_execute("COMMIT; RESET ALL").await?;
+            self.client
+                .batch_execute(&format!("COMMIT; {}", self.reset))
+                .await?;
             for (file, plan) in &rebuilt {
                 self.after_rebuild(file, plan, on_event).await?;
             }
         }
         if self.versioned_callback_due {
-            callbacks::run(&self.client, self.files, "afterVersioned").await?;
+            callbacks::run(&self.client, &self.reset, self.files, "afterVersioned").await?;
         }
         Ok(applied)
     }
@@ -465,7 +508,7 @@ impl<'o> Runner<'o> {
     /// transaction under `group`, else each in its own.
     async fn group_callbacks(&self, event: &str) -> Result<(), MigrateError> {
         if !self.group {
-            return callbacks::run(&self.client, self.files, event).await;
+            return callbacks::run(&self.client, &self.reset, self.files, event).await;
         }
         for file in self.files.callbacks_of(event) {
             for stmt in &file.parsed.statements {
@@ -799,9 +842,12 @@ impl<'o> Runner<'o> {
         // RESET ALL keeps settings a file changed with SET from leaking into
         // the next file.
         let insert = self.insert_history(file, elapsed, true);
-        let commit = self
-            .client
-            .batch_execute(if self.group { "" } else { "COMMIT; RESET ALL" });
+        let commit_sql = if self.group {
+            String::new()
+        } else {
+            format!("COMMIT; {}", self.reset)
+        };
+        let commit = self.client.batch_execute(&commit_sql);
         let (inserted, committed) = tokio::join!(insert, commit);
         let fail = |statement: &str, error| Failure {
             line: end.0,
@@ -925,7 +971,7 @@ impl<'o> Runner<'o> {
         }
         if !self.group {
             self.client
-                .batch_execute("COMMIT; RESET ALL")
+                .batch_execute(&format!("COMMIT; {}", self.reset))
                 .await
                 .map_err(|e| fail("COMMIT", e))?;
         }
@@ -1127,7 +1173,7 @@ impl<'o> Runner<'o> {
                 (rank, 0)
             }
         };
-        callbacks::run(&self.client, self.files, "beforeEachMigrate").await?;
+        callbacks::run(&self.client, &self.reset, self.files, "beforeEachMigrate").await?;
         self.client
             .batch_execute(&format!(
                 "SET lock_timeout = {}",
@@ -1166,9 +1212,14 @@ impl<'o> Runner<'o> {
                             .retry_or_fail(file, failure, attempt, on_event, &outcome)
                             .await
                         {
-                            self.client.batch_execute("RESET ALL").await?;
-                            callbacks::run(&self.client, self.files, "afterEachMigrateError")
-                                .await?;
+                            self.client.batch_execute(&self.reset).await?;
+                            callbacks::run(
+                                &self.client,
+                                &self.reset,
+                                self.files,
+                                "afterEachMigrateError",
+                            )
+                            .await?;
                             return Err(e);
                         }
                     }
@@ -1189,8 +1240,8 @@ impl<'o> Runner<'o> {
                 )
                 .await?;
         }
-        self.client.batch_execute("RESET ALL").await?;
-        callbacks::run(&self.client, self.files, "afterEachMigrate").await?;
+        self.client.batch_execute(&self.reset).await?;
+        callbacks::run(&self.client, &self.reset, self.files, "afterEachMigrate").await?;
         let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
         let t = &self.history.table;
         self.client

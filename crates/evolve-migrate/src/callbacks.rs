@@ -50,9 +50,11 @@ fn transactional(file: &CallbackFile) -> bool {
 }
 
 /// Runs the callbacks of `event`, each in a transaction of its own (or in
-/// autocommit when it cannot run in one).
+/// autocommit when it cannot run in one); `reset` (`RESET ALL` and the
+/// session's own settings, see [`crate::Connected`]) follows each.
 pub(crate) async fn run(
     client: &Client,
+    reset: &str,
     files: &MigrationSet,
     event: &str,
 ) -> Result<(), MigrateError> {
@@ -65,9 +67,10 @@ pub(crate) async fn run(
                 starts.push(sql.len());
                 sql.push_str(&stmt.text);
             }
-            sql.push_str(";\nCOMMIT; RESET ALL");
+            sql.push_str(";\nCOMMIT; ");
+            sql.push_str(reset);
             if let Err(e) = client.batch_execute(&sql).await {
-                let _ = client.batch_execute("ROLLBACK; RESET ALL").await;
+                let _ = client.batch_execute(&format!("ROLLBACK; {reset}")).await;
                 let at = crate::apply::position_in(&e, &sql).and_then(|at| {
                     let i = starts.iter().rposition(|&start| start <= at)?;
                     Some((&file.parsed.statements[i], at - starts[i]))
@@ -94,7 +97,7 @@ pub(crate) async fn run(
                     ));
                 }
             }
-            client.batch_execute("RESET ALL").await?;
+            client.batch_execute(reset).await?;
         }
     }
     Ok(())
@@ -132,6 +135,7 @@ pub(crate) fn failed(
 /// failed (the verb's error is the one returned).
 pub(crate) async fn around<T, F>(
     client: &Client,
+    reset: &str,
     files: &MigrationSet,
     before: &str,
     after: &str,
@@ -141,14 +145,14 @@ pub(crate) async fn around<T, F>(
 where
     F: std::future::Future<Output = Result<T, MigrateError>>,
 {
-    run(client, files, before).await?;
+    run(client, reset, files, before).await?;
     match verb.await {
         Ok(t) => {
-            run(client, files, after).await?;
+            run(client, reset, files, after).await?;
             Ok(t)
         }
         Err(e) => {
-            run(client, files, error_event).await?;
+            run(client, reset, files, error_event).await?;
             Err(e)
         }
     }

@@ -78,6 +78,26 @@ pub enum MigrateError {
         table: String,
         holder: Option<SessionInfo>,
     },
+    /// Flyway's `lockRetryCount` ran out.
+    #[error(
+        "another migration run still holds the migration lock on {table}{} after {waited_ms} ms of waiting, the most lockRetryCount allows (one second a retry); wait for it to finish, or raise lockRetryCount (-1 waits without limit)",
+        holder.as_ref().map(|h| format!(" ({h})")).unwrap_or_default()
+    )]
+    LockWaitLimit {
+        table: String,
+        holder: Option<SessionInfo>,
+        waited_ms: u64,
+    },
+    /// Flyway's `connectRetries` ran out.
+    #[error("{error} (tried {attempts} times over {waited_s} s, as connectRetries allows)")]
+    ConnectRetries {
+        attempts: u32,
+        waited_s: u64,
+        error: PgError,
+    },
+    /// Flyway's `initSql` failed on a new connection.
+    #[error("initSql {reason}; fix initSql (evolve runs it on every connection it opens)")]
+    InitSql { reason: String },
     #[error("migration {script} failed at line {line}, column {column}: {error}\n  {outcome}")]
     Statement {
         script: String,

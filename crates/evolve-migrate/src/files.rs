@@ -14,11 +14,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use evolve_core::migration::{
-    MigrationKind, MigrationName, Script, Version, flyway_checksum, parse_callback_name,
-    parse_file_name, parse_script,
+    MigrationKind, MigrationName, Script, Version, flyway_checksum, parse_script,
 };
 
 use crate::MigrateError;
+use crate::naming::{Named, Naming};
 use crate::placeholders::{BuiltIns, Placeholders};
 
 /// One migration file, read and parsed.
@@ -90,7 +90,18 @@ impl MigrationSet {
         placeholders: &Placeholders,
         built_ins: &BuiltIns,
     ) -> Result<MigrationSet, MigrateError> {
-        let mut paths = walk(dir, symlinks)?;
+        MigrationSet::load_named(dir, symlinks, &Naming::default(), placeholders, built_ins)
+    }
+
+    /// [`MigrationSet::load_with`] under Flyway's naming settings `naming`.
+    pub fn load_named(
+        dir: &Path,
+        symlinks: Symlinks,
+        naming: &Naming,
+        placeholders: &Placeholders,
+        built_ins: &BuiltIns,
+    ) -> Result<MigrationSet, MigrateError> {
+        let mut paths = walk(dir, symlinks, naming)?;
         paths.sort();
         let mut set = MigrationSet::default();
         for (script, path) in paths {
@@ -98,15 +109,14 @@ impl MigrationSet {
                 .file_name()
                 .map(|f| f.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            if let Some(callback) = parse_callback_name(&file_name) {
-                let file = load_callback(&path, script, callback, placeholders, built_ins)?;
-                set.add_callback(file)?;
-                continue;
-            }
-            let Some(mut name) =
-                parse_file_name(&file_name).map_err(|e| MigrateError::Name(e.to_string()))?
-            else {
-                continue;
+            let mut name = match naming.parse(&file_name).map_err(MigrateError::Name)? {
+                None => continue,
+                Some(Named::Callback(callback)) => {
+                    let file = load_callback(&path, script, callback, placeholders, built_ins)?;
+                    set.add_callback(file)?;
+                    continue;
+                }
+                Some(Named::Migration(name)) => name,
             };
             name.script = script.clone();
             let bytes = read_regular(&path)?;
@@ -268,8 +278,13 @@ const MAX_DEPTH: usize = 32;
 /// A walk that meets more entries than this stops with an error.
 const MAX_ENTRIES: usize = 100_000;
 
-/// `(script, path)` of every file below `root` whose name ends in `.sql`.
-fn walk(root: &Path, symlinks: Symlinks) -> Result<Vec<(String, PathBuf)>, MigrateError> {
+/// `(script, path)` of every file below `root` whose name ends in one of
+/// the suffixes of `naming` (`.sql`).
+fn walk(
+    root: &Path,
+    symlinks: Symlinks,
+    naming: &Naming,
+) -> Result<Vec<(String, PathBuf)>, MigrateError> {
     let real_root = std::fs::canonicalize(root).map_err(|e| MigrateError::Dir {
         dir: root.to_path_buf(),
         reason: e.to_string(),
@@ -278,6 +293,7 @@ fn walk(root: &Path, symlinks: Symlinks) -> Result<Vec<(String, PathBuf)>, Migra
         root,
         real_root: real_root.clone(),
         symlinks,
+        naming,
         entries: 0,
         visited: vec![real_root],
         out: Vec::new(),
@@ -290,6 +306,7 @@ struct Walk<'a> {
     root: &'a Path,
     real_root: PathBuf,
     symlinks: Symlinks,
+    naming: &'a Naming,
     entries: usize,
     /// Resolved paths of the directories read so far (loop detection when
     /// links are followed).
@@ -329,7 +346,7 @@ impl Walk<'_> {
             if raw.starts_with(b".") {
                 continue;
             }
-            let sql_name = looks_like_sql(raw);
+            let sql_name = self.naming.is_candidate(raw);
             let file_type = entry.file_type().map_err(|e| MigrateError::Read {
                 path: path.clone(),
                 reason: e.to_string(),
@@ -366,7 +383,10 @@ impl Walk<'_> {
                 if sql_name {
                     return Err(refuse(
                         &path,
-                        "is a directory named like a migration file; rename it so its name does not end in .sql",
+                        format!(
+                            "is a directory named like a migration file; rename it so its name does not end in {}",
+                            self.naming.suffixes.join(" or ")
+                        ),
                     ));
                 }
                 let real = match resolved {
@@ -435,12 +455,6 @@ impl Walk<'_> {
         }
         Ok(())
     }
-}
-
-/// Whether a file name ends in `.sql`, in any case (`.SQL` is a misnamed
-/// migration, reported by the name check).
-fn looks_like_sql(name: &[u8]) -> bool {
-    name.len() >= 4 && name[name.len() - 4..].eq_ignore_ascii_case(b".sql")
 }
 
 /// Reads a file the walk found, checking again on the open file that it is

@@ -17,6 +17,13 @@ pub struct FlywayConfig {
     /// `table`, in `defaultSchema` (else the first of `schemas`).
     pub history_schema: Option<String>,
     pub history_table: Option<String>,
+    /// `schemas`, as listed.
+    pub schemas: Vec<String>,
+    /// `defaultSchema`, else the first of `schemas`: Flyway's default
+    /// schema, first on the search_path of migrations and callbacks.
+    pub default_schema: Option<String>,
+    /// `createSchemas`: create the missing `schemas` (default true).
+    pub create_schemas: Option<bool>,
     pub placeholders: BTreeMap<String, String>,
     pub placeholder_prefix: Option<String>,
     pub placeholder_suffix: Option<String>,
@@ -28,6 +35,19 @@ pub struct FlywayConfig {
     pub installed_by: Option<String>,
     pub group: Option<bool>,
     pub mixed: Option<bool>,
+    pub baseline_on_migrate: Option<bool>,
+    pub validate_on_migrate: Option<bool>,
+    /// `initSql`: run on every connection.
+    pub init_sql: Option<String>,
+    pub connect_retries: Option<u32>,
+    /// `connectRetriesInterval`, in seconds.
+    pub connect_retries_interval: Option<u32>,
+    /// `lockRetryCount`; negative: without limit.
+    pub lock_retry_count: Option<i64>,
+    pub sql_migration_prefix: Option<String>,
+    pub repeatable_sql_migration_prefix: Option<String>,
+    pub sql_migration_separator: Option<String>,
+    pub sql_migration_suffixes: Option<Vec<String>>,
     /// Keys evolve does not apply, each with why: one warning per key.
     pub warnings: Vec<String>,
 }
@@ -181,38 +201,33 @@ fn boolean(key: &str, value: &str) -> Result<bool, String> {
     }
 }
 
+fn whole_number<T: std::str::FromStr>(key: &str, value: &str, what: &str) -> Result<T, String> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{key} is {value:?}, expected {what}; the setting is ignored"))
+}
+
+/// A setting that must not be empty.
+fn not_empty(key: &str, value: &str) -> Result<String, String> {
+    if value.is_empty() {
+        Err(format!(
+            "{key} is empty, which names no files; the setting is ignored"
+        ))
+    } else {
+        Ok(value.to_string())
+    }
+}
+
 /// Keys of Flyway's that evolve accepts and has nothing to do for, given
 /// the value that matches evolve's own behaviour.
-const SAME_AS_EVOLVE: [(&str, &str); 7] = [
-    ("sqlMigrationPrefix", "V"),
-    ("repeatableSqlMigrationPrefix", "R"),
-    ("sqlMigrationSeparator", "__"),
-    ("sqlMigrationSuffixes", ".sql"),
-    ("validateOnMigrate", "true"),
-    ("encoding", "UTF-8"),
-    ("cleanDisabled", "true"),
-];
+const SAME_AS_EVOLVE: [(&str, &str); 2] = [("encoding", "UTF-8"), ("cleanDisabled", "true")];
 
 /// Keys of Flyway's that evolve does not apply, with why.
-const UNSUPPORTED: [(&str, &str); 5] = [
-    (
-        "baselineOnMigrate",
-        "run 'evolve migrate baseline' once instead",
-    ),
-    (
-        "initSql",
-        "evolve runs no SQL at the start of a session; put it in a beforeMigrate.sql callback",
-    ),
-    ("connectRetries", "evolve connects once; retry the command"),
-    (
-        "lockRetryCount",
-        "evolve waits for the migration lock unless --no-wait is given",
-    ),
-    (
-        "callbacks",
-        "evolve runs only the SQL callbacks of the migrations directory",
-    ),
-];
+const UNSUPPORTED: [(&str, &str); 1] = [(
+    "callbacks",
+    "evolve runs only the SQL callbacks of the migrations directory",
+)];
 
 impl FlywayConfig {
     /// Settings from `flyway.*` pairs, later pairs overriding earlier ones.
@@ -278,6 +293,60 @@ impl FlywayConfig {
                 "installedBy" => c.installed_by = Some(value.clone()),
                 "group" => set_bool(&mut c.group, &mut c.warnings),
                 "mixed" => set_bool(&mut c.mixed, &mut c.warnings),
+                "baselineOnMigrate" => set_bool(&mut c.baseline_on_migrate, &mut c.warnings),
+                "validateOnMigrate" => set_bool(&mut c.validate_on_migrate, &mut c.warnings),
+                "createSchemas" => set_bool(&mut c.create_schemas, &mut c.warnings),
+                "initSql" => {
+                    c.init_sql = Some(value.clone()).filter(|v| !v.trim().is_empty());
+                }
+                "connectRetries" => {
+                    match whole_number(key, value, "a whole number, 0 or more") {
+                        Ok(n) => c.connect_retries = Some(n),
+                        Err(w) => c.warnings.push(w),
+                    }
+                }
+                "connectRetriesInterval" => {
+                    match whole_number(key, value, "a whole number of seconds, 1 or more") {
+                        Ok(0) => c.warnings.push(format!(
+                            "{key} is 0, expected a whole number of seconds, 1 or more; the setting is ignored"
+                        )),
+                        Ok(n) => c.connect_retries_interval = Some(n),
+                        Err(w) => c.warnings.push(w),
+                    }
+                }
+                "lockRetryCount" => {
+                    match whole_number(key, value, "a whole number (-1: without limit)") {
+                        Ok(n) => c.lock_retry_count = Some(n),
+                        Err(w) => c.warnings.push(w),
+                    }
+                }
+                "sqlMigrationPrefix" => match not_empty(key, value) {
+                    Ok(v) => c.sql_migration_prefix = Some(v),
+                    Err(w) => c.warnings.push(w),
+                },
+                "repeatableSqlMigrationPrefix" => match not_empty(key, value) {
+                    Ok(v) => c.repeatable_sql_migration_prefix = Some(v),
+                    Err(w) => c.warnings.push(w),
+                },
+                "sqlMigrationSeparator" => match not_empty(key, value) {
+                    Ok(v) => c.sql_migration_separator = Some(v),
+                    Err(w) => c.warnings.push(w),
+                },
+                "sqlMigrationSuffixes" => {
+                    let suffixes: Vec<String> = value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect();
+                    if suffixes.is_empty() {
+                        c.warnings.push(format!(
+                            "{key} is empty, which names no files; the setting is ignored"
+                        ));
+                    } else {
+                        c.sql_migration_suffixes = Some(suffixes);
+                    }
+                }
                 "environment" | "driver" => {}
                 other => match SAME_AS_EVOLVE.iter().find(|(name, _)| *name == other) {
                     Some((_, same)) if value.trim().eq_ignore_ascii_case(same) => {}
@@ -295,14 +364,17 @@ impl FlywayConfig {
                 },
             }
         }
-        c.history_schema = default_schema.or_else(|| {
-            schemas.and_then(|s| {
-                s.split(',')
-                    .map(str::trim)
-                    .find(|s| !s.is_empty())
-                    .map(str::to_string)
-            })
-        });
+        c.schemas = schemas
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        c.default_schema = default_schema
+            .filter(|s| !s.trim().is_empty())
+            .or_else(|| c.schemas.first().cloned());
+        c.history_schema = c.default_schema.clone();
         if let Some(url) = url {
             match jdbc_to_postgres(&url, user.as_deref(), password.as_deref()) {
                 Ok(u) => c.database_url = Some(u),
@@ -310,6 +382,74 @@ impl FlywayConfig {
             }
         }
         c
+    }
+}
+
+impl FlywayConfig {
+    /// Flyway's naming settings, its defaults where the configuration is
+    /// silent.
+    pub fn naming(&self) -> crate::Naming {
+        let mut n = crate::Naming::default();
+        if let Some(p) = &self.sql_migration_prefix {
+            n.versioned_prefix = p.clone();
+        }
+        if let Some(p) = &self.repeatable_sql_migration_prefix {
+            n.repeatable_prefix = p.clone();
+        }
+        if let Some(s) = &self.sql_migration_separator {
+            n.separator = s.clone();
+        }
+        if let Some(s) = &self.sql_migration_suffixes {
+            n.suffixes = s.clone();
+        }
+        n
+    }
+
+    /// Applies the connection, naming and schema settings to `opts`:
+    /// naming, initSql, connectRetries (and connectRetriesInterval),
+    /// lockRetryCount (as a limit of the wait for the migration lock: one
+    /// second a retry, -1 without limit), the default schema and the
+    /// schemas, createSchemas.
+    pub fn configure(&self, opts: &mut crate::Options) {
+        opts.naming = self.naming();
+        opts.init_sql = self.init_sql.clone();
+        if let Some(n) = self.connect_retries {
+            opts.connect_retries = n;
+        }
+        if let Some(s) = self.connect_retries_interval {
+            opts.connect_retries_interval = std::time::Duration::from_secs(u64::from(s));
+        }
+        if let Some(n) = self.lock_retry_count {
+            opts.lock_wait_limit = u64::try_from(n).ok().map(std::time::Duration::from_secs);
+        }
+        opts.default_schema = self.default_schema.clone();
+        let mut schemas: Vec<String> = self.default_schema.iter().cloned().collect();
+        for s in &self.schemas {
+            if !schemas.contains(s) {
+                schemas.push(s.clone());
+            }
+        }
+        opts.schemas = schemas;
+        if let Some(c) = self.create_schemas {
+            opts.create_schemas = c;
+        }
+    }
+
+    /// Applies baselineOnMigrate (at baselineVersion, default 1, with
+    /// baselineDescription) and validateOnMigrate to `apply`; an error
+    /// names a baselineVersion that is not a version.
+    pub fn configure_apply(&self, apply: &mut crate::ApplyOptions) -> Result<(), String> {
+        if self.baseline_on_migrate == Some(true) {
+            let version = self.baseline_version.as_deref().unwrap_or("1");
+            let version = evolve_core::migration::Version::parse(version)
+                .map_err(|e| format!("Flyway setting flyway.baselineVersion: {e}"))?;
+            apply.baseline_on_migrate = Some(version);
+            apply.baseline_description = self.baseline_description.clone();
+        }
+        if self.validate_on_migrate == Some(false) {
+            apply.skip_validation = true;
+        }
+        Ok(())
     }
 }
 
@@ -412,7 +552,10 @@ mod tests {
             ("flyway.group", "true"),
             ("flyway.mixed", "yes"),
             ("flyway.callbacks", "com.x.Y"),
-            ("flyway.sqlMigrationPrefix", "M"),
+            ("flyway.foo", "bar"),
+            ("flyway.cleanDisabled", "false"),
+            ("flyway.connectRetries", "-1"),
+            ("flyway.sqlMigrationSeparator", ""),
             ("flyway.outOfOrder", "perhaps"),
             ("flyway.user", "a b"),
             ("flyway.password", "p@ss"),
@@ -422,9 +565,12 @@ mod tests {
             c.warnings,
             [
                 "flyway.callbacks is not supported by evolve (evolve runs only the SQL callbacks of the migrations directory); it is ignored",
+                "flyway.cleanDisabled=false is not supported by evolve, which behaves as flyway.cleanDisabled=true; it is ignored",
+                "flyway.connectRetries is \"-1\", expected a whole number, 0 or more; the setting is ignored",
+                "flyway.foo is not supported by evolve; it is ignored",
                 "flyway.mixed is \"yes\", expected true or false; the setting is ignored",
                 "flyway.outOfOrder is \"perhaps\", expected true or false; the setting is ignored",
-                "flyway.sqlMigrationPrefix=M is not supported by evolve, which behaves as flyway.sqlMigrationPrefix=V; it is ignored",
+                "flyway.sqlMigrationSeparator is empty, which names no files; the setting is ignored",
             ]
         );
         assert_eq!(c.group, Some(true));
@@ -432,5 +578,60 @@ mod tests {
             c.database_url.as_deref(),
             Some("postgres://a%20b:p%40ss@h:1/d?sslmode=require")
         );
+    }
+
+    #[test]
+    fn supported_keys_reach_the_options() {
+        let c = FlywayConfig::from_pairs(&pairs(&[
+            ("flyway.sqlMigrationPrefix", "M"),
+            ("flyway.repeatableSqlMigrationPrefix", "Rep"),
+            ("flyway.sqlMigrationSeparator", "-"),
+            ("flyway.sqlMigrationSuffixes", ".pgsql, .ddl"),
+            ("flyway.initSql", "SET lock_timeout = '1s'"),
+            ("flyway.connectRetries", "2"),
+            ("flyway.connectRetriesInterval", "5"),
+            ("flyway.lockRetryCount", "-1"),
+            ("flyway.schemas", "app, other,app"),
+            ("flyway.baselineOnMigrate", "true"),
+            ("flyway.baselineVersion", "3"),
+            ("flyway.validateOnMigrate", "false"),
+            ("flyway.createSchemas", "true"),
+        ]));
+        assert_eq!(c.warnings, Vec::<String>::new());
+        let mut opts = crate::Options::new("postgres://h/d", "m");
+        opts.lock_wait_limit = Some(std::time::Duration::from_secs(9));
+        c.configure(&mut opts);
+        assert_eq!(opts.naming.versioned_prefix, "M");
+        assert_eq!(opts.naming.repeatable_prefix, "Rep");
+        assert_eq!(opts.naming.separator, "-");
+        assert_eq!(opts.naming.suffixes, [".pgsql", ".ddl"]);
+        assert_eq!(opts.init_sql.as_deref(), Some("SET lock_timeout = '1s'"));
+        assert_eq!(opts.connect_retries, 2);
+        assert_eq!(opts.connect_retries_interval.as_secs(), 5);
+        assert_eq!(opts.lock_wait_limit, None);
+        assert_eq!(opts.default_schema.as_deref(), Some("app"));
+        assert_eq!(opts.schemas, ["app", "other"]);
+        assert_eq!(c.history_schema.as_deref(), Some("app"));
+        let mut apply = crate::ApplyOptions::default();
+        c.configure_apply(&mut apply).expect("valid");
+        assert_eq!(
+            apply.baseline_on_migrate.map(|v| v.to_string()),
+            Some("3".into())
+        );
+        assert!(apply.skip_validation);
+
+        let c = FlywayConfig::from_pairs(&pairs(&[
+            ("flyway.lockRetryCount", "4"),
+            ("flyway.defaultSchema", "d"),
+            ("flyway.schemas", "s"),
+        ]));
+        let mut opts = crate::Options::new("postgres://h/d", "m");
+        c.configure(&mut opts);
+        assert_eq!(
+            opts.lock_wait_limit,
+            Some(std::time::Duration::from_secs(4))
+        );
+        assert_eq!(opts.schemas, ["d", "s"]);
+        assert!(opts.naming.is_default());
     }
 }

@@ -13,6 +13,7 @@
 //! serializable reports; rendering is the caller's business.
 
 mod apply;
+mod bootstrap;
 mod callbacks;
 pub mod change;
 mod deps;
@@ -23,6 +24,7 @@ mod history;
 pub mod lint_catalog;
 mod lock;
 mod lockplan;
+mod naming;
 mod placeholders;
 mod plan;
 mod rebuild;
@@ -46,6 +48,7 @@ pub use lockplan::{
     Held, LockPlan, PlannedLock, PlannedRebuild, PlannedStatement, ProbeLock, ProbeResult,
     lock_plan,
 };
+pub use naming::{Named, Naming};
 pub use placeholders::{BuiltIns, Placeholders};
 pub use plan::{Kind, MigrationStatus, Plan, State, StepOptions};
 pub use rebuild::{Captured, RebuildPlan, plan_targets};
@@ -79,6 +82,32 @@ pub struct Options {
     pub index_build_wait: Duration,
     /// Flyway's placeholders, replaced in every file before it is parsed.
     pub placeholders: Placeholders,
+    /// Flyway's naming settings: which files are migrations.
+    pub naming: Naming,
+    /// Flyway's `initSql`: run on every connection evolve opens, right after
+    /// connecting (placeholders replaced). The settings it makes outlast the
+    /// `RESET ALL` that ends each migration.
+    pub init_sql: Option<String>,
+    /// Flyway's `connectRetries`: how many times a connection that cannot
+    /// be opened is tried again, waiting 1 s, then twice as long each time,
+    /// at most `connect_retries_interval`.
+    pub connect_retries: u32,
+    /// Flyway's `connectRetriesInterval`.
+    pub connect_retries_interval: Duration,
+    /// How long to wait at most for another run's migration lock (Flyway's
+    /// `lockRetryCount`, one second a retry); `None`: without limit.
+    pub lock_wait_limit: Option<Duration>,
+    /// Flyway's default schema (`defaultSchema`, else the first of
+    /// `schemas`): put first on the search_path of the session that runs
+    /// migrations and callbacks, as Flyway puts it.
+    pub default_schema: Option<String>,
+    /// Flyway's schemas, the default schema first: `apply` and `baseline`
+    /// create the missing ones (unless `create_schemas` is false) and
+    /// record that in the history as Flyway does; `baselineOnMigrate`
+    /// looks whether they are empty. Empty: the history table's schema.
+    pub schemas: Vec<String>,
+    /// Flyway's `createSchemas`.
+    pub create_schemas: bool,
 }
 
 impl Options {
@@ -95,6 +124,14 @@ impl Options {
             symlinks: Symlinks::WithinDir,
             index_build_wait: Duration::from_secs(300),
             placeholders: Placeholders::default(),
+            naming: Naming::default(),
+            init_sql: None,
+            connect_retries: 0,
+            connect_retries_interval: Duration::from_secs(120),
+            lock_wait_limit: None,
+            default_schema: None,
+            schemas: Vec::new(),
+            create_schemas: true,
         }
     }
 }
@@ -126,6 +163,15 @@ pub struct ApplyOptions {
     /// Runs the backfill jobs that files marked `-- evolve:backfill NAME`
     /// hand off to; `None` runs such files as written.
     pub backfill: Option<std::sync::Arc<dyn change::BackfillRunner>>,
+    /// Flyway's `baselineOnMigrate` with `baselineVersion`: when the history
+    /// table does not exist and one of the schemas is not empty, record a
+    /// baseline at this version first (files at or below it never run).
+    pub baseline_on_migrate: Option<Version>,
+    /// The baseline row's description [default: `<< Flyway Baseline >>`].
+    pub baseline_description: Option<String>,
+    /// Flyway's `validateOnMigrate = false`: apply without refusing edited
+    /// or missing applied files (and without the validate callbacks).
+    pub skip_validation: bool,
 }
 
 /// What happens while a verb runs, in order. Serialized as one JSON object
@@ -145,6 +191,19 @@ pub enum Event {
     },
     HistoryCreated {
         table: String,
+    },
+    /// Flyway's schemas that did not exist were created, and recorded in
+    /// the history as Flyway records it (a `SCHEMA` row).
+    SchemasCreated {
+        table: String,
+        schemas: Vec<String>,
+    },
+    /// baselineOnMigrate: the history table did not exist and these schemas
+    /// were not empty, so the database was baselined at `version`.
+    Baselined {
+        table: String,
+        version: String,
+        non_empty_schemas: Vec<String>,
     },
     /// A migration was applied (or, for a resumed no-transaction file,
     /// finished).
@@ -349,13 +408,246 @@ pub fn describe_blockers(blockers: &[SessionInfo], role: &str) -> String {
 pub(crate) struct Connected {
     pub client: Client,
     pub history: History,
+    /// What ends each migration and callback: `RESET ALL` (so a file's SET
+    /// does not leak into the next), then the settings `initSql` made and
+    /// the default schema on the search_path.
+    pub reset: String,
 }
 
 pub(crate) async fn connect(opts: &Options) -> Result<Connected, MigrateError> {
-    let client = evolve_pg::connect(&opts.database_url, "evolve migrate").await?;
+    let client = open(opts, "evolve migrate").await?;
+    let (setup, reset) = session_settings(&client, opts).await?;
+    if !setup.is_empty() {
+        client.batch_execute(&setup).await?;
+    }
     let (schema, name) = &opts.history_table;
     let history = History::resolve(&client, schema.as_deref(), name).await?;
-    Ok(Connected { client, history })
+    Ok(Connected {
+        client,
+        history,
+        reset,
+    })
+}
+
+/// Opens a connection as Flyway opens one: retried `connect_retries`
+/// times with Flyway's backoff when the server cannot be reached, then
+/// `init_sql` run on it.
+pub(crate) async fn open(opts: &Options, application_name: &str) -> Result<Client, MigrateError> {
+    let started = std::time::Instant::now();
+    let mut wait = Duration::from_secs(1);
+    let mut attempt: u32 = 1;
+    let client = loop {
+        match evolve_pg::connect(&opts.database_url, application_name).await {
+            Ok(client) => break client,
+            Err(e @ evolve_pg::PgError::Connect { .. })
+                if attempt <= opts.connect_retries && transient(&e) =>
+            {
+                tracing::warn!(
+                    "{e}; retrying in {} s (retry {attempt} of {}, as connectRetries allows)",
+                    wait.as_secs_f64(),
+                    opts.connect_retries
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(opts.connect_retries_interval.max(Duration::from_secs(1)));
+                attempt += 1;
+            }
+            Err(error) if attempt > 1 => {
+                return Err(MigrateError::ConnectRetries {
+                    attempts: attempt,
+                    waited_s: started.elapsed().as_secs(),
+                    error,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if let Some(sql) = &opts.init_sql {
+        init_sql(&client, opts, sql).await?;
+    }
+    Ok(client)
+}
+
+/// A refusal that trying again does not change: the server rejected the
+/// credentials (SQLSTATE class 28).
+fn transient(e: &evolve_pg::PgError) -> bool {
+    match e {
+        evolve_pg::PgError::Connect { reason, .. } => !reason
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|code| code.starts_with("28")),
+        _ => false,
+    }
+}
+
+/// Runs Flyway's `initSql` on a new connection, statement by statement
+/// outside a transaction, placeholders replaced.
+async fn init_sql(client: &Client, opts: &Options, sql: &str) -> Result<(), MigrateError> {
+    let p = &opts.placeholders;
+    let text = if p.replace && !p.prefix.is_empty() && sql.contains(p.prefix.as_str()) {
+        let row = client
+            .query_one(
+                "SELECT current_user::text, current_database()::text,
+                        to_char(localtimestamp, 'YYYY-MM-DD HH24:MI:SS'),
+                        coalesce(current_schema()::text, '')",
+                &[],
+            )
+            .await?;
+        let current_schema: String = row.try_get(3)?;
+        let built_ins = BuiltIns {
+            user: row.try_get(0)?,
+            database: row.try_get(1)?,
+            timestamp: row.try_get(2)?,
+            default_schema: opts
+                .history_table
+                .0
+                .clone()
+                .or_else(|| opts.default_schema.clone())
+                .unwrap_or(current_schema),
+            table: opts.history_table.1.clone(),
+            working_directory: std::env::current_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+        };
+        p.replace(sql, &built_ins, "")
+            .map_err(|m| MigrateError::InitSql {
+                reason: format!(
+                    "line {}: placeholder {} has no value (give it one with flyway.placeholders.NAME)",
+                    m.line, m.placeholder
+                ),
+            })?
+    } else {
+        sql.to_string()
+    };
+    let script =
+        evolve_core::migration::parse_script(&text).map_err(|e| MigrateError::InitSql {
+            reason: format!("cannot be read: {e}"),
+        })?;
+    for stmt in &script.statements {
+        if let Err(e) = client.batch_execute(&stmt.text).await {
+            let error = match e.as_db_error() {
+                Some(db) => evolve_pg::describe_db_error(db, None),
+                None => e.to_string(),
+            };
+            let error = error.lines().next().unwrap_or_default().to_string();
+            return Err(MigrateError::InitSql {
+                reason: format!("failed at line {}: {error}", stmt.line),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The names of the settings `SET name ...` and `set_config('name', ...)`
+/// in `sql` set, lower-cased (PostgreSQL's names ignore case).
+fn set_names(sql: &str) -> Vec<String> {
+    let Ok(script) = evolve_core::migration::parse_script(sql) else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    for stmt in &script.statements {
+        let text = stmt.text.trim();
+        let mut words = text.split_whitespace();
+        if words.next().is_some_and(|w| w.eq_ignore_ascii_case("set")) {
+            let mut name = words.next().unwrap_or_default();
+            if name.eq_ignore_ascii_case("session") {
+                name = words.next().unwrap_or_default();
+            }
+            let name = name.split('=').next().unwrap_or_default();
+            let skip = [
+                "local",
+                "role",
+                "constraints",
+                "transaction",
+                "authorization",
+                "characteristics",
+                "time",
+                "names",
+                "schema",
+            ];
+            if !name.is_empty() && !skip.iter().any(|s| name.eq_ignore_ascii_case(s)) {
+                names.push(name.trim_matches('"').to_lowercase());
+            }
+        }
+        let lower = text.to_lowercase();
+        let mut rest = lower.as_str();
+        while let Some(at) = rest.find("set_config") {
+            rest = &rest[at + "set_config".len()..];
+            let arg = rest.trim_start().strip_prefix('(').map(str::trim_start);
+            if let Some(quoted) = arg.and_then(|a| a.strip_prefix('\''))
+                && let Some(end) = quoted.find('\'')
+            {
+                names.push(quoted[..end].to_string());
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The settings the migrating session keeps: what `initSql` set, and
+/// Flyway's default schema first on the search_path (unless it is first
+/// already). Returns the statement that makes them (empty when there is
+/// nothing to do) and the one that ends each migration (`RESET ALL`, then
+/// that statement).
+async fn session_settings(
+    client: &Client,
+    opts: &Options,
+) -> Result<(String, String), MigrateError> {
+    let mut sets: Vec<(String, String)> = Vec::new();
+    if let Some(sql) = &opts.init_sql {
+        // pg_settings lists what initSql set, but for custom (dotted)
+        // variables, which it never lists: those are named in initSql.
+        let named = set_names(sql);
+        for row in client
+            .query(
+                "SELECT name::text, current_setting(name) FROM pg_settings
+                 WHERE source = 'session'
+                 UNION
+                 SELECT n, current_setting(n, true) FROM unnest($1::text[]) n
+                 WHERE current_setting(n, true) IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM pg_settings s WHERE s.name = n)
+                 ORDER BY 1",
+                &[&named],
+            )
+            .await?
+        {
+            sets.push((row.try_get(0)?, row.try_get(1)?));
+        }
+    }
+    if let Some(schema) = &opts.default_schema {
+        let path: String = client
+            .query_one("SHOW search_path", &[])
+            .await?
+            .try_get(0)?;
+        // Flyway's rule: left alone when the schema leads already.
+        if path != *schema && !path.starts_with(&format!("{schema},")) {
+            let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
+            let path = if path.trim().is_empty() {
+                quoted
+            } else {
+                format!("{quoted},{path}")
+            };
+            sets.retain(|(name, _)| name != "search_path");
+            sets.push(("search_path".into(), path));
+        }
+    }
+    if sets.is_empty() {
+        return Ok((String::new(), "RESET ALL".into()));
+    }
+    let setup = format!(
+        "SELECT {}",
+        sets.iter()
+            .map(|(name, value)| format!(
+                "set_config({}, {}, false)",
+                evolve_pg::quote_literal(name),
+                evolve_pg::quote_literal(value)
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let reset = format!("RESET ALL; {setup}");
+    Ok((setup, reset))
 }
 
 impl Connected {
@@ -384,7 +676,13 @@ impl Connected {
         } else {
             BuiltIns::default()
         };
-        MigrationSet::load_with(&opts.dir, opts.symlinks, &opts.placeholders, &built_ins)
+        MigrationSet::load_named(
+            &opts.dir,
+            opts.symlinks,
+            &opts.naming,
+            &opts.placeholders,
+            &built_ins,
+        )
     }
 }
 
@@ -419,6 +717,7 @@ pub async fn status(opts: &Options) -> Result<StatusReport, MigrateError> {
     let files = c.load(opts).await?;
     callbacks::around(
         &c.client,
+        &c.reset,
         &files,
         "beforeInfo",
         "afterInfo",
@@ -450,6 +749,7 @@ pub async fn validate(opts: &Options) -> Result<ValidateReport, MigrateError> {
     let files = c.load(opts).await?;
     callbacks::around(
         &c.client,
+        &c.reset,
         &files,
         "beforeValidate",
         "afterValidate",
@@ -516,16 +816,28 @@ pub async fn baseline(
     } else {
         MigrationSet::default()
     };
-    let _lock = lock::acquire_and_ensure(opts, &c.client, &c.history, on_event).await?;
-    callbacks::around(
+    let _lock = lock::acquire(opts, &c.history.table, on_event).await?;
+    let created = bootstrap::create_schemas(opts, &c.client, &c.history).await?;
+    if c.history.ensure(&c.client).await? {
+        on_event(Event::HistoryCreated {
+            table: c.history.table.plain(),
+        });
+    }
+    let report = callbacks::around(
         &c.client,
+        &c.reset,
         &files,
         "beforeBaseline",
         "afterBaseline",
         "afterBaselineError",
         baseline_row(opts, &c, version, description),
     )
-    .await
+    .await?;
+    // As Flyway records it then: the baseline first, the schemas after.
+    if !created.is_empty() {
+        bootstrap::record_schemas(opts, &c.client, &c.history, &created, on_event).await?;
+    }
+    Ok(report)
 }
 
 async fn baseline_row(
@@ -576,13 +888,7 @@ pub async fn repair(
 ) -> Result<ChangeReport, MigrateError> {
     let c = connect(opts).await?;
     let files = c.load(opts).await?;
-    let _lock = lock::acquire(
-        &opts.database_url,
-        &c.history.table,
-        opts.wait_for_lock,
-        on_event,
-    )
-    .await?;
+    let _lock = lock::acquire(opts, &c.history.table, on_event).await?;
     if !c.history.exists(&c.client).await? {
         return Ok(ChangeReport {
             history_table: c.history.table.plain(),
@@ -590,18 +896,19 @@ pub async fn repair(
         });
     }
     c.history.ensure(&c.client).await?;
-    callbacks::run(&c.client, &files, "beforeRepair").await?;
+    callbacks::run(&c.client, &c.reset, &files, "beforeRepair").await?;
     let Connected {
         mut client,
         history,
+        reset,
     } = c;
     match repair_rows(opts, &mut client, &history, &files, on_event).await {
         Ok(report) => {
-            callbacks::run(&client, &files, "afterRepair").await?;
+            callbacks::run(&client, &reset, &files, "afterRepair").await?;
             Ok(report)
         }
         Err(e) => {
-            callbacks::run(&client, &files, "afterRepairError").await?;
+            callbacks::run(&client, &reset, &files, "afterRepairError").await?;
             Err(e)
         }
     }
@@ -710,6 +1017,18 @@ pub async fn new_migration(
     description: &str,
     history: Option<&Options>,
 ) -> Result<PathBuf, MigrateError> {
+    new_migration_named(dir, symlinks, &Naming::default(), description, history).await
+}
+
+/// [`new_migration`] under Flyway's naming settings `naming` (the file is
+/// named with its versioned prefix, separator and first suffix).
+pub async fn new_migration_named(
+    dir: &Path,
+    symlinks: Symlinks,
+    naming: &Naming,
+    description: &str,
+    history: Option<&Options>,
+) -> Result<PathBuf, MigrateError> {
     let description = description.trim();
     if description.is_empty()
         || description
@@ -724,7 +1043,11 @@ pub async fn new_migration(
         path: dir.to_path_buf(),
         reason: e.to_string(),
     })?;
-    let files = MigrationSet::load(dir, symlinks)?;
+    let off = Placeholders {
+        replace: false,
+        ..Placeholders::default()
+    };
+    let files = MigrationSet::load_named(dir, symlinks, naming, &off, &BuiltIns::default())?;
     let rows = match history {
         Some(opts) => {
             let c = connect(opts).await?;
@@ -733,7 +1056,7 @@ pub async fn new_migration(
         None => Vec::new(),
     };
     let next = next_version(&files, &rows);
-    let name = format!("V{next}__{}.sql", description.replace(' ', "_"));
+    let name = naming.versioned_file_name(&next, description);
     let path = dir.join(&name);
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
@@ -793,6 +1116,17 @@ fn next_major(v: &Version) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_names_finds_what_init_sql_sets() {
+        assert_eq!(
+            set_names(
+                "SET search_path = a, b; set SESSION App.Marker TO 'x';\nSET LOCAL x.y = 1; SET ROLE r; SET TIME ZONE 'UTC';\nSELECT set_config('my.var', 'v', false), SET_CONFIG( 'other.v', '1', false);"
+            ),
+            ["app.marker", "my.var", "other.v", "search_path"]
+        );
+        assert_eq!(set_names("SET x.y=1"), ["x.y"]);
+    }
 
     #[test]
     fn next_major_increments_the_first_part() {

@@ -31,13 +31,15 @@ pub fn lock_key(table: &QualifiedName) -> i64 {
     hash as i64
 }
 
+/// Takes the migration lock on `table`: at once, or (with
+/// `opts.wait_for_lock`) after waiting for the run that holds it, at most
+/// `opts.lock_wait_limit`.
 pub async fn acquire(
-    url: &str,
+    opts: &crate::Options,
     table: &QualifiedName,
-    wait: bool,
     on_event: &mut dyn FnMut(Event),
 ) -> Result<MigrationLock, MigrateError> {
-    let client = evolve_pg::connect(url, "evolve migrate (lock)").await?;
+    let client = crate::open(opts, "evolve migrate (lock)").await?;
     let key = lock_key(table);
     let try_lock = client.prepare("SELECT pg_try_advisory_lock($1)").await?;
     let got: bool = client.query_one(&try_lock, &[&key]).await?.try_get(0)?;
@@ -45,10 +47,18 @@ pub async fn acquire(
         return Ok(MigrationLock { _client: client });
     }
     let holder = holder(&client, key).await?;
-    if !wait {
+    if !opts.wait_for_lock {
         return Err(MigrateError::Locked {
             table: table.plain(),
             holder,
+        });
+    }
+    let limit = opts.lock_wait_limit;
+    if limit == Some(Duration::ZERO) {
+        return Err(MigrateError::LockWaitLimit {
+            table: table.plain(),
+            holder,
+            waited_ms: 0,
         });
     }
     on_event(Event::LockWait {
@@ -58,10 +68,21 @@ pub async fn acquire(
     let started = Instant::now();
     let mut delay = FIRST_POLL;
     loop {
-        tokio::time::sleep(crate::with_jitter(delay)).await;
+        let mut sleep = crate::with_jitter(delay);
+        if let Some(limit) = limit {
+            sleep = sleep.min(limit.saturating_sub(started.elapsed()));
+        }
+        tokio::time::sleep(sleep).await;
         let got: bool = client.query_one(&try_lock, &[&key]).await?.try_get(0)?;
         if got {
             break;
+        }
+        if limit.is_some_and(|limit| started.elapsed() >= limit) {
+            return Err(MigrateError::LockWaitLimit {
+                table: table.plain(),
+                holder: self::holder(&client, key).await?,
+                waited_ms: started.elapsed().as_millis() as u64,
+            });
         }
         delay = (delay * 2).min(LAST_POLL);
     }
@@ -76,29 +97,6 @@ pub async fn acquire(
 /// [`LAST_POLL`] (each with up to a quarter of jitter).
 const FIRST_POLL: Duration = Duration::from_millis(50);
 const LAST_POLL: Duration = Duration::from_secs(1);
-
-/// Takes the migration lock for `history`, then creates the history table
-/// if it is missing (under the lock, so two first runs never race).
-pub async fn acquire_and_ensure(
-    opts: &crate::Options,
-    client: &Client,
-    history: &crate::History,
-    on_event: &mut dyn FnMut(Event),
-) -> Result<MigrationLock, MigrateError> {
-    let lock = acquire(
-        &opts.database_url,
-        &history.table,
-        opts.wait_for_lock,
-        on_event,
-    )
-    .await?;
-    if history.ensure(client).await? {
-        on_event(Event::HistoryCreated {
-            table: history.table.plain(),
-        });
-    }
-    Ok(lock)
-}
 
 async fn holder(client: &Client, key: i64) -> Result<Option<SessionInfo>, MigrateError> {
     let classid = (key >> 32) & 0xffff_ffff;

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::files::{MigrationFile, MigrationSet};
 use crate::history::{
-    HistoryRow, Progress, TYPE_BASELINE, TYPE_DELETE, TYPE_SCHEMA, is_java_migration,
+    HistoryRow, Progress, TYPE_BASELINE, TYPE_DELETE, TYPE_SCHEMA, TYPE_SQL, is_java_migration,
 };
 
 /// The state of one migration. Serialized in kebab-case
@@ -79,6 +79,11 @@ pub struct MigrationStatus {
     pub description: String,
     #[serde(rename = "type")]
     pub kind: Kind,
+    /// Flyway's type, as `flyway info` shows it: the history row's `type`
+    /// (`SQL`, `BASELINE`, `JDBC`, ...; for a migration `repair` marked
+    /// deleted, the type of the row it deleted), `SQL` for a file without
+    /// a row.
+    pub history_type: String,
     pub script: String,
     pub state: State,
     /// The file's checksum, or the recorded one when there is no file.
@@ -183,7 +188,7 @@ impl<'a> Plan<'a> {
         for v in versions {
             let file = files.versioned.get(v);
             let row = effective.get(v).copied();
-            migrations.push(versioned_status(
+            let mut s = versioned_status(
                 v,
                 file,
                 row,
@@ -191,7 +196,13 @@ impl<'a> Plan<'a> {
                 current_version.as_ref(),
                 files.latest_version(),
                 progress,
-            ));
+            );
+            if s.state == State::Deleted
+                && let Some(rows) = by_version.get(v)
+            {
+                s.history_type = deleted_type(rows);
+            }
+            migrations.push(s);
         }
 
         let mut descriptions: Vec<&str> = files.repeatable.keys().map(String::as_str).collect();
@@ -201,7 +212,13 @@ impl<'a> Plan<'a> {
         for d in descriptions {
             let file = files.repeatable.get(d);
             let row = repeatable_rows.get(d).and_then(|rows| rows.last().copied());
-            migrations.push(repeatable_status(d, file, row));
+            let mut s = repeatable_status(d, file, row);
+            if s.state == State::Deleted
+                && let Some(rows) = repeatable_rows.get(d)
+            {
+                s.history_type = deleted_type(rows);
+            }
+            migrations.push(s);
         }
         for row in unversioned_odd {
             let mut s = from_row(row, State::Applied, Kind::Versioned);
@@ -360,11 +377,22 @@ impl<'a> Plan<'a> {
     }
 }
 
+/// Flyway's type of a migration `repair` marked deleted: that of the
+/// latest row the `DELETE` row stands for.
+fn deleted_type(rows: &[&HistoryRow]) -> String {
+    rows.iter()
+        .rev()
+        .find(|r| r.kind != TYPE_DELETE)
+        .map(|r| r.kind.clone())
+        .unwrap_or_else(|| TYPE_SQL.to_string())
+}
+
 fn from_row(row: &HistoryRow, state: State, kind: Kind) -> MigrationStatus {
     MigrationStatus {
         version: row.version.clone(),
         description: row.description.clone(),
         kind,
+        history_type: row.kind.clone(),
         script: row.script.clone(),
         state,
         checksum: row.checksum,
@@ -386,6 +414,7 @@ fn from_file(file: &MigrationFile, state: State, kind: Kind) -> MigrationStatus 
         version: file.version().map(|v| v.as_str().to_string()),
         description: file.name.description.clone(),
         kind,
+        history_type: TYPE_SQL.to_string(),
         script: file.script.clone(),
         state,
         checksum: Some(file.checksum),
@@ -405,6 +434,7 @@ fn from_file(file: &MigrationFile, state: State, kind: Kind) -> MigrationStatus 
 /// File and row together: the file's identity, the row's record.
 fn merged(file: &MigrationFile, row: &HistoryRow, state: State, kind: Kind) -> MigrationStatus {
     let mut s = from_file(file, state, kind);
+    s.history_type = row.kind.clone();
     s.installed_rank = Some(row.installed_rank);
     s.installed_by = Some(row.installed_by.clone());
     s.applied_at = Some(row.installed_on.clone());

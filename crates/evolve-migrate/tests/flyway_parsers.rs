@@ -1,7 +1,10 @@
-//! The Flyway configuration and placeholder parsers never panic, whatever
-//! they are given, and replacement leaves text without placeholders alone.
+//! The Flyway configuration, naming and placeholder parsers never panic,
+//! whatever they are given, and replacement leaves text without
+//! placeholders alone.
 
-use evolve_migrate::{BuiltIns, FlywayConfig, Placeholders, from_env, parse_conf, parse_toml};
+use evolve_migrate::{
+    BuiltIns, FlywayConfig, Named, Naming, Placeholders, from_env, parse_conf, parse_toml,
+};
 use proptest::prelude::*;
 
 proptest! {
@@ -55,6 +58,27 @@ proptest! {
         let parsed = evolve_core::migration::parse_callback_name(&file);
         prop_assert_eq!(parsed.map(|c| c.event), Some(event));
         prop_assert_eq!(evolve_core::migration::parse_file_name(&file), Ok(None));
+    }
+
+    #[test]
+    fn any_naming_parses_any_name_without_panic(
+        name in "\\PC{0,30}",
+        versioned_prefix in "\\PC{1,3}",
+        repeatable_prefix in "\\PC{1,3}",
+        separator in "\\PC{1,3}",
+        suffixes in proptest::collection::vec("\\PC{1,5}", 1..3),
+        version in "[0-9]{1,3}(\\.[0-9]{1,3})?",
+        description in "[a-z_]{0,10}",
+    ) {
+        let naming = Naming { versioned_prefix, repeatable_prefix, separator, suffixes };
+        let _ = naming.parse(&name);
+        let _ = naming.is_candidate(name.as_bytes());
+        // The name `migrate new` gives is read back as that version, unless
+        // a longer prefix (a callback event) claims it.
+        let file = naming.versioned_file_name(&version, &description);
+        if let Ok(Some(Named::Migration(m))) = naming.parse(&file) {
+            prop_assert_eq!(m.script, file);
+        }
     }
 
     #[test]

@@ -501,11 +501,16 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
             let dir = files
                 .dir
                 .clone()
-                .or(flyway.dir)
+                .or(flyway.dir.clone())
                 .unwrap_or_else(|| PathBuf::from("migrations"));
-            let path =
-                evolve_migrate::new_migration(&dir, symlinks(&files), &description, opts.as_ref())
-                    .await?;
+            let path = evolve_migrate::new_migration_named(
+                &dir,
+                symlinks(&files),
+                &flyway.naming(),
+                &description,
+                opts.as_ref(),
+            )
+            .await?;
             out.created(&path)
         }
         MigrateVerb::Status { db, files } => {
@@ -536,7 +541,7 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                 ),
                 _ => None,
             };
-            let apply_opts = ApplyOptions {
+            let mut apply_opts = ApplyOptions {
                 target,
                 out_of_order: out_of_order || flyway.out_of_order == Some(true),
                 dry_run,
@@ -549,7 +554,11 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                     backfill,
                     wait_backfill,
                 )?)),
+                ..ApplyOptions::default()
             };
+            flyway
+                .configure_apply(&mut apply_opts)
+                .map_err(anyhow::Error::msg)?;
             let mut event_out = out.clone();
             let report = evolve_migrate::apply(&opts, &apply_opts, &mut |e| {
                 event_out.event(&e);
@@ -694,6 +703,7 @@ pub(crate) fn options(
     }
     p.replace = !files.no_placeholder_replacement && flyway.placeholder_replacement != Some(false);
     opts.installed_by = flyway.installed_by.clone();
+    flyway.configure(&mut opts);
     if let Some(lock) = lock {
         opts.wait_for_lock = !lock.no_wait;
         if lock.installed_by.is_some() {

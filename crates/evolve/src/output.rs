@@ -329,6 +329,20 @@ pub fn event_text(e: &Event) -> String {
             )
         }
         Event::HistoryCreated { table } => format!("created history table {table}"),
+        Event::SchemasCreated { table, schemas } => format!(
+            "created schema{} {} (recorded in {table} as Flyway records it)",
+            plural(schemas.len()),
+            schemas.join(", ")
+        ),
+        Event::Baselined {
+            table,
+            version,
+            non_empty_schemas,
+        } => format!(
+            "baselined at version {version} (baselineOnMigrate: no history table {table} yet, and schema{} {} not empty)",
+            plural(non_empty_schemas.len()),
+            non_empty_schemas.join(", ")
+        ),
         Event::Applied {
             version,
             description,

@@ -9,8 +9,9 @@
 // properties from a flyway.conf-style file. The commands (migrate, info,
 // validate, repair, baseline) run in order, whatever the outcome of the one
 // before, and each prints one JSON object on a line of its own to standard
-// output: {"command":...,"ok":...,"ms":...,...}. Flyway's own log goes to
-// standard error.
+// output: {"command":...,"ok":...,"ms":...,...}, after one for the
+// configuration itself ("configure"; when Flyway refuses the configuration
+// it is the only one). Flyway's own log goes to standard error.
 
 import java.io.FileInputStream;
 import java.io.InputStreamReader;
@@ -59,12 +60,21 @@ public class FlywayDriver {
         long started = System.nanoTime();
         // Set through its extension: the property needs jackson-databind.
         String lock = config.remove("flyway.postgresql.transactional.lock");
-        FluentConfiguration fluent = Flyway.configure().configuration(config);
-        if (lock != null) {
-            fluent.getConfigurationExtension(PostgreSQLConfigurationExtension.class)
-                    .setTransactionalLock(Boolean.parseBoolean(lock));
+        Flyway flyway;
+        try {
+            FluentConfiguration fluent = Flyway.configure().configuration(config);
+            if (lock != null) {
+                fluent.getConfigurationExtension(PostgreSQLConfigurationExtension.class)
+                        .setTransactionalLock(Boolean.parseBoolean(lock));
+            }
+            flyway = fluent.load();
+        } catch (Exception e) {
+            // Flyway refused the configuration: no command runs.
+            out.println("{\"command\":\"configure\",\"ok\":false,\"ms\":" + ms(started)
+                    + ",\"error\":" + str(String.valueOf(e.getMessage())) + "}");
+            out.flush();
+            return;
         }
-        Flyway flyway = fluent.load();
         out.println("{\"command\":\"configure\",\"ok\":true,\"ms\":" + ms(started) + "}");
         for (String command : commands) {
             long t = System.nanoTime();
