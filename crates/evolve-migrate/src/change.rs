@@ -145,6 +145,15 @@ pub struct Resolved {
     pub references: Option<QualifiedName>,
     /// add-foreign-key: an index on the table starts with the columns.
     pub has_index: bool,
+    /// split-column: the views that read the column directly, as `deps`
+    /// names them (`view public.v`), each with the `CREATE OR REPLACE
+    /// VIEW` that makes it read the merge of the new columns instead; the
+    /// switch step runs them, so the contract step can drop the column.
+    pub split_views: Vec<(String, String)>,
+    /// split-column: what else reads the column directly (materialized
+    /// views, policies, triggers, functions, rules), which the contract
+    /// step could not drop it under.
+    pub split_blockers: Vec<String>,
 }
 
 /// One generated file.
@@ -255,7 +264,7 @@ pub fn generate(
     table: &TableInfo,
     resolved: &Resolved,
 ) -> Result<Vec<ChangeFile>, ChangeError> {
-    let g = Gen::new(change, table);
+    let g = Gen::new(change, table, resolved);
     match change {
         Change::RenameColumn { old, new, .. } => g.rename(old, new),
         Change::ChangeType { column, using, .. } => {
@@ -288,6 +297,7 @@ pub fn generate(
 struct Gen<'a> {
     change: &'a Change,
     table: &'a TableInfo,
+    resolved: &'a Resolved,
     /// `"schema"."table"`.
     t: String,
     id: String,
@@ -296,7 +306,7 @@ struct Gen<'a> {
 }
 
 impl<'a> Gen<'a> {
-    fn new(change: &'a Change, table: &'a TableInfo) -> Gen<'a> {
+    fn new(change: &'a Change, table: &'a TableInfo, resolved: &'a Resolved) -> Gen<'a> {
         let id = change_id(change, &table.name);
         let function = QualifiedName::new(
             table.name.schema.clone(),
@@ -306,6 +316,7 @@ impl<'a> Gen<'a> {
         Gen {
             change,
             table,
+            resolved,
             t: table.name.to_string(),
             trigger: quote_ident(&ident_name(&format!("evolve_{id}"))),
             function,
@@ -383,9 +394,24 @@ impl<'a> Gen<'a> {
                         it(deps.len()),
                     ));
                 }
+                // Views that read the column are redefined over the new
+                // columns at the switch step; anything else that reads it
+                // directly refuses.
+                Change::SplitColumn { .. }
+                    if self.resolved.split_blockers.is_empty()
+                        && !self.resolved.split_views.is_empty() => {}
                 Change::SplitColumn { into, .. } => {
+                    let deps: Vec<&str> = if self.resolved.split_blockers.is_empty() {
+                        deps.clone()
+                    } else {
+                        self.resolved
+                            .split_blockers
+                            .iter()
+                            .map(String::as_str)
+                            .collect()
+                    };
                     return refuse(format!(
-                        "column {what} is read by {}, whose definition names {}, which the contract step drops, so {} cannot be rebuilt onto {}; drop {} and recreate {} over the new columns in a migration of its own around this change",
+                        "column {what} is read by {}, whose definition names {}, which the contract step drops, so {} cannot be rebuilt onto {} (split-column redefines only plain views over the new columns); drop {} and recreate {} over the new columns in a migration of its own around this change",
                         deps.join(", "),
                         quote_ident(&col.name),
                         it(deps.len()),
@@ -944,6 +970,25 @@ impl<'a> Gen<'a> {
             &set,
             None,
         ));
+        if !self.resolved.split_views.is_empty() {
+            let views: Vec<&str> = self
+                .resolved
+                .split_views
+                .iter()
+                .map(|(v, _)| v.as_str())
+                .collect();
+            switch.push_str(&format!(
+                "\n-- {} read {c}: from here {} read{} ({merge}) over {list} in its place (same columns and types), so the contract step can drop {c}. Writes through {} to {c} no longer reach the table.\n",
+                views.join(", "),
+                if views.len() == 1 { "it" } else { "they" },
+                if views.len() == 1 { "s" } else { "" },
+                if views.len() == 1 { "it" } else { "them" },
+                merge = merge.split_whitespace().collect::<Vec<_>>().join(" "),
+            ));
+            for (_, sql) in &self.resolved.split_views {
+                switch.push_str(sql);
+            }
+        }
         let mut contract = self.header(
             Phase::Contract,
             4,

@@ -46,7 +46,7 @@ pub use history::{BASELINE_DESCRIPTION, History, HistoryRow};
 pub use lock::lock_key;
 pub use lockplan::{
     Held, LockPlan, PlannedLock, PlannedRebuild, PlannedStatement, ProbeLock, ProbeResult,
-    lock_plan,
+    lock_plan, probe_lock_plan,
 };
 pub use naming::{Named, Naming};
 pub use placeholders::{BuiltIns, Placeholders};

@@ -20,7 +20,8 @@
 //! any.
 //!
 //! `--probe` ([`probe`]) checks the prediction on a scratch database made
-//! from the target's schema only.
+//! from the target's schema only, read from the catalog without a lock on
+//! any real relation ([`scratch`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -34,6 +35,7 @@ use crate::plan::{Plan, StepOptions};
 use crate::{MigrateError, Options};
 
 mod probe;
+mod scratch;
 
 /// How long a lock is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -257,24 +259,45 @@ async fn plan_on(
             });
         }
     }
-    let mut statements = predict(&c.client, &items).await?;
-    let mut disagreements = 0;
-    if probe {
-        probe::run(opts, &c.client, &mut statements).await?;
-        disagreements = statements
-            .iter()
-            .filter(|s| {
-                s.probe
-                    .as_ref()
-                    .is_some_and(|p| !p.disagreements.is_empty())
-            })
-            .count();
-    }
-    Ok(LockPlan {
+    let statements = predict(&c.client, &items).await?;
+    let mut plan = LockPlan {
         statements,
-        probed: probe,
-        disagreements,
-    })
+        probed: false,
+        disagreements: 0,
+    };
+    if probe {
+        probe_on(opts, &c.client, &mut plan).await?;
+    }
+    Ok(plan)
+}
+
+/// `--probe` on a plan [`lock_plan`] made without it: checks each
+/// prediction on a scratch copy of the schema (see [`lock_plan`]). The
+/// prediction reads the real tables' definitions and sizes, which takes
+/// ACCESS SHARE on them for a moment; the probe takes no lock on any real
+/// relation.
+pub async fn probe_lock_plan(opts: &Options, plan: &mut LockPlan) -> Result<(), MigrateError> {
+    let client = evolve_pg::connect(&opts.database_url, "evolve plan probe").await?;
+    probe_on(opts, &client, plan).await
+}
+
+async fn probe_on(
+    opts: &Options,
+    client: &Client,
+    plan: &mut LockPlan,
+) -> Result<(), MigrateError> {
+    probe::run(opts, client, &mut plan.statements).await?;
+    plan.probed = true;
+    plan.disagreements = plan
+        .statements
+        .iter()
+        .filter(|s| {
+            s.probe
+                .as_ref()
+                .is_some_and(|p| !p.disagreements.is_empty())
+        })
+        .count();
+    Ok(())
 }
 
 /// Line and column (1-based) of `offset` in `text`.

@@ -493,3 +493,246 @@ async fn dependents_are_rebuilt_and_locked() {
     assert!(p.disagreements.is_empty(), "{:?}", p.disagreements);
     assert!(p.rewrites);
 }
+
+/// The schema of the scratch copy's own test: tables with CHECK
+/// constraints, expression and partial indexes, views, materialized views,
+/// triggers (one with WHEN), policies (one with a subquery), sequences,
+/// enums, domains, partitions, inheritance.
+const RICH: &str = include_str!("../src/lockplan/scratch_rich.sql");
+
+const RICH_CHANGES: &str = "ALTER TABLE app.orders ADD COLUMN gift boolean DEFAULT false;
+ALTER TABLE app.orders ALTER COLUMN status TYPE varchar(20);
+CREATE INDEX orders_placed ON app.orders (placed);
+ALTER TABLE app.orders VALIDATE CONSTRAINT orders_status_known;
+ALTER TABLE app.customers ALTER COLUMN tier SET NOT NULL;
+ALTER TABLE app.events ADD COLUMN source text;
+ALTER TABLE app.bookings ADD COLUMN note text;
+DROP TRIGGER orders_paid ON app.orders;
+ALTER TABLE app.child ALTER COLUMN extra TYPE bigint;
+ALTER TYPE app.mood ADD VALUE 'ecstatic';
+REFRESH MATERIALIZED VIEW app.order_totals;
+";
+
+/// Locks of the probe's sessions in the real database on its relations
+/// (catalogs and the probe's own temporary tables aside), granted or
+/// awaited, and whether one of them waits for a lock.
+const PROBE_LOCKS: &str = "SELECT format('%s %s %s', c.oid::regclass, l.mode,
+                                  CASE WHEN l.granted THEN 'held' ELSE 'awaited' END)
+     FROM pg_locks l
+     JOIN pg_stat_activity a ON a.pid = l.pid
+     JOIN pg_class c ON c.oid = l.relation
+     JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE a.application_name = 'evolve plan probe' AND a.datname = current_database()
+       AND l.locktype = 'relation'
+       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND n.nspname <> 'pg_catalog' AND n.nspname NOT LIKE 'pg\\_temp\\_%'
+       AND n.nspname NOT LIKE 'pg\\_toast\\_temp\\_%'
+     UNION ALL
+     SELECT format('backend %s waits for a lock (%s)', a.pid, a.wait_event)
+     FROM pg_stat_activity a
+     WHERE a.application_name = 'evolve plan probe' AND a.datname = current_database()
+       AND a.wait_event_type = 'Lock'";
+
+/// The scratch copy is read from the catalog without a lock on any real
+/// relation: while another session holds ACCESS EXCLUSIVE on every table,
+/// view and materialized view of the target, the probe of a plan finishes
+/// in seconds with the same results as without that session, and none of
+/// its sessions in the target database ever holds or awaits a lock on a
+/// relation there (pg_locks sampled all along). pg_dump --schema-only,
+/// which the probe used before, cannot even start.
+#[tokio::test]
+async fn the_probe_copies_the_schema_without_locking_the_real_tables() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let db = evolve_test::fresh_db("lockplan_nolock").await;
+    let client = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
+    client.batch_execute(RICH).await.expect("setup");
+    let dir = std::env::temp_dir().join(format!(
+        "evolve-lockplan-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("V1__changes.sql"), RICH_CHANGES).expect("write");
+    std::fs::write(
+        dir.join("V2__concurrent.sql"),
+        "-- evolve:no-transaction\nCREATE INDEX CONCURRENTLY orders_updated ON app.orders (updated);\n",
+    )
+    .expect("write");
+    let opts = Options::new(db.url.clone(), &dir);
+    // The prediction reads the real definitions (ACCESS SHARE for a
+    // moment): made before the other session takes its locks.
+    let plan = evolve_migrate::lock_plan(&opts, &[], false)
+        .await
+        .expect("plan");
+    let statements = plan.statements.len();
+    assert_eq!(statements, 12);
+
+    let mut free = plan.clone();
+    let started = std::time::Instant::now();
+    evolve_migrate::probe_lock_plan(&opts, &mut free)
+        .await
+        .expect("probe without the lock");
+    let free_time = started.elapsed();
+
+    // Another session holds ACCESS EXCLUSIVE on every relation.
+    let holder = evolve_pg::connect(&db.url, "holder")
+        .await
+        .expect("connect");
+    let tables: Vec<String> = holder
+        .query(
+            "SELECT c.oid::regclass::text FROM pg_class c
+             WHERE c.relnamespace = 'app'::regnamespace AND c.relkind IN ('r', 'p', 'v')",
+            &[],
+        )
+        .await
+        .expect("tables")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let matviews: Vec<String> = holder
+        .query(
+            "SELECT c.oid::regclass::text FROM pg_class c
+             WHERE c.relnamespace = 'app'::regnamespace AND c.relkind = 'm'",
+            &[],
+        )
+        .await
+        .expect("matviews")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // LOCK TABLE refuses materialized views; REFRESH takes ACCESS EXCLUSIVE.
+    let refresh: Vec<String> = matviews
+        .iter()
+        .map(|m| format!("REFRESH MATERIALIZED VIEW {m};"))
+        .collect();
+    holder
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE; {}",
+            tables.join(", "),
+            refresh.join(" ")
+        ))
+        .await
+        .expect("lock");
+    let locked: i64 = client
+        .query_one(
+            "SELECT count(DISTINCT l.relation) FROM pg_locks l
+             JOIN pg_stat_activity a ON a.pid = l.pid AND a.application_name = 'holder'
+             JOIN pg_class c ON c.oid = l.relation
+             WHERE l.mode = 'AccessExclusiveLock' AND l.granted
+               AND c.relnamespace = 'app'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm')",
+            &[],
+        )
+        .await
+        .expect("locks")
+        .get(0);
+    let relations = tables.len() + matviews.len();
+    assert_eq!(locked as usize, relations, "{tables:?} {matviews:?}");
+
+    // What the probe used before waits for those locks.
+    let url = db.url.clone();
+    let dump = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(evolve_test::shared().bin("pg_dump"))
+            .args(["--schema-only", "--lock-wait-timeout=1s", "-d", &url])
+            .output()
+            .expect("pg_dump")
+    })
+    .await
+    .expect("pg_dump");
+    assert!(!dump.status.success(), "pg_dump did not wait for the locks");
+
+    // pg_locks sampled while the probe runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        let url = db.url.clone();
+        tokio::spawn(async move {
+            let c = evolve_pg::connect(&url, "sampler").await.expect("connect");
+            let (mut samples, mut seen_probe, mut offending) =
+                (0usize, 0usize, Vec::<String>::new());
+            while !stop.load(Ordering::SeqCst) {
+                let present: i64 = c
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity
+                         WHERE application_name = 'evolve plan probe' AND datname = current_database()",
+                        &[],
+                    )
+                    .await
+                    .expect("sample")
+                    .get(0);
+                for r in c.query(PROBE_LOCKS, &[]).await.expect("sample") {
+                    offending.push(r.get(0));
+                }
+                samples += 1;
+                seen_probe += usize::from(present > 0);
+            }
+            (samples, seen_probe, offending)
+        })
+    };
+    let mut held = plan.clone();
+    let started = std::time::Instant::now();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        evolve_migrate::probe_lock_plan(&opts, &mut held),
+    )
+    .await
+    .expect("the probe waits for the locks")
+    .expect("probe under the lock");
+    let held_time = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let (samples, seen_probe, offending) = sampler.await.expect("sampler");
+    holder.batch_execute("ROLLBACK").await.expect("unlock");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    eprintln!(
+        "probe of {statements} statements: {:.2} s without the lock, {:.2} s while {} relations are held ACCESS EXCLUSIVE; \
+         pg_locks sampled {samples} times, {seen_probe} of them with a probe session in the target database",
+        free_time.as_secs_f64(),
+        held_time.as_secs_f64(),
+        relations
+    );
+    assert!(
+        offending.is_empty(),
+        "the probe locked real relations: {offending:?}"
+    );
+    assert!(samples >= 20, "only {samples} samples");
+    assert!(seen_probe > 0, "the sampler never saw the probe's session");
+    assert!(
+        held_time < std::time::Duration::from_secs(10),
+        "{held_time:?}"
+    );
+    assert!(held.probed);
+    for (a, b) in free.statements.iter().zip(&held.statements) {
+        let (pa, pb) = (
+            a.probe.as_ref().expect("probed"),
+            b.probe.as_ref().expect("probed"),
+        );
+        assert_eq!(pa.error, None, "{}", a.sql);
+        assert_eq!(pa, pb, "{}", a.sql);
+        eprintln!(
+            "{}: {:?} rewrites={} disagreements={:?}",
+            a.sql.lines().next().unwrap_or(""),
+            pb.locks
+                .iter()
+                .map(|l| format!("{} {}", l.relation, l.mode))
+                .collect::<Vec<_>>(),
+            pb.rewrites,
+            pb.disagreements
+        );
+    }
+    let with_locks = held
+        .statements
+        .iter()
+        .filter(|s| s.probe.as_ref().is_some_and(|p| !p.locks.is_empty()))
+        .count();
+    // All but ALTER TYPE ... ADD VALUE lock relations.
+    assert_eq!(with_locks, statements - 1);
+    assert_eq!(free.disagreements, held.disagreements);
+    // The retype rebuilt views, the policy and the WHEN trigger on the copy
+    // and saw the rewrite.
+    let retype = &held.statements[1];
+    let rebuilt: Vec<&str> = retype.rebuilds.iter().map(|r| r.name.as_str()).collect();
+    assert!(rebuilt.contains(&"app.open_orders"), "{rebuilt:?}");
+    assert!(retype.probe.as_ref().is_some_and(|p| p.rewrites));
+}

@@ -15,9 +15,9 @@ pub struct PlanArgs {
     /// --dir that 'evolve migrate apply' would run now).
     pub files: Vec<PathBuf>,
     /// Check each prediction on a scratch database made from the target's
-    /// schema only (pg_dump --schema-only; no rows are copied and the real
-    /// tables are never altered); needs CREATEDB. The scratch database is
-    /// dropped at the end.
+    /// schema only (read from the catalog without locking any real table; no
+    /// rows are copied and the real tables are never altered); needs
+    /// CREATEDB. The scratch database is dropped at the end.
     #[arg(long)]
     pub probe: bool,
     #[command(flatten)]

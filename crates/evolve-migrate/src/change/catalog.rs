@@ -164,6 +164,245 @@ async fn dependents_of(
         .collect())
 }
 
+/// What reads `column` of table `oid` directly (not through a view): the
+/// plain views, `(oid, "view schema.name")`, and everything else, named.
+async fn direct_readers(
+    client: &Client,
+    oid: u32,
+    column: &str,
+) -> Result<(Vec<(u32, String)>, Vec<String>), MigrateError> {
+    let rows = client
+        .query(
+            "SELECT DISTINCT v.oid,
+                    CASE WHEN r.oid IS NOT NULL AND r.rulename = '_RETURN' THEN
+                           CASE v.relkind WHEN 'v' THEN 'view ' ELSE 'materialized view ' END
+                           || format('%s.%s', vn.nspname, v.relname)
+                         ELSE pg_describe_object(d.classid, d.objid, d.objsubid) END,
+                    r.rulename = '_RETURN' AND v.relkind = 'v'
+               FROM pg_attribute a
+               JOIN pg_depend d ON d.refclassid = 'pg_class'::regclass AND d.refobjid = a.attrelid
+                                AND d.refobjsubid = a.attnum AND d.deptype = 'n'
+               LEFT JOIN pg_rewrite r ON d.classid = 'pg_rewrite'::regclass AND r.oid = d.objid
+               LEFT JOIN pg_class v ON v.oid = r.ev_class
+               LEFT JOIN pg_namespace vn ON vn.oid = v.relnamespace
+              WHERE a.attrelid = $1 AND a.attname = $2
+                AND d.classid NOT IN ('pg_class'::regclass, 'pg_constraint'::regclass)
+              ORDER BY 2",
+            &[&oid, &column],
+        )
+        .await?;
+    let mut views = Vec::new();
+    let mut others = Vec::new();
+    for r in rows {
+        let name: String = r.get(1);
+        if r.get::<_, Option<bool>>(2) == Some(true) {
+            views.push((r.get(0), name));
+        } else {
+            others.push(name);
+        }
+    }
+    Ok((views, others))
+}
+
+/// The `CREATE OR REPLACE VIEW` of each view that reads `col` directly,
+/// reading the merge of the new columns in its place. The text is the
+/// view's own definition as PostgreSQL prints it, with the column renamed
+/// to a unique marker (in a transaction that is rolled back) so that every
+/// reference to it, with the alias the view gives the table, can be told
+/// apart; each becomes the merge expression over the same alias, cast to
+/// the column's type, so the view keeps its columns and types.
+async fn split_views(
+    client: &Client,
+    table: &QualifiedName,
+    col: &ColumnInfo,
+    into: &[(String, String)],
+    merge: &str,
+    views: &[(u32, String)],
+) -> Result<Vec<(String, String)>, MigrateError> {
+    if views.is_empty() {
+        return Ok(Vec::new());
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let marker = format!("evolve_split_{}_{nanos}", std::process::id());
+    let qual = format!("{marker}_q");
+    let t = table.to_string();
+    let alias = quote_ident(&table.name);
+    let computed = into
+        .iter()
+        .map(|(n, e)| format!("({e}) AS {}", quote_ident(n)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    client.batch_execute("BEGIN").await?;
+    let result = async {
+        client
+            .batch_execute("SET LOCAL lock_timeout = '5s'; SET LOCAL search_path = ''")
+            .await?;
+        // The merge with every column qualified (two relations in FROM
+        // make PostgreSQL qualify them), as PostgreSQL prints it.
+        client
+            .batch_execute(&format!(
+                "CREATE TEMP VIEW {qual} AS SELECT ({merge}) AS {marker}
+                 FROM (SELECT {alias}.*, {computed} FROM {t} AS {alias}) AS {qual}, (SELECT) AS {marker}_o"
+            ))
+            .await?;
+        let printed: String = client
+            .query_one(
+                "SELECT pg_get_viewdef(c.oid, false) FROM pg_class c
+                 WHERE c.relname = $1 AND c.relnamespace = pg_my_temp_schema()",
+                &[&qual],
+            )
+            .await?
+            .get(0);
+        let merged = printed
+            .trim()
+            .strip_prefix("SELECT ")
+            .and_then(|rest| rest.find(&format!(" AS {marker}")).map(|end| &rest[..end]))
+            .ok_or_else(|| {
+                MigrateError::Usage(format!(
+                    "--merge {merge:?} could not be read back from PostgreSQL to redefine the views over the new columns; drop and recreate them in a migration of their own around this change"
+                ))
+            })?
+            .to_string();
+        client
+            .batch_execute(&format!(
+                "ALTER TABLE {t} RENAME COLUMN {} TO {marker}",
+                quote_ident(&col.name)
+            ))
+            .await?;
+        let mut out = Vec::new();
+        for (oid, label) in views {
+            let row = client
+                .query_one(
+                    "SELECT format('%I.%I', n.nspname, c.relname), pg_get_viewdef(c.oid, true),
+                            coalesce(c.reloptions, '{}')
+                       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                      WHERE c.oid = $1",
+                    &[oid],
+                )
+                .await?;
+            let (name, def, options): (String, String, Vec<String>) =
+                (row.get(0), row.get(1), row.get(2));
+            let def = replace_marker(&def, &marker, |qualifier| {
+                let e = match qualifier {
+                    Some(q) => merged.replace(&format!("{qual}."), &format!("{q}.")),
+                    None => format!("({merge})"),
+                };
+                format!("(({e})::{})", col.type_sql)
+            });
+            let with = if options.is_empty() {
+                String::new()
+            } else {
+                let items: Vec<String> = options
+                    .iter()
+                    .map(|o| match o.split_once('=') {
+                        Some((k, v)) => format!("{k}={}", evolve_pg::quote_literal(v)),
+                        None => o.clone(),
+                    })
+                    .collect();
+                format!(" WITH ({})", items.join(", "))
+            };
+            out.push((
+                label.clone(),
+                format!(
+                    "CREATE OR REPLACE VIEW {name}{with} AS\n{};\n",
+                    def.trim().trim_end_matches(';')
+                ),
+            ));
+        }
+        Ok::<_, MigrateError>(out)
+    }
+    .await;
+    client.batch_execute("ROLLBACK").await?;
+    match result {
+        Err(MigrateError::Pg(e))
+            if e.sqlstate() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
+        {
+            usage(format!(
+                "reading the views of {} to redefine them over the new columns waited 5 s for a lock on the table ({e}); nothing was written; run evolve change again when the table is not busy",
+                table.plain()
+            ))
+        }
+        other => other,
+    }
+}
+
+/// `def` with every reference to the column `marker` (`alias.marker` or a
+/// bare `marker`, outside literals and quoted names) replaced by
+/// `with(alias)`.
+fn replace_marker(def: &str, marker: &str, with: impl Fn(Option<&str>) -> String) -> String {
+    let b = def.as_bytes();
+    let mut out = String::with_capacity(def.len());
+    let mut i = 0;
+    // (start in `out`, text) of the identifier just before a '.', if any.
+    let mut last_ident: Option<(usize, String)> = None;
+    let mut after_dot = false;
+    let ident_char = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'\'' || c == b'"' {
+            let start = i;
+            i += 1;
+            while i < b.len() {
+                if b[i] == c {
+                    if i + 1 < b.len() && b[i + 1] == c {
+                        i += 2;
+                        continue;
+                    }
+                    i += 1;
+                    break;
+                }
+                i += 1;
+            }
+            let text = &def[start..i];
+            let at = out.len();
+            out.push_str(text);
+            last_ident = (c == b'"').then(|| (at, text.to_string()));
+            after_dot = false;
+            continue;
+        }
+        if ident_char(c) && (i == 0 || !ident_char(b[i - 1])) {
+            let start = i;
+            while i < b.len() && ident_char(b[i]) {
+                i += 1;
+            }
+            let word = &def[start..i];
+            if word == marker {
+                match (&last_ident, after_dot) {
+                    (Some((at, q)), true) => {
+                        let q = q.clone();
+                        out.truncate(*at);
+                        out.push_str(&with(Some(&q)));
+                    }
+                    _ => out.push_str(&with(None)),
+                }
+                last_ident = None;
+            } else {
+                let at = out.len();
+                out.push_str(word);
+                last_ident = Some((at, word.to_string()));
+            }
+            after_dot = false;
+            continue;
+        }
+        if c == b'.' && last_ident.is_some() && !after_dot {
+            after_dot = true;
+            out.push('.');
+            i += 1;
+            continue;
+        }
+        last_ident = None;
+        after_dot = false;
+        // Whole characters: `c` may start a multi-byte one.
+        let len = def[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&def[i..i + len]);
+        i += len;
+    }
+    out
+}
+
 /// Prepares `sql` to check that the expression in it works on the table.
 async fn check_sql(
     client: &Client,
@@ -397,6 +636,14 @@ pub async fn describe(
             )
             .await?;
             table.column_dependents = dependents_of(client, &name, &column).await?;
+            if !table.column_dependents.is_empty() {
+                let (views, blockers) = direct_readers(client, oid, &column).await?;
+                resolved.split_blockers = blockers;
+                if resolved.split_blockers.is_empty() {
+                    resolved.split_views =
+                        split_views(client, &name, &col, &into, &merge, &views).await?;
+                }
+            }
             Change::SplitColumn {
                 table: tn,
                 column,
@@ -532,4 +779,26 @@ pub async fn write(opts: &Options, change: &Change) -> Result<ChangeWritten, Mig
         files: written,
         backfill_job,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replace_marker;
+
+    #[test]
+    fn the_marker_is_replaced_with_its_alias_outside_literals() {
+        let with = |q: Option<&str>| match q {
+            Some(q) => format!("<{q}>"),
+            None => "<bare>".to_string(),
+        };
+        assert_eq!(
+            replace_marker(
+                "SELECT p.mk AS name, \"Odd P\".mk, upper(mk) AS s, 'p.mk' AS lit, p.mk2, mkx FROM people p",
+                "mk",
+                with
+            ),
+            "SELECT <p> AS name, <\"Odd P\">, upper(<bare>) AS s, 'p.mk' AS lit, p.mk2, mkx FROM people p"
+        );
+        assert_eq!(replace_marker("é.mk, \"mk\"", "mk", with), "<é>, \"mk\"");
+    }
 }

@@ -222,6 +222,33 @@ fn change_type_switch_rebuilds_the_views_over_the_column() {
         e.contains("view app.v") && e.contains("contract step drops"),
         "{e}"
     );
+
+    // Redefined over the new columns at the switch, the view no longer
+    // stops the contract step.
+    let redefine = "CREATE OR REPLACE VIEW app.v AS\n SELECT ((a)::integer) AS qty;\n";
+    let views = Resolved {
+        split_views: vec![("view app.v".into(), redefine.into())],
+        ..resolved.clone()
+    };
+    let files = generate(&split, &t, &views).unwrap();
+    assert_eq!(files.len(), 4);
+    let switch = &files[2].sql;
+    assert!(switch.contains(redefine), "{switch}");
+    assert!(
+        switch.find("DO $evolve$") < switch.find(redefine),
+        "the views change after the verify: {switch}"
+    );
+    assert!(files[3].sql.contains(r#"DROP COLUMN "qty""#));
+    // Anything else that reads the column directly still refuses.
+    let blocked = Resolved {
+        split_blockers: vec!["policy p on table app.\"Users\"".into()],
+        ..views
+    };
+    let e = generate(&split, &t, &blocked).unwrap_err().0;
+    assert!(
+        e.contains("policy p on table") && e.contains("only plain views"),
+        "{e}"
+    );
 }
 
 #[test]

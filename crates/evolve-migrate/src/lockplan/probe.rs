@@ -1,7 +1,8 @@
 //! `evolve plan --probe`: each statement run on a scratch database made
-//! from the target's schema only (`pg_dump --schema-only` into a new
-//! database on the same server; no row of a real table is read and no
-//! statement touches the real tables), in a transaction that is rolled
+//! from the target's schema only (a new database on the same server,
+//! loaded with the copy [`scratch`] reads from the catalog without a lock
+//! on any real relation; no row of a real table is read and no statement
+//! touches the real tables), in a transaction that is rolled
 //! back after the backend's own locks (`pg_locks`) and every relation's
 //! `relfilenode` were read; then applied for real on the scratch copy, so
 //! the next statement sees its effects. A statement that cannot run in a
@@ -11,15 +12,12 @@
 //! dropped at the end, also on error.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use evolve_core::migration::effects::LockMode;
 use evolve_pg::{Client, quote_ident};
-use tokio_postgres::config::Host;
 
-use super::{PlannedStatement, ProbeLock, ProbeResult};
+use super::{PlannedStatement, ProbeLock, ProbeResult, scratch};
 use crate::{MigrateError, Options};
 
 pub(super) async fn run(
@@ -78,8 +76,35 @@ fn with_dbname(url: &str, db: &str) -> String {
     }
 }
 
+/// `url` (as [`with_dbname`] makes it) with `password` in it.
+fn with_password(url: &str, password: &[u8]) -> String {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let mut encoded = String::new();
+        for &b in password {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                encoded.push(char::from(b));
+            } else {
+                encoded.push_str(&format!("%{b:02X}"));
+            }
+        }
+        format!("{url}&password={encoded}")
+    } else {
+        let text = String::from_utf8_lossy(password)
+            .replace('\\', "\\\\")
+            .replace('\'', "\\'");
+        format!("{url} password='{text}'")
+    }
+}
+
 async fn connect_scratch(url: &str, scratch: &str) -> Result<Client, MigrateError> {
-    let c = evolve_pg::connect(&with_dbname(url, scratch), "evolve plan probe").await?;
+    let mut scratch_url = with_dbname(url, scratch);
+    // The target's password (from the string, PGPASSWORD or the password
+    // file's line for the target's database) is the scratch copy's too:
+    // no password file has a line for the copy's made-up name.
+    if let Some(password) = evolve_pg::parse_url(url)?.0.get_password() {
+        scratch_url = with_password(&scratch_url, password);
+    }
+    let c = evolve_pg::connect(&scratch_url, "evolve plan probe").await?;
     let db: String = c
         .query_one("SELECT current_database()::text", &[])
         .await?
@@ -93,109 +118,45 @@ async fn connect_scratch(url: &str, scratch: &str) -> Result<Client, MigrateErro
     Ok(c)
 }
 
-/// The `pg_dump` to use: `$EVOLVE_PG_BIN/pg_dump`, the highest
-/// `/usr/lib/postgresql/<version>/bin/pg_dump`, else `pg_dump` on PATH.
-fn pg_dump() -> PathBuf {
-    if let Some(dir) = std::env::var_os("EVOLVE_PG_BIN") {
-        return PathBuf::from(dir).join("pg_dump");
-    }
-    let best = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let v: Vec<u64> = e
-                .file_name()
-                .to_str()?
-                .split('.')
-                .map(|p| p.parse().ok())
-                .collect::<Option<_>>()?;
-            let bin = e.path().join("bin").join("pg_dump");
-            bin.is_file().then_some((v, bin))
-        })
-        .max_by(|a, b| a.0.cmp(&b.0));
-    best.map(|(_, b)| b)
-        .unwrap_or_else(|| PathBuf::from("pg_dump"))
-}
+/// Statements of the copy sent to the scratch database at once; when one
+/// fails, its batch (rolled back whole) is run again statement by
+/// statement to name the object.
+const LOAD_BATCH: usize = 200;
 
-/// The target's schema as SQL, read by pg_dump with the connection passed
-/// in the environment (never on the command line, where a password would
-/// show).
-fn dump_schema(url: &str) -> Result<String, MigrateError> {
-    let (config, tls) = evolve_pg::parse_url(url)?;
-    let bin = pg_dump();
-    let mut cmd = Command::new(&bin);
-    cmd.args([
-        "--schema-only",
-        "--no-owner",
-        "--no-privileges",
-        "--no-publications",
-        "--no-subscriptions",
-        "--no-tablespaces",
-        "--no-security-labels",
-        "--lock-wait-timeout=5s",
-    ])
-    .env_remove("PGSERVICE")
-    .env_remove("PGSERVICEFILE")
-    .env("PGAPPNAME", "evolve plan probe")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|h| match h {
-            Host::Tcp(h) => h.clone(),
-            Host::Unix(p) => p.display().to_string(),
-        })
-        .collect();
-    if !hosts.is_empty() {
-        cmd.env("PGHOST", hosts.join(","));
-    }
-    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
-    if !ports.is_empty() {
-        cmd.env("PGPORT", ports.join(","));
-    }
-    if let Some(u) = config.get_user() {
-        cmd.env("PGUSER", u);
-    }
-    if let Some(d) = config.get_dbname() {
-        cmd.env("PGDATABASE", d);
-    }
-    if let Some(p) = config.get_password() {
-        cmd.env("PGPASSWORD", String::from_utf8_lossy(p).to_string());
-    }
-    cmd.env("PGSSLMODE", tls.mode.as_str());
-    for (var, path) in [
-        ("PGSSLROOTCERT", &tls.root_cert),
-        ("PGSSLCERT", &tls.client_cert),
-        ("PGSSLKEY", &tls.client_key),
-    ] {
-        if let Some(p) = path {
-            cmd.env(var, p);
+/// Loads the target's schema, read by [`scratch::read`] without a lock on
+/// any real relation, into the scratch database.
+async fn load_schema(opts: &Options, scratch_db: &str) -> Result<(), MigrateError> {
+    let steps = {
+        let reader = evolve_pg::connect(&opts.database_url, "evolve plan probe").await?;
+        scratch::read(&reader).await.map_err(|e| match e {
+            MigrateError::Pg(e)
+                if e.sqlstate() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
+            {
+                MigrateError::Usage(format!(
+                    "the probe's catalog read waited 5 s for a lock ({e}), which it should never take; nothing was applied; run evolve plan without --probe and report it"
+                ))
+            }
+            other => other,
+        })?
+    };
+    let loader = connect_scratch(&opts.database_url, scratch_db).await?;
+    loader.batch_execute(scratch::LOADER).await?;
+    for batch in steps.chunks(LOAD_BATCH) {
+        let sql: Vec<&str> = batch.iter().map(|s| s.sql.as_str()).collect();
+        if loader.batch_execute(&sql.join(";\n")).await.is_ok() {
+            continue;
+        }
+        for s in batch {
+            loader.batch_execute(&s.sql).await.map_err(|e| {
+                MigrateError::Usage(format!(
+                    "the probe could not copy {} into its scratch database ({}); run evolve plan without --probe",
+                    s.what,
+                    describe(&e)
+                ))
+            })?;
         }
     }
-    let out = cmd.output().map_err(|e| {
-        MigrateError::Usage(format!(
-            "cannot run {} for the probe's schema copy: {e}; install the PostgreSQL client tools or set EVOLVE_PG_BIN to their directory",
-            bin.display()
-        ))
-    })?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let first = err.lines().next().unwrap_or("failed").trim().to_string();
-        return Err(MigrateError::Usage(format!(
-            "pg_dump --schema-only of the target failed ({first}); the probe needs it to copy the schema"
-        )));
-    }
-    let text = String::from_utf8(out.stdout)
-        .map_err(|_| MigrateError::Usage("pg_dump wrote a schema that is not UTF-8".into()))?;
-    // psql meta-commands (\restrict, \unrestrict) are not SQL.
-    Ok(text
-        .lines()
-        .filter(|l| !l.starts_with('\\'))
-        .collect::<Vec<_>>()
-        .join("\n"))
+    Ok(())
 }
 
 const RELATIONS: &str = "SELECT c.oid, c.relfilenode, n.nspname::text, c.relname::text
@@ -248,7 +209,7 @@ async fn reset(c: &Client, settings: &(String, String)) -> Result<(), MigrateErr
     Ok(())
 }
 
-fn describe(e: &tokio_postgres::Error) -> String {
+pub(super) fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {}", db.code().code(), db.message()),
         None => e.to_string(),
@@ -261,16 +222,7 @@ async fn probe_in(
     settings: &(String, String),
     statements: &mut [PlannedStatement],
 ) -> Result<(), MigrateError> {
-    let schema = dump_schema(&opts.database_url)?;
-    {
-        let loader = connect_scratch(&opts.database_url, scratch).await?;
-        loader.batch_execute(&schema).await.map_err(|e| {
-            MigrateError::Usage(format!(
-                "the probe could not load the target's schema into its scratch copy ({}); run evolve plan without --probe",
-                describe(&e)
-            ))
-        })?;
-    }
+    load_schema(opts, scratch).await?;
     let probe = connect_scratch(&opts.database_url, scratch).await?;
     let observer = connect_scratch(&opts.database_url, scratch).await?;
     let blocker = connect_scratch(&opts.database_url, scratch).await?;
