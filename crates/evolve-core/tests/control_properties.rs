@@ -3,10 +3,12 @@
 //! canonical text parses back to the same statement, also when re-spaced,
 //! commented and re-cased.
 
+use evolve_core::conflict::ConflictType;
 use evolve_core::control::{
-    Absorb, AlterMaterializedView, ApplyReplacement, ControlError, CreateMaterializedView,
-    CreateReplacement, CreateSink, CreateSource, CreateTable, Drop, ObjectKind, QualifiedName,
-    RefreshReferences, Show, Span, Statement, parse,
+    Absorb, AlterMaterializedView, AlterReplica, ApplyReplacement, ControlError,
+    CreateMaterializedView, CreateReplacement, CreateReplica, CreateSink, CreateSource,
+    CreateTable, CreateTransform, Drop, ObjectKind, QualifiedName, RefreshReferences, Show,
+    ShowConflictResolvers, Span, Statement, parse,
 };
 use std::time::Duration;
 
@@ -92,6 +94,8 @@ fn kind() -> impl Strategy<Value = ObjectKind> {
         ObjectKind::Table,
         ObjectKind::MaterializedView,
         ObjectKind::Sink,
+        ObjectKind::Replica,
+        ObjectKind::Transform,
     ])
 }
 
@@ -99,7 +103,112 @@ fn absorb() -> impl Strategy<Value = Absorb> {
     prop::sample::select(vec![Absorb::Manual, Absorb::Auto])
 }
 
-fn statement() -> impl Strategy<Value = Statement> {
+/// Boxed: the nested strategies' value trees are too large for a test
+/// thread's stack otherwise.
+fn statement() -> BoxedStrategy<Statement> {
+    prop_oneof![4 => pipeline_statement(), 1 => replica_statement()].boxed()
+}
+
+/// The replicas' statements but transforms (whose SQL is kept verbatim,
+/// so re-spacing and re-casing it changes it).
+fn replica_statement() -> BoxedStrategy<Statement> {
+    let span = Span::default();
+    let conflict = prop::sample::select(ConflictType::all().to_vec());
+    prop_oneof![
+        (
+            name(),
+            any::<bool>(),
+            name(),
+            name(),
+            prop::collection::vec(qualified(), 0..4),
+            any::<bool>()
+        )
+            .prop_map(
+                move |(name, if_not_exists, source, connection, tables, copy_data)| {
+                    let mut unique: Vec<QualifiedName> = Vec::new();
+                    for t in tables {
+                        if !unique.contains(&t) {
+                            unique.push(t);
+                        }
+                    }
+                    Statement::CreateReplica(CreateReplica {
+                        name,
+                        if_not_exists,
+                        source,
+                        connection,
+                        tables: unique,
+                        copy_data,
+                        span,
+                    })
+                }
+            ),
+        (
+            name(),
+            conflict,
+            any::<prop::sample::Index>(),
+            any::<bool>()
+        )
+            .prop_map(move |(name, conflict, which, set)| {
+                let allowed = conflict.allowed();
+                Statement::AlterReplica(AlterReplica {
+                    name,
+                    conflict,
+                    resolver: set.then(|| allowed[which.index(allowed.len())]),
+                    span,
+                })
+            }),
+        name().prop_map(move |replica| {
+            Statement::ShowConflictResolvers(ShowConflictResolvers { replica, span })
+        }),
+    ]
+    .boxed()
+}
+
+/// SQL expressions as a transform keeps them.
+fn expression() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "NEW.a",
+        "split_part(NEW.name, ' ', 1)",
+        "coalesce(NEW.\"X,y\", 'a, b')",
+        "(ARRAY[1, 2])[1] + -3",
+        "CASE WHEN NEW.a > 0 THEN 'p' ELSE 'n' END",
+        "(SELECT 1 WHERE true)",
+        "NEW.a::text || 'é'",
+        "1 -- one\n + 2",
+        "f(/* c, d */ NEW.a)",
+    ])
+    .prop_map(String::from)
+}
+
+fn transform_statement() -> impl Strategy<Value = Statement> {
+    (
+        name(),
+        any::<bool>(),
+        name(),
+        qualified(),
+        prop::collection::vec((name(), expression()), 1..4),
+        prop::option::of(expression()),
+    )
+        .prop_map(|(name, if_not_exists, replica, table, sets, filter)| {
+            let mut unique: Vec<(String, String)> = Vec::new();
+            for (c, e) in sets {
+                if !unique.iter().any(|(u, _)| *u == c) {
+                    unique.push((c, e));
+                }
+            }
+            Statement::CreateTransform(CreateTransform {
+                name,
+                if_not_exists,
+                replica,
+                table,
+                sets: unique,
+                filter: filter.map(|f| format!("NEW.ok AND {f} IS NOT NULL")),
+                span: Span::default(),
+            })
+        })
+}
+
+fn pipeline_statement() -> BoxedStrategy<Statement> {
     let span = Span::default();
     prop_oneof![
         (name(), any::<bool>(), name(), "[^\0]{1,20}").prop_map(
@@ -204,6 +313,7 @@ fn statement() -> impl Strategy<Value = Statement> {
         }),
         kind().prop_map(move |kind| Statement::Show(Show { kind, span })),
     ]
+    .boxed()
 }
 
 /// Rewrites canonical text without changing its meaning: every space
@@ -255,6 +365,10 @@ fn valid_text() -> impl Strategy<Value = String> {
             "CREATE SINK orders_sink FROM orders_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.\"Orders\"');",
             "DROP TABLE IF EXISTS \"Orders\"; SHOW MATERIALIZED VIEWS; -- done",
             "/* one */ SHOW SOURCES; SHOW TABLES;; SHOW SINKS",
+            "CREATE REPLICA node_b FROM SOURCE src INTO POSTGRES CONNECTION c WITH (TABLES (public.orders, x), COPY DATA = true);",
+            "ALTER REPLICA node_b SET CONFLICT RESOLVER target_column_missing = 'ignore'; ALTER REPLICA node_b RESET CONFLICT RESOLVER insert_exists",
+            "CREATE TRANSFORM s ON REPLICA r FOR TABLE public.c SET a = split_part(NEW.n, ' ', 1), b = ARRAY[NEW.x, 2] WHERE NEW.s <> 'test';",
+            "SHOW CONFLICT RESOLVERS FOR REPLICA r; SHOW REPLICAS; SHOW TRANSFORMS; DROP TRANSFORM IF EXISTS t; DROP REPLICA r",
         ])
         .prop_map(String::from),
     ]
@@ -292,7 +406,10 @@ proptest! {
                     "jsonb_strip_nulls", "to_jsonb", "jsonb", "CAST", "data", "FOR", "APPLY",
                     "REFRESH", "REFERENCES", "INTO", "IF", "EXISTS", "SOURCES", "TABLES", "VIEWS",
                     "SINKS", "ABSORB", "SET", "RESET", "'auto'", "'manual'", "(", ")", ",", ";",
-                    "NOT", "WAIT", "'60s'", "'1min30s'",
+                    "NOT", "WAIT", "'60s'", "'1min30s'", "REPLICA", "REPLICAS", "TRANSFORM",
+                    "TRANSFORMS", "CONFLICT", "RESOLVER", "RESOLVERS", "COPY", "ON", "WHERE",
+                    "NEW", "'ignore'", "target_column_missing", "insert_exists", "[", "]", "$",
+                    "E'x'", "<>",
                     ".", "::", "=", "'{}'", "'x'", "\"Q\"", "t", "x",
                     "--c\n", "/* */", "'", "\"", "/*", "\n", "é",
                 ]).prop_map(String::from),
@@ -320,6 +437,11 @@ proptest! {
             prop_assert!(got.eq_ignoring_span(want));
             prop_assert_eq!(&script[got.span().range()], text.as_str());
         }
+    }
+
+    #[test]
+    fn transforms_round_trip(statement in transform_statement()) {
+        round_trip(&statement);
     }
 
     #[test]

@@ -60,6 +60,15 @@
 //! the parser stopped, or the start of the failing statement, whose
 //! canonical text is `statement`.
 //!
+//! The statements of replicas and transforms (`CREATE REPLICA`, `ALTER
+//! REPLICA`, `CREATE TRANSFORM`, `DROP`/`SHOW` of `REPLICA`s and
+//! `TRANSFORM`s, `SHOW CONFLICT RESOLVERS`: [`is_extension`]) are not the
+//! pipeline's: they run through the [`StatementHandler`] that whoever
+//! starts the API registers ([`serve_with`], [`router_with`],
+//! [`execute_with`]; `evolve pipeline run` registers `evolve-replicate`'s),
+//! and without one they are refused (`0A000`). The pipeline itself never
+//! depends on what implements it.
+//!
 //! # `GET /status`
 //!
 //! `{"objects": [...]}`, every object of the catalog in the order sources,
@@ -142,6 +151,7 @@
 
 use std::fmt::Write as _;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -166,6 +176,10 @@ use crate::store::TableState;
 
 /// `retained_wal_bytes` past this gets a warning in `/status`.
 pub const RETAINED_WAL_WARNING_BYTES: i64 = 1 << 30;
+
+/// How long a status report is served to every reader (see
+/// [`Admin::status`]).
+const REPORT_TTL: Duration = Duration::from_secs(1);
 
 /// How long `/status` waits for an upstream server's positions.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
@@ -227,6 +241,96 @@ pub struct ErrorPosition {
     pub column: u32,
 }
 
+impl StatementResult {
+    /// The result of `statement` with command tag `status` and nothing
+    /// else.
+    pub fn tag(statement: &Statement, status: &str) -> StatementResult {
+        StatementResult {
+            statement: statement.to_sql(),
+            status: status.to_string(),
+            columns: None,
+            rows: None,
+            notice: None,
+        }
+    }
+
+    /// The result of a `SHOW`: `columns` in order, and one row per
+    /// element of `rows`, its values in the order of `columns`.
+    pub fn show(statement: &Statement, columns: &[&str], rows: Vec<Vec<Value>>) -> StatementResult {
+        let mut result = StatementResult::tag(statement, "SHOW");
+        result.columns = Some(columns.iter().map(|c| c.to_string()).collect());
+        result.rows = Some(
+            rows.into_iter()
+                .map(|row| {
+                    columns
+                        .iter()
+                        .map(|c| c.to_string())
+                        .zip(row)
+                        .collect::<serde_json::Map<_, _>>()
+                })
+                .collect(),
+        );
+        result
+    }
+}
+
+// ------------------------------------------------------------ extension
+
+/// A boxed future of a [`StatementHandler`].
+pub type HandlerFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs the statements the pipeline does not run itself ([`is_extension`]:
+/// replicas and transforms), for the admin API; registered by whoever
+/// starts it ([`serve_with`], [`router_with`], [`execute_with`]).
+///
+/// The contract:
+///
+/// - [`execute`](Self::execute) is called with one statement for which
+///   [`is_extension`] is true, after the whole request parsed, and never
+///   for two statements at once (`POST /sql` requests run one after
+///   another). It runs the statement in full or not at all: when it
+///   fails, its catalog and what it manages elsewhere are as they were
+///   (the statements before it in the request stay applied, as the
+///   module docs say).
+/// - Its [`StatementResult`] carries the statement's canonical text
+///   ([`Statement::to_sql`]) and command tag ([`StatementResult::tag`],
+///   [`StatementResult::show`]), and `notice` when `IF [NOT] EXISTS`
+///   changed nothing.
+/// - A failure is a [`PipelineError`] in PostgreSQL's shape: the API
+///   answers with its SQLSTATE (a `Refused` error's own), its detail and
+///   hint, at the statement's position, like the pipeline's own errors.
+///   Errors and logs name connections by their name in `evolve.toml` and
+///   never hold a password.
+/// - [`run`](Self::run) does the handler's work beside the pipeline under
+///   [`serve_with`]: it starts with the server and must return soon after
+///   `stop` turns true. An `Err` stops the server as a failure of the
+///   pipeline does; `Ok` before `stop` stops nothing. By default there is
+///   no such work.
+pub trait StatementHandler: Send + Sync {
+    /// Runs `statement` on `pipeline`'s behalf.
+    fn execute<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        statement: &'a Statement,
+    ) -> HandlerFuture<'a, Result<StatementResult, PipelineError>>;
+
+    /// Background work until `stop` turns true.
+    fn run<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        stop: watch::Receiver<bool>,
+    ) -> HandlerFuture<'a, Result<(), PipelineError>> {
+        let _ = (pipeline, stop);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Whether `statement` is not the pipeline's own but a
+/// [`StatementHandler`]'s: one about replicas or transforms.
+pub fn is_extension(statement: &Statement) -> bool {
+    matches!(statement.object_kind(), Kind::Replica | Kind::Transform)
+}
+
 impl SqlError {
     fn from_control(code: &str, e: &ControlError) -> SqlError {
         SqlError {
@@ -283,20 +387,39 @@ fn sqlstate(e: &PipelineError) -> &'static str {
 const APPLY_WAIT: Duration = Duration::from_secs(30);
 
 /// Parses `input` and runs its statements in order against `pipeline`
-/// (see the module docs for what is applied when one fails).
+/// (see the module docs for what is applied when one fails), with no
+/// [`StatementHandler`].
 pub async fn execute(pipeline: &Pipeline, input: &str) -> SqlResponse {
+    execute_with(pipeline, None, input).await
+}
+
+/// [`execute`], with `handler` running the statements that are not the
+/// pipeline's ([`is_extension`]).
+pub async fn execute_with(
+    pipeline: &Pipeline,
+    handler: Option<&dyn StatementHandler>,
+    input: &str,
+) -> SqlResponse {
     let statements = match control::parse(input) {
         Ok(s) => s,
         Err(e) => {
             return SqlResponse {
                 results: Vec::new(),
-                error: Some(SqlError::from_control("42601", &e)),
+                error: Some(SqlError::from_control(e.sqlstate().unwrap_or("42601"), &e)),
             };
         }
     };
     let mut results = Vec::with_capacity(statements.len());
     for statement in &statements {
-        match run_statement(pipeline, statement).await {
+        let ran = if is_extension(statement) {
+            match handler {
+                Some(handler) => handler.execute(pipeline, statement).await,
+                None => Err(no_handler(statement)),
+            }
+        } else {
+            run_statement(pipeline, statement).await
+        };
+        match ran {
             Ok(result) => results.push(result),
             Err(e) => {
                 let control = ControlError::new(input, statement.span().start, e.primary());
@@ -317,12 +440,30 @@ pub async fn execute(pipeline: &Pipeline, input: &str) -> SqlResponse {
     }
 }
 
-fn engine_kind(kind: Kind) -> ObjectKind {
+/// The refusal of a statement [`is_extension`] says is not the
+/// pipeline's, when no [`StatementHandler`] is registered.
+fn no_handler(statement: &Statement) -> PipelineError {
+    PipelineError::Refused {
+        sqlstate: "0A000",
+        primary: format!(
+            "{} statements are not supported by this admin API",
+            statement.object_kind().keyword()
+        ),
+        detail: Some(
+            "Replicas and transforms are run by evolve-replicate, which this server was started without."
+                .into(),
+        ),
+        hint: Some("Run them against `evolve pipeline run`.".into()),
+    }
+}
+
+fn engine_kind(kind: Kind) -> Option<ObjectKind> {
     match kind {
-        Kind::Source => ObjectKind::Source,
-        Kind::Table => ObjectKind::Table,
-        Kind::MaterializedView => ObjectKind::Interface,
-        Kind::Sink => ObjectKind::Sink,
+        Kind::Source => Some(ObjectKind::Source),
+        Kind::Table => Some(ObjectKind::Table),
+        Kind::MaterializedView => Some(ObjectKind::Interface),
+        Kind::Sink => Some(ObjectKind::Sink),
+        Kind::Replica | Kind::Transform => None,
     }
 }
 
@@ -391,12 +532,13 @@ async fn run_statement(
                 Kind::Table => pipeline.drop_table(&d.name).await,
                 Kind::MaterializedView => pipeline.drop_interface(&d.name),
                 Kind::Sink => pipeline.drop_sink(&d.name).await,
+                Kind::Replica | Kind::Transform => Err(no_handler(statement)),
             };
             let mut result = tag(&format!("DROP {}", d.kind.keyword()));
             match dropped {
                 Ok(()) => {}
                 Err(PipelineError::UnknownObject { kind, name })
-                    if d.if_exists && kind == engine_kind(d.kind) && name == d.name =>
+                    if d.if_exists && Some(kind) == engine_kind(d.kind) && name == d.name =>
                 {
                     result.notice = Some(format!("{kind} \"{name}\" does not exist, skipping"));
                 }
@@ -405,21 +547,10 @@ async fn run_statement(
             Ok(result)
         }
         Statement::Show(s) => {
-            let (columns, rows) = show(pipeline, s.kind)?;
-            let mut result = tag("SHOW");
-            result.columns = Some(columns.iter().map(|c| c.to_string()).collect());
-            result.rows = Some(
-                rows.into_iter()
-                    .map(|row| {
-                        columns
-                            .iter()
-                            .map(|c| c.to_string())
-                            .zip(row)
-                            .collect::<serde_json::Map<_, _>>()
-                    })
-                    .collect(),
-            );
-            Ok(result)
+            let Some((columns, rows)) = show(pipeline, s.kind)? else {
+                return Err(no_handler(statement));
+            };
+            Ok(StatementResult::show(statement, columns, rows))
         }
         Statement::CreateReplacement(s) => {
             let created = pipeline.create_replacement(&s.name, &s.target, &s.table);
@@ -462,6 +593,10 @@ async fn run_statement(
             pipeline.set_absorb(&s.name, s.absorb == Absorb::Auto)?;
             Ok(tag("ALTER MATERIALIZED VIEW"))
         }
+        Statement::CreateReplica(_)
+        | Statement::AlterReplica(_)
+        | Statement::CreateTransform(_)
+        | Statement::ShowConflictResolvers(_) => Err(no_handler(statement)),
     }
 }
 
@@ -488,8 +623,9 @@ fn skip_existing<T>(
 
 type Rows = (&'static [&'static str], Vec<Vec<Value>>);
 
-fn show(pipeline: &Pipeline, kind: Kind) -> Result<Rows, PipelineError> {
-    Ok(match kind {
+/// The pipeline's own `SHOW`s; `None` for kinds that are not its own.
+fn show(pipeline: &Pipeline, kind: Kind) -> Result<Option<Rows>, PipelineError> {
+    Ok(Some(match kind {
         Kind::Source => (
             &["name", "connection", "publication", "slot"],
             pipeline
@@ -546,7 +682,8 @@ fn show(pipeline: &Pipeline, kind: Kind) -> Result<Rows, PipelineError> {
                 })
                 .collect(),
         ),
-    })
+        Kind::Replica | Kind::Transform => return Ok(None),
+    }))
 }
 
 // ------------------------------------------------------------------ status
@@ -656,14 +793,7 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
             Err(_) => None,
         };
         let retained = positions.and_then(|p| p.retained_bytes);
-        // The slot's confirmed position counts as applied: it moves past
-        // WAL that holds nothing for this source (and starts where the
-        // slot was created), which the applied position does not. A
-        // PostgreSQL source's positions are LSNs: the lag is WAL bytes.
-        let lag_bytes = positions.map(|p| {
-            let done = s.applied_lsn.lsn().max(p.confirmed.unwrap_or_default());
-            p.current.0.saturating_sub(done.0)
-        });
+        let lag_bytes = positions.map(|p| p.lag_bytes(s.applied_lsn));
         objects.push(ObjectReport {
             kind: ObjectKind::Source.as_str().into(),
             name: s.name.clone(),
@@ -909,12 +1039,17 @@ type LastDrift = (Instant, Option<String>, Vec<crate::drift::DriftRow>);
 
 struct Admin {
     pipeline: Arc<Pipeline>,
+    /// Runs the statements that are not the pipeline's.
+    handler: Option<Arc<dyn StatementHandler>>,
     /// Who may call.
     access: Access,
     /// `/sql` requests run one at a time.
     sql: Mutex<()>,
-    /// The last status report and when its reading started.
-    report: Mutex<Option<(Instant, StatusReport)>>,
+    /// The last status report, when its reading started, and
+    /// [`Admin::statements_run`] then.
+    report: std::sync::Mutex<Option<(Instant, u64, StatusReport)>>,
+    /// Held while a status report is read, so that one reader reads it.
+    reading_report: Mutex<()>,
     /// The last drift poll, its `?source=` and when it started.
     drift: Mutex<Option<LastDrift>>,
     statements_ok: AtomicU64,
@@ -928,25 +1063,30 @@ struct Admin {
 
 /// The admin API over `pipeline` (without running it; see [`serve`]).
 pub fn router(pipeline: Arc<Pipeline>) -> Router {
-    // Subscriptions of this router end only with their clients.
-    let (never, stopping) = watch::channel(false);
-    build_router(pipeline, stopping, Some(never))
+    router_with(pipeline, None)
 }
 
-fn router_with_stop(pipeline: Arc<Pipeline>, stopping: watch::Receiver<bool>) -> Router {
-    build_router(pipeline, stopping, None)
+/// [`router`], with `handler` running the statements that are not the
+/// pipeline's (its [`StatementHandler::run`] is not started here).
+pub fn router_with(pipeline: Arc<Pipeline>, handler: Option<Arc<dyn StatementHandler>>) -> Router {
+    // Subscriptions of this router end only with their clients.
+    let (never, stopping) = watch::channel(false);
+    build_router(pipeline, handler, stopping, Some(never))
 }
 
 fn build_router(
     pipeline: Arc<Pipeline>,
+    handler: Option<Arc<dyn StatementHandler>>,
     stopping: watch::Receiver<bool>,
     never: Option<watch::Sender<bool>>,
 ) -> Router {
     let admin = Arc::new(Admin {
         access: Access::new(pipeline.config()),
         pipeline,
+        handler,
         sql: Mutex::new(()),
-        report: Mutex::new(None),
+        report: std::sync::Mutex::new(None),
+        reading_report: Mutex::new(()),
         drift: Mutex::new(None),
         statements_ok: AtomicU64::new(0),
         statements_failed: AtomicU64::new(0),
@@ -968,23 +1108,48 @@ fn build_router(
 }
 
 impl Admin {
-    /// The status report for a request that arrived now: readers that
-    /// arrive while one is being read wait for it and then share the next
-    /// one, which starts after all of them arrived, so a burst of
-    /// scrapers costs two readings at most and nobody gets figures older
-    /// than their request.
+    /// The status report, shared by every reader from memory: the last one
+    /// while it is under [`REPORT_TTL`] old and no statement ran through
+    /// `POST /sql` since it was read (so a caller sees what its
+    /// statements did). One reader reads the next one; meanwhile the
+    /// others take the last while it is under twice that age, and wait
+    /// for the new one otherwise. However many scrapers poll, the report
+    /// is read about once a second and nobody queues behind the reading
+    /// (whose upstream figures come from [`crate::monitor`]'s own cache).
     async fn status(&self) -> Result<StatusReport, PipelineError> {
-        let asked = Instant::now();
-        let mut last = self.report.lock().await;
-        if let Some((started, report)) = &*last
-            && *started >= asked
-        {
-            return Ok(report.clone());
+        let cached = |max_age: Duration| {
+            let last = self.report.lock().unwrap_or_else(|p| p.into_inner());
+            last.as_ref()
+                .filter(|(started, run, _)| {
+                    started.elapsed() < max_age && *run == self.statements_run()
+                })
+                .map(|(_, _, report)| report.clone())
+        };
+        if let Some(report) = cached(REPORT_TTL) {
+            return Ok(report);
         }
-        let started = Instant::now();
+        let _reading = match self.reading_report.try_lock() {
+            Ok(reading) => reading,
+            Err(_) => {
+                if let Some(report) = cached(2 * REPORT_TTL) {
+                    return Ok(report);
+                }
+                self.reading_report.lock().await
+            }
+        };
+        if let Some(report) = cached(REPORT_TTL) {
+            return Ok(report);
+        }
+        let (started, run) = (Instant::now(), self.statements_run());
         let report = status(&self.pipeline).await?;
-        *last = Some((started, report.clone()));
+        *self.report.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((started, run, report.clone()));
         Ok(report)
+    }
+
+    /// Statements run through `POST /sql` so far, failed ones included.
+    fn statements_run(&self) -> u64 {
+        self.statements_ok.load(Ordering::Relaxed) + self.statements_failed.load(Ordering::Relaxed)
     }
 }
 
@@ -1098,7 +1263,7 @@ async fn sql(
     };
     let response = {
         let _one_at_a_time = admin.sql.lock().await;
-        execute(&admin.pipeline, &text).await
+        execute_with(&admin.pipeline, admin.handler.as_deref(), &text).await
     };
     admin
         .statements_ok
@@ -1304,6 +1469,17 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    serve_with(pipeline, None, listener, shutdown).await
+}
+
+/// [`serve`], with `handler` running the statements that are not the
+/// pipeline's and its [`StatementHandler::run`] beside the pipeline.
+pub async fn serve_with(
+    pipeline: Arc<Pipeline>,
+    handler: Option<Arc<dyn StatementHandler>>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
     crate::access::check_listen(pipeline.config())?;
     let (stop, stopped) = watch::channel(false);
     let signal = |mut rx: watch::Receiver<bool>| async move {
@@ -1320,7 +1496,12 @@ pub async fn serve(
     let server = async {
         let result = axum::serve(
             listener,
-            router_with_stop(Arc::clone(&pipeline), stopped.clone()),
+            build_router(
+                Arc::clone(&pipeline),
+                handler.clone(),
+                stopped.clone(),
+                None,
+            ),
         )
         .with_graceful_shutdown(signal(stopped.clone()))
         .await;
@@ -1332,8 +1513,19 @@ pub async fn serve(
         let _ = stop.send(true);
         result
     };
-    let ((), served, ran) = tokio::join!(forward, server, run);
+    let extension = async {
+        let Some(handler) = &handler else {
+            return Ok(());
+        };
+        let result = handler.run(&pipeline, stopped.clone()).await;
+        if result.is_err() {
+            let _ = stop.send(true);
+        }
+        result
+    };
+    let ((), served, ran, extended) = tokio::join!(forward, server, run, extension);
     served?;
     ran?;
+    extended?;
     Ok(())
 }

@@ -36,6 +36,18 @@ pub struct Positions {
     pub retained_bytes: Option<i64>,
 }
 
+impl Positions {
+    /// How far the source is behind its upstream, in WAL bytes, when it
+    /// has applied everything up to `applied`. The slot's confirmed
+    /// position counts as applied: it moves past WAL that holds nothing
+    /// for this source (and starts where the slot was created), which the
+    /// applied position does not.
+    pub fn lag_bytes(&self, applied: crate::position::Position) -> u64 {
+        let done = applied.lsn().max(self.confirmed.unwrap_or_default());
+        self.current.0.saturating_sub(done.0)
+    }
+}
+
 /// One source's monitoring: its session, and its positions as last read.
 #[derive(Default)]
 struct Source {

@@ -15,13 +15,23 @@
 //! Nothing is installed on the nodes: evolve creates two tables there,
 //! `evolve_replica_progress` and `evolve_conflict_history`.
 //!
+//! Users drive replicas with statements through `evolve sql` (`CREATE
+//! REPLICA`, `ALTER REPLICA ... SET CONFLICT RESOLVER`, `CREATE
+//! TRANSFORM`, `SHOW REPLICAS`, ...), which the pipeline's admin API hands
+//! to [`service::ReplicaService`], its [`StatementHandler`]; the replicas
+//! are recorded in [`catalog`] (`state_dir/replicate.db`) and run beside
+//! the pipeline's engine under `evolve pipeline run`.
+//!
 //! [`Source`]: evolve_pipeline::source::Source
+//! [`StatementHandler`]: evolve_pipeline::admin::StatementHandler
 
 pub mod apply;
+pub mod catalog;
 mod error;
 pub mod node;
 pub mod replica;
 pub mod rollout;
+pub mod service;
 pub mod transform;
 
 pub use apply::{Applied, Applier, Transaction};

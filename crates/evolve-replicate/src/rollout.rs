@@ -505,3 +505,325 @@ mod tests {
         assert!(f.is_empty(), "{f:?}");
     }
 }
+
+/// A rollout: the nodes in order (names and connection urls), which of
+/// them is the replicas' upstream, the replicas into the others with
+/// their node's url.
+#[derive(Clone, Debug)]
+pub struct RolloutSpec {
+    pub dir: std::path::PathBuf,
+    pub nodes: Vec<(String, String)>,
+    pub upstream: String,
+    pub replicas: Vec<(ReplicaView, String)>,
+    /// How long each replica may take to catch up after a node.
+    pub catchup_timeout: std::time::Duration,
+}
+
+/// One step of a rollout, as it is reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The check found nothing that would halt a replica.
+    Checked {
+        statements: usize,
+        replicas: usize,
+    },
+    /// The node had no pending migration (a rollout resumed after it).
+    AlreadyMigrated {
+        node: String,
+    },
+    Migrated {
+        node: String,
+        applied: usize,
+    },
+    /// Every replica has the upstream's transactions up to the marker
+    /// written after the node's migrations.
+    CaughtUp {
+        node: String,
+        millis: u64,
+    },
+}
+
+/// Why a rollout did not run or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error(
+        "the rollout would halt replication: {}",
+        .0.iter().map(|f| format!("{} (replica {} into node {}); fix: {}", f.problem, f.replica, f.node, f.fix)).collect::<Vec<_>>().join("; ")
+    )]
+    Refused(Vec<Finding>),
+    #[error("node {node}: {message}")]
+    Node { node: String, message: String },
+    #[error(
+        "replica {replica} did not catch up within {timeout:?} after node {node} (it is at {at}, the marker at {marker}): the rollout stopped; run it again to continue with the next node once it has"
+    )]
+    CatchUp {
+        node: String,
+        replica: String,
+        at: String,
+        marker: String,
+        timeout: std::time::Duration,
+    },
+}
+
+struct Facts {
+    needs_value: std::collections::HashSet<((String, String), String)>,
+    converts: std::collections::HashSet<((String, String), String, String)>,
+}
+
+impl NodeFacts for Facts {
+    fn needs_value(&self, table: &(String, String), column: &str) -> bool {
+        self.needs_value
+            .contains(&(table.clone(), column.to_string()))
+    }
+    fn converts(&self, table: &(String, String), column: &str, type_text: &str) -> bool {
+        self.converts
+            .contains(&(table.clone(), column.to_string(), type_text.to_string()))
+    }
+}
+
+async fn connect(node: &str, url: &str) -> Result<tokio_postgres::Client, RolloutError> {
+    evolve_pg::connect(url, "evolve rollout")
+        .await
+        .map_err(|e| RolloutError::Node {
+            node: node.to_string(),
+            message: e.to_string(),
+        })
+}
+
+fn node_error(node: &str, e: impl std::fmt::Display) -> RolloutError {
+    RolloutError::Node {
+        node: node.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// What the node's catalog says for `changes` (the type changes in both
+/// directions: the node's type from the new one, and the new one from the
+/// node's).
+async fn facts(node: &str, url: &str, changes: &[Change]) -> Result<Facts, RolloutError> {
+    let client = connect(node, url).await?;
+    let mut facts = Facts {
+        needs_value: Default::default(),
+        converts: Default::default(),
+    };
+    for change in changes {
+        match change {
+            Change::DroppedColumn { table, column } => {
+                let strict = client
+                    .query_opt(
+                        "SELECT 1 FROM pg_attribute a
+                         JOIN pg_class c ON c.oid = a.attrelid
+                         JOIN pg_namespace n ON n.oid = c.relnamespace
+                         WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3
+                           AND a.attnotnull AND NOT a.atthasdef AND a.attidentity = ''",
+                        &[&table.0, &table.1, column],
+                    )
+                    .await
+                    .map_err(|e| node_error(node, e))?
+                    .is_some();
+                if strict {
+                    facts.needs_value.insert((table.clone(), column.clone()));
+                }
+            }
+            Change::TypeChange {
+                table,
+                column,
+                type_text,
+            } => {
+                // Both ways: the upstream's values reach the node before
+                // or after it changes the column.
+                let row = client
+                    .query_opt(
+                        "SELECT EXISTS (SELECT 1 FROM pg_cast
+                                        WHERE castsource = to_regtype($4) AND casttarget = a.atttypid
+                                          AND castcontext IN ('a', 'i'))
+                                OR to_regtype($4) = a.atttypid,
+                                EXISTS (SELECT 1 FROM pg_cast
+                                        WHERE casttarget = to_regtype($4) AND castsource = a.atttypid
+                                          AND castcontext IN ('a', 'i'))
+                                OR to_regtype($4) = a.atttypid
+                         FROM pg_attribute a
+                         JOIN pg_class c ON c.oid = a.attrelid
+                         JOIN pg_namespace n ON n.oid = c.relnamespace
+                         WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3",
+                        &[&table.0, &table.1, column, type_text],
+                    )
+                    .await
+                    .map_err(|e| node_error(node, e))?;
+                if let Some(r) = row
+                    && r.get::<_, Option<bool>>(0) == Some(true)
+                    && r.get::<_, Option<bool>>(1) == Some(true)
+                {
+                    facts
+                        .converts
+                        .insert((table.clone(), column.clone(), type_text.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(facts)
+}
+
+/// The statements of the migrations pending on any node.
+async fn pending_changes(spec: &RolloutSpec) -> Result<(usize, Vec<Change>), RolloutError> {
+    let mut scripts = std::collections::BTreeSet::new();
+    for (node, url) in &spec.nodes {
+        let status = evolve_migrate::status(&evolve_migrate::Options::new(url.clone(), &spec.dir))
+            .await
+            .map_err(|e| node_error(node, e))?;
+        for m in status.migrations {
+            if m.state == evolve_migrate::State::Pending {
+                scripts.insert(m.script);
+            }
+        }
+    }
+    let mut statements = 0;
+    let mut changes = Vec::new();
+    for script in scripts {
+        let path = spec.dir.join(&script);
+        let text = std::fs::read_to_string(&path).map_err(|e| RolloutError::Node {
+            node: spec.upstream.clone(),
+            message: format!("read {}: {e}", path.display()),
+        })?;
+        let parsed =
+            evolve_core::migration::parse_script(&text).map_err(|e| RolloutError::Node {
+                node: spec.upstream.clone(),
+                message: format!("{}: {e}", path.display()),
+            })?;
+        for s in parsed.statements {
+            statements += 1;
+            changes.extend(self::changes(&s.text));
+        }
+    }
+    Ok((statements, changes))
+}
+
+/// Checks the pending migrations against every replica: the findings
+/// (empty when the rollout may run) and the number of statements read.
+pub async fn check(spec: &RolloutSpec) -> Result<(usize, Vec<Finding>), RolloutError> {
+    let (statements, changes) = pending_changes(spec).await?;
+    let order = |name: &str| spec.nodes.iter().position(|(n, _)| n == name);
+    let upstream_at = order(&spec.upstream);
+    let mut out = Vec::new();
+    for (replica, url) in &spec.replicas {
+        let ahead = if upstream_at < order(&replica.node) {
+            Ahead::Upstream
+        } else {
+            Ahead::Node
+        };
+        let facts = facts(&replica.node, url, &changes).await?;
+        for change in &changes {
+            out.extend(findings(change, replica, ahead, &facts));
+        }
+    }
+    Ok((statements, out))
+}
+
+/// Runs the rollout: the check, then for each node in order its pending
+/// migrations (as `evolve migrate apply` runs them), a marker written
+/// upstream, and a wait until every replica has applied the marker's
+/// transaction. A node without pending migrations is passed over, so a
+/// rollout stopped after node k continues with node k + 1.
+pub async fn run(
+    spec: &RolloutSpec,
+    on_step: &mut (dyn FnMut(&Step) + Send),
+) -> Result<Vec<Step>, RolloutError> {
+    let (statements, found) = check(spec).await?;
+    if !found.is_empty() {
+        return Err(RolloutError::Refused(found));
+    }
+    let mut steps = vec![Step::Checked {
+        statements,
+        replicas: spec.replicas.len(),
+    }];
+    on_step(&steps[0]);
+    let upstream_url = spec
+        .nodes
+        .iter()
+        .find(|(n, _)| *n == spec.upstream)
+        .map(|(_, u)| u.clone())
+        .ok_or_else(|| {
+            node_error(
+                &spec.upstream,
+                "the upstream is not one of the rollout's nodes",
+            )
+        })?;
+    for (node, url) in &spec.nodes {
+        let opts = evolve_migrate::Options::new(url.clone(), &spec.dir);
+        let pending = evolve_migrate::status(&opts)
+            .await
+            .map_err(|e| node_error(node, e))?
+            .migrations
+            .iter()
+            .filter(|m| m.state == evolve_migrate::State::Pending)
+            .count();
+        let step = if pending == 0 {
+            Step::AlreadyMigrated { node: node.clone() }
+        } else {
+            let report =
+                evolve_migrate::apply(&opts, &evolve_migrate::ApplyOptions::default(), &mut |_| {})
+                    .await
+                    .map_err(|e| node_error(node, e))?;
+            Step::Migrated {
+                node: node.clone(),
+                applied: report.applied,
+            }
+        };
+        on_step(&step);
+        steps.push(step);
+        // A marker transaction upstream, after the node's DDL: once a
+        // replica has applied it, it has everything before it.
+        let started = std::time::Instant::now();
+        let up = connect(&spec.upstream, &upstream_url).await?;
+        let marker: String = up
+            .query_one(
+                "SELECT pg_logical_emit_message(true, 'evolve', 'rollout ' || $1)::text",
+                &[node],
+            )
+            .await
+            .map_err(|e| node_error(&spec.upstream, e))?
+            .get(0);
+        for (replica, node_url) in &spec.replicas {
+            let client = connect(&replica.node, node_url).await?;
+            loop {
+                let at: Option<String> = client
+                    .query_opt(
+                        "SELECT lsn::text FROM evolve_replica_progress WHERE replica = $1",
+                        &[&replica.name],
+                    )
+                    .await
+                    .map_err(|e| node_error(&replica.node, e))?
+                    .map(|r| r.get(0));
+                let done: bool = client
+                    .query_one(
+                        "SELECT coalesce($1::text::pg_lsn > $2::text::pg_lsn, false)",
+                        &[&at, &marker],
+                    )
+                    .await
+                    .map_err(|e| node_error(&replica.node, e))?
+                    .get(0);
+                if done {
+                    break;
+                }
+                if started.elapsed() > spec.catchup_timeout {
+                    return Err(RolloutError::CatchUp {
+                        node: node.clone(),
+                        replica: replica.name.clone(),
+                        at: at.unwrap_or_else(|| "0/0".into()),
+                        marker,
+                        timeout: spec.catchup_timeout,
+                    });
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+        let step = Step::CaughtUp {
+            node: node.clone(),
+            millis: started.elapsed().as_millis() as u64,
+        };
+        on_step(&step);
+        steps.push(step);
+    }
+    Ok(steps)
+}

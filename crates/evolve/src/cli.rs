@@ -99,6 +99,13 @@ pub enum Command {
     Sql(crate::pipeline::SqlArgs),
     /// Every object of a running pipeline with its state.
     Status(crate::pipeline::StatusArgs),
+    /// Replicas into nodes at other schema versions: skip the upstream
+    /// transaction a halted replica stopped at.
+    Replicate(crate::replicate::ReplicateArgs),
+    /// Apply pending migrations one node at a time, checking first that no
+    /// replica would halt, and waiting after each node until every replica
+    /// has caught up; a stopped rollout resumes with the next node.
+    Rollout(crate::rollout::RolloutArgs),
     /// Follow a materialized view of a running pipeline: its changes as
     /// JSON lines on stdout, until SIGINT or SIGTERM.
     ///
@@ -480,6 +487,8 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
         Command::Pipeline(args) => crate::pipeline::run(args, out).await,
         Command::Status(args) => crate::pipeline::status(args, out).await,
         Command::Drift(args) => crate::pipeline::drift(args, out).await,
+        Command::Replicate(args) => crate::replicate::run(args, out).await,
+        Command::Rollout(args) => crate::rollout::run(args, out).await,
         Command::Lint(_) | Command::Compat(_) | Command::Sql(_) | Command::Subscribe(_) => {
             unreachable!("handled in run")
         }

@@ -12,6 +12,8 @@ mod output;
 mod pipeline;
 mod plan;
 mod registry;
+mod replicate;
+mod rollout;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -28,7 +30,7 @@ fn default_log_filter(args: &cli::Cli) -> &'static str {
     match &args.command {
         cli::Command::Pipeline(pipeline::PipelineArgs {
             verb: pipeline::PipelineVerb::Run { .. },
-        }) => "warn,evolve_pipeline=info",
+        }) => "warn,evolve_pipeline=info,evolve_replicate=info",
         cli::Command::Registry(registry::RegistryArgs {
             verb: registry::RegistryVerb::Serve { .. },
         }) => "warn,evolve::registry::access=info",

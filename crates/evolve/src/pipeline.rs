@@ -158,7 +158,7 @@ pub struct DriftArgs {
 
 /// A pipeline error as the binary prints errors: the primary line, then
 /// the detail and hint indented.
-fn pipeline_error(e: &PipelineError) -> anyhow::Error {
+pub(crate) fn pipeline_error(e: &PipelineError) -> anyhow::Error {
     let mut message = e.primary();
     for line in [e.detail(), e.hint()].into_iter().flatten() {
         message.push_str("\n  ");
@@ -187,6 +187,12 @@ pub async fn run(args: PipelineArgs, out: &Out) -> anyhow::Result<()> {
             )
         })?;
     let address: SocketAddr = listener.local_addr()?;
+    // Replicas and transforms: evolve-replicate runs their statements and
+    // tasks beside the pipeline (which never depends on it).
+    let replicas: Arc<dyn evolve_pipeline::admin::StatementHandler> = Arc::new(
+        evolve_replicate::service::ReplicaService::open(&state_dir)
+            .map_err(|e| pipeline_error(&e))?,
+    );
     let pipeline = Arc::new(Pipeline::open(config).map_err(|e| pipeline_error(&e))?);
     {
         let mut stdout = std::io::stdout().lock();
@@ -197,12 +203,17 @@ pub async fn run(args: PipelineArgs, out: &Out) -> anyhow::Result<()> {
         )?;
         stdout.flush()?;
     }
-    evolve_pipeline::admin::serve(pipeline, listener, crate::output::shutdown_signal())
-        .await
-        .map_err(|e| match e {
-            evolve_pipeline::admin::ServeError::Pipeline(e) => pipeline_error(&e),
-            other => anyhow::anyhow!(other),
-        })
+    evolve_pipeline::admin::serve_with(
+        pipeline,
+        Some(replicas),
+        listener,
+        crate::output::shutdown_signal(),
+    )
+    .await
+    .map_err(|e| match e {
+        evolve_pipeline::admin::ServeError::Pipeline(e) => pipeline_error(&e),
+        other => anyhow::anyhow!(other),
+    })
 }
 
 /// `evolve pipeline check`.

@@ -297,6 +297,170 @@ async fn the_admin_token_guards_every_endpoint_but_metrics() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `evolve subscribe ARGS` as a child process with `EVOLVE_ADMIN_TOKEN`
+/// set to `token` (removed when `None`), and its stdout lines.
+fn subscriber(
+    args: &[&str],
+    token: Option<&str>,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut command = Command::new(EVOLVE);
+    command
+        .arg("subscribe")
+        .args(args)
+        .env_remove("EVOLVE_ADMIN")
+        .env_remove("EVOLVE_ADMIN_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(token) = token {
+        command.env("EVOLVE_ADMIN_TOKEN", token);
+    }
+    let mut child = command.spawn().expect("spawn evolve subscribe");
+    let stdout = child.stdout.take().expect("stdout");
+    let (send, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if send.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, lines)
+}
+
+/// Waits up to 20 s for `child` to exit; its status and stderr.
+fn exited(child: &mut std::process::Child) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("evolve subscribe still running after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (status, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evolve_subscribe_needs_the_admin_token_and_streams_with_it() {
+    let up = evolve_test::fresh_db("subtok_up").await;
+    let sink = evolve_test::fresh_db("subtok_sink").await;
+    let (client, connection) = tokio_postgres::connect(&up.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, customer text); \
+             INSERT INTO orders VALUES (1, 'ada'), (2, 'bob')",
+        )
+        .await
+        .unwrap();
+    let dir = temp_dir("subscribe");
+    let config = write_config(
+        &dir,
+        &up.url,
+        &sink.url,
+        &format!("admin_token = \"{TOKEN}\"\n"),
+    );
+    let running = Pipeline::start(&config);
+    let admin = url(&running, "");
+    let setup = format!(
+        "CREATE SOURCE src_{db} FROM POSTGRES CONNECTION up (PUBLICATION 'evolve_pub');
+         CREATE TABLE orders_v1 FROM SOURCE src_{db} (REFERENCE public.orders);
+         CREATE MATERIALIZED VIEW orders_json AS
+           SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) AS data FROM orders_v1 t;",
+        db = up.name
+    );
+    let out = evolve_with(
+        &["sql", "--admin", &admin, "-c", &setup],
+        &[("EVOLVE_ADMIN_TOKEN", TOKEN)],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // Without the token: refused at once, exit 1, nothing on stdout, and
+    // the error says where the token goes.
+    let args = ["orders_json", "--snapshot", "--admin", admin.as_str()];
+    let (mut child, lines) = subscriber(&args, None);
+    let (status, stderr) = exited(&mut child);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("requires a token"), "{stderr}");
+    assert!(stderr.contains("EVOLVE_ADMIN_TOKEN"), "{stderr}");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("error: ")
+            && first.contains(&admin)
+            && first.contains("requires a token"),
+        "the first line names the API and what is missing: {stderr}"
+    );
+    assert!(lines.try_iter().next().is_none(), "no line was streamed");
+    // A wrong token: refused too, and neither token is printed.
+    let (mut child, lines) = subscriber(&args, Some("wrong-token"));
+    let (status, stderr) = exited(&mut child);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("token is not valid"), "{stderr}");
+    assert!(
+        !stderr.contains("wrong-token") && !stderr.contains(TOKEN),
+        "{stderr}"
+    );
+    assert!(lines.try_iter().next().is_none(), "no line was streamed");
+
+    // With the token: the snapshot, its progress line, then a live change.
+    let (mut child, lines) = subscriber(&args, Some(TOKEN));
+    let next = || -> serde_json::Value {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a line from evolve subscribe within 30 s");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+    let mut snapshot = Vec::new();
+    loop {
+        let line = next();
+        match line["type"].as_str() {
+            Some("change") => snapshot.push(line["data"].clone()),
+            Some("progress") => break,
+            _ => panic!("{line}"),
+        }
+    }
+    assert_eq!(
+        snapshot,
+        [
+            serde_json::json!({"id": 1, "customer": "ada"}),
+            serde_json::json!({"id": 2, "customer": "bob"})
+        ]
+    );
+    client
+        .batch_execute("INSERT INTO orders VALUES (3, 'cy')")
+        .await
+        .unwrap();
+    let insert = next();
+    assert_eq!(insert["type"], "change", "{insert}");
+    assert_eq!(insert["diff"], 1, "{insert}");
+    assert_eq!(
+        insert["data"],
+        serde_json::json!({"id": 3, "customer": "cy"})
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(running);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_listen_address_off_loopback_needs_a_token() {
     let dir = temp_dir("listen");

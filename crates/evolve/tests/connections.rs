@@ -14,7 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use evolve_test::{Auth, Cluster, Options, Role, TestDb};
+use evolve_test::{Auth, Cluster, Options, Role, TestDb, TlsOptions};
 use tokio::sync::OnceCell;
 
 const EVOLVE: &str = env!("CARGO_BIN_EXE_evolve");
@@ -580,4 +580,330 @@ CREATE SINK orders_sink FROM orders_json INTO POSTGRES CONNECTION sink_conn (TAB
         "a replication session: {sessions:?}"
     );
     assert!(sessions.iter().all(|(user, _)| user == APP), "{sessions:?}");
+}
+
+/// TLS with a self-signed certificate for `localhost` that is its own CA
+/// (as `openssl req -x509` makes one), and scram-sha-256 over TCP; role
+/// `app` as in [`cluster`].
+async fn tls_cluster() -> &'static Cluster {
+    static CLUSTER: OnceCell<Cluster> = OnceCell::const_new();
+    CLUSTER
+        .get_or_init(|| async {
+            let cluster = tokio::task::spawn_blocking(|| {
+                Cluster::start_with(Options {
+                    tls: Some(TlsOptions {
+                        server_names: vec!["localhost".into()],
+                        self_signed: true,
+                        ..TlsOptions::default()
+                    }),
+                    auth: Auth::Scram {
+                        password: "superuser-pw".into(),
+                    },
+                    ..Options::default()
+                })
+                .expect("start a cluster with a self-signed certificate")
+            })
+            .await
+            .unwrap();
+            cluster
+                .create_role(&Role {
+                    password: Some(APP_PASSWORD.into()),
+                    superuser: true,
+                    ..Role::new(APP)
+                })
+                .await
+                .expect("create role app");
+            cluster
+        })
+        .await
+}
+
+/// A migration that records, in table `seen`, what its session was:
+/// `(version, user, database, server port, TLS)`.
+fn seen_migration(version: i32) -> String {
+    let select = format!(
+        "SELECT {version} AS version, current_user::text AS who, current_database()::text AS db, \
+         inet_server_port() AS port, s.ssl FROM pg_stat_ssl s WHERE s.pid = pg_backend_pid()"
+    );
+    if version == 1 {
+        format!("CREATE TABLE seen AS {select};\n")
+    } else {
+        format!("INSERT INTO seen {select};\n")
+    }
+}
+
+/// The rows of `seen`.
+async fn seen(db: &TestDb) -> Vec<(i32, String, String, i32, bool)> {
+    admin(db)
+        .await
+        .query(
+            "SELECT version, who, db, port, ssl FROM seen ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_pg_environment_alone_is_a_connection_for_migrate() {
+    let cluster = tls_cluster().await;
+    let db = cluster.create_database("conn_env").await.unwrap();
+    let home = Home::new("env");
+    home.write("migrations/V1__seen.sql", &seen_migration(1), 0o644);
+    let port = cluster.port().to_string();
+    let cert = cluster.ca_cert().unwrap().display().to_string();
+    let all: Vec<(&str, &str)> = vec![
+        ("PGHOST", "localhost"),
+        ("PGPORT", &port),
+        ("PGUSER", APP),
+        ("PGDATABASE", &db.name),
+        ("PGPASSWORD", APP_PASSWORD),
+        ("PGSSLMODE", "verify-full"),
+        ("PGSSLROOTCERT", &cert),
+    ];
+    let without = |name: &str| -> Vec<(&str, &str)> {
+        all.iter().copied().filter(|(k, _)| *k != name).collect()
+    };
+    let with = |name: &'static str, value: &'static str| -> Vec<(&str, &str)> {
+        let mut env = without(name);
+        env.push((name, value));
+        env
+    };
+    // The connection string gives nothing: empty, or a URL with no parts.
+    let apply = [
+        "migrate",
+        "apply",
+        "--dir",
+        "migrations",
+        "--database-url",
+        "",
+    ];
+    let status = migrate_status("postgres://");
+    let status = args(&status);
+
+    assert_ok(&home.run(&apply, &all), "migrate apply from PG* alone");
+    let port_number: i32 = cluster.port().into();
+    assert_eq!(
+        seen(&db).await,
+        [(1, APP.to_string(), db.name.clone(), port_number, true)],
+        "the session was app's, on PGDATABASE over TCP to PGPORT, with TLS"
+    );
+    assert_ok(&home.run(&status, &all), "migrate status from PG* alone");
+
+    // Each variable is the one that was used: without it libpq's default
+    // (the Unix socket, port 5432, the OS user, a database named after the
+    // user, no password) fails.
+    for (name, says) in [
+        ("PGHOST", "/var/run/postgresql"),
+        ("PGPORT", ":5432"),
+        ("PGUSER", "password authentication failed"),
+        ("PGDATABASE", &format!("database \"{APP}\" does not exist")),
+        ("PGPASSWORD", "the server asks for a password"),
+    ] {
+        let out = home.run(&status, &without(name));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "without {name}: {stderr}");
+        assert!(stderr.contains(says), "without {name}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "without {name}: {stderr}");
+        assert!(!stderr.contains(APP_PASSWORD), "{stderr}");
+    }
+    // PGSSLMODE decides: verify-full checks the name (the certificate is
+    // for localhost), require does not, disable sends no TLS at all.
+    let out = home.run(&status, &with("PGHOST", "127.0.0.1"));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("certificate not valid for name \"127.0.0.1\""),
+        "{stderr}"
+    );
+    let mut require = with("PGHOST", "127.0.0.1");
+    require.retain(|(k, _)| *k != "PGSSLMODE");
+    require.push(("PGSSLMODE", "require"));
+    assert_ok(&home.run(&status, &require), "PGSSLMODE=require");
+    home.write("migrations/V2__seen.sql", &seen_migration(2), 0o644);
+    assert_ok(
+        &home.run(&apply, &with("PGSSLMODE", "disable")),
+        "PGSSLMODE=disable",
+    );
+    assert_eq!(
+        seen(&db).await[1],
+        (2, APP.to_string(), db.name.clone(), port_number, false),
+        "PGSSLMODE=disable: no TLS"
+    );
+}
+
+#[tokio::test]
+async fn a_self_signed_certificate_is_its_own_ca_for_the_binary() {
+    let cluster = tls_cluster().await;
+    let db = cluster.create_database("conn_self_signed").await.unwrap();
+    let home = Home::new("self_signed");
+    home.write("migrations/V1__seen.sql", &seen_migration(1), 0o644);
+    home.write(
+        ".pgpass",
+        &format!("localhost:{}:*:{APP}:{APP_PASSWORD}\n", cluster.port()),
+        0o600,
+    );
+    let cert = cluster.ca_cert().unwrap().display().to_string();
+    let url = |host: &str| {
+        format!(
+            "postgres://{APP}@{host}:{}/{}?sslmode=verify-full&sslrootcert={cert}",
+            cluster.port(),
+            db.name
+        )
+    };
+    let out = home.run(
+        &[
+            "migrate",
+            "apply",
+            "--dir",
+            "migrations",
+            "--database-url",
+            &url("localhost"),
+        ],
+        &[],
+    );
+    assert_ok(&out, "verify-full with the self-signed certificate as CA");
+    assert!(seen(&db).await[0].4, "the session used TLS");
+    let kv = format!(
+        "host=localhost port={} user={APP} dbname={} sslmode=verify-full sslrootcert='{cert}'",
+        cluster.port(),
+        db.name
+    );
+    assert_ok(
+        &home.run(&args(&migrate_status(&kv)), &[]),
+        "key=value form",
+    );
+    // The name is still checked under verify-full: one line, the reason,
+    // not rustls' CaUsedAsEndEntity.
+    let out = home.run(&args(&migrate_status(&url("127.0.0.1"))), &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("certificate not valid for name \"127.0.0.1\""),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("CaUsedAsEndEntity"), "{stderr}");
+}
+
+#[tokio::test]
+async fn lint_and_plan_find_passwords_where_psql_does() {
+    let cluster = cluster().await;
+    let db = cluster.create_database("conn_lint_plan").await.unwrap();
+    admin(&db)
+        .await
+        .batch_execute(
+            "CREATE TABLE t (id int); INSERT INTO t VALUES (1); CREATE VIEW v AS SELECT id FROM t;",
+        )
+        .await
+        .unwrap();
+    let home = Home::new("lint_plan");
+    home.write(
+        "migrations/V1__widen.sql",
+        "ALTER TABLE t ALTER COLUMN id TYPE bigint;\n",
+        0o644,
+    );
+    let url = app_url(cluster, &db);
+    let lint = ["lint", "--format", "json", "--database-url", &url];
+    let plan = ["plan", "--dir", "migrations", "--database-url", &url];
+    let probe = [
+        "plan",
+        "--probe",
+        "--dir",
+        "migrations",
+        "--database-url",
+        &url,
+    ];
+    // What only the catalog tells: int to bigint rewrites (lint), and
+    // view v is rebuilt (plan).
+    let lint_rules = |out: &Output| -> Vec<String> {
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+        doc["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["rule"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let read_catalog = |what: &str, env: &[(&str, &str)]| {
+        let out = home.run(&lint, env);
+        assert!(
+            lint_rules(&out).contains(&"alter-type-rewrite".to_string()),
+            "lint with {what}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(!text(&out.stderr).contains("cannot read the catalog"));
+        let out = home.run(&plan, env);
+        assert_ok(&out, &format!("plan with {what}"));
+        assert!(
+            text(&out.stdout).contains("rebuilds   view public.v"),
+            "plan with {what}: {}",
+            text(&out.stdout)
+        );
+    };
+
+    // No password anywhere: both refused, saying where one goes.
+    for command in [&lint[..], &plan[..]] {
+        let out = home.run(command, &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("the server asks for a password: none was given; set PGPASSWORD"),
+            "{command:?}: {stderr}"
+        );
+    }
+    read_catalog("PGPASSWORD", &[("PGPASSWORD", APP_PASSWORD)]);
+    let pgpass = format!(
+        "127.0.0.1:{}:{}:{APP}:{APP_PASSWORD}\n",
+        cluster.port(),
+        db.name
+    );
+    let passfile = home.write("passfile", &pgpass, 0o600);
+    read_catalog("PGPASSFILE", &[("PGPASSFILE", passfile.to_str().unwrap())]);
+    home.write(".pgpass", &pgpass, 0o600);
+    read_catalog("~/.pgpass", &[]);
+    // The probe's pg_dump and its scratch database get the password too.
+    let out = home.run(&probe, &[]);
+    assert_ok(&out, "plan --probe with ~/.pgpass");
+    assert!(
+        text(&out.stdout).contains("probe      agrees"),
+        "{}",
+        text(&out.stdout)
+    );
+    let kv = format!(
+        "host=127.0.0.1 port={} user={APP} dbname={}",
+        cluster.port(),
+        db.name
+    );
+    let out = home.run(
+        &[
+            "plan",
+            "--probe",
+            "--dir",
+            "migrations",
+            "--database-url",
+            &kv,
+        ],
+        &[],
+    );
+    assert_ok(&out, "plan --probe, key=value, with ~/.pgpass");
+    assert!(
+        text(&out.stdout).contains("probe      agrees"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A password file others can read is ignored, as psql ignores it.
+    std::fs::set_permissions(home.path(".pgpass"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    for command in [&lint[..], &plan[..]] {
+        let out = home.run(command, &[]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command:?}: {stderr}");
+        assert!(stderr.contains("chmod 0600"), "{command:?}: {stderr}");
+        assert!(!stderr.contains(APP_PASSWORD), "{stderr}");
+    }
 }

@@ -32,6 +32,10 @@ pub struct ControlError {
     pub detail: Option<String>,
     pub hint: Option<String>,
     pub position: Position,
+    /// The SQLSTATE when it is not a syntax error (`42601`), five ASCII
+    /// characters ([`ControlError::sqlstate`]); kept small so errors stay
+    /// cheap to return.
+    sqlstate: Option<[u8; 5]>,
     /// The `LINE n: ...` line and the caret line under it.
     excerpt: String,
 }
@@ -57,6 +61,7 @@ impl ControlError {
             message: message.into(),
             detail: None,
             hint: None,
+            sqlstate: None,
             position: Position {
                 offset,
                 line,
@@ -74,6 +79,25 @@ impl ControlError {
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self
+    }
+
+    /// The error with SQLSTATE `sqlstate` (five ASCII characters, as
+    /// `22023`; anything else is ignored).
+    pub fn with_sqlstate(mut self, sqlstate: &str) -> Self {
+        if let Ok(code) = <[u8; 5]>::try_from(sqlstate.as_bytes())
+            && code.is_ascii()
+        {
+            self.sqlstate = Some(code);
+        }
+        self
+    }
+
+    /// The SQLSTATE, when it is not a syntax error's (`42601`): `22023`
+    /// for a conflict type or resolver that is not valid.
+    pub fn sqlstate(&self) -> Option<&str> {
+        self.sqlstate
+            .as_ref()
+            .and_then(|code| std::str::from_utf8(code).ok())
     }
 
     /// The two lines psql shows under the message: `LINE n: <text>` and a

@@ -20,6 +20,35 @@
 //! SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS};
 //! ```
 //!
+//! and the statements of replicas into nodes at other schema versions
+//! (run by `evolve-replicate` behind the pipeline's admin API):
+//!
+//! ```text
+//! CREATE REPLICA [IF NOT EXISTS] node_b FROM SOURCE src INTO POSTGRES CONNECTION node_b_conn
+//!   [WITH (TABLES (public.orders, public.customers), COPY DATA = {true | false})];
+//! ALTER REPLICA node_b SET CONFLICT RESOLVER target_column_missing = 'ignore';
+//! ALTER REPLICA node_b RESET CONFLICT RESOLVER target_column_missing;
+//! CREATE TRANSFORM [IF NOT EXISTS] split_name ON REPLICA node_b FOR TABLE public.customers
+//!   SET first_name = split_part(NEW.name, ' ', 1), last_name = split_part(NEW.name, ' ', 2)
+//!   [WHERE NEW.status <> 'test'];
+//! DROP {REPLICA | TRANSFORM} [IF EXISTS] name;
+//! SHOW {REPLICAS | TRANSFORMS};
+//! SHOW CONFLICT RESOLVERS FOR REPLICA node_b;
+//! ```
+//!
+//! A conflict type and its resolver are checked when the statement is
+//! parsed ([`crate::conflict`]): an unknown type or resolver, or a
+//! resolver the type does not allow, is an error (SQLSTATE `22023`) whose
+//! message is [`crate::conflict::ConflictError`]'s, naming the allowed
+//! ones. The resolver is a string literal (`'ignore'`) or a bare word.
+//! A transform's `SET` expressions and its `WHERE` condition are SQL text
+//! that the node evaluates: each is kept verbatim (its bytes from its
+//! first token to its last), the `SET` list split at commas outside
+//! parentheses, brackets and quotes; a `SET` expression ends at such a
+//! comma or a `WHERE`, the condition at the end of the statement.
+//! Dollar-quoted strings and `E'...'` strings are refused there (the
+//! control language's lexer does not read them).
+//!
 //! Lexical rules are PostgreSQL's: keywords are case-insensitive; unquoted
 //! identifiers are folded to lower case (ASCII letters only) and quoted ones
 //! (`"Orders"`, `""` for a quote) keep their case; string literals are
@@ -79,6 +108,8 @@ use std::time::Duration;
 pub use error::{ControlError, Position};
 pub use parser::parse;
 
+use crate::conflict::{ConflictType, Resolver};
+
 /// PostgreSQL's longest identifier in bytes (`NAMEDATALEN - 1`).
 pub const MAX_IDENTIFIER_BYTES: usize = 63;
 
@@ -131,6 +162,10 @@ pub enum ObjectKind {
     Table,
     MaterializedView,
     Sink,
+    /// A replica into a node at another schema version (`evolve-replicate`).
+    Replica,
+    /// A transform of a replica's rows for one table.
+    Transform,
 }
 
 impl ObjectKind {
@@ -141,6 +176,8 @@ impl ObjectKind {
             ObjectKind::Table => "TABLE",
             ObjectKind::MaterializedView => "MATERIALIZED VIEW",
             ObjectKind::Sink => "SINK",
+            ObjectKind::Replica => "REPLICA",
+            ObjectKind::Transform => "TRANSFORM",
         }
     }
 
@@ -151,6 +188,8 @@ impl ObjectKind {
             ObjectKind::Table => "TABLES",
             ObjectKind::MaterializedView => "MATERIALIZED VIEWS",
             ObjectKind::Sink => "SINKS",
+            ObjectKind::Replica => "REPLICAS",
+            ObjectKind::Transform => "TRANSFORMS",
         }
     }
 
@@ -161,6 +200,8 @@ impl ObjectKind {
             ObjectKind::Table => "table",
             ObjectKind::MaterializedView => "materialized view",
             ObjectKind::Sink => "sink",
+            ObjectKind::Replica => "replica",
+            ObjectKind::Transform => "transform",
         }
     }
 }
@@ -303,7 +344,67 @@ pub struct CreateSink {
     pub span: Span,
 }
 
-/// `DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} [IF EXISTS] name`
+/// `CREATE REPLICA name FROM SOURCE source INTO POSTGRES CONNECTION
+/// connection [WITH (TABLES (schema.table, ...), COPY DATA = true)]`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CreateReplica {
+    pub name: String,
+    /// `IF NOT EXISTS`: an existing replica of this name is left as it is.
+    pub if_not_exists: bool,
+    /// The pipeline source whose upstream the replica reads.
+    pub source: String,
+    /// The node's connection, by its name in `evolve.toml`.
+    pub connection: String,
+    /// The upstream tables it replicates, in statement order, each once;
+    /// empty when `TABLES` is not given (the source's publication's
+    /// tables).
+    pub tables: Vec<QualifiedName>,
+    /// `COPY DATA`: copy the tables before streaming (`false` when not
+    /// given).
+    pub copy_data: bool,
+    pub span: Span,
+}
+
+/// `ALTER REPLICA name SET CONFLICT RESOLVER conflict_type = 'resolver'`
+/// or `ALTER REPLICA name RESET CONFLICT RESOLVER conflict_type`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AlterReplica {
+    pub name: String,
+    pub conflict: ConflictType,
+    /// The resolver set (one the type allows); `None` is `RESET`, back to
+    /// the type's default.
+    pub resolver: Option<Resolver>,
+    pub span: Span,
+}
+
+/// `CREATE TRANSFORM name ON REPLICA replica FOR TABLE schema.table SET
+/// column = expression [, ...] [WHERE condition]`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CreateTransform {
+    pub name: String,
+    /// `IF NOT EXISTS`: an existing transform of this name is left as it is.
+    pub if_not_exists: bool,
+    pub replica: String,
+    /// The upstream table whose rows it transforms.
+    pub table: QualifiedName,
+    /// Node columns, each once, with the SQL expression (over `NEW`, the
+    /// incoming row) that computes each, verbatim.
+    pub sets: Vec<(String, String)>,
+    /// The SQL condition (over `NEW`) a row must meet to be applied,
+    /// verbatim.
+    pub filter: Option<String>,
+    pub span: Span,
+}
+
+/// `SHOW CONFLICT RESOLVERS FOR REPLICA name`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ShowConflictResolvers {
+    pub replica: String,
+    pub span: Span,
+}
+
+/// `DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK | REPLICA | TRANSFORM}
+/// [IF EXISTS] name`
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Drop {
     pub kind: ObjectKind,
@@ -312,7 +413,8 @@ pub struct Drop {
     pub span: Span,
 }
 
-/// `SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS}`
+/// `SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS | REPLICAS |
+/// TRANSFORMS}`
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Show {
     pub kind: ObjectKind,
@@ -332,6 +434,10 @@ pub enum Statement {
     CreateSink(CreateSink),
     Drop(Drop),
     Show(Show),
+    CreateReplica(CreateReplica),
+    AlterReplica(AlterReplica),
+    CreateTransform(CreateTransform),
+    ShowConflictResolvers(ShowConflictResolvers),
 }
 
 impl Statement {
@@ -349,6 +455,10 @@ impl Statement {
             Statement::CreateSink(s) => s.span,
             Statement::Drop(s) => s.span,
             Statement::Show(s) => s.span,
+            Statement::CreateReplica(s) => s.span,
+            Statement::AlterReplica(s) => s.span,
+            Statement::CreateTransform(s) => s.span,
+            Statement::ShowConflictResolvers(s) => s.span,
         }
     }
 
@@ -365,6 +475,10 @@ impl Statement {
             Statement::CreateSink(s) => s.span = span,
             Statement::Drop(s) => s.span = span,
             Statement::Show(s) => s.span = span,
+            Statement::CreateReplica(s) => s.span = span,
+            Statement::AlterReplica(s) => s.span = span,
+            Statement::CreateTransform(s) => s.span = span,
+            Statement::ShowConflictResolvers(s) => s.span = span,
         }
         self
     }
@@ -386,6 +500,10 @@ impl Statement {
             Statement::CreateSink(_) => ObjectKind::Sink,
             Statement::Drop(d) => d.kind,
             Statement::Show(s) => s.kind,
+            Statement::CreateReplica(_)
+            | Statement::AlterReplica(_)
+            | Statement::ShowConflictResolvers(_) => ObjectKind::Replica,
+            Statement::CreateTransform(_) => ObjectKind::Transform,
         }
     }
 
@@ -394,8 +512,10 @@ impl Statement {
     /// needed ([`sql_ident`]), the reference and sink table always
     /// schema-qualified, the interface query in its one form with alias `t`,
     /// `WITH (ABSORB = 'auto')` only when it is not the default, `WAIT`
-    /// as [`format_duration`] writes it, and `RESET (ABSORB)` written as
-    /// `SET (ABSORB = 'manual')`.
+    /// as [`format_duration`] writes it, `RESET (ABSORB)` written as
+    /// `SET (ABSORB = 'manual')`, `COPY DATA = true` only when it is true,
+    /// resolvers as string literals, and a transform's expressions as
+    /// they were written.
     /// For every statement `s` that [`parse`] returned,
     /// `parse(&s.to_sql())` is `[s]` up to spans.
     pub fn to_sql(&self) -> String {
@@ -483,6 +603,66 @@ impl Statement {
                 sql_ident(&s.name)
             ),
             Statement::Show(s) => format!("SHOW {}", s.kind.plural_keyword()),
+            Statement::CreateReplica(s) => {
+                let mut sql = format!(
+                    "CREATE REPLICA {}{} FROM SOURCE {} INTO POSTGRES CONNECTION {}",
+                    if_not_exists(s.if_not_exists),
+                    sql_ident(&s.name),
+                    sql_ident(&s.source),
+                    sql_ident(&s.connection)
+                );
+                let mut options = Vec::new();
+                if !s.tables.is_empty() {
+                    let tables: Vec<String> = s.tables.iter().map(QualifiedName::to_sql).collect();
+                    options.push(format!("TABLES ({})", tables.join(", ")));
+                }
+                if s.copy_data {
+                    options.push("COPY DATA = true".to_string());
+                }
+                if !options.is_empty() {
+                    sql.push_str(" WITH (");
+                    sql.push_str(&options.join(", "));
+                    sql.push(')');
+                }
+                sql
+            }
+            Statement::AlterReplica(s) => match s.resolver {
+                Some(resolver) => format!(
+                    "ALTER REPLICA {} SET CONFLICT RESOLVER {} = {}",
+                    sql_ident(&s.name),
+                    s.conflict.name(),
+                    sql_literal(resolver.name())
+                ),
+                None => format!(
+                    "ALTER REPLICA {} RESET CONFLICT RESOLVER {}",
+                    sql_ident(&s.name),
+                    s.conflict.name()
+                ),
+            },
+            Statement::CreateTransform(s) => {
+                let sets: Vec<String> = s
+                    .sets
+                    .iter()
+                    .map(|(column, expression)| format!("{} = {expression}", sql_ident(column)))
+                    .collect();
+                let mut sql = format!(
+                    "CREATE TRANSFORM {}{} ON REPLICA {} FOR TABLE {} SET {}",
+                    if_not_exists(s.if_not_exists),
+                    sql_ident(&s.name),
+                    sql_ident(&s.replica),
+                    s.table.to_sql(),
+                    sets.join(", ")
+                );
+                if let Some(filter) = &s.filter {
+                    sql.push_str(" WHERE ");
+                    sql.push_str(filter);
+                }
+                sql
+            }
+            Statement::ShowConflictResolvers(s) => format!(
+                "SHOW CONFLICT RESOLVERS FOR REPLICA {}",
+                sql_ident(&s.replica)
+            ),
         }
     }
 }

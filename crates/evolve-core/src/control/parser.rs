@@ -6,10 +6,12 @@ use std::collections::HashSet;
 use super::error::ControlError;
 use super::lexer::{STATEMENT_STARTS, Tok, Token, is_reserved, lex, near};
 use super::{
-    Absorb, AlterMaterializedView, ApplyReplacement, CreateMaterializedView, CreateReplacement,
-    CreateSink, CreateSource, CreateTable, Drop, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName,
-    RefreshReferences, Show, Span, Statement, parse_duration,
+    Absorb, AlterMaterializedView, AlterReplica, ApplyReplacement, CreateMaterializedView,
+    CreateReplacement, CreateReplica, CreateSink, CreateSource, CreateTable, CreateTransform, Drop,
+    MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName, RefreshReferences, Show,
+    ShowConflictResolvers, Span, Statement, parse_duration,
 };
+use crate::conflict::{ConflictError, ConflictType, Resolver};
 
 /// Parses `input` into statements, in input order. Empty input (or only
 /// comments and `;`) is no statements. The first error ends the parse.
@@ -38,10 +40,16 @@ pub fn parse(input: &str) -> Result<Vec<Statement>, ControlError> {
 /// The hint for an unknown statement.
 const SUPPORTED: &str = "The supported statements are CREATE SOURCE, \
 CREATE TABLE ... FROM SOURCE, CREATE [REPLACEMENT] MATERIALIZED VIEW, CREATE SINK, \
+CREATE REPLICA, CREATE TRANSFORM, \
 ALTER SOURCE ... REFRESH REFERENCES, \
 ALTER MATERIALIZED VIEW ... {APPLY REPLACEMENT | SET | RESET}, \
-DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} and \
-SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS}.";
+ALTER REPLICA ... {SET | RESET} CONFLICT RESOLVER, \
+DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK | REPLICA | TRANSFORM} and \
+SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS | REPLICAS | TRANSFORMS | \
+CONFLICT RESOLVERS FOR REPLICA ...}.";
+
+/// The values of `COPY DATA`, for hints.
+const COPY_DATA_VALUES: &str = "COPY DATA is true or false.";
 
 /// The options of a materialized view, for [`Parser::options`].
 const VIEW_OPTIONS: &[(&str, &str)] = &[("absorb", "ABSORB")];
@@ -62,6 +70,7 @@ enum Expected {
     Punct(char),
     Name,
     Literal,
+    Expression,
     End,
 }
 
@@ -72,6 +81,7 @@ impl Expected {
             Expected::Punct(c) => format!("\"{c}\""),
             Expected::Name => "a name".to_owned(),
             Expected::Literal => "a string literal".to_owned(),
+            Expected::Expression => "an expression".to_owned(),
             Expected::End => "end of input".to_owned(),
         }
     }
@@ -484,12 +494,22 @@ impl Parser<'_> {
                 self.bump();
                 self.create_sink(start)
             }
+            Some("replica") => {
+                self.bump();
+                self.create_replica(start)
+            }
+            Some("transform") => {
+                self.bump();
+                self.create_transform(start)
+            }
             _ => Err(self.statement_error(&[
                 "source",
                 "table",
                 "materialized",
                 "replacement",
                 "sink",
+                "replica",
+                "transform",
             ])),
         }
     }
@@ -791,7 +811,11 @@ impl Parser<'_> {
                     span: self.span_from(start),
                 }))
             }
-            _ => Err(self.statement_error(&["materialized", "source"])),
+            Some("replica") => {
+                self.bump();
+                self.alter_replica(start)
+            }
+            _ => Err(self.statement_error(&["materialized", "source", "replica"])),
         }
     }
 
@@ -863,17 +887,351 @@ impl Parser<'_> {
         }))
     }
 
+    // ------------------------------------------------------------ replicas
+
+    fn create_replica(&mut self, start: usize) -> Result<Statement, ControlError> {
+        let if_not_exists = self.if_not_exists()?;
+        let (name, _) = self.name()?;
+        self.expect_keyword("from")?;
+        self.expect_keyword("source")?;
+        let (source, _) = self.name()?;
+        self.expect_keyword("into")?;
+        self.expect_keyword("postgres")?;
+        self.expect_keyword("connection")?;
+        let (connection, _) = self.name()?;
+        let mut tables = Vec::new();
+        let mut copy_data = false;
+        if self.at_word("with") {
+            self.bump();
+            self.options(
+                &[("tables", "TABLES"), ("copy", "COPY DATA")],
+                |p, keyword| {
+                    if keyword == "tables" {
+                        tables = p.table_list()?;
+                    } else {
+                        p.expect_keyword("data")?;
+                        copy_data = p.boolean_value("COPY DATA", COPY_DATA_VALUES)?;
+                    }
+                    Ok(())
+                },
+            )?;
+            self.expect_end(&[])?;
+        } else {
+            self.expect_end(&["with"])?;
+        }
+        Ok(Statement::CreateReplica(CreateReplica {
+            name,
+            if_not_exists,
+            source,
+            connection,
+            tables,
+            copy_data,
+            span: self.span_from(start),
+        }))
+    }
+
+    /// `[=] ( schema.table [, ...] )`: at least one table, each once.
+    fn table_list(&mut self) -> Result<Vec<QualifiedName>, ControlError> {
+        self.optional_equals();
+        self.expect_punct('(')?;
+        if self.at_punct(')') {
+            return Err(self
+                .error_at(self.peek().start, "empty table list in TABLES")
+                .with_hint(
+                    "List at least one table, or leave out TABLES to replicate the tables of \
+                     the source's publication.",
+                ));
+        }
+        let mut tables: Vec<QualifiedName> = Vec::new();
+        loop {
+            let at = self.peek().start;
+            let table = self.qualified_name()?;
+            if tables.contains(&table) {
+                return Err(self
+                    .error_at(at, format!("table \"{table}\" specified more than once"))
+                    .with_detail("TABLES lists it twice."));
+            }
+            tables.push(table);
+            if !self.comma_or_close()? {
+                return Ok(tables);
+            }
+        }
+    }
+
+    /// `[=] true | false | on | off`, bare or as a string literal, in any
+    /// case.
+    fn boolean_value(&mut self, option: &str, values: &str) -> Result<bool, ControlError> {
+        self.optional_equals();
+        let token = self.peek();
+        let value = match &token.tok {
+            Tok::Word(w) => w.clone(),
+            Tok::Str(s) => s.to_ascii_lowercase(),
+            _ => {
+                let err = self.bare_syntax_error();
+                return Err(if token.tok == Tok::Error {
+                    err
+                } else {
+                    err.with_hint(values.to_owned())
+                });
+            }
+        };
+        let yes = match value.as_str() {
+            "true" | "on" => true,
+            "false" | "off" => false,
+            _ => {
+                return Err(self
+                    .error_at(
+                        token.start,
+                        format!("invalid value for option {option}: {}", near(&value)),
+                    )
+                    .with_hint(values.to_owned()));
+            }
+        };
+        self.bump();
+        Ok(yes)
+    }
+
+    /// After `ALTER REPLICA`.
+    fn alter_replica(&mut self, start: usize) -> Result<Statement, ControlError> {
+        let (name, _) = self.name()?;
+        let set = match self.word() {
+            Some("set") => true,
+            Some("reset") => false,
+            _ => {
+                return Err(
+                    self.syntax_error(&[Expected::Keyword("set"), Expected::Keyword("reset")])
+                );
+            }
+        };
+        self.bump();
+        self.expect_keyword("conflict")?;
+        self.expect_keyword("resolver")?;
+        let conflict = self.conflict_type()?;
+        let resolver = if set {
+            if !(self.peek().tok == Tok::Op && self.raw(self.peek()) == "=") {
+                return Err(self.syntax_error(&[Expected::Punct('=')]));
+            }
+            self.bump();
+            Some(self.resolver(conflict)?)
+        } else {
+            let token = self.peek();
+            if token.tok == Tok::Op && self.raw(token) == "=" {
+                return Err(self
+                    .error_at(token.start, "RESET must not include a value")
+                    .with_hint(format!(
+                        "Write RESET CONFLICT RESOLVER {conflict}, or SET CONFLICT RESOLVER \
+                         {conflict} = '...' to set one."
+                    )));
+            }
+            None
+        };
+        self.expect_end(&[])?;
+        Ok(Statement::AlterReplica(AlterReplica {
+            name,
+            conflict,
+            resolver,
+            span: self.span_from(start),
+        }))
+    }
+
+    /// A conflict type's name, checked against [`ConflictType::all`].
+    fn conflict_type(&mut self) -> Result<ConflictType, ControlError> {
+        let token = self.peek().clone();
+        let name = match &token.tok {
+            Tok::Word(w) | Tok::Quoted(w) => w.clone(),
+            _ => return Err(self.syntax_error(&[Expected::Name])),
+        };
+        let conflict =
+            ConflictType::parse(&name).map_err(|e| self.conflict_error(token.start, &e))?;
+        self.bump();
+        Ok(conflict)
+    }
+
+    /// A resolver, a string literal or a bare word, that `conflict`
+    /// allows.
+    fn resolver(&mut self, conflict: ConflictType) -> Result<Resolver, ControlError> {
+        let token = self.peek().clone();
+        let name = match &token.tok {
+            Tok::Str(s) | Tok::Word(s) | Tok::Quoted(s) => s.clone(),
+            _ => return Err(self.syntax_error(&[Expected::Literal])),
+        };
+        let resolver = Resolver::parse(&name).map_err(|e| self.conflict_error(token.start, &e))?;
+        if !conflict.allowed().contains(&resolver) {
+            let e = ConflictError::NotAllowed { conflict, resolver };
+            return Err(self.conflict_error(token.start, &e));
+        }
+        self.bump();
+        Ok(resolver)
+    }
+
+    fn conflict_error(&self, at: usize, e: &ConflictError) -> ControlError {
+        self.error_at(at, e.to_string()).with_sqlstate("22023")
+    }
+
+    fn create_transform(&mut self, start: usize) -> Result<Statement, ControlError> {
+        let if_not_exists = self.if_not_exists()?;
+        let (name, _) = self.name()?;
+        self.expect_keyword("on")?;
+        self.expect_keyword("replica")?;
+        let (replica, _) = self.name()?;
+        self.expect_keyword("for")?;
+        self.expect_keyword("table")?;
+        let table = self.qualified_name()?;
+        self.expect_keyword("set")?;
+        let mut sets: Vec<(String, String)> = Vec::new();
+        let filter = loop {
+            let (column, span) = self.name()?;
+            if sets.iter().any(|(c, _)| *c == column) {
+                return Err(self
+                    .error_at(
+                        span.start,
+                        format!("column \"{column}\" specified more than once"),
+                    )
+                    .with_detail("SET assigns it twice."));
+            }
+            // `a=-1`: the lexer reads `=-` as one operator, PostgreSQL's
+            // as `=` and a sign.
+            let token = self.peek().clone();
+            let raw = self.raw(&token);
+            let signed = raw.len() > 1
+                && raw.starts_with('=')
+                && raw[1..].bytes().all(|b| b == b'+' || b == b'-');
+            if !(token.tok == Tok::Op && (raw == "=" || signed)) {
+                return Err(self.syntax_error(&[Expected::Punct('=')]));
+            }
+            let expression = if signed {
+                self.sql_text_from(token.start + 1, true)?
+            } else {
+                self.bump();
+                self.sql_text(true)?
+            };
+            sets.push((column, expression));
+            if self.at_punct(',') {
+                self.bump();
+                continue;
+            }
+            if self.at_word("where") {
+                self.bump();
+                break Some(self.sql_text(false)?);
+            }
+            break None;
+        };
+        self.expect_end(&[])?;
+        Ok(Statement::CreateTransform(CreateTransform {
+            name,
+            if_not_exists,
+            replica,
+            table,
+            sets,
+            filter,
+            span: self.span_from(start),
+        }))
+    }
+
+    /// SQL text kept verbatim, from the current token to the end of the
+    /// statement, or (`in_list`) to a comma or `WHERE` outside
+    /// parentheses and brackets; those must balance. Not empty.
+    fn sql_text(&mut self, in_list: bool) -> Result<String, ControlError> {
+        let start = self.peek().start;
+        self.sql_text_from(start, in_list)
+    }
+
+    /// [`Self::sql_text`] from byte `start`, inside or at the start of the
+    /// current token.
+    fn sql_text_from(&mut self, start: usize, in_list: bool) -> Result<String, ControlError> {
+        let mut open: Vec<char> = Vec::new();
+        let mut end = start;
+        let mut previous: Option<Tok> = None;
+        loop {
+            let token = self.peek().clone();
+            let depth0 = open.is_empty();
+            match &token.tok {
+                Tok::Error => return Err(self.lex_error()),
+                Tok::Eof | Tok::Punct(';') => break,
+                Tok::Punct(',') if depth0 && in_list => break,
+                Tok::Word(w) if depth0 && in_list && w == "where" => break,
+                Tok::Word(w)
+                    if depth0
+                        && STATEMENT_STARTS.contains(&w.as_str())
+                        && previous != Some(Tok::Punct('.'))
+                        && matches!(self.peek_nth(1).tok, Tok::Word(_)) =>
+                {
+                    return Err(self.missing_semicolon());
+                }
+                Tok::Punct(c @ ('(' | '[')) => open.push(*c),
+                Tok::Punct(c @ (')' | ']')) => {
+                    let matching = if *c == ')' { '(' } else { '[' };
+                    match open.pop() {
+                        Some(o) if o == matching => {}
+                        _ => {
+                            return Err(self
+                                .bare_syntax_error()
+                                .with_hint(format!("\"{c}\" closes nothing here.")));
+                        }
+                    }
+                }
+                Tok::Other if self.raw(&token) == "$" => {
+                    return Err(self
+                        .error_at(
+                            token.start,
+                            "dollar quoting and parameters are not supported in transforms",
+                        )
+                        .with_hint("Write strings as standard literals: 'it''s'."));
+                }
+                Tok::Str(_)
+                    if matches!(&previous, Some(Tok::Word(w)) if w == "e")
+                        && token.start == end =>
+                {
+                    return Err(self
+                        .error_at(
+                            token.start - 1,
+                            "escape string constants (E'...') are not supported in transforms",
+                        )
+                        .with_hint(
+                            "Write a standard literal, with chr() for special characters: \
+                             'a' || chr(10) || 'b'.",
+                        ));
+                }
+                _ => {}
+            }
+            end = token.end;
+            previous = Some(token.tok.clone());
+            self.bump();
+        }
+        if let Some(c) = open.last() {
+            let close = if *c == '(' { ')' } else { ']' };
+            return Err(self
+                .bare_syntax_error()
+                .with_hint(format!("Expected \"{close}\": a \"{c}\" is not closed.")));
+        }
+        if end == start {
+            return Err(self.syntax_error(&[Expected::Expression]));
+        }
+        Ok(self.input[start..end].to_string())
+    }
+
     fn drop(&mut self, start: usize) -> Result<Statement, ControlError> {
         let kind = match self.word() {
             Some("source") => ObjectKind::Source,
             Some("table") => ObjectKind::Table,
             Some("sink") => ObjectKind::Sink,
+            Some("replica") => ObjectKind::Replica,
+            Some("transform") => ObjectKind::Transform,
             Some("materialized") => {
                 self.bump();
                 self.expect_keyword("view")?;
                 return self.drop_object(start, ObjectKind::MaterializedView);
             }
-            _ => return Err(self.statement_error(&["source", "table", "materialized", "sink"])),
+            _ => {
+                return Err(self.statement_error(&[
+                    "source",
+                    "table",
+                    "materialized",
+                    "sink",
+                    "replica",
+                    "transform",
+                ]));
+            }
         };
         self.bump();
         self.drop_object(start, kind)
@@ -902,13 +1260,35 @@ impl Parser<'_> {
             Some("sources") => ObjectKind::Source,
             Some("tables") => ObjectKind::Table,
             Some("sinks") => ObjectKind::Sink,
+            Some("replicas") => ObjectKind::Replica,
+            Some("transforms") => ObjectKind::Transform,
             Some("materialized") => {
                 self.bump();
                 self.expect_keyword("views")?;
                 return self.show_end(start, ObjectKind::MaterializedView);
             }
+            Some("conflict") => {
+                self.bump();
+                self.expect_keyword("resolvers")?;
+                self.expect_keyword("for")?;
+                self.expect_keyword("replica")?;
+                let (replica, _) = self.name()?;
+                self.expect_end(&[])?;
+                return Ok(Statement::ShowConflictResolvers(ShowConflictResolvers {
+                    replica,
+                    span: self.span_from(start),
+                }));
+            }
             _ => {
-                return Err(self.statement_error(&["sources", "tables", "materialized", "sinks"]));
+                return Err(self.statement_error(&[
+                    "sources",
+                    "tables",
+                    "materialized",
+                    "sinks",
+                    "replicas",
+                    "transforms",
+                    "conflict",
+                ]));
             }
         };
         self.bump();

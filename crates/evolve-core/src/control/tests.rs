@@ -571,9 +571,13 @@ fn sql_ident_quotes_only_when_needed() {
 // ---------------------------------------------------------------- errors
 
 const SUPPORTED_HINT: &str = "The supported statements are CREATE SOURCE, CREATE TABLE ... FROM SOURCE, \
-CREATE [REPLACEMENT] MATERIALIZED VIEW, CREATE SINK, ALTER SOURCE ... REFRESH REFERENCES, \
+CREATE [REPLACEMENT] MATERIALIZED VIEW, CREATE SINK, CREATE REPLICA, CREATE TRANSFORM, \
+ALTER SOURCE ... REFRESH REFERENCES, \
 ALTER MATERIALIZED VIEW ... {APPLY REPLACEMENT | SET | RESET}, \
-DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} and SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS}.";
+ALTER REPLICA ... {SET | RESET} CONFLICT RESOLVER, \
+DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK | REPLICA | TRANSFORM} and \
+SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS | REPLICAS | TRANSFORMS | \
+CONFLICT RESOLVERS FOR REPLICA ...}.";
 
 #[test]
 fn misspelled_keywords_get_suggestions() {
@@ -1877,4 +1881,593 @@ fn durations_parse_and_print() {
     assert_eq!(format_duration(Duration::from_millis(90_001)), "90001ms");
     assert_eq!(format_duration(Duration::ZERO), "0s");
     assert_eq!(wait_option(Duration::from_secs(60)), " WITH (WAIT = '60s')");
+}
+
+// ---------------------------------------------------------------- replicas
+
+use crate::conflict::{ConflictError, ConflictType, Resolver};
+
+fn replica(name: &str, source: &str, connection: &str, tables: &[(&str, &str)]) -> Statement {
+    Statement::CreateReplica(CreateReplica {
+        name: s(name),
+        if_not_exists: false,
+        source: s(source),
+        connection: s(connection),
+        tables: tables
+            .iter()
+            .map(|(schema, t)| QualifiedName::new(*schema, *t))
+            .collect(),
+        copy_data: false,
+        span: Span::default(),
+    })
+}
+
+fn transform(
+    name: &str,
+    replica: &str,
+    table: (&str, &str),
+    sets: &[(&str, &str)],
+    filter: Option<&str>,
+) -> Statement {
+    Statement::CreateTransform(CreateTransform {
+        name: s(name),
+        if_not_exists: false,
+        replica: s(replica),
+        table: QualifiedName::new(table.0, table.1),
+        sets: sets.iter().map(|(c, e)| (s(c), s(e))).collect(),
+        filter: filter.map(s),
+        span: Span::default(),
+    })
+}
+
+#[test]
+fn create_replica() {
+    let plain = replica("node_b", "src", "node_b_conn", &[]);
+    assert_eq!(
+        one("CREATE REPLICA node_b FROM SOURCE src INTO POSTGRES CONNECTION node_b_conn;"),
+        plain
+    );
+    assert_eq!(
+        plain.to_sql(),
+        "CREATE REPLICA node_b FROM SOURCE src INTO POSTGRES CONNECTION node_b_conn"
+    );
+    assert_eq!(plain.object_kind(), ObjectKind::Replica);
+    let Statement::CreateReplica(mut with) = replica(
+        "node_b",
+        "src",
+        "node_b_conn",
+        &[("public", "orders"), ("public", "customers")],
+    ) else {
+        unreachable!()
+    };
+    with.copy_data = true;
+    let with = Statement::CreateReplica(with);
+    assert_eq!(
+        one(
+            "create replica Node_B from source src into postgres connection node_b_conn\n  \
+             WITH (TABLES (public.orders, customers), COPY DATA = true)"
+        ),
+        with
+    );
+    assert_eq!(
+        with.to_sql(),
+        "CREATE REPLICA node_b FROM SOURCE src INTO POSTGRES CONNECTION node_b_conn \
+         WITH (TABLES (public.orders, public.customers), COPY DATA = true)"
+    );
+    // `=` is optional, the value may be a literal or on/off, and false is
+    // the default (so it is not written).
+    assert_eq!(
+        one(
+            "CREATE REPLICA r FROM SOURCE s INTO POSTGRES CONNECTION c WITH (COPY DATA 'OFF', TABLES = (\"Shop\".\"Orders\"))"
+        ),
+        replica("r", "s", "c", &[("Shop", "Orders")])
+    );
+    assert_eq!(
+        one("CREATE REPLICA r FROM SOURCE s INTO POSTGRES CONNECTION c WITH (COPY DATA = false)")
+            .to_sql(),
+        "CREATE REPLICA r FROM SOURCE s INTO POSTGRES CONNECTION c"
+    );
+    let Statement::CreateReplica(r) =
+        one("CREATE REPLICA IF NOT EXISTS r FROM SOURCE s INTO POSTGRES CONNECTION c")
+    else {
+        unreachable!()
+    };
+    assert!(r.if_not_exists);
+}
+
+#[test]
+fn create_replica_errors() {
+    let head = "CREATE REPLICA r FROM SOURCE s INTO POSTGRES CONNECTION c";
+    check(
+        "CREATE REPLICA r FROM SOURCE s INTO POSTGRES CONECTION c",
+        "syntax error at or near \"CONECTION\"",
+        45,
+        Some("Did you mean CONNECTION?"),
+    );
+    check(
+        "CREATE REPLICA r FROM SOURCE s TO POSTGRES CONNECTION c",
+        "syntax error at or near \"TO\"",
+        31,
+        Some("Expected INTO."),
+    );
+    check(
+        "CREATE REPLCA r",
+        "syntax error at or near \"REPLCA\"",
+        7,
+        Some("Did you mean REPLICA?"),
+    );
+    let input = format!("{head} WITH (TABLE (public.orders))");
+    check(
+        &input,
+        "syntax error at or near \"TABLE\"",
+        head.len() + 7,
+        Some("Did you mean TABLES?"),
+    );
+    let input = format!("{head} WITH (TABLES ())");
+    check(
+        &input,
+        "empty table list in TABLES",
+        head.len() + 15,
+        Some(
+            "List at least one table, or leave out TABLES to replicate the tables of the source's publication.",
+        ),
+    );
+    let input = format!("{head} WITH (TABLES (orders, public.orders))");
+    let e = check(
+        &input,
+        "table \"public.orders\" specified more than once",
+        head.len() + 23,
+        None,
+    );
+    assert_eq!(e.detail.as_deref(), Some("TABLES lists it twice."));
+    let input = format!("{head} WITH (COPY DATA = maybe)");
+    check(
+        &input,
+        "invalid value for option COPY DATA: \"maybe\"",
+        head.len() + 19,
+        Some("COPY DATA is true or false."),
+    );
+    let input = format!("{head} WITH (COPY DATA = true, COPY DATA = false)");
+    let e = check(
+        &input,
+        "conflicting or redundant options",
+        head.len() + 25,
+        None,
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("COPY DATA is specified more than once.")
+    );
+    let input = format!("{head} WITH (COPY = true)");
+    check(
+        &input,
+        "syntax error at or near \"=\"",
+        head.len() + 12,
+        Some("Expected DATA."),
+    );
+    let input = format!("{head} SHOW REPLICAS");
+    check(
+        &input,
+        "syntax error at or near \"SHOW\"",
+        head.len() + 1,
+        Some("End the previous statement with \";\"."),
+    );
+}
+
+#[test]
+fn alter_replica_resolvers() {
+    assert_eq!(
+        one("ALTER REPLICA node_b SET CONFLICT RESOLVER target_column_missing = 'ignore';"),
+        Statement::AlterReplica(AlterReplica {
+            name: s("node_b"),
+            conflict: ConflictType::TargetColumnMissing,
+            resolver: Some(Resolver::Ignore),
+            span: Span::default(),
+        })
+    );
+    let reset = one("ALTER REPLICA node_b RESET CONFLICT RESOLVER target_column_missing");
+    assert_eq!(
+        reset,
+        Statement::AlterReplica(AlterReplica {
+            name: s("node_b"),
+            conflict: ConflictType::TargetColumnMissing,
+            resolver: None,
+            span: Span::default(),
+        })
+    );
+    assert_eq!(
+        reset.to_sql(),
+        "ALTER REPLICA node_b RESET CONFLICT RESOLVER target_column_missing"
+    );
+    // Names in any case; the resolver may be a bare word.
+    let set = one("alter replica \"Node\" set conflict resolver INSERT_EXISTS = skip");
+    assert_eq!(
+        set.to_sql(),
+        "ALTER REPLICA \"Node\" SET CONFLICT RESOLVER insert_exists = 'skip'"
+    );
+    for &conflict in ConflictType::all() {
+        for &resolver in conflict.allowed() {
+            let sql = format!(
+                "ALTER REPLICA r SET CONFLICT RESOLVER {conflict} = '{}'",
+                resolver.name().to_uppercase()
+            );
+            let Statement::AlterReplica(a) = one(&sql) else {
+                unreachable!()
+            };
+            assert_eq!((a.conflict, a.resolver), (conflict, Some(resolver)));
+        }
+    }
+}
+
+#[test]
+fn alter_replica_refuses_resolvers_with_the_allowed_list() {
+    let head = "ALTER REPLICA r SET CONFLICT RESOLVER ";
+    let cases = [
+        (
+            "target_colum_missing = 'ignore'",
+            0,
+            ConflictError::UnknownType(s("target_colum_missing")),
+        ),
+        (
+            "target_column_missing = 'apply_remote'",
+            24,
+            ConflictError::UnknownResolver(s("apply_remote")),
+        ),
+        (
+            "delete_missing = 'update'",
+            17,
+            ConflictError::NotAllowed {
+                conflict: ConflictType::DeleteMissing,
+                resolver: Resolver::Update,
+            },
+        ),
+        (
+            "target_column_missing = 'use_default_value'",
+            24,
+            ConflictError::NotAllowed {
+                conflict: ConflictType::TargetColumnMissing,
+                resolver: Resolver::UseDefaultValue,
+            },
+        ),
+    ];
+    for (rest, at, expected) in cases {
+        let input = format!("{head}{rest}");
+        let e = check(&input, &expected.to_string(), head.len() + at, None);
+        assert_eq!(e.sqlstate(), Some("22023"), "{input}");
+    }
+    // Syntax errors have no SQLSTATE of their own.
+    assert_eq!(err("ALTER REPLICA r SET").sqlstate(), None);
+    let e = err("ALTER REPLICA r SET CONFLICT RESOLVER delete_missing = 'update'");
+    assert_eq!(
+        e.message,
+        "conflict resolver \"update\" is not allowed for delete_missing; use one of skip, error"
+    );
+    let e = err("ALTER REPLICA r RESET CONFLICT RESOLVER nope");
+    assert!(
+        e.message.starts_with(
+            "unknown conflict type \"nope\"; the conflict types are target_table_missing, "
+        ),
+        "{e}"
+    );
+    check(
+        "ALTER REPLICA r RESET CONFLICT RESOLVER insert_exists = 'skip'",
+        "RESET must not include a value",
+        54,
+        Some(
+            "Write RESET CONFLICT RESOLVER insert_exists, or SET CONFLICT RESOLVER insert_exists = '...' to set one.",
+        ),
+    );
+    check(
+        "ALTER REPLICA r SET CONFLICT RESOLVER insert_exists 'skip'",
+        "syntax error at or near \"'skip'\"",
+        52,
+        Some("Expected \"=\"."),
+    );
+    check(
+        "ALTER REPLICA r SET CONFLICT RESOLVERS insert_exists = 'skip'",
+        "syntax error at or near \"RESOLVERS\"",
+        29,
+        Some("Did you mean RESOLVER?"),
+    );
+    check(
+        "ALTER REPLICA r DROP CONFLICT RESOLVER insert_exists",
+        "syntax error at or near \"DROP\"",
+        16,
+        Some("Expected SET or RESET."),
+    );
+    check(
+        "ALTER REPLICA r SET CONFLICT RESOLVER insert_exists = (",
+        "syntax error at or near \"(\"",
+        54,
+        Some("Expected a string literal."),
+    );
+}
+
+#[test]
+fn create_transform_keeps_its_sql_verbatim() {
+    let issue = "CREATE TRANSFORM split_name ON REPLICA node_b FOR TABLE public.customers\n  \
+                 SET first_name = split_part(NEW.name, ' ', 1), last_name = split_part(NEW.name, ' ', 2)\n  \
+                 [WHERE NEW.status <> 'test'];";
+    let issue = issue.replace(['[', ']'], "");
+    let expected = transform(
+        "split_name",
+        "node_b",
+        ("public", "customers"),
+        &[
+            ("first_name", "split_part(NEW.name, ' ', 1)"),
+            ("last_name", "split_part(NEW.name, ' ', 2)"),
+        ],
+        Some("NEW.status <> 'test'"),
+    );
+    assert_eq!(one(&issue), expected);
+    assert_eq!(
+        expected.to_sql(),
+        "CREATE TRANSFORM split_name ON REPLICA node_b FOR TABLE public.customers \
+         SET first_name = split_part(NEW.name, ' ', 1), last_name = split_part(NEW.name, ' ', 2) \
+         WHERE NEW.status <> 'test'"
+    );
+    assert_eq!(expected.object_kind(), ObjectKind::Transform);
+    // Commas inside parentheses, brackets, strings and quoted names do
+    // not split; white space and comments inside an expression are kept,
+    // those around it are not.
+    assert_eq!(
+        one(
+            "create transform t on replica r for table orders set \"Total\" = /* c */ coalesce(NEW.a, NEW.b) + (ARRAY[1, 2])[1] ,\n\
+             note = 'a, b' || NEW.\"x,y\" -- trailing\n, tags = ARRAY[NEW.a,\n NEW.b]::text[]"
+        ),
+        transform(
+            "t",
+            "r",
+            ("public", "orders"),
+            &[
+                ("Total", "coalesce(NEW.a, NEW.b) + (ARRAY[1, 2])[1]"),
+                ("note", "'a, b' || NEW.\"x,y\""),
+                ("tags", "ARRAY[NEW.a,\n NEW.b]::text[]"),
+            ],
+            None,
+        )
+    );
+    // WHERE in a subquery belongs to the expression; the filter runs to
+    // the end of the statement, commas and all.
+    assert_eq!(
+        one(
+            "CREATE TRANSFORM t ON REPLICA r FOR TABLE s.o SET a = (SELECT 1 WHERE true) \
+             WHERE NEW.id IN (1, 2) -- end\n;SHOW TRANSFORMS"
+                .split(';')
+                .next()
+                .unwrap()
+        ),
+        transform(
+            "t",
+            "r",
+            ("s", "o"),
+            &[("a", "(SELECT 1 WHERE true)")],
+            Some("NEW.id IN (1, 2)")
+        )
+    );
+    // An internal line comment stays, and the canonical text still parses.
+    let commented =
+        one("CREATE TRANSFORM t ON REPLICA r FOR TABLE o SET a = 1 -- one\n + 2, b = 3");
+    assert_eq!(
+        commented,
+        transform(
+            "t",
+            "r",
+            ("public", "o"),
+            &[("a", "1 -- one\n + 2"), ("b", "3")],
+            None
+        )
+    );
+    // `=-` is `=` and a sign, as in PostgreSQL.
+    assert_eq!(
+        one("CREATE TRANSFORM t ON REPLICA r FOR TABLE o SET a=-1, b =+NEW.b"),
+        transform(
+            "t",
+            "r",
+            ("public", "o"),
+            &[("a", "-1"), ("b", "+NEW.b")],
+            None
+        )
+    );
+    let Statement::CreateTransform(t) =
+        one("CREATE TRANSFORM IF NOT EXISTS t ON REPLICA r FOR TABLE o SET a = NEW.b")
+    else {
+        unreachable!()
+    };
+    assert!(t.if_not_exists);
+    // Two statements.
+    let statements =
+        parse("CREATE TRANSFORM t ON REPLICA r FOR TABLE o SET a = f(NEW.b); DROP TRANSFORM t")
+            .unwrap();
+    assert_eq!(statements.len(), 2);
+    assert_eq!(statements[0].span(), Span { start: 0, end: 60 });
+}
+
+#[test]
+fn create_transform_errors() {
+    let head = "CREATE TRANSFORM t ON REPLICA r FOR TABLE o SET ";
+    let at = head.len();
+    check(
+        &format!("{head}a = , b = 1"),
+        "syntax error at or near \",\"",
+        at + 4,
+        Some("Expected an expression."),
+    );
+    check(
+        &format!("{head}a ="),
+        "syntax error at end of input",
+        at + 3,
+        Some("Expected an expression."),
+    );
+    check(
+        &format!("{head}a = 1 WHERE"),
+        "syntax error at end of input",
+        at + 11,
+        Some("Expected an expression."),
+    );
+    check(
+        &format!("{head}a = f(NEW.b))"),
+        "syntax error at or near \")\"",
+        at + 12,
+        Some("\")\" closes nothing here."),
+    );
+    check(
+        &format!("{head}a = f(NEW.b]"),
+        "syntax error at or near \"]\"",
+        at + 11,
+        Some("\"]\" closes nothing here."),
+    );
+    check(
+        &format!("{head}a = f(NEW.b, 1"),
+        "syntax error at end of input",
+        at + 14,
+        Some("Expected \")\": a \"(\" is not closed."),
+    );
+    check(
+        &format!("{head}a = f(NEW.b; SHOW REPLICAS"),
+        "syntax error at or near \";\"",
+        at + 11,
+        Some("Expected \")\": a \"(\" is not closed."),
+    );
+    check(
+        &format!("{head}a = $$x$$"),
+        "dollar quoting and parameters are not supported in transforms",
+        at + 4,
+        Some("Write strings as standard literals: 'it''s'."),
+    );
+    check(
+        &format!("{head}a = E'\\n'"),
+        "escape string constants (E'...') are not supported in transforms",
+        at + 4,
+        Some("Write a standard literal, with chr() for special characters: 'a' || chr(10) || 'b'."),
+    );
+    check(
+        &format!("{head}a = 'x\n"),
+        "unterminated quoted string at or near \"'x\n\"",
+        at + 4,
+        None,
+    );
+    let e = check(
+        &format!("{head}a = 1, A = 2"),
+        "column \"a\" specified more than once",
+        at + 7,
+        None,
+    );
+    assert_eq!(e.detail.as_deref(), Some("SET assigns it twice."));
+    check(
+        &format!("{head}a := 1"),
+        "syntax error at or near \":\"",
+        at + 2,
+        Some("Expected \"=\"."),
+    );
+    check(
+        &format!("{head}a = 1 WHERE NEW.x\nSHOW REPLICAS"),
+        "syntax error at or near \"SHOW\"",
+        at + 18,
+        Some("End the previous statement with \";\"."),
+    );
+    check(
+        "CREATE TRANSFORM t ON REPLICA r FOR o SET a = 1",
+        "syntax error at or near \"o\"",
+        36,
+        Some("Expected TABLE."),
+    );
+    check(
+        "CREATE TRANSFORM t ON REPLICA r FOR TABLE o WHERE true",
+        "syntax error at or near \"WHERE\"",
+        44,
+        Some("Expected SET."),
+    );
+    check(
+        "CREATE TRANSFORM t ON REPLICA r FOR TABLE o SET where = 1",
+        "syntax error at or near \"where\"",
+        48,
+        Some(
+            "Expected a name. WHERE is a reserved keyword; write \"where\" in double quotes to use it as a name.",
+        ),
+    );
+}
+
+#[test]
+fn drop_and_show_of_replicas() {
+    use ObjectKind::*;
+    assert_eq!(one("DROP REPLICA node_b;"), drop(Replica, "node_b", false));
+    assert_eq!(
+        one("drop transform if exists Split_Name"),
+        drop(Transform, "split_name", true)
+    );
+    assert_eq!(
+        drop(Replica, "r", true).to_sql(),
+        "DROP REPLICA IF EXISTS r"
+    );
+    assert_eq!(one("SHOW REPLICAS"), show(Replica));
+    assert_eq!(one("show transforms;"), show(Transform));
+    assert_eq!(show(Transform).to_sql(), "SHOW TRANSFORMS");
+    let resolvers = one("SHOW CONFLICT RESOLVERS FOR REPLICA node_b");
+    assert_eq!(
+        resolvers,
+        Statement::ShowConflictResolvers(ShowConflictResolvers {
+            replica: s("node_b"),
+            span: Span::default(),
+        })
+    );
+    assert_eq!(resolvers.object_kind(), Replica);
+    assert_eq!(
+        resolvers.to_sql(),
+        "SHOW CONFLICT RESOLVERS FOR REPLICA node_b"
+    );
+    check(
+        "SHOW REPLICA",
+        "syntax error at or near \"REPLICA\"",
+        5,
+        Some("Did you mean REPLICAS?"),
+    );
+    check(
+        "SHOW CONFLICT RESOLVERS node_b",
+        "syntax error at or near \"node_b\"",
+        24,
+        Some("Expected FOR."),
+    );
+    check(
+        "DROP REPLICAS x",
+        "syntax error at or near \"REPLICAS\"",
+        5,
+        Some("Did you mean REPLICA?"),
+    );
+    // Keywords of the replica statements are quoted in canonical text.
+    assert_eq!(sql_ident("replica"), "\"replica\"");
+    assert_eq!(
+        drop(Transform, "transform", false).to_sql(),
+        "DROP TRANSFORM \"transform\""
+    );
+}
+
+#[test]
+fn replica_statements_never_panic_on_prefixes() {
+    // Every prefix of every form (cut at any character boundary) parses or
+    // fails with an error inside the input.
+    let forms = [
+        "CREATE REPLICA IF NOT EXISTS node_b FROM SOURCE src INTO POSTGRES CONNECTION c WITH (TABLES (public.orders, x), COPY DATA = true);",
+        "ALTER REPLICA node_b SET CONFLICT RESOLVER target_column_missing = 'ignore';",
+        "ALTER REPLICA node_b RESET CONFLICT RESOLVER target_column_missing;",
+        "CREATE TRANSFORM s ON REPLICA r FOR TABLE public.c SET a = f(NEW.n, ' ', [1]), \"B\" = 'x,y' WHERE NEW.s <> 'é' -- c\n;",
+        "SHOW CONFLICT RESOLVERS FOR REPLICA r; SHOW REPLICAS; SHOW TRANSFORMS; DROP TRANSFORM IF EXISTS t; DROP REPLICA r",
+    ];
+    for form in forms {
+        for (cut, _) in form.char_indices().chain([(form.len(), ' ')]) {
+            let input = &form[..cut];
+            match parse(input) {
+                Ok(statements) => {
+                    for statement in statements {
+                        let again = parse(&statement.to_sql()).unwrap();
+                        assert!(again[0].eq_ignoring_span(&statement), "{input:?}");
+                    }
+                }
+                Err(e) => {
+                    assert!(e.position.offset <= input.len(), "{input:?}");
+                    let _ = e.to_string();
+                }
+            }
+        }
+    }
 }

@@ -1,0 +1,1137 @@
+//! Replicas inside a running pipeline: the statements of replicas and
+//! transforms (`CREATE REPLICA`, `ALTER REPLICA ... {SET | RESET}
+//! CONFLICT RESOLVER`, `CREATE TRANSFORM`, `DROP {REPLICA | TRANSFORM}`,
+//! `SHOW {REPLICAS | TRANSFORMS}`, `SHOW CONFLICT RESOLVERS FOR
+//! REPLICA`), run for the pipeline's admin API through its
+//! [`StatementHandler`] seam, and one task per replica beside the
+//! pipeline's engine.
+//!
+//! Every statement checks what it can before it changes anything, and
+//! changes the catalog ([`crate::catalog`]) last: a failure leaves the
+//! catalog as it was, and `CREATE REPLICA` leaves nothing upstream
+//! either (the slot and publication it made are dropped again when
+//! recording fails). `CREATE REPLICA` resolves the source's upstream
+//! connection from the pipeline's catalog and config, checks the node
+//! (reachable, its role able to create evolve's two tables there, in a
+//! transaction rolled back) and the upstream tables (present, with a key
+//! or replica identity: adding a table without one to a publication
+//! would make its updates fail upstream), then creates the publication
+//! and slot ([`Replica::create`]). `CREATE TRANSFORM` checks the node's
+//! table and columns and prepares, without running, the statement the
+//! transform will be part of (its `SET` expressions and `WHERE` over a
+//! `NEW` row typed as the upstream types it), so an expression that does
+//! not compile on the node is refused with the server's error.
+//!
+//! Tasks: [`StatementHandler::run`] starts one task per replica
+//! ([`Replica::run`]); every statement that changes the catalog
+//! reconciles them: the tasks of replicas that are gone or changed
+//! (tables, connections, resolvers, transforms) are stopped and the new
+//! ones started, the others go on. `DROP REPLICA` stops the replica's
+//! task before it drops the slot and the publication upstream. A halted
+//! replica stays halted (no crash loop) until the catalog changes, the
+//! pipeline restarts, or `evolve replicate skip` records a transaction to
+//! skip on its node: the halted replicas' nodes are looked at every
+//! second for that, and a replica is restarted once per recorded skip.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use evolve_core::conflict::Resolvers;
+use evolve_core::control::{
+    AlterReplica, CreateReplica, CreateTransform, ObjectKind as Kind, Statement, sql_ident,
+};
+use evolve_pg::quote_ident;
+use evolve_pipeline::admin::{HandlerFuture, StatementHandler, StatementResult};
+use evolve_pipeline::{Config, ObjectKind, Pipeline, PipelineError, upstream};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_postgres::Client;
+
+use crate::catalog::{Catalog, ReplicaInfo, TransformInfo};
+use crate::error::ReplicateError;
+use crate::replica::{Replica, ReplicaSpec};
+use crate::transform::Transform;
+
+/// The longest replica name: its slot, `evolve_replica_<name>`, is at
+/// most 63 bytes.
+pub const MAX_NAME_BYTES: usize = 63 - "evolve_replica_".len();
+
+/// How long a stopping replica task may take before it is aborted.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// How often the nodes of halted replicas are looked at for a skip.
+const SKIP_POLL: Duration = Duration::from_secs(1);
+
+/// The replicas of one pipeline: their catalog and their tasks.
+pub struct ReplicaService {
+    catalog: Mutex<Catalog>,
+    tasks: tokio::sync::Mutex<Tasks>,
+}
+
+#[derive(Default)]
+struct Tasks {
+    /// [`StatementHandler::run`] is running: replicas have tasks.
+    active: bool,
+    running: BTreeMap<String, Running>,
+    /// Replicas whose task must not run (being dropped).
+    held: HashSet<String>,
+    /// Why a replica has no task (a connection missing from the config).
+    problems: HashMap<String, String>,
+    /// Conflicts counted by the replica's earlier tasks in this process.
+    carried: HashMap<String, u64>,
+    /// The skip a halted replica was last restarted for, so that a skip
+    /// that does not get it past its halt restarts it once, not forever.
+    skips_tried: HashMap<String, String>,
+}
+
+struct Running {
+    spec: ReplicaSpec,
+    replica: Arc<Replica>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn conflicts(&self) -> u64 {
+        self.replica.status().conflicts.values().sum()
+    }
+}
+
+/// A refusal in PostgreSQL's shape.
+fn refused(
+    sqlstate: &'static str,
+    primary: String,
+    detail: Option<String>,
+    hint: Option<String>,
+) -> PipelineError {
+    PipelineError::Refused {
+        sqlstate,
+        primary,
+        detail,
+        hint,
+    }
+}
+
+fn unknown_replica(name: &str) -> PipelineError {
+    refused(
+        "42704",
+        format!("replica \"{name}\" does not exist"),
+        None,
+        Some("SHOW REPLICAS lists the replicas.".into()),
+    )
+}
+
+fn unknown_transform(name: &str) -> PipelineError {
+    refused(
+        "42704",
+        format!("transform \"{name}\" does not exist"),
+        None,
+        Some("SHOW TRANSFORMS lists the transforms.".into()),
+    )
+}
+
+/// A replica's error, as the admin API answers it.
+fn replicate_error(e: ReplicateError) -> PipelineError {
+    match e {
+        ReplicateError::Node { context, message } => PipelineError::Database { context, message },
+        ReplicateError::Source(e) => e,
+        halted @ ReplicateError::Halted { .. } => refused("55000", halted.to_string(), None, None),
+    }
+}
+
+/// A server error's SQLSTATE among those a transform's check meets, as
+/// the `'static` code [`PipelineError::Refused`] carries; others are
+/// `42000`, their class.
+fn static_sqlstate(code: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "42601", "42703", "42704", "42725", "42803", "42804", "42809", "42830", "42846", "42883",
+        "42P01", "42P02", "42P10", "42P18", "42501", "22P02", "22023", "0A000",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| **k == code)
+        .copied()
+        .unwrap_or("42000")
+}
+
+/// Whether `name` can be a replica's: its slot's name must be valid.
+fn check_name(name: &str) -> Result<(), PipelineError> {
+    let reason = if name.len() > MAX_NAME_BYTES {
+        Some(format!("it is longer than {MAX_NAME_BYTES} bytes"))
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        Some("it has characters other than lower-case letters, digits and underscores".into())
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(refused(
+            "42602",
+            format!("invalid replica name \"{name}\": {reason}"),
+            Some(format!(
+                "Its replication slot and publication upstream are named evolve_replica_{name}."
+            )),
+            Some(format!(
+                "Use lower-case letters, digits and underscores, at most {MAX_NAME_BYTES} bytes."
+            )),
+        )),
+    }
+}
+
+/// `schema.table`, each part quoted where needed, for messages.
+fn reference(schema: &str, table: &str) -> String {
+    format!("{}.{}", sql_ident(schema), sql_ident(table))
+}
+
+/// What a replica runs with: its connections' urls from `config`, its
+/// resolvers and its transforms.
+fn spec(
+    config: &Config,
+    info: &ReplicaInfo,
+    transforms: &[TransformInfo],
+) -> Result<ReplicaSpec, PipelineError> {
+    Ok(ReplicaSpec {
+        name: info.name.clone(),
+        upstream: config
+            .connection(&info.upstream_connection)?
+            .url()
+            .to_string(),
+        node: config.connection(&info.node_connection)?.url().to_string(),
+        tables: info.tables.clone(),
+        resolvers: info.resolvers.clone(),
+        transforms: transforms
+            .iter()
+            .filter(|t| t.replica == info.name)
+            .map(|t| t.transform.clone())
+            .collect(),
+    })
+}
+
+fn same(a: &ReplicaSpec, b: &ReplicaSpec) -> bool {
+    a.name == b.name
+        && a.upstream == b.upstream
+        && a.node == b.node
+        && a.tables == b.tables
+        && a.resolvers == b.resolvers
+        && a.transforms == b.transforms
+}
+
+/// Drops slot and publication `slot` upstream, waiting for a session
+/// that is ending to release the slot.
+async fn drop_upstream(up: &Client, slot: &str) -> Result<(), PipelineError> {
+    upstream::wait_slot_released(up, slot).await?;
+    upstream::drop_slot_released(up, slot).await?;
+    up.batch_execute(&format!("DROP PUBLICATION IF EXISTS {}", quote_ident(slot)))
+        .await
+        .map_err(|e| database(format!("drop publication {slot}"), &e))
+}
+
+fn database(context: impl Into<String>, e: &tokio_postgres::Error) -> PipelineError {
+    PipelineError::Database {
+        context: context.into(),
+        message: match e.as_db_error() {
+            Some(db) => evolve_pg::describe_db_error(db, None),
+            None => e.to_string(),
+        },
+    }
+}
+
+impl ReplicaService {
+    /// Opens the replicas' catalog in `state_dir` (the pipeline's).
+    pub fn open(state_dir: &Path) -> Result<ReplicaService, PipelineError> {
+        Ok(ReplicaService {
+            catalog: Mutex::new(Catalog::open(state_dir)?),
+            tasks: tokio::sync::Mutex::new(Tasks::default()),
+        })
+    }
+
+    fn catalog<T>(
+        &self,
+        f: impl FnOnce(&mut Catalog) -> Result<T, PipelineError>,
+    ) -> Result<T, PipelineError> {
+        let mut catalog = self.catalog.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut catalog)
+    }
+
+    // ------------------------------------------------------------ tasks
+
+    /// Stops the tasks of replicas that are gone, held or changed, and
+    /// starts those of replicas that have none (when the service runs).
+    async fn reconcile(&self, config: &Config) {
+        let mut tasks = self.tasks.lock().await;
+        if !tasks.active {
+            return;
+        }
+        let read = self.catalog(|c| Ok((c.replicas()?, c.transforms()?)));
+        let (replicas, transforms) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the replicas' catalog; replica tasks unchanged");
+                return;
+            }
+        };
+        let wanted: BTreeMap<String, Result<ReplicaSpec, PipelineError>> = replicas
+            .iter()
+            .filter(|r| !tasks.held.contains(&r.name))
+            .map(|r| (r.name.clone(), spec(config, r, &transforms)))
+            .collect();
+        let stale: Vec<String> = tasks
+            .running
+            .iter()
+            .filter(|(name, running)| {
+                // A halted task is tried again on every catalog change.
+                running.task.is_finished()
+                    || !matches!(wanted.get(*name), Some(Ok(spec)) if same(spec, &running.spec))
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in stale {
+            tasks.stop(&name).await;
+        }
+        tasks.problems.clear();
+        let known: HashSet<String> = replicas.iter().map(|r| r.name.clone()).collect();
+        tasks.carried.retain(|name, _| known.contains(name));
+        tasks.skips_tried.retain(|name, _| known.contains(name));
+        for (name, spec) in wanted {
+            if tasks.running.contains_key(&name) {
+                continue;
+            }
+            match spec {
+                Ok(spec) => tasks.start(spec),
+                Err(e) => {
+                    tracing::error!(replica = %name, error = %e, "replica not started");
+                    tasks.problems.insert(name, e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Restarts the halted replicas whose node has a transaction to skip
+    /// recorded (`evolve replicate skip`).
+    async fn resume_skipped(&self) {
+        let halted: Vec<(String, String)> = {
+            let tasks = self.tasks.lock().await;
+            tasks
+                .running
+                .iter()
+                .filter(|(_, r)| r.task.is_finished() && r.replica.status().state == "halted")
+                .map(|(name, r)| (name.clone(), r.spec.node.clone()))
+                .collect()
+        };
+        for (name, node) in halted {
+            let Some(skip) = recorded_skip(&node, &name).await else {
+                continue;
+            };
+            let mut tasks = self.tasks.lock().await;
+            if tasks.skips_tried.get(&name) == Some(&skip) {
+                continue;
+            }
+            let Some(running) = tasks.running.get(&name) else {
+                continue;
+            };
+            if !running.task.is_finished() {
+                continue;
+            }
+            let spec = running.spec.clone();
+            tasks.skips_tried.insert(name.clone(), skip);
+            tasks.stop(&name).await;
+            tracing::info!(replica = %name, "a transaction to skip is recorded; replica restarted");
+            tasks.start(spec);
+        }
+    }
+
+    // ------------------------------------------------------- statements
+
+    async fn create_replica(
+        &self,
+        pipeline: &Pipeline,
+        s: &CreateReplica,
+        statement: &Statement,
+    ) -> Result<StatementResult, PipelineError> {
+        let mut result = StatementResult::tag(statement, "CREATE REPLICA");
+        if self.catalog(|c| c.replica(&s.name))?.is_some() {
+            if s.if_not_exists {
+                result.notice = Some(format!("replica \"{}\" already exists, skipping", s.name));
+                return Ok(result);
+            }
+            return Err(refused(
+                "42710",
+                format!("replica \"{}\" already exists", s.name),
+                None,
+                None,
+            ));
+        }
+        check_name(&s.name)?;
+        if s.copy_data {
+            return Err(refused(
+                "0A000",
+                "COPY DATA = true is not supported yet".into(),
+                Some(
+                    "A replica applies the changes committed upstream after it is created; it \
+                     does not copy the tables' existing rows yet."
+                        .into(),
+                ),
+                Some(
+                    "Copy the rows to the node first (for example with pg_dump --data-only), \
+                     then create the replica without COPY DATA."
+                        .into(),
+                ),
+            ));
+        }
+        let source = pipeline
+            .sources()?
+            .into_iter()
+            .find(|x| x.name == s.source)
+            .ok_or_else(|| PipelineError::UnknownObject {
+                kind: ObjectKind::Source,
+                name: s.source.clone(),
+            })?;
+        if source.dropping {
+            return Err(refused(
+                "55000",
+                format!("source \"{}\" is being dropped", source.name),
+                None,
+                None,
+            ));
+        }
+        let config = pipeline.config();
+        let upstream_connection = config.connection(&source.connection)?.clone();
+        let node_connection = config.connection(&s.connection)?.clone();
+        // The node first: reachable, and its role able to make evolve's
+        // tables there.
+        let node = upstream::connect(&s.connection, &node_connection).await?;
+        check_node(&node, &s.name, &s.connection).await?;
+        drop(node);
+        let up = upstream::connect(&source.connection, &upstream_connection).await?;
+        let tables: Vec<(String, String)> = if s.tables.is_empty() {
+            publication_tables(&up, &source.name, &source.publication).await?
+        } else {
+            s.tables
+                .iter()
+                .map(|t| (t.schema.clone(), t.name.clone()))
+                .collect()
+        };
+        for (schema, table) in &tables {
+            check_upstream_table(&up, &source.name, schema, table).await?;
+        }
+        let slot = Replica::slot_name(&s.name);
+        if upstream::slot_status(&up, &slot).await?.is_some() {
+            return Err(PipelineError::SlotExists { slot });
+        }
+        let publication_exists: bool = up
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)",
+                &[&slot],
+            )
+            .await
+            .map_err(|e| database("read pg_publication", &e))?
+            .get(0);
+        if publication_exists {
+            return Err(refused(
+                "42710",
+                format!("publication \"{slot}\" already exists upstream"),
+                None,
+                Some(format!(
+                    "Another pipeline may own it; if not, drop it upstream with DROP PUBLICATION {}.",
+                    quote_ident(&slot)
+                )),
+            ));
+        }
+        let info = ReplicaInfo {
+            name: s.name.clone(),
+            source: source.name.clone(),
+            upstream_connection: source.connection.clone(),
+            node_connection: s.connection.clone(),
+            tables: tables.clone(),
+            copy_data: s.copy_data,
+            resolvers: Resolvers::default(),
+        };
+        Replica::create(ReplicaSpec {
+            name: s.name.clone(),
+            upstream: upstream_connection.url().to_string(),
+            node: node_connection.url().to_string(),
+            tables,
+            resolvers: Resolvers::default(),
+            transforms: Vec::new(),
+        })
+        .await
+        .map_err(replicate_error)?;
+        if let Err(e) = self.catalog(|c| c.insert_replica(&info)) {
+            if let Err(undo) = drop_upstream(&up, &slot).await {
+                tracing::error!(replica = %s.name, error = %undo, "could not drop the slot and publication of a replica that was not recorded");
+            }
+            return Err(e);
+        }
+        tracing::info!(replica = %s.name, "replica created");
+        self.reconcile(config).await;
+        Ok(result)
+    }
+
+    async fn drop_replica(
+        &self,
+        pipeline: &Pipeline,
+        name: &str,
+        if_exists: bool,
+        statement: &Statement,
+    ) -> Result<StatementResult, PipelineError> {
+        let mut result = StatementResult::tag(statement, "DROP REPLICA");
+        let Some(info) = self.catalog(|c| c.replica(name))? else {
+            if if_exists {
+                result.notice = Some(format!("replica \"{name}\" does not exist, skipping"));
+                return Ok(result);
+            }
+            return Err(unknown_replica(name));
+        };
+        let config = pipeline.config();
+        {
+            let mut tasks = self.tasks.lock().await;
+            tasks.held.insert(name.to_string());
+            tasks.stop(name).await;
+        }
+        let dropped = async {
+            let connection = config.connection(&info.upstream_connection)?;
+            let up = upstream::connect(&info.upstream_connection, connection).await?;
+            drop_upstream(&up, &Replica::slot_name(name)).await
+        }
+        .await;
+        self.tasks.lock().await.held.remove(name);
+        if let Err(e) = dropped {
+            self.reconcile(config).await;
+            return Err(e);
+        }
+        let transforms = self
+            .catalog(|c| c.delete_replica(name))?
+            .unwrap_or_default();
+        if !transforms.is_empty() {
+            result.notice = Some(
+                transforms
+                    .iter()
+                    .map(|t| format!("drop cascades to transform {t}"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
+        }
+        tracing::info!(replica = %name, "replica dropped");
+        self.reconcile(config).await;
+        Ok(result)
+    }
+
+    async fn alter_replica(
+        &self,
+        pipeline: &Pipeline,
+        s: &AlterReplica,
+        statement: &Statement,
+    ) -> Result<StatementResult, PipelineError> {
+        if !self.catalog(|c| c.set_resolver(&s.name, s.conflict, s.resolver))? {
+            return Err(unknown_replica(&s.name));
+        }
+        self.reconcile(pipeline.config()).await;
+        Ok(StatementResult::tag(statement, "ALTER REPLICA"))
+    }
+
+    async fn create_transform(
+        &self,
+        pipeline: &Pipeline,
+        s: &CreateTransform,
+        statement: &Statement,
+    ) -> Result<StatementResult, PipelineError> {
+        let mut result = StatementResult::tag(statement, "CREATE TRANSFORM");
+        let (replica, transforms) =
+            self.catalog(|c| Ok((c.replica(&s.replica)?, c.transforms()?)))?;
+        if transforms.iter().any(|t| t.transform.name == s.name) {
+            if s.if_not_exists {
+                result.notice = Some(format!("transform \"{}\" already exists, skipping", s.name));
+                return Ok(result);
+            }
+            return Err(refused(
+                "42710",
+                format!("transform \"{}\" already exists", s.name),
+                None,
+                None,
+            ));
+        }
+        let Some(replica) = replica else {
+            return Err(unknown_replica(&s.replica));
+        };
+        let (schema, table) = (s.table.schema.clone(), s.table.name.clone());
+        let shown = reference(&schema, &table);
+        if !replica
+            .tables
+            .iter()
+            .any(|(sc, t)| *sc == schema && *t == table)
+        {
+            return Err(refused(
+                "42P01",
+                format!(
+                    "table \"{shown}\" is not replicated by replica \"{}\"",
+                    replica.name
+                ),
+                Some(format!(
+                    "Replica \"{}\" replicates {}.",
+                    replica.name,
+                    replica.table_list()
+                )),
+                Some("A transform is for one of its replica's tables.".into()),
+            ));
+        }
+        if let Some(other) = transforms.iter().find(|t| {
+            t.replica == replica.name && t.transform.schema == schema && t.transform.table == table
+        }) {
+            return Err(refused(
+                "42710",
+                format!(
+                    "replica \"{}\" has a transform for table \"{shown}\" already: {}",
+                    replica.name, other.transform.name
+                ),
+                None,
+                Some(format!(
+                    "A replica has one transform per table: drop it (DROP TRANSFORM {}) and create one with every SET.",
+                    sql_ident(&other.transform.name)
+                )),
+            ));
+        }
+        let transform = Transform {
+            name: s.name.clone(),
+            schema,
+            table,
+            sets: s.sets.clone(),
+            filter: s.filter.clone(),
+        };
+        self.check_transform(pipeline.config(), &replica, &transform)
+            .await?;
+        self.catalog(|c| c.insert_transform(&replica.name, &transform))?;
+        tracing::info!(transform = %s.name, replica = %replica.name, "transform created");
+        self.reconcile(pipeline.config()).await;
+        Ok(result)
+    }
+
+    /// Checks `t` against the node's table and the upstream's: the columns
+    /// it sets exist on the node and are not key columns, and the node
+    /// compiles the statement it will be part of.
+    async fn check_transform(
+        &self,
+        config: &Config,
+        replica: &ReplicaInfo,
+        t: &Transform,
+    ) -> Result<(), PipelineError> {
+        let shown = reference(&t.schema, &t.table);
+        let node_connection = config.connection(&replica.node_connection)?;
+        let node = upstream::connect(&replica.node_connection, node_connection).await?;
+        let Some(node_table) = crate::node::table(&node, &t.schema, &t.table)
+            .await
+            .map_err(replicate_error)?
+        else {
+            return Err(refused(
+                "42P01",
+                format!(
+                    "relation \"{shown}\" does not exist on the node of replica \"{}\"",
+                    replica.name
+                ),
+                None,
+                Some(
+                    "A transform computes columns of the node's table: create the table on the node first."
+                        .into(),
+                ),
+            ));
+        };
+        for (column, _) in &t.sets {
+            let Some(c) = node_table.table.columns.iter().find(|c| c.name == *column) else {
+                let names: Vec<&str> = node_table
+                    .table
+                    .columns
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                return Err(refused(
+                    "42703",
+                    format!(
+                        "column \"{column}\" of relation \"{shown}\" does not exist on the node of replica \"{}\"",
+                        replica.name
+                    ),
+                    Some(format!("Its columns are {}.", names.join(", "))),
+                    None,
+                ));
+            };
+            if c.key {
+                return Err(refused(
+                    "42P10",
+                    format!(
+                        "transform \"{}\" cannot set key column \"{column}\" of relation \"{shown}\"",
+                        t.name
+                    ),
+                    Some(
+                        "Rows are found on the node by their key, so the key is applied as the upstream sends it."
+                            .into(),
+                    ),
+                    None,
+                ));
+            }
+        }
+        let up_connection = config.connection(&replica.upstream_connection)?;
+        let up = upstream::connect(&replica.upstream_connection, up_connection).await?;
+        let columns = up
+            .query(
+                "SELECT a.attname::text, a.atttypid::oid::int8, format_type(a.atttypid, a.atttypmod)
+                 FROM pg_attribute a
+                 JOIN pg_class c ON c.oid = a.attrelid
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
+                 ORDER BY a.attnum",
+                &[&t.schema, &t.table],
+            )
+            .await
+            .map_err(|e| database("read the upstream table's columns", &e))?;
+        if columns.is_empty() {
+            return Err(PipelineError::UpstreamTableNotFound {
+                reference: format!("{}.{}", t.schema, t.table),
+                source_name: replica.source.clone(),
+            });
+        }
+        // `NEW` as the apply statement has it: the upstream's own types
+        // (enums, domains) as text.
+        let new_columns: Vec<String> = columns
+            .iter()
+            .map(|r| {
+                let oid: i64 = r.get(1);
+                let type_name: String = if oid >= 16_384 {
+                    "text".into()
+                } else {
+                    r.get(2)
+                };
+                format!(
+                    "NULL::{type_name} AS {}",
+                    quote_ident(&r.get::<_, String>(0))
+                )
+            })
+            .collect();
+        let names: Vec<String> = columns.iter().map(|r| r.get::<_, String>(0)).collect();
+        let sql = format!(
+            "WITH \"new\" AS (SELECT {}) INSERT INTO {}.{} ({}) SELECT {} FROM \"new\" WHERE {}",
+            new_columns.join(", "),
+            quote_ident(&t.schema),
+            quote_ident(&t.table),
+            t.sets
+                .iter()
+                .map(|(c, _)| quote_ident(c))
+                .collect::<Vec<_>>()
+                .join(", "),
+            t.sets
+                .iter()
+                .map(|(_, e)| format!("({e})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            t.condition(),
+        );
+        if let Err(e) = node.prepare(&sql).await {
+            let Some(db) = e.as_db_error() else {
+                return Err(database("check the transform on the node", &e));
+            };
+            return Err(refused(
+                static_sqlstate(db.code().code()),
+                format!(
+                    "transform \"{}\" does not compile on the node of replica \"{}\": {}",
+                    t.name,
+                    replica.name,
+                    db.message()
+                ),
+                db.detail().map(str::to_string),
+                Some(db.hint().map(str::to_string).unwrap_or_else(|| {
+                    format!(
+                        "NEW is the upstream's row of {shown}, with the columns {}.",
+                        names.join(", ")
+                    )
+                })),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn drop_transform(
+        &self,
+        pipeline: &Pipeline,
+        name: &str,
+        if_exists: bool,
+        statement: &Statement,
+    ) -> Result<StatementResult, PipelineError> {
+        let mut result = StatementResult::tag(statement, "DROP TRANSFORM");
+        if !self.catalog(|c| c.delete_transform(name))? {
+            if if_exists {
+                result.notice = Some(format!("transform \"{name}\" does not exist, skipping"));
+                return Ok(result);
+            }
+            return Err(unknown_transform(name));
+        }
+        self.reconcile(pipeline.config()).await;
+        Ok(result)
+    }
+
+    async fn show_replicas(&self, statement: &Statement) -> Result<StatementResult, PipelineError> {
+        let replicas = self.catalog(|c| c.replicas())?;
+        let tasks = self.tasks.lock().await;
+        let rows = replicas
+            .iter()
+            .map(|r| {
+                let carried = tasks.carried.get(&r.name).copied().unwrap_or(0);
+                let (state, position, conflicts, error) = match tasks.running.get(&r.name) {
+                    Some(running) => {
+                        let status = running.replica.status();
+                        (
+                            status.state.clone(),
+                            Value::from(status.position.to_string()),
+                            carried + running.conflicts(),
+                            status.error.map(Value::from).unwrap_or(Value::Null),
+                        )
+                    }
+                    None => match tasks.problems.get(&r.name) {
+                        Some(problem) => (
+                            "stalled".to_string(),
+                            Value::Null,
+                            carried,
+                            Value::from(problem.clone()),
+                        ),
+                        None => (
+                            if tasks.active { "starting" } else { "stopped" }.to_string(),
+                            Value::Null,
+                            carried,
+                            Value::Null,
+                        ),
+                    },
+                };
+                vec![
+                    r.name.clone().into(),
+                    r.source.clone().into(),
+                    r.node_connection.clone().into(),
+                    r.table_list().into(),
+                    state.into(),
+                    position,
+                    conflicts.into(),
+                    error,
+                ]
+            })
+            .collect();
+        Ok(StatementResult::show(
+            statement,
+            &[
+                "name",
+                "source",
+                "node",
+                "tables",
+                "state",
+                "position",
+                "conflicts",
+                "error",
+            ],
+            rows,
+        ))
+    }
+
+    fn show_resolvers(
+        &self,
+        replica: &str,
+        statement: &Statement,
+    ) -> Result<StatementResult, PipelineError> {
+        let Some(info) = self.catalog(|c| c.replica(replica))? else {
+            return Err(unknown_replica(replica));
+        };
+        let rows = info
+            .resolvers
+            .list()
+            .into_iter()
+            .map(|(conflict, resolver, default)| {
+                let allowed: Vec<&str> = conflict.allowed().iter().map(|r| r.name()).collect();
+                vec![
+                    conflict.name().into(),
+                    resolver.name().into(),
+                    default.into(),
+                    allowed.join(", ").into(),
+                ]
+            })
+            .collect();
+        Ok(StatementResult::show(
+            statement,
+            &["conflict_type", "resolver", "default", "allowed"],
+            rows,
+        ))
+    }
+
+    fn show_transforms(&self, statement: &Statement) -> Result<StatementResult, PipelineError> {
+        let rows = self
+            .catalog(|c| c.transforms())?
+            .into_iter()
+            .map(|t| {
+                let sets: Vec<String> = t
+                    .transform
+                    .sets
+                    .iter()
+                    .map(|(c, e)| format!("{} = {e}", sql_ident(c)))
+                    .collect();
+                vec![
+                    t.transform.name.clone().into(),
+                    t.replica.into(),
+                    reference(&t.transform.schema, &t.transform.table).into(),
+                    sets.join(", ").into(),
+                    t.transform.filter.map(Value::from).unwrap_or(Value::Null),
+                ]
+            })
+            .collect();
+        Ok(StatementResult::show(
+            statement,
+            &["name", "replica", "table", "sets", "filter"],
+            rows,
+        ))
+    }
+
+    async fn execute_statement(
+        &self,
+        pipeline: &Pipeline,
+        statement: &Statement,
+    ) -> Result<StatementResult, PipelineError> {
+        match statement {
+            Statement::CreateReplica(s) => self.create_replica(pipeline, s, statement).await,
+            Statement::AlterReplica(s) => self.alter_replica(pipeline, s, statement).await,
+            Statement::CreateTransform(s) => self.create_transform(pipeline, s, statement).await,
+            Statement::ShowConflictResolvers(s) => self.show_resolvers(&s.replica, statement),
+            Statement::Drop(d) if d.kind == Kind::Replica => {
+                self.drop_replica(pipeline, &d.name, d.if_exists, statement)
+                    .await
+            }
+            Statement::Drop(d) if d.kind == Kind::Transform => {
+                self.drop_transform(pipeline, &d.name, d.if_exists, statement)
+                    .await
+            }
+            Statement::Show(s) if s.kind == Kind::Replica => self.show_replicas(statement).await,
+            Statement::Show(s) if s.kind == Kind::Transform => self.show_transforms(statement),
+            other => Err(refused(
+                "0A000",
+                format!("evolve-replicate does not run {}", other.to_sql()),
+                None,
+                None,
+            )),
+        }
+    }
+
+    async fn run_tasks(&self, pipeline: &Pipeline, mut stop: watch::Receiver<bool>) {
+        self.tasks.lock().await.active = true;
+        self.reconcile(pipeline.config()).await;
+        loop {
+            let stopped = tokio::select! {
+                _ = stop.wait_for(|s| *s) => true,
+                _ = tokio::time::sleep(SKIP_POLL) => false,
+            };
+            if stopped {
+                break;
+            }
+            self.resume_skipped().await;
+        }
+        let mut tasks = self.tasks.lock().await;
+        tasks.active = false;
+        let names: Vec<String> = tasks.running.keys().cloned().collect();
+        for name in names {
+            tasks.stop(&name).await;
+        }
+    }
+}
+
+impl Tasks {
+    fn start(&mut self, spec: ReplicaSpec) {
+        let replica = Arc::new(Replica::new(spec.clone()));
+        let (stop, stop_rx) = watch::channel(false);
+        let task = {
+            let replica = Arc::clone(&replica);
+            tokio::spawn(async move {
+                // A halt is logged and shown in its status.
+                let _ = replica.run(stop_rx).await;
+            })
+        };
+        tracing::info!(replica = %spec.name, "replica task started");
+        self.running.insert(
+            spec.name.clone(),
+            Running {
+                spec,
+                replica,
+                stop,
+                task,
+            },
+        );
+    }
+
+    /// Stops replica `name`'s task, if it has one, and waits for it.
+    async fn stop(&mut self, name: &str) {
+        let Some(running) = self.running.remove(name) else {
+            return;
+        };
+        let _ = running.stop.send(true);
+        let mut task = running.task;
+        if tokio::time::timeout(STOP_WAIT, &mut task).await.is_err() {
+            tracing::warn!(replica = %name, "replica task did not stop in time; aborted");
+            task.abort();
+            let _ = task.await;
+        }
+        *self.carried.entry(name.to_string()).or_default() +=
+            running.replica.status().conflicts.values().sum::<u64>();
+    }
+}
+
+/// The transaction to skip that the node at `node` has recorded for
+/// replica `name`, if any, as its LSN.
+async fn recorded_skip(node: &str, name: &str) -> Option<String> {
+    let connect = evolve_pg::connect(node, "evolve replicate");
+    let Ok(Ok(client)) = tokio::time::timeout(Duration::from_secs(5), connect).await else {
+        return None;
+    };
+    client
+        .query_opt(
+            "SELECT skip_lsn::text FROM evolve_replica_progress
+             WHERE replica = $1 AND skip_lsn IS NOT NULL",
+            &[&name],
+        )
+        .await
+        .ok()
+        .flatten()
+        .map(|r| r.get(0))
+}
+
+/// Refuses a node whose role cannot create evolve's tables there (tried
+/// in a transaction that is rolled back).
+async fn check_node(node: &Client, replica: &str, connection: &str) -> Result<(), PipelineError> {
+    let tried = node
+        .batch_execute(&format!("BEGIN; {}; ROLLBACK", crate::apply::NODE_SETUP))
+        .await;
+    let Err(e) = tried else {
+        return Ok(());
+    };
+    let _ = node.batch_execute("ROLLBACK").await;
+    match e.as_db_error() {
+        Some(db) if db.code().code() == "42501" => Err(refused(
+            "42501",
+            format!(
+                "the role of connection \"{connection}\" cannot create evolve's tables on the node of replica \"{replica}\""
+            ),
+            Some(evolve_pg::describe_db_error(db, None)),
+            Some(
+                "A replica keeps its position in evolve_replica_progress and its conflicts in evolve_conflict_history on the node: grant the role CREATE on its schema, or create those tables as their owner and grant it INSERT, UPDATE and SELECT."
+                    .into(),
+            ),
+        )),
+        _ => Err(database(
+            format!("prepare the node of replica {replica}"),
+            &e,
+        )),
+    }
+}
+
+/// The tables of publication `publication` (source `source`'s), by name.
+async fn publication_tables(
+    up: &Client,
+    source: &str,
+    publication: &str,
+) -> Result<Vec<(String, String)>, PipelineError> {
+    let rows = up
+        .query(
+            "SELECT schemaname::text, tablename::text FROM pg_publication_tables
+             WHERE pubname = $1 ORDER BY 1, 2",
+            &[&publication],
+        )
+        .await
+        .map_err(|e| database("read pg_publication_tables", &e))?;
+    if rows.is_empty() {
+        return Err(refused(
+            "22023",
+            format!("source \"{source}\" publishes no tables yet"),
+            Some(format!(
+                "Without TABLES, a replica replicates the tables of publication \"{publication}\"."
+            )),
+            Some("Name the tables: WITH (TABLES (schema.table, ...)).".into()),
+        ));
+    }
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Refuses an upstream table that is missing, or that has neither a key
+/// nor a replica identity that logical replication can send updates and
+/// deletes with.
+async fn check_upstream_table(
+    up: &Client,
+    source: &str,
+    schema: &str,
+    table: &str,
+) -> Result<(), PipelineError> {
+    let row = up
+        .query_opt(
+            "SELECT c.relreplident::text,
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(|e| database("read the upstream table", &e))?;
+    let shown = format!("{schema}.{table}");
+    let Some(row) = row else {
+        return Err(PipelineError::UpstreamTableNotFound {
+            reference: shown,
+            source_name: source.to_string(),
+        });
+    };
+    let (identity, primary, index): (String, bool, bool) = (row.get(0), row.get(1), row.get(2));
+    let detail = match identity.as_str() {
+        "f" => return Ok(()),
+        "d" if primary => return Ok(()),
+        "i" if index => return Ok(()),
+        "n" => "Its replica identity is NOTHING, so its updates and deletes cannot be replicated.",
+        _ => "It has no primary key, and its replica identity is DEFAULT.",
+    };
+    Err(PipelineError::NoReplicaIdentity {
+        reference: shown,
+        detail: detail.into(),
+    })
+}
+
+impl StatementHandler for ReplicaService {
+    fn execute<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        statement: &'a Statement,
+    ) -> HandlerFuture<'a, Result<StatementResult, PipelineError>> {
+        Box::pin(self.execute_statement(pipeline, statement))
+    }
+
+    fn run<'a>(
+        &'a self,
+        pipeline: &'a Pipeline,
+        stop: watch::Receiver<bool>,
+    ) -> HandlerFuture<'a, Result<(), PipelineError>> {
+        Box::pin(async move {
+            self.run_tasks(pipeline, stop).await;
+            Ok(())
+        })
+    }
+}
+
+/// The node url of replica `name` as the catalog in `config`'s state
+/// directory and `config`'s connections have it (for `evolve replicate
+/// skip`).
+pub fn node_url(config: &Config, name: &str) -> Result<String, PipelineError> {
+    let path = Catalog::path(&config.state_dir);
+    if !path.exists() {
+        return Err(refused(
+            "42704",
+            format!("replica \"{name}\" does not exist"),
+            Some(format!(
+                "{} does not exist: the pipeline has no replicas.",
+                path.display()
+            )),
+            Some("Create replicas with CREATE REPLICA through evolve sql.".into()),
+        ));
+    }
+    let info = Catalog::open(&config.state_dir)?
+        .replica(name)?
+        .ok_or_else(|| unknown_replica(name))?;
+    Ok(config.connection(&info.node_connection)?.url().to_string())
+}

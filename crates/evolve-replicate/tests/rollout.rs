@@ -1,0 +1,269 @@
+//! A rolling upgrade of three nodes: the check refuses a rollout that
+//! would halt replication (naming each fix), then the rollout migrates the
+//! upstream and the two replicas' nodes one at a time while writes go on,
+//! waits for the replicas after each, and a second run finds nothing to
+//! do (a stopped rollout resumes with the next node).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use evolve_core::conflict::{ConflictType, Resolver, Resolvers};
+use evolve_replicate::rollout::{self, ReplicaView, RolloutError, RolloutSpec, Step};
+use evolve_replicate::{Replica, ReplicaSpec};
+use tokio::sync::watch;
+use tokio_postgres::Client;
+
+async fn connect(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+async fn rows(client: &Client, sql: &str) -> Vec<String> {
+    client
+        .query(&format!("SELECT t::text FROM ({sql}) t"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_are_upgraded_one_at_a_time_while_replicating() {
+    let up_db = evolve_test::fresh_db("roll_a").await;
+    let b_db = evolve_test::fresh_db("roll_b").await;
+    let c_db = evolve_test::fresh_db("roll_c").await;
+    let up = connect(&up_db.url).await;
+    let b = connect(&b_db.url).await;
+    let c = connect(&c_db.url).await;
+    for client in [&up, &b, &c] {
+        client
+            .batch_execute("CREATE TABLE orders (id int PRIMARY KEY, status text)")
+            .await
+            .unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("evolve-rollout-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("V1__audit.sql"),
+        "CREATE TABLE audit (id int PRIMARY KEY, what text);\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("V2__region.sql"),
+        "ALTER TABLE orders ADD COLUMN region text;\n",
+    )
+    .unwrap();
+
+    let spec = |name: &str, url: &str, resolvers: Resolvers| ReplicaSpec {
+        name: name.into(),
+        upstream: up_db.url.clone(),
+        node: url.into(),
+        // FOR TABLE lists existing tables only; `audit` is added to the
+        // publications below, as the migration creates it upstream.
+        tables: vec![("public".into(), "orders".into())],
+        resolvers,
+        transforms: Vec::new(),
+    };
+    let view = |name: &str, node: &str, resolvers: Resolvers| ReplicaView {
+        name: name.into(),
+        node: node.into(),
+        resolvers,
+        transforms: Vec::new(),
+    };
+    let nodes = vec![
+        ("a".to_string(), up_db.url.clone()),
+        ("b".to_string(), b_db.url.clone()),
+        ("c".to_string(), c_db.url.clone()),
+    ];
+    let rollout_spec = |resolvers: Resolvers| RolloutSpec {
+        dir: dir.clone(),
+        nodes: nodes.clone(),
+        upstream: "a".into(),
+        replicas: vec![
+            (view("node_b", "b", resolvers.clone()), b_db.url.clone()),
+            (view("node_c", "c", resolvers), c_db.url.clone()),
+        ],
+        catchup_timeout: Duration::from_secs(60),
+    };
+
+    // With the default resolvers the rollout is refused before anything
+    // runs: the new table and the new column would halt both replicas.
+    let e = rollout::run(&rollout_spec(Resolvers::default()), &mut |_| {})
+        .await
+        .unwrap_err();
+    let RolloutError::Refused(found) = &e else {
+        panic!("not refused: {e}");
+    };
+    assert_eq!(found.len(), 4, "{found:#?}");
+    let text = e.to_string();
+    assert!(
+        text.contains("ALTER REPLICA node_b SET CONFLICT RESOLVER target_table_missing = 'skip'")
+            && text.contains(
+                "ALTER REPLICA node_c SET CONFLICT RESOLVER target_column_missing = 'ignore'"
+            ),
+        "{text}"
+    );
+    let tables: i64 = up
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE tablename IN ('audit', 'evolve_schema_history')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 0, "nothing ran");
+
+    // The migration window's resolvers: the rollout may run.
+    let mut window = Resolvers::default();
+    window
+        .set(ConflictType::TargetTableMissing, Resolver::Skip)
+        .unwrap();
+    window
+        .set(ConflictType::TargetColumnMissing, Resolver::Ignore)
+        .unwrap();
+    let mut tasks = Vec::new();
+    let (stop, stop_rx) = watch::channel(false);
+    for (name, url) in [("node_b", &b_db.url), ("node_c", &c_db.url)] {
+        let replica = Arc::new(
+            Replica::create(spec(name, url, window.clone()))
+                .await
+                .unwrap(),
+        );
+        let rx = stop_rx.clone();
+        tasks.push(tokio::spawn(async move { replica.run(rx).await }));
+    }
+    // Writes go on through the whole rollout.
+    let (writing, mut writing_rx) = watch::channel(true);
+    let writer = {
+        let up = connect(&up_db.url).await;
+        tokio::spawn(async move {
+            let mut k = 0;
+            while *writing_rx.borrow_and_update() {
+                k += 1;
+                up.batch_execute(&format!(
+                    "INSERT INTO orders (id, status) VALUES ({k}, 'new')"
+                ))
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            k
+        })
+    };
+    let mut seen = Vec::new();
+    let steps = rollout::run(&rollout_spec(window.clone()), &mut |s| seen.push(s.clone()))
+        .await
+        .unwrap();
+    assert_eq!(steps, seen);
+    let names: Vec<String> = steps
+        .iter()
+        .map(|s| match s {
+            Step::Checked {
+                statements,
+                replicas,
+            } => format!("checked {statements} {replicas}"),
+            Step::Migrated { node, applied } => format!("migrated {node} {applied}"),
+            Step::CaughtUp { node, .. } => format!("caught up {node}"),
+            Step::AlreadyMigrated { node } => format!("already {node}"),
+        })
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "checked 2 2",
+            "migrated a 2",
+            "caught up a",
+            "migrated b 2",
+            "caught up b",
+            "migrated c 2",
+            "caught up c"
+        ]
+    );
+    // Every node is at the new version; new rows carry `region` to all.
+    for pub_name in ["evolve_replica_node_b", "evolve_replica_node_c"] {
+        up.batch_execute(&format!("ALTER PUBLICATION {pub_name} ADD TABLE audit"))
+            .await
+            .unwrap();
+    }
+    up.batch_execute(
+        "INSERT INTO orders (id, status, region) VALUES (100000, 'after', 'eu');
+         INSERT INTO audit VALUES (1, 'after the rollout');",
+    )
+    .await
+    .unwrap();
+    writing.send(false).unwrap();
+    let written = writer.await.unwrap();
+    assert!(written > 0);
+    let marker: String = up
+        .query_one(
+            "SELECT pg_logical_emit_message(true, 'test', 'end')::text",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    for (node, name) in [(&b, "node_b"), (&c, "node_c")] {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let done = node
+                .query_opt(
+                    "SELECT 1 FROM evolve_replica_progress WHERE replica = $1 AND lsn > $2::text::pg_lsn",
+                    &[&name, &marker],
+                )
+                .await
+                .unwrap()
+                .is_some();
+            if done {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name} did not catch up"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            rows(node, "SELECT id, status FROM orders ORDER BY id").await,
+            rows(&up, "SELECT id, status FROM orders ORDER BY id").await,
+            "{name} has every row"
+        );
+        assert_eq!(
+            rows(node, "SELECT region FROM orders WHERE id = 100000").await,
+            vec!["(eu)"]
+        );
+        assert_eq!(
+            rows(node, "SELECT what FROM audit").await,
+            vec!["(\"after the rollout\")"]
+        );
+        assert_eq!(
+            rows(
+                node,
+                "SELECT version FROM evolve_schema_history ORDER BY installed_rank"
+            )
+            .await,
+            vec!["(1)", "(2)"]
+        );
+    }
+    // A second run has nothing left to migrate.
+    let again = rollout::run(&rollout_spec(window), &mut |_| {})
+        .await
+        .unwrap();
+    assert!(
+        again
+            .iter()
+            .filter(|s| matches!(s, Step::AlreadyMigrated { .. }))
+            .count()
+            == 3,
+        "{again:?}"
+    );
+    stop.send(true).unwrap();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
