@@ -242,6 +242,16 @@ impl Applier {
         self.position
     }
 
+    /// Reads the node's catalog again before the next row of every table
+    /// (a rollout's marker says the node's schema changed).
+    pub fn refresh_matches(&mut self) {
+        if let Some(stale) = std::time::Instant::now().checked_sub(MATCH_AGE) {
+            for m in self.tables.values_mut() {
+                m.read_at = stale;
+            }
+        }
+    }
+
     async fn read_position(&mut self, client: &Client) -> Result<()> {
         let row = client
             .query_opt(

@@ -428,6 +428,13 @@ impl Replica {
                             stream.confirm(upto);
                         }
                     }
+                    // A rollout migrated a node: what it has now is read
+                    // before the next row.
+                    SourceEvent::Marker { prefix, content }
+                        if prefix == "evolve" && content.starts_with(b"rollout ") =>
+                    {
+                        applier.refresh_matches();
+                    }
                     SourceEvent::Schema { .. } | SourceEvent::Marker { .. } => {}
                 },
                 _ = std::future::ready(()), if !group.is_empty() => {
