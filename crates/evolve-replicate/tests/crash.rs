@@ -3,20 +3,15 @@
 //! no transaction was applied twice, and the conflict history has each
 //! conflict once.
 
+mod common;
+
+use common::*;
 use std::process::{Child, Command};
 use std::time::Duration;
 
 use evolve_core::conflict::Resolvers;
 use evolve_replicate::{Replica, ReplicaSpec};
 use tokio_postgres::Client;
-
-async fn connect(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-}
 
 fn spawn(name: &str, up: &str, node: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_evolve-replicate-run"))

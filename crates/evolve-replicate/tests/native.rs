@@ -9,32 +9,16 @@
 //! documentably drops (`ignore`d columns, rows of a table the node did not
 //! have yet).
 
+mod common;
+
+use common::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use evolve_core::conflict::{ConflictType, Resolver, Resolvers};
-use evolve_replicate::{Replica, ReplicaSpec, ReplicateError, Transform};
-use tokio::sync::watch;
+use evolve_replicate::{Replica, ReplicaSpec, Transform};
 use tokio_postgres::Client;
-
-async fn connect(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-}
-
-async fn rows(client: &Client, sql: &str) -> Vec<String> {
-    client
-        .query(&format!("SELECT t::text FROM ({sql}) t"), &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
 
 /// Waits until the server log has a line with every one of `needles`;
 /// the line.
@@ -72,74 +56,6 @@ async fn subscribe(up: &Client, up_url: &str, node: &Client, name: &str, table: 
     ))
     .await
     .unwrap();
-}
-
-/// Runs `replica` until the node has every upstream transaction so far,
-/// or until it halts; the halt.
-async fn run(
-    replica: Arc<Replica>,
-    up: &Client,
-    node: &Client,
-    name: &str,
-) -> Option<ReplicateError> {
-    // The tick's own position: the upstream's current one may move on
-    // with other databases' WAL, which this replica never sees.
-    let target: String = up
-        .query_one(
-            "SELECT pg_logical_emit_message(true, 'test', 'tick')::text",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let (stop, stop_rx) = watch::channel(false);
-    let task = tokio::spawn({
-        let replica = replica.clone();
-        async move { replica.run(stop_rx).await }
-    });
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if task.is_finished() {
-            return task.await.unwrap().err();
-        }
-        let done = node
-            .query_opt(
-                "SELECT 1 FROM evolve_replica_progress WHERE replica = $1 AND lsn > $2::text::pg_lsn",
-                &[&name, &target],
-            )
-            .await
-            .ok()
-            .flatten()
-            .is_some();
-        if done {
-            stop.send(true).unwrap();
-            task.await.unwrap().unwrap();
-            return None;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "replica {name} did not catch up: {:?}",
-            replica.status()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn history(node: &Client, name: &str) -> BTreeMap<(String, String), i64> {
-    node.query(
-        "SELECT conflict_type, resolution, count(*) FROM evolve_conflict_history
-         WHERE replica = $1 GROUP BY 1, 2",
-        &[&name],
-    )
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| ((r.get(0), r.get(1)), r.get(2)))
-    .collect()
-}
-
-fn key(conflict: &str, resolution: &str) -> (String, String) {
-    (conflict.to_string(), resolution.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,103 +3,22 @@
 //! counted exactly, the conflict history equal to the counts, nothing
 //! applied twice across restarts, and a halt skipped by its LSN.
 
+mod common;
+
+use common::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use evolve_core::conflict::{ConflictType, Resolver, Resolvers};
 use evolve_replicate::{Replica, ReplicaSpec, ReplicateError};
-use tokio::sync::watch;
 use tokio_postgres::Client;
-
-async fn connect(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-}
-
-/// Whether the node's replica position is at or past `lsn`.
-async fn caught_up(node: &Client, name: &str, lsn: &str) -> bool {
-    node.query_opt(
-        "SELECT 1 FROM evolve_replica_progress WHERE replica = $1 AND lsn > $2::text::pg_lsn",
-        &[&name, &lsn],
-    )
-    .await
-    .ok()
-    .flatten()
-    .is_some()
-}
-
-/// A replica task running until the returned sender says stop.
-fn start(
-    replica: Arc<Replica>,
-) -> (
-    watch::Sender<bool>,
-    tokio::task::JoinHandle<Result<(), ReplicateError>>,
-) {
-    let (stop, stop_rx) = watch::channel(false);
-    let task = tokio::spawn(async move { replica.run(stop_rx).await });
-    (stop, task)
-}
-
-/// Runs until the node has everything the upstream wrote so far (the
-/// upstream's position, after a last transaction there so the stream
-/// moves past it), then stops the task.
-async fn run_until_caught_up(replica: Arc<Replica>, up: &Client, node: &Client, name: &str) {
-    // The tick's own position: the upstream's current one may move on
-    // with other databases' WAL, which this replica never sees.
-    let target: String = up
-        .query_one(
-            "SELECT pg_logical_emit_message(true, 'test', 'tick')::text",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let (stop, task) = start(replica.clone());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !caught_up(node, name, &target).await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "replica {name} did not reach {target}: {:?}",
-            replica.status()
-        );
-        assert!(
-            !task.is_finished(),
-            "the replica stopped: {:?}",
-            replica.status()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    stop.send(true).unwrap();
-    task.await.unwrap().unwrap();
-}
-
-/// The conflict history on the node, counted by (type, resolution).
-async fn history(node: &Client, name: &str) -> BTreeMap<(String, String), i64> {
-    node.query(
-        "SELECT conflict_type, resolution, count(*) FROM evolve_conflict_history
-         WHERE replica = $1 GROUP BY 1, 2",
-        &[&name],
-    )
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| ((r.get(0), r.get(1)), r.get(2)))
-    .collect()
-}
 
 fn counted(status: &BTreeMap<(ConflictType, Resolver), u64>) -> BTreeMap<(String, String), i64> {
     status
         .iter()
         .map(|((c, r), n)| ((c.name().to_string(), r.name().to_string()), *n as i64))
         .collect()
-}
-
-fn key(conflict: &str, resolution: &str) -> (String, String) {
-    (conflict.to_string(), resolution.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,9 @@
 //! waits for the replicas after each, and a second run finds nothing to
 //! do (a stopped rollout resumes with the next node).
 
+mod common;
+
+use common::*;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,25 +14,6 @@ use evolve_core::conflict::{ConflictType, Resolver, Resolvers};
 use evolve_replicate::rollout::{self, ReplicaView, RolloutError, RolloutSpec, Step};
 use evolve_replicate::{Replica, ReplicaSpec};
 use tokio::sync::watch;
-use tokio_postgres::Client;
-
-async fn connect(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-}
-
-async fn rows(client: &Client, sql: &str) -> Vec<String> {
-    client
-        .query(&format!("SELECT t::text FROM ({sql}) t"), &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_are_upgraded_one_at_a_time_while_replicating() {
