@@ -9,14 +9,14 @@
 //! the upstream unchanged. Upstream and node are databases of the shared
 //! throwaway cluster.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const EVOLVE: &str = env!("CARGO_BIN_EXE_evolve");
+mod support;
+
+use support::{Pipeline, evolve, text};
 
 fn temp_dir(hint: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -26,84 +26,6 @@ fn temp_dir(hint: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
-}
-
-/// A running `evolve pipeline run`; killed on drop.
-struct Pipeline {
-    child: Child,
-    url: String,
-}
-
-impl Pipeline {
-    fn start(config: &Path) -> Pipeline {
-        let mut child = Command::new(EVOLVE)
-            .args(["pipeline", "run", "--config"])
-            .arg(config)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn evolve pipeline run");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("first line");
-        assert!(
-            line.starts_with("evolve pipeline listening on http://127.0.0.1:"),
-            "{line:?}"
-        );
-        let url = line
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no URL in {line:?}"))
-            .to_owned();
-        Pipeline { child, url }
-    }
-
-    /// SIGTERM, and the exit within 30 s.
-    fn terminate(&mut self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(status.success(), "evolve pipeline run exited with {status}");
-                return;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "evolve pipeline run did not stop within 30 s of SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Pipeline {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn evolve(args: &[&str]) -> Output {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        Command::new(EVOLVE)
-            .args(&args)
-            .env_remove("EVOLVE_ADMIN")
-            .output()
-            .expect("run evolve")
-    })
-    .await
-    .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// `evolve sql -c sql` succeeds; its stdout.
@@ -608,7 +530,10 @@ async fn replicas_and_transforms_through_evolve_sql() {
     assert!(row["position"].as_str().unwrap().contains('/'), "{row}");
 
     // ------------------------------------- a restart keeps the catalog
-    pipeline.terminate();
+    assert!(
+        pipeline.terminate().success(),
+        "evolve pipeline run exited badly"
+    );
     let mut pipeline = Pipeline::start(&config);
     let admin = pipeline.url.clone();
     wait_state(&admin, "node_b", "running").await;
@@ -796,5 +721,8 @@ async fn replicas_and_transforms_through_evolve_sql() {
     );
     assert!(show(&admin, "SHOW TRANSFORMS").await.is_empty());
     assert_eq!(replica_objects(&up).await, Vec::<String>::new());
-    pipeline.terminate();
+    assert!(
+        pipeline.terminate().success(),
+        "evolve pipeline run exited badly"
+    );
 }
