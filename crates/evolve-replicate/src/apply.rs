@@ -38,6 +38,8 @@ use crate::error::{ReplicateError, Result};
 use crate::node::{self, NodeTable};
 use crate::transform::Transform;
 
+mod set;
+
 /// The node's tables evolve writes, created when a replica starts.
 pub const NODE_SETUP: &str = "
 CREATE TABLE IF NOT EXISTS evolve_replica_progress (
@@ -187,6 +189,11 @@ pub struct Applier {
     skip: Option<Position>,
     /// Conflicts since the applier was made, by type and resolution.
     pub counts: BTreeMap<(ConflictType, Resolver), u64>,
+    /// Groups are applied row by row until then (the set-based path met
+    /// something only that path handles).
+    set_off_until: Option<std::time::Instant>,
+    /// How groups were applied: set-based, and row by row.
+    pub groups: (u64, u64),
 }
 
 /// A conflict to log.
@@ -232,6 +239,8 @@ impl Applier {
             position: Position::ZERO,
             skip: None,
             counts: BTreeMap::new(),
+            set_off_until: None,
+            groups: (0, 0),
         };
         applier.read_position(client).await?;
         Ok(applier)
@@ -299,8 +308,7 @@ impl Applier {
                     .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
                 continue;
             }
-            self.finish(tx, std::slice::from_ref(txn), &mut attempt)
-                .await?;
+            self.finish(tx, txn.end, &mut attempt).await?;
             if skipping {
                 self.skip = None;
             }
@@ -380,7 +388,15 @@ impl Applier {
         txns: &[Transaction],
     ) -> Result<Applied> {
         let pending: Vec<&Transaction> = txns.iter().filter(|t| t.end > self.position).collect();
-        let one_by_one = pending.len() <= 1 || pending.iter().any(|t| self.skip == Some(t.end));
+        let skipping = pending.iter().any(|t| self.skip == Some(t.end));
+        if !pending.is_empty()
+            && !skipping
+            && let Some(applied) = self.apply_set(client, &pending).await?
+        {
+            return Ok(applied);
+        }
+        let one_by_one = pending.len() <= 1 || skipping;
+        self.groups.1 += 1;
         if !one_by_one {
             let tx = client
                 .transaction()
@@ -398,8 +414,8 @@ impl Applier {
                 }
             }
             if clean {
-                let owned: Vec<Transaction> = pending.iter().map(|t| (*t).clone()).collect();
-                self.finish(tx, &owned, &mut attempt).await?;
+                let last = pending.last().map_or(self.position, |t| t.end);
+                self.finish(tx, last, &mut attempt).await?;
                 return Ok(attempt.applied);
             }
             tx.rollback()
@@ -484,12 +500,9 @@ impl Applier {
     async fn finish(
         &mut self,
         tx: tokio_postgres::Transaction<'_>,
-        txns: &[Transaction],
+        last: Position,
         attempt: &mut Attempt,
     ) -> Result<()> {
-        let Some(last) = txns.last() else {
-            return Ok(());
-        };
         for (end, time, l) in std::mem::take(&mut attempt.logged) {
             self.log(&tx, end, time, l).await?;
         }
@@ -498,14 +511,14 @@ impl Applier {
              ON CONFLICT (replica) DO UPDATE SET lsn = EXCLUDED.lsn,
                  skip_lsn = CASE WHEN evolve_replica_progress.skip_lsn <= EXCLUDED.lsn
                                  THEN NULL ELSE evolve_replica_progress.skip_lsn END",
-            &[&self.replica, &last.end.to_string()],
+            &[&self.replica, &last.to_string()],
         )
         .await
         .map_err(|e| ReplicateError::node("record the replica's position", &e))?;
         tx.commit()
             .await
             .map_err(|e| ReplicateError::node("commit a node transaction", &e))?;
-        self.position = last.end;
+        self.position = last;
         for id in std::mem::take(&mut attempt.schemas_logged) {
             if let Some(m) = self.tables.get_mut(&id) {
                 m.log_pending = false;

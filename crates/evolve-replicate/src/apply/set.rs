@@ -1,0 +1,682 @@
+//! Applying a group of upstream transactions set by set: per node table
+//! one statement that finds the rows the group's first change of each key
+//! expects (the conflict check), one `DELETE ... USING unnest(...)` and
+//! one `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO UPDATE`, all
+//! sent at once in the node transaction that records the group's last
+//! position.
+//!
+//! The group is folded per key first: what the node must hold after it
+//! (the key's last image, its columns merged over the key's updates, or
+//! no row), and what the key's first change expects before it (an insert
+//! expects no row, an update or a delete one). Within one upstream
+//! transaction and across the group the changes of different keys
+//! commute on the key, so the net effect per key is the effect of the
+//! changes in order; a key that was deleted and inserted again is
+//! deleted and inserted again, so that columns the upstream does not send
+//! get the node's default as they would row by row.
+//!
+//! Conflicts come from the check: a first insert that finds a row is
+//! `insert_exists`, a first update or delete that finds none is
+//! `update_missing` or `delete_missing`. The set statements implement the
+//! resolutions `update` (and `update_if_newer` without
+//! `track_commit_timestamp`, which then means the same), `insert_or_skip`
+//! and `insert_or_error` for an update that sent every column, and `skip`
+//! for a delete; each conflict is logged as the row-by-row path logs it.
+//! Anything else (another resolution, a transform, a truncate, a key that
+//! changes, a table the node lacks, a value the node refuses, an update
+//! that left a value unsent) rolls the node transaction back and the group
+//! takes the row-by-row path, which gives the exact halt, filter or
+//! resolution; the set path then rests for [`REST`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use evolve_core::change::{Bytes, ChangeKind, Datum, RowChange, TableSchema};
+use evolve_core::conflict::{ColumnMatch, ColumnValue, ConflictType, Resolver};
+use evolve_pg::quote_ident;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Statement};
+
+use super::{Applied, Applier, Attempt, Logged, Transaction, count, json_of};
+use crate::error::{ReplicateError, Result};
+use crate::node::NodeTable;
+
+/// How long groups go row by row after the set path declined one.
+pub(super) const REST: Duration = Duration::from_secs(1);
+
+/// Where a row change is in the group: (transaction, row).
+type At = (usize, usize);
+
+/// One key of a node table, folded over the group's changes.
+struct Key {
+    values: Vec<Bytes>,
+    /// The key's first change in the group, and its kind.
+    first: At,
+    first_kind: ChangeKind,
+    /// A row is there after the changes so far.
+    present: bool,
+    /// A delete came before the key's last insert.
+    replace: bool,
+    /// Per upstream column, the value the last insert or the updates after
+    /// it sent (`None`: not sent since).
+    image: Vec<Option<Option<Bytes>>>,
+}
+
+/// A node table's share of the group.
+struct Table {
+    schema: Arc<TableSchema>,
+    node: NodeTable,
+    matched: ColumnMatch,
+    keys: Vec<Key>,
+    index: HashMap<Vec<Bytes>, usize>,
+}
+
+/// One statement to send and its parameters.
+struct Sent<'a> {
+    statement: Statement,
+    params: Vec<Box<dyn ToSql + Sync + Send + 'a>>,
+}
+
+impl Applier {
+    /// Applies `txns` (all past the replica's position, none to skip) in
+    /// one node transaction set by set; `None` when the group is to take
+    /// the row-by-row path (nothing of it was applied).
+    pub(super) async fn apply_set(
+        &mut self,
+        client: &mut Client,
+        txns: &[&Transaction],
+    ) -> Result<Option<Applied>> {
+        if self.set_off_until.is_some_and(|t| Instant::now() < t) {
+            return Ok(None);
+        }
+        if txns
+            .iter()
+            .any(|t| t.rows.iter().any(|(_, c)| c.kind == ChangeKind::Truncate))
+        {
+            return Ok(None);
+        }
+        let Some(last) = txns.last().map(|t| t.end) else {
+            return Ok(None);
+        };
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
+        match self.write_set(&tx, txns).await {
+            Ok(Some(mut attempt)) => {
+                self.finish(tx, last, &mut attempt).await?;
+                self.groups.0 += 1;
+                Ok(Some(attempt.applied))
+            }
+            declined => {
+                if let Err(e) = &declined {
+                    tracing::debug!(replica = %self.replica, error = %e, "set-based apply declined the group");
+                }
+                tx.rollback()
+                    .await
+                    .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
+                self.set_off_until = Some(Instant::now() + REST);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Folds the group, sends its statements and reads the conflicts:
+    /// the attempt to finish, or `None` to decline.
+    async fn write_set(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        txns: &[&Transaction],
+    ) -> Result<Option<Attempt>> {
+        let mut attempt = Attempt::default();
+        let mut logged: Vec<(At, Logged)> = Vec::new();
+        let mut tables: Vec<Table> = Vec::new();
+        let mut by_id: HashMap<u32, usize> = HashMap::new();
+        let mut changes = 0u64;
+        for (ti, txn) in txns.iter().enumerate() {
+            for (ri, (id, change)) in txn.rows.iter().enumerate() {
+                let at = (ti, ri);
+                let slot = match by_id.get(id) {
+                    Some(&s) => {
+                        let known = &tables[s].schema;
+                        if !Arc::ptr_eq(known, &change.table) && **known != *change.table {
+                            // The upstream's table changed inside the group.
+                            return Ok(None);
+                        }
+                        s
+                    }
+                    None => {
+                        let Some(table) = self
+                            .set_table(tx, txn, *id, change, at, &mut attempt, &mut logged)
+                            .await?
+                        else {
+                            return Ok(None);
+                        };
+                        tables.push(table);
+                        by_id.insert(*id, tables.len() - 1);
+                        tables.len() - 1
+                    }
+                };
+                let table = &mut tables[slot];
+                if let Some(new) = &change.new {
+                    for &(i, resolver) in &table.matched.missing_on_target {
+                        if let Some(Datum::Text(_)) = new.get(i) {
+                            if resolver == Resolver::IgnoreIfNull {
+                                return Ok(None);
+                            }
+                            count(
+                                &mut attempt.applied,
+                                ConflictType::TargetColumnMissing,
+                                resolver,
+                            );
+                            logged.push((
+                                at,
+                                Logged {
+                                    conflict: ConflictType::TargetColumnMissing,
+                                    resolution: resolver,
+                                    schema: table.schema.schema.clone(),
+                                    table: table.schema.name.clone(),
+                                    key: Some(
+                                        json_of(&table.schema, &super::key_image(change), true)
+                                            .to_string(),
+                                    ),
+                                    remote: Some(json_of(&table.schema, new, false).to_string()),
+                                    local: None,
+                                    detail: Some(format!(
+                                        "column \"{}\" dropped",
+                                        table.schema.columns[i].name
+                                    )),
+                                },
+                            ));
+                        }
+                    }
+                }
+                if !fold(table, at, change) {
+                    return Ok(None);
+                }
+                changes += 1;
+            }
+        }
+
+        // Checks first (they read the node as the group found it), then
+        // deletes, then upserts, in the order the tables first appear
+        // (deletes in reverse).
+        let mut sends: Vec<Sent<'_>> = Vec::new();
+        for t in &tables {
+            sends.push(self.check(tx, t).await?);
+        }
+        for t in tables.iter().rev() {
+            if let Some(s) = self.delete(tx, t).await? {
+                sends.push(s);
+            }
+        }
+        for t in &tables {
+            match self.upsert(tx, t).await? {
+                Upsert::None => {}
+                Upsert::Send(s) => sends.push(s),
+                Upsert::Incomplete => return Ok(None),
+            }
+        }
+        let params: Vec<Vec<&(dyn ToSql + Sync)>> = sends
+            .iter()
+            .map(|s| s.params.iter().map(|p| p.as_ref() as _).collect())
+            .collect();
+        let results = futures_util::future::join_all(
+            sends
+                .iter()
+                .zip(&params)
+                .map(|(s, p)| tx.query(&s.statement, p)),
+        )
+        .await;
+        let mut results = results.into_iter();
+        let mut checks = Vec::with_capacity(tables.len());
+        for _ in &tables {
+            match results.next() {
+                Some(Ok(rows)) => checks.push(rows),
+                _ => return Ok(None),
+            }
+        }
+        if results.any(|r| r.is_err()) {
+            return Ok(None);
+        }
+
+        for (t, rows) in tables.iter().zip(checks) {
+            for row in rows {
+                let i = row.get::<_, i32>(0) as usize;
+                let local: Option<String> = row.get(1);
+                let Some(key) = t.keys.get(i) else {
+                    return Ok(None);
+                };
+                let (ti, ri) = key.first;
+                let change = &txns[ti].rows[ri].1;
+                let Some(l) = self.conflict(t, key, change, local) else {
+                    return Ok(None);
+                };
+                count(&mut attempt.applied, l.conflict, l.resolution);
+                logged.push((key.first, l));
+            }
+        }
+        logged.sort_by_key(|(at, _)| *at);
+        attempt.logged = logged
+            .into_iter()
+            .map(|((ti, _), l)| (txns[ti].end, txns[ti].commit_time_micros, l))
+            .collect();
+        attempt.applied.rows += changes;
+        Ok(Some(attempt))
+    }
+
+    /// A table's first change in the group: its mapping onto the node (and
+    /// the schema-level conflicts to log), or `None` when the set path
+    /// does not apply to it.
+    #[allow(clippy::too_many_arguments)]
+    async fn set_table(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        txn: &Transaction,
+        id: u32,
+        change: &RowChange,
+        at: At,
+        attempt: &mut Attempt,
+        logged: &mut Vec<(At, Logged)>,
+    ) -> Result<Option<Table>> {
+        let schema = Arc::clone(&change.table);
+        let resolvers = self.resolvers.clone();
+        let mapped = self.mapped(tx, txn, id, &schema).await?;
+        if mapped.transform.is_some() {
+            return Ok(None);
+        }
+        let Some((node, matched)) = mapped.target.clone() else {
+            return Ok(None);
+        };
+        if matched.key.is_empty()
+            || matched
+                .key
+                .iter()
+                .any(|&k| !matches!(matched.values[k], ColumnValue::Source(_)))
+        {
+            return Ok(None);
+        }
+        if mapped.log_pending && attempt.schemas_logged.insert(id) {
+            for (conflict, detail) in &matched.conflicts {
+                if *conflict == ConflictType::TargetColumnMissing {
+                    continue;
+                }
+                let resolution = match conflict {
+                    ConflictType::TargetColumnTypeMismatch => Resolver::Transform,
+                    c => resolvers.get(*c),
+                };
+                count(&mut attempt.applied, *conflict, resolution);
+                logged.push((
+                    at,
+                    Logged {
+                        conflict: *conflict,
+                        resolution,
+                        schema: schema.schema.clone(),
+                        table: schema.name.clone(),
+                        key: None,
+                        remote: None,
+                        local: None,
+                        detail: Some(detail.clone()),
+                    },
+                ));
+            }
+        }
+        Ok(Some(Table {
+            schema,
+            node,
+            matched,
+            keys: Vec::new(),
+            index: HashMap::new(),
+        }))
+    }
+
+    /// `SELECT i, to_jsonb(node row)` for the keys whose first change
+    /// finds the node otherwise than it expects.
+    async fn check<'a>(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        t: &'a Table,
+    ) -> Result<Sent<'a>> {
+        let (node, matched) = (&t.node, &t.matched);
+        let mut columns = vec!["i".to_string(), "e".to_string()];
+        let mut arrays = vec!["$1::int4[]".to_string(), "$2::bool[]".to_string()];
+        let mut cond = Vec::new();
+        for (n, &k) in matched.key.iter().enumerate() {
+            columns.push(format!("k{n}"));
+            arrays.push(format!("${}::text[]", n + 3));
+            cond.push(format!(
+                "t.{} = u.k{n}::{}",
+                quote_ident(&node.table.columns[k].name),
+                node.type_names[k]
+            ));
+        }
+        let sql = format!(
+            "SELECT u.i, to_jsonb(t)::text FROM unnest({}) AS u({}) LEFT JOIN {} t ON {} WHERE u.e <> (t.ctid IS NOT NULL)",
+            arrays.join(", "),
+            columns.join(", "),
+            target(node),
+            cond.join(" AND ")
+        );
+        let mut params: Vec<Box<dyn ToSql + Sync + Send + 'a>> = vec![
+            Box::new((0..t.keys.len() as i32).collect::<Vec<i32>>()),
+            Box::new(
+                t.keys
+                    .iter()
+                    .map(|k| k.first_kind != ChangeKind::Insert)
+                    .collect::<Vec<bool>>(),
+            ),
+        ];
+        for n in 0..matched.key.len() {
+            params.push(Box::new(
+                t.keys
+                    .iter()
+                    .map(|k| utf8(&k.values[n]))
+                    .collect::<Result<Vec<Option<&str>>>>()?,
+            ));
+        }
+        Ok(Sent {
+            statement: self.statement(tx, sql).await?,
+            params,
+        })
+    }
+
+    /// The delete of the keys the group leaves without a row or replaces.
+    async fn delete<'a>(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        t: &'a Table,
+    ) -> Result<Option<Sent<'a>>> {
+        let gone: Vec<&Key> = t.keys.iter().filter(|k| !k.present || k.replace).collect();
+        if gone.is_empty() {
+            return Ok(None);
+        }
+        let (node, matched) = (&t.node, &t.matched);
+        let mut columns = Vec::new();
+        let mut arrays = Vec::new();
+        let mut cond = Vec::new();
+        let mut params: Vec<Box<dyn ToSql + Sync + Send + 'a>> = Vec::new();
+        for (n, &k) in matched.key.iter().enumerate() {
+            columns.push(format!("k{n}"));
+            arrays.push(format!("${}::text[]", n + 1));
+            cond.push(format!(
+                "t.{} = u.k{n}::{}",
+                quote_ident(&node.table.columns[k].name),
+                node.type_names[k]
+            ));
+            params.push(Box::new(
+                gone.iter()
+                    .map(|key| utf8(&key.values[n]))
+                    .collect::<Result<Vec<Option<&str>>>>()?,
+            ));
+        }
+        let sql = format!(
+            "DELETE FROM {} t USING unnest({}) AS u({}) WHERE {}",
+            target(node),
+            arrays.join(", "),
+            columns.join(", "),
+            cond.join(" AND ")
+        );
+        Ok(Some(Sent {
+            statement: self.statement(tx, sql).await?,
+            params,
+        }))
+    }
+
+    /// The upsert of every key the group leaves with a row: its image, in
+    /// the node's column types.
+    async fn upsert<'a>(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        t: &'a Table,
+    ) -> Result<Upsert<'a>> {
+        let rows: Vec<&Key> = t.keys.iter().filter(|k| k.present).collect();
+        if rows.is_empty() {
+            return Ok(Upsert::None);
+        }
+        let (node, matched) = (&t.node, &t.matched);
+        let mut columns = Vec::new();
+        let mut aliases = Vec::new();
+        let mut arrays = Vec::new();
+        let mut values = Vec::new();
+        let mut params: Vec<Box<dyn ToSql + Sync + Send + 'a>> = Vec::new();
+        for (n, value) in matched.values.iter().enumerate() {
+            let ColumnValue::Source(i) = *value else {
+                // The node's default: left out.
+                continue;
+            };
+            let mut column = Vec::with_capacity(rows.len());
+            for key in &rows {
+                match key.image.get(i) {
+                    Some(Some(Some(v))) => column.push(utf8(v)?),
+                    Some(Some(None)) => column.push(None),
+                    // Not sent since the key's last insert: the node row
+                    // keeps it, which only an update of that column says.
+                    _ => return Ok(Upsert::Incomplete),
+                }
+            }
+            let p = params.len() + 1;
+            aliases.push(format!("c{p}"));
+            arrays.push(format!("${p}::text[]"));
+            values.push(format!("u.c{p}::{}", node.type_names[n]));
+            columns.push(quote_ident(&node.table.columns[n].name));
+            params.push(Box::new(column));
+        }
+        let key_columns: Vec<String> = matched
+            .key
+            .iter()
+            .map(|&k| quote_ident(&node.table.columns[k].name))
+            .collect();
+        let updates: Vec<String> = columns
+            .iter()
+            .filter(|c| !key_columns.contains(c))
+            .map(|c| format!("{c} = EXCLUDED.{c}"))
+            .collect();
+        let action = if updates.is_empty() {
+            "DO NOTHING".to_string()
+        } else {
+            format!("DO UPDATE SET {}", updates.join(", "))
+        };
+        let sql = format!(
+            "INSERT INTO {} AS t ({}) SELECT {} FROM unnest({}) AS u({}) ON CONFLICT ({}) {action}",
+            target(node),
+            columns.join(", "),
+            values.join(", "),
+            arrays.join(", "),
+            aliases.join(", "),
+            key_columns.join(", ")
+        );
+        Ok(Upsert::Send(Sent {
+            statement: self.statement(tx, sql).await?,
+            params,
+        }))
+    }
+
+    /// The conflict a key's first change met, when the set statements
+    /// implement its resolution.
+    fn conflict(
+        &self,
+        t: &Table,
+        key: &Key,
+        change: &RowChange,
+        local: Option<String>,
+    ) -> Option<Logged> {
+        let schema = &t.schema;
+        let names = (schema.schema.clone(), schema.name.clone());
+        match key.first_kind {
+            ChangeKind::Insert => {
+                let resolver = self.resolvers.get(ConflictType::InsertExists);
+                let updates = resolver == Resolver::Update
+                    || (resolver == Resolver::UpdateIfNewer && !self.commit_timestamps);
+                let new = change.new.as_deref()?;
+                updates.then(|| Logged {
+                    conflict: ConflictType::InsertExists,
+                    resolution: Resolver::Update,
+                    schema: names.0,
+                    table: names.1,
+                    key: Some(json_of(schema, new, true).to_string()),
+                    remote: Some(json_of(schema, new, false).to_string()),
+                    local,
+                    detail: None,
+                })
+            }
+            ChangeKind::Update => {
+                let resolver = self.resolvers.get(ConflictType::UpdateMissing);
+                let new = change.new.as_deref()?;
+                // Row by row the update turns into an insert only when it
+                // sent every column.
+                let complete = t.matched.values.iter().all(|v| match v {
+                    ColumnValue::Source(i) => {
+                        matches!(new.get(*i), Some(Datum::Text(_) | Datum::Null))
+                    }
+                    _ => true,
+                });
+                let inserts = matches!(resolver, Resolver::InsertOrSkip | Resolver::InsertOrError);
+                let key_from = change
+                    .old
+                    .as_deref()
+                    .filter(|old| super::key_values(&t.matched, old).is_some())
+                    .unwrap_or(new);
+                (inserts && complete).then(|| Logged {
+                    conflict: ConflictType::UpdateMissing,
+                    resolution: resolver,
+                    schema: names.0,
+                    table: names.1,
+                    key: Some(json_of(schema, key_from, true).to_string()),
+                    remote: Some(json_of(schema, new, false).to_string()),
+                    local: None,
+                    detail: None,
+                })
+            }
+            ChangeKind::Delete => {
+                let resolver = self.resolvers.get(ConflictType::DeleteMissing);
+                let old = change.old.as_deref()?;
+                (resolver == Resolver::Skip).then(|| Logged {
+                    conflict: ConflictType::DeleteMissing,
+                    resolution: Resolver::Skip,
+                    schema: names.0,
+                    table: names.1,
+                    key: Some(json_of(schema, old, true).to_string()),
+                    remote: None,
+                    local: None,
+                    detail: None,
+                })
+            }
+            ChangeKind::Truncate => None,
+        }
+    }
+}
+
+enum Upsert<'a> {
+    /// No key ends with a row.
+    None,
+    Send(Sent<'a>),
+    /// A key's image lacks a column's value.
+    Incomplete,
+}
+
+/// Folds `change` into its key's state: false when the set path cannot
+/// take it (a key that changes, a key value not sent, a change the
+/// key's state does not allow).
+fn fold(table: &mut Table, at: At, change: &RowChange) -> bool {
+    let key_of = |image: &[Datum]| -> Option<Vec<Bytes>> {
+        table
+            .matched
+            .key
+            .iter()
+            .map(|&k| match table.matched.values[k] {
+                ColumnValue::Source(i) => match image.get(i) {
+                    Some(Datum::Text(t)) => Some(t.clone()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    };
+    let new = change.new.as_deref();
+    let old = change.old.as_deref();
+    let key = match change.kind {
+        ChangeKind::Insert => new.and_then(key_of),
+        ChangeKind::Update => match (old.and_then(key_of), new.and_then(key_of)) {
+            (Some(o), Some(n)) if o != n => None,
+            (Some(o), _) => Some(o),
+            (None, n) => n,
+        },
+        ChangeKind::Delete => old.and_then(key_of),
+        ChangeKind::Truncate => None,
+    };
+    let Some(key) = key else {
+        return false;
+    };
+    let columns = table.schema.columns.len();
+    let i = match table.index.get(&key) {
+        Some(&i) => i,
+        None => {
+            table.keys.push(Key {
+                values: key.clone(),
+                first: at,
+                first_kind: change.kind,
+                present: change.kind != ChangeKind::Insert,
+                replace: false,
+                image: vec![None; columns],
+            });
+            table.index.insert(key, table.keys.len() - 1);
+            table.keys.len() - 1
+        }
+    };
+    let k = &mut table.keys[i];
+    let sent = |d: &Datum| match d {
+        Datum::Text(t) => Some(Some(t.clone())),
+        Datum::Null => Some(None),
+        Datum::Unchanged | Datum::Missing => None,
+    };
+    match change.kind {
+        ChangeKind::Insert => {
+            if k.present {
+                return false;
+            }
+            let Some(new) = new else {
+                return false;
+            };
+            k.replace = k.first != at;
+            k.present = true;
+            k.image = (0..columns).map(|c| new.get(c).and_then(sent)).collect();
+        }
+        ChangeKind::Update => {
+            if !k.present {
+                return false;
+            }
+            let Some(new) = new else {
+                return false;
+            };
+            for (c, d) in new.iter().enumerate().take(columns) {
+                if let Some(v) = sent(d) {
+                    k.image[c] = Some(v);
+                }
+            }
+        }
+        ChangeKind::Delete => {
+            if !k.present {
+                return false;
+            }
+            k.present = false;
+            k.image = vec![None; columns];
+        }
+        ChangeKind::Truncate => return false,
+    }
+    true
+}
+
+fn target(node: &NodeTable) -> String {
+    format!(
+        "{}.{}",
+        quote_ident(&node.table.schema),
+        quote_ident(&node.table.name)
+    )
+}
+
+/// A value's text (an error, which declines the group, when it is not
+/// UTF-8).
+fn utf8(b: &Bytes) -> Result<Option<&str>> {
+    super::text(b).map(Some)
+}

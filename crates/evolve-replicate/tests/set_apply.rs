@@ -1,0 +1,280 @@
+//! The set-based apply of a group against the row-by-row apply of its
+//! transactions: the same generated transactions (inserts, updates and
+//! deletes of the same keys inside and across transactions, keys the node
+//! has and lacks, a column the node lacks and one only the node has) into
+//! two nodes that start equal, one group at a time on one and one
+//! transaction at a time on the other. Both end with the same rows and
+//! the same conflicts, every conflict type the set path resolves occurs,
+//! and groups the set path cannot take (a truncate, a resolver it does
+//! not implement) are applied row by row with the same result.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::*;
+use evolve_core::change::{Bytes, ChangeKind, ColumnSchema, Datum, RowChange, TableSchema};
+use evolve_core::conflict::{ConflictType, Resolver, Resolvers};
+use evolve_pipeline::Position;
+use evolve_replicate::apply::{Applier, Transaction};
+use tokio_postgres::Client;
+
+/// A deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn schema() -> Arc<TableSchema> {
+    let column = |name: &str, type_oid: u32, key: bool| ColumnSchema {
+        name: name.into(),
+        type_oid,
+        typmod: -1,
+        key,
+    };
+    Arc::new(TableSchema {
+        schema: "public".into(),
+        name: "t".into(),
+        columns: vec![
+            column("id", 20, true),
+            column("v", 25, false),
+            column("n", 23, false),
+            // The node has no `x`: target_column_missing.
+            column("x", 25, false),
+        ],
+    })
+}
+
+fn text(s: impl ToString) -> Datum {
+    Datum::Text(Bytes::from(s.to_string()))
+}
+
+/// Transactions over upstream rows `26..=75` (the nodes start with
+/// `1..=50`): inserts of keys the upstream lacks (some the node has),
+/// updates and deletes of keys it has (some the node lacks).
+fn workload(seed: u64, transactions: usize) -> Vec<Transaction> {
+    let schema = schema();
+    let mut rng = Rng(seed);
+    let mut upstream: BTreeMap<i64, ()> = (26..=75).map(|k| (k, ())).collect();
+    let mut out = Vec::new();
+    for t in 0..transactions {
+        let mut rows = Vec::new();
+        for _ in 0..1 + rng.below(12) {
+            let image = |rng: &mut Rng, id: i64| {
+                vec![
+                    text(id),
+                    text(format!("v{}", rng.below(1000))),
+                    if rng.below(4) == 0 {
+                        Datum::Null
+                    } else {
+                        text(rng.below(100))
+                    },
+                    if rng.below(2) == 0 {
+                        Datum::Null
+                    } else {
+                        text("x")
+                    },
+                ]
+            };
+            let kind = rng.below(3);
+            let change = if kind == 0 || upstream.is_empty() {
+                let id = loop {
+                    let id = 1 + rng.below(110) as i64;
+                    if !upstream.contains_key(&id) {
+                        break id;
+                    }
+                };
+                upstream.insert(id, ());
+                RowChange {
+                    table: Arc::clone(&schema),
+                    kind: ChangeKind::Insert,
+                    old: None,
+                    new: Some(image(&mut rng, id)),
+                }
+            } else {
+                let keys: Vec<i64> = upstream.keys().copied().collect();
+                let id = keys[rng.below(keys.len() as u64) as usize];
+                if kind == 1 {
+                    RowChange {
+                        table: Arc::clone(&schema),
+                        kind: ChangeKind::Update,
+                        old: None,
+                        new: Some(image(&mut rng, id)),
+                    }
+                } else {
+                    upstream.remove(&id);
+                    RowChange {
+                        table: Arc::clone(&schema),
+                        kind: ChangeKind::Delete,
+                        old: Some(vec![
+                            text(id),
+                            Datum::Missing,
+                            Datum::Missing,
+                            Datum::Missing,
+                        ]),
+                        new: None,
+                    }
+                }
+            };
+            rows.push((16384, change));
+        }
+        out.push(Transaction {
+            end: Position::from_u64(0x1000 + 0x100 * t as u64),
+            commit_time_micros: 1_700_000_000_000_000 + t as i64,
+            rows,
+        });
+    }
+    out
+}
+
+const NODE: &str = "
+CREATE TABLE t (id int8 PRIMARY KEY, v text, n int4, d text NOT NULL DEFAULT 'dflt');
+INSERT INTO t SELECT g, 'node' || g, g, 'kept' FROM generate_series(1, 50) g;";
+
+async fn node(name: &str) -> (evolve_test::TestDb, Client) {
+    let db = evolve_test::fresh_db(name).await;
+    let client = connect(&db.url).await;
+    client.batch_execute(NODE).await.unwrap();
+    (db, client)
+}
+
+fn resolvers(insert_exists: Resolver) -> Resolvers {
+    let mut r = Resolvers::default();
+    r.set(ConflictType::TargetColumnMissing, Resolver::Ignore)
+        .unwrap();
+    r.set(ConflictType::InsertExists, insert_exists).unwrap();
+    r
+}
+
+/// The node's rows and its conflict history (order within a transaction
+/// aside: the history's order there is not meaningful).
+async fn state(client: &Client) -> (Vec<String>, Vec<String>) {
+    let table = rows(client, "SELECT * FROM t ORDER BY id").await;
+    let mut history = rows(
+        client,
+        "SELECT conflict_type, resolution, schema_name, table_name, key, remote_tuple,
+                local_tuple, remote_lsn, remote_commit_time, detail
+         FROM evolve_conflict_history",
+    )
+    .await;
+    history.sort();
+    (table, history)
+}
+
+type Counts = BTreeMap<(ConflictType, Resolver), u64>;
+
+/// Applies `txns` in groups of `group` on `set` and one by one on `rows`;
+/// the groups the set path took and the conflicts counted on each.
+async fn apply_both(
+    set: &mut Client,
+    rows: &mut Client,
+    resolvers: Resolvers,
+    txns: &[Transaction],
+    group: usize,
+) -> (u64, Counts, Counts) {
+    let mut a = Applier::open(set, "r", resolvers.clone(), Vec::new())
+        .await
+        .unwrap();
+    let mut b = Applier::open(rows, "r", resolvers, Vec::new())
+        .await
+        .unwrap();
+    for chunk in txns.chunks(group) {
+        a.apply_group(set, chunk).await.unwrap();
+    }
+    for t in txns {
+        b.apply(rows, t).await.unwrap();
+    }
+    assert_eq!(a.position(), txns.last().unwrap().end);
+    assert_eq!(b.position(), txns.last().unwrap().end);
+    (a.groups.0, a.counts.clone(), b.counts.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_based_groups_end_as_row_by_row_transactions() {
+    let (_a_db, mut a) = node("set_a").await;
+    let (_b_db, mut b) = node("set_b").await;
+    let txns = workload(0x5eed, 120);
+    let changes: usize = txns.iter().map(|t| t.rows.len()).sum();
+    let (set_groups, set_counts, row_counts) =
+        apply_both(&mut a, &mut b, resolvers(Resolver::Update), &txns, 20).await;
+    assert_eq!(set_groups, 6, "every group of 20 took the set path");
+    assert_eq!(set_counts, row_counts);
+    let seen = |c: ConflictType, r: Resolver| set_counts.get(&(c, r)).copied().unwrap_or(0);
+    for (c, r) in [
+        (ConflictType::InsertExists, Resolver::Update),
+        (ConflictType::UpdateMissing, Resolver::InsertOrSkip),
+        (ConflictType::DeleteMissing, Resolver::Skip),
+        (ConflictType::TargetColumnMissing, Resolver::Ignore),
+    ] {
+        assert!(
+            seen(c, r) > 0,
+            "{c} / {r} never happened in {changes} changes"
+        );
+    }
+    let (a_state, b_state) = (state(&a).await, state(&b).await);
+    assert_eq!(a_state.0, b_state.0, "rows differ");
+    assert_eq!(a_state.1, b_state.1, "conflict histories differ");
+    let history: i64 = a
+        .query_one("SELECT count(*) FROM evolve_conflict_history", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(history as u64, set_counts.values().sum::<u64>());
+    // A key deleted and inserted again within a group gets the node's
+    // default for the column the upstream does not send, as row by row.
+    let defaults: i64 = a
+        .query_one("SELECT count(*) FROM t WHERE d = 'dflt'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(defaults > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_the_set_path_cannot_take_go_row_by_row() {
+    // `skip` for insert_exists is not a set statement: every group with
+    // such a conflict goes row by row, with the same result.
+    let (_a_db, mut a) = node("set_skip_a").await;
+    let (_b_db, mut b) = node("set_skip_b").await;
+    let txns = workload(0xfeed, 60);
+    let (set_groups, set_counts, row_counts) =
+        apply_both(&mut a, &mut b, resolvers(Resolver::Skip), &txns, 30).await;
+    assert_eq!(set_counts, row_counts);
+    assert!(
+        set_counts
+            .get(&(ConflictType::InsertExists, Resolver::Skip))
+            .is_some_and(|n| *n > 0)
+    );
+    assert_eq!(set_groups, 0);
+    assert_eq!(state(&a).await, state(&b).await);
+
+    // A truncate in a group.
+    let (_c_db, mut c) = node("set_trunc_a").await;
+    let (_d_db, mut d) = node("set_trunc_b").await;
+    let mut txns = workload(0xbeef, 10);
+    let schema = schema();
+    txns[4].rows.push((
+        16384,
+        RowChange {
+            table: schema,
+            kind: ChangeKind::Truncate,
+            old: None,
+            new: None,
+        },
+    ));
+    let (set_groups, set_counts, row_counts) =
+        apply_both(&mut c, &mut d, resolvers(Resolver::Update), &txns, 10).await;
+    assert_eq!(set_groups, 0);
+    assert_eq!(set_counts, row_counts);
+    assert_eq!(state(&c).await, state(&d).await);
+}
