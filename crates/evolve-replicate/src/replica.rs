@@ -81,6 +81,13 @@ const GROUP_ROWS: usize = 20_000;
 /// ... or once it has been open this long.
 const GROUP_AGE: Duration = Duration::from_millis(50);
 
+/// What the read loop hands the apply loop, in stream order.
+enum Work {
+    Group(Vec<Transaction>),
+    /// Read the node's catalog again before the next row.
+    Refresh,
+}
+
 /// The first wait after a transient failure; it doubles up to 10 s.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 
@@ -341,7 +348,7 @@ impl Replica {
         }
     }
 
-    async fn run_once(&self, mut stop: watch::Receiver<bool>) -> Result<()> {
+    async fn run_once(&self, stop: watch::Receiver<bool>) -> Result<()> {
         let spec = &self.spec;
         let slot = Self::slot_name(&spec.name);
         let mut node = evolve_pg::connect(&spec.node, "evolve replicate")
@@ -378,22 +385,97 @@ impl Replica {
             s.error = None;
             s.position = applier.position();
         });
+        // The stream is read while the node applies the group before:
+        // groups go to the apply loop in order, and what it applied comes
+        // back to be confirmed upstream.
+        let (work_tx, mut work_rx) = tokio::sync::mpsc::unbounded_channel::<Work>();
+        let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel::<Position>();
+        let apply = async move {
+            while let Some(work) = work_rx.recv().await {
+                match work {
+                    Work::Group(group) => {
+                        let Some(last) = group.last().map(|t| t.end) else {
+                            continue;
+                        };
+                        let applied = applier.apply_group(&mut node, &group).await?;
+                        self.set(|s| {
+                            s.position = last;
+                            for (k, n) in &applied.conflicts {
+                                *s.conflicts.entry(*k).or_default() += n;
+                            }
+                        });
+                        if done_tx.send(last).is_err() {
+                            break;
+                        }
+                    }
+                    // A rollout migrated a node: what it has now is read
+                    // before the next row.
+                    Work::Refresh => applier.refresh_matches(),
+                }
+            }
+            Ok::<(), ReplicateError>(())
+        };
+        let read = self.read(&mut stream, stop, work_tx, done_rx);
+        let (applied, read) = tokio::join!(apply, read);
+        stream.close().await;
+        // The apply loop's error is the cause when both failed (the read
+        // loop stops when the apply loop is gone).
+        applied?;
+        read
+    }
+
+    /// Reads the stream into groups of committed transactions and hands
+    /// them to the apply loop: at once while it is idle, and while it
+    /// applies one group, the next is gathered up to its limits (then the
+    /// stream waits). Confirms upstream what the apply loop reports.
+    async fn read<S: ChangeStream>(
+        &self,
+        stream: &mut S,
+        mut stop: watch::Receiver<bool>,
+        work: tokio::sync::mpsc::UnboundedSender<Work>,
+        mut done: tokio::sync::mpsc::UnboundedReceiver<Position>,
+    ) -> Result<()> {
         let mut current: Option<Transaction> = None;
-        // Committed upstream transactions not yet on the node: applied as
-        // one node transaction when the stream has nothing more ready, or
-        // at the group's limits.
         let mut group: Vec<Transaction> = Vec::new();
         let mut group_rows = 0usize;
         let mut group_began = tokio::time::Instant::now();
+        let mut in_flight = 0usize;
+        let gone = || ReplicateError::Node {
+            context: format!("apply to the node of replica {}", self.spec.name),
+            message: "the apply loop ended".into(),
+        };
         loop {
+            let full = group.len() >= GROUP_TRANSACTIONS
+                || group_rows >= GROUP_ROWS
+                || (!group.is_empty() && group_began.elapsed() >= GROUP_AGE);
+            let hand_off = !group.is_empty() && (in_flight == 0 || (full && in_flight < 2));
+            if hand_off {
+                work.send(Work::Group(std::mem::take(&mut group)))
+                    .map_err(|_| gone())?;
+                group_rows = 0;
+                in_flight += 1;
+                continue;
+            }
             tokio::select! {
                 biased;
                 _ = stop.changed() => {
-                    self.flush(&mut applier, &mut node, &mut stream, &mut group).await?;
-                    stream.close().await;
+                    if !group.is_empty() {
+                        work.send(Work::Group(std::mem::take(&mut group))).map_err(|_| gone())?;
+                        in_flight += 1;
+                    }
+                    while in_flight > 0 {
+                        let end = done.recv().await.ok_or_else(gone)?;
+                        stream.confirm(end);
+                        in_flight -= 1;
+                    }
                     return Ok(());
                 }
-                event = stream.next() => match event? {
+                end = done.recv() => {
+                    let end = end.ok_or_else(gone)?;
+                    stream.confirm(end);
+                    in_flight -= 1;
+                }
+                event = stream.next(), if !full => match event? {
                     SourceEvent::Begin { commit_time_micros, .. } => {
                         current = Some(Transaction {
                             end: Position::ZERO,
@@ -414,58 +496,28 @@ impl Replica {
                             }
                             group_rows += t.rows.len();
                             group.push(t);
-                            if group.len() >= GROUP_TRANSACTIONS
-                                || group_rows >= GROUP_ROWS
-                                || group_began.elapsed() >= GROUP_AGE
-                            {
-                                self.flush(&mut applier, &mut node, &mut stream, &mut group).await?;
-                                group_rows = 0;
-                            }
                         }
                     }
                     SourceEvent::Idle { upto } => {
-                        if current.is_none() && group.is_empty() {
+                        if current.is_none() && group.is_empty() && in_flight == 0 {
                             stream.confirm(upto);
                         }
                     }
-                    // A rollout migrated a node: what it has now is read
-                    // before the next row.
                     SourceEvent::Marker { prefix, content }
                         if prefix == "evolve" && content.starts_with(b"rollout ") =>
                     {
-                        applier.refresh_matches();
+                        if !group.is_empty() {
+                            work.send(Work::Group(std::mem::take(&mut group))).map_err(|_| gone())?;
+                            group_rows = 0;
+                            in_flight += 1;
+                        }
+                        work.send(Work::Refresh).map_err(|_| gone())?;
                     }
                     SourceEvent::Schema { .. } | SourceEvent::Marker { .. } => {}
                 },
-                _ = std::future::ready(()), if !group.is_empty() => {
-                    self.flush(&mut applier, &mut node, &mut stream, &mut group).await?;
-                    group_rows = 0;
-                }
+                _ = tokio::time::sleep_until(group_began + GROUP_AGE), if !group.is_empty() && !full => {}
             }
         }
-    }
-
-    /// Applies the group to the node and confirms it upstream.
-    async fn flush<S: ChangeStream>(
-        &self,
-        applier: &mut Applier,
-        node: &mut tokio_postgres::Client,
-        stream: &mut S,
-        group: &mut Vec<Transaction>,
-    ) -> Result<()> {
-        let Some(last) = group.last().map(|t| t.end) else {
-            return Ok(());
-        };
-        let applied = applier.apply_group(node, group).await?;
-        group.clear();
-        stream.confirm(last);
-        self.set(|s| {
-            s.position = last;
-            for (k, n) in &applied.conflicts {
-                *s.conflicts.entry(*k).or_default() += n;
-            }
-        });
-        Ok(())
     }
 
     /// Skips the upstream transaction that finished at `lsn` on the node
