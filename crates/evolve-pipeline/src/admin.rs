@@ -90,7 +90,10 @@
 //! with `replacement_for`, `table`, `rows_copied`, `hydrated` and the state
 //! `hydrating`, `hydrated` or `applying`; sinks `from`, `connection` and
 //! `target`. Connections appear by their name in `evolve.toml`, never as
-//! URLs.
+//! URLs. A [`StatementHandler`]'s objects follow ([`StatementHandler::status`]):
+//! replicas with `source`, `connection` (the node's), `applied_lsn` (the
+//! last transaction applied to the node) and `conflicts` (since the
+//! pipeline started, by conflict type, then resolution).
 //!
 //! # `GET /drift`
 //!
@@ -113,7 +116,8 @@
 //! `evolve_pipeline_snapshot_rows_copied`, `evolve_pipeline_lag_bytes`,
 //! `evolve_pipeline_lag_seconds`, `evolve_pipeline_rows_per_second`,
 //! `evolve_pipeline_retained_wal_bytes`, and
-//! `evolve_pipeline_statements_total` by result.
+//! `evolve_pipeline_statements_total` by result, and for replicas
+//! `evolve_pipeline_conflicts_total` by conflict type and resolution.
 //!
 //! # `GET /subscribe/{name}`
 //!
@@ -149,6 +153,7 @@
 //! still being hydrated the answer is a `200` that sends nothing until it
 //! runs (an `as_of` out of range then ends it with an `error` line).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
@@ -313,6 +318,12 @@ pub trait StatementHandler: Send + Sync {
         pipeline: &'a Pipeline,
         statement: &'a Statement,
     ) -> HandlerFuture<'a, Result<StatementResult, PipelineError>>;
+
+    /// Objects of the handler's own for `/status` and `/metrics` (replicas),
+    /// appended after the pipeline's.
+    fn status<'a>(&'a self) -> HandlerFuture<'a, Vec<ObjectReport>> {
+        Box::pin(async { Vec::new() })
+    }
 
     /// Background work until `stop` turns true.
     fn run<'a>(
@@ -761,6 +772,10 @@ pub struct ObjectReport {
     /// the stream (APPLY REPLACEMENT needs it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hydrated: Option<bool>,
+    /// Replicas: the conflicts met since the pipeline started, by conflict
+    /// type and then resolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflicts: Option<BTreeMap<String, BTreeMap<String, u64>>>,
 }
 
 /// Every object with its state, from the catalog and the running tasks.
@@ -1021,6 +1036,33 @@ pub fn metrics_text(report: &StatusReport, statements_ok: u64, statements_failed
             .collect(),
     );
     family(
+        "evolve_pipeline_conflicts_total",
+        "Conflicts a replica met since the pipeline started, by type and resolution.",
+        "counter",
+        report
+            .objects
+            .iter()
+            .flat_map(|o| {
+                o.conflicts
+                    .iter()
+                    .flatten()
+                    .flat_map(move |(conflict, by)| {
+                        by.iter().map(move |(resolution, n)| {
+                            (
+                                format!(
+                                    "{},conflict_type=\"{}\",resolution=\"{}\"",
+                                    object(o),
+                                    label(conflict),
+                                    label(resolution)
+                                ),
+                                n.to_string(),
+                            )
+                        })
+                    })
+            })
+            .collect(),
+    );
+    family(
         "evolve_pipeline_statements_total",
         "Control statements run through POST /sql, by result.",
         "counter",
@@ -1141,7 +1183,10 @@ impl Admin {
             return Ok(report);
         }
         let (started, run) = (Instant::now(), self.statements_run());
-        let report = status(&self.pipeline).await?;
+        let mut report = status(&self.pipeline).await?;
+        if let Some(handler) = &self.handler {
+            report.objects.extend(handler.status().await);
+        }
         *self.report.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((started, run, report.clone()));
         Ok(report)

@@ -38,12 +38,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use evolve_core::conflict::Resolvers;
+use evolve_core::conflict::{ConflictType, Resolver, Resolvers};
 use evolve_core::control::{
     AlterReplica, CreateReplica, CreateTransform, ObjectKind as Kind, Statement, sql_ident,
 };
 use evolve_pg::quote_ident;
-use evolve_pipeline::admin::{HandlerFuture, StatementHandler, StatementResult};
+use evolve_pipeline::admin::{HandlerFuture, ObjectReport, StatementHandler, StatementResult};
 use evolve_pipeline::{Config, ObjectKind, Pipeline, PipelineError, upstream};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -80,7 +80,7 @@ struct Tasks {
     /// Why a replica has no task (a connection missing from the config).
     problems: HashMap<String, String>,
     /// Conflicts counted by the replica's earlier tasks in this process.
-    carried: HashMap<String, u64>,
+    carried: HashMap<String, Conflicts>,
     /// The skip a halted replica was last restarted for, so that a skip
     /// that does not get it past its halt restarts it once, not forever.
     skips_tried: HashMap<String, String>,
@@ -93,10 +93,16 @@ struct Running {
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Running {
-    fn conflicts(&self) -> u64 {
-        self.replica.status().conflicts.values().sum()
-    }
+/// Conflicts by type and resolution.
+type Conflicts = BTreeMap<(ConflictType, Resolver), u64>;
+
+/// A replica as `SHOW REPLICAS` and `/status` show it.
+struct Shown {
+    info: ReplicaInfo,
+    state: String,
+    position: Option<String>,
+    conflicts: Conflicts,
+    error: Option<String>,
 }
 
 /// A refusal in PostgreSQL's shape.
@@ -770,47 +776,61 @@ impl ReplicaService {
         Ok(result)
     }
 
-    async fn show_replicas(&self, statement: &Statement) -> Result<StatementResult, PipelineError> {
+    /// Every replica of the catalog with its task's state.
+    async fn shown(&self) -> Result<Vec<Shown>, PipelineError> {
         let replicas = self.catalog(|c| c.replicas())?;
         let tasks = self.tasks.lock().await;
-        let rows = replicas
-            .iter()
-            .map(|r| {
-                let carried = tasks.carried.get(&r.name).copied().unwrap_or(0);
-                let (state, position, conflicts, error) = match tasks.running.get(&r.name) {
+        Ok(replicas
+            .into_iter()
+            .map(|info| {
+                let mut conflicts = tasks.carried.get(&info.name).cloned().unwrap_or_default();
+                let (state, position, error) = match tasks.running.get(&info.name) {
                     Some(running) => {
                         let status = running.replica.status();
+                        for (k, n) in &status.conflicts {
+                            *conflicts.entry(*k).or_default() += n;
+                        }
                         (
                             status.state.clone(),
-                            Value::from(status.position.to_string()),
-                            carried + running.conflicts(),
-                            status.error.map(Value::from).unwrap_or(Value::Null),
+                            Some(status.position.to_string()),
+                            status.error,
                         )
                     }
-                    None => match tasks.problems.get(&r.name) {
-                        Some(problem) => (
-                            "stalled".to_string(),
-                            Value::Null,
-                            carried,
-                            Value::from(problem.clone()),
-                        ),
+                    None => match tasks.problems.get(&info.name) {
+                        Some(problem) => ("stalled".to_string(), None, Some(problem.clone())),
                         None => (
                             if tasks.active { "starting" } else { "stopped" }.to_string(),
-                            Value::Null,
-                            carried,
-                            Value::Null,
+                            None,
+                            None,
                         ),
                     },
                 };
-                vec![
-                    r.name.clone().into(),
-                    r.source.clone().into(),
-                    r.node_connection.clone().into(),
-                    r.table_list().into(),
-                    state.into(),
+                Shown {
+                    info,
+                    state,
                     position,
-                    conflicts.into(),
+                    conflicts,
                     error,
+                }
+            })
+            .collect())
+    }
+
+    async fn show_replicas(&self, statement: &Statement) -> Result<StatementResult, PipelineError> {
+        let rows = self
+            .shown()
+            .await?
+            .into_iter()
+            .map(|r| {
+                vec![
+                    r.info.name.clone().into(),
+                    r.info.source.clone().into(),
+                    r.info.node_connection.clone().into(),
+                    r.info.table_list().into(),
+                    r.state.into(),
+                    r.position.map(Value::from).unwrap_or(Value::Null),
+                    r.conflicts.values().sum::<u64>().into(),
+                    r.error.map(Value::from).unwrap_or(Value::Null),
                 ]
             })
             .collect();
@@ -828,6 +848,41 @@ impl ReplicaService {
             ],
             rows,
         ))
+    }
+
+    /// The replicas as `/status` objects.
+    async fn reports(&self) -> Vec<ObjectReport> {
+        let shown = match self.shown().await {
+            Ok(shown) => shown,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the replicas for the status report");
+                return Vec::new();
+            }
+        };
+        shown
+            .into_iter()
+            .map(|r| {
+                let mut by_type: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+                for ((c, res), n) in &r.conflicts {
+                    *by_type
+                        .entry(c.name().to_string())
+                        .or_default()
+                        .entry(res.name().to_string())
+                        .or_default() += n;
+                }
+                ObjectReport {
+                    kind: "replica".into(),
+                    name: r.info.name.clone(),
+                    state: r.state,
+                    error: r.error,
+                    connection: Some(r.info.node_connection.clone()),
+                    source: Some(r.info.source.clone()),
+                    applied_lsn: r.position,
+                    conflicts: Some(by_type),
+                    ..ObjectReport::default()
+                }
+            })
+            .collect()
     }
 
     fn show_resolvers(
@@ -972,8 +1027,10 @@ impl Tasks {
             task.abort();
             let _ = task.await;
         }
-        *self.carried.entry(name.to_string()).or_default() +=
-            running.replica.status().conflicts.values().sum::<u64>();
+        let carried = self.carried.entry(name.to_string()).or_default();
+        for (k, n) in running.replica.status().conflicts {
+            *carried.entry(k).or_default() += n;
+        }
     }
 }
 
@@ -1100,6 +1157,10 @@ impl StatementHandler for ReplicaService {
         statement: &'a Statement,
     ) -> HandlerFuture<'a, Result<StatementResult, PipelineError>> {
         Box::pin(self.execute_statement(pipeline, statement))
+    }
+
+    fn status<'a>(&'a self) -> HandlerFuture<'a, Vec<ObjectReport>> {
+        Box::pin(self.reports())
     }
 
     fn run<'a>(

@@ -801,6 +801,25 @@ fn note(o: &ObjectReport) -> String {
             o.from.as_deref().unwrap_or_default(),
             o.target.as_deref().unwrap_or_default()
         )),
+        "replica" => {
+            parts.push(format!(
+                "{} into {} at {}",
+                o.source.as_deref().unwrap_or_default(),
+                o.connection.as_deref().unwrap_or_default(),
+                o.applied_lsn.as_deref().unwrap_or("-")
+            ));
+            let conflicts: Vec<String> = o
+                .conflicts
+                .iter()
+                .flatten()
+                .flat_map(|(c, by)| by.iter().map(move |(r, n)| format!("{c} {r} {n}")))
+                .collect();
+            parts.push(if conflicts.is_empty() {
+                "no conflicts".to_string()
+            } else {
+                format!("conflicts: {}", conflicts.join(", "))
+            });
+        }
         _ => {}
     }
     parts.join("; ")

@@ -529,6 +529,49 @@ async fn replicas_and_transforms_through_evolve_sql() {
     assert!(row["conflicts"].as_u64().unwrap() >= 2, "{row}");
     assert!(row["position"].as_str().unwrap().contains('/'), "{row}");
 
+    // `evolve status` (its JSON is `GET /status`) and `/metrics` count the
+    // conflicts by type and resolution.
+    let replica = support::object(&admin, "replica", "node_b")
+        .await
+        .expect("replica node_b in /status");
+    assert_eq!(replica["state"], "running", "{replica}");
+    assert_eq!(replica["source"], "src", "{replica}");
+    assert_eq!(replica["connection"], "node_b_conn", "{replica}");
+    // Both tables drop a column the node lacks: `note` of 2 orders and
+    // `name` (split by the transform) of the 2 customers.
+    let logged: i64 = node
+        .query_one(
+            "SELECT count(*) FROM evolve_conflict_history
+             WHERE replica = 'node_b' AND conflict_type = 'target_column_missing'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(logged, 4);
+    assert_eq!(
+        replica["conflicts"]["target_column_missing"]["ignore"], 4,
+        "{replica}"
+    );
+    let out = evolve(&["status", "--admin", &admin]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    assert!(
+        printed.contains("target_column_missing ignore 4"),
+        "{printed}"
+    );
+    let out = std::process::Command::new("curl")
+        .args(["-sS", &format!("{admin}/metrics")])
+        .output()
+        .expect("run curl (installed by cargo xtask test)");
+    let metrics = text(&out.stdout);
+    assert!(
+        metrics.contains(
+            "evolve_pipeline_conflicts_total{kind=\"replica\",name=\"node_b\",conflict_type=\"target_column_missing\",resolution=\"ignore\"} 4"
+        ),
+        "{metrics}"
+    );
+
     // ------------------------------------- a restart keeps the catalog
     assert!(
         pipeline.terminate().success(),
