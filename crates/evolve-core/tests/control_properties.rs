@@ -7,8 +7,8 @@ use evolve_core::conflict::ConflictType;
 use evolve_core::control::{
     Absorb, AlterMaterializedView, AlterReplica, ApplyReplacement, ControlError,
     CreateMaterializedView, CreateReplacement, CreateReplica, CreateSink, CreateSource,
-    CreateTable, CreateTransform, Drop, ObjectKind, QualifiedName, RefreshReferences, Show,
-    ShowConflictResolvers, Span, Statement, parse,
+    CreateTable, CreateTransform, Drop, EnableReplica, ObjectKind, QualifiedName,
+    RefreshReferences, Show, ShowConflictResolvers, Span, Statement, parse,
 };
 use std::time::Duration;
 
@@ -136,6 +136,7 @@ fn replica_statement() -> BoxedStrategy<Statement> {
                         if_not_exists,
                         source,
                         connection,
+                        enabled: !copy_data || unique.len().is_multiple_of(2),
                         tables: unique,
                         copy_data,
                         span,
@@ -159,6 +160,13 @@ fn replica_statement() -> BoxedStrategy<Statement> {
             }),
         name().prop_map(move |replica| {
             Statement::ShowConflictResolvers(ShowConflictResolvers { replica, span })
+        }),
+        (name(), any::<bool>()).prop_map(move |(name, enabled)| {
+            Statement::EnableReplica(EnableReplica {
+                name,
+                enabled,
+                span,
+            })
         }),
     ]
     .boxed()

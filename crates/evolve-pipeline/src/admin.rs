@@ -606,6 +606,7 @@ async fn run_statement(
         }
         Statement::CreateReplica(_)
         | Statement::AlterReplica(_)
+        | Statement::EnableReplica(_)
         | Statement::CreateTransform(_)
         | Statement::ShowConflictResolvers(_) => Err(no_handler(statement)),
     }

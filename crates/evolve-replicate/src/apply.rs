@@ -318,12 +318,14 @@ impl Applier {
     }
 
     /// Loads rows copied from a snapshot (inserts, through the same
-    /// matching, transforms and resolvers) in one node transaction,
-    /// without moving the replica's position; `at` is the snapshot's
-    /// position, for the conflict history.
+    /// matching, transforms and resolvers) inside the copy's node
+    /// transaction `tx` (under a savepoint, so that a pipelined attempt
+    /// that meets a conflict is rolled back alone and done again one row
+    /// at a time), without moving the replica's position; `at` is the
+    /// snapshot's position, for the conflict history.
     pub async fn load(
         &mut self,
-        client: &mut Client,
+        tx: &mut tokio_postgres::Transaction<'_>,
         at: Position,
         rows: Vec<(u32, RowChange)>,
     ) -> Result<Applied> {
@@ -333,23 +335,23 @@ impl Applier {
             rows,
         };
         for mode in [Mode::Pipelined, Mode::Sequential] {
-            let tx = client
-                .transaction()
+            let sp = tx
+                .savepoint("evolve_load")
                 .await
-                .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
+                .map_err(|e| ReplicateError::node("begin a savepoint", &e))?;
             let mut attempt = Attempt::default();
-            if !self.write(&tx, &txn, mode, &mut attempt).await? {
-                tx.rollback()
+            if !self.write(&sp, &txn, mode, &mut attempt).await? {
+                sp.rollback()
                     .await
-                    .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
+                    .map_err(|e| ReplicateError::node("roll back a savepoint", &e))?;
                 continue;
             }
             for (end, time, l) in std::mem::take(&mut attempt.logged) {
-                self.log(&tx, end, time, l).await?;
+                self.log(&sp, end, time, l).await?;
             }
-            tx.commit()
+            sp.commit()
                 .await
-                .map_err(|e| ReplicateError::node("commit a node transaction", &e))?;
+                .map_err(|e| ReplicateError::node("release a savepoint", &e))?;
             for id in std::mem::take(&mut attempt.schemas_logged) {
                 if let Some(m) = self.tables.get_mut(&id) {
                     m.log_pending = false;
@@ -364,8 +366,12 @@ impl Applier {
     }
 
     /// Records `at` as the replica's position on the node (after a copy:
-    /// the stream starts there).
-    pub async fn set_position(&mut self, client: &Client, at: Position) -> Result<()> {
+    /// the stream starts there), in `client`'s transaction if it is one.
+    pub async fn set_position<C: tokio_postgres::GenericClient>(
+        &mut self,
+        client: &C,
+        at: Position,
+    ) -> Result<()> {
         client
             .execute(
                 "INSERT INTO evolve_replica_progress (replica, lsn) VALUES ($1, $2::text::pg_lsn)

@@ -20,7 +20,7 @@ use crate::transform::Transform;
 pub const FILE: &str = "replicate.db";
 
 /// The catalog's schema version (`PRAGMA user_version`).
-const VERSION: i64 = 1;
+const VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS replicas (
@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS replicas (
     upstream_connection TEXT NOT NULL,
     node_connection TEXT NOT NULL,
     copy_data INTEGER NOT NULL,
+    enabled INTEGER NOT NULL DEFAULT 1,
     created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
 );
 CREATE TABLE IF NOT EXISTS replica_tables (
@@ -75,6 +76,8 @@ pub struct ReplicaInfo {
     /// Its upstream tables, as (schema, name), in order.
     pub tables: Vec<(String, String)>,
     pub copy_data: bool,
+    /// Its task runs (`ALTER REPLICA ... ENABLE`, the default).
+    pub enabled: bool,
     /// The resolvers set on it (the defaults for the others).
     pub resolvers: Resolvers,
 }
@@ -157,6 +160,13 @@ impl Catalog {
         }
         conn.execute_batch(SCHEMA)
             .map_err(|e| store("create the tables", e))?;
+        if version == 1 {
+            // Version 2 added `enabled`; replicas of version 1 are.
+            conn.execute_batch(
+                "ALTER TABLE replicas ADD COLUMN enabled INTEGER NOT NULL DEFAULT 1",
+            )
+            .map_err(|e| store("add column enabled", e))?;
+        }
         conn.pragma_update(None, "user_version", VERSION)
             .map_err(|e| store("set the schema version", e))?;
         Ok(Catalog { conn })
@@ -188,7 +198,7 @@ impl Catalog {
         let row = self
             .conn
             .query_row(
-                "SELECT source, upstream_connection, node_connection, copy_data
+                "SELECT source, upstream_connection, node_connection, copy_data, enabled
                  FROM replicas WHERE name = ?1",
                 [name],
                 |r| {
@@ -197,12 +207,13 @@ impl Catalog {
                         r.get::<_, String>(1)?,
                         r.get::<_, String>(2)?,
                         r.get::<_, bool>(3)?,
+                        r.get::<_, bool>(4)?,
                     ))
                 },
             )
             .optional()
             .map_err(|e| store(ctx, e))?;
-        let Some((source, upstream_connection, node_connection, copy_data)) = row else {
+        let Some((source, upstream_connection, node_connection, copy_data, enabled)) = row else {
             return Ok(None);
         };
         let tables = {
@@ -246,6 +257,7 @@ impl Catalog {
             node_connection,
             tables,
             copy_data,
+            enabled,
             resolvers,
         }))
     }
@@ -255,14 +267,15 @@ impl Catalog {
         let ctx = "record a replica";
         let tx = self.conn.transaction().map_err(|e| store(ctx, e))?;
         tx.execute(
-            "INSERT INTO replicas (name, source, upstream_connection, node_connection, copy_data)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO replicas (name, source, upstream_connection, node_connection, copy_data, enabled)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
                 info.name,
                 info.source,
                 info.upstream_connection,
                 info.node_connection,
-                info.copy_data
+                info.copy_data,
+                info.enabled
             ],
         )
         .map_err(|e| store(ctx, e))?;
@@ -303,6 +316,19 @@ impl Catalog {
             .map_err(|e| store(ctx, e))?;
         tx.commit().map_err(|e| store(ctx, e))?;
         Ok((deleted > 0).then_some(transforms))
+    }
+
+    /// Enables or disables replica `name`; false when there is no such
+    /// replica.
+    pub fn set_enabled(&mut self, name: &str, enabled: bool) -> Result<bool, PipelineError> {
+        let changed = self
+            .conn
+            .execute(
+                "UPDATE replicas SET enabled = ?2 WHERE name = ?1",
+                params![name, enabled],
+            )
+            .map_err(|e| store("enable a replica", e))?;
+        Ok(changed > 0)
     }
 
     /// Sets (`Some`) or resets (`None`) replica `name`'s resolver for
@@ -429,6 +455,7 @@ mod tests {
                 ("Shop".into(), "Customers".into()),
             ],
             copy_data: false,
+            enabled: true,
             resolvers: Resolvers::default(),
         }
     }
@@ -536,6 +563,38 @@ mod tests {
         assert_eq!(c.replica("node_a").unwrap(), Some(info("node_a")));
         assert_eq!(c.transforms().unwrap().len(), 1);
         assert!(Catalog::path(&dir).exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_version_1_file_gains_enabled_replicas() {
+        let dir = std::env::temp_dir().join(format!(
+            "evolve-replicate-catalog-v1-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            let conn = Connection::open(Catalog::path(&dir)).unwrap();
+            conn.execute_batch(&SCHEMA.replace("    enabled INTEGER NOT NULL DEFAULT 1,\n", ""))
+                .unwrap();
+            conn.execute_batch(
+                "PRAGMA user_version = 1;
+                 INSERT INTO replicas (name, source, upstream_connection, node_connection, copy_data)
+                 VALUES ('old', 'src', 'pg_conn', 'node_conn', 0);",
+            )
+            .unwrap();
+        }
+        let mut c = Catalog::open(&dir).unwrap();
+        let old = c.replica("old").unwrap().unwrap();
+        assert!(old.enabled);
+        assert!(c.set_enabled("old", false).unwrap());
+        assert!(!c.replica("old").unwrap().unwrap().enabled);
+        assert!(!c.set_enabled("nope", true).unwrap());
+        drop(c);
+        // Opened again at version 2: nothing is migrated twice.
+        let c = Catalog::open(&dir).unwrap();
+        assert!(!c.replica("old").unwrap().unwrap().enabled);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -72,6 +72,9 @@ const COPY_BATCH: usize = 5_000;
 pub struct Replica {
     spec: ReplicaSpec,
     status: Arc<Mutex<ReplicaStatus>>,
+    /// Copy the tables into the node before streaming, unless the node
+    /// has the replica's position already (`COPY DATA = true`).
+    copy_first: bool,
 }
 
 /// At most this many upstream transactions share one node transaction.
@@ -123,36 +126,23 @@ impl Replica {
         Ok(Replica::new(spec))
     }
 
+    /// Creates the replica's publication upstream only: a replica with
+    /// `COPY DATA = true` makes its slot when its task first starts
+    /// ([`Replica::copying`]), with the snapshot its copy reads.
+    pub async fn publish(spec: &ReplicaSpec) -> Result<()> {
+        let slot = Self::slot_name(&spec.name);
+        let client = Self::upstream(spec).await?;
+        Self::create_publication(&client, spec, &slot).await
+    }
+
     /// As [`Replica::create`], then copies the tables into the node first
-    /// (`COPY DATA = true`): the slot is created with an exported snapshot,
-    /// the tables are read under it and loaded through the same column
-    /// matching, transforms and resolvers as the stream's rows, and the
-    /// replica's position on the node is the slot's consistent point, where
-    /// its stream begins: nothing is in both, nothing in neither. A failed
-    /// copy drops the slot and the publication again.
+    /// ([`Replica::copy_now`]). A failed copy drops the slot and the
+    /// publication again.
     pub async fn create_copying(spec: ReplicaSpec) -> Result<(Replica, CopyReport)> {
         let slot = Self::slot_name(&spec.name);
         let client = Self::upstream(&spec).await?;
         Self::create_publication(&client, &spec, &slot).await?;
-        let connection = Connection::new(spec.upstream.clone());
-        let copied = match evolve_pipeline::upstream::create_slot_exporting(
-            &spec.name,
-            &connection,
-            &slot,
-            &slot,
-            false,
-        )
-        .await
-        {
-            Ok(exported) => {
-                let copied = Self::copy(&spec, &connection, &exported).await;
-                // Ends the replication session; the slot stays.
-                drop(exported);
-                copied
-            }
-            Err(e) => Err(e.into()),
-        };
-        match copied {
+        match Self::copy_now(&spec).await {
             Ok(report) => Ok((Replica::new(spec), report)),
             Err(e) => {
                 let _ = client
@@ -166,6 +156,33 @@ impl Replica {
                 Err(e)
             }
         }
+    }
+
+    /// Copies the replica's tables into the node, consistent with its
+    /// stream: the slot is made now (a slot left by a copy that did not
+    /// finish is dropped first) with an exported snapshot, the tables are
+    /// read under it and loaded through the same column matching,
+    /// transforms and resolvers as the stream's rows, all in one node
+    /// transaction that also records the slot's consistent point as the
+    /// replica's position, where its stream begins: nothing is in both,
+    /// nothing in neither, and a copy cut short leaves nothing on the node.
+    pub async fn copy_now(spec: &ReplicaSpec) -> Result<CopyReport> {
+        let slot = Self::slot_name(&spec.name);
+        let client = Self::upstream(spec).await?;
+        evolve_pipeline::upstream::drop_slot_released(&client, &slot).await?;
+        let connection = Connection::new(spec.upstream.clone());
+        let exported = evolve_pipeline::upstream::create_slot_exporting(
+            &spec.name,
+            &connection,
+            &slot,
+            &slot,
+            false,
+        )
+        .await?;
+        let copied = Self::copy(spec, &connection, &exported).await;
+        // Ends the replication session; the slot stays.
+        drop(exported);
+        copied
     }
 
     async fn upstream(spec: &ReplicaSpec) -> Result<tokio_postgres::Client> {
@@ -224,6 +241,10 @@ impl Replica {
             spec.transforms.clone(),
         )
         .await?;
+        let mut tx = node
+            .transaction()
+            .await
+            .map_err(|e| ReplicateError::node("begin the copy's node transaction", &e))?;
         let mut report = CopyReport {
             position: at,
             ..CopyReport::default()
@@ -274,20 +295,23 @@ impl Replica {
                 if batch.len() >= COPY_BATCH {
                     report.rows += batch.len() as u64;
                     let applied = applier
-                        .load(&mut node, at, std::mem::take(&mut batch))
+                        .load(&mut tx, at, std::mem::take(&mut batch))
                         .await?;
                     report.add(&applied);
                 }
             }
             report.rows += batch.len() as u64;
-            let applied = applier.load(&mut node, at, batch).await?;
+            let applied = applier.load(&mut tx, at, batch).await?;
             report.add(&applied);
             report.tables += 1;
         }
         up.batch_execute("COMMIT")
             .await
             .map_err(|e| ReplicateError::node("end the snapshot transaction", &e))?;
-        applier.set_position(&node, at).await?;
+        applier.set_position(&tx, at).await?;
+        tx.commit()
+            .await
+            .map_err(|e| ReplicateError::node("commit the copy's node transaction", &e))?;
         Ok(report)
     }
 
@@ -299,7 +323,15 @@ impl Replica {
                 state: "starting".into(),
                 ..ReplicaStatus::default()
             })),
+            copy_first: false,
         }
+    }
+
+    /// The replica, copying its tables into the node when its task
+    /// starts (`copy` true) unless the node has its position already.
+    pub fn copying(mut self, copy: bool) -> Replica {
+        self.copy_first = copy;
+        self
     }
 
     /// Its status now.
@@ -364,6 +396,23 @@ impl Replica {
             spec.transforms.clone(),
         )
         .await?;
+        if self.copy_first && applier.position() == Position::ZERO {
+            self.set(|s| s.state = "copying".into());
+            let report = Self::copy_now(spec).await?;
+            tracing::info!(replica = %spec.name, tables = report.tables, rows = report.rows, "replica copied its tables into the node");
+            self.set(|s| {
+                for (k, n) in &report.conflicts {
+                    *s.conflicts.entry(*k).or_default() += n;
+                }
+            });
+            applier = Applier::open(
+                &node,
+                &spec.name,
+                spec.resolvers.clone(),
+                spec.transforms.clone(),
+            )
+            .await?;
+        }
         let source = PostgresSource::new(
             SourceInfo {
                 name: spec.name.clone(),

@@ -88,6 +88,8 @@ struct Tasks {
 
 struct Running {
     spec: ReplicaSpec,
+    /// It copies its tables first (`COPY DATA = true`).
+    copy: bool,
     replica: Arc<Replica>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
@@ -281,10 +283,10 @@ impl ReplicaService {
                 return;
             }
         };
-        let wanted: BTreeMap<String, Result<ReplicaSpec, PipelineError>> = replicas
+        let wanted: BTreeMap<String, (Result<ReplicaSpec, PipelineError>, bool)> = replicas
             .iter()
-            .filter(|r| !tasks.held.contains(&r.name))
-            .map(|r| (r.name.clone(), spec(config, r, &transforms)))
+            .filter(|r| r.enabled && !tasks.held.contains(&r.name))
+            .map(|r| (r.name.clone(), (spec(config, r, &transforms), r.copy_data)))
             .collect();
         let stale: Vec<String> = tasks
             .running
@@ -292,7 +294,7 @@ impl ReplicaService {
             .filter(|(name, running)| {
                 // A halted task is tried again on every catalog change.
                 running.task.is_finished()
-                    || !matches!(wanted.get(*name), Some(Ok(spec)) if same(spec, &running.spec))
+                    || !matches!(wanted.get(*name), Some((Ok(spec), _)) if same(spec, &running.spec))
             })
             .map(|(name, _)| name.clone())
             .collect();
@@ -303,12 +305,12 @@ impl ReplicaService {
         let known: HashSet<String> = replicas.iter().map(|r| r.name.clone()).collect();
         tasks.carried.retain(|name, _| known.contains(name));
         tasks.skips_tried.retain(|name, _| known.contains(name));
-        for (name, spec) in wanted {
+        for (name, (spec, copy)) in wanted {
             if tasks.running.contains_key(&name) {
                 continue;
             }
             match spec {
-                Ok(spec) => tasks.start(spec),
+                Ok(spec) => tasks.start(spec, copy),
                 Err(e) => {
                     tracing::error!(replica = %name, error = %e, "replica not started");
                     tasks.problems.insert(name, e.to_string());
@@ -343,11 +345,11 @@ impl ReplicaService {
             if !running.task.is_finished() {
                 continue;
             }
-            let spec = running.spec.clone();
+            let (spec, copy) = (running.spec.clone(), running.copy);
             tasks.skips_tried.insert(name.clone(), skip);
             tasks.stop(&name).await;
             tracing::info!(replica = %name, "a transaction to skip is recorded; replica restarted");
-            tasks.start(spec);
+            tasks.start(spec, copy);
         }
     }
 
@@ -373,22 +375,6 @@ impl ReplicaService {
             ));
         }
         check_name(&s.name)?;
-        if s.copy_data {
-            return Err(refused(
-                "0A000",
-                "COPY DATA = true is not supported yet".into(),
-                Some(
-                    "A replica applies the changes committed upstream after it is created; it \
-                     does not copy the tables' existing rows yet."
-                        .into(),
-                ),
-                Some(
-                    "Copy the rows to the node first (for example with pg_dump --data-only), \
-                     then create the replica without COPY DATA."
-                        .into(),
-                ),
-            ));
-        }
         let source = pipeline
             .sources()?
             .into_iter()
@@ -412,7 +398,6 @@ impl ReplicaService {
         // tables there.
         let node = upstream::connect(&s.connection, &node_connection).await?;
         check_node(&node, &s.name, &s.connection).await?;
-        drop(node);
         let up = upstream::connect(&source.connection, &upstream_connection).await?;
         let tables: Vec<(String, String)> = if s.tables.is_empty() {
             publication_tables(&up, &source.name, &source.publication).await?
@@ -455,17 +440,46 @@ impl ReplicaService {
             node_connection: s.connection.clone(),
             tables: tables.clone(),
             copy_data: s.copy_data,
+            enabled: s.enabled,
             resolvers: Resolvers::default(),
         };
-        Replica::create(ReplicaSpec {
+        // A position the node keeps from an earlier replica of this name
+        // is not this one's: its stream starts at its own slot.
+        node.execute(
+            "DELETE FROM evolve_replica_progress
+             WHERE replica = $1",
+            &[&s.name],
+        )
+        .await
+        .or_else(|e| match e.as_db_error() {
+            // No such table yet: nothing to forget.
+            Some(db) if db.code().code() == "42P01" => Ok(0),
+            _ => Err(database(
+                format!(
+                    "forget an earlier position of replica {} on the node",
+                    s.name
+                ),
+                &e,
+            )),
+        })?;
+        drop(node);
+        let spec = ReplicaSpec {
             name: s.name.clone(),
             upstream: upstream_connection.url().to_string(),
             node: node_connection.url().to_string(),
             tables,
             resolvers: Resolvers::default(),
             transforms: Vec::new(),
-        })
-        .await
+        };
+        // With COPY DATA the slot is made when the replica's task starts,
+        // with the snapshot its copy reads (after ALTER REPLICA ... ENABLE
+        // when it is created disabled, so resolvers and transforms set in
+        // between apply to the copy too).
+        if s.copy_data {
+            Replica::publish(&spec).await
+        } else {
+            Replica::create(spec).await.map(|_| ())
+        }
         .map_err(replicate_error)?;
         if let Err(e) = self.catalog(|c| c.insert_replica(&info)) {
             if let Err(undo) = drop_upstream(&up, &slot).await {
@@ -796,6 +810,7 @@ impl ReplicaService {
                             status.error,
                         )
                     }
+                    None if !info.enabled => ("disabled".to_string(), None, None),
                     None => match tasks.problems.get(&info.name) {
                         Some(problem) => ("stalled".to_string(), None, Some(problem.clone())),
                         None => (
@@ -949,6 +964,14 @@ impl ReplicaService {
         match statement {
             Statement::CreateReplica(s) => self.create_replica(pipeline, s, statement).await,
             Statement::AlterReplica(s) => self.alter_replica(pipeline, s, statement).await,
+            Statement::EnableReplica(s) => {
+                if !self.catalog(|c| c.set_enabled(&s.name, s.enabled))? {
+                    return Err(unknown_replica(&s.name));
+                }
+                tracing::info!(replica = %s.name, enabled = s.enabled, "replica enabled or disabled");
+                self.reconcile(pipeline.config()).await;
+                Ok(StatementResult::tag(statement, "ALTER REPLICA"))
+            }
             Statement::CreateTransform(s) => self.create_transform(pipeline, s, statement).await,
             Statement::ShowConflictResolvers(s) => self.show_resolvers(&s.replica, statement),
             Statement::Drop(d) if d.kind == Kind::Replica => {
@@ -993,8 +1016,8 @@ impl ReplicaService {
 }
 
 impl Tasks {
-    fn start(&mut self, spec: ReplicaSpec) {
-        let replica = Arc::new(Replica::new(spec.clone()));
+    fn start(&mut self, spec: ReplicaSpec, copy: bool) {
+        let replica = Arc::new(Replica::new(spec.clone()).copying(copy));
         let (stop, stop_rx) = watch::channel(false);
         let task = {
             let replica = Arc::clone(&replica);
@@ -1008,6 +1031,7 @@ impl Tasks {
             spec.name.clone(),
             Running {
                 spec,
+                copy,
                 replica,
                 stop,
                 task,

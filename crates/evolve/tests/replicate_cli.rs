@@ -87,7 +87,8 @@ async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
 /// `evolve_replica`.
 async fn replica_objects(up: &tokio_postgres::Client) -> Vec<String> {
     up.query(
-        "SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE slot_name LIKE 'evolve_replica%'
+        "SELECT 'slot ' || slot_name FROM pg_replication_slots
+         WHERE slot_name LIKE 'evolve_replica%' AND database = current_database()
          UNION ALL
          SELECT 'publication ' || pubname FROM pg_publication WHERE pubname LIKE 'evolve_replica%'
          ORDER BY 1",
@@ -255,13 +256,6 @@ async fn replicas_and_transforms_through_evolve_sql() {
         &admin,
         "CREATE REPLICA node_b FROM SOURCE src INTO POSTGRES CONNECTION node_b_conn",
         "source \"src\" publishes no tables yet",
-    )
-    .await;
-    sql_err(
-        &admin,
-        "CREATE REPLICA node_b FROM SOURCE src INTO POSTGRES CONNECTION node_b_conn \
-         WITH (TABLES (public.orders), COPY DATA = true)",
-        "COPY DATA = true is not supported yet",
     )
     .await;
     sql_err(
@@ -768,4 +762,165 @@ async fn replicas_and_transforms_through_evolve_sql() {
         pipeline.terminate().success(),
         "evolve pipeline run exited badly"
     );
+}
+
+/// `COPY DATA = true` with `ENABLED = false`: nothing is copied or
+/// streamed until `ALTER REPLICA ... ENABLE`, so a resolver set in between
+/// applies to the copy; the copy and the stream meet exactly; a restart
+/// does not copy again; `DISABLE` stops applying and `ENABLE` resumes
+/// where it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_data_waits_for_enable_and_copies_through_the_resolvers() {
+    let up_db = evolve_test::fresh_db("rcopy_up").await;
+    let node_db = evolve_test::fresh_db("rcopy_node").await;
+    let up = connect(&up_db.url).await;
+    let node = connect(&node_db.url).await;
+    up.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, status text, note text);
+         INSERT INTO orders SELECT g, 'old', CASE WHEN g % 3 = 0 THEN NULL ELSE 'n' || g END
+         FROM generate_series(1, 300) g;",
+    )
+    .await
+    .unwrap();
+    // The node has no `note`, and a row of its own with key 1.
+    node.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, status text);
+         INSERT INTO orders VALUES (1, 'local');",
+    )
+    .await
+    .unwrap();
+    let dir = temp_dir("copy");
+    let config = dir.join("evolve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "state_dir = \"state\"\nadmin_listen = \"127.0.0.1:0\"\n\
+             [connections.pg_conn]\nurl = \"{}\"\n\
+             [connections.copy_conn]\nurl = \"{}\"\n",
+            up_db.url, node_db.url
+        ),
+    )
+    .unwrap();
+    let mut pipeline = Pipeline::start(&config);
+    let admin = pipeline.url.clone();
+    sql_ok(
+        &admin,
+        "CREATE SOURCE csrc FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub')",
+    )
+    .await;
+    assert_eq!(
+        sql_ok(
+            &admin,
+            "CREATE REPLICA copy_c FROM SOURCE csrc INTO POSTGRES CONNECTION copy_conn \
+             WITH (TABLES (public.orders), COPY DATA = true, ENABLED = false)"
+        )
+        .await,
+        "CREATE REPLICA\n"
+    );
+    // Disabled: a publication, no slot yet, nothing on the node.
+    let row = wait_state(&admin, "copy_c", "disabled").await;
+    assert_eq!(row["position"], Value::Null, "{row}");
+    assert_eq!(
+        replica_objects(&up).await,
+        ["publication evolve_replica_copy_c"]
+    );
+    up.batch_execute("INSERT INTO orders VALUES (301, 'while disabled', 'n301')")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(rows(&node, "SELECT count(*) FROM orders").await, ["(1)"]);
+
+    // The default target_column_missing (ignore_if_null) would halt on
+    // the first note; the resolver set now applies to the copy.
+    sql_ok(
+        &admin,
+        "ALTER REPLICA copy_c SET CONFLICT RESOLVER target_column_missing = 'ignore';
+         ALTER REPLICA copy_c ENABLE;",
+    )
+    .await;
+    wait_state(&admin, "copy_c", "running").await;
+    up.batch_execute(
+        "INSERT INTO orders VALUES (302, 'after', 'n302');
+         UPDATE orders SET status = 'paid' WHERE id = 2;",
+    )
+    .await
+    .unwrap();
+    let upstream = rows(&up, "SELECT id, status FROM orders ORDER BY id").await;
+    assert_eq!(upstream.len(), 302);
+    let want: Vec<&str> = upstream.iter().map(String::as_str).collect();
+    wait_rows(&node, "SELECT id, status FROM orders ORDER BY id", &want).await;
+    let history = "SELECT conflict_type, resolution, count(*) FROM evolve_conflict_history
+                   WHERE replica = 'copy_c' GROUP BY 1, 2 ORDER BY 1, 2";
+    // Key 1 was on the node (updated: without track_commit_timestamp
+    // update_if_newer updates); 202 rows had a note (200 copied, 301,
+    // and 302 streamed; the update of 2 sends its note too: 203).
+    assert_eq!(
+        rows(&node, history).await,
+        [
+            "(insert_exists,update,1)",
+            "(target_column_missing,ignore,203)"
+        ]
+    );
+    assert_eq!(
+        replica_objects(&up).await,
+        [
+            "publication evolve_replica_copy_c",
+            "slot evolve_replica_copy_c"
+        ]
+    );
+
+    // A restart streams on from the node's position: nothing is copied
+    // again (a second copy would meet 302 existing keys).
+    assert!(pipeline.terminate().success());
+    let mut pipeline = Pipeline::start(&config);
+    let admin = pipeline.url.clone();
+    wait_state(&admin, "copy_c", "running").await;
+    up.batch_execute("INSERT INTO orders VALUES (303, 'restarted', NULL)")
+        .await
+        .unwrap();
+    wait_rows(
+        &node,
+        "SELECT status FROM orders WHERE id = 303",
+        &["(restarted)"],
+    )
+    .await;
+    assert_eq!(
+        rows(&node, history).await,
+        [
+            "(insert_exists,update,1)",
+            "(target_column_missing,ignore,203)"
+        ]
+    );
+
+    // DISABLE stops applying; ENABLE resumes where it stopped.
+    sql_ok(&admin, "ALTER REPLICA copy_c DISABLE").await;
+    wait_state(&admin, "copy_c", "disabled").await;
+    up.batch_execute("INSERT INTO orders VALUES (304, 'held', NULL)")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        rows(&node, "SELECT id FROM orders WHERE id = 304").await,
+        Vec::<String>::new()
+    );
+    sql_ok(&admin, "ALTER REPLICA copy_c ENABLE").await;
+    wait_rows(
+        &node,
+        "SELECT status FROM orders WHERE id = 304",
+        &["(held)"],
+    )
+    .await;
+    sql_err(
+        &admin,
+        "ALTER REPLICA nope ENABLE",
+        "replica \"nope\" does not exist",
+    )
+    .await;
+
+    assert_eq!(
+        sql_ok(&admin, "DROP REPLICA copy_c").await,
+        "DROP REPLICA\n"
+    );
+    assert_eq!(replica_objects(&up).await, Vec::<String>::new());
+    assert!(pipeline.terminate().success());
 }

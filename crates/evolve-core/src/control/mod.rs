@@ -362,6 +362,17 @@ pub struct CreateReplica {
     /// `COPY DATA`: copy the tables before streaming (`false` when not
     /// given).
     pub copy_data: bool,
+    /// `ENABLED`: the replica starts at once (`true` when not given); a
+    /// disabled one waits for `ALTER REPLICA ... ENABLE`.
+    pub enabled: bool,
+    pub span: Span,
+}
+
+/// `ALTER REPLICA name ENABLE` or `ALTER REPLICA name DISABLE`
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EnableReplica {
+    pub name: String,
+    pub enabled: bool,
     pub span: Span,
 }
 
@@ -436,6 +447,7 @@ pub enum Statement {
     Show(Show),
     CreateReplica(CreateReplica),
     AlterReplica(AlterReplica),
+    EnableReplica(EnableReplica),
     CreateTransform(CreateTransform),
     ShowConflictResolvers(ShowConflictResolvers),
 }
@@ -457,6 +469,7 @@ impl Statement {
             Statement::Show(s) => s.span,
             Statement::CreateReplica(s) => s.span,
             Statement::AlterReplica(s) => s.span,
+            Statement::EnableReplica(s) => s.span,
             Statement::CreateTransform(s) => s.span,
             Statement::ShowConflictResolvers(s) => s.span,
         }
@@ -477,6 +490,7 @@ impl Statement {
             Statement::Show(s) => s.span = span,
             Statement::CreateReplica(s) => s.span = span,
             Statement::AlterReplica(s) => s.span = span,
+            Statement::EnableReplica(s) => s.span = span,
             Statement::CreateTransform(s) => s.span = span,
             Statement::ShowConflictResolvers(s) => s.span = span,
         }
@@ -502,6 +516,7 @@ impl Statement {
             Statement::Show(s) => s.kind,
             Statement::CreateReplica(_)
             | Statement::AlterReplica(_)
+            | Statement::EnableReplica(_)
             | Statement::ShowConflictResolvers(_) => ObjectKind::Replica,
             Statement::CreateTransform(_) => ObjectKind::Transform,
         }
@@ -619,6 +634,9 @@ impl Statement {
                 if s.copy_data {
                     options.push("COPY DATA = true".to_string());
                 }
+                if !s.enabled {
+                    options.push("ENABLED = false".to_string());
+                }
                 if !options.is_empty() {
                     sql.push_str(" WITH (");
                     sql.push_str(&options.join(", "));
@@ -626,6 +644,11 @@ impl Statement {
                 }
                 sql
             }
+            Statement::EnableReplica(s) => format!(
+                "ALTER REPLICA {} {}",
+                sql_ident(&s.name),
+                if s.enabled { "ENABLE" } else { "DISABLE" }
+            ),
             Statement::AlterReplica(s) => match s.resolver {
                 Some(resolver) => format!(
                     "ALTER REPLICA {} SET CONFLICT RESOLVER {} = {}",

@@ -8,7 +8,7 @@ use super::lexer::{STATEMENT_STARTS, Tok, Token, is_reserved, lex, near};
 use super::{
     Absorb, AlterMaterializedView, AlterReplica, ApplyReplacement, CreateMaterializedView,
     CreateReplacement, CreateReplica, CreateSink, CreateSource, CreateTable, CreateTransform, Drop,
-    MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName, RefreshReferences, Show,
+    EnableReplica, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName, RefreshReferences, Show,
     ShowConflictResolvers, Span, Statement, parse_duration,
 };
 use crate::conflict::{ConflictError, ConflictType, Resolver};
@@ -50,6 +50,7 @@ CONFLICT RESOLVERS FOR REPLICA ...}.";
 
 /// The values of `COPY DATA`, for hints.
 const COPY_DATA_VALUES: &str = "COPY DATA is true or false.";
+const ENABLED_VALUES: &str = "ENABLED is true or false.";
 
 /// The options of a materialized view, for [`Parser::options`].
 const VIEW_OPTIONS: &[(&str, &str)] = &[("absorb", "ABSORB")];
@@ -901,16 +902,23 @@ impl Parser<'_> {
         let (connection, _) = self.name()?;
         let mut tables = Vec::new();
         let mut copy_data = false;
+        let mut enabled = true;
         if self.at_word("with") {
             self.bump();
             self.options(
-                &[("tables", "TABLES"), ("copy", "COPY DATA")],
+                &[
+                    ("tables", "TABLES"),
+                    ("copy", "COPY DATA"),
+                    ("enabled", "ENABLED"),
+                ],
                 |p, keyword| {
-                    if keyword == "tables" {
-                        tables = p.table_list()?;
-                    } else {
-                        p.expect_keyword("data")?;
-                        copy_data = p.boolean_value("COPY DATA", COPY_DATA_VALUES)?;
+                    match keyword {
+                        "tables" => tables = p.table_list()?,
+                        "enabled" => enabled = p.boolean_value("ENABLED", ENABLED_VALUES)?,
+                        _ => {
+                            p.expect_keyword("data")?;
+                            copy_data = p.boolean_value("COPY DATA", COPY_DATA_VALUES)?;
+                        }
                     }
                     Ok(())
                 },
@@ -926,6 +934,7 @@ impl Parser<'_> {
             connection,
             tables,
             copy_data,
+            enabled,
             span: self.span_from(start),
         }))
     }
@@ -997,10 +1006,23 @@ impl Parser<'_> {
         let set = match self.word() {
             Some("set") => true,
             Some("reset") => false,
+            Some(w @ ("enable" | "disable")) => {
+                let enabled = w == "enable";
+                self.bump();
+                self.expect_end(&[])?;
+                return Ok(Statement::EnableReplica(EnableReplica {
+                    name,
+                    enabled,
+                    span: self.span_from(start),
+                }));
+            }
             _ => {
-                return Err(
-                    self.syntax_error(&[Expected::Keyword("set"), Expected::Keyword("reset")])
-                );
+                return Err(self.syntax_error(&[
+                    Expected::Keyword("set"),
+                    Expected::Keyword("reset"),
+                    Expected::Keyword("enable"),
+                    Expected::Keyword("disable"),
+                ]));
             }
         };
         self.bump();

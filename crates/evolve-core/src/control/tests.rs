@@ -1898,6 +1898,7 @@ fn replica(name: &str, source: &str, connection: &str, tables: &[(&str, &str)]) 
             .map(|(schema, t)| QualifiedName::new(*schema, *t))
             .collect(),
         copy_data: false,
+        enabled: true,
         span: Span::default(),
     })
 }
@@ -2055,6 +2056,62 @@ fn create_replica_errors() {
 }
 
 #[test]
+fn replicas_created_disabled_and_enabled_later() {
+    let Statement::CreateReplica(mut off) = replica("node_b", "src", "c", &[("public", "t")])
+    else {
+        unreachable!()
+    };
+    off.copy_data = true;
+    off.enabled = false;
+    let off = Statement::CreateReplica(off);
+    assert_eq!(
+        one(
+            "CREATE REPLICA node_b FROM SOURCE src INTO POSTGRES CONNECTION c \
+             WITH (TABLES (t), COPY DATA = true, ENABLED = off)"
+        ),
+        off
+    );
+    assert_eq!(
+        off.to_sql(),
+        "CREATE REPLICA node_b FROM SOURCE src INTO POSTGRES CONNECTION c \
+         WITH (TABLES (public.t), COPY DATA = true, ENABLED = false)"
+    );
+    for (sql, enabled) in [
+        ("ALTER REPLICA node_b ENABLE", true),
+        ("alter replica node_b disable;", false),
+    ] {
+        let statement = one(sql);
+        assert_eq!(
+            statement,
+            Statement::EnableReplica(EnableReplica {
+                name: s("node_b"),
+                enabled,
+                span: Span::default(),
+            })
+        );
+        assert_eq!(statement.object_kind(), ObjectKind::Replica);
+        assert_eq!(one(&statement.to_sql()), statement);
+    }
+    let e = parse("ALTER REPLICA node_b ENABLE now").unwrap_err();
+    assert!(
+        e.message.contains("syntax error at or near \"now\""),
+        "{e:?}"
+    );
+    let e = parse("ALTER REPLICA node_b START").unwrap_err();
+    assert!(
+        e.message.contains("syntax error at or near \"START\""),
+        "{e:?}"
+    );
+    let e =
+        parse("CREATE REPLICA r FROM SOURCE s INTO POSTGRES CONNECTION c WITH (ENABLED = maybe)")
+            .unwrap_err();
+    assert!(
+        e.message.contains("invalid value for option ENABLED"),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn alter_replica_resolvers() {
     assert_eq!(
         one("ALTER REPLICA node_b SET CONFLICT RESOLVER target_column_missing = 'ignore';"),
@@ -2173,7 +2230,7 @@ fn alter_replica_refuses_resolvers_with_the_allowed_list() {
         "ALTER REPLICA r DROP CONFLICT RESOLVER insert_exists",
         "syntax error at or near \"DROP\"",
         16,
-        Some("Expected SET or RESET."),
+        Some("Expected SET, RESET, ENABLE or DISABLE."),
     );
     check(
         "ALTER REPLICA r SET CONFLICT RESOLVER insert_exists = (",
