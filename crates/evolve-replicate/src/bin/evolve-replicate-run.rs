@@ -2,7 +2,8 @@
 //! halts or is killed. The crash tests start it as a child process and
 //! kill it with SIGKILL.
 //!
-//! Usage: `evolve-replicate-run NAME UPSTREAM_URL NODE_URL SCHEMA.TABLE...`
+//! Usage: `evolve-replicate-run [--copy] NAME UPSTREAM_URL NODE_URL SCHEMA.TABLE...`
+//! (`--copy`: the tables are copied first, as for `COPY DATA = true`).
 
 use std::process::ExitCode;
 
@@ -11,9 +12,15 @@ use evolve_replicate::{Replica, ReplicaSpec};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let copy = args.first().is_some_and(|a| a == "--copy");
+    if copy {
+        args.remove(0);
+    }
     let [name, upstream, node, tables @ ..] = args.as_slice() else {
-        eprintln!("usage: evolve-replicate-run NAME UPSTREAM_URL NODE_URL SCHEMA.TABLE...");
+        eprintln!(
+            "usage: evolve-replicate-run [--copy] NAME UPSTREAM_URL NODE_URL SCHEMA.TABLE..."
+        );
         return ExitCode::from(2);
     };
     let tables = tables
@@ -30,7 +37,8 @@ async fn main() -> ExitCode {
         tables,
         resolvers: Resolvers::default(),
         transforms: Vec::new(),
-    });
+    })
+    .copying(copy);
     // Never told to stop: it runs until it halts or is killed.
     let (_stop, stop_rx) = tokio::sync::watch::channel(false);
     match replica.run(stop_rx).await {
