@@ -45,6 +45,9 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:7800";
 /// The default `retain_history`: ten minutes.
 pub const DEFAULT_RETAIN_HISTORY: Duration = Duration::from_secs(600);
 
+/// The default [`Config::sink_load_rows`].
+pub const DEFAULT_SINK_LOAD_ROWS: usize = 5_000;
+
 /// A parsed `evolve.toml`.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -62,6 +65,10 @@ pub struct Config {
     pub admin_allowed_hosts: Vec<String>,
     /// The named connections.
     pub connections: BTreeMap<String, Connection>,
+    /// Documents per chunk of a sink's initial load (at most; a chunk is
+    /// also cut at about 1 MiB): the load holds a few chunks in memory,
+    /// whatever the size of the table. Not read from `evolve.toml`.
+    pub sink_load_rows: usize,
     /// `admin_token_file` as written, read by [`Config::load`].
     token_file: Option<PathBuf>,
 }
@@ -162,8 +169,15 @@ impl Config {
             admin_token: None,
             admin_allowed_hosts: Vec::new(),
             connections: BTreeMap::new(),
+            sink_load_rows: DEFAULT_SINK_LOAD_ROWS,
             token_file: None,
         }
+    }
+
+    /// Sets [`Config::sink_load_rows`] (at least 1).
+    pub fn with_sink_load_rows(mut self, rows: usize) -> Config {
+        self.sink_load_rows = rows.max(1);
+        self
     }
 
     /// Sets the admin API's listen address.
@@ -303,6 +317,7 @@ impl Config {
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
             connections,
+            sink_load_rows: DEFAULT_SINK_LOAD_ROWS,
             token_file: raw.admin_token_file.map(PathBuf::from),
         })
     }

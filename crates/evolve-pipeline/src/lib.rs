@@ -149,11 +149,12 @@
 //! # Limits
 //!
 //! The admin API ([`admin`]) listens on loopback by default, and needs a
-//! bearer token (`admin_token`) anywhere else. The documents of one very large upstream transaction, a
-//! TRUNCATE, or a sink's initial load are held in memory, as are the
-//! changes of one swap while they are published to subscribers. The
-//! stream is correct but not yet as fast as PostgreSQL's own logical
-//! replication (BENCHMARKS.md).
+//! bearer token (`admin_token`) anywhere else. The documents of one very
+//! large upstream transaction or a TRUNCATE are held in memory, as are the
+//! changes of one swap while they are published to subscribers; a sink's
+//! initial load holds a few chunks of documents, whatever the size of the
+//! table. The stream is correct but not yet as fast as PostgreSQL's own
+//! logical replication (BENCHMARKS.md).
 
 pub mod absorb;
 pub mod access;

@@ -1218,6 +1218,7 @@ impl Pipeline {
                 interface_id: interface.id,
                 table: table.name.clone(),
                 source: table.source.clone(),
+                load_rows: self.config.sink_load_rows,
                 applied: applied_tx.subscribe(),
                 effective: effective_tx,
                 stop: stop.clone(),

@@ -912,6 +912,61 @@ impl Store {
         Ok(rows)
     }
 
+    /// Every (key, document) of table `tbl`, in key order, handed to
+    /// `each` in chunks of at most `rows` documents and about `bytes`
+    /// bytes of keys and documents (a chunk holds one document at least),
+    /// read with one cursor, so that only the chunk being filled is in
+    /// memory here. Inside [`Store::read_consistent`] the chunks are one
+    /// consistent cut. Stops early, without an error, when `each` returns
+    /// false.
+    pub fn docs_in_chunks(
+        &self,
+        tbl: i64,
+        rows: usize,
+        bytes: usize,
+        mut each: impl FnMut(Vec<(Vec<u8>, Vec<u8>)>) -> bool,
+    ) -> Result<()> {
+        let fail = |e: rusqlite::Error| PipelineError::store("read documents", e);
+        let rows = rows.max(1);
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT key, doc FROM rows WHERE tbl = ?1 ORDER BY key")
+            .map_err(fail)?;
+        let mut cursor = stmt.query([tbl]).map_err(fail)?;
+        let mut chunk = Vec::with_capacity(rows.min(4_096));
+        let mut size = 0;
+        while let Some(row) = cursor.next().map_err(fail)? {
+            let (key, doc): (Vec<u8>, Vec<u8>) =
+                (row.get(0).map_err(fail)?, row.get(1).map_err(fail)?);
+            size += key.len() + doc.len();
+            chunk.push((key, doc));
+            if chunk.len() >= rows || size >= bytes {
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(rows.min(4_096)));
+                size = 0;
+                if !each(full) {
+                    return Ok(());
+                }
+            }
+        }
+        if !chunk.is_empty() {
+            each(chunk);
+        }
+        Ok(())
+    }
+
+    /// Runs `read` in one read transaction: everything it reads is of one
+    /// state of the store, whatever other connections commit meanwhile.
+    pub fn read_consistent<T>(&self, read: impl FnOnce(&Store) -> Result<T>) -> Result<T> {
+        let fail = |e: rusqlite::Error| PipelineError::store("read a consistent state", e);
+        self.conn.execute_batch("BEGIN").map_err(fail)?;
+        let result = read(self);
+        // A read transaction has nothing to keep: COMMIT only ends it.
+        let ended = self.conn.execute_batch("COMMIT").map_err(fail);
+        let value = result?;
+        ended?;
+        Ok(value)
+    }
+
     /// The number of documents of table `tbl`.
     pub fn doc_count(&self, tbl: i64) -> Result<u64> {
         self.conn

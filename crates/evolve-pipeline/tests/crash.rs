@@ -173,3 +173,99 @@ async fn sigkill_at_several_moments_loses_and_duplicates_nothing() {
     assert_eq!(deletes, expected_deletes, "deletes");
     let _ = std::fs::remove_file(&config_path);
 }
+
+/// SIGKILL while the sink's initial load is copying (seen in the sink's
+/// `pg_stat_progress_copy`): the sink has none of the rows and no
+/// position, and the restarted process loads every row exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_the_initial_load_leaves_nothing_and_the_restart_loads_once() {
+    const ROWS: i64 = 200_000;
+    let env = env("crash_load").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(&format!(
+        "CREATE TABLE l (id int PRIMARY KEY, n int NOT NULL, pad text);
+         INSERT INTO l SELECT g, g % 1000, repeat('p', g % 60) FROM generate_series(1, {ROWS}) g;"
+    ))
+    .await
+    .unwrap();
+    {
+        let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+        create_all(&pipeline, &env.source, &["l"]).await;
+    }
+    audit_sink(&sink, "l_json").await;
+    let config_path = env.state.with_extension("toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "state_dir = {:?}\n[connections.up]\nurl = {:?}\n[connections.sink]\nurl = {:?}\n",
+            env.state.display().to_string(),
+            env.up.url,
+            env.sink.url
+        ),
+    )
+    .unwrap();
+    let progress = async || -> i64 {
+        sink.query_one(
+            "SELECT count(*) FROM public.evolve_sink_progress WHERE sink = 'l_sink'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    };
+
+    let mut child = start_child(&config_path);
+    let mut copied = 0;
+    wait_until(
+        "the initial load to be copying into public.l_json",
+        Duration::from_secs(120),
+        async || {
+            copied = sink
+                .query_one(
+                    "SELECT coalesce(max(tuples_processed), 0) FROM pg_stat_progress_copy \
+                     WHERE relid = 'public.l_json'::regclass",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            copied > 0
+        },
+    )
+    .await;
+    kill(&mut child, 9);
+    assert!(
+        copied < ROWS,
+        "the load had copied {copied} rows when it was seen"
+    );
+    assert_eq!(progress().await, 0, "a killed load recorded its position");
+    assert_eq!(
+        compare(&up, &sink, "l", "l_json").await.1,
+        0,
+        "rows of a killed load are visible"
+    );
+    assert_eq!(audit_count(&sink, "l_json").await, 0);
+
+    let mut child = start_child(&config_path);
+    wait_until(
+        "the restarted initial load (l_sink's progress row)",
+        Duration::from_secs(120),
+        async || progress().await == 1,
+    )
+    .await;
+    assert_eq!(
+        compare(&up, &sink, "l", "l_json").await,
+        (ROWS, ROWS, ROWS),
+        "(upstream rows, sink rows, equal rows) after the restarted load"
+    );
+    assert_eq!(audit_count(&sink, "l_json").await, ROWS, "rows written");
+    // The stream goes on from the load's position.
+    up.batch_execute("UPDATE l SET n = -1 WHERE id <= 10; DELETE FROM l WHERE id = 11;")
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "l", "l_json", Duration::from_secs(40)).await;
+    assert_eq!(audit_count(&sink, "l_json").await, ROWS + 11);
+    kill(&mut child, 15);
+    let _ = std::fs::remove_file(&config_path);
+}

@@ -764,3 +764,130 @@ async fn a_lost_slot_stalls_the_source_with_the_way_out() {
     assert_eq!(pipeline.tables().unwrap().len(), 1);
     running.stop().await;
 }
+
+/// Rows whose documents COPY must carry byte for byte: quotes,
+/// backslashes, tabs and new lines, non-ASCII text, nulls, long values.
+const AWKWARD_ROWS: &str = r#"SELECT g,
+       CASE g % 5 WHEN 0 THEN NULL WHEN 1 THEN E'tab\there\nnew line\r'
+                  WHEN 2 THEN 'back\slash "quoted" \N' WHEN 3 THEN 'ünïcødé ✓ 🐘'
+                  ELSE repeat('x', g % 700) END,
+       g / 7.0,
+       jsonb_build_object('g', g, 's', E'\\\t\u0001', 'a', jsonb_build_array(g, NULL))
+FROM generate_series(1, {n}) g"#;
+
+/// The sink's progress row of `sink`, once there is one.
+async fn progress_of(sink: &tokio_postgres::Client, name: &str) -> Option<String> {
+    sink.query_opt(
+        "SELECT lsn::text FROM public.evolve_sink_progress WHERE sink = $1",
+        &[&name],
+    )
+    .await
+    .unwrap()
+    .map(|r| r.get(0))
+}
+
+/// Writes into `table` counted by operation: (inserts, updates, deletes).
+async fn audit_ops(sink: &tokio_postgres::Client, table: &str) -> (i64, i64, i64) {
+    let row = sink
+        .query_one(
+            &format!(
+                "SELECT count(*) FILTER (WHERE op = 'INSERT'), count(*) FILTER (WHERE op = 'UPDATE'), \
+                        count(*) FILTER (WHERE op = 'DELETE') FROM public.{table}_audit"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
+/// An initial load of many chunks (100 documents each, the last one
+/// partial) writes every document exactly once and equal to the
+/// server's, commits its position with them, and the stream goes on from
+/// there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_initial_load_of_many_chunks_writes_every_document_once() {
+    let env = env("load_chunks").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(&format!(
+        "CREATE TABLE t (id int PRIMARY KEY, v text, n numeric, j jsonb);
+         INSERT INTO t {};",
+        AWKWARD_ROWS.replace("{n}", "2537")
+    ))
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone().with_sink_load_rows(100)).unwrap());
+    create_all(&pipeline, &env.source, &["t"]).await;
+    audit_sink(&sink, "t_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_until("t_sink's initial load", CONVERGE, async || {
+        progress_of(&sink, "t_sink").await.is_some()
+    })
+    .await;
+    assert_eq!(
+        compare(&up, &sink, "t", "t_json").await,
+        (2537, 2537, 2537),
+        "(upstream rows, sink rows, equal rows) right after the load"
+    );
+    assert_eq!(audit_ops(&sink, "t_json").await, (2537, 0, 0));
+
+    up.batch_execute(
+        "UPDATE t SET v = 'after' WHERE id % 100 = 0;
+         DELETE FROM t WHERE id > 2500;
+         INSERT INTO t VALUES (5000, 'new', 1, '{}');",
+    )
+    .await
+    .unwrap();
+    wait_equal(&up, &sink, "t", "t_json", CONVERGE).await;
+    assert_eq!(audit_ops(&sink, "t_json").await, (2537 + 1, 25, 37));
+    running.stop().await;
+}
+
+/// An initial load into a table that got rows after its sink was created
+/// (`CREATE SINK` refuses a table with rows, but nothing stops writers
+/// after it) upserts: rows of the interface's keys get its documents, the
+/// others are left as they are, each row written once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_initial_load_into_a_table_with_rows_upserts() {
+    let env = env("load_upsert").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(&format!(
+        "CREATE TABLE u (id int PRIMARY KEY, v text, n numeric, j jsonb);
+         INSERT INTO u {};",
+        AWKWARD_ROWS.replace("{n}", "250")
+    ))
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone().with_sink_load_rows(100)).unwrap());
+    create_all(&pipeline, &env.source, &["u"]).await;
+    sink.batch_execute(
+        r#"INSERT INTO public.u_json VALUES ('{"id": 1}', '{"stale": true}'),
+                                            ('{"id": 999999}', '{"kept": true}');"#,
+    )
+    .await
+    .unwrap();
+    audit_sink(&sink, "u_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_until("u_sink's initial load", CONVERGE, async || {
+        progress_of(&sink, "u_sink").await.is_some()
+    })
+    .await;
+    assert_eq!(
+        compare(&up, &sink, "u", "u_json").await,
+        (250, 251, 250),
+        "(upstream rows, sink rows, equal rows) after the load"
+    );
+    let kept: String = sink
+        .query_one(
+            r#"SELECT data::text FROM public.u_json WHERE key = '{"id": 999999}'"#,
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, r#"{"kept": true}"#);
+    assert_eq!(audit_ops(&sink, "u_json").await, (249, 1, 0));
+    running.stop().await;
+}

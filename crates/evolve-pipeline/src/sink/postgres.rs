@@ -7,9 +7,20 @@
 //! one sink transaction that also upserts the sink's row of the progress
 //! table, so the position and what it covers commit together; the
 //! position is read back from that row.
+//!
+//! The initial load streams the documents with `COPY ... FROM STDIN
+//! (FORMAT binary)`, chunk by chunk as the store's reader hands them
+//! over: straight into the target table when it has no rows, otherwise
+//! into a temporary table that one `INSERT ... SELECT ... ON CONFLICT`
+//! then upserts into the target. Either way, readers of the target see
+//! its rows as they were until the load commits, then all of them.
+
+use std::pin::pin;
 
 use crate::position::Position;
+use bytes::{BufMut, Bytes, BytesMut};
 use evolve_pg::quote_ident;
+use futures_util::SinkExt;
 use tokio_postgres::Client;
 
 use super::{Documents, Sink};
@@ -20,8 +31,16 @@ use crate::store::{FeedEntry, SinkInfo};
 /// The progress table's name (in the target table's schema).
 pub const PROGRESS_TABLE: &str = "evolve_sink_progress";
 
-/// Rows per statement of the initial load.
-const LOAD_BATCH: usize = 2_000;
+/// The temporary table an initial load into a table with rows goes
+/// through (dropped at commit).
+const LOAD_TABLE: &str = "evolve_sink_load";
+
+/// The header of `COPY ... (FORMAT binary)` data: signature, flags, no
+/// header extension.
+const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+
+/// `jsonb`'s binary format version.
+const JSONB_VERSION: u8 = 1;
 
 /// Quoted `schema.table` of the sink's target and progress tables.
 pub(crate) struct Targets {
@@ -196,32 +215,89 @@ impl Sink for PostgresSink {
         progress(&self.client, &self.targets, &self.name).await
     }
 
-    /// One transaction: every document, then the position.
-    async fn load(&mut self, docs: &Documents, at: Position) -> Result<()> {
+    /// One transaction: every document (`COPY`), then the position.
+    async fn load(&mut self, docs: &mut Documents) -> Result<u64> {
+        let fail = |what: &str| {
+            let what = format!("{what} of sink \"{}\"", self.name);
+            move |e: tokio_postgres::Error| PipelineError::database(what, &e)
+        };
         let tx = self
             .client
             .transaction()
             .await
-            .map_err(|e| PipelineError::database("begin the sink's initial load", &e))?;
-        for chunk in docs.chunks(LOAD_BATCH) {
-            let keys = chunk
-                .iter()
-                .map(|(k, _)| utf8(k))
-                .collect::<Result<Vec<&str>>>()?;
-            let data = chunk
-                .iter()
-                .map(|(_, d)| utf8(d))
-                .collect::<Result<Vec<&str>>>()?;
-            tx.execute(&self.statements.upsert, &[&keys, &data])
+            .map_err(fail("begin the initial load"))?;
+        let empty: bool = tx
+            .query_one(
+                &format!("SELECT NOT EXISTS (SELECT FROM {})", self.targets.table),
+                &[],
+            )
+            .await
+            .map_err(fail("look for rows before the initial load"))?
+            .get(0);
+        let into = if empty {
+            self.targets.table.clone()
+        } else {
+            let staging = format!("pg_temp.{}", quote_ident(LOAD_TABLE));
+            tx.batch_execute(&format!(
+                "CREATE TEMPORARY TABLE {} (key jsonb NOT NULL, data jsonb NOT NULL) ON COMMIT DROP",
+                quote_ident(LOAD_TABLE)
+            ))
+            .await
+            .map_err(fail("create the initial load's temporary table"))?;
+            staging
+        };
+        let copy = tx
+            .copy_in::<_, Bytes>(&format!(
+                "COPY {into} (key, data) FROM STDIN (FORMAT binary)"
+            ))
+            .await
+            .map_err(fail("start the initial load"))?;
+        let mut copy = pin!(copy);
+        let mut buf = BytesMut::with_capacity(super::LOAD_CHUNK_BYTES + 4_096);
+        buf.put_slice(COPY_HEADER);
+        // Dropped before its end, the COPY is aborted and the transaction
+        // rolled back: nothing of a failed load is ever committed.
+        while let Some(chunk) = docs.next().await? {
+            for (key, doc) in &chunk {
+                buf.put_i16(2);
+                put_jsonb(&mut buf, key)?;
+                put_jsonb(&mut buf, doc)?;
+            }
+            copy.send(buf.split().freeze())
                 .await
-                .map_err(|e| PipelineError::database("write the sink's initial load", &e))?;
+                .map_err(fail("write the initial load"))?;
         }
-        tx.execute(&self.statements.progress, &[&self.name, &at.to_string()])
+        buf.put_i16(-1);
+        copy.send(buf.split().freeze())
             .await
-            .map_err(|e| PipelineError::database("record the sink's position", &e))?;
-        tx.commit()
+            .map_err(fail("write the initial load"))?;
+        let copied = copy
+            .as_mut()
+            .finish()
             .await
-            .map_err(|e| PipelineError::database("commit the sink's initial load", &e))
+            .map_err(fail("write the initial load"))?;
+        let written = if empty {
+            copied
+        } else {
+            tx.execute(
+                &format!(
+                    "INSERT INTO {} (key, data) SELECT key, data FROM {into} \
+                     ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data",
+                    self.targets.table
+                ),
+                &[],
+            )
+            .await
+            .map_err(fail("write the initial load"))?
+        };
+        tx.execute(
+            &self.statements.progress,
+            &[&self.name, &docs.at().to_string()],
+        )
+        .await
+        .map_err(fail("record the position"))?;
+        tx.commit().await.map_err(fail("commit the initial load"))?;
+        Ok(written)
     }
 
     async fn write(&mut self, entries: &[FeedEntry], at: Position) -> Result<()> {
@@ -237,6 +313,23 @@ fn utf8(bytes: &[u8]) -> Result<&str> {
         context: "read a document for the sink".into(),
         message: format!("the document is not UTF-8 ({e}); the state store is damaged"),
     })
+}
+
+/// A key or document as a `jsonb` field of binary COPY data: its length,
+/// the format version, the JSON text.
+fn put_jsonb(buf: &mut BytesMut, text: &[u8]) -> Result<()> {
+    utf8(text)?;
+    let len = i32::try_from(text.len() + 1).map_err(|_| PipelineError::Store {
+        context: "read a document for the sink".into(),
+        message: format!(
+            "a document of {} bytes is larger than a COPY field can hold; the state store is damaged",
+            text.len()
+        ),
+    })?;
+    buf.put_i32(len);
+    buf.put_u8(JSONB_VERSION);
+    buf.put_slice(text);
+    Ok(())
 }
 
 /// Consecutive upstream transactions' changes (`entries`, in order) and
