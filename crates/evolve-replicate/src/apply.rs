@@ -192,6 +192,9 @@ pub struct Applier {
     /// Groups are applied row by row until then (the set-based path met
     /// something only that path handles).
     set_off_until: Option<std::time::Instant>,
+    /// Groups are checked for conflicts before they are written until
+    /// then (one met some lately).
+    set_checked_until: Option<std::time::Instant>,
     /// How groups were applied: set-based, and row by row.
     pub groups: (u64, u64),
 }
@@ -240,6 +243,7 @@ impl Applier {
             skip: None,
             counts: BTreeMap::new(),
             set_off_until: None,
+            set_checked_until: None,
             groups: (0, 0),
         };
         applier.read_position(client).await?;

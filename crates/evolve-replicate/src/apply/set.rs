@@ -99,25 +99,38 @@ impl Applier {
         let Some(last) = txns.last().map(|t| t.end) else {
             return Ok(None);
         };
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
-        match self.write_set(&tx, txns).await {
-            Ok(Some(mut attempt)) => {
-                self.finish(tx, last, &mut attempt).await?;
-                self.groups.0 += 1;
-                Ok(Some(attempt.applied))
-            }
-            declined => {
-                if let Err(e) = &declined {
-                    tracing::debug!(replica = %self.replica, error = %e, "set-based apply declined the group");
+        // Without conflicts lately the group goes unchecked: the writes'
+        // own counts tell whether any key was found otherwise than its
+        // first change expects, and then it goes again, checked.
+        let mut checked = self.set_checked_until.is_some_and(|t| Instant::now() < t);
+        loop {
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
+            match self.write_set(&tx, txns, checked).await {
+                Ok(Written::Done(mut attempt)) => {
+                    self.finish(tx, last, &mut attempt).await?;
+                    self.groups.0 += 1;
+                    return Ok(Some(attempt.applied));
                 }
-                tx.rollback()
-                    .await
-                    .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
-                self.set_off_until = Some(Instant::now() + REST);
-                Ok(None)
+                Ok(Written::Conflicts) if !checked => {
+                    tx.rollback()
+                        .await
+                        .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
+                    self.set_checked_until = Some(Instant::now() + REST);
+                    checked = true;
+                }
+                declined => {
+                    if let Err(e) = &declined {
+                        tracing::debug!(replica = %self.replica, error = %e, "set-based apply declined the group");
+                    }
+                    tx.rollback()
+                        .await
+                        .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
+                    self.set_off_until = Some(Instant::now() + REST);
+                    return Ok(None);
+                }
             }
         }
     }
@@ -128,7 +141,8 @@ impl Applier {
         &mut self,
         tx: &tokio_postgres::Transaction<'_>,
         txns: &[&Transaction],
-    ) -> Result<Option<Attempt>> {
+        checked: bool,
+    ) -> Result<Written> {
         let mut attempt = Attempt::default();
         let mut logged: Vec<(At, Logged)> = Vec::new();
         let mut tables: Vec<Table> = Vec::new();
@@ -142,7 +156,7 @@ impl Applier {
                         let known = &tables[s].schema;
                         if !Arc::ptr_eq(known, &change.table) && **known != *change.table {
                             // The upstream's table changed inside the group.
-                            return Ok(None);
+                            return Ok(Written::Declined);
                         }
                         s
                     }
@@ -151,7 +165,7 @@ impl Applier {
                             .set_table(tx, txn, *id, change, at, &mut attempt, &mut logged)
                             .await?
                         else {
-                            return Ok(None);
+                            return Ok(Written::Declined);
                         };
                         tables.push(table);
                         by_id.insert(*id, tables.len() - 1);
@@ -163,7 +177,7 @@ impl Applier {
                     for &(i, resolver) in &table.matched.missing_on_target {
                         if let Some(Datum::Text(_)) = new.get(i) {
                             if resolver == Resolver::IgnoreIfNull {
-                                return Ok(None);
+                                return Ok(Written::Declined);
                             }
                             count(
                                 &mut attempt.applied,
@@ -193,7 +207,7 @@ impl Applier {
                     }
                 }
                 if !fold(table, at, change) {
-                    return Ok(None);
+                    return Ok(Written::Declined);
                 }
                 changes += 1;
             }
@@ -202,20 +216,56 @@ impl Applier {
         // Checks first (they read the node as the group found it), then
         // deletes, then upserts, in the order the tables first appear
         // (deletes in reverse).
+        // Each write is split by what the keys expect to find when it
+        // runs, and counts what it did: (statement's index, count wanted
+        // for an unchecked group).
         let mut sends: Vec<Sent<'_>> = Vec::new();
-        for t in &tables {
-            sends.push(self.check(tx, t).await?);
+        if checked {
+            for t in &tables {
+                sends.push(self.check(tx, t).await?);
+            }
         }
+        let mut counted: Vec<(usize, i64)> = Vec::new();
         for t in tables.iter().rev() {
-            if let Some(s) = self.delete(tx, t).await? {
-                sends.push(s);
+            for expect_row in [true, false] {
+                let keys: Vec<&Key> = t
+                    .keys
+                    .iter()
+                    .filter(|k| {
+                        (!k.present || k.replace)
+                            && (k.first_kind != ChangeKind::Insert) == expect_row
+                    })
+                    .collect();
+                if keys.is_empty() {
+                    continue;
+                }
+                let wanted = if expect_row { keys.len() as i64 } else { 0 };
+                counted.push((sends.len(), wanted));
+                sends.push(self.delete(tx, t, &keys).await?);
             }
         }
         for t in &tables {
-            match self.upsert(tx, t).await? {
-                Upsert::None => {}
-                Upsert::Send(s) => sends.push(s),
-                Upsert::Incomplete => return Ok(None),
+            for expect_row in [false, true] {
+                let keys: Vec<&Key> = t
+                    .keys
+                    .iter()
+                    .filter(|k| {
+                        k.present
+                            && (k.first_kind != ChangeKind::Insert && !k.replace) == expect_row
+                    })
+                    .collect();
+                if keys.is_empty() {
+                    continue;
+                }
+                // Inserted rows: all of them where no row is expected.
+                let wanted = if expect_row { 0 } else { keys.len() as i64 };
+                match self.upsert(tx, t, &keys).await? {
+                    Some(s) => {
+                        counted.push((sends.len(), wanted));
+                        sends.push(s);
+                    }
+                    None => return Ok(Written::Declined),
+                }
             }
         }
         let params: Vec<Vec<&(dyn ToSql + Sync)>> = sends
@@ -229,29 +279,35 @@ impl Applier {
                 .map(|(s, p)| tx.query(&s.statement, p)),
         )
         .await;
-        let mut results = results.into_iter();
-        let mut checks = Vec::with_capacity(tables.len());
-        for _ in &tables {
-            match results.next() {
-                Some(Ok(rows)) => checks.push(rows),
-                _ => return Ok(None),
+        let mut results: Vec<Vec<tokio_postgres::Row>> = match results.into_iter().collect() {
+            Ok(results) => results,
+            Err(_) => return Ok(Written::Declined),
+        };
+        if !checked {
+            for (i, wanted) in counted {
+                let got = results[i].first().map_or(0, |r| r.get::<_, i64>(0));
+                if got != wanted {
+                    return Ok(Written::Conflicts);
+                }
             }
         }
-        if results.any(|r| r.is_err()) {
-            return Ok(None);
-        }
+        let checks: Vec<Vec<tokio_postgres::Row>> = if checked {
+            results.drain(..tables.len()).collect()
+        } else {
+            Vec::new()
+        };
 
         for (t, rows) in tables.iter().zip(checks) {
             for row in rows {
                 let i = row.get::<_, i32>(0) as usize;
                 let local: Option<String> = row.get(1);
                 let Some(key) = t.keys.get(i) else {
-                    return Ok(None);
+                    return Ok(Written::Declined);
                 };
                 let (ti, ri) = key.first;
                 let change = &txns[ti].rows[ri].1;
                 let Some(l) = self.conflict(t, key, change, local) else {
-                    return Ok(None);
+                    return Ok(Written::Declined);
                 };
                 count(&mut attempt.applied, l.conflict, l.resolution);
                 logged.push((key.first, l));
@@ -263,7 +319,7 @@ impl Applier {
             .map(|((ti, _), l)| (txns[ti].end, txns[ti].commit_time_micros, l))
             .collect();
         attempt.applied.rows += changes;
-        Ok(Some(attempt))
+        Ok(Written::Done(attempt))
     }
 
     /// A table's first change in the group: its mapping onto the node (and
@@ -381,16 +437,14 @@ impl Applier {
         })
     }
 
-    /// The delete of the keys the group leaves without a row or replaces.
+    /// The delete of `gone` (keys the group leaves without a row or
+    /// replaces); it returns the rows deleted.
     async fn delete<'a>(
         &mut self,
         tx: &tokio_postgres::Transaction<'_>,
         t: &'a Table,
-    ) -> Result<Option<Sent<'a>>> {
-        let gone: Vec<&Key> = t.keys.iter().filter(|k| !k.present || k.replace).collect();
-        if gone.is_empty() {
-            return Ok(None);
-        }
+        gone: &[&'a Key],
+    ) -> Result<Sent<'a>> {
         let (node, matched) = (&t.node, &t.matched);
         let mut columns = Vec::new();
         let mut arrays = Vec::new();
@@ -411,29 +465,28 @@ impl Applier {
             ));
         }
         let sql = format!(
-            "DELETE FROM {} t USING unnest({}) AS u({}) WHERE {}",
+            "WITH d AS (DELETE FROM {} t USING unnest({}) AS u({}) WHERE {} RETURNING 1)
+             SELECT count(*) FROM d",
             target(node),
             arrays.join(", "),
             columns.join(", "),
             cond.join(" AND ")
         );
-        Ok(Some(Sent {
+        Ok(Sent {
             statement: self.statement(tx, sql).await?,
             params,
-        }))
+        })
     }
 
-    /// The upsert of every key the group leaves with a row: its image, in
-    /// the node's column types.
+    /// The upsert of `rows` (keys the group leaves with a row): their
+    /// images, in the node's column types; it returns the rows inserted
+    /// (not updated). `None` when an image lacks a column's value.
     async fn upsert<'a>(
         &mut self,
         tx: &tokio_postgres::Transaction<'_>,
         t: &'a Table,
-    ) -> Result<Upsert<'a>> {
-        let rows: Vec<&Key> = t.keys.iter().filter(|k| k.present).collect();
-        if rows.is_empty() {
-            return Ok(Upsert::None);
-        }
+        rows: &[&'a Key],
+    ) -> Result<Option<Sent<'a>>> {
         let (node, matched) = (&t.node, &t.matched);
         let mut columns = Vec::new();
         let mut aliases = Vec::new();
@@ -446,13 +499,13 @@ impl Applier {
                 continue;
             };
             let mut column = Vec::with_capacity(rows.len());
-            for key in &rows {
+            for key in rows {
                 match key.image.get(i) {
                     Some(Some(Some(v))) => column.push(utf8(v)?),
                     Some(Some(None)) => column.push(None),
                     // Not sent since the key's last insert: the node row
                     // keeps it, which only an update of that column says.
-                    _ => return Ok(Upsert::Incomplete),
+                    _ => return Ok(None),
                 }
             }
             let p = params.len() + 1;
@@ -478,7 +531,9 @@ impl Applier {
             format!("DO UPDATE SET {}", updates.join(", "))
         };
         let sql = format!(
-            "INSERT INTO {} AS t ({}) SELECT {} FROM unnest({}) AS u({}) ON CONFLICT ({}) {action}",
+            "WITH w AS (INSERT INTO {} AS t ({}) SELECT {} FROM unnest({}) AS u({}) ON CONFLICT ({}) {action}
+                        RETURNING t.xmax = 0 AS inserted)
+             SELECT count(*) FILTER (WHERE inserted) FROM w",
             target(node),
             columns.join(", "),
             values.join(", "),
@@ -486,7 +541,7 @@ impl Applier {
             aliases.join(", "),
             key_columns.join(", ")
         );
-        Ok(Upsert::Send(Sent {
+        Ok(Some(Sent {
             statement: self.statement(tx, sql).await?,
             params,
         }))
@@ -567,12 +622,15 @@ impl Applier {
     }
 }
 
-enum Upsert<'a> {
-    /// No key ends with a row.
-    None,
-    Send(Sent<'a>),
-    /// A key's image lacks a column's value.
-    Incomplete,
+/// What writing a group did.
+enum Written {
+    /// Applied; the attempt to finish.
+    Done(Attempt),
+    /// Unchecked, and a write found a key otherwise than its first change
+    /// expected: to be done again, checked.
+    Conflicts,
+    /// The set path does not take the group.
+    Declined,
 }
 
 /// Folds `change` into its key's state: false when the set path cannot
