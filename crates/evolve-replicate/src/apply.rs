@@ -9,8 +9,10 @@
 //! `target_column_missing`, `source_column_missing`,
 //! `target_column_type_mismatch`), then the node row is looked up by key,
 //! then row conflicts are resolved (`insert_exists`, `update_missing`,
-//! `delete_missing`, `multiple_unique_conflicts`). Each row is one
-//! statement whose CTE reads the node's row before the change (for the
+//! `delete_missing`, `multiple_unique_conflicts`). A group of
+//! transactions goes set by set first ([`Applier::apply_group`], the `set`
+//! module); what the set statements cannot do goes row by row: each row
+//! is one statement whose CTE reads the node's row before the change (for the
 //! conflict's `local_tuple`) and whose data-modifying part applies it, so
 //! a conflict costs no extra round trip. Values travel in their text form
 //! and are given to the node type's input function (`$n::text::type`),
