@@ -8,8 +8,9 @@
 //!   the repository's test command; `.ci/run` runs it.
 //! - `cargo xtask demo [ARGS]`: PostgreSQL, then `evolve demo ARGS`.
 //! - `cargo xtask bench NAME [ARGS]`: PostgreSQL (and for `migrate` the
-//!   Flyway jars), then the release build of benchmark `NAME` from
-//!   `evolve-bench` with `ARGS`.
+//!   Flyway jars, for `pipeline` the Debezium baseline built with Maven,
+//!   skipped with the reason when java or mvn is missing), then the
+//!   release build of benchmark `NAME` from `evolve-bench` with `ARGS`.
 //!
 //! The Flyway jars (the real Flyway that the migrate tests and benchmark
 //! compare evolve with) are fetched by Maven into `target/flyway/jars`
@@ -102,6 +103,15 @@ fn run(args: &[String]) -> Result<(), Failure> {
             }
             let mut cmd = cargo(["run", "--release", "-p", "evolve-bench", "--bin"]);
             cmd.arg(name).arg("--").args(bench_args);
+            if name == "pipeline" {
+                match build_debezium() {
+                    Ok(dir) => cmd.env("EVOLVE_BENCH_DEBEZIUM", dir),
+                    Err(why) => {
+                        eprintln!("==> DEBEZIUM BASELINE SKIPPED: {why}");
+                        cmd.env("EVOLVE_BENCH_DEBEZIUM_SKIP", why)
+                    }
+                };
+            }
             step(&format!("bench {name}"), &mut cmd)
         }
         "help" | "-h" | "--help" => {
@@ -370,6 +380,50 @@ fn ensure_flyway_jars() -> Result<(), Failure> {
             .arg(format!("-DoutputDirectory={}", jars.display()))
             .stdin(Stdio::null()),
     )
+}
+
+/// Builds the pipeline benchmark's Debezium baseline
+/// (`crates/evolve-bench/debezium`, a Maven project) into
+/// `target/debezium`, offline when the Maven cache (the one the Flyway jars
+/// go to) already has every artifact, online otherwise. Its directory, or
+/// why it cannot be built; the benchmark then runs without it and says so.
+fn build_debezium() -> Result<PathBuf, String> {
+    if !on_path("java") {
+        return Err("`java` is not installed".into());
+    }
+    if !on_path("mvn") {
+        return Err("`mvn` is not installed".into());
+    }
+    let out = workspace_root().join("target").join("debezium");
+    let pom = workspace_root().join("crates/evolve-bench/debezium/pom.xml");
+    let mvn = |offline: bool| {
+        let mut cmd = Command::new("mvn");
+        cmd.args(["-q", "-B"]);
+        if offline {
+            cmd.arg("-o");
+        }
+        cmd.arg("-f")
+            .arg(&pom)
+            .arg(format!("-Devolve.out={}", out.display()))
+            .arg("package")
+            .stdin(Stdio::null());
+        if offline {
+            cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        }
+        cmd.status().is_ok_and(|s| s.success())
+    };
+    eprintln!(
+        "==> build the Debezium baseline (mvn package into {})",
+        out.display()
+    );
+    if mvn(true) || mvn(false) {
+        Ok(out)
+    } else {
+        Err(format!(
+            "`mvn package` of {} failed (output above)",
+            pom.display()
+        ))
+    }
 }
 
 /// Install the PostgreSQL server packages unless `initdb` is found.

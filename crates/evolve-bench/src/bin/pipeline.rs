@@ -18,7 +18,13 @@
 //!   `ALTER SUBSCRIPTION ... ENABLE` until the marker row is applied;
 //! - `pg_recvlogical` on a pgoutput slot (`proto_version=1`, the same
 //!   publication) to /dev/null with `--endpos` just after the marker: the
-//!   decoding ceiling.
+//!   decoding ceiling;
+//! - Debezium: its PostgreSQL connector in the embedded engine (the Java
+//!   program in `debezium/`, see [`debezium`]) on a pgoutput slot and the
+//!   same publication, JSON change events counted and discarded, timed from
+//!   `java`'s start until it has consumed the marker (and, as it reports,
+//!   from the engine's construction, JVM start-up excluded). Without `java`
+//!   or the built program it is skipped, said loudly, and the rest runs.
 //!
 //! Snapshot: a table of CHANGES / 10 rows and one of CHANGES rows, snapshotted
 //! by evolve into the sink (timed from the pipeline's start to the sink's
@@ -28,11 +34,24 @@
 //! peak resident memory (VmHWM, reset through `/proc/self/clear_refs`
 //! before each snapshot) is printed for each size.
 //!
+//! Freshness (see [`freshness`]): with the pipeline running, a steady load
+//! of `--freshness-rate` row changes a second (default 20,000) for
+//! `--freshness-seconds` (default 60; 0 skips it), and for each upstream
+//! commit the time until the sink committed it: p50, p99, max. Then a
+//! step-up of `--step-up-seconds` runs (default 10; 0 skips it), the rate
+//! doubling while it is sustained (achieved within 5% and p99 under 1 s),
+//! or halving while it is not, printing the highest sustained rate.
+//!
 //! To tell where evolve's time goes it also prints when its source had
 //! applied everything to the store (the sink's share is the rest), the
 //! process's CPU time, and the snapshot's store and sink-load phases. With
 //! `TMPDIR=/dev/shm` the store (and the clusters) live on tmpfs, which
 //! takes the store's fsyncs out of the figures.
+
+#[path = "pipeline/debezium.rs"]
+mod debezium;
+#[path = "pipeline/freshness.rs"]
+mod freshness;
 
 use std::process::Command;
 use std::sync::Arc;
@@ -62,15 +81,59 @@ fn main() {
     }
 }
 
-fn run() -> Result<()> {
-    let changes: i64 = std::env::args()
-        .nth(1)
-        .map(|a| a.parse())
-        .transpose()?
-        .unwrap_or(1_000_000);
-    if changes < 10 {
-        return Err("CHANGES must be at least 10".into());
+/// The command line: `[CHANGES] [--freshness-seconds S]
+/// [--freshness-rate R] [--step-up-seconds S]`.
+struct Args {
+    changes: i64,
+    freshness_seconds: f64,
+    freshness_rate: u64,
+    step_up_seconds: f64,
+}
+
+impl Args {
+    fn parse() -> Result<Args> {
+        let mut args = Args {
+            changes: 1_000_000,
+            freshness_seconds: 60.0,
+            freshness_rate: 20_000,
+            step_up_seconds: 10.0,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(arg) = it.next() {
+            let mut value = || {
+                it.next()
+                    .ok_or_else(|| format!("{arg} needs a value"))
+                    .map_err(Error::from)
+            };
+            match arg.as_str() {
+                "--freshness-seconds" => args.freshness_seconds = value()?.parse()?,
+                "--freshness-rate" => args.freshness_rate = value()?.parse()?,
+                "--step-up-seconds" => args.step_up_seconds = value()?.parse()?,
+                flag if flag.starts_with('-') => {
+                    return Err(format!(
+                        "unknown option {flag}; usage: pipeline [CHANGES] [--freshness-seconds S] [--freshness-rate R] [--step-up-seconds S]"
+                    )
+                    .into());
+                }
+                changes => args.changes = changes.parse()?,
+            }
+        }
+        if args.changes < 10 {
+            return Err("CHANGES must be at least 10".into());
+        }
+        if args.freshness_rate < 100 {
+            return Err("--freshness-rate must be at least 100".into());
+        }
+        if !(args.freshness_seconds >= 0.0 && args.step_up_seconds >= 0.0) {
+            return Err("--freshness-seconds and --step-up-seconds must be >= 0".into());
+        }
+        Ok(args)
     }
+}
+
+fn run() -> Result<()> {
+    let args = Args::parse()?;
+    let changes = args.changes;
     let up = evolve_test::Cluster::start()?;
     let sink = evolve_test::Cluster::start()?;
     // The runtime `evolve pipeline run` uses: multi-threaded, one worker
@@ -84,7 +147,7 @@ fn run() -> Result<()> {
         "pipeline benchmark: {changes} row changes, {}, two clusters on loopback, fsync=off",
         String::from_utf8_lossy(&version.stdout).trim()
     );
-    let result = rt.block_on(bench(&up, &sink, changes));
+    let result = rt.block_on(bench(&up, &sink, &args));
     if result.is_err() {
         eprintln!("upstream log:\n{}", up.log_tail(20));
         eprintln!("sink log:\n{}", sink.log_tail(20));
@@ -121,7 +184,12 @@ async fn wait_until(
     }
 }
 
-async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, n: i64) -> Result<()> {
+async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, args: &Args) -> Result<()> {
+    let n = args.changes;
+    let baseline = debezium::Baseline::find();
+    if let debezium::Baseline::Skipped(why) = &baseline {
+        eprintln!("!!! DEBEZIUM BASELINE SKIPPED: {why}");
+    }
     let up_db = up.create_database("pipeline_up").await?;
     let sink_db = sink.create_database("pipeline_sink").await?;
     let native_db = sink.create_database("pipeline_native").await?;
@@ -176,6 +244,12 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, n: i64) -
         "SELECT pg_create_logical_replication_slot('bench_recv', 'pgoutput')",
     ] {
         upc.batch_execute(sql).await?;
+    }
+    if matches!(baseline, debezium::Baseline::Ready(_)) {
+        upc.batch_execute(
+            "SELECT pg_create_logical_replication_slot('bench_debezium', 'pgoutput')",
+        )
+        .await?;
     }
     nativec
         .batch_execute(&format!(
@@ -274,6 +348,33 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, n: i64) -
         return Err(format!("pg_recvlogical stopped at {confirmed}, before the marker").into());
     }
 
+    // (d) Debezium's embedded engine, discarding its JSON change events.
+    let dbz = match &baseline {
+        debezium::Baseline::Ready(dir) => {
+            let target = debezium::Target {
+                port: up.port(),
+                database: &up_db.name,
+                slot: "bench_debezium",
+                publication: "bench_pub",
+                table: "public.bench_t",
+            };
+            let drained = debezium::drain(dir, &target).await?;
+            // Every change and the marker, one event each.
+            if drained.events != n + 1 {
+                return Err(format!(
+                    "Debezium counted {} change events, the load made {}",
+                    drained.events,
+                    n + 1
+                )
+                .into());
+            }
+            upc.batch_execute("SELECT pg_drop_replication_slot('bench_debezium')")
+                .await?;
+            Some(drained)
+        }
+        debezium::Baseline::Skipped(_) => None,
+    };
+
     println!();
     println!("| consumer | time | row changes/s | evolve / it |");
     println!("|---|---|---|---|");
@@ -294,6 +395,36 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, n: i64) -
         per_second(n, recv),
         ratio(recv, evolve)
     );
+    match (&dbz, &baseline) {
+        (Some(d), _) => {
+            println!(
+                "| Debezium {DEBEZIUM_VERSION} embedded, JSON events discarded, from `java` start | {} | {} | **{}** |",
+                fmt(d.total),
+                per_second(n, d.total),
+                ratio(d.total, evolve)
+            );
+            println!(
+                "| the same, from the engine's construction (JVM start-up excluded) | {} | {} | **{}** |",
+                fmt(d.engine),
+                per_second(n, d.engine),
+                ratio(d.engine, evolve)
+            );
+        }
+        (None, debezium::Baseline::Skipped(why)) => {
+            println!("| Debezium | **SKIPPED**: {why} | | |");
+        }
+        (None, debezium::Baseline::Ready(_)) => unreachable!("Debezium ran or failed"),
+    }
+    if let Some(d) = &dbz {
+        println!(
+            "Debezium: JVM start-up {}, then its first event {} after the engine's construction; {} events from the first to the marker in {} ({} events/s)",
+            fmt(d.total.saturating_sub(d.engine)),
+            fmt(d.first),
+            d.events,
+            fmt(d.engine.saturating_sub(d.first)),
+            per_second(d.events, d.engine.saturating_sub(d.first))
+        );
+    }
     if let Some(applied) = applied_at {
         println!(
             "evolve's source had applied everything to its store after {} ({} changes/s); the sink finished {} later",
@@ -372,7 +503,98 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, n: i64) -
         );
     }
     println!("goal: evolve / COPY >= 0.7x, peak memory flat as the table grows");
+
+    if args.freshness_seconds > 0.0 {
+        fresh(&pipeline, &upc, &sinkc, &up_db.url, args).await?;
+    }
+    if let debezium::Baseline::Skipped(why) = &baseline {
+        eprintln!("!!! DEBEZIUM BASELINE SKIPPED: {why}");
+    }
     let _ = std::fs::remove_dir_all(&state);
+    Ok(())
+}
+
+/// The Debezium version `debezium/pom.xml` pins.
+const DEBEZIUM_VERSION: &str = "3.6.1.Final";
+
+/// Freshness at a fixed rate, then the step-up, with the pipeline live.
+async fn fresh(
+    pipeline: &Arc<Pipeline>,
+    upc: &Client,
+    sinkc: &Client,
+    up_url: &str,
+    args: &Args,
+) -> Result<()> {
+    freshness::upstream_table(upc).await?;
+    create_objects(pipeline, "fresh_t", "fresh_t").await?;
+    let running = Running::start(pipeline);
+    wait_until(
+        sinkc,
+        "SELECT EXISTS (SELECT 1 FROM public.evolve_sink_progress WHERE sink = 'fresh_t_sink')",
+        Instant::now(),
+        "evolve's freshness sink",
+        pipeline,
+        |_| false,
+    )
+    .await?;
+    freshness::arrival_trigger(sinkc).await?;
+    let mut generator = freshness::Generator::connect(up_url).await?;
+    println!();
+    println!(
+        "freshness: upstream commit to sink commit, evolve running live, {} s at {} row changes/s",
+        args.freshness_seconds,
+        per_second(args.freshness_rate as i64, Duration::from_secs(1))
+    );
+    println!("{}", freshness::header());
+    let wait = Duration::from_secs_f64((2.0 * args.freshness_seconds).max(60.0));
+    let base = generator
+        .run(sinkc, args.freshness_rate, args.freshness_seconds, wait)
+        .await?;
+    println!(
+        "{}",
+        base.row(&format!("fixed, {} s", args.freshness_seconds))
+    );
+    if base.missing > 0 {
+        running.stop().await?;
+        return Err(format!(
+            "{} of {} upstream transactions were not in the sink {wait:?} after the load",
+            base.missing, base.transactions
+        )
+        .into());
+    }
+    generator.check_rows(sinkc).await?;
+    let best = if args.step_up_seconds > 0.0 {
+        freshness::step_up(&mut generator, sinkc, &base, args.step_up_seconds).await?
+    } else {
+        None
+    };
+    running.stop().await?;
+    println!(
+        "goal: p99 < {} at {} row changes/s: {} (p99 {}, achieved {} /s)",
+        fmt(freshness::GOAL_P99),
+        per_second(args.freshness_rate as i64, Duration::from_secs(1)),
+        if base.sustained() { "met" } else { "MISSED" },
+        fmt(base.p99),
+        per_second(
+            base.rows,
+            Duration::from_secs_f64(base.rows as f64 / base.achieved.max(1e-9))
+        )
+    );
+    if args.step_up_seconds > 0.0 {
+        match (best, base.sustained()) {
+            (Some(m), _) => println!(
+                "highest sustained rate of the step-up: {} row changes/s (p99 {}, max {})",
+                per_second(m.rate as i64, Duration::from_secs(1)),
+                fmt(m.p99),
+                fmt(m.max)
+            ),
+            (None, true) => println!(
+                "highest sustained rate of the step-up: the fixed run's {} row changes/s (twice that was not)",
+                per_second(base.rate as i64, Duration::from_secs(1))
+            ),
+            (None, false) => println!("no rate of the step-up was sustained"),
+        }
+    }
     Ok(())
 }
 
