@@ -11,17 +11,22 @@ use axum::extract::{MatchedPath, Path, Query, Request, State as AxumState};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use evolve_compat::Mode;
 use serde_json::{Value as Json, json};
+use tower::ServiceExt;
 
 use crate::access::Access;
 use crate::auth::Users;
+use crate::contract::ContractConfig;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::record::{RegistryMode, SchemaReference};
+use crate::record::{ConfigValue, RegistryMode, SchemaReference};
 use crate::service::Registry;
-use crate::state::{SchemaInput, State, VersionSpec, schema_type_field};
+use crate::state::{
+    DEFAULT_CONTEXT, SchemaInput, State, VersionSpec, canonical_subject, schema_type_field,
+    split_subject,
+};
 use crate::store::Storage;
 
 /// Confluent's content type, the default for responses.
@@ -58,8 +63,162 @@ type Shared = Arc<App>;
 type Params = Query<HashMap<String, String>>;
 
 /// The router with every route, the `Host` and `Origin` checks, basic auth
-/// (when users are configured), metrics and access logs.
+/// (when users are configured), metrics and access logs. Requests under
+/// `/contexts/{context}/` (Confluent's base context path) are answered as
+/// the same request about that context's subjects and ids.
 pub fn router(app: Arc<App>) -> Router {
+    let api = routes(app);
+    let inner = api.clone();
+    Router::new()
+        .route(
+            "/contexts/{context}/{*rest}",
+            any(move |request: Request| in_context(inner.clone(), request)),
+        )
+        .fallback_service(api)
+}
+
+/// Answers a `/contexts/{context}/...` request through `api`, rewritten
+/// by [`context_path`]; 404 for a path it does not know.
+async fn in_context(api: Router, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let Some(path) = context_path(parts.uri.path(), parts.uri.query()) else {
+        return ApiError::not_found_path(parts.uri.path()).into_response();
+    };
+    let Ok(uri) = path.parse() else {
+        return ApiError::not_found_path(parts.uri.path()).into_response();
+    };
+    // A new request, without this route's extensions (its path
+    // parameters), so that the API routes it afresh.
+    let mut forwarded = Request::new(body);
+    *forwarded.method_mut() = parts.method;
+    *forwarded.uri_mut() = uri;
+    *forwarded.version_mut() = parts.version;
+    *forwarded.headers_mut() = parts.headers;
+    match api.oneshot(forwarded).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
+/// The path and query a `/contexts/{context}/rest` request stands for:
+/// subjects qualified with the context (`/subjects/s` →
+/// `/subjects/:.ctx:s`, unless already qualified), the context itself for
+/// `/config` and `/mode` (`:.ctx:`), and `subject=:.ctx:` for schema ids;
+/// `None` for other paths. The context `.` is the default one, and a name
+/// without its leading dot gets one.
+pub fn context_path(path: &str, query: Option<&str>) -> Option<String> {
+    let rest = path.strip_prefix("/contexts/")?;
+    let (context, rest) = rest.split_once('/')?;
+    let decoded = percent_decode(context)?;
+    let context = if decoded.starts_with('.') {
+        decoded
+    } else {
+        format!(".{decoded}")
+    };
+    if context.contains([':', '/']) || context.chars().any(char::is_control) {
+        return None;
+    }
+    let default = context == DEFAULT_CONTEXT;
+    let qualify = |segment: &str| -> String {
+        let is_qualified =
+            segment.starts_with(":.") || segment.starts_with("%3A.") || segment.starts_with("%3a.");
+        if default || is_qualified {
+            segment.to_owned()
+        } else {
+            format!(":{}:{segment}", encode_segment(&context))
+        }
+    };
+    let scope = if default {
+        String::new()
+    } else {
+        format!("%3A{}%3A", encode_segment(&context))
+    };
+    let mut query: Vec<String> = query
+        .filter(|q| !q.is_empty())
+        .map(|q| q.split('&').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let segments: Vec<&str> = rest.split('/').collect();
+    let path = match segments.as_slice() {
+        ["subjects"] | ["subjects", ""] => {
+            // The context's subjects only (`:.:` for the default one).
+            let scope = if default { "%3A.%3A" } else { scope.as_str() };
+            match query.iter_mut().find(|p| p.starts_with("subjectPrefix=")) {
+                Some(p) => *p = format!("subjectPrefix={scope}{}", &p["subjectPrefix=".len()..]),
+                None => query.push(format!("subjectPrefix={scope}")),
+            }
+            "/subjects".to_owned()
+        }
+        ["subjects", subject, more @ ..] => join("/subjects", &qualify(subject), more),
+        ["compatibility", "subjects", subject, more @ ..] => {
+            join("/compatibility/subjects", &qualify(subject), more)
+        }
+        [scope_kind @ ("config" | "mode")] => {
+            if default {
+                format!("/{scope_kind}")
+            } else {
+                format!("/{scope_kind}/:{}:", encode_segment(&context))
+            }
+        }
+        [scope_kind @ ("config" | "mode"), subject] => {
+            format!("/{scope_kind}/{}", qualify(subject))
+        }
+        ["schemas", "types"] => "/schemas/types".to_owned(),
+        ["schemas", "ids", id, more @ ..] => {
+            if !default && !query.iter().any(|p| p.starts_with("subject=")) {
+                query.push(format!("subject={scope}"));
+            }
+            join("/schemas/ids", id, more)
+        }
+        _ => return None,
+    };
+    Some(if query.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", query.join("&"))
+    })
+}
+
+fn join(base: &str, segment: &str, more: &[&str]) -> String {
+    let mut out = format!("{base}/{segment}");
+    for m in more {
+        out.push('/');
+        out.push_str(m);
+    }
+    out
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Percent-encodes what a path segment or query value cannot hold as is.
+fn encode_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Every route of the API.
+fn routes(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(root))
         .route("/schemas/types", get(schema_types))
@@ -267,13 +426,21 @@ fn schema_input(body: Json) -> Result<SchemaInput, ApiError> {
             ))),
         }
     };
-    Ok(SchemaInput {
+    let (id, version) = (number("id")?, number("version")?);
+    let mut contract = |name: &str| object.remove(name).filter(|v| !v.is_null());
+    let metadata = contract("metadata");
+    let rule_set = contract("ruleSet");
+    let input = SchemaInput {
         schema,
         schema_type,
         references,
-        id: number("id")?,
-        version: number("version")?,
-    })
+        id,
+        version,
+        metadata,
+        rule_set,
+    };
+    input.check_contract()?;
+    Ok(input)
 }
 
 /// A schema's JSON as `GET .../versions/{v}` and `/schemas/ids/{id}` give
@@ -281,24 +448,33 @@ fn schema_input(body: Json) -> Result<SchemaInput, ApiError> {
 /// `FileDescriptorProto`.
 fn schema_fields(
     state: &State,
+    context: &str,
     id: u32,
     params: &HashMap<String, String>,
     out: &mut serde_json::Map<String, Json>,
 ) -> Result<(), ApiError> {
-    let stored = state.schema_in_use(id)?;
+    let stored = state.schema_in_use(context, id)?;
     if let Some(t) = schema_type_field(stored.schema_type) {
         out.insert("schemaType".into(), json!(t));
     }
     let text = match (params.get("format").map(String::as_str), stored.schema_type) {
-        (Some("serialized"), evolve_compat::SchemaType::Protobuf) => match &*state.parsed(id)? {
-            evolve_compat::Schema::Protobuf(p) => evolve_compat::protobuf::serialized(p),
-            _ => stored.text.clone(),
-        },
+        (Some("serialized"), evolve_compat::SchemaType::Protobuf) => {
+            match &*state.parsed(context, id)? {
+                evolve_compat::Schema::Protobuf(p) => evolve_compat::protobuf::serialized(p),
+                _ => stored.text.clone(),
+            }
+        }
         _ => stored.text.clone(),
     };
     out.insert("schema".into(), json!(text));
     if !stored.references.is_empty() {
         out.insert("references".into(), json!(stored.references));
+    }
+    if let Some(metadata) = &stored.metadata {
+        out.insert("metadata".into(), metadata.clone());
+    }
+    if let Some(rule_set) = &stored.rule_set {
+        out.insert("ruleSet".into(), rule_set.clone());
     }
     Ok(())
 }
@@ -310,14 +486,46 @@ fn parse_id(text: &str) -> Result<u32, ApiError> {
         .ok_or_else(|| ApiError::schema_not_found(text))
 }
 
-fn parse_level(body: &Json) -> Result<Mode, ApiError> {
-    let text = body
+/// A `PUT /config` body: `compatibility` (or `compatibilityLevel`) and the
+/// data-contract defaults and overrides, at least one of them.
+fn parse_config(body: &Json) -> Result<ConfigValue, ApiError> {
+    let Some(object) = body.as_object() else {
+        return Err(ApiError::invalid_compatibility_level("(missing)"));
+    };
+    let level = match object
         .get("compatibility")
-        .or_else(|| body.get("compatibilityLevel"))
-        .and_then(Json::as_str)
-        .ok_or_else(|| ApiError::invalid_compatibility_level("(missing)"))?;
-    text.parse::<Mode>()
-        .map_err(|_| ApiError::invalid_compatibility_level(text))
+        .or_else(|| object.get("compatibilityLevel"))
+    {
+        None | Some(Json::Null) => None,
+        Some(Json::String(text)) => Some(
+            text.parse::<Mode>()
+                .map_err(|_| ApiError::invalid_compatibility_level(text))?,
+        ),
+        Some(other) => return Err(ApiError::invalid_compatibility_level(&other.to_string())),
+    };
+    let contract = ContractConfig::from_body(object)?;
+    if level.is_none() && contract.is_empty() {
+        return Err(ApiError::invalid_compatibility_level("(missing)"));
+    }
+    Ok(ConfigValue {
+        compatibility: level,
+        contract,
+    })
+}
+
+/// A configuration as `GET /config` shows it (`level_key` is
+/// `compatibilityLevel`; a `PUT` answers with `compatibility`).
+fn config_json(config: &ConfigValue, level_key: &str) -> Json {
+    let mut out = serde_json::Map::new();
+    if let Some(level) = config.compatibility {
+        out.insert(level_key.into(), json!(level.as_str()));
+    }
+    for (name, value) in config.contract.fields() {
+        if let Some(value) = value {
+            out.insert(name.into(), value.clone());
+        }
+    }
+    Json::Object(out)
 }
 
 fn parse_mode(body: &Json) -> Result<RegistryMode, ApiError> {
@@ -338,8 +546,9 @@ async fn schema_types() -> Result<Response, ApiError> {
     ok(json!(["JSON", "PROTOBUF", "AVRO"]))
 }
 
-async fn contexts() -> Result<Response, ApiError> {
-    ok(json!(["."]))
+async fn contexts(AxumState(app): AxumState<Shared>) -> Result<Response, ApiError> {
+    let names = app.registry.read(|state| state.context_names());
+    ok(json!(names))
 }
 
 async fn schema_by_id(
@@ -351,8 +560,9 @@ async fn schema_by_id(
     let body = app
         .registry
         .read_fresh(|state| {
+            let context = state.context_of_id(id, params.get("subject").map(String::as_str));
             let mut out = serde_json::Map::new();
-            schema_fields(state, id, &params, &mut out)?;
+            schema_fields(state, &context, id, &params, &mut out)?;
             Ok(Json::Object(out))
         })
         .await?;
@@ -362,11 +572,15 @@ async fn schema_by_id(
 async fn raw_schema_by_id(
     AxumState(app): AxumState<Shared>,
     Path(id): Path<String>,
+    Query(params): Params,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let text = app
         .registry
-        .read_fresh(|state| Ok(state.schema_in_use(id)?.text.clone()))
+        .read_fresh(|state| {
+            let context = state.context_of_id(id, params.get("subject").map(String::as_str));
+            Ok(state.schema_in_use(&context, id)?.text.clone())
+        })
         .await?;
     Ok(raw(text))
 }
@@ -389,9 +603,10 @@ async fn subjects_of_id(
     let subjects = app
         .registry
         .read_fresh(|state| {
-            state.schema_in_use(id)?;
+            let context = state.context_of_id(id, params.get("subject").map(String::as_str));
+            state.schema_in_use(&context, id)?;
             let mut subjects: Vec<String> = state
-                .versions_of_id(id, deleted)
+                .versions_of_id(&context, id, deleted)
                 .into_iter()
                 .map(|(s, _)| s)
                 .collect();
@@ -412,9 +627,10 @@ async fn versions_of_id(
     let versions = app
         .registry
         .read_fresh(|state| {
-            state.schema_in_use(id)?;
+            let context = state.context_of_id(id, params.get("subject").map(String::as_str));
+            state.schema_in_use(&context, id)?;
             Ok(state
-                .versions_of_id(id, deleted)
+                .versions_of_id(&context, id, deleted)
                 .into_iter()
                 .map(|(subject, version)| json!({"subject": subject, "version": version}))
                 .collect::<Vec<_>>())
@@ -427,13 +643,22 @@ async fn list_subjects(
     AxumState(app): AxumState<Shared>,
     Query(params): Params,
 ) -> Result<Response, ApiError> {
-    let prefix = params.get("subjectPrefix").cloned().unwrap_or_default();
+    let prefix = params.get("subjectPrefix").cloned();
     let names = app.registry.read(|state| {
-        state.subject_names(
-            &prefix,
-            flag(&params, "deleted"),
-            flag(&params, "deletedOnly"),
-        )
+        let (deleted, deleted_only) = (flag(&params, "deleted"), flag(&params, "deletedOnly"));
+        // No prefix or `:*:` lists every context (Confluent's default); a
+        // prefix that names a context (`:.ctx:`) lists within it; any
+        // other prefix lists the default context's subjects.
+        let Some(prefix) = prefix.as_deref().filter(|p| *p != ":*:") else {
+            return state.subject_names("", deleted, deleted_only);
+        };
+        let prefix = canonical_subject(prefix);
+        let in_context = prefix.starts_with(":.");
+        state
+            .subject_names(prefix, deleted, deleted_only)
+            .into_iter()
+            .filter(|name| in_context || split_subject(name).0 == DEFAULT_CONTEXT)
+            .collect::<Vec<_>>()
     });
     ok(json!(names))
 }
@@ -454,7 +679,7 @@ async fn lookup(
             out.insert("subject".into(), json!(subject));
             out.insert("version".into(), json!(version));
             out.insert("id".into(), json!(id));
-            schema_fields(state, id, &params, &mut out)?;
+            schema_fields(state, split_subject(&subject).0, id, &params, &mut out)?;
             Ok(Json::Object(out))
         })
         .await?;
@@ -533,7 +758,13 @@ async fn get_version(
             out.insert("subject".into(), json!(subject));
             out.insert("version".into(), json!(version));
             out.insert("id".into(), json!(entry.id));
-            schema_fields(state, entry.id, &params, &mut out)?;
+            schema_fields(
+                state,
+                split_subject(&subject).0,
+                entry.id,
+                &params,
+                &mut out,
+            )?;
             Ok(Json::Object(out))
         })
         .await?;
@@ -551,7 +782,10 @@ async fn raw_schema_of_version(
         .registry
         .read_fresh(|state| {
             let (_, entry) = state.version(&subject, spec, deleted)?;
-            Ok(state.schema_in_use(entry.id)?.text.clone())
+            Ok(state
+                .schema_in_use(split_subject(&subject).0, entry.id)?
+                .text
+                .clone())
         })
         .await?;
     Ok(raw(text))
@@ -625,8 +859,8 @@ async fn check_version(
 }
 
 async fn get_global_config(AxumState(app): AxumState<Shared>) -> Result<Response, ApiError> {
-    let level = app.registry.read(|s| s.global_compatibility());
-    ok(json!({"compatibilityLevel": level.as_str()}))
+    let config = app.registry.read(|s| s.global_config());
+    ok(config_json(&config, "compatibilityLevel"))
 }
 
 async fn get_config(
@@ -635,19 +869,26 @@ async fn get_config(
     Query(params): Params,
 ) -> Result<Response, ApiError> {
     let to_global = flag(&params, "defaultToGlobal");
-    let level = app
+    let config = app
         .registry
-        .read_fresh(
-            |state| match state.subject(&subject).and_then(|s| s.compatibility) {
-                Some(level) => Ok(level),
-                None if to_global => Ok(state.global_compatibility()),
-                None => Err(ApiError::subject_level_compatibility_not_configured(
-                    &subject,
-                )),
-            },
-        )
+        .read_fresh(|state| match state.subject_config(&subject) {
+            Some(mut config) => {
+                if to_global && config.compatibility.is_none() {
+                    config.compatibility = Some(state.compatibility(&subject));
+                }
+                Ok(config)
+            }
+            // The context's level, else the global one.
+            None if to_global => Ok(ConfigValue {
+                compatibility: Some(state.compatibility(&subject)),
+                contract: state.contract_in_scope(&subject).clone(),
+            }),
+            None => Err(ApiError::subject_level_compatibility_not_configured(
+                &subject,
+            )),
+        })
         .await?;
-    ok(json!({"compatibilityLevel": level.as_str()}))
+    ok(config_json(&config, "compatibilityLevel"))
 }
 
 async fn put_config_for(
@@ -655,11 +896,12 @@ async fn put_config_for(
     subject: Option<&str>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let level = parse_level(&json_body(app, body).await?)?;
-    app.registry
-        .write(|state| Ok(((), state.set_compatibility(subject, level)?)))
+    let update = parse_config(&json_body(app, body).await?)?;
+    let config = app
+        .registry
+        .write(|state| state.set_config(subject, &update))
         .await?;
-    ok(json!({"compatibility": level.as_str()}))
+    ok(config_json(&config, "compatibility"))
 }
 
 async fn put_global_config(
@@ -711,7 +953,8 @@ async fn get_mode(
         .registry
         .read_fresh(|state| match state.subject(&subject).and_then(|s| s.mode) {
             Some(mode) => Ok(mode),
-            None if to_global => Ok(state.global_mode()),
+            // The context's mode, else the global one.
+            None if to_global => Ok(state.mode(&subject)),
             None => Err(ApiError::subject_level_mode_not_configured(&subject)),
         })
         .await?;

@@ -3,6 +3,8 @@
 //!
 //! - [`record`]: the `_schemas` log records (Confluent's format), and
 //!   reading a Confluent or Karapace export.
+//! - [`contract`] (pure): data contracts' metadata and rule sets, and
+//!   the configuration's defaults and overrides merged on registration.
 //! - [`state`] (pure): the state a log replays into, and every operation
 //!   as a function from state to the records it appends.
 //! - [`store`]: the append-only log behind the [`store::Log`] trait, in
@@ -16,6 +18,7 @@
 
 pub mod access;
 pub mod auth;
+pub mod contract;
 pub mod error;
 pub mod http;
 pub mod metrics;

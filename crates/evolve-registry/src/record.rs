@@ -9,11 +9,17 @@
 //! `{"keytype":"MODE","subject":"s","magic":0}`,
 //! `{"keytype":"DELETE_SUBJECT","subject":"s","magic":0}`,
 //! `{"keytype":"CLEAR_SUBJECT","subject":"s","magic":0}`,
+//! `{"keytype":"CONTEXT","tenant":"default","context":".ctx","magic":0}`,
 //! `{"keytype":"NOOP","magic":0}`.
+//!
+//! A subject of a context other than the default one is qualified in
+//! every record: `:.ctx:subject`, as Confluent writes it.
 
 use serde::{Deserialize, Serialize};
 
 use evolve_compat::Mode;
+
+use crate::contract::ContractConfig;
 
 /// What a record is about.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +42,10 @@ pub enum Key {
     ClearSubject {
         subject: String,
     },
+    /// A context (`.ctx`) that holds subjects.
+    Context {
+        context: String,
+    },
     Noop,
 }
 
@@ -55,8 +65,31 @@ pub struct SchemaValue {
     pub schema_type: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<SchemaReference>,
+    /// The data contract's metadata, as registered (Confluent's shape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
+    /// The data contract's rules, as registered; stored, not executed.
+    #[serde(rename = "ruleSet", default, skip_serializing_if = "Option::is_none")]
+    pub rule_set: Option<serde_json::Value>,
     #[serde(default)]
     pub deleted: bool,
+}
+
+/// A configuration: the compatibility level and the data-contract
+/// defaults and overrides, each optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfigValue {
+    pub compatibility: Option<Mode>,
+    pub contract: ContractConfig,
+}
+
+impl From<Mode> for ConfigValue {
+    fn from(level: Mode) -> ConfigValue {
+        ConfigValue {
+            compatibility: Some(level),
+            contract: ContractConfig::default(),
+        }
+    }
 }
 
 /// A reference from one schema to a version of another subject.
@@ -71,7 +104,7 @@ pub struct SchemaReference {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
     Schema(SchemaValue),
-    Config(Mode),
+    Config(ConfigValue),
     Mode(RegistryMode),
     /// Soft-deletes every version of `subject` up to `version`.
     DeleteSubject {
@@ -84,6 +117,7 @@ pub enum Value {
         subject: String,
         version: u32,
     },
+    Context,
     Noop,
 }
 
@@ -144,14 +178,43 @@ struct RawKey {
     subject: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     version: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    context: Option<String>,
     #[serde(default)]
     magic: u32,
 }
 
+/// A CONTEXT key, as Confluent writes it (no subject).
+#[derive(Serialize)]
+struct RawContextKey<'a> {
+    keytype: &'a str,
+    tenant: &'a str,
+    context: &'a str,
+    magic: u32,
+}
+
+/// Confluent's tenant of a registry without tenants.
+const DEFAULT_TENANT: &str = "default";
+
 #[derive(Serialize, Deserialize)]
+struct RawContext {
+    tenant: String,
+    context: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct RawConfig {
-    #[serde(rename = "compatibilityLevel")]
-    compatibility_level: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compatibility_level: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    default_metadata: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    override_metadata: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    default_rule_set: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    override_rule_set: Option<serde_json::Value>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -168,6 +231,15 @@ struct RawDelete {
 impl Key {
     /// The key's JSON text, as Confluent writes it.
     pub fn to_json(&self) -> String {
+        if let Key::Context { context } = self {
+            return serde_json::to_string(&RawContextKey {
+                keytype: "CONTEXT",
+                tenant: DEFAULT_TENANT,
+                context,
+                magic: 0,
+            })
+            .unwrap_or_default();
+        }
         let (keytype, subject, version, magic) = match self {
             Key::Schema { subject, version } => {
                 ("SCHEMA", Some(subject.clone()), Some(*version), 1)
@@ -176,12 +248,13 @@ impl Key {
             Key::Mode { subject } => ("MODE", subject.clone(), None, 0),
             Key::DeleteSubject { subject } => ("DELETE_SUBJECT", Some(subject.clone()), None, 0),
             Key::ClearSubject { subject } => ("CLEAR_SUBJECT", Some(subject.clone()), None, 0),
-            Key::Noop => ("NOOP", None, None, 0),
+            Key::Context { .. } | Key::Noop => ("NOOP", None, None, 0),
         };
         serde_json::to_string(&RawKey {
             keytype: keytype.to_owned(),
             subject,
             version,
+            context: None,
             magic,
         })
         .unwrap_or_default()
@@ -214,6 +287,12 @@ impl Key {
             "CLEAR_SUBJECT" => Key::ClearSubject {
                 subject: subject()?,
             },
+            "CONTEXT" => Key::Context {
+                context: raw
+                    .context
+                    .clone()
+                    .ok_or_else(|| RecordError(format!("record key {text:?} has no context")))?,
+            },
             "NOOP" => Key::Noop,
             other => {
                 return Err(RecordError(format!(
@@ -230,8 +309,12 @@ impl Record {
         let value = self.value.as_ref()?;
         Some(match value {
             Value::Schema(v) => serde_json::to_string(v).unwrap_or_default(),
-            Value::Config(mode) => serde_json::to_string(&RawConfig {
-                compatibility_level: mode.as_str().to_owned(),
+            Value::Config(config) => serde_json::to_string(&RawConfig {
+                compatibility_level: config.compatibility.map(|m| m.as_str().to_owned()),
+                default_metadata: config.contract.default_metadata.clone(),
+                override_metadata: config.contract.override_metadata.clone(),
+                default_rule_set: config.contract.default_rule_set.clone(),
+                override_rule_set: config.contract.override_rule_set.clone(),
             })
             .unwrap_or_default(),
             Value::Mode(mode) => serde_json::to_string(&RawMode {
@@ -244,6 +327,17 @@ impl Record {
                 version: *version,
             })
             .unwrap_or_default(),
+            Value::Context => {
+                let context = match &self.key {
+                    Key::Context { context } => context.clone(),
+                    _ => String::new(),
+                };
+                serde_json::to_string(&RawContext {
+                    tenant: DEFAULT_TENANT.to_owned(),
+                    context,
+                })
+                .unwrap_or_default()
+            }
             Value::Noop => "{}".to_owned(),
         })
     }
@@ -265,11 +359,20 @@ impl Record {
             Key::Schema { .. } => Value::Schema(serde_json::from_str(text).map_err(bad)?),
             Key::Config { .. } => {
                 let raw: RawConfig = serde_json::from_str(text).map_err(bad)?;
-                Value::Config(
-                    raw.compatibility_level
-                        .parse()
-                        .map_err(|e: String| RecordError(format!("record value {text:?}: {e}")))?,
-                )
+                let compatibility = raw
+                    .compatibility_level
+                    .map(|level| level.parse())
+                    .transpose()
+                    .map_err(|e: String| RecordError(format!("record value {text:?}: {e}")))?;
+                Value::Config(ConfigValue {
+                    compatibility,
+                    contract: ContractConfig {
+                        default_metadata: raw.default_metadata,
+                        override_metadata: raw.override_metadata,
+                        default_rule_set: raw.default_rule_set,
+                        override_rule_set: raw.override_rule_set,
+                    },
+                })
             }
             Key::Mode { .. } => {
                 let raw: RawMode = serde_json::from_str(text).map_err(bad)?;
@@ -294,6 +397,7 @@ impl Record {
                     version: raw.version,
                 }
             }
+            Key::Context { .. } => Value::Context,
             Key::Noop => Value::Noop,
         })
     }
@@ -366,12 +470,27 @@ mod tests {
                         subject: "a".into(),
                         version: 1,
                     }],
+                    metadata: Some(serde_json::json!({"properties": {"owner": "shop"}})),
+                    rule_set: Some(serde_json::json!({"domainRules": [{"name": "r"}]})),
                     deleted: false,
                 })),
             },
             Record {
                 key: Key::Config { subject: None },
-                value: Some(Value::Config(Mode::FullTransitive)),
+                value: Some(Value::Config(Mode::FullTransitive.into())),
+            },
+            Record {
+                key: Key::Config {
+                    subject: Some("s".into()),
+                },
+                value: Some(Value::Config(ConfigValue {
+                    compatibility: None,
+                    contract: ContractConfig {
+                        default_metadata: Some(serde_json::json!({"properties": {"a": "b"}})),
+                        override_rule_set: Some(serde_json::json!({"domainRules": []})),
+                        ..ContractConfig::default()
+                    },
+                })),
             },
             Record {
                 key: Key::Mode {
@@ -395,6 +514,12 @@ mod tests {
                 },
                 value: None,
             },
+            Record {
+                key: Key::Context {
+                    context: ".orders".into(),
+                },
+                value: Some(Value::Context),
+            },
         ];
         for record in records {
             let key = record.key.to_json();
@@ -410,6 +535,28 @@ mod tests {
             .to_json(),
             r#"{"keytype":"SCHEMA","subject":"s","version":1,"magic":1}"#
         );
+        // Confluent's CONTEXT record, and a schema in that context.
+        let key = r#"{"keytype":"CONTEXT","tenant":"default","context":".orders","magic":0}"#;
+        assert_eq!(
+            Key::Context {
+                context: ".orders".into()
+            }
+            .to_json(),
+            key
+        );
+        let record = Record::from_json(key, Some(r#"{"tenant":"default","context":".orders"}"#))
+            .expect("a CONTEXT record");
+        assert_eq!(record.value, Some(Value::Context));
+        // A value written before data contracts and contexts still reads.
+        let old = Record::from_json(
+            r#"{"keytype":"SCHEMA","subject":"s","version":1,"magic":1}"#,
+            Some(r#"{"subject":"s","version":1,"id":1,"schema":"\"int\"","deleted":false}"#),
+        )
+        .expect("an old record");
+        let Some(Value::Schema(v)) = old.value else {
+            panic!("a schema value")
+        };
+        assert_eq!((v.metadata, v.rule_set), (None, None));
     }
 
     #[test]
@@ -420,7 +567,7 @@ mod tests {
             r#"[[{"keytype":"CONFIG","subject":null,"magic":0},{"compatibilityLevel":"NONE"}]]"#;
         assert_eq!(
             parse_export(array).expect("array")[0].value,
-            Some(Value::Config(Mode::None))
+            Some(Value::Config(Mode::None.into()))
         );
         let err = parse_export("{\"keytype\":\"SCHEMA\"}\tnull\nnot a record").unwrap_err();
         assert!(err.0.starts_with("line 1:"), "{err}");

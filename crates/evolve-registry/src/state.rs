@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use evolve_compat::{Mode, Reference, Schema, SchemaType};
 use sha2::{Digest, Sha256};
 
+use crate::contract::{ContractConfig, check_metadata, check_rule_set};
 use crate::error::ApiError;
-use crate::record::{Key, Record, RegistryMode, SchemaReference, SchemaValue, Value};
+use crate::record::{ConfigValue, Key, Record, RegistryMode, SchemaReference, SchemaValue, Value};
 
 /// The compatibility level when none is configured (Confluent's default).
 pub const DEFAULT_COMPATIBILITY: Mode = Mode::Backward;
@@ -31,6 +32,10 @@ pub struct StoredSchema {
     pub schema_type: SchemaType,
     pub text: String,
     pub references: Vec<SchemaReference>,
+    /// The data contract's metadata and rule set: part of what the id
+    /// names (the same schema with other metadata is another id).
+    pub metadata: Option<serde_json::Value>,
+    pub rule_set: Option<serde_json::Value>,
 }
 
 /// One version of a subject.
@@ -44,6 +49,8 @@ pub struct VersionEntry {
 pub struct Subject {
     pub versions: BTreeMap<u32, VersionEntry>,
     pub compatibility: Option<Mode>,
+    /// The subject's data-contract defaults and overrides.
+    pub contract: ContractConfig,
     pub mode: Option<RegistryMode>,
 }
 
@@ -64,6 +71,11 @@ impl Subject {
     pub fn is_live(&self) -> bool {
         self.latest_live().is_some()
     }
+
+    /// Whether the subject has a configuration record of its own.
+    pub fn has_config(&self) -> bool {
+        self.compatibility.is_some() || !self.contract.is_empty()
+    }
 }
 
 /// A schema as a request gives it.
@@ -77,6 +89,23 @@ pub struct SchemaInput {
     pub id: Option<u32>,
     /// IMPORT mode only.
     pub version: Option<u32>,
+    /// The data contract's `metadata` and `ruleSet`, as the request gives
+    /// them.
+    pub metadata: Option<serde_json::Value>,
+    pub rule_set: Option<serde_json::Value>,
+}
+
+impl SchemaInput {
+    /// Checks the shapes of `metadata` and `ruleSet` (42201 when wrong).
+    pub fn check_contract(&self) -> Result<(), ApiError> {
+        if let Some(m) = &self.metadata {
+            check_metadata("metadata", m)?;
+        }
+        if let Some(r) = &self.rule_set {
+            check_rule_set("ruleSet", r)?;
+        }
+        Ok(())
+    }
 }
 
 /// What a registration does.
@@ -110,22 +139,68 @@ impl VersionSpec {
     }
 }
 
+/// The default context, which unqualified subjects and ids belong to.
+pub const DEFAULT_CONTEXT: &str = ".";
+
+/// The context and the name within it of a subject: `:.ctx:name` is
+/// `name` in context `.ctx`; any other name is in the default context.
+/// `:.ctx:` (an empty name) stands for the context itself, in `/config`
+/// and `/mode`.
+pub fn split_subject(subject: &str) -> (&str, &str) {
+    if let Some(rest) = subject.strip_prefix(':')
+        && let Some((context, name)) = rest.split_once(':')
+        && context.starts_with('.')
+    {
+        return (context, name);
+    }
+    (DEFAULT_CONTEXT, subject)
+}
+
+/// The subject as the state keys it: `:.:name` (the default context
+/// named) is `name`.
+pub fn canonical_subject(subject: &str) -> &str {
+    subject.strip_prefix(":.:").unwrap_or(subject)
+}
+
+/// `subject`, named inside context `context`, as a qualified name: a
+/// reference or a request inside a context names subjects of that
+/// context, unless it qualifies them itself.
+pub fn qualify(context: &str, subject: &str) -> String {
+    if context == DEFAULT_CONTEXT || subject.starts_with(":.") {
+        canonical_subject(subject).to_owned()
+    } else {
+        format!(":{context}:{subject}")
+    }
+}
+
+/// One context's schemas and ids: ids are unique and deduplicated within
+/// a context, and each context counts its own.
+#[derive(Debug, Default)]
+struct Space {
+    schemas: HashMap<u32, Arc<StoredSchema>>,
+    /// Dedup key → id: one id per distinct schema in the context.
+    ids: HashMap<DedupKey, u32>,
+    max_id: u32,
+    /// How many versions (live or soft-deleted) use each id: whether an id
+    /// is still served, without scanning every subject on a read.
+    uses: HashMap<u32, usize>,
+}
+
 /// The registry's state at one log offset.
 #[derive(Debug, Default)]
 pub struct State {
     /// The offset of the last record applied; 0 before the first.
     pub offset: i64,
-    schemas: HashMap<u32, Arc<StoredSchema>>,
-    /// Dedup key → id: ids are global and one per distinct schema.
-    ids: HashMap<DedupKey, u32>,
+    /// Context name → its schemas and ids.
+    spaces: BTreeMap<String, Space>,
+    /// Contexts named by CONTEXT records (Confluent writes one when a
+    /// context is first used).
+    contexts: BTreeSet<String>,
     subjects: BTreeMap<String, Subject>,
     compatibility: Option<Mode>,
+    contract: ContractConfig,
     mode: Option<RegistryMode>,
-    max_id: u32,
-    /// How many versions (live or soft-deleted) use each id: whether an id
-    /// is still served, without scanning every subject on a read.
-    uses: HashMap<u32, usize>,
-    /// Parsed schemas by id, filled on use, bounded.
+    /// Parsed schemas by context and id, filled on use, bounded.
     parsed: Mutex<ParsedCache>,
 }
 
@@ -133,7 +208,7 @@ pub struct State {
 /// texts, least recently used evicted first.
 #[derive(Debug, Default)]
 struct ParsedCache {
-    entries: HashMap<u32, CacheEntry>,
+    entries: HashMap<(String, u32), CacheEntry>,
     text_bytes: usize,
     clock: u64,
 }
@@ -146,14 +221,14 @@ struct CacheEntry {
 }
 
 impl ParsedCache {
-    fn get(&mut self, id: u32) -> Option<Arc<Schema>> {
+    fn get(&mut self, key: &(String, u32)) -> Option<Arc<Schema>> {
         self.clock += 1;
-        let entry = self.entries.get_mut(&id)?;
+        let entry = self.entries.get_mut(key)?;
         entry.used = self.clock;
         Some(Arc::clone(&entry.schema))
     }
 
-    fn insert(&mut self, id: u32, schema: Arc<Schema>, text_bytes: usize) {
+    fn insert(&mut self, key: (String, u32), schema: Arc<Schema>, text_bytes: usize) {
         if text_bytes > PARSED_CACHE_TEXT_BYTES {
             return;
         }
@@ -163,7 +238,7 @@ impl ParsedCache {
             text_bytes,
             used: self.clock,
         };
-        if let Some(old) = self.entries.insert(id, entry) {
+        if let Some(old) = self.entries.insert(key, entry) {
             self.text_bytes -= old.text_bytes;
         }
         self.text_bytes += text_bytes;
@@ -172,7 +247,7 @@ impl ParsedCache {
                 .entries
                 .iter()
                 .min_by_key(|(_, e)| e.used)
-                .map(|(id, _)| *id)
+                .map(|(key, _)| key.clone())
             else {
                 break;
             };
@@ -192,14 +267,21 @@ fn release(uses: &mut HashMap<u32, usize>, id: u32) {
 
 /// The key on which ids are deduplicated: the SHA-256 of the type, the
 /// schema text with insignificant white space and object key order removed
-/// (for the JSON formats) and the references. Not Avro's Parsing Canonical
+/// (for the JSON formats), the references, and the data contract's
+/// metadata and rule set when there are any (as Confluent's lookup key). Not Avro's Parsing Canonical
 /// Form, which drops defaults, aliases and doc: two schemas that differ
 /// there are different schemas to their users. A digest rather than the
 /// text itself, so that the state holds each schema's text once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DedupKey([u8; 32]);
 
-pub fn dedup_key(schema_type: SchemaType, text: &str, references: &[SchemaReference]) -> DedupKey {
+pub fn dedup_key(
+    schema_type: SchemaType,
+    text: &str,
+    references: &[SchemaReference],
+    metadata: Option<&serde_json::Value>,
+    rule_set: Option<&serde_json::Value>,
+) -> DedupKey {
     let mut hasher = Sha256::new();
     hasher.update(format!("{schema_type:?}\u{0}"));
     match schema_type {
@@ -214,6 +296,16 @@ pub fn dedup_key(schema_type: SchemaType, text: &str, references: &[SchemaRefere
             "\u{0}{}\u{1}{}\u{1}{}",
             r.name, r.subject, r.version
         ));
+    }
+    // Absent parts add nothing, so the keys of schemas without a data
+    // contract are those they always had.
+    for (tag, part) in [("metadata", metadata), ("ruleSet", rule_set)] {
+        if let Some(value) = part {
+            // Key order does not count, as in the schema text.
+            let text = value.to_string();
+            let canonical = canonical_json(&text).unwrap_or(text);
+            hasher.update(format!("\u{2}{tag}\u{1}{canonical}"));
+        }
     }
     DedupKey(hasher.finalize().into())
 }
@@ -351,6 +443,24 @@ pub fn validate_subject(subject: &str) -> Result<(), ApiError> {
             c as u32
         )));
     }
+    let (context, _) = split_subject(subject);
+    if context.len() < 2 && context != DEFAULT_CONTEXT {
+        return Err(ApiError::invalid_subject(format!(
+            "The specified subject is not valid: {subject:?} names an empty context; contexts are named like :.orders:subject"
+        )));
+    }
+    Ok(())
+}
+
+/// A subject that schemas are registered under: a valid name that is not
+/// a context by itself (`:.ctx:`).
+fn validate_schema_subject(subject: &str) -> Result<(), ApiError> {
+    validate_subject(subject)?;
+    if split_subject(subject).1.is_empty() {
+        return Err(ApiError::invalid_subject(format!(
+            "The specified subject is not valid: {subject:?} names a context, not a subject; register under {subject}NAME"
+        )));
+    }
     Ok(())
 }
 
@@ -369,23 +479,33 @@ impl State {
         match (&record.key, &record.value) {
             (Key::Schema { .. }, Some(Value::Schema(v))) => self.apply_schema(v),
             (Key::Schema { subject, version }, None) => {
+                let (context, _) = split_subject(subject);
                 if let Some(s) = self.subjects.get_mut(subject) {
-                    if let Some(removed) = s.versions.remove(version) {
-                        release(&mut self.uses, removed.id);
+                    if let Some(removed) = s.versions.remove(version)
+                        && let Some(space) = self.spaces.get_mut(context)
+                    {
+                        release(&mut space.uses, removed.id);
                     }
-                    if s.versions.is_empty() && s.compatibility.is_none() && s.mode.is_none() {
+                    if s.versions.is_empty() && !s.has_config() && s.mode.is_none() {
                         self.subjects.remove(subject);
                     }
                 }
             }
             (Key::Config { subject }, value) => {
-                let level = match value {
-                    Some(Value::Config(m)) => Some(*m),
-                    _ => None,
+                let config = match value {
+                    Some(Value::Config(c)) => c.clone(),
+                    _ => ConfigValue::default(),
                 };
                 match subject {
-                    None => self.compatibility = level,
-                    Some(s) => self.subject_entry(s).compatibility = level,
+                    None => {
+                        self.compatibility = config.compatibility;
+                        self.contract = config.contract;
+                    }
+                    Some(s) => {
+                        let entry = self.subject_entry(s);
+                        entry.compatibility = config.compatibility;
+                        entry.contract = config.contract;
+                    }
                 }
             }
             (Key::Mode { subject }, value) => {
@@ -406,8 +526,13 @@ impl State {
                 }
             }
             (Key::ClearSubject { .. }, Some(Value::ClearSubject { subject, version })) => {
+                let (context, _) = split_subject(subject);
                 if let Some(s) = self.subjects.get_mut(subject) {
-                    let uses = &mut self.uses;
+                    let mut none = HashMap::new();
+                    let uses = match self.spaces.get_mut(context) {
+                        Some(space) => &mut space.uses,
+                        None => &mut none,
+                    };
                     s.versions.retain(|v, e| {
                         let keep = *v > *version || !e.deleted;
                         if !keep {
@@ -416,6 +541,12 @@ impl State {
                         keep
                     });
                 }
+            }
+            (Key::Context { context }, Some(Value::Context)) => {
+                self.contexts.insert(context.clone());
+            }
+            (Key::Context { context }, None) => {
+                self.contexts.remove(context);
             }
             _ => {}
         }
@@ -427,27 +558,38 @@ impl State {
 
     fn apply_schema(&mut self, v: &SchemaValue) {
         let schema_type = parse_schema_type(v.schema_type.as_deref()).unwrap_or(SchemaType::Avro);
+        let (context, _) = split_subject(&v.subject);
+        let space = self.spaces.entry(context.to_owned()).or_default();
         // Another version of a schema already stored (a soft delete, the
         // same schema in another subject) changes no key: no need to
         // compute it again.
-        let known = self.schemas.get(&v.id).is_some_and(|stored| {
+        let known = space.schemas.get(&v.id).is_some_and(|stored| {
             stored.schema_type == schema_type
                 && stored.text == v.schema
                 && stored.references == v.references
+                && stored.metadata == v.metadata
+                && stored.rule_set == v.rule_set
         });
         if !known {
-            self.ids
-                .entry(dedup_key(schema_type, &v.schema, &v.references))
-                .or_insert(v.id);
-            self.schemas.entry(v.id).or_insert_with(|| {
+            let key = dedup_key(
+                schema_type,
+                &v.schema,
+                &v.references,
+                v.metadata.as_ref(),
+                v.rule_set.as_ref(),
+            );
+            space.ids.entry(key).or_insert(v.id);
+            space.schemas.entry(v.id).or_insert_with(|| {
                 Arc::new(StoredSchema {
                     schema_type,
                     text: v.schema.clone(),
                     references: v.references.clone(),
+                    metadata: v.metadata.clone(),
+                    rule_set: v.rule_set.clone(),
                 })
             });
         }
-        self.max_id = self.max_id.max(v.id);
+        space.max_id = space.max_id.max(v.id);
         let replaced = self.subject_entry(&v.subject).versions.insert(
             v.version,
             VersionEntry {
@@ -455,43 +597,86 @@ impl State {
                 deleted: v.deleted,
             },
         );
+        let space = self.spaces.entry(context.to_owned()).or_default();
         if let Some(old) = replaced {
-            release(&mut self.uses, old.id);
+            release(&mut space.uses, old.id);
         }
-        *self.uses.entry(v.id).or_default() += 1;
+        *space.uses.entry(v.id).or_default() += 1;
     }
 
     // ---- reads ----------------------------------------------------------
 
-    pub fn schema(&self, id: u32) -> Option<&Arc<StoredSchema>> {
-        self.schemas.get(&id)
+    /// The schema under `id` in `context`.
+    pub fn schema(&self, context: &str, id: u32) -> Option<&Arc<StoredSchema>> {
+        self.spaces.get(context)?.schemas.get(&id)
     }
 
-    /// The schema under `id`, if some version (live or soft-deleted) still
-    /// uses it; a schema whose every version was permanently deleted is
-    /// not found, though its id is never given to another schema.
-    pub fn schema_in_use(&self, id: u32) -> Result<&Arc<StoredSchema>, ApiError> {
-        let used = self.uses.get(&id).is_some_and(|n| *n > 0);
-        match self.schemas.get(&id) {
+    /// The schema under `id` in `context`, if some version (live or
+    /// soft-deleted) still uses it; a schema whose every version was
+    /// permanently deleted is not found, though its id is never given to
+    /// another schema.
+    pub fn schema_in_use(&self, context: &str, id: u32) -> Result<&Arc<StoredSchema>, ApiError> {
+        let space = self.spaces.get(context);
+        let used = space.is_some_and(|s| s.uses.get(&id).is_some_and(|n| *n > 0));
+        match space.and_then(|s| s.schemas.get(&id)) {
             Some(schema) if used => Ok(schema),
             _ => Err(ApiError::schema_not_found(id)),
         }
     }
 
+    /// The context a request for schema `id` means: that of `subject`
+    /// (the `subject` parameter, or a `/contexts/{context}` path) when it
+    /// names one; else the default context, or, when the id is not used
+    /// there, the first other context that uses it (as Confluent looks an
+    /// id up across contexts).
+    pub fn context_of_id(&self, id: u32, subject: Option<&str>) -> String {
+        let named = subject.map(|s| split_subject(s).0);
+        if let Some(context) = named.filter(|c| *c != DEFAULT_CONTEXT) {
+            return context.to_owned();
+        }
+        if self.schema_in_use(DEFAULT_CONTEXT, id).is_ok() {
+            return DEFAULT_CONTEXT.to_owned();
+        }
+        self.spaces
+            .keys()
+            .find(|c| self.schema_in_use(c, id).is_ok())
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_CONTEXT.to_owned())
+    }
+
+    /// `GET /contexts`: the default context, then every other context
+    /// that a CONTEXT record or a subject with versions names, sorted (a
+    /// context's settings alone do not make it one).
+    pub fn context_names(&self) -> Vec<String> {
+        let mut names: BTreeSet<&str> = self.contexts.iter().map(String::as_str).collect();
+        names.extend(
+            self.subjects
+                .iter()
+                .filter(|(_, s)| !s.versions.is_empty())
+                .map(|(name, _)| split_subject(name).0),
+        );
+        names.remove(DEFAULT_CONTEXT);
+        std::iter::once(DEFAULT_CONTEXT)
+            .chain(names)
+            .map(str::to_owned)
+            .collect()
+    }
+
     pub fn subject(&self, name: &str) -> Option<&Subject> {
-        self.subjects.get(name)
+        self.subjects.get(canonical_subject(name))
     }
 
     /// The subject if it has a live version (or any version, with
     /// `deleted`), else 40401.
     pub fn existing_subject(&self, name: &str, deleted: bool) -> Result<&Subject, ApiError> {
-        match self.subjects.get(name) {
+        match self.subjects.get(canonical_subject(name)) {
             Some(s) if s.is_live() || (deleted && !s.versions.is_empty()) => Ok(s),
             _ => Err(ApiError::subject_not_found(name)),
         }
     }
 
-    /// `GET /subjects`.
+    /// `GET /subjects`: the names that start with `prefix`, in every
+    /// context (`:.ctx:` as a prefix selects one).
     pub fn subject_names(&self, prefix: &str, deleted: bool, deleted_only: bool) -> Vec<String> {
         self.subjects
             .iter()
@@ -533,14 +718,21 @@ impl State {
         })
     }
 
-    /// Ids of the live schemas that reference `subject` version `version`.
+    /// Ids of the live schemas that reference `subject` version `version`
+    /// (references resolve within the referencing schema's context).
     pub fn referenced_by(&self, subject: &str, version: u32) -> Vec<u32> {
+        let subject = canonical_subject(subject);
+        let (context, _) = split_subject(subject);
         let mut ids = BTreeSet::new();
-        for s in self.subjects.values() {
+        for (name, s) in &self.subjects {
+            if split_subject(name).0 != context {
+                continue;
+            }
             for (_, e) in s.live() {
-                if let Some(schema) = self.schemas.get(&e.id)
+                if let Some(schema) = self.schema(context, e.id)
                     && schema.references.iter().any(|r| {
-                        r.subject == subject && self.resolve_reference_version(r) == Some(version)
+                        qualify(context, &r.subject) == subject
+                            && self.resolve_reference_version(context, r) == Some(version)
                     })
                 {
                     ids.insert(e.id);
@@ -550,8 +742,8 @@ impl State {
         ids.into_iter().collect()
     }
 
-    fn resolve_reference_version(&self, r: &SchemaReference) -> Option<u32> {
-        let s = self.subjects.get(&r.subject)?;
+    fn resolve_reference_version(&self, context: &str, r: &SchemaReference) -> Option<u32> {
+        let s = self.subjects.get(&qualify(context, &r.subject))?;
         if r.version == -1 {
             s.latest_live().map(|(v, _)| v)
         } else {
@@ -559,10 +751,13 @@ impl State {
         }
     }
 
-    /// `(subject, version)` pairs that use schema `id`.
-    pub fn versions_of_id(&self, id: u32, deleted: bool) -> Vec<(String, u32)> {
+    /// `(subject, version)` pairs that use schema `id` of `context`.
+    pub fn versions_of_id(&self, context: &str, id: u32, deleted: bool) -> Vec<(String, u32)> {
         let mut out = Vec::new();
         for (name, s) in &self.subjects {
+            if split_subject(name).0 != context {
+                continue;
+            }
             for (v, e) in &s.versions {
                 if e.id == id && (deleted || !e.deleted) {
                     out.push((name.clone(), *v));
@@ -576,27 +771,95 @@ impl State {
         self.compatibility.unwrap_or(DEFAULT_COMPATIBILITY)
     }
 
-    /// The subject's level, or the global one.
+    /// The subject's level, else its context's (`:.ctx:`), else the
+    /// global one.
     pub fn compatibility(&self, subject: &str) -> Mode {
-        self.subjects
-            .get(subject)
-            .and_then(|s| s.compatibility)
+        self.scopes(subject)
+            .find_map(|s| s.compatibility)
             .unwrap_or_else(|| self.global_compatibility())
+    }
+
+    /// The subject's own settings, then its context's.
+    fn scopes<'s>(&'s self, subject: &str) -> impl Iterator<Item = &'s Subject> + 's {
+        let subject = canonical_subject(subject);
+        let (context, _) = split_subject(subject);
+        let context_scope = (context != DEFAULT_CONTEXT && subject.len() > context.len() + 2)
+            .then(|| format!(":{context}:"));
+        let own = self.subjects.get(subject);
+        let inherited = context_scope.and_then(|c| self.subjects.get(&c));
+        own.into_iter().chain(inherited)
+    }
+
+    /// The data-contract configuration a registration in `subject` applies:
+    /// the subject's own when it has one, else the global one.
+    pub fn contract_in_scope(&self, subject: &str) -> &ContractConfig {
+        self.scopes(subject)
+            .map(|s| &s.contract)
+            .find(|c| !c.is_empty())
+            .unwrap_or(&self.contract)
+    }
+
+    /// The global configuration.
+    pub fn global_config(&self) -> ConfigValue {
+        ConfigValue {
+            compatibility: Some(self.global_compatibility()),
+            contract: self.contract.clone(),
+        }
+    }
+
+    /// The subject's own configuration, if it has one.
+    pub fn subject_config(&self, subject: &str) -> Option<ConfigValue> {
+        let s = self
+            .subjects
+            .get(canonical_subject(subject))
+            .filter(|s| s.has_config())?;
+        Some(ConfigValue {
+            compatibility: s.compatibility,
+            contract: s.contract.clone(),
+        })
+    }
+
+    /// The metadata and rule set a registration of `input` in `subject`
+    /// stores: in IMPORT mode the request's; otherwise the request's (each
+    /// part, else the latest live version's) between the configuration's
+    /// defaults and overrides, as Confluent merges them.
+    pub fn effective_contract(
+        &self,
+        subject: &str,
+        input: &SchemaInput,
+    ) -> (Option<serde_json::Value>, Option<serde_json::Value>) {
+        if self.mode(subject) == RegistryMode::Import {
+            return (input.metadata.clone(), input.rule_set.clone());
+        }
+        let (context, _) = split_subject(subject);
+        let previous = self
+            .subject(subject)
+            .and_then(Subject::latest_live)
+            .and_then(|(_, e)| self.schema(context, e.id));
+        let metadata = input
+            .metadata
+            .as_ref()
+            .or_else(|| previous.and_then(|p| p.metadata.as_ref()));
+        let rule_set = input
+            .rule_set
+            .as_ref()
+            .or_else(|| previous.and_then(|p| p.rule_set.as_ref()));
+        self.contract_in_scope(subject).apply(metadata, rule_set)
     }
 
     pub fn global_mode(&self) -> RegistryMode {
         self.mode.unwrap_or(RegistryMode::Readwrite)
     }
 
+    /// The subject's mode, else its context's, else the global one.
     pub fn mode(&self, subject: &str) -> RegistryMode {
-        self.subjects
-            .get(subject)
-            .and_then(|s| s.mode)
+        self.scopes(subject)
+            .find_map(|s| s.mode)
             .unwrap_or_else(|| self.global_mode())
     }
 
     pub fn schema_count(&self) -> usize {
-        self.schemas.len()
+        self.spaces.values().map(|s| s.schemas.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -606,19 +869,22 @@ impl State {
     // ---- parsing --------------------------------------------------------
 
     /// The schemas `references` name, transitively, as the compatibility
-    /// engine wants them (name and text), each once.
+    /// engine wants them (name and text), each once. A reference's subject
+    /// is one of `context` unless it is qualified.
     pub fn resolve_references(
         &self,
+        context: &str,
         references: &[SchemaReference],
     ) -> Result<Vec<Reference>, ApiError> {
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
-        self.collect_references(references, &mut out, &mut seen, 0)?;
+        self.collect_references(context, references, &mut out, &mut seen, 0)?;
         Ok(out)
     }
 
     fn collect_references(
         &self,
+        context: &str,
         references: &[SchemaReference],
         out: &mut Vec<Reference>,
         seen: &mut BTreeSet<(String, u32)>,
@@ -630,9 +896,10 @@ impl State {
             ));
         }
         for r in references {
+            let qualified = qualify(context, &r.subject);
             let subject = self
                 .subjects
-                .get(&r.subject)
+                .get(&qualified)
                 .filter(|s| !s.versions.is_empty());
             let Some(subject) = subject else {
                 return Err(ApiError::invalid_schema(format!(
@@ -653,13 +920,14 @@ impl State {
                     r.name, r.version, r.subject
                 )));
             };
-            if !seen.insert((r.subject.clone(), version)) {
+            if !seen.insert((qualified.clone(), version)) {
                 continue;
             }
-            let Some(schema) = self.schemas.get(&entry.id) else {
+            let (target_context, _) = split_subject(&qualified);
+            let Some(schema) = self.schema(target_context, entry.id) else {
                 continue;
             };
-            self.collect_references(&schema.references, out, seen, depth + 1)?;
+            self.collect_references(target_context, &schema.references, out, seen, depth + 1)?;
             out.push(Reference {
                 name: r.name.clone(),
                 schema: schema.text.clone(),
@@ -668,14 +936,16 @@ impl State {
         Ok(())
     }
 
-    /// Parses a schema with its references; 42201 when it is not valid.
+    /// Parses a schema with its references (subjects of `context`); 42201
+    /// when it is not valid.
     pub fn parse(
         &self,
+        context: &str,
         schema_type: SchemaType,
         text: &str,
         references: &[SchemaReference],
     ) -> Result<Schema, ApiError> {
-        let resolved = self.resolve_references(references)?;
+        let resolved = self.resolve_references(context, references)?;
         crate::parser::parse(schema_type, text, &resolved).map_err(|e| {
             let hint = match &e.missing_import {
                 Some(name) => format!(
@@ -691,33 +961,40 @@ impl State {
         })
     }
 
-    /// The parsed schema under `id`, cached (see [`PARSED_CACHE_TEXT_BYTES`]).
-    pub fn parsed(&self, id: u32) -> Result<Arc<Schema>, ApiError> {
-        if let Some(s) = self.parsed.lock().ok().and_then(|mut c| c.get(id)) {
+    /// The parsed schema under `id` in `context`, cached (see
+    /// [`PARSED_CACHE_TEXT_BYTES`]).
+    pub fn parsed(&self, context: &str, id: u32) -> Result<Arc<Schema>, ApiError> {
+        let key = (context.to_owned(), id);
+        if let Some(s) = self.parsed.lock().ok().and_then(|mut c| c.get(&key)) {
             return Ok(s);
         }
         let stored = self
-            .schemas
-            .get(&id)
+            .schema(context, id)
             .ok_or_else(|| ApiError::schema_not_found(id))?;
         let schema = Arc::new(
-            self.parse(stored.schema_type, &stored.text, &stored.references)
-                .map_err(|e| {
-                    ApiError::store(format!(
-                        "stored schema {id} does not parse any more: {}",
-                        e.message
-                    ))
-                })?,
+            self.parse(
+                context,
+                stored.schema_type,
+                &stored.text,
+                &stored.references,
+            )
+            .map_err(|e| {
+                ApiError::store(format!(
+                    "stored schema {id} does not parse any more: {}",
+                    e.message
+                ))
+            })?,
         );
         if let Ok(mut cache) = self.parsed.lock() {
-            cache.insert(id, Arc::clone(&schema), stored.text.len());
+            cache.insert(key, Arc::clone(&schema), stored.text.len());
         }
         Ok(schema)
     }
 
-    /// The id of an identical schema, if one was ever registered.
-    pub fn id_of(&self, key: &DedupKey) -> Option<u32> {
-        self.ids.get(key).copied()
+    /// The id of an identical schema in `context`, if one was ever
+    /// registered there.
+    pub fn id_of(&self, context: &str, key: &DedupKey) -> Option<u32> {
+        self.spaces.get(context)?.ids.get(key).copied()
     }
 
     // ---- writes ---------------------------------------------------------
@@ -746,12 +1023,22 @@ impl State {
         subject: &str,
         input: &SchemaInput,
     ) -> Option<Registration> {
-        validate_subject(subject).ok()?;
+        let subject = canonical_subject(subject);
+        validate_schema_subject(subject).ok()?;
+        let (context, _) = split_subject(subject);
         let explicit = input.id.is_some() || input.version.is_some();
         self.check_writable(subject, explicit).ok()?;
         let schema_type = parse_schema_type(input.schema_type.as_deref()).ok()?;
-        let key = dedup_key(schema_type, &input.schema, &input.references);
-        self.live_version(subject, input, self.id_of(&key))
+        input.check_contract().ok()?;
+        let (metadata, rule_set) = self.effective_contract(subject, input);
+        let key = dedup_key(
+            schema_type,
+            &input.schema,
+            &input.references,
+            metadata.as_ref(),
+            rule_set.as_ref(),
+        );
+        self.live_version(subject, input, self.id_of(context, &key))
     }
 
     fn live_version(
@@ -783,12 +1070,22 @@ impl State {
         input: &SchemaInput,
         incompatible_code: u32,
     ) -> Result<Registration, ApiError> {
-        validate_subject(subject)?;
+        let subject = canonical_subject(subject);
+        validate_schema_subject(subject)?;
+        let (context, _) = split_subject(subject);
         let explicit = input.id.is_some() || input.version.is_some();
         let mode = self.check_writable(subject, explicit)?;
         let schema_type = parse_schema_type(input.schema_type.as_deref())?;
-        let key = dedup_key(schema_type, &input.schema, &input.references);
-        let existing_id = self.id_of(&key);
+        input.check_contract()?;
+        let (metadata, rule_set) = self.effective_contract(subject, input);
+        let key = dedup_key(
+            schema_type,
+            &input.schema,
+            &input.references,
+            metadata.as_ref(),
+            rule_set.as_ref(),
+        );
+        let existing_id = self.id_of(context, &key);
         let subject_state = self.subjects.get(subject);
 
         // Already a live version of the subject: nothing to check or parse
@@ -796,7 +1093,7 @@ impl State {
         if let Some(registration) = self.live_version(subject, input, existing_id) {
             return Ok(registration);
         }
-        let new = Arc::new(self.parse(schema_type, &input.schema, &input.references)?);
+        let new = Arc::new(self.parse(context, schema_type, &input.schema, &input.references)?);
 
         let import = mode == RegistryMode::Import;
         if !import {
@@ -806,7 +1103,7 @@ impl State {
                 .unwrap_or_default();
             let previous = live
                 .iter()
-                .map(|(_, e)| self.parsed(e.id))
+                .map(|(_, e)| self.parsed(context, e.id))
                 .collect::<Result<Vec<Arc<Schema>>, ApiError>>()?;
             let findings = check(level, &new, &previous);
             if !findings.is_empty() {
@@ -817,8 +1114,8 @@ impl State {
 
         let id = match (input.id, existing_id) {
             (Some(wanted), _) => {
-                if let Some(stored) = self.schemas.get(&wanted)
-                    && dedup_key(stored.schema_type, &stored.text, &stored.references) != key
+                if let Some(stored) = self.schema(context, wanted)
+                    && stored_key(stored) != key
                 {
                     return Err(ApiError::id_mismatch(format!(
                         "Overwrite new schema with id {wanted} is not permitted: id {wanted} is another schema"
@@ -840,7 +1137,9 @@ impl State {
             }
             (None, Some(id)) => id,
             (None, None) => self
-                .max_id
+                .spaces
+                .get(context)
+                .map_or(0, |s| s.max_id)
                 .checked_add(1)
                 .filter(|id| *id <= MAX_VERSION)
                 .ok_or_else(|| ApiError::store("every schema id up to 2^31-1 is taken"))?,
@@ -872,18 +1171,32 @@ impl State {
             schema: input.schema.clone(),
             schema_type: schema_type_field(schema_type).map(str::to_owned),
             references: input.references.clone(),
+            metadata,
+            rule_set,
             deleted: false,
         };
+        let mut records = Vec::new();
+        // The first schema of a context names it, as Confluent's CONTEXT
+        // record does.
+        if context != DEFAULT_CONTEXT && !self.contexts.contains(context) {
+            records.push(Record {
+                key: Key::Context {
+                    context: context.to_owned(),
+                },
+                value: Some(Value::Context),
+            });
+        }
+        records.push(Record {
+            key: Key::Schema {
+                subject: subject.to_owned(),
+                version,
+            },
+            value: Some(Value::Schema(value)),
+        });
         Ok(Registration {
             id,
             version,
-            records: vec![Record {
-                key: Key::Schema {
-                    subject: subject.to_owned(),
-                    version,
-                },
-                value: Some(Value::Schema(value)),
-            }],
+            records,
         })
     }
 
@@ -895,20 +1208,51 @@ impl State {
         input: &SchemaInput,
         deleted: bool,
     ) -> Result<(u32, u32), ApiError> {
+        let subject = canonical_subject(subject);
+        let (context, _) = split_subject(subject);
         let s = self.existing_subject(subject, deleted)?;
         let schema_type = parse_schema_type(input.schema_type.as_deref())?;
         // Parsing validates the schema and its references (42201).
-        self.parse(schema_type, &input.schema, &input.references)?;
-        let key = dedup_key(schema_type, &input.schema, &input.references);
-        let id = self
-            .id_of(&key)
-            .ok_or_else(|| ApiError::schema_not_found("(the one given)"))?;
-        s.versions
-            .iter()
-            .rev()
-            .find(|(_, e)| e.id == id && (deleted || !e.deleted))
-            .map(|(v, e)| (e.id, *v))
-            .ok_or_else(|| ApiError::schema_not_found("(the one given)"))
+        self.parse(context, schema_type, &input.schema, &input.references)?;
+        input.check_contract()?;
+        let key = dedup_key(
+            schema_type,
+            &input.schema,
+            &input.references,
+            input.metadata.as_ref(),
+            input.rule_set.as_ref(),
+        );
+        let visible = |e: &VersionEntry| deleted || !e.deleted;
+        if let Some(id) = self.id_of(context, &key)
+            && let Some((v, e)) = s
+                .versions
+                .iter()
+                .rev()
+                .find(|(_, e)| e.id == id && visible(e))
+        {
+            return Ok((e.id, *v));
+        }
+        // Without a data contract in the request, the newest version of
+        // the same schema, whatever its metadata and rules.
+        if input.metadata.is_none() && input.rule_set.is_none() {
+            let bare = dedup_key(schema_type, &input.schema, &input.references, None, None);
+            let found = s.versions.iter().rev().find(|(_, e)| {
+                visible(e)
+                    && self.schema(context, e.id).is_some_and(|stored| {
+                        dedup_key(
+                            stored.schema_type,
+                            &stored.text,
+                            &stored.references,
+                            None,
+                            None,
+                        ) == bare
+                    })
+            });
+            if let Some((v, e)) = found {
+                return Ok((e.id, *v));
+            }
+        }
+        Err(ApiError::schema_not_found("(the one given)"))
     }
 
     /// `POST /compatibility/subjects/{subject}/versions[/{version}]`: every
@@ -921,6 +1265,8 @@ impl State {
         version: Option<VersionSpec>,
         input: &SchemaInput,
     ) -> Result<Vec<String>, ApiError> {
+        let subject = canonical_subject(subject);
+        let (context, _) = split_subject(subject);
         let schema_type = parse_schema_type(input.schema_type.as_deref())?;
         let level = self.compatibility(subject);
         let against: Vec<(u32, VersionEntry)> = match version {
@@ -930,10 +1276,10 @@ impl State {
                 None => Vec::new(),
             },
         };
-        let new = Arc::new(self.parse(schema_type, &input.schema, &input.references)?);
+        let new = Arc::new(self.parse(context, schema_type, &input.schema, &input.references)?);
         let previous = against
             .iter()
-            .map(|(_, e)| self.parsed(e.id))
+            .map(|(_, e)| self.parsed(context, e.id))
             .collect::<Result<Vec<Arc<Schema>>, ApiError>>()?;
         let effective = if version.is_some() {
             // One named version: the level's directions, not its depth.
@@ -956,6 +1302,7 @@ impl State {
         subject: &str,
         permanent: bool,
     ) -> Result<(Vec<u32>, Vec<Record>), ApiError> {
+        let subject = canonical_subject(subject);
         let s = match self.subjects.get(subject) {
             Some(s) if !s.versions.is_empty() => s,
             _ => return Err(ApiError::subject_not_found(subject)),
@@ -976,7 +1323,7 @@ impl State {
                     value: None,
                 })
                 .collect();
-            if s.compatibility.is_some() {
+            if s.has_config() {
                 records.push(Record {
                     key: Key::Config {
                         subject: Some(subject.to_owned()),
@@ -1026,6 +1373,7 @@ impl State {
         spec: VersionSpec,
         permanent: bool,
     ) -> Result<(u32, Vec<Record>), ApiError> {
+        let subject = canonical_subject(subject);
         let s = match self.subjects.get(subject) {
             Some(s) if !s.versions.is_empty() => s,
             _ => return Err(ApiError::subject_not_found(subject)),
@@ -1060,8 +1408,7 @@ impl State {
             return Err(ApiError::reference_exists(subject, version, &by));
         }
         let stored = self
-            .schemas
-            .get(&entry.id)
+            .schema(split_subject(subject).0, entry.id)
             .ok_or_else(|| ApiError::store(format!("schema {} is missing", entry.id)))?;
         let value = SchemaValue {
             subject: subject.to_owned(),
@@ -1070,6 +1417,8 @@ impl State {
             schema: stored.text.clone(),
             schema_type: schema_type_field(stored.schema_type).map(str::to_owned),
             references: stored.references.clone(),
+            metadata: stored.metadata.clone(),
+            rule_set: stored.rule_set.clone(),
             deleted: true,
         };
         Ok((
@@ -1081,21 +1430,39 @@ impl State {
         ))
     }
 
-    /// `PUT /config[/{subject}]`.
-    pub fn set_compatibility(
+    /// `PUT /config[/{subject}]`: the fields `update` has replace those
+    /// of the configuration at that scope, the others are kept. Returns
+    /// the configuration written.
+    pub fn set_config(
         &self,
         subject: Option<&str>,
-        level: Mode,
-    ) -> Result<Vec<Record>, ApiError> {
+        update: &ConfigValue,
+    ) -> Result<(ConfigValue, Vec<Record>), ApiError> {
+        // `:.:` is the default context: the global setting.
+        let subject = subject.map(canonical_subject).filter(|s| !s.is_empty());
         if let Some(s) = subject {
             validate_subject(s)?;
         }
-        Ok(vec![Record {
-            key: Key::Config {
-                subject: subject.map(str::to_owned),
+        let (old_level, old_contract) = match subject {
+            None => (self.compatibility, &self.contract),
+            Some(s) => match self.subjects.get(s) {
+                Some(state) => (state.compatibility, &state.contract),
+                None => (None, &ContractConfig::EMPTY),
             },
-            value: Some(Value::Config(level)),
-        }])
+        };
+        let config = ConfigValue {
+            compatibility: update.compatibility.or(old_level),
+            contract: old_contract.updated_with(&update.contract),
+        };
+        Ok((
+            config.clone(),
+            vec![Record {
+                key: Key::Config {
+                    subject: subject.map(str::to_owned),
+                },
+                value: Some(Value::Config(config)),
+            }],
+        ))
     }
 
     /// `DELETE /config[/{subject}]`: the level it had.
@@ -1103,12 +1470,15 @@ impl State {
         &self,
         subject: Option<&str>,
     ) -> Result<(Mode, Vec<Record>), ApiError> {
+        // `:.:` is the default context: the global setting.
+        let subject = subject.map(canonical_subject).filter(|s| !s.is_empty());
         let old = match subject {
             None => self.global_compatibility(),
             Some(s) => match self.subjects.get(s) {
-                Some(state) => state
+                Some(state) if state.has_config() => state
                     .compatibility
-                    .ok_or_else(|| ApiError::subject_level_compatibility_not_configured(s))?,
+                    .unwrap_or_else(|| self.global_compatibility()),
+                Some(_) => return Err(ApiError::subject_level_compatibility_not_configured(s)),
                 None => return Err(ApiError::subject_not_found(s)),
             },
         };
@@ -1131,12 +1501,21 @@ impl State {
         mode: RegistryMode,
         force: bool,
     ) -> Result<Vec<Record>, ApiError> {
+        // `:.:` is the default context: the global setting.
+        let subject = subject.map(canonical_subject).filter(|s| !s.is_empty());
         if let Some(s) = subject {
             validate_subject(s)?;
         }
         if mode == RegistryMode::Import && !force {
             let empty = match subject {
                 None => self.is_empty(),
+                // A context (`:.ctx:`): none of its subjects has versions.
+                Some(s) if split_subject(s).1.is_empty() => {
+                    let context = split_subject(s).0;
+                    self.subjects
+                        .iter()
+                        .all(|(name, v)| split_subject(name).0 != context || v.versions.is_empty())
+                }
                 Some(s) => self.subjects.get(s).is_none_or(|s| s.versions.is_empty()),
             };
             if !empty {
@@ -1158,6 +1537,8 @@ impl State {
         &self,
         subject: Option<&str>,
     ) -> Result<(RegistryMode, Vec<Record>), ApiError> {
+        // `:.:` is the default context: the global setting.
+        let subject = subject.map(canonical_subject).filter(|s| !s.is_empty());
         let old = match subject {
             None => self.global_mode(),
             Some(s) => match self.subjects.get(s) {
@@ -1177,6 +1558,17 @@ impl State {
             }],
         ))
     }
+}
+
+/// The dedup key of a stored schema.
+fn stored_key(stored: &StoredSchema) -> DedupKey {
+    dedup_key(
+        stored.schema_type,
+        &stored.text,
+        &stored.references,
+        stored.metadata.as_ref(),
+        stored.rule_set.as_ref(),
+    )
 }
 
 /// The engine's check over shared parsed schemas (no copies).
@@ -1237,32 +1629,65 @@ mod tests {
         }
         assert_eq!(canonical_json("{"), None);
         assert_eq!(
-            dedup_key(SchemaType::Avro, r#"{"type": "string"}"#, &[]),
-            dedup_key(SchemaType::Avro, r#" {"type":"string"} "#, &[])
+            dedup_key(SchemaType::Avro, r#"{"type": "string"}"#, &[], None, None),
+            dedup_key(SchemaType::Avro, r#" {"type":"string"} "#, &[], None, None)
         );
         assert_ne!(
-            dedup_key(SchemaType::Avro, r#""string""#, &[]),
-            dedup_key(SchemaType::Json, r#""string""#, &[])
+            dedup_key(SchemaType::Avro, r#""string""#, &[], None, None),
+            dedup_key(SchemaType::Json, r#""string""#, &[], None, None)
         );
+        let metadata = serde_json::json!({"properties": {"owner": "a"}});
+        assert_ne!(
+            dedup_key(SchemaType::Avro, r#""string""#, &[], Some(&metadata), None),
+            dedup_key(SchemaType::Avro, r#""string""#, &[], None, None)
+        );
+        assert_ne!(
+            dedup_key(SchemaType::Avro, r#""string""#, &[], Some(&metadata), None),
+            dedup_key(SchemaType::Avro, r#""string""#, &[], None, Some(&metadata))
+        );
+        let reordered: serde_json::Value =
+            serde_json::from_str(r#"{"tags": {}, "properties": {"owner": "a"}}"#).expect("JSON");
+        let ordered: serde_json::Value =
+            serde_json::from_str(r#"{"properties": {"owner": "a"}, "tags": {}}"#).expect("JSON");
+        assert_eq!(
+            dedup_key(SchemaType::Avro, r#""string""#, &[], Some(&reordered), None),
+            dedup_key(SchemaType::Avro, r#""string""#, &[], Some(&ordered), None)
+        );
+    }
+
+    #[test]
+    fn subjects_split_into_context_and_name() {
+        assert_eq!(split_subject(":.team:orders"), (".team", "orders"));
+        assert_eq!(split_subject(":.team:"), (".team", ""));
+        assert_eq!(split_subject("orders"), (".", "orders"));
+        assert_eq!(split_subject(":team:orders"), (".", ":team:orders"));
+        assert_eq!(split_subject(":.:orders"), (".", "orders"));
+        assert_eq!(canonical_subject(":.:orders"), "orders");
+        assert_eq!(qualify(".team", "money"), ":.team:money");
+        assert_eq!(qualify(".team", ":.other:money"), ":.other:money");
+        assert_eq!(qualify(".", "money"), "money");
+        assert!(validate_subject(":.:x").is_ok());
+        assert!(validate_schema_subject(":.team:").is_err());
     }
 
     #[test]
     fn the_parsed_cache_holds_a_bounded_amount_of_text() {
         let schema = Arc::new(Schema::parse(SchemaType::Avro, r#""string""#, &[]).expect("schema"));
         let mut cache = ParsedCache::default();
+        let key = |id: u32| (DEFAULT_CONTEXT.to_owned(), id);
         let quarter = PARSED_CACHE_TEXT_BYTES / 4;
         for id in 1..=4 {
-            cache.insert(id, Arc::clone(&schema), quarter);
+            cache.insert(key(id), Arc::clone(&schema), quarter);
         }
         assert_eq!(cache.text_bytes, PARSED_CACHE_TEXT_BYTES);
-        assert!(cache.get(1).is_some());
-        cache.insert(5, Arc::clone(&schema), quarter);
+        assert!(cache.get(&key(1)).is_some());
+        cache.insert(key(5), Arc::clone(&schema), quarter);
         // The least recently used (2, not 1) made room.
         assert_eq!(cache.text_bytes, PARSED_CACHE_TEXT_BYTES);
-        assert!(cache.get(2).is_none());
-        assert!(cache.get(1).is_some() && cache.get(5).is_some());
-        cache.insert(6, Arc::clone(&schema), PARSED_CACHE_TEXT_BYTES + 1);
-        assert!(cache.get(6).is_none());
+        assert!(cache.get(&key(2)).is_none());
+        assert!(cache.get(&key(1)).is_some() && cache.get(&key(5)).is_some());
+        cache.insert(key(6), Arc::clone(&schema), PARSED_CACHE_TEXT_BYTES + 1);
+        assert!(cache.get(&key(6)).is_none());
         assert_eq!(cache.entries.len(), 4);
     }
 }

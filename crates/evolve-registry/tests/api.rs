@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{avro, open_at, registry, temp_path};
+use common::{TestRegistry, avro, open_at, registry, temp_path};
 use evolve_registry::http::DEFAULT_MAX_BODY;
 use evolve_registry::record::parse_export;
 use evolve_registry::service::Settings;
@@ -770,4 +770,449 @@ async fn max_schema_bytes_applies_to_every_schema_body() {
     }
     assert_eq!(r.offset(), offset, "a refused schema appended to the log");
     assert_eq!(r.register("s", json!({"schema": "\"string\""})).await, 1);
+}
+
+fn payment() -> String {
+    json!({"type": "record", "name": "Payment", "namespace": "shop",
+           "fields": [{"name": "amount", "type": "double"}]})
+    .to_string()
+}
+
+#[tokio::test]
+async fn metadata_and_rule_sets_are_kept_and_take_part_in_dedup() {
+    let r = registry("contracts").await;
+    let metadata = json!({"properties": {"owner": "payments"}, "tags": {"Payment.amount": ["PII"]}, "sensitive": ["amount"]});
+    let rules = json!({"domainRules": [{"name": "positive", "kind": "CONDITION", "type": "CEL", "mode": "WRITE", "expr": "message.amount > 0"}]});
+    let with = |m: &serde_json::Value, rs: &serde_json::Value| json!({"schema": payment(), "metadata": m, "ruleSet": rs});
+    let id = r.register("pay", with(&metadata, &rules)).await;
+
+    // Every read that returns the schema returns its contract.
+    for path in [
+        "/subjects/pay/versions/1".to_string(),
+        "/subjects/pay/versions/latest".to_string(),
+        format!("/schemas/ids/{id}"),
+    ] {
+        let got = r.ok("GET", &path, None).await;
+        assert_eq!(got["metadata"], metadata, "{path}: {got}");
+        assert_eq!(got["ruleSet"], rules, "{path}: {got}");
+    }
+    let found = r
+        .ok("POST", "/subjects/pay", Some(with(&metadata, &rules)))
+        .await;
+    assert_eq!(
+        (found["id"].as_u64(), found["version"].as_u64()),
+        (Some(id), Some(1))
+    );
+    assert_eq!(found["ruleSet"], rules);
+    // A lookup without a contract finds the same schema.
+    let bare = r
+        .ok("POST", "/subjects/pay", Some(json!({"schema": payment()})))
+        .await;
+    assert_eq!(bare["version"], 1);
+
+    // The same schema and contract: nothing new.
+    let offset = r.offset();
+    assert_eq!(r.register("pay", with(&metadata, &rules)).await, id);
+    assert_eq!(r.offset(), offset);
+    // Without a contract, the latest version's is inherited: nothing new.
+    assert_eq!(r.register("pay", json!({"schema": payment()})).await, id);
+    assert_eq!(r.offset(), offset);
+
+    // Other metadata, or another rule set: a new version and a new id.
+    let other = json!({"properties": {"owner": "billing"}});
+    let id2 = r.register("pay", with(&other, &rules)).await;
+    assert_ne!(id2, id);
+    let other_rules = json!({"domainRules": []});
+    let id3 = r.register("pay", with(&other, &other_rules)).await;
+    assert!(id3 != id && id3 != id2);
+    assert_eq!(
+        r.ok("GET", "/subjects/pay/versions", None).await,
+        json!([1, 2, 3])
+    );
+    // The same schema and contract under another subject: the same id.
+    assert_eq!(r.register("pay-copy", with(&metadata, &rules)).await, id);
+
+    // A contract survives a restart (the log's records hold it).
+    drop(r.router);
+    let path = r.path.clone();
+    drop(r.app);
+    let reopened = open_at(path, Settings::default(), DEFAULT_MAX_BODY).await;
+    let got = reopened.ok("GET", "/subjects/pay/versions/1", None).await;
+    assert_eq!(got["metadata"], metadata);
+    assert_eq!(got["ruleSet"], rules);
+
+    // Bad shapes are refused, naming the field.
+    let reply = reopened
+        .call(
+            "POST",
+            "/subjects/pay/versions",
+            Some(json!({"schema": payment(), "metadata": {"properties": {"a": 1}}})),
+        )
+        .await;
+    let message = reply.error(422, 42201);
+    assert!(
+        message.contains("\"metadata\"") && message.contains("properties"),
+        "{message}"
+    );
+    let reply = reopened
+        .call(
+            "POST",
+            "/subjects/pay/versions",
+            Some(json!({"schema": payment(), "ruleSet": {"domainRules": [{}]}})),
+        )
+        .await;
+    assert!(reply.error(422, 42201).contains("\"name\""));
+}
+
+#[tokio::test]
+async fn config_defaults_and_overrides_apply_on_registration() {
+    let r = registry("contract-config").await;
+    let put = r
+        .ok(
+            "PUT",
+            "/config",
+            Some(json!({
+                "defaultMetadata": {"properties": {"owner": "platform", "tier": "silver"}},
+                "overrideMetadata": {"properties": {"tier": "gold"}},
+                "defaultRuleSet": {"domainRules": [{"name": "a", "expr": "default"}]},
+                "overrideRuleSet": {"domainRules": [{"name": "b", "expr": "override"}]},
+            })),
+        )
+        .await;
+    assert_eq!(
+        put["overrideMetadata"],
+        json!({"properties": {"tier": "gold"}})
+    );
+    // The level is kept when a PUT does not name one.
+    let global = r.ok("GET", "/config", None).await;
+    assert_eq!(global["compatibilityLevel"], "BACKWARD");
+    assert_eq!(global["defaultRuleSet"]["domainRules"][0]["name"], "a");
+
+    r.register(
+        "s",
+        json!({"schema": payment(), "metadata": {"properties": {"owner": "me"}},
+                           "ruleSet": {"domainRules": [{"name": "a", "expr": "mine"}]}}),
+    )
+    .await;
+    let got = r.ok("GET", "/subjects/s/versions/1", None).await;
+    assert_eq!(
+        got["metadata"],
+        json!({"properties": {"owner": "me", "tier": "gold"}})
+    );
+    assert_eq!(
+        got["ruleSet"],
+        json!({"domainRules": [{"name": "a", "expr": "mine"}, {"name": "b", "expr": "override"}]})
+    );
+
+    // A subject's own configuration replaces the global one's contract.
+    r.ok(
+        "PUT",
+        "/config/t",
+        Some(json!({"compatibility": "NONE", "defaultMetadata": {"properties": {"owner": "t"}}})),
+    )
+    .await;
+    let config = r.ok("GET", "/config/t", None).await;
+    assert_eq!(config["compatibilityLevel"], "NONE");
+    assert_eq!(
+        config["defaultMetadata"],
+        json!({"properties": {"owner": "t"}})
+    );
+    r.register("t", json!({"schema": payment()})).await;
+    let got = r.ok("GET", "/subjects/t/versions/1", None).await;
+    assert_eq!(got["metadata"], json!({"properties": {"owner": "t"}}));
+    assert!(got.get("ruleSet").is_none(), "{got}");
+
+    // Neither a level nor a contract field: refused.
+    let reply = r.call("PUT", "/config", Some(json!({"nothing": 1}))).await;
+    reply.error(422, 42203);
+    let reply = r
+        .call("PUT", "/config", Some(json!({"defaultMetadata": []})))
+        .await;
+    assert!(reply.error(422, 42201).contains("defaultMetadata"));
+}
+
+#[tokio::test]
+async fn confluent_python_client_registers_and_reads_back_a_data_contract() {
+    let served = common::serve_tcp("python-contracts").await;
+    let summary = common::python_client("data_contracts.py", &[&served.url]).await;
+    assert_eq!(summary["owner"], "payments");
+    assert_eq!(summary["rule"], "checkAmount");
+    assert_eq!(summary["configured_tier"], "gold");
+    assert_ne!(summary["id"], summary["other_id"]);
+    // What the client saw is what the registry stored.
+    let latest = served
+        .registry
+        .ok("GET", "/subjects/payments-value/versions/1", None)
+        .await;
+    assert_eq!(latest["metadata"]["properties"]["owner"], "payments");
+    assert_eq!(
+        latest["ruleSet"]["domainRules"][0]["expr"],
+        "message.amount > 0"
+    );
+}
+
+#[tokio::test]
+async fn contexts_keep_their_own_subjects_ids_and_settings() {
+    let r = registry("contexts").await;
+    assert_eq!(r.ok("GET", "/contexts", None).await, json!(["."]));
+    // The same schema in the default context and in .team: id 1 in each.
+    assert_eq!(r.register("orders", avro(order_v1())).await, 1);
+    assert_eq!(r.register(":.team:orders", avro(order_v1())).await, 1);
+    // A second schema in .team only: ids count per context.
+    assert_eq!(r.register(":.team:orders", avro(order_v2())).await, 2);
+    assert_eq!(r.register("other", avro(order_v2())).await, 2);
+    assert_eq!(r.register(":.b:x", avro(order_v2())).await, 1);
+    assert_eq!(
+        r.ok("GET", "/contexts", None).await,
+        json!([".", ".b", ".team"])
+    );
+
+    // Listing: every context (no prefix, or `:*:`), one context, or the
+    // default context's subjects by prefix.
+    assert_eq!(
+        r.ok("GET", "/subjects", None).await,
+        json!([":.b:x", ":.team:orders", "orders", "other"])
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects?subjectPrefix=o", None).await,
+        json!(["orders", "other"])
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects?subjectPrefix=:.team:", None).await,
+        json!([":.team:orders"])
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects?subjectPrefix=:*:", None).await,
+        json!([":.b:x", ":.team:orders", "orders", "other"])
+    );
+    assert_eq!(
+        r.ok("GET", "/contexts/.team/subjects", None).await,
+        json!([":.team:orders"])
+    );
+    assert_eq!(
+        r.ok("GET", "/contexts/./subjects", None).await,
+        json!(["orders", "other"])
+    );
+
+    // The base context path and the qualified name are the same subject.
+    let v2 = r
+        .ok("GET", "/contexts/.team/subjects/orders/versions/2", None)
+        .await;
+    assert_eq!(
+        (v2["subject"].as_str(), v2["id"].as_u64()),
+        (Some(":.team:orders"), Some(2))
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects/:.team:orders/versions/latest", None)
+            .await,
+        v2
+    );
+    // `:.:` names the default context.
+    assert_eq!(
+        r.ok("GET", "/subjects/:.:orders/versions/1", None).await["id"],
+        1
+    );
+    assert_eq!(
+        r.ok("GET", "/contexts/team/subjects", None).await,
+        json!([":.team:orders"]),
+        "a context named without its dot"
+    );
+
+    // Ids: the default context's, a context's by subject or path, and an
+    // id only another context has.
+    let by_id = |path: &str| {
+        let path = path.to_owned();
+        let r = &r;
+        async move { r.ok("GET", &path, None).await["schema"].clone() }
+    };
+    assert_eq!(by_id("/schemas/ids/1").await, order_v1().to_string());
+    assert_eq!(by_id("/schemas/ids/2").await, order_v2().to_string());
+    assert_eq!(
+        by_id("/contexts/.b/schemas/ids/1").await,
+        order_v2().to_string()
+    );
+    assert_eq!(
+        by_id("/schemas/ids/1?subject=:.b:").await,
+        order_v2().to_string()
+    );
+    assert_eq!(
+        r.ok("GET", "/contexts/.team/schemas/ids/2/versions", None)
+            .await,
+        json!([{"subject": ":.team:orders", "version": 2}])
+    );
+    r.call("GET", "/contexts/.team/schemas/ids/3", None)
+        .await
+        .error(404, 40403);
+    r.call("GET", "/contexts/.team/nothing/here", None)
+        .await
+        .error(404, 404);
+
+    // A context's compatibility applies to its subjects only.
+    r.ok(
+        "PUT",
+        "/contexts/.team/config",
+        Some(json!({"compatibility": "NONE"})),
+    )
+    .await;
+    assert_eq!(
+        r.ok("GET", "/config/:.team:", None).await["compatibilityLevel"],
+        "NONE"
+    );
+    r.register(":.team:orders", avro(order_bad())).await;
+    r.call("POST", "/subjects/orders/versions", Some(avro(order_bad())))
+        .await
+        .error(409, 409);
+    // A subject's own level still wins inside the context.
+    r.ok(
+        "PUT",
+        "/contexts/.team/config/strict",
+        Some(json!({"compatibility": "FULL"})),
+    )
+    .await;
+    assert_eq!(
+        r.ok("GET", "/config/:.team:strict", None).await["compatibilityLevel"],
+        "FULL"
+    );
+    // IMPORT for a context that has subjects needs force, as for a
+    // subject; another context's subjects do not count.
+    r.call("PUT", "/mode/:.team:", Some(json!({"mode": "IMPORT"})))
+        .await
+        .error(422, 42205);
+    r.ok(
+        "PUT",
+        "/contexts/.empty/mode",
+        Some(json!({"mode": "IMPORT"})),
+    )
+    .await;
+    let mode = |subject: &str| {
+        let path = format!("/mode/{subject}?defaultToGlobal=true");
+        let r = &r;
+        async move { r.ok("GET", &path, None).await["mode"].clone() }
+    };
+    assert_eq!(mode(":.empty:x").await, "IMPORT");
+    assert_eq!(mode(":.team:orders").await, "READWRITE");
+    assert_eq!(
+        r.ok("GET", "/config/:.team:x?defaultToGlobal=true", None)
+            .await["compatibilityLevel"],
+        "NONE"
+    );
+    // A context by itself is not a subject to register under.
+    let message = r
+        .call("POST", "/subjects/:.team:/versions", Some(avro(order_v1())))
+        .await
+        .error(422, 42208);
+    assert!(message.contains("names a context"), "{message}");
+
+    // The log holds the contexts: they and the per-context ids survive a
+    // restart, and the next id in .team is 4.
+    let TestRegistry { app, router, path } = r;
+    drop((app, router));
+    let r = open_at(path, Settings::default(), DEFAULT_MAX_BODY).await;
+    assert_eq!(
+        r.ok("GET", "/contexts", None).await,
+        json!([".", ".b", ".team"])
+    );
+    let v4 = json!({"type": "record", "name": "Order", "namespace": "shop",
+                    "fields": [{"name": "id", "type": "long"}, {"name": "z", "type": "int", "default": 0}]});
+    assert_eq!(r.register(":.team:orders", avro(v4)).await, 4);
+    assert_eq!(r.register("third", avro(order_bad())).await, 3);
+}
+
+#[tokio::test]
+async fn references_resolve_within_the_context() {
+    let r = registry("context-refs").await;
+    let money = |field: &str| {
+        json!({"type": "record", "name": "Money", "namespace": "shop",
+               "fields": [{"name": field, "type": "long"}]})
+    };
+    // `money` means another schema in each context.
+    r.register("money", avro(money("cents"))).await;
+    r.register(":.team:money", avro(money("pennies"))).await;
+    let order = json!({"type": "record", "name": "Order", "namespace": "shop",
+                       "fields": [{"name": "total", "type": "shop.Money"}]});
+    let body = json!({"schema": order.to_string(),
+                      "references": [{"name": "shop.Money", "subject": "money", "version": 1}]});
+    let id = r.register(":.team:orders", body.clone()).await;
+    // Referenced by the context's money, not the default context's.
+    assert_eq!(
+        r.ok(
+            "GET",
+            "/subjects/:.team:money/versions/1/referencedby",
+            None
+        )
+        .await,
+        json!([id])
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects/money/versions/1/referencedby", None)
+            .await,
+        json!([])
+    );
+    r.call("DELETE", "/subjects/:.team:money/versions/1", None)
+        .await
+        .error(422, 42206);
+    // A reference to a subject the context does not have is refused.
+    let missing = json!({"schema": order.to_string(),
+                         "references": [{"name": "shop.Money", "subject": "cash", "version": 1}]});
+    r.register("cash", avro(money("cents"))).await;
+    let message = r
+        .call("POST", "/subjects/:.team:other/versions", Some(missing))
+        .await
+        .error(422, 42201);
+    assert!(
+        message.contains(":.team:cash") || message.contains("'cash'"),
+        "{message}"
+    );
+}
+
+#[test]
+fn context_paths_rewrite_to_qualified_requests() {
+    use evolve_registry::http::context_path;
+    let cases = [
+        (
+            "/contexts/.a/subjects",
+            None,
+            Some("/subjects?subjectPrefix=%3A.a%3A"),
+        ),
+        (
+            "/contexts/.a/subjects",
+            Some("deleted=true"),
+            Some("/subjects?deleted=true&subjectPrefix=%3A.a%3A"),
+        ),
+        (
+            "/contexts/.a/subjects/s/versions/1",
+            None,
+            Some("/subjects/:.a:s/versions/1"),
+        ),
+        (
+            "/contexts/.a/subjects/:.b:s/versions",
+            None,
+            Some("/subjects/:.b:s/versions"),
+        ),
+        ("/contexts/./subjects/s", None, Some("/subjects/s")),
+        (
+            "/contexts/./subjects",
+            None,
+            Some("/subjects?subjectPrefix=%3A.%3A"),
+        ),
+        ("/contexts/a/config", None, Some("/config/:.a:")),
+        ("/contexts/.a/mode/s", None, Some("/mode/:.a:s")),
+        (
+            "/contexts/.a/compatibility/subjects/s/versions/latest",
+            None,
+            Some("/compatibility/subjects/:.a:s/versions/latest"),
+        ),
+        (
+            "/contexts/.a/schemas/ids/3/schema",
+            None,
+            Some("/schemas/ids/3/schema?subject=%3A.a%3A"),
+        ),
+        ("/contexts/.a/schemas/types", None, Some("/schemas/types")),
+        ("/contexts/.a/other", None, None),
+        ("/contexts/.a%3Ab/subjects", None, None),
+        ("/contexts/%ZZ/subjects", None, None),
+    ];
+    for (path, query, expected) in cases {
+        assert_eq!(context_path(path, query).as_deref(), expected, "{path}");
+    }
 }

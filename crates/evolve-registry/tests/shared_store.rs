@@ -97,3 +97,52 @@ async fn concurrent_registrations_on_two_instances_yield_one_id_and_one_version(
     assert_eq!(c.read(|s| s.offset), 11);
     assert_eq!(c.read(|s| s.schema_count()), 11);
 }
+
+/// Contexts and data contracts go through the PostgreSQL log like every
+/// other record: a second instance replays a context's subjects, its own
+/// ids and its CONTEXT record, and a schema's metadata and rule set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contexts_and_data_contracts_persist_in_postgres() {
+    let db = evolve_test::fresh_db("registry_contexts").await;
+    let a = instance(&db.url).await;
+    let metadata = serde_json::json!({"properties": {"owner": "team"}});
+    let rules = serde_json::json!({"domainRules": [{"name": "r", "expr": "true"}]});
+    let with_contract = SchemaInput {
+        metadata: Some(metadata.clone()),
+        rule_set: Some(rules.clone()),
+        ..record_schema("a")
+    };
+    assert_eq!(register(&a, "plain", &record_schema("z")).await, (1, 1));
+    assert_eq!(register(&a, ":.team:orders", &with_contract).await, (1, 1));
+    assert_eq!(
+        register(&a, ":.team:orders", &record_schema("b")).await,
+        (2, 2)
+    );
+
+    let log = PostgresLog::open(&db.url).await.expect("log");
+    let records = log.read_after(0).await.expect("read");
+    assert!(
+        records.iter().any(|(_, r)| r.key
+            == evolve_registry::record::Key::Context {
+                context: ".team".into()
+            }),
+        "no CONTEXT record"
+    );
+
+    let b = instance(&db.url).await;
+    let contexts = b.read(|s| s.context_names());
+    assert_eq!(contexts, vec![".".to_string(), ".team".to_string()]);
+    let stored = b
+        .read(|s| s.schema(".team", 1).cloned())
+        .expect("schema 1 of .team");
+    assert_eq!(stored.metadata, Some(metadata));
+    assert_eq!(stored.rule_set, Some(rules));
+    let plain = b
+        .read(|s| s.schema(".", 1).cloned())
+        .expect("schema 1 of .");
+    assert!(plain.text.contains("\"z\""), "{}", plain.text);
+    assert_eq!(
+        b.read(|s| s.subject(":.team:orders").map(|s| s.versions.len())),
+        Some(2)
+    );
+}

@@ -66,11 +66,14 @@ impl std::fmt::Display for Unusable {
 
 impl std::error::Error for Unusable {}
 
+/// One finding in `--format json`: `against` is the old file's path as
+/// given (the library's index into the old schemas is not shown).
 #[derive(Serialize)]
 struct JsonFinding<'a> {
     against: String,
+    direction: evolve_compat::Direction,
     #[serde(flatten)]
-    finding: &'a evolve_compat::Finding,
+    incompatibility: &'a evolve_compat::Incompatibility,
 }
 
 pub fn run(args: CompatArgs, out: &Out) -> anyhow::Result<ExitCode> {
@@ -123,7 +126,8 @@ pub fn run(args: CompatArgs, out: &Out) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|f| JsonFinding {
                     against: old[f.against].display().to_string(),
-                    finding: f,
+                    direction: f.direction,
+                    incompatibility: &f.incompatibility,
                 })
                 .collect();
             out.json_value(&serde_json::json!({

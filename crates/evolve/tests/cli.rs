@@ -387,6 +387,39 @@ fn compat_check_exits_0_1_or_2() {
         "READER_FIELD_MISSING_DEFAULT_VALUE"
     );
     assert_eq!(json["findings"][0]["path"], "/fields/1");
+    assert_eq!(json["findings"][0]["against"], v1.display().to_string());
+
+    // Transitive: each finding names the old file it was found against,
+    // by path, once (not an index into the old files).
+    let v0 = write(
+        "v0.avsc",
+        r#"{"type":"record","name":"User","fields":[{"name":"id","type":"int"}]}"#,
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args([
+            "compat",
+            "check",
+            "--type",
+            "avro",
+            "--mode",
+            "FORWARD_TRANSITIVE",
+        ])
+        .args(["--format", "json"])
+        .arg(&v2_bad)
+        .arg(&v1)
+        .arg(&v0)
+        .output()
+        .expect("run evolve");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        stdout.matches("\"against\"").count(),
+        1,
+        "one finding, one against: {stdout}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(json["findings"][0]["against"], v0.display().to_string());
+    assert_eq!(json["findings"][0]["direction"], "forward");
 
     let out = compat(&["--type", "avro"], &broken, &v1);
     assert_eq!(out.status.code(), Some(2));

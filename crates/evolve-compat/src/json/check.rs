@@ -23,6 +23,24 @@
 //!   writer produces nothing, a `false` reader accepts nothing.
 //! * `additionalProperties`, `additionalItems` and `items` treat `true`
 //!   and `{}` as absent (their spec default).
+//! * `unevaluatedProperties` and `unevaluatedItems` (2019-09 on) are the
+//!   content model for what neither the schema's own keywords nor its
+//!   in-place subschemas (`allOf`, `anyOf`, `oneOf`, `$ref`,
+//!   `dependentSchemas`, `then`, `else`, nested up to a bound) evaluate:
+//!   closed, partially open or open exactly as `additionalProperties` and
+//!   `items` are. A property an in-place subschema declares is read under
+//!   that subschema's schema for it.
+//! * `contains` is compared with its bounds: the writer's matching items
+//!   must match the reader's, `minContains` may only fall and
+//!   `maxContains` only rise (and only over the same `contains`).
+//! * `propertyNames` with `type`, `enum`, `const`, `maxLength`,
+//!   `minLength` and `pattern` is compared against the names the writer
+//!   may produce (its declared names when closed, its own
+//!   `propertyNames`, else every string).
+//! * Keywords the checker does not read ([`NOT_UNDERSTOOD`]) are compared
+//!   by value at every pair of positions: a difference is
+//!   `KEYWORD_NOT_UNDERSTOOD`. `$dynamicRef`-style references, whose
+//!   targets are not followed, are reported whenever the schemas differ.
 //! * Recursion through `$ref` is memoized on (reader, writer) pairs: a pair
 //!   met again while it is being checked is assumed compatible (the
 //!   greatest fixpoint, as Confluent does). A step and depth budget stops
@@ -75,6 +93,8 @@ fn make_note(
 
 /// The writer's schema for properties an open content model allows.
 static TRUE: Value = Value::Bool(true);
+/// `"unevaluatedItems": false` with nothing else evaluating items.
+static FALSE: Value = Value::Bool(false);
 
 /// Distinct (reader, writer) pairs examined before giving up.
 const MAX_STEPS: usize = 100_000;
@@ -110,10 +130,57 @@ const BASE_KEYWORDS: &[&str] = &[
     "exclusiveMaximum",
     "exclusiveMinimum",
     "multipleOf",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "contains",
+    "minContains",
+    "maxContains",
 ];
 
+/// Keywords of the vocabularies the checker does not read: a change that
+/// touches one (added, removed or changed) is reported as incompatible.
+const NOT_UNDERSTOOD: &[&str] = &[
+    "if",
+    "then",
+    "else",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$recursiveRef",
+    "$recursiveAnchor",
+];
+
+/// Keywords whose target may change without the keyword's own value
+/// changing: reported whenever the two schemas differ at all.
+const DYNAMIC_REFERENCES: &[&str] = &["$dynamicRef", "$recursiveRef", "$recursiveAnchor"];
+
+/// Keywords that 2019-09 introduced: earlier drafts' validators ignore
+/// them, so the checker does not read them there either.
+const FROM_2019: &[&str] = &[
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "minContains",
+    "maxContains",
+];
+
+/// How many in-place subschemas (`allOf`, `anyOf`, `oneOf`, `$ref`,
+/// `dependentSchemas`, `then`, `else`) the `unevaluated*` models look
+/// through, and how deep.
+const MAX_IN_PLACE: usize = 64;
+const MAX_IN_PLACE_DEPTH: usize = 8;
+
+/// The writer's property names when it may produce any.
+static ANY_STRING: LazyLock<Value> = LazyLock::new(|| serde_json::json!({"type": "string"}));
+
 pub(super) fn check(reader: &JsonSchema, writer: &JsonSchema) -> Vec<Incompatibility> {
+    let identical = reader.docs().len() == writer.docs().len()
+        && reader
+            .docs()
+            .iter()
+            .zip(writer.docs())
+            .all(|(a, b)| a.name == b.name && a.root == b.root);
     let mut checker = Checker {
+        identical,
         memo: FastMap::default(),
         targets: FastMap::default(),
         regexes: HashMap::new(),
@@ -445,6 +512,8 @@ impl Hasher for FastHasher {
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 struct Checker<'a> {
+    /// The two sides are the same documents.
+    identical: bool,
     memo: FastMap<Key, Memo>,
     /// `$ref` node → its target, resolved once.
     targets: FastMap<usize, Option<View<'a>>>,
@@ -506,6 +575,14 @@ impl<'a> Checker<'a> {
             });
         self.targets.insert(key, found.clone());
         found
+    }
+
+    fn regex(&mut self, pattern: &str) -> Option<&Regex> {
+        if !self.regexes.contains_key(pattern) {
+            self.regexes
+                .insert(pattern.to_string(), Regex::new(pattern));
+        }
+        self.regexes.get(pattern).and_then(Option::as_ref)
     }
 
     fn matches(&mut self, pattern: &str, text: &str) -> Option<bool> {
@@ -573,6 +650,64 @@ impl<'a> Checker<'a> {
         if r.part == Part::Whole && r.is_false() {
             return reader_is_false(&r);
         }
+        let mut out = self.not_understood(&r, &w);
+        let rest = self.compute_parts(r, w);
+        merge(&mut out, rest);
+        out
+    }
+
+    /// Keywords the checker does not read that differ between `r` and `w`.
+    fn not_understood(&self, r: &View<'a>, w: &View<'a>) -> Vec<Incompatibility> {
+        let mut out = Vec::new();
+        let (rm, wm) = (r.value.as_object(), w.value.as_object());
+        if rm.is_none() && wm.is_none() {
+            return out;
+        }
+        let get = |m: Option<&'a Map<String, Value>>, k: &str| m.and_then(|m| m.get(k));
+        for &keyword in NOT_UNDERSTOOD {
+            let (a, b) = (get(rm, keyword), get(wm, keyword));
+            if a.is_none() && b.is_none() {
+                continue;
+            }
+            if DYNAMIC_REFERENCES.contains(&keyword) && !self.identical {
+                note!(
+                    out,
+                    "KEYWORD_NOT_UNDERSTOOD",
+                    r.at(keyword),
+                    "the checker does not understand keyword {keyword:?} (it does not follow dynamic references), and the schemas differ; treated as incompatible"
+                );
+            } else if !option_eq(a, b) {
+                note!(
+                    out,
+                    "KEYWORD_NOT_UNDERSTOOD",
+                    r.at(keyword),
+                    "the checker does not understand keyword {keyword:?}, which differs between the reader and the writer here; treated as incompatible"
+                );
+            }
+        }
+        for &keyword in FROM_2019 {
+            let (a, b) = (get(rm, keyword), get(wm, keyword));
+            let ignored = (a.is_some() && r.draft() < Draft::D2019)
+                || (b.is_some() && w.draft() < Draft::D2019);
+            if ignored && !option_eq(a, b) {
+                let draft = if r.draft() < Draft::D2019 {
+                    r.draft()
+                } else {
+                    w.draft()
+                };
+                note!(
+                    out,
+                    "KEYWORD_NOT_UNDERSTOOD",
+                    r.at(keyword),
+                    "keyword {keyword:?} is not part of {}, which the schema uses, so validators ignore it; treated as incompatible (name 2019-09 or 2020-12 in \"$schema\" for it to apply)",
+                    draft.name()
+                );
+            }
+        }
+        out
+    }
+
+    fn compute_parts(&mut self, r: View<'a>, w: View<'a>) -> Vec<Incompatibility> {
         let mut reader_parts = parts(&r);
         if reader_parts.len() > 1 {
             return self.every_reader_part(reader_parts, &w);
@@ -1280,18 +1415,18 @@ impl<'a> Checker<'a> {
     }
 
     fn array(&mut self, r: &View<'a>, w: &View<'a>, out: &mut Vec<Incompatibility>) {
-        let rm = ArrayModel::of(r);
-        let wm = ArrayModel::of(w);
+        let rm = self.array_model(r);
+        let wm = self.array_model(w);
         match (&rm.items, &wm.items) {
             (Items::Any, _) => {}
             (Items::List(ri), Items::List(wi)) => {
                 let result = self.rec(ri.clone(), wi.clone());
                 merge(out, result);
             }
-            (Items::List(_), Items::Any) => note!(
+            (Items::List(ri), Items::Any) => note!(
                 out,
                 "SCHEMA_ADDED",
-                r.at("items"),
+                &*ri.ptr,
                 "the reader adds an items schema; the writer allowed items of any kind"
             ),
             (Items::List(_), Items::Tuple(_)) => note!(
@@ -1316,6 +1451,7 @@ impl<'a> Checker<'a> {
             }
         }
         array_counts(r, w, out);
+        self.contains(r, w, out);
     }
 
     fn tuples(
@@ -1418,18 +1554,188 @@ impl<'a> Checker<'a> {
     /// The schema `view`'s object model gives a property `name` it does not
     /// declare.
     fn cover(&mut self, view: &View<'a>, name: &str) -> Extra<'a> {
-        if let Some(patterns) = view.get("patternProperties").and_then(Value::as_object) {
-            for (pattern, schema) in patterns {
-                if self.matches(pattern, name) == Some(true) {
-                    return Extra::Schema(view.child2("patternProperties", pattern, schema));
+        if let Some(found) = self.pattern_cover(view, name) {
+            return found;
+        }
+        if view.get("additionalProperties").is_some()
+            || !has_unevaluated(view, "unevaluatedProperties")
+        {
+            return extra(view, "additionalProperties");
+        }
+        // `unevaluatedProperties`: what the in-place subschemas evaluate
+        // is theirs, the rest is the keyword's.
+        for sub in self.in_place(view) {
+            if let Some((key, schema)) = sub
+                .get("properties")
+                .and_then(Value::as_object)
+                .and_then(|p| p.get_key_value(name))
+            {
+                return Extra::Schema(sub.child2("properties", key, schema));
+            }
+            if let Some(found) = self.pattern_cover(&sub, name) {
+                return found;
+            }
+            for keyword in ["additionalProperties", "unevaluatedProperties"] {
+                if sub.get(keyword).is_some() {
+                    return extra(&sub, keyword);
                 }
             }
         }
-        extra(view, "additionalProperties")
+        extra(view, "unevaluatedProperties")
+    }
+
+    fn pattern_cover(&mut self, view: &View<'a>, name: &str) -> Option<Extra<'a>> {
+        let patterns = view.get("patternProperties").and_then(Value::as_object)?;
+        for (pattern, schema) in patterns {
+            if self.matches(pattern, name) == Some(true) {
+                return Some(Extra::Schema(view.child2(
+                    "patternProperties",
+                    pattern,
+                    schema,
+                )));
+            }
+        }
+        None
+    }
+
+    /// What `view`'s object model says about the properties it neither
+    /// declares nor matches by pattern, and the keyword that says it.
+    fn rest_of_object(&mut self, view: &View<'a>) -> (Extra<'a>, &'static str) {
+        if view.get("additionalProperties").is_some()
+            || !has_unevaluated(view, "unevaluatedProperties")
+        {
+            return (extra(view, "additionalProperties"), "additionalProperties");
+        }
+        let evaluated_elsewhere = self.in_place(view).iter().any(|sub| {
+            sub.get("additionalProperties").is_some() || sub.get("unevaluatedProperties").is_some()
+        });
+        if evaluated_elsewhere {
+            return (Extra::Open, "unevaluatedProperties");
+        }
+        (
+            extra(view, "unevaluatedProperties"),
+            "unevaluatedProperties",
+        )
+    }
+
+    /// The subschemas applied to the same value as `view` (`allOf`,
+    /// `anyOf`, `oneOf`, `$ref`, `dependentSchemas`, `then`, `else`),
+    /// nested ones included, within a bound.
+    fn in_place(&mut self, view: &View<'a>) -> Vec<View<'a>> {
+        let mut out: Vec<View<'a>> = Vec::new();
+        let mut stack = vec![(view.clone(), 0)];
+        while let Some((v, depth)) = stack.pop() {
+            if depth >= MAX_IN_PLACE_DEPTH || out.len() >= MAX_IN_PLACE {
+                continue;
+            }
+            let Some(map) = v.value.as_object() else {
+                continue;
+            };
+            let mut subs = Vec::new();
+            for keyword in ["allOf", "anyOf", "oneOf"] {
+                for (i, item) in map
+                    .get(keyword)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    subs.push(v.item(keyword, i, item));
+                }
+            }
+            for (name, schema) in map
+                .get("dependentSchemas")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                subs.push(v.child2("dependentSchemas", name, schema));
+            }
+            for keyword in ["then", "else"] {
+                if let Some(schema) = map.get(keyword) {
+                    subs.push(v.child(keyword, schema));
+                }
+            }
+            if map.get("$ref").is_some_and(Value::is_string)
+                && let Some(target) = self.ref_target(&v)
+            {
+                subs.push(target);
+            }
+            for sub in subs {
+                let sub = self.deref(sub);
+                if out.iter().any(|o| std::ptr::eq(o.value, sub.value)) {
+                    continue;
+                }
+                out.push(sub.clone());
+                stack.push((sub, depth + 1));
+            }
+        }
+        out
+    }
+
+    /// [`ArrayModel::of`], with `unevaluatedItems` (2019-09 on) closing or
+    /// partially opening the positions nothing else evaluates.
+    fn array_model(&mut self, view: &View<'a>) -> ArrayModel<'a> {
+        let mut model = ArrayModel::of(view);
+        if !has_unevaluated(view, "unevaluatedItems") {
+            return model;
+        }
+        let own = match &model.items {
+            Items::List(_) => return model,
+            Items::Tuple(_) if view.get(model.extra_keyword).is_some() => return model,
+            Items::Tuple(items) => items.clone(),
+            Items::Any if view.get("items").is_some() => return model,
+            Items::Any => Vec::new(),
+        };
+        // Positions the in-place subschemas evaluate.
+        let mut longest: Vec<View<'a>> = Vec::new();
+        for sub in self.in_place(view) {
+            if sub.get("unevaluatedItems").is_some() {
+                return model;
+            }
+            let inner = ArrayModel::of(&sub);
+            match inner.items {
+                Items::List(_) => return model,
+                Items::Any if sub.get("items").is_some() => return model,
+                Items::Any => {}
+                Items::Tuple(items) => {
+                    if sub.get(inner.extra_keyword).is_some() {
+                        return model;
+                    }
+                    if items.len() > longest.len() {
+                        longest = items;
+                    }
+                }
+            }
+        }
+        let mut positions = own;
+        let start = positions.len();
+        positions.extend(longest.into_iter().skip(start));
+        let rest = extra(view, "unevaluatedItems");
+        model = match (positions.is_empty(), rest) {
+            (_, Extra::Open) => model,
+            (true, Extra::Closed) => ArrayModel {
+                items: Items::List(view.child("unevaluatedItems", &FALSE)),
+                extra: Extra::Open,
+                extra_keyword: "unevaluatedItems",
+            },
+            (true, Extra::Schema(schema)) => ArrayModel {
+                items: Items::List(schema),
+                extra: Extra::Open,
+                extra_keyword: "unevaluatedItems",
+            },
+            (false, rest) => ArrayModel {
+                items: Items::Tuple(positions),
+                extra: rest,
+                extra_keyword: "unevaluatedItems",
+            },
+        };
+        model
     }
 
     fn object(&mut self, r: &View<'a>, w: &View<'a>, out: &mut Vec<Incompatibility>) {
         self.object_properties(r, w, out);
+        self.property_names(r, w, out);
         self.object_required(r, w, out);
         self.dependencies(r, w, out);
         object_counts(r, w, out);
@@ -1584,9 +1890,14 @@ impl<'a> Checker<'a> {
 
     /// `additionalProperties` and `patternProperties`.
     fn object_additional(&mut self, r: &View<'a>, w: &View<'a>, out: &mut Vec<Incompatibility>) {
-        let ap_path = r.at("additionalProperties");
-        let r_extra = extra(r, "additionalProperties");
-        let w_extra = extra(w, "additionalProperties");
+        let (r_extra, keyword) = self.rest_of_object(r);
+        let (w_extra, _) = self.rest_of_object(w);
+        let ap_path = r.at(keyword);
+        let what = if keyword == "additionalProperties" {
+            "additional"
+        } else {
+            "unevaluated"
+        };
         match (&r_extra, &w_extra) {
             (Extra::Open, _)
             | (Extra::Closed, Extra::Closed)
@@ -1595,13 +1906,13 @@ impl<'a> Checker<'a> {
                 out,
                 "ADDITIONAL_PROPERTIES_REMOVED",
                 ap_path,
-                "the reader no longer allows additional properties; the writer did"
+                "the reader no longer allows {what} properties; the writer did"
             ),
             (Extra::Schema(_), Extra::Open) => note!(
                 out,
                 "ADDITIONAL_PROPERTIES_NARROWED",
                 ap_path,
-                "the reader adds a schema for additional properties; the writer allowed any value"
+                "the reader adds a schema for {what} properties; the writer allowed any value"
             ),
             (Extra::Schema(rs), Extra::Schema(ws)) => {
                 let result = self.rec(rs.clone(), ws.clone());
@@ -1723,6 +2034,211 @@ impl<'a> Checker<'a> {
             }
         }
     }
+
+    /// `propertyNames`: every name the writer may give a property must be
+    /// one the reader accepts.
+    fn property_names(&mut self, r: &View<'a>, w: &View<'a>, out: &mut Vec<Incompatibility>) {
+        let Some(names) = r.get("propertyNames") else {
+            return;
+        };
+        let rn = self.deref(r.child("propertyNames", names));
+        if is_trivial(rn.value) {
+            return;
+        }
+        let path = r.at("propertyNames");
+        let readable = rn.value.as_object().is_some_and(|map| {
+            map.keys()
+                .all(|k| NAME_KEYWORDS.contains(&k.as_str()) || is_annotation(k))
+        }) && declared_types(rn.value).is_none_or(|types| types.contains(&"string"));
+        if !rn.is_false() && !readable {
+            if !w.get("propertyNames").is_some_and(|wn| json_eq(wn, names)) {
+                note!(
+                    out,
+                    "KEYWORD_NOT_UNDERSTOOD",
+                    path,
+                    "the checker reads \"propertyNames\" only with type, enum, const, maxLength, minLength and pattern, and the reader's differs from the writer's; treated as incompatible"
+                );
+            }
+            return;
+        }
+        // The names the writer may produce: those it declares when its
+        // model is closed, else those its own propertyNames allows.
+        let (rest, _) = self.rest_of_object(w);
+        let patterns = w
+            .get("patternProperties")
+            .and_then(Value::as_object)
+            .is_some_and(|p| p.values().any(|s| !matches!(s, Value::Bool(false))));
+        if matches!(rest, Extra::Closed) && !patterns {
+            let declared: Vec<&'a String> = w
+                .get("properties")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .filter(|(_, s)| !matches!(s, Value::Bool(false)))
+                .map(|(name, _)| name)
+                .collect();
+            let rejected: Vec<&str> = declared
+                .into_iter()
+                .filter(|name| {
+                    !self.value_valid(&rn, Kind::String, &Value::String((*name).clone()))
+                })
+                .map(String::as_str)
+                .collect();
+            if !rejected.is_empty() {
+                note!(
+                    out,
+                    "PROPERTY_NAMES_NARROWED",
+                    path,
+                    "the reader's propertyNames rejects the writer's properties {}",
+                    rejected.join(", ")
+                );
+            }
+            return;
+        }
+        if let Some(wn) = w.get("propertyNames") {
+            if json_eq(wn, names) {
+                return;
+            }
+            let wn = self.deref(w.child("propertyNames", wn));
+            if let Some(values) = enum_values(wn.value) {
+                let rejected: Vec<&Value> = values
+                    .into_iter()
+                    .filter(|v| !self.value_valid(&rn, Kind::String, v))
+                    .collect();
+                if !rejected.is_empty() {
+                    note!(
+                        out,
+                        "PROPERTY_NAMES_NARROWED",
+                        path,
+                        "the reader's propertyNames rejects names the writer's allows: {}",
+                        list_values(&rejected)
+                    );
+                }
+                return;
+            }
+            if !rn.is_false() && enum_values(rn.value).is_none() {
+                let mut found = Vec::new();
+                self.string(&rn, &wn, &mut found);
+                if found.is_empty() {
+                    return;
+                }
+                merge(out, found);
+            }
+            note!(
+                out,
+                "PROPERTY_NAMES_NARROWED",
+                path,
+                "the reader's propertyNames rejects names the writer's allows"
+            );
+            return;
+        }
+        let any = View {
+            schema: w.schema,
+            doc: w.doc,
+            value: &ANY_STRING,
+            ptr: Rc::clone(&w.ptr),
+            part: Part::Whole,
+        };
+        let mut found = Vec::new();
+        if !rn.is_false() && enum_values(rn.value).is_none() {
+            self.string(&rn, &any, &mut found);
+            let every = |c: &mut Self| {
+                rn.get("pattern")
+                    .and_then(Value::as_str)
+                    .is_some_and(|p| c.regex(p).is_some_and(Regex::matches_every_string))
+            };
+            // A pattern that matches every string restricts nothing.
+            if found.iter().all(|i| i.kind == "PATTERN_ADDED") && every(self) {
+                found.retain(|i| i.kind != "PATTERN_ADDED");
+            }
+            if found.is_empty() {
+                return;
+            }
+        }
+        merge(out, found);
+        note!(
+            out,
+            "PROPERTY_NAMES_NARROWED",
+            path,
+            "the reader restricts property names, which the writer left free"
+        );
+    }
+
+    /// `contains` with `minContains`/`maxContains`: arrays the writer
+    /// produces must hold as many matching items as the reader requires.
+    fn contains(&mut self, r: &View<'a>, w: &View<'a>, out: &mut Vec<Incompatibility>) {
+        let Some(rc) = r.get("contains") else {
+            return;
+        };
+        let (rmin, rmax) = contains_bounds(r);
+        if rmin == 0 && rmax.is_none() {
+            return;
+        }
+        let rv = r.child("contains", rc);
+        let Some(wc) = w.get("contains") else {
+            // Every item matching, and enough of them, also does.
+            let enough = rmax.is_none()
+                && count(w.value, "minItems").unwrap_or(0) >= rmin
+                && match ArrayModel::of(w).items {
+                    Items::List(wi) => self.rec(rv.clone(), wi).is_empty(),
+                    _ => false,
+                };
+            if !enough {
+                note!(
+                    out,
+                    "CONTAINS_ADDED",
+                    r.at("contains"),
+                    "the reader requires {} item(s) matching \"contains\"; the writer's arrays need not hold any",
+                    rmin
+                );
+            }
+            return;
+        };
+        let wv = w.child("contains", wc);
+        let (wmin, wmax) = contains_bounds(w);
+        if !self.rec(rv.clone(), wv.clone()).is_empty() {
+            note!(
+                out,
+                "CONTAINS_CHANGED",
+                r.at("contains"),
+                "the reader's \"contains\" schema does not accept every item the writer's matches"
+            );
+            return;
+        }
+        if wmin < rmin {
+            note!(
+                out,
+                "MIN_CONTAINS_INCREASED",
+                r.at("minContains"),
+                "the reader requires at least {rmin} matching item(s); the writer {wmin}"
+            );
+        }
+        if let Some(rmax) = rmax {
+            // Only the same "contains" bounds the same items.
+            let same = json_eq(rc, wc) || self.rec(wv, rv).is_empty();
+            match wmax {
+                _ if !same => note!(
+                    out,
+                    "CONTAINS_CHANGED",
+                    r.at("maxContains"),
+                    "the reader bounds the items matching a \"contains\" schema other than the writer's"
+                ),
+                None => note!(
+                    out,
+                    "MAX_CONTAINS_ADDED",
+                    r.at("maxContains"),
+                    "the reader allows at most {rmax} matching item(s); the writer set no bound"
+                ),
+                Some(wmax) if wmax > rmax => note!(
+                    out,
+                    "MAX_CONTAINS_DECREASED",
+                    r.at("maxContains"),
+                    "the reader lowers maxContains from {wmax} to {rmax}"
+                ),
+                Some(_) => {}
+            }
+        }
+    }
 }
 
 /// `maxProperties` and `minProperties`.
@@ -1809,6 +2325,36 @@ fn array_counts(r: &View<'_>, w: &View<'_>, out: &mut Vec<Incompatibility>) {
         );
     }
 }
+
+/// Whether `view` has `keyword` (`unevaluatedProperties` or
+/// `unevaluatedItems`) in a draft that knows it, with something to say.
+fn has_unevaluated(view: &View<'_>, keyword: &str) -> bool {
+    view.draft() >= Draft::D2019 && view.get(keyword).is_some_and(|v| !is_trivial(v))
+}
+
+/// Two optional keyword values are the same (numbers by value).
+fn option_eq(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => json_eq(a, b),
+        _ => false,
+    }
+}
+
+/// `minContains` (default 1) and `maxContains` of a schema with
+/// `contains`; earlier drafts than 2019-09 have neither.
+fn contains_bounds(view: &View<'_>) -> (u64, Option<u64>) {
+    if view.draft() < Draft::D2019 {
+        return (1, None);
+    }
+    (
+        count(view.value, "minContains").unwrap_or(1),
+        count(view.value, "maxContains"),
+    )
+}
+
+/// Keywords a `propertyNames` schema may hold for the checker to read it.
+const NAME_KEYWORDS: &[&str] = &["type", "enum", "const", "maxLength", "minLength", "pattern"];
 
 fn type_changed(r: &View<'_>, kr: Kind, kw: Kind) -> Vec<Incompatibility> {
     noted!(

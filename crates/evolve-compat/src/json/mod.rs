@@ -6,7 +6,13 @@
 //! semantics). Schemas are draft-07 unless `$schema` names another draft;
 //! 2019-09/2020-12 keywords that matter for compatibility (`$defs`,
 //! `prefixItems`, `dependentRequired`, `dependentSchemas`, `$anchor`,
-//! `$ref` beside other keywords) are understood.
+//! `$ref` beside other keywords, `unevaluatedProperties`,
+//! `unevaluatedItems`, `minContains`, `maxContains`) are understood.
+//! Keywords of the 2020-12 vocabularies the checker does not read (`if`,
+//! `then`, `else`, `$dynamicRef`, `$dynamicAnchor`, and 2019-09's
+//! `$recursiveRef` and `$recursiveAnchor`) make any change that touches them incompatible
+//! (`KEYWORD_NOT_UNDERSTOOD`), as do the 2019-09 keywords in a schema of
+//! an earlier draft, whose validators ignore them.
 //!
 //! Pure: no I/O. A `$ref` is resolved against the schema itself, the
 //! `$id`s inside it and the [`Reference`](crate::Reference)s given to
@@ -76,6 +82,16 @@ impl Draft {
             Draft::D6
         } else {
             Draft::D7
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Draft::D4 => "draft-04",
+            Draft::D6 => "draft-06",
+            Draft::D7 => "draft-07",
+            Draft::D2019 => "2019-09",
+            Draft::D2020 => "2020-12",
         }
     }
 

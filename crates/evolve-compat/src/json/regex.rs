@@ -89,6 +89,17 @@ impl Regex {
     }
 
     /// Whether the pattern matches somewhere in `text`.
+    /// Whether the pattern matches every string: it has no anchors or
+    /// word boundaries and matches the empty string, so a search finds an
+    /// empty match at the start of any text.
+    pub(crate) fn matches_every_string(&self) -> bool {
+        let anchored = self
+            .program
+            .iter()
+            .any(|i| matches!(i, Inst::Start | Inst::End | Inst::WordBoundary(_)));
+        !anchored && self.is_match("")
+    }
+
     pub(crate) fn is_match(&self, text: &str) -> bool {
         let chars: Vec<char> = text.chars().collect();
         let mut current = Threads::new(self.program.len());

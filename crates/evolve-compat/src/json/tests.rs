@@ -967,6 +967,10 @@ fn arb_schema() -> impl Strategy<Value = Value> {
         (0u64..4).prop_map(|n| json!({"type": "string", "maxLength": n})),
         (-2i64..3).prop_map(|n| json!({"type": "integer", "minimum": n})),
         Just(json!({"type": ["string", "null"]})),
+        Just(json!({"type": "object", "propertyNames": {"maxLength": 2}})),
+        Just(json!({"type": "array", "contains": {"type": "string"}, "minContains": 2})),
+        Just(json!({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}})),
+        Just(json!({"type": "object", "unevaluatedProperties": false})),
     ];
     leaf.prop_recursive(5, 48, 4, |inner| {
         let names = prop::sample::select(vec!["a", "b", "c"]);
@@ -1021,5 +1025,488 @@ proptest! {
         prop_assert!(own.is_empty(), "{} is not compatible with itself: {own:#?}", canonical_form(&a));
         let _ = compat(&a, &b);
         let _ = compat(&b, &a);
+    }
+}
+
+const D2020: &str = r#""$schema":"https://json-schema.org/draft/2020-12/schema""#;
+
+/// A 2020-12 schema from the keywords `body` (an object's inside).
+fn s2020(body: &str) -> String {
+    if body.is_empty() {
+        format!("{{{D2020}}}")
+    } else {
+        format!("{{{D2020},{body}}}")
+    }
+}
+
+#[test]
+fn unevaluated_properties_close_and_partially_open_like_additional_properties() {
+    let open = s2020(r#""type":"object","properties":{"a":{"type":"string"}}"#);
+    let closed = s2020(
+        r#""type":"object","properties":{"a":{"type":"string"}},"unevaluatedProperties":false"#,
+    );
+    let partial = s2020(
+        r#""type":"object","properties":{"a":{"type":"string"}},"unevaluatedProperties":{"type":"integer"}"#,
+    );
+    let with_b =
+        s2020(r#""type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}}"#);
+    // Closing is narrowing; the writer closed reads under any reader.
+    check(
+        &closed,
+        &open,
+        &[("ADDITIONAL_PROPERTIES_REMOVED", "#/unevaluatedProperties")],
+    );
+    check(&open, &closed, &[]);
+    check(
+        &partial,
+        &open,
+        &[("ADDITIONAL_PROPERTIES_NARROWED", "#/unevaluatedProperties")],
+    );
+    check(&open, &partial, &[]);
+    check(
+        &closed,
+        &partial,
+        &[("ADDITIONAL_PROPERTIES_REMOVED", "#/unevaluatedProperties")],
+    );
+    // A property the closed reader no longer declares.
+    check(
+        &closed,
+        &with_b,
+        &[
+            (
+                "PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL",
+                "#/properties/b",
+            ),
+            ("ADDITIONAL_PROPERTIES_REMOVED", "#/unevaluatedProperties"),
+        ],
+    );
+    // A property the partially open reader does not cover.
+    let partial_strings = s2020(
+        r#""type":"object","properties":{"a":{"type":"string"}},"unevaluatedProperties":{"type":"string"}"#,
+    );
+    let closed_with_b = s2020(
+        r#""type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"unevaluatedProperties":false"#,
+    );
+    let closed_with_int_b = s2020(
+        r#""type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},"unevaluatedProperties":false"#,
+    );
+    check(&partial_strings, &closed_with_b, &[]);
+    check(
+        &partial_strings,
+        &closed_with_int_b,
+        &[
+            ("TYPE_CHANGED", "#/unevaluatedProperties"),
+            (
+                "PROPERTY_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+                "#/properties/b",
+            ),
+        ],
+    );
+    // The writer's closed model: a new optional property is fine.
+    check(&closed_with_b, &closed, &[]);
+    // `true` and `{}` leave the model open.
+    let trivially_open =
+        s2020(r#""type":"object","properties":{"a":{"type":"string"}},"unevaluatedProperties":{}"#);
+    check(&trivially_open, &open, &[]);
+}
+
+#[test]
+fn unevaluated_properties_see_what_in_place_subschemas_evaluate() {
+    let base = r##""$defs":{"base":{"properties":{"id":{"type":"integer"}}}}"##;
+    let closed = s2020(&format!(
+        r##"{base},"type":"object","allOf":[{{"$ref":"#/$defs/base"}}],"properties":{{"name":{{"type":"string"}}}},"unevaluatedProperties":false"##
+    ));
+    let open = s2020(&format!(
+        r##"{base},"type":"object","allOf":[{{"$ref":"#/$defs/base"}}],"properties":{{"name":{{"type":"string"}}}}"##
+    ));
+    check(&closed, &closed, &[]);
+    check(&open, &closed, &[]);
+    check(
+        &closed,
+        &open,
+        &[("ADDITIONAL_PROPERTIES_REMOVED", "#/unevaluatedProperties")],
+    );
+    // "id" is evaluated by the allOf, so a closed writer holding it reads.
+    let plain = s2020(
+        r#""type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string"}},"additionalProperties":false"#,
+    );
+    check(&closed, &plain, &[]);
+    // ... and one with a string "id" does not, through the allOf.
+    let string_id = s2020(
+        r#""type":"object","properties":{"id":{"type":"string"},"name":{"type":"string"}},"additionalProperties":false"#,
+    );
+    let found = compat(&schema(&closed), &schema(&string_id));
+    assert!(found.iter().any(|i| i.kind == "TYPE_CHANGED"), "{found:#?}");
+    // An in-place subschema with additionalProperties evaluates everything.
+    let everything = s2020(
+        r#""type":"object","allOf":[{"additionalProperties":{"type":"string"}}],"unevaluatedProperties":false"#,
+    );
+    let strings = s2020(r#""type":"object","additionalProperties":{"type":"string"}"#);
+    check(&everything, &strings, &[]);
+}
+
+#[test]
+fn unevaluated_properties_before_2019_are_not_read() {
+    let closed = r#"{"type":"object","properties":{"a":{}},"unevaluatedProperties":false}"#;
+    let open = r#"{"type":"object","properties":{"a":{}}}"#;
+    check(
+        closed,
+        open,
+        &[("KEYWORD_NOT_UNDERSTOOD", "#/unevaluatedProperties")],
+    );
+    // Draft-07 validators ignore it on the writer: not closed either.
+    check(
+        open,
+        closed,
+        &[("KEYWORD_NOT_UNDERSTOOD", "#/unevaluatedProperties")],
+    );
+    check(closed, closed, &[]);
+    let found = compat(&schema(closed), &schema(open));
+    assert!(found[0].message.contains("draft-07"), "{found:#?}");
+}
+
+#[test]
+fn unevaluated_items_close_and_partially_open_like_items() {
+    let tuple_open = s2020(r#""type":"array","prefixItems":[{"type":"string"}]"#);
+    let tuple_closed =
+        s2020(r#""type":"array","prefixItems":[{"type":"string"}],"unevaluatedItems":false"#);
+    let tuple_ints = s2020(
+        r#""type":"array","prefixItems":[{"type":"string"}],"unevaluatedItems":{"type":"integer"}"#,
+    );
+    let longer_closed = s2020(
+        r#""type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"unevaluatedItems":false"#,
+    );
+    let longer_strings = s2020(
+        r#""type":"array","prefixItems":[{"type":"string"},{"type":"string"}],"unevaluatedItems":false"#,
+    );
+    check(
+        &tuple_closed,
+        &tuple_open,
+        &[("ADDITIONAL_ITEMS_REMOVED", "#/unevaluatedItems")],
+    );
+    check(&tuple_open, &tuple_closed, &[]);
+    check(
+        &tuple_ints,
+        &tuple_open,
+        &[("ADDITIONAL_ITEMS_NARROWED", "#/unevaluatedItems")],
+    );
+    check(
+        &tuple_closed,
+        &longer_closed,
+        &[(
+            "ITEM_REMOVED_FROM_CLOSED_CONTENT_MODEL",
+            "#/unevaluatedItems",
+        )],
+    );
+    check(&tuple_ints, &longer_closed, &[]);
+    check(
+        &tuple_ints,
+        &longer_strings,
+        &[
+            ("TYPE_CHANGED", "#/unevaluatedItems"),
+            (
+                "ITEM_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
+                "#/unevaluatedItems",
+            ),
+        ],
+    );
+    check(&longer_closed, &tuple_closed, &[]);
+    // Without prefixItems it is the schema of every item.
+    let all_ints = s2020(r#""type":"array","unevaluatedItems":{"type":"integer"}"#);
+    let ints = s2020(r#""type":"array","items":{"type":"integer"}"#);
+    let strings = s2020(r#""type":"array","items":{"type":"string"}"#);
+    let any = s2020(r#""type":"array""#);
+    check(&all_ints, &ints, &[]);
+    check(&ints, &all_ints, &[]);
+    check(
+        &all_ints,
+        &strings,
+        &[("TYPE_CHANGED", "#/unevaluatedItems")],
+    );
+    check(&all_ints, &any, &[("SCHEMA_ADDED", "#/unevaluatedItems")]);
+    // items beside it evaluates every position: nothing is left to it.
+    let evaluated = s2020(r#""type":"array","items":{"type":"integer"},"unevaluatedItems":false"#);
+    check(&evaluated, &ints, &[]);
+    // An in-place subschema's prefixItems are evaluated.
+    let composed = s2020(
+        r#""type":"array","allOf":[{"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}]}],"unevaluatedItems":false"#,
+    );
+    check(&composed, &longer_closed, &[]);
+    check(
+        &composed,
+        &tuple_open,
+        &[
+            (
+                "ITEM_ADDED_TO_OPEN_CONTENT_MODEL",
+                "#/allOf/0/prefixItems/1",
+            ),
+            ("ADDITIONAL_ITEMS_REMOVED", "#/unevaluatedItems"),
+        ],
+    );
+}
+
+#[test]
+fn contains_may_relax_but_not_tighten() {
+    let none = s2020(r#""type":"array""#);
+    let contains = s2020(r#""type":"array","contains":{"type":"string"}"#);
+    let two = s2020(r#""type":"array","contains":{"type":"string"},"minContains":2"#);
+    let at_most_two = s2020(r#""type":"array","contains":{"type":"string"},"maxContains":2"#);
+    let at_most_three = s2020(r#""type":"array","contains":{"type":"string"},"maxContains":3"#);
+    let short = s2020(r#""type":"array","contains":{"type":"string","maxLength":3}"#);
+    let zero = s2020(r#""type":"array","contains":{"type":"string"},"minContains":0"#);
+    check(&none, &contains, &[]);
+    check(&contains, &none, &[("CONTAINS_ADDED", "#/contains")]);
+    check(&zero, &none, &[]);
+    check(&contains, &two, &[]);
+    check(
+        &two,
+        &contains,
+        &[("MIN_CONTAINS_INCREASED", "#/minContains")],
+    );
+    check(&at_most_three, &at_most_two, &[]);
+    check(
+        &at_most_two,
+        &at_most_three,
+        &[("MAX_CONTAINS_DECREASED", "#/maxContains")],
+    );
+    check(
+        &at_most_two,
+        &contains,
+        &[("MAX_CONTAINS_ADDED", "#/maxContains")],
+    );
+    check(&contains, &short, &[]);
+    check(&short, &contains, &[("CONTAINS_CHANGED", "#/contains")]);
+    // Every item a string and at least one: contains holds.
+    let nonempty_strings = s2020(r#""type":"array","items":{"type":"string"},"minItems":1"#);
+    check(&contains, &nonempty_strings, &[]);
+    let strings = s2020(r#""type":"array","items":{"type":"string"}"#);
+    check(&contains, &strings, &[("CONTAINS_ADDED", "#/contains")]);
+    // Draft-07 has contains but no minContains.
+    check(
+        r#"{"type":"array","contains":{"type":"string"},"minContains":2}"#,
+        r#"{"type":"array","contains":{"type":"string"}}"#,
+        &[("KEYWORD_NOT_UNDERSTOOD", "#/minContains")],
+    );
+}
+
+#[test]
+fn property_names_may_relax_but_not_tighten() {
+    let free = r#"{"type":"object"}"#;
+    let short = r#"{"type":"object","propertyNames":{"maxLength":3}}"#;
+    let shorter = r#"{"type":"object","propertyNames":{"maxLength":2}}"#;
+    check(free, short, &[]);
+    check(
+        short,
+        free,
+        &[
+            ("MAX_LENGTH_ADDED", "#/propertyNames/maxLength"),
+            ("PROPERTY_NAMES_NARROWED", "#/propertyNames"),
+        ],
+    );
+    check(short, shorter, &[]);
+    check(
+        shorter,
+        short,
+        &[
+            ("MAX_LENGTH_DECREASED", "#/propertyNames/maxLength"),
+            ("PROPERTY_NAMES_NARROWED", "#/propertyNames"),
+        ],
+    );
+    // A closed writer produces only its declared names.
+    let closed =
+        r#"{"type":"object","properties":{"ab":{},"abcd":{}},"additionalProperties":false}"#;
+    check(
+        r#"{"type":"object","propertyNames":{"maxLength":3},"properties":{"ab":{},"abcd":{}}}"#,
+        closed,
+        &[("PROPERTY_NAMES_NARROWED", "#/propertyNames")],
+    );
+    check(
+        r#"{"type":"object","propertyNames":{"pattern":"^ab"},"properties":{"ab":{},"abcd":{}}}"#,
+        closed,
+        &[],
+    );
+    // A writer enum of names.
+    check(
+        short,
+        r#"{"type":"object","propertyNames":{"enum":["a","bb"]}}"#,
+        &[],
+    );
+    check(
+        shorter,
+        r#"{"type":"object","propertyNames":{"enum":["a","bbb"]}}"#,
+        &[("PROPERTY_NAMES_NARROWED", "#/propertyNames")],
+    );
+    // A pattern that matches every string restricts nothing.
+    check(
+        r#"{"type":"object","propertyNames":{"pattern":"a*"}}"#,
+        free,
+        &[],
+    );
+    check(
+        r#"{"type":"object","propertyNames":{"pattern":"^a"}}"#,
+        free,
+        &[
+            ("PATTERN_ADDED", "#/propertyNames/pattern"),
+            ("PROPERTY_NAMES_NARROWED", "#/propertyNames"),
+        ],
+    );
+    // Keywords it cannot read in a names schema.
+    check(
+        r#"{"type":"object","propertyNames":{"not":{"const":"x"}}}"#,
+        free,
+        &[("KEYWORD_NOT_UNDERSTOOD", "#/propertyNames")],
+    );
+}
+
+/// Every keyword of the 2020-12 vocabularies (core, applicator,
+/// unevaluated, validation, meta-data, format-annotation, content) is
+/// either read by the checker or makes a change touching it incompatible.
+#[test]
+fn keywords_not_understood_make_any_change_incompatible() {
+    let cases = [
+        (
+            "if",
+            r#"{"properties":{"a":{"const":1}}}"#,
+            r#"{"required":["a"]}"#,
+        ),
+        ("then", r#"{"required":["b"]}"#, r#"{"required":["c"]}"#),
+        ("else", r#"{"required":["b"]}"#, r#"{"required":["c"]}"#),
+    ];
+    for (keyword, one, other) in cases {
+        let with = format!(r#"{{"type":"object",{keyword:?}:{one}}}"#);
+        let changed = format!(r#"{{"type":"object",{keyword:?}:{other}}}"#);
+        let without = r#"{"type":"object"}"#;
+        let path = format!("#/{keyword}");
+        let expected = [("KEYWORD_NOT_UNDERSTOOD", path.as_str())];
+        check(&with, without, &expected);
+        check(without, &with, &expected);
+        check(&with, &changed, &expected);
+        check(&with, &with, &[]);
+        let found = compat(&schema(&with), &schema(without));
+        assert!(
+            found[0].message.contains("does not understand"),
+            "{found:#?}"
+        );
+    }
+    // Inside a property too.
+    check(
+        r#"{"type":"object","properties":{"p":{"type":"object","if":{"required":["a"]},"then":{"required":["b"]}}}}"#,
+        r#"{"type":"object","properties":{"p":{"type":"object"}}}"#,
+        &[
+            ("KEYWORD_NOT_UNDERSTOOD", "#/properties/p/if"),
+            ("KEYWORD_NOT_UNDERSTOOD", "#/properties/p/then"),
+        ],
+    );
+    // A dynamic reference's target may change while it stays the same.
+    let tree = |leaf: &str| {
+        s2020(&format!(
+            r##""$dynamicAnchor":"node","type":"object","properties":{{"children":{{"type":"array","items":{{"$dynamicRef":"#node"}}}},"leaf":{leaf}}}"##
+        ))
+    };
+    let (a, b) = (tree(r#"{"type":"string"}"#), tree(r#"{"type":"integer"}"#));
+    check(&a, &a, &[]);
+    check(
+        &s2020(r#""$dynamicAnchor":"a","type":"object""#),
+        &s2020(r#""$dynamicAnchor":"b","type":"object""#),
+        &[("KEYWORD_NOT_UNDERSTOOD", "#/$dynamicAnchor")],
+    );
+    // 2019-09's recursive references, likewise.
+    let recursive = |leaf: &str| {
+        format!(
+            r##"{{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"type":"object","properties":{{"next":{{"$recursiveRef":"#"}},"leaf":{leaf}}}}}"##
+        )
+    };
+    let (ra, rb) = (
+        recursive(r#"{"type":"string"}"#),
+        recursive(r#"{"type":"integer"}"#),
+    );
+    check(&ra, &ra, &[]);
+    let found = compat(&schema(&ra), &schema(&rb));
+    for path in ["#/$recursiveAnchor", "#/properties/next/$recursiveRef"] {
+        assert!(
+            found
+                .iter()
+                .any(|i| i.kind == "KEYWORD_NOT_UNDERSTOOD" && i.path == path),
+            "{path}: {found:#?}"
+        );
+    }
+    let found = compat(&schema(&a), &schema(&b));
+    assert!(
+        found.iter().any(|i| i.kind == "KEYWORD_NOT_UNDERSTOOD"
+            && i.path == "#/properties/children/items/$dynamicRef"),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn annotations_never_make_a_change_incompatible() {
+    for keyword in [
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "format",
+        "contentEncoding",
+        "contentMediaType",
+        "$comment",
+    ] {
+        let value = if matches!(keyword, "deprecated" | "readOnly" | "writeOnly") {
+            "true".to_string()
+        } else if keyword == "examples" {
+            r#"["x"]"#.to_string()
+        } else {
+            r#""base64""#.to_string()
+        };
+        let with = format!(r#"{{"type":"string",{keyword:?}:{value}}}"#);
+        check(&with, r#"{"type":"string"}"#, &[]);
+        check(r#"{"type":"string"}"#, &with, &[]);
+    }
+    check(
+        r#"{"type":"string","contentSchema":{"type":"integer"},"contentMediaType":"application/json"}"#,
+        r#"{"type":"string"}"#,
+        &[],
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Adding, removing or changing a keyword the checker does not read,
+    /// anywhere in a schema, is never compatible.
+    #[test]
+    fn a_change_to_an_unread_keyword_is_incompatible(
+        body in arb_schema(),
+        keyword in prop::sample::select(vec!["if", "then", "else"]),
+        value in prop_oneof![
+            Just(json!({"required": ["a"]})),
+            Just(json!({"type": "string"})),
+            Just(json!(false)),
+        ],
+    ) {
+        // A `false` writer at the top is a case of its own (see `check`).
+        if body == json!(false) {
+            return Ok(());
+        }
+        let Ok(plain) = parse(&body.to_string(), &[]) else { return Ok(()); };
+        let mut changed = body.clone();
+        match &mut changed {
+            Value::Object(map) => {
+                map.insert(keyword.to_string(), value);
+            }
+            other => *other = json!({ keyword: value, "allOf": [other.clone()] }),
+        }
+        let changed = parse(&changed.to_string(), &[]).expect("still a schema");
+        for (reader, writer) in [(&changed, &plain), (&plain, &changed)] {
+            let found = compat(reader, writer);
+            prop_assert!(
+                found.iter().any(|i| i.kind == "KEYWORD_NOT_UNDERSTOOD"),
+                "{} reading {}: {found:#?}",
+                canonical_form(reader),
+                canonical_form(writer)
+            );
+        }
     }
 }

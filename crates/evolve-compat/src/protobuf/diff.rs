@@ -25,8 +25,9 @@
 //!   from one writer oneof or be a single top-level field
 //!   (`MULTIPLE_FIELDS_MOVED_TO_ONEOF` when several top-level fields moved
 //!   in, `FIELD_MOVED_TO_EXISTING_ONEOF` otherwise); a field removed from a
-//!   oneof that still exists is `ONEOF_FIELD_REMOVED` unless it moved
-//!   elsewhere in the message; removing a whole oneof is compatible.
+//!   oneof that still exists, under its name or renamed (a reader oneof
+//!   holding any of its other members), is `ONEOF_FIELD_REMOVED` unless it
+//!   moved elsewhere in the message; removing a whole oneof is compatible.
 //! - A field of message type whose type has the same package-relative name
 //!   on both sides, and is defined outside the main file on either side
 //!   (a reference or a well-known type), has that pair of messages
@@ -254,8 +255,20 @@ impl Members {
         }
     }
 
-    fn has_oneof(&self, name: &str) -> bool {
-        self.oneofs.iter().any(|(n, _)| n == name)
+    /// The oneof of these (reader) members that continues writer oneof
+    /// `name` of `writer`: the one of the same name, else the one holding
+    /// any of its members (a renamed oneof).
+    fn successor<'m>(&'m self, writer: &Members, name: &str) -> Option<&'m str> {
+        if let Some((same, _)) = self.oneofs.iter().find(|(n, _)| n == name) {
+            return Some(same);
+        }
+        let (_, members) = writer.oneofs.iter().find(|(n, _)| n == name)?;
+        members
+            .iter()
+            .find_map(|f| match self.fields.get(&f.number()) {
+                Some((_, Some(oneof))) => Some(oneof.as_str()),
+                _ => None,
+            })
     }
 }
 
@@ -421,17 +434,23 @@ impl Diff {
                     out,
                 );
             }
-            // Removed from a oneof that the reader still has (removing the
-            // whole oneof is compatible, as is moving the field elsewhere).
+            // Removed from a oneof that the reader still has, under its
+            // name or renamed (removing the whole oneof is compatible, as
+            // is moving the field elsewhere).
             if let (Some((wf, Some(w_oneof))), None) = (wf, rf)
-                && rm.has_oneof(w_oneof)
+                && let Some(r_oneof) = rm.successor(&wm, w_oneof)
             {
+                let renamed = if r_oneof == w_oneof {
+                    String::new()
+                } else {
+                    format!(" (now named {r_oneof})")
+                };
                 out.push(Incompatibility {
                     kind: "ONEOF_FIELD_REMOVED".to_owned(),
                     path: at(wf).path(),
                     message: format!(
-                        "{} was removed from oneof {w_oneof}, so data that sets it reads as \
-                         none of the oneof's fields set",
+                        "{} was removed from oneof {w_oneof}{renamed}, so data that sets it \
+                         reads as none of the oneof's fields set",
                         at(wf).describe(Part::Field)
                     ),
                 });

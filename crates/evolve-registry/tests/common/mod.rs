@@ -169,3 +169,85 @@ impl TestRegistry {
 pub fn avro(schema: Value) -> Value {
     serde_json::json!({ "schema": schema.to_string() })
 }
+
+/// A registry on a fresh SQLite file served over TCP on a free loopback
+/// port, until the returned sender is dropped or sent to.
+pub struct Served {
+    pub url: String,
+    pub registry: TestRegistry,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+pub async fn serve_tcp(hint: &str) -> Served {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let log = SqliteLog::open(&temp_path(hint)).expect("sqlite log");
+    let registry = Registry::open(Storage::Sqlite(log), Settings::default())
+        .await
+        .expect("registry");
+    let app = Arc::new(App {
+        registry,
+        users: None,
+        metrics: Metrics::default(),
+        max_body: DEFAULT_MAX_BODY,
+        max_schema: DEFAULT_MAX_SCHEMA,
+        access: Access::new(address, false, &[]).expect("access"),
+    });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(evolve_registry::serve::serve(
+        Arc::clone(&app),
+        listener,
+        None,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    Served {
+        url: format!("http://{address}"),
+        registry: TestRegistry {
+            router: router(Arc::clone(&app)),
+            app,
+            path: PathBuf::new(),
+        },
+        _stop: stop,
+    }
+}
+
+/// Runs a script of `tests/python` with `python3`, which must have
+/// confluent-kafka's schema registry client (`cargo xtask test` installs
+/// it), and returns its one line of JSON output.
+pub async fn python_client(script: &str, args: &[&str]) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let present = std::process::Command::new("python3")
+        .args(["-c", "import confluent_kafka.schema_registry"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        present,
+        "python3 with confluent-kafka[schemaregistry] is needed for this test; \
+         run `cargo xtask test` or pip install -r crates/evolve/tests/python/requirements.txt"
+    );
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    // The server runs on this runtime: wait for the script off it.
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(&path)
+            .args(&args)
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("run python3");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}): {stdout}"))
+}
