@@ -711,25 +711,9 @@ impl Applier {
             return Ok(None);
         };
         if mapped.log_pending && attempt.schemas_logged.insert(id) {
-            for (conflict, detail) in &matched.conflicts {
-                if *conflict == ConflictType::TargetColumnMissing {
-                    continue;
-                }
-                let resolution = match conflict {
-                    ConflictType::TargetColumnTypeMismatch => Resolver::Transform,
-                    c => resolvers.get(*c),
-                };
-                count(&mut attempt.applied, *conflict, resolution);
-                logged.push(Logged {
-                    conflict: *conflict,
-                    resolution,
-                    schema: schema.schema.clone(),
-                    table: schema.name.clone(),
-                    key: None,
-                    remote: None,
-                    local: None,
-                    detail: Some(detail.clone()),
-                });
+            for l in schema_conflicts(&schema, &matched, &resolvers) {
+                count(&mut attempt.applied, l.conflict, l.resolution);
+                logged.push(l);
             }
         }
         // Values of columns the node lacks: dropped, or halting for
@@ -1281,6 +1265,33 @@ impl Applier {
         .map_err(|e| ReplicateError::node("write evolve_conflict_history", &e))?;
         Ok(())
     }
+}
+
+/// The conflicts of a table's match that are logged once per match
+/// (`target_column_missing` is logged per row instead).
+fn schema_conflicts(
+    schema: &TableSchema,
+    matched: &ColumnMatch,
+    resolvers: &Resolvers,
+) -> Vec<Logged> {
+    matched
+        .conflicts
+        .iter()
+        .filter(|(c, _)| *c != ConflictType::TargetColumnMissing)
+        .map(|(conflict, detail)| Logged {
+            conflict: *conflict,
+            resolution: match conflict {
+                ConflictType::TargetColumnTypeMismatch => Resolver::Transform,
+                c => resolvers.get(*c),
+            },
+            schema: schema.schema.clone(),
+            table: schema.name.clone(),
+            key: None,
+            remote: None,
+            local: None,
+            detail: Some(detail.clone()),
+        })
+        .collect()
 }
 
 fn count(applied: &mut Applied, conflict: ConflictType, resolution: Resolver) {

@@ -354,28 +354,9 @@ impl Applier {
             return Ok(None);
         }
         if mapped.log_pending && attempt.schemas_logged.insert(id) {
-            for (conflict, detail) in &matched.conflicts {
-                if *conflict == ConflictType::TargetColumnMissing {
-                    continue;
-                }
-                let resolution = match conflict {
-                    ConflictType::TargetColumnTypeMismatch => Resolver::Transform,
-                    c => resolvers.get(*c),
-                };
-                count(&mut attempt.applied, *conflict, resolution);
-                logged.push((
-                    at,
-                    Logged {
-                        conflict: *conflict,
-                        resolution,
-                        schema: schema.schema.clone(),
-                        table: schema.name.clone(),
-                        key: None,
-                        remote: None,
-                        local: None,
-                        detail: Some(detail.clone()),
-                    },
-                ));
+            for l in super::schema_conflicts(&schema, &matched, &resolvers) {
+                count(&mut attempt.applied, l.conflict, l.resolution);
+                logged.push((at, l));
             }
         }
         Ok(Some(Table {
