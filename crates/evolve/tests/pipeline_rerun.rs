@@ -36,7 +36,7 @@ async fn the_readme_setup_runs_twice() {
     assert_eq!(text(&out.stderr), "");
     wait_running(&admin, "orders_v1").await;
     wait_converged(&env).await;
-    let before = status(&admin).await;
+    let before = wait_all_running(&admin).await;
     let copied = |objects: &[serde_json::Value]| {
         objects
             .iter()

@@ -231,6 +231,24 @@ pub async fn wait_running(admin: &str, name: &str) {
     }
 }
 
+/// Waits until every object in the status report is running: a sink says
+/// "starting" for a moment after its initial load, until its stream task
+/// reports in.
+pub async fn wait_all_running(admin: &str) -> Vec<Value> {
+    let start = Instant::now();
+    loop {
+        let objects = status(admin).await;
+        if !objects.is_empty() && objects.iter().all(|o| o["state"] == "running") {
+            return objects;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "objects are not all running after 60 s: {objects:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The README's text between the line `$ cat FILE` and the next `$ ` line.
 pub fn readme_file(file: &str) -> String {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
