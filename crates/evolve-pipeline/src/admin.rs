@@ -88,8 +88,11 @@
 //! the reason when their table is stalled (readers and sinks keep its last
 //! consistent state); pending replacements appear as materialized views
 //! with `replacement_for`, `table`, `rows_copied`, `hydrated` and the state
-//! `hydrating`, `hydrated` or `applying`; sinks `from`, `connection` and
-//! `target`. Connections appear by their name in `evolve.toml`, never as
+//! `hydrating`, `hydrated` or `applying`; sinks `from`, `connection`,
+//! `target` and `lag_seconds`, the pipeline's freshness: upstream commit
+//! to sink commit (the age of the oldest transaction the source applied
+//! that the sink has not committed, else the delay of its last write in
+//! the last 10 s, else 0). Connections appear by their name in `evolve.toml`, never as
 //! URLs. A [`StatementHandler`]'s objects follow ([`StatementHandler::status`]):
 //! replicas with `source`, `connection` (the node's), `applied_lsn` (the
 //! last transaction applied to the node) and `conflicts` (since the
@@ -732,7 +735,11 @@ pub struct ObjectReport {
     pub lag_bytes: Option<u64>,
     /// Sources: how far behind its upstream commit the latest transaction
     /// was applied, in seconds; 0 when none was applied in the last 10 s
-    /// (`lag_bytes` then shows WAL still to decode).
+    /// (`lag_bytes` then shows WAL still to decode). Sinks: the age of the
+    /// oldest upstream transaction the source applied and the sink has not
+    /// committed yet, or else how long after its upstream commit the
+    /// sink committed its last write in the last 10 s, or 0 (upstream
+    /// commit to sink commit, the pipeline's freshness).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_seconds: Option<f64>,
     /// Sources: row changes applied per second; tables: rows copied per
@@ -932,6 +939,10 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
             connection: Some(s.connection.clone()),
             from: Some(s.interface.clone()),
             target: Some(format!("{}.{}", s.target_schema, s.target_table)),
+            lag_seconds: pipeline
+                .status_board()
+                .sink_lag_seconds(&s.name)
+                .map(|l| (l * 10.0).round() / 10.0),
             ..ObjectReport::default()
         });
     }
@@ -1008,7 +1019,7 @@ pub fn metrics_text(report: &StatusReport, statements_ok: u64, statements_failed
     );
     family(
         "evolve_pipeline_lag_seconds",
-        "How far behind its upstream commit a source applied its latest transaction.",
+        "Sources: how far behind its upstream commit the latest transaction was applied; sinks: upstream commit to sink commit (the oldest transaction not committed yet, else the last one).",
         "gauge",
         report
             .objects

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::ObjectKind;
+use crate::position::Position;
 
 /// The state of one object as its task last reported it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -24,6 +25,38 @@ pub struct ObjectStatus {
 pub struct StatusBoard {
     inner: Arc<Mutex<BTreeMap<(ObjectKind, String), ObjectStatus>>>,
     rates: Arc<Mutex<HashMap<(ObjectKind, String), Rate>>>,
+    freshness: Arc<Mutex<Freshness>>,
+}
+
+/// Upstream commit times, for the sinks' lag: each source's recent
+/// transactions (position and upstream commit time), and each sink's
+/// committed position with the delay of its last write.
+#[derive(Debug, Default)]
+struct Freshness {
+    commits: HashMap<String, VecDeque<(Position, i64)>>,
+    sinks: HashMap<String, SinkFreshness>,
+}
+
+/// What a sink last committed.
+#[derive(Debug)]
+struct SinkFreshness {
+    source: String,
+    position: Position,
+    /// Microseconds from the upstream commit to the sink's commit of the
+    /// last transaction it wrote, and when it committed.
+    last_delay: Option<(i64, Instant)>,
+}
+
+/// Transactions per source whose commit times are kept: a sink further
+/// behind than this is reported at least as late as the oldest kept.
+const COMMITS_KEPT: usize = 100_000;
+
+/// Now, in Unix microseconds.
+fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }
 
 /// How far the rate looks back.
@@ -103,10 +136,7 @@ impl StatusBoard {
         rate.add(rows);
         if let Some(commit) = commit_micros {
             rate.last_commit_micros = Some(commit);
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_micros() as i64)
-                .unwrap_or(0);
+            let now = unix_micros();
             rate.last_delay = Some((now.saturating_sub(commit).max(0), Instant::now()));
         }
     }
@@ -135,6 +165,72 @@ impl StatusBoard {
             Some((micros, at)) if at.elapsed() <= RATE_WINDOW => micros as f64 / 1e6,
             _ => 0.0,
         })
+    }
+
+    /// Source `source` applied the transaction at `pos`, committed
+    /// upstream at `commit_micros` (Unix microseconds). Called before the
+    /// position is handed to the sinks.
+    pub fn source_committed(&self, source: &str, pos: Position, commit_micros: i64) {
+        let mut f = self.freshness.lock().unwrap_or_else(|p| p.into_inner());
+        let commits = f.commits.entry(source.to_string()).or_default();
+        if commits.back().is_none_or(|(last, _)| *last < pos) {
+            commits.push_back((pos, commit_micros));
+        }
+        if commits.len() > COMMITS_KEPT {
+            commits.pop_front();
+        }
+    }
+
+    /// Sink `sink` (of source `source`) has committed everything up to
+    /// `pos`; `wrote` says that it wrote a transaction at `pos` just now
+    /// (rather than moving past transactions with nothing for it), whose
+    /// delay from its upstream commit is then recorded.
+    pub fn sink_committed(&self, sink: &str, source: &str, pos: Position, wrote: bool) {
+        let mut f = self.freshness.lock().unwrap_or_else(|p| p.into_inner());
+        let delay = wrote
+            .then(|| {
+                let commits = f.commits.get(source)?;
+                let i = commits.partition_point(|(p, _)| *p <= pos);
+                let (_, at) = commits.get(i.checked_sub(1)?)?;
+                Some((unix_micros().saturating_sub(*at).max(0), Instant::now()))
+            })
+            .flatten();
+        let entry = f
+            .sinks
+            .entry(sink.to_string())
+            .or_insert_with(|| SinkFreshness {
+                source: source.to_string(),
+                position: pos,
+                last_delay: None,
+            });
+        entry.source = source.to_string();
+        entry.position = entry.position.max(pos);
+        if delay.is_some() {
+            entry.last_delay = delay;
+        }
+    }
+
+    /// How far behind its upstream commits sink `sink` is, in seconds: the
+    /// age of the oldest transaction its source applied that the sink has
+    /// not committed yet, or else the delay (upstream commit to sink
+    /// commit) of the last transaction it wrote in the last 10 s, or 0.
+    /// Upstream commit times are the upstream server's clock: on another
+    /// host, clock skew adds to the figure. `None` before the sink's
+    /// first commit.
+    pub fn sink_lag_seconds(&self, sink: &str) -> Option<f64> {
+        let f = self.freshness.lock().unwrap_or_else(|p| p.into_inner());
+        let s = f.sinks.get(sink)?;
+        let pending = f.commits.get(&s.source).and_then(|commits| {
+            let i = commits.partition_point(|(p, _)| *p <= s.position);
+            commits
+                .get(i)
+                .map(|(_, at)| unix_micros().saturating_sub(*at).max(0))
+        });
+        let last = s
+            .last_delay
+            .filter(|(_, at)| at.elapsed() <= RATE_WINDOW)
+            .map(|(micros, _)| micros);
+        Some(pending.or(last).unwrap_or(0) as f64 / 1e6)
     }
 
     /// Every recorded state.
@@ -168,5 +264,35 @@ mod tests {
             "commit time 5 µs after 1970"
         );
         assert_eq!(board.last_commit("src"), Some(5));
+    }
+
+    #[test]
+    fn a_sink_is_as_late_as_its_oldest_transaction_not_committed() {
+        let board = StatusBoard::default();
+        assert_eq!(board.sink_lag_seconds("snk"), None);
+        let now = unix_micros();
+        let (p1, p2) = (Position::from_u64(10), Position::from_u64(20));
+        board.source_committed("src", p1, now - 3_000_000);
+        board.source_committed("src", p2, now - 1_000_000);
+        // Committed nothing yet, at the start: the oldest pending counts.
+        board.sink_committed("snk", "src", Position::ZERO, false);
+        let lag = board.sink_lag_seconds("snk").unwrap();
+        assert!((3.0..3.5).contains(&lag), "{lag}");
+        // Wrote the first: the second is pending.
+        board.sink_committed("snk", "src", p1, true);
+        let lag = board.sink_lag_seconds("snk").unwrap();
+        assert!((1.0..1.5).contains(&lag), "{lag}");
+        // Caught up: the last write's own delay, about a second.
+        board.sink_committed("snk", "src", p2, true);
+        let lag = board.sink_lag_seconds("snk").unwrap();
+        assert!((1.0..1.5).contains(&lag), "{lag}");
+        // Moving past transactions with nothing for it keeps that delay,
+        // and positions never go back.
+        board.sink_committed("snk", "src", p1, false);
+        let lag = board.sink_lag_seconds("snk").unwrap();
+        assert!((1.0..1.5).contains(&lag), "{lag}");
+        board.source_committed("src", Position::from_u64(30), unix_micros());
+        board.sink_committed("snk", "src", Position::from_u64(30), true);
+        assert!(board.sink_lag_seconds("snk").unwrap() < 0.5);
     }
 }

@@ -268,6 +268,7 @@ async fn apply_stream<C: ChangeStream, S>(
                                 // Nothing to write and no group open: the
                                 // position only (stored at the next tick;
                                 // nothing is lost without it).
+                                ctx.status.source_committed(&name, end, commit_time);
                                 ctx.applied.send_replace(applied);
                                 ctx.status.count(ObjectKind::Source, &name, txn_rows, Some(commit_time));
                                 false
@@ -378,6 +379,10 @@ fn flush<S>(
     }
     store.conn.execute_batch("COMMIT").map_err(fail)?;
     *stored = applied.max(*stored);
+    for (_, committed) in &g.committed {
+        ctx.status
+            .source_committed(name, committed.pos, committed.commit_time_micros);
+    }
     ctx.applied.send_replace(*stored);
     for (rows, committed) in g.committed {
         ctx.status.count(

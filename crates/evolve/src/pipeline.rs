@@ -747,10 +747,18 @@ fn status_text(report: &StatusReport) -> String {
     if report.objects.is_empty() {
         return "the pipeline has no objects yet; create them with evolve sql".into();
     }
-    let columns: Vec<String> = ["kind", "name", "state", "documents", "lag bytes", "note"]
-        .into_iter()
-        .map(String::from)
-        .collect();
+    let columns: Vec<String> = [
+        "kind",
+        "name",
+        "state",
+        "documents",
+        "lag bytes",
+        "lag",
+        "note",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
     let rows: Vec<serde_json::Map<String, serde_json::Value>> = report
         .objects
         .iter()
@@ -761,6 +769,10 @@ fn status_text(report: &StatusReport) -> String {
             row.insert("state".into(), o.state.clone().into());
             row.insert("documents".into(), o.documents.into());
             row.insert("lag bytes".into(), o.lag_bytes.into());
+            row.insert(
+                "lag".into(),
+                o.lag_seconds.map(|l| format!("{l:.1} s")).into(),
+            );
             row.insert("note".into(), note(o).into());
             row
         })

@@ -312,6 +312,7 @@ async fn drive(ctx: &mut SinkContext, mut sink: impl Sink) -> Result<()> {
         }
     };
     ctx.effective.send_replace(pos);
+    ctx.status.sink_committed(&name, &ctx.source, pos, false);
     ctx.status.set(ObjectKind::Sink, &name, "running", None);
     loop {
         let upto = *ctx.applied.borrow_and_update();
@@ -325,10 +326,12 @@ async fn drive(ctx: &mut SinkContext, mut sink: impl Sink) -> Result<()> {
             let at = entries.last().map_or(pos, |e| e.pos);
             sink.write(&entries, at).await?;
             pos = at;
+            ctx.status.sink_committed(&name, &ctx.source, pos, true);
             ctx.effective.send_replace(pos);
         }
         if upto > pos {
             pos = upto;
+            ctx.status.sink_committed(&name, &ctx.source, pos, false);
             ctx.effective.send_replace(pos);
         }
         tokio::select! {
