@@ -199,6 +199,9 @@ pub struct Applier {
     set_checked_until: Option<std::time::Instant>,
     /// How groups were applied: set-based, and row by row.
     pub groups: (u64, u64),
+    /// Set-based groups written again, checked, after their unchecked
+    /// write found a key otherwise than its first change expected.
+    pub checked_again: u64,
 }
 
 /// A conflict to log.
@@ -247,6 +250,7 @@ impl Applier {
             set_off_until: None,
             set_checked_until: None,
             groups: (0, 0),
+            checked_again: 0,
         };
         applier.read_position(client).await?;
         Ok(applier)

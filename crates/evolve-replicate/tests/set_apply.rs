@@ -6,7 +6,9 @@
 //! transaction at a time on the other. Both end with the same rows and
 //! the same conflicts, every conflict type the set path resolves occurs,
 //! and groups the set path cannot take (a truncate, a resolver it does
-//! not implement) are applied row by row with the same result.
+//! not implement) are applied row by row with the same result. A group
+//! without conflicts is written unchecked (plain inserts and updates), and
+//! one whose unchecked write meets a conflict is written again, checked.
 
 mod common;
 
@@ -277,4 +279,115 @@ async fn groups_the_set_path_cannot_take_go_row_by_row() {
     assert_eq!(set_groups, 0);
     assert_eq!(set_counts, row_counts);
     assert_eq!(state(&c).await, state(&d).await);
+}
+
+/// A row of table `t` as the upstream sends it.
+fn row(kind: ChangeKind, id: i64, v: &str) -> (u32, RowChange) {
+    let image = vec![text(id), text(v), text(id * 10), Datum::Null];
+    let (old, new) = match kind {
+        ChangeKind::Delete => (
+            Some(vec![
+                text(id),
+                Datum::Missing,
+                Datum::Missing,
+                Datum::Missing,
+            ]),
+            None,
+        ),
+        _ => (None, Some(image)),
+    };
+    (
+        16384,
+        RowChange {
+            table: schema(),
+            kind,
+            old,
+            new,
+        },
+    )
+}
+
+fn txn(n: u64, rows: Vec<(u32, RowChange)>) -> Transaction {
+    Transaction {
+        end: Position::from_u64(0x1000 + 0x100 * n),
+        commit_time_micros: 1_700_000_000_000_000 + n as i64,
+        rows,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchecked_groups_write_plainly_and_a_conflict_sends_the_group_again_checked() {
+    use ChangeKind::{Delete, Insert, Update};
+    // Without conflicts: inserts of keys the node lacks, updates and a
+    // delete of keys it has, in one unchecked group.
+    let quiet = vec![
+        txn(1, (51..=60).map(|k| row(Insert, k, "new")).collect()),
+        txn(2, (1..=10).map(|k| row(Update, k, "upd")).collect()),
+        txn(3, vec![row(Delete, 11, ""), row(Update, 55, "again")]),
+    ];
+    let (_a_db, mut a) = node("unchecked_a").await;
+    let (_b_db, mut b) = node("unchecked_b").await;
+    let mut set = Applier::open(&a, "r", resolvers(Resolver::Update), Vec::new())
+        .await
+        .unwrap();
+    set.apply_group(&mut a, &quiet).await.unwrap();
+    assert_eq!((set.groups, set.checked_again), ((1, 0), 0));
+    // Only the schema's own conflict: the node's `d`, which the upstream
+    // does not send, takes its default.
+    assert_eq!(
+        set.counts.keys().collect::<Vec<_>>(),
+        [&(ConflictType::SourceColumnMissing, Resolver::UseDefaultValue)]
+    );
+
+    // An insert of a key the node has: the plain insert's unique
+    // violation sends the group again, checked, and the set path
+    // resolves it.
+    let exists = vec![txn(4, vec![row(Insert, 61, "new"), row(Insert, 5, "dup")])];
+    set.apply_group(&mut a, &exists).await.unwrap();
+    assert_eq!((set.groups, set.checked_again), ((2, 0), 1));
+    assert_eq!(
+        set.counts
+            .get(&(ConflictType::InsertExists, Resolver::Update)),
+        Some(&1)
+    );
+
+    // An update of a key the node lacks, with a fresh applier (so
+    // unchecked again): the update's count is short.
+    let mut again = Applier::open(&a, "r", resolvers(Resolver::Update), Vec::new())
+        .await
+        .unwrap();
+    let missing = vec![txn(5, vec![row(Update, 99, "gone"), row(Update, 1, "u2")])];
+    again.apply_group(&mut a, &missing).await.unwrap();
+    assert_eq!((again.groups, again.checked_again), ((1, 0), 1));
+    assert_eq!(
+        again
+            .counts
+            .get(&(ConflictType::UpdateMissing, Resolver::InsertOrSkip)),
+        Some(&1)
+    );
+
+    // The same transactions row by row, by two appliers as well (each
+    // logs the schema's conflict once), end the same.
+    let mut rows = Applier::open(&b, "r", resolvers(Resolver::Update), Vec::new())
+        .await
+        .unwrap();
+    for t in quiet.iter().chain(&exists) {
+        rows.apply(&mut b, t).await.unwrap();
+    }
+    let mut rows = Applier::open(&b, "r", resolvers(Resolver::Update), Vec::new())
+        .await
+        .unwrap();
+    for t in &missing {
+        rows.apply(&mut b, t).await.unwrap();
+    }
+    assert_eq!(state(&a).await, state(&b).await);
+    let changed: i64 = a
+        .query_one(
+            "SELECT count(*) FROM t WHERE v IN ('upd', 'again', 'dup', 'u2', 'gone')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(changed, 12, "upd on 2-4 and 6-10, again, dup, u2, gone");
 }

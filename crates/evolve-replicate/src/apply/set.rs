@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use evolve_core::change::{Bytes, ChangeKind, Datum, RowChange, TableSchema};
 use evolve_core::conflict::{ColumnMatch, ColumnValue, ConflictType, Resolver};
 use evolve_pg::quote_ident;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
@@ -70,6 +71,18 @@ struct Table {
     matched: ColumnMatch,
     keys: Vec<Key>,
     index: HashMap<Vec<Bytes>, usize>,
+}
+
+impl Table {
+    /// Whether the node table has a column besides its key that takes
+    /// an upstream value (an update has something to set).
+    fn updates_columns(&self) -> bool {
+        self.matched
+            .values
+            .iter()
+            .enumerate()
+            .any(|(n, v)| matches!(v, ColumnValue::Source(_)) && !self.matched.key.contains(&n))
+    }
 }
 
 /// One statement to send and its parameters.
@@ -119,6 +132,7 @@ impl Applier {
                         .await
                         .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
                     self.set_checked_until = Some(Instant::now() + REST);
+                    self.checked_again += 1;
                     checked = true;
                 }
                 declined => {
@@ -257,9 +271,25 @@ impl Applier {
                 if keys.is_empty() {
                     continue;
                 }
-                // Inserted rows: all of them where no row is expected.
-                let wanted = if expect_row { 0 } else { keys.len() as i64 };
-                match self.upsert(tx, t, &keys).await? {
+                // Checked, the upsert implements the resolutions and
+                // counts the rows inserted: all of them where no row is
+                // expected. Unchecked, no conflict is expected: a plain
+                // INSERT of the keys that expect no row (a unique
+                // violation sends the group again, checked) and an UPDATE
+                // of those that expect one, each counting every key; the
+                // node then does no speculative insertion and no tuple
+                // lock, as its own apply worker does not.
+                let (statement, wanted) = if checked {
+                    let wanted = if expect_row { 0 } else { keys.len() as i64 };
+                    (self.upsert(tx, t, &keys).await?, wanted)
+                } else if expect_row && t.updates_columns() {
+                    (self.update(tx, t, &keys).await?, keys.len() as i64)
+                } else if expect_row {
+                    (self.upsert(tx, t, &keys).await?, 0)
+                } else {
+                    (self.insert(tx, t, &keys).await?, keys.len() as i64)
+                };
+                match statement {
                     Some(s) => {
                         counted.push((sends.len(), wanted));
                         sends.push(s);
@@ -279,8 +309,13 @@ impl Applier {
                 .map(|(s, p)| tx.query(&s.statement, p)),
         )
         .await;
+        let unique_violation = results.iter().any(|r| {
+            r.as_ref()
+                .is_err_and(|e| e.code() == Some(&SqlState::UNIQUE_VIOLATION))
+        });
         let mut results: Vec<Vec<tokio_postgres::Row>> = match results.into_iter().collect() {
             Ok(results) => results,
+            Err(_) if unique_violation && !checked => return Ok(Written::Conflicts),
             Err(_) => return Ok(Written::Declined),
         };
         if !checked {
@@ -468,40 +503,12 @@ impl Applier {
         t: &'a Table,
         rows: &[&'a Key],
     ) -> Result<Option<Sent<'a>>> {
-        let (node, matched) = (&t.node, &t.matched);
-        let mut columns = Vec::new();
-        let mut aliases = Vec::new();
-        let mut arrays = Vec::new();
-        let mut values = Vec::new();
-        let mut params: Vec<Box<dyn ToSql + Sync + Send + 'a>> = Vec::new();
-        for (n, value) in matched.values.iter().enumerate() {
-            let ColumnValue::Source(i) = *value else {
-                // The node's default: left out.
-                continue;
-            };
-            let mut column = Vec::with_capacity(rows.len());
-            for key in rows {
-                match key.image.get(i) {
-                    Some(Some(Some(v))) => column.push(utf8(v)?),
-                    Some(Some(None)) => column.push(None),
-                    // Not sent since the key's last insert: the node row
-                    // keeps it, which only an update of that column says.
-                    _ => return Ok(None),
-                }
-            }
-            let p = params.len() + 1;
-            aliases.push(format!("c{p}"));
-            arrays.push(format!("${p}::text[]"));
-            values.push(format!("u.c{p}::{}", node.type_names[n]));
-            columns.push(quote_ident(&node.table.columns[n].name));
-            params.push(Box::new(column));
-        }
-        let key_columns: Vec<String> = matched
-            .key
-            .iter()
-            .map(|&k| quote_ident(&node.table.columns[k].name))
-            .collect();
-        let updates: Vec<String> = columns
+        let Some(image) = Image::of(t, rows)? else {
+            return Ok(None);
+        };
+        let key_columns = image.key_columns(t);
+        let updates: Vec<String> = image
+            .columns
             .iter()
             .filter(|c| !key_columns.contains(c))
             .map(|c| format!("{c} = EXCLUDED.{c}"))
@@ -515,16 +522,85 @@ impl Applier {
             "WITH w AS (INSERT INTO {} AS t ({}) SELECT {} FROM unnest({}) AS u({}) ON CONFLICT ({}) {action}
                         RETURNING t.xmax = 0 AS inserted)
              SELECT count(*) FILTER (WHERE inserted) FROM w",
-            target(node),
-            columns.join(", "),
-            values.join(", "),
-            arrays.join(", "),
-            aliases.join(", "),
+            target(&t.node),
+            image.columns.join(", "),
+            image.values.join(", "),
+            image.arrays.join(", "),
+            image.aliases.join(", "),
             key_columns.join(", ")
         );
         Ok(Some(Sent {
             statement: self.statement(tx, sql).await?,
-            params,
+            params: image.params,
+        }))
+    }
+
+    /// The plain insert of `rows` (keys that expect no row, in an
+    /// unchecked group); it returns the rows inserted, and fails with a
+    /// unique violation when one is there. `None` as for [`upsert`].
+    ///
+    /// [`upsert`]: Applier::upsert
+    async fn insert<'a>(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        t: &'a Table,
+        rows: &[&'a Key],
+    ) -> Result<Option<Sent<'a>>> {
+        let Some(image) = Image::of(t, rows)? else {
+            return Ok(None);
+        };
+        let sql = format!(
+            "WITH w AS (INSERT INTO {} ({}) SELECT {} FROM unnest({}) AS u({}) RETURNING 1)
+             SELECT count(*) FROM w",
+            target(&t.node),
+            image.columns.join(", "),
+            image.values.join(", "),
+            image.arrays.join(", "),
+            image.aliases.join(", "),
+        );
+        Ok(Some(Sent {
+            statement: self.statement(tx, sql).await?,
+            params: image.params,
+        }))
+    }
+
+    /// The update of `rows` (keys that expect a row, in an unchecked
+    /// group) to their images, found by key; it returns the rows updated.
+    /// `None` as for [`upsert`]. Only for a table that
+    /// [`Table::updates_columns`].
+    ///
+    /// [`upsert`]: Applier::upsert
+    async fn update<'a>(
+        &mut self,
+        tx: &tokio_postgres::Transaction<'_>,
+        t: &'a Table,
+        rows: &[&'a Key],
+    ) -> Result<Option<Sent<'a>>> {
+        let Some(image) = Image::of(t, rows)? else {
+            return Ok(None);
+        };
+        let key_columns = image.key_columns(t);
+        let mut sets = Vec::new();
+        let mut cond = Vec::new();
+        for (c, v) in image.columns.iter().zip(&image.values) {
+            if key_columns.contains(c) {
+                cond.push(format!("t.{c} = {v}"));
+            } else {
+                sets.push(format!("{c} = {v}"));
+            }
+        }
+        let sql = format!(
+            "WITH w AS (UPDATE {} AS t SET {} FROM unnest({}) AS u({}) WHERE {} RETURNING 1)
+             SELECT count(*) FROM w",
+            target(&t.node),
+            sets.join(", "),
+            image.arrays.join(", "),
+            image.aliases.join(", "),
+            cond.join(" AND "),
+        );
+        Ok(Some(Sent {
+            statement: self.statement(tx, sql).await?,
+            params: image.params,
         }))
     }
 
@@ -600,6 +676,64 @@ impl Applier {
             }
             ChangeKind::Truncate => None,
         }
+    }
+}
+
+/// The images of some keys of a node table, as `unnest` columns: per
+/// node column that takes an upstream value, its quoted name, the alias
+/// of its `unnest` column, the parameter (`$n::text[]`), the value
+/// expression in the node's type, and the parameter's values.
+struct Image<'a> {
+    columns: Vec<String>,
+    aliases: Vec<String>,
+    arrays: Vec<String>,
+    values: Vec<String>,
+    params: Vec<Box<dyn ToSql + Sync + Send + 'a>>,
+}
+
+impl<'a> Image<'a> {
+    /// `None` when a key's image lacks a column's value (not sent since
+    /// its last insert: the node row keeps it, which only an update of
+    /// that column says).
+    fn of(t: &'a Table, rows: &[&'a Key]) -> Result<Option<Image<'a>>> {
+        let (node, matched) = (&t.node, &t.matched);
+        let mut image = Image {
+            columns: Vec::new(),
+            aliases: Vec::new(),
+            arrays: Vec::new(),
+            values: Vec::new(),
+            params: Vec::new(),
+        };
+        for (n, value) in matched.values.iter().enumerate() {
+            let ColumnValue::Source(i) = *value else {
+                // The node's default: left out.
+                continue;
+            };
+            let mut column = Vec::with_capacity(rows.len());
+            for key in rows {
+                match key.image.get(i) {
+                    Some(Some(Some(v))) => column.push(utf8(v)?),
+                    Some(Some(None)) => column.push(None),
+                    _ => return Ok(None),
+                }
+            }
+            let p = image.params.len() + 1;
+            image.aliases.push(format!("c{p}"));
+            image.arrays.push(format!("${p}::text[]"));
+            image.values.push(format!("u.c{p}::{}", node.type_names[n]));
+            image.columns.push(quote_ident(&node.table.columns[n].name));
+            image.params.push(Box::new(column));
+        }
+        Ok(Some(image))
+    }
+
+    /// The node's key columns, quoted.
+    fn key_columns(&self, t: &Table) -> Vec<String> {
+        t.matched
+            .key
+            .iter()
+            .map(|&k| quote_ident(&t.node.table.columns[k].name))
+            .collect()
     }
 }
 
