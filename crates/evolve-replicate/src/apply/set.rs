@@ -1,9 +1,13 @@
 //! Applying a group of upstream transactions set by set: per node table
-//! one statement that finds the rows the group's first change of each key
-//! expects (the conflict check), one `DELETE ... USING unnest(...)` and
-//! one `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO UPDATE`, all
-//! sent at once in the node transaction that records the group's last
-//! position.
+//! one `DELETE ... USING unnest(...)`, one `INSERT ... SELECT FROM
+//! unnest(...)` and one `UPDATE ... FROM unnest(...)`, each for the keys
+//! that expect no row or a row before the group, and counted; all sent at
+//! once in the node transaction that records the group's last position.
+//! A count that is off, or a unique violation, means a key was found
+//! otherwise than its first change expects: the group is then written
+//! again, checked, with a statement that finds those keys first (the
+//! conflict check) and `INSERT ... ON CONFLICT DO UPDATE` in place of the
+//! plain insert and update, and groups stay checked for [`REST`].
 //!
 //! The group is folded per key first: what the node must hold after it
 //! (the key's last image, its columns merged over the key's updates, or
