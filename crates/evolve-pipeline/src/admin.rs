@@ -328,6 +328,17 @@ pub trait StatementHandler: Send + Sync {
         Box::pin(async { Vec::new() })
     }
 
+    /// The handler's objects that read source `source` (replicas), as
+    /// `(kind, name)`: `DROP SOURCE` refuses while there are any, as it
+    /// does for the pipeline's own tables. By default there are none.
+    fn source_dependents<'a>(
+        &'a self,
+        source: &'a str,
+    ) -> HandlerFuture<'a, Vec<(String, String)>> {
+        let _ = source;
+        Box::pin(async { Vec::new() })
+    }
+
     /// Background work until `stop` turns true.
     fn run<'a>(
         &'a self,
@@ -337,6 +348,40 @@ pub trait StatementHandler: Send + Sync {
         let _ = (pipeline, stop);
         Box::pin(async { Ok(()) })
     }
+}
+
+/// Refuses `DROP SOURCE` of a source that objects of `handler` read
+/// (replicas), naming them, as PostgreSQL refuses to drop what others
+/// depend on.
+async fn refuse_source_dependents(
+    handler: Option<&dyn StatementHandler>,
+    statement: &Statement,
+) -> Result<(), PipelineError> {
+    let (Some(handler), Statement::Drop(d)) = (handler, statement) else {
+        return Ok(());
+    };
+    if d.kind != Kind::Source {
+        return Ok(());
+    }
+    let dependents = handler.source_dependents(&d.name).await;
+    if dependents.is_empty() {
+        return Ok(());
+    }
+    Err(PipelineError::Refused {
+        sqlstate: "2BP01",
+        primary: format!(
+            "cannot drop source \"{}\" because other objects depend on it",
+            d.name
+        ),
+        detail: Some(
+            dependents
+                .iter()
+                .map(|(kind, name)| format!("{kind} \"{name}\" depends on it."))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        hint: Some("Drop the dependent objects first.".into()),
+    })
 }
 
 /// Whether `statement` is not the pipeline's own but a
@@ -431,7 +476,10 @@ pub async fn execute_with(
                 None => Err(no_handler(statement)),
             }
         } else {
-            run_statement(pipeline, statement).await
+            match refuse_source_dependents(handler, statement).await {
+                Ok(()) => run_statement(pipeline, statement).await,
+                Err(e) => Err(e),
+            }
         };
         match ran {
             Ok(result) => results.push(result),
@@ -848,7 +896,13 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
     let tables = pipeline.tables()?;
     let mut table_docs = Vec::with_capacity(tables.len());
     for t in &tables {
-        let documents = pipeline.document_count(&t.name)?;
+        let documents = match pipeline.document_count(&t.name) {
+            Ok(documents) => documents,
+            // Dropped since the list was read (a DROP TABLE beside the
+            // report): it is gone, and the report does not fail.
+            Err(PipelineError::UnknownObject { .. }) => continue,
+            Err(e) => return Err(e),
+        };
         let (state, error) = live(ObjectKind::Table, &t.name)
             .unwrap_or_else(|| (json_str(&json!(t.state)), t.error.clone()));
         table_docs.push((t.name.clone(), state.clone(), documents));

@@ -97,16 +97,19 @@ async fn snapshot_and_stream_meet_exactly() {
             i += 1;
             w.batch_execute(&format!(
                 "BEGIN;
-                 UPDATE seam SET n = n + 1 WHERE id % 97 = {m};
+                 UPDATE seam SET n = n + 1 WHERE id % 997 = {m};
                  INSERT INTO seam VALUES ({new}, {i}, 'new');
                  DELETE FROM seam WHERE id = {del};
                  COMMIT;",
-                m = i % 97,
+                m = i % 997,
                 new = 100_000 + i,
                 del = 30_001 - i,
             ))
             .await
             .unwrap();
+            // A steady writer, not a flood: the seam is what is tested,
+            // and a debug build on a slow machine must catch up in time.
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
     // A fixed wait: the writer is under way before the snapshot starts.
@@ -160,16 +163,18 @@ async fn a_table_added_later_meets_the_stream_exactly() {
             w.batch_execute(&format!(
                 "BEGIN;
                  UPDATE first SET n = n + 1 WHERE id = {f};
-                 UPDATE second SET n = n + 1 WHERE id % 101 = {m};
+                 UPDATE second SET n = n + 1 WHERE id % 1009 = {m};
                  INSERT INTO second VALUES ({new}, {i}, 'new');
                  DELETE FROM second WHERE id = {i};
                  COMMIT;",
                 f = i % 100 + 1,
-                m = i % 101,
+                m = i % 1009,
                 new = 100_000 + i,
             ))
             .await
             .unwrap();
+            // A steady writer, not a flood (see above).
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
     // A fixed wait: the writer is under way before the second snapshot.

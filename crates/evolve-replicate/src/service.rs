@@ -1187,6 +1187,25 @@ impl StatementHandler for ReplicaService {
         Box::pin(self.reports())
     }
 
+    fn source_dependents<'a>(
+        &'a self,
+        source: &'a str,
+    ) -> HandlerFuture<'a, Vec<(String, String)>> {
+        Box::pin(async move {
+            match self.catalog(|c| c.replicas()) {
+                Ok(replicas) => replicas
+                    .into_iter()
+                    .filter(|r| r.source == source)
+                    .map(|r| ("replica".to_string(), r.name))
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not read the replicas for DROP SOURCE");
+                    Vec::new()
+                }
+            }
+        })
+    }
+
     fn run<'a>(
         &'a self,
         pipeline: &'a Pipeline,

@@ -701,6 +701,22 @@ async fn replicas_and_transforms_through_evolve_sql() {
     )
     .await;
 
+    // ------------------------------------- DROP SOURCE while a replica reads it
+    let stderr = sql_err(
+        &admin,
+        "DROP SOURCE src",
+        "cannot drop source \"src\" because other objects depend on it",
+    )
+    .await;
+    assert!(
+        stderr.contains(
+            "DETAIL:  replica \"node_b\" depends on it.\nHINT:  Drop the dependent objects first."
+        ),
+        "{stderr}"
+    );
+    assert_eq!(show(&admin, "SHOW SOURCES").await.len(), 1);
+    wait_state(&admin, "node_b", "running").await;
+
     // --------------------------------------------------------- DROP REPLICA
     assert_eq!(
         sql_ok(&admin, "DROP REPLICA node_b;").await,
