@@ -1,9 +1,12 @@
 //! evolve's automation, run as `cargo xtask <command>` (an alias in
 //! `.cargo/config.toml`). Standard library only, so it builds in seconds.
 //!
-//! - `cargo xtask test [ARGS]`: make sure the PostgreSQL server, curl,
-//!   openssl and the Python clients (pip) are installed and the Flyway jars
-//!   fetched, then `cargo fmt --check`, `cargo clippy -D warnings` and
+//! - `cargo xtask test [ARGS]`: make sure the PostgreSQL server, the
+//!   MariaDB server and client (`mariadb-server`, `mariadb-client`, for the
+//!   MySQL source's tests; installed with apt-get when `mariadbd` is
+//!   missing, `EVOLVE_MARIADB_BIN` names another directory), curl,
+//!   openssl, the librdkafka build's packages and the Python clients (pip)
+//!   are installed and the Flyway and Kafka jars fetched, then `cargo fmt --check`, `cargo clippy -D warnings` and
 //!   `cargo test --workspace ARGS`, stopping at the first failure. This is
 //!   the repository's test command; `.ci/run` runs it.
 //! - `cargo xtask demo [ARGS]`: PostgreSQL, then `evolve demo ARGS`.
@@ -17,6 +20,16 @@
 //! when `flyway-core` is not there yet: xtask writes `target/flyway/pom.xml`
 //! and runs `mvn dependency:copy-dependencies`; `java`, `javac` and `mvn`
 //! must be installed.
+//!
+//! The Kafka jars (Apache Kafka's own broker, `org.apache.kafka:kafka_2.13`
+//! at `KAFKA_VERSION`, that `evolve-test`'s `Kafka` harness runs with
+//! `java -cp 'jars/*'`) are fetched the same way into `target/kafka/jars`
+//! when `kafka_2.13` is not there yet (`target/kafka/pom.xml`, `mvn
+//! dependency:copy-dependencies`). The build of librdkafka (the `rdkafka`
+//! crate's `rdkafka-sys`) needs a C compiler, `make`, `pkg-config` and the
+//! OpenSSL and zlib headers: `cargo xtask test` installs `libssl-dev`,
+//! `zlib1g-dev`, `make` and `pkg-config` with apt-get when they are missing,
+//! as it does `curl` and `openssl`.
 //!
 //! The PostgreSQL server is found by the same search as `evolve-test`'s
 //! `pg_bin_dir` (keep the two in step): `EVOLVE_PG_BIN`, the highest
@@ -35,7 +48,7 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test [ARGS]         install PostgreSQL if missing, fetch the Flyway jars, then cargo fmt --check, cargo clippy
+  test [ARGS]         install PostgreSQL if missing, fetch the Flyway and Kafka jars, then cargo fmt --check, cargo clippy
                       -D warnings, cargo test --workspace ARGS (e.g. -- --nocapture)
   demo [ARGS]         install PostgreSQL if missing, then run `evolve demo ARGS`
   bench NAME [ARGS]   install PostgreSQL if missing (and for migrate fetch the Flyway jars),
@@ -43,6 +56,7 @@ commands:
 
 environment:
   EVOLVE_PG_BIN       directory of the PostgreSQL server binaries (initdb, pg_ctl, ...)
+  EVOLVE_MARIADB_BIN  directory of the MariaDB binaries (mariadbd, mariadb-install-db, mariadb)
   CARGO               the cargo to run (set by cargo itself)";
 
 /// Where Debian and Ubuntu install the versioned server binaries.
@@ -132,9 +146,11 @@ fn usage_error(message: &str) -> Failure {
 fn test(cargo_test_args: &[String]) -> Result<(), Failure> {
     let started = Instant::now();
     ensure_postgres()?;
+    ensure_mariadb()?;
     ensure_tools()?;
     ensure_python_clients()?;
     ensure_flyway_jars()?;
+    ensure_kafka_jars()?;
     step("fmt", &mut cargo(["fmt", "--all", "--", "--check"]))?;
     step(
         "clippy",
@@ -279,13 +295,35 @@ fn initdb_on_path() -> Option<PathBuf> {
 /// Command-line clients the tests drive, and the Debian package of each.
 const TOOLS: [(&str, &str); 2] = [("curl", "curl"), ("openssl", "openssl")];
 
-/// Install the clients in [`TOOLS`] that are not on `PATH`.
+/// What the build of librdkafka (`rdkafka-sys`) needs: a header under
+/// `/usr/include` or a binary on `PATH`, and the Debian package of each.
+const BUILD_NEEDS: [(&str, &str); 4] = [
+    ("openssl/ssl.h", "libssl-dev"),
+    ("zlib.h", "zlib1g-dev"),
+    ("make", "make"),
+    ("pkg-config", "pkg-config"),
+];
+
+/// Install the clients in [`TOOLS`] that are not on `PATH`, and the
+/// packages of [`BUILD_NEEDS`] whose header or binary is missing.
 fn ensure_tools() -> Result<(), Failure> {
-    let missing: Vec<&str> = TOOLS
+    let mut missing: Vec<&str> = TOOLS
         .iter()
         .filter(|(binary, _)| !on_path(binary))
         .map(|(_, package)| *package)
         .collect();
+    missing.extend(
+        BUILD_NEEDS
+            .iter()
+            .filter(|(need, _)| {
+                if need.ends_with(".h") {
+                    !Path::new("/usr/include").join(need).is_file()
+                } else {
+                    !on_path(need)
+                }
+            })
+            .map(|(_, package)| *package),
+    );
     if missing.is_empty() {
         return Ok(());
     }
@@ -382,6 +420,51 @@ fn ensure_flyway_jars() -> Result<(), Failure> {
     )
 }
 
+/// The Apache Kafka broker the Kafka tests run (`evolve-test`'s
+/// `KAFKA_VERSION`; keep the two in step).
+const KAFKA_VERSION: &str = "4.1.1";
+
+/// The log4j2 binding of the broker's slf4j logging (as Kafka's own
+/// distribution ships it), so the broker writes a log the harness shows.
+const LOG4J_VERSION: &str = "2.24.3";
+
+/// Fetches the Kafka broker's jars (`org.apache.kafka:kafka_2.13` of
+/// [`KAFKA_VERSION`] and its runtime dependencies, and
+/// `log4j-slf4j-impl`) into `target/kafka/jars` unless they are there
+/// already.
+fn ensure_kafka_jars() -> Result<(), Failure> {
+    let dir = workspace_root().join("target").join("kafka");
+    let jars = dir.join("jars");
+    if jars
+        .join(format!("kafka_2.13-{KAFKA_VERSION}.jar"))
+        .is_file()
+        && jars
+            .join(format!("log4j-slf4j-impl-{LOG4J_VERSION}.jar"))
+            .is_file()
+    {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure::new(format!("cannot create {}: {e}", dir.display())))?;
+    let pom = format!(
+        "<project xmlns=\"http://maven.apache.org/POM/4.0.0\">\n  <modelVersion>4.0.0</modelVersion>\n  <groupId>evolve</groupId>\n  <artifactId>kafka-jars</artifactId>\n  <version>1</version>\n  <dependencies>\n    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{KAFKA_VERSION}</version></dependency>\n    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>{LOG4J_VERSION}</version></dependency>\n  </dependencies>\n</project>\n"
+    );
+    let pom_path = dir.join("pom.xml");
+    std::fs::write(&pom_path, pom)
+        .map_err(|e| Failure::new(format!("cannot write {}: {e}", pom_path.display())))?;
+    let _ = std::fs::remove_dir_all(&jars);
+    step(
+        "fetch the Kafka jars",
+        Command::new("mvn")
+            .args(["-q", "-B", "-f"])
+            .arg(&pom_path)
+            .arg("dependency:copy-dependencies")
+            .arg("-DincludeScope=runtime")
+            .arg(format!("-DoutputDirectory={}", jars.display()))
+            .stdin(Stdio::null()),
+    )
+}
+
 /// Builds the pipeline benchmark's Debezium baseline
 /// (`crates/evolve-bench/debezium`, a Maven project) into
 /// `target/debezium`, offline when the Maven cache (the one the Flyway jars
@@ -456,6 +539,47 @@ fn ensure_postgres() -> Result<(), Failure> {
             "installed {} but still found no initdb; set EVOLVE_PG_BIN to the server's bin directory",
             PACKAGES.join(" ")
         ))),
+    }
+}
+
+/// The MariaDB packages the MySQL source's tests start servers from.
+const MARIADB_PACKAGES: [&str; 2] = ["mariadb-server", "mariadb-client"];
+
+/// Installs MariaDB with apt-get when `mariadbd` is missing (the same
+/// search as `evolve-test`'s MariaDB harness: `EVOLVE_MARIADB_BIN`, else
+/// `/usr/sbin`, `/usr/bin` and `PATH`). The package's own service is not
+/// needed: the tests start throwaway servers.
+fn ensure_mariadb() -> Result<(), Failure> {
+    let found = || match std::env::var_os("EVOLVE_MARIADB_BIN") {
+        Some(dir) => Path::new(&dir).join("mariadbd").is_file(),
+        None => Path::new("/usr/sbin/mariadbd").is_file() || on_path("mariadbd"),
+    };
+    if found() {
+        return Ok(());
+    }
+    if let Some(dir) = std::env::var_os("EVOLVE_MARIADB_BIN") {
+        return Err(Failure::new(format!(
+            "EVOLVE_MARIADB_BIN={} contains no mariadbd; point it at the directory of the MariaDB server binaries, or unset it to have xtask install {}",
+            Path::new(&dir).display(),
+            MARIADB_PACKAGES.join(" ")
+        )));
+    }
+    eprintln!(
+        "==> MariaDB server not found (no mariadbd in /usr/sbin or PATH); installing {}",
+        MARIADB_PACKAGES.join(" ")
+    );
+    let elevate = privilege()?;
+    step("apt-get update", &mut apt(elevate, &["update"]))?;
+    let mut install = vec!["install", "-y", "--no-install-recommends"];
+    install.extend(MARIADB_PACKAGES);
+    step("install mariadb", &mut apt(elevate, &install))?;
+    if found() {
+        Ok(())
+    } else {
+        Err(Failure::new(format!(
+            "installed {} but still found no mariadbd; set EVOLVE_MARIADB_BIN to the directory holding it",
+            MARIADB_PACKAGES.join(" ")
+        )))
     }
 }
 

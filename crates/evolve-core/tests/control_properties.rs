@@ -7,8 +7,9 @@ use evolve_core::conflict::ConflictType;
 use evolve_core::control::{
     Absorb, AlterMaterializedView, AlterReplica, ApplyReplacement, ControlError,
     CreateMaterializedView, CreateReplacement, CreateReplica, CreateSink, CreateSource,
-    CreateTable, CreateTransform, Drop, EnableReplica, ObjectKind, QualifiedName,
-    RefreshReferences, Show, ShowConflictResolvers, Span, Statement, parse,
+    CreateTable, CreateTransform, Drop, EnableReplica, KafkaSink, ObjectKind, QualifiedName,
+    RefreshReferences, Show, ShowConflictResolvers, SinkEnvelope, SinkFormat, SourceKind, Span,
+    Statement, parse,
 };
 use std::time::Duration;
 
@@ -219,11 +220,18 @@ fn transform_statement() -> impl Strategy<Value = Statement> {
 fn pipeline_statement() -> BoxedStrategy<Statement> {
     let span = Span::default();
     prop_oneof![
-        (name(), any::<bool>(), name(), "[^\0]{1,20}").prop_map(
-            move |(name, if_not_exists, connection, publication)| {
+        (name(), any::<bool>(), name(), "[^\0]{1,20}", any::<bool>()).prop_map(
+            move |(name, if_not_exists, connection, publication, mysql)| {
+                // A MySQL source has no publication.
+                let (kind, publication) = if mysql {
+                    (SourceKind::Mysql, String::new())
+                } else {
+                    (SourceKind::Postgres, publication)
+                };
                 Statement::CreateSource(CreateSource {
                     name,
                     if_not_exists,
+                    kind,
                     connection,
                     publication,
                     span,
@@ -296,6 +304,34 @@ fn pipeline_statement() -> BoxedStrategy<Statement> {
         (name(), absorb()).prop_map(move |(name, absorb)| {
             Statement::AlterMaterializedView(AlterMaterializedView { name, absorb, span })
         }),
+        (
+            (name(), any::<bool>(), name(), name()),
+            "[A-Za-z0-9_-][A-Za-z0-9._-]{0,30}",
+            prop::option::of(name()),
+            any::<bool>(),
+        )
+            .prop_map(
+                move |((name, if_not_exists, from, connection), topic, registry, debezium)| {
+                    Statement::CreateSink(CreateSink {
+                        name,
+                        if_not_exists,
+                        from,
+                        connection,
+                        table: QualifiedName::new("", ""),
+                        kafka: Some(KafkaSink {
+                            topic,
+                            format: registry
+                                .map_or(SinkFormat::Json, |registry| SinkFormat::Avro { registry }),
+                            envelope: if debezium {
+                                SinkEnvelope::Debezium
+                            } else {
+                                SinkEnvelope::Upsert
+                            },
+                        }),
+                        span,
+                    })
+                }
+            ),
         name().prop_map(
             move |source| Statement::RefreshReferences(RefreshReferences { source, span })
         ),
@@ -307,6 +343,7 @@ fn pipeline_statement() -> BoxedStrategy<Statement> {
                     from,
                     connection,
                     table,
+                    kafka: None,
                     span,
                 })
             }

@@ -24,6 +24,7 @@ use tokio_postgres::Statement as Prepared;
 use tokio_postgres::error::ErrorPosition;
 
 use crate::callbacks;
+use crate::coordinate;
 use crate::files::{CallbackFile, MigrationFile, MigrationSet};
 use crate::history::{History, TYPE_SQL, Widths};
 use crate::plan::{Plan, Resume, Step, StepOptions};
@@ -81,6 +82,29 @@ pub(crate) async fn run(
                         create: plan.creates().map(|(_, sql)| sql.to_string()).collect(),
                         refresh_after_commit: plan.to_refresh().map(|m| m.refresh_sql()).collect(),
                         refresh_estimates: rebuild::estimates(&client, &plan).await?,
+                    });
+                }
+            }
+            if let Some(coordinator) = &apply_opts.pipeline {
+                let plans =
+                    coordinate_plan(&client, step.file, coordinator.as_ref(), "would not run")
+                        .await?;
+                for p in &plans {
+                    on_event(Event::WouldCoordinate {
+                        script: step.file.script.clone(),
+                        pipeline: coordinator.target(),
+                        views: p.views.iter().map(|v| v.view.clone()).collect(),
+                        old_table: p.old_table.clone(),
+                        columns: p.columns_text(),
+                        before: p.before().iter().map(coordinate::Step::text).collect(),
+                        statements: step
+                            .file
+                            .parsed
+                            .statements
+                            .iter()
+                            .map(|s| evolve_core::migration::effects::one_line(&s.text))
+                            .collect(),
+                        after: p.after().iter().map(coordinate::Step::text).collect(),
                     });
                 }
             }
@@ -142,12 +166,24 @@ pub(crate) async fn run(
     }
     stop_at_phase(&mut steps, apply_opts, on_event);
     let group = apply_opts.group && group_transaction(&steps, apply_opts.mixed)?;
+    if apply_opts.pipeline.is_some() {
+        if group && !steps.is_empty() {
+            return Err(MigrateError::Usage(
+                "--pipeline moves the pipeline around each file, and --group puts every file in one transaction; apply without --group".into(),
+            ));
+        }
+        history.ensure_pipeline(&client).await?;
+    }
 
     let mut runner = Runner::new(opts, client, history, reset, &files).await?;
     runner.populate_in_transaction = apply_opts.populate_in_transaction;
     runner.mixed = apply_opts.mixed;
     runner.group = group;
     runner.backfill = apply_opts.backfill.clone();
+    runner.coordinator = apply_opts.pipeline.clone();
+    runner.pipeline_timeout = apply_opts
+        .pipeline_timeout
+        .unwrap_or(crate::DEFAULT_PIPELINE_TIMEOUT);
     let reset = runner.reset.clone();
     callbacks::run(&runner.client, &reset, &files, "beforeMigrate").await?;
     let mut current = plan.current_version.clone();
@@ -169,6 +205,41 @@ pub(crate) async fn run(
         current_version: current.map(|v| v.as_str().to_string()),
         elapsed_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// The pipeline's steps around `file`: its column changes, the tables
+/// they alter resolved on `client`, the pipeline's answer; `outcome` (`was
+/// not run`, `would not run`) starts the message of a refusal.
+async fn coordinate_plan(
+    client: &Client,
+    file: &MigrationFile,
+    coordinator: &dyn coordinate::Coordinator,
+    outcome: &str,
+) -> Result<Vec<coordinate::TablePlan>, MigrateError> {
+    let changes = coordinate::file_changes(file)?;
+    if changes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let request = coordinate::request(client, &changes).await?;
+    if request.columns.is_empty() {
+        return Ok(Vec::new());
+    }
+    let refuse = |message: String| MigrateError::Coordination {
+        script: file.script.clone(),
+        message: format!("{outcome}: {message}"),
+    };
+    let asked = request
+        .columns
+        .iter()
+        .map(|c| format!("{}.{}.{}", c.schema, c.table, c.column))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let answer = coordinator.affected(&request).await.map_err(|e| {
+        refuse(format!(
+            "the pipeline could not be asked which tables ingest {asked}: {e}"
+        ))
+    })?;
+    coordinate::plan(&changes, &request, &answer).map_err(refuse)
 }
 
 /// `--until-phase`: drops the steps from the first one the phase limit
@@ -393,6 +464,12 @@ struct Runner<'o> {
     versioned_callback_due: bool,
     /// Runs the jobs of `-- evolve:backfill` files.
     backfill: Option<std::sync::Arc<dyn crate::change::BackfillRunner>>,
+    /// `--pipeline`.
+    coordinator: Option<std::sync::Arc<dyn coordinate::Coordinator>>,
+    pipeline_timeout: std::time::Duration,
+    /// The coordination of the file running now, recorded with its
+    /// history row.
+    coordinating: Vec<coordinate::TablePlan>,
 }
 
 /// Where a statement of a transaction comes from.
@@ -450,6 +527,9 @@ impl<'o> Runner<'o> {
             group: false,
             versioned_callback_due: true,
             backfill: None,
+            coordinator: None,
+            pipeline_timeout: crate::DEFAULT_PIPELINE_TIMEOUT,
+            coordinating: Vec::new(),
         })
     }
 
@@ -535,7 +615,151 @@ impl<'o> Runner<'o> {
         }
     }
 
+    /// Runs one step; under `--pipeline`, with the pipeline moved off the
+    /// columns it changes before it, and onto their new shape after its
+    /// commit (see [`coordinate`]).
     async fn run_step<'f>(
+        &mut self,
+        step: &Step<'f>,
+        rebuilt: &mut Vec<(&'f MigrationFile, RebuildPlan)>,
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<(), MigrateError> {
+        let Some(coordinator) = self.coordinator.clone() else {
+            return self.run_step_alone(step, rebuilt, on_event).await;
+        };
+        let file = step.file;
+        let plans =
+            coordinate_plan(&self.client, file, coordinator.as_ref(), "was not run").await?;
+        if plans.is_empty() {
+            return self.run_step_alone(step, rebuilt, on_event).await;
+        }
+        let not_run = |message: String| MigrateError::Coordination {
+            script: file.script.clone(),
+            message: format!("was not run: {message}"),
+        };
+        if no_transaction(file, self.mixed) || step.resume.is_some() {
+            return Err(not_run(format!(
+                "it runs outside a transaction and changes columns the pipeline ingests ({} of table {}); put those statements in a transactional file of their own",
+                plans[0].columns_text(),
+                plans[0].old_table
+            )));
+        }
+        let timeout = self.pipeline_timeout;
+        coordinate::before(coordinator.as_ref(), &plans, timeout)
+            .await
+            .map_err(not_run)?;
+        for p in &plans {
+            on_event(Event::Coordinated {
+                script: file.script.clone(),
+                pipeline: coordinator.target(),
+                when: "before".into(),
+                views: p.views.iter().map(|v| v.view.clone()).collect(),
+                old_table: p.old_table.clone(),
+                table: p.excluding.table.clone(),
+                columns: p.columns_text(),
+                steps: p.before().iter().map(coordinate::Step::text).collect(),
+            });
+        }
+        self.coordinating = plans.clone();
+        let ran = self.run_step_alone(step, rebuilt, on_event).await;
+        self.coordinating.clear();
+        if let Err(e) = ran {
+            return match coordinate::undo_all(coordinator.as_ref(), &plans, timeout).await {
+                Ok(()) => {
+                    for p in &plans {
+                        on_event(Event::CoordinationUndone {
+                            script: file.script.clone(),
+                            views: p.views.iter().map(|v| v.view.clone()).collect(),
+                            table: p.restore.table.clone(),
+                        });
+                    }
+                    Err(e)
+                }
+                Err(u) => Err(MigrateError::Coordination {
+                    script: file.script.clone(),
+                    message: format!(
+                        "failed ({}), and moving the pipeline back failed too: {u}; finish by hand with the statements `evolve migrate apply --dry-run --pipeline` prints",
+                        e.to_string().lines().next().unwrap_or("")
+                    ),
+                }),
+            };
+        }
+        coordinate::after(coordinator.as_ref(), &plans, timeout)
+            .await
+            .map_err(|e| MigrateError::Coordination {
+                script: file.script.clone(),
+                message: format!(
+                    "was applied, but the pipeline's steps after it did not finish: {e}; the materialized views read {}, which is consistent; run the remaining statements with evolve sql",
+                    plans
+                        .iter()
+                        .map(|p| p.excluding.table.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })?;
+        self.client
+            .execute(
+                &format!(
+                    "UPDATE {t} SET state = 'done' WHERE installed_rank = (SELECT max(installed_rank) FROM {t})",
+                    t = self.history.pipeline
+                ),
+                &[],
+            )
+            .await?;
+        for p in plans.iter().filter(|p| p.including.is_some()) {
+            on_event(Event::Coordinated {
+                script: file.script.clone(),
+                pipeline: coordinator.target(),
+                when: "after".into(),
+                views: p.views.iter().map(|v| v.view.clone()).collect(),
+                old_table: p.excluding.table.clone(),
+                table: p.final_table().to_string(),
+                columns: p.columns_text(),
+                steps: p.after().iter().map(coordinate::Step::text).collect(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Records the coordination of the file running now beside its
+    /// history row `rank`, in its transaction.
+    async fn record_coordination(&self, rank: i32) -> Result<(), tokio_postgres::Error> {
+        let Some(coordinator) = &self.coordinator else {
+            return Ok(());
+        };
+        let target = coordinator.target();
+        for p in &self.coordinating {
+            let upstream = format!("{}.{}", p.schema, p.upstream_table);
+            let views = p
+                .views
+                .iter()
+                .map(|v| v.view.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            self.client
+                .execute(
+                    &format!(
+                        "INSERT INTO {} (installed_rank, pipeline, upstream, columns, views, old_table, excluding_table, final_table, state) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'excluded')",
+                        self.history.pipeline
+                    ),
+                    &[
+                        &rank,
+                        &target,
+                        &upstream,
+                        &p.columns_text(),
+                        &views,
+                        &p.old_table,
+                        &p.excluding.table,
+                        &p.final_table(),
+                    ],
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn run_step_alone<'f>(
         &mut self,
         step: &Step<'f>,
         rebuilt: &mut Vec<(&'f MigrationFile, RebuildPlan)>,
@@ -836,6 +1060,33 @@ impl<'o> Runner<'o> {
     ) -> Result<(), Failure> {
         let elapsed = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
         let end = file_end(file);
+        if !self.coordinating.is_empty() {
+            // The history row, the coordination and the commit: one
+            // transaction.
+            let fail = |statement: &str, error| Failure {
+                line: end.0,
+                column: end.1,
+                statement: Some(statement.into()),
+                context: None,
+                error,
+                blockers: Vec::new(),
+            };
+            let row = self
+                .insert_history(file, elapsed, true)
+                .await
+                .map_err(|e| fail("(recording the migration in the history table)", e))?;
+            let rank: i32 = row
+                .try_get(0)
+                .map_err(|e| fail("(recording the migration in the history table)", e))?;
+            self.record_coordination(rank)
+                .await
+                .map_err(|e| fail("(recording the pipeline's coordination)", e))?;
+            return self
+                .client
+                .batch_execute(&format!("COMMIT; {}", self.reset))
+                .await
+                .map_err(|e| fail("COMMIT", e));
+        }
         // The history row and COMMIT go out together (tokio-postgres
         // pipelines concurrent requests): if the INSERT fails, the COMMIT of
         // the aborted transaction is a ROLLBACK, so nothing is half-written.
@@ -969,6 +1220,9 @@ impl<'o> Runner<'o> {
                 .await
                 .map_err(|e| fail("(recording the rebuilt dependents)", e))?;
         }
+        self.record_coordination(rank)
+            .await
+            .map_err(|e| fail("(recording the pipeline's coordination)", e))?;
         if !self.group {
             self.client
                 .batch_execute(&format!("COMMIT; {}", self.reset))

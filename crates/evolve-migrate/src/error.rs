@@ -129,6 +129,10 @@ pub enum MigrateError {
         waited_s: u64,
         builders: Vec<SessionInfo>,
     },
+    /// `--pipeline`: a step of the coordination failed; `message` says
+    /// whether the file ran, which table and step, and the way out.
+    #[error("migration {script} {message}")]
+    Coordination { script: String, message: String },
     #[error("{0}")]
     Usage(String),
     #[error("cannot create {path}: {reason}")]

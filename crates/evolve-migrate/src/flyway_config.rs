@@ -48,6 +48,9 @@ pub struct FlywayConfig {
     pub repeatable_sql_migration_prefix: Option<String>,
     pub sql_migration_separator: Option<String>,
     pub sql_migration_suffixes: Option<Vec<String>>,
+    /// `pipeline` (evolve's own key, outside `flyway.`): the admin API
+    /// of the pipeline `apply` coordinates with, as `--pipeline` gives it.
+    pub pipeline: Option<String>,
     /// Keys evolve does not apply, each with why: one warning per key.
     pub warnings: Vec<String>,
 }
@@ -243,6 +246,10 @@ impl FlywayConfig {
             settled.insert(key.clone(), value.clone());
         }
         for (key, value) in &settled {
+            if key == "pipeline" {
+                c.pipeline = Some(value.trim().to_string()).filter(|v| !v.is_empty());
+                continue;
+            }
             let Some(k) = key.strip_prefix("flyway.") else {
                 c.warnings.push(format!(
                     "configuration key {key} is not a Flyway setting evolve knows; it is ignored"
@@ -528,6 +535,17 @@ mod tests {
                 "configuration key environments.other.url is not a Flyway setting evolve knows; it is ignored"
             ]
         );
+    }
+
+    #[test]
+    fn pipeline_is_evolves_own_key() {
+        let text =
+            "pipeline = \"http://127.0.0.1:7800\"\n[flyway]\nlocations = [\"filesystem:sql\"]\n";
+        let c = FlywayConfig::from_pairs(&parse_toml(text).expect("parses"));
+        assert_eq!(c.pipeline.as_deref(), Some("http://127.0.0.1:7800"));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let c = FlywayConfig::from_pairs(&parse_conf("pipeline=http://p:7800\n").unwrap());
+        assert_eq!(c.pipeline.as_deref(), Some("http://p:7800"));
     }
 
     #[test]

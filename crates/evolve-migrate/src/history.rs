@@ -84,6 +84,9 @@ pub struct History {
     /// `<history>_rebuilt`: the views and materialized views each migration
     /// dropped and recreated around its ALTERs.
     pub rebuilt: QualifiedName,
+    /// `<history>_pipeline`: what `apply --pipeline` had the pipeline do
+    /// around each migration (created by the first such run).
+    pub pipeline: QualifiedName,
 }
 
 const COLUMNS: [(&str, &[&str]); 10] = [
@@ -123,7 +126,8 @@ impl History {
         Ok(History {
             table: QualifiedName::new(schema.clone(), name),
             progress: QualifiedName::new(schema.clone(), format!("{name}_progress")),
-            rebuilt: QualifiedName::new(schema, format!("{name}_rebuilt")),
+            rebuilt: QualifiedName::new(schema.clone(), format!("{name}_rebuilt")),
+            pipeline: QualifiedName::new(schema, format!("{name}_pipeline")),
         })
     }
 
@@ -271,6 +275,38 @@ impl History {
                 }
             })?;
         Ok(created)
+    }
+
+    /// Creates `<history>_pipeline` unless it exists: one row per table
+    /// version a migration had the pipeline move off its columns, written
+    /// in the migration's transaction (`state` `excluded`) and marked
+    /// `done` once the steps after its commit are. Flyway's own table is
+    /// left in its shape; Flyway ignores this one.
+    pub async fn ensure_pipeline(&self, client: &Client) -> Result<(), MigrateError> {
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {} (
+                     installed_rank INT NOT NULL,
+                     pipeline TEXT NOT NULL,
+                     upstream TEXT NOT NULL,
+                     columns TEXT NOT NULL,
+                     views TEXT NOT NULL,
+                     old_table TEXT NOT NULL,
+                     excluding_table TEXT NOT NULL,
+                     final_table TEXT NOT NULL,
+                     state TEXT NOT NULL,
+                     recorded_on TIMESTAMPTZ NOT NULL DEFAULT now()
+                 )",
+                self.pipeline
+            ))
+            .await
+            .map_err(|e| {
+                let err = MigrateError::from(e);
+                MigrateError::History {
+                    table: self.pipeline.plain(),
+                    reason: format!("cannot be created: {err}"),
+                }
+            })
     }
 
     /// How many characters the `version`, `description` and `script`

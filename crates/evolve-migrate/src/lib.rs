@@ -16,6 +16,7 @@ mod apply;
 mod bootstrap;
 mod callbacks;
 pub mod change;
+pub mod coordinate;
 mod deps;
 mod error;
 mod files;
@@ -172,7 +173,18 @@ pub struct ApplyOptions {
     /// Flyway's `validateOnMigrate = false`: apply without refusing edited
     /// or missing applied files (and without the validate callbacks).
     pub skip_validation: bool,
+    /// `--pipeline URL`: before each file, the pipeline that ingests this
+    /// database moves the interfaces off the columns the file drops,
+    /// retypes or renames (see [`coordinate`]).
+    pub pipeline: Option<std::sync::Arc<dyn coordinate::Coordinator>>,
+    /// `--pipeline-timeout`: how long each wait for a replacement to be
+    /// hydrated may take [default: [`DEFAULT_PIPELINE_TIMEOUT`]].
+    pub pipeline_timeout: Option<Duration>,
 }
+
+/// How long `apply --pipeline` waits for a replacement to be hydrated by
+/// default.
+pub const DEFAULT_PIPELINE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// What happens while a verb runs, in order. Serialized as one JSON object
 /// per line with a `type` tag (`--format json`); new types may be added.
@@ -287,6 +299,41 @@ pub enum Event {
         script: String,
         job: String,
         outcome: String,
+    },
+    /// `--pipeline`: the pipeline moved the materialized views reading
+    /// `old_table` onto `table` around the file: `when` is `before` (the
+    /// columns excluded, before the file ran) or `after` (after its
+    /// commit: retyped or renamed columns included again, old versions
+    /// dropped).
+    Coordinated {
+        script: String,
+        pipeline: String,
+        when: String,
+        views: Vec<String>,
+        old_table: String,
+        table: String,
+        columns: String,
+        steps: Vec<String>,
+    },
+    /// `--pipeline` with `--dry-run`: the steps the pipeline would take
+    /// around the file, before it and after its commit.
+    WouldCoordinate {
+        script: String,
+        pipeline: String,
+        views: Vec<String>,
+        old_table: String,
+        columns: String,
+        before: Vec<String>,
+        /// The file's statements, one line each, between the two.
+        statements: Vec<String>,
+        after: Vec<String>,
+    },
+    /// `--pipeline`: the file failed, and the views were moved back onto
+    /// the versions they read before it.
+    CoordinationUndone {
+        script: String,
+        views: Vec<String>,
+        table: String,
     },
     /// `--until-phase`: the run stopped before this file.
     StoppedAtPhase {

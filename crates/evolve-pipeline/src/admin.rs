@@ -434,7 +434,7 @@ fn sqlstate(e: &PipelineError) -> &'static str {
         PipelineError::SinkShape { .. } => "42809",
         PipelineError::Connect { .. } => "08006",
         PipelineError::Database { .. } | PipelineError::Replication { .. } => "58000",
-        PipelineError::SlotLost { .. } => "55000",
+        PipelineError::SlotLost { .. } | PipelineError::BinlogPurged { .. } => "55000",
         PipelineError::Document { .. } | PipelineError::Store { .. } => "XX000",
         PipelineError::Refused { sqlstate, .. } => sqlstate,
     }
@@ -542,9 +542,13 @@ async fn run_statement(
     };
     match statement {
         Statement::CreateSource(s) => {
-            let created = pipeline
-                .create_source(&s.name, &s.connection, &s.publication)
-                .await;
+            let created = if s.kind == evolve_core::control::SourceKind::Mysql {
+                pipeline.create_mysql_source(&s.name, &s.connection).await
+            } else {
+                pipeline
+                    .create_source(&s.name, &s.connection, &s.publication)
+                    .await
+            };
             let mut result = tag("CREATE SOURCE");
             result.notice = skip_existing(created, s.if_not_exists, ObjectKind::Source, &s.name)?;
             Ok(result)
@@ -575,15 +579,24 @@ async fn run_statement(
             Ok(result)
         }
         Statement::CreateSink(s) => {
-            let created = pipeline
-                .create_sink(
-                    &s.name,
-                    &s.from,
-                    &s.connection,
-                    &s.table.schema,
-                    &s.table.name,
-                )
-                .await;
+            let created = match &s.kafka {
+                Some(k) => {
+                    pipeline
+                        .create_kafka_sink_as(&s.name, &s.from, &s.connection, k)
+                        .await
+                }
+                None => {
+                    pipeline
+                        .create_sink(
+                            &s.name,
+                            &s.from,
+                            &s.connection,
+                            &s.table.schema,
+                            &s.table.name,
+                        )
+                        .await
+                }
+            };
             let mut result = tag("CREATE SINK");
             result.notice = skip_existing(created, s.if_not_exists, ObjectKind::Sink, &s.name)?;
             Ok(result)
@@ -736,11 +749,12 @@ fn show(pipeline: &Pipeline, kind: Kind) -> Result<Option<Rows>, PipelineError> 
                 .sinks()?
                 .into_iter()
                 .map(|s| {
+                    let target = s.target();
                     vec![
                         s.name.into(),
                         s.interface.into(),
                         s.connection.into(),
-                        format!("{}.{}", s.target_schema, s.target_table).into(),
+                        target.into(),
                     ]
                 })
                 .collect(),
@@ -992,7 +1006,7 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
             error,
             connection: Some(s.connection.clone()),
             from: Some(s.interface.clone()),
-            target: Some(format!("{}.{}", s.target_schema, s.target_table)),
+            target: Some(s.target()),
             lag_seconds: pipeline
                 .status_board()
                 .sink_lag_seconds(&s.name)
@@ -1207,6 +1221,15 @@ fn build_router(
         .route("/drift", get(drift_handler))
         .route("/metrics", get(metrics))
         .route("/subscribe/{name}", get(subscribe_handler))
+        .route(
+            "/coordinate",
+            post({
+                let pipeline = Arc::clone(&admin.pipeline);
+                move |headers: axum::http::HeaderMap, body: Bytes| {
+                    crate::coordinate::handle(Arc::clone(&pipeline), headers, body)
+                }
+            }),
+        )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&admin),

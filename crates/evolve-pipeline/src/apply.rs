@@ -578,6 +578,7 @@ mod tests {
                 applied_lsn: Position::from_u64(1),
                 dropping: false,
                 drop_error: None,
+                kind: crate::store::SourceKind::Postgres,
             })
             .unwrap();
         let mut info = TableInfo {

@@ -9,6 +9,25 @@
 //! admin_allowed_hosts = ["pipeline.internal"]
 //! [connections.pg_conn]
 //! url = "postgres://replicator:${PG_PASSWORD}@db.example:5432/shop"
+//! [connections.my_conn]                # MySQL or MariaDB, for FROM MYSQL sources
+//! url = "mysql://evolve:${MY_PASSWORD}@db.example:3306/shop"
+//! ```
+//!
+//! A connection whose url starts with `kafka://` is a Kafka cluster (for
+//! Kafka sinks): the url lists the bootstrap brokers, `host:port` separated
+//! by commas, and TLS and SASL are set beside it with libpq's names where
+//! there is one ([`KafkaOptions`]):
+//!
+//! ```toml
+//! [connections.k]
+//! url = "kafka://broker1:9093,broker2:9093"
+//! sslmode = "verify-full"          # disable (default), require, verify-ca, verify-full
+//! sslrootcert = "ca.pem"           # relative to the config file
+//! sslcert = "client.pem"           # with sslkey: a client certificate
+//! sslkey = "client.key"
+//! sasl_mechanism = "SCRAM-SHA-256" # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+//! user = "evolve"
+//! password = "${KAFKA_PASSWORD}"
 //! ```
 //!
 //! `${NAME}` in a url is replaced by the environment variable `NAME` (an
@@ -107,16 +126,120 @@ impl fmt::Debug for AdminToken {
     }
 }
 
-/// A named connection: a PostgreSQL url whose password never shows.
+/// A named connection: a PostgreSQL url whose password never shows, or a
+/// `kafka://` url with its [`KafkaOptions`].
 #[derive(Clone)]
 pub struct Connection {
     url: String,
+    kafka: KafkaOptions,
+}
+
+/// What kind of system a connection reaches, by its url's scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectionKind {
+    /// `postgres://`, `postgresql://` or a `key=value` conninfo string.
+    Postgres,
+    /// `kafka://host:port[,host:port...]`.
+    Kafka,
+}
+
+impl ConnectionKind {
+    /// The kind's name in messages: `postgres` or `kafka`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionKind::Postgres => "postgres",
+            ConnectionKind::Kafka => "kafka",
+        }
+    }
+}
+
+/// A `kafka://` connection's TLS and SASL settings. The password never
+/// shows in `Debug` output or errors.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KafkaOptions {
+    /// `disable` (plain TCP, the default), `require` (TLS, certificate not
+    /// checked), `verify-ca` (checked against `sslrootcert` or the system's
+    /// roots) or `verify-full` (and the host name).
+    pub sslmode: Option<String>,
+    /// The CA certificates (PEM) that verify the brokers.
+    pub sslrootcert: Option<PathBuf>,
+    /// A client certificate (PEM), with `sslkey`.
+    pub sslcert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    pub sslkey: Option<PathBuf>,
+    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`, with `user` and
+    /// `password`.
+    pub sasl_mechanism: Option<String>,
+    /// The SASL user.
+    pub user: Option<String>,
+    password: Option<String>,
+}
+
+impl KafkaOptions {
+    /// The SASL password, for connecting only.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// Options with a SASL password.
+    pub fn with_password(mut self, password: impl Into<String>) -> KafkaOptions {
+        self.password = Some(password.into());
+        self
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == KafkaOptions::default()
+    }
+}
+
+impl fmt::Debug for KafkaOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaOptions")
+            .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
+            .field("sslcert", &self.sslcert)
+            .field("sslkey", &self.sslkey)
+            .field("sasl_mechanism", &self.sasl_mechanism)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 impl Connection {
     /// A connection to `url` (already expanded).
     pub fn new(url: impl Into<String>) -> Connection {
-        Connection { url: url.into() }
+        Connection {
+            url: url.into(),
+            kafka: KafkaOptions::default(),
+        }
+    }
+
+    /// A `kafka://` connection with TLS and SASL settings.
+    pub fn kafka(url: impl Into<String>, options: KafkaOptions) -> Connection {
+        Connection {
+            url: url.into(),
+            kafka: options,
+        }
+    }
+
+    /// What the url's scheme says it reaches.
+    pub fn kind(&self) -> ConnectionKind {
+        if self.url.starts_with("kafka://") {
+            ConnectionKind::Kafka
+        } else {
+            ConnectionKind::Postgres
+        }
+    }
+
+    /// A `kafka://` url's brokers, `host:port,host:port`.
+    pub fn kafka_brokers(&self) -> Option<&str> {
+        self.url.strip_prefix("kafka://")
+    }
+
+    /// A `kafka://` connection's TLS and SASL settings.
+    pub fn kafka_options(&self) -> &KafkaOptions {
+        &self.kafka
     }
 
     /// The url with any password in it, for connecting only.
@@ -128,13 +251,24 @@ impl Connection {
     pub fn redacted(&self) -> String {
         evolve_pg::redact_url(&self.url)
     }
+
+    /// Whether this is a MySQL or MariaDB connection
+    /// (`mysql://user:password@host:port/db`), which only MySQL sources use.
+    pub fn is_mysql(&self) -> bool {
+        self.url
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("mysql://"))
+    }
 }
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connection")
-            .field("url", &self.redacted())
-            .finish()
+        let mut d = f.debug_struct("Connection");
+        d.field("url", &self.redacted());
+        if !self.kafka.is_empty() {
+            d.field("kafka", &self.kafka);
+        }
+        d.finish()
     }
 }
 
@@ -156,6 +290,131 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawConnection {
     url: String,
+    sslmode: Option<String>,
+    sslrootcert: Option<String>,
+    sslcert: Option<String>,
+    sslkey: Option<String>,
+    sasl_mechanism: Option<String>,
+    user: Option<String>,
+    password: Option<String>,
+}
+
+impl RawConnection {
+    /// The Kafka options of connection `name` at `url`, checked: only a
+    /// `kafka://` url takes them, with values these are known for.
+    fn kafka_options(
+        self,
+        name: &str,
+        url: &str,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> std::result::Result<KafkaOptions, String> {
+        let given: Vec<&str> = [
+            ("sslmode", self.sslmode.is_some()),
+            ("sslrootcert", self.sslrootcert.is_some()),
+            ("sslcert", self.sslcert.is_some()),
+            ("sslkey", self.sslkey.is_some()),
+            ("sasl_mechanism", self.sasl_mechanism.is_some()),
+            ("user", self.user.is_some()),
+            ("password", self.password.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(option, set)| set.then_some(option))
+        .collect();
+        let Some(brokers) = url.strip_prefix("kafka://") else {
+            if let Some(option) = given.first() {
+                return Err(format!(
+                    "connections.{name}.{option}: only a kafka:// connection takes {option} beside its url; \
+                     a PostgreSQL connection says it in its url (e.g. ?sslmode=verify-full)"
+                ));
+            }
+            return Ok(KafkaOptions::default());
+        };
+        check_brokers(brokers).map_err(|problem| format!("connections.{name}.url: {problem}"))?;
+        if let Some(mode) = &self.sslmode
+            && !["disable", "require", "verify-ca", "verify-full"].contains(&mode.as_str())
+        {
+            return Err(format!(
+                "connections.{name}.sslmode: {mode:?} is not one of disable, require, verify-ca, verify-full"
+            ));
+        }
+        let tls = self.sslmode.as_deref().is_some_and(|m| m != "disable");
+        for (option, set) in [
+            ("sslrootcert", self.sslrootcert.is_some()),
+            ("sslcert", self.sslcert.is_some()),
+            ("sslkey", self.sslkey.is_some()),
+        ] {
+            if set && !tls {
+                return Err(format!(
+                    "connections.{name}.{option} is set but sslmode is not; set sslmode = \"verify-full\" (or require, verify-ca) to use TLS"
+                ));
+            }
+        }
+        if self.sslcert.is_some() != self.sslkey.is_some() {
+            return Err(format!(
+                "connections.{name}: sslcert and sslkey go together; set both for a client certificate, or neither"
+            ));
+        }
+        let mechanism = match &self.sasl_mechanism {
+            None => None,
+            Some(m) => {
+                let upper = m.to_ascii_uppercase();
+                if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&upper.as_str()) {
+                    return Err(format!(
+                        "connections.{name}.sasl_mechanism: {m:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"
+                    ));
+                }
+                Some(upper)
+            }
+        };
+        if mechanism.is_some() != (self.user.is_some() && self.password.is_some())
+            || self.user.is_some() != self.password.is_some()
+        {
+            return Err(format!(
+                "connections.{name}: sasl_mechanism, user and password go together; set all three for SASL, or none"
+            ));
+        }
+        let password = match &self.password {
+            None => None,
+            Some(p) => Some(
+                expand(p, env)
+                    .map_err(|problem| format!("connections.{name}.password: {problem}"))?,
+            ),
+        };
+        Ok(KafkaOptions {
+            sslmode: self.sslmode,
+            sslrootcert: self.sslrootcert.map(PathBuf::from),
+            sslcert: self.sslcert.map(PathBuf::from),
+            sslkey: self.sslkey.map(PathBuf::from),
+            sasl_mechanism: mechanism,
+            user: self.user,
+            password,
+        })
+    }
+}
+
+/// `host:port[,host:port...]`, each port a number.
+fn check_brokers(brokers: &str) -> std::result::Result<(), String> {
+    if brokers.is_empty() {
+        return Err("kafka:// names no broker; write kafka://host:port[,host:port...]".into());
+    }
+    if brokers.contains('@') {
+        return Err(
+            "a kafka:// url takes no user or password; set user, password and sasl_mechanism beside the url".into(),
+        );
+    }
+    for broker in brokers.split(',') {
+        let ok = broker.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty()
+                && !host.contains(['/', '@', '?', ' '])
+                && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if !ok {
+            return Err(format!(
+                "{broker:?} is not host:port; write kafka://host:port[,host:port...]"
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl Config {
@@ -219,6 +478,17 @@ impl Config {
         let base = path.parent().unwrap_or(Path::new("."));
         if config.state_dir.is_relative() {
             config.state_dir = base.join(&config.state_dir);
+        }
+        for connection in config.connections.values_mut() {
+            let k = &mut connection.kafka;
+            for file in [&mut k.sslrootcert, &mut k.sslcert, &mut k.sslkey]
+                .into_iter()
+                .flatten()
+            {
+                if file.is_relative() {
+                    *file = base.join(&*file);
+                }
+            }
         }
         if let Some(file) = config.token_file.take() {
             let file = base.join(file);
@@ -302,7 +572,10 @@ impl Config {
             let url = expand(&c.url, &env).map_err(|problem| PipelineError::Config {
                 message: format!("connections.{name}.url: {problem}"),
             })?;
-            connections.insert(name, Connection::new(url));
+            let kafka = c
+                .kafka_options(&name, &url, &env)
+                .map_err(|message| PipelineError::Config { message })?;
+            connections.insert(name, Connection::kafka(url, kafka));
         }
         Ok(Config {
             state_dir: PathBuf::from(raw.state_dir.unwrap_or_else(|| DEFAULT_STATE_DIR.into())),
@@ -471,6 +744,66 @@ mod tests {
         let debug = format!("{c:?}");
         assert!(!debug.contains("s3cret"), "{debug}");
         assert!(debug.contains("u:***@h"), "{debug}");
+    }
+
+    #[test]
+    fn kafka_connections_and_their_options() {
+        let c = Config::parse(
+            "[connections.k]\nurl = \"kafka://b1:9092,b2:9093\"\nsslmode = \"verify-full\"\n\
+             sslrootcert = \"ca.pem\"\nsasl_mechanism = \"scram-sha-256\"\nuser = \"ev\"\n\
+             password = \"${PW}\"\n[connections.pg]\nurl = \"postgres://h/db\"\n",
+            env,
+        )
+        .unwrap();
+        let k = c.connection("k").unwrap();
+        assert_eq!(k.kind(), ConnectionKind::Kafka);
+        assert_eq!(k.kafka_brokers(), Some("b1:9092,b2:9093"));
+        let o = k.kafka_options();
+        assert_eq!(o.sasl_mechanism.as_deref(), Some("SCRAM-SHA-256"));
+        assert_eq!(o.password(), Some("s3cret"));
+        assert_eq!(c.connection("pg").unwrap().kind(), ConnectionKind::Postgres);
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        let bad = |text: &str| Config::parse(text, env).unwrap_err().to_string();
+        for (text, want) in [
+            (
+                "[connections.k]\nurl = \"kafka://\"\n",
+                "connections.k.url: kafka:// names no broker",
+            ),
+            (
+                "[connections.k]\nurl = \"kafka://u:s3cret@h:9092\"\n",
+                "connections.k.url: a kafka:// url takes no user or password",
+            ),
+            (
+                "[connections.k]\nurl = \"kafka://h\"\n",
+                "\"h\" is not host:port",
+            ),
+            (
+                "[connections.pg]\nurl = \"postgres://h/db\"\nsslmode = \"require\"\n",
+                "connections.pg.sslmode: only a kafka:// connection takes sslmode",
+            ),
+            (
+                "[connections.k]\nurl = \"kafka://h:1\"\nsslmode = \"on\"\n",
+                "connections.k.sslmode: \"on\" is not one of",
+            ),
+            (
+                "[connections.k]\nurl = \"kafka://h:1\"\nsslrootcert = \"ca.pem\"\n",
+                "connections.k.sslrootcert is set but sslmode is not",
+            ),
+            (
+                "[connections.k]\nurl = \"kafka://h:1\"\nuser = \"u\"\npassword = \"s3cret\"\n",
+                "sasl_mechanism, user and password go together",
+            ),
+            (
+                "[connections.k]\nurl = \"kafka://h:1\"\nsasl_mechanism = \"GSSAPI\"\nuser = \"u\"\npassword = \"p\"\n",
+                "\"GSSAPI\" is not one of PLAIN",
+            ),
+        ] {
+            let e = bad(text);
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains("s3cret"), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
     }
 
     #[test]

@@ -150,6 +150,17 @@ pub enum PipelineError {
         /// What the server says about it.
         detail: String,
     },
+    /// A MySQL source's binlog no longer holds the position its stream must
+    /// resume from (the files were purged, or it is another server's).
+    #[error("{}", render(self))]
+    BinlogPurged {
+        /// The source.
+        source_name: String,
+        /// The position needed (`file number/offset`, hexadecimal).
+        needed: String,
+        /// What the server has.
+        detail: String,
+    },
     /// A replication slot of the name the source would use exists already.
     #[error("{}", render(self))]
     SlotExists {
@@ -251,6 +262,13 @@ impl PipelineError {
             } => format!(
                 "replication slot \"{slot}\" of source \"{source_name}\" is missing or invalidated"
             ),
+            PipelineError::BinlogPurged {
+                source_name,
+                needed,
+                ..
+            } => format!(
+                "binlog position {needed} of source \"{source_name}\" is no longer on the server"
+            ),
             PipelineError::SlotExists { slot } => {
                 format!("replication slot \"{slot}\" already exists upstream")
             }
@@ -292,6 +310,7 @@ impl PipelineError {
             PipelineError::Connect { reason, .. } => Some(reason.clone()),
             PipelineError::Database { message, .. } => Some(message.clone()),
             PipelineError::SlotLost { detail, .. } => Some(detail.clone()),
+            PipelineError::BinlogPurged { detail, .. } => Some(detail.clone()),
             PipelineError::SinkShape { problem, .. } => Some(problem.clone()),
             PipelineError::Refused { detail, .. } => detail.clone(),
             _ => None,
@@ -323,6 +342,9 @@ impl PipelineError {
             PipelineError::SlotLost { .. } => Some(
                 "The stream cannot resume without loss: drop the source's tables and the source, then create them again.".into(),
             ),
+            PipelineError::BinlogPurged { .. } => Some(
+                "The stream cannot resume without loss: drop the source's tables and the source, then create them again (their snapshots start from the binlog the server has); keep binlogs longer (binlog_expire_logs_seconds) so that a stopped pipeline can catch up.".into(),
+            ),
             PipelineError::SlotExists { slot } => Some(format!(
                 "Another pipeline may own it; if not, drop it upstream with SELECT pg_drop_replication_slot('{slot}')."
             )),
@@ -342,7 +364,7 @@ impl PipelineError {
     /// connections and server shutdowns are transient.
     pub fn is_permanent(&self) -> bool {
         match self {
-            PipelineError::SlotLost { .. } => true,
+            PipelineError::SlotLost { .. } | PipelineError::BinlogPurged { .. } => true,
             PipelineError::Replication { message, .. } => {
                 server_sqlstate(message).is_some_and(permanent_sqlstate)
             }

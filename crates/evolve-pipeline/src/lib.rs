@@ -123,7 +123,10 @@
 //! whose documentation is the contract every source keeps (transactions
 //! whole and in commit order, positions, the snapshot seam, schemas, row
 //! images, confirmation, failures); [`source::postgres`] implements it for
-//! PostgreSQL, the only place that speaks pgoutput and LSNs.
+//! PostgreSQL, the only place that speaks pgoutput and LSNs, and
+//! [`source::mysql`] for MySQL and MariaDB from the row-based binlog (its
+//! positions are binlog file numbers and offsets, its values are mapped
+//! onto PostgreSQL types). The catalog's `sources.kind` picks one.
 //!
 //! # Sessions
 //!
@@ -162,6 +165,7 @@ pub mod admin;
 mod apply;
 pub mod bus;
 pub mod config;
+pub mod coordinate;
 mod doc;
 pub mod drift;
 pub mod error;
@@ -182,13 +186,16 @@ mod supervise;
 mod swap;
 pub mod upstream;
 
-pub use config::{Config, Connection};
+pub use config::{Config, Connection, ConnectionKind, KafkaOptions};
 pub use error::{ObjectKind, PipelineError, Result};
 pub use pipeline::{Pipeline, TableSpec};
 pub use position::Position;
-pub use sink::PROGRESS_TABLE;
+pub use sink::{PROGRESS_TABLE, PROGRESS_TOPIC, TRANSACTION_TIMEOUT};
 pub use status::ObjectStatus;
-pub use store::{ColumnInfo, InterfaceInfo, SinkInfo, SinkKind, SourceInfo, TableInfo, TableState};
+pub use store::{
+    ColumnInfo, InterfaceInfo, KafkaEnvelope, KafkaFormat, KafkaTarget, SinkInfo, SinkKind,
+    SourceInfo, TableInfo, TableState,
+};
 
 /// The layers inside the crate, lowest first; a module may use modules of
 /// its own layer and of the layers below, never above (doc comments and
@@ -223,6 +230,7 @@ mod layers {
         ("pending", 0, include_str!("pending.rs")),
         ("source", 2, include_str!("source/mod.rs")),
         ("source", 2, include_str!("source/postgres.rs")),
+        ("source", 2, include_str!("source/mysql.rs")),
         ("stream", 2, include_str!("stream.rs")),
         ("sink", 2, include_str!("sink/mod.rs")),
         ("sink", 2, include_str!("sink/postgres.rs")),
@@ -234,6 +242,7 @@ mod layers {
         ("subscribe", 4, include_str!("subscribe.rs")),
         ("admin", 5, include_str!("admin.rs")),
         ("access", 5, include_str!("access.rs")),
+        ("coordinate", 5, include_str!("coordinate.rs")),
     ];
 
     fn layer(module: &str) -> Option<usize> {

@@ -18,11 +18,13 @@ use crate::hydrate::{self, HydrateContext};
 use crate::monitor::Monitor;
 use crate::preflight;
 use crate::sink::{self, SinkContext};
+use crate::source::mysql::{self, MysqlSource};
 use crate::source::postgres::PostgresSource;
 use crate::status::{ObjectStatus, StatusBoard};
+use crate::store::SourceKind;
 use crate::store::{
-    InterfaceInfo, OutputColumn, ReplacementInfo, SinkInfo, SinkKind, SourceInfo, Store, TableInfo,
-    TableState,
+    InterfaceInfo, KafkaEnvelope, KafkaFormat, KafkaTarget, OutputColumn, ReplacementInfo,
+    SinkInfo, SinkKind, SourceInfo, Store, TableInfo, TableState,
 };
 use crate::stream::{self, SourceContext};
 use crate::swap;
@@ -273,6 +275,20 @@ impl Pipeline {
             });
         }
         let conn = self.config.connection(connection)?;
+        if conn.is_mysql() {
+            return Err(PipelineError::Refused {
+                sqlstate: "22023",
+                primary: format!(
+                    "connection \"{connection}\" is a MySQL connection; FROM POSTGRES needs a PostgreSQL one"
+                ),
+                detail: None,
+                hint: Some(format!(
+                    "CREATE SOURCE {} FROM MYSQL CONNECTION {}",
+                    sql_ident(name),
+                    sql_ident(connection)
+                )),
+            });
+        }
         let client = upstream::connect(connection, conn).await?;
         preflight::first_failure(&preflight::upstream(&client, publication).await?)?;
         let slot = slot_name(name);
@@ -312,6 +328,52 @@ impl Pipeline {
             applied_lsn: Position::ZERO,
             dropping: false,
             drop_error: None,
+            kind: SourceKind::Postgres,
+        };
+        self.with_store(|s| s.insert_source(&info))?;
+        self.catalog_changed();
+        Ok(info)
+    }
+
+    /// `CREATE SOURCE name FROM MYSQL CONNECTION connection`: checks the
+    /// server's binlog settings and the user's privileges (refusing with
+    /// the settings to change), and records the source with the binlog's
+    /// current position as its applied position: its stream starts there.
+    /// There is nothing to create upstream (a binlog has no slot).
+    pub async fn create_mysql_source(&self, name: &str, connection: &str) -> Result<SourceInfo> {
+        check_name(ObjectKind::Source, name)?;
+        let _catalog = self.catalog.lock().await;
+        if self.with_store(|s| s.source(name))?.is_some() {
+            return Err(PipelineError::AlreadyExists {
+                kind: ObjectKind::Source,
+                name: name.to_string(),
+            });
+        }
+        let conn = self.config.connection(connection)?;
+        if !conn.is_mysql() {
+            return Err(PipelineError::Refused {
+                sqlstate: "22023",
+                primary: format!(
+                    "connection \"{connection}\" is not a MySQL connection, which FROM MYSQL needs"
+                ),
+                detail: Some(format!("Its url is {}.", conn.redacted())),
+                hint: Some(
+                    "Name a connection whose url is mysql://user:password@host:port/database, or use FROM POSTGRES."
+                        .into(),
+                ),
+            });
+        }
+        let position = mysql::check_server(name, connection, conn).await?;
+        let info = SourceInfo {
+            name: name.to_string(),
+            connection: connection.to_string(),
+            publication: String::new(),
+            publication_created: false,
+            slot: slot_name(name),
+            applied_lsn: position,
+            dropping: false,
+            drop_error: None,
+            kind: SourceKind::Mysql,
         };
         self.with_store(|s| s.insert_source(&info))?;
         self.catalog_changed();
@@ -340,13 +402,29 @@ impl Pipeline {
             return Err(being_dropped(&source));
         }
         let conn = self.config.connection(&source.connection)?;
-        let client = upstream::connect(&source.connection, conn).await?;
-        let upstream =
-            upstream::inspect_table(&client, &source.name, &spec.schema, &spec.table).await?;
-        preflight::first_failure(
-            &preflight::upstream_table(&client, &source.publication, &spec.schema, &spec.table)
-                .await?,
-        )?;
+        // A MySQL source has no publication: its table is read from the
+        // binlog as soon as the catalog names it.
+        let (upstream, client) = if source.kind == SourceKind::Mysql {
+            let upstream = mysql::inspect_table(
+                &source.name,
+                &source.connection,
+                conn,
+                &spec.schema,
+                &spec.table,
+                &spec.exclude,
+            )
+            .await?;
+            (upstream, None)
+        } else {
+            let client = upstream::connect(&source.connection, conn).await?;
+            let upstream =
+                upstream::inspect_table(&client, &source.name, &spec.schema, &spec.table).await?;
+            preflight::first_failure(
+                &preflight::upstream_table(&client, &source.publication, &spec.schema, &spec.table)
+                    .await?,
+            )?;
+            (upstream, Some(client))
+        };
         let reference = format!("{}.{}", spec.schema, spec.table);
         let mut columns = upstream.columns.clone();
         for (list, name) in spec
@@ -387,8 +465,10 @@ impl Pipeline {
                 reason: "is a generated column, which logical replication does not send; list it in EXCLUDE COLUMNS".into(),
             });
         }
-        upstream::add_to_publication(&client, &source.publication, &spec.schema, &spec.table)
-            .await?;
+        if let Some(client) = &client {
+            upstream::add_to_publication(client, &source.publication, &spec.schema, &spec.table)
+                .await?;
+        }
         let mut info = TableInfo {
             id: 0,
             name: spec.name.clone(),
@@ -655,6 +735,17 @@ impl Pipeline {
                 hint: Some(hint),
             });
         }
+        if source.kind == SourceKind::Mysql {
+            return Err(PipelineError::Refused {
+                sqlstate: "0A000",
+                primary: format!(
+                    "APPLY REPLACEMENT is not supported yet for replacement \"{name}\" of MySQL source \"{}\"",
+                    source.name
+                ),
+                detail: Some("A swap happens at a marker written into the source's stream, which evolve does not write into a binlog yet.".into()),
+                hint: Some("Read the new table version through a new materialized view meanwhile.".into()),
+            });
+        }
         self.with_store(|s| s.set_replacement_applying(name, true))?;
         let emitted = async {
             let conn = self.config.connection(&source.connection)?;
@@ -782,6 +873,9 @@ impl Pipeline {
         };
         self.with_store(refuse)?;
         let conn = self.config.connection(connection)?;
+        if sink::is_kafka(conn) {
+            return Err(sink::not_postgres(connection));
+        }
         let client = evolve_pg::connect(conn.url(), "evolve-pipeline")
             .await
             .map_err(|e| upstream::connect_error(connection, conn, &e.to_string()))?;
@@ -812,6 +906,7 @@ impl Pipeline {
             connection: connection.to_string(),
             target_schema: schema.to_string(),
             target_table: table.to_string(),
+            kafka: None,
         };
         // DROP MATERIALIZED VIEW does not wait, so it may have run meanwhile.
         self.with_store(|s| {
@@ -822,8 +917,97 @@ impl Pipeline {
         Ok(info)
     }
 
+    /// `CREATE SINK name FROM interface INTO KAFKA CONNECTION connection
+    /// (TOPIC 'topic') [FORMAT JSON] [ENVELOPE UPSERT | ENVELOPE
+    /// DEBEZIUM]`: checks that a broker answers and creates the topic and
+    /// the progress topic when they are missing (see the Kafka sink's
+    /// docs in `sink/kafka.rs` for what it writes).
+    pub async fn create_kafka_sink(
+        &self,
+        name: &str,
+        interface: &str,
+        connection: &str,
+        target: KafkaTarget,
+    ) -> Result<SinkInfo> {
+        check_name(ObjectKind::Sink, name)?;
+        let _catalog = self.catalog.lock().await;
+        let refuse = |s: &mut Store| {
+            if s.sinks()?.iter().any(|x| x.name == name) {
+                return Err(PipelineError::AlreadyExists {
+                    kind: ObjectKind::Sink,
+                    name: name.to_string(),
+                });
+            }
+            if s.interface(interface)?.is_none() {
+                return Err(PipelineError::UnknownObject {
+                    kind: ObjectKind::Interface,
+                    name: interface.to_string(),
+                });
+            }
+            Ok(())
+        };
+        self.with_store(refuse)?;
+        let conn = self.config.connection(connection)?;
+        if !sink::is_kafka(conn) {
+            return Err(sink::not_kafka(connection));
+        }
+        sink::ensure_kafka_topics(connection, conn, name, &target.topic).await?;
+        let info = SinkInfo {
+            name: name.to_string(),
+            kind: SinkKind::Kafka,
+            interface: interface.to_string(),
+            connection: connection.to_string(),
+            target_schema: String::new(),
+            target_table: String::new(),
+            kafka: Some(target),
+        };
+        // DROP MATERIALIZED VIEW does not wait, so it may have run meanwhile.
+        self.with_store(|s| {
+            refuse(s)?;
+            s.insert_sink(&info)
+        })?;
+        self.catalog_changed();
+        Ok(info)
+    }
+
+    /// [`Pipeline::create_kafka_sink`] as the statement asks for it;
+    /// `FORMAT AVRO` is refused (not built yet).
+    pub async fn create_kafka_sink_as(
+        &self,
+        name: &str,
+        interface: &str,
+        connection: &str,
+        asked: &evolve_core::control::KafkaSink,
+    ) -> Result<SinkInfo> {
+        use evolve_core::control::{SinkEnvelope, SinkFormat};
+        let format = match &asked.format {
+            SinkFormat::Json => KafkaFormat::Json,
+            SinkFormat::Avro { .. } => {
+                return Err(PipelineError::Refused {
+                    sqlstate: "0A000",
+                    primary: format!(
+                        "sink \"{name}\": FORMAT AVRO is not supported yet; use FORMAT JSON (the default)"
+                    ),
+                    detail: None,
+                    hint: None,
+                });
+            }
+        };
+        let envelope = match asked.envelope {
+            SinkEnvelope::Upsert => KafkaEnvelope::Upsert,
+            SinkEnvelope::Debezium => KafkaEnvelope::Debezium,
+        };
+        let target = KafkaTarget {
+            topic: asked.topic.clone(),
+            format,
+            envelope,
+        };
+        self.create_kafka_sink(name, interface, connection, target)
+            .await
+    }
+
     /// `DROP SINK name`: forgets the sink and its progress record; its
-    /// table is left as it is.
+    /// table (or topic) is left as it is.
     pub async fn drop_sink(&self, name: &str) -> Result<()> {
         let _catalog = self.catalog.lock().await;
         let sink = self
@@ -836,6 +1020,12 @@ impl Pipeline {
             })?;
         self.with_store(|s| s.delete_sink(name))?;
         self.catalog_changed();
+        if sink.kind == SinkKind::Kafka {
+            if let Ok(conn) = self.config.connection(&sink.connection) {
+                let _ = sink::forget_kafka(&sink.connection, conn, name).await;
+            }
+            return Ok(());
+        }
         if let Ok(conn) = self.config.connection(&sink.connection)
             && let Ok(client) = evolve_pg::connect(conn.url(), "evolve-pipeline").await
         {
@@ -938,6 +1128,12 @@ impl Pipeline {
             refuse_dependents(s, ObjectKind::Source, name)?;
             Ok(source)
         })?;
+        if source.kind == SourceKind::Mysql {
+            // Nothing upstream to drop: a binlog reader leaves no trace.
+            self.with_store(|s| s.delete_source(name))?;
+            self.catalog_changed();
+            return Ok(());
+        }
         let conn = self.config.connection(&source.connection)?;
         let client = upstream::connect(&source.connection, conn).await?;
         self.with_store(|s| s.set_source_dropping(name, None))?;
@@ -1166,13 +1362,23 @@ impl Pipeline {
             };
             let (stop, stop_rx) = watch::channel(false);
             let id = table.id;
-            let task = tokio::spawn(hydrate::run(HydrateContext {
-                upstream: PostgresSource::new(source.clone(), connection),
-                state_dir: self.config.state_dir.clone(),
-                table,
-                stop: stop_rx,
-                status: self.status.clone(),
-            }));
+            // The source's kind picks the implementation of `Source`.
+            let task = match source.kind {
+                SourceKind::Postgres => tokio::spawn(hydrate::run(HydrateContext {
+                    upstream: PostgresSource::new(source.clone(), connection),
+                    state_dir: self.config.state_dir.clone(),
+                    table,
+                    stop: stop_rx,
+                    status: self.status.clone(),
+                })),
+                SourceKind::Mysql => tokio::spawn(hydrate::run(HydrateContext {
+                    upstream: MysqlSource::new(source.clone(), connection, Vec::new()),
+                    state_dir: self.config.state_dir.clone(),
+                    table,
+                    stop: stop_rx,
+                    status: self.status.clone(),
+                })),
+            };
             hydrators.insert(id, Hydrator { stop, task });
         }
         Ok(())
@@ -1242,17 +1448,39 @@ impl Pipeline {
             let Some(applied_tx) = applied.remove(&source.name) else {
                 continue;
             };
-            tasks.spawn(stream::run(SourceContext {
-                sinks: source_sinks.remove(&source.name).unwrap_or_default(),
-                upstream: PostgresSource::new(source.clone(), connection),
-                state_dir: self.config.state_dir.clone(),
-                applied: applied_tx,
-                stop: stop.clone(),
-                status: self.status.clone(),
-                bus: self.bus.clone(),
-                retain_history: self.config.retain_history,
-                source,
-            }));
+            let sinks = source_sinks.remove(&source.name).unwrap_or_default();
+            // The source's kind picks the implementation of `Source`.
+            match source.kind {
+                SourceKind::Postgres => tasks.spawn(stream::run(SourceContext {
+                    sinks,
+                    upstream: PostgresSource::new(source.clone(), connection),
+                    state_dir: self.config.state_dir.clone(),
+                    applied: applied_tx,
+                    stop: stop.clone(),
+                    status: self.status.clone(),
+                    bus: self.bus.clone(),
+                    retain_history: self.config.retain_history,
+                    source,
+                })),
+                SourceKind::Mysql => {
+                    let read: Vec<(String, String)> = tables
+                        .iter()
+                        .filter(|t| t.source == source.name)
+                        .map(|t| (t.upstream_schema.clone(), t.upstream_table.clone()))
+                        .collect();
+                    tasks.spawn(stream::run(SourceContext {
+                        sinks,
+                        upstream: MysqlSource::new(source.clone(), connection, read),
+                        state_dir: self.config.state_dir.clone(),
+                        applied: applied_tx,
+                        stop: stop.clone(),
+                        status: self.status.clone(),
+                        bus: self.bus.clone(),
+                        retain_history: self.config.retain_history,
+                        source,
+                    }))
+                }
+            };
         }
         Ok(())
     }

@@ -132,6 +132,9 @@ async fn poll(pipeline: &Pipeline, source: Option<&str>) -> Result<Poll> {
     let polls = sources
         .iter()
         .filter(|s| source.is_none_or(|name| name == s.name))
+        // Drift is polled from PostgreSQL's catalog; MySQL sources are not
+        // polled yet.
+        .filter(|s| s.kind == crate::store::SourceKind::Postgres)
         .map(|s| {
             let mine: Vec<TableInfo> = tables
                 .iter()

@@ -379,7 +379,8 @@ pub struct Plan {
     pub sources: Vec<(String, String)>,
     /// `(connection, publication, schema, table)` of each table.
     pub tables: Vec<(String, String, String, String)>,
-    /// `(connection, schema, table)` of each sink.
+    /// `(connection, schema, table)` of each sink; `(connection, "",
+    /// topic)` of a Kafka sink.
     pub sinks: Vec<(String, String, String)>,
 }
 
@@ -406,11 +407,15 @@ impl Plan {
             }
         }
         for k in sinks {
-            plan.sinks.push((
-                k.connection.clone(),
-                k.target_schema.clone(),
-                k.target_table.clone(),
-            ));
+            plan.sinks.push(match &k.kafka {
+                // A Kafka sink's topic stands where a table would.
+                Some(t) => (k.connection.clone(), String::new(), t.topic.clone()),
+                None => (
+                    k.connection.clone(),
+                    k.target_schema.clone(),
+                    k.target_table.clone(),
+                ),
+            });
         }
         plan
     }
@@ -423,12 +428,17 @@ impl Plan {
         sources: &[crate::store::SourceInfo],
     ) {
         use evolve_core::control::Statement;
+        // Only PostgreSQL upstreams are checked here; a MySQL source's
+        // checks run at CREATE SOURCE.
         let mut named: Vec<(String, String, String)> = sources
             .iter()
+            .filter(|s| s.kind == crate::store::SourceKind::Postgres)
             .map(|s| (s.name.clone(), s.connection.clone(), s.publication.clone()))
             .collect();
         for statement in statements {
             match statement {
+                Statement::CreateSource(s) if s.kind == evolve_core::control::SourceKind::Mysql => {
+                }
                 Statement::CreateSource(s) => {
                     named.push((s.name.clone(), s.connection.clone(), s.publication.clone()));
                     self.sources
@@ -446,11 +456,14 @@ impl Plan {
                         ));
                     }
                 }
-                Statement::CreateSink(k) => self.sinks.push((
-                    k.connection.clone(),
-                    k.table.schema.clone(),
-                    k.table.name.clone(),
-                )),
+                Statement::CreateSink(k) => self.sinks.push(match &k.kafka {
+                    Some(t) => (k.connection.clone(), String::new(), t.topic.clone()),
+                    None => (
+                        k.connection.clone(),
+                        k.table.schema.clone(),
+                        k.table.name.clone(),
+                    ),
+                }),
                 _ => {}
             }
         }
@@ -506,6 +519,16 @@ pub async fn run(config: &crate::config::Config, plan: &Plan) -> Report {
             used_as.push("sink");
         }
         let mut checks = Vec::new();
+        if crate::sink::is_kafka(connection) {
+            kafka_checks(name, connection, plan, &mut checks).await;
+            connections.push(ConnectionReport {
+                connection: name.clone(),
+                target: connection.redacted(),
+                used_as,
+                checks,
+            });
+            continue;
+        }
         match crate::upstream::connect(name, connection).await {
             Err(e) => checks.push(Check::fail(
                 "connection",
@@ -555,4 +578,48 @@ pub async fn run(config: &crate::config::Config, plan: &Plan) -> Report {
         });
     }
     Report { connections }
+}
+
+/// A `kafka://` connection's checks: a broker answers, and each topic of
+/// the plan's sinks exists (or will be created by the sink).
+async fn kafka_checks(
+    name: &str,
+    connection: &crate::config::Connection,
+    plan: &Plan,
+    checks: &mut Vec<Check>,
+) {
+    let topics: Vec<String> = plan
+        .sinks
+        .iter()
+        .filter(|s| s.0 == name)
+        .map(|s| s.2.clone())
+        .collect();
+    match crate::sink::missing_kafka_topics(name, connection, topics.clone()).await {
+        Err(e) => checks.push(Check::fail(
+            "connection",
+            match e.detail() {
+                Some(reason) => format!("{}: {reason}", e.primary()),
+                None => e.primary(),
+            },
+            format!(
+                "check connections.{name}.url in evolve.toml and that the Kafka brokers are running"
+            ),
+        )),
+        Ok(missing) => {
+            checks.push(Check::pass(
+                "connection",
+                format!("a Kafka broker of {} answered", connection.redacted()),
+            ));
+            for topic in topics {
+                checks.push(Check::pass(
+                    format!("topic {topic}"),
+                    if missing.contains(&topic) {
+                        "does not exist yet; the sink creates it".to_string()
+                    } else {
+                        "exists".to_string()
+                    },
+                ));
+            }
+        }
+    }
 }

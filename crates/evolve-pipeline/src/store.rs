@@ -41,6 +41,42 @@ pub struct SourceInfo {
     pub dropping: bool,
     /// Why the last `DROP SOURCE` could not drop the slot.
     pub drop_error: Option<String>,
+    /// What kind of upstream it reads (`sources.kind`): the engine starts
+    /// the matching implementation of `Source`.
+    pub kind: SourceKind,
+}
+
+/// The kind of upstream a source reads: data in the catalog, as
+/// [`SinkKind`] is for sinks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// PostgreSQL: a publication and a logical replication slot. Every
+    /// source of a store written before kinds were recorded.
+    #[default]
+    Postgres,
+    /// MySQL or MariaDB: the row-based binlog (no slot, no publication;
+    /// `slot` and `publication` are kept as names only).
+    Mysql,
+}
+
+impl SourceKind {
+    /// The catalog's name of the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Postgres => "postgres",
+            SourceKind::Mysql => "mysql",
+        }
+    }
+
+    /// The kind named `s`, if this release knows it.
+    pub fn parse(s: &str) -> Option<SourceKind> {
+        match s {
+            "postgres" => Some(SourceKind::Postgres),
+            "mysql" => Some(SourceKind::Mysql),
+            _ => None,
+        }
+    }
 }
 
 fn ser_lsn<S: serde::Serializer>(lsn: &Position, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -222,6 +258,91 @@ pub struct SinkInfo {
     pub target_schema: String,
     /// The target table.
     pub target_table: String,
+    /// A Kafka sink's topic, format and envelope (`target_schema` and
+    /// `target_table` are empty then); `None` for a PostgreSQL sink.
+    pub kafka: Option<KafkaTarget>,
+}
+
+impl SinkInfo {
+    /// Where it writes, for people: `schema.table`, or `topic 'orders'
+    /// (json, upsert)`.
+    pub fn target(&self) -> String {
+        match &self.kafka {
+            None => format!("{}.{}", self.target_schema, self.target_table),
+            Some(k) => format!(
+                "topic '{}' ({}, {})",
+                k.topic,
+                k.format.as_str(),
+                k.envelope.as_str()
+            ),
+        }
+    }
+}
+
+/// What a Kafka sink writes: columns `topic`, `format` and `envelope` of
+/// the catalog's `sinks`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct KafkaTarget {
+    /// The topic the interface's changes go to.
+    pub topic: String,
+    /// How keys and values are encoded.
+    pub format: KafkaFormat,
+    /// What a record's value holds.
+    pub envelope: KafkaEnvelope,
+}
+
+/// How a Kafka sink encodes keys and values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KafkaFormat {
+    /// The key document and the value as JSON text.
+    Json,
+}
+
+impl KafkaFormat {
+    /// The catalog's name of the format.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KafkaFormat::Json => "json",
+        }
+    }
+
+    /// The format named `s`, if this release knows it.
+    pub fn parse(s: &str) -> Option<KafkaFormat> {
+        match s {
+            "json" => Some(KafkaFormat::Json),
+            _ => None,
+        }
+    }
+}
+
+/// What a Kafka sink's record value holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KafkaEnvelope {
+    /// The document; a delete is a tombstone (no value).
+    Upsert,
+    /// `{"before": .., "after": .., "op": "r" | "c" | "u" | "d"}`.
+    Debezium,
+}
+
+impl KafkaEnvelope {
+    /// The catalog's name of the envelope.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KafkaEnvelope::Upsert => "upsert",
+            KafkaEnvelope::Debezium => "debezium",
+        }
+    }
+
+    /// The envelope named `s`, if this release knows it.
+    pub fn parse(s: &str) -> Option<KafkaEnvelope> {
+        match s {
+            "upsert" => Some(KafkaEnvelope::Upsert),
+            "debezium" => Some(KafkaEnvelope::Debezium),
+            _ => None,
+        }
+    }
 }
 
 /// The kind of destination a sink writes to: data in the catalog, so
@@ -232,6 +353,9 @@ pub enum SinkKind {
     /// A PostgreSQL table `(key jsonb PRIMARY KEY, data jsonb NOT NULL)`
     /// with `evolve_sink_progress` beside it.
     Postgres,
+    /// A Kafka topic written by a transactional producer, with the
+    /// sink's position in the progress topic `_evolve_sink_progress`.
+    Kafka,
 }
 
 impl SinkKind {
@@ -239,6 +363,7 @@ impl SinkKind {
     pub fn as_str(self) -> &'static str {
         match self {
             SinkKind::Postgres => "postgres",
+            SinkKind::Kafka => "kafka",
         }
     }
 
@@ -246,6 +371,7 @@ impl SinkKind {
     pub fn parse(s: &str) -> Option<SinkKind> {
         match s {
             "postgres" => Some(SinkKind::Postgres),
+            "kafka" => Some(SinkKind::Kafka),
             _ => None,
         }
     }
@@ -375,15 +501,16 @@ impl Store {
     pub fn insert_source(&self, s: &SourceInfo) -> Result<()> {
         self.conn
             .execute(
-                "INSERT INTO sources (name, connection, publication, publication_created, slot, applied_lsn) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO sources (name, connection, publication, publication_created, slot, applied_lsn, kind) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     s.name,
                     s.connection,
                     s.publication,
                     s.publication_created,
                     s.slot,
-                    s.applied_lsn.to_sql()
+                    s.applied_lsn.to_sql(),
+                    s.kind.as_str()
                 ],
             )
             .map_err(|e| PipelineError::store("insert source", e))?;
@@ -395,7 +522,7 @@ impl Store {
         self.conn
             .query_row(
                 "SELECT name, connection, publication, publication_created, slot, applied_lsn, \
-                        dropping, drop_error \
+                        dropping, drop_error, kind \
                  FROM sources WHERE name = ?1",
                 [name],
                 source_row,
@@ -410,7 +537,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT name, connection, publication, publication_created, slot, applied_lsn, \
-                        dropping, drop_error \
+                        dropping, drop_error, kind \
                  FROM sources ORDER BY name",
             )
             .map_err(|e| PipelineError::store("list sources", e))?;
@@ -786,15 +913,18 @@ impl Store {
     pub fn insert_sink(&self, s: &SinkInfo) -> Result<()> {
         self.conn
             .execute(
-                "INSERT INTO sinks (name, interface, connection, target_schema, target_table, kind) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO sinks (name, interface, connection, target_schema, target_table, kind, \
+                 topic, format, envelope) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
                     s.name,
                     s.interface,
                     s.connection,
                     s.target_schema,
                     s.target_table,
-                    s.kind.as_str()
+                    s.kind.as_str(),
+                    s.kafka.as_ref().map(|k| k.topic.as_str()),
+                    s.kafka.as_ref().map(|k| k.format.as_str()),
+                    s.kafka.as_ref().map(|k| k.envelope.as_str()),
                 ],
             )
             .map_err(|e| PipelineError::store("insert sink", e))?;
@@ -806,13 +936,16 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT name, interface, connection, target_schema, target_table, kind \
-                 FROM sinks ORDER BY name",
+                "SELECT name, interface, connection, target_schema, target_table, kind, \
+                 topic, format, envelope FROM sinks ORDER BY name",
             )
             .map_err(|e| PipelineError::store("list sinks", e))?;
+        #[allow(clippy::type_complexity)]
         let rows = stmt
             .query_map([], |r| {
                 let kind: String = r.get(5)?;
+                let kafka: (Option<String>, Option<String>, Option<String>) =
+                    (r.get(6)?, r.get(7)?, r.get(8)?);
                 Ok((
                     SinkInfo {
                         name: r.get(0)?,
@@ -821,22 +954,43 @@ impl Store {
                         connection: r.get(2)?,
                         target_schema: r.get(3)?,
                         target_table: r.get(4)?,
+                        kafka: None,
                     },
                     kind,
+                    kafka,
                 ))
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| PipelineError::store("list sinks", e))?;
         rows.into_iter()
-            .map(|(mut sink, kind)| {
+            .map(|(mut sink, kind, (topic, format, envelope))| {
+                let unknown = |what: &str, value: &str| PipelineError::Store {
+                    context: format!("read sink \"{}\"", sink.name),
+                    message: format!(
+                        "its {what} \"{value}\" is not one this release knows: the state \
+                         store was written by a newer release or is damaged; run the release that \
+                         wrote it, or restore pipeline.db from a backup"
+                    ),
+                };
                 sink.kind = SinkKind::parse(&kind).ok_or_else(|| PipelineError::Store {
                     context: format!("read sink \"{}\"", sink.name),
                     message: format!(
-                        "its kind \"{kind}\" is not one this release knows (postgres): the state \
+                        "its kind \"{kind}\" is not one this release knows (postgres, kafka): the state \
                          store was written by a newer release or is damaged; run the release that \
                          wrote it, or restore pipeline.db from a backup"
                     ),
                 })?;
+                if sink.kind == SinkKind::Kafka {
+                    let format = format.unwrap_or_default();
+                    let envelope = envelope.unwrap_or_default();
+                    sink.kafka = Some(KafkaTarget {
+                        topic: topic.unwrap_or_default(),
+                        format: KafkaFormat::parse(&format)
+                            .ok_or_else(|| unknown("format", &format))?,
+                        envelope: KafkaEnvelope::parse(&envelope)
+                            .ok_or_else(|| unknown("envelope", &envelope))?,
+                    });
+                }
                 Ok(sink)
             })
             .collect()
@@ -1145,8 +1299,15 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("sources", "drop_error", "TEXT"),
     ("feed", "committed_at", "INTEGER NOT NULL DEFAULT 0"),
     ("interfaces", "absorb", "TEXT NOT NULL DEFAULT 'manual'"),
+    // Every source of an older store reads PostgreSQL.
+    ("sources", "kind", "TEXT NOT NULL DEFAULT 'postgres'"),
     // Every sink of an older store writes to a PostgreSQL table.
     ("sinks", "kind", "TEXT NOT NULL DEFAULT 'postgres'"),
+    // A Kafka sink's topic, format and envelope; NULL for the PostgreSQL
+    // sinks of an older store.
+    ("sinks", "topic", "TEXT"),
+    ("sinks", "format", "TEXT"),
+    ("sinks", "envelope", "TEXT"),
     // Every interface of an older store is of the one interface form.
     (
         "interfaces",
@@ -1181,6 +1342,21 @@ fn source_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SourceInfo> {
         applied_lsn: Position::from_sql(r.get(5)?),
         dropping: r.get(6)?,
         drop_error: r.get(7)?,
+        kind: {
+            let kind: String = r.get(8)?;
+            SourceKind::parse(&kind).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    8,
+                    rusqlite::types::Type::Text,
+                    format!(
+                        "source kind \"{kind}\" is not one this release knows (postgres, mysql): \
+                         the state store was written by a newer release or is damaged; run the \
+                         release that wrote it, or restore pipeline.db from a backup"
+                    )
+                    .into(),
+                )
+            })?
+        },
     })
 }
 
@@ -1229,6 +1405,68 @@ fn columns_from_json(text: &str) -> Option<Vec<ColumnInfo>> {
 mod tests {
     use super::*;
 
+    /// A store written before sources had a kind opens with every source
+    /// reading PostgreSQL; new sources keep the kind they were given.
+    #[test]
+    fn sources_of_an_older_store_read_postgres() {
+        let dir =
+            std::env::temp_dir().join(format!("evolve-store-kind-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            let old = Connection::open(dir.join("pipeline.db")).unwrap();
+            old.execute_batch(
+                "CREATE TABLE sources (name TEXT PRIMARY KEY, connection TEXT NOT NULL, \
+                 publication TEXT NOT NULL, publication_created INTEGER NOT NULL, \
+                 slot TEXT NOT NULL, applied_lsn INTEGER NOT NULL DEFAULT 0); \
+                 INSERT INTO sources VALUES ('old', 'pg', 'pub', 0, 'evolve_old', 42);",
+            )
+            .unwrap();
+        }
+        let store = Store::open(&dir).unwrap();
+        let old = store.source("old").unwrap().unwrap();
+        assert_eq!(old.kind, SourceKind::Postgres);
+        assert_eq!(old.applied_lsn, Position::from_u64(42));
+        store
+            .insert_source(&SourceInfo {
+                name: "shop".into(),
+                connection: "my".into(),
+                publication: String::new(),
+                publication_created: false,
+                slot: "evolve_shop".into(),
+                applied_lsn: Position::ZERO,
+                dropping: false,
+                drop_error: None,
+                kind: SourceKind::Mysql,
+            })
+            .unwrap();
+        let kinds: Vec<(String, SourceKind)> = store
+            .sources()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.name, s.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("old".into(), SourceKind::Postgres),
+                ("shop".into(), SourceKind::Mysql)
+            ]
+        );
+        // A kind this release does not know is an error that says so.
+        store
+            .conn
+            .execute("UPDATE sources SET kind = 'oracle' WHERE name = 'old'", [])
+            .unwrap();
+        let e = store.source("old").unwrap_err().to_string();
+        assert!(
+            e.contains("source kind \"oracle\" is not one this release knows"),
+            "{e}"
+        );
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn catalog_round_trip_and_feed_limits() {
         let dir = std::env::temp_dir().join(format!("evolve-store-test-{}", std::process::id()));
@@ -1244,6 +1482,7 @@ mod tests {
                 applied_lsn: Position::from_u64(5),
                 dropping: false,
                 drop_error: None,
+                kind: SourceKind::Postgres,
             })
             .unwrap();
         let table = TableInfo {
@@ -1331,6 +1570,71 @@ mod tests {
             ["c"]
         );
         assert_eq!(store.prune_feed(iface, Position::from_u64(20)).unwrap(), 3);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A store from before Kafka sinks (no `topic`, `format`, `envelope`)
+    /// gets the columns when opened; its sinks stay PostgreSQL sinks, and
+    /// a Kafka sink round-trips through the new columns.
+    #[test]
+    fn kafka_columns_are_added_to_an_older_store() {
+        let dir = std::env::temp_dir().join(format!("evolve-store-kafka-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir).unwrap();
+        store
+            .conn
+            .execute_batch(
+                "INSERT INTO sources (name, connection, publication, publication_created, slot) \
+                 VALUES ('src', 'pg', 'pub', 1, 'evolve_src');
+                 INSERT INTO tables (name, source, upstream_schema, upstream_table, upstream_oid, columns, state) \
+                 VALUES ('t_v1', 'src', 'public', 't', 1, '[]', 'pending');
+                 INSERT INTO interfaces (name, table_name, output) VALUES ('t_json', 't_v1', '[]');
+                 ALTER TABLE sinks DROP COLUMN topic;
+                 ALTER TABLE sinks DROP COLUMN format;
+                 ALTER TABLE sinks DROP COLUMN envelope;
+                 INSERT INTO sinks (name, interface, connection, target_schema, target_table) \
+                 VALUES ('old', 't_json', 'sink', 'public', 't_json');",
+            )
+            .unwrap();
+        drop(store);
+        let store = Store::open(&dir).unwrap();
+        let sinks = store.sinks().unwrap();
+        assert_eq!(sinks.len(), 1);
+        assert_eq!(sinks[0].kind, SinkKind::Postgres);
+        assert_eq!(sinks[0].kafka, None);
+        assert_eq!(sinks[0].target(), "public.t_json");
+        let kafka = SinkInfo {
+            name: "to_kafka".into(),
+            kind: SinkKind::Kafka,
+            interface: "t_json".into(),
+            connection: "k".into(),
+            target_schema: String::new(),
+            target_table: String::new(),
+            kafka: Some(KafkaTarget {
+                topic: "orders".into(),
+                format: KafkaFormat::Json,
+                envelope: KafkaEnvelope::Debezium,
+            }),
+        };
+        store.insert_sink(&kafka).unwrap();
+        let sinks = store.sinks().unwrap();
+        assert_eq!(sinks[1], kafka);
+        assert_eq!(sinks[1].target(), "topic 'orders' (json, debezium)");
+        store
+            .conn
+            .execute(
+                "UPDATE sinks SET envelope = 'avro-ish' WHERE name = 'to_kafka'",
+                [],
+            )
+            .unwrap();
+        let e = store.sinks().unwrap_err();
+        assert!(
+            e.primary().contains(
+                "read sink \"to_kafka\": its envelope \"avro-ish\" is not one this release knows"
+            ),
+            "{e}"
+        );
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -52,6 +52,12 @@ pub(crate) async fn run<S: Source>(mut ctx: SourceContext<S>) {
         ctx.status.clone(),
         ctx.stop.clone(),
     );
+    // A binlog has no slot holding history for the source.
+    let holds = if ctx.source.kind == crate::store::SourceKind::Mysql {
+        ""
+    } else {
+        " (its slot keeps WAL upstream meanwhile)"
+    };
     let task = Task {
         kind: ObjectKind::Source,
         name: &name,
@@ -59,19 +65,24 @@ pub(crate) async fn run<S: Source>(mut ctx: SourceContext<S>) {
         stop,
         starting: Some("starting"),
     };
-    supervise(task, &mut ctx, |ctx| Box::pin(run_once(ctx)), |_, e| {
-        if e.is_permanent() {
-            // Retrying would fail the same way while the slot keeps WAL
-            // upstream: stop, and say so.
-            Verdict::Stop {
-                shown: format!(
-                    "{e}\nnot retried: fix the cause, then restart the pipeline (its slot keeps WAL upstream meanwhile)"
-                ),
+    supervise(
+        task,
+        &mut ctx,
+        |ctx| Box::pin(run_once(ctx)),
+        |_, e| {
+            if e.is_permanent() {
+                // Retrying would fail the same way while the slot keeps WAL
+                // upstream: stop, and say so.
+                Verdict::Stop {
+                    shown: format!(
+                        "{e}\nnot retried: fix the cause, then restart the pipeline{holds}"
+                    ),
+                }
+            } else {
+                Verdict::Retry
             }
-        } else {
-            Verdict::Retry
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -217,7 +228,8 @@ async fn apply_stream<C: ChangeStream, S>(
                     txn_rows = 0;
                 }
                 SourceEvent::Schema { table, schema } => {
-                    on_schema(ctx, store, &mut tables, &by_oid, &mut deferral, table, schema)?;
+                    let at = txn.as_ref().map(|t| t.final_lsn);
+                    on_schema(ctx, store, &mut tables, &by_oid, &mut deferral, table, schema, at)?;
                 }
                 SourceEvent::Row { table, change } => {
                     if change.kind != ChangeKind::Truncate {
@@ -435,6 +447,8 @@ fn confirmable(
 #[derive(Default)]
 struct Deferral {
     schemas: HashMap<u32, Arc<TableSchema>>,
+    /// The commit position of the transaction each of `schemas` came in.
+    schema_at: HashMap<u32, Position>,
     schema_kept: HashSet<usize>,
 }
 
@@ -474,9 +488,14 @@ fn stall(
     Ok(())
 }
 
-/// A table's schema from the source: each of the source's tables reading
-/// it maps its pinned columns onto it, and a running table whose columns
-/// no longer match stalls.
+/// A table's schema from the source, in the transaction committed at
+/// `at`: each of the source's tables reading it maps its pinned columns
+/// onto it, and a running table whose columns no longer match stalls,
+/// unless the transaction is before its snapshot (a stream that restarted
+/// from an earlier confirmed position replays schemas older than a table
+/// version created after a schema change; none of their rows applies to
+/// it, and the schema it was pinned to comes again before any that does).
+#[allow(clippy::too_many_arguments)]
 fn on_schema<S>(
     ctx: &SourceContext<S>,
     store: &Store,
@@ -485,16 +504,22 @@ fn on_schema<S>(
     deferral: &mut Deferral,
     oid: u32,
     schema: Arc<TableSchema>,
+    at: Option<Position>,
 ) -> Result<()> {
     for &t in by_oid.get(&oid).map_or(&[][..], Vec::as_slice) {
         deferral.schema_kept.remove(&t);
         if let Err(problem) = tables[t].on_schema(&schema)
             && tables[t].info.state == TableState::Running
+            && at.is_none_or(|at| tables[t].applies(at))
         {
             stall(&ctx.status, store, &mut tables[t], problem)?;
         }
     }
     deferral.schemas.insert(oid, schema);
+    match at {
+        Some(at) => deferral.schema_at.insert(oid, at),
+        None => deferral.schema_at.remove(&oid),
+    };
     Ok(())
 }
 
@@ -674,9 +699,12 @@ fn replay_pending<S>(
     tx.commit().map_err(fail)?;
     tables[t].info.state = state;
     tables[t].info.error = stalled.clone();
-    // Back to the columns of the live stream's latest schema.
+    // Back to the columns of the live stream's latest schema, unless it
+    // came before the snapshot (the stream is replaying older
+    // transactions; see `on_schema`).
     if stalled.is_none()
         && let Some(schema) = deferral.schemas.get(&oid)
+        && deferral.schema_at.get(&oid).is_none_or(|at| *at >= point)
         && let Err(problem) = tables[t].on_schema(schema)
     {
         stall(&ctx.status, store, &mut tables[t], problem)?;

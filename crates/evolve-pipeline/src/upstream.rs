@@ -27,6 +27,16 @@ pub const SESSION_SETTINGS: &[(&str, &str)] = &[
 /// Opens an ordinary session on `connection` (named `name` in messages),
 /// with [`SESSION_SETTINGS`].
 pub async fn connect(name: &str, connection: &Connection) -> Result<Client> {
+    if connection.kind() == crate::config::ConnectionKind::Kafka {
+        return Err(PipelineError::Refused {
+            sqlstate: "42809",
+            primary: format!(
+                "connection \"{name}\" is a kafka:// connection; a PostgreSQL source or session needs a PostgreSQL url"
+            ),
+            detail: None,
+            hint: None,
+        });
+    }
     let client = evolve_pg::connect(connection.url(), "evolve-pipeline")
         .await
         .map_err(|e| connect_error(name, connection, &e.to_string()))?;

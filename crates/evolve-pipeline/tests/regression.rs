@@ -1,7 +1,8 @@
 //! One test per defect a review found, each named after what broke: a
 //! failed APPLY request, a DROP SOURCE whose slot cannot be dropped, a row
 //! that cannot be encoded, the replacement's output check, an unknown
-//! table state, verbs racing each other, a document that is not UTF-8.
+//! table state, verbs racing each other, a document that is not UTF-8, a
+//! replayed old schema stalling a version made after a rename.
 
 mod common;
 
@@ -451,11 +452,12 @@ async fn a_sink_kind_the_store_does_not_know_is_an_error() {
         .query_row("SELECT kind FROM sinks", [], |r| r.get(0))
         .unwrap();
     assert_eq!(stored, "postgres");
-    db.execute("UPDATE sinks SET kind = 'kafka'", []).unwrap();
+    db.execute("UPDATE sinks SET kind = 'bigquery'", [])
+        .unwrap();
     let e = pipeline.sinks().unwrap_err();
     assert!(
         e.primary().starts_with(
-            "embedded store: read sink \"orders_sink\": its kind \"kafka\" is not one this release knows"
+            "embedded store: read sink \"orders_sink\": its kind \"bigquery\" is not one this release knows"
         ),
         "{e}"
     );
@@ -596,5 +598,92 @@ async fn a_document_that_is_not_utf8_stalls_the_sink_and_writes_nothing() {
         .unwrap()
         .get(0);
     assert_eq!(progress, 0);
+    running.stop().await;
+}
+
+/// Defect: a catalog change restarts the source's stream from the slot's
+/// confirmed position, and while a sink lagged that position was before an
+/// upstream `RENAME COLUMN`: the replayed old schema stalled a table
+/// version created after the rename (pinned to the new name) although
+/// none of the replayed rows applied to it. `migrate apply --pipeline`'s
+/// rename (exclude, rename, include) met it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_created_after_a_rename_survives_a_replay_of_the_old_schema() {
+    let env = env("reg_replay_schema").await;
+    let up = connect(&env.up.url).await;
+    up.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, a text);
+         INSERT INTO orders SELECT g, 'a' || g FROM generate_series(1, 5) g;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["orders"]).await;
+    let running = Running::start(pipeline.clone());
+    wait_all_running(&pipeline, WAIT).await;
+    let sink = connect(&env.sink.url).await;
+    wait_equal(&up, &sink, "orders", "orders_json", WAIT).await;
+    // The sink cannot write (each attempt fails and is retried): the
+    // slot's confirmed position stays before the changes below.
+    sink.batch_execute(
+        "CREATE TABLE public.blocked (since timestamptz);
+         INSERT INTO public.blocked VALUES (now());
+         CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF EXISTS (SELECT 1 FROM public.blocked) THEN
+             RAISE EXCEPTION 'the test holds the sink';
+           END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse BEFORE INSERT OR UPDATE OR DELETE ON public.orders_json
+           FOR EACH ROW EXECUTE FUNCTION public.refuse();",
+    )
+    .await
+    .unwrap();
+    up.batch_execute("UPDATE orders SET a = 'y' WHERE id = 2")
+        .await
+        .unwrap();
+    up.batch_execute("ALTER TABLE orders RENAME COLUMN a TO b")
+        .await
+        .unwrap();
+    up.batch_execute("UPDATE orders SET b = 'z' WHERE id = 3")
+        .await
+        .unwrap();
+    wait_state(&pipeline, "orders_v1", TableState::Stalled, WAIT).await;
+    pipeline
+        .create_table(&spec("orders_v2", &env.source, "orders"))
+        .await
+        .unwrap();
+    wait_until("orders_v2 to be hydrated", WAIT, async || {
+        table_state(&pipeline, "orders_v2").0.is_hydrated()
+    })
+    .await;
+    assert_eq!(
+        table_state(&pipeline, "orders_v2"),
+        (TableState::Running, None)
+    );
+    // Another catalog change: the stream restarts and replays the old
+    // schema (with `a`) from before the rename.
+    pipeline
+        .create_interface("orders_json2", "orders_v2")
+        .unwrap();
+    up.batch_execute("UPDATE orders SET b = 'w' WHERE id = 4")
+        .await
+        .unwrap();
+    wait_until("orders_v2 to hold the last update", WAIT, async || {
+        pipeline
+            .documents("orders_json2")
+            .unwrap()
+            .iter()
+            .any(|(_, d)| std::str::from_utf8(d).is_ok_and(|d| d.contains("\"b\":\"w\"")))
+    })
+    .await;
+    assert_eq!(
+        table_state(&pipeline, "orders_v2"),
+        (TableState::Running, None)
+    );
+    sink.batch_execute("DELETE FROM public.blocked")
+        .await
+        .unwrap();
     running.stop().await;
 }

@@ -423,6 +423,7 @@ impl Replica {
                 applied_lsn: applier.position(),
                 dropping: false,
                 drop_error: None,
+                kind: evolve_pipeline::store::SourceKind::Postgres,
             },
             Connection::new(spec.upstream.clone()),
         );

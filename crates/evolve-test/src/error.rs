@@ -54,6 +54,40 @@ pub enum HarnessError {
         output: String,
     },
 
+    /// The Kafka jars are not where [`kafka_jars_dir`](crate::kafka_jars_dir)
+    /// says they are.
+    #[error(
+        "the Apache Kafka jars (kafka_2.13 {}) are not in {}; run `cargo xtask test` (it fetches them with Maven), or set EVOLVE_KAFKA_JARS to a directory holding them",
+        crate::KAFKA_VERSION,
+        jars.display()
+    )]
+    KafkaJarsMissing {
+        /// Where they were looked for.
+        jars: PathBuf,
+    },
+
+    /// The Kafka broker did not come up.
+    #[error(
+        "the test Kafka broker on 127.0.0.1:{port} did not start: {why}\nbroker log (last lines):\n{log}"
+    )]
+    KafkaStart {
+        /// Its port.
+        port: u16,
+        /// What went wrong.
+        why: String,
+        /// The tail of its log.
+        log: String,
+    },
+
+    /// Reading a topic to its end failed.
+    #[error("could not read topic \"{topic}\" to its end: {why}")]
+    KafkaRead {
+        /// The topic.
+        topic: String,
+        /// What went wrong.
+        why: String,
+    },
+
     /// `CREATE DATABASE` (or the connection for it) failed.
     #[error("could not create database \"{name}\" on 127.0.0.1:{port}: {detail}")]
     CreateDatabase {

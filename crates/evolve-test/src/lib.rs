@@ -25,6 +25,15 @@
 //!
 //! Benchmarks and the demo start their own with [`Cluster::start`].
 //!
+//! # MariaDB
+//!
+//! [`MariaDb`] is the same for MySQL-protocol upstreams: a throwaway
+//! MariaDB server (`mariadb-install-db` + `mariadbd`) with the row-based
+//! binlog change capture reads, one shared per test binary
+//! ([`shared_mariadb`]) with a fresh database per test
+//! ([`fresh_mariadb_db`]); see the `mariadb` module's docs for its settings,
+//! its users and `EVOLVE_MARIADB_BIN`.
+//!
 //! # TLS
 //!
 //! [`Cluster::start_with`] with [`Options::tls`] starts a cluster with
@@ -90,10 +99,22 @@
 //!   (no cleanup, no watchdog), and print its directory, port and the command
 //!   to stop it to stderr, for inspecting what a test left behind.
 //! - `TMPDIR`: where cluster directories go (see above for root).
+//! - `EVOLVE_KAFKA_JARS`: the directory of the Kafka jars (see below).
+//!
+//! # Kafka
+//!
+//! [`Kafka`] is a throwaway Apache Kafka broker (KRaft, one node, the
+//! broker's own jars run with `java`), and [`kafka`] the one shared by a
+//! test binary, as [`shared`] is for PostgreSQL; [`read_committed`] reads a
+//! topic to its end as a `read_committed` consumer. The jars are fetched by
+//! `cargo xtask test` into `target/kafka/jars`; without them starting a
+//! broker fails and says so.
 
 mod bin_dir;
 mod cluster;
 mod error;
+mod kafka;
+mod mariadb;
 mod os;
 mod tls;
 
@@ -102,6 +123,10 @@ use std::sync::OnceLock;
 pub use bin_dir::pg_bin_dir;
 pub use cluster::{Auth, Cluster, Options, Role, TestDb};
 pub use error::HarnessError;
+pub use kafka::{
+    KAFKA_VERSION, Kafka, Record, is_unknown_topic, kafka, kafka_jars_dir, read_committed,
+};
+pub use mariadb::{MariaDb, MariaDbDb, MariaDbOptions, fresh_mariadb_db, shared_mariadb};
 pub use tls::TlsOptions;
 
 /// The cluster shared by every test of this process, started on first use.

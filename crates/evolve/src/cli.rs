@@ -319,6 +319,22 @@ pub enum MigrateVerb {
         /// Run backfill jobs to the end before going on (--backfill wait).
         #[arg(long)]
         wait_backfill: bool,
+        /// A running pipeline's admin API (e.g. http://127.0.0.1:7800):
+        /// before each file, the table versions that ingest the columns it
+        /// drops, retypes or renames are swapped onto versions without
+        /// them, so no table stalls [default: pipeline in the Flyway
+        /// configuration]. The token comes from EVOLVE_ADMIN_TOKEN or
+        /// --pipeline-config.
+        #[arg(long, value_name = "URL")]
+        pipeline: Option<String>,
+        /// The pipeline's evolve.toml, for its admin API's token (and
+        /// address, when --pipeline is not given).
+        #[arg(long, value_name = "FILE")]
+        pipeline_config: Option<PathBuf>,
+        /// How long --pipeline waits for each new table version to be
+        /// hydrated (e.g. 60s, 10min).
+        #[arg(long, value_name = "DURATION", default_value = "10min", value_parser = crate::pipeline::parse_wait)]
+        pipeline_timeout: Duration,
         #[command(flatten)]
         db: DatabaseArgs,
         #[command(flatten)]
@@ -536,6 +552,9 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
             until_phase,
             backfill,
             wait_backfill,
+            pipeline,
+            pipeline_config,
+            pipeline_timeout,
             db,
             files,
             lock,
@@ -568,6 +587,18 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
             flyway
                 .configure_apply(&mut apply_opts)
                 .map_err(anyhow::Error::msg)?;
+            let pipeline = pipeline.or(flyway.pipeline.clone());
+            if pipeline.is_some() || pipeline_config.is_some() {
+                let admin = crate::pipeline::AdminArg {
+                    admin: pipeline,
+                    config: pipeline_config,
+                }
+                .resolve()?;
+                apply_opts.pipeline = Some(std::sync::Arc::new(
+                    crate::coordinate::HttpCoordinator::new(admin),
+                ));
+                apply_opts.pipeline_timeout = Some(pipeline_timeout);
+            }
             let mut event_out = out.clone();
             let report = evolve_migrate::apply(&opts, &apply_opts, &mut |e| {
                 event_out.event(&e);

@@ -6,6 +6,7 @@
 //!   load, with every count checked; exits 1 if an expectation failed.
 //! - `migrate` ([`migrate`]): `evolve migrate` on five migration files.
 
+mod coordinate;
 mod migrate;
 mod pipeline;
 

@@ -484,6 +484,67 @@ pub fn event_text(e: &Event) -> String {
             phase,
             until,
         } => format!("stopped before {script} (phase {phase}), as --until-phase {until} asks"),
+        Event::WouldCoordinate {
+            script,
+            pipeline,
+            views,
+            old_table,
+            columns,
+            before,
+            statements,
+            after,
+        } => {
+            let mut s = format!(
+                "{script} changes columns table {old_table} of the pipeline at {pipeline} ingests ({columns}); materialized view{} {} would move first:",
+                plural(views.len()),
+                views.join(", ")
+            );
+            for step in before {
+                s.push_str(&format!("\n  before: {step}"));
+            }
+            for statement in statements {
+                s.push_str(&format!("\n  file:   {statement};"));
+            }
+            for step in after {
+                s.push_str(&format!("\n  after the commit: {step}"));
+            }
+            s
+        }
+        Event::Coordinated {
+            script,
+            views,
+            old_table,
+            table,
+            columns,
+            when,
+            ..
+        } if when == "before" => format!(
+            "{script}: materialized view{} {} moved from table {old_table} to {table} ({columns}) before the file; dropped {old_table}",
+            plural(views.len()),
+            views.join(", ")
+        ),
+        Event::Coordinated {
+            script,
+            views,
+            old_table,
+            table,
+            columns,
+            ..
+        } => format!(
+            "{script}: after the commit, materialized view{} {} read{} table {table} ({columns}); dropped {old_table}",
+            plural(views.len()),
+            views.join(", "),
+            if views.len() == 1 { "s" } else { "" }
+        ),
+        Event::CoordinationUndone {
+            script,
+            views,
+            table,
+        } => format!(
+            "{script} failed; materialized view{} {} moved back onto table {table}, a copy of the version before",
+            plural(views.len()),
+            views.join(", ")
+        ),
         other => format!("{other:?}"),
     }
 }

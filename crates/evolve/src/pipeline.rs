@@ -72,7 +72,7 @@ impl AdminArg {
     /// The admin API to call: `--admin` (or `EVOLVE_ADMIN`), else the
     /// config's `admin_listen`; the token from `EVOLVE_ADMIN_TOKEN`, else
     /// the config's `admin_token` or `admin_token_file`.
-    fn resolve(&self) -> anyhow::Result<AdminUrl> {
+    pub(crate) fn resolve(&self) -> anyhow::Result<AdminUrl> {
         let (listen, token) = match &self.config {
             Some(path) => {
                 let (listen, token) = Config::load_admin(path).map_err(|e| pipeline_error(&e))?;
@@ -139,7 +139,7 @@ pub struct StatusArgs {
 }
 
 /// A duration as the control language's `WAIT` takes it.
-fn parse_wait(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
     evolve_core::control::parse_duration(text).ok_or_else(|| {
         format!(
             "{text:?} is not a duration; use numbers each with a unit (ms, s, min, h), e.g. 60s, 500ms or 1min30s"
@@ -302,9 +302,9 @@ async fn check(path: &Path, file: Option<&Path>, out: &Out) -> anyhow::Result<()
 
 /// The admin API's address: `http://host[:port][/prefix]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct AdminUrl {
+pub(crate) struct AdminUrl {
     /// As given, for messages.
-    url: String,
+    pub(crate) url: String,
     /// For connecting: the host without brackets.
     host: String,
     port: u16,
@@ -357,8 +357,24 @@ impl AdminUrl {
         )
     }
 
-    /// One request; the status and the whole body.
+    /// One request with `sql` as `POST /sql`'s JSON body; the status and
+    /// the whole body.
     async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        sql: Option<String>,
+    ) -> anyhow::Result<(StatusCode, Bytes)> {
+        let body = match sql {
+            Some(sql) => Some(serde_json::to_string(&serde_json::json!({ "sql": sql }))?),
+            None => None,
+        };
+        self.request_json(method, path, body).await
+    }
+
+    /// One request with `body` as its JSON body; the status and the whole
+    /// body.
+    pub(crate) async fn request_json(
         &self,
         method: Method,
         path: &str,
@@ -384,9 +400,9 @@ impl AdminUrl {
             request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
         }
         let body = match body {
-            Some(sql) => {
+            Some(json) => {
                 request = request.header(header::CONTENT_TYPE, "application/json");
-                serde_json::to_string(&serde_json::json!({ "sql": sql }))?
+                json
             }
             None => String::new(),
         };
@@ -429,7 +445,7 @@ impl AdminUrl {
         bail!(message)
     }
 
-    fn unexpected(&self, path: &str, status: StatusCode, body: &[u8]) -> anyhow::Error {
+    pub(crate) fn unexpected(&self, path: &str, status: StatusCode, body: &[u8]) -> anyhow::Error {
         let text = String::from_utf8_lossy(body);
         let first = text
             .lines()

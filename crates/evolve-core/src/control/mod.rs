@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! CREATE SOURCE [IF NOT EXISTS] src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');
+//! CREATE SOURCE [IF NOT EXISTS] shop FROM MYSQL CONNECTION my_conn;
 //! CREATE TABLE [IF NOT EXISTS] orders_v1 FROM SOURCE src (REFERENCE public.orders)
 //!   [WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c))];
 //! CREATE MATERIALIZED VIEW [IF NOT EXISTS] orders_json [WITH (ABSORB = {'auto' | 'manual'})] AS
@@ -16,6 +17,10 @@
 //! ALTER SOURCE src REFRESH REFERENCES;
 //! CREATE SINK [IF NOT EXISTS] orders_sink FROM orders_json
 //!   INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');
+//! CREATE SINK [IF NOT EXISTS] orders_kafka FROM orders_json
+//!   INTO KAFKA CONNECTION k (TOPIC 'orders')
+//!   [FORMAT JSON | FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr]
+//!   [ENVELOPE UPSERT | ENVELOPE DEBEZIUM];
 //! DROP {SOURCE | TABLE | MATERIALIZED VIEW | SINK} [IF EXISTS] name;
 //! SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS};
 //! ```
@@ -69,6 +74,11 @@
 //! MATERIALIZED VIEW` is refused): applying it leaves the options of the
 //! materialized view it replaces as they are, and those are changed with
 //! `ALTER MATERIALIZED VIEW ... SET`.
+//!
+//! A Kafka sink ([`KafkaSink`]) writes `FORMAT JSON` when no format is
+//! given and `ENVELOPE UPSERT` when no envelope is; `FORMAT` comes before
+//! `ENVELOPE`, each at most once. `FORMAT AVRO ...` is parsed (the
+//! registry connection kept) for the pipeline to refuse until it is built.
 //!
 //! `IF NOT EXISTS` asks for nothing to happen when an object of that kind
 //! and name exists, whatever its definition, as in PostgreSQL. `WAIT` is
@@ -212,16 +222,31 @@ impl fmt::Display for ObjectKind {
     }
 }
 
-/// `CREATE SOURCE name FROM POSTGRES CONNECTION connection (PUBLICATION 'publication')`
+/// `CREATE SOURCE name FROM POSTGRES CONNECTION connection (PUBLICATION
+/// 'publication')`, or `CREATE SOURCE name FROM MYSQL CONNECTION
+/// connection` (MySQL and MariaDB, read from the binlog: no options).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateSource {
     pub name: String,
     /// `IF NOT EXISTS`: an existing source of this name is left as it is.
     pub if_not_exists: bool,
+    /// What kind of upstream the source reads.
+    pub kind: SourceKind,
     pub connection: String,
-    /// The upstream publication's name, exactly as written in the literal.
+    /// The upstream publication's name, exactly as written in the literal;
+    /// empty for a MySQL source.
     pub publication: String,
     pub span: Span,
+}
+
+/// The kind of upstream a source reads (`FROM POSTGRES`, `FROM MYSQL`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    /// PostgreSQL, through a logical replication slot and a publication.
+    #[default]
+    Postgres,
+    /// MySQL or MariaDB, through the row-based binlog.
+    Mysql,
 }
 
 /// `CREATE TABLE name FROM SOURCE source (REFERENCE schema.table)
@@ -329,7 +354,8 @@ pub struct RefreshReferences {
     pub span: Span,
 }
 
-/// `CREATE SINK name FROM view INTO POSTGRES CONNECTION connection (TABLE 'schema.table')`
+/// `CREATE SINK name FROM view INTO POSTGRES CONNECTION connection (TABLE 'schema.table')`,
+/// or `... INTO KAFKA CONNECTION connection (TOPIC 'topic') [FORMAT ...] [ENVELOPE ...]`
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateSink {
     pub name: String,
@@ -340,8 +366,77 @@ pub struct CreateSink {
     pub connection: String,
     /// The sink table, read from the literal with identifier rules
     /// (`'public."Orders"'`; `public` when only the table is named).
+    /// Empty (both parts) for a Kafka sink.
     pub table: QualifiedName,
+    /// `INTO KAFKA`: the topic, format and envelope; `None` for `INTO
+    /// POSTGRES`.
+    pub kafka: Option<KafkaSink>,
     pub span: Span,
+}
+
+/// What `INTO KAFKA CONNECTION c (TOPIC 'topic') [FORMAT ...] [ENVELOPE
+/// ...]` asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KafkaSink {
+    /// The topic, as written (Kafka topic names are case-sensitive).
+    pub topic: String,
+    /// How keys and values are encoded.
+    pub format: SinkFormat,
+    /// What a record's value holds.
+    pub envelope: SinkEnvelope,
+}
+
+/// `FORMAT` of a Kafka sink.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub enum SinkFormat {
+    /// `FORMAT JSON` (the default): the key and the document as JSON text.
+    #[default]
+    Json,
+    /// `FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION registry`.
+    Avro {
+        /// The registry's connection, by its name in `evolve.toml`.
+        registry: String,
+    },
+}
+
+/// `ENVELOPE` of a Kafka sink.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum SinkEnvelope {
+    /// `ENVELOPE UPSERT` (the default): the value is the document, a
+    /// delete is a tombstone (no value).
+    #[default]
+    Upsert,
+    /// `ENVELOPE DEBEZIUM`: the value is `{"before":..,"after":..,"op":..}`.
+    Debezium,
+}
+
+impl SinkFormat {
+    /// The format's keyword: `json` or `avro`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SinkFormat::Json => "json",
+            SinkFormat::Avro { .. } => "avro",
+        }
+    }
+}
+
+impl SinkEnvelope {
+    /// The envelope's keyword: `upsert` or `debezium`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SinkEnvelope::Upsert => "upsert",
+            SinkEnvelope::Debezium => "debezium",
+        }
+    }
+
+    /// The envelope named `s` (lower case), if there is one.
+    pub fn parse(s: &str) -> Option<SinkEnvelope> {
+        match s {
+            "upsert" => Some(SinkEnvelope::Upsert),
+            "debezium" => Some(SinkEnvelope::Debezium),
+            _ => None,
+        }
+    }
 }
 
 /// `CREATE REPLICA name FROM SOURCE source INTO POSTGRES CONNECTION
@@ -535,6 +630,12 @@ impl Statement {
     /// `parse(&s.to_sql())` is `[s]` up to spans.
     pub fn to_sql(&self) -> String {
         match self {
+            Statement::CreateSource(s) if s.kind == SourceKind::Mysql => format!(
+                "CREATE SOURCE {}{} FROM MYSQL CONNECTION {}",
+                if_not_exists(s.if_not_exists),
+                sql_ident(&s.name),
+                sql_ident(&s.connection),
+            ),
             Statement::CreateSource(s) => format!(
                 "CREATE SOURCE {}{} FROM POSTGRES CONNECTION {} (PUBLICATION {})",
                 if_not_exists(s.if_not_exists),
@@ -603,14 +704,32 @@ impl Statement {
             Statement::RefreshReferences(s) => {
                 format!("ALTER SOURCE {} REFRESH REFERENCES", sql_ident(&s.source))
             }
-            Statement::CreateSink(s) => format!(
-                "CREATE SINK {}{} FROM {} INTO POSTGRES CONNECTION {} (TABLE {})",
-                if_not_exists(s.if_not_exists),
-                sql_ident(&s.name),
-                sql_ident(&s.from),
-                sql_ident(&s.connection),
-                sql_literal(&s.table.to_sql())
-            ),
+            Statement::CreateSink(s) => match &s.kafka {
+                None => format!(
+                    "CREATE SINK {}{} FROM {} INTO POSTGRES CONNECTION {} (TABLE {})",
+                    if_not_exists(s.if_not_exists),
+                    sql_ident(&s.name),
+                    sql_ident(&s.from),
+                    sql_ident(&s.connection),
+                    sql_literal(&s.table.to_sql())
+                ),
+                Some(k) => format!(
+                    "CREATE SINK {}{} FROM {} INTO KAFKA CONNECTION {} (TOPIC {}) FORMAT {} ENVELOPE {}",
+                    if_not_exists(s.if_not_exists),
+                    sql_ident(&s.name),
+                    sql_ident(&s.from),
+                    sql_ident(&s.connection),
+                    sql_literal(&k.topic),
+                    match &k.format {
+                        SinkFormat::Json => "JSON".to_string(),
+                        SinkFormat::Avro { registry } => format!(
+                            "AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION {}",
+                            sql_ident(registry)
+                        ),
+                    },
+                    k.envelope.as_str().to_ascii_uppercase()
+                ),
+            },
             Statement::Drop(s) => format!(
                 "DROP {}{} {}",
                 s.kind.keyword(),

@@ -8,8 +8,9 @@ use super::lexer::{STATEMENT_STARTS, Tok, Token, is_reserved, lex, near};
 use super::{
     Absorb, AlterMaterializedView, AlterReplica, ApplyReplacement, CreateMaterializedView,
     CreateReplacement, CreateReplica, CreateSink, CreateSource, CreateTable, CreateTransform, Drop,
-    EnableReplica, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName, RefreshReferences, Show,
-    ShowConflictResolvers, Span, Statement, parse_duration,
+    EnableReplica, KafkaSink, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName, RefreshReferences,
+    Show, ShowConflictResolvers, SinkEnvelope, SinkFormat, SourceKind, Span, Statement,
+    parse_duration,
 };
 use crate::conflict::{ConflictError, ConflictType, Resolver};
 
@@ -519,7 +520,33 @@ impl Parser<'_> {
         let if_not_exists = self.if_not_exists()?;
         let (name, _) = self.name()?;
         self.expect_keyword("from")?;
-        self.expect_keyword("postgres")?;
+        if self.at_word("mysql") {
+            self.bump();
+            self.expect_keyword("connection")?;
+            let (connection, _) = self.name()?;
+            if self.at_punct('(') {
+                return Err(self
+                    .error_at(self.peek().start, "a MySQL source takes no options")
+                    .with_hint(
+                        "It reads the server's binlog; choose its tables with CREATE TABLE ... FROM SOURCE.",
+                    ));
+            }
+            self.expect_end(&[])?;
+            return Ok(Statement::CreateSource(CreateSource {
+                name,
+                if_not_exists,
+                kind: SourceKind::Mysql,
+                connection,
+                publication: String::new(),
+                span: self.span_from(start),
+            }));
+        }
+        if !self.at_word("postgres") {
+            return Err(
+                self.syntax_error(&[Expected::Keyword("postgres"), Expected::Keyword("mysql")])
+            );
+        }
+        self.bump();
         self.expect_keyword("connection")?;
         let (connection, _) = self.name()?;
         let mut publication = String::new();
@@ -536,6 +563,7 @@ impl Parser<'_> {
         Ok(Statement::CreateSource(CreateSource {
             name,
             if_not_exists,
+            kind: SourceKind::Postgres,
             connection,
             publication,
             span: self.span_from(start),
@@ -733,7 +761,16 @@ impl Parser<'_> {
         self.expect_keyword("from")?;
         let (from, _) = self.name()?;
         self.expect_keyword("into")?;
-        self.expect_keyword("postgres")?;
+        if self.at_word("kafka") {
+            self.bump();
+            return self.create_kafka_sink(start, name, if_not_exists, from);
+        }
+        if !self.at_word("postgres") {
+            return Err(
+                self.syntax_error(&[Expected::Keyword("postgres"), Expected::Keyword("kafka")])
+            );
+        }
+        self.bump();
         self.expect_keyword("connection")?;
         let (connection, _) = self.name()?;
         let mut table = None;
@@ -750,8 +787,117 @@ impl Parser<'_> {
             from,
             connection,
             table: table.unwrap_or_else(|| QualifiedName::new("", "")),
+            kafka: None,
             span: self.span_from(start),
         }))
+    }
+
+    /// The rest of `CREATE SINK ... INTO KAFKA`: `CONNECTION c (TOPIC
+    /// 'topic') [FORMAT JSON | FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY
+    /// CONNECTION r] [ENVELOPE UPSERT | ENVELOPE DEBEZIUM]`.
+    fn create_kafka_sink(
+        &mut self,
+        start: usize,
+        name: String,
+        if_not_exists: bool,
+        from: String,
+    ) -> Result<Statement, ControlError> {
+        self.expect_keyword("connection")?;
+        let (connection, _) = self.name()?;
+        let mut topic = String::new();
+        self.options(&[("topic", "TOPIC")], |p, _| {
+            p.optional_equals();
+            let (value, at) = p.literal()?;
+            p.check_topic(&value, at)?;
+            topic = value;
+            Ok(())
+        })?;
+        let mut format = SinkFormat::Json;
+        let format_given = self.at_word("format");
+        if format_given {
+            self.bump();
+            match self.word() {
+                Some("json") => self.bump(),
+                Some("avro") => {
+                    self.bump();
+                    for keyword in ["using", "confluent", "schema", "registry", "connection"] {
+                        self.expect_keyword(keyword)?;
+                    }
+                    let (registry, _) = self.name()?;
+                    format = SinkFormat::Avro { registry };
+                }
+                _ => {
+                    return Err(
+                        self.syntax_error(&[Expected::Keyword("json"), Expected::Keyword("avro")])
+                    );
+                }
+            }
+        }
+        let mut envelope = SinkEnvelope::Upsert;
+        let envelope_given = self.at_word("envelope");
+        if envelope_given {
+            self.bump();
+            match self.word().and_then(SinkEnvelope::parse) {
+                Some(e) => {
+                    envelope = e;
+                    self.bump();
+                }
+                None => {
+                    return Err(self.syntax_error(&[
+                        Expected::Keyword("upsert"),
+                        Expected::Keyword("debezium"),
+                    ]));
+                }
+            }
+        }
+        let optional: &[&'static str] = match (format_given, envelope_given) {
+            (_, true) => &[],
+            (true, false) => &["envelope"],
+            (false, false) => &["format", "envelope"],
+        };
+        if self.at_word("format") || self.at_word("envelope") {
+            let at = self.peek().start;
+            let word = self.word().unwrap_or_default().to_ascii_uppercase();
+            return Err(self
+                .error_at(at, format!("conflicting or redundant options near {word}"))
+                .with_detail("FORMAT and ENVELOPE are each given at most once, FORMAT first.")
+                .with_hint("Write FORMAT ... ENVELOPE ..., once each."));
+        }
+        self.expect_end(optional)?;
+        Ok(Statement::CreateSink(CreateSink {
+            name,
+            if_not_exists,
+            from,
+            connection,
+            table: QualifiedName::new("", ""),
+            kafka: Some(KafkaSink {
+                topic,
+                format,
+                envelope,
+            }),
+            span: self.span_from(start),
+        }))
+    }
+
+    /// A Kafka topic name as the broker accepts one: 1 to 249 of ASCII
+    /// letters, digits, `.`, `_` and `-`, and not `.` or `..`.
+    fn check_topic(&self, topic: &str, at: usize) -> Result<(), ControlError> {
+        let valid_chars = topic
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if topic.is_empty() || topic.len() > 249 || !valid_chars || topic == "." || topic == ".." {
+            return Err(self
+                .error_at(
+                    at,
+                    format!("invalid topic name {}", super::sql_literal(topic)),
+                )
+                .with_detail(
+                    "Kafka topic names are 1 to 249 ASCII letters, digits, '.', '_' and '-', \
+                     and neither '.' nor '..'.",
+                )
+                .with_hint("Choose a topic name like 'orders' or 'shop.orders-v1'."));
+        }
+        Ok(())
     }
 
     /// The sink table's literal, read like PostgreSQL reads `'...'::regclass`:

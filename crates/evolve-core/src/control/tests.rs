@@ -59,6 +59,7 @@ fn source(name: &str, connection: &str, publication: &str) -> Statement {
     Statement::CreateSource(CreateSource {
         name: s(name),
         if_not_exists: false,
+        kind: SourceKind::Postgres,
         connection: s(connection),
         publication: s(publication),
         span: Span::default(),
@@ -379,6 +380,7 @@ fn create_sink() {
             from: s("orders_json"),
             connection: s("sink_conn"),
             table: QualifiedName::new(schema, name),
+            kafka: None,
             span: Span::default(),
         })
     };
@@ -418,8 +420,135 @@ fn create_sink() {
             from: s("v"),
             connection: s("c"),
             table: QualifiedName::new("public", "x"),
+            kafka: None,
             span: Span::default(),
         })
+    );
+}
+
+/// `INTO KAFKA`: the topic, the defaults (JSON, UPSERT), each format and
+/// envelope, and the canonical text, which spells the defaults out.
+#[test]
+fn create_kafka_sink() {
+    let sink = |format: SinkFormat, envelope: SinkEnvelope| {
+        Statement::CreateSink(CreateSink {
+            name: s("orders_kafka"),
+            if_not_exists: false,
+            from: s("orders_json"),
+            connection: s("k"),
+            table: QualifiedName::new("", ""),
+            kafka: Some(KafkaSink {
+                topic: s("Orders.v1-x_y"),
+                format,
+                envelope,
+            }),
+            span: Span::default(),
+        })
+    };
+    let base =
+        "CREATE SINK orders_kafka FROM orders_json INTO KAFKA CONNECTION k (TOPIC 'Orders.v1-x_y')";
+    assert_eq!(
+        one(&format!("{base};")),
+        sink(SinkFormat::Json, SinkEnvelope::Upsert)
+    );
+    assert_eq!(
+        one(&format!("{base} FORMAT JSON ENVELOPE DEBEZIUM")),
+        sink(SinkFormat::Json, SinkEnvelope::Debezium)
+    );
+    assert_eq!(
+        one(&format!("{base} envelope upsert")),
+        sink(SinkFormat::Json, SinkEnvelope::Upsert)
+    );
+    assert_eq!(
+        one(&format!(
+            "{base} FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE DEBEZIUM"
+        )),
+        sink(
+            SinkFormat::Avro { registry: s("csr") },
+            SinkEnvelope::Debezium
+        )
+    );
+    assert_eq!(
+        sink(SinkFormat::Json, SinkEnvelope::Upsert).to_sql(),
+        format!("{base} FORMAT JSON ENVELOPE UPSERT")
+    );
+    assert_eq!(
+        one("create sink K from V into kafka connection C (topic = 'Orders.v1-x_y')"),
+        Statement::CreateSink(CreateSink {
+            name: s("k"),
+            from: s("v"),
+            connection: s("c"),
+            ..match sink(SinkFormat::Json, SinkEnvelope::Upsert) {
+                Statement::CreateSink(c) => c,
+                _ => unreachable!(),
+            }
+        })
+    );
+}
+
+#[test]
+fn create_kafka_sink_errors() {
+    let base = "CREATE SINK s FROM v INTO KAFKA CONNECTION k";
+    check(
+        "CREATE SINK s FROM v INTO KAFK CONNECTION k (TOPIC 't')",
+        "syntax error at or near \"KAFK\"",
+        26,
+        Some("Did you mean KAFKA?"),
+    );
+    check(
+        "CREATE SINK s FROM v INTO S3 CONNECTION k (TOPIC 't')",
+        "syntax error at or near \"S3\"",
+        26,
+        Some("Expected POSTGRES or KAFKA."),
+    );
+    let e = check(
+        &format!("{base} (TOPIC 'has space')"),
+        "invalid topic name 'has space'",
+        52,
+        Some("Choose a topic name like 'orders' or 'shop.orders-v1'."),
+    );
+    assert!(e.detail.as_deref().unwrap().contains("1 to 249"), "{e}");
+    check(
+        &format!("{base} (TOPIC '')"),
+        "invalid topic name ''",
+        52,
+        Some("Choose a topic name like 'orders' or 'shop.orders-v1'."),
+    );
+    check(
+        &format!("{base} (TABLE 't')"),
+        "syntax error at or near \"TABLE\"",
+        46,
+        Some("Expected TOPIC."),
+    );
+    check(
+        &format!("{base} (TOPIC 't') FORMAT XML"),
+        "syntax error at or near \"XML\"",
+        64,
+        Some("Expected JSON or AVRO."),
+    );
+    check(
+        &format!("{base} (TOPIC 't') ENVELOPE NONE"),
+        "syntax error at or near \"NONE\"",
+        66,
+        Some("Expected UPSERT or DEBEZIUM."),
+    );
+    check(
+        &format!("{base} (TOPIC 't') ENVELOPE UPSERT FORMAT JSON"),
+        "conflicting or redundant options near FORMAT",
+        73,
+        Some("Write FORMAT ... ENVELOPE ..., once each."),
+    );
+    check(
+        &format!("{base} (TOPIC 't') ENVELOP UPSERT"),
+        "syntax error at or near \"ENVELOP\"",
+        57,
+        Some("Did you mean ENVELOPE?"),
+    );
+    check(
+        &format!("{base} (TOPIC 't') FORMAT AVRO USING CONFLUENT CONNECTION c"),
+        "syntax error at or near \"CONNECTION\"",
+        85,
+        Some("Expected SCHEMA."),
     );
 }
 
@@ -675,10 +804,10 @@ fn misspelled_keywords_get_suggestions() {
     );
     // Not close to anything expected: the expectation.
     check(
-        "CREATE SOURCE s FROM MYSQL CONNECTION c (PUBLICATION 'p')",
-        "syntax error at or near \"MYSQL\"",
+        "CREATE SOURCE s FROM ORACLE CONNECTION c (PUBLICATION 'p')",
+        "syntax error at or near \"ORACLE\"",
         21,
-        Some("Expected POSTGRES."),
+        Some("Expected POSTGRES or MYSQL."),
     );
 }
 
@@ -1717,6 +1846,7 @@ fn if_not_exists_on_every_create() {
         from: s("orders_json"),
         connection: s("sink_conn"),
         table: QualifiedName::new("public", "orders_json"),
+        kafka: None,
         span: Span::default(),
     });
     assert_eq!(
@@ -2526,5 +2656,52 @@ fn replica_statements_never_panic_on_prefixes() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn create_mysql_source() {
+    let want = Statement::CreateSource(CreateSource {
+        name: s("shop"),
+        if_not_exists: false,
+        kind: SourceKind::Mysql,
+        connection: s("my_conn"),
+        publication: String::new(),
+        span: Span::default(),
+    });
+    assert_eq!(
+        one("CREATE SOURCE shop FROM MYSQL CONNECTION my_conn;"),
+        want
+    );
+    assert_eq!(
+        one("create source shop from MySQL connection my_conn"),
+        want
+    );
+    assert_eq!(
+        want.to_sql(),
+        "CREATE SOURCE shop FROM MYSQL CONNECTION my_conn"
+    );
+    let odd = one("CREATE SOURCE IF NOT EXISTS \"Shop\" FROM MYSQL CONNECTION \"my conn\"");
+    assert_eq!(
+        odd.to_sql(),
+        "CREATE SOURCE IF NOT EXISTS \"Shop\" FROM MYSQL CONNECTION \"my conn\""
+    );
+    assert_eq!(one(&odd.to_sql()), odd);
+    // A MySQL source has no publication, nor any other option.
+    check(
+        "CREATE SOURCE s FROM MYSQL CONNECTION c (PUBLICATION 'p')",
+        "a MySQL source takes no options",
+        40,
+        Some("It reads the server's binlog; choose its tables with CREATE TABLE ... FROM SOURCE."),
+    );
+    // The table's reference is `database.table`.
+    match one("CREATE TABLE orders_v1 FROM SOURCE shop (REFERENCE shop.orders)") {
+        Statement::CreateTable(t) => {
+            assert_eq!(
+                (t.reference.schema.as_str(), t.reference.name.as_str()),
+                ("shop", "orders")
+            );
+        }
+        other => panic!("{other:?}"),
     }
 }

@@ -9,8 +9,10 @@
 //! transactions in commit order, as the source applies them, and reports
 //! how far the destination has committed (the source confirms its slot
 //! only up to what every sink has committed). A destination implements
-//! [`Sink`]; [`postgres::PostgresSink`] is the PostgreSQL table sink.
+//! [`Sink`]; [`postgres::PostgresSink`] is the PostgreSQL table sink,
+//! [`kafka::KafkaSink`] the Kafka topic sink.
 
+mod kafka;
 mod postgres;
 
 use std::future::Future;
@@ -26,6 +28,11 @@ use crate::status::StatusBoard;
 use crate::store::{FeedEntry, SinkInfo, SinkKind, Store};
 use crate::supervise::{Task, Verdict, supervise};
 
+pub use kafka::{PROGRESS_TOPIC, TRANSACTION_TIMEOUT};
+pub(crate) use kafka::{
+    ensure_topics as ensure_kafka_topics, forget as forget_kafka, is_kafka,
+    missing_topics as missing_kafka_topics, not_kafka, not_postgres,
+};
 pub use postgres::PROGRESS_TABLE;
 pub(crate) use postgres::{PostgresSink, Targets, ensure_tables, progress};
 
@@ -270,6 +277,10 @@ async fn run_once(ctx: &mut SinkContext) -> Result<()> {
     match ctx.sink.kind {
         SinkKind::Postgres => {
             let sink = PostgresSink::open(&ctx.sink, &ctx.connection).await?;
+            drive(ctx, sink).await
+        }
+        SinkKind::Kafka => {
+            let sink = kafka::KafkaSink::open(&ctx.sink, &ctx.connection).await?;
             drive(ctx, sink).await
         }
     }

@@ -1,7 +1,9 @@
 //! What a source delivers to the pipeline, whatever its upstream.
 //!
-//! A [`Source`] is one upstream the pipeline reads: today a PostgreSQL
-//! database through a logical replication slot ([`postgres`]). The engine
+//! A [`Source`] is one upstream the pipeline reads: a PostgreSQL
+//! database through a logical replication slot ([`postgres`]), or a MySQL
+//! or MariaDB server through its row-based binlog ([`mysql`]); the
+//! catalog's `sources.kind` says which. The engine
 //! (the source's task in `stream.rs` and the snapshot tasks in
 //! [`crate::hydrate`]) knows sources only through these traits, so it never
 //! sees the upstream's protocol: it sees transactions of typed row changes
@@ -63,6 +65,7 @@
 //! [`ChangeKind::Truncate`]: evolve_core::change::ChangeKind::Truncate
 //! [`PipelineError::is_permanent`]: crate::error::PipelineError::is_permanent
 
+pub mod mysql;
 pub mod postgres;
 
 use std::future::Future;

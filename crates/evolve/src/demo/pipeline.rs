@@ -88,7 +88,7 @@ fn interface_query(table: &str) -> String {
 
 /// Prints one line of the tour. An error (stdout closed) ends the tour;
 /// `main` treats a broken pipe as success.
-fn say(text: impl AsRef<str>) -> anyhow::Result<()> {
+pub(super) fn say(text: impl AsRef<str>) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", text.as_ref())?;
     stdout.flush()?;
@@ -615,30 +615,53 @@ impl Tour {
         say(format!("  (flow 1: {})", secs(started.elapsed())))
     }
 
-    /// Flow 2: a planned drop.
+    /// Flow 2: a planned drop, run by `evolve migrate apply --pipeline`.
     async fn flow_2(&mut self) -> anyhow::Result<()> {
         let started = Instant::now();
         say("")?;
-        say("== flow 2: a planned drop")?;
-        say("The upstream team will drop orders.note. First a version without it is swapped in,")?;
-        say("so consumers see the change before it happens upstream:")?;
-        self.replace("orders_v3", " WITH (EXCLUDE COLUMNS (note))")
-            .await?;
+        say("== flow 2: a planned drop, through evolve migrate apply --pipeline")?;
+        say("The upstream team drops orders.note with a migration file. Applied with")?;
+        say("--pipeline, evolve asks the pipeline which table versions ingest note, swaps in")?;
+        say("a version without it first, and only then runs the file:")?;
+        let dir = self.pipeline.config().state_dir.join("migrations");
+        std::fs::create_dir_all(&dir).context("creating the migrations directory")?;
+        let file = "ALTER TABLE orders DROP COLUMN note;";
+        std::fs::write(dir.join("V2__drop_note.sql"), format!("{file}\n"))
+            .context("writing the migration file")?;
+        say("$ cat migrations/V2__drop_note.sql")?;
+        say(file)?;
+        say("$ evolve migrate apply --pipeline http://127.0.0.1:7800")?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
         let expected = self
             .count_upstream("SELECT count(*) FROM orders WHERE note IS NOT NULL")
             .await?;
-        self.apply_counted("orders_v3", expected, "the rows that had a note")
-            .await?;
+        let before = self.audit("orders_json").await?;
+        let opts = evolve_migrate::Options::new(self.up_url.clone(), dir);
+        let apply_opts = evolve_migrate::ApplyOptions {
+            pipeline: Some(Arc::new(super::coordinate::InProcess {
+                pipeline: Arc::clone(&self.pipeline),
+            })),
+            pipeline_timeout: Some(WAIT),
+            ..evolve_migrate::ApplyOptions::default()
+        };
+        evolve_migrate::apply(&opts, &apply_opts, &mut |e| {
+            let _ = say(crate::output::event_text(&e));
+        })
+        .await
+        .context("evolve migrate apply --pipeline")?;
+        self.count_writes(
+            before,
+            "orders_v3",
+            expected,
+            "the rows that had a note; the DROP COLUMN itself changed no document",
+        )
+        .await?;
         self.resume(pause)?;
-        self.control("DROP TABLE orders_v2").await?;
-        say("Then the upstream drop is nothing for the interface: only rows that really")?;
-        say("change afterwards reach the sink.")?;
+        say("Then only rows that really change afterwards reach the sink:")?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
         let before = self.audit("orders_json").await?;
-        self.upstream("ALTER TABLE orders DROP COLUMN note").await?;
         let expected = self
             .upstream("UPDATE orders SET status = 'paid' WHERE id <= 20 AND status <> 'paid'")
             .await?;
@@ -646,7 +669,7 @@ impl Tour {
             before,
             "orders_v3",
             expected as i64,
-            "the rows the UPDATE changed; the DROP COLUMN itself changed no document",
+            "the rows the UPDATE changed",
         )
         .await?;
         let state = self.table("orders_v3")?.state;

@@ -1,0 +1,643 @@
+//! The Kafka sink: an interface's changes as records of a topic, exactly
+//! once, with the sink's position in the progress topic
+//! [`PROGRESS_TOPIC`] beside it.
+//!
+//! It holds the [`Sink`] contract with Kafka transactions, as Materialize
+//! does: a transactional producer (`transactional.id` =
+//! `evolve-sink-<name>`, so a restarted pipeline fences the one it
+//! replaces and aborts whatever transaction that one left open;
+//! `enable.idempotence`) writes each [`Sink::write`] (consecutive upstream
+//! transactions) and each [`Sink::load`] as one Kafka transaction: the data
+//! records, then one record of the progress topic (key = the sink's name,
+//! value = `{"position":"0/16B3748"}`), committed together. A
+//! `read_committed` consumer of the topic sees every upstream transaction
+//! whole, once, in commit order per key; [`Sink::position`] is the value of
+//! the sink's last record in the progress topic, read to its end by such a
+//! consumer after the producer's `init_transactions` (so nothing of the
+//! fenced producer is still open).
+//!
+//! Records: key = the interface key (the key document's JSON), partition
+//! by the murmur2 hash of the key (Java's default partitioner, so every
+//! record of a key lands on one partition, in order), header
+//! `evolve-position` = the upstream transaction's position (LSN notation).
+//! `ENVELOPE UPSERT`: value = the document; a delete is a tombstone (no
+//! value). `ENVELOPE DEBEZIUM`: value = `{"before":..,"after":..,"op":..}`
+//! with `op` `r` (the initial load), `c`, `u` or `d`, and no tombstones.
+//!
+//! The progress topic has one partition and `cleanup.policy=compact` (the
+//! last position of each sink is kept); it and the data topic are created
+//! when missing (the data topic with the broker's default partitions and
+//! replication). A load is one transaction, so it must commit within
+//! [`TRANSACTION_TIMEOUT`] (15 minutes, the broker's default
+//! `transaction.max.timeout.ms`): that, and the broker's memory for one
+//! open transaction, bound how large an interface a sink can load. While a
+//! transaction is open, `read_committed` readers of its partitions (the
+//! progress topic's one among them, shared by every sink on the cluster)
+//! wait at its first record.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::{Documents, Sink};
+use crate::config::{Connection, ConnectionKind};
+use crate::error::{PipelineError, Result};
+use crate::position::Position;
+use crate::store::{FeedEntry, KafkaEnvelope, KafkaTarget, SinkInfo};
+
+/// The topic of every Kafka sink's position: one partition, compacted,
+/// key = the sink's name.
+pub const PROGRESS_TOPIC: &str = "_evolve_sink_progress";
+
+/// The producer's `transaction.timeout.ms`: what bounds a load.
+pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// How long the cluster may take to answer metadata, create a topic,
+/// start or commit a transaction of a write.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the cluster may take to answer the first metadata request:
+/// an unreachable cluster is reported this soon.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long reading the progress topic to its end may take.
+const PROGRESS_READ_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The header with the upstream transaction's position.
+const POSITION_HEADER: &str = "evolve-position";
+
+type Producer_ = ThreadedProducer<DefaultProducerContext>;
+
+/// The librdkafka settings of connection `name`: brokers, TLS, SASL.
+pub(crate) fn client_config(name: &str, connection: &Connection) -> Result<ClientConfig> {
+    let Some(brokers) = connection.kafka_brokers() else {
+        return Err(not_kafka(name));
+    };
+    let o = connection.kafka_options();
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("client.id", "evolve-pipeline")
+        .set("log_level", "3");
+    let tls = o.sslmode.as_deref().is_some_and(|m| m != "disable");
+    let protocol = match (tls, o.sasl_mechanism.is_some()) {
+        (false, false) => "plaintext",
+        (true, false) => "ssl",
+        (false, true) => "sasl_plaintext",
+        (true, true) => "sasl_ssl",
+    };
+    config.set("security.protocol", protocol);
+    if tls {
+        match o.sslmode.as_deref() {
+            Some("require") => {
+                config.set("enable.ssl.certificate.verification", "false");
+            }
+            Some("verify-ca") => {
+                config.set("ssl.endpoint.identification.algorithm", "none");
+            }
+            _ => {
+                config.set("ssl.endpoint.identification.algorithm", "https");
+            }
+        }
+        for (key, file) in [
+            ("ssl.ca.location", &o.sslrootcert),
+            ("ssl.certificate.location", &o.sslcert),
+            ("ssl.key.location", &o.sslkey),
+        ] {
+            if let Some(file) = file {
+                config.set(key, file.to_string_lossy());
+            }
+        }
+    }
+    if let Some(mechanism) = &o.sasl_mechanism {
+        config
+            .set("sasl.mechanisms", mechanism)
+            .set("sasl.username", o.user.clone().unwrap_or_default())
+            .set("sasl.password", o.password().unwrap_or_default());
+    }
+    Ok(config)
+}
+
+/// A sink into Kafka named a connection of another kind.
+pub(crate) fn not_kafka(name: &str) -> PipelineError {
+    PipelineError::Refused {
+        sqlstate: "42809",
+        primary: format!(
+            "connection \"{name}\" is not a kafka:// connection; a Kafka sink needs url = \"kafka://host:port\""
+        ),
+        detail: None,
+        hint: None,
+    }
+}
+
+/// A PostgreSQL sink named a `kafka://` connection.
+pub(crate) fn not_postgres(name: &str) -> PipelineError {
+    PipelineError::Refused {
+        sqlstate: "42809",
+        primary: format!(
+            "connection \"{name}\" is a kafka:// connection; INTO POSTGRES needs a PostgreSQL url (or write INTO KAFKA CONNECTION {name} (TOPIC '...'))"
+        ),
+        detail: None,
+        hint: None,
+    }
+}
+
+/// Whether `connection` reaches Kafka.
+pub(crate) fn is_kafka(connection: &Connection) -> bool {
+    connection.kind() == ConnectionKind::Kafka
+}
+
+fn kafka_error(context: String, e: impl std::fmt::Display) -> PipelineError {
+    PipelineError::Database {
+        context,
+        message: e.to_string(),
+    }
+}
+
+/// Runs `f` on a thread of the blocking pool (librdkafka's calls block).
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| kafka_error(what.to_string(), e))?
+}
+
+/// Which of `topics` (and the progress topic) the cluster of
+/// `connection` lacks. An unreachable cluster is a connection error
+/// naming the connection and its brokers.
+pub(crate) async fn missing_topics(
+    connection_name: &str,
+    connection: &Connection,
+    topics: Vec<String>,
+) -> Result<Vec<String>> {
+    let config = client_config(connection_name, connection)?;
+    let brokers = connection.kafka_brokers().unwrap_or_default().to_string();
+    let name = connection_name.to_string();
+    blocking("read the Kafka cluster's metadata", move || {
+        let consumer: BaseConsumer = config
+            .create()
+            .map_err(|e| kafka_error("create a Kafka client".into(), e))?;
+        let metadata = consumer
+            .fetch_metadata(None, METADATA_TIMEOUT)
+            .map_err(|e| PipelineError::Connect {
+                connection: name.clone(),
+                target: brokers.clone(),
+                reason: format!(
+                    "no Kafka broker answered in {}s ({e}); check the url and that the brokers are running",
+                    METADATA_TIMEOUT.as_secs()
+                ),
+            })?;
+        let exists = |t: &str| {
+            metadata
+                .topics()
+                .iter()
+                .any(|m| m.name() == t && m.error().is_none() && !m.partitions().is_empty())
+        };
+        let mut missing: Vec<String> = topics.into_iter().filter(|t| !exists(t)).collect();
+        if !exists(PROGRESS_TOPIC) {
+            missing.push(PROGRESS_TOPIC.to_string());
+        }
+        Ok(missing)
+    })
+    .await
+}
+
+/// Checks that a broker of `connection` answers, and creates `topic` and
+/// the progress topic when they are missing.
+pub(crate) async fn ensure_topics(
+    connection_name: &str,
+    connection: &Connection,
+    sink: &str,
+    topic: &str,
+) -> Result<()> {
+    let missing = missing_topics(connection_name, connection, vec![topic.to_string()]).await?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let admin: AdminClient<DefaultClientContext> = client_config(connection_name, connection)?
+        .create()
+        .map_err(|e| kafka_error("create a Kafka admin client".into(), e))?;
+    let topics: Vec<NewTopic<'_>> = missing
+        .iter()
+        .map(|t| {
+            if t == PROGRESS_TOPIC {
+                NewTopic::new(t, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact")
+            } else {
+                NewTopic::new(t, -1, TopicReplication::Fixed(-1))
+            }
+        })
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(OPERATION_TIMEOUT));
+    let results = admin.create_topics(&topics, &options).await.map_err(|e| {
+        kafka_error(
+            format!("create Kafka topic \"{topic}\" of sink \"{sink}\""),
+            e,
+        )
+    })?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) => {
+                return Err(PipelineError::Refused {
+                    sqlstate: "58000",
+                    primary: format!(
+                        "Kafka topic \"{t}\" of sink \"{sink}\" does not exist and could not be created ({code}); create it, or let connection \"{connection_name}\"'s user create topics"
+                    ),
+                    detail: None,
+                    hint: None,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Forgets sink `name`'s position: a tombstone in the progress topic,
+/// written by a producer with the sink's `transactional.id` (which fences
+/// a task of the sink still running), so a sink created again under the
+/// name loads the interface anew. Best effort: errors are returned for
+/// the caller to ignore.
+pub(crate) async fn forget(
+    connection_name: &str,
+    connection: &Connection,
+    name: &str,
+) -> Result<()> {
+    let producer = Arc::new(producer(connection_name, connection, name)?);
+    let name = name.to_string();
+    blocking("forget the sink's Kafka position", move || {
+        producer
+            .init_transactions(OPERATION_TIMEOUT)
+            .map_err(|e| kafka_error("start the Kafka producer".into(), e))?;
+        transact(&producer, OPERATION_TIMEOUT, |p| {
+            send(
+                p,
+                BaseRecord::<[u8], [u8]>::to(PROGRESS_TOPIC)
+                    .partition(0)
+                    .key(name.as_bytes()),
+            )
+        })
+    })
+    .await
+}
+
+/// The sink's transactional producer.
+fn producer(connection_name: &str, connection: &Connection, sink: &str) -> Result<Producer_> {
+    let mut config = client_config(connection_name, connection)?;
+    config
+        .set("transactional.id", format!("evolve-sink-{sink}"))
+        .set("enable.idempotence", "true")
+        .set(
+            "transaction.timeout.ms",
+            TRANSACTION_TIMEOUT.as_millis().to_string(),
+        )
+        .set("message.timeout.ms", "300000")
+        .set("linger.ms", "5")
+        .set("partitioner", "murmur2_random");
+    config
+        .create()
+        .map_err(|e| kafka_error(format!("create the Kafka producer of sink \"{sink}\""), e))
+}
+
+/// `f`'s records in one transaction, committed within `timeout`; aborted
+/// (best effort) when anything fails.
+fn transact(
+    producer: &Producer_,
+    timeout: Duration,
+    f: impl FnOnce(&Producer_) -> Result<()>,
+) -> Result<()> {
+    producer
+        .begin_transaction()
+        .map_err(|e| kafka_error("begin a Kafka transaction".into(), e))?;
+    let done = f(producer).and_then(|()| {
+        producer
+            .commit_transaction(timeout)
+            .map_err(|e| kafka_error("commit the Kafka transaction".into(), e))
+    });
+    if done.is_err() {
+        let _ = producer.abort_transaction(OPERATION_TIMEOUT);
+    }
+    done
+}
+
+/// Queues one record, waiting while librdkafka's queue is full.
+fn send(producer: &Producer_, mut record: BaseRecord<'_, [u8], [u8]>) -> Result<()> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err((e, _)) => return Err(kafka_error("queue a Kafka record".into(), e)),
+        }
+    }
+}
+
+/// One record to write: key, value (`None`: a tombstone), position.
+struct Out {
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+    pos: String,
+}
+
+/// A connected Kafka sink: its producer, fenced in and ready.
+pub(crate) struct KafkaSink {
+    name: String,
+    connection_name: String,
+    connection: Connection,
+    target: KafkaTarget,
+    producer: Arc<Producer_>,
+}
+
+impl KafkaSink {
+    /// Checks the cluster, creates missing topics, and starts the
+    /// transactional producer (fencing an earlier one of this sink).
+    pub(crate) async fn open(sink: &SinkInfo, connection: &Connection) -> Result<KafkaSink> {
+        let Some(target) = sink.kafka.clone() else {
+            return Err(PipelineError::Store {
+                context: format!("read sink \"{}\"", sink.name),
+                message: "a Kafka sink without a topic: the state store is damaged".into(),
+            });
+        };
+        ensure_topics(&sink.connection, connection, &sink.name, &target.topic).await?;
+        let producer = Arc::new(producer(&sink.connection, connection, &sink.name)?);
+        let p = producer.clone();
+        let name = sink.name.clone();
+        blocking("start the Kafka producer", move || {
+            p.init_transactions(OPERATION_TIMEOUT).map_err(|e| {
+                kafka_error(
+                    format!("start the transactional Kafka producer of sink \"{name}\""),
+                    e,
+                )
+            })
+        })
+        .await?;
+        Ok(KafkaSink {
+            name: sink.name.clone(),
+            connection_name: sink.connection.clone(),
+            connection: connection.clone(),
+            target,
+            producer,
+        })
+    }
+
+    /// The record of one feed entry.
+    fn record(&self, e: &FeedEntry) -> Out {
+        let value = match self.target.envelope {
+            KafkaEnvelope::Upsert => e.new.clone(),
+            KafkaEnvelope::Debezium => {
+                let op = match (&e.old, &e.new) {
+                    (None, _) => "c",
+                    (_, None) => "d",
+                    _ => "u",
+                };
+                Some(debezium(e.old.as_deref(), e.new.as_deref(), op))
+            }
+        };
+        Out {
+            key: e.key.clone(),
+            value,
+            pos: e.pos.to_string(),
+        }
+    }
+
+    /// The records of a load chunk.
+    fn load_records(&self, chunk: Vec<(Vec<u8>, Vec<u8>)>, at: &str) -> Vec<Out> {
+        chunk
+            .into_iter()
+            .map(|(key, doc)| Out {
+                key,
+                value: Some(match self.target.envelope {
+                    KafkaEnvelope::Upsert => doc,
+                    KafkaEnvelope::Debezium => debezium(None, Some(&doc), "r"),
+                }),
+                pos: at.to_string(),
+            })
+            .collect()
+    }
+}
+
+/// `{"before":..,"after":..,"op":".."}` from the documents' JSON bytes.
+fn debezium(before: Option<&[u8]>, after: Option<&[u8]>, op: &str) -> Vec<u8> {
+    let mut v =
+        Vec::with_capacity(40 + before.map_or(4, <[u8]>::len) + after.map_or(4, <[u8]>::len));
+    v.extend_from_slice(b"{\"before\":");
+    v.extend_from_slice(before.unwrap_or(b"null"));
+    v.extend_from_slice(b",\"after\":");
+    v.extend_from_slice(after.unwrap_or(b"null"));
+    v.extend_from_slice(b",\"op\":\"");
+    v.extend_from_slice(op.as_bytes());
+    v.extend_from_slice(b"\"}");
+    v
+}
+
+/// The progress record's value for position `at`.
+fn progress_value(at: Position) -> Vec<u8> {
+    format!("{{\"position\":\"{at}\"}}").into_bytes()
+}
+
+/// The position in a progress record's value.
+fn parse_progress(value: &[u8]) -> Option<Position> {
+    let v: serde_json::Value = serde_json::from_slice(value).ok()?;
+    v.get("position")?.as_str()?.parse().ok()
+}
+
+/// Queues `records` to `topic`.
+fn send_all(producer: &Producer_, topic: &str, records: &[Out]) -> Result<()> {
+    for r in records {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: POSITION_HEADER,
+            value: Some(r.pos.as_bytes()),
+        });
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+            .key(&r.key)
+            .headers(headers);
+        if let Some(value) = &r.value {
+            record = record.payload(value);
+        }
+        send(producer, record)?;
+    }
+    Ok(())
+}
+
+/// Queues sink `name`'s progress record for `at`.
+fn send_progress(producer: &Producer_, name: &str, at: Position) -> Result<()> {
+    let value = progress_value(at);
+    send(
+        producer,
+        BaseRecord::<[u8], [u8]>::to(PROGRESS_TOPIC)
+            .partition(0)
+            .key(name.as_bytes())
+            .payload(&value),
+    )
+}
+
+impl Sink for KafkaSink {
+    /// The value of the sink's last record in the progress topic, read to
+    /// its end with `read_committed`.
+    async fn position(&mut self) -> Result<Option<Position>> {
+        let mut config = client_config(&self.connection_name, &self.connection)?;
+        config
+            .set("group.id", format!("evolve-sink-{}", self.name))
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true");
+        let name = self.name.clone();
+        blocking("read the Kafka sink's position", move || {
+            let fail = |e: KafkaError| {
+                kafka_error(
+                    format!("read the position of sink \"{name}\" from topic \"{PROGRESS_TOPIC}\""),
+                    e,
+                )
+            };
+            let consumer: BaseConsumer = config.create().map_err(fail)?;
+            let mut assignment = rdkafka::TopicPartitionList::new();
+            assignment
+                .add_partition_offset(PROGRESS_TOPIC, 0, rdkafka::Offset::Beginning)
+                .map_err(fail)?;
+            consumer.assign(&assignment).map_err(fail)?;
+            let deadline = std::time::Instant::now() + PROGRESS_READ_TIMEOUT;
+            let mut position = None;
+            loop {
+                if std::time::Instant::now() > deadline {
+                    return Err(kafka_error(
+                        format!("read the position of sink \"{name}\" from topic \"{PROGRESS_TOPIC}\""),
+                        format!(
+                            "its end was not reached in {}s (an open transaction of another sink holds read_committed readers back); retried",
+                            PROGRESS_READ_TIMEOUT.as_secs()
+                        ),
+                    ));
+                }
+                match consumer.poll(Duration::from_millis(200)) {
+                    None => {}
+                    Some(Err(KafkaError::PartitionEOF(_))) => return Ok(position),
+                    Some(Err(e)) => return Err(fail(e)),
+                    Some(Ok(m)) if m.key() == Some(name.as_bytes()) => {
+                        position = m.payload().and_then(parse_progress);
+                    }
+                    Some(Ok(_)) => {}
+                }
+            }
+        })
+        .await
+    }
+
+    /// One transaction: every document, then the position.
+    async fn load(&mut self, docs: &mut Documents) -> Result<u64> {
+        let at = docs.at();
+        let at_text = at.to_string();
+        let p = self.producer.clone();
+        blocking("begin the Kafka sink's load", move || {
+            p.begin_transaction()
+                .map_err(|e| kafka_error("begin a Kafka transaction".into(), e))
+        })
+        .await?;
+        let mut written = 0u64;
+        let loaded: Result<()> = async {
+            while let Some(chunk) = docs.next().await? {
+                let records = self.load_records(chunk, &at_text);
+                written += records.len() as u64;
+                let (p, topic) = (self.producer.clone(), self.target.topic.clone());
+                blocking("write the Kafka sink's load", move || {
+                    send_all(&p, &topic, &records)
+                })
+                .await?;
+            }
+            let (p, name) = (self.producer.clone(), self.name.clone());
+            blocking("commit the Kafka sink's load", move || {
+                send_progress(&p, &name, at)?;
+                p.commit_transaction(TRANSACTION_TIMEOUT).map_err(|e| {
+                    kafka_error(format!("commit the initial load of sink \"{name}\""), e)
+                })
+            })
+            .await
+        }
+        .await;
+        if let Err(e) = loaded {
+            let p = self.producer.clone();
+            let _ = blocking("abort the Kafka sink's load", move || {
+                let _ = p.abort_transaction(OPERATION_TIMEOUT);
+                Ok(())
+            })
+            .await;
+            return Err(e);
+        }
+        Ok(written)
+    }
+
+    async fn write(&mut self, entries: &[FeedEntry], at: Position) -> Result<()> {
+        let records: Vec<Out> = entries.iter().map(|e| self.record(e)).collect();
+        let (p, topic, name) = (
+            self.producer.clone(),
+            self.target.topic.clone(),
+            self.name.clone(),
+        );
+        blocking("write to the Kafka sink", move || {
+            transact(&p, OPERATION_TIMEOUT, |p| {
+                send_all(p, &topic, &records)?;
+                send_progress(p, &name, at)
+            })
+            .map_err(|e| match e {
+                PipelineError::Database { context, message } => PipelineError::Database {
+                    context: format!("{context} of sink \"{name}\" (topic \"{topic}\")"),
+                    message,
+                },
+                other => other,
+            })
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debezium_values_and_progress_round_trip() {
+        assert_eq!(
+            debezium(None, Some(br#"{"id":1}"#), "c"),
+            br#"{"before":null,"after":{"id":1},"op":"c"}"#
+        );
+        assert_eq!(
+            debezium(Some(br#"{"id":1}"#), None, "d"),
+            br#"{"before":{"id":1},"after":null,"op":"d"}"#
+        );
+        let at = Position::from_u64(0x16B_3748);
+        assert_eq!(progress_value(at), br#"{"position":"0/16B3748"}"#);
+        assert_eq!(parse_progress(&progress_value(at)), Some(at));
+        assert_eq!(parse_progress(b"garbage"), None);
+    }
+
+    #[test]
+    fn client_config_maps_tls_and_sasl() {
+        let mut options = crate::config::KafkaOptions::default().with_password("pw");
+        options.sslmode = Some("verify-ca".into());
+        options.sslrootcert = Some("/ca.pem".into());
+        options.sasl_mechanism = Some("SCRAM-SHA-512".into());
+        options.user = Some("u".into());
+        let c = client_config("k", &Connection::kafka("kafka://a:1,b:2", options)).unwrap();
+        assert_eq!(c.get("bootstrap.servers"), Some("a:1,b:2"));
+        assert_eq!(c.get("security.protocol"), Some("sasl_ssl"));
+        assert_eq!(c.get("ssl.endpoint.identification.algorithm"), Some("none"));
+        assert_eq!(c.get("ssl.ca.location"), Some("/ca.pem"));
+        assert_eq!(c.get("sasl.mechanisms"), Some("SCRAM-SHA-512"));
+        let plain = client_config("k", &Connection::new("kafka://a:1")).unwrap();
+        assert_eq!(plain.get("security.protocol"), Some("plaintext"));
+        let e = client_config("pg", &Connection::new("postgres://h/db")).unwrap_err();
+        assert_eq!(
+            e.primary(),
+            "connection \"pg\" is not a kafka:// connection; a Kafka sink needs url = \"kafka://host:port\""
+        );
+    }
+}

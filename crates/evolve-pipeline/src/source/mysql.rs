@@ -1,0 +1,2061 @@
+//! The MySQL and MariaDB source: the row-based binlog, read as a replica
+//! reads it (`COM_BINLOG_DUMP` through `mysql_async`, events parsed by
+//! `mysql_common`), and table snapshots in a consistent-snapshot
+//! transaction.
+//!
+//! # Positions
+//!
+//! A binlog position is a file and an offset in it. The file's sequence
+//! number (the digits after the last `.` of `binlog.000042`) goes in the
+//! high 32 bits of a [`Position`], the offset in the low 32:
+//! `Position = seq << 32 | offset`. Files are numbered in the order the
+//! server writes them and offsets grow within a file, so the order of
+//! positions is the order of the binlog; users read them in the LSN
+//! notation as `seq/offset` in hexadecimal (`2A/1F3` is offset 0x1F3 of
+//! file number 42). Limits: offsets fit in 32 bits by the binlog format
+//! (an event header's `log_pos` is 32 bits); sequence numbers must stay
+//! below 2^31 (the store's integers are signed), which a server reaches
+//! after two billion rotations; the base name of the files is not in the
+//! position, so a server whose `log_bin` base name changes is a new
+//! history (the stream then finds no file of the number it needs and
+//! says so).
+//!
+//! A transaction's **end** position is the end of its commit event (`XID`,
+//! or a `COMMIT` query for non-transactional tables): where the stream
+//! resumes. Its **commit** position is the end of the event before its
+//! `BEGIN`, where the transaction starts in the file: below its end, at or
+//! above the end of every transaction before it, and at or above a
+//! snapshot's position exactly when the transaction is not in the
+//! snapshot. The engine stores the end position of the last transaction it
+//! applied; the stream reopens there (file and offset: the fallback the
+//! issue allows; GTID resume is not done yet, see below).
+//!
+//! # Snapshots
+//!
+//! `START TRANSACTION WITH CONSISTENT SNAPSHOT` in REPEATABLE READ, then
+//! MariaDB's `binlog_snapshot_file` and `binlog_snapshot_position` status
+//! variables: inside such a transaction they are the binlog position the
+//! snapshot is consistent with, taken by the server under the same lock
+//! that orders commits into the binlog, so no `FLUSH TABLES WITH READ
+//! LOCK` is needed and writers never wait. The rows are read with one
+//! `SELECT` in the binary protocol (exact floats, as in the binlog) and
+//! streamed in chunks of [`CHUNK_ROWS`]. MySQL has no such variables;
+//! its snapshots (which need the short global read lock) are refused for
+//! now with an error saying so.
+//!
+//! # Schemas and values
+//!
+//! Tables are identified by a 32-bit FNV-1a hash of `database\0table`
+//! (MySQL has no table OIDs; a binlog `table_id` changes whenever the
+//! server's table cache does), so a rename is a new table for now. Each
+//! `TABLE_MAP` event's full metadata (`binlog_row_metadata=FULL`: column
+//! names, types, signedness, charsets, ENUM and SET values, primary key)
+//! gives the table's columns; a [`SourceEvent::Schema`] goes out before its
+//! first row and whenever they change. MySQL types map onto PostgreSQL
+//! types, whose OIDs the schema carries, so documents are PostgreSQL's
+//! `to_jsonb` of the mapped type:
+//!
+//! | MySQL / MariaDB                      | PostgreSQL    | text sent               |
+//! |--------------------------------------|---------------|-------------------------|
+//! | TINYINT, SMALLINT, YEAR              | int2          | `-12`, YEAR `2024` (`0000` as `0`) |
+//! | SMALLINT UNSIGNED, MEDIUMINT, INT    | int4          |                         |
+//! | INT UNSIGNED, BIGINT                 | int8          |                         |
+//! | BIGINT UNSIGNED, DECIMAL(p,s)        | numeric       | exact, scale kept       |
+//! | FLOAT / DOUBLE                       | float4 / float8 | shortest round trip   |
+//! | BIT(n)                               | bit(n)        | `0101`                  |
+//! | CHAR, VARCHAR, TEXT, ENUM, SET       | text          | UTF-8; SET as `a,b`     |
+//! | BINARY, VARBINARY, BLOB, GEOMETRY    | bytea         | `\x0aff`, BINARY padded |
+//! | DATE                                 | date          | `2024-01-31`            |
+//! | TIME(fsp)                            | interval      | `-838:59:59.5`          |
+//! | DATETIME(fsp)                        | timestamp     | `2024-01-31 12:00:00.25`|
+//! | TIMESTAMP(fsp)                       | timestamptz   | UTC, `...+00`           |
+//! | JSON (MySQL; MariaDB's JSON alias)   | jsonb         | the JSON text           |
+//!
+//! `TRUNCATE TABLE`, which the binlog logs as a statement even in ROW
+//! format, is a transaction of one truncate row for that table (every
+//! document deleted); other DDL only shows in the next table map.
+//!
+//! Character data in utf8mb4, utf8mb3 and ascii is sent as is, latin1
+//! (MySQL's cp1252) is converted to UTF-8; other charsets are refused at
+//! `CREATE TABLE`. Zero dates (`0000-00-00`) have no PostgreSQL value
+//! and are sent as NULL, as Debezium does. Types without a mapping
+//! (MariaDB's UUID and INET types for now) are refused at `CREATE TABLE`
+//! unless listed in EXCLUDE COLUMNS.
+//!
+//! # Confirmation and failures
+//!
+//! A binlog has no slot: [`ChangeStream::confirm`] only remembers, and the
+//! server keeps files by its own expiry (`binlog_expire_logs_seconds`).
+//! When the file a stream must resume in is gone, the error is permanent
+//! ([`PipelineError::BinlogPurged`]) and names the position and the way
+//! out. Lost connections, restarts and timeouts (a heartbeat is asked for
+//! every second) are transient: the engine reopens the stream from the last
+//! applied position.
+//!
+//! Not done yet: GTID positions (MariaDB's domain-server-sequence,
+//! MySQL's executed set) for resuming on another server, TLS options, the
+//! swap marker (`APPLY REPLACEMENT` is refused for MySQL sources), DDL
+//! confirmed against `information_schema`, renames.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use evolve_core::change::{Bytes, ChangeKind, ColumnSchema, Datum, RowChange, TableSchema};
+use evolve_core::document::TypeKind;
+use futures_util::StreamExt;
+use mysql_async::binlog::events::{
+    EventData, OptionalMetaExtractor, OptionalMetadataField, RowsEventData, TableMapEvent,
+};
+use mysql_async::binlog::value::BinlogValue;
+use mysql_async::consts::ColumnType;
+use mysql_async::prelude::Queryable;
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts, OptsBuilder, Value};
+use tokio::sync::mpsc;
+
+use super::{ChangeStream, Source, SourceEvent, TableSnapshot};
+use crate::config::Connection;
+use crate::error::{PipelineError, Result};
+use crate::position::Position;
+use crate::store::{ColumnInfo, SourceInfo, TableInfo};
+use crate::upstream::UpstreamTable;
+
+/// Rows per chunk of a snapshot.
+pub const CHUNK_ROWS: usize = 1_000;
+/// With a heartbeat every second, this long without an event means the
+/// connection is dead.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The heartbeat period asked of the server, in nanoseconds.
+const HEARTBEAT_NANOS: u64 = 1_000_000_000;
+
+// ------------------------------------------------------------ positions
+
+/// The position of `offset` in binlog file number `seq`.
+pub fn binlog_position(seq: u32, offset: u32) -> Position {
+    Position::from_u64((u64::from(seq) << 32) | u64::from(offset))
+}
+
+/// The file number and offset of a position.
+pub fn binlog_coordinates(position: Position) -> (u32, u32) {
+    let v = position.as_u64();
+    ((v >> 32) as u32, v as u32)
+}
+
+/// The sequence number of a binlog file name (`binlog.000042` is 42).
+fn file_seq(file: &str) -> Option<u32> {
+    let (_, digits) = file.rsplit_once('.')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u32>().ok().filter(|&n| n < (1 << 31))
+}
+
+/// A table's id: FNV-1a over `database\0table`.
+pub fn table_id(database: &str, table: &str) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in database.bytes().chain([0]).chain(table.bytes()) {
+        hash ^= u32::from(b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash
+}
+
+// ------------------------------------------------------------ sessions
+
+/// The connection's options: its url, never connecting through a socket
+/// it was not given.
+fn opts(name: &str, connection: &Connection) -> Result<Opts> {
+    let opts = Opts::from_url(connection.url()).map_err(|e| {
+        let why = match e {
+            mysql_async::UrlError::UnknownParameter { param } => {
+                format!("unknown parameter \"{param}\"")
+            }
+            mysql_async::UrlError::UnsupportedScheme { scheme } => {
+                format!("scheme \"{scheme}\" is not mysql")
+            }
+            _ => "it cannot be read".to_string(),
+        };
+        PipelineError::Config {
+            message: format!(
+                "connection \"{name}\" ({}): {why}; write it as mysql://user:password@host:port/database",
+                connection.redacted()
+            ),
+        }
+    })?;
+    Ok(OptsBuilder::from_opts(opts).prefer_socket(false).into())
+}
+
+fn target(connection: &Connection) -> String {
+    connection.redacted()
+}
+
+/// A session on connection `name`.
+pub async fn connect(name: &str, connection: &Connection) -> Result<Conn> {
+    let conn = Conn::new(opts(name, connection)?)
+        .await
+        .map_err(|e| PipelineError::Connect {
+            connection: name.to_string(),
+            target: target(connection),
+            reason: e.to_string(),
+        })?;
+    Ok(conn)
+}
+
+fn query_error(what: &str, e: mysql_async::Error) -> PipelineError {
+    PipelineError::Database {
+        context: what.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// The server's current binlog position (`SHOW MASTER STATUS`).
+async fn current_position(conn: &mut Conn) -> Result<Position> {
+    let row: Option<mysql_async::Row> = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .map_err(|e| query_error("read the binlog position (SHOW MASTER STATUS)", e))?;
+    let row = row.ok_or_else(|| PipelineError::Refused {
+        sqlstate: "55000",
+        primary: "the server writes no binlog".into(),
+        detail: None,
+        hint: Some("Enable log_bin in the server's configuration and restart it.".into()),
+    })?;
+    let file: String = row.get_opt("File").and_then(|v| v.ok()).unwrap_or_default();
+    let offset: u64 = row
+        .get_opt("Position")
+        .and_then(|v| v.ok())
+        .unwrap_or_default();
+    let seq = file_seq(&file).ok_or_else(|| PipelineError::Refused {
+        sqlstate: "55000",
+        primary: format!("binlog file name \"{file}\" has no sequence number evolve can read"),
+        detail: None,
+        hint: Some(
+            "Use the server's default binlog names (log_bin = name, files name.000001, ...)."
+                .into(),
+        ),
+    })?;
+    Ok(binlog_position(seq, offset as u32))
+}
+
+/// Whether the server is MariaDB.
+async fn is_mariadb(conn: &mut Conn) -> Result<bool> {
+    let version: Option<String> = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(|e| query_error("read the server version", e))?;
+    Ok(version.is_some_and(|v| v.contains("MariaDB")))
+}
+
+/// `CREATE SOURCE ... FROM MYSQL`: checks that the server logs full row
+/// images with their metadata and that the user may read the binlog and
+/// the tables; returns the binlog's current position, where the source's
+/// stream starts.
+pub async fn check_server(source: &str, name: &str, connection: &Connection) -> Result<Position> {
+    let mut conn = connect(name, connection).await?;
+    type Settings = (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    let settings: Option<Settings> = conn
+        .query_first(
+            "SELECT CAST(@@global.log_bin AS CHAR), @@global.binlog_format, \
+             @@global.binlog_row_image, @@global.binlog_row_metadata",
+        )
+        .await
+        .map_err(|e| {
+            let message = e.to_string();
+            if message.contains("binlog_row_metadata") {
+                PipelineError::Refused {
+                    sqlstate: "0A000",
+                    primary: format!(
+                        "MySQL source \"{source}\" needs binlog_row_metadata, which connection \"{name}\"'s server does not have"
+                    ),
+                    detail: Some(message),
+                    hint: Some("Use MySQL 8.0.1 or later, or MariaDB 10.5 or later.".into()),
+                }
+            } else {
+                query_error("read the binlog settings", e)
+            }
+        })?;
+    let (log_bin, format, image, metadata) = settings.unwrap_or_default();
+    let mut wrong = Vec::new();
+    let mut fixes = Vec::new();
+    let is =
+        |v: &Option<String>, want: &str| v.as_deref().is_some_and(|v| v.eq_ignore_ascii_case(want));
+    if !is(&log_bin, "1") && !is(&log_bin, "ON") {
+        wrong.push("log_bin is OFF".to_string());
+        fixes.push("set log_bin in the server's configuration file and restart it".to_string());
+    }
+    for (setting, value, want) in [
+        ("binlog_format", &format, "ROW"),
+        ("binlog_row_image", &image, "FULL"),
+        ("binlog_row_metadata", &metadata, "FULL"),
+    ] {
+        if !is(value, want) {
+            wrong.push(format!(
+                "{setting} is {}",
+                value.as_deref().unwrap_or("unset")
+            ));
+            fixes.push(format!("SET GLOBAL {setting} = '{want}'"));
+        }
+    }
+    if !wrong.is_empty() {
+        return Err(PipelineError::Refused {
+            sqlstate: "55000",
+            primary: format!(
+                "MySQL source \"{source}\" cannot read connection \"{name}\"'s binlog: {}",
+                wrong.join(", ")
+            ),
+            detail: Some(
+                "evolve reads full row images with their column names: it needs log_bin = ON, binlog_format = ROW, binlog_row_image = FULL and binlog_row_metadata = FULL.".into(),
+            ),
+            hint: Some(format!(
+                "{}; set them in the server's configuration file too, so that a restart keeps them (sessions already open keep their binlog_format).",
+                fixes.join("; ")
+            )),
+        });
+    }
+    let granted: Vec<Option<String>> = conn
+        .query(
+            "SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES \
+             WHERE GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', \
+                                    SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''') \
+             UNION SELECT CONCAT('SCHEMA ', PRIVILEGE_TYPE) FROM information_schema.SCHEMA_PRIVILEGES \
+             WHERE GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', \
+                                    SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')",
+        )
+        .await
+        .map_err(|e| query_error("read the user's privileges", e))?;
+    let has = |p: &str| granted.iter().any(|g| g.as_deref() == Some(p));
+    let mut missing = Vec::new();
+    if !has("REPLICATION SLAVE") {
+        missing.push("REPLICATION SLAVE");
+    }
+    if !has("REPLICATION CLIENT") && !has("BINLOG MONITOR") {
+        missing.push("REPLICATION CLIENT");
+    }
+    if !has("SELECT") && !has("SCHEMA SELECT") {
+        missing.push("SELECT");
+    }
+    if !missing.is_empty() {
+        let user: Option<String> = conn
+            .query_first("SELECT CURRENT_USER()")
+            .await
+            .ok()
+            .flatten();
+        let user = user.unwrap_or_default();
+        let quoted = match user.rsplit_once('@') {
+            Some((u, h)) => format!("'{u}'@'{h}'"),
+            None => format!("'{user}'"),
+        };
+        return Err(PipelineError::Refused {
+            sqlstate: "42501",
+            primary: format!(
+                "MySQL source \"{source}\": user {quoted} of connection \"{name}\" lacks {}",
+                missing.join(", ")
+            ),
+            detail: Some("Reading the binlog needs REPLICATION SLAVE and REPLICATION CLIENT (BINLOG MONITOR on MariaDB), and snapshots need SELECT on the tables.".into()),
+            hint: Some(format!("GRANT {} ON *.* TO {quoted};", missing.join(", "))),
+        });
+    }
+    let position = current_position(&mut conn).await?;
+    let _ = conn.disconnect().await;
+    Ok(position)
+}
+
+// ------------------------------------------------------------ types
+
+/// How one column's values become text.
+#[derive(Clone, Debug, PartialEq)]
+enum Conv {
+    Integer,
+    /// A signed MEDIUMINT from the binlog: mysql_common reads its three
+    /// bytes without sign extension.
+    Int24,
+    Decimal,
+    Float,
+    Double,
+    Year,
+    Date,
+    DateTime,
+    /// The binlog sends epoch seconds (`epoch`); a snapshot a UTC datetime.
+    Timestamp {
+        epoch: bool,
+    },
+    Time,
+    Bit {
+        bits: u32,
+    },
+    Text {
+        charset: Charset,
+    },
+    Bytes {
+        /// BINARY(n): the binlog drops trailing zero bytes.
+        pad: Option<usize>,
+    },
+    Enum(Arc<[String]>),
+    Set(Arc<[String]>),
+    Json,
+    /// No mapping: refused at CREATE TABLE unless excluded.
+    Unsupported,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Charset {
+    Utf8,
+    Latin1,
+    Other,
+}
+
+fn charset_of(name: &str) -> Charset {
+    match name {
+        "utf8mb4" | "utf8mb3" | "utf8" | "ascii" => Charset::Utf8,
+        "latin1" => Charset::Latin1,
+        _ => Charset::Other,
+    }
+}
+
+const INT2: u32 = 21;
+const INT4: u32 = 23;
+const INT8: u32 = 20;
+const NUMERIC: u32 = 1700;
+const FLOAT4: u32 = 700;
+const FLOAT8: u32 = 701;
+const BIT: u32 = 1560;
+const TEXT: u32 = 25;
+const BYTEA: u32 = 17;
+const DATE: u32 = 1082;
+const INTERVAL: u32 = 1186;
+const TIMESTAMP: u32 = 1114;
+const TIMESTAMPTZ: u32 = 1184;
+const JSONB: u32 = 3802;
+
+/// The PostgreSQL type (OID, typmod) and conversion of a column described
+/// by `information_schema.COLUMNS`; `None` for a type without a mapping.
+fn map_catalog_type(
+    data_type: &str,
+    column_type: &str,
+    charset: Option<&str>,
+    bits: Option<u64>,
+    json: bool,
+) -> Option<(u32, i32, Conv)> {
+    let unsigned = column_type.to_ascii_lowercase().contains("unsigned");
+    let text = |charset: Option<&str>| Conv::Text {
+        charset: charset_of(charset.unwrap_or("utf8mb4")),
+    };
+    Some(match data_type.to_ascii_lowercase().as_str() {
+        "tinyint" => (INT2, -1, Conv::Integer),
+        "smallint" if unsigned => (INT4, -1, Conv::Integer),
+        "smallint" => (INT2, -1, Conv::Integer),
+        "mediumint" => (INT4, -1, Conv::Integer),
+        "int" | "integer" if unsigned => (INT8, -1, Conv::Integer),
+        "int" | "integer" => (INT4, -1, Conv::Integer),
+        "bigint" if unsigned => (NUMERIC, -1, Conv::Integer),
+        "bigint" => (INT8, -1, Conv::Integer),
+        "decimal" | "numeric" => (NUMERIC, -1, Conv::Decimal),
+        "float" => (FLOAT4, -1, Conv::Float),
+        "double" | "real" | "double precision" => (FLOAT8, -1, Conv::Double),
+        "year" => (INT2, -1, Conv::Year),
+        "date" => (DATE, -1, Conv::Date),
+        "time" => (INTERVAL, -1, Conv::Time),
+        "datetime" => (TIMESTAMP, -1, Conv::DateTime),
+        "timestamp" => (TIMESTAMPTZ, -1, Conv::Timestamp { epoch: false }),
+        "bit" => {
+            let bits = bits.unwrap_or(1).clamp(1, 64) as u32;
+            (BIT, bits as i32, Conv::Bit { bits })
+        }
+        // A snapshot reads ENUM and SET as their text.
+        "enum" | "set" => (TEXT, -1, text(Some("utf8mb4"))),
+        "json" => (JSONB, -1, Conv::Json),
+        "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" if json => {
+            (JSONB, -1, text(charset))
+        }
+        "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" => {
+            (TEXT, -1, text(charset))
+        }
+        "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" | "geometry"
+        | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
+        | "multipolygon" | "geometrycollection" => (BYTEA, -1, Conv::Bytes { pad: None }),
+        _ => return None,
+    })
+}
+
+/// The PostgreSQL type and conversion of column `i` of a table map.
+fn map_binlog_type(
+    column_type: ColumnType,
+    meta: &[u8],
+    unsigned: bool,
+    charset: Option<&str>,
+    json: bool,
+    enum_values: Option<Arc<[String]>>,
+    set_values: Option<Arc<[String]>>,
+) -> (u32, i32, Conv) {
+    use ColumnType::*;
+    let meta_at = |i: usize| usize::from(meta.get(i).copied().unwrap_or(0));
+    match column_type {
+        MYSQL_TYPE_TINY => (INT2, -1, Conv::Integer),
+        MYSQL_TYPE_SHORT if unsigned => (INT4, -1, Conv::Integer),
+        MYSQL_TYPE_SHORT => (INT2, -1, Conv::Integer),
+        MYSQL_TYPE_INT24 if unsigned => (INT4, -1, Conv::Integer),
+        MYSQL_TYPE_INT24 => (INT4, -1, Conv::Int24),
+        MYSQL_TYPE_LONG if unsigned => (INT8, -1, Conv::Integer),
+        MYSQL_TYPE_LONG => (INT4, -1, Conv::Integer),
+        MYSQL_TYPE_LONGLONG if unsigned => (NUMERIC, -1, Conv::Integer),
+        MYSQL_TYPE_LONGLONG => (INT8, -1, Conv::Integer),
+        MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => (NUMERIC, -1, Conv::Decimal),
+        MYSQL_TYPE_FLOAT => (FLOAT4, -1, Conv::Float),
+        MYSQL_TYPE_DOUBLE => (FLOAT8, -1, Conv::Double),
+        MYSQL_TYPE_YEAR => (INT2, -1, Conv::Year),
+        MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => (DATE, -1, Conv::Date),
+        MYSQL_TYPE_TIME | MYSQL_TYPE_TIME2 => (INTERVAL, -1, Conv::Time),
+        MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => (TIMESTAMP, -1, Conv::DateTime),
+        MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => {
+            (TIMESTAMPTZ, -1, Conv::Timestamp { epoch: true })
+        }
+        MYSQL_TYPE_BIT => {
+            let bits = (meta_at(1) * 8 + meta_at(0)).clamp(1, 64) as u32;
+            (BIT, bits as i32, Conv::Bit { bits })
+        }
+        MYSQL_TYPE_ENUM => (TEXT, -1, enum_values.map_or(Conv::Unsupported, Conv::Enum)),
+        MYSQL_TYPE_SET => (TEXT, -1, set_values.map_or(Conv::Unsupported, Conv::Set)),
+        MYSQL_TYPE_JSON => (JSONB, -1, Conv::Json),
+        MYSQL_TYPE_GEOMETRY => (BYTEA, -1, Conv::Bytes { pad: None }),
+        MYSQL_TYPE_VARCHAR
+        | MYSQL_TYPE_VAR_STRING
+        | MYSQL_TYPE_STRING
+        | MYSQL_TYPE_BLOB
+        | MYSQL_TYPE_TINY_BLOB
+        | MYSQL_TYPE_MEDIUM_BLOB
+        | MYSQL_TYPE_LONG_BLOB => match charset {
+            Some("binary") => {
+                let pad = (column_type == MYSQL_TYPE_STRING).then(|| string_length(meta));
+                (BYTEA, -1, Conv::Bytes { pad })
+            }
+            other => {
+                let conv = Conv::Text {
+                    charset: charset_of(other.unwrap_or("utf8mb4")),
+                };
+                (if json { JSONB } else { TEXT }, -1, conv)
+            }
+        },
+        _ => (TEXT, -1, Conv::Unsupported),
+    }
+}
+
+/// A CHAR/BINARY column's length in bytes from its table-map metadata.
+fn string_length(meta: &[u8]) -> usize {
+    let byte0 = usize::from(meta.first().copied().unwrap_or(0));
+    let byte1 = usize::from(meta.get(1).copied().unwrap_or(0));
+    if (byte0 & 0x30) != 0x30 {
+        byte1 | (((byte0 & 0x30) ^ 0x30) << 4)
+    } else {
+        byte1
+    }
+}
+
+/// cp1252's 0x80..0x9F (MySQL's latin1), the rest being Latin-1.
+const CP1252_HIGH: [char; 32] = [
+    '\u{20AC}', '\u{81}', '\u{201A}', '\u{192}', '\u{201E}', '\u{2026}', '\u{2020}', '\u{2021}',
+    '\u{2C6}', '\u{2030}', '\u{160}', '\u{2039}', '\u{152}', '\u{8D}', '\u{17D}', '\u{8F}',
+    '\u{90}', '\u{2018}', '\u{2019}', '\u{201C}', '\u{201D}', '\u{2022}', '\u{2013}', '\u{2014}',
+    '\u{2DC}', '\u{2122}', '\u{161}', '\u{203A}', '\u{153}', '\u{9D}', '\u{17E}', '\u{178}',
+];
+
+fn latin1_to_utf8(bytes: &[u8]) -> Vec<u8> {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        out.push(match b {
+            0x80..=0x9F => CP1252_HIGH[usize::from(b - 0x80)],
+            _ => char::from(b),
+        });
+    }
+    out.into_bytes()
+}
+
+fn hex_bytea(bytes: &[u8]) -> Vec<u8> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(2 + bytes.len() * 2);
+    out.extend_from_slice(b"\\x");
+    for &b in bytes {
+        out.push(HEX[usize::from(b >> 4)]);
+        out.push(HEX[usize::from(b & 15)]);
+    }
+    out
+}
+
+/// `.ffffff` without trailing zeros, empty for none.
+fn fraction(micros: u32) -> String {
+    if micros == 0 {
+        return String::new();
+    }
+    let digits = format!(".{micros:06}");
+    digits.trim_end_matches('0').to_string()
+}
+
+/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn datetime_text(y: u16, mo: u8, d: u8, h: u8, mi: u8, s: u8, us: u32) -> String {
+    format!(
+        "{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}{}",
+        fraction(us)
+    )
+}
+
+fn int_text(value: &Value) -> Option<String> {
+    match value {
+        Value::Int(i) => Some(i.to_string()),
+        Value::UInt(u) => Some(u.to_string()),
+        Value::Bytes(b) => std::str::from_utf8(b).ok().map(str::to_string),
+        _ => None,
+    }
+}
+
+/// One value's text form for the mapped PostgreSQL type; `Ok(None)` for
+/// NULL (and zero dates); `Err` says what could not be converted.
+fn value_text(value: Value, conv: &Conv) -> std::result::Result<Option<Vec<u8>>, String> {
+    if value == Value::NULL {
+        return Ok(None);
+    }
+    let unexpected = |value: &Value| format!("unexpected value {value:?} for {conv:?}");
+    let text: Vec<u8> = match conv {
+        Conv::Integer | Conv::Decimal => match &value {
+            Value::Bytes(b) => b.clone(),
+            other => int_text(other)
+                .ok_or_else(|| unexpected(other))?
+                .into_bytes(),
+        },
+        Conv::Float => match value {
+            Value::Float(f) => f.to_string().into_bytes(),
+            Value::Double(f) => (f as f32).to_string().into_bytes(),
+            Value::Bytes(b) => b,
+            other => return Err(unexpected(&other)),
+        },
+        Conv::Double => match value {
+            Value::Double(f) => f.to_string().into_bytes(),
+            Value::Float(f) => f64::from(f).to_string().into_bytes(),
+            Value::Bytes(b) => b,
+            other => return Err(unexpected(&other)),
+        },
+        Conv::Int24 => match value {
+            Value::Int(v) if v >= 1 << 23 => (v - (1 << 24)).to_string().into_bytes(),
+            other => int_text(&other)
+                .ok_or_else(|| unexpected(&other))?
+                .into_bytes(),
+        },
+        Conv::Year => {
+            let year = int_text(&value).ok_or_else(|| unexpected(&value))?;
+            // The binlog's byte 0 is year 0000, which mysql_common reads
+            // as 1900 (not a valid YEAR otherwise).
+            if year == "1900" {
+                "0".to_string()
+            } else {
+                year
+            }
+            .into_bytes()
+        }
+        Conv::Date => match value {
+            Value::Date(0, 0, 0, ..) => return Ok(None),
+            Value::Date(y, m, d, ..) => format!("{y:04}-{m:02}-{d:02}").into_bytes(),
+            Value::Bytes(b) => b,
+            other => return Err(unexpected(&other)),
+        },
+        Conv::DateTime => match value {
+            Value::Date(0, 0, 0, ..) => return Ok(None),
+            Value::Date(y, mo, d, h, mi, s, us) => {
+                datetime_text(y, mo, d, h, mi, s, us).into_bytes()
+            }
+            other => return Err(unexpected(&other)),
+        },
+        Conv::Timestamp { epoch: true } => {
+            let Value::Bytes(b) = &value else {
+                return Err(unexpected(&value));
+            };
+            let text = std::str::from_utf8(b).map_err(|_| unexpected(&value))?;
+            let (secs, micros) = text.split_once('.').unwrap_or((text, "0"));
+            let secs: i64 = secs.parse().map_err(|_| unexpected(&value))?;
+            let micros: u32 = micros.parse().map_err(|_| unexpected(&value))?;
+            if secs == 0 && micros == 0 {
+                return Ok(None);
+            }
+            let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
+            let t = secs.rem_euclid(86_400);
+            format!(
+                "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02}{}+00",
+                t / 3600,
+                t % 3600 / 60,
+                t % 60,
+                fraction(micros)
+            )
+            .into_bytes()
+        }
+        Conv::Timestamp { epoch: false } => match value {
+            Value::Date(0, 0, 0, ..) => return Ok(None),
+            Value::Date(y, mo, d, h, mi, s, us) => {
+                format!("{}+00", datetime_text(y, mo, d, h, mi, s, us)).into_bytes()
+            }
+            other => return Err(unexpected(&other)),
+        },
+        Conv::Time => match value {
+            Value::Time(negative, days, h, m, s, us) => format!(
+                "{}{:02}:{m:02}:{s:02}{}",
+                if negative { "-" } else { "" },
+                u64::from(days) * 24 + u64::from(h),
+                fraction(us)
+            )
+            .into_bytes(),
+            other => return Err(unexpected(&other)),
+        },
+        Conv::Bit { bits } => {
+            let bytes = match value {
+                Value::Bytes(b) => b,
+                Value::Int(i) => i.to_be_bytes().to_vec(),
+                Value::UInt(u) => u.to_be_bytes().to_vec(),
+                other => return Err(unexpected(&other)),
+            };
+            let total = bytes.len() * 8;
+            let bits = *bits as usize;
+            (0..bits)
+                .map(|i| {
+                    // The last `bits` bits, most significant first.
+                    let at = (total + i).checked_sub(bits);
+                    let set = at.is_some_and(|at| bytes[at / 8] & (0x80 >> (at % 8)) != 0);
+                    if set { b'1' } else { b'0' }
+                })
+                .collect()
+        }
+        Conv::Text { charset } => {
+            let Value::Bytes(b) = value else {
+                return Err(unexpected(&value));
+            };
+            match charset {
+                Charset::Utf8 => match String::from_utf8(b) {
+                    Ok(s) => s.into_bytes(),
+                    Err(_) => return Err("a text value is not valid UTF-8".into()),
+                },
+                Charset::Latin1 => latin1_to_utf8(&b),
+                Charset::Other => {
+                    return Err("a text value is in a charset evolve does not convert".into());
+                }
+            }
+        }
+        Conv::Bytes { pad } => {
+            let Value::Bytes(mut b) = value else {
+                return Err(unexpected(&value));
+            };
+            if let Some(n) = pad
+                && b.len() < *n
+            {
+                b.resize(*n, 0);
+            }
+            hex_bytea(&b)
+        }
+        Conv::Enum(names) => match value {
+            Value::Int(0) | Value::UInt(0) => Vec::new(),
+            Value::Int(i) => names
+                .get(usize::try_from(i - 1).unwrap_or(usize::MAX))
+                .ok_or_else(|| format!("ENUM index {i} is out of range"))?
+                .clone()
+                .into_bytes(),
+            Value::Bytes(b) => b,
+            other => return Err(unexpected(&other)),
+        },
+        Conv::Set(names) => match value {
+            Value::Bytes(b) => {
+                let mut members = Vec::new();
+                for (i, name) in names.iter().enumerate() {
+                    if b.get(i / 8).is_some_and(|byte| byte & (1 << (i % 8)) != 0) {
+                        members.push(name.as_str());
+                    }
+                }
+                members.join(",").into_bytes()
+            }
+            other => return Err(unexpected(&other)),
+        },
+        Conv::Json => match value {
+            Value::Bytes(b) => b,
+            other => return Err(unexpected(&other)),
+        },
+        Conv::Unsupported => return Err("a value of a type evolve does not map".into()),
+    };
+    Ok(Some(text))
+}
+
+// ------------------------------------------------------------ CREATE TABLE
+
+/// `CREATE TABLE ... FROM SOURCE` of a MySQL source: the table's columns
+/// from `information_schema`, mapped to PostgreSQL types; refuses a table
+/// that is not there, has no primary key, or has a column evolve cannot
+/// map that is not in `exclude`, and checks the user may read it.
+pub async fn inspect_table(
+    source: &str,
+    name: &str,
+    connection: &Connection,
+    database: &str,
+    table: &str,
+    exclude: &[String],
+) -> Result<UpstreamTable> {
+    let reference = format!("{database}.{table}");
+    let mut conn = connect(name, connection).await?;
+    // Every column is read as nullable: a server that sends NULL where
+    // it should not gets an error below, not a panic in the client.
+    type ColumnRow = (
+        Option<String>,
+        Option<u64>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<u64>,
+    );
+    let rows: Vec<ColumnRow> = conn
+        .exec(
+            "SELECT COLUMN_NAME, ORDINAL_POSITION, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, COLUMN_KEY, \
+                    CHARACTER_SET_NAME, NUMERIC_PRECISION \
+             FROM information_schema.COLUMNS c \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+               AND EXISTS (SELECT 1 FROM information_schema.TABLES t \
+                           WHERE t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME \
+                             AND t.TABLE_TYPE = 'BASE TABLE') \
+             ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        .await
+        .map_err(|e| query_error(&format!("read the columns of {reference}"), e))?;
+    if rows.is_empty() {
+        return Err(PipelineError::UpstreamTableNotFound {
+            reference,
+            source_name: source.to_string(),
+        });
+    }
+    let json = json_columns(&mut conn, database, table).await?;
+    let mut columns = Vec::new();
+    for (column, ordinal, data_type, column_type, nullable, key, charset, precision) in rows {
+        let (Some(column), Some(ordinal), Some(data_type), Some(column_type)) =
+            (column, ordinal, data_type, column_type)
+        else {
+            return Err(PipelineError::Database {
+                context: format!("read the columns of {reference}"),
+                message: "information_schema.COLUMNS has a NULL name or type".into(),
+            });
+        };
+        let (nullable, key) = (nullable.unwrap_or_default(), key.unwrap_or_default());
+        let excluded = exclude.contains(&column);
+        let (oid, typmod) = match map_catalog_type(
+            &data_type,
+            &column_type,
+            charset.as_deref(),
+            precision,
+            json.contains(&column),
+        ) {
+            Some((
+                _,
+                _,
+                Conv::Text {
+                    charset: Charset::Other,
+                },
+            )) if !excluded => {
+                return Err(PipelineError::BadColumn {
+                    reference,
+                    column,
+                    reason: format!(
+                        "is in charset {}, which evolve does not convert to UTF-8 (utf8mb4, utf8mb3, ascii and latin1 are); convert the column or list it in EXCLUDE COLUMNS",
+                        charset.unwrap_or_default()
+                    ),
+                });
+            }
+            Some((oid, typmod, _)) => (oid, typmod),
+            None if excluded => (TEXT, -1),
+            None => {
+                return Err(PipelineError::BadColumn {
+                    reference,
+                    column,
+                    reason: format!(
+                        "has type {column_type}, which evolve does not map to a PostgreSQL type yet; list it in EXCLUDE COLUMNS"
+                    ),
+                });
+            }
+        };
+        columns.push(ColumnInfo {
+            name: column,
+            attnum: i16::try_from(ordinal).unwrap_or(i16::MAX),
+            type_oid: oid,
+            typmod,
+            type_name: column_type,
+            not_null: nullable == "NO",
+            kind: TypeKind::from_builtin_oid(oid),
+            excluded: false,
+            as_text: false,
+            key: key == "PRI",
+        });
+    }
+    if !columns.iter().any(|c| c.key) {
+        return Err(PipelineError::Refused {
+            sqlstate: "55000",
+            primary: format!("upstream table \"{reference}\" has no primary key"),
+            detail: Some(
+                "Documents are keyed by the upstream primary key, and the binlog's updates and deletes are matched to them by it.".into(),
+            ),
+            hint: Some(format!(
+                "Add one (ALTER TABLE `{}`.`{}` ADD PRIMARY KEY (...)), then create the table again.",
+                database.replace('`', "``"),
+                table.replace('`', "``")
+            )),
+        });
+    }
+    conn.query_drop(format!(
+        "SELECT 1 FROM {} LIMIT 0",
+        quoted_table(database, table)
+    ))
+    .await
+    .map_err(|e| query_error(&format!("read {reference} (SELECT)"), e))?;
+    let _ = conn.disconnect().await;
+    Ok(UpstreamTable {
+        oid: table_id(database, table),
+        schema: database.to_string(),
+        name: table.to_string(),
+        columns,
+        generated: Vec::new(),
+    })
+}
+
+/// MariaDB's JSON columns: `longtext` with a `json_valid` check named after
+/// the column. None on MySQL, whose JSON is a type of its own.
+async fn json_columns(conn: &mut Conn, database: &str, table: &str) -> Result<HashSet<String>> {
+    if !is_mariadb(conn).await? {
+        return Ok(HashSet::new());
+    }
+    let names: Vec<Option<String>> = conn
+        .exec(
+            "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS \
+             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ? \
+               AND CHECK_CLAUSE = CONCAT('json_valid(`', CONSTRAINT_NAME, '`)')",
+            (database, table),
+        )
+        .await
+        .map_err(|e| query_error("read the JSON columns (CHECK_CONSTRAINTS)", e))?;
+    Ok(names.into_iter().flatten().collect())
+}
+
+/// The table of a `TRUNCATE [TABLE] [db.]name` statement (comments and
+/// white space around it skipped, backquotes undone), with `default` as
+/// its database when it names none; `None` for any other statement.
+fn truncated_table(sql: &str, default: &str) -> Option<(String, String)> {
+    fn skip(rest: &str) -> &str {
+        let mut rest = rest.trim_start();
+        while let Some(tail) = rest.strip_prefix("/*") {
+            rest = tail
+                .split_once("*/")
+                .map_or("", |(_, after)| after)
+                .trim_start();
+        }
+        rest
+    }
+    fn word<'a>(rest: &'a str, want: &str) -> Option<&'a str> {
+        let head = rest.get(..want.len())?;
+        let after = &rest[want.len()..];
+        (head.eq_ignore_ascii_case(want)
+            && !after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$'))
+        .then_some(after)
+    }
+    fn name(rest: &str) -> Option<(String, &str)> {
+        if let Some(mut tail) = rest.strip_prefix('`') {
+            let mut out = String::new();
+            loop {
+                let (part, after) = tail.split_once('`')?;
+                out.push_str(part);
+                if let Some(after) = after.strip_prefix('`') {
+                    out.push('`');
+                    tail = after;
+                } else {
+                    return Some((out, after));
+                }
+            }
+        }
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+            .unwrap_or(rest.len());
+        (end > 0).then(|| (rest[..end].to_string(), &rest[end..]))
+    }
+    let rest = word(skip(sql), "truncate")?;
+    let rest = skip(rest);
+    let rest = word(rest, "table").map_or(rest, skip);
+    let (first, rest) = name(rest)?;
+    let (database, table, rest) = match skip(rest).strip_prefix('.') {
+        Some(after) => {
+            let (second, rest) = name(skip(after))?;
+            (first, second, rest)
+        }
+        None => (default.to_string(), first, rest),
+    };
+    skip(rest)
+        .trim_end_matches(|c: char| c == ';' || c.is_whitespace())
+        .is_empty()
+        .then_some((database, table))
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+fn quoted_table(database: &str, table: &str) -> String {
+    format!("{}.{}", quote_ident(database), quote_ident(table))
+}
+
+// ------------------------------------------------------------ the source
+
+/// A MySQL or MariaDB source: its catalog entry, its connection, and the
+/// upstream tables its catalog tables read (`(database, table)`).
+pub struct MysqlSource {
+    source: SourceInfo,
+    connection: Connection,
+    tables: Vec<(String, String)>,
+}
+
+impl MysqlSource {
+    pub fn new(
+        source: SourceInfo,
+        connection: Connection,
+        tables: Vec<(String, String)>,
+    ) -> MysqlSource {
+        MysqlSource {
+            source,
+            connection,
+            tables,
+        }
+    }
+}
+
+/// The replica server id the source's binlog session registers with:
+/// stable per source name, away from the ids servers usually get.
+fn replica_server_id(source: &str) -> u32 {
+    0x4500_0000 | (table_id(source, "") & 0x00ff_ffff)
+}
+
+fn purged(source: &str, from: Position, detail: String) -> PipelineError {
+    PipelineError::BinlogPurged {
+        source_name: source.to_string(),
+        needed: from.to_string(),
+        detail,
+    }
+}
+
+impl Source for MysqlSource {
+    type Stream = MysqlStream;
+    type Snapshot = MysqlSnapshot;
+
+    async fn stream(&self, from: Position) -> Result<MysqlStream> {
+        let name = &self.source.name;
+        let mut conn = connect(&self.source.connection, &self.connection).await?;
+        let from = if from == Position::ZERO {
+            current_position(&mut conn).await?
+        } else {
+            from
+        };
+        let (seq, offset) = binlog_coordinates(from);
+        let logs: Vec<(String, u64)> = conn
+            .query_map("SHOW BINARY LOGS", |row: mysql_async::Row| {
+                (
+                    row.get_opt::<String, _>(0)
+                        .and_then(|v| v.ok())
+                        .unwrap_or_default(),
+                    row.get_opt::<u64, _>(1)
+                        .and_then(|v| v.ok())
+                        .unwrap_or_default(),
+                )
+            })
+            .await
+            .map_err(|e| query_error("list the binlog files (SHOW BINARY LOGS)", e))?;
+        let Some((file, size)) = logs.iter().find(|(f, _)| file_seq(f) == Some(seq)).cloned()
+        else {
+            let oldest = logs.first().map_or("none".to_string(), |(f, _)| f.clone());
+            return Err(purged(
+                name,
+                from,
+                format!(
+                    "The stream resumes in binlog file number {seq} at offset {offset}; the server's oldest binlog file is {oldest}."
+                ),
+            ));
+        };
+        if u64::from(offset) > size {
+            return Err(purged(
+                name,
+                from,
+                format!(
+                    "Binlog file {file} holds {size} bytes, fewer than the offset {offset} the stream resumes at: the server's binlog is not the one the source read."
+                ),
+            ));
+        }
+        let charsets: HashMap<u16, String> = conn
+            .query_map(
+                "SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS",
+                |(id, name): (Option<u64>, Option<String>)| (id, name),
+            )
+            .await
+            .map_err(|e| query_error("read the server's collations", e))?
+            .into_iter()
+            .filter_map(|(id, name)| Some((u16::try_from(id?).ok()?, name?)))
+            .collect();
+        let mut wanted = HashMap::new();
+        for (database, table) in &self.tables {
+            let json = json_columns(&mut conn, database, table).await?;
+            wanted.insert(table_id(database, table), json);
+        }
+        conn.query_drop(format!("SET @master_heartbeat_period = {HEARTBEAT_NANOS}"))
+            .await
+            .map_err(|e| query_error("ask for heartbeats", e))?;
+        let request = BinlogStreamRequest::new(replica_server_id(name))
+            .with_filename(file.as_bytes())
+            .with_pos(u64::from(offset));
+        let binlog = conn
+            .get_binlog_stream(request)
+            .await
+            .map_err(|e| stream_error(name, from, e))?;
+        Ok(MysqlStream {
+            name: name.clone(),
+            binlog,
+            file,
+            seq,
+            described: false,
+            last_end: offset,
+            from,
+            in_transaction: false,
+            queue: VecDeque::new(),
+            charsets,
+            wanted,
+            maps: HashMap::new(),
+            schemas: HashMap::new(),
+        })
+    }
+
+    async fn snapshot(&self, table: &TableInfo) -> Result<MysqlSnapshot> {
+        let mut conn = connect(&self.source.connection, &self.connection).await?;
+        if !is_mariadb(&mut conn).await? {
+            return Err(PipelineError::Refused {
+                sqlstate: "0A000",
+                primary: format!(
+                    "snapshots of MySQL (not MariaDB) upstreams are not supported yet (table \"{}\")",
+                    table.name
+                ),
+                detail: Some("A consistent MySQL snapshot needs the binlog position under a short global read lock, which evolve does not take yet.".into()),
+                hint: Some("Use a MariaDB upstream for now.".into()),
+            });
+        }
+        for sql in [
+            "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            "SET time_zone = '+00:00'",
+            "SET NAMES utf8mb4",
+            "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+        ] {
+            conn.query_drop(sql)
+                .await
+                .map_err(|e| query_error("start the snapshot transaction", e))?;
+        }
+        let status: Vec<(Option<String>, Option<String>)> = conn
+            .query("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
+            .await
+            .map_err(|e| query_error("read the snapshot's binlog position", e))?;
+        let get = |n: &str| {
+            status
+                .iter()
+                .find(|(k, _)| k.as_deref().is_some_and(|k| k.eq_ignore_ascii_case(n)))
+                .and_then(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let file = get("binlog_snapshot_file");
+        let offset: u32 = get("binlog_snapshot_position").parse().unwrap_or(0);
+        let seq = file_seq(&file).ok_or_else(|| PipelineError::Database {
+            context: "read the snapshot's binlog position".into(),
+            message: format!("binlog_snapshot_file is \"{file}\""),
+        })?;
+        let position = binlog_position(seq, offset);
+        let mut convs = Vec::new();
+        let mut names = Vec::new();
+        for c in table.document_columns() {
+            names.push(quote_ident(&c.name));
+            convs.push(snapshot_conv(c));
+        }
+        let sql = format!(
+            "SELECT {} FROM {}",
+            names.join(", "),
+            quoted_table(&table.upstream_schema, &table.upstream_table)
+        );
+        let what = format!("copy {}", table.reference());
+        let (tx, rx) = mpsc::channel(2);
+        let task = tokio::spawn(copy_rows(conn, sql, convs, tx, what.clone()));
+        Ok(MysqlSnapshot { position, rx, task })
+    }
+}
+
+/// How a snapshot's value of column `c` becomes text: from its PostgreSQL
+/// type (the binary protocol gives ENUM, SET and JSON as text, BINARY
+/// padded, TIMESTAMP in the session's UTC).
+fn snapshot_conv(c: &ColumnInfo) -> Conv {
+    match c.type_oid {
+        INT2 if c.type_name.to_ascii_lowercase().starts_with("year") => Conv::Year,
+        INT2 | INT4 | INT8 => Conv::Integer,
+        NUMERIC => Conv::Decimal,
+        FLOAT4 => Conv::Float,
+        FLOAT8 => Conv::Double,
+        DATE => Conv::Date,
+        INTERVAL => Conv::Time,
+        TIMESTAMP => Conv::DateTime,
+        TIMESTAMPTZ => Conv::Timestamp { epoch: false },
+        BIT => Conv::Bit {
+            bits: u32::try_from(c.typmod).unwrap_or(1),
+        },
+        BYTEA => Conv::Bytes { pad: None },
+        JSONB if c.type_name.eq_ignore_ascii_case("json") => Conv::Json,
+        _ => Conv::Text {
+            charset: Charset::Utf8,
+        },
+    }
+}
+
+type Chunk = Vec<Vec<Option<Vec<u8>>>>;
+
+/// Reads the snapshot's rows and sends them in chunks; commits the
+/// snapshot transaction at the end.
+async fn copy_rows(
+    mut conn: Conn,
+    sql: String,
+    convs: Vec<Conv>,
+    tx: mpsc::Sender<Result<Chunk>>,
+    what: String,
+) -> Result<()> {
+    let fail = |e: mysql_async::Error| query_error(&what, e);
+    let outcome: Result<()> = async {
+        let mut result = conn.exec_iter(sql.as_str(), ()).await.map_err(fail)?;
+        let mut chunk: Chunk = Vec::with_capacity(CHUNK_ROWS);
+        while let Some(row) = result.next().await.map_err(fail)? {
+            let values = row.unwrap();
+            let mut out = Vec::with_capacity(values.len());
+            for (value, conv) in values.into_iter().zip(&convs) {
+                out.push(
+                    value_text(value, conv).map_err(|message| PipelineError::Database {
+                        context: what.clone(),
+                        message,
+                    })?,
+                );
+            }
+            chunk.push(out);
+            if chunk.len() == CHUNK_ROWS {
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_ROWS));
+                if tx.send(Ok(full)).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        drop(result);
+        if !chunk.is_empty() {
+            let _ = tx.send(Ok(chunk)).await;
+        }
+        conn.query_drop("COMMIT").await.map_err(fail)?;
+        Ok(())
+    }
+    .await;
+    if let Err(e) = &outcome {
+        let _ = tx
+            .send(Err(PipelineError::Database {
+                context: what.clone(),
+                message: e.primary(),
+            }))
+            .await;
+    }
+    let _ = conn.disconnect().await;
+    outcome
+}
+
+/// A table's copy in a consistent-snapshot transaction, read by a task of
+/// its own.
+pub struct MysqlSnapshot {
+    position: Position,
+    rx: mpsc::Receiver<Result<Chunk>>,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl TableSnapshot for MysqlSnapshot {
+    fn position(&self) -> Position {
+        self.position
+    }
+
+    async fn next_rows<F>(&mut self, mut row: F) -> Result<bool>
+    where
+        F: FnMut(&[Option<&[u8]>]) -> Result<()> + Send,
+    {
+        match self.rx.recv().await {
+            Some(chunk) => {
+                let mut values: Vec<Option<&[u8]>> = Vec::new();
+                for r in &chunk? {
+                    values.clear();
+                    values.extend(r.iter().map(|v| v.as_deref()));
+                    row(&values)?;
+                }
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn finish(self) -> Result<()> {
+        drop(self.rx);
+        match self.task.await {
+            Ok(result) => result,
+            Err(e) => Err(PipelineError::Database {
+                context: "copy a table".into(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
+// ------------------------------------------------------------ the stream
+
+/// A table map turned into a schema and conversions.
+struct Mapped {
+    oid: u32,
+    schema: Arc<TableSchema>,
+    convs: Vec<Conv>,
+}
+
+/// A source's binlog stream.
+pub struct MysqlStream {
+    name: String,
+    binlog: BinlogStream,
+    /// The file events are read from, and its number.
+    file: String,
+    seq: u32,
+    /// A format description event was read (events have their checksums
+    /// taken off from there on).
+    described: bool,
+    /// Where the last event read ended in that file.
+    last_end: u32,
+    /// Where the stream was opened.
+    from: Position,
+    in_transaction: bool,
+    queue: VecDeque<SourceEvent>,
+    charsets: HashMap<u16, String>,
+    /// The ids of the tables the catalog reads, with their JSON columns.
+    wanted: HashMap<u32, HashSet<String>>,
+    /// The latest table map of each binlog table id, and what it maps to
+    /// (`None`: a table nobody reads).
+    maps: HashMap<u64, (TableMapEvent<'static>, Option<Arc<Mapped>>)>,
+    /// The schema last sent for each table.
+    schemas: HashMap<u32, Arc<TableSchema>>,
+}
+
+/// MySQL's ER_MASTER_FATAL_ERROR_READING_BINLOG: the file or position
+/// asked for is not there.
+const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
+
+fn stream_error(name: &str, from: Position, e: mysql_async::Error) -> PipelineError {
+    if let mysql_async::Error::Server(server) = &e
+        && server.code == ER_MASTER_FATAL_ERROR_READING_BINLOG
+    {
+        return purged(name, from, format!("The server says: {}", server.message));
+    }
+    PipelineError::Replication {
+        source_name: name.to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl MysqlStream {
+    fn position(&self, offset: u32) -> Position {
+        binlog_position(self.seq, offset)
+    }
+
+    fn fail(&self, message: String) -> PipelineError {
+        PipelineError::Replication {
+            source_name: self.name.clone(),
+            message,
+        }
+    }
+
+    fn on_event(&mut self, event: mysql_async::binlog::events::Event) -> Result<()> {
+        let header = event.header();
+        let log_pos = header.log_pos();
+        let data = event
+            .read_data()
+            .map_err(|e| self.fail(format!("a binlog event could not be read: {e}")))?;
+        let mut moves = log_pos != 0;
+        match data {
+            Some(EventData::RotateEvent(rotate)) => {
+                // The server's first (artificial) rotate comes before its
+                // format description, so its name still carries the
+                // event's checksum: it names the file asked for.
+                let raw = rotate.name_raw();
+                self.seq = if !self.described && raw.starts_with(self.file.as_bytes()) {
+                    self.seq
+                } else {
+                    let file = String::from_utf8_lossy(raw).into_owned();
+                    self.file = file.clone();
+                    file_seq(&file).ok_or_else(|| {
+                        self.fail(format!(
+                            "binlog file name \"{file}\" has no sequence number"
+                        ))
+                    })?
+                };
+                self.last_end = u32::try_from(rotate.position()).unwrap_or(u32::MAX);
+                moves = false;
+            }
+            Some(EventData::QueryEvent(query)) => {
+                let sql = query.query();
+                let word = sql.trim().to_ascii_uppercase();
+                if word == "BEGIN" {
+                    self.in_transaction = true;
+                    self.queue.push_back(SourceEvent::Begin {
+                        commit: self.position(self.last_end),
+                        commit_time_micros: i64::from(header.timestamp()) * 1_000_000,
+                    });
+                } else if (word == "COMMIT" || word == "ROLLBACK") && self.in_transaction {
+                    self.commit(log_pos);
+                } else if !self.in_transaction
+                    && let Some((database, table)) = truncated_table(&sql, &query.schema())
+                {
+                    self.on_truncate(&database, &table, header.timestamp(), log_pos);
+                }
+            }
+            Some(EventData::FormatDescriptionEvent(_)) => self.described = true,
+            Some(EventData::XidEvent(_)) if self.in_transaction => self.commit(log_pos),
+            Some(EventData::TableMapEvent(map)) => self.on_table_map(map.into_owned())?,
+            Some(EventData::RowsEvent(rows)) if self.in_transaction => self.on_rows(&rows)?,
+            Some(EventData::HeartbeatEvent) => {
+                moves = false;
+                if !self.in_transaction {
+                    self.queue.push_back(SourceEvent::Idle {
+                        upto: self.position(self.last_end),
+                    });
+                }
+            }
+            _ => {}
+        }
+        // Within a file positions only grow: an event sent out of place
+        // (the format description the server repeats when a stream starts
+        // inside a file) must not move the start of the next transaction
+        // back before the transactions already delivered.
+        if moves && log_pos >= self.last_end {
+            self.last_end = log_pos;
+        }
+        Ok(())
+    }
+
+    /// `TRUNCATE TABLE` is logged as a statement, even with row-based
+    /// logging: a transaction of its own with one truncate row, for a
+    /// table the catalog reads.
+    fn on_truncate(&mut self, database: &str, table: &str, timestamp: u32, log_pos: u32) {
+        let oid = table_id(database, table);
+        if !self.wanted.contains_key(&oid) {
+            return;
+        }
+        let schema = self.schemas.get(&oid).cloned().unwrap_or_else(|| {
+            Arc::new(TableSchema {
+                schema: database.to_string(),
+                name: table.to_string(),
+                columns: Vec::new(),
+            })
+        });
+        self.queue.push_back(SourceEvent::Begin {
+            commit: self.position(self.last_end),
+            commit_time_micros: i64::from(timestamp) * 1_000_000,
+        });
+        self.queue.push_back(SourceEvent::Row {
+            table: oid,
+            change: RowChange {
+                table: schema,
+                kind: ChangeKind::Truncate,
+                old: None,
+                new: None,
+            },
+        });
+        self.queue.push_back(SourceEvent::Commit {
+            end: self.position(log_pos),
+        });
+    }
+
+    fn commit(&mut self, log_pos: u32) {
+        self.in_transaction = false;
+        self.queue.push_back(SourceEvent::Commit {
+            end: self.position(log_pos),
+        });
+    }
+
+    fn on_table_map(&mut self, map: TableMapEvent<'static>) -> Result<()> {
+        let id = map.table_id();
+        if let Some((known, mapped)) = self.maps.get(&id)
+            && *known == map
+        {
+            let mapped = mapped.clone();
+            self.announce(mapped.as_deref());
+            return Ok(());
+        }
+        let oid = table_id(&map.database_name(), &map.table_name());
+        let mapped = match self.wanted.get(&oid) {
+            None => None,
+            Some(json) => Some(Arc::new(
+                map_table(&map, oid, &self.charsets, json).map_err(|e| {
+                    self.fail(format!(
+                        "the table map of {}.{} could not be read: {e}",
+                        map.database_name(),
+                        map.table_name()
+                    ))
+                })?,
+            )),
+        };
+        self.announce(mapped.as_deref());
+        self.maps.insert(id, (map, mapped));
+        Ok(())
+    }
+
+    /// Sends a table's schema when it is not the one last sent.
+    fn announce(&mut self, mapped: Option<&Mapped>) {
+        let Some(mapped) = mapped else {
+            return;
+        };
+        if self.schemas.get(&mapped.oid) != Some(&mapped.schema) {
+            self.schemas.insert(mapped.oid, Arc::clone(&mapped.schema));
+            self.queue.push_back(SourceEvent::Schema {
+                table: mapped.oid,
+                schema: Arc::clone(&mapped.schema),
+            });
+        }
+    }
+
+    fn on_rows(&mut self, rows: &RowsEventData<'_>) -> Result<()> {
+        let Some((map, Some(mapped))) = self.maps.get(&rows.table_id()) else {
+            return Ok(());
+        };
+        let mapped = Arc::clone(mapped);
+        let kind = match rows {
+            RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => {
+                ChangeKind::Insert
+            }
+            RowsEventData::UpdateRowsEventV1(_) | RowsEventData::UpdateRowsEvent(_) => {
+                ChangeKind::Update
+            }
+            RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => {
+                ChangeKind::Delete
+            }
+            RowsEventData::PartialUpdateRowsEvent(_) => {
+                return Err(self.fail(
+                    "a partial JSON update arrived (binlog_row_value_options = PARTIAL_JSON); set binlog_row_value_options = '' upstream".into(),
+                ));
+            }
+        };
+        let mut out = Vec::new();
+        for row in rows.rows(map) {
+            let (before, after) =
+                row.map_err(|e| self.fail(format!("a row image could not be read: {e}")))?;
+            let image = |row: Option<mysql_async::binlog::row::BinlogRow>| -> std::result::Result<Option<Vec<Datum>>, String> {
+                let Some(row) = row else {
+                    return Ok(None);
+                };
+                let values = row.unwrap();
+                if values.len() != mapped.convs.len() {
+                    return Err(format!(
+                        "a row image has {} columns, its table map {}: the binlog is not logged with binlog_row_image = FULL",
+                        values.len(),
+                        mapped.convs.len()
+                    ));
+                }
+                let mut datums = Vec::with_capacity(values.len());
+                for (value, conv) in values.into_iter().zip(&mapped.convs) {
+                    let value = match value {
+                        BinlogValue::Value(v) => v,
+                        BinlogValue::Jsonb(j) => {
+                            let json = serde_json::Value::try_from(j)
+                                .map_err(|e| format!("a JSON value could not be read: {e}"))?;
+                            Value::Bytes(json.to_string().into_bytes())
+                        }
+                        BinlogValue::JsonDiff(_) => {
+                            return Err("a partial JSON update arrived".into());
+                        }
+                    };
+                    datums.push(match conv {
+                        Conv::Unsupported => Datum::Missing,
+                        conv => match value_text(value, conv)? {
+                            Some(text) => Datum::Text(Bytes::from(text)),
+                            None => Datum::Null,
+                        },
+                    });
+                }
+                Ok(Some(datums))
+            };
+            let table = format!("{}.{}", mapped.schema.schema, mapped.schema.name);
+            let old = image(before).map_err(|e| self.fail(format!("{table}: {e}")))?;
+            let new = image(after).map_err(|e| self.fail(format!("{table}: {e}")))?;
+            out.push(SourceEvent::Row {
+                table: mapped.oid,
+                change: RowChange {
+                    table: Arc::clone(&mapped.schema),
+                    kind,
+                    old,
+                    new,
+                },
+            });
+        }
+        self.queue.extend(out);
+        Ok(())
+    }
+}
+
+/// A table map's columns: names, mapped types and the primary key, from
+/// its full metadata.
+fn map_table(
+    map: &TableMapEvent<'_>,
+    oid: u32,
+    charsets: &HashMap<u16, String>,
+    json: &HashSet<String>,
+) -> std::result::Result<Mapped, String> {
+    let count = map.columns_count() as usize;
+    let meta = OptionalMetaExtractor::new(map.iter_optional_meta()).map_err(|e| e.to_string())?;
+    let names: Vec<String> = meta
+        .iter_column_name()
+        .map(|n| n.map(|n| n.name().into_owned()))
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| e.to_string())?;
+    if names.len() != count {
+        return Err("it has no column names: set binlog_row_metadata = FULL upstream".into());
+    }
+    let mut enums: VecDeque<Arc<[String]>> = VecDeque::new();
+    let mut sets: VecDeque<Arc<[String]>> = VecDeque::new();
+    for field in map.iter_optional_meta() {
+        match field.map_err(|e| e.to_string())? {
+            OptionalMetadataField::EnumStrValue(values) => {
+                for v in values.iter_values() {
+                    let v = v.map_err(|e| e.to_string())?;
+                    enums.push_back(v.values().iter().map(|s| s.value().into_owned()).collect());
+                }
+            }
+            OptionalMetadataField::SetStrValue(values) => {
+                for v in values.iter_values() {
+                    let v = v.map_err(|e| e.to_string())?;
+                    sets.push_back(v.values().iter().map(|s| s.value().into_owned()).collect());
+                }
+            }
+            _ => {}
+        }
+    }
+    let keys: HashSet<u64> = meta
+        .iter_primary_key()
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| e.to_string())?;
+    let mut signedness = meta.iter_signedness();
+    let mut column_charsets = meta.iter_charset();
+    let mut enum_set_charsets = meta.iter_enum_and_set_charset();
+    let mut columns = Vec::with_capacity(count);
+    let mut convs = Vec::with_capacity(count);
+    for (i, name) in names.into_iter().enumerate() {
+        let column_type = map
+            .get_column_type(i)
+            .map_err(|e| e.to_string())?
+            .ok_or("a column has no type")?;
+        let column_meta = map.get_column_metadata(i).unwrap_or(&[]);
+        let unsigned = column_type.is_numeric_type() && signedness.next().unwrap_or(false);
+        let charset = if column_type.is_character_type() {
+            column_charsets
+                .next()
+                .transpose()
+                .map_err(|e| e.to_string())?
+        } else if column_type.is_enum_or_set_type() {
+            enum_set_charsets
+                .next()
+                .transpose()
+                .map_err(|e| e.to_string())?
+        } else {
+            None
+        };
+        let charset = charset.map(|id| charsets.get(&id).map_or("unknown", String::as_str));
+        let enum_values = (column_type == ColumnType::MYSQL_TYPE_ENUM)
+            .then(|| enums.pop_front())
+            .flatten();
+        let set_values = (column_type == ColumnType::MYSQL_TYPE_SET)
+            .then(|| sets.pop_front())
+            .flatten();
+        let (type_oid, typmod, conv) = map_binlog_type(
+            column_type,
+            column_meta,
+            unsigned,
+            charset,
+            json.contains(&name),
+            enum_values,
+            set_values,
+        );
+        columns.push(ColumnSchema {
+            name,
+            type_oid,
+            typmod,
+            key: keys.contains(&(i as u64)),
+        });
+        convs.push(conv);
+    }
+    Ok(Mapped {
+        oid,
+        schema: Arc::new(TableSchema {
+            schema: map.database_name().into_owned(),
+            name: map.table_name().into_owned(),
+            columns,
+        }),
+        convs,
+    })
+}
+
+impl ChangeStream for MysqlStream {
+    async fn next(&mut self) -> Result<SourceEvent> {
+        loop {
+            if let Some(event) = self.queue.pop_front() {
+                return Ok(event);
+            }
+            let event = match tokio::time::timeout(READ_TIMEOUT, self.binlog.next()).await {
+                Err(_) => {
+                    return Err(self.fail(format!(
+                        "no binlog event or heartbeat for {} s",
+                        READ_TIMEOUT.as_secs()
+                    )));
+                }
+                Ok(None) => return Err(self.fail("the server ended the binlog stream".into())),
+                Ok(Some(Err(e))) => return Err(stream_error(&self.name, self.from, e)),
+                Ok(Some(Ok(event))) => event,
+            };
+            self.on_event(event)?;
+        }
+    }
+
+    /// A binlog has no slot to advance: the engine's stored position is
+    /// where the next stream starts.
+    fn confirm(&mut self, _upto: Position) {}
+
+    async fn close(self) {
+        let _ = self.binlog.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_order_files_then_offsets() {
+        let a = binlog_position(1, 0xffff_fff0);
+        let b = binlog_position(2, 4);
+        assert!(a < b);
+        assert_eq!(binlog_coordinates(b), (2, 4));
+        assert_eq!(b.to_string(), "2/4");
+        assert_eq!(file_seq("binlog.000042"), Some(42));
+        assert_eq!(file_seq("mysql-bin.1234567"), Some(1_234_567));
+        assert_eq!(file_seq("binlog"), None);
+        assert_eq!(file_seq("binlog.00x1"), None);
+        assert_eq!(file_seq("binlog.99999999999"), None);
+        assert_ne!(table_id("a", "bc"), table_id("ab", "c"));
+    }
+
+    #[test]
+    fn truncate_statements_name_their_table() {
+        let t = |sql: &str| truncated_table(sql, "shop");
+        let pair = |d: &str, t: &str| Some((d.to_string(), t.to_string()));
+        assert_eq!(t("TRUNCATE TABLE orders"), pair("shop", "orders"));
+        assert_eq!(t("truncate orders;"), pair("shop", "orders"));
+        assert_eq!(
+            t("/* app */ TRUNCATE TABLE `my db`.`odd``name`"),
+            pair("my db", "odd`name")
+        );
+        assert_eq!(t("TRUNCATE TABLE other . t"), pair("other", "t"));
+        assert_eq!(t("TRUNCATE TABLE t extra"), None);
+        assert_eq!(t("TRUNCATED TABLE t"), None);
+        assert_eq!(t("DROP TABLE t"), None);
+        assert_eq!(t("TRUNCATE TABLE `unterminated"), None);
+        assert_eq!(t(""), None);
+    }
+
+    fn text(value: Value, conv: &Conv) -> String {
+        String::from_utf8(value_text(value, conv).unwrap().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn values_take_the_mapped_types_text_form() {
+        assert_eq!(
+            text(Value::UInt(18_446_744_073_709_551_615), &Conv::Integer),
+            "18446744073709551615"
+        );
+        assert_eq!(text(Value::Float(0.1), &Conv::Float), "0.1");
+        assert_eq!(text(Value::Int(0x80_0000), &Conv::Int24), "-8388608");
+        assert_eq!(text(Value::Int(0x7f_ffff), &Conv::Int24), "8388607");
+        assert_eq!(text(Value::Int(0xff_ffff), &Conv::Int24), "-1");
+        assert_eq!(text(Value::Double(-1.5e300), &Conv::Double).len(), 302);
+        assert_eq!(text(Value::Bytes(b"1900".to_vec()), &Conv::Year), "0");
+        assert_eq!(text(Value::Int(2024), &Conv::Year), "2024");
+        assert_eq!(
+            text(Value::Date(2024, 2, 29, 0, 0, 0, 0), &Conv::Date),
+            "2024-02-29"
+        );
+        assert_eq!(
+            value_text(Value::Date(0, 0, 0, 0, 0, 0, 0), &Conv::Date).unwrap(),
+            None
+        );
+        assert_eq!(
+            text(
+                Value::Date(2024, 1, 31, 23, 59, 58, 120_000),
+                &Conv::DateTime
+            ),
+            "2024-01-31 23:59:58.12"
+        );
+        assert_eq!(
+            text(
+                Value::Bytes(b"1706745600.000500".to_vec()),
+                &Conv::Timestamp { epoch: true }
+            ),
+            "2024-02-01 00:00:00.0005+00"
+        );
+        assert_eq!(
+            text(
+                Value::Date(2024, 2, 1, 0, 0, 0, 0),
+                &Conv::Timestamp { epoch: false }
+            ),
+            "2024-02-01 00:00:00+00"
+        );
+        assert_eq!(
+            text(Value::Time(true, 34, 22, 59, 59, 0), &Conv::Time),
+            "-838:59:59"
+        );
+        assert_eq!(
+            text(Value::Time(false, 0, 1, 2, 3, 400_000), &Conv::Time),
+            "01:02:03.4"
+        );
+        assert_eq!(
+            text(Value::Bytes(vec![0b0000_0101]), &Conv::Bit { bits: 3 }),
+            "101"
+        );
+        assert_eq!(
+            text(Value::Bytes(vec![1, 0]), &Conv::Bit { bits: 10 }),
+            "0100000000"
+        );
+        assert_eq!(
+            text(Value::Bytes(vec![0xab, 0]), &Conv::Bytes { pad: Some(4) }),
+            "\\xab000000"
+        );
+        assert_eq!(
+            text(
+                Value::Bytes(vec![b'a', 0x80, 0xe9]),
+                &Conv::Text {
+                    charset: Charset::Latin1
+                }
+            ),
+            "a€é"
+        );
+        assert!(
+            value_text(
+                Value::Bytes(vec![0xff]),
+                &Conv::Text {
+                    charset: Charset::Utf8
+                }
+            )
+            .is_err()
+        );
+        let names: Arc<[String]> = vec!["a".to_string(), "b".into(), "c".into()].into();
+        assert_eq!(text(Value::Int(2), &Conv::Enum(Arc::clone(&names))), "b");
+        assert_eq!(text(Value::Int(0), &Conv::Enum(Arc::clone(&names))), "");
+        assert!(value_text(Value::Int(9), &Conv::Enum(Arc::clone(&names))).is_err());
+        assert_eq!(text(Value::Bytes(vec![0b101]), &Conv::Set(names)), "a,c");
+        assert_eq!(value_text(Value::NULL, &Conv::Integer).unwrap(), None);
+    }
+
+    /// The catalog and the binlog agree on every column's PostgreSQL type:
+    /// a table created from `information_schema` must not stall on its
+    /// first table map.
+    #[test]
+    fn catalog_and_binlog_map_to_the_same_types() {
+        use ColumnType::*;
+        // (DATA_TYPE, COLUMN_TYPE, charset, table-map type, unsigned, its charset)
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            Option<&'a str>,
+            ColumnType,
+            bool,
+            Option<&'a str>,
+        );
+        let cases: &[Case<'_>] = &[
+            ("tinyint", "tinyint(4)", None, MYSQL_TYPE_TINY, false, None),
+            (
+                "tinyint",
+                "tinyint(3) unsigned",
+                None,
+                MYSQL_TYPE_TINY,
+                true,
+                None,
+            ),
+            (
+                "smallint",
+                "smallint(6)",
+                None,
+                MYSQL_TYPE_SHORT,
+                false,
+                None,
+            ),
+            (
+                "smallint",
+                "smallint(5) unsigned",
+                None,
+                MYSQL_TYPE_SHORT,
+                true,
+                None,
+            ),
+            (
+                "mediumint",
+                "mediumint(8) unsigned",
+                None,
+                MYSQL_TYPE_INT24,
+                true,
+                None,
+            ),
+            ("int", "int(11)", None, MYSQL_TYPE_LONG, false, None),
+            ("int", "int(10) unsigned", None, MYSQL_TYPE_LONG, true, None),
+            (
+                "bigint",
+                "bigint(20)",
+                None,
+                MYSQL_TYPE_LONGLONG,
+                false,
+                None,
+            ),
+            (
+                "bigint",
+                "bigint(20) unsigned",
+                None,
+                MYSQL_TYPE_LONGLONG,
+                true,
+                None,
+            ),
+            (
+                "decimal",
+                "decimal(10,2)",
+                None,
+                MYSQL_TYPE_NEWDECIMAL,
+                false,
+                None,
+            ),
+            ("float", "float", None, MYSQL_TYPE_FLOAT, false, None),
+            ("double", "double", None, MYSQL_TYPE_DOUBLE, false, None),
+            ("year", "year(4)", None, MYSQL_TYPE_YEAR, false, None),
+            ("date", "date", None, MYSQL_TYPE_DATE, false, None),
+            ("time", "time(3)", None, MYSQL_TYPE_TIME2, false, None),
+            (
+                "datetime",
+                "datetime(6)",
+                None,
+                MYSQL_TYPE_DATETIME2,
+                false,
+                None,
+            ),
+            (
+                "timestamp",
+                "timestamp",
+                None,
+                MYSQL_TYPE_TIMESTAMP2,
+                false,
+                None,
+            ),
+            ("bit", "bit(5)", None, MYSQL_TYPE_BIT, false, None),
+            (
+                "char",
+                "char(3)",
+                Some("utf8mb4"),
+                MYSQL_TYPE_STRING,
+                false,
+                Some("utf8mb4"),
+            ),
+            (
+                "varchar",
+                "varchar(20)",
+                Some("latin1"),
+                MYSQL_TYPE_VARCHAR,
+                false,
+                Some("latin1"),
+            ),
+            (
+                "text",
+                "text",
+                Some("utf8mb4"),
+                MYSQL_TYPE_BLOB,
+                false,
+                Some("utf8mb4"),
+            ),
+            (
+                "binary",
+                "binary(4)",
+                None,
+                MYSQL_TYPE_STRING,
+                false,
+                Some("binary"),
+            ),
+            (
+                "varbinary",
+                "varbinary(4)",
+                None,
+                MYSQL_TYPE_VARCHAR,
+                false,
+                Some("binary"),
+            ),
+            ("blob", "blob", None, MYSQL_TYPE_BLOB, false, Some("binary")),
+            (
+                "enum",
+                "enum('a','b')",
+                Some("utf8mb4"),
+                MYSQL_TYPE_ENUM,
+                false,
+                Some("utf8mb4"),
+            ),
+            (
+                "set",
+                "set('a','b')",
+                Some("utf8mb4"),
+                MYSQL_TYPE_SET,
+                false,
+                Some("utf8mb4"),
+            ),
+            ("json", "json", None, MYSQL_TYPE_JSON, false, None),
+        ];
+        for (data_type, column_type, charset, binlog_type, unsigned, binlog_charset) in cases {
+            let (catalog_oid, _, _) =
+                map_catalog_type(data_type, column_type, *charset, Some(5), false).unwrap();
+            let (binlog_oid, _, _) = map_binlog_type(
+                *binlog_type,
+                &[5, 0],
+                *unsigned,
+                *binlog_charset,
+                false,
+                Some(Arc::from(vec!["a".to_string()])),
+                Some(Arc::from(vec!["a".to_string()])),
+            );
+            assert_eq!(catalog_oid, binlog_oid, "{column_type}");
+        }
+        // MariaDB's JSON is longtext with a json_valid check.
+        let (oid, _, _) =
+            map_catalog_type("longtext", "longtext", Some("utf8mb4"), None, true).unwrap();
+        let (binlog, _, _) = map_binlog_type(
+            MYSQL_TYPE_BLOB,
+            &[4],
+            false,
+            Some("utf8mb4"),
+            true,
+            None,
+            None,
+        );
+        assert_eq!((oid, binlog), (JSONB, JSONB));
+        assert!(map_catalog_type("uuid", "uuid", None, None, false).is_none());
+    }
+}

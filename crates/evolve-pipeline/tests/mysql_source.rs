@@ -1,0 +1,1000 @@
+//! The MySQL source against a real MariaDB server (the harness's): a
+//! snapshot joined to the binlog stream into a PostgreSQL sink with exact
+//! counts and documents, every type's document equal to PostgreSQL's
+//! `to_jsonb` of the mapped type, resume after SIGKILL under load with
+//! nothing lost or applied twice, and the refusals of CREATE SOURCE and
+//! CREATE TABLE.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use evolve_pipeline::{Config, Pipeline, TableSpec, TableState};
+use evolve_test::{MariaDb, MariaDbDb, MariaDbOptions, fresh_mariadb_db};
+use mysql_async::prelude::Queryable;
+use tokio_postgres::Client;
+
+/// A MariaDB database with a source over it, a sink database and a state
+/// directory.
+struct MyEnv {
+    my: MariaDbDb,
+    sink: evolve_test::TestDb,
+    state: std::path::PathBuf,
+    config: Config,
+    source: String,
+}
+
+impl Drop for MyEnv {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+async fn my_env(hint: &str) -> MyEnv {
+    let hint_owned = hint.to_string();
+    let my = tokio::task::spawn_blocking(move || fresh_mariadb_db(&hint_owned))
+        .await
+        .unwrap();
+    let sink_cluster = tokio::task::spawn_blocking(sink_cluster).await.unwrap();
+    let sink = sink_cluster.create_database(hint).await.unwrap();
+    let state = std::env::temp_dir().join(format!(
+        "evolve-mysql-test-{}-{}",
+        std::process::id(),
+        my.name
+    ));
+    let _ = std::fs::remove_dir_all(&state);
+    let config = Config::new(&state)
+        .with_connection("my", my.url.clone())
+        .with_connection("sink", sink.url.clone());
+    MyEnv {
+        source: format!("src_{}", my.name),
+        my,
+        sink,
+        state,
+        config,
+    }
+}
+
+async fn my_conn(url: &str) -> mysql_async::Conn {
+    mysql_async::Conn::new(mysql_async::Opts::from_url(url).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Table `<name>_v1` over `<db>.<name>`, interface `<name>_json`, sink
+/// `<name>_sink` into `public.<name>_json`.
+async fn create_chain(pipeline: &Pipeline, env: &MyEnv, name: &str) {
+    pipeline
+        .create_table(&TableSpec {
+            name: format!("{name}_v1"),
+            source: env.source.clone(),
+            schema: env.my.name.clone(),
+            table: name.to_string(),
+            ..TableSpec::default()
+        })
+        .await
+        .unwrap();
+    pipeline
+        .create_interface(&format!("{name}_json"), &format!("{name}_v1"))
+        .unwrap();
+    pipeline
+        .create_sink(
+            &format!("{name}_sink"),
+            &format!("{name}_json"),
+            "sink",
+            "public",
+            &format!("{name}_json"),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits until table `name` is running; panics with every object's
+/// status after `timeout`.
+async fn wait_running(pipeline: &Pipeline, name: &str, timeout: Duration) {
+    let start = std::time::Instant::now();
+    while table_state(pipeline, name).0 != TableState::Running {
+        assert!(
+            start.elapsed() < timeout,
+            "table {name} is not running after {timeout:?}: {:?}\n{:#?}",
+            table_state(pipeline, name),
+            pipeline.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `(key, data)` of the sink table, as PostgreSQL prints them.
+async fn sink_docs(sink: &Client, table: &str) -> Vec<(String, String)> {
+    if !sink_exists(sink, table).await {
+        return Vec::new();
+    }
+    sink_rows(sink, table).await
+}
+
+/// The documents PostgreSQL makes of `expected` (a table on the sink's
+/// server with the mapped types), keyed as the sink keys them.
+async fn expected_docs(sink: &Client, expected: &str) -> Vec<(String, String)> {
+    sink.query(
+        &format!(
+            "SELECT jsonb_build_object('id', x_row.id)::text, \
+                    coalesce(jsonb_strip_nulls(to_jsonb(x_row)), '{{}}')::text \
+             FROM {expected} x_row ORDER BY 1"
+        ),
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// Waits until the sink's documents are exactly `want` (text equal);
+/// panics with the first difference.
+async fn wait_docs(
+    pipeline: Option<&Pipeline>,
+    sink: &Client,
+    table: &str,
+    want: &[(String, String)],
+    timeout: Duration,
+) {
+    let start = std::time::Instant::now();
+    loop {
+        let got = sink_docs(sink, table).await;
+        if got == want {
+            return;
+        }
+        if start.elapsed() > timeout {
+            let first = got
+                .iter()
+                .zip(want)
+                .find(|(g, w)| g != w)
+                .map(|(g, w)| format!("got {g:?}\nwant {w:?}"));
+            panic!(
+                "sink {table} has {} documents, {} expected; first difference: {}\n{:#?}",
+                got.len(),
+                want.len(),
+                first.unwrap_or_else(|| "(a prefix is equal)".into()),
+                pipeline.map(|p| p.status())
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Copies `<db>.<table>`'s rows (selected as text by `select`) into
+/// PostgreSQL table `expected` of the sink's server, whose columns have
+/// the mapped types.
+async fn mirror(
+    my: &mut mysql_async::Conn,
+    sink: &Client,
+    select: &str,
+    expected: &str,
+    types: &[&str],
+) {
+    let rows: Vec<mysql_async::Row> = my.query(select).await.unwrap();
+    sink.batch_execute(&format!("TRUNCATE {expected}"))
+        .await
+        .unwrap();
+    for row in rows {
+        let values: Vec<Option<String>> = (0..row.len())
+            .map(|i| row.get::<Option<String>, _>(i).unwrap())
+            .collect();
+        let placeholders: Vec<String> = types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("${}::text::{t}", i + 1))
+            .collect();
+        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
+            .iter()
+            .map(|v| v as &(dyn tokio_postgres::types::ToSql + Sync))
+            .collect();
+        sink.execute(
+            &format!(
+                "INSERT INTO {expected} VALUES ({})",
+                placeholders.join(", ")
+            ),
+            &params,
+        )
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_then_binlog_inserts_updates_deletes_reach_the_sink_exactly() {
+    let env = my_env("mysql_stream").await;
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    my.query_drop(
+        "CREATE TABLE orders (id int PRIMARY KEY, note varchar(40), amount decimal(10,2) NOT NULL, qty smallint unsigned)",
+    )
+    .await
+    .unwrap();
+    // 300 rows before the table exists in evolve: the snapshot's.
+    for chunk in 0..3 {
+        let values: Vec<String> = (1..=100)
+            .map(|i| {
+                let id = chunk * 100 + i;
+                format!("({id}, 'n{id}', {id}.50, {})", id % 7)
+            })
+            .collect();
+        my.query_drop(format!("INSERT INTO orders VALUES {}", values.join(", ")))
+            .await
+            .unwrap();
+    }
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    let source = pipeline
+        .create_mysql_source(&env.source, "my")
+        .await
+        .unwrap();
+    assert_eq!(source.kind, evolve_pipeline::store::SourceKind::Mysql);
+    // Written between CREATE SOURCE and the snapshot: in the snapshot or
+    // the stream, never both.
+    my.query_drop("UPDATE orders SET note = 'before the table' WHERE id = 1")
+        .await
+        .unwrap();
+    create_chain(&pipeline, &env, "orders").await;
+    let running = Running::start(pipeline.clone());
+    wait_running(&pipeline, "orders_v1", Duration::from_secs(60)).await;
+    // The stream: single statements, a multi-statement transaction, a
+    // rolled-back one, NULLs, and a key update.
+    my.query_drop("INSERT INTO orders VALUES (1001, NULL, 0.05, NULL)")
+        .await
+        .unwrap();
+    my.query_drop("UPDATE orders SET amount = amount * 2, note = CONCAT(note, '!') WHERE id <= 50")
+        .await
+        .unwrap();
+    my.query_drop("DELETE FROM orders WHERE id BETWEEN 101 AND 120")
+        .await
+        .unwrap();
+    my.query_drop(
+        "START TRANSACTION; INSERT INTO orders VALUES (1002, 'tx', 1.00, 1); \
+         UPDATE orders SET qty = 65535 WHERE id = 1002; DELETE FROM orders WHERE id = 300; COMMIT",
+    )
+    .await
+    .unwrap();
+    my.query_drop("START TRANSACTION; INSERT INTO orders VALUES (1003, 'gone', 1, 1); ROLLBACK")
+        .await
+        .unwrap();
+    my.query_drop("UPDATE orders SET id = 2000 WHERE id = 299")
+        .await
+        .unwrap();
+
+    sink.batch_execute(
+        "CREATE TABLE expected_orders (id int, note text, amount numeric, qty int4)",
+    )
+    .await
+    .unwrap();
+    mirror(
+        &mut my,
+        &sink,
+        "SELECT CAST(id AS CHAR), note, CAST(amount AS CHAR), CAST(qty AS CHAR) FROM orders",
+        "expected_orders",
+        &["int", "text", "numeric", "int4"],
+    )
+    .await;
+    let want = expected_docs(&sink, "expected_orders").await;
+    assert_eq!(want.len(), 300 - 20 - 1 + 2, "upstream rows");
+    wait_docs(
+        Some(&pipeline),
+        &sink,
+        "orders_json",
+        &want,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        want.iter().any(
+            |(_, d)| d == r#"{"id": 1, "qty": 1, "note": "before the table!", "amount": 3.00}"#
+        ),
+        "{:?}",
+        &want[..2]
+    );
+    // TRUNCATE, logged as a statement, deletes every document.
+    my.query_drop("TRUNCATE TABLE orders").await.unwrap();
+    my.query_drop("INSERT INTO orders VALUES (7, 'after truncate', 7.00, 7)")
+        .await
+        .unwrap();
+    wait_docs(
+        Some(&pipeline),
+        &sink,
+        "orders_json",
+        &[(
+            r#"{"id": 7}"#.to_string(),
+            r#"{"id": 7, "qty": 7, "note": "after truncate", "amount": 7.00}"#.to_string(),
+        )],
+        Duration::from_secs(60),
+    )
+    .await;
+    // The applied position is the binlog's (file number / offset).
+    let applied = pipeline.sources().unwrap()[0].applied_lsn;
+    assert!(
+        applied > source.applied_lsn,
+        "{applied} after {}",
+        source.applied_lsn
+    );
+    running.stop().await;
+    let _ = my.disconnect().await;
+}
+
+/// Every mapped type, loaded into MariaDB and (through the mapped types)
+/// into PostgreSQL: evolve's documents, from the snapshot and from the
+/// binlog, are PostgreSQL's `to_jsonb` text byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mapped_type_gives_postgres_to_jsonb_from_snapshot_and_binlog() {
+    let env = my_env("mysql_types").await;
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    my.query_drop("SET time_zone = '+00:00'").await.unwrap();
+    my.query_drop(
+        "CREATE TABLE typed (
+            id int PRIMARY KEY,
+            ti tinyint, tu tinyint unsigned, si smallint, su smallint unsigned,
+            mi mediumint, mu mediumint unsigned, i int, iu int unsigned,
+            bi bigint, bu bigint unsigned, d decimal(20,4), f float, db double,
+            b bit(10), c char(5), vc varchar(20), t text,
+            l1 varchar(10) CHARACTER SET latin1,
+            bn binary(4), vb varbinary(10), bl blob,
+            dt date, tm time(3), dtm datetime(6), ts timestamp(2) NULL DEFAULT NULL,
+            y year, e enum('small','large'), s set('a','b','c'), j json, n int
+        )",
+    )
+    .await
+    .unwrap();
+    // (MariaDB literal, PostgreSQL literal) per column after id.
+    let rows: Vec<Vec<(&str, &str)>> = vec![
+        vec![
+            ("-128", "-128"),
+            ("255", "255"),
+            ("-32768", "-32768"),
+            ("65535", "65535"),
+            ("-8388608", "-8388608"),
+            ("16777215", "16777215"),
+            ("-2147483648", "-2147483648"),
+            ("4294967295", "4294967295"),
+            ("-9223372036854775808", "-9223372036854775808"),
+            ("18446744073709551615", "18446744073709551615"),
+            ("-12345678901234.5678", "-12345678901234.5678"),
+            ("1.5", "1.5"),
+            ("1e-300", "1e-300"),
+            ("b'1010101010'", "B'1010101010'"),
+            ("'ab'", "'ab'"),
+            ("'héllo ☃ 😀'", "'héllo ☃ 😀'"),
+            ("'a\\nb \"q\" \\\\'", "E'a\\nb \"q\" \\\\'"),
+            ("'café €'", "'café €'"),
+            ("x'0a00'", "'\\x0a000000'"),
+            ("x'00ff'", "'\\x00ff'"),
+            ("x'deadbeef'", "'\\xdeadbeef'"),
+            ("'2024-02-29'", "'2024-02-29'"),
+            ("'-838:59:59.000'", "'-838:59:59'"),
+            (
+                "'2024-01-31 23:59:58.123456'",
+                "'2024-01-31 23:59:58.123456'",
+            ),
+            ("'2024-01-31 12:00:00.50'", "'2024-01-31 12:00:00.50+00'"),
+            ("2024", "2024"),
+            ("'large'", "'large'"),
+            ("'a,c'", "'a,c'"),
+            (
+                "'{\"b\": [1, 2.50, null], \"a\": \"x\"}'",
+                "'{\"b\": [1, 2.50, null], \"a\": \"x\"}'",
+            ),
+            ("NULL", "NULL"),
+        ],
+        vec![
+            ("127", "127"),
+            ("0", "0"),
+            ("32767", "32767"),
+            ("0", "0"),
+            ("8388607", "8388607"),
+            ("0", "0"),
+            ("2147483647", "2147483647"),
+            ("0", "0"),
+            ("9223372036854775807", "9223372036854775807"),
+            ("0", "0"),
+            ("0.0100", "0.0100"),
+            ("0.1", "0.1"),
+            ("-1.7976931348623157e308", "-1.7976931348623157e308"),
+            ("b'0000000001'", "B'0000000001'"),
+            ("''", "''"),
+            ("'x'", "'x'"),
+            ("''", "''"),
+            ("'Ÿ'", "'Ÿ'"),
+            ("x'00000000'", "'\\x00000000'"),
+            ("x''", "'\\x'"),
+            ("x'00'", "'\\x00'"),
+            ("'1000-01-01'", "'1000-01-01'"),
+            ("'12:34:56.789'", "'12:34:56.789'"),
+            ("'9999-12-31 23:59:59'", "'9999-12-31 23:59:59'"),
+            ("'1970-01-02 00:00:00'", "'1970-01-02 00:00:00+00'"),
+            ("1901", "1901"),
+            ("'small'", "'small'"),
+            ("''", "''"),
+            ("'[]'", "'[]'"),
+            ("7", "7"),
+        ],
+        vec![("NULL", "NULL"); 30],
+    ];
+    let pg_types = [
+        "int2",
+        "int2",
+        "int2",
+        "int4",
+        "int4",
+        "int4",
+        "int4",
+        "int8",
+        "int8",
+        "numeric",
+        "numeric",
+        "float4",
+        "float8",
+        "bit(10)",
+        "text",
+        "text",
+        "text",
+        "text",
+        "bytea",
+        "bytea",
+        "bytea",
+        "date",
+        "interval",
+        "timestamp",
+        "timestamptz",
+        "int2",
+        "text",
+        "text",
+        "jsonb",
+        "int4",
+    ];
+    let columns: Vec<String> = pg_types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("c{i} {t}"))
+        .collect();
+    sink.batch_execute(&format!(
+        "SET TimeZone = 'UTC'; CREATE TABLE expected_typed (id int, {})",
+        columns.join(", ")
+    ))
+    .await
+    .unwrap();
+    // Each row once through the snapshot (ids 1..3) and once through the
+    // binlog (ids 11..13).
+    let insert = |id: usize, row: &[(&str, &str)]| {
+        (
+            format!(
+                "INSERT INTO typed VALUES ({id}, {})",
+                row.iter().map(|(m, _)| *m).collect::<Vec<_>>().join(", ")
+            ),
+            format!(
+                "INSERT INTO expected_typed VALUES ({id}, {})",
+                row.iter().map(|(_, p)| *p).collect::<Vec<_>>().join(", ")
+            ),
+        )
+    };
+    for (n, row) in rows.iter().enumerate() {
+        let (m, p) = insert(n + 1, row);
+        my.query_drop(m).await.unwrap();
+        sink.batch_execute(&p).await.unwrap();
+    }
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    pipeline
+        .create_mysql_source(&env.source, "my")
+        .await
+        .unwrap();
+    create_chain(&pipeline, &env, "typed").await;
+    let running = Running::start(pipeline.clone());
+    wait_running(&pipeline, "typed_v1", Duration::from_secs(60)).await;
+    for (n, row) in rows.iter().enumerate() {
+        let (m, p) = insert(n + 11, row);
+        my.query_drop(m).await.unwrap();
+        sink.batch_execute(&p).await.unwrap();
+    }
+    // The expected table's columns are named c0..; the documents are
+    // compared under the MariaDB names.
+    let names = [
+        "ti", "tu", "si", "su", "mi", "mu", "i", "iu", "bi", "bu", "d", "f", "db", "b", "c", "vc",
+        "t", "l1", "bn", "vb", "bl", "dt", "tm", "dtm", "ts", "y", "e", "s", "j", "n",
+    ];
+    let renames: String = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("ALTER TABLE expected_typed RENAME COLUMN c{i} TO {n};"))
+        .collect();
+    sink.batch_execute(&renames).await.unwrap();
+    let want = expected_docs(&sink, "expected_typed").await;
+    assert_eq!(want.len(), 6);
+    wait_docs(
+        Some(&pipeline),
+        &sink,
+        "typed_json",
+        &want,
+        Duration::from_secs(60),
+    )
+    .await;
+    running.stop().await;
+    let _ = my.disconnect().await;
+}
+
+/// The child process; killed with SIGKILL when dropped.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn start_child(config: &std::path::Path) -> Guard {
+    Guard(
+        Command::new(env!("CARGO_BIN_EXE_evolve-pipeline-run"))
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start evolve-pipeline-run"),
+    )
+}
+
+fn kill(child: &mut Guard, signal: i32) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.0.id().to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {}", child.0.id());
+    child.0.wait().expect("reap the child");
+}
+
+/// SIGKILL of the pipeline's process at several moments while MariaDB
+/// keeps writing: after restarts from the stored binlog position, the sink
+/// equals the upstream and got every change exactly once (a trigger
+/// counts them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_load_resumes_from_the_binlog_position_without_loss_or_duplicates() {
+    let env = my_env("mysql_crash").await;
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    my.query_drop("CREATE TABLE k (id int PRIMARY KEY, n int NOT NULL, pad varchar(60))")
+        .await
+        .unwrap();
+    {
+        let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+        pipeline
+            .create_mysql_source(&env.source, "my")
+            .await
+            .unwrap();
+        create_chain(&pipeline, &env, "k").await;
+    }
+    sink.batch_execute(
+        "CREATE TABLE public.k_json_audit (op text, key jsonb, same bool);
+         CREATE FUNCTION public.k_json_audit_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF TG_OP = 'DELETE' THEN
+             INSERT INTO public.k_json_audit VALUES (TG_OP, OLD.key, false);
+           ELSIF TG_OP = 'UPDATE' THEN
+             INSERT INTO public.k_json_audit VALUES (TG_OP, NEW.key, OLD.data = NEW.data);
+           ELSE
+             INSERT INTO public.k_json_audit VALUES (TG_OP, NEW.key, false);
+           END IF;
+           RETURN NULL;
+         END $$;",
+    )
+    .await
+    .unwrap();
+    let config_path = env.state.with_extension("toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "state_dir = {:?}\n[connections.my]\nurl = {:?}\n[connections.sink]\nurl = {:?}\n",
+            env.state.display().to_string(),
+            env.my.url,
+            env.sink.url
+        ),
+    )
+    .unwrap();
+    let mut child = start_child(&config_path);
+    wait_until(
+        "the initial load (k_sink's progress row)",
+        Duration::from_secs(60),
+        async || {
+            sink.query_one(
+                "SELECT to_regclass('public.evolve_sink_progress') IS NOT NULL \
+                 AND EXISTS (SELECT 1 FROM public.evolve_sink_progress WHERE sink = 'k_sink')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
+        },
+    )
+    .await;
+    sink.batch_execute(
+        "CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON public.k_json
+           FOR EACH ROW EXECUTE FUNCTION public.k_json_audit_fn();",
+    )
+    .await
+    .unwrap();
+
+    // Transaction i inserts i, updates i - 1, and every tenth deletes i - 2.
+    let writer_url = env.my.url.clone();
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let writer = tokio::spawn(async move {
+        let mut w = my_conn(&writer_url).await;
+        let mut i: i32 = 0;
+        loop {
+            if stop_rx.try_recv().is_ok() {
+                let _ = w.disconnect().await;
+                return i;
+            }
+            i += 1;
+            let delete = if i % 10 == 0 {
+                format!("DELETE FROM k WHERE id = {};", i - 2)
+            } else {
+                String::new()
+            };
+            w.query_drop(format!(
+                "START TRANSACTION; INSERT INTO k VALUES ({i}, 0, REPEAT('p', 50)); \
+                 UPDATE k SET n = n + 1 WHERE id = {prev}; {delete} COMMIT",
+                prev = i - 1
+            ))
+            .await
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    for delay in [300, 700, 1200, 500] {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        kill(&mut child, 9);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        child = start_child(&config_path);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = stop_tx.send(());
+    let n = writer.await.unwrap();
+    assert!(n > 50, "the writer ran only {n} transactions");
+
+    sink.batch_execute("CREATE TABLE expected_k (id int, n int, pad text)")
+        .await
+        .unwrap();
+    mirror(
+        &mut my,
+        &sink,
+        "SELECT CAST(id AS CHAR), CAST(n AS CHAR), pad FROM k",
+        "expected_k",
+        &["int", "int", "text"],
+    )
+    .await;
+    let want = expected_docs(&sink, "expected_k").await;
+    wait_docs(None, &sink, "k_json", &want, Duration::from_secs(60)).await;
+    kill(&mut child, 15);
+
+    let expected_deletes = (1..=n).filter(|i| i % 10 == 0 && *i >= 3).count() as i64;
+    let counts = sink
+        .query_one(
+            "SELECT count(*) FILTER (WHERE op = 'INSERT'), count(*) FILTER (WHERE op = 'UPDATE'), \
+                    count(*) FILTER (WHERE op = 'DELETE'), count(*) FILTER (WHERE same) \
+             FROM public.k_json_audit",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (inserts, updates, deletes, same): (i64, i64, i64, i64) =
+        (counts.get(0), counts.get(1), counts.get(2), counts.get(3));
+    assert_eq!(
+        same, 0,
+        "a write left a document as it was (a replayed transaction)"
+    );
+    assert_eq!(inserts, i64::from(n), "inserts");
+    assert_eq!(updates, i64::from(n) - 1, "updates");
+    assert_eq!(deletes, expected_deletes, "deletes");
+    let _ = std::fs::remove_file(&config_path);
+    let _ = my.disconnect().await;
+}
+
+/// CREATE SOURCE refuses a server whose binlog is not row-based, naming the
+/// setting and its value and saying what to set; and a user without the
+/// replication privileges, naming them and the GRANT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_source_refuses_statement_binlogs_and_missing_privileges() {
+    let server = tokio::task::spawn_blocking(|| {
+        MariaDb::start_with(MariaDbOptions {
+            settings: vec![("binlog_format".into(), "STATEMENT".into())],
+        })
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    let state = std::env::temp_dir().join(format!("evolve-mysql-refuse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let pg_url = tokio::task::spawn_blocking(sink_cluster)
+        .await
+        .unwrap()
+        .url("postgres");
+    let pipeline = Pipeline::open(
+        Config::new(&state)
+            .with_connection("stmt", server.url("mysql"))
+            .with_connection("pg", pg_url),
+    )
+    .unwrap();
+    let e = pipeline.create_mysql_source("s", "stmt").await.unwrap_err();
+    assert_eq!(
+        e.primary(),
+        "MySQL source \"s\" cannot read connection \"stmt\"'s binlog: binlog_format is STATEMENT"
+    );
+    assert!(
+        e.hint().unwrap().starts_with(
+            "SET GLOBAL binlog_format = 'ROW'; set them in the server's configuration file"
+        ),
+        "{e}"
+    );
+    assert!(pipeline.sources().unwrap().is_empty());
+    // A PostgreSQL connection is not a MySQL one.
+    let e = pipeline.create_mysql_source("s", "pg").await.unwrap_err();
+    assert!(e.primary().contains("is not a MySQL connection"), "{e}");
+
+    // A user who may only SELECT.
+    server
+        .client_sql(
+            "SET GLOBAL binlog_format = 'ROW'; CREATE USER 'reader'@'%' IDENTIFIED BY 'r3ad'; \
+             GRANT SELECT ON *.* TO 'reader'@'%';",
+        )
+        .unwrap();
+    let reader_url = format!("mysql://reader:r3ad@127.0.0.1:{}/mysql", server.port());
+    let pipeline =
+        Pipeline::open(Config::new(&state).with_connection("reader", reader_url)).unwrap();
+    let e = pipeline
+        .create_mysql_source("s", "reader")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.primary(),
+        "MySQL source \"s\": user 'reader'@'%' of connection \"reader\" lacks REPLICATION SLAVE, REPLICATION CLIENT"
+    );
+    assert_eq!(
+        e.hint().as_deref(),
+        Some("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'reader'@'%';")
+    );
+    assert!(!e.to_string().contains("r3ad"), "the password leaked: {e}");
+    drop(pipeline);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// CREATE TABLE refuses an upstream table without a primary key (updates
+/// and deletes could not be matched), one that does not exist, and a
+/// column type without a mapping unless it is excluded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_table_refuses_tables_without_a_primary_key() {
+    let env = my_env("mysql_nopk").await;
+    let mut my = my_conn(&env.my.url).await;
+    my.query_drop(
+        "CREATE TABLE heap (id int, note text); \
+         CREATE TABLE odd (id int PRIMARY KEY, u uuid, note text)",
+    )
+    .await
+    .unwrap();
+    let pipeline = Pipeline::open(env.config.clone()).unwrap();
+    pipeline
+        .create_mysql_source(&env.source, "my")
+        .await
+        .unwrap();
+    let spec = |table: &str, exclude: &[&str]| TableSpec {
+        name: format!("{table}_v1"),
+        source: env.source.clone(),
+        schema: env.my.name.clone(),
+        table: table.to_string(),
+        exclude: exclude.iter().map(|c| c.to_string()).collect(),
+        ..TableSpec::default()
+    };
+    let e = pipeline.create_table(&spec("heap", &[])).await.unwrap_err();
+    assert_eq!(
+        e.primary(),
+        format!("upstream table \"{}.heap\" has no primary key", env.my.name)
+    );
+    assert_eq!(
+        e.hint().as_deref(),
+        Some(
+            format!(
+                "Add one (ALTER TABLE `{}`.`heap` ADD PRIMARY KEY (...)), then create the table again.",
+                env.my.name
+            )
+            .as_str()
+        )
+    );
+    let e = pipeline
+        .create_table(&spec("nothere", &[]))
+        .await
+        .unwrap_err();
+    assert!(e.primary().contains("does not exist in source"), "{e}");
+    let e = pipeline.create_table(&spec("odd", &[])).await.unwrap_err();
+    assert!(
+        e.primary().contains("column \"u\"") && e.primary().contains("list it in EXCLUDE COLUMNS"),
+        "{e}"
+    );
+    let t = pipeline.create_table(&spec("odd", &["u"])).await.unwrap();
+    assert!(t.columns.iter().any(|c| c.name == "u" && c.excluded));
+    assert!(
+        pipeline
+            .tables()
+            .unwrap()
+            .iter()
+            .all(|t| t.name == "odd_v1")
+    );
+    let _ = my.disconnect().await;
+}
+
+/// A source whose binlog position was purged while the pipeline was
+/// stopped stalls with a permanent error naming the position and the way
+/// out, and is not retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_binlog_position_stalls_the_source_with_the_way_out() {
+    let server = tokio::task::spawn_blocking(|| MariaDb::start().unwrap())
+        .await
+        .unwrap();
+    let db = server.create_database("purged").unwrap();
+    server
+        .client_sql(&format!(
+            "CREATE TABLE `{}`.p (id int PRIMARY KEY)",
+            db.name
+        ))
+        .unwrap();
+    let state = std::env::temp_dir().join(format!("evolve-mysql-purged-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let pipeline = Arc::new(
+        Pipeline::open(Config::new(&state).with_connection("my", db.url.clone())).unwrap(),
+    );
+    let source = pipeline.create_mysql_source("purged", "my").await.unwrap();
+    pipeline
+        .create_table(&TableSpec {
+            name: "p_v1".into(),
+            source: "purged".into(),
+            schema: db.name.clone(),
+            table: "p".into(),
+            ..TableSpec::default()
+        })
+        .await
+        .unwrap();
+    // The server rotates and forgets the file the source starts in
+    // (MariaDB keeps a file until its binlog checkpoint passes it, so this
+    // is tried until the file is gone).
+    let start_file = format!(
+        "binlog.{:06}",
+        evolve_pipeline::source::mysql::binlog_coordinates(source.applied_lsn).0
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let current = server
+            .client_sql("FLUSH BINARY LOGS; SHOW MASTER STATUS")
+            .unwrap();
+        let file = current.split('\t').next().unwrap().trim().to_string();
+        server
+            .client_sql(&format!("PURGE BINARY LOGS TO '{file}'"))
+            .unwrap();
+        let logs = server.client_sql("SHOW BINARY LOGS").unwrap();
+        if !logs.lines().any(|l| l.starts_with(&start_file)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{start_file} is still there: {logs}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let running = Running::start(pipeline.clone());
+    let needed = source.applied_lsn.to_string();
+    wait_until("the source to stall", Duration::from_secs(30), async || {
+        pipeline
+            .status()
+            .iter()
+            .any(|s| s.name == "purged" && s.state == "stalled")
+    })
+    .await;
+    let status = pipeline.status();
+    let error = status
+        .iter()
+        .find(|s| s.name == "purged")
+        .and_then(|s| s.error.clone())
+        .unwrap();
+    assert!(
+        error.starts_with(&format!(
+            "ERROR: binlog position {needed} of source \"purged\" is no longer on the server"
+        )),
+        "{error}"
+    );
+    assert!(
+        error.contains("drop the source's tables and the source, then create them again"),
+        "{error}"
+    );
+    assert!(error.contains("not retried"), "{error}");
+    running.stop().await;
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// The statements, through the admin API as `evolve sql` sends them:
+/// `CREATE SOURCE ... FROM MYSQL`, `CREATE TABLE ... (REFERENCE
+/// database.table)`, and the drops, which leave nothing upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_statements_run_through_the_admin_api() {
+    let env = my_env("mysql_sql").await;
+    let mut my = my_conn(&env.my.url).await;
+    my.query_drop("CREATE TABLE t (id bigint unsigned PRIMARY KEY, v json)")
+        .await
+        .unwrap();
+    let pipeline = Pipeline::open(env.config.clone()).unwrap();
+    let sql = format!(
+        "CREATE SOURCE shop FROM MYSQL CONNECTION my; \
+         CREATE TABLE t_v1 FROM SOURCE shop (REFERENCE {}.t);",
+        env.my.name
+    );
+    let response = evolve_pipeline::admin::execute(&pipeline, &sql).await;
+    assert!(response.error.is_none(), "{:?}", response.error);
+    let statuses: Vec<(&str, &str)> = response
+        .results
+        .iter()
+        .map(|r| (r.statement.as_str(), r.status.as_str()))
+        .collect();
+    let create_table = format!(
+        "CREATE TABLE t_v1 FROM SOURCE shop (REFERENCE {}.t)",
+        env.my.name
+    );
+    assert_eq!(
+        statuses,
+        vec![
+            (
+                "CREATE SOURCE shop FROM MYSQL CONNECTION my",
+                "CREATE SOURCE"
+            ),
+            (create_table.as_str(), "CREATE TABLE"),
+        ]
+    );
+    let t = pipeline.tables().unwrap().remove(0);
+    let types: Vec<(&str, u32, &str)> = t
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.type_oid, c.type_name.as_str()))
+        .collect();
+    // BIGINT UNSIGNED is numeric; MariaDB's JSON is jsonb.
+    assert_eq!(
+        types,
+        vec![("id", 1700, "bigint(20) unsigned"), ("v", 3802, "longtext")]
+    );
+    // FROM POSTGRES with a MySQL connection says what to write instead.
+    let response = evolve_pipeline::admin::execute(
+        &pipeline,
+        "CREATE SOURCE pg FROM POSTGRES CONNECTION my (PUBLICATION 'p')",
+    )
+    .await;
+    let error = response.error.unwrap();
+    assert_eq!(
+        error.message,
+        "connection \"my\" is a MySQL connection; FROM POSTGRES needs a PostgreSQL one"
+    );
+    // `evolve status` shows the source and its binlog position, promptly.
+    let started = std::time::Instant::now();
+    let report = evolve_pipeline::admin::status(&pipeline).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let shop = report.objects.iter().find(|o| o.name == "shop").unwrap();
+    assert_eq!(shop.kind, "source");
+    assert_eq!(
+        shop.applied_lsn,
+        Some(pipeline.sources().unwrap()[0].applied_lsn.to_string())
+    );
+    let response =
+        evolve_pipeline::admin::execute(&pipeline, "DROP TABLE t_v1; DROP SOURCE shop;").await;
+    assert!(response.error.is_none(), "{:?}", response.error);
+    assert!(pipeline.sources().unwrap().is_empty());
+    let _ = my.disconnect().await;
+}
