@@ -102,6 +102,24 @@ fn check_name(kind: ObjectKind, name: &str) -> Result<()> {
     })
 }
 
+/// Refuses a new sink `name` when one of that name exists or its
+/// interface does not.
+fn refuse_new_sink(s: &mut Store, name: &str, interface: &str) -> Result<()> {
+    if s.sinks()?.iter().any(|x| x.name == name) {
+        return Err(PipelineError::AlreadyExists {
+            kind: ObjectKind::Sink,
+            name: name.to_string(),
+        });
+    }
+    if s.interface(interface)?.is_none() {
+        return Err(PipelineError::UnknownObject {
+            kind: ObjectKind::Interface,
+            name: interface.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Refuses to drop an object others depend on.
 fn refuse_dependents(s: &Store, kind: ObjectKind, name: &str) -> Result<()> {
     let dependents = s.dependents(kind, name)?;
@@ -856,22 +874,7 @@ impl Pipeline {
     ) -> Result<SinkInfo> {
         check_name(ObjectKind::Sink, name)?;
         let _catalog = self.catalog.lock().await;
-        let refuse = |s: &mut Store| {
-            if s.sinks()?.iter().any(|x| x.name == name) {
-                return Err(PipelineError::AlreadyExists {
-                    kind: ObjectKind::Sink,
-                    name: name.to_string(),
-                });
-            }
-            if s.interface(interface)?.is_none() {
-                return Err(PipelineError::UnknownObject {
-                    kind: ObjectKind::Interface,
-                    name: interface.to_string(),
-                });
-            }
-            Ok(())
-        };
-        self.with_store(refuse)?;
+        self.with_store(|s| refuse_new_sink(s, name, interface))?;
         let conn = self.config.connection(connection)?;
         if sink::is_kafka(conn) {
             return Err(sink::not_postgres(connection));
@@ -910,7 +913,7 @@ impl Pipeline {
         };
         // DROP MATERIALIZED VIEW does not wait, so it may have run meanwhile.
         self.with_store(|s| {
-            refuse(s)?;
+            refuse_new_sink(s, name, interface)?;
             s.insert_sink(&info)
         })?;
         self.catalog_changed();
@@ -931,22 +934,7 @@ impl Pipeline {
     ) -> Result<SinkInfo> {
         check_name(ObjectKind::Sink, name)?;
         let _catalog = self.catalog.lock().await;
-        let refuse = |s: &mut Store| {
-            if s.sinks()?.iter().any(|x| x.name == name) {
-                return Err(PipelineError::AlreadyExists {
-                    kind: ObjectKind::Sink,
-                    name: name.to_string(),
-                });
-            }
-            if s.interface(interface)?.is_none() {
-                return Err(PipelineError::UnknownObject {
-                    kind: ObjectKind::Interface,
-                    name: interface.to_string(),
-                });
-            }
-            Ok(())
-        };
-        self.with_store(refuse)?;
+        self.with_store(|s| refuse_new_sink(s, name, interface))?;
         let conn = self.config.connection(connection)?;
         if !sink::is_kafka(conn) {
             return Err(sink::not_kafka(connection));
@@ -963,7 +951,7 @@ impl Pipeline {
         };
         // DROP MATERIALIZED VIEW does not wait, so it may have run meanwhile.
         self.with_store(|s| {
-            refuse(s)?;
+            refuse_new_sink(s, name, interface)?;
             s.insert_sink(&info)
         })?;
         self.catalog_changed();
