@@ -146,7 +146,13 @@ impl MariaDb {
         if !keep {
             server.watchdog = Some(spawn_watchdog(&server.dir)?);
         }
-        server.install_db()?;
+        // One more try on a fresh data directory before failing: a bootstrap
+        // takes a second, and one failed bootstrap should not fail a run.
+        if let Err(first) = server.install_db() {
+            eprintln!("evolve-test: mariadb-install-db failed once, trying again: {first}");
+            let _ = std::fs::remove_dir_all(server.dir.join("data"));
+            server.install_db()?;
+        }
         server.start_server(&options.settings)?;
         server.client_sql(
             "CREATE USER 'evolve'@'%' IDENTIFIED BY 'evolve'; \
@@ -223,6 +229,16 @@ impl MariaDb {
         })
     }
 
+    /// The server's own temp directory: internal temporary tables are named
+    /// by pid and thread, and servers bootstrapping side by side in a shared
+    /// `/tmp` have lost each other's (`Could not remove temporary table`).
+    fn tmpdir(&self) -> Result<PathBuf, HarnessError> {
+        let dir = self.dir.join("tmp");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| HarnessError::io(format!("create directory {}", dir.display()), e))?;
+        Ok(dir)
+    }
+
     fn log_path(&self) -> PathBuf {
         self.dir.join("server.log")
     }
@@ -231,6 +247,7 @@ impl MariaDb {
         let mut cmd = Command::new(&self.bin.install_db);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.dir.join("data").display()))
+            .arg(format!("--tmpdir={}", self.tmpdir()?.display()))
             .args(["--auth-root-authentication-method=socket", "--skip-test-db"])
             .stdin(Stdio::null());
         if crate::os::is_root() {
@@ -261,6 +278,7 @@ impl MariaDb {
             cmd.arg("--no-defaults")
                 .arg(format!("--datadir={}", self.dir.join("data").display()))
                 .arg(format!("--socket={}", self.socket().display()))
+                .arg(format!("--tmpdir={}", self.tmpdir()?.display()))
                 .arg(format!(
                     "--pid-file={}",
                     self.dir.join("mariadbd.pid").display()
