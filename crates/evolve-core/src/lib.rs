@@ -25,6 +25,7 @@
 
 pub mod change;
 pub mod conflict;
+pub mod contract;
 pub mod control;
 pub mod document;
 pub mod migration;
