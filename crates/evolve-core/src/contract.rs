@@ -244,7 +244,7 @@ impl<'a> Scope<'a> {
                                 continue;
                             }
                             if path.is_empty() {
-                                whole.push(excerpt(&top.parent().unwrap_or(top.clone())));
+                                whole.push(excerpt(&context(&top)));
                             } else {
                                 reads.insert(Read { path, cast: None });
                             }
@@ -683,6 +683,24 @@ fn normalize_ident(text: &str) -> String {
     }
 }
 
+/// The expression a whole-document use sits in, for the message: up
+/// through parentheses, casts and argument lists to the call or operator
+/// around it.
+fn context(node: &SyntaxNode) -> SyntaxNode {
+    let mut n = node.clone();
+    while let Some(parent) = n.parent() {
+        match parent.kind() {
+            SyntaxKind::PAREN_EXPR
+            | SyntaxKind::CAST_EXPR
+            | SyntaxKind::ARG
+            | SyntaxKind::ARG_LIST => n = parent,
+            k if format!("{k:?}").ends_with("_EXPR") => return parent,
+            _ => break,
+        }
+    }
+    n
+}
+
 /// An expression as written, shortened for a message.
 fn excerpt(node: &SyntaxNode) -> String {
     let text: String = node
@@ -696,6 +714,65 @@ fn excerpt(node: &SyntaxNode) -> String {
         format!("{cut}...")
     } else {
         text
+    }
+}
+
+/// Whether the text form of upstream type `new_type` always casts to
+/// `cast` (both as PostgreSQL prints them): the check `migrate apply
+/// --pipeline` makes for a field a consumer casts when its column changes
+/// type. Unknown pairs say no.
+pub fn text_casts(new_type: &str, cast: &str) -> bool {
+    let new = family(new_type);
+    let to = family(cast);
+    if to == Family::Text || (new == to && new != Family::Unknown) {
+        return true;
+    }
+    use Family::*;
+    match (new, to) {
+        (Int2, Int4 | Int8 | Numeric | Float) => true,
+        (Int4, Int8 | Numeric | Float) => true,
+        (Int8, Numeric | Float) => true,
+        (Numeric | Float, Numeric | Float) => true,
+        (Date | Timestamp, Date | Timestamp) => true,
+        (Int2 | Int4 | Int8 | Numeric | Float | Bool | Json, Json) => true,
+        _ => false,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    Text,
+    Int2,
+    Int4,
+    Int8,
+    Numeric,
+    Float,
+    Bool,
+    Date,
+    Timestamp,
+    Uuid,
+    Json,
+    Unknown,
+}
+
+fn family(t: &str) -> Family {
+    let t = t.trim().to_ascii_lowercase();
+    let base = t.split('(').next().unwrap_or("").trim().trim_matches('"');
+    let base = base.strip_prefix("pg_catalog.").unwrap_or(base);
+    match base {
+        "text" | "varchar" | "character varying" | "char" | "character" | "bpchar" | "name"
+        | "citext" => Family::Text,
+        "smallint" | "int2" | "smallserial" => Family::Int2,
+        "integer" | "int" | "int4" | "serial" => Family::Int4,
+        "bigint" | "int8" | "bigserial" => Family::Int8,
+        "numeric" | "decimal" => Family::Numeric,
+        "real" | "float4" | "double precision" | "float8" | "float" => Family::Float,
+        "boolean" | "bool" => Family::Bool,
+        "date" => Family::Date,
+        _ if base.starts_with("timestamp") => Family::Timestamp,
+        "uuid" => Family::Uuid,
+        "json" | "jsonb" => Family::Json,
+        _ => Family::Unknown,
     }
 }
 

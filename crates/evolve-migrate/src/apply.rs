@@ -86,9 +86,14 @@ pub(crate) async fn run(
                 }
             }
             if let Some(coordinator) = &apply_opts.pipeline {
-                let plans =
-                    coordinate_plan(&client, step.file, coordinator.as_ref(), "would not run")
-                        .await?;
+                let plans = coordinate_plan(
+                    &client,
+                    step.file,
+                    coordinator.as_ref(),
+                    &apply_opts.allow_breaking_contract,
+                    "would not run",
+                )
+                .await?;
                 for p in &plans {
                     on_event(Event::WouldCoordinate {
                         script: step.file.script.clone(),
@@ -181,6 +186,7 @@ pub(crate) async fn run(
     runner.group = group;
     runner.backfill = apply_opts.backfill.clone();
     runner.coordinator = apply_opts.pipeline.clone();
+    runner.allow_breaking_contract = apply_opts.allow_breaking_contract.clone();
     runner.pipeline_timeout = apply_opts
         .pipeline_timeout
         .unwrap_or(crate::DEFAULT_PIPELINE_TIMEOUT);
@@ -214,6 +220,7 @@ async fn coordinate_plan(
     client: &Client,
     file: &MigrationFile,
     coordinator: &dyn coordinate::Coordinator,
+    allowed: &[String],
     outcome: &str,
 ) -> Result<Vec<coordinate::TablePlan>, MigrateError> {
     let changes = coordinate::file_changes(file)?;
@@ -239,6 +246,9 @@ async fn coordinate_plan(
             "the pipeline could not be asked which tables ingest {asked}: {e}"
         ))
     })?;
+    for warning in coordinate::contract_breaks(&changes, &answer, allowed).map_err(refuse)? {
+        tracing::warn!(script = %file.script, "{warning}");
+    }
     coordinate::plan(&changes, &request, &answer).map_err(refuse)
 }
 
@@ -466,6 +476,8 @@ struct Runner<'o> {
     backfill: Option<std::sync::Arc<dyn crate::change::BackfillRunner>>,
     /// `--pipeline`.
     coordinator: Option<std::sync::Arc<dyn coordinate::Coordinator>>,
+    /// `--allow-breaking-contract`.
+    allow_breaking_contract: Vec<String>,
     pipeline_timeout: std::time::Duration,
     /// The coordination of the file running now, recorded with its
     /// history row.
@@ -528,6 +540,7 @@ impl<'o> Runner<'o> {
             versioned_callback_due: true,
             backfill: None,
             coordinator: None,
+            allow_breaking_contract: Vec::new(),
             pipeline_timeout: crate::DEFAULT_PIPELINE_TIMEOUT,
             coordinating: Vec::new(),
         })
@@ -628,8 +641,14 @@ impl<'o> Runner<'o> {
             return self.run_step_alone(step, rebuilt, on_event).await;
         };
         let file = step.file;
-        let plans =
-            coordinate_plan(&self.client, file, coordinator.as_ref(), "was not run").await?;
+        let plans = coordinate_plan(
+            &self.client,
+            file,
+            coordinator.as_ref(),
+            &self.allow_breaking_contract,
+            "was not run",
+        )
+        .await?;
         if plans.is_empty() {
             return self.run_step_alone(step, rebuilt, on_event).await;
         }

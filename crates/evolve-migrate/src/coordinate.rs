@@ -143,6 +143,138 @@ pub struct AffectedTable {
     pub interfaces: Vec<String>,
     pub replacements: Vec<ReplacementRef>,
     pub pending: Vec<ReplacementRef>,
+    /// Consumers of its interfaces reading the columns asked about.
+    pub readers: Vec<ContractReader>,
+    /// Consumers of its interfaces that read whole documents.
+    pub whole_document_readers: Vec<ContractReader>,
+    /// Sinks whose databases the pipeline could not read, with the error.
+    pub unread_sinks: Vec<String>,
+}
+
+/// A consumer reading a field of an interface (the pipeline's consumer
+/// contracts).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ContractReader {
+    pub interface: String,
+    /// `view`, `materialized view` or `subscriber`.
+    pub kind: String,
+    pub consumer: String,
+    pub via: String,
+    /// The field path, dotted; empty for a whole-document reader.
+    pub field: String,
+    /// The cast it applies to the field's value.
+    pub cast: Option<String>,
+}
+
+/// Why `changes` break a consumer contract of `answer`, unless every
+/// field concerned is in `allowed` (`field` or `interface.field`), and
+/// the warnings to print otherwise (consumers that read whole documents,
+/// sinks whose databases could not be read). Pure.
+///
+/// A dropped or renamed column breaks every consumer reading a field of
+/// it; a retyped one breaks a consumer that casts the field's value to a
+/// type the new type's text form does not always cast to
+/// ([`evolve_core::contract::text_casts`]).
+pub fn contract_breaks(
+    changes: &[ColumnChange],
+    answer: &Answer,
+    allowed: &[String],
+) -> Result<Vec<String>, String> {
+    let mut warnings = Vec::new();
+    // (what the file does, the consumers it breaks, their fields)
+    let mut breaks: Vec<(String, Vec<String>, BTreeSet<String>)> = Vec::new();
+    for t in &answer.tables {
+        for u in &t.unread_sinks {
+            warnings.push(format!("the consumers of sink {u} could not be checked"));
+        }
+        for w in &t.whole_document_readers {
+            let line = format!(
+                "{} {} reads whole documents of {}; its use of {}.{} cannot be checked",
+                w.kind,
+                w.consumer,
+                w.interface,
+                t.upstream_table,
+                t.columns.join(", ")
+            );
+            if !warnings.contains(&line) {
+                warnings.push(line);
+            }
+        }
+        for r in &t.readers {
+            let column = r.field.split('.').next().unwrap_or_default();
+            let Some(change) = changes.iter().find(|c| {
+                c.column == column
+                    && c.table == t.upstream_table
+                    && c.schema.as_deref().is_none_or(|s| s == t.schema)
+            }) else {
+                continue;
+            };
+            let what = match &change.action {
+                ColumnAction::Drop => format!(
+                    "the file drops column {}.{}.{}",
+                    t.schema, t.upstream_table, column
+                ),
+                ColumnAction::Rename { to } => format!(
+                    "the file renames column {}.{}.{} to {to}",
+                    t.schema, t.upstream_table, column
+                ),
+                ColumnAction::Retype { type_text } => match &r.cast {
+                    Some(cast) if !evolve_core::contract::text_casts(type_text, cast) => {
+                        format!(
+                            "the file changes the type of column {}.{}.{} to {type_text}, whose text form does not always cast to {cast}",
+                            t.schema, t.upstream_table, column
+                        )
+                    }
+                    _ => continue,
+                },
+            };
+            let qualified = format!("{}.{}", r.interface, r.field);
+            if allowed
+                .iter()
+                .any(|a| *a == r.field || *a == qualified || *a == column)
+            {
+                continue;
+            }
+            let reader = format!(
+                "{} {} ({}) reads field {} of {}{}",
+                r.kind,
+                r.consumer,
+                r.via,
+                r.field,
+                r.interface,
+                r.cast
+                    .as_deref()
+                    .map(|c| format!(" as {c}"))
+                    .unwrap_or_default()
+            );
+            match breaks.iter_mut().find(|(w, _, _)| *w == what) {
+                Some((_, readers, fields)) => {
+                    if !readers.contains(&reader) {
+                        readers.push(reader);
+                    }
+                    fields.insert(qualified);
+                }
+                None => breaks.push((what, vec![reader], BTreeSet::from([qualified]))),
+            }
+        }
+    }
+    if breaks.is_empty() {
+        return Ok(warnings);
+    }
+    let mut message = String::new();
+    let mut fields = BTreeSet::new();
+    for (n, (what, readers, f)) in breaks.into_iter().enumerate() {
+        if n > 0 {
+            message.push_str("; ");
+        }
+        message.push_str(&format!("{what}, and {}", readers.join(", and ")));
+        fields.extend(f);
+    }
+    Err(format!(
+        "{message}; change the consumers first, or pass --allow-breaking-contract FIELD (for {}) to break them on purpose",
+        fields.into_iter().collect::<Vec<_>>().join(", ")
+    ))
 }
 
 /// The pipeline's answer.

@@ -180,6 +180,9 @@ pub struct ApplyOptions {
     /// `--pipeline-timeout`: how long each wait for a replacement to be
     /// hydrated may take [default: [`DEFAULT_PIPELINE_TIMEOUT`]].
     pub pipeline_timeout: Option<Duration>,
+    /// `--allow-breaking-contract FIELD`: fields (`interface.field` or
+    /// `field`) a file may take from consumers that read them.
+    pub allow_breaking_contract: Vec<String>,
 }
 
 /// How long `apply --pipeline` waits for a replacement to be hydrated by

@@ -1157,7 +1157,7 @@ pub fn metrics_text(report: &StatusReport, statements_ok: u64, statements_failed
 // -------------------------------------------------------------------- http
 
 /// When a drift poll started, its `?source=`, and its rows.
-type LastDrift = (Instant, Option<String>, Vec<crate::drift::DriftRow>);
+type LastDrift = (Instant, Option<String>, crate::drift::DriftReport);
 
 struct Admin {
     pipeline: Arc<Pipeline>,
@@ -1221,6 +1221,11 @@ fn build_router(
         .route("/drift", get(drift_handler))
         .route("/metrics", get(metrics))
         .route("/subscribe/{name}", get(subscribe_handler))
+        .route("/contracts", get(contracts_handler))
+        .route(
+            "/contracts/{consumer}",
+            axum::routing::delete(forget_handler),
+        )
         .route(
             "/coordinate",
             post({
@@ -1291,24 +1296,64 @@ impl Admin {
     /// A drift poll for a request that arrived now, shared like
     /// [`Admin::status`] by the requests for the same source that arrive
     /// while one is polling.
-    async fn drift(
-        &self,
-        source: Option<&str>,
-    ) -> Result<Vec<crate::drift::DriftRow>, PipelineError> {
+    async fn drift(&self, source: Option<&str>) -> Result<crate::drift::DriftReport, PipelineError> {
         let asked = Instant::now();
         let mut last = self.drift.lock().await;
-        if let Some((started, polled, rows)) = &*last
+        if let Some((started, polled, report)) = &*last
             && *started >= asked
             && polled.as_deref() == source
         {
-            return Ok(rows.clone());
+            return Ok(report.clone());
         }
         let started = Instant::now();
-        let rows =
+        let tables =
             crate::poll::poll_into(self.pipeline.drift_board(), &self.pipeline, source).await?;
-        *last = Some((started, source.map(str::to_string), rows.clone()));
-        Ok(rows)
+        let readers = drift_readers(&self.pipeline, &tables).await?;
+        let report = crate::drift::DriftReport { tables, readers };
+        *last = Some((started, source.map(str::to_string), report.clone()));
+        Ok(report)
     }
+}
+
+/// The consumers reading the columns `rows` report dropped or retyped
+/// upstream; the sinks' databases are walked only when there are such
+/// columns.
+async fn drift_readers(
+    pipeline: &Pipeline,
+    rows: &[crate::drift::DriftRow],
+) -> Result<Vec<crate::drift::DriftReader>, PipelineError> {
+    let lost: Vec<(&str, &str)> = rows
+        .iter()
+        .flat_map(|r| {
+            r.dropped_upstream
+                .iter()
+                .map(String::as_str)
+                .chain(r.type_changed.iter().map(|c| c.column.as_str()))
+                .map(move |c| (r.table.as_str(), c))
+        })
+        .collect();
+    if lost.is_empty() {
+        return Ok(Vec::new());
+    }
+    let contracts = crate::contracts::contracts(pipeline, None, true).await?;
+    let mut readers = Vec::new();
+    for (table, column) in lost {
+        for interface in contracts.interfaces.iter().filter(|i| i.table == table) {
+            for (consumer, reads) in contracts.readers(&interface.interface, column) {
+                for r in reads {
+                    readers.push(crate::drift::DriftReader {
+                        table: table.to_string(),
+                        column: column.to_string(),
+                        interface: interface.interface.clone(),
+                        consumer: format!("{} {}", consumer.kind, consumer.name),
+                        field: r.field.clone(),
+                        cast: r.cast.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(readers)
 }
 
 /// [`Access::check`] before every handler.
@@ -1434,7 +1479,7 @@ async fn drift_handler(
     axum::extract::Query(query): axum::extract::Query<DriftQuery>,
 ) -> Response {
     match admin.drift(query.source.as_deref()).await {
-        Ok(tables) => json_response(StatusCode::OK, &crate::drift::DriftReport { tables }),
+        Ok(report) => json_response(StatusCode::OK, &report),
         Err(e @ PipelineError::UnknownObject { .. }) => plain_error(
             StatusCode::UNPROCESSABLE_ENTITY,
             sqlstate(&e),
@@ -1469,6 +1514,66 @@ async fn metrics(State(admin): State<Arc<Admin>>) -> Response {
     }
 }
 
+/// `GET /contracts[?interface=NAME][&walk=false]`: what each interface's
+/// consumers read ([`crate::contracts`]).
+async fn contracts_handler(
+    State(admin): State<Arc<Admin>>,
+    axum::extract::Query(query): axum::extract::Query<Vec<(String, String)>>,
+) -> Response {
+    let mut only = None;
+    let mut walk = true;
+    for (key, value) in query {
+        match (key.as_str(), value.as_str()) {
+            ("interface", _) => only = Some(value),
+            ("walk", "false" | "0") => walk = false,
+            ("walk", "true" | "1" | "") => walk = true,
+            _ => {
+                return plain_error(
+                    StatusCode::BAD_REQUEST,
+                    "22023",
+                    format!("unknown parameter \"{key}\" (or value {value:?})"),
+                    Some("GET /contracts takes interface=NAME and walk=false."),
+                );
+            }
+        }
+    }
+    match crate::contracts::contracts(&admin.pipeline, only.as_deref(), walk).await {
+        Ok(answer) => json_response(StatusCode::OK, &answer),
+        Err(e) => plain_error(
+            if matches!(e, PipelineError::UnknownObject { .. }) {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::INTERNAL_SERVER_ERROR
+            },
+            sqlstate(&e),
+            e.primary(),
+            None,
+        ),
+    }
+}
+
+/// `DELETE /contracts/{consumer}[?interface=NAME]`: forgets a subscriber's
+/// declared fields.
+async fn forget_handler(
+    State(admin): State<Arc<Admin>>,
+    axum::extract::Path(consumer): axum::extract::Path<String>,
+    axum::extract::Query(query): axum::extract::Query<Vec<(String, String)>>,
+) -> Response {
+    let interface = query
+        .iter()
+        .find(|(k, _)| k == "interface")
+        .map(|(_, v)| v.as_str());
+    match admin.pipeline.forget_fields(interface, &consumer) {
+        Ok(n) => json_response(StatusCode::OK, &serde_json::json!({ "forgotten": n })),
+        Err(e) => plain_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            sqlstate(&e),
+            e.primary(),
+            None,
+        ),
+    }
+}
+
 /// `GET /subscribe/{name}`: the stream, or the error that refused it.
 async fn subscribe_handler(
     State(admin): State<Arc<Admin>>,
@@ -1495,8 +1600,28 @@ async fn subscribe_handler(
         json_response(status, &response)
     };
     let mut opts = SubscribeOptions::default();
+    let mut fields: Option<Vec<String>> = None;
+    let mut consumer: Option<String> = None;
     for (key, value) in query {
         match key.as_str() {
+            "fields" => match crate::contracts::parse_fields(&value) {
+                Ok(f) => fields = Some(f),
+                Err(message) => {
+                    return refuse(StatusCode::BAD_REQUEST, "22023", message, None, None);
+                }
+            },
+            "consumer" => {
+                if value.is_empty() || value.len() > 200 || value.chars().any(char::is_control) {
+                    return refuse(
+                        StatusCode::BAD_REQUEST,
+                        "22023",
+                        format!("invalid value for parameter \"consumer\": {value:?}"),
+                        None,
+                        Some("Name the consumer with up to 200 printable characters.".into()),
+                    );
+                }
+                consumer = Some(value);
+            }
             "snapshot" => {
                 opts.snapshot = match value.as_str() {
                     "true" | "1" | "" => true,
@@ -1533,13 +1658,28 @@ async fn subscribe_handler(
                     "22023",
                     format!("unknown parameter \"{other}\""),
                     None,
-                    Some("GET /subscribe/{name} takes snapshot=true and as_of=POSITION.".into()),
+                    Some(
+                        "GET /subscribe/{name} takes snapshot=true, as_of=POSITION, fields=a,b and consumer=NAME."
+                            .into(),
+                    ),
                 );
             }
         }
     }
     match crate::subscribe::subscribe(&admin.pipeline, &name, opts).await {
         Ok(subscription) => {
+            if let Some(fields) = &fields {
+                let consumer = consumer.as_deref().unwrap_or("subscriber");
+                if let Err(e) = admin.pipeline.declare_fields(&name, consumer, fields) {
+                    return refuse(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        sqlstate(&e),
+                        e.primary(),
+                        None,
+                        None,
+                    );
+                }
+            }
             let mut stopping = admin.stopping.clone();
             let stopped = async move {
                 let _ = stopping.wait_for(|stop| *stop).await;
@@ -1577,7 +1717,7 @@ async fn not_found() -> Response {
         "42704",
         "no such endpoint".into(),
         Some(
-            "The admin API has POST /sql, GET /status, GET /drift, GET /subscribe/{name} and GET /metrics.",
+            "The admin API has POST /sql, GET /status, GET /drift, GET /subscribe/{name}, GET /contracts and GET /metrics.",
         ),
     )
 }

@@ -150,6 +150,33 @@ pub struct AffectedTable {
     pub replacements: Vec<ReplacementRef>,
     /// Pending replacements of its interfaces, over other tables.
     pub pending: Vec<ReplacementRef>,
+    /// The consumers of its interfaces that read the columns asked about
+    /// (`crate::contracts`), one per field read.
+    #[serde(default)]
+    pub readers: Vec<ContractReader>,
+    /// The consumers of its interfaces that read whole documents, whose
+    /// fields cannot be checked.
+    #[serde(default)]
+    pub whole_document_readers: Vec<ContractReader>,
+    /// Sinks of its interfaces whose databases could not be read, with
+    /// the error.
+    #[serde(default)]
+    pub unread_sinks: Vec<String>,
+}
+
+/// A consumer reading a field of an interface.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContractReader {
+    pub interface: String,
+    /// `view`, `materialized view` or `subscriber`.
+    pub kind: String,
+    pub consumer: String,
+    pub via: String,
+    /// The field path, dotted; empty for a whole-document reader.
+    pub field: String,
+    /// The cast it applies.
+    #[serde(default)]
+    pub cast: Option<String>,
 }
 
 /// The answer of `POST /coordinate`.
@@ -304,7 +331,48 @@ pub async fn coordinate(
                     })
                     .collect(),
                 interfaces: reading,
+                readers: Vec::new(),
+                whole_document_readers: Vec::new(),
+                unread_sinks: Vec::new(),
             });
+        }
+    }
+    if !answer.tables.is_empty() {
+        let contracts = crate::contracts::contracts(pipeline, None, true).await?;
+        for t in &mut answer.tables {
+            for c in contracts
+                .interfaces
+                .iter()
+                .filter(|c| t.interfaces.contains(&c.interface))
+            {
+                for u in &c.unread {
+                    t.unread_sinks.push(format!("{}: {}", u.sink, u.error));
+                }
+                for column in &t.columns {
+                    for (consumer, reads) in contracts.readers(&c.interface, column) {
+                        for r in reads {
+                            t.readers.push(ContractReader {
+                                interface: c.interface.clone(),
+                                kind: consumer.kind.clone(),
+                                consumer: consumer.name.clone(),
+                                via: consumer.via.clone(),
+                                field: r.field.clone(),
+                                cast: r.cast.clone(),
+                            });
+                        }
+                    }
+                }
+                for consumer in c.consumers.iter().filter(|c| !c.whole_document.is_empty()) {
+                    t.whole_document_readers.push(ContractReader {
+                        interface: c.interface.clone(),
+                        kind: consumer.kind.clone(),
+                        consumer: consumer.name.clone(),
+                        via: consumer.via.clone(),
+                        field: String::new(),
+                        cast: None,
+                    });
+                }
+            }
         }
     }
     Ok(answer)

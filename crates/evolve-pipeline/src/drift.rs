@@ -240,6 +240,29 @@ pub struct DriftRow {
 pub struct DriftReport {
     /// One per table that differs from upstream, by table name.
     pub tables: Vec<DriftRow>,
+    /// The consumers reading a column a row reports dropped or retyped
+    /// upstream ([`crate::contracts`]); left out when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readers: Vec<DriftReader>,
+}
+
+/// A consumer of an interface over a drifted table that reads one of the
+/// columns dropped or retyped upstream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriftReader {
+    /// The table version of the drift row.
+    pub table: String,
+    /// The upstream column.
+    pub column: String,
+    /// The interface the consumer reads.
+    pub interface: String,
+    /// `view public.order_lines`, `subscriber billing`.
+    pub consumer: String,
+    /// The field path it reads, dotted.
+    pub field: String,
+    /// The cast it applies.
+    #[serde(default)]
+    pub cast: Option<String>,
 }
 
 fn state_name(state: TableState) -> String {
@@ -841,6 +864,7 @@ mod tests {
         let row = DriftRow::new(&t, compare(&t, &found(columns)).unwrap());
         let json = serde_json::to_value(DriftReport {
             tables: vec![row.clone()],
+            readers: Vec::new(),
         })
         .unwrap();
         assert_eq!(

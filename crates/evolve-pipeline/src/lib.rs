@@ -165,6 +165,7 @@ pub mod admin;
 mod apply;
 pub mod bus;
 pub mod config;
+pub mod contracts;
 pub mod coordinate;
 mod doc;
 pub mod drift;

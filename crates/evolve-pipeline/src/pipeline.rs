@@ -1208,6 +1208,25 @@ impl Pipeline {
         self.with_store(|s| s.replacements())
     }
 
+    /// Records the fields subscriber `consumer` of `interface` reads.
+    pub fn declare_fields(&self, interface: &str, consumer: &str, fields: &[String]) -> Result<()> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.with_store(|s| s.declare_fields(interface, consumer, fields, now))
+    }
+
+    /// Forgets what subscriber `consumer` declared; how many declarations.
+    pub fn forget_fields(&self, interface: Option<&str>, consumer: &str) -> Result<usize> {
+        self.with_store(|s| s.forget_fields(interface, consumer))
+    }
+
+    /// The subscribers' declared fields: (interface, consumer, fields,
+    /// declared at, in seconds since the epoch).
+    pub fn declared_fields(&self) -> Result<Vec<(String, String, Vec<String>, i64)>> {
+        self.with_store(|s| s.declared_fields())
+    }
+
     /// `SHOW SINKS`.
     pub fn sinks(&self) -> Result<Vec<SinkInfo>> {
         self.with_store(|s| s.sinks())

@@ -456,6 +456,14 @@ CREATE TABLE IF NOT EXISTS pending (
     message BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS pending_by_table ON pending (tbl, seq);
+CREATE TABLE IF NOT EXISTS subscriber_fields (
+    interface TEXT NOT NULL,
+    consumer TEXT NOT NULL,
+    fields TEXT NOT NULL,
+    declared_at INTEGER NOT NULL,
+    PRIMARY KEY (interface, consumer)
+);
+CREATE TRIGGER IF NOT EXISTS subscriber_fields_forget AFTER DELETE ON interfaces BEGIN DELETE FROM subscriber_fields WHERE interface = old.name; END;
 CREATE TABLE IF NOT EXISTS replacements (
     name TEXT PRIMARY KEY,
     target TEXT NOT NULL UNIQUE REFERENCES interfaces(name),
@@ -496,6 +504,67 @@ impl Store {
     }
 
     // ---------------------------------------------------------- sources
+
+    /// Records that `consumer`, a subscriber of `interface`, reads
+    /// `fields` (replacing what it declared before).
+    pub fn declare_fields(
+        &self,
+        interface: &str,
+        consumer: &str,
+        fields: &[String],
+        declared_at: i64,
+    ) -> Result<()> {
+        let fields = serde_json::to_string(fields).unwrap_or_else(|_| "[]".into());
+        self.conn
+            .execute(
+                "INSERT INTO subscriber_fields (interface, consumer, fields, declared_at) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (interface, consumer) \
+                 DO UPDATE SET fields = excluded.fields, declared_at = excluded.declared_at",
+                params![interface, consumer, fields, declared_at],
+            )
+            .map_err(|e| PipelineError::store("declare subscriber fields", e))?;
+        Ok(())
+    }
+
+    /// Forgets what `consumer` declared (of `interface`, or of every
+    /// interface); how many declarations were forgotten.
+    pub fn forget_fields(&self, interface: Option<&str>, consumer: &str) -> Result<usize> {
+        self.conn
+            .execute(
+                "DELETE FROM subscriber_fields WHERE consumer = ?1 AND (?2 IS NULL OR interface = ?2)",
+                params![consumer, interface],
+            )
+            .map_err(|e| PipelineError::store("forget subscriber fields", e))
+    }
+
+    /// Every declaration: (interface, consumer, fields, declared_at), by
+    /// interface and consumer.
+    pub fn declared_fields(&self) -> Result<Vec<(String, String, Vec<String>, i64)>> {
+        let fail = |e| PipelineError::store("read subscriber fields", e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT interface, consumer, fields, declared_at FROM subscriber_fields \
+                 ORDER BY interface, consumer",
+            )
+            .map_err(fail)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            })
+            .map_err(fail)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(fail)?;
+        Ok(rows
+            .into_iter()
+            .map(|(i, c, f, at)| (i, c, serde_json::from_str(&f).unwrap_or_default(), at))
+            .collect())
+    }
 
     /// Inserts a source.
     pub fn insert_source(&self, s: &SourceInfo) -> Result<()> {

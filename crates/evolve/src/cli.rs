@@ -130,6 +130,17 @@ pub enum Command {
     /// The exit code is 0 whether or not there is drift, and 1 on errors
     /// (the admin API cannot be reached, --source names no source).
     Drift(crate::pipeline::DriftArgs),
+    /// What the consumers of each interface read: one row per field, with
+    /// the cast applied and the consumer.
+    ///
+    /// Consumers are the views and materialized views on a sink's table
+    /// (directly or over one another), found in the sink database's
+    /// catalog and parsed, and the subscribers that declared their fields
+    /// (`evolve subscribe NAME --fields a,b --as CONSUMER`). What cannot be
+    /// resolved to fields is listed as reading the whole document.
+    /// `migrate apply --pipeline` refuses a file that drops, renames, or
+    /// retypes beyond a consumer's cast, a field a consumer reads.
+    Contracts(crate::contracts::ContractsArgs),
     /// A tour against throwaway PostgreSQL clusters it starts and removes:
     /// the pipeline absorbing upstream schema changes (the default), or
     /// `evolve demo migrate`.
@@ -335,6 +346,11 @@ pub enum MigrateVerb {
         /// hydrated (e.g. 60s, 10min).
         #[arg(long, value_name = "DURATION", default_value = "10min", value_parser = crate::pipeline::parse_wait)]
         pipeline_timeout: Duration,
+        /// With --pipeline: let the files take FIELD (`field` or
+        /// `interface.field`) from the consumers that read it (repeat for
+        /// more fields); otherwise such a file is refused before it runs.
+        #[arg(long, value_name = "FIELD")]
+        allow_breaking_contract: Vec<String>,
         #[command(flatten)]
         db: DatabaseArgs,
         #[command(flatten)]
@@ -503,6 +519,7 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
         Command::Pipeline(args) => crate::pipeline::run(args, out).await,
         Command::Status(args) => crate::pipeline::status(args, out).await,
         Command::Drift(args) => crate::pipeline::drift(args, out).await,
+        Command::Contracts(args) => crate::contracts::run(args, out).await,
         Command::Replicate(args) => crate::replicate::run(args, out).await,
         Command::Rollout(args) => crate::rollout::run(args, out).await,
         Command::Lint(_) | Command::Compat(_) | Command::Sql(_) | Command::Subscribe(_) => {
@@ -555,6 +572,7 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
             pipeline,
             pipeline_config,
             pipeline_timeout,
+            allow_breaking_contract,
             db,
             files,
             lock,
@@ -598,6 +616,7 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                     crate::coordinate::HttpCoordinator::new(admin),
                 ));
                 apply_opts.pipeline_timeout = Some(pipeline_timeout);
+                apply_opts.allow_breaking_contract = allow_breaking_contract;
             }
             let mut event_out = out.clone();
             let report = evolve_migrate::apply(&opts, &apply_opts, &mut |e| {

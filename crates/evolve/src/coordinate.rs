@@ -206,6 +206,16 @@ mod tests {
                     name: "r".into(),
                     target: "orders_json".into(),
                 }],
+                readers: vec![pipeline::ContractReader {
+                    interface: "orders_json".into(),
+                    kind: "view".into(),
+                    consumer: "public.lines".into(),
+                    via: "sink s (public.orders_json)".into(),
+                    field: "note".into(),
+                    cast: Some("text".into()),
+                }],
+                whole_document_readers: vec![],
+                unread_sinks: vec!["k: refused".into()],
             }],
             names: vec!["orders_v1".into()],
         };
@@ -215,6 +225,12 @@ mod tests {
         assert_eq!(read.tables[0].exclude_columns, ["secret"]);
         assert_eq!(read.tables[0].pending[0].name, "r");
         assert_eq!(read.unverified[0].source, "other");
+        let r = &read.tables[0].readers[0];
+        assert_eq!(
+            (r.consumer.as_str(), r.field.as_str(), r.cast.as_deref()),
+            ("public.lines", "note", Some("text"))
+        );
+        assert_eq!(read.tables[0].unread_sinks, ["k: refused"]);
         let request = evolve_migrate::coordinate::Request {
             upstream: evolve_migrate::coordinate::UpstreamIdentity {
                 system_identifier: "1".into(),

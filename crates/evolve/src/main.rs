@@ -6,6 +6,7 @@ mod backfill;
 mod change;
 mod cli;
 mod compat;
+mod contracts;
 mod coordinate;
 mod demo;
 mod lint;

@@ -889,12 +889,49 @@ pub async fn drift(args: DriftArgs, out: &Out) -> anyhow::Result<()> {
         serde_json::from_slice(&body).map_err(|_| admin.unexpected(&path, status, &body))?;
     match out.format() {
         Format::Json => out.json_value(&serde_json::to_value(&report)?),
-        _ => out.text(&drift_text(&report.tables)),
+        _ => {
+            let mut text = drift_text(&report.tables);
+            for r in &report.readers {
+                text.push_str(&format!(
+                    "\n{}: {} reads {} of {} (field {}{})",
+                    r.table,
+                    r.consumer,
+                    r.column,
+                    r.interface,
+                    r.field,
+                    r.cast.as_deref().map(|c| format!(" as {c}")).unwrap_or_default()
+                ));
+            }
+            out.text(&text)
+        }
+    }
+}
+
+/// An admin API error answer as one message (primary line, then detail
+/// and hint indented).
+pub(crate) fn admin_error(
+    admin: &AdminUrl,
+    path: &str,
+    status: StatusCode,
+    body: &[u8],
+) -> anyhow::Error {
+    match serde_json::from_slice::<SqlResponse>(body) {
+        Ok(SqlResponse {
+            error: Some(error), ..
+        }) => {
+            let mut message = error.message;
+            for line in [error.detail, error.hint].into_iter().flatten() {
+                message.push_str("\n  ");
+                message.push_str(&line);
+            }
+            anyhow::anyhow!(message)
+        }
+        _ => admin.unexpected(path, status, body),
     }
 }
 
 /// A query-string value, percent-encoded.
-fn query_value(value: &str) -> String {
+pub(crate) fn query_value(value: &str) -> String {
     value
         .bytes()
         .map(|b| {
@@ -999,6 +1036,14 @@ pub struct SubscribeArgs {
     /// --snapshot the documents as they were then and the changes after.
     #[arg(long, value_name = "POSITION")]
     pub as_of: Option<String>,
+    /// The fields this subscriber reads (a,b or addr.city), kept by the
+    /// pipeline as its contract: `evolve contracts` lists them, and
+    /// `migrate apply --pipeline` refuses a file that would take one away.
+    #[arg(long, value_name = "FIELDS")]
+    pub fields: Option<String>,
+    /// The subscriber's name in its contract [default: subscriber].
+    #[arg(long = "as", value_name = "CONSUMER", requires = "fields")]
+    pub consumer: Option<String>,
     #[command(flatten)]
     pub admin: AdminArg,
 }
@@ -1068,6 +1113,12 @@ pub async fn subscribe(args: SubscribeArgs, out: &Out) -> anyhow::Result<ExitCod
     }
     if let Some(position) = &args.as_of {
         params.push(format!("as_of={}", query_value(position)));
+    }
+    if let Some(fields) = &args.fields {
+        params.push(format!("fields={}", query_value(fields)));
+    }
+    if let Some(consumer) = &args.consumer {
+        params.push(format!("consumer={}", query_value(consumer)));
     }
     if !params.is_empty() {
         path.push('?');

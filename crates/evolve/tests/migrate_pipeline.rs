@@ -341,8 +341,25 @@ async fn drop_type_change_and_rename_under_load_never_stall() {
     .unwrap();
     let db = env.up_db.url.clone();
 
+    // The consumer view reads the note: the file is refused, naming it,
+    // unless the contract is broken on purpose.
+    let out = migrate(&db, &migrations, &["--pipeline", &admin]).await;
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{}{stderr}", text(&out.stdout));
+    assert!(
+        stderr.contains("migration V2__drop_note.sql was not run: the file drops column public.orders.note, and view public.order_lines (sink orders_sink (public.orders_json)) reads field note of orders_json"),
+        "{stderr}"
+    );
+    assert_eq!(tables(&admin).await, ["orders_v1"]);
+    let allow = ["--allow-breaking-contract", "note"];
+
     // --dry-run: the steps beside the file's statements; nothing changes.
-    let out = migrate(&db, &migrations, &["--pipeline", &admin, "--dry-run"]).await;
+    let out = migrate(
+        &db,
+        &migrations,
+        &["--pipeline", &admin, "--dry-run", allow[0], allow[1]],
+    )
+    .await;
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     for line in [
@@ -419,7 +436,12 @@ async fn drop_type_change_and_rename_under_load_never_stall() {
         "ALTER TABLE orders DROP COLUMN note;\nSELECT 1/0;\n",
     )
     .unwrap();
-    let out = migrate(&db, &migrations, &["--pipeline", &admin]).await;
+    let out = migrate(
+        &db,
+        &migrations,
+        &["--pipeline", &admin, allow[0], allow[1]],
+    )
+    .await;
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(!out.status.success(), "{stdout}{stderr}");
     assert!(stderr.contains("division by zero"), "{stderr}");
@@ -436,7 +458,12 @@ async fn drop_type_change_and_rename_under_load_never_stall() {
     .unwrap();
 
     // The drop.
-    let out = migrate(&db, &migrations, &["--pipeline", &admin]).await;
+    let out = migrate(
+        &db,
+        &migrations,
+        &["--pipeline", &admin, allow[0], allow[1]],
+    )
+    .await;
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(

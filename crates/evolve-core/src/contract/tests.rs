@@ -156,6 +156,20 @@ fn a_definition_that_does_not_parse_is_an_error_not_a_panic() {
     assert!(analyze("SELECT FROM WHERE (((", &sink()).is_err());
 }
 
+#[test]
+fn text_forms_that_cast_and_those_that_do_not() {
+    assert!(text_casts("bigint", "numeric"));
+    assert!(text_casts("integer", "bigint"));
+    assert!(!text_casts("bigint", "integer"));
+    assert!(!text_casts("text", "numeric"));
+    assert!(text_casts("text", "text"));
+    assert!(text_casts("numeric(12,2)", "character varying"));
+    assert!(!text_casts("numeric", "integer"));
+    assert!(text_casts("timestamp with time zone", "date"));
+    assert!(!text_casts("some_enum", "some_enum"));
+    assert!(!text_casts("text", "uuid"));
+}
+
 proptest::proptest! {
     #[test]
     fn never_panics(s in "\\PC{0,200}") {
