@@ -728,15 +728,15 @@ pub fn text_casts(new_type: &str, cast: &str) -> bool {
         return true;
     }
     use Family::*;
-    match (new, to) {
-        (Int2, Int4 | Int8 | Numeric | Float) => true,
-        (Int4, Int8 | Numeric | Float) => true,
-        (Int8, Numeric | Float) => true,
-        (Numeric | Float, Numeric | Float) => true,
-        (Date | Timestamp, Date | Timestamp) => true,
-        (Int2 | Int4 | Int8 | Numeric | Float | Bool | Json, Json) => true,
-        _ => false,
-    }
+    matches!(
+        (new, to),
+        (Int2, Int4 | Int8 | Numeric | Float)
+            | (Int4, Int8 | Numeric | Float)
+            | (Int8, Numeric | Float)
+            | (Numeric | Float, Numeric | Float)
+            | (Date | Timestamp, Date | Timestamp)
+            | (Int2 | Int4 | Int8 | Numeric | Float | Bool | Json, Json)
+    )
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,6 +13,8 @@
 //!   said so), below documents.
 //! - [`conflict`]: conflict types and resolvers of replication into nodes at
 //!   other schema versions (PGD's model), and the column match they decide.
+//! - [`contract`]: consumer contracts, the fields of an interface's
+//!   documents a view's definition reads.
 //! - [`migration`]: migration files. Flyway-compatible file names and versions,
 //!   Flyway's checksum, and the parsing of a migration script into directives
 //!   and statements (split by a real PostgreSQL parser, never by regex).

@@ -47,7 +47,7 @@ pub use history::{BASELINE_DESCRIPTION, History, HistoryRow};
 pub use lock::lock_key;
 pub use lockplan::{
     Held, LockPlan, PlannedLock, PlannedRebuild, PlannedStatement, ProbeLock, ProbeResult,
-    lock_plan, probe_lock_plan,
+    check_contracts, lock_plan, probe_lock_plan,
 };
 pub use naming::{Named, Naming};
 pub use placeholders::{BuiltIns, Placeholders};

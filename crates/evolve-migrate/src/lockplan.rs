@@ -112,6 +112,11 @@ pub struct PlannedStatement {
     pub analysed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeResult>,
+    /// With a pipeline to ask ([`check_contracts`]): the consumer
+    /// contracts the statement breaks, each `breaks: ...`, and what it
+    /// cannot check, each `warning: ...`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contracts: Vec<String>,
     #[serde(skip)]
     pub(crate) no_transaction: bool,
     #[serde(skip)]
@@ -130,6 +135,49 @@ pub struct LockPlan {
     pub probed: bool,
     /// Statements where the probe disagreed with the prediction.
     pub disagreements: usize,
+}
+
+/// Asks `coordinator` (a running pipeline) which consumers read the
+/// columns each statement of `plan` drops, renames or retypes, and records
+/// in [`PlannedStatement::contracts`] the contracts it would break (as
+/// `migrate apply --pipeline` refuses them) unless the field is in
+/// `allowed`; how many statements break one.
+pub async fn check_contracts(
+    opts: &Options,
+    plan: &mut LockPlan,
+    coordinator: &dyn crate::coordinate::Coordinator,
+    allowed: &[String],
+) -> Result<usize, MigrateError> {
+    let c = crate::connect(opts).await?;
+    let mut breaking = 0;
+    for st in &mut plan.statements {
+        let changes = crate::coordinate::column_changes(std::slice::from_ref(&st.sql))?;
+        if changes.is_empty() {
+            continue;
+        }
+        let request = crate::coordinate::request(&c.client, &changes).await?;
+        if request.columns.is_empty() {
+            continue;
+        }
+        let answer = coordinator.affected(&request).await.map_err(|e| {
+            MigrateError::Usage(format!(
+                "the pipeline at {} could not be asked about {}:{}: {e}",
+                coordinator.target(),
+                st.file,
+                st.line
+            ))
+        })?;
+        match crate::coordinate::contract_breaks(&changes, &answer, allowed) {
+            Ok(warnings) => st
+                .contracts
+                .extend(warnings.into_iter().map(|w| format!("warning: {w}"))),
+            Err(breaks) => {
+                breaking += 1;
+                st.contracts.push(format!("breaks: {breaks}"));
+            }
+        }
+    }
+    Ok(breaking)
 }
 
 /// A migration file to plan.
@@ -846,6 +894,7 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
             notes: Vec::new(),
             analysed: item.fx.known,
             probe: None,
+            contracts: Vec::new(),
             no_transaction: item.no_transaction,
             rebuild_sql: (Vec::new(), Vec::new()),
             concurrently: item.fx.concurrently,

@@ -358,8 +358,9 @@ pub async fn contracts(
                 }),
             }
         }
-        for (_, consumer, fields, _) in declared.iter().filter(|d| d.0 == interface.name) {
-            let mut reads: Vec<FieldRead> = fields
+        for d in declared.iter().filter(|d| d.interface == interface.name) {
+            let mut reads: Vec<FieldRead> = d
+                .fields
                 .iter()
                 .map(|f| FieldRead {
                     field: f.clone(),
@@ -370,7 +371,7 @@ pub async fn contracts(
             reads.sort();
             entry.consumers.push(Consumer {
                 kind: "subscriber".to_string(),
-                name: consumer.clone(),
+                name: d.consumer.clone(),
                 via: "subscribe".to_string(),
                 reads,
                 whole_document: Vec::new(),

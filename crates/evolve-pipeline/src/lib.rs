@@ -210,7 +210,7 @@ pub use store::{
 /// 3. the façade ([`Pipeline`], under one catalog lock) and its preflight
 ///    checks;
 /// 4. controllers, clients of the façade: absorb, drift polls,
-///    subscriptions;
+///    subscriptions, consumer contracts;
 /// 5. the admin API and its access rules.
 #[cfg(test)]
 mod layers {
@@ -241,6 +241,7 @@ mod layers {
         ("absorb", 4, include_str!("absorb.rs")),
         ("poll", 4, include_str!("poll.rs")),
         ("subscribe", 4, include_str!("subscribe.rs")),
+        ("contracts", 4, include_str!("contracts.rs")),
         ("admin", 5, include_str!("admin.rs")),
         ("access", 5, include_str!("access.rs")),
         ("coordinate", 5, include_str!("coordinate.rs")),

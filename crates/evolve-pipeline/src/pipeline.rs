@@ -1221,9 +1221,8 @@ impl Pipeline {
         self.with_store(|s| s.forget_fields(interface, consumer))
     }
 
-    /// The subscribers' declared fields: (interface, consumer, fields,
-    /// declared at, in seconds since the epoch).
-    pub fn declared_fields(&self) -> Result<Vec<(String, String, Vec<String>, i64)>> {
+    /// The subscribers' declared fields.
+    pub fn declared_fields(&self) -> Result<Vec<crate::store::Declaration>> {
         self.with_store(|s| s.declared_fields())
     }
 

@@ -377,6 +377,20 @@ impl SinkKind {
     }
 }
 
+/// The fields a subscriber declared it reads (`evolve subscribe NAME
+/// --fields a,b --as CONSUMER`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Declaration {
+    /// The interface it follows.
+    pub interface: String,
+    /// Its name.
+    pub consumer: String,
+    /// The field paths, dotted.
+    pub fields: Vec<String>,
+    /// When, in seconds since the epoch.
+    pub declared_at: i64,
+}
+
 /// One change of an interface's feed: the net effect of one upstream
 /// transaction on one key.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -537,9 +551,8 @@ impl Store {
             .map_err(|e| PipelineError::store("forget subscriber fields", e))
     }
 
-    /// Every declaration: (interface, consumer, fields, declared_at), by
-    /// interface and consumer.
-    pub fn declared_fields(&self) -> Result<Vec<(String, String, Vec<String>, i64)>> {
+    /// Every declaration, by interface and consumer.
+    pub fn declared_fields(&self) -> Result<Vec<Declaration>> {
         let fail = |e| PipelineError::store("read subscriber fields", e);
         let mut stmt = self
             .conn
@@ -562,7 +575,12 @@ impl Store {
             .map_err(fail)?;
         Ok(rows
             .into_iter()
-            .map(|(i, c, f, at)| (i, c, serde_json::from_str(&f).unwrap_or_default(), at))
+            .map(|(interface, consumer, fields, declared_at)| Declaration {
+                interface,
+                consumer,
+                fields: serde_json::from_str(&fields).unwrap_or_default(),
+                declared_at,
+            })
             .collect())
     }
 

@@ -480,6 +480,12 @@ pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<ExitCode> {
         };
         return crate::pipeline::subscribe(args, out).await;
     }
+    if let Command::Plan(_) = &cli.command {
+        let Command::Plan(args) = cli.command else {
+            unreachable!("matched above")
+        };
+        return crate::plan::run(args, out).await;
+    }
     run_command(cli, out).await.map(|()| ExitCode::SUCCESS)
 }
 
@@ -487,7 +493,6 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate(args) => migrate(args, out).await,
         Command::Change(args) => crate::change::run(args, out).await,
-        Command::Plan(args) => crate::plan::run(args, out).await,
         Command::Backfill(args) => crate::backfill::run(args, out).await,
         Command::Rewrite(args) => crate::backfill::rewrite(args, out).await,
         Command::Deps(args) => {
@@ -522,7 +527,11 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
         Command::Contracts(args) => crate::contracts::run(args, out).await,
         Command::Replicate(args) => crate::replicate::run(args, out).await,
         Command::Rollout(args) => crate::rollout::run(args, out).await,
-        Command::Lint(_) | Command::Compat(_) | Command::Sql(_) | Command::Subscribe(_) => {
+        Command::Lint(_)
+        | Command::Compat(_)
+        | Command::Sql(_)
+        | Command::Subscribe(_)
+        | Command::Plan(_) => {
             unreachable!("handled in run")
         }
     }

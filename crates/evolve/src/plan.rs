@@ -20,19 +20,54 @@ pub struct PlanArgs {
     /// CREATEDB. The scratch database is dropped at the end.
     #[arg(long)]
     pub probe: bool,
+    /// Ask the pipeline whose admin API is at URL which consumers read the
+    /// columns the statements drop, rename or retype, and report the
+    /// contracts they would break (`migrate apply --pipeline` refuses
+    /// those files); the exit status is 1 when one would break.
+    #[arg(long, value_name = "URL")]
+    pub pipeline: Option<String>,
+    /// The pipeline's evolve.toml, for its admin API's token (and address,
+    /// when --pipeline is not given).
+    #[arg(long, value_name = "FILE")]
+    pub pipeline_config: Option<PathBuf>,
+    /// With --pipeline: FIELD (`field` or `interface.field`) may be taken
+    /// from its consumers (repeat for more).
+    #[arg(long, value_name = "FIELD")]
+    pub allow_breaking_contract: Vec<String>,
     #[command(flatten)]
     pub db: DatabaseArgs,
     #[command(flatten)]
     pub dir: DirArgs,
 }
 
-pub async fn run(args: PlanArgs, out: &Out) -> anyhow::Result<()> {
+pub async fn run(args: PlanArgs, out: &Out) -> anyhow::Result<std::process::ExitCode> {
     let (opts, _) = crate::cli::options(&args.db, &args.dir, None, None)?;
-    let plan = evolve_migrate::lock_plan(&opts, &args.files, args.probe).await?;
-    match out.format() {
-        Format::Json => out.json_value(&serde_json::to_value(&plan)?),
-        _ => out.text(&render(&plan)),
+    let mut plan = evolve_migrate::lock_plan(&opts, &args.files, args.probe).await?;
+    let mut breaking = 0;
+    if args.pipeline.is_some() || args.pipeline_config.is_some() {
+        let admin = crate::pipeline::AdminArg {
+            admin: args.pipeline.clone(),
+            config: args.pipeline_config.clone(),
+        }
+        .resolve()?;
+        let coordinator = crate::coordinate::HttpCoordinator::new(admin);
+        breaking = evolve_migrate::check_contracts(
+            &opts,
+            &mut plan,
+            &coordinator,
+            &args.allow_breaking_contract,
+        )
+        .await?;
     }
+    match out.format() {
+        Format::Json => out.json_value(&serde_json::to_value(&plan)?)?,
+        _ => out.text(&render(&plan))?,
+    }
+    Ok(if breaking > 0 {
+        std::process::ExitCode::from(1)
+    } else {
+        std::process::ExitCode::SUCCESS
+    })
 }
 
 fn size(bytes: i64) -> String {
@@ -102,6 +137,9 @@ fn statement(out: &mut String, st: &PlannedStatement) {
     }
     for a in &st.advice {
         out.push_str(&format!("  advice     {a}\n"));
+    }
+    for c in &st.contracts {
+        out.push_str(&format!("  contract   {c}\n"));
     }
     if let Some(p) = &st.probe {
         if let Some(e) = &p.error {

@@ -249,6 +249,58 @@ async fn consumers_views_matviews_and_subscribers_are_found_and_breaking_files_r
         ],
     )
     .await;
+    // evolve plan --pipeline reports the same contracts, exit status 1.
+    for f in std::fs::read_dir(&migrations).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+    }
+    std::fs::write(
+        migrations.join("V2__drop_customer.sql"),
+        "ALTER TABLE orders DROP COLUMN customer;\n",
+    )
+    .unwrap();
+    let out = support::evolve(&[
+        "plan",
+        "--database-url",
+        &db,
+        "--dir",
+        migrations.to_str().unwrap(),
+        "--pipeline",
+        &admin,
+    ])
+    .await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("  contract   breaks: the file drops column public.orders.customer, and view public.order_totals"),
+        "{stdout}"
+    );
+    let out = support::evolve(&[
+        "plan",
+        "--database-url",
+        &db,
+        "--dir",
+        migrations.to_str().unwrap(),
+        "--pipeline",
+        &admin,
+        "--allow-breaking-contract",
+        "customer",
+    ])
+    .await;
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("breaks:"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "  contract   warning: view public.raw_docs reads whole documents of orders_json"
+        ),
+        "{stdout}"
+    );
+
     // Nothing ran: the columns and the pipeline's tables are as they were.
     let columns: i64 = env
         .up
@@ -316,6 +368,28 @@ async fn consumers_views_matviews_and_subscribers_are_found_and_breaking_files_r
         "{}{}",
         text(&out.stdout),
         text(&out.stderr)
+    );
+
+    // The drift board names the consumers of a column dropped upstream
+    // by hand.
+    env.up
+        .batch_execute("ALTER TABLE orders DROP COLUMN customer")
+        .await
+        .unwrap();
+    let out = support::evolve(&["drift", "--admin", &admin]).await;
+    let board = text(&out.stdout);
+    assert!(out.status.success(), "{board}{}", text(&out.stderr));
+    assert!(board.contains("column_drift"), "{board}");
+    assert!(
+        board.contains(": view public.order_totals reads customer of orders_json (field customer)"),
+        "{board}"
+    );
+    let out = support::evolve(&["drift", "--admin", &admin, "--format", "json"]).await;
+    let drift: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        drift["readers"].as_array().map(Vec::len),
+        Some(1),
+        "{drift}"
     );
 
     // Forgetting the subscriber removes its contract.
