@@ -527,14 +527,44 @@ impl ReplicaService {
         let transforms = self
             .catalog(|c| c.delete_replica(name))?
             .unwrap_or_default();
-        if !transforms.is_empty() {
-            result.notice = Some(
-                transforms
-                    .iter()
-                    .map(|t| format!("drop cascades to transform {t}"))
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            );
+        let mut notices: Vec<String> = transforms
+            .iter()
+            .map(|t| format!("drop cascades to transform {t}"))
+            .collect();
+        // The node's position of the replica goes with it, as DROP
+        // SUBSCRIPTION drops its replication origin; its conflict history
+        // stays (a log of what happened). A node that cannot be reached
+        // keeps the row, which CREATE REPLICA of the same name clears.
+        let forgotten = async {
+            let connection = config.connection(&info.node_connection)?;
+            let node = upstream::connect(&info.node_connection, connection).await?;
+            match node
+                .execute(
+                    "DELETE FROM evolve_replica_progress WHERE replica = $1",
+                    &[&name],
+                )
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e) if e.as_db_error().is_some_and(|d| d.code().code() == "42P01") => Ok(()),
+                Err(e) => Err(PipelineError::Config {
+                    message: match e.as_db_error() {
+                        Some(db) => evolve_pg::describe_db_error(db, None),
+                        None => e.to_string(),
+                    },
+                }),
+            }
+        }
+        .await;
+        if let Err(e) = forgotten {
+            notices.push(format!(
+                "the position of replica {name} on node connection {} was not removed ({}); CREATE REPLICA of the same name clears it",
+                info.node_connection,
+                e.primary()
+            ));
+        }
+        if !notices.is_empty() {
+            result.notice = Some(notices.join("\n"));
         }
         tracing::info!(replica = %name, "replica dropped");
         self.reconcile(config).await;

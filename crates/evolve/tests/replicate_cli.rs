@@ -719,11 +719,36 @@ async fn replicas_and_transforms_through_evolve_sql() {
 
     // --------------------------------------------------------- DROP REPLICA
     assert_eq!(
+        rows(
+            &node,
+            "SELECT replica FROM evolve_replica_progress WHERE replica = 'node_b'"
+        )
+        .await,
+        vec!["(node_b)".to_string()]
+    );
+    assert_eq!(
         sql_ok(&admin, "DROP REPLICA node_b;").await,
         "DROP REPLICA\n"
     );
     assert_eq!(replica_objects(&up).await, Vec::<String>::new());
     assert!(show(&admin, "SHOW REPLICAS").await.is_empty());
+    // Its position on the node goes with it; its conflict history stays.
+    assert_eq!(
+        rows(
+            &node,
+            "SELECT replica FROM evolve_replica_progress WHERE replica = 'node_b'"
+        )
+        .await,
+        Vec::<String>::new()
+    );
+    assert_ne!(
+        rows(
+            &node,
+            "SELECT count(*) FROM evolve_conflict_history WHERE replica = 'node_b'"
+        )
+        .await,
+        vec!["(0)".to_string()]
+    );
     sql_err(
         &admin,
         "DROP REPLICA node_b",
