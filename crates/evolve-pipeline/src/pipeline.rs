@@ -753,20 +753,21 @@ impl Pipeline {
                 hint: Some(hint),
             });
         }
-        if source.kind == SourceKind::Mysql {
-            return Err(PipelineError::Refused {
-                sqlstate: "0A000",
-                primary: format!(
-                    "APPLY REPLACEMENT is not supported yet for replacement \"{name}\" of MySQL source \"{}\"",
-                    source.name
-                ),
-                detail: Some("A swap happens at a marker written into the source's stream, which evolve does not write into a binlog yet.".into()),
-                hint: Some("Read the new table version through a new materialized view meanwhile.".into()),
-            });
-        }
         self.with_store(|s| s.set_replacement_applying(name, true))?;
         let emitted = async {
             let conn = self.config.connection(&source.connection)?;
+            if source.kind == SourceKind::Mysql {
+                // A row of the marker table, which the binlog carries.
+                return mysql::write_marker(
+                    &source.name,
+                    &source.connection,
+                    conn,
+                    &source.slot,
+                    swap::MESSAGE_PREFIX,
+                    &swap::apply_message(&source.slot, name),
+                )
+                .await;
+            }
             let client = upstream::connect(&source.connection, conn).await?;
             client
                 .execute(

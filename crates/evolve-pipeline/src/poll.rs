@@ -79,6 +79,9 @@ async fn poll_source(
 ) -> Vec<(String, Option<DriftRow>)> {
     let read = async {
         let connection = pipeline.config().connection(&source.connection)?;
+        if source.kind == crate::store::SourceKind::Mysql {
+            return poll_mysql(source, connection, &tables).await;
+        }
         pipeline
             .monitor()
             .with_session(
@@ -110,6 +113,36 @@ async fn poll_source(
         .collect()
 }
 
+/// [`poll_source`] for a MySQL source: its `information_schema`, read in
+/// one session within [`POLL_TIMEOUT`].
+async fn poll_mysql(
+    source: &SourceInfo,
+    connection: &crate::config::Connection,
+    tables: &[TableInfo],
+) -> Result<Vec<(String, Option<DriftRow>)>> {
+    let read = crate::source::mysql::read_upstreams(&source.connection, connection, tables);
+    let upstreams = tokio::time::timeout(POLL_TIMEOUT, read)
+        .await
+        .map_err(|_| PipelineError::Connect {
+            connection: source.connection.clone(),
+            target: connection.redacted(),
+            reason: format!(
+                "the server did not answer within {} s",
+                POLL_TIMEOUT.as_secs()
+            ),
+        })??;
+    Ok(tables
+        .iter()
+        .zip(upstreams)
+        .map(|(table, upstream)| {
+            (
+                table.name.clone(),
+                compare(table, &upstream).map(|d| DriftRow::new(table, d)),
+            )
+        })
+        .collect())
+}
+
 /// What one poll saw: every table of the catalog, and for each polled
 /// table its row (`None` where it matches), by table name.
 struct Poll {
@@ -132,9 +165,6 @@ async fn poll(pipeline: &Pipeline, source: Option<&str>) -> Result<Poll> {
     let polls = sources
         .iter()
         .filter(|s| source.is_none_or(|name| name == s.name))
-        // Drift is polled from PostgreSQL's catalog; MySQL sources are not
-        // polled yet.
-        .filter(|s| s.kind == crate::store::SourceKind::Postgres)
         .map(|s| {
             let mine: Vec<TableInfo> = tables
                 .iter()

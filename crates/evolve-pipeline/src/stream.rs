@@ -508,7 +508,7 @@ fn on_schema<S>(
 ) -> Result<()> {
     for &t in by_oid.get(&oid).map_or(&[][..], Vec::as_slice) {
         deferral.schema_kept.remove(&t);
-        if let Err(problem) = tables[t].on_schema(&schema)
+        if let Err(problem) = match_schema(&mut tables[t], &schema)
             && tables[t].info.state == TableState::Running
             && at.is_none_or(|at| tables[t].applies(at))
         {
@@ -521,6 +521,27 @@ fn on_schema<S>(
         None => deferral.schema_at.remove(&oid),
     };
     Ok(())
+}
+
+/// Maps table `t`'s pinned columns onto `schema` ([`TableRuntime::on_schema`]);
+/// a schema without columns says the upstream table is gone from the
+/// stream (the source contract): dropped, or renamed when it names
+/// another table.
+fn match_schema(table: &mut TableRuntime, schema: &TableSchema) -> std::result::Result<(), String> {
+    if !schema.columns.is_empty() {
+        return table.on_schema(schema);
+    }
+    let reference = table.info.reference();
+    let now = format!("{}.{}", schema.schema, schema.name);
+    Err(if now == reference {
+        format!(
+            "upstream table \"{reference}\" was dropped; its changes no longer reach this table"
+        )
+    } else {
+        format!(
+            "upstream table \"{reference}\" was renamed to \"{now}\"; its changes no longer reach this table (create a table version with REFERENCE {now})"
+        )
+    })
 }
 
 /// Applies one row change of table `oid` to each of the source's tables
@@ -658,7 +679,7 @@ fn replay_pending<S>(
             for event in events {
                 let applied = match event {
                     SourceEvent::Schema { schema, .. } => {
-                        if let Err(problem) = tables[t].on_schema(&schema)
+                        if let Err(problem) = match_schema(&mut tables[t], &schema)
                             && applies
                         {
                             stalled = Some(problem);
@@ -705,7 +726,7 @@ fn replay_pending<S>(
     if stalled.is_none()
         && let Some(schema) = deferral.schemas.get(&oid)
         && deferral.schema_at.get(&oid).is_none_or(|at| *at >= point)
-        && let Err(problem) = tables[t].on_schema(schema)
+        && let Err(problem) = match_schema(&mut tables[t], schema)
     {
         stall(&ctx.status, store, &mut tables[t], problem)?;
         return Ok(());

@@ -203,6 +203,9 @@ pub enum Tour {
     Pipeline,
     /// `evolve migrate`: files, history, checksums, lock_timeout, rollback.
     Migrate,
+    /// The pipeline's absorb flows on a MariaDB upstream (binlog), into a
+    /// PostgreSQL sink; needs the MariaDB server package too.
+    Mysql,
 }
 
 #[derive(Debug, Args)]
@@ -452,7 +455,7 @@ pub fn wants_multi_thread(cli: &Cli) -> bool {
         }) | Command::Pipeline(crate::pipeline::PipelineArgs {
             verb: crate::pipeline::PipelineVerb::Run { .. }
         }) | Command::Demo(DemoArgs {
-            tour: Tour::Pipeline,
+            tour: Tour::Pipeline | Tour::Mysql,
             ..
         })
     )

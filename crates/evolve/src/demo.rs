@@ -5,9 +5,13 @@
 //!   upstream schema changes behind a stable JSON interface, under write
 //!   load, with every count checked; exits 1 if an expectation failed.
 //! - `migrate` ([`migrate`]): `evolve migrate` on five migration files.
+//! - `mysql` ([`mysql`]): the pipeline's four absorb flows with a
+//!   throwaway MariaDB server as the upstream (read from its binlog) and a
+//!   PostgreSQL sink; exits 1 if an expectation failed.
 
 mod coordinate;
 mod migrate;
+mod mysql;
 mod pipeline;
 
 use crate::cli::{DemoArgs, Tour};
@@ -17,6 +21,7 @@ pub async fn run(args: DemoArgs, out: &mut Out) -> anyhow::Result<()> {
     match args.tour {
         Tour::Pipeline => pipeline::run(args.keep).await,
         Tour::Migrate => migrate::run(args.keep, out).await,
+        Tour::Mysql => mysql::run(args.keep).await,
     }
 }
 

@@ -38,7 +38,10 @@
 //! table's columns (name, type, type modifier, which are the key) as of
 //! that point; every row carries that schema. Tables are identified by a
 //! number that the source keeps stable across renames
-//! ([`crate::store::TableInfo::upstream_oid`]).
+//! ([`crate::store::TableInfo::upstream_oid`]), when it can. A schema
+//! without columns says the table is gone from the stream: dropped, or
+//! renamed (to the table the schema names) where the source cannot follow
+//! renames (MySQL); the tables reading it stall with that reason.
 //!
 //! **Row images.** Values are in the upstream's text form. An update's new
 //! image may say [`Datum::Unchanged`] for a large value it did not send; an

@@ -47,7 +47,8 @@
 //!
 //! Tables are identified by a 32-bit FNV-1a hash of `database\0table`
 //! (MySQL has no table OIDs; a binlog `table_id` changes whenever the
-//! server's table cache does), so a rename is a new table for now. Each
+//! server's table cache does), so a renamed table stalls (see "Schema
+//! changes"). Each
 //! `TABLE_MAP` event's full metadata (`binlog_row_metadata=FULL`: column
 //! names, types, signedness, charsets, ENUM and SET values, primary key)
 //! gives the table's columns; a [`SourceEvent::Schema`] goes out before its
@@ -71,16 +72,101 @@
 //! | TIMESTAMP(fsp)                       | timestamptz   | UTC, `...+00`           |
 //! | JSON (MySQL; MariaDB's JSON alias)   | jsonb         | the JSON text           |
 //!
-//! `TRUNCATE TABLE`, which the binlog logs as a statement even in ROW
-//! format, is a transaction of one truncate row for that table (every
-//! document deleted); other DDL only shows in the next table map.
-//!
 //! Character data in utf8mb4, utf8mb3 and ascii is sent as is, latin1
 //! (MySQL's cp1252) is converted to UTF-8; other charsets are refused at
 //! `CREATE TABLE`. Zero dates (`0000-00-00`) have no PostgreSQL value
 //! and are sent as NULL, as Debezium does. Types without a mapping
 //! (MariaDB's UUID and INET types for now) are refused at `CREATE TABLE`
 //! unless listed in EXCLUDE COLUMNS.
+//!
+//! # Schema changes
+//!
+//! The binlog logs DDL as statements (`QUERY` events, even with ROW
+//! logging) between transactions, in commit order, and every row event
+//! after it comes with a table map of the table's columns then. Drift
+//! detection uses both, as PostgreSQL's uses Relation messages and the
+//! catalog:
+//!
+//! - **The table map** gives each table's columns (names, types,
+//!   signedness, charsets, the primary key) at that binlog position; the
+//!   stream sends a [`SourceEvent::Schema`] whenever they differ from the
+//!   last one sent. A column added is ignored by the table versions that
+//!   did not pin it (`column_drift`, ingestion goes on); a pinned column
+//!   of another mapped type stalls the table at the next row of it
+//!   (`type_drift` first, from the catalog, then `stalled`), as with
+//!   PostgreSQL.
+//! - **The DDL statements** say what a table map cannot: which columns
+//!   stopped existing under their name. `ALTER TABLE ... DROP [COLUMN]`,
+//!   `CHANGE [COLUMN] old new` (to another name) and `RENAME COLUMN old TO
+//!   new` remove `old`; `ALTER TABLE ... RENAME TO`, `RENAME TABLE`, `DROP
+//!   TABLE` and `CREATE OR REPLACE TABLE` remove the table. The stream
+//!   reads only these forms out of a statement (`parse_ddl`: a tokenizer
+//!   that knows comments, quoting and MySQL's executable comments, not a
+//!   grammar), so a statement it does not know is never an error: it is
+//!   nothing, and the next table map shows what it did to the columns.
+//!   For a table the catalog reads, the statement becomes a transaction of
+//!   its own at the statement's position (its commit position the end of
+//!   the event before it, its end position the statement's end, ordered
+//!   against snapshots as any transaction is), holding the table's schema
+//!   after it: the last one sent (or, for a table whose table map the
+//!   stream has not met yet, its columns in `information_schema` when the
+//!   stream was opened) without the removed columns; a table removed is a
+//!   schema without columns, naming the table it was renamed to. So a
+//!   column dropped and re-added with the same name and type (which the
+//!   next table map and the catalog show exactly as before) stalls the
+//!   tables that ingest it at the drop, and old values are never merged
+//!   with the new column. Excluded columns (`EXCLUDE COLUMNS`) may go:
+//!   that is the planned drop, with no stall.
+//!
+//! The outcomes, each tested in `tests/mysql_absorb.rs`:
+//!
+//! | upstream statement | outcome |
+//! |---|---|
+//! | `ALTER TABLE ... ADD COLUMN` | ingestion goes on; drift `column_drift` |
+//! | `ALTER TABLE ... MODIFY` (another mapped type) | drift `type_drift`; the table stalls at its next row |
+//! | `ALTER TABLE ... DROP COLUMN` of an ingested column | the table stalls at the statement; the source's other tables go on |
+//! | the same, of an excluded column | nothing |
+//! | `DROP COLUMN` then `ADD COLUMN`, same name and type | the table stalls at the drop |
+//! | `ALTER TABLE ... RENAME COLUMN a TO b` | the table stalls at the statement; drift says `column "a" was renamed to "b"` |
+//! | `TRUNCATE TABLE` | every document of the table is deleted (one change per row downstream); the table goes on |
+//! | `RENAME TABLE a TO b`, `ALTER TABLE a RENAME TO b` | the table stalls: `upstream table "db.a" was renamed to "db.b"; ...` |
+//! | `DROP TABLE`, `CREATE OR REPLACE TABLE` | the table stalls: `upstream table "db.a" was dropped; ...`; a table re-created under the name is not merged into it |
+//!
+//! Renamed tables stall rather than being followed because the binlog
+//! names tables, and a position stored after the rename would reopen a
+//! stream that no longer knows the new name of the old one; a table
+//! version over the new name (`REFERENCE db.b`) recovers with a minimal
+//! diff.
+//!
+//! Drift polls ([`read_upstreams`]) read `information_schema.COLUMNS`
+//! with the same type mapping. MySQL has no table OIDs and no stable
+//! column numbers, so a table is looked up by its pinned name and a
+//! column by its name (see [`read_upstreams`]); what the catalog cannot
+//! show (a re-added column, a renamed table) is the stall's error.
+//! Changes within one mapped type (`varchar(10)` to `varchar(20)`, `int`
+//! to `int unsigned` when both map to the same PostgreSQL type) change no
+//! document and are not drift.
+//!
+//! # Replacement swaps
+//!
+//! `APPLY REPLACEMENT` swaps at a marker in the stream (`swap.rs`):
+//! PostgreSQL's is a transactional logical decoding message; a binlog
+//! carries only row changes and statements, so the marker is a row.
+//! [`write_marker`] upserts the source's row of [`MARKER_TABLE`]
+//! (`evolve_markers`, created in the connection's database on first use;
+//! the user needs CREATE, INSERT and UPDATE on it) with the swap's
+//! message, in a transaction of its own. The stream turns the new image
+//! of every row written into that table into a [`SourceEvent::Marker`],
+//! inside that transaction, so the engine meets it in commit order with
+//! every other change: all transactions committed before it were applied
+//! to both the old and the hydrated new table version, none after it, and
+//! the interface switches tables in the store transaction of that commit.
+//! The seam is exact for the same reason the marker is: the binlog orders
+//! commits, and the marker is one. (Taking `SHOW MASTER STATUS` at APPLY
+//! time as the swap position would be exact too, but an idle upstream
+//! would never bring the stream to a transaction there; the marker is one
+//! itself.) Hydration needs nothing more than the snapshot below: a copy
+//! at `binlog_snapshot_position` joined to the stream from there.
 //!
 //! # Confirmation and failures
 //!
@@ -93,11 +179,19 @@
 //! applied position.
 //!
 //! Not done yet: GTID positions (MariaDB's domain-server-sequence,
-//! MySQL's executed set) for resuming on another server, TLS options, the
-//! swap marker (`APPLY REPLACEMENT` is refused for MySQL sources), DDL
-//! confirmed against `information_schema`, renames.
+//! MySQL's executed set) for resuming on another server, TLS options,
+//! schema versions kept in the store keyed by position (the stream keeps
+//! the latest schema per table in memory, and seeds it from
+//! `information_schema` when it opens), following renamed tables. A
+//! column dropped and re-added while a table version is between the end
+//! of its copy and its catch-up (a fraction of a second) is seen only in
+//! the table map after it, not as a drop.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+
+/// The MySQL client the source uses, for the workspace's tools that talk to
+/// the same upstream (`evolve demo mysql`) without a client of their own.
+pub use mysql_async;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,6 +209,7 @@ use tokio::sync::mpsc;
 
 use super::{ChangeStream, Source, SourceEvent, TableSnapshot};
 use crate::config::Connection;
+use crate::drift::{Upstream, UpstreamColumn};
 use crate::error::{PipelineError, Result};
 use crate::position::Position;
 use crate::store::{ColumnInfo, SourceInfo, TableInfo};
@@ -951,6 +1046,161 @@ async fn json_columns(conn: &mut Conn, database: &str, table: &str) -> Result<Ha
     Ok(names.into_iter().flatten().collect())
 }
 
+/// One column as `information_schema.COLUMNS` has it now, mapped.
+struct CatalogColumn {
+    name: String,
+    ordinal: i16,
+    /// The mapped PostgreSQL type; 0 for a type without a mapping.
+    type_oid: u32,
+    typmod: i32,
+    /// `COLUMN_TYPE`, e.g. `int(11) unsigned`.
+    column_type: String,
+    key: bool,
+}
+
+/// The columns of base table `database.table` now, in ordinal order;
+/// `None` when there is no such base table.
+async fn catalog_columns(
+    conn: &mut Conn,
+    database: &str,
+    table: &str,
+) -> Result<Option<Vec<CatalogColumn>>> {
+    type Row = (
+        Option<String>,
+        Option<u64>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<u64>,
+    );
+    let rows: Vec<Row> = conn
+        .exec(
+            "SELECT COLUMN_NAME, ORDINAL_POSITION, DATA_TYPE, COLUMN_TYPE, COLUMN_KEY, \
+                    CHARACTER_SET_NAME, NUMERIC_PRECISION \
+             FROM information_schema.COLUMNS c \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+               AND EXISTS (SELECT 1 FROM information_schema.TABLES t \
+                           WHERE t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME \
+                             AND t.TABLE_TYPE = 'BASE TABLE') \
+             ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        .await
+        .map_err(|e| query_error(&format!("read the columns of {database}.{table}"), e))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let json = json_columns(conn, database, table).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (name, ordinal, data_type, column_type, key, charset, precision) in rows {
+        let (Some(name), Some(ordinal), Some(data_type), Some(column_type)) =
+            (name, ordinal, data_type, column_type)
+        else {
+            return Err(PipelineError::Database {
+                context: format!("read the columns of {database}.{table}"),
+                message: "information_schema.COLUMNS has a NULL name or type".into(),
+            });
+        };
+        let (type_oid, typmod) = map_catalog_type(
+            &data_type,
+            &column_type,
+            charset.as_deref(),
+            precision,
+            json.contains(&name),
+        )
+        .map_or((0, -1), |(oid, typmod, _)| (oid, typmod));
+        out.push(CatalogColumn {
+            name,
+            ordinal: i16::try_from(ordinal).unwrap_or(i16::MAX),
+            type_oid,
+            typmod,
+            column_type,
+            key: key.as_deref() == Some("PRI"),
+        });
+    }
+    Ok(Some(out))
+}
+
+/// Drift polls of a MySQL source's tables (see [`crate::drift`]): what
+/// `information_schema` says of each table now, in `tables`' order, read
+/// in one session.
+///
+/// MySQL has neither table OIDs nor stable column numbers: a table is
+/// found by its pinned `database.table` (a renamed or dropped one is
+/// [`Upstream::Missing`]; the stream has stalled it already, see the
+/// module docs), and `ORDINAL_POSITION` moves whenever a column before it
+/// is dropped or one is added `FIRST` or `AFTER` another. So a column of a
+/// pinned name gets the pinned attnum (it is compared by name and type),
+/// and only columns of other names keep their ordinal, which shows a
+/// renamed column (`RENAME COLUMN` keeps its position) as renamed. A
+/// column dropped and re-added under the same name and type looks the
+/// same as before in the catalog; the binlog's DDL shows it, and the
+/// stream stalls the table at the drop.
+pub async fn read_upstreams(
+    name: &str,
+    connection: &Connection,
+    tables: &[TableInfo],
+) -> Result<Vec<Upstream>> {
+    let mut conn = connect(name, connection).await?;
+    let mut out = Vec::with_capacity(tables.len());
+    for table in tables {
+        let columns =
+            catalog_columns(&mut conn, &table.upstream_schema, &table.upstream_table).await?;
+        out.push(match columns {
+            None => Upstream::Missing {
+                recreated_oid: None,
+            },
+            Some(columns) => Upstream::Found {
+                schema: table.upstream_schema.clone(),
+                name: table.upstream_table.clone(),
+                columns: columns
+                    .into_iter()
+                    .map(|c| UpstreamColumn {
+                        attnum: table
+                            .columns
+                            .iter()
+                            .find(|p| p.name == c.name)
+                            .map_or(c.ordinal, |p| p.attnum),
+                        name: c.name,
+                        type_oid: c.type_oid,
+                        typmod: c.typmod,
+                        type_name: c.column_type,
+                    })
+                    .collect(),
+            },
+        });
+    }
+    let _ = conn.disconnect().await;
+    Ok(out)
+}
+
+/// Table `database.table`'s columns now as a schema (what the stream
+/// starts from for a table whose table map it has not seen yet).
+async fn catalog_schema(
+    conn: &mut Conn,
+    database: &str,
+    table: &str,
+) -> Result<Option<Arc<TableSchema>>> {
+    Ok(catalog_columns(conn, database, table)
+        .await?
+        .map(|columns| {
+            Arc::new(TableSchema {
+                schema: database.to_string(),
+                name: table.to_string(),
+                columns: columns
+                    .into_iter()
+                    .map(|c| ColumnSchema {
+                        name: c.name,
+                        type_oid: if c.type_oid == 0 { TEXT } else { c.type_oid },
+                        typmod: c.typmod,
+                        key: c.key,
+                    })
+                    .collect(),
+            })
+        }))
+}
+
 /// The table of a `TRUNCATE [TABLE] [db.]name` statement (comments and
 /// white space around it skipped, backquotes undone), with `default` as
 /// its database when it names none; `None` for any other statement.
@@ -1008,12 +1258,460 @@ fn truncated_table(sql: &str, default: &str) -> Option<(String, String)> {
         .then_some((database, table))
 }
 
+// ------------------------------------------------------------ DDL
+
+/// A token of a DDL statement.
+#[derive(Clone, Debug, PartialEq)]
+enum Token {
+    /// A bare word: a keyword, a name or a number.
+    Word(String),
+    /// A `backquoted` name, its quotes undone.
+    Quoted(String),
+    /// A string literal (its text does not matter here).
+    Literal,
+    /// Any other character.
+    Punct(char),
+}
+
+/// The tokens of `sql`: comments skipped, except the text of MySQL's
+/// executable comments (`/*!50100 ... */`, MariaDB's `/*M!100100 ... */`),
+/// which the server runs.
+fn tokens(sql: &str) -> Vec<Token> {
+    let chars: Vec<char> = sql.chars().collect();
+    let at = |i: usize| chars.get(i).copied();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(c) = at(i) {
+        if c.is_whitespace() {
+            i += 1;
+        } else if c == '/' && at(i + 1) == Some('*') {
+            let mut j = i + 2;
+            let executable = match (at(j), at(j + 1)) {
+                (Some('!'), _) => {
+                    j += 1;
+                    true
+                }
+                (Some('M'), Some('!')) => {
+                    j += 2;
+                    true
+                }
+                _ => false,
+            };
+            if executable {
+                while at(j).is_some_and(|c| c.is_ascii_digit()) {
+                    j += 1;
+                }
+                i = j;
+            } else {
+                i = j;
+                while i < chars.len() && !(at(i) == Some('*') && at(i + 1) == Some('/')) {
+                    i += 1;
+                }
+                i += 2;
+            }
+        } else if c == '*' && at(i + 1) == Some('/') {
+            // The end of an executable comment.
+            i += 2;
+        } else if c == '#'
+            || (c == '-' && at(i + 1) == Some('-') && at(i + 2).is_none_or(char::is_whitespace))
+        {
+            while at(i).is_some_and(|c| c != '\n') {
+                i += 1;
+            }
+        } else if c == '`' {
+            let mut name = String::new();
+            i += 1;
+            loop {
+                match at(i) {
+                    None => break,
+                    Some('`') if at(i + 1) == Some('`') => {
+                        name.push('`');
+                        i += 2;
+                    }
+                    Some('`') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(c) => {
+                        name.push(c);
+                        i += 1;
+                    }
+                }
+            }
+            out.push(Token::Quoted(name));
+        } else if c == '\'' || c == '"' {
+            i += 1;
+            loop {
+                match at(i) {
+                    None => break,
+                    Some('\\') => i += 2,
+                    Some(q) if q == c && at(i + 1) == Some(c) => i += 2,
+                    Some(q) if q == c => {
+                        i += 1;
+                        break;
+                    }
+                    Some(_) => i += 1,
+                }
+            }
+            out.push(Token::Literal);
+        } else if c.is_alphanumeric() || c == '_' || c == '$' {
+            let start = i;
+            while at(i).is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+                i += 1;
+            }
+            out.push(Token::Word(chars[start..i].iter().collect()));
+        } else {
+            out.push(Token::Punct(c));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// What a DDL statement does to the tables it names, as far as the stream
+/// must know: which columns stop existing under their name, and which
+/// tables stop existing under theirs.
+#[derive(Clone, Debug, PartialEq)]
+enum Ddl {
+    /// Columns of `table` dropped, or renamed away (`CHANGE`, `RENAME
+    /// COLUMN`).
+    Columns {
+        table: (String, String),
+        removed: Vec<String>,
+    },
+    /// `table` dropped (`to: None`) or renamed to `to`.
+    Gone {
+        table: (String, String),
+        to: Option<(String, String)>,
+    },
+}
+
+/// A cursor over a statement's tokens.
+struct Tokens<'a> {
+    tokens: &'a [Token],
+    at: usize,
+}
+
+impl<'a> Tokens<'a> {
+    fn peek(&self, ahead: usize) -> Option<&'a Token> {
+        self.tokens.get(self.at + ahead)
+    }
+
+    fn is(&self, ahead: usize, keyword: &str) -> bool {
+        matches!(self.peek(ahead), Some(Token::Word(w)) if w.eq_ignore_ascii_case(keyword))
+    }
+
+    /// Takes `keyword` if it is next.
+    fn take(&mut self, keyword: &str) -> bool {
+        let found = self.is(0, keyword);
+        if found {
+            self.at += 1;
+        }
+        found
+    }
+
+    /// Takes `IF EXISTS` if it is next.
+    fn if_exists(&mut self) {
+        if self.is(0, "if") && self.is(1, "exists") {
+            self.at += 2;
+        }
+    }
+
+    fn name(&mut self) -> Option<String> {
+        let name = match self.peek(0)? {
+            Token::Word(w) | Token::Quoted(w) => w.clone(),
+            _ => return None,
+        };
+        self.at += 1;
+        Some(name)
+    }
+
+    /// `[database.]table`, with `default` as its database.
+    fn table(&mut self, default: &str) -> Option<(String, String)> {
+        let first = self.name()?;
+        if self.peek(0) == Some(&Token::Punct('.')) {
+            self.at += 1;
+            let second = self.name()?;
+            return Some((first, second));
+        }
+        Some((default.to_string(), first))
+    }
+
+    /// MariaDB's `WAIT n` / `NOWAIT` after a table name.
+    fn wait(&mut self) {
+        if self.take("nowait") {
+            return;
+        }
+        if self.is(0, "wait") {
+            self.at += 2;
+        }
+    }
+
+    /// The rest of the statement split at commas outside parentheses.
+    fn clauses(&self) -> Vec<&'a [Token]> {
+        let rest = &self.tokens[self.at.min(self.tokens.len())..];
+        let mut out = Vec::new();
+        let (mut depth, mut start) = (0usize, 0);
+        for (i, t) in rest.iter().enumerate() {
+            match t {
+                Token::Punct('(') => depth += 1,
+                Token::Punct(')') => depth = depth.saturating_sub(1),
+                Token::Punct(',') if depth == 0 => {
+                    out.push(&rest[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        out.push(&rest[start..]);
+        out
+    }
+}
+
+/// What `sql` (a statement the binlog logged as text, run in database
+/// `default`) does to columns and tables: `ALTER TABLE` with `DROP
+/// [COLUMN]`, `CHANGE [COLUMN]` to another name, `RENAME COLUMN` or
+/// `RENAME [TO]`; `RENAME TABLE`; `DROP TABLE`; `CREATE OR REPLACE
+/// TABLE`. Anything else, and anything this reading does not recognize,
+/// is nothing: the next table map shows added and retyped columns in any
+/// case.
+fn parse_ddl(sql: &str, default: &str) -> Vec<Ddl> {
+    let tokens = tokens(sql);
+    let mut t = Tokens {
+        tokens: &tokens,
+        at: 0,
+    };
+    let mut out = Vec::new();
+    if t.take("alter") {
+        t.take("online");
+        t.take("ignore");
+        if !t.take("table") {
+            return out;
+        }
+        t.if_exists();
+        let Some(table) = t.table(default) else {
+            return out;
+        };
+        t.wait();
+        let mut removed = Vec::new();
+        let mut renamed = None;
+        for clause in t.clauses() {
+            let mut c = Tokens {
+                tokens: clause,
+                at: 0,
+            };
+            if c.take("drop") {
+                const NOT_COLUMNS: &[&str] = &[
+                    "primary",
+                    "index",
+                    "key",
+                    "foreign",
+                    "constraint",
+                    "check",
+                    "partition",
+                    "system",
+                    "period",
+                    "unique",
+                    "fulltext",
+                    "spatial",
+                ];
+                if NOT_COLUMNS.iter().any(|k| c.is(0, k)) {
+                    continue;
+                }
+                c.take("column");
+                c.if_exists();
+                if let Some(column) = c.name() {
+                    removed.push(column);
+                }
+            } else if c.take("change") {
+                c.take("column");
+                c.if_exists();
+                if let (Some(old), Some(new)) = (c.name(), c.name())
+                    && !old.eq_ignore_ascii_case(&new)
+                {
+                    removed.push(old);
+                }
+            } else if c.take("rename") {
+                if c.take("column") {
+                    c.if_exists();
+                    if let Some(old) = c.name() {
+                        removed.push(old);
+                    }
+                } else if !(c.is(0, "index") || c.is(0, "key")) {
+                    if !c.take("to") {
+                        c.take("as");
+                    }
+                    renamed = c.table(&table.0);
+                }
+            }
+        }
+        if let Some(to) = renamed {
+            out.push(Ddl::Gone {
+                table,
+                to: Some(to),
+            });
+        } else if !removed.is_empty() {
+            out.push(Ddl::Columns { table, removed });
+        }
+    } else if t.take("rename") {
+        if !(t.take("table") || t.take("tables")) {
+            return out;
+        }
+        t.if_exists();
+        for clause in t.clauses() {
+            let mut c = Tokens {
+                tokens: clause,
+                at: 0,
+            };
+            let Some(from) = c.table(default) else {
+                continue;
+            };
+            c.wait();
+            if c.take("to")
+                && let Some(to) = c.table(default)
+            {
+                out.push(Ddl::Gone {
+                    table: from,
+                    to: Some(to),
+                });
+            }
+        }
+    } else if t.take("drop") {
+        if t.take("temporary") || !t.take("table") {
+            return out;
+        }
+        t.if_exists();
+        for clause in t.clauses() {
+            let mut c = Tokens {
+                tokens: clause,
+                at: 0,
+            };
+            if let Some(table) = c.table(default) {
+                out.push(Ddl::Gone { table, to: None });
+            }
+        }
+    } else if t.take("create") && t.take("or") && t.take("replace") {
+        if t.take("temporary") || !t.take("table") {
+            return out;
+        }
+        if let Some(table) = t.table(default) {
+            out.push(Ddl::Gone { table, to: None });
+        }
+    }
+    out
+}
+
 fn quote_ident(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 
 fn quoted_table(database: &str, table: &str) -> String {
     format!("{}.{}", quote_ident(database), quote_ident(table))
+}
+
+// ------------------------------------------------------------ the swap's marker
+
+/// The table, in the connection's database, that `APPLY REPLACEMENT`
+/// writes its marker into: one row per source, keyed by the source's slot
+/// name (see the module docs, "Replacement swaps").
+pub const MARKER_TABLE: &str = "evolve_markers";
+
+/// The database of a connection's url, where [`MARKER_TABLE`] lives.
+fn marker_database(name: &str, connection: &Connection) -> Result<Option<String>> {
+    Ok(opts(name, connection)?.db_name().map(str::to_string))
+}
+
+/// `APPLY REPLACEMENT` of a MySQL source: writes the swap's marker, one
+/// row of [`MARKER_TABLE`] (created when missing), in a transaction of its
+/// own, which the binlog carries in commit order with every other one;
+/// the stream turns it into a [`SourceEvent::Marker`] of `prefix` and
+/// `content`.
+pub async fn write_marker(
+    source: &str,
+    name: &str,
+    connection: &Connection,
+    slot: &str,
+    prefix: &str,
+    content: &str,
+) -> Result<()> {
+    let Some(database) = marker_database(name, connection)? else {
+        return Err(PipelineError::Refused {
+            sqlstate: "55000",
+            primary: format!(
+                "APPLY REPLACEMENT for MySQL source \"{source}\" needs a database in connection \"{name}\"'s url"
+            ),
+            detail: Some(format!(
+                "The swap happens at a row evolve writes into table {MARKER_TABLE} of that database, which the binlog carries in commit order."
+            )),
+            hint: Some("Write the url as mysql://user:password@host:port/database.".into()),
+        });
+    };
+    let mut conn = connect(name, connection).await?;
+    let table = quoted_table(&database, MARKER_TABLE);
+    let refused = |e: mysql_async::Error| {
+        let message = match &e {
+            mysql_async::Error::Server(server) => server.message.clone(),
+            other => other.to_string(),
+        };
+        PipelineError::Refused {
+            sqlstate: "42501",
+            primary: format!(
+                "APPLY REPLACEMENT for MySQL source \"{source}\" could not write its marker into {database}.{MARKER_TABLE}"
+            ),
+            detail: Some(message),
+            hint: Some(format!(
+                "The user of connection \"{name}\" needs CREATE, INSERT and UPDATE on it: GRANT CREATE, INSERT, UPDATE ON {table} TO <user>;"
+            )),
+        }
+    };
+    let format: Option<String> = conn
+        .query_first("SELECT @@session.binlog_format")
+        .await
+        .map_err(refused)?;
+    if !format
+        .as_deref()
+        .is_some_and(|f| f.eq_ignore_ascii_case("ROW"))
+    {
+        return Err(PipelineError::Refused {
+            sqlstate: "55000",
+            primary: format!(
+                "APPLY REPLACEMENT for MySQL source \"{source}\": connection \"{name}\"'s sessions log statements (binlog_format {}), so the marker would not reach the stream",
+                format.unwrap_or_default()
+            ),
+            detail: None,
+            hint: Some(
+                "SET GLOBAL binlog_format = 'ROW', and in the server's configuration file.".into(),
+            ),
+        });
+    }
+    let exists: Option<u64> = conn
+        .exec_first(
+            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+            (&database, MARKER_TABLE),
+        )
+        .await
+        .map_err(refused)?;
+    if exists.is_none() {
+        conn.query_drop(format!(
+            "CREATE TABLE IF NOT EXISTS {table} (slot VARCHAR(64) NOT NULL PRIMARY KEY, \
+             seq BIGINT UNSIGNED NOT NULL, prefix VARCHAR(64) NOT NULL, \
+             content VARBINARY(1024) NOT NULL) ENGINE=InnoDB"
+        ))
+        .await
+        .map_err(refused)?;
+    }
+    // A row per source; `seq` makes every write a change the binlog logs.
+    conn.exec_drop(
+        format!(
+            "INSERT INTO {table} (slot, seq, prefix, content) VALUES (?, 1, ?, ?) \
+             ON DUPLICATE KEY UPDATE seq = seq + 1, prefix = VALUES(prefix), content = VALUES(content)"
+        ),
+        (slot, prefix, content.as_bytes()),
+    )
+    .await
+    .map_err(refused)?;
+    let _ = conn.disconnect().await;
+    Ok(())
 }
 
 // ------------------------------------------------------------ the source
@@ -1111,10 +1809,17 @@ impl Source for MysqlSource {
             .filter_map(|(id, name)| Some((u16::try_from(id?).ok()?, name?)))
             .collect();
         let mut wanted = HashMap::new();
+        let mut base = HashMap::new();
         for (database, table) in &self.tables {
             let json = json_columns(&mut conn, database, table).await?;
-            wanted.insert(table_id(database, table), json);
+            let oid = table_id(database, table);
+            wanted.insert(oid, json);
+            if let Some(schema) = catalog_schema(&mut conn, database, table).await? {
+                base.insert(oid, schema);
+            }
         }
+        let marker = marker_database(&self.source.connection, &self.connection)?
+            .map(|database| table_id(&database, MARKER_TABLE));
         conn.query_drop(format!("SET @master_heartbeat_period = {HEARTBEAT_NANOS}"))
             .await
             .map_err(|e| query_error("ask for heartbeats", e))?;
@@ -1139,6 +1844,8 @@ impl Source for MysqlSource {
             wanted,
             maps: HashMap::new(),
             schemas: HashMap::new(),
+            base,
+            marker,
         })
     }
 
@@ -1330,6 +2037,8 @@ struct Mapped {
     oid: u32,
     schema: Arc<TableSchema>,
     convs: Vec<Conv>,
+    /// The table is [`MARKER_TABLE`]: its rows are swap markers.
+    marker: bool,
 }
 
 /// A source's binlog stream.
@@ -1356,6 +2065,11 @@ pub struct MysqlStream {
     maps: HashMap<u64, (TableMapEvent<'static>, Option<Arc<Mapped>>)>,
     /// The schema last sent for each table.
     schemas: HashMap<u32, Arc<TableSchema>>,
+    /// Each table's columns in `information_schema` when the stream was
+    /// opened: what a DDL statement changes when no schema was sent yet.
+    base: HashMap<u32, Arc<TableSchema>>,
+    /// The id of [`MARKER_TABLE`] in the connection's database.
+    marker: Option<u32>,
 }
 
 /// MySQL's ER_MASTER_FATAL_ERROR_READING_BINLOG: the file or position
@@ -1424,10 +2138,16 @@ impl MysqlStream {
                     });
                 } else if (word == "COMMIT" || word == "ROLLBACK") && self.in_transaction {
                     self.commit(log_pos);
-                } else if !self.in_transaction
-                    && let Some((database, table)) = truncated_table(&sql, &query.schema())
-                {
-                    self.on_truncate(&database, &table, header.timestamp(), log_pos);
+                } else if !self.in_transaction {
+                    let default = query.schema();
+                    if let Some((database, table)) = truncated_table(&sql, &default) {
+                        self.on_truncate(&database, &table, header.timestamp(), log_pos);
+                    } else {
+                        let ddl = parse_ddl(&sql, &default);
+                        if !ddl.is_empty() {
+                            self.on_ddl(ddl, header.timestamp(), log_pos);
+                        }
+                    }
                 }
             }
             Some(EventData::FormatDescriptionEvent(_)) => self.described = true,
@@ -1487,6 +2207,72 @@ impl MysqlStream {
         });
     }
 
+    /// A DDL statement that drops or renames columns of a table the
+    /// catalog reads, or drops or renames the table: a transaction of its
+    /// own, at the statement's position, with the table's schema after it
+    /// (see the module docs, "Schema changes").
+    fn on_ddl(&mut self, ddl: Vec<Ddl>, timestamp: u32, log_pos: u32) {
+        let mut events = Vec::new();
+        for change in ddl {
+            let ((database, table), schema) = match change {
+                Ddl::Columns { table, removed } => {
+                    let oid = table_id(&table.0, &table.1);
+                    let Some(before) = self.schemas.get(&oid).or_else(|| self.base.get(&oid))
+                    else {
+                        continue;
+                    };
+                    // Sent even when `before` lacks the columns already:
+                    // a stream reopened at an earlier position seeds
+                    // `base` from the catalog as it is now, maybe after
+                    // this very statement.
+                    let columns: Vec<ColumnSchema> = before
+                        .columns
+                        .iter()
+                        .filter(|c| !removed.iter().any(|r| r.eq_ignore_ascii_case(&c.name)))
+                        .cloned()
+                        .collect();
+                    let schema = TableSchema {
+                        schema: before.schema.clone(),
+                        name: before.name.clone(),
+                        columns,
+                    };
+                    (table, schema)
+                }
+                // A schema without columns: the table is gone, renamed
+                // when the schema names another table.
+                Ddl::Gone { table, to } => {
+                    let (schema, name) = to.clone().unwrap_or_else(|| table.clone());
+                    (
+                        table,
+                        TableSchema {
+                            schema,
+                            name,
+                            columns: Vec::new(),
+                        },
+                    )
+                }
+            };
+            let oid = table_id(&database, &table);
+            if !self.wanted.contains_key(&oid) {
+                continue;
+            }
+            let schema = Arc::new(schema);
+            self.schemas.insert(oid, Arc::clone(&schema));
+            events.push(SourceEvent::Schema { table: oid, schema });
+        }
+        if events.is_empty() {
+            return;
+        }
+        self.queue.push_back(SourceEvent::Begin {
+            commit: self.position(self.last_end),
+            commit_time_micros: i64::from(timestamp) * 1_000_000,
+        });
+        self.queue.extend(events);
+        self.queue.push_back(SourceEvent::Commit {
+            end: self.position(log_pos),
+        });
+    }
+
     fn commit(&mut self, log_pos: u32) {
         self.in_transaction = false;
         self.queue.push_back(SourceEvent::Commit {
@@ -1504,10 +2290,17 @@ impl MysqlStream {
             return Ok(());
         }
         let oid = table_id(&map.database_name(), &map.table_name());
-        let mapped = match self.wanted.get(&oid) {
+        let marker = self.marker == Some(oid);
+        let none = HashSet::new();
+        let json = if marker {
+            Some(&none)
+        } else {
+            self.wanted.get(&oid)
+        };
+        let mapped = match json {
             None => None,
             Some(json) => Some(Arc::new(
-                map_table(&map, oid, &self.charsets, json).map_err(|e| {
+                map_table(&map, oid, &self.charsets, json, marker).map_err(|e| {
                     self.fail(format!(
                         "the table map of {}.{} could not be read: {e}",
                         map.database_name(),
@@ -1523,7 +2316,7 @@ impl MysqlStream {
 
     /// Sends a table's schema when it is not the one last sent.
     fn announce(&mut self, mapped: Option<&Mapped>) {
-        let Some(mapped) = mapped else {
+        let Some(mapped) = mapped.filter(|m| !m.marker) else {
             return;
         };
         if self.schemas.get(&mapped.oid) != Some(&mapped.schema) {
@@ -1540,6 +2333,11 @@ impl MysqlStream {
             return Ok(());
         };
         let mapped = Arc::clone(mapped);
+        if mapped.marker {
+            let markers = self.markers(rows, map, &mapped.schema)?;
+            self.queue.extend(markers);
+            return Ok(());
+        }
         let kind = match rows {
             RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => {
                 ChangeKind::Insert
@@ -1613,6 +2411,48 @@ impl MysqlStream {
     }
 }
 
+impl MysqlStream {
+    /// Rows written into [`MARKER_TABLE`]: each new image is a marker.
+    fn markers(
+        &self,
+        rows: &RowsEventData<'_>,
+        map: &TableMapEvent<'static>,
+        schema: &TableSchema,
+    ) -> Result<Vec<SourceEvent>> {
+        let mut out = Vec::new();
+        if matches!(
+            rows,
+            RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_)
+        ) {
+            return Ok(out);
+        }
+        let (Some(prefix_at), Some(content_at)) =
+            (schema.column("prefix"), schema.column("content"))
+        else {
+            return Ok(out);
+        };
+        for row in rows.rows(map) {
+            let (_, after) =
+                row.map_err(|e| self.fail(format!("a marker row could not be read: {e}")))?;
+            let Some(after) = after else {
+                continue;
+            };
+            let values = after.unwrap();
+            let bytes = |i: usize| match values.get(i) {
+                Some(BinlogValue::Value(Value::Bytes(b))) => Some(b.clone()),
+                _ => None,
+            };
+            if let (Some(prefix), Some(content)) = (bytes(prefix_at), bytes(content_at)) {
+                out.push(SourceEvent::Marker {
+                    prefix: String::from_utf8_lossy(&prefix).into_owned(),
+                    content,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// A table map's columns: names, mapped types and the primary key, from
 /// its full metadata.
 fn map_table(
@@ -1620,6 +2460,7 @@ fn map_table(
     oid: u32,
     charsets: &HashMap<u16, String>,
     json: &HashSet<String>,
+    marker: bool,
 ) -> std::result::Result<Mapped, String> {
     let count = map.columns_count() as usize;
     let meta = OptionalMetaExtractor::new(map.iter_optional_meta()).map_err(|e| e.to_string())?;
@@ -1711,6 +2552,7 @@ fn map_table(
             columns,
         }),
         convs,
+        marker,
     })
 }
 
@@ -1779,6 +2621,99 @@ mod tests {
         assert_eq!(t("DROP TABLE t"), None);
         assert_eq!(t("TRUNCATE TABLE `unterminated"), None);
         assert_eq!(t(""), None);
+    }
+
+    #[test]
+    fn ddl_statements_name_the_columns_and_tables_they_remove() {
+        let d = |sql: &str| parse_ddl(sql, "shop");
+        let t = |d: &str, t: &str| (d.to_string(), t.to_string());
+        let columns = |table: (String, String), removed: &[&str]| Ddl::Columns {
+            table,
+            removed: removed.iter().map(|s| s.to_string()).collect(),
+        };
+        assert_eq!(
+            d("ALTER TABLE orders DROP COLUMN note"),
+            [columns(t("shop", "orders"), &["note"])]
+        );
+        // Dropped and re-added in one statement: still dropped.
+        assert_eq!(
+            d(
+                "alter table `my db`.`odd``t` drop `note`, add column note text, DROP INDEX i, drop primary key"
+            ),
+            [columns(t("my db", "odd`t"), &["note"])]
+        );
+        assert_eq!(
+            d(
+                "/* app */ ALTER ONLINE IGNORE TABLE IF EXISTS orders DROP COLUMN IF EXISTS a, \
+               CHANGE COLUMN b c int, CHANGE d d bigint, RENAME COLUMN e TO f, \
+               ADD CONSTRAINT x CHECK (g > 0), DROP CHECK x, DROP FOREIGN KEY fk"
+            ),
+            [columns(t("shop", "orders"), &["a", "b", "e"])]
+        );
+        assert_eq!(
+            d("ALTER TABLE orders MODIFY priority bigint, ADD COLUMN region text DEFAULT 'a,b'"),
+            []
+        );
+        assert_eq!(
+            d("ALTER TABLE orders RENAME TO archive.orders_old"),
+            [Ddl::Gone {
+                table: t("shop", "orders"),
+                to: Some(t("archive", "orders_old"))
+            }]
+        );
+        assert_eq!(d("ALTER TABLE orders RENAME INDEX a TO b"), []);
+        assert_eq!(
+            d("RENAME TABLE orders TO orders_old, shop.orders_new TO orders"),
+            [
+                Ddl::Gone {
+                    table: t("shop", "orders"),
+                    to: Some(t("shop", "orders_old"))
+                },
+                Ddl::Gone {
+                    table: t("shop", "orders_new"),
+                    to: Some(t("shop", "orders"))
+                },
+            ]
+        );
+        assert_eq!(
+            d("DROP TABLE IF EXISTS `orders`, other.t /* generated by server */"),
+            [
+                Ddl::Gone {
+                    table: t("shop", "orders"),
+                    to: None
+                },
+                Ddl::Gone {
+                    table: t("other", "t"),
+                    to: None
+                },
+            ]
+        );
+        assert_eq!(
+            d("CREATE OR REPLACE TABLE orders (id int primary key)"),
+            [Ddl::Gone {
+                table: t("shop", "orders"),
+                to: None
+            }]
+        );
+        // MySQL's executable comments are SQL.
+        assert_eq!(
+            d("/*!40000 ALTER TABLE orders DROP COLUMN a */"),
+            [columns(t("shop", "orders"), &["a"])]
+        );
+        for nothing in [
+            "DROP TEMPORARY TABLE t",
+            "CREATE TABLE t (id int)",
+            "CREATE TABLE IF NOT EXISTS t (a int)",
+            "DROP DATABASE shop",
+            "ALTER DATABASE shop CHARACTER SET utf8mb4",
+            "ALTER TABLE",
+            "GRANT SELECT ON *.* TO x",
+            "",
+            "`",
+            "'unterminated",
+        ] {
+            assert_eq!(d(nothing), [], "{nothing}");
+        }
     }
 
     fn text(value: Value, conv: &Conv) -> String {
