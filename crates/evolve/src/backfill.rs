@@ -31,8 +31,9 @@ impl Db {
     fn url(&self) -> anyhow::Result<&str> {
         match &self.database_url {
             Some(u) => Ok(u),
+            None if crate::cli::libpq_environment().is_some() => Ok(""),
             None => bail!(
-                "no database given; pass --database-url postgres://user@host/db or set DATABASE_URL"
+                "no database given; pass --database-url postgres://user@host/db, or set DATABASE_URL or libpq's PGHOST/PGDATABASE/PGSERVICE as for psql"
             ),
         }
     }

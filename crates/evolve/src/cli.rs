@@ -492,6 +492,25 @@ pub async fn run(cli: Cli, out: &mut Out) -> anyhow::Result<ExitCode> {
     run_command(cli, out).await.map(|()| ExitCode::SUCCESS)
 }
 
+/// An empty connection string when libpq's environment names a server or
+/// database (`PGHOST`, `PGHOSTADDR`, `PGPORT`, `PGDATABASE`, `PGUSER`,
+/// `PGSERVICE`), so that evolve connects where psql would; `None`
+/// otherwise, and the command asks for `--database-url`.
+pub(crate) fn libpq_environment() -> Option<String> {
+    const VARIABLES: [&str; 6] = [
+        "PGHOST",
+        "PGHOSTADDR",
+        "PGPORT",
+        "PGDATABASE",
+        "PGUSER",
+        "PGSERVICE",
+    ];
+    VARIABLES
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+        .then(String::new)
+}
+
 async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate(args) => migrate(args, out).await,
@@ -499,18 +518,18 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
         Command::Backfill(args) => crate::backfill::run(args, out).await,
         Command::Rewrite(args) => crate::backfill::rewrite(args, out).await,
         Command::Deps(args) => {
-            let Some(url) = args.database_url else {
+            let Some(url) = args.database_url.or_else(libpq_environment) else {
                 bail!(
-                    "no database given; pass --database-url postgres://user@host/db or set DATABASE_URL"
+                    "no database given; pass --database-url postgres://user@host/db, or set DATABASE_URL or libpq's PGHOST/PGDATABASE/PGSERVICE as for psql"
                 );
             };
             let report = evolve_migrate::dependents(&url, &args.target).await?;
             Out::new(args.format).deps(&report)
         }
         Command::Refresh(args) => {
-            let Some(url) = args.database_url else {
+            let Some(url) = args.database_url.or_else(libpq_environment) else {
                 bail!(
-                    "no database given; pass --database-url postgres://user@host/db or set DATABASE_URL"
+                    "no database given; pass --database-url postgres://user@host/db, or set DATABASE_URL or libpq's PGHOST/PGDATABASE/PGSERVICE as for psql"
                 );
             };
             if args.status {
@@ -548,7 +567,12 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
             db,
         } => {
             let flyway = flyway_settings(db.flyway_config.as_deref())?;
-            let opts = match db.database_url.as_ref().or(flyway.database_url.as_ref()) {
+            let opts = match db
+                .database_url
+                .clone()
+                .or(flyway.database_url.clone())
+                .or_else(libpq_environment)
+            {
                 Some(_) => Some(options(&db, &files, None, None)?.0),
                 None => None,
             };
@@ -737,8 +761,15 @@ pub(crate) fn options(
     retry: Option<&RetryArgs>,
 ) -> anyhow::Result<(Options, evolve_migrate::FlywayConfig)> {
     let flyway = flyway_settings(db.flyway_config.as_deref())?;
-    let Some(url) = db.database_url.clone().or(flyway.database_url.clone()) else {
-        bail!("no database given; pass --database-url postgres://user@host/db or set DATABASE_URL");
+    let Some(url) = db
+        .database_url
+        .clone()
+        .or(flyway.database_url.clone())
+        .or_else(libpq_environment)
+    else {
+        bail!(
+            "no database given; pass --database-url postgres://user@host/db, or set DATABASE_URL or libpq's PGHOST/PGDATABASE/PGSERVICE as for psql"
+        );
     };
     let (schema, name) = match (&db.history_table, &flyway.history_table) {
         (Some(t), _) => {

@@ -24,11 +24,24 @@ fn evolve(url: Option<&str>, dir: &Path, args: &[&str]) -> Output {
         .arg("--dir")
         .arg(dir)
         .env_remove("DATABASE_URL");
+    for v in LIBPQ_ENV {
+        cmd.env_remove(v);
+    }
     if let Some(url) = url {
         cmd.env("DATABASE_URL", url);
     }
     cmd.output().expect("run evolve")
 }
+
+/// The variables that make evolve connect where psql would.
+const LIBPQ_ENV: [&str; 6] = [
+    "PGHOST",
+    "PGHOSTADDR",
+    "PGPORT",
+    "PGDATABASE",
+    "PGUSER",
+    "PGSERVICE",
+];
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -159,6 +172,25 @@ async fn refusals_exit_non_zero_with_one_line_on_stderr() {
     let out = evolve(None, &dir, &["migrate", "status"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).starts_with("error: no database given; pass --database-url"));
+    // Without a URL, libpq's environment says where, as for psql.
+    let url: tokio_postgres::Config = db.url.parse().unwrap();
+    let port = url.get_ports()[0].to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args(["migrate", "status", "--dir"])
+        .arg(&dir)
+        .env_remove("DATABASE_URL")
+        .env("PGHOST", "127.0.0.1")
+        .env("PGPORT", &port)
+        .env("PGUSER", url.get_user().unwrap())
+        .env("PGDATABASE", url.get_dbname().unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("schema version 1"),
+        "{}",
+        text(&out.stdout)
+    );
 
     let out = evolve(
         Some(&db.url),
