@@ -1296,7 +1296,10 @@ impl Admin {
     /// A drift poll for a request that arrived now, shared like
     /// [`Admin::status`] by the requests for the same source that arrive
     /// while one is polling.
-    async fn drift(&self, source: Option<&str>) -> Result<crate::drift::DriftReport, PipelineError> {
+    async fn drift(
+        &self,
+        source: Option<&str>,
+    ) -> Result<crate::drift::DriftReport, PipelineError> {
         let asked = Instant::now();
         let mut last = self.drift.lock().await;
         if let Some((started, polled, report)) = &*last

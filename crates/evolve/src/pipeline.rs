@@ -899,7 +899,10 @@ pub async fn drift(args: DriftArgs, out: &Out) -> anyhow::Result<()> {
                     r.column,
                     r.interface,
                     r.field,
-                    r.cast.as_deref().map(|c| format!(" as {c}")).unwrap_or_default()
+                    r.cast
+                        .as_deref()
+                        .map(|c| format!(" as {c}"))
+                        .unwrap_or_default()
                 ));
             }
             out.text(&text)
