@@ -1290,10 +1290,13 @@ impl<'o> Runner<'o> {
         on_event: &mut dyn FnMut(Event),
     ) -> Result<(), MigrateError> {
         let committed = Instant::now();
-        on_event(Event::Rebuilt {
-            script: file.script.clone(),
-            dependents: plan.dependents.iter().map(|d| d.name.clone()).collect(),
-        });
+        // A file whose ALTERs had nothing to rebuild says nothing of it.
+        if !plan.dependents.is_empty() {
+            on_event(Event::Rebuilt {
+                script: file.script.clone(),
+                dependents: plan.dependents.iter().map(|d| d.name.clone()).collect(),
+            });
+        }
         for m in plan.to_refresh() {
             let refresh_ms =
                 crate::refresh::refresh_recorded(&self.client, &m.name, &m.refresh_sql()).await?;

@@ -775,3 +775,28 @@ async fn functions_with_a_sql_standard_body_are_rebuilt_with_owner_comment_and_g
         count_before
     );
 }
+
+/// A column dropped where nothing depends on it: the file applies and no
+/// rebuild is reported (there is nothing to rebuild).
+#[tokio::test]
+async fn a_drop_with_no_dependents_reports_no_rebuild() {
+    let s = scenario("rebuild_none").await;
+    s.client
+        .batch_execute("CREATE TABLE lonely (id int PRIMARY KEY, x int)")
+        .await
+        .expect("create");
+    std::fs::write(
+        s.dir.join("V2__drop_x.sql"),
+        "ALTER TABLE lonely DROP COLUMN x;\n",
+    )
+    .expect("write");
+    let mut events = Vec::new();
+    let report = evolve_migrate::apply(&s.opts, &ApplyOptions::default(), &mut |e| events.push(e))
+        .await
+        .expect("applied");
+    assert_eq!(report.applied, 1);
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Rebuilt { .. })),
+        "{events:?}"
+    );
+}
