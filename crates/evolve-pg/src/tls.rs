@@ -286,6 +286,21 @@ pub(crate) fn client_config(settings: &TlsSettings) -> Result<Arc<ClientConfig>,
     Ok(Arc::new(config))
 }
 
+/// A rustls configuration for evolve's HTTPS clients: the server's
+/// certificate chain and host name checked against the CA certificates of
+/// `root_cert` (PEM), ALPN `http/1.1`. The error names the file.
+pub fn https_client_config(root_cert: &Path) -> Result<Arc<ClientConfig>, String> {
+    let settings = TlsSettings {
+        mode: SslMode::VerifyFull,
+        root_cert: Some(root_cert.to_path_buf()),
+        client_cert: None,
+        client_key: None,
+    };
+    let mut config = (*client_config(&settings)?).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// The certificates of `sslrootcert`, as rustls's trust anchors and as
 /// they are (to recognise a self-signed server certificate among them).
 type Roots = (Arc<RootCertStore>, Vec<CertificateDer<'static>>);

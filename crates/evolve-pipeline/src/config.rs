@@ -141,6 +141,8 @@ pub enum ConnectionKind {
     Postgres,
     /// `kafka://host:port[,host:port...]`.
     Kafka,
+    /// `http://` or `https://`: a Confluent-compatible schema registry.
+    Registry,
 }
 
 impl ConnectionKind {
@@ -149,12 +151,14 @@ impl ConnectionKind {
         match self {
             ConnectionKind::Postgres => "postgres",
             ConnectionKind::Kafka => "kafka",
+            ConnectionKind::Registry => "schema registry",
         }
     }
 }
 
-/// A `kafka://` connection's TLS and SASL settings. The password never
-/// shows in `Debug` output or errors.
+/// The settings beside a connection's url: a `kafka://` connection's TLS
+/// and SASL, or a schema registry's `user`, `password` and `sslrootcert`.
+/// The password never shows in `Debug` output or errors.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct KafkaOptions {
     /// `disable` (plain TCP, the default), `require` (TLS, certificate not
@@ -227,6 +231,8 @@ impl Connection {
     pub fn kind(&self) -> ConnectionKind {
         if self.url.starts_with("kafka://") {
             ConnectionKind::Kafka
+        } else if is_registry_url(&self.url) {
+            ConnectionKind::Registry
         } else {
             ConnectionKind::Postgres
         }
@@ -320,6 +326,9 @@ impl RawConnection {
         .into_iter()
         .filter_map(|(option, set)| set.then_some(option))
         .collect();
+        if is_registry_url(url) {
+            return self.registry_options(name, url, &given, env);
+        }
         let Some(brokers) = url.strip_prefix("kafka://") else {
             if let Some(option) = given.first() {
                 return Err(format!(
@@ -390,6 +399,69 @@ impl RawConnection {
             password,
         })
     }
+}
+
+impl RawConnection {
+    /// A schema registry connection's options: `user` and `password` for
+    /// basic authentication, `sslrootcert` for an `https://` registry (its
+    /// certificate and host name are checked against it).
+    fn registry_options(
+        self,
+        name: &str,
+        url: &str,
+        given: &[&str],
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> std::result::Result<KafkaOptions, String> {
+        if let Some(option) = given
+            .iter()
+            .find(|o| !["user", "password", "sslrootcert"].contains(o))
+        {
+            return Err(format!(
+                "connections.{name}.{option}: a schema registry connection takes user, password and sslrootcert beside its url"
+            ));
+        }
+        let rest = url.split_once("://").map_or("", |(_, r)| r);
+        let authority = rest.split('/').next().unwrap_or("");
+        if authority.is_empty() || authority.contains(['@', ' ', '?']) {
+            return Err(format!(
+                "connections.{name}.url: write the registry as http://host:port or https://host:port, with user and password beside the url"
+            ));
+        }
+        if self.user.is_some() != self.password.is_some() {
+            return Err(format!(
+                "connections.{name}: user and password go together; set both for basic authentication, or neither"
+            ));
+        }
+        if url.starts_with("https://") && self.sslrootcert.is_none() {
+            return Err(format!(
+                "connections.{name}: an https:// registry needs sslrootcert, the PEM file of the CA certificates its certificate is checked against"
+            ));
+        }
+        if url.starts_with("http://") && self.sslrootcert.is_some() {
+            return Err(format!(
+                "connections.{name}.sslrootcert is set but the url is http://; write https:// to use TLS"
+            ));
+        }
+        let password = match &self.password {
+            None => None,
+            Some(p) => Some(
+                expand(p, env)
+                    .map_err(|problem| format!("connections.{name}.password: {problem}"))?,
+            ),
+        };
+        Ok(KafkaOptions {
+            sslrootcert: self.sslrootcert.map(PathBuf::from),
+            user: self.user,
+            password,
+            ..KafkaOptions::default()
+        })
+    }
+}
+
+/// Whether `url` names a schema registry (`http://`, `https://`).
+fn is_registry_url(url: &str) -> bool {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
 }
 
 /// `host:port[,host:port...]`, each port a number.

@@ -877,8 +877,8 @@ impl Pipeline {
         let _catalog = self.catalog.lock().await;
         self.with_store(|s| refuse_new_sink(s, name, interface))?;
         let conn = self.config.connection(connection)?;
-        if sink::is_kafka(conn) {
-            return Err(sink::not_postgres(connection));
+        if conn.kind() != crate::config::ConnectionKind::Postgres {
+            return Err(sink::not_postgres(connection, conn.kind()));
         }
         let client = evolve_pg::connect(conn.url(), "evolve-pipeline")
             .await
@@ -941,6 +941,12 @@ impl Pipeline {
             return Err(sink::not_kafka(connection));
         }
         sink::ensure_kafka_topics(connection, conn, name, &target.topic).await?;
+        if let Some(registry) = &target.registry {
+            // The schemas are registered now, so that a registry that
+            // refuses them fails the statement.
+            let r = self.config.connection(registry)?;
+            sink::register_avro_schemas(registry, r, interface, &target).await?;
+        }
         let info = SinkInfo {
             name: name.to_string(),
             kind: SinkKind::Kafka,
@@ -959,8 +965,7 @@ impl Pipeline {
         Ok(info)
     }
 
-    /// [`Pipeline::create_kafka_sink`] as the statement asks for it;
-    /// `FORMAT AVRO` is refused (not built yet).
+    /// [`Pipeline::create_kafka_sink`] as the statement asks for it.
     pub async fn create_kafka_sink_as(
         &self,
         name: &str,
@@ -969,17 +974,21 @@ impl Pipeline {
         asked: &evolve_core::control::KafkaSink,
     ) -> Result<SinkInfo> {
         use evolve_core::control::{SinkEnvelope, SinkFormat};
-        let format = match &asked.format {
-            SinkFormat::Json => KafkaFormat::Json,
-            SinkFormat::Avro { .. } => {
-                return Err(PipelineError::Refused {
-                    sqlstate: "0A000",
-                    primary: format!(
-                        "sink \"{name}\": FORMAT AVRO is not supported yet; use FORMAT JSON (the default)"
-                    ),
-                    detail: None,
-                    hint: None,
-                });
+        let (format, registry) = match &asked.format {
+            SinkFormat::Json => (KafkaFormat::Json, None),
+            SinkFormat::Avro { registry } => {
+                let conn = self.config.connection(registry)?;
+                if conn.kind() != crate::config::ConnectionKind::Registry {
+                    return Err(PipelineError::Refused {
+                        sqlstate: "42809",
+                        primary: format!(
+                            "connection \"{registry}\" is not a schema registry connection; FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY needs url = \"http://host:port\" (or https://)"
+                        ),
+                        detail: None,
+                        hint: None,
+                    });
+                }
+                (KafkaFormat::Avro, Some(registry.clone()))
             }
         };
         let envelope = match asked.envelope {
@@ -987,6 +996,7 @@ impl Pipeline {
             SinkEnvelope::Debezium => KafkaEnvelope::Debezium,
         };
         let target = KafkaTarget {
+            registry,
             topic: asked.topic.clone(),
             format,
             envelope,
@@ -1420,6 +1430,21 @@ impl Pipeline {
                     continue;
                 }
             };
+            let registry = match info.kafka.as_ref().and_then(|k| k.registry.as_deref()) {
+                None => None,
+                Some(name) => match self.config.connection(name) {
+                    Ok(c) => Some(c.clone()),
+                    Err(e) => {
+                        self.status.set(
+                            ObjectKind::Sink,
+                            &info.name,
+                            "stalled",
+                            Some(e.to_string()),
+                        );
+                        continue;
+                    }
+                },
+            };
             let (effective_tx, effective_rx) = watch::channel(Position::ZERO);
             source_sinks
                 .entry(table.source.clone())
@@ -1427,6 +1452,7 @@ impl Pipeline {
                 .push((interface.id, effective_rx));
             tasks.spawn(sink::run(SinkContext {
                 connection,
+                registry,
                 state_dir: self.config.state_dir.clone(),
                 interface_id: interface.id,
                 table: table.name.clone(),

@@ -289,6 +289,8 @@ pub struct KafkaTarget {
     pub format: KafkaFormat,
     /// What a record's value holds.
     pub envelope: KafkaEnvelope,
+    /// `FORMAT AVRO`'s schema registry connection.
+    pub registry: Option<String>,
 }
 
 /// How a Kafka sink encodes keys and values.
@@ -297,6 +299,10 @@ pub struct KafkaTarget {
 pub enum KafkaFormat {
     /// The key document and the value as JSON text.
     Json,
+    /// Avro records in Confluent's wire format (magic byte, schema id),
+    /// the documents as strings (`connect.name` `io.debezium.data.Json`),
+    /// the schemas registered in a schema registry.
+    Avro,
 }
 
 impl KafkaFormat {
@@ -304,6 +310,7 @@ impl KafkaFormat {
     pub fn as_str(self) -> &'static str {
         match self {
             KafkaFormat::Json => "json",
+            KafkaFormat::Avro => "avro",
         }
     }
 
@@ -311,6 +318,7 @@ impl KafkaFormat {
     pub fn parse(s: &str) -> Option<KafkaFormat> {
         match s {
             "json" => Some(KafkaFormat::Json),
+            "avro" => Some(KafkaFormat::Avro),
             _ => None,
         }
     }
@@ -1001,7 +1009,7 @@ impl Store {
         self.conn
             .execute(
                 "INSERT INTO sinks (name, interface, connection, target_schema, target_table, kind, \
-                 topic, format, envelope) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                 topic, format, envelope, registry) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     s.name,
                     s.interface,
@@ -1012,6 +1020,7 @@ impl Store {
                     s.kafka.as_ref().map(|k| k.topic.as_str()),
                     s.kafka.as_ref().map(|k| k.format.as_str()),
                     s.kafka.as_ref().map(|k| k.envelope.as_str()),
+                    s.kafka.as_ref().and_then(|k| k.registry.as_deref()),
                 ],
             )
             .map_err(|e| PipelineError::store("insert sink", e))?;
@@ -1024,15 +1033,19 @@ impl Store {
             .conn
             .prepare(
                 "SELECT name, interface, connection, target_schema, target_table, kind, \
-                 topic, format, envelope FROM sinks ORDER BY name",
+                 topic, format, envelope, registry FROM sinks ORDER BY name",
             )
             .map_err(|e| PipelineError::store("list sinks", e))?;
         #[allow(clippy::type_complexity)]
         let rows = stmt
             .query_map([], |r| {
                 let kind: String = r.get(5)?;
-                let kafka: (Option<String>, Option<String>, Option<String>) =
-                    (r.get(6)?, r.get(7)?, r.get(8)?);
+                let kafka: (
+                    Option<String>,
+                    Option<String>,
+                    Option<String>,
+                    Option<String>,
+                ) = (r.get(6)?, r.get(7)?, r.get(8)?, r.get(9)?);
                 Ok((
                     SinkInfo {
                         name: r.get(0)?,
@@ -1050,7 +1063,7 @@ impl Store {
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| PipelineError::store("list sinks", e))?;
         rows.into_iter()
-            .map(|(mut sink, kind, (topic, format, envelope))| {
+            .map(|(mut sink, kind, (topic, format, envelope, registry))| {
                 let unknown = |what: &str, value: &str| PipelineError::Store {
                     context: format!("read sink \"{}\"", sink.name),
                     message: format!(
@@ -1076,6 +1089,7 @@ impl Store {
                             .ok_or_else(|| unknown("format", &format))?,
                         envelope: KafkaEnvelope::parse(&envelope)
                             .ok_or_else(|| unknown("envelope", &envelope))?,
+                        registry,
                     });
                 }
                 Ok(sink)
@@ -1395,6 +1409,8 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("sinks", "topic", "TEXT"),
     ("sinks", "format", "TEXT"),
     ("sinks", "envelope", "TEXT"),
+    // FORMAT AVRO's registry connection.
+    ("sinks", "registry", "TEXT"),
     // Every interface of an older store is of the one interface form.
     (
         "interfaces",
@@ -1702,12 +1718,29 @@ mod tests {
                 topic: "orders".into(),
                 format: KafkaFormat::Json,
                 envelope: KafkaEnvelope::Debezium,
+                registry: None,
             }),
         };
         store.insert_sink(&kafka).unwrap();
         let sinks = store.sinks().unwrap();
         assert_eq!(sinks[1], kafka);
         assert_eq!(sinks[1].target(), "topic 'orders' (json, debezium)");
+        let avro = SinkInfo {
+            name: "to_kafka_avro".into(),
+            kafka: Some(KafkaTarget {
+                topic: "orders_avro".into(),
+                format: KafkaFormat::Avro,
+                envelope: KafkaEnvelope::Upsert,
+                registry: Some("csr".into()),
+            }),
+            ..kafka.clone()
+        };
+        store.insert_sink(&avro).unwrap();
+        assert_eq!(store.sinks().unwrap()[2], avro);
+        store
+            .conn
+            .execute("DELETE FROM sinks WHERE name = 'to_kafka_avro'", [])
+            .unwrap();
         store
             .conn
             .execute(

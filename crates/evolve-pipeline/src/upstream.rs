@@ -27,11 +27,17 @@ pub const SESSION_SETTINGS: &[(&str, &str)] = &[
 /// Opens an ordinary session on `connection` (named `name` in messages),
 /// with [`SESSION_SETTINGS`].
 pub async fn connect(name: &str, connection: &Connection) -> Result<Client> {
-    if connection.kind() == crate::config::ConnectionKind::Kafka {
+    let kind = connection.kind();
+    if kind != crate::config::ConnectionKind::Postgres {
         return Err(PipelineError::Refused {
             sqlstate: "42809",
             primary: format!(
-                "connection \"{name}\" is a kafka:// connection; a PostgreSQL source or session needs a PostgreSQL url"
+                "connection \"{name}\" is a {} connection; a PostgreSQL source or session needs a PostgreSQL url",
+                if kind == crate::config::ConnectionKind::Kafka {
+                    "kafka://"
+                } else {
+                    kind.as_str()
+                }
             ),
             detail: None,
             hint: None,

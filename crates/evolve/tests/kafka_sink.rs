@@ -512,12 +512,12 @@ async fn bad_connections_and_an_unreachable_broker() {
     );
     let e = refused(
         "CREATE SINK s3 FROM orders_json INTO KAFKA CONNECTION k (TOPIC 'x') \
-         FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+         FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION k",
     )
     .await;
     assert_eq!(
         e,
-        "ERROR:  sink \"s3\": FORMAT AVRO is not supported yet; use FORMAT JSON (the default)\n"
+        "ERROR:  connection \"k\" is not a schema registry connection; FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY needs url = \"http://host:port\" (or https://)\n"
     );
     let e = refused("CREATE SINK s4 FROM orders_json INTO KAFKA CONNECTION dead (TOPIC 'x')").await;
     let first = e.lines().next().unwrap();
@@ -578,4 +578,178 @@ async fn bad_connections_and_an_unreachable_broker() {
     assert_eq!(folded(&all), upstream(&env).await);
     let sink = object(&pipeline.url, "sink", "ok").await.unwrap();
     assert_eq!(sink["state"], "running", "{sink}");
+}
+
+/// FORMAT AVRO through a registry over HTTPS with basic authentication
+/// (evolve's own, `evolve registry serve`): the schemas registered under
+/// the topics' subjects, and Confluent's Python client
+/// (DeserializingConsumer with AvroDeserializer, schemas fetched by id)
+/// reading both envelopes back to exactly the upstream rows; a registry
+/// that refuses the credentials fails CREATE SINK with its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_records_through_a_tls_registry_read_by_confluents_client() {
+    let env = env("kafka_avro").await;
+    with_kafka(&env).await;
+    let (cert, key) = (env.dir.join("cert.pem"), env.dir.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success(), "openssl could not make a certificate");
+    let mut hasher = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args(["registry", "hash-password"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut hasher.stdin.take().unwrap(), b"s3cret\n").unwrap();
+    let hash = text(&hasher.wait_with_output().unwrap().stdout);
+    let users = env.dir.join("users");
+    std::fs::write(&users, format!("sink:{}", hash.trim())).unwrap();
+    let mut registry = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args(["registry", "serve", "--listen", "127.0.0.1:0", "--storage"])
+        .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
+        .arg("--users")
+        .arg(&users)
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(registry.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("https://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    let mut config = std::fs::read_to_string(&env.config).unwrap();
+    config.push_str(&format!(
+        "[connections.csr]\nurl = \"{url}\"\nuser = \"sink\"\npassword = \"s3cret\"\nsslrootcert = \"{}\"\n\
+         [connections.csr_wrong]\nurl = \"{url}\"\nuser = \"sink\"\npassword = \"nope\"\nsslrootcert = \"{}\"\n",
+        cert.display(),
+        cert.display()
+    ));
+    std::fs::write(&env.config, config).unwrap();
+    env.up
+        .batch_execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL, total numeric(10,2));
+             INSERT INTO orders SELECT i, 'c' || i, i FROM generate_series(1, 30) i;",
+        )
+        .await
+        .unwrap();
+    let pipeline = Pipeline::start(&env.config);
+    let admin = pipeline.url.clone();
+    setup(
+        &env,
+        &admin,
+        "src_avro",
+        "CREATE SINK avro_u FROM orders_json INTO KAFKA CONNECTION k (TOPIC 'orders_avro_u') \
+           FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE UPSERT;
+         CREATE SINK avro_d FROM orders_json INTO KAFKA CONNECTION k (TOPIC 'orders_avro_d') \
+           FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE DEBEZIUM;",
+    )
+    .await;
+    let out = evolve(&[
+        "sql",
+        "--admin",
+        &admin,
+        "-c",
+        "CREATE SINK avro_x FROM orders_json INTO KAFKA CONNECTION k (TOPIC 'orders_avro_x') \
+           FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr_wrong",
+    ])
+    .await;
+    let refused = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{refused}");
+    assert!(
+        refused
+            .contains("registering the schema of subject \"orders_avro_x-key\" was refused (401"),
+        "{refused}"
+    );
+    assert!(!refused.contains("nope"), "{refused}");
+    // Both loads first: a sink that loads later takes the changes in.
+    wait_records("orders_avro_u", 30).await;
+    wait_records("orders_avro_d", 30).await;
+
+    env.up
+        .batch_execute(
+            "UPDATE orders SET total = 99 WHERE id <= 3;
+             DELETE FROM orders WHERE id = 30;
+             INSERT INTO orders VALUES (31, 'new', NULL);",
+        )
+        .await
+        .unwrap();
+    // 30 loaded, 3 updates, 1 delete, 1 insert.
+    let expected = 35;
+    wait_records("orders_avro_u", expected).await;
+    wait_records("orders_avro_d", expected).await;
+    let kafka = broker().await;
+    let read = |topic: &str| {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/python/kafka_avro_consume.py");
+        let out = std::process::Command::new("python3")
+            .arg(script)
+            .args([
+                &kafka.bootstrap(),
+                topic,
+                &url,
+                &expected.to_string(),
+                "sink:s3cret",
+            ])
+            .arg(&cert)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect::<Vec<Value>>()
+    };
+    let doc = |v: &Value| json(v.as_str().unwrap().as_bytes());
+    let upserts = read("orders_avro_u");
+    let mut state = BTreeMap::new();
+    for r in &upserts {
+        let key = doc(&r["key"]["key"]).to_string();
+        match &r["value"] {
+            Value::Null => state.remove(&key),
+            v => state.insert(key, doc(&v["data"])),
+        };
+    }
+    assert_eq!(state, upstream(&env).await);
+    assert_eq!(upserts.iter().filter(|r| r["value"].is_null()).count(), 1);
+    let changes = read("orders_avro_d");
+    let ops: Vec<&str> = changes
+        .iter()
+        .map(|r| r["value"]["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops.iter().filter(|o| **o == "r").count(), 30, "{ops:?}");
+    assert_eq!(&ops[30..], ["u", "u", "u", "d", "c"], "{ops:?}");
+    let update = &changes[30]["value"];
+    assert_eq!(doc(&update["before"])["total"], serde_json::json!(1.00));
+    assert_eq!(doc(&update["after"])["total"], serde_json::json!(99.00));
+    assert!(changes[33]["value"]["after"].is_null());
+    assert!(changes[34]["value"]["before"].is_null());
+    let shown = sql_ok(&admin, &["-c", "SHOW SINKS"]).await;
+    assert!(
+        shown.contains("topic 'orders_avro_u' (avro, upsert)"),
+        "{shown}"
+    );
+    let _ = registry.kill();
+    let _ = registry.wait();
 }

@@ -24,6 +24,16 @@
 //! value). `ENVELOPE DEBEZIUM`: value = `{"before":..,"after":..,"op":..}`
 //! with `op` `r` (the initial load), `c`, `u` or `d`, and no tombstones.
 //!
+//! `FORMAT AVRO`: key and value in Confluent's wire format (byte 0, the
+//! schema id big-endian, the Avro binary encoding): the key a record
+//! `Key {key: string}`, the value `Value {data: string}` or, under
+//! `ENVELOPE DEBEZIUM`, `Envelope {before: [null, string], after: [null,
+//! string], op: string}`, each document a string marked `connect.name` =
+//! `io.debezium.data.Json`. The schemas ([`avro_schemas`]) are registered
+//! under `<topic>-key` and `<topic>-value` ([`register_avro_schemas`],
+//! through [`super::registry`]) when the sink is created and each time it
+//! opens, which gives their ids.
+//!
 //! The progress topic has one partition and `cleanup.policy=compact` (the
 //! last position of each sink is kept); it and the data topic are created
 //! when missing (the data topic with the broker's default partitions and
@@ -47,11 +57,12 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
+use super::registry::Registry;
 use super::{Documents, Sink};
 use crate::config::{Connection, ConnectionKind};
 use crate::error::{PipelineError, Result};
 use crate::position::Position;
-use crate::store::{FeedEntry, KafkaEnvelope, KafkaTarget, SinkInfo};
+use crate::store::{FeedEntry, KafkaEnvelope, KafkaFormat, KafkaTarget, SinkInfo};
 
 /// The topic of every Kafka sink's position: one partition, compacted,
 /// key = the sink's name.
@@ -138,13 +149,21 @@ pub(crate) fn not_kafka(name: &str) -> PipelineError {
     }
 }
 
-/// A PostgreSQL sink named a `kafka://` connection.
-pub(crate) fn not_postgres(name: &str) -> PipelineError {
+/// A PostgreSQL sink named a connection of another kind.
+pub(crate) fn not_postgres(name: &str, kind: ConnectionKind) -> PipelineError {
+    let primary = if kind == ConnectionKind::Kafka {
+        format!(
+            "connection \"{name}\" is a kafka:// connection; INTO POSTGRES needs a PostgreSQL url (or write INTO KAFKA CONNECTION {name} (TOPIC '...'))"
+        )
+    } else {
+        format!(
+            "connection \"{name}\" is a {} connection; INTO POSTGRES needs a PostgreSQL url",
+            kind.as_str()
+        )
+    };
     PipelineError::Refused {
         sqlstate: "42809",
-        primary: format!(
-            "connection \"{name}\" is a kafka:// connection; INTO POSTGRES needs a PostgreSQL url (or write INTO KAFKA CONNECTION {name} (TOPIC '...'))"
-        ),
+        primary,
         detail: None,
         hint: None,
     }
@@ -357,12 +376,18 @@ pub(crate) struct KafkaSink {
     connection: Connection,
     target: KafkaTarget,
     producer: Arc<Producer_>,
+    /// `FORMAT AVRO`: the key and value schemas' ids.
+    avro: Option<(u32, u32)>,
 }
 
 impl KafkaSink {
     /// Checks the cluster, creates missing topics, and starts the
     /// transactional producer (fencing an earlier one of this sink).
-    pub(crate) async fn open(sink: &SinkInfo, connection: &Connection) -> Result<KafkaSink> {
+    pub(crate) async fn open(
+        sink: &SinkInfo,
+        connection: &Connection,
+        registry: Option<&Connection>,
+    ) -> Result<KafkaSink> {
         let Some(target) = sink.kafka.clone() else {
             return Err(PipelineError::Store {
                 context: format!("read sink \"{}\"", sink.name),
@@ -370,6 +395,12 @@ impl KafkaSink {
             });
         };
         ensure_topics(&sink.connection, connection, &sink.name, &target.topic).await?;
+        let avro = match (&target.registry, registry) {
+            (Some(name), Some(registry)) => {
+                Some(register_avro_schemas(name, registry, &sink.interface, &target).await?)
+            }
+            _ => None,
+        };
         let producer = Arc::new(producer(&sink.connection, connection, &sink.name)?);
         let p = producer.clone();
         let name = sink.name.clone();
@@ -388,25 +419,20 @@ impl KafkaSink {
             connection: connection.clone(),
             target,
             producer,
+            avro,
         })
     }
 
     /// The record of one feed entry.
     fn record(&self, e: &FeedEntry) -> Out {
-        let value = match self.target.envelope {
-            KafkaEnvelope::Upsert => e.new.clone(),
-            KafkaEnvelope::Debezium => {
-                let op = match (&e.old, &e.new) {
-                    (None, _) => "c",
-                    (_, None) => "d",
-                    _ => "u",
-                };
-                Some(debezium(e.old.as_deref(), e.new.as_deref(), op))
-            }
+        let op = match (&e.old, &e.new) {
+            (None, _) => "c",
+            (_, None) => "d",
+            _ => "u",
         };
         Out {
-            key: e.key.clone(),
-            value,
+            key: self.key(&e.key),
+            value: self.value(e.old.as_deref(), e.new.as_deref(), op),
             pos: e.pos.to_string(),
         }
     }
@@ -416,15 +442,159 @@ impl KafkaSink {
         chunk
             .into_iter()
             .map(|(key, doc)| Out {
-                key,
-                value: Some(match self.target.envelope {
-                    KafkaEnvelope::Upsert => doc,
-                    KafkaEnvelope::Debezium => debezium(None, Some(&doc), "r"),
-                }),
+                key: self.key(&key),
+                value: self.value(None, Some(&doc), "r"),
                 pos: at.to_string(),
             })
             .collect()
     }
+
+    /// A record's key: the key document's JSON, or under `FORMAT AVRO` the
+    /// `Key` record holding it.
+    fn key(&self, key: &[u8]) -> Vec<u8> {
+        match self.avro {
+            None => key.to_vec(),
+            Some((key_id, _)) => avro_value(key_id, &[AvroField::String(key)]),
+        }
+    }
+
+    /// A record's value for a change from `before` to `after` (documents'
+    /// JSON), `op` as Debezium names it; `None` for an upsert's tombstone.
+    fn value(&self, before: Option<&[u8]>, after: Option<&[u8]>, op: &str) -> Option<Vec<u8>> {
+        match (self.target.envelope, self.avro) {
+            (KafkaEnvelope::Upsert, None) => after.map(<[u8]>::to_vec),
+            (KafkaEnvelope::Upsert, Some((_, id))) => {
+                after.map(|doc| avro_value(id, &[AvroField::String(doc)]))
+            }
+            (KafkaEnvelope::Debezium, None) => Some(debezium(before, after, op)),
+            (KafkaEnvelope::Debezium, Some((_, id))) => Some(avro_value(
+                id,
+                &[
+                    AvroField::Optional(before),
+                    AvroField::Optional(after),
+                    AvroField::String(op.as_bytes()),
+                ],
+            )),
+        }
+    }
+}
+
+/// One field of an Avro record as `FORMAT AVRO` writes it.
+enum AvroField<'a> {
+    /// A `string`.
+    String(&'a [u8]),
+    /// A `["null", string]` union.
+    Optional(Option<&'a [u8]>),
+}
+
+/// Avro's `long`: zig-zag, then base-128 varint, low group first.
+fn avro_long(out: &mut Vec<u8>, n: i64) {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    loop {
+        let byte = (z & 0x7f) as u8;
+        z >>= 7;
+        if z == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// A record of `fields` in Avro's binary encoding, behind Confluent's wire
+/// header (magic byte 0, the schema id big-endian).
+fn avro_value(schema_id: u32, fields: &[AvroField<'_>]) -> Vec<u8> {
+    let size: usize = fields
+        .iter()
+        .map(|f| match f {
+            AvroField::String(s) | AvroField::Optional(Some(s)) => s.len() + 11,
+            AvroField::Optional(None) => 1,
+        })
+        .sum();
+    let mut out = Vec::with_capacity(5 + size);
+    out.push(0);
+    out.extend_from_slice(&schema_id.to_be_bytes());
+    for f in fields {
+        let text = match f {
+            AvroField::String(s) => Some(*s),
+            AvroField::Optional(None) => {
+                avro_long(&mut out, 0);
+                None
+            }
+            AvroField::Optional(Some(s)) => {
+                avro_long(&mut out, 1);
+                Some(*s)
+            }
+        };
+        if let Some(text) = text {
+            avro_long(&mut out, text.len() as i64);
+            out.extend_from_slice(text);
+        }
+    }
+    out
+}
+
+/// `FORMAT AVRO`'s key and value schemas for `interface` with `envelope`:
+/// records whose fields are the documents as strings
+/// (`connect.name` = `io.debezium.data.Json`, as Debezium marks JSON text).
+fn avro_schemas(interface: &str, envelope: KafkaEnvelope) -> (String, String) {
+    let namespace: String = std::iter::once("evolve".to_string())
+        .chain(std::iter::once(
+            interface
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect::<String>(),
+        ))
+        .map(|part| {
+            if part.starts_with(|c: char| c.is_ascii_digit()) {
+                format!("_{part}")
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".");
+    let json = serde_json::json!({"type": "string", "connect.name": "io.debezium.data.Json"});
+    let key = serde_json::json!({
+        "type": "record", "name": "Key", "namespace": namespace,
+        "fields": [{"name": "key", "type": json}],
+    });
+    let value = match envelope {
+        KafkaEnvelope::Upsert => serde_json::json!({
+            "type": "record", "name": "Value", "namespace": namespace,
+            "fields": [{"name": "data", "type": json}],
+        }),
+        KafkaEnvelope::Debezium => serde_json::json!({
+            "type": "record", "name": "Envelope", "namespace": namespace,
+            "fields": [
+                {"name": "before", "type": ["null", json], "default": null},
+                {"name": "after", "type": ["null", json], "default": null},
+                {"name": "op", "type": "string"},
+            ],
+        }),
+    };
+    (key.to_string(), value.to_string())
+}
+
+/// Registers `FORMAT AVRO`'s key and value schemas of `target` under its
+/// topic's subjects (`<topic>-key`, `<topic>-value`) in the registry of
+/// connection `name`; their ids.
+pub(crate) async fn register_avro_schemas(
+    name: &str,
+    registry: &Connection,
+    interface: &str,
+    target: &KafkaTarget,
+) -> Result<(u32, u32)> {
+    debug_assert_eq!(target.format, KafkaFormat::Avro);
+    let registry = Registry::new(name, registry)?;
+    let (key, value) = avro_schemas(interface, target.envelope);
+    let key_id = registry
+        .register(&format!("{}-key", target.topic), &key)
+        .await?;
+    let value_id = registry
+        .register(&format!("{}-value", target.topic), &value)
+        .await?;
+    Ok((key_id, value_id))
 }
 
 /// `{"before":..,"after":..,"op":".."}` from the documents' JSON bytes.
@@ -602,6 +772,41 @@ impl Sink for KafkaSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn avro_records_are_avros_binary_encoding_behind_the_wire_header() {
+        let mut longs = Vec::new();
+        for n in [0i64, -1, 1, 63, 64, -65, 300] {
+            avro_long(&mut longs, n);
+        }
+        // The Avro specification's examples, then 300 = 0x258.
+        assert_eq!(
+            longs,
+            [0x00, 0x01, 0x02, 0x7e, 0x80, 0x01, 0x81, 0x01, 0xd8, 0x04]
+        );
+        let v = avro_value(
+            7,
+            &[
+                AvroField::Optional(None),
+                AvroField::Optional(Some(b"{}")),
+                AvroField::String(b"foo"),
+            ],
+        );
+        assert_eq!(
+            v,
+            [
+                0, 0, 0, 0, 7, 0x00, 0x02, 0x04, b'{', b'}', 0x06, b'f', b'o', b'o'
+            ]
+        );
+        let (key, value) = avro_schemas("1 orders-json", KafkaEnvelope::Debezium);
+        let key: serde_json::Value = serde_json::from_str(&key).unwrap();
+        assert_eq!(key["namespace"], "evolve._1_orders_json");
+        let value: serde_json::Value = serde_json::from_str(&value).unwrap();
+        assert_eq!(
+            value["fields"][1]["type"][1]["connect.name"],
+            "io.debezium.data.Json"
+        );
+    }
 
     #[test]
     fn debezium_values_and_progress_round_trip() {

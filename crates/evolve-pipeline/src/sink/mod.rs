@@ -14,6 +14,7 @@
 
 mod kafka;
 mod postgres;
+mod registry;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -31,7 +32,7 @@ use crate::supervise::{Task, Verdict, supervise};
 pub use kafka::{PROGRESS_TOPIC, TRANSACTION_TIMEOUT};
 pub(crate) use kafka::{
     ensure_topics as ensure_kafka_topics, forget as forget_kafka, is_kafka,
-    missing_topics as missing_kafka_topics, not_kafka, not_postgres,
+    missing_topics as missing_kafka_topics, not_kafka, not_postgres, register_avro_schemas,
 };
 pub use postgres::PROGRESS_TABLE;
 pub(crate) use postgres::{PostgresSink, Targets, ensure_tables, progress};
@@ -237,6 +238,8 @@ pub(crate) trait Sink: Send {
 pub(crate) struct SinkContext {
     pub sink: SinkInfo,
     pub connection: Connection,
+    /// `FORMAT AVRO`'s schema registry connection.
+    pub registry: Option<Connection>,
     pub state_dir: PathBuf,
     pub interface_id: i64,
     pub table: String,
@@ -280,7 +283,8 @@ async fn run_once(ctx: &mut SinkContext) -> Result<()> {
             drive(ctx, sink).await
         }
         SinkKind::Kafka => {
-            let sink = kafka::KafkaSink::open(&ctx.sink, &ctx.connection).await?;
+            let sink =
+                kafka::KafkaSink::open(&ctx.sink, &ctx.connection, ctx.registry.as_ref()).await?;
             drive(ctx, sink).await
         }
     }
