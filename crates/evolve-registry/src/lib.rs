@@ -8,7 +8,9 @@
 //! - [`state`] (pure): the state a log replays into, and every operation
 //!   as a function from state to the records it appends.
 //! - [`store`]: the append-only log behind the [`store::Log`] trait, in
-//!   SQLite (default) or PostgreSQL (several instances share one log).
+//!   SQLite (default) or PostgreSQL (several instances share one log);
+//!   [`kafka`]: the log in a `_schemas` Kafka topic, written by one
+//!   instance at a time through a fenced transactional producer.
 //! - [`service`]: one registry instance: its state, catching up with the
 //!   log, writes that retry when another instance appended first.
 //! - [`http`]: the axum router (routes, content types, errors, basic
@@ -21,6 +23,7 @@ pub mod auth;
 pub mod contract;
 pub mod error;
 pub mod http;
+pub mod kafka;
 pub mod metrics;
 mod parser;
 pub mod record;

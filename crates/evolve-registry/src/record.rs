@@ -1,6 +1,6 @@
 //! The registry's log records, in the format of Confluent Schema Registry's
 //! `_schemas` topic, so that a Confluent or Karapace export can be imported
-//! and a Kafka-topic store could replay the same records.
+//! and the Kafka store ([`crate::kafka`]) reads and writes the same records.
 //!
 //! A record is a key and a value, both JSON; a `null` value is a tombstone
 //! (a permanent delete of what the key names). Keys:

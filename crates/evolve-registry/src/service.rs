@@ -134,8 +134,13 @@ impl<L: Log> Registry<L> {
                 .map_err(|e| ApiError::store(e.0))?
             {
                 let mut state = self.state.write().map_err(|_| poisoned())?;
-                for (i, record) in records.iter().enumerate() {
-                    state.apply(offset + 1 + i as i64, record);
+                // A catch-up that ran since the append has applied these
+                // records already (and perhaps later ones): the state's
+                // offset never moves back.
+                if state.offset == offset {
+                    for (i, record) in records.iter().enumerate() {
+                        state.apply(offset + 1 + i as i64, record);
+                    }
                 }
                 return Ok(answer);
             }

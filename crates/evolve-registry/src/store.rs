@@ -6,6 +6,11 @@
 //! and decides again (and then finds the schema already registered). That
 //! is what makes "concurrent registrations of the same schema yield one id
 //! and one version" hold across processes.
+//!
+//! The registry reads forward only: it asks for the records after the
+//! offset of the last one it applied, which never decreases. A log may
+//! rely on that and forget records once read past (the Kafka log,
+//! [`crate::kafka`], does: it numbers the records itself).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -13,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio_postgres::Client;
 
+use crate::kafka::{KafkaLog, KafkaSpec};
 use crate::record::Record;
 
 /// A store that failed: what, where (never a password), and why.
@@ -46,6 +52,8 @@ pub trait Log: Send + Sync + 'static {
 pub enum StorageSpec {
     Sqlite(PathBuf),
     Postgres(String),
+    /// `kafka://BROKERS[/TOPIC][?OPTIONS]`: a `_schemas` topic.
+    Kafka(KafkaSpec),
 }
 
 impl std::str::FromStr for StorageSpec {
@@ -66,19 +74,22 @@ impl std::str::FromStr for StorageSpec {
             Ok(StorageSpec::Postgres(url))
         } else if s.starts_with("postgresql://") {
             Ok(StorageSpec::Postgres(s.to_owned()))
+        } else if s.starts_with("kafka://") {
+            KafkaSpec::parse(s).map(StorageSpec::Kafka)
         } else {
             Err(format!(
-                "storage {:?} is not understood; use sqlite:PATH or postgres://user@host/db",
+                "storage {:?} is not understood; use sqlite:PATH, postgres://user@host/db or kafka://host:port/_schemas",
                 evolve_pg::redact_url(s)
             ))
         }
     }
 }
 
-/// Either store, so that a registry can be chosen at run time.
+/// Any store, so that a registry can be chosen at run time.
 pub enum Storage {
     Sqlite(SqliteLog),
     Postgres(PostgresLog),
+    Kafka(Box<KafkaLog>),
 }
 
 impl Storage {
@@ -86,6 +97,7 @@ impl Storage {
         Ok(match spec {
             StorageSpec::Sqlite(path) => Storage::Sqlite(SqliteLog::open(path)?),
             StorageSpec::Postgres(url) => Storage::Postgres(PostgresLog::open(url).await?),
+            StorageSpec::Kafka(spec) => Storage::Kafka(Box::new(KafkaLog::open(spec).await?)),
         })
     }
 }
@@ -95,6 +107,7 @@ impl Log for Storage {
         match self {
             Storage::Sqlite(l) => l.read_after(offset).await,
             Storage::Postgres(l) => l.read_after(offset).await,
+            Storage::Kafka(l) => l.read_after(offset).await,
         }
     }
 
@@ -102,6 +115,7 @@ impl Log for Storage {
         match self {
             Storage::Sqlite(l) => l.append(after, records).await,
             Storage::Postgres(l) => l.append(after, records).await,
+            Storage::Kafka(l) => l.append(after, records).await,
         }
     }
 
@@ -109,6 +123,7 @@ impl Log for Storage {
         match self {
             Storage::Sqlite(l) => l.describe(),
             Storage::Postgres(l) => l.describe(),
+            Storage::Kafka(l) => l.describe(),
         }
     }
 }

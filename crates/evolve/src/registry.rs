@@ -24,8 +24,10 @@ pub struct RegistryArgs {
 
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    /// Where the registry keeps its log: sqlite:PATH (default, one file) or
-    /// postgres://user@host/db (several instances share it).
+    /// Where the registry keeps its log: sqlite:PATH (default, one file),
+    /// postgres://user@host/db or kafka://host:port/_schemas (Confluent's
+    /// topic; TLS and SASL as ?sslmode=...&sasl_mechanism=...&user=...&password=...);
+    /// several instances share the last two.
     #[arg(
         long,
         default_value = "sqlite:evolve-registry.db",

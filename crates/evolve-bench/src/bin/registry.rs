@@ -3,9 +3,14 @@
 //! handler on the same HTTP stack (axum on hyper, same runtime, same load
 //! generator): the ceiling. Then the latency of a FULL_TRANSITIVE check of
 //! a 200-field Avro record against 100 versions, through the engine and
-//! through `POST /compatibility/subjects/{s}/versions`.
+//! through `POST /compatibility/subjects/{s}/versions`. Then the same
+//! reads and re-registrations, and new registrations (a distinct schema in
+//! a subject of its own per request), on the SQLite store and on the
+//! Kafka store (`_schemas` in a single-node broker this benchmark starts:
+//! `evolve_test::Kafka`).
 //!
-//! `cargo xtask bench registry [SECONDS] [CONNECTIONS]` (defaults 5, 32).
+//! `cargo xtask bench registry [SECONDS] [CONNECTIONS] [STORES]` (defaults
+//! 5, 32, `sqlite,kafka`; `sqlite` skips the broker).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +22,7 @@ use axum::routing::get;
 use bytes::Bytes;
 use evolve_registry::access::Access;
 use evolve_registry::http::{App, DEFAULT_MAX_BODY, DEFAULT_MAX_SCHEMA};
+use evolve_registry::kafka::{KafkaLog, KafkaSpec};
 use evolve_registry::metrics::Metrics;
 use evolve_registry::service::{Registry, Settings};
 use evolve_registry::store::{SqliteLog, Storage};
@@ -38,19 +44,21 @@ fn run() -> Result<(), BoxError> {
     let mut args = std::env::args().skip(1);
     let seconds: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
     let connections: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(32);
+    let stores = args.next().unwrap_or_else(|| "sqlite,kafka".into());
+    let kafka = stores.split(',').any(|s| s == "kafka");
+    if stores.split(',').any(|s| s != "sqlite" && s != "kafka") {
+        return Err(format!("stores {stores:?}: name sqlite, kafka or sqlite,kafka").into());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(bench(Duration::from_secs(seconds), connections))
+    rt.block_on(bench(Duration::from_secs(seconds), connections, kafka))
 }
 
-async fn bench(duration: Duration, connections: usize) -> Result<(), BoxError> {
-    let dir = std::env::temp_dir().join(format!("evolve-bench-registry-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    let log = SqliteLog::open(&dir.join("registry.db"))?;
-    let registry = Registry::open(Storage::Sqlite(log), Settings::default()).await?;
+/// Serves a registry on `storage` on a free loopback port.
+async fn serve_registry(storage: Storage) -> Result<SocketAddr, BoxError> {
+    let registry = Registry::open(storage, Settings::default()).await?;
     let app = Arc::new(App {
         registry,
         users: None,
@@ -59,7 +67,15 @@ async fn bench(duration: Duration, connections: usize) -> Result<(), BoxError> {
         max_schema: DEFAULT_MAX_SCHEMA,
         access: Access::new(([127, 0, 0, 1], 0).into(), false, &[])?,
     });
-    let registry_addr = spawn(evolve_registry::http::router(Arc::clone(&app))).await?;
+    spawn(evolve_registry::http::router(app)).await
+}
+
+async fn bench(duration: Duration, connections: usize, kafka: bool) -> Result<(), BoxError> {
+    let dir = std::env::temp_dir().join(format!("evolve-bench-registry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let log = SqliteLog::open(&dir.join("registry.db"))?;
+    let registry_addr = serve_registry(Storage::Sqlite(log)).await?;
     let hello_addr =
         spawn(Router::new().route("/hello", get(|| async { "{}" }).post(|| async { "{}" })))
             .await?;
@@ -191,8 +207,90 @@ async fn bench(duration: Duration, connections: usize) -> Result<(), BoxError> {
         median(&mut engine).as_secs_f64() * 1000.0,
         median(&mut http).as_secs_f64() * 1000.0
     );
+
+    // The stores: reads and re-registrations are answered from memory;
+    // a new registration appends to the store.
+    let mut rows = vec![(
+        "sqlite",
+        by_id,
+        reregister,
+        load_new(registry_addr, "sqlite", duration, connections).await?,
+    )];
+    // Kept until the end: dropping it stops the broker.
+    let mut _broker = None;
+    if kafka {
+        let broker = tokio::task::spawn_blocking(evolve_test::Kafka::start).await??;
+        let spec = KafkaSpec::parse(&format!("{}/_schemas", broker.url()))?;
+        let addr = serve_registry(Storage::Kafka(Box::new(KafkaLog::open(&spec).await?))).await?;
+        let (status, text) =
+            request(addr, "POST", "/subjects/bench-value/versions", Some(&body)).await?;
+        if status != 200 {
+            return Err(format!("seeding the Kafka store failed: {status} {text}").into());
+        }
+        let by_id = load(addr, "GET", "/schemas/ids/1", None, duration, connections).await?;
+        let reregister = load(
+            addr,
+            "POST",
+            "/subjects/bench-value/versions",
+            Some(&body),
+            duration,
+            connections,
+        )
+        .await?;
+        let new = load_new(addr, "kafka", duration, connections).await?;
+        rows.push(("kafka (single broker)", by_id, reregister, new));
+        _broker = Some(broker);
+    }
+    println!("| store | GET /schemas/ids/1 req/s | re-register req/s | new registrations/s |");
+    println!("|---|---|---|---|");
+    for (store, by_id, reregister, new) in rows {
+        println!("| {store} | {by_id:.0} | {reregister:.0} | {new:.0} |");
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// New registrations per second over `duration` with `connections`
+/// connections: each request a distinct schema in a subject of its own
+/// (no compatibility check), so every one appends to the store.
+async fn load_new(
+    addr: SocketAddr,
+    tag: &'static str,
+    duration: Duration,
+    connections: usize,
+) -> Result<f64, BoxError> {
+    let next = Arc::new(AtomicU64::new(0));
+    let count = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (next, count) = (Arc::clone(&next), Arc::clone(&count));
+        let mut sender = connect(addr).await?;
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let schema =
+                    json!({"type": "record", "name": format!("New{n}"), "namespace": "bench",
+                    "fields": [{"name": "id", "type": "long"}]})
+                    .to_string();
+                let body = json!({ "schema": schema }).to_string();
+                let path = format!("/subjects/new-{tag}-{n}/versions");
+                let (status, text) = send(&mut sender, "POST", &path, Some(&body)).await?;
+                if status != 200 {
+                    return Err::<(), BoxError>(
+                        format!("POST {path}: {status} {}", String::from_utf8_lossy(&text)).into(),
+                    );
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(count.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
 }
 
 fn median(samples: &mut [Duration]) -> Duration {

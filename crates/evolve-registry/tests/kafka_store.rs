@@ -1,0 +1,775 @@
+//! The registry on a Kafka topic (`--storage kafka://...`), against the
+//! real broker of the test harness (`evolve_test::kafka`): two instances
+//! on one topic agree on ids and versions, a restart replays the same
+//! state, the topic is created as Confluent creates `_schemas` and a wrong
+//! one is refused, a topic written in Confluent's record format is served
+//! unchanged (and so is its compacted form), and Confluent's Python client
+//! registers and reads back a data contract.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use evolve_registry::access::Access;
+use evolve_registry::http::{App, DEFAULT_MAX_BODY, DEFAULT_MAX_SCHEMA, router};
+use evolve_registry::kafka::{KafkaLog, KafkaSpec};
+use evolve_registry::metrics::Metrics;
+use evolve_registry::service::{Registry, Settings};
+use evolve_registry::state::SchemaInput;
+use evolve_registry::store::{Storage, StorageSpec};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use serde_json::{Value, json};
+
+/// The shared broker, started off the async threads (it takes a while).
+async fn broker() -> &'static evolve_test::Kafka {
+    tokio::task::spawn_blocking(evolve_test::kafka)
+        .await
+        .expect("broker")
+}
+
+fn topic(hint: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "registry-{hint}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+fn spec(kafka: &evolve_test::Kafka, topic: &str) -> KafkaSpec {
+    match format!("{}/{topic}", kafka.url()).parse::<StorageSpec>() {
+        Ok(StorageSpec::Kafka(spec)) => spec,
+        other => panic!("not a Kafka storage: {other:?}"),
+    }
+}
+
+async fn instance(kafka: &evolve_test::Kafka, topic: &str) -> Arc<Registry<Storage>> {
+    let log = KafkaLog::open(&spec(kafka, topic))
+        .await
+        .expect("kafka log");
+    Arc::new(
+        Registry::open(Storage::Kafka(Box::new(log)), Settings::default())
+            .await
+            .expect("registry"),
+    )
+}
+
+fn record_schema(field: &str) -> SchemaInput {
+    SchemaInput {
+        schema: format!(
+            r#"{{"type":"record","name":"R","fields":[{{"name":"{field}","type":"int","default":0}}]}}"#
+        ),
+        ..SchemaInput::default()
+    }
+}
+
+async fn register(registry: &Registry<Storage>, subject: &str, input: &SchemaInput) -> (u32, u32) {
+    registry
+        .write(|state| {
+            let r = state.register(subject, input, 409)?;
+            Ok(((r.id, r.version), r.records))
+        })
+        .await
+        .expect("register")
+}
+
+/// Every committed record of `topic`: (key, value).
+async fn committed(
+    kafka: &'static evolve_test::Kafka,
+    topic: &str,
+) -> Vec<(String, Option<String>)> {
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        kafka
+            .read_committed(&topic, Duration::from_secs(30))
+            .expect("read the topic")
+            .into_iter()
+            .map(|r| (r.key_text(), r.value_text()))
+            .collect()
+    })
+    .await
+    .expect("join")
+}
+
+fn admin(kafka: &evolve_test::Kafka) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", kafka.bootstrap())
+        .create()
+        .expect("admin client")
+}
+
+/// The topic's partitions and cleanup.policy, as the broker reports them.
+async fn topic_settings(kafka: &evolve_test::Kafka, topic: &str) -> (usize, String) {
+    let admin = admin(kafka);
+    let metadata = admin
+        .inner()
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let partitions = metadata.topics()[0].partitions().len();
+    let configs = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+        .await
+        .expect("describe");
+    let policy = configs[0]
+        .as_ref()
+        .expect("config")
+        .get("cleanup.policy")
+        .and_then(|e| e.value.clone())
+        .unwrap_or_default();
+    (partitions, policy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_topic_agree_on_ids_and_versions_and_a_restart_replays_them() {
+    let kafka = broker().await;
+    let topic = topic("shared");
+    let a = instance(kafka, &topic).await;
+    let b = instance(kafka, &topic).await;
+    // Created as Confluent creates `_schemas`.
+    assert_eq!(
+        topic_settings(kafka, &topic).await,
+        (1, "compact".to_string())
+    );
+
+    // The same schema, 16 times at once through both instances.
+    let same = record_schema("a");
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let registry = Arc::clone(if i % 2 == 0 { &a } else { &b });
+        let input = same.clone();
+        tasks.push(tokio::spawn(async move {
+            register(&registry, "shared", &input).await
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.expect("task"));
+    }
+    assert!(
+        answers.iter().all(|x| *x == (1, 1)),
+        "every registration must get id 1 version 1: {answers:?}"
+    );
+
+    // Different schemas at once: distinct ids 2..=11 and versions 2..=11,
+    // no gaps, no duplicates.
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let registry = Arc::clone(if i % 2 == 0 { &a } else { &b });
+        let input = record_schema(&format!("f{i}"));
+        tasks.push(tokio::spawn(async move {
+            register(&registry, "shared", &input).await
+        }));
+    }
+    let mut ids = Vec::new();
+    let mut versions = Vec::new();
+    for t in tasks {
+        let (id, version) = t.await.expect("task");
+        ids.push(id);
+        versions.push(version);
+    }
+    ids.sort();
+    versions.sort();
+    assert_eq!(ids, (2..=11).collect::<Vec<u32>>());
+    assert_eq!(versions, (2..=11).collect::<Vec<u32>>());
+
+    // The topic holds 11 committed SCHEMA records in Confluent's format and
+    // nothing else: no registration was written twice.
+    let records = committed(kafka, &topic).await;
+    assert_eq!(
+        records.len(),
+        11,
+        "one record per distinct registration: {records:?}"
+    );
+    let mut seen = BTreeMap::new();
+    for (key, value) in &records {
+        let key: Value = serde_json::from_str(key).expect("key JSON");
+        assert_eq!(key["keytype"], "SCHEMA", "{key}");
+        assert_eq!(key["magic"], 1, "{key}");
+        let value: Value =
+            serde_json::from_str(value.as_deref().expect("a value")).expect("value JSON");
+        assert_eq!(key["version"], value["version"]);
+        seen.insert(
+            value["version"].as_u64().expect("version"),
+            value["id"].as_u64().expect("id"),
+        );
+    }
+    assert_eq!(seen.len(), 11, "versions 1..=11 once each: {seen:?}");
+
+    // Both instances see the same state.
+    a.catch_up().await.expect("catch up");
+    b.catch_up().await.expect("catch up");
+    let versions_a = a.read(|s| s.subject("shared").map(|s| s.versions.len()));
+    let versions_b = b.read(|s| s.subject("shared").map(|s| s.versions.len()));
+    assert_eq!((versions_a, versions_b), (Some(11), Some(11)));
+
+    // A third instance started now replays the same state, and registers
+    // after it.
+    let c = instance(kafka, &topic).await;
+    assert_eq!(c.read(|s| s.offset), 11);
+    assert_eq!(c.read(|s| s.schema_count()), 11);
+    let by_version: BTreeMap<u64, u64> = c.read(|s| {
+        s.subject("shared")
+            .expect("subject")
+            .versions
+            .iter()
+            .map(|(v, e)| (u64::from(*v), u64::from(e.id)))
+            .collect()
+    });
+    assert_eq!(by_version, seen, "the replay gives every version its id");
+    assert_eq!(register(&c, "shared", &record_schema("z")).await, (12, 12));
+    // ... and the first instance, which was fenced by it, takes over again.
+    assert_eq!(register(&a, "other", &record_schema("y")).await, (13, 1));
+    assert_eq!(committed(kafka, &topic).await.len(), 13);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_two_partitions_or_records_deleted_by_age_is_refused() {
+    let kafka = broker().await;
+    let two = topic("two-partitions");
+    let deleting = topic("delete-policy");
+    let admin = admin(kafka);
+    let created = admin
+        .create_topics(
+            [
+                &NewTopic::new(&two, 2, TopicReplication::Fixed(1))
+                    .set("cleanup.policy", "compact"),
+                &NewTopic::new(&deleting, 1, TopicReplication::Fixed(1))
+                    .set("cleanup.policy", "delete"),
+            ],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .expect("create topics");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+
+    let err = KafkaLog::open(&spec(kafka, &two))
+        .await
+        .err()
+        .expect("two partitions refused")
+        .0;
+    assert!(
+        err.contains(&format!("topic \"{two}\" has 2 partitions"))
+            && err.contains("needs exactly one")
+            && err.contains("recreate it with one partition")
+            && !err.contains('\n'),
+        "{err}"
+    );
+    let err = KafkaLog::open(&spec(kafka, &deleting))
+        .await
+        .err()
+        .expect("delete policy refused")
+        .0;
+    assert!(
+        err.contains("has cleanup.policy=delete")
+            && err.contains("needs cleanup.policy=compact")
+            && err.contains("--add-config cleanup.policy=compact")
+            && !err.contains('\n'),
+        "{err}"
+    );
+    // Neither was changed.
+    assert_eq!(topic_settings(kafka, &two).await, (2, "compact".into()));
+    assert_eq!(topic_settings(kafka, &deleting).await, (1, "delete".into()));
+
+    // No broker at all: one line naming the store and the way out.
+    let dead = KafkaSpec::parse("kafka://127.0.0.1:9/_schemas").expect("spec");
+    let started = std::time::Instant::now();
+    let err = KafkaLog::open(&dead).await.err().expect("no broker").0;
+    assert!(
+        err.starts_with("registry store kafka://127.0.0.1:9/_schemas: no Kafka broker answered")
+            && err.contains("check --storage"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+// ---- a topic another registry wrote -----------------------------------------
+
+/// Keys as Confluent writes them, field order included: Kafka compacts by
+/// the key's bytes.
+fn schema_key(subject: &str, version: u32) -> String {
+    format!(
+        r#"{{"keytype":"SCHEMA","subject":{},"version":{version},"magic":1}}"#,
+        json!(subject)
+    )
+}
+
+fn subject_key(keytype: &str, subject: Option<&str>) -> String {
+    format!(
+        r#"{{"keytype":"{keytype}","subject":{},"magic":0}}"#,
+        subject.map_or(Value::Null, |s| json!(s))
+    )
+}
+
+fn schema_value(subject: &str, version: u32, id: u32, schema: &str, extra: Value) -> String {
+    let mut value = json!({
+        "subject": subject, "version": version, "id": id, "schema": schema, "deleted": false,
+    });
+    if let (Some(v), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
+        for (k, x) in extra {
+            v.insert(k.clone(), x.clone());
+        }
+    }
+    value.to_string()
+}
+
+/// A `_schemas` topic as Confluent Schema Registry writes it (its
+/// documented key and value JSON, no transactions): versions of several
+/// subjects, Protobuf references, a version soft-deleted then permanently
+/// deleted (a tombstone), a soft-deleted subject (DELETE_SUBJECT), the
+/// same schema in two subjects, an id gap, global and subject CONFIG and
+/// MODE records, a CONFIG removed by a tombstone, and NOOP records.
+fn confluent_topic() -> Vec<(String, Option<String>)> {
+    let order_v1 = json!({"type": "record", "name": "Order", "namespace": "shop",
+        "fields": [{"name": "id", "type": "long"}]})
+    .to_string();
+    let order_v2 = json!({"type": "record", "name": "Order", "namespace": "shop",
+        "fields": [{"name": "id", "type": "long"}, {"name": "note", "type": "string", "default": ""}]})
+    .to_string();
+    let money = "syntax = \"proto3\";\npackage shop;\n\nmessage Money {\n  int64 cents = 1;\n}\n";
+    let payment = "syntax = \"proto3\";\npackage shop;\n\nimport \"money.proto\";\n\nmessage Payment {\n  shop.Money amount = 1;\n}\n";
+    let noop = || (r#"{"keytype":"NOOP","magic":0}"#.to_string(), None);
+    let config = |subject: Option<&str>| subject_key("CONFIG", subject);
+    let mode = |subject: Option<&str>| subject_key("MODE", subject);
+    let s = |t: &str| Some(t.to_string());
+    vec![
+        noop(),
+        (config(None), s(r#"{"compatibilityLevel":"FULL"}"#)),
+        (mode(None), s(r#"{"mode":"READWRITE"}"#)),
+        (
+            schema_key("orders-value", 1),
+            s(&schema_value("orders-value", 1, 1, &order_v1, json!({}))),
+        ),
+        (
+            schema_key("orders-value", 2),
+            s(&schema_value("orders-value", 2, 2, &order_v2, json!({}))),
+        ),
+        (
+            schema_key("money.proto", 1),
+            s(&schema_value(
+                "money.proto",
+                1,
+                3,
+                money,
+                json!({"schemaType": "PROTOBUF"}),
+            )),
+        ),
+        (
+            schema_key("payments-value", 1),
+            s(&schema_value(
+                "payments-value",
+                1,
+                4,
+                payment,
+                json!({
+                    "schemaType": "PROTOBUF",
+                    "references": [{"name": "money.proto", "subject": "money.proto", "version": 1}],
+                }),
+            )),
+        ),
+        // The same schema in another subject keeps its id.
+        (
+            schema_key("orders-copy", 1),
+            s(&schema_value("orders-copy", 1, 1, &order_v1, json!({}))),
+        ),
+        // A subject soft-deleted as a whole.
+        (
+            schema_key("gone-value", 1),
+            s(&schema_value("gone-value", 1, 5, "\"string\"", json!({}))),
+        ),
+        (
+            schema_key("gone-value", 2),
+            s(&schema_value("gone-value", 2, 6, "\"bytes\"", json!({}))),
+        ),
+        (
+            subject_key("DELETE_SUBJECT", Some("gone-value")),
+            s(r#"{"subject":"gone-value","version":2}"#),
+        ),
+        // Version 1 soft-deleted, then permanently deleted.
+        (
+            schema_key("legacy-value", 1),
+            s(&schema_value("legacy-value", 1, 7, "\"int\"", json!({}))),
+        ),
+        (
+            schema_key("legacy-value", 2),
+            s(&schema_value("legacy-value", 2, 8, "\"long\"", json!({}))),
+        ),
+        (
+            schema_key("legacy-value", 1),
+            s(&schema_value(
+                "legacy-value",
+                1,
+                7,
+                "\"int\"",
+                json!({"deleted": true}),
+            )),
+        ),
+        noop(),
+        (schema_key("legacy-value", 1), None),
+        (mode(Some("legacy-value")), s(r#"{"mode":"READONLY"}"#)),
+        // A subject config set, changed, and one removed by a tombstone.
+        (
+            config(Some("orders-value")),
+            s(r#"{"compatibilityLevel":"FORWARD"}"#),
+        ),
+        (
+            config(Some("orders-value")),
+            s(r#"{"compatibilityLevel":"NONE"}"#),
+        ),
+        (
+            config(Some("money.proto")),
+            s(r#"{"compatibilityLevel":"NONE"}"#),
+        ),
+        (config(Some("money.proto")), None),
+        // An id gap (another registry's ids need not be dense).
+        (
+            schema_key("late-value", 1),
+            s(&schema_value("late-value", 1, 20, "\"double\"", json!({}))),
+        ),
+    ]
+}
+
+/// What compaction leaves of `records` once the cleaner has also removed
+/// the tombstones: the last record of every key, in the order of those
+/// last records.
+fn compacted(records: &[(String, Option<String>)]) -> Vec<(String, Option<String>)> {
+    let mut last = BTreeMap::new();
+    for (i, (key, _)) in records.iter().enumerate() {
+        last.insert(key.clone(), i);
+    }
+    records
+        .iter()
+        .enumerate()
+        .filter(|(i, (key, value))| last[key] == *i && value.is_some())
+        .map(|(_, r)| r.clone())
+        .collect()
+}
+
+/// Writes `records` to a new topic as a plain (non-transactional)
+/// producer does, with the settings Confluent creates `_schemas` with.
+async fn write_topic(
+    kafka: &evolve_test::Kafka,
+    topic: &str,
+    records: Vec<(String, Option<String>)>,
+) {
+    let created =
+        admin(kafka)
+            .create_topics(
+                [&NewTopic::new(topic, 1, TopicReplication::Fixed(1))
+                    .set("cleanup.policy", "compact")],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+            )
+            .await
+            .expect("create topic");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    let bootstrap = kafka.bootstrap();
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let producer: ThreadedProducer<_> = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("acks", "all")
+            .create()
+            .expect("producer");
+        for (key, value) in &records {
+            let mut record = BaseRecord::<str, str>::to(&topic).partition(0).key(key);
+            if let Some(value) = value {
+                record = record.payload(value);
+            }
+            producer.send(record).map_err(|(e, _)| e).expect("send");
+        }
+        producer.flush(Duration::from_secs(30)).expect("flush");
+    })
+    .await
+    .expect("join");
+}
+
+/// A registry on `topic` behind the router, in process.
+async fn served(kafka: &evolve_test::Kafka, topic: &str) -> common::TestRegistry {
+    let log = KafkaLog::open(&spec(kafka, topic))
+        .await
+        .expect("kafka log");
+    let registry = Registry::open(Storage::Kafka(Box::new(log)), Settings::default())
+        .await
+        .expect("registry");
+    let app = Arc::new(App {
+        registry,
+        users: None,
+        metrics: Metrics::default(),
+        max_body: DEFAULT_MAX_BODY,
+        max_schema: DEFAULT_MAX_SCHEMA,
+        access: Access::new("127.0.0.1:8081".parse().expect("address"), false, &[])
+            .expect("access"),
+    });
+    common::TestRegistry {
+        router: router(Arc::clone(&app)),
+        app,
+        path: std::path::PathBuf::new(),
+    }
+}
+
+/// The reads whose answers say what a registry holds.
+const READS: &[&str] = &[
+    "/subjects",
+    "/subjects?deleted=true",
+    "/subjects/orders-value/versions",
+    "/subjects/orders-value/versions/1",
+    "/subjects/orders-value/versions/2",
+    "/subjects/orders-copy/versions/1",
+    "/subjects/money.proto/versions/1",
+    "/subjects/payments-value/versions/1",
+    "/subjects/gone-value/versions",
+    "/subjects/gone-value/versions?deleted=true",
+    "/subjects/gone-value/versions/2?deleted=true",
+    "/subjects/legacy-value/versions",
+    "/subjects/legacy-value/versions?deleted=true",
+    "/subjects/late-value/versions/1",
+    "/schemas/ids/1",
+    "/schemas/ids/1/versions",
+    "/schemas/ids/4",
+    "/schemas/ids/6",
+    "/schemas/ids/7",
+    "/schemas/ids/20",
+    "/config",
+    "/config/orders-value",
+    "/config/money.proto",
+    "/mode",
+    "/mode/legacy-value",
+];
+
+async fn answers(registry: &common::TestRegistry) -> Vec<(u16, String)> {
+    let mut out = Vec::new();
+    for path in READS {
+        let reply = registry.call("GET", path, None).await;
+        out.push((reply.status, reply.text));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_written_in_confluents_format_is_served_unchanged_and_so_is_its_compacted_form() {
+    let kafka = broker().await;
+    let full = topic("confluent");
+    let records = confluent_topic();
+    write_topic(kafka, &full, records.clone()).await;
+    let registry = served(kafka, &full).await;
+    let get = |path: &'static str| {
+        let registry = &registry;
+        async move { registry.ok("GET", path, None).await }
+    };
+
+    assert_eq!(
+        get("/subjects").await,
+        json!([
+            "late-value",
+            "legacy-value",
+            "money.proto",
+            "orders-copy",
+            "orders-value",
+            "payments-value"
+        ])
+    );
+    assert_eq!(
+        get("/subjects?deleted=true").await,
+        json!([
+            "gone-value",
+            "late-value",
+            "legacy-value",
+            "money.proto",
+            "orders-copy",
+            "orders-value",
+            "payments-value"
+        ])
+    );
+    assert_eq!(get("/subjects/orders-value/versions").await, json!([1, 2]));
+    let v2 = get("/subjects/orders-value/versions/2").await;
+    assert_eq!(
+        (v2["id"].clone(), v2["version"].clone()),
+        (json!(2), json!(2))
+    );
+    assert_eq!(get("/subjects/orders-copy/versions/1").await["id"], 1);
+    assert_eq!(
+        get("/schemas/ids/1/versions").await,
+        json!([{"subject": "orders-copy", "version": 1}, {"subject": "orders-value", "version": 1}])
+    );
+    let payment = get("/schemas/ids/4").await;
+    assert_eq!(payment["schemaType"], "PROTOBUF", "{payment}");
+    assert_eq!(
+        payment["references"],
+        json!([{"name": "money.proto", "subject": "money.proto", "version": 1}])
+    );
+    // The soft-deleted subject: hidden, but kept with its versions and ids.
+    registry
+        .call("GET", "/subjects/gone-value/versions", None)
+        .await
+        .error(404, 40401);
+    assert_eq!(
+        get("/subjects/gone-value/versions?deleted=true").await,
+        json!([1, 2])
+    );
+    assert_eq!(
+        get("/subjects/gone-value/versions/2?deleted=true").await["id"],
+        6
+    );
+    assert_eq!(get("/schemas/ids/6").await["schema"], "\"bytes\"");
+    // The permanently deleted version is gone, its id with it.
+    assert_eq!(get("/subjects/legacy-value/versions").await, json!([2]));
+    assert_eq!(
+        get("/subjects/legacy-value/versions?deleted=true").await,
+        json!([2])
+    );
+    registry
+        .call("GET", "/schemas/ids/7", None)
+        .await
+        .error(404, 40403);
+    assert_eq!(get("/subjects/late-value/versions/1").await["id"], 20);
+    // Config and mode records.
+    assert_eq!(get("/config").await["compatibilityLevel"], "FULL");
+    assert_eq!(
+        get("/config/orders-value").await["compatibilityLevel"],
+        "NONE"
+    );
+    assert_eq!(
+        get("/config/money.proto?defaultToGlobal=true").await["compatibilityLevel"],
+        "FULL",
+        "the tombstone removed the subject's config"
+    );
+    registry
+        .call("GET", "/config/money.proto", None)
+        .await
+        .error(404, 40408);
+    assert_eq!(get("/mode").await["mode"], "READWRITE");
+    assert_eq!(get("/mode/legacy-value").await["mode"], "READONLY");
+    registry
+        .call(
+            "POST",
+            "/subjects/legacy-value/versions",
+            Some(json!({"schema": "\"float\""})),
+        )
+        .await
+        .error(422, 42205);
+
+    // evolve registers after them: the next id after the highest, the next
+    // version, written in Confluent's format after their records.
+    let body = json!({"schema": json!({"type": "record", "name": "Order", "namespace": "shop",
+        "fields": [{"name": "id", "type": "long"}, {"name": "total", "type": "int"}]}).to_string()});
+    let reply = registry
+        .ok("POST", "/subjects/orders-value/versions", Some(body))
+        .await;
+    assert_eq!(reply["id"], 21, "{reply}");
+    assert_eq!(
+        get("/subjects/orders-value/versions").await,
+        json!([1, 2, 3])
+    );
+    let topic_now = committed(kafka, &full).await;
+    assert_eq!(topic_now.len(), records.len() + 1, "one record added");
+    assert_eq!(
+        &topic_now[..records.len()],
+        &records[..],
+        "their records untouched"
+    );
+    let (key, value) = topic_now.last().expect("the new record");
+    assert_eq!(key, &schema_key("orders-value", 3));
+    let value: Value = serde_json::from_str(value.as_deref().expect("value")).expect("JSON");
+    assert_eq!(
+        (value["id"].clone(), value["deleted"].clone()),
+        (json!(21), json!(false))
+    );
+
+    // The compacted topic (what the log cleaner leaves, tombstones removed
+    // too) is served exactly as the full one was before the registration.
+    let before = {
+        let fresh = topic("confluent-again");
+        write_topic(kafka, &fresh, records.clone()).await;
+        answers(&served(kafka, &fresh).await).await
+    };
+    let small = topic("compacted");
+    let kept = compacted(&records);
+    assert!(
+        kept.len() < records.len() - 5,
+        "compaction removes records: {}",
+        kept.len()
+    );
+    write_topic(kafka, &small, kept).await;
+    let after = answers(&served(kafka, &small).await).await;
+    for ((path, b), a) in READS.iter().zip(&before).zip(&after) {
+        assert_eq!(b, a, "GET {path}: full topic vs compacted topic");
+    }
+    assert_eq!(
+        before.iter().filter(|(s, _)| *s == 200).count(),
+        READS.len() - 3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confluent_python_client_registers_and_reads_back_a_data_contract_on_the_kafka_store() {
+    let kafka = broker().await;
+    let topic = topic("python");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let log = KafkaLog::open(&spec(kafka, &topic))
+        .await
+        .expect("kafka log");
+    let registry = Registry::open(Storage::Kafka(Box::new(log)), Settings::default())
+        .await
+        .expect("registry");
+    let app = Arc::new(App {
+        registry,
+        users: None,
+        metrics: Metrics::default(),
+        max_body: DEFAULT_MAX_BODY,
+        max_schema: DEFAULT_MAX_SCHEMA,
+        access: Access::new(address, false, &[]).expect("access"),
+    });
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(evolve_registry::serve::serve(
+        Arc::clone(&app),
+        listener,
+        None,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let summary = common::python_client("data_contracts.py", &[&format!("http://{address}")]).await;
+    assert_eq!(summary["owner"], "payments", "{summary}");
+    assert_eq!(summary["rule"], "checkAmount", "{summary}");
+    assert_eq!(summary["configured_tier"], "gold", "{summary}");
+
+    // The contract is in the topic, and a fresh instance replays it.
+    let records = committed(kafka, &topic).await;
+    let with_contract = records
+        .iter()
+        .filter_map(|(_, v)| v.as_deref())
+        .filter(|v| v.contains("\"ruleSet\"") && v.contains("\"metadata\""))
+        .count();
+    assert!(with_contract >= 2, "{records:?}");
+    let fresh = instance(kafka, &topic).await;
+    let id = summary["id"].as_u64().expect("id") as u32;
+    let stored = fresh
+        .read(|s| s.schema(".", id).cloned())
+        .expect("the schema replayed");
+    assert_eq!(
+        stored
+            .metadata
+            .as_ref()
+            .map(|m| m["properties"]["owner"].clone()),
+        Some(json!("payments"))
+    );
+    assert_eq!(
+        stored
+            .rule_set
+            .as_ref()
+            .map(|r| r["domainRules"][0]["name"].clone()),
+        Some(json!("checkAmount"))
+    );
+}
