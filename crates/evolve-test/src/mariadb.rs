@@ -89,6 +89,8 @@ pub struct MariaDb {
     server: Option<Child>,
     keep: bool,
     watchdog: Option<Child>,
+    /// [`MariaDb::start_tls`]'s CA certificate.
+    ca_cert: Option<PathBuf>,
 }
 
 /// A fresh, empty database on a [`MariaDb`].
@@ -116,6 +118,23 @@ impl MariaDb {
 
     /// [`MariaDb::start`] with `options`.
     pub fn start_with(options: MariaDbOptions) -> Result<MariaDb, HarnessError> {
+        MariaDb::start_inner(options, false)
+    }
+
+    /// A server that also takes TLS sessions: a CA and a server certificate
+    /// for `localhost` and `127.0.0.1` are made with `openssl` in its
+    /// directory ([`MariaDb::ca_cert`]) and given to `mariadbd`
+    /// (`ssl_ca`, `ssl_cert`, `ssl_key`). Plain sessions are accepted too.
+    pub fn start_tls() -> Result<MariaDb, HarnessError> {
+        MariaDb::start_inner(MariaDbOptions::default(), true)
+    }
+
+    /// The CA certificate (PEM) of a [`MariaDb::start_tls`] server.
+    pub fn ca_cert(&self) -> Option<&Path> {
+        self.ca_cert.as_deref()
+    }
+
+    fn start_inner(mut options: MariaDbOptions, tls: bool) -> Result<MariaDb, HarnessError> {
         for (name, value) in &options.settings {
             let ok = !name.is_empty()
                 && name
@@ -142,9 +161,27 @@ impl MariaDb {
             server: None,
             keep,
             watchdog: None,
+            ca_cert: None,
         };
         if !keep {
             server.watchdog = Some(spawn_watchdog(&server.dir)?);
+        }
+        if tls {
+            let files = crate::tls::TlsFiles::create(
+                &server.dir,
+                &crate::tls::TlsOptions::default(),
+                None,
+            )?;
+            for (name, file) in [
+                ("ssl_ca", &files.ca_cert),
+                ("ssl_cert", &files.server_cert),
+                ("ssl_key", &files.server_key),
+            ] {
+                options
+                    .settings
+                    .push((name.into(), file.display().to_string()));
+            }
+            server.ca_cert = Some(files.ca_cert.clone());
         }
         // One more try on a fresh data directory before failing: a bootstrap
         // takes a second, and one failed bootstrap should not fail a run.

@@ -27,8 +27,14 @@
 //! above the end of every transaction before it, and at or above a
 //! snapshot's position exactly when the transaction is not in the
 //! snapshot. The engine stores the end position of the last transaction it
-//! applied; the stream reopens there (file and offset: the fallback the
-//! issue allows; GTID resume is not done yet, see below).
+//! applied; the stream reopens there (file and offset; GTID resume is not
+//! done yet, see below).
+//!
+//! # TLS
+//!
+//! The MySQL client's options as url parameters ([`MysqlTls`]): every
+//! session of the source (catalog reads, snapshots, the binlog) opens
+//! with them.
 //!
 //! # Snapshots
 //!
@@ -179,8 +185,7 @@
 //! applied position.
 //!
 //! Not done yet: GTID positions (MariaDB's domain-server-sequence,
-//! MySQL's executed set) for resuming on another server, TLS options,
-//! schema versions kept in the store keyed by position (the stream keeps
+//! MySQL's executed set) for resuming on another server, schema versions kept in the store keyed by position (the stream keeps
 //! the latest schema per table in memory, and seeds it from
 //! `information_schema` when it opens), following renamed tables. A
 //! column dropped and re-added while a table version is between the end
@@ -257,11 +262,147 @@ pub fn table_id(database: &str, table: &str) -> u32 {
 
 // ------------------------------------------------------------ sessions
 
+/// The MySQL client's TLS options, as query parameters of the url
+/// (`?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/mysql/ca.pem`): `ssl-mode`
+/// `DISABLED` (the default), `REQUIRED` (TLS, the certificate not
+/// checked), `VERIFY_CA` (checked against `ssl-ca`), `VERIFY_IDENTITY`
+/// (and the host name); `ssl-cert` with `ssl-key` for a client
+/// certificate. Only `ssl-ca` is trusted (no built-in roots).
+/// `PREFERRED`, the MySQL client's default, is refused: the binlog
+/// reader cannot fall back to plain TCP, so it would mean TLS or nothing
+/// without saying which.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct MysqlTls {
+    mode: Option<String>,
+    ca: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+}
+
+/// Splits the TLS parameters off `url`: the url mysql_async reads, and the
+/// TLS options.
+fn split_tls(url: &str) -> std::result::Result<(String, MysqlTls), String> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_string(), MysqlTls::default()));
+    };
+    let mut tls = MysqlTls::default();
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value);
+        let slot = match key.to_ascii_lowercase().replace('_', "-").as_str() {
+            "ssl-mode" => &mut tls.mode,
+            "ssl-ca" => &mut tls.ca,
+            "ssl-cert" => &mut tls.cert,
+            "ssl-key" => &mut tls.key,
+            _ => {
+                rest.push(pair);
+                continue;
+            }
+        };
+        if value.is_empty() {
+            return Err(format!("{key} has no value"));
+        }
+        *slot = Some(value);
+    }
+    let url = if rest.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((url, tls))
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(b) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl MysqlTls {
+    /// mysql_async's TLS options, or `None` for plain TCP.
+    fn ssl_opts(&self) -> std::result::Result<Option<mysql_async::SslOpts>, String> {
+        let mode = self
+            .mode
+            .as_deref()
+            .map(str::to_ascii_uppercase)
+            .unwrap_or_else(|| "DISABLED".into());
+        let (verify_chain, verify_name) = match mode.as_str() {
+            "DISABLED" => {
+                if self.ca.is_some() || self.cert.is_some() || self.key.is_some() {
+                    return Err("ssl-ca, ssl-cert and ssl-key need ssl-mode=REQUIRED, VERIFY_CA or VERIFY_IDENTITY".into());
+                }
+                return Ok(None);
+            }
+            "PREFERRED" => {
+                return Err("ssl-mode=PREFERRED is not supported (the binlog reader cannot fall back to plain TCP); say REQUIRED, VERIFY_CA or VERIFY_IDENTITY, or DISABLED".into());
+            }
+            "REQUIRED" => (false, false),
+            "VERIFY_CA" => (true, false),
+            "VERIFY_IDENTITY" => (true, true),
+            other => {
+                return Err(format!(
+                    "ssl-mode={other} is not one of DISABLED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY"
+                ));
+            }
+        };
+        if verify_chain && self.ca.is_none() {
+            return Err(format!(
+                "ssl-mode={mode} needs ssl-ca, the PEM file of the CA certificates to check the server's certificate against"
+            ));
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err("ssl-cert and ssl-key go together: give both or neither".into());
+        }
+        // mysql_async builds rustls configurations with the process's
+        // default provider; two are compiled in, so name one.
+        let _ = tokio_rustls::rustls::crypto::CryptoProvider::install_default(
+            tokio_rustls::rustls::crypto::ring::default_provider(),
+        );
+        let path = |p: &str| std::path::PathBuf::from(p).into();
+        let mut opts = mysql_async::SslOpts::default()
+            .with_disable_built_in_roots(true)
+            .with_danger_accept_invalid_certs(!verify_chain)
+            .with_danger_skip_domain_validation(!verify_name);
+        if let Some(ca) = &self.ca {
+            opts = opts.with_root_certs(vec![path(ca)]);
+        }
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            opts = opts.with_client_identity(Some(mysql_async::ClientIdentity::new(
+                path(cert),
+                path(key),
+            )));
+        }
+        Ok(Some(opts))
+    }
+}
+
 /// The connection's options: its url, never connecting through a socket
-/// it was not given.
+/// it was not given, with the TLS options of [`MysqlTls`].
 fn opts(name: &str, connection: &Connection) -> Result<Opts> {
-    let opts = Opts::from_url(connection.url()).map_err(|e| {
-        let why = match e {
+    let bad = |why: String| PipelineError::Config {
+        message: format!(
+            "connection \"{name}\" ({}): {why}; write it as mysql://user:password@host:port/database[?ssl-mode=VERIFY_IDENTITY&ssl-ca=/path/ca.pem]",
+            connection.redacted()
+        ),
+    };
+    let (url, tls) = split_tls(connection.url()).map_err(bad)?;
+    let opts = Opts::from_url(&url).map_err(|e| {
+        bad(match e {
             mysql_async::UrlError::UnknownParameter { param } => {
                 format!("unknown parameter \"{param}\"")
             }
@@ -269,15 +410,13 @@ fn opts(name: &str, connection: &Connection) -> Result<Opts> {
                 format!("scheme \"{scheme}\" is not mysql")
             }
             _ => "it cannot be read".to_string(),
-        };
-        PipelineError::Config {
-            message: format!(
-                "connection \"{name}\" ({}): {why}; write it as mysql://user:password@host:port/database",
-                connection.redacted()
-            ),
-        }
+        })
     })?;
-    Ok(OptsBuilder::from_opts(opts).prefer_socket(false).into())
+    let ssl = tls.ssl_opts().map_err(bad)?;
+    Ok(OptsBuilder::from_opts(opts)
+        .prefer_socket(false)
+        .ssl_opts(ssl)
+        .into())
 }
 
 fn target(connection: &Connection) -> String {
