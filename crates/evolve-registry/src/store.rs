@@ -265,15 +265,17 @@ fn sqlite_open_error(path: &Path, e: &rusqlite::Error) -> String {
 /// concurrent append at the same offset into a conflict.
 pub struct PostgresLog {
     target: String,
-    client: Client,
+    url: String,
+    /// The session; replaced by a new one when the server closed it.
+    client: Mutex<Arc<Client>>,
+    /// Held while a new session is opened, so one caller opens it.
+    reconnecting: tokio::sync::Mutex<()>,
 }
 
 impl PostgresLog {
     pub async fn open(url: &str) -> Result<PostgresLog, StoreError> {
         let target = evolve_pg::redact_url(url);
-        let client = evolve_pg::connect(url, "evolve registry")
-            .await
-            .map_err(|e| StoreError(pg_connect_error(&target, &e)))?;
+        let client = pg_session(url, &target).await?;
         client
             .batch_execute(
                 "CREATE TABLE IF NOT EXISTS evolve_registry_log (
@@ -284,8 +286,37 @@ impl PostgresLog {
             )
             .await
             .map_err(|e| pg_error(&target, e))?;
-        Ok(PostgresLog { target, client })
+        Ok(PostgresLog {
+            target,
+            url: url.to_string(),
+            client: Mutex::new(Arc::new(client)),
+            reconnecting: tokio::sync::Mutex::new(()),
+        })
     }
+
+    /// The session, a new one when the server closed the last (a restart,
+    /// a failover, an administrator's `pg_terminate_backend`).
+    async fn session(&self) -> Result<Arc<Client>, StoreError> {
+        let current = Arc::clone(&self.client.lock().unwrap_or_else(|p| p.into_inner()));
+        if !current.is_closed() {
+            return Ok(current);
+        }
+        let _one = self.reconnecting.lock().await;
+        let current = Arc::clone(&self.client.lock().unwrap_or_else(|p| p.into_inner()));
+        if !current.is_closed() {
+            return Ok(current);
+        }
+        let fresh = Arc::new(pg_session(&self.url, &self.target).await?);
+        *self.client.lock().unwrap_or_else(|p| p.into_inner()) = Arc::clone(&fresh);
+        tracing::warn!(store = %self.target, "the registry store's session was closed; reconnected");
+        Ok(fresh)
+    }
+}
+
+async fn pg_session(url: &str, target: &str) -> Result<Client, StoreError> {
+    evolve_pg::connect(url, "evolve registry")
+        .await
+        .map_err(|e| StoreError(pg_connect_error(target, &e)))
 }
 
 /// Why the PostgreSQL store cannot be reached: once, on one line, naming
@@ -321,14 +352,21 @@ fn one_line(text: &str) -> String {
 
 impl Log for PostgresLog {
     async fn read_after(&self, offset: i64) -> Result<Vec<(i64, Record)>, StoreError> {
-        let rows = self
-            .client
-            .query(
-                "SELECT log_offset, key, value FROM evolve_registry_log WHERE log_offset > $1 ORDER BY log_offset",
-                &[&offset],
-            )
-            .await
-            .map_err(|e| pg_error(&self.target, e))?;
+        let read = async |client: &Client| {
+            client
+                .query(
+                    "SELECT log_offset, key, value FROM evolve_registry_log WHERE log_offset > $1 ORDER BY log_offset",
+                    &[&offset],
+                )
+                .await
+        };
+        let client = self.session().await?;
+        let rows = match read(&client).await {
+            // The session was lost under the read: once more on a new one.
+            Err(_) if client.is_closed() => read(&*self.session().await?).await,
+            other => other,
+        }
+        .map_err(|e| pg_error(&self.target, e))?;
         decode_rows(
             rows.into_iter()
                 .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -342,15 +380,24 @@ impl Log for PostgresLog {
         let values: Vec<Option<String>> = records.iter().map(Record::value_json).collect();
         // The offset just after `after` must be free and `after` must exist
         // (or be 0): a writer that missed records cannot append past them.
-        let result = self
-            .client
-            .execute(
-                "INSERT INTO evolve_registry_log (log_offset, key, value)
-                 SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[])
-                 WHERE $4::bigint = (SELECT coalesce(max(log_offset), 0) FROM evolve_registry_log)",
-                &[&offsets, &keys, &values, &after],
-            )
-            .await;
+        let insert = async |client: &Client| {
+            client
+                .execute(
+                    "INSERT INTO evolve_registry_log (log_offset, key, value)
+                     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[])
+                     WHERE $4::bigint = (SELECT coalesce(max(log_offset), 0) FROM evolve_registry_log)",
+                    &[&offsets, &keys, &values, &after],
+                )
+                .await
+        };
+        let client = self.session().await?;
+        // A session lost under the insert may or may not have committed it:
+        // once more on a new one, which appends nothing if it had (the log
+        // no longer ends at `after`), and the caller reads it back.
+        let result = match insert(&client).await {
+            Err(_) if client.is_closed() => insert(&*self.session().await?).await,
+            other => other,
+        };
         match result {
             Ok(n) => Ok(n as usize == records.len()),
             Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {

@@ -146,3 +146,37 @@ async fn contexts_and_data_contracts_persist_in_postgres() {
         Some(2)
     );
 }
+
+/// The server ends the registry's session (as a restart or an
+/// administrator's `pg_terminate_backend` does): the next read and the
+/// next registration open a new session instead of failing from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_the_server_closed_is_opened_again() {
+    let db = evolve_test::fresh_db("registry_reconnect").await;
+    let log = PostgresLog::open(&db.url).await.expect("postgres log");
+    let admin = evolve_pg::connect(&db.url, "evolve test").await.unwrap();
+    let terminate = async || -> i64 {
+        admin
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE application_name = 'evolve registry' AND datname = current_database()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let registry = Arc::new(
+        Registry::open(Storage::Postgres(log), Settings::default())
+            .await
+            .expect("registry"),
+    );
+    assert_eq!(register(&registry, "s", &record_schema("a")).await, (1, 1));
+    assert_eq!(terminate().await, 1, "the registry's one session");
+    // Let the client notice the closed connection.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(register(&registry, "s", &record_schema("b")).await, (2, 2));
+    assert_eq!(terminate().await, 1, "a new session was opened");
+    let other = PostgresLog::open(&db.url).await.expect("postgres log");
+    assert_eq!(other.read_after(0).await.unwrap().len(), 2);
+}
