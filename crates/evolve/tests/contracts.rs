@@ -31,6 +31,28 @@ async fn contracts_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("contracts JSON")
 }
 
+/// `evolve VERB --database-url DB --dir DIR --pipeline ADMIN EXTRA...`
+/// (VERB `plan` or `migrate apply`).
+async fn against_pipeline(
+    verb: &[&str],
+    db: &str,
+    dir: &std::path::Path,
+    admin: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let mut args = verb.to_vec();
+    args.extend([
+        "--database-url",
+        db,
+        "--dir",
+        dir.to_str().unwrap(),
+        "--pipeline",
+        admin,
+    ]);
+    args.extend_from_slice(extra);
+    support::evolve(&args).await
+}
+
 /// `consumer -> [field or field::cast]` of interface `orders_json`.
 fn reads(answer: &Value) -> Vec<(String, Vec<String>)> {
     let interface = answer["interfaces"]
@@ -194,17 +216,7 @@ async fn consumers_views_matviews_and_subscribers_are_found_and_breaking_files_r
                 std::fs::remove_file(f.unwrap().path()).unwrap();
             }
             std::fs::write(migrations.join(file), sql).unwrap();
-            let out = support::evolve(&[
-                "migrate",
-                "apply",
-                "--database-url",
-                &db,
-                "--dir",
-                migrations.to_str().unwrap(),
-                "--pipeline",
-                &admin,
-            ])
-            .await;
+            let out = against_pipeline(&["migrate", "apply"], &db, &migrations, &admin, &[]).await;
             let stderr = text(&out.stderr);
             assert!(
                 !out.status.success(),
@@ -258,33 +270,20 @@ async fn consumers_views_matviews_and_subscribers_are_found_and_breaking_files_r
         "ALTER TABLE orders DROP COLUMN customer;\n",
     )
     .unwrap();
-    let out = support::evolve(&[
-        "plan",
-        "--database-url",
-        &db,
-        "--dir",
-        migrations.to_str().unwrap(),
-        "--pipeline",
-        &admin,
-    ])
-    .await;
+    let out = against_pipeline(&["plan"], &db, &migrations, &admin, &[]).await;
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
     assert!(
         stdout.contains("  contract   breaks: the file drops column public.orders.customer, and view public.order_totals"),
         "{stdout}"
     );
-    let out = support::evolve(&[
-        "plan",
-        "--database-url",
+    let out = against_pipeline(
+        &["plan"],
         &db,
-        "--dir",
-        migrations.to_str().unwrap(),
-        "--pipeline",
+        &migrations,
         &admin,
-        "--allow-breaking-contract",
-        "customer",
-    ])
+        &["--allow-breaking-contract", "customer"],
+    )
     .await;
     assert!(
         out.status.success(),
@@ -327,17 +326,7 @@ async fn consumers_views_matviews_and_subscribers_are_found_and_breaking_files_r
         "ALTER TABLE orders DROP COLUMN note;\n",
     )
     .unwrap();
-    let out = support::evolve(&[
-        "migrate",
-        "apply",
-        "--database-url",
-        &db,
-        "--dir",
-        migrations.to_str().unwrap(),
-        "--pipeline",
-        &admin,
-    ])
-    .await;
+    let out = against_pipeline(&["migrate", "apply"], &db, &migrations, &admin, &[]).await;
     assert!(
         out.status.success(),
         "{}{}",
@@ -350,18 +339,13 @@ async fn consumers_views_matviews_and_subscribers_are_found_and_breaking_files_r
         "ALTER TABLE orders DROP COLUMN tag;\n",
     )
     .unwrap();
-    let out = support::evolve(&[
-        "migrate",
-        "apply",
-        "--database-url",
+    let out = against_pipeline(
+        &["migrate", "apply"],
         &db,
-        "--dir",
-        migrations.to_str().unwrap(),
-        "--pipeline",
+        &migrations,
         &admin,
-        "--allow-breaking-contract",
-        "orders_json.tag",
-    ])
+        &["--allow-breaking-contract", "orders_json.tag"],
+    )
     .await;
     assert!(
         out.status.success(),
