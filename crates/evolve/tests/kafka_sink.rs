@@ -615,22 +615,24 @@ async fn avro_records_through_a_tls_registry_read_by_confluents_client() {
     let hash = text(&hasher.wait_with_output().unwrap().stdout);
     let users = env.dir.join("users");
     std::fs::write(&users, format!("sink:{}", hash.trim())).unwrap();
-    let mut registry = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(["registry", "serve", "--listen", "127.0.0.1:0", "--storage"])
-        .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
-        .arg("--users")
-        .arg(&users)
-        .arg("--tls-cert")
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut registry = Killed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(["registry", "serve", "--listen", "127.0.0.1:0", "--storage"])
+            .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
+            .arg("--users")
+            .arg(&users)
+            .arg("--tls-cert")
+            .arg(&cert)
+            .arg("--tls-key")
+            .arg(&key)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
     std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(registry.stdout.take().unwrap()),
+        &mut std::io::BufReader::new(registry.0.stdout.take().unwrap()),
         &mut line,
     )
     .unwrap();
@@ -750,6 +752,15 @@ async fn avro_records_through_a_tls_registry_read_by_confluents_client() {
         shown.contains("topic 'orders_avro_u' (avro, upsert)"),
         "{shown}"
     );
-    let _ = registry.kill();
-    let _ = registry.wait();
+    drop(registry);
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
