@@ -11,80 +11,25 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::mysql::*;
 use common::*;
 use evolve_pipeline::drift::{DriftRow, Signal, TypeChange};
 use evolve_pipeline::poll::drift;
-use evolve_pipeline::{Config, ObjectKind, Pipeline, PipelineError, TableSpec, TableState};
-use evolve_test::{MariaDbDb, fresh_mariadb_db};
+use evolve_pipeline::{Config, ObjectKind, Pipeline, PipelineError, TableState};
 use mysql_async::prelude::Queryable;
 use tokio_postgres::Client;
 
 const CONVERGE: Duration = Duration::from_secs(30);
 const APPLY_WAIT: Duration = Duration::from_secs(30);
 
-/// A MariaDB database with a source over it, a sink database and a state
-/// directory.
-struct MyEnv {
-    my: MariaDbDb,
-    sink: evolve_test::TestDb,
-    state: std::path::PathBuf,
-    config: Config,
-    source: String,
-}
-
-impl Drop for MyEnv {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.state);
-    }
-}
-
-async fn my_env(hint: &str) -> MyEnv {
-    let hint_owned = hint.to_string();
-    let my = tokio::task::spawn_blocking(move || fresh_mariadb_db(&hint_owned))
-        .await
-        .unwrap();
-    let sink_cluster = tokio::task::spawn_blocking(sink_cluster).await.unwrap();
-    let sink = sink_cluster.create_database(hint).await.unwrap();
-    let state = std::env::temp_dir().join(format!(
-        "evolve-mysql-absorb-{}-{}",
-        std::process::id(),
-        my.name
-    ));
-    let _ = std::fs::remove_dir_all(&state);
-    let config = Config::new(&state)
-        .with_connection("my", my.url.clone())
-        .with_connection("sink", sink.url.clone());
-    MyEnv {
-        source: format!("src_{}", my.name),
-        my,
-        sink,
-        state,
-        config,
-    }
-}
-
-async fn my_conn(url: &str) -> mysql_async::Conn {
-    mysql_async::Conn::new(mysql_async::Opts::from_url(url).unwrap())
-        .await
-        .unwrap()
-}
+/// Where each test's state directory goes ([`my_env`]).
+const STATE: &str = "evolve-mysql-absorb";
 
 /// Runs `sql` (one or more statements) upstream.
 async fn run(my: &mut mysql_async::Conn, sql: &str) {
     my.query_drop(sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-fn spec(env: &MyEnv, name: &str, table: &str, exclude: &[&str]) -> TableSpec {
-    TableSpec {
-        name: name.into(),
-        source: env.source.clone(),
-        schema: env.my.name.clone(),
-        table: table.into(),
-        exclude: exclude.iter().map(|s| s.to_string()).collect(),
-        ..TableSpec::default()
-    }
 }
 
 /// The source (once), and for each name: table `<name>_v1`, interface
@@ -97,23 +42,7 @@ async fn create_all(pipeline: &Pipeline, env: &MyEnv, sink: &Client, names: &[&s
             .unwrap();
     }
     for name in names {
-        pipeline
-            .create_table(&spec(env, &format!("{name}_v1"), name, &[]))
-            .await
-            .unwrap();
-        pipeline
-            .create_interface(&format!("{name}_json"), &format!("{name}_v1"))
-            .unwrap();
-        pipeline
-            .create_sink(
-                &format!("{name}_sink"),
-                &format!("{name}_json"),
-                "sink",
-                "public",
-                &format!("{name}_json"),
-            )
-            .await
-            .unwrap();
+        create_chain(pipeline, env, name).await;
         audit_sink(sink, &format!("{name}_json")).await;
     }
 }
@@ -275,7 +204,7 @@ async fn high_priority(sink: &Client) -> i64 {
 /// column, and a subscriber sees them all at the swap's position.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_added_upstream_is_absorbed() {
-    let env = my_env("my_absorb_add").await;
+    let env = my_env(STATE, "my_absorb_add").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     run(
@@ -382,7 +311,7 @@ async fn a_column_added_upstream_is_absorbed() {
 /// then nothing for the interface.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planned_drop_changes_only_rows_with_a_value() {
-    let env = my_env("my_absorb_drop").await;
+    let env = my_env(STATE, "my_absorb_drop").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     run(
@@ -436,7 +365,7 @@ async fn a_planned_drop_changes_only_rows_with_a_value() {
 /// `(data->>'priority')::bigint` works at every step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_change_in_three_steps() {
-    let env = my_env("my_absorb_type").await;
+    let env = my_env(STATE, "my_absorb_type").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     run(
@@ -492,7 +421,7 @@ async fn a_type_change_in_three_steps() {
 /// document differs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unplanned_drop_stalls_one_table_and_a_replacement_recovers() {
-    let env = my_env("my_absorb_unplanned").await;
+    let env = my_env(STATE, "my_absorb_unplanned").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     run(
@@ -586,7 +515,7 @@ async fn wait_reads(pipeline: &Pipeline, table: &str) {
 /// dropped, and the consumer's query answers throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absorb_auto_runs_the_flows_itself() {
-    let env = my_env("my_absorb_auto").await;
+    let env = my_env(STATE, "my_absorb_auto").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     run(
@@ -655,7 +584,7 @@ async fn absorb_auto_runs_the_flows_itself() {
 ///   column; a new version recovers, one write per row that had a value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncate_rename_column_and_a_readded_column() {
-    let env = my_env("my_absorb_outcomes").await;
+    let env = my_env(STATE, "my_absorb_outcomes").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     run(
@@ -753,7 +682,7 @@ async fn truncate_rename_column_and_a_readded_column() {
 /// minimal diff (nothing for rows that did not change).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_table_and_drop_table() {
-    let env = my_env("my_absorb_tables").await;
+    let env = my_env(STATE, "my_absorb_tables").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     run(
@@ -865,7 +794,7 @@ fn strings(v: &[&str]) -> Vec<String> {
 /// keeps running throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_follows_the_upstream_catalog_and_binlog() {
-    let env = my_env("my_drift").await;
+    let env = my_env(STATE, "my_drift").await;
     let mut my = my_conn(&env.my.url).await;
     let db = env.my.name.clone();
     run(
@@ -1073,7 +1002,7 @@ async fn drift_follows_the_upstream_catalog_and_binlog() {
 /// after that replays nothing (the statement's position is applied).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_readded_while_stopped_is_detected_after_the_restart() {
-    let env = my_env("my_absorb_restart").await;
+    let env = my_env(STATE, "my_absorb_restart").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     run(
@@ -1118,7 +1047,7 @@ async fn a_column_readded_while_stopped_is_detected_after_the_restart() {
 /// nothing applied; after the GRANT the same APPLY swaps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_without_the_marker_privileges_says_which_grant() {
-    let env = my_env("my_absorb_grant").await;
+    let env = my_env(STATE, "my_absorb_grant").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     run(

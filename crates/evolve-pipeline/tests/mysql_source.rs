@@ -11,86 +11,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::mysql::*;
 use common::*;
 use evolve_pipeline::{Config, Pipeline, TableSpec, TableState};
-use evolve_test::{MariaDb, MariaDbDb, MariaDbOptions, fresh_mariadb_db};
+use evolve_test::{MariaDb, MariaDbOptions};
 use mysql_async::prelude::Queryable;
 use tokio_postgres::Client;
 
-/// A MariaDB database with a source over it, a sink database and a state
-/// directory.
-struct MyEnv {
-    my: MariaDbDb,
-    sink: evolve_test::TestDb,
-    state: std::path::PathBuf,
-    config: Config,
-    source: String,
-}
-
-impl Drop for MyEnv {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.state);
-    }
-}
-
-async fn my_env(hint: &str) -> MyEnv {
-    let hint_owned = hint.to_string();
-    let my = tokio::task::spawn_blocking(move || fresh_mariadb_db(&hint_owned))
-        .await
-        .unwrap();
-    let sink_cluster = tokio::task::spawn_blocking(sink_cluster).await.unwrap();
-    let sink = sink_cluster.create_database(hint).await.unwrap();
-    let state = std::env::temp_dir().join(format!(
-        "evolve-mysql-test-{}-{}",
-        std::process::id(),
-        my.name
-    ));
-    let _ = std::fs::remove_dir_all(&state);
-    let config = Config::new(&state)
-        .with_connection("my", my.url.clone())
-        .with_connection("sink", sink.url.clone());
-    MyEnv {
-        source: format!("src_{}", my.name),
-        my,
-        sink,
-        state,
-        config,
-    }
-}
-
-async fn my_conn(url: &str) -> mysql_async::Conn {
-    mysql_async::Conn::new(mysql_async::Opts::from_url(url).unwrap())
-        .await
-        .unwrap()
-}
-
-/// Table `<name>_v1` over `<db>.<name>`, interface `<name>_json`, sink
-/// `<name>_sink` into `public.<name>_json`.
-async fn create_chain(pipeline: &Pipeline, env: &MyEnv, name: &str) {
-    pipeline
-        .create_table(&TableSpec {
-            name: format!("{name}_v1"),
-            source: env.source.clone(),
-            schema: env.my.name.clone(),
-            table: name.to_string(),
-            ..TableSpec::default()
-        })
-        .await
-        .unwrap();
-    pipeline
-        .create_interface(&format!("{name}_json"), &format!("{name}_v1"))
-        .unwrap();
-    pipeline
-        .create_sink(
-            &format!("{name}_sink"),
-            &format!("{name}_json"),
-            "sink",
-            "public",
-            &format!("{name}_json"),
-        )
-        .await
-        .unwrap();
-}
+/// Where each test's state directory goes ([`my_env`]).
+const STATE: &str = "evolve-mysql-test";
 
 /// Waits until table `name` is running; panics with every object's
 /// status after `timeout`.
@@ -207,7 +136,7 @@ async fn mirror(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_then_binlog_inserts_updates_deletes_reach_the_sink_exactly() {
-    let env = my_env("mysql_stream").await;
+    let env = my_env(STATE, "mysql_stream").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     my.query_drop(
@@ -327,7 +256,7 @@ async fn snapshot_then_binlog_inserts_updates_deletes_reach_the_sink_exactly() {
 /// binlog, are PostgreSQL's `to_jsonb` text byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_mapped_type_gives_postgres_to_jsonb_from_snapshot_and_binlog() {
-    let env = my_env("mysql_types").await;
+    let env = my_env(STATE, "mysql_types").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     my.query_drop("SET time_zone = '+00:00'").await.unwrap();
@@ -561,7 +490,7 @@ fn kill(child: &mut Guard, signal: i32) {
 /// counts them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_resumes_from_the_binlog_position_without_loss_or_duplicates() {
-    let env = my_env("mysql_crash").await;
+    let env = my_env(STATE, "mysql_crash").await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     my.query_drop("CREATE TABLE k (id int PRIMARY KEY, n int NOT NULL, pad varchar(60))")
@@ -774,7 +703,7 @@ async fn create_source_refuses_statement_binlogs_and_missing_privileges() {
 /// column type without a mapping unless it is excluded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_table_refuses_tables_without_a_primary_key() {
-    let env = my_env("mysql_nopk").await;
+    let env = my_env(STATE, "mysql_nopk").await;
     let mut my = my_conn(&env.my.url).await;
     my.query_drop(
         "CREATE TABLE heap (id int, note text); \
@@ -924,7 +853,7 @@ async fn a_purged_binlog_position_stalls_the_source_with_the_way_out() {
 /// database.table)`, and the drops, which leave nothing upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_statements_run_through_the_admin_api() {
-    let env = my_env("mysql_sql").await;
+    let env = my_env(STATE, "mysql_sql").await;
     let mut my = my_conn(&env.my.url).await;
     my.query_drop("CREATE TABLE t (id bigint unsigned PRIMARY KEY, v json)")
         .await

@@ -13,6 +13,7 @@ mod coordinate;
 mod migrate;
 mod mysql;
 mod pipeline;
+mod stage;
 
 use crate::cli::{DemoArgs, Tour};
 use crate::output::Out;

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod mysql;
+
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

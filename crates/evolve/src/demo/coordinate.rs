@@ -46,12 +46,12 @@ impl Coordinator for InProcess {
 
     fn execute<'a>(&'a self, statement: &'a str) -> CoordinatorFuture<'a, ()> {
         Box::pin(async move {
-            let _ = super::pipeline::say(format!("evolve=> {statement};"));
+            let _ = super::stage::say(format!("evolve=> {statement};"));
             let response = admin::execute(&self.pipeline, statement).await;
             match response.error {
                 None => {
                     for r in &response.results {
-                        let _ = super::pipeline::say(&r.status);
+                        let _ = super::stage::say(&r.status);
                     }
                     Ok(())
                 }
@@ -71,7 +71,7 @@ impl Coordinator for InProcess {
                 let tables = self.pipeline.tables().map_err(|e| e.primary())?;
                 match tables.iter().find(|t| t.name == r.table) {
                     Some(t) if t.state == TableState::Running => {
-                        let _ = super::pipeline::say(format!(
+                        let _ = super::stage::say(format!(
                             "  {} hydrated while the load went on: {} rows copied ({:.1} s)",
                             t.name,
                             t.rows_copied,

@@ -27,36 +27,19 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, anyhow, bail};
 use evolve_pg::{Client, quote_ident};
-use evolve_pipeline::admin;
 use evolve_pipeline::source::mysql::mysql_async::{self, prelude::Queryable};
-use evolve_pipeline::{Config, Pipeline, PipelineError, TableState};
+use evolve_pipeline::{Config, Pipeline, TableState};
 use evolve_test::{Cluster, MariaDb};
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::Mutex as AsyncMutex;
 
-use super::pipeline::say;
-
-const ORDERS: i64 = 3_000;
-const CUSTOMERS: i64 = 200;
-const LOAD_INTERVAL: Duration = Duration::from_millis(15);
-const WAIT: Duration = Duration::from_secs(30);
-const ABSORB_WAIT: Duration = Duration::from_secs(30);
-const SETTLE: Duration = Duration::from_millis(300);
-const POLL: Duration = Duration::from_millis(50);
-const LOAD_GOES_ON: Duration = Duration::from_millis(1500);
-
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
-
-/// The interface query over `table`.
-fn interface_query(table: &str) -> String {
-    format!("SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) AS data FROM {table} t")
-}
+use super::stage::{
+    self, ABSORB_WAIT, Background, CUSTOMERS, Diff, LOAD_GOES_ON, LOAD_INTERVAL, ORDERS, Paused,
+    Rng, Stage, Upstream, say, secs,
+};
 
 pub async fn run(keep: bool) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -125,23 +108,7 @@ pub async fn run(keep: bool) -> anyhow::Result<()> {
         ..
     } = outcome?;
     failures.extend(stop_errors);
-    let total = secs(started.elapsed());
-    if failures.is_empty() {
-        say(format!("all {checks} checks passed in {total}"))?;
-        return Ok(());
-    }
-    say(format!(
-        "{} of {checks} checks failed ({total}):",
-        failures.len()
-    ))?;
-    for f in &failures {
-        say(format!("  ✗ {f}"))?;
-    }
-    bail!(
-        "the demo failed: {} expectation(s) not met, first: {}",
-        failures.len(),
-        failures[0]
-    )
+    stage::report(started, checks, &failures)
 }
 
 struct Outcome {
@@ -164,51 +131,14 @@ async fn tour(
     t.flow_5().await?;
     t.finish(background).await?;
     Ok(Outcome {
-        checks: t.checks,
-        failures: t.failures,
+        checks: t.stage.checks,
+        failures: t.stage.failures,
         database: t.database,
         sink_url: t.sink_url,
     })
 }
 
 // ----------------------------------------------------------- background
-
-#[derive(Default)]
-struct Background {
-    stop_load: Arc<AtomicBool>,
-    load: Option<JoinHandle<()>>,
-    pipeline_stop: Option<oneshot::Sender<()>>,
-    pipeline: Option<JoinHandle<Result<(), PipelineError>>>,
-}
-
-impl Background {
-    async fn stop_load(&mut self) {
-        self.stop_load.store(true, Ordering::SeqCst);
-        if let Some(load) = self.load.take() {
-            let _ = load.await;
-        }
-    }
-
-    async fn stop(&mut self) -> Vec<String> {
-        let mut errors = Vec::new();
-        self.stop_load().await;
-        if let Some(stop) = self.pipeline_stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(mut pipeline) = self.pipeline.take() {
-            match tokio::time::timeout(Duration::from_secs(20), &mut pipeline).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => errors.push(format!("the pipeline failed: {e}")),
-                Ok(Err(e)) => errors.push(format!("the pipeline task failed: {e}")),
-                Err(_) => {
-                    pipeline.abort();
-                    errors.push("the pipeline did not stop within 20 s".into());
-                }
-            }
-        }
-        errors
-    }
-}
 
 #[derive(Default)]
 struct Load {
@@ -223,16 +153,8 @@ struct Load {
 /// visits.
 async fn write_load(mut conn: mysql_async::Conn, load: Arc<Load>, stop: Arc<AtomicBool>) {
     const STATUSES: [&str; 3] = ["open", "paid", "shipped"];
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
-        | 1;
-    let mut below = |n: i64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n.max(1) as u64) as i64
-    };
+    let mut rng = Rng::new();
+    let mut below = |n: i64| rng.below(n as u64) as i64;
     let mut next_id = ORDERS + 1;
     while !stop.load(Ordering::SeqCst) {
         {
@@ -284,27 +206,13 @@ async fn write_load(mut conn: mysql_async::Conn, load: Arc<Load>, stop: Arc<Atom
 
 // ----------------------------------------------------------------- tour
 
-struct Paused {
-    _guard: OwnedMutexGuard<()>,
-}
-
-/// How the sink compares with the upstream over some columns.
-#[derive(Clone, Copy, Debug, Default)]
-struct Diff {
-    upstream: i64,
-    sink: i64,
-    differing: i64,
-}
-
 struct Tour {
-    pipeline: Arc<Pipeline>,
+    /// The pipeline, the sink and the checks.
+    stage: Stage,
     my: mysql_async::Conn,
-    sink: Client,
     database: String,
     sink_url: String,
     load: Arc<Load>,
-    checks: u32,
-    failures: Vec<String>,
 }
 
 impl Tour {
@@ -338,14 +246,16 @@ impl Tour {
             .with_connection("sink_conn", sink_db.url.clone());
         let pipeline = Arc::new(Pipeline::open(config).context("opening the pipeline's state")?);
         let mut t = Tour {
-            pipeline,
+            stage: Stage::new(
+                pipeline,
+                sink,
+                db.name.clone(),
+                "the binlog from the snapshot's position",
+            ),
             my,
-            sink,
             database: db.name.clone(),
             sink_url: sink_db.url.clone(),
             load: Arc::new(Load::default()),
-            checks: 0,
-            failures: Vec::new(),
         };
 
         say("")?;
@@ -392,52 +302,21 @@ impl Tour {
         ))?;
         say("(mysql://..., the upstream) and sink_conn (the sink). Each statement below goes")?;
         say("through its SQL interface, as with `evolve sql`.")?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let pipeline = t.pipeline.clone();
-        background.pipeline_stop = Some(stop);
-        background.pipeline = Some(tokio::spawn(async move {
-            evolve_pipeline::absorb::run_with(&pipeline, async {
-                let _ = stopped.await;
-            })
-            .await
-        }));
-        t.control("CREATE SOURCE shop FROM MYSQL CONNECTION my_conn")
+        background.spawn_pipeline(t.stage.pipeline.clone());
+        t.stage
+            .control("CREATE SOURCE shop FROM MYSQL CONNECTION my_conn")
             .await?;
-        for name in ["orders", "customers"] {
-            t.control(&format!(
-                "CREATE TABLE {name}_v1 FROM SOURCE shop (REFERENCE {}.{name})",
-                t.database
-            ))
-            .await?;
-            t.control(&format!(
-                "CREATE MATERIALIZED VIEW {name}_json AS {}",
-                interface_query(&format!("{name}_v1"))
-            ))
-            .await?;
-            t.control(&format!(
-                "CREATE SINK {name}_sink FROM {name}_json INTO POSTGRES CONNECTION sink_conn \
-                 (TABLE 'public.{name}_json')"
-            ))
-            .await?;
-        }
+        t.stage.create_interfaces().await?;
         say("")?;
         say("On the sink, a trigger counts every write into each sink table.")?;
         for name in ["orders_json", "customers_json"] {
-            audit(&t.sink, name).await?;
+            stage::audit(&t.stage.sink, name, false).await?;
             say(format!(
                 "sink=# CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON {name} ...  -- into {name}_audit"
             ))?;
         }
         let pause = t.pause().await?;
-        let (customers, orders) = t.caught_up(false).await?;
-        let orders = orders.unwrap_or_default();
-        t.check(
-            orders.differing == 0 && customers.differing == 0,
-            format!(
-                "orders_json ({} documents) and customers_json ({}) in the sink equal upstream",
-                orders.sink, customers.sink
-            ),
-        )?;
+        t.stage.check_hydrated(&mut t.my).await?;
         t.resume(pause)?;
         say(format!("  (setup: {})", secs(started.elapsed())))?;
         Ok(t)
@@ -451,38 +330,35 @@ impl Tour {
         say("Upstream adds orders.region and fills it for some rows. orders_v1 pinned its")?;
         say("columns when it was created; the binlog's table maps now carry region, which")?;
         say("orders_v1 ignores: it goes on ingesting.")?;
-        let before = self.audit("orders_json").await?;
+        let before = self.stage.audit("orders_json").await?;
         self.upstream("ALTER TABLE orders ADD COLUMN region varchar(10)")
             .await?;
         self.upstream(
             "UPDATE orders SET region = ELT(1 + id % 3, 'eu', 'us', 'apac') WHERE id % 10 = 0",
         )
         .await?;
-        tokio::time::sleep(LOAD_GOES_ON).await;
-        let writes = self.audit("orders_json").await? - before;
-        let state = self.table("orders_v1")?.state;
-        self.check(
-            writes > 0 && state == TableState::Running,
-            format!(
-                "ingestion goes on: orders_v1 is {}, orders_json received {writes} writes from the load since the ALTER",
-                state.as_str()
-            ),
-        )?;
-        self.drift().await?;
+        self.stage.check_ingestion_goes_on(before).await?;
+        self.stage.drift().await?;
         say("A new version with region is hydrated beside it (a consistent snapshot at its")?;
         say("binlog position, then the binlog from there), and swapped in at one position:")?;
         say("APPLY REPLACEMENT writes a row into evolve_markers upstream, and the swap")?;
         say("happens where the binlog carries it.")?;
-        self.replace("orders_v2", "").await?;
+        self.stage.replace("orders_v2", "").await?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
         let expected = self
             .count_upstream("SELECT COUNT(*) FROM orders WHERE region IS NOT NULL")
             .await?;
-        self.apply_counted("orders_v2", expected, "the rows with a region")
+        self.stage
+            .apply_counted(
+                &mut self.my,
+                "orders_v2",
+                expected,
+                "the rows with a region",
+            )
             .await?;
         self.resume(pause)?;
-        self.control("DROP TABLE orders_v1").await?;
+        self.stage.control("DROP TABLE orders_v1").await?;
         say(format!("  (flow 1: {})", secs(started.elapsed())))
     }
 
@@ -493,30 +369,39 @@ impl Tour {
         say("== flow 2: a planned drop")?;
         say("orders.note is to be dropped. First a version without it (EXCLUDE COLUMNS) is")?;
         say("swapped in; then the DROP COLUMN upstream is nothing for the interface.")?;
-        self.replace("orders_v3", " WITH (EXCLUDE COLUMNS (note))")
+        self.stage
+            .replace("orders_v3", " WITH (EXCLUDE COLUMNS (note))")
             .await?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
         let expected = self
             .count_upstream("SELECT COUNT(*) FROM orders WHERE note IS NOT NULL")
             .await?;
-        self.apply_counted("orders_v3", expected, "the rows that had a note")
+        self.stage
+            .apply_counted(
+                &mut self.my,
+                "orders_v3",
+                expected,
+                "the rows that had a note",
+            )
             .await?;
-        self.control("DROP TABLE orders_v2").await?;
-        let before = self.audit("orders_json").await?;
+        self.stage.control("DROP TABLE orders_v2").await?;
+        let before = self.stage.audit("orders_json").await?;
         self.upstream("ALTER TABLE orders DROP COLUMN note").await?;
         let changed = self
             .upstream("UPDATE orders SET status = 'paid' WHERE id <= 20 AND status <> 'paid'")
             .await?;
-        self.count_writes(
-            before,
-            "orders_v3",
-            changed as i64,
-            "the rows the UPDATE changed; the DROP COLUMN itself changed no document",
-        )
-        .await?;
-        let state = self.table("orders_v3")?.state;
-        self.check(
+        self.stage
+            .count_writes(
+                &mut self.my,
+                before,
+                "orders_v3",
+                changed as i64,
+                "the rows the UPDATE changed; the DROP COLUMN itself changed no document",
+            )
+            .await?;
+        let state = self.stage.table("orders_v3")?.state;
+        self.stage.check(
             state == TableState::Running,
             format!("orders_v3 is {} after the drop", state.as_str()),
         )?;
@@ -534,52 +419,27 @@ impl Tour {
         say("source's other table keeps flowing, and the sink keeps the last consistent state.")?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
-        let orders_before = self.audit("orders_json").await?;
-        let customers_before = self.audit("customers_json").await?;
+        let orders_before = self.stage.audit("orders_json").await?;
+        let customers_before = self.stage.audit("customers_json").await?;
         self.upstream("ALTER TABLE orders DROP COLUMN coupon")
             .await?;
         self.resume(pause)?;
-        let stalled_at = Instant::now();
-        let table = self
-            .wait_table("orders_v3", |t| t.state == TableState::Stalled)
-            .await?;
-        say(format!(
-            "  orders_v3 stalled after {}: {}",
-            secs(stalled_at.elapsed()),
-            table.error.as_deref().unwrap_or("(no error)")
-        ))?;
-        let status = admin::status(&self.pipeline)
-            .await
-            .context("reading the pipeline's status")?;
-        let interface = status
-            .objects
-            .iter()
-            .find(|o| o.name == "orders_json")
-            .ok_or_else(|| anyhow!("evolve status does not list orders_json"))?;
-        say(format!(
-            "  evolve status: materialized view orders_json is {}: {}",
-            interface.state,
-            interface.error.as_deref().unwrap_or("(no reason given)")
-        ))?;
-        self.check(
-            interface.state == "stale" && interface.error.is_some(),
-            format!("status says orders_json is {} and why", interface.state),
-        )?;
-        self.drift().await?;
+        self.stage.check_stalled("orders_v3").await?;
+        self.stage.drift().await?;
         self.upstream("UPDATE customers SET city = 'Porto' WHERE id = 7")
             .await?;
         tokio::time::sleep(LOAD_GOES_ON).await;
         let pause = self.pause().await?;
         let (customers, _) = self.caught_up(true).await?;
-        let orders_writes = self.audit("orders_json").await? - orders_before;
-        let customers_writes = self.audit("customers_json").await? - customers_before;
-        self.check(
+        let orders_writes = self.stage.audit("orders_json").await? - orders_before;
+        let customers_writes = self.stage.audit("customers_json").await? - customers_before;
+        self.stage.check(
             orders_writes == 0,
             format!(
                 "orders_json received {orders_writes} writes during the stall: the last consistent state"
             ),
         )?;
-        self.check(
+        self.stage.check(
             customers.differing == 0 && customers_writes > 0,
             format!(
                 "customers_json received {customers_writes} writes during the stall and equals upstream"
@@ -587,27 +447,29 @@ impl Tour {
         )?;
         self.resume(pause)?;
         say("The same replacement flow recovers: a version with today's columns.")?;
-        self.replace("orders_v4", "").await?;
+        self.stage.replace("orders_v4", "").await?;
         let pause = self.pause().await?;
         self.caught_up(true).await?;
-        let columns = self.document_columns("orders_v4")?;
-        let expected = self.diff("orders", &columns).await?;
+        let columns = self.stage.document_columns("orders_v4")?;
+        let expected = self.my.diff(&self.stage.sink, "orders", &columns).await?;
         say(format!(
             "  upstream documents that differ from the sink's stale ones: {} (rows that had a",
             expected.differing
         ))?;
         say("  coupon, and rows the load changed during the stall)")?;
-        self.apply_counted(
-            "orders_v4",
-            expected.differing,
-            &format!(
-                "the sink resumes without reprocessing: {} orders in all",
-                expected.upstream
-            ),
-        )
-        .await?;
+        self.stage
+            .apply_counted(
+                &mut self.my,
+                "orders_v4",
+                expected.differing,
+                &format!(
+                    "the sink resumes without reprocessing: {} orders in all",
+                    expected.upstream
+                ),
+            )
+            .await?;
         self.resume(pause)?;
-        self.control("DROP TABLE orders_v3").await?;
+        self.stage.control("DROP TABLE orders_v3").await?;
         say(format!("  (flow 4: {})", secs(started.elapsed())))
     }
 
@@ -618,12 +480,13 @@ impl Tour {
         say("== flow 5: ABSORB = 'auto'")?;
         say("The same flow, run by evolve itself: when drift appears it creates the next")?;
         say("version, hydrates it, applies it at a binlog marker and drops the old one.")?;
-        self.control("ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto')")
+        self.stage
+            .control("ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto')")
             .await?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
-        let before = self.audit("orders_json").await?;
-        let old = self.interface_table("orders_json")?;
+        let before = self.stage.audit("orders_json").await?;
+        let old = self.stage.interface_table("orders_json")?;
         self.upstream("ALTER TABLE orders ADD COLUMN priority int")
             .await?;
         self.upstream("UPDATE orders SET priority = 1 + id % 3 WHERE id % 25 = 0")
@@ -632,38 +495,21 @@ impl Tour {
             "  waiting for evolve to absorb it (at most {} s; the load stays paused) ...",
             ABSORB_WAIT.as_secs()
         ))?;
-        let waiting = Instant::now();
-        let new = loop {
-            let now_reads = self.interface_table("orders_json")?;
-            let old_exists = self.pipeline.tables()?.iter().any(|t| t.name == old);
-            if now_reads != old && !old_exists {
-                break Some(now_reads);
-            }
-            if waiting.elapsed() >= ABSORB_WAIT {
-                break None;
-            }
-            tokio::time::sleep(POLL).await;
-        };
-        let Some(new) = new else {
-            let now_reads = self.interface_table("orders_json")?;
-            self.check(
-                false,
-                format!(
-                    "evolve did not absorb the change within {} s (orders_json reads {now_reads})",
-                    ABSORB_WAIT.as_secs()
-                ),
-            )?;
+        let Some(new) = self.stage.wait_absorbed(&old).await? else {
             self.resume(pause)?;
             return Ok(());
         };
-        say(format!(
-            "  orders_json now reads {new}, and {old} is gone ({})",
-            secs(waiting.elapsed())
-        ))?;
         let expected = self
             .count_upstream("SELECT COUNT(*) FROM orders WHERE priority IS NOT NULL")
             .await?;
-        self.count_writes(before, &new, expected, "the rows with a priority")
+        self.stage
+            .count_writes(
+                &mut self.my,
+                before,
+                &new,
+                expected,
+                "the rows with a priority",
+            )
             .await?;
         self.resume(pause)?;
         say(format!("  (flow 5: {})", secs(started.elapsed())))
@@ -680,7 +526,7 @@ impl Tour {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        self.check(
+        self.stage.check(
             errors == 0,
             format!(
                 "the load ran {} transactions, {errors} errors{}",
@@ -688,51 +534,10 @@ impl Tour {
                 first.map(|e| format!(" (first: {e})")).unwrap_or_default()
             ),
         )?;
-        let customers = self
-            .converge("customers", &self.document_columns("customers_v1")?)
-            .await?;
-        let table = self.interface_table("orders_json")?;
-        let orders = self
-            .converge("orders", &self.document_columns(&table)?)
-            .await?;
-        self.check(
-            orders.differing == 0 && customers.differing == 0,
-            format!(
-                "orders_json ({} documents, {} differing) and customers_json ({}, {} differing) equal upstream",
-                orders.sink, orders.differing, customers.sink, customers.differing
-            ),
-        )
+        self.stage.check_equal_upstream(&mut self.my).await
     }
 
     // ------------------------------------------------------- statements
-
-    async fn control(&self, sql: &str) -> anyhow::Result<()> {
-        say(format!("evolve=> {sql};"))?;
-        let started = Instant::now();
-        let response = admin::execute(&self.pipeline, sql).await;
-        for result in &response.results {
-            if let Some(notice) = &result.notice {
-                say(format!("NOTICE:  {notice}"))?;
-            }
-            let took = started.elapsed();
-            if took >= Duration::from_millis(100) {
-                say(format!("{}   ({})", result.status, secs(took)))?;
-            } else {
-                say(&result.status)?;
-            }
-        }
-        let Some(error) = response.error else {
-            return Ok(());
-        };
-        say(format!("ERROR:  {}", error.message))?;
-        if let Some(detail) = &error.detail {
-            say(format!("DETAIL:  {detail}"))?;
-        }
-        if let Some(hint) = &error.hint {
-            say(format!("HINT:  {hint}"))?;
-        }
-        bail!("{sql} failed: {}", error.message)
-    }
 
     /// Runs one statement upstream, printed as the mariadb client does;
     /// the rows it affected.
@@ -747,214 +552,26 @@ impl Tour {
         Ok(n)
     }
 
-    async fn replace(&self, version: &str, options: &str) -> anyhow::Result<()> {
-        self.control(&format!(
-            "CREATE TABLE {version} FROM SOURCE shop (REFERENCE {}.orders){options}",
-            self.database
-        ))
-        .await?;
-        self.control(&format!(
-            "CREATE REPLACEMENT MATERIALIZED VIEW {} FOR orders_json AS {}",
-            replacement_name(version),
-            interface_query(version)
-        ))
-        .await?;
-        let started = Instant::now();
-        let table = self
-            .wait_table(version, |t| t.state == TableState::Running)
-            .await?;
-        say(format!(
-            "  {version} hydrated while the load went on: {} rows copied, then the binlog from the snapshot's position ({})",
-            table.rows_copied,
-            secs(started.elapsed())
-        ))
-    }
-
-    async fn apply_counted(
-        &mut self,
-        version: &str,
-        expected: i64,
-        what: &str,
-    ) -> anyhow::Result<()> {
-        let before = self.audit("orders_json").await?;
-        self.control(&format!(
-            "ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT {}",
-            replacement_name(version)
-        ))
-        .await?;
-        self.count_writes(before, version, expected, what).await
-    }
-
-    async fn count_writes(
-        &mut self,
-        before: i64,
-        version: &str,
-        expected: i64,
-        what: &str,
-    ) -> anyhow::Result<()> {
-        let columns = self.document_columns(version)?;
-        self.wait_converged("orders", &columns).await?;
-        tokio::time::sleep(SETTLE).await;
-        let writes = self.audit("orders_json").await? - before;
-        self.check(
-            writes == expected,
-            format!("downstream changes: {writes}   rows that really changed: {expected}"),
-        )?;
-        say(format!("    ({what})"))
-    }
-
     // ------------------------------------------------------------ waits
 
     async fn pause(&self) -> anyhow::Result<Paused> {
-        let guard = self.load.gate.clone().lock_owned().await;
-        say("  (load paused while the numbers are taken)")?;
-        Ok(Paused { _guard: guard })
+        stage::pause(&self.load.gate).await
     }
 
     fn resume(&mut self, pause: Paused) -> anyhow::Result<()> {
-        drop(pause);
-        say("  (load resumed)")
-    }
-
-    /// Waits until the sink has every change of the paused load (for a
-    /// stalled orders table: until its audit count holds still).
-    async fn caught_up(&mut self, orders_stalled: bool) -> anyhow::Result<(Diff, Option<Diff>)> {
-        let columns = self.document_columns("customers_v1")?;
-        let customers = self.wait_converged("customers", &columns).await?;
-        if !orders_stalled {
-            let table = self.interface_table("orders_json")?;
-            let columns = self.document_columns(&table)?;
-            let orders = self.wait_converged("orders", &columns).await?;
-            return Ok((customers, Some(orders)));
-        }
-        let started = Instant::now();
-        let mut count = self.audit("orders_json").await?;
-        loop {
-            tokio::time::sleep(SETTLE).await;
-            let now = self.audit("orders_json").await?;
-            if now == count {
-                return Ok((customers, None));
-            }
-            if started.elapsed() >= WAIT {
-                bail!("orders_json kept receiving writes while its table was stalled");
-            }
-            count = now;
-        }
-    }
-
-    async fn wait_converged(&mut self, table: &str, columns: &[String]) -> anyhow::Result<Diff> {
-        let diff = self.converge(table, columns).await?;
-        if diff.differing != 0 {
-            bail!(
-                "the sink table {table}_json did not catch up with upstream {table} within {} s: {} rows upstream, {} in the sink, {} differing",
-                WAIT.as_secs(),
-                diff.upstream,
-                diff.sink,
-                diff.differing
-            );
-        }
-        Ok(diff)
-    }
-
-    async fn converge(&mut self, table: &str, columns: &[String]) -> anyhow::Result<Diff> {
-        let started = Instant::now();
-        loop {
-            let diff = self.diff(table, columns).await?;
-            if diff.differing == 0 || started.elapsed() >= WAIT {
-                return Ok(diff);
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    async fn wait_table(
-        &self,
-        name: &str,
-        ready: impl Fn(&evolve_pipeline::TableInfo) -> bool,
-    ) -> anyhow::Result<evolve_pipeline::TableInfo> {
-        let started = Instant::now();
-        loop {
-            let table = self.table(name)?;
-            if ready(&table) {
-                return Ok(table);
-            }
-            if started.elapsed() >= WAIT {
-                bail!(
-                    "table {name} is still {} after {} s{}",
-                    table.state.as_str(),
-                    WAIT.as_secs(),
-                    table.error.map(|e| format!(": {e}")).unwrap_or_default()
-                );
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    // --------------------------------------------------------- readings
-
-    fn check(&mut self, ok: bool, line: String) -> anyhow::Result<()> {
-        self.checks += 1;
-        if !ok {
-            self.failures.push(line.clone());
-        }
-        say(format!("  {line}   {}", if ok { "✓" } else { "✗" }))
-    }
-
-    /// `evolve drift`, one line per table.
-    async fn drift(&self) -> anyhow::Result<()> {
-        let rows = evolve_pipeline::poll::drift(&self.pipeline, None)
-            .await
-            .context("reading drift")?;
-        for row in rows {
-            let mut what = Vec::new();
-            if !row.added_upstream.is_empty() {
-                what.push(format!("added upstream: {}", row.added_upstream.join(", ")));
-            }
-            if !row.dropped_upstream.is_empty() {
-                what.push(format!(
-                    "dropped upstream: {}",
-                    row.dropped_upstream.join(", ")
-                ));
-            }
-            for change in &row.type_changed {
-                what.push(format!("type changed: {change}"));
-            }
-            say(format!(
-                "  evolve drift: {} ({}) {}, {}; {}",
-                row.table,
-                row.upstream,
-                row.signal,
-                row.status,
-                what.join("; ")
-            ))?;
-        }
+        stage::resume(pause)?;
         Ok(())
     }
 
-    fn table(&self, name: &str) -> anyhow::Result<evolve_pipeline::TableInfo> {
-        self.pipeline
-            .tables()?
-            .into_iter()
-            .find(|t| t.name == name)
-            .ok_or_else(|| anyhow!("the pipeline has no table {name}"))
+    /// [`Stage::caught_up`], `orders_stalled` or not.
+    async fn caught_up(&mut self, orders_stalled: bool) -> anyhow::Result<(Diff, Option<Diff>)> {
+        let stalled = "orders_json kept receiving writes while its table was stalled";
+        self.stage
+            .caught_up(&mut self.my, orders_stalled.then_some(stalled))
+            .await
     }
 
-    fn interface_table(&self, name: &str) -> anyhow::Result<String> {
-        self.pipeline
-            .interfaces()?
-            .into_iter()
-            .find(|i| i.name == name)
-            .map(|i| i.table)
-            .ok_or_else(|| anyhow!("the pipeline has no materialized view {name}"))
-    }
-
-    fn document_columns(&self, table: &str) -> anyhow::Result<Vec<String>> {
-        Ok(self
-            .table(table)?
-            .document_columns()
-            .map(|c| c.name.clone())
-            .collect())
-    }
+    // --------------------------------------------------------- readings
 
     async fn count_upstream(&mut self, sql: &str) -> anyhow::Result<i64> {
         let n: Option<i64> = self
@@ -964,31 +581,25 @@ impl Tour {
             .with_context(|| format!("upstream: {sql}"))?;
         Ok(n.unwrap_or(0))
     }
+}
 
-    async fn audit(&self, table: &str) -> anyhow::Result<i64> {
-        let sql = format!(
-            "SELECT count(*) FROM public.{}",
-            quote_ident(&format!("{table}_audit"))
-        );
-        let row = self
-            .sink
-            .query_one(&sql, &[])
-            .await
-            .with_context(|| format!("sink: {sql}"))?;
-        Ok(row.get(0))
-    }
-
+/// Where the upstream is MariaDB.
+impl Upstream for mysql_async::Conn {
     /// Compares sink table `<table>_json` with upstream `table` (keyed by
     /// `id`; integer and text columns), each upstream row's document taken
     /// over `columns` with NULLs left out.
-    async fn diff(&mut self, table: &str, columns: &[String]) -> anyhow::Result<Diff> {
+    async fn diff(
+        &mut self,
+        sink: &Client,
+        table: &str,
+        columns: &[String],
+    ) -> anyhow::Result<Diff> {
         let list: Vec<String> = columns
             .iter()
             .map(|c| format!("`{}`", c.replace('`', "``")))
             .collect();
         let sql = format!("SELECT {} FROM `{table}`", list.join(", "));
         let rows: Vec<mysql_async::Row> = self
-            .my
             .exec(sql.as_str(), ())
             .await
             .with_context(|| format!("upstream: {sql}"))?;
@@ -1012,8 +623,7 @@ impl Tour {
             let key = serde_json::json!({"id": doc.get("id").cloned().unwrap_or_default()});
             upstream.insert(key.to_string(), serde_json::Value::Object(doc));
         }
-        let sink_rows = self
-            .sink
+        let sink_rows = sink
             .query(
                 &format!(
                     "SELECT key::text, data::text FROM public.{}",
@@ -1045,31 +655,4 @@ impl Tour {
             differing,
         })
     }
-}
-
-/// `orders_json_v2` for table `orders_v2`.
-fn replacement_name(version: &str) -> String {
-    let suffix = version.strip_prefix("orders_").unwrap_or(version);
-    format!("orders_json_{suffix}")
-}
-
-/// Counts every write into sink table `table` in `<table>_audit`.
-async fn audit(sink: &Client, table: &str) -> anyhow::Result<()> {
-    let (t, audit, function) = (
-        quote_ident(table),
-        quote_ident(&format!("{table}_audit")),
-        quote_ident(&format!("{table}_audit_fn")),
-    );
-    sink.batch_execute(&format!(
-        "CREATE TABLE public.{audit} (op text NOT NULL, key jsonb NOT NULL);
-         CREATE FUNCTION public.{function}() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-           INSERT INTO public.{audit} (op, key) VALUES (TG_OP, CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END);
-           RETURN NULL;
-         END $$;
-         CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON public.{t}
-           FOR EACH ROW EXECUTE FUNCTION public.{function}();"
-    ))
-    .await
-    .with_context(|| format!("sink: creating the audit trigger on {table}"))
 }

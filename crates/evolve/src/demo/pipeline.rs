@@ -38,38 +38,24 @@
 //! on the multi-thread runtime (`cli::wants_multi_thread`): the pipeline,
 //! the load and the reader work at the same time as the narration.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, anyhow};
 use evolve_pg::{Client, quote_ident, quote_literal};
-use evolve_pipeline::admin;
-use evolve_pipeline::{Config, Pipeline, PipelineError, TableState};
+use evolve_pipeline::{Config, Pipeline, TableState};
 use evolve_test::Cluster;
-use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::Mutex as AsyncMutex;
 
-/// Sample rows.
-const ORDERS: i64 = 3_000;
-const CUSTOMERS: i64 = 200;
+use super::stage::{
+    self, ABSORB_WAIT, Background, CUSTOMERS, Diff, LOAD_GOES_ON, LOAD_INTERVAL, ORDERS, Paused,
+    Rng, Stage, Upstream, WAIT, say, secs,
+};
 
-/// The load's pause between transactions.
-const LOAD_INTERVAL: Duration = Duration::from_millis(15);
 /// The reader's pause between queries.
 const READ_INTERVAL: Duration = Duration::from_millis(20);
-/// How long the tour waits for anything (hydration, a sink catching up).
-const WAIT: Duration = Duration::from_secs(30);
-/// How long flow 5 waits for evolve to absorb the change on its own.
-const ABSORB_WAIT: Duration = Duration::from_secs(30);
-/// After the sink shows what was expected: how long to watch for more.
-const SETTLE: Duration = Duration::from_millis(300);
-/// Between two looks at something being waited for.
-const POLL: Duration = Duration::from_millis(50);
-/// How long the load runs on its own to show that ingestion goes on.
-const LOAD_GOES_ON: Duration = Duration::from_millis(1500);
 
 const CREATE_CUSTOMERS: &str = "CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL, \
      city text NOT NULL, visits int NOT NULL DEFAULT 0)";
@@ -80,24 +66,6 @@ const CREATE_ORDERS: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, custome
 const OPEN_ORDERS: &str = "CREATE VIEW open_orders AS SELECT (key->>'id')::bigint AS id, \
      (data->>'customer_id')::bigint AS customer_id, (data->>'amount')::numeric AS amount \
      FROM public.orders_json WHERE data->>'status' = 'open'";
-
-/// The interface query over `table`.
-fn interface_query(table: &str) -> String {
-    format!("SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) AS data FROM {table} t")
-}
-
-/// Prints one line of the tour. An error (stdout closed) ends the tour;
-/// `main` treats a broken pipe as success.
-pub(super) fn say(text: impl AsRef<str>) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{}", text.as_ref())?;
-    stdout.flush()?;
-    Ok(())
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
 
 pub async fn run(keep: bool) -> anyhow::Result<()> {
     let started = Instant::now();
@@ -167,23 +135,7 @@ pub async fn run(keep: bool) -> anyhow::Result<()> {
         ..
     } = outcome?;
     failures.extend(stop_errors);
-    let total = secs(started.elapsed());
-    if failures.is_empty() {
-        say(format!("all {checks} checks passed in {total}"))?;
-        return Ok(());
-    }
-    say(format!(
-        "{} of {checks} checks failed ({total}):",
-        failures.len()
-    ))?;
-    for f in &failures {
-        say(format!("  ✗ {f}"))?;
-    }
-    bail!(
-        "the demo failed: {} expectation(s) not met, first: {}",
-        failures.len(),
-        failures[0]
-    )
+    stage::report(started, checks, &failures)
 }
 
 /// What the tour found.
@@ -209,64 +161,14 @@ async fn tour(
     t.flow_5().await?;
     t.finish(background).await?;
     Ok(Outcome {
-        checks: t.checks,
-        failures: t.failures,
+        checks: t.stage.checks,
+        failures: t.stage.failures,
         up_url: t.up_url,
         sink_url: t.sink_url,
     })
 }
 
 // ----------------------------------------------------------- background
-
-/// The tasks that run beside the tour, stopped at the end whatever
-/// happened.
-#[derive(Default)]
-struct Background {
-    stop_load: Arc<AtomicBool>,
-    stop_reader: Arc<AtomicBool>,
-    load: Option<JoinHandle<()>>,
-    reader: Option<JoinHandle<()>>,
-    pipeline_stop: Option<oneshot::Sender<()>>,
-    pipeline: Option<JoinHandle<Result<(), PipelineError>>>,
-}
-
-impl Background {
-    async fn stop_load(&mut self) {
-        self.stop_load.store(true, Ordering::SeqCst);
-        if let Some(load) = self.load.take() {
-            let _ = load.await;
-        }
-    }
-
-    async fn stop_reader(&mut self) {
-        self.stop_reader.store(true, Ordering::SeqCst);
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.await;
-        }
-    }
-
-    /// Stops the load, the reader and the pipeline; what went wrong.
-    async fn stop(&mut self) -> Vec<String> {
-        let mut errors = Vec::new();
-        self.stop_load().await;
-        self.stop_reader().await;
-        if let Some(stop) = self.pipeline_stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(mut pipeline) = self.pipeline.take() {
-            match tokio::time::timeout(Duration::from_secs(20), &mut pipeline).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => errors.push(format!("the pipeline failed: {e}")),
-                Ok(Err(e)) => errors.push(format!("the pipeline task failed: {e}")),
-                Err(_) => {
-                    pipeline.abort();
-                    errors.push("the pipeline did not stop within 20 s".into());
-                }
-            }
-        }
-        errors
-    }
-}
 
 /// What the load did, and the lock that pauses it.
 #[derive(Default)]
@@ -287,25 +189,6 @@ impl Load {
 
     fn transactions(&self) -> u64 {
         self.orders_changed() + self.customer_updates.load(Ordering::SeqCst)
-    }
-}
-
-/// A small xorshift generator: the load needs variety, not quality.
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Rng {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0x9e37_79b9, |d| d.as_nanos() as u64);
-        Rng(seed | 1)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
     }
 }
 
@@ -408,25 +291,52 @@ async fn read_open_orders(client: Client, reads: Arc<Reads>, stop: Arc<AtomicBoo
 
 // ----------------------------------------------------------------- tour
 
-/// The load is paused while this lives.
-struct Paused {
-    _guard: OwnedMutexGuard<()>,
-    since: Instant,
-}
-
-/// How the sink compares with the upstream over some columns.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Diff {
-    upstream: i64,
-    sink: i64,
-    /// Keys whose documents differ, or that only one side has.
-    differing: i64,
+/// Where the upstream is PostgreSQL.
+impl Upstream for Client {
+    async fn diff(
+        &mut self,
+        sink: &Client,
+        table: &str,
+        columns: &[String],
+    ) -> anyhow::Result<Diff> {
+        let sink_table = quote_ident(&format!("{table}_json"));
+        let rows = sink
+            .query(
+                &format!("SELECT key::text, data::text FROM public.{sink_table}"),
+                &[],
+            )
+            .await
+            .with_context(|| format!("reading sink table {table}_json"))?;
+        let keys: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let docs: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
+        let columns = columns.to_vec();
+        let sql = format!(
+            "WITH s AS (SELECT k::jsonb AS k, d::jsonb AS d FROM unnest($1::text[], $2::text[]) AS x(k, d)), \
+                  u AS (SELECT jsonb_build_object('id', t.id) AS k, \
+                               coalesce(jsonb_strip_nulls((SELECT jsonb_object_agg(e.key, e.value) \
+                                 FROM jsonb_each(to_jsonb(t)) e WHERE e.key = ANY($3::text[]))), '{{}}'::jsonb) AS d \
+                        FROM public.{} t) \
+             SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM s), \
+                    count(*) FILTER (WHERE u.d IS DISTINCT FROM s.d) \
+             FROM u FULL JOIN s ON u.k = s.k",
+            quote_ident(table)
+        );
+        let row = self
+            .query_one(&sql, &[&keys, &docs, &columns])
+            .await
+            .with_context(|| format!("comparing upstream {table} with the sink"))?;
+        Ok(Diff {
+            upstream: row.get(0),
+            sink: row.get(1),
+            differing: row.get(2),
+        })
+    }
 }
 
 struct Tour {
-    pipeline: Arc<Pipeline>,
+    /// The pipeline, the sink and the checks.
+    stage: Stage,
     up: Client,
-    sink: Client,
     up_url: String,
     sink_url: String,
     load: Arc<Load>,
@@ -434,8 +344,6 @@ struct Tour {
     load_started: Instant,
     paused: Duration,
     reads: Arc<Reads>,
-    checks: u32,
-    failures: Vec<String>,
 }
 
 impl Tour {
@@ -461,17 +369,14 @@ impl Tour {
             .with_connection("sink_conn", sink_db.url.clone());
         let pipeline = Arc::new(Pipeline::open(config).context("opening the pipeline's state")?);
         let mut t = Tour {
-            pipeline,
+            stage: Stage::new(pipeline, sink, "public", "the changes made meanwhile"),
             up,
-            sink,
             up_url: up_db.url.clone(),
             sink_url: sink_db.url.clone(),
             load: Arc::new(Load::default()),
             load_started: Instant::now(),
             paused: Duration::ZERO,
             reads: Arc::new(Reads::default()),
-            checks: 0,
-            failures: Vec::new(),
         };
 
         say("")?;
@@ -512,33 +417,13 @@ impl Tour {
         ))?;
         say("and sink_conn (sink). Each statement below goes through its SQL interface, as with")?;
         say("`evolve sql`.")?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let pipeline = t.pipeline.clone();
-        background.pipeline_stop = Some(stop);
-        background.pipeline = Some(tokio::spawn(async move {
-            evolve_pipeline::absorb::run_with(&pipeline, async {
-                let _ = stopped.await;
-            })
-            .await
-        }));
-        t.control("CREATE SOURCE shop FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub')")
+        background.spawn_pipeline(t.stage.pipeline.clone());
+        t.stage
+            .control(
+                "CREATE SOURCE shop FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub')",
+            )
             .await?;
-        for name in ["orders", "customers"] {
-            t.control(&format!(
-                "CREATE TABLE {name}_v1 FROM SOURCE shop (REFERENCE public.{name})"
-            ))
-            .await?;
-            t.control(&format!(
-                "CREATE MATERIALIZED VIEW {name}_json AS {}",
-                interface_query(&format!("{name}_v1"))
-            ))
-            .await?;
-            t.control(&format!(
-                "CREATE SINK {name}_sink FROM {name}_json INTO POSTGRES CONNECTION sink_conn \
-                 (TABLE 'public.{name}_json')"
-            ))
-            .await?;
-        }
+        t.stage.create_interfaces().await?;
 
         say("")?;
         say("On the sink: a trigger counts every write into each sink table, and a consumer")?;
@@ -547,7 +432,7 @@ impl Tour {
             say(format!(
                 "sink=# CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON {name} FOR EACH ROW EXECUTE FUNCTION {name}_audit_fn();  -- adds (TG_OP, key) to {name}_audit"
             ))?;
-            audit(&t.sink, name).await?;
+            stage::audit(&t.stage.sink, name, true).await?;
             say("CREATE TRIGGER")?;
         }
         t.sink_sql(OPEN_ORDERS).await?;
@@ -559,15 +444,7 @@ impl Tour {
         )));
 
         let pause = t.pause().await?;
-        let (customers, orders) = t.caught_up(false).await?;
-        let orders = orders.unwrap_or_default();
-        t.check(
-            orders.differing == 0 && customers.differing == 0,
-            format!(
-                "orders_json ({} documents) and customers_json ({}) in the sink equal upstream",
-                orders.sink, customers.sink
-            ),
-        )?;
+        t.stage.check_hydrated(&mut t.up).await?;
         t.resume(pause)?;
         t.reader_line()?;
         say(format!("  (setup: {})", secs(started.elapsed())))?;
@@ -581,36 +458,33 @@ impl Tour {
         say("== flow 1: a column is added upstream")?;
         say("Upstream adds orders.region and fills it for some rows. orders_v1 pinned its")?;
         say("columns when it was created, so it goes on ingesting without region.")?;
-        let before = self.audit("orders_json").await?;
+        let before = self.stage.audit("orders_json").await?;
         self.upstream("ALTER TABLE orders ADD COLUMN region text")
             .await?;
         self.upstream(
             "UPDATE orders SET region = (ARRAY['eu', 'us', 'apac'])[1 + id % 3] WHERE id % 10 = 0",
         )
         .await?;
-        tokio::time::sleep(LOAD_GOES_ON).await;
-        let writes = self.audit("orders_json").await? - before;
-        let state = self.table("orders_v1")?.state;
-        self.check(
-            writes > 0 && state == TableState::Running,
-            format!(
-                "ingestion goes on: orders_v1 is {}, orders_json received {writes} writes from the load since the ALTER",
-                state.as_str()
-            ),
-        )?;
-        self.drift().await?;
+        self.stage.check_ingestion_goes_on(before).await?;
+        self.stage.drift().await?;
         say("A new version with region is hydrated beside it (snapshot plus the live stream),")?;
         say("then swapped in at one upstream position:")?;
-        self.replace("orders_v2", "").await?;
+        self.stage.replace("orders_v2", "").await?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
         let expected = self
             .count_upstream("SELECT count(*) FROM orders WHERE region IS NOT NULL")
             .await?;
-        self.apply_counted("orders_v2", expected, "the rows with a region")
+        self.stage
+            .apply_counted(
+                &mut self.up,
+                "orders_v2",
+                expected,
+                "the rows with a region",
+            )
             .await?;
         self.resume(pause)?;
-        self.control("DROP TABLE orders_v1").await?;
+        self.stage.control("DROP TABLE orders_v1").await?;
         self.reader_line()?;
         say(format!("  (flow 1: {})", secs(started.elapsed())))
     }
@@ -623,7 +497,7 @@ impl Tour {
         say("The upstream team drops orders.note with a migration file. Applied with")?;
         say("--pipeline, evolve asks the pipeline which table versions ingest note, swaps in")?;
         say("a version without it first, and only then runs the file:")?;
-        let dir = self.pipeline.config().state_dir.join("migrations");
+        let dir = self.stage.pipeline.config().state_dir.join("migrations");
         std::fs::create_dir_all(&dir).context("creating the migrations directory")?;
         let file = "ALTER TABLE orders DROP COLUMN note;";
         std::fs::write(dir.join("V2__drop_note.sql"), format!("{file}\n"))
@@ -636,11 +510,11 @@ impl Tour {
         let expected = self
             .count_upstream("SELECT count(*) FROM orders WHERE note IS NOT NULL")
             .await?;
-        let before = self.audit("orders_json").await?;
+        let before = self.stage.audit("orders_json").await?;
         let opts = evolve_migrate::Options::new(self.up_url.clone(), dir);
         let apply_opts = evolve_migrate::ApplyOptions {
             pipeline: Some(Arc::new(super::coordinate::InProcess {
-                pipeline: Arc::clone(&self.pipeline),
+                pipeline: Arc::clone(&self.stage.pipeline),
             })),
             pipeline_timeout: Some(WAIT),
             ..evolve_migrate::ApplyOptions::default()
@@ -650,30 +524,34 @@ impl Tour {
         })
         .await
         .context("evolve migrate apply --pipeline")?;
-        self.count_writes(
-            before,
-            "orders_v3",
-            expected,
-            "the rows that had a note; the DROP COLUMN itself changed no document",
-        )
-        .await?;
+        self.stage
+            .count_writes(
+                &mut self.up,
+                before,
+                "orders_v3",
+                expected,
+                "the rows that had a note; the DROP COLUMN itself changed no document",
+            )
+            .await?;
         self.resume(pause)?;
         say("Then only rows that really change afterwards reach the sink:")?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
-        let before = self.audit("orders_json").await?;
+        let before = self.stage.audit("orders_json").await?;
         let expected = self
             .upstream("UPDATE orders SET status = 'paid' WHERE id <= 20 AND status <> 'paid'")
             .await?;
-        self.count_writes(
-            before,
-            "orders_v3",
-            expected as i64,
-            "the rows the UPDATE changed",
-        )
-        .await?;
-        let state = self.table("orders_v3")?.state;
-        self.check(
+        self.stage
+            .count_writes(
+                &mut self.up,
+                before,
+                "orders_v3",
+                expected as i64,
+                "the rows the UPDATE changed",
+            )
+            .await?;
+        let state = self.stage.table("orders_v3")?.state;
+        self.stage.check(
             state == TableState::Running,
             format!("orders_v3 is {} after the drop", state.as_str()),
         )?;
@@ -692,55 +570,30 @@ impl Tour {
         say("keeps flowing, and readers and sinks keep the last consistent state.")?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
-        let orders_before = self.audit("orders_json").await?;
-        let customers_before = self.audit("customers_json").await?;
+        let orders_before = self.stage.audit("orders_json").await?;
+        let customers_before = self.stage.audit("customers_json").await?;
         let load_before = self.load.orders_changed();
         self.upstream("ALTER TABLE orders DROP COLUMN coupon")
             .await?;
         self.resume(pause)?;
-        let stalled_at = Instant::now();
-        let table = self
-            .wait_table("orders_v3", |t| t.state == TableState::Stalled)
-            .await?;
-        say(format!(
-            "  orders_v3 stalled after {}: {}",
-            secs(stalled_at.elapsed()),
-            table.error.as_deref().unwrap_or("(no error)")
-        ))?;
-        let status = admin::status(&self.pipeline)
-            .await
-            .context("reading the pipeline's status")?;
-        let interface = status
-            .objects
-            .iter()
-            .find(|o| o.name == "orders_json")
-            .ok_or_else(|| anyhow!("evolve status does not list orders_json"))?;
-        say(format!(
-            "  evolve status: materialized view orders_json is {}: {}",
-            interface.state,
-            interface.error.as_deref().unwrap_or("(no reason given)")
-        ))?;
-        self.check(
-            interface.state == "stale" && interface.error.is_some(),
-            format!("status says orders_json is {} and why", interface.state),
-        )?;
-        self.drift().await?;
+        self.stage.check_stalled("orders_v3").await?;
+        self.stage.drift().await?;
         say("Meanwhile a customer moves (customers is the source's other table):")?;
         self.upstream("UPDATE customers SET city = 'Porto' WHERE id = 7")
             .await?;
         tokio::time::sleep(LOAD_GOES_ON).await;
         let pause = self.pause().await?;
         let (customers, _) = self.caught_up(true).await?;
-        let orders_writes = self.audit("orders_json").await? - orders_before;
-        let customers_writes = self.audit("customers_json").await? - customers_before;
+        let orders_writes = self.stage.audit("orders_json").await? - orders_before;
+        let customers_writes = self.stage.audit("customers_json").await? - customers_before;
         let load_changed = self.load.orders_changed() - load_before;
-        self.check(
+        self.stage.check(
             orders_writes == 0,
             format!(
                 "orders_json received {orders_writes} writes during the stall (the load changed orders {load_changed} times): the last consistent state"
             ),
         )?;
-        self.check(
+        self.stage.check(
             customers.differing == 0 && customers_writes > 0,
             format!(
                 "customers_json received {customers_writes} writes during the stall and equals upstream"
@@ -749,27 +602,29 @@ impl Tour {
         self.resume(pause)?;
         self.reader_line()?;
         say("The same replacement flow recovers: a version with today's columns.")?;
-        self.replace("orders_v4", "").await?;
+        self.stage.replace("orders_v4", "").await?;
         let pause = self.pause().await?;
         self.caught_up(true).await?;
-        let columns = self.document_columns("orders_v4")?;
-        let expected = self.diff("orders", &columns).await?;
+        let columns = self.stage.document_columns("orders_v4")?;
+        let expected = self.up.diff(&self.stage.sink, "orders", &columns).await?;
         say(format!(
             "  upstream documents that differ from the sink's stale ones: {} (rows that had a coupon,",
             expected.differing
         ))?;
         say("  and rows the load changed during the stall)")?;
-        self.apply_counted(
-            "orders_v4",
-            expected.differing,
-            &format!(
-                "the sink resumes without reprocessing: {} orders in all",
-                expected.upstream
-            ),
-        )
-        .await?;
+        self.stage
+            .apply_counted(
+                &mut self.up,
+                "orders_v4",
+                expected.differing,
+                &format!(
+                    "the sink resumes without reprocessing: {} orders in all",
+                    expected.upstream
+                ),
+            )
+            .await?;
         self.resume(pause)?;
-        self.control("DROP TABLE orders_v3").await?;
+        self.stage.control("DROP TABLE orders_v3").await?;
         self.reader_line()?;
         say(format!("  (flow 4: {})", secs(started.elapsed())))
     }
@@ -781,12 +636,13 @@ impl Tour {
         say("== flow 5: ABSORB = 'auto'")?;
         say("The same flow, run by evolve itself: when drift appears it creates the next")?;
         say("version, hydrates it, applies it and drops the old one.")?;
-        self.control("ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto')")
+        self.stage
+            .control("ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto')")
             .await?;
         let pause = self.pause().await?;
         self.caught_up(false).await?;
-        let before = self.audit("orders_json").await?;
-        let old = self.interface_table("orders_json")?;
+        let before = self.stage.audit("orders_json").await?;
+        let old = self.stage.interface_table("orders_json")?;
         self.upstream("ALTER TABLE orders ADD COLUMN priority int")
             .await?;
         self.upstream("UPDATE orders SET priority = 1 + id % 3 WHERE id % 25 = 0")
@@ -795,38 +651,21 @@ impl Tour {
             "  waiting for evolve to absorb it (at most {} s; the load stays paused so the count is comparable) ...",
             ABSORB_WAIT.as_secs()
         ))?;
-        let waiting = Instant::now();
-        let new = loop {
-            let now_reads = self.interface_table("orders_json")?;
-            let old_exists = self.pipeline.tables()?.iter().any(|t| t.name == old);
-            if now_reads != old && !old_exists {
-                break Some(now_reads);
-            }
-            if waiting.elapsed() >= ABSORB_WAIT {
-                break None;
-            }
-            tokio::time::sleep(POLL).await;
-        };
-        let Some(new) = new else {
-            let now_reads = self.interface_table("orders_json")?;
-            self.check(
-                false,
-                format!(
-                    "evolve did not absorb the change within {} s (orders_json reads {now_reads})",
-                    ABSORB_WAIT.as_secs()
-                ),
-            )?;
+        let Some(new) = self.stage.wait_absorbed(&old).await? else {
             self.resume(pause)?;
             return Ok(());
         };
-        say(format!(
-            "  orders_json now reads {new}, and {old} is gone ({})",
-            secs(waiting.elapsed())
-        ))?;
         let expected = self
             .count_upstream("SELECT count(*) FROM orders WHERE priority IS NOT NULL")
             .await?;
-        self.count_writes(before, &new, expected, "the rows with a priority")
+        self.stage
+            .count_writes(
+                &mut self.up,
+                before,
+                &new,
+                expected,
+                "the rows with a priority",
+            )
             .await?;
         self.resume(pause)?;
         self.reader_line()?;
@@ -847,7 +686,7 @@ impl Tour {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        self.check(
+        self.stage.check(
             errors == 0,
             format!(
                 "the load ran {} transactions ({} order updates, {} new orders, {} customer visits; {:.0}/s, paused {} of {} for the counts), {errors} errors{}",
@@ -861,20 +700,7 @@ impl Tour {
                 first.map(|e| format!(" (first: {e})")).unwrap_or_default()
             ),
         )?;
-        let customers = self
-            .converge("customers", &self.document_columns("customers_v1")?)
-            .await?;
-        let table = self.interface_table("orders_json")?;
-        let orders = self
-            .converge("orders", &self.document_columns(&table)?)
-            .await?;
-        self.check(
-            orders.differing == 0 && customers.differing == 0,
-            format!(
-                "orders_json ({} documents, {} differing) and customers_json ({}, {} differing) equal upstream",
-                orders.sink, orders.differing, customers.sink, customers.differing
-            ),
-        )?;
+        self.stage.check_equal_upstream(&mut self.up).await?;
         // The reader goes on until everything is compared.
         background.stop_reader().await;
         let answers = self.reads.answers.load(Ordering::SeqCst);
@@ -885,7 +711,7 @@ impl Tour {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        self.check(
+        self.stage.check(
             errors == 0 && answers > 0,
             format!(
                 "open_orders answered {answers} queries, {errors} errors{}",
@@ -895,36 +721,6 @@ impl Tour {
     }
 
     // ------------------------------------------------------- statements
-
-    /// Runs control statements through the pipeline's SQL interface,
-    /// printed like a psql session; an error stops the tour.
-    async fn control(&self, sql: &str) -> anyhow::Result<()> {
-        say(format!("evolve=> {sql};"))?;
-        let started = Instant::now();
-        let response = admin::execute(&self.pipeline, sql).await;
-        for result in &response.results {
-            if let Some(notice) = &result.notice {
-                say(format!("NOTICE:  {notice}"))?;
-            }
-            let took = started.elapsed();
-            if took >= Duration::from_millis(100) {
-                say(format!("{}   ({})", result.status, secs(took)))?;
-            } else {
-                say(&result.status)?;
-            }
-        }
-        let Some(error) = response.error else {
-            return Ok(());
-        };
-        say(format!("ERROR:  {}", error.message))?;
-        if let Some(detail) = &error.detail {
-            say(format!("DETAIL:  {detail}"))?;
-        }
-        if let Some(hint) = &error.hint {
-            say(format!("HINT:  {hint}"))?;
-        }
-        bail!("{sql} failed: {}", error.message)
-    }
 
     /// Runs one statement upstream, printed; the rows it affected.
     async fn upstream(&self, sql: &str) -> anyhow::Result<u64> {
@@ -942,6 +738,7 @@ impl Tour {
     async fn sink_sql(&self, sql: &str) -> anyhow::Result<u64> {
         say(format!("sink=# {sql};"))?;
         let n = self
+            .stage
             .sink
             .execute(sql, &[])
             .await
@@ -950,182 +747,30 @@ impl Tour {
         Ok(n)
     }
 
-    /// `CREATE TABLE version ... options`, a replacement of orders_json
-    /// over it, and the wait until it is hydrated.
-    async fn replace(&self, version: &str, options: &str) -> anyhow::Result<()> {
-        self.control(&format!(
-            "CREATE TABLE {version} FROM SOURCE shop (REFERENCE public.orders){options}"
-        ))
-        .await?;
-        self.control(&format!(
-            "CREATE REPLACEMENT MATERIALIZED VIEW {} FOR orders_json AS {}",
-            replacement_name(version),
-            interface_query(version)
-        ))
-        .await?;
-        let started = Instant::now();
-        let table = self
-            .wait_table(version, |t| t.state == TableState::Running)
-            .await?;
-        say(format!(
-            "  {version} hydrated while the load went on: {} rows copied, then the changes made meanwhile ({})",
-            table.rows_copied,
-            secs(started.elapsed())
-        ))
-    }
-
-    /// With the load paused and the sink caught up: applies the
-    /// replacement over `version` and checks the writes.
-    async fn apply_counted(
-        &mut self,
-        version: &str,
-        expected: i64,
-        what: &str,
-    ) -> anyhow::Result<()> {
-        let before = self.audit("orders_json").await?;
-        self.control(&format!(
-            "ALTER MATERIALIZED VIEW orders_json APPLY REPLACEMENT {}",
-            replacement_name(version)
-        ))
-        .await?;
-        self.count_writes(before, version, expected, what).await
-    }
-
-    /// Waits until the sink shows `version`'s documents, then compares the
-    /// writes since `before` with `expected`: the check line of a flow.
-    async fn count_writes(
-        &mut self,
-        before: i64,
-        version: &str,
-        expected: i64,
-        what: &str,
-    ) -> anyhow::Result<()> {
-        let columns = self.document_columns(version)?;
-        self.wait_converged("orders", &columns).await?;
-        tokio::time::sleep(SETTLE).await;
-        let writes = self.audit("orders_json").await? - before;
-        self.check(
-            writes == expected,
-            format!("downstream changes: {writes}   rows that really changed: {expected}"),
-        )?;
-        say(format!("    ({what})"))
-    }
-
     // ------------------------------------------------------------ waits
 
     /// Pauses the load: returns once no load transaction is running.
     async fn pause(&self) -> anyhow::Result<Paused> {
-        let guard = self.load.gate.clone().lock_owned().await;
-        say("  (load paused while the numbers are taken)")?;
-        Ok(Paused {
-            _guard: guard,
-            since: Instant::now(),
-        })
+        stage::pause(&self.load.gate).await
     }
 
     fn resume(&mut self, pause: Paused) -> anyhow::Result<()> {
-        self.paused += pause.since.elapsed();
-        drop(pause);
-        say("  (load resumed)")
+        self.paused += stage::resume(pause)?;
+        Ok(())
     }
 
-    /// Waits until the sink has every change of the paused load:
-    /// customers_json equals upstream, and orders_json too (over its
-    /// table's columns) or, when `orders_stalled`, its audit count holds
-    /// still. The comparisons: customers, and orders unless stalled.
-    async fn caught_up(&self, orders_stalled: bool) -> anyhow::Result<(Diff, Option<Diff>)> {
-        let customers = self.caught_up_customers().await?;
-        if !orders_stalled {
-            let table = self.interface_table("orders_json")?;
-            let columns = self.document_columns(&table)?;
-            let orders = self.wait_converged("orders", &columns).await?;
-            return Ok((customers, Some(orders)));
-        }
-        let started = Instant::now();
-        let mut count = self.audit("orders_json").await?;
-        loop {
-            tokio::time::sleep(SETTLE).await;
-            let now = self.audit("orders_json").await?;
-            if now == count {
-                return Ok((customers, None));
-            }
-            if started.elapsed() >= WAIT {
-                bail!(
-                    "the sink table orders_json kept receiving writes for {} s while orders_v3 was stalled and the load paused",
-                    WAIT.as_secs()
-                );
-            }
-            count = now;
-        }
-    }
-
-    async fn caught_up_customers(&self) -> anyhow::Result<Diff> {
-        let columns = self.document_columns("customers_v1")?;
-        self.wait_converged("customers", &columns).await
-    }
-
-    /// Waits until `<table>_json` on the sink equals upstream `table` over
-    /// `columns`; an error after [`WAIT`].
-    async fn wait_converged(&self, table: &str, columns: &[String]) -> anyhow::Result<Diff> {
-        let diff = self.converge(table, columns).await?;
-        if diff.differing != 0 {
-            bail!(
-                "the sink table {table}_json did not catch up with upstream {table} within {} s: {} rows upstream, {} in the sink, {} differing",
-                WAIT.as_secs(),
-                diff.upstream,
-                diff.sink,
-                diff.differing
-            );
-        }
-        Ok(diff)
-    }
-
-    /// [`Tour::wait_converged`], handing back the last comparison after
-    /// [`WAIT`].
-    async fn converge(&self, table: &str, columns: &[String]) -> anyhow::Result<Diff> {
-        let started = Instant::now();
-        loop {
-            let diff = self.diff(table, columns).await?;
-            if diff.differing == 0 || started.elapsed() >= WAIT {
-                return Ok(diff);
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// Waits until table `name` satisfies `ready`.
-    async fn wait_table(
-        &self,
-        name: &str,
-        ready: impl Fn(&evolve_pipeline::TableInfo) -> bool,
-    ) -> anyhow::Result<evolve_pipeline::TableInfo> {
-        let started = Instant::now();
-        loop {
-            let table = self.table(name)?;
-            if ready(&table) {
-                return Ok(table);
-            }
-            if started.elapsed() >= WAIT {
-                bail!(
-                    "table {name} is still {} after {} s{}",
-                    table.state.as_str(),
-                    WAIT.as_secs(),
-                    table.error.map(|e| format!(": {e}")).unwrap_or_default()
-                );
-            }
-            tokio::time::sleep(POLL).await;
-        }
+    /// [`Stage::caught_up`], `orders_stalled` or not.
+    async fn caught_up(&mut self, orders_stalled: bool) -> anyhow::Result<(Diff, Option<Diff>)> {
+        let stalled = format!(
+            "the sink table orders_json kept receiving writes for {} s while orders_v3 was stalled and the load paused",
+            WAIT.as_secs()
+        );
+        self.stage
+            .caught_up(&mut self.up, orders_stalled.then_some(stalled.as_str()))
+            .await
     }
 
     // --------------------------------------------------------- readings
-
-    fn check(&mut self, ok: bool, line: String) -> anyhow::Result<()> {
-        self.checks += 1;
-        if !ok {
-            self.failures.push(line.clone());
-        }
-        say(format!("  {line}   {}", if ok { "✓" } else { "✗" }))
-    }
 
     fn reader_line(&self) -> anyhow::Result<()> {
         say(format!(
@@ -1136,62 +781,6 @@ impl Tour {
         ))
     }
 
-    /// `evolve drift`, in one line per table.
-    async fn drift(&self) -> anyhow::Result<()> {
-        let rows = evolve_pipeline::poll::drift(&self.pipeline, None)
-            .await
-            .context("reading drift")?;
-        for row in rows {
-            let mut what = Vec::new();
-            if !row.added_upstream.is_empty() {
-                what.push(format!("added upstream: {}", row.added_upstream.join(", ")));
-            }
-            if !row.dropped_upstream.is_empty() {
-                what.push(format!(
-                    "dropped upstream: {}",
-                    row.dropped_upstream.join(", ")
-                ));
-            }
-            for change in &row.type_changed {
-                what.push(format!("type changed: {change}"));
-            }
-            say(format!(
-                "  evolve drift: {} ({}) {}, {}; {}",
-                row.table,
-                row.upstream,
-                row.signal,
-                row.status,
-                what.join("; ")
-            ))?;
-        }
-        Ok(())
-    }
-
-    fn table(&self, name: &str) -> anyhow::Result<evolve_pipeline::TableInfo> {
-        self.pipeline
-            .tables()?
-            .into_iter()
-            .find(|t| t.name == name)
-            .ok_or_else(|| anyhow!("the pipeline has no table {name}"))
-    }
-
-    fn interface_table(&self, name: &str) -> anyhow::Result<String> {
-        self.pipeline
-            .interfaces()?
-            .into_iter()
-            .find(|i| i.name == name)
-            .map(|i| i.table)
-            .ok_or_else(|| anyhow!("the pipeline has no materialized view {name}"))
-    }
-
-    fn document_columns(&self, table: &str) -> anyhow::Result<Vec<String>> {
-        Ok(self
-            .table(table)?
-            .document_columns()
-            .map(|c| c.name.clone())
-            .collect())
-    }
-
     async fn count_upstream(&self, sql: &str) -> anyhow::Result<i64> {
         let row = self
             .up
@@ -1199,57 +788,6 @@ impl Tour {
             .await
             .with_context(|| format!("upstream: {sql}"))?;
         Ok(row.get(0))
-    }
-
-    async fn audit(&self, table: &str) -> anyhow::Result<i64> {
-        let sql = format!(
-            "SELECT count(*) FROM public.{}",
-            quote_ident(&audit_table(table))
-        );
-        let row = self
-            .sink
-            .query_one(&sql, &[])
-            .await
-            .with_context(|| format!("sink: {sql}"))?;
-        Ok(row.get(0))
-    }
-
-    /// Compares sink table `<table>_json` with upstream `table` (keyed by
-    /// `id`), each upstream row's document taken over `columns`.
-    async fn diff(&self, table: &str, columns: &[String]) -> anyhow::Result<Diff> {
-        let sink_table = quote_ident(&format!("{table}_json"));
-        let rows = self
-            .sink
-            .query(
-                &format!("SELECT key::text, data::text FROM public.{sink_table}"),
-                &[],
-            )
-            .await
-            .with_context(|| format!("reading sink table {table}_json"))?;
-        let keys: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-        let docs: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
-        let columns = columns.to_vec();
-        let sql = format!(
-            "WITH s AS (SELECT k::jsonb AS k, d::jsonb AS d FROM unnest($1::text[], $2::text[]) AS x(k, d)), \
-                  u AS (SELECT jsonb_build_object('id', t.id) AS k, \
-                               coalesce(jsonb_strip_nulls((SELECT jsonb_object_agg(e.key, e.value) \
-                                 FROM jsonb_each(to_jsonb(t)) e WHERE e.key = ANY($3::text[]))), '{{}}'::jsonb) AS d \
-                        FROM public.{} t) \
-             SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM s), \
-                    count(*) FILTER (WHERE u.d IS DISTINCT FROM s.d) \
-             FROM u FULL JOIN s ON u.k = s.k",
-            quote_ident(table)
-        );
-        let row = self
-            .up
-            .query_one(&sql, &[&keys, &docs, &columns])
-            .await
-            .with_context(|| format!("comparing upstream {table} with the sink"))?;
-        Ok(Diff {
-            upstream: row.get(0),
-            sink: row.get(1),
-            differing: row.get(2),
-        })
     }
 }
 
@@ -1268,37 +806,6 @@ async fn session(url: &str) -> anyhow::Result<Client> {
         .await
         .context("setting up a demo session")?;
     Ok(client)
-}
-
-/// `orders_json_v2` for table `orders_v2`.
-fn replacement_name(version: &str) -> String {
-    let suffix = version.strip_prefix("orders_").unwrap_or(version);
-    format!("orders_json_{suffix}")
-}
-
-fn audit_table(table: &str) -> String {
-    format!("{table}_audit")
-}
-
-/// Counts every write into sink table `table` in `<table>_audit`.
-async fn audit(sink: &Client, table: &str) -> anyhow::Result<()> {
-    let (t, audit, function) = (
-        quote_ident(table),
-        quote_ident(&audit_table(table)),
-        quote_ident(&format!("{table}_audit_fn")),
-    );
-    sink.batch_execute(&format!(
-        "CREATE TABLE public.{audit} (op text NOT NULL, key jsonb NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
-         CREATE FUNCTION public.{function}() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-           INSERT INTO public.{audit} (op, key) VALUES (TG_OP, CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END);
-           RETURN NULL;
-         END $$;
-         CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON public.{t}
-           FOR EACH ROW EXECUTE FUNCTION public.{function}();"
-    ))
-    .await
-    .with_context(|| format!("sink: creating the audit trigger on {table}"))
 }
 
 /// psql's command tag for `sql` that affected `rows` rows.
@@ -1328,15 +835,5 @@ mod tests {
             "ALTER TABLE"
         );
         assert_eq!(command_tag("CREATE VIEW v AS SELECT 1", 0), "CREATE VIEW");
-    }
-
-    #[test]
-    fn the_interface_query_is_the_accepted_form() {
-        let sql = format!(
-            "CREATE MATERIALIZED VIEW x AS {}",
-            interface_query("orders_v1")
-        );
-        let parsed = evolve_core::control::parse(&sql).expect("parses");
-        assert_eq!(parsed.len(), 1);
     }
 }

@@ -1,0 +1,87 @@
+//! Shared MariaDB helpers: a database on the harness's shared MariaDB
+//! server with a source over it, a sink database, a state directory.
+
+use evolve_pipeline::{Config, Pipeline, TableSpec};
+use evolve_test::{MariaDbDb, TestDb, fresh_mariadb_db};
+
+use super::sink_cluster;
+
+/// A MariaDB database with a source over it, a sink database and a state
+/// directory.
+pub struct MyEnv {
+    pub my: MariaDbDb,
+    pub sink: TestDb,
+    pub state: std::path::PathBuf,
+    pub config: Config,
+    pub source: String,
+}
+
+impl Drop for MyEnv {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+/// A fresh [`MyEnv`]; its state directory is `<prefix>-<pid>-<database>`
+/// in the temporary directory. The connections: `my` (upstream) and
+/// `sink`.
+pub async fn my_env(prefix: &str, hint: &str) -> MyEnv {
+    let hint_owned = hint.to_string();
+    let my = tokio::task::spawn_blocking(move || fresh_mariadb_db(&hint_owned))
+        .await
+        .unwrap();
+    let sink_cluster = tokio::task::spawn_blocking(sink_cluster).await.unwrap();
+    let sink = sink_cluster.create_database(hint).await.unwrap();
+    let state = std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), my.name));
+    let _ = std::fs::remove_dir_all(&state);
+    let config = Config::new(&state)
+        .with_connection("my", my.url.clone())
+        .with_connection("sink", sink.url.clone());
+    MyEnv {
+        source: format!("src_{}", my.name),
+        my,
+        sink,
+        state,
+        config,
+    }
+}
+
+pub async fn my_conn(url: &str) -> mysql_async::Conn {
+    mysql_async::Conn::new(mysql_async::Opts::from_url(url).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Table `name` over `<db>.<table>` without the `exclude` columns.
+pub fn spec(env: &MyEnv, name: &str, table: &str, exclude: &[&str]) -> TableSpec {
+    TableSpec {
+        name: name.into(),
+        source: env.source.clone(),
+        schema: env.my.name.clone(),
+        table: table.into(),
+        exclude: exclude.iter().map(|s| s.to_string()).collect(),
+        ..TableSpec::default()
+    }
+}
+
+/// Table `<name>_v1` over `<db>.<name>`, interface `<name>_json`, sink
+/// `<name>_sink` into `public.<name>_json`.
+pub async fn create_chain(pipeline: &Pipeline, env: &MyEnv, name: &str) {
+    pipeline
+        .create_table(&spec(env, &format!("{name}_v1"), name, &[]))
+        .await
+        .unwrap();
+    pipeline
+        .create_interface(&format!("{name}_json"), &format!("{name}_v1"))
+        .unwrap();
+    pipeline
+        .create_sink(
+            &format!("{name}_sink"),
+            &format!("{name}_json"),
+            "sink",
+            "public",
+            &format!("{name}_json"),
+        )
+        .await
+        .unwrap();
+}
