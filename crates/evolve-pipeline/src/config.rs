@@ -382,13 +382,7 @@ impl RawConnection {
                 "connections.{name}: sasl_mechanism, user and password go together; set all three for SASL, or none"
             ));
         }
-        let password = match &self.password {
-            None => None,
-            Some(p) => Some(
-                expand(p, env)
-                    .map_err(|problem| format!("connections.{name}.password: {problem}"))?,
-            ),
-        };
+        let password = self.expanded_password(name, env)?;
         Ok(KafkaOptions {
             sslmode: self.sslmode,
             sslrootcert: self.sslrootcert.map(PathBuf::from),
@@ -402,6 +396,20 @@ impl RawConnection {
 }
 
 impl RawConnection {
+    /// `password`, with `${VAR}` expanded.
+    fn expanded_password(
+        &self,
+        name: &str,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> std::result::Result<Option<String>, String> {
+        self.password
+            .as_deref()
+            .map(|p| {
+                expand(p, env).map_err(|problem| format!("connections.{name}.password: {problem}"))
+            })
+            .transpose()
+    }
+
     /// A schema registry connection's options: `user` and `password` for
     /// basic authentication, `sslrootcert` for an `https://` registry (its
     /// certificate and host name are checked against it).
@@ -442,13 +450,7 @@ impl RawConnection {
                 "connections.{name}.sslrootcert is set but the url is http://; write https:// to use TLS"
             ));
         }
-        let password = match &self.password {
-            None => None,
-            Some(p) => Some(
-                expand(p, env)
-                    .map_err(|problem| format!("connections.{name}.password: {problem}"))?,
-            ),
-        };
+        let password = self.expanded_password(name, env)?;
         Ok(KafkaOptions {
             sslrootcert: self.sslrootcert.map(PathBuf::from),
             user: self.user,

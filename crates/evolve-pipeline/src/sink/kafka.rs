@@ -431,19 +431,23 @@ impl KafkaSink {
             _ => "u",
         };
         Out {
-            key: self.key(&e.key),
+            key: self.key(e.key.clone()),
             value: self.value(e.old.as_deref(), e.new.as_deref(), op),
             pos: e.pos.to_string(),
         }
     }
 
-    /// The records of a load chunk.
+    /// The records of a load chunk; an upsert's JSON documents are moved,
+    /// not copied.
     fn load_records(&self, chunk: Vec<(Vec<u8>, Vec<u8>)>, at: &str) -> Vec<Out> {
         chunk
             .into_iter()
             .map(|(key, doc)| Out {
-                key: self.key(&key),
-                value: self.value(None, Some(&doc), "r"),
+                key: self.key(key),
+                value: match (self.target.envelope, self.avro) {
+                    (KafkaEnvelope::Upsert, None) => Some(doc),
+                    _ => self.value(None, Some(&doc), "r"),
+                },
                 pos: at.to_string(),
             })
             .collect()
@@ -451,10 +455,10 @@ impl KafkaSink {
 
     /// A record's key: the key document's JSON, or under `FORMAT AVRO` the
     /// `Key` record holding it.
-    fn key(&self, key: &[u8]) -> Vec<u8> {
+    fn key(&self, key: Vec<u8>) -> Vec<u8> {
         match self.avro {
-            None => key.to_vec(),
-            Some((key_id, _)) => avro_value(key_id, &[AvroField::String(key)]),
+            None => key,
+            Some((key_id, _)) => avro_value(key_id, &[AvroField::String(&key)]),
         }
     }
 

@@ -1044,97 +1044,51 @@ pub async fn inspect_table(
 ) -> Result<UpstreamTable> {
     let reference = format!("{database}.{table}");
     let mut conn = connect(name, connection).await?;
-    // Every column is read as nullable: a server that sends NULL where
-    // it should not gets an error below, not a panic in the client.
-    type ColumnRow = (
-        Option<String>,
-        Option<u64>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<u64>,
-    );
-    let rows: Vec<ColumnRow> = conn
-        .exec(
-            "SELECT COLUMN_NAME, ORDINAL_POSITION, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, COLUMN_KEY, \
-                    CHARACTER_SET_NAME, NUMERIC_PRECISION \
-             FROM information_schema.COLUMNS c \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
-               AND EXISTS (SELECT 1 FROM information_schema.TABLES t \
-                           WHERE t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME \
-                             AND t.TABLE_TYPE = 'BASE TABLE') \
-             ORDER BY ORDINAL_POSITION",
-            (database, table),
-        )
-        .await
-        .map_err(|e| query_error(&format!("read the columns of {reference}"), e))?;
-    if rows.is_empty() {
+    let Some(found) = catalog_columns(&mut conn, database, table).await? else {
         return Err(PipelineError::UpstreamTableNotFound {
             reference,
             source_name: source.to_string(),
         });
-    }
-    let json = json_columns(&mut conn, database, table).await?;
+    };
     let mut columns = Vec::new();
-    for (column, ordinal, data_type, column_type, nullable, key, charset, precision) in rows {
-        let (Some(column), Some(ordinal), Some(data_type), Some(column_type)) =
-            (column, ordinal, data_type, column_type)
-        else {
-            return Err(PipelineError::Database {
-                context: format!("read the columns of {reference}"),
-                message: "information_schema.COLUMNS has a NULL name or type".into(),
+    for c in found {
+        let excluded = exclude.contains(&c.name);
+        if let Some(charset) = c.unconverted_charset
+            && !excluded
+        {
+            return Err(PipelineError::BadColumn {
+                reference,
+                column: c.name,
+                reason: format!(
+                    "is in charset {charset}, which evolve does not convert to UTF-8 (utf8mb4, utf8mb3, ascii and latin1 are); convert the column or list it in EXCLUDE COLUMNS"
+                ),
             });
-        };
-        let (nullable, key) = (nullable.unwrap_or_default(), key.unwrap_or_default());
-        let excluded = exclude.contains(&column);
-        let (oid, typmod) = match map_catalog_type(
-            &data_type,
-            &column_type,
-            charset.as_deref(),
-            precision,
-            json.contains(&column),
-        ) {
-            Some((
-                _,
-                _,
-                Conv::Text {
-                    charset: Charset::Other,
-                },
-            )) if !excluded => {
+        }
+        let (oid, typmod) = match (c.type_oid, excluded) {
+            (0, true) => (TEXT, -1),
+            (0, false) => {
                 return Err(PipelineError::BadColumn {
                     reference,
-                    column,
+                    column: c.name,
                     reason: format!(
-                        "is in charset {}, which evolve does not convert to UTF-8 (utf8mb4, utf8mb3, ascii and latin1 are); convert the column or list it in EXCLUDE COLUMNS",
-                        charset.unwrap_or_default()
+                        "has type {}, which evolve does not map to a PostgreSQL type yet; list it in EXCLUDE COLUMNS",
+                        c.column_type
                     ),
                 });
             }
-            Some((oid, typmod, _)) => (oid, typmod),
-            None if excluded => (TEXT, -1),
-            None => {
-                return Err(PipelineError::BadColumn {
-                    reference,
-                    column,
-                    reason: format!(
-                        "has type {column_type}, which evolve does not map to a PostgreSQL type yet; list it in EXCLUDE COLUMNS"
-                    ),
-                });
-            }
+            (oid, _) => (oid, c.typmod),
         };
         columns.push(ColumnInfo {
-            name: column,
-            attnum: i16::try_from(ordinal).unwrap_or(i16::MAX),
+            name: c.name,
+            attnum: c.ordinal,
             type_oid: oid,
             typmod,
-            type_name: column_type,
-            not_null: nullable == "NO",
+            type_name: c.column_type,
+            not_null: c.not_null,
             kind: TypeKind::from_builtin_oid(oid),
             excluded: false,
             as_text: false,
-            key: key == "PRI",
+            key: c.key,
         });
     }
     if !columns.iter().any(|c| c.key) {
@@ -1195,6 +1149,9 @@ struct CatalogColumn {
     /// `COLUMN_TYPE`, e.g. `int(11) unsigned`.
     column_type: String,
     key: bool,
+    not_null: bool,
+    /// A text column's charset that evolve does not convert to UTF-8.
+    unconverted_charset: Option<String>,
 }
 
 /// The columns of base table `database.table` now, in ordinal order;
@@ -1204,9 +1161,12 @@ async fn catalog_columns(
     database: &str,
     table: &str,
 ) -> Result<Option<Vec<CatalogColumn>>> {
+    // Every column is read as nullable: a server that sends NULL where
+    // it should not gets an error below, not a panic in the client.
     type Row = (
         Option<String>,
         Option<u64>,
+        Option<String>,
         Option<String>,
         Option<String>,
         Option<String>,
@@ -1215,7 +1175,7 @@ async fn catalog_columns(
     );
     let rows: Vec<Row> = conn
         .exec(
-            "SELECT COLUMN_NAME, ORDINAL_POSITION, DATA_TYPE, COLUMN_TYPE, COLUMN_KEY, \
+            "SELECT COLUMN_NAME, ORDINAL_POSITION, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, COLUMN_KEY, \
                     CHARACTER_SET_NAME, NUMERIC_PRECISION \
              FROM information_schema.COLUMNS c \
              WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
@@ -1232,7 +1192,7 @@ async fn catalog_columns(
     }
     let json = json_columns(conn, database, table).await?;
     let mut out = Vec::with_capacity(rows.len());
-    for (name, ordinal, data_type, column_type, key, charset, precision) in rows {
+    for (name, ordinal, data_type, column_type, nullable, key, charset, precision) in rows {
         let (Some(name), Some(ordinal), Some(data_type), Some(column_type)) =
             (name, ordinal, data_type, column_type)
         else {
@@ -1241,14 +1201,24 @@ async fn catalog_columns(
                 message: "information_schema.COLUMNS has a NULL name or type".into(),
             });
         };
-        let (type_oid, typmod) = map_catalog_type(
+        let mapped = map_catalog_type(
             &data_type,
             &column_type,
             charset.as_deref(),
             precision,
             json.contains(&name),
-        )
-        .map_or((0, -1), |(oid, typmod, _)| (oid, typmod));
+        );
+        let unconverted_charset = match &mapped {
+            Some((
+                _,
+                _,
+                Conv::Text {
+                    charset: Charset::Other,
+                },
+            )) => Some(charset.clone().unwrap_or_default()),
+            _ => None,
+        };
+        let (type_oid, typmod) = mapped.map_or((0, -1), |(oid, typmod, _)| (oid, typmod));
         out.push(CatalogColumn {
             name,
             ordinal: i16::try_from(ordinal).unwrap_or(i16::MAX),
@@ -1256,6 +1226,8 @@ async fn catalog_columns(
             typmod,
             column_type,
             key: key.as_deref() == Some("PRI"),
+            not_null: nullable.as_deref() == Some("NO"),
+            unconverted_charset,
         });
     }
     Ok(Some(out))
