@@ -410,7 +410,7 @@ impl Txn {
             rusqlite::TransactionBehavior::Immediate,
         )
         .map_err(fail)?;
-        let changes = self.write(store, tables, end_lsn, commit_time_micros, true)?;
+        let changes = self.write(store, tables, end_lsn, commit_time_micros)?;
         tx.execute(
             "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1",
             params![source, end_lsn.to_sql()],
@@ -421,15 +421,15 @@ impl Txn {
     }
 
     /// Writes the transaction into the store transaction the caller has
-    /// open on `store`: changed rows and, with `feed`, their feed entries;
-    /// deferred messages; swaps.
+    /// open on `store`: changed rows and their feed entries (also when a
+    /// hydrated table replays its pending changes: a sink loading beside
+    /// its copy catches up with them); deferred messages; swaps.
     pub(crate) fn write(
         self,
         store: &Store,
         tables: &mut [TableRuntime],
         end_lsn: Position,
         commit_time_micros: i64,
-        feed: bool,
     ) -> Result<Vec<Change>> {
         let fail = |e: rusqlite::Error| PipelineError::store("apply an upstream transaction", e);
         let conn = &store.conn;
@@ -459,9 +459,6 @@ impl Txn {
                     None => delete.execute(params![table.info.id, key]),
                 }
                 .map_err(fail)?;
-                if !feed {
-                    continue;
-                }
                 for interface in &table.interfaces {
                     insert_feed
                         .execute(params![

@@ -16,6 +16,9 @@
 //! (see `stream::replay_pending`). A crash during the copy restarts it
 //! from scratch under a new snapshot; the pending changes are kept, and
 //! the new `C` selects from them.
+//!
+//! Each batch, once stored, is also handed to the sinks that load beside
+//! the copy ([`crate::sink::Taps`]), and `C` after the last one.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -26,6 +29,7 @@ use tokio::sync::watch;
 use crate::apply::TableRuntime;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::position::Position;
+use crate::sink::Taps;
 use crate::source::{Source, TableSnapshot};
 use crate::status::StatusBoard;
 use crate::store::{Store, TableInfo, TableState};
@@ -42,6 +46,8 @@ pub(crate) struct HydrateContext<S> {
     pub table: TableInfo,
     pub stop: watch::Receiver<bool>,
     pub status: StatusBoard,
+    /// The sinks that load beside the copy.
+    pub taps: Taps,
 }
 
 /// Copies the table until done or `stop`, retrying after transient
@@ -127,6 +133,9 @@ async fn copy<S: Source>(ctx: &HydrateContext<S>) -> Result<u64> {
     ctx.status
         .set(ObjectKind::Table, &info.name, "snapshotting", None);
     let mut snapshot = ctx.upstream.snapshot(info).await?;
+    // The sinks listening now load beside this copy: each chunk is
+    // handed to them once it is stored.
+    let mut tee = ctx.taps.take(&info.name);
     let mut table = TableRuntime::new(info.clone(), Vec::new())?;
     table.set_copy_mapping();
     let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(BATCH);
@@ -145,7 +154,7 @@ async fn copy<S: Source>(ctx: &HydrateContext<S>) -> Result<u64> {
             write_batch(&mut store, id, &batch, copied, None)?;
             ctx.status
                 .count(ObjectKind::Table, &info.name, batch.len() as u64, None);
-            batch.clear();
+            tee.rows(&mut batch).await;
             if reported.elapsed() >= Duration::from_secs(1) {
                 reported = Instant::now();
                 let rate = copied as f64 / started.elapsed().as_secs_f64().max(1e-3);
@@ -157,6 +166,8 @@ async fn copy<S: Source>(ctx: &HydrateContext<S>) -> Result<u64> {
     snapshot.finish().await?;
     copied += batch.len() as u64;
     write_batch(&mut store, id, &batch, copied, Some(point))?;
+    tee.rows(&mut batch).await;
+    tee.copied(point).await;
     tracing::info!(
         table = %info.name,
         rows = copied,

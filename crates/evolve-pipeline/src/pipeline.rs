@@ -75,6 +75,9 @@ pub struct Pipeline {
     bus: Bus,
     drift: DriftBoard,
     monitor: Monitor,
+    /// Sinks listening to their tables' copies (kept across task restarts,
+    /// as the copies are).
+    taps: sink::Taps,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -256,6 +259,7 @@ impl Pipeline {
             bus: Bus::default(),
             drift: DriftBoard::default(),
             monitor: Monitor::default(),
+            taps: sink::Taps::default(),
         })
     }
 
@@ -1387,6 +1391,7 @@ impl Pipeline {
                     table,
                     stop: stop_rx,
                     status: self.status.clone(),
+                    taps: self.taps.clone(),
                 })),
                 SourceKind::Mysql => tokio::spawn(hydrate::run(HydrateContext {
                     upstream: MysqlSource::new(source.clone(), connection, Vec::new()),
@@ -1394,6 +1399,7 @@ impl Pipeline {
                     table,
                     stop: stop_rx,
                     status: self.status.clone(),
+                    taps: self.taps.clone(),
                 })),
             };
             hydrators.insert(id, Hydrator { stop, task });
@@ -1462,6 +1468,7 @@ impl Pipeline {
                 effective: effective_tx,
                 stop: stop.clone(),
                 status: self.status.clone(),
+                taps: self.taps.clone(),
                 sink: info,
             }));
         }

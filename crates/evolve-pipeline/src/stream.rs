@@ -265,7 +265,7 @@ async fn apply_stream<C: ChangeStream, S>(
                             if group.is_none() {
                                 group = Some(Group::begin(store)?);
                             }
-                            t.write(store, &mut tables, end, commit_time, true)?
+                            t.write(store, &mut tables, end, commit_time)?
                         };
                         applied = end;
                         let full = match group.as_mut() {
@@ -658,7 +658,7 @@ fn replay_pending<S>(
             last_seq = seq;
             if current.as_ref().is_none_or(|(end, _, _)| *end != end_lsn) {
                 if let Some((end, time, txn)) = current.take() {
-                    txn.write(store, tables, Position::from_u64(end as u64), time, false)?;
+                    txn.write(store, tables, Position::from_u64(end as u64), time)?;
                 }
                 current = Some((
                     end_lsn,
@@ -707,7 +707,7 @@ fn replay_pending<S>(
     if let Some((end, time, txn)) = current.take()
         && stalled.is_none()
     {
-        txn.write(store, tables, Position::from_u64(end as u64), time, false)?;
+        txn.write(store, tables, Position::from_u64(end as u64), time)?;
     }
     let state = if stalled.is_some() {
         TableState::Stalled

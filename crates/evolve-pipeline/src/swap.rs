@@ -192,6 +192,12 @@ pub(crate) fn apply(
 
 /// Writes a feed entry at `at` for every key whose document differs
 /// between tables `old` and `new`; returns how many.
+///
+/// Both tables are read once in key order, and their current rows are
+/// compared where SQLite holds them (borrowed, never copied): only the
+/// entries written copy anything, so the comparison of two equal tables
+/// allocates nothing per row. Keys compare as bytes, as SQLite's `ORDER
+/// BY key` orders them (memcmp, then length).
 fn merge_differences(
     store: &Store,
     interface: i64,
@@ -200,7 +206,22 @@ fn merge_differences(
     old: i64,
     new: i64,
 ) -> Result<usize> {
+    use rusqlite::fallible_streaming_iterator::FallibleStreamingIterator;
+    use std::cmp::Ordering;
+
     let fail = |e: rusqlite::Error| PipelineError::store("compare a replacement's documents", e);
+    fn bytes<'r>(row: &'r rusqlite::Row<'_>, column: usize) -> Result<&'r [u8]> {
+        let damaged = |e: &dyn std::fmt::Display| PipelineError::Store {
+            context: "compare a replacement's documents".into(),
+            message: format!(
+                "a stored key or document is not text ({e}); the state store is damaged"
+            ),
+        };
+        row.get_ref(column)
+            .map_err(|e| damaged(&e))?
+            .as_bytes()
+            .map_err(|e| damaged(&e))
+    }
     let read = "SELECT key, doc FROM rows WHERE tbl = ?1 ORDER BY key";
     let mut old_rows = store.conn.prepare(read).map_err(fail)?;
     let mut new_rows = store.conn.prepare(read).map_err(fail)?;
@@ -213,55 +234,57 @@ fn merge_differences(
         .map_err(fail)?;
     let mut olds = old_rows.query([old]).map_err(fail)?;
     let mut news = new_rows.query([new]).map_err(fail)?;
-    type Row = (Vec<u8>, Vec<u8>);
-    let next = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<Row>> {
-        match rows.next().map_err(fail)? {
-            Some(r) => Ok(Some((r.get(0).map_err(fail)?, r.get(1).map_err(fail)?))),
-            None => Ok(None),
-        }
-    };
-    let mut o = next(&mut olds)?;
-    let mut n = next(&mut news)?;
+    olds.advance().map_err(fail)?;
+    news.advance().map_err(fail)?;
     let mut written = 0;
     loop {
-        let (key, before, after) = match (&o, &n) {
+        let (o, n) = (olds.get(), news.get());
+        #[allow(clippy::type_complexity)]
+        let (order, entry): (Ordering, Option<(&[u8], Option<&[u8]>, Option<&[u8]>)>) = match (o, n)
+        {
             (None, None) => break,
-            (Some((ok, od)), Some((nk, nd))) if ok == nk => {
-                let entry = (od != nd).then(|| (ok.clone(), Some(od.clone()), Some(nd.clone())));
-                o = next(&mut olds)?;
-                n = next(&mut news)?;
-                match entry {
-                    Some(entry) => entry,
-                    None => continue,
+            (Some(o), None) => (
+                Ordering::Less,
+                Some((bytes(o, 0)?, Some(bytes(o, 1)?), None)),
+            ),
+            (None, Some(n)) => (
+                Ordering::Greater,
+                Some((bytes(n, 0)?, None, Some(bytes(n, 1)?))),
+            ),
+            (Some(o), Some(n)) => {
+                let (ok, nk) = (bytes(o, 0)?, bytes(n, 0)?);
+                match ok.cmp(nk) {
+                    Ordering::Equal => {
+                        let (before, after) = (bytes(o, 1)?, bytes(n, 1)?);
+                        (
+                            Ordering::Equal,
+                            (before != after).then_some((ok, Some(before), Some(after))),
+                        )
+                    }
+                    Ordering::Less => (Ordering::Less, Some((ok, Some(bytes(o, 1)?), None))),
+                    Ordering::Greater => (Ordering::Greater, Some((nk, None, Some(bytes(n, 1)?)))),
                 }
             }
-            (Some((ok, od)), Some((nk, _))) if ok < nk => {
-                let entry = (ok.clone(), Some(od.clone()), None);
-                o = next(&mut olds)?;
-                entry
-            }
-            (Some((ok, od)), None) => {
-                let entry = (ok.clone(), Some(od.clone()), None);
-                o = next(&mut olds)?;
-                entry
-            }
-            (_, Some((nk, nd))) => {
-                let entry = (nk.clone(), None, Some(nd.clone()));
-                n = next(&mut news)?;
-                entry
-            }
         };
-        insert
-            .execute(params![
-                interface,
-                at,
-                key,
-                before,
-                after,
-                commit_time_micros
-            ])
-            .map_err(fail)?;
-        written += 1;
+        if let Some((key, before, after)) = entry {
+            insert
+                .execute(params![
+                    interface,
+                    at,
+                    key,
+                    before,
+                    after,
+                    commit_time_micros
+                ])
+                .map_err(fail)?;
+            written += 1;
+        }
+        if order != Ordering::Greater {
+            olds.advance().map_err(fail)?;
+        }
+        if order != Ordering::Less {
+            news.advance().map_err(fail)?;
+        }
     }
     Ok(written)
 }

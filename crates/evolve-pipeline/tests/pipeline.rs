@@ -725,6 +725,21 @@ async fn a_lost_slot_stalls_the_source_with_the_way_out() {
     running.stop().await;
 
     let slot = pipeline.sources().unwrap()[0].slot.clone();
+    // The walsender ends a moment after the stream's connection closes.
+    wait_until(
+        "the stopped pipeline's slot to be released",
+        CONVERGE,
+        async || {
+            up.query_one(
+                "SELECT NOT active FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .unwrap()
+            .get(0)
+        },
+    )
+    .await;
     up.execute("SELECT pg_drop_replication_slot($1)", &[&slot])
         .await
         .unwrap();
@@ -894,5 +909,105 @@ async fn an_initial_load_into_a_table_with_rows_upserts() {
         .get(0);
     assert_eq!(kept, r#"{"kept": true}"#);
     assert_eq!(audit_ops(&sink, "u_json").await, (249, 1, 0));
+    running.stop().await;
+}
+
+/// A sink created with its table loads beside the table's snapshot: its
+/// COPY runs while the table is still being copied into the store, and a
+/// transaction committed upstream meanwhile (kept as pending, replayed once
+/// the copy is in) reaches the sink inside the load's own transaction:
+/// the load's position is past that commit, and every change is written
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_loads_beside_the_snapshot_and_catches_up_in_its_transaction() {
+    const ROWS: i64 = 100_000;
+    let env = env("load_beside").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(&format!(
+        "CREATE TABLE b (id int PRIMARY KEY, v text, n int);
+         INSERT INTO b SELECT g, repeat('v', g % 50), g FROM generate_series(1, {ROWS}) g;"
+    ))
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["b"]).await;
+    audit_sink(&sink, "b_json").await;
+    let running = Running::start(pipeline.clone());
+    // The sink's COPY is seen while the table is still being copied (the
+    // state only moves forward, so it was snapshotting when the COPY was
+    // seen): the two run at the same time.
+    wait_until(
+        "b_sink's COPY while b_v1 is still snapshotting",
+        CONVERGE,
+        async || {
+            let copied: i64 = sink
+                .query_one(
+                    "SELECT coalesce(max(tuples_processed), 0) FROM pg_stat_progress_copy \
+                     WHERE relid = 'public.b_json'::regclass",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            copied > 0
+                && pipeline
+                    .tables()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t.name == "b_v1" && t.state == TableState::Snapshotting)
+        },
+    )
+    .await;
+    // After the snapshot's point: kept as pending, replayed, caught up.
+    up.batch_execute(&format!(
+        "BEGIN;
+         UPDATE b SET v = 'during' WHERE id % 100 = 0;
+         DELETE FROM b WHERE id % 1000 = 1;
+         INSERT INTO b SELECT g, 'new', g FROM generate_series({}, {}) g;
+         COMMIT;",
+        ROWS + 1,
+        ROWS + 50
+    ))
+    .await
+    .unwrap();
+    let committed: String = up
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    wait_until("b_sink's initial load", CONVERGE, async || {
+        progress_of(&sink, "b_sink").await.is_some()
+    })
+    .await;
+    let included: bool = sink
+        .query_one(
+            "SELECT lsn >= $1::text::pg_lsn FROM public.evolve_sink_progress WHERE sink = 'b_sink'",
+            &[&committed],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        included,
+        "the load's position is past the transaction committed during the copy"
+    );
+    let expected = ROWS - 100 + 50;
+    assert_eq!(
+        compare(&up, &sink, "b", "b_json").await,
+        (expected, expected, expected),
+        "(upstream rows, sink rows, equal rows) right after the load"
+    );
+    assert_eq!(
+        audit_ops(&sink, "b_json").await,
+        (ROWS + 50, 1_000, 100),
+        "(inserts, updates, deletes) of the load and its catch-up"
+    );
+    // The stream goes on from the load's position (id 1 was deleted).
+    up.batch_execute("UPDATE b SET n = -1 WHERE id <= 10")
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "b", "b_json", CONVERGE).await;
+    assert_eq!(audit_ops(&sink, "b_json").await, (ROWS + 50, 1_009, 100));
     running.stop().await;
 }

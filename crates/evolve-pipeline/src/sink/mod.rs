@@ -1,23 +1,46 @@
 //! Sinks: destinations kept equal to an interface, exactly once.
 //!
-//! The driver here is the same for every destination: it waits for the
-//! interface's table to be copied, has the destination load the
-//! interface's documents as of the source's applied position when it has
-//! never been loaded (streamed from the store in chunks, [`Documents`], so
-//! a load holds a few chunks in memory whatever the table's size), then
-//! hands it the interface's feed, whole upstream
-//! transactions in commit order, as the source applies them, and reports
-//! how far the destination has committed (the source confirms its slot
-//! only up to what every sink has committed). A destination implements
-//! [`Sink`]; [`postgres::PostgresSink`] is the PostgreSQL table sink,
+//! The driver here is the same for every destination: it has the
+//! destination load the interface's documents when it has never been
+//! loaded, then hands it the interface's feed, whole upstream transactions
+//! in commit order, as the source applies them, and reports how far the
+//! destination has committed (the source confirms its slot only up to what
+//! every sink has committed). A destination implements [`Sink`];
+//! [`postgres::PostgresSink`] is the PostgreSQL table sink,
 //! [`kafka::KafkaSink`] the Kafka topic sink.
+//!
+//! # Initial loads
+//!
+//! A load is [`Documents`]: chunks of (key, document), a position `at`, and
+//! the interface's changes between the two, so a load holds a few chunks
+//! in memory whatever the table's size. It comes one of two ways:
+//!
+//! - **Beside the snapshot** ([`Taps`]): when the interface's table is
+//!   still to be copied and the destination can take documents before their
+//!   position is known ([`Sink::LOADS_BESIDE_SNAPSHOT`]), the sink listens
+//!   to the table's copy and writes each chunk as the copy stores it, so
+//!   the destination's load and the store's copy run at the same time.
+//!   When the copy is in at the snapshot's position `C`, the load waits
+//!   until the source has applied the table's pending changes (the table
+//!   is running), takes the source's applied position `at`, and catches up
+//!   with the interface's feed entries in `(C, at]`: the changes of the
+//!   transactions the stream kept while the copy ran, fed when they are
+//!   replayed, and any the stream applied since. The destination commits
+//!   documents, catch-up and `at` as one unit. A copy that stops (a failure,
+//!   a restart) ends the load with nothing committed, and the sink
+//!   listens again, or loads from the store once the table is running.
+//! - **From the store**: otherwise, once the table is running, every
+//!   document as of the source's applied position, read in one consistent
+//!   store read; nothing to catch up.
 
 mod kafka;
 mod postgres;
 mod registry;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::position::Position;
@@ -55,15 +78,134 @@ const LOAD_READ_AHEAD: usize = 2;
 /// Key and document pairs, as the store holds them.
 pub(crate) type Chunk = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// How long a table's copy waits for a sink loading beside it to take a
+/// chunk before it leaves that sink out (the sink then loads from the
+/// store once the table is running): a slow destination never holds the
+/// copy up for longer.
+const TAP_WAIT: Duration = Duration::from_secs(10);
+
+/// What a table's copy hands to the sinks loading beside it.
+#[derive(Clone)]
+pub(crate) enum Tapped {
+    /// Documents as the copy stored them.
+    Rows(Chunk),
+    /// The copy is in the store, at the snapshot's position.
+    Copied(Position),
+}
+
+/// The sinks listening to a table's next copy, by table name. A sink
+/// listens ([`Taps::listen`]) while its table is not running; a copy takes
+/// the listeners when its snapshot is open ([`Taps::take`]) and hands them
+/// every chunk it stores, then the snapshot's position. Kept by the
+/// pipeline across the restarts of its tasks.
+#[derive(Clone, Default)]
+pub(crate) struct Taps(Arc<Mutex<HashMap<String, Vec<mpsc::Sender<Tapped>>>>>);
+
+impl Taps {
+    /// Listens to the next copy of `table` to start.
+    pub fn listen(&self, table: &str) -> mpsc::Receiver<Tapped> {
+        let (tx, rx) = mpsc::channel(LOAD_READ_AHEAD);
+        let mut taps = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let listeners = taps.entry(table.to_string()).or_default();
+        listeners.retain(|l| !l.is_closed());
+        listeners.push(tx);
+        rx
+    }
+
+    /// The listeners of `table`, for a copy that starts now.
+    pub fn take(&self, table: &str) -> Tee {
+        let mut taps = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let outs = taps
+            .remove(table)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|l| !l.is_closed())
+            .collect();
+        Tee { outs }
+    }
+}
+
+/// A copy's side of [`Taps`]: the sinks it hands its chunks to. Dropped
+/// before [`Tee::copied`], it tells them the copy stopped.
+pub(crate) struct Tee {
+    outs: Vec<mpsc::Sender<Tapped>>,
+}
+
+impl Tee {
+    /// Hands `rows`, just stored, to every listener (`rows` is left
+    /// empty).
+    pub async fn rows(&mut self, rows: &mut Chunk) {
+        if self.outs.is_empty() || rows.is_empty() {
+            rows.clear();
+            return;
+        }
+        let chunk = std::mem::replace(rows, Vec::with_capacity(rows.capacity()));
+        self.send(Tapped::Rows(chunk)).await;
+    }
+
+    /// Tells every listener the copy is in, at `at`.
+    pub async fn copied(&mut self, at: Position) {
+        self.send(Tapped::Copied(at)).await;
+        self.outs.clear();
+    }
+
+    /// Sends `message` to every listener (copies to all but the last),
+    /// leaving out those that are gone or take longer than [`TAP_WAIT`].
+    async fn send(&mut self, message: Tapped) {
+        let outs = std::mem::take(&mut self.outs);
+        let mut message = Some(message);
+        let last = outs.len().saturating_sub(1);
+        for (i, out) in outs.into_iter().enumerate() {
+            let this = if i == last {
+                message.take()
+            } else {
+                message.clone()
+            };
+            let Some(this) = this else { break };
+            match tokio::time::timeout(TAP_WAIT, out.send(this)).await {
+                Ok(Ok(())) => self.outs.push(out),
+                Ok(Err(_)) => {}
+                Err(_) => tracing::info!(
+                    "a sink loading beside a snapshot took no chunk for {TAP_WAIT:?}; it loads after the copy"
+                ),
+            }
+        }
+    }
+}
+
 /// Every document of an interface as of one position, [`Documents::at`],
-/// read from the store in key order, in chunks, by a thread of its own
-/// inside one store read transaction (one consistent cut, whatever the
-/// source commits meanwhile), a few chunks ahead of the destination.
+/// in chunks, and the interface's changes between the documents and that
+/// position ([`Documents::catch_up`]); see the module's "Initial loads".
 pub(crate) struct Documents {
     at: Position,
-    chunks: mpsc::Receiver<Read>,
+    origin: Origin,
     rows: u64,
     ended: bool,
+}
+
+/// Where a load's documents come from.
+enum Origin {
+    /// The store, read by a thread of its own inside one store read
+    /// transaction (one consistent cut, whatever the source commits
+    /// meanwhile), a few chunks ahead of the destination, in key order.
+    Store(mpsc::Receiver<Read>),
+    /// The table's copy, as it stores them; then the feed.
+    Tap(Box<Tap>),
+}
+
+/// A load beside a table's copy.
+struct Tap {
+    rx: mpsc::Receiver<Tapped>,
+    /// What the copy sent first (taken by the first [`Documents::next`]).
+    first: Option<Tapped>,
+    store: Store,
+    source: String,
+    table: String,
+    interface: i64,
+    /// The feed is read after this position.
+    after: Position,
+    /// The copy stopped before its end.
+    interrupted: bool,
 }
 
 /// What the store's reader sends.
@@ -99,7 +241,7 @@ impl Documents {
         match chunks.recv().await {
             Some(Read::At(at)) => Ok(Documents {
                 at,
-                chunks,
+                origin: Origin::Store(chunks),
                 rows: 0,
                 ended: false,
             }),
@@ -108,7 +250,30 @@ impl Documents {
         }
     }
 
-    /// The source position the documents are at.
+    /// The documents of a copy that has just sent `first`, then the feed
+    /// of interface `interface` up to the source's applied position once
+    /// the table runs.
+    fn tapped(ctx: &SinkContext, rx: mpsc::Receiver<Tapped>, first: Tapped) -> Result<Documents> {
+        Ok(Documents {
+            at: Position::ZERO,
+            origin: Origin::Tap(Box::new(Tap {
+                rx,
+                first: Some(first),
+                store: Store::open(&ctx.state_dir)?,
+                source: ctx.source.clone(),
+                table: ctx.table.clone(),
+                interface: ctx.interface_id,
+                after: Position::ZERO,
+                interrupted: false,
+            })),
+            rows: 0,
+            ended: false,
+        })
+    }
+
+    /// The source position the load is at. Known once [`Documents::next`]
+    /// has said there are no more documents (for a load from the store,
+    /// from the start).
     pub fn at(&self) -> Position {
         self.at
     }
@@ -118,23 +283,105 @@ impl Documents {
         self.rows
     }
 
+    /// Whether the load ended because the table's copy it followed
+    /// stopped (the sink then listens again, or loads from the store).
+    fn interrupted(&self) -> bool {
+        matches!(&self.origin, Origin::Tap(tap) if tap.interrupted)
+    }
+
     /// The next chunk (never empty), or `None` once every document was
-    /// read. A destination commits a load only after `None`.
+    /// read; [`Documents::at`] is known then.
     pub async fn next(&mut self) -> Result<Option<Chunk>> {
         if self.ended {
             return Ok(None);
         }
-        match self.chunks.recv().await {
-            Some(Read::Rows(chunk)) => {
+        let chunk = match &mut self.origin {
+            Origin::Store(chunks) => match chunks.recv().await {
+                Some(Read::Rows(chunk)) => Some(chunk),
+                Some(Read::End) => None,
+                Some(Read::Failed(e)) => return Err(e),
+                Some(Read::At(_)) | None => return Err(reader_stopped()),
+            },
+            Origin::Tap(tap) => {
+                let got = match tap.first.take() {
+                    Some(first) => Some(first),
+                    None => tap.rx.recv().await,
+                };
+                match got {
+                    Some(Tapped::Rows(chunk)) => Some(chunk),
+                    Some(Tapped::Copied(point)) => {
+                        tap.after = point;
+                        self.at = tap.running_at().await?;
+                        None
+                    }
+                    None => {
+                        tap.interrupted = true;
+                        return Err(PipelineError::Store {
+                            context: "load beside the table's snapshot".into(),
+                            message: "the snapshot's copy stopped before its end; nothing of the load is committed".into(),
+                        });
+                    }
+                }
+            }
+        };
+        match chunk {
+            Some(chunk) => {
                 self.rows += chunk.len() as u64;
                 Ok(Some(chunk))
             }
-            Some(Read::End) => {
+            None => {
                 self.ended = true;
                 Ok(None)
             }
-            Some(Read::Failed(e)) => Err(e),
-            Some(Read::At(_)) | None => Err(reader_stopped()),
+        }
+    }
+
+    /// After the documents: the interface's changes between them and
+    /// [`Documents::at`], consecutive upstream transactions in commit
+    /// order (a batch never splits one), or `None` when there are no more.
+    /// A load applies them in turn, after the documents, in the same unit
+    /// that records `at`.
+    pub async fn catch_up(&mut self) -> Result<Option<Vec<FeedEntry>>> {
+        let Origin::Tap(tap) = &mut self.origin else {
+            return Ok(None);
+        };
+        if !self.ended || tap.after >= self.at {
+            return Ok(None);
+        }
+        let entries = tap
+            .store
+            .feed(tap.interface, tap.after, self.at, FEED_BATCH)?;
+        match entries.last() {
+            Some(last) => {
+                tap.after = last.pos;
+                Ok(Some(entries))
+            }
+            None => {
+                tap.after = self.at;
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl Tap {
+    /// Waits until the table runs (the source has applied its pending
+    /// changes, feeding them) and returns the source's applied position.
+    async fn running_at(&mut self) -> Result<Position> {
+        loop {
+            let (table, at) = self.store.read_consistent(|store| {
+                Ok((store.table(&self.table)?, store.applied_lsn(&self.source)?))
+            })?;
+            match table {
+                None => {
+                    return Err(PipelineError::UnknownObject {
+                        kind: ObjectKind::Table,
+                        name: self.table.clone(),
+                    });
+                }
+                Some(t) if t.state.is_hydrated() => return Ok(at),
+                Some(_) => tokio::time::sleep(SNAPSHOT_POLL).await,
+            }
         }
     }
 }
@@ -203,9 +450,15 @@ fn read_documents(
 ///    each transaction's changes in turn; a reader of the destination never
 ///    sees part of one. [`load`] replaces nothing: the driver calls it only
 ///    on a destination that has no position, with every document of the
-///    interface as of [`Documents::at`], in chunks; it commits only after
-///    [`Documents::next`] said there are no more (an error from it is the
-///    load's error), and a reader never sees part of a load either.
+///    interface in chunks, then the changes [`Documents::catch_up`] hands
+///    over (applied in turn, as [`write`] applies them), as of
+///    [`Documents::at`], which is known once [`Documents::next`] said there
+///    are no more documents; it commits only after [`Documents::catch_up`]
+///    said there are no more changes (an error from either is the load's
+///    error), and a reader never sees part of a load either. A destination
+///    that needs `at` before the documents leaves
+///    [`LOADS_BESIDE_SNAPSHOT`] false: it is then only handed loads whose
+///    `at` is known from the start and that have nothing to catch up.
 /// 4. **Never twice.** The driver passes only transactions above the
 ///    destination's position, so a destination needs no deduplication of
 ///    its own.
@@ -216,13 +469,18 @@ fn read_documents(
 /// [`position`]: Sink::position
 /// [`load`]: Sink::load
 /// [`write`]: Sink::write
+/// [`LOADS_BESIDE_SNAPSHOT`]: Sink::LOADS_BESIDE_SNAPSHOT
 pub(crate) trait Sink: Send {
+    /// Whether [`Sink::load`] takes documents before [`Documents::at`] is
+    /// known, and catches up: a load then runs beside the table's copy.
+    const LOADS_BESIDE_SNAPSHOT: bool = false;
+
     /// The destination's committed position, `None` before its first load.
     fn position(&mut self) -> impl Future<Output = Result<Option<Position>>> + Send;
 
-    /// Writes every document of `docs`, and [`Documents::at`]; returns
-    /// the rows the destination took (its own triggers or rules may make
-    /// that differ from [`Documents::rows`]).
+    /// Writes every document of `docs`, its catch-up changes, and
+    /// [`Documents::at`]; returns the rows the destination took (its own
+    /// triggers or rules may make that differ from [`Documents::rows`]).
     fn load(&mut self, docs: &mut Documents) -> impl Future<Output = Result<u64>> + Send;
 
     /// Applies consecutive upstream transactions (`entries`, in order) and
@@ -253,6 +511,8 @@ pub(crate) struct SinkContext {
     pub effective: watch::Sender<Position>,
     pub stop: watch::Receiver<bool>,
     pub status: StatusBoard,
+    /// Where it listens to its table's copy.
+    pub taps: Taps,
 }
 
 /// Runs the sink until `stop`, retrying after failures.
@@ -292,39 +552,13 @@ async fn run_once(ctx: &mut SinkContext) -> Result<()> {
 
 async fn drive(ctx: &mut SinkContext, mut sink: impl Sink) -> Result<()> {
     let name = ctx.sink.name.clone();
-    let store = Store::open(&ctx.state_dir)?;
+    let mut store = Store::open(&ctx.state_dir)?;
     let mut pos = match sink.position().await? {
         Some(pos) => pos,
-        None => {
-            ctx.status.set(
-                ObjectKind::Sink,
-                &name,
-                "waiting for its table's snapshot",
-                None,
-            );
-            loop {
-                let table = store.table(&ctx.table)?;
-                if table.is_some_and(|t| t.state.is_hydrated()) {
-                    break;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(SNAPSHOT_POLL) => {}
-                    _ = ctx.stop.changed() => return Ok(()),
-                }
-            }
-            ctx.status.set(
-                ObjectKind::Sink,
-                &name,
-                "loading its table's documents",
-                None,
-            );
-            let mut docs =
-                Documents::read(&ctx.state_dir, &ctx.source, &ctx.table, ctx.load_rows).await?;
-            let at = docs.at();
-            let written = sink.load(&mut docs).await?;
-            tracing::info!(sink = %name, documents = docs.rows(), written, position = %at, "sink loaded");
-            at
-        }
+        None => match load(ctx, &mut store, &mut sink).await? {
+            Some(pos) => pos,
+            None => return Ok(()),
+        },
     };
     ctx.effective.send_replace(pos);
     ctx.status.sink_committed(&name, &ctx.source, pos, false);
@@ -356,6 +590,78 @@ async fn drive(ctx: &mut SinkContext, mut sink: impl Sink) -> Result<()> {
                 }
             }
             _ = ctx.stop.changed() => return Ok(()),
+        }
+    }
+}
+
+/// The initial load (see the module's "Initial loads"): beside the
+/// table's copy when the destination can and a copy starts while the sink
+/// listens, otherwise from the store once the table runs. Returns the
+/// position loaded, or `None` when `stop` came first.
+async fn load<S: Sink>(
+    ctx: &mut SinkContext,
+    store: &mut Store,
+    sink: &mut S,
+) -> Result<Option<Position>> {
+    let name = ctx.sink.name.clone();
+    ctx.status.set(
+        ObjectKind::Sink,
+        &name,
+        "waiting for its table's snapshot",
+        None,
+    );
+    let listen = || S::LOADS_BESIDE_SNAPSHOT.then(|| ctx.taps.listen(&ctx.table));
+    let mut tap = listen();
+    loop {
+        let table = store.table(&ctx.table)?;
+        if table.is_some_and(|t| t.state.is_hydrated()) {
+            drop(tap);
+            ctx.status.set(
+                ObjectKind::Sink,
+                &name,
+                "loading its table's documents",
+                None,
+            );
+            let mut docs =
+                Documents::read(&ctx.state_dir, &ctx.source, &ctx.table, ctx.load_rows).await?;
+            let written = sink.load(&mut docs).await?;
+            tracing::info!(sink = %name, documents = docs.rows(), written, position = %docs.at(), "sink loaded");
+            return Ok(Some(docs.at()));
+        }
+        let tapped = async {
+            match tap.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let first = tokio::select! {
+            first = tapped => first,
+            _ = tokio::time::sleep(SNAPSHOT_POLL) => continue,
+            _ = ctx.stop.changed() => return Ok(None),
+        };
+        let (Some(first), Some(rx)) = (first, tap.take()) else {
+            // The copy that took this listener stopped before its
+            // first chunk: listen to the next one.
+            tap = listen();
+            continue;
+        };
+        ctx.status.set(
+            ObjectKind::Sink,
+            &name,
+            "loading its table's documents beside its snapshot",
+            None,
+        );
+        let mut docs = Documents::tapped(ctx, rx, first)?;
+        match sink.load(&mut docs).await {
+            Ok(written) => {
+                tracing::info!(sink = %name, documents = docs.rows(), written, position = %docs.at(), "sink loaded beside the snapshot");
+                return Ok(Some(docs.at()));
+            }
+            Err(e) if docs.interrupted() => {
+                tracing::info!(sink = %name, error = %e, "the table's copy stopped; the sink loads again");
+                tap = listen();
+            }
+            Err(e) => return Err(e),
         }
     }
 }

@@ -12,8 +12,10 @@
 //! (FORMAT binary)`, chunk by chunk as the store's reader hands them
 //! over: straight into the target table when it has no rows, otherwise
 //! into a temporary table that one `INSERT ... SELECT ... ON CONFLICT`
-//! then upserts into the target. Either way, readers of the target see
-//! its rows as they were until the load commits, then all of them.
+//! then upserts into the target. A load beside the table's copy then
+//! applies its catch-up changes with the statements a write uses, in the
+//! same transaction. Either way, readers of the target see its rows as
+//! they were until the load commits, then all of them.
 
 use std::pin::pin;
 
@@ -211,6 +213,8 @@ impl PostgresSink {
 }
 
 impl Sink for PostgresSink {
+    const LOADS_BESIDE_SNAPSHOT: bool = true;
+
     async fn position(&mut self) -> Result<Option<Position>> {
         progress(&self.client, &self.targets, &self.name).await
     }
@@ -290,6 +294,18 @@ impl Sink for PostgresSink {
             .await
             .map_err(fail("write the initial load"))?
         };
+        // The changes between the documents and the load's position, in
+        // turn, as a write applies them.
+        while let Some(entries) = docs.catch_up().await? {
+            let writes = statements_for(&self.statements, &entries)?;
+            let tx = &tx;
+            let rows = futures_util::future::join_all(writes.iter().map(
+                |(statement, arrays)| async move { tx.execute(*statement, &params(arrays)).await },
+            ));
+            for written in rows.await {
+                written.map_err(fail("catch up after the initial load"))?;
+            }
+        }
         tx.execute(
             &self.statements.progress,
             &[&self.name, &docs.at().to_string()],
@@ -345,6 +361,36 @@ async fn write_transactions(
     pos: Position,
     entries: &[FeedEntry],
 ) -> Result<()> {
+    let writes = statements_for(statements, entries)?;
+    let fail = |e: tokio_postgres::Error| PipelineError::database("write to the sink", &e);
+    let position = pos.to_string();
+    let progress_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&sink, &position];
+    // Sent in this order on first poll; a failure aborts the transaction,
+    // and the COMMIT after it then rolls back.
+    let begin = client.batch_execute("BEGIN");
+    let rows =
+        futures_util::future::join_all(writes.iter().map(|(statement, arrays)| async move {
+            client.execute(*statement, &params(arrays)).await
+        }));
+    let progress = client.execute(&statements.progress, &progress_params);
+    let commit = client.batch_execute("COMMIT");
+    let (begin, rows, progress, commit) = tokio::join!(biased; begin, rows, progress, commit);
+    begin.map_err(fail)?;
+    for written in rows {
+        written.map_err(fail)?;
+    }
+    progress.map_err(fail)?;
+    commit.map_err(fail)
+}
+
+/// The statements that apply consecutive upstream transactions' changes
+/// (`entries`, in order) with their parameters: each transaction's deletes,
+/// then its upserts.
+#[allow(clippy::type_complexity)]
+fn statements_for<'a>(
+    statements: &'a Statements,
+    entries: &'a [FeedEntry],
+) -> Result<Vec<(&'a tokio_postgres::Statement, Vec<Vec<&'a str>>)>> {
     let mut writes = Vec::new();
     let mut start = 0;
     while start < entries.len() {
@@ -362,28 +408,15 @@ async fn write_transactions(
         }
         start = end;
     }
-    let fail = |e: tokio_postgres::Error| PipelineError::database("write to the sink", &e);
-    let position = pos.to_string();
-    let progress_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&sink, &position];
-    // Sent in this order on first poll; a failure aborts the transaction,
-    // and the COMMIT after it then rolls back.
-    let begin = client.batch_execute("BEGIN");
-    let rows = futures_util::future::join_all(writes.iter().map(|(statement, arrays)| {
-        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = arrays
-            .iter()
-            .map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync))
-            .collect();
-        async move { client.execute(*statement, &params).await }
-    }));
-    let progress = client.execute(&statements.progress, &progress_params);
-    let commit = client.batch_execute("COMMIT");
-    let (begin, rows, progress, commit) = tokio::join!(biased; begin, rows, progress, commit);
-    begin.map_err(fail)?;
-    for written in rows {
-        written.map_err(fail)?;
-    }
-    progress.map_err(fail)?;
-    commit.map_err(fail)
+    Ok(writes)
+}
+
+/// A statement's text-array parameters as `execute` takes them.
+fn params<'a>(arrays: &'a [Vec<&'a str>]) -> Vec<&'a (dyn tokio_postgres::types::ToSql + Sync)> {
+    arrays
+        .iter()
+        .map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync))
+        .collect()
 }
 
 /// One upstream transaction's keys and documents to upsert, and keys to
