@@ -135,7 +135,7 @@ async fn copy<S: Source>(ctx: &HydrateContext<S>) -> Result<u64> {
     let mut snapshot = ctx.upstream.snapshot(info).await?;
     // The sinks listening now load beside this copy: each chunk is
     // handed to them once it is stored.
-    let mut tee = ctx.taps.take(&info.name);
+    let mut tee = ctx.taps.take(&info.name).await;
     let mut table = TableRuntime::new(info.clone(), Vec::new())?;
     table.set_copy_mapping();
     let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(BATCH);

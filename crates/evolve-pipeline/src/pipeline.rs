@@ -1451,6 +1451,11 @@ impl Pipeline {
                     }
                 },
             };
+            // A sink whose table is still to be copied may load beside the
+            // copy: the copy waits for it to start listening.
+            let expected = (matches!(table.state, TableState::Pending | TableState::Snapshotting)
+                && info.kind == SinkKind::Postgres)
+                .then(|| self.taps.expect(&table.name));
             let (effective_tx, effective_rx) = watch::channel(Position::ZERO);
             source_sinks
                 .entry(table.source.clone())
@@ -1469,6 +1474,8 @@ impl Pipeline {
                 stop: stop.clone(),
                 status: self.status.clone(),
                 taps: self.taps.clone(),
+                expected,
+                bus: self.bus.clone(),
                 sink: info,
             }));
         }

@@ -395,7 +395,6 @@ fn flush<S>(
         ctx.status
             .source_committed(name, committed.pos, committed.commit_time_micros);
     }
-    ctx.applied.send_replace(*stored);
     for (rows, committed) in g.committed {
         ctx.status.count(
             ObjectKind::Source,
@@ -405,6 +404,9 @@ fn flush<S>(
         );
         ctx.bus.publish(committed);
     }
+    // After the transactions are on the bus: a sink that sees the new
+    // position finds every transaction up to it there (`sink::follow`).
+    ctx.applied.send_replace(*stored);
     Ok(())
 }
 

@@ -2,10 +2,13 @@
 //!
 //! The driver here is the same for every destination: it has the
 //! destination load the interface's documents when it has never been
-//! loaded, then hands it the interface's feed, whole upstream transactions
-//! in commit order, as the source applies them, and reports how far the
-//! destination has committed (the source confirms its slot only up to what
-//! every sink has committed). A destination implements [`Sink`];
+//! loaded, then hands it the interface's changes, whole upstream
+//! transactions in commit order, as the source applies them, and reports
+//! how far the destination has committed (the source confirms its slot
+//! only up to what every sink has committed). The changes come from the
+//! bus, in memory, as the source publishes each committed group; from the
+//! store's feed only when the sink starts and whenever it fell more than
+//! the bus holds behind. A destination implements [`Sink`];
 //! [`postgres::PostgresSink`] is the PostgreSQL table sink,
 //! [`kafka::KafkaSink`] the Kafka topic sink.
 //!
@@ -44,8 +47,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::position::Position;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
+use crate::bus::{Bus, Committed};
 use crate::config::Connection;
 use crate::error::{ObjectKind, PipelineError, Result};
 use crate::status::StatusBoard;
@@ -93,34 +97,112 @@ pub(crate) enum Tapped {
     Copied(Position),
 }
 
+/// How long a copy that is starting waits for the sinks expected to
+/// listen to it ([`Taps::expect`]) to listen or to say they will not.
+const TAP_EXPECT: Duration = Duration::from_secs(5);
+
 /// The sinks listening to a table's next copy, by table name. A sink
 /// listens ([`Taps::listen`]) while its table is not running; a copy takes
 /// the listeners when its snapshot is open ([`Taps::take`]) and hands them
 /// every chunk it stores, then the snapshot's position. Kept by the
 /// pipeline across the restarts of its tasks.
+///
+/// A sink task started for a table still to be copied is *expected*
+/// ([`Taps::expect`]) until it listens or finds it needs no load (it has a
+/// position, or it failed to start): a copy that starts meanwhile waits
+/// for that, at most [`TAP_EXPECT`], so a sink that is still connecting
+/// does not miss the copy.
 #[derive(Clone, Default)]
-pub(crate) struct Taps(Arc<Mutex<HashMap<String, Vec<mpsc::Sender<Tapped>>>>>);
+pub(crate) struct Taps {
+    tables: Arc<Mutex<HashMap<String, Listeners>>>,
+    decided: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Default)]
+struct Listeners {
+    senders: Vec<mpsc::Sender<Tapped>>,
+    /// Sinks expected to listen or to say they will not.
+    expected: usize,
+}
+
+/// A sink expected to listen to its table's next copy ([`Taps::expect`]);
+/// dropped, it no longer is.
+pub(crate) struct Expected {
+    taps: Taps,
+    table: String,
+}
+
+impl Expected {
+    /// Listens to the table's next copy.
+    pub fn listen(self) -> mpsc::Receiver<Tapped> {
+        self.taps.listen(&self.table)
+    }
+}
+
+impl Drop for Expected {
+    fn drop(&mut self) {
+        let mut tables = self.taps.lock();
+        if let Some(l) = tables.get_mut(&self.table) {
+            l.expected = l.expected.saturating_sub(1);
+        }
+        drop(tables);
+        self.taps.decided.notify_waiters();
+    }
+}
 
 impl Taps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Listeners>> {
+        self.tables.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A sink task of `table` is starting.
+    pub fn expect(&self, table: &str) -> Expected {
+        self.lock().entry(table.to_string()).or_default().expected += 1;
+        Expected {
+            taps: self.clone(),
+            table: table.to_string(),
+        }
+    }
+
     /// Listens to the next copy of `table` to start.
     pub fn listen(&self, table: &str) -> mpsc::Receiver<Tapped> {
         let (tx, rx) = mpsc::channel(LOAD_READ_AHEAD);
-        let mut taps = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let listeners = taps.entry(table.to_string()).or_default();
-        listeners.retain(|l| !l.is_closed());
-        listeners.push(tx);
+        let mut tables = self.lock();
+        let listeners = tables.entry(table.to_string()).or_default();
+        listeners.senders.retain(|l| !l.is_closed());
+        listeners.senders.push(tx);
         rx
     }
 
-    /// The listeners of `table`, for a copy that starts now.
-    pub fn take(&self, table: &str) -> Tee {
-        let mut taps = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let outs = taps
-            .remove(table)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|l| !l.is_closed())
-            .collect();
+    /// The listeners of `table`, for a copy that starts now, once every
+    /// sink expected has listened or said it will not (at most
+    /// [`TAP_EXPECT`]).
+    pub async fn take(&self, table: &str) -> Tee {
+        let deadline = tokio::time::Instant::now() + TAP_EXPECT;
+        loop {
+            let decided = self.decided.notified();
+            let expected = self.lock().get(table).map_or(0, |l| l.expected);
+            if expected == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, decided).await.is_err() {
+                tracing::info!(
+                    table,
+                    expected,
+                    "sinks expected to load beside the copy did not start in time; they load after it"
+                );
+                break;
+            }
+        }
+        let mut tables = self.lock();
+        let senders = tables
+            .get_mut(table)
+            .map(|l| std::mem::take(&mut l.senders))
+            .unwrap_or_default();
+        if tables.get(table).is_some_and(|l| l.expected == 0) {
+            tables.remove(table);
+        }
+        let outs = senders.into_iter().filter(|l| !l.is_closed()).collect();
         Tee { outs }
     }
 }
@@ -513,6 +595,11 @@ pub(crate) struct SinkContext {
     pub status: StatusBoard,
     /// Where it listens to its table's copy.
     pub taps: Taps,
+    /// Set when the task starts for a table still to be copied (see
+    /// [`Taps::expect`]).
+    pub expected: Option<Expected>,
+    /// The source's committed transactions, followed live.
+    pub bus: Bus,
 }
 
 /// Runs the sink until `stop`, retrying after failures.
@@ -537,25 +624,32 @@ pub(crate) async fn run(mut ctx: SinkContext) {
 /// One session with the destination, until `stop` or a failure: the
 /// implementation of [`Sink`] the catalog's kind names.
 async fn run_once(ctx: &mut SinkContext) -> Result<()> {
+    // Whatever this attempt finds (a position, a failure to start), a copy
+    // starting now no longer waits for this sink beyond it.
+    let expected = ctx.expected.take();
     match ctx.sink.kind {
         SinkKind::Postgres => {
             let sink = PostgresSink::open(&ctx.sink, &ctx.connection).await?;
-            drive(ctx, sink).await
+            drive(ctx, sink, expected).await
         }
         SinkKind::Kafka => {
             let sink =
                 kafka::KafkaSink::open(&ctx.sink, &ctx.connection, ctx.registry.as_ref()).await?;
-            drive(ctx, sink).await
+            drive(ctx, sink, expected).await
         }
     }
 }
 
-async fn drive(ctx: &mut SinkContext, mut sink: impl Sink) -> Result<()> {
+async fn drive(
+    ctx: &mut SinkContext,
+    mut sink: impl Sink,
+    expected: Option<Expected>,
+) -> Result<()> {
     let name = ctx.sink.name.clone();
     let mut store = Store::open(&ctx.state_dir)?;
     let mut pos = match sink.position().await? {
         Some(pos) => pos,
-        None => match load(ctx, &mut store, &mut sink).await? {
+        None => match load(ctx, &mut store, &mut sink, expected).await? {
             Some(pos) => pos,
             None => return Ok(()),
         },
@@ -563,8 +657,13 @@ async fn drive(ctx: &mut SinkContext, mut sink: impl Sink) -> Result<()> {
     ctx.effective.send_replace(pos);
     ctx.status.sink_committed(&name, &ctx.source, pos, false);
     ctx.status.set(ObjectKind::Sink, &name, "running", None);
+    // Subscribed before the store is read: every transaction the store has
+    // not committed by then will be on the bus.
+    let mut bus = ctx.bus.subscribe();
     loop {
-        let upto = *ctx.applied.borrow_and_update();
+        // From the store's feed: what was committed before the bus was
+        // followed (or while the sink had fallen behind it).
+        let upto = store.applied_lsn(&ctx.source)?;
         loop {
             let entries = store.feed(ctx.interface_id, pos, upto, FEED_BATCH)?;
             if entries.is_empty() {
@@ -583,13 +682,107 @@ async fn drive(ctx: &mut SinkContext, mut sink: impl Sink) -> Result<()> {
             ctx.status.sink_committed(&name, &ctx.source, pos, false);
             ctx.effective.send_replace(pos);
         }
+        match follow(ctx, &mut sink, &mut bus, &mut pos).await? {
+            Followed::Stopped => return Ok(()),
+            Followed::Behind => {
+                tracing::debug!(sink = %name, position = %pos, "the sink fell behind the bus; reading the store's feed");
+                bus = ctx.bus.subscribe();
+            }
+        }
+    }
+}
+
+/// How following the bus ended.
+enum Followed {
+    Stopped,
+    /// The sink fell more than [`crate::bus::CAPACITY`] transactions
+    /// behind: it reads the store's feed, then follows again.
+    Behind,
+}
+
+/// Follows the source's committed transactions on the bus, from `pos`:
+/// the interface's changes are handed to the sink from memory, as the
+/// source publishes them, never read back from the store. The source
+/// publishes a group's transactions before it moves its applied position
+/// (`stream::flush`), so once the sink has taken everything the bus holds
+/// after seeing a position, it has every transaction up to that position,
+/// and may record it as committed (the transactions with nothing for this
+/// interface, and those with no document at all, which are not published).
+async fn follow<S: Sink>(
+    ctx: &mut SinkContext,
+    sink: &mut S,
+    bus: &mut broadcast::Receiver<Arc<Committed>>,
+    pos: &mut Position,
+) -> Result<Followed> {
+    let name = ctx.sink.name.clone();
+    loop {
+        let applied = *ctx.applied.borrow_and_update();
+        loop {
+            let mut entries = Vec::new();
+            let mut at = *pos;
+            let mut end = None;
+            while entries.len() < FEED_BATCH {
+                match bus.try_recv() {
+                    Ok(committed) => {
+                        if committed.source != ctx.source || committed.pos <= *pos {
+                            continue;
+                        }
+                        at = committed.pos;
+                        entries.extend(
+                            committed
+                                .changes
+                                .iter()
+                                .filter(|c| c.interface == ctx.interface_id)
+                                .map(|c| FeedEntry {
+                                    pos: committed.pos,
+                                    key: c.key.clone(),
+                                    old: c.old.clone(),
+                                    new: c.new.clone(),
+                                }),
+                        );
+                    }
+                    Err(broadcast::error::TryRecvError::Empty) => {
+                        end = Some(None);
+                        break;
+                    }
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                        end = Some(Some(Followed::Behind));
+                        break;
+                    }
+                    Err(broadcast::error::TryRecvError::Closed) => {
+                        end = Some(Some(Followed::Stopped));
+                        break;
+                    }
+                }
+            }
+            if !entries.is_empty() {
+                sink.write(&entries, at).await?;
+            }
+            if at > *pos {
+                *pos = at;
+                ctx.status
+                    .sink_committed(&name, &ctx.source, at, !entries.is_empty());
+                ctx.effective.send_replace(at);
+            }
+            match end {
+                Some(Some(ended)) => return Ok(ended),
+                Some(None) => break,
+                None => {}
+            }
+        }
+        if applied > *pos {
+            *pos = applied;
+            ctx.status
+                .sink_committed(&name, &ctx.source, applied, false);
+            ctx.effective.send_replace(applied);
+        }
         tokio::select! {
             changed = ctx.applied.changed() => {
                 if changed.is_err() {
-                    return Ok(());
+                    return Ok(Followed::Stopped);
                 }
             }
-            _ = ctx.stop.changed() => return Ok(()),
+            _ = ctx.stop.changed() => return Ok(Followed::Stopped),
         }
     }
 }
@@ -602,6 +795,7 @@ async fn load<S: Sink>(
     ctx: &mut SinkContext,
     store: &mut Store,
     sink: &mut S,
+    expected: Option<Expected>,
 ) -> Result<Option<Position>> {
     let name = ctx.sink.name.clone();
     ctx.status.set(
@@ -611,7 +805,10 @@ async fn load<S: Sink>(
         None,
     );
     let listen = || S::LOADS_BESIDE_SNAPSHOT.then(|| ctx.taps.listen(&ctx.table));
-    let mut tap = listen();
+    let mut tap = match expected {
+        Some(expected) if S::LOADS_BESIDE_SNAPSHOT => Some(expected.listen()),
+        _ => listen(),
+    };
     loop {
         let table = store.table(&ctx.table)?;
         if table.is_some_and(|t| t.state.is_hydrated()) {
