@@ -125,8 +125,10 @@
 //! images, confirmation, failures); [`source::postgres`] implements it for
 //! PostgreSQL, the only place that speaks pgoutput and LSNs, and
 //! [`source::mysql`] for MySQL and MariaDB from the row-based binlog (its
-//! positions are binlog file numbers and offsets, its values are mapped
-//! onto PostgreSQL types). The catalog's `sources.kind` picks one.
+//! positions count GTIDs, the same on every server of a replication
+//! topology, with binlog file numbers and offsets for MySQL servers
+//! without GTIDs; its values are mapped onto PostgreSQL types). The
+//! catalog's `sources.kind` picks one.
 //!
 //! # Sessions
 //!
@@ -232,6 +234,7 @@ mod layers {
         ("source", 2, include_str!("source/mod.rs")),
         ("source", 2, include_str!("source/postgres.rs")),
         ("source", 2, include_str!("source/mysql.rs")),
+        ("source", 2, include_str!("source/mysql/gtid.rs")),
         ("stream", 2, include_str!("stream.rs")),
         ("sink", 2, include_str!("sink/mod.rs")),
         ("sink", 2, include_str!("sink/postgres.rs")),

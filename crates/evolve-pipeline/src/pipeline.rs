@@ -360,7 +360,8 @@ impl Pipeline {
     /// `CREATE SOURCE name FROM MYSQL CONNECTION connection`: checks the
     /// server's binlog settings and the user's privileges (refusing with
     /// the settings to change), and records the source with the binlog's
-    /// current position as its applied position: its stream starts there.
+    /// current position as its applied position (with the GTID state it
+    /// stands for, when the server has GTIDs): its stream starts there.
     /// There is nothing to create upstream (a binlog has no slot).
     pub async fn create_mysql_source(&self, name: &str, connection: &str) -> Result<SourceInfo> {
         check_name(ObjectKind::Source, name)?;
@@ -385,7 +386,7 @@ impl Pipeline {
                 ),
             });
         }
-        let position = mysql::check_server(name, connection, conn).await?;
+        let (position, gtid_state) = mysql::check_server(name, connection, conn).await?;
         let info = SourceInfo {
             name: name.to_string(),
             connection: connection.to_string(),
@@ -397,7 +398,7 @@ impl Pipeline {
             drop_error: None,
             kind: SourceKind::Mysql,
         };
-        self.with_store(|s| s.insert_source(&info))?;
+        self.with_store(|s| s.insert_source_resuming(&info, gtid_state.as_deref()))?;
         self.catalog_changed();
         Ok(info)
     }

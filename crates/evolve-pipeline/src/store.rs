@@ -612,6 +612,41 @@ impl Store {
         Ok(())
     }
 
+    /// Inserts a source whose applied position goes with resume state
+    /// `resume_state` (see [`Store::resume_state`]), in one statement.
+    pub fn insert_source_resuming(&self, s: &SourceInfo, resume_state: Option<&str>) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO sources (name, connection, publication, publication_created, slot, applied_lsn, kind, resume_state) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    s.name,
+                    s.connection,
+                    s.publication,
+                    s.publication_created,
+                    s.slot,
+                    s.applied_lsn.to_sql(),
+                    s.kind.as_str(),
+                    resume_state
+                ],
+            )
+            .map_err(|e| PipelineError::store("insert source", e))?;
+        Ok(())
+    }
+
+    /// The source's resume state: the upstream's own coordinate of its
+    /// applied position (a MySQL source's GTID state), stored in the same
+    /// transaction as the position; `None` when its positions need none.
+    pub fn resume_state(&self, source: &str) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT resume_state FROM sources WHERE name = ?1",
+                [source],
+                |r| r.get::<_, Option<String>>(0),
+            )
+            .map_err(|e| PipelineError::store("read the resume state", e))
+    }
+
     /// The source named `name`.
     pub fn source(&self, name: &str) -> Result<Option<SourceInfo>> {
         self.conn
@@ -1411,6 +1446,10 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("sinks", "envelope", "TEXT"),
     // FORMAT AVRO's registry connection.
     ("sinks", "registry", "TEXT"),
+    // The source's own coordinate of `applied_lsn` (a MySQL source's GTID
+    // state), written with it; NULL for the sources of an older store and
+    // for sources whose positions need none.
+    ("sources", "resume_state", "TEXT"),
     // Every interface of an older store is of the one interface form.
     (
         "interfaces",
@@ -1755,6 +1794,51 @@ mod tests {
             ),
             "{e}"
         );
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An older store's sources get a resume state column, NULL (they
+    /// resume from their position alone); a source inserted with a resume
+    /// state reads it back.
+    #[test]
+    fn resume_states_are_added_to_an_older_store() {
+        let dir =
+            std::env::temp_dir().join(format!("evolve-store-resume-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            let old = Connection::open(dir.join("pipeline.db")).unwrap();
+            old.execute_batch(
+                "CREATE TABLE sources (name TEXT PRIMARY KEY, connection TEXT NOT NULL, \
+                 publication TEXT NOT NULL, publication_created INTEGER NOT NULL, \
+                 slot TEXT NOT NULL, applied_lsn INTEGER NOT NULL DEFAULT 0, \
+                 kind TEXT NOT NULL DEFAULT 'postgres'); \
+                 INSERT INTO sources VALUES ('old', 'my', '', 0, 'evolve_old', 42, 'mysql');",
+            )
+            .unwrap();
+        }
+        let store = Store::open(&dir).unwrap();
+        assert_eq!(store.resume_state("old").unwrap(), None);
+        assert_eq!(store.applied_lsn("old").unwrap(), Position::from_u64(42));
+        let shop = SourceInfo {
+            name: "shop".into(),
+            connection: "my".into(),
+            publication: String::new(),
+            publication_created: false,
+            slot: "evolve_shop".into(),
+            applied_lsn: Position::from_u64((1 << 62) + 42),
+            dropping: false,
+            drop_error: None,
+            kind: SourceKind::Mysql,
+        };
+        store.insert_source_resuming(&shop, Some("0-1-42")).unwrap();
+        assert_eq!(store.source("shop").unwrap().unwrap(), shop);
+        assert_eq!(
+            store.resume_state("shop").unwrap().as_deref(),
+            Some("0-1-42")
+        );
+        assert!(store.resume_state("nothere").is_err());
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -100,7 +100,8 @@ async fn run_once<S: Source>(ctx: &mut SourceContext<S>) -> Result<()> {
         tables.push(TableRuntime::new(info, ids)?);
     }
     let applied = store.applied_lsn(&name)?;
-    let stream = ctx.upstream.stream(applied).await?;
+    let resume = store.resume_state(&name)?;
+    let stream = ctx.upstream.stream_resuming(applied, resume).await?;
     for table in &tables {
         let state = match table.info.state {
             TableState::Running => "running",
@@ -143,6 +144,9 @@ async fn apply_stream<C: ChangeStream, S>(
     // committed or in the open group; `stored`: the last one committed
     // (what sinks, subscribers and the source may see).
     let mut applied = store.applied_lsn(&name)?;
+    // The source's resume state of `applied` (see the source contract),
+    // stored with it; `None` until a transaction is applied here.
+    let mut resume: Option<String> = None;
     let mut stored = applied;
     let mut group: Option<Group> = None;
     ctx.applied.send_replace(applied);
@@ -164,16 +168,16 @@ async fn apply_stream<C: ChangeStream, S>(
                 // Commit the open group (complete upstream transactions
                 // only), confirm what the sinks have committed, and let the
                 // source send it before leaving.
-                flush(ctx, store, &name, &mut group, applied, &mut stored)?;
+                flush(ctx, store, &name, &mut group, applied, resume.as_deref(), &mut stored)?;
                 stream.confirm(ack_target(ctx, stored, txn.is_none(), idle));
                 if applied > stored {
-                    record_applied(store, &name, applied)?;
+                    record_applied(store, &name, applied, resume.as_deref())?;
                 }
                 stream.close().await;
                 return Ok(());
             }
             _ = tick.tick() => {
-                flush(ctx, store, &name, &mut group, applied, &mut stored)?;
+                flush(ctx, store, &name, &mut group, applied, resume.as_deref(), &mut stored)?;
                 if txn.is_none() {
                     for t in 0..tables.len() {
                         if tables[t].info.state.is_hydrated() {
@@ -188,7 +192,7 @@ async fn apply_stream<C: ChangeStream, S>(
                     }
                 }
                 if applied > stored {
-                    record_applied(store, &name, applied)?;
+                    record_applied(store, &name, applied, resume.as_deref())?;
                     stored = applied;
                 }
                 stream.confirm(ack_target(ctx, stored, txn.is_none(), idle));
@@ -239,7 +243,7 @@ async fn apply_stream<C: ChangeStream, S>(
                     // the group before it is committed, and its reads run
                     // outside a transaction until its commit.
                     if group.as_ref().is_some_and(|g| g.began.elapsed() >= GROUP_AGE) {
-                        flush(ctx, store, &name, &mut group, applied, &mut stored)?;
+                        flush(ctx, store, &name, &mut group, applied, resume.as_deref(), &mut stored)?;
                     }
                     if let Some(txn) = txn.as_mut().filter(|_| !skip) {
                         on_row(ctx, store, &mut tables, &by_oid, &mut deferral, txn, table, change)?;
@@ -268,6 +272,7 @@ async fn apply_stream<C: ChangeStream, S>(
                             t.write(store, &mut tables, end, commit_time)?
                         };
                         applied = end;
+                        resume = stream.resume_state(end);
                         let full = match group.as_mut() {
                             Some(g) => g.add(txn_rows, Committed {
                                 source: name.clone(),
@@ -287,7 +292,7 @@ async fn apply_stream<C: ChangeStream, S>(
                             }
                         };
                         if full {
-                            flush(ctx, store, &name, &mut group, applied, &mut stored)?;
+                            flush(ctx, store, &name, &mut group, applied, resume.as_deref(), &mut stored)?;
                         }
                     }
                 }
@@ -298,19 +303,26 @@ async fn apply_stream<C: ChangeStream, S>(
                 }
             },
             _ = std::future::ready(()), if group.is_some() => {
-                flush(ctx, store, &name, &mut group, applied, &mut stored)?;
+                flush(ctx, store, &name, &mut group, applied, resume.as_deref(), &mut stored)?;
             }
         }
     }
 }
 
-/// Records the source's applied position outside a group.
-fn record_applied(store: &Store, name: &str, applied: Position) -> Result<()> {
+/// Records the source's applied position, with its resume state,
+/// outside a group.
+fn record_applied(
+    store: &Store,
+    name: &str,
+    applied: Position,
+    resume: Option<&str>,
+) -> Result<()> {
     store
         .conn
         .execute(
-            "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1 AND applied_lsn < ?2",
-            params![name, applied.to_sql()],
+            "UPDATE sources SET applied_lsn = ?2, resume_state = ?3 \
+             WHERE name = ?1 AND applied_lsn < ?2",
+            params![name, applied.to_sql(), resume],
         )
         .map_err(|e| PipelineError::store("record applied position", e))?;
     Ok(())
@@ -367,13 +379,15 @@ impl Group {
 }
 
 /// Commits the open group, if any, with `applied` as the source's
-/// position; then publishes its transactions and the new position.
+/// position (and `resume` as its resume state); then publishes its
+/// transactions and the new position.
 fn flush<S>(
     ctx: &SourceContext<S>,
     store: &Store,
     name: &str,
     group: &mut Option<Group>,
     applied: Position,
+    resume: Option<&str>,
     stored: &mut Position,
 ) -> Result<()> {
     let Some(g) = group.take() else {
@@ -384,8 +398,9 @@ fn flush<S>(
         store
             .conn
             .execute(
-                "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1 AND applied_lsn < ?2",
-                params![name, applied.to_sql()],
+                "UPDATE sources SET applied_lsn = ?2, resume_state = ?3 \
+                 WHERE name = ?1 AND applied_lsn < ?2",
+                params![name, applied.to_sql(), resume],
             )
             .map_err(fail)?;
     }

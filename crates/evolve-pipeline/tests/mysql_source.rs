@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use common::mysql::*;
 use common::*;
+use evolve_pipeline::source::mysql::{is_gtid_position, mariadb_position};
+use evolve_pipeline::store::Store;
 use evolve_pipeline::{Config, Pipeline, TableSpec, TableState};
 use evolve_test::{MariaDb, MariaDbOptions};
 use mysql_async::prelude::Queryable;
@@ -240,11 +242,16 @@ async fn snapshot_then_binlog_inserts_updates_deletes_reach_the_sink_exactly() {
         Duration::from_secs(60),
     )
     .await;
-    // The applied position is the binlog's (file number / offset).
+    // Positions are GTID positions (MariaDB always logs GTIDs).
     let applied = pipeline.sources().unwrap()[0].applied_lsn;
     assert!(
         applied > source.applied_lsn,
         "{applied} after {}",
+        source.applied_lsn
+    );
+    assert!(
+        is_gtid_position(source.applied_lsn),
+        "{}",
         source.applied_lsn
     );
     running.stop().await;
@@ -485,9 +492,10 @@ fn kill(child: &mut Guard, signal: i32) {
 }
 
 /// SIGKILL of the pipeline's process at several moments while MariaDB
-/// keeps writing: after restarts from the stored binlog position, the sink
-/// equals the upstream and got every change exactly once (a trigger
-/// counts them).
+/// keeps writing, and one graceful stop (SIGTERM): after restarts from
+/// the stored GTID state, the sink equals the upstream and got every
+/// change exactly once (a trigger counts them), and the stored position
+/// is the stored GTID state's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_resumes_from_the_binlog_position_without_loss_or_duplicates() {
     let env = my_env(STATE, "mysql_crash").await;
@@ -581,9 +589,17 @@ async fn sigkill_under_load_resumes_from_the_binlog_position_without_loss_or_dup
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     });
-    for delay in [300, 700, 1200, 500] {
+    for (delay, signal) in [(300, 9), (700, 9), (900, 15), (1200, 9), (500, 9)] {
         tokio::time::sleep(Duration::from_millis(delay)).await;
-        kill(&mut child, 9);
+        kill(&mut child, signal);
+        // What the restart resumes from: a GTID state, and the position
+        // it stands for, stored together.
+        {
+            let store = Store::open(&env.state).unwrap();
+            let applied = store.applied_lsn(&env.source).unwrap();
+            let state = store.resume_state(&env.source).unwrap().unwrap();
+            assert_eq!(mariadb_position(&state), Some(applied), "{state}");
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
         child = start_child(&config_path);
     }
@@ -761,9 +777,12 @@ async fn create_table_refuses_tables_without_a_primary_key() {
     let _ = my.disconnect().await;
 }
 
-/// A source whose binlog position was purged while the pipeline was
-/// stopped stalls with a permanent error naming the position and the way
-/// out, and is not retried.
+/// A source whose GTID position was purged while the pipeline was
+/// stopped (transactions written after it, the binlog rotated and the
+/// files holding them purged) stalls with a permanent error naming the
+/// position, its GTID and the way out, and is not retried; so does a
+/// source of an older store, whose position is a file and an offset, when
+/// that file is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purged_binlog_position_stalls_the_source_with_the_way_out() {
     let server = tokio::task::spawn_blocking(|| MariaDb::start().unwrap())
@@ -792,58 +811,121 @@ async fn a_purged_binlog_position_stalls_the_source_with_the_way_out() {
         })
         .await
         .unwrap();
-    // The server rotates and forgets the file the source starts in
-    // (MariaDB keeps a file until its binlog checkpoint passes it, so this
-    // is tried until the file is gone).
-    let start_file = format!(
-        "binlog.{:06}",
-        evolve_pipeline::source::mysql::binlog_coordinates(source.applied_lsn).0
+    let gtid = Store::open(&state)
+        .unwrap()
+        .resume_state("purged")
+        .unwrap()
+        .unwrap();
+    assert_eq!(mariadb_position(&gtid), Some(source.applied_lsn), "{gtid}");
+    // A source as a store written before GTID positions has it: the
+    // binlog file's number and offset, no GTID state.
+    let status = server.client_sql("SHOW MASTER STATUS").unwrap();
+    let mut fields = status.split('\t');
+    let (file, offset) = (fields.next().unwrap(), fields.next().unwrap());
+    let legacy_at = evolve_pipeline::source::mysql::binlog_position(
+        file.rsplit_once('.').unwrap().1.parse().unwrap(),
+        offset.trim().parse().unwrap(),
     );
+    Store::open(&state)
+        .unwrap()
+        .insert_source_resuming(
+            &evolve_pipeline::SourceInfo {
+                name: "legacy".into(),
+                connection: "my".into(),
+                publication: String::new(),
+                publication_created: false,
+                slot: "evolve_legacy".into(),
+                applied_lsn: legacy_at,
+                dropping: false,
+                drop_error: None,
+                kind: evolve_pipeline::store::SourceKind::Mysql,
+            },
+            None,
+        )
+        .unwrap();
+    // Transactions after both positions; then the server rotates and
+    // forgets every file but the new one (MariaDB keeps a file until its
+    // binlog checkpoint passes it, so this is tried until it is alone).
+    server
+        .client_sql(&format!(
+            "INSERT INTO `{0}`.p VALUES (1); INSERT INTO `{0}`.p VALUES (2)",
+            db.name
+        ))
+        .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let current = server
             .client_sql("FLUSH BINARY LOGS; SHOW MASTER STATUS")
             .unwrap();
-        let file = current.split('\t').next().unwrap().trim().to_string();
+        let current = current.split('\t').next().unwrap().trim().to_string();
         server
-            .client_sql(&format!("PURGE BINARY LOGS TO '{file}'"))
+            .client_sql(&format!("PURGE BINARY LOGS TO '{current}'"))
             .unwrap();
         let logs = server.client_sql("SHOW BINARY LOGS").unwrap();
-        if !logs.lines().any(|l| l.starts_with(&start_file)) {
+        if logs.lines().count() == 1 {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{start_file} is still there: {logs}"
+            "older binlog files are still there: {logs}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
     let running = Running::start(pipeline.clone());
-    let needed = source.applied_lsn.to_string();
-    wait_until("the source to stall", Duration::from_secs(30), async || {
-        pipeline
-            .status()
-            .iter()
-            .any(|s| s.name == "purged" && s.state == "stalled")
-    })
+    wait_until(
+        "the sources to stall",
+        Duration::from_secs(30),
+        async || {
+            let status = pipeline.status();
+            ["purged", "legacy"].iter().all(|name| {
+                status
+                    .iter()
+                    .any(|s| s.name == *name && s.state == "stalled")
+            })
+        },
+    )
     .await;
     let status = pipeline.status();
-    let error = status
-        .iter()
-        .find(|s| s.name == "purged")
-        .and_then(|s| s.error.clone())
-        .unwrap();
+    let error = |name: &str| {
+        status
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.error.clone())
+            .unwrap()
+    };
+    let purged = error("purged");
     assert!(
-        error.starts_with(&format!(
-            "ERROR: binlog position {needed} of source \"purged\" is no longer on the server"
+        purged.starts_with(&format!(
+            "ERROR: binlog position {} (GTID {gtid}) of source \"purged\" is no longer on the server",
+            source.applied_lsn
         )),
-        "{error}"
+        "{purged}"
     );
     assert!(
-        error.contains("drop the source's tables and the source, then create them again"),
-        "{error}"
+        purged.contains("Could not find GTID state requested by slave in any binlog files"),
+        "{purged}"
     );
-    assert!(error.contains("not retried"), "{error}");
+    assert!(
+        purged.contains("point the source's connection in evolve.toml at it"),
+        "{purged}"
+    );
+    assert!(
+        purged.contains("drop the source's tables and the source, then create them again"),
+        "{purged}"
+    );
+    assert!(purged.contains("not retried"), "{purged}");
+    let legacy = error("legacy");
+    assert!(
+        legacy.starts_with(&format!(
+            "ERROR: binlog position {legacy_at} of source \"legacy\" is no longer on the server"
+        )),
+        "{legacy}"
+    );
+    assert!(
+        legacy.contains("the server's oldest binlog file is binlog."),
+        "{legacy}"
+    );
+    assert!(legacy.contains("not retried"), "{legacy}");
     running.stop().await;
     let _ = std::fs::remove_dir_all(&state);
 }

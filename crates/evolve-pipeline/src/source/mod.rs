@@ -27,6 +27,16 @@
 //! `from`, and may deliver some before it again (the engine skips those by
 //! their position: replays are expected, gaps never happen).
 //!
+//! **Resume states.** A position is 64 bits; where an upstream's own
+//! coordinate of a point in its stream does not fit in them (a binlog's
+//! GTID state), the source gives the engine that coordinate with each
+//! commit ([`ChangeStream::resume_state`]). The engine stores it in the
+//! same store transaction as the applied position (`sources.resume_state`)
+//! and hands it back when it reopens the stream
+//! ([`Source::stream_resuming`]); the position stays what orders
+//! transactions. Sources without one (PostgreSQL: an LSN is its own
+//! coordinate) keep the defaults.
+//!
 //! **Snapshots and the seam.** A [`TableSnapshot`] is one table's rows as
 //! of a position `P` ([`TableSnapshot::position`]): a transaction whose
 //! commit position is before `P` is in the snapshot, one at or after `P`
@@ -121,6 +131,18 @@ pub trait Source: Send + Sync {
     /// not, the error is permanent.
     fn stream(&self, from: Position) -> impl Future<Output = Result<Self::Stream>> + Send;
 
+    /// [`Source::stream`] after `from` and the resume state stored with
+    /// it ([`ChangeStream::resume_state`] of the transaction that ended at
+    /// `from`; `None` when there is none). What the engine calls.
+    fn stream_resuming(
+        &self,
+        from: Position,
+        state: Option<String>,
+    ) -> impl Future<Output = Result<Self::Stream>> + Send {
+        let _ = state;
+        self.stream(from)
+    }
+
     /// Starts a snapshot of `table`'s document columns (in the order of
     /// [`TableInfo::document_columns`]), consistent with a position of
     /// this source's stream.
@@ -135,6 +157,15 @@ pub trait ChangeStream: Send {
 
     /// Everything up to `upto` is durable downstream.
     fn confirm(&mut self, upto: Position);
+
+    /// The upstream's own coordinate of `end` (see "Resume states" in the
+    /// module docs), asked right after [`ChangeStream::next`] returned
+    /// [`SourceEvent::Commit`] with that `end`; `None` when positions are
+    /// coordinates enough.
+    fn resume_state(&self, end: Position) -> Option<String> {
+        let _ = end;
+        None
+    }
 
     /// Ends the stream, making sure the last confirmation reached the
     /// upstream (waiting a few seconds at most).

@@ -1,34 +1,108 @@
 //! The MySQL and MariaDB source: the row-based binlog, read as a replica
-//! reads it (`COM_BINLOG_DUMP` through `mysql_async`, events parsed by
-//! `mysql_common`), and table snapshots in a consistent-snapshot
-//! transaction.
+//! reads it (`COM_BINLOG_DUMP` or `COM_BINLOG_DUMP_GTID` through
+//! `mysql_async`, events parsed by `mysql_common`), and table snapshots in
+//! a consistent-snapshot transaction.
 //!
 //! # Positions
 //!
-//! A binlog position is a file and an offset in it. The file's sequence
-//! number (the digits after the last `.` of `binlog.000042`) goes in the
-//! high 32 bits of a [`Position`], the offset in the low 32:
-//! `Position = seq << 32 | offset`. Files are numbered in the order the
-//! server writes them and offsets grow within a file, so the order of
-//! positions is the order of the binlog; users read them in the LSN
-//! notation as `seq/offset` in hexadecimal (`2A/1F3` is offset 0x1F3 of
-//! file number 42). Limits: offsets fit in 32 bits by the binlog format
-//! (an event header's `log_pos` is 32 bits); sequence numbers must stay
-//! below 2^31 (the store's integers are signed), which a server reaches
-//! after two billion rotations; the base name of the files is not in the
-//! position, so a server whose `log_bin` base name changes is a new
-//! history (the stream then finds no file of the number it needs and
-//! says so).
+//! A binlog's own coordinates (a file and an offset) belong to the server
+//! that wrote it: a replica has the same transactions at other offsets of
+//! files of its own. A [`Position`] is what the store, the feed, the bus
+//! and every sink order transactions by, and a source's connection may be
+//! pointed at another server of its replication topology (a failover)
+//! while they keep the positions they have; so positions count GTIDs.
 //!
-//! A transaction's **end** position is the end of its commit event (`XID`,
-//! or a `COMMIT` query for non-transactional tables): where the stream
-//! resumes. Its **commit** position is the end of the event before its
-//! `BEGIN`, where the transaction starts in the file: below its end, at or
-//! above the end of every transaction before it, and at or above a
+//! **GTID positions.** When the server has GTIDs (MariaDB always logs
+//! them; MySQL with `gtid_mode = ON`), the stream keeps a GTID state
+//! (module [`gtid`]): MariaDB's list of the last `domain-server-sequence`
+//! GTID of each replication domain (`0-1-42,1-2-7`), MySQL's set of the
+//! transactions executed (`uuid:1-42`), advanced by the GTID event that
+//! opens each event group of the binlog (a transaction, or a statement
+//! such as DDL). A position is `2^62 + count` ([`GTID_POSITIONS`],
+//! [`gtid_position`]): the count is the sum of the list's sequence numbers
+//! (MariaDB) or the number of transactions in the set (MySQL). Every event
+//! group raises it (by one on MySQL, by the step of its domain's sequence
+//! number on MariaDB), so positions grow along the binlog; and a replica
+//! that has the same transactions (GTID replication with
+//! `log_slave_updates = ON`) has the same GTID state after each of them,
+//! so a transaction has the same position on the primary and on every
+//! replica, whatever their files and offsets. MariaDB numbers a domain's
+//! GTIDs in order unless several servers write into one domain without
+//! `gtid_strict_mode`; a binlog whose sequence numbers go back within a
+//! domain stops the stream with an error saying so. Users read positions
+//! in the LSN notation: `40000000/2A` is count 42 ([`mariadb_position`]
+//! and [`mysql_position`] give the position of a GTID list or set).
+//!
+//! A transaction's **commit** position is the state's position before its
+//! event group, its **end** position the state's after it: below its end,
+//! at or above the end of every transaction before it, and at or above a
 //! snapshot's position exactly when the transaction is not in the
 //! snapshot. The engine stores the end position of the last transaction it
-//! applied; the stream reopens there (file and offset; GTID resume is not
-//! done yet, see below).
+//! applied together with the GTID state after it, in the same store
+//! transaction (`sources.resume_state`; the source contract's resume
+//! states, [`ChangeStream::resume_state`]); the stream reopens after that
+//! state ([`Source::stream_resuming`]): on MariaDB as its replicas ask
+//! with `MASTER_USE_GTID` (`@mariadb_slave_capability = 4`, so GTID
+//! events come as they are, `@slave_connect_state` = the list,
+//! `@slave_gtid_strict_mode = 1`, so a server whose binlog lacks a GTID of
+//! the list refuses rather than starting elsewhere, then
+//! `COM_BINLOG_DUMP`), on MySQL with `COM_BINLOG_DUMP_GTID` and the set.
+//! The server finds the GTIDs in its own files. `CREATE SOURCE` stores the
+//! binlog's end as such a state: MariaDB's `BINLOG_GTID_POS` of the
+//! binlog file and offset `SHOW MASTER STATUS` gives, MySQL's
+//! `Executed_Gtid_Set` read with them.
+//!
+//! **File and offset positions** are the fallback for a MySQL server
+//! without GTIDs. The file's sequence number (the digits after the last
+//! `.` of `binlog.000042`) goes in the high 32 bits, the offset in the low
+//! 32: `Position = seq << 32 | offset` ([`binlog_position`]). Files are
+//! numbered in the order the server writes them and offsets grow within a
+//! file, so the order of positions is the order of the binlog; users read
+//! them as `seq/offset` in hexadecimal (`2A/1F3` is offset 0x1F3 of file
+//! number 42). A transaction's end position is the end of its commit
+//! event (`XID`, or a `COMMIT` query for non-transactional tables), its
+//! commit position the end of the event before its `BEGIN`; the stream
+//! reopens at the file and offset stored. Limits: offsets fit in 32 bits
+//! by the binlog format; sequence numbers must stay below 2^30 (so that
+//! file positions stay below GTID positions), which a server reaches
+//! after a billion rotations; the base name of the files is not in the
+//! position, so a server whose `log_bin` base name changes is a new
+//! history (the stream then finds no file of the number it needs and
+//! says so). Such positions mean nothing on another server: a source on a
+//! MySQL server without GTIDs cannot follow a failover, and keeps file
+//! positions if `gtid_mode` is turned on later (create it again to have
+//! GTID positions).
+//!
+//! **Older stores.** A MariaDB source of a store written before GTID
+//! positions has a file and offset and no GTID state: its stream resumes
+//! after `BINLOG_GTID_POS` of that file and offset (the same point), and
+//! its positions are GTID positions from its first transaction on, above
+//! every file position, so they keep growing. A table whose snapshot
+//! position is still a file position takes every GTID position as after
+//! it: were the stream behind such a table's snapshot when the pipeline
+//! stopped for the upgrade, the transactions between the two would be
+//! applied to it again (its documents end the same, its feed would show
+//! them twice); stop the pipeline with its tables caught up to upgrade.
+//!
+//! # Failover
+//!
+//! The source reads the server its connection names when the pipeline
+//! starts (the url is looked up by the connection's name in
+//! `evolve.toml`): to move a source to another server of its topology,
+//! change the url and restart the pipeline; nothing in the catalog
+//! changes. The server must have the source's GTIDs in its binlog (a
+//! GTID replica with `log_slave_updates = ON`, promoted or not); the
+//! stream resumes after the last transaction the pipeline applied, the
+//! positions carry on, and nothing is lost or applied twice
+//! (`tests/mysql_gtid.rs` fails a MariaDB primary over to its replica
+//! between two runs). A server that lacks them (binlogs purged, a replica
+//! that had not received the last transactions applied, a diverged one)
+//! refuses the source's GTID state, and the source stalls (see
+//! "Confirmation and failures") rather than skipping anything. A MariaDB
+//! server's snapshots take its binlog's GTID state, so its binlog must
+//! carry every domain of the source's state (MariaDB keeps them across
+//! rotations and purges; `RESET MASTER` and `FLUSH BINARY LOGS
+//! DELETE_DOMAIN_ID` drop them).
 //!
 //! # TLS
 //!
@@ -43,11 +117,15 @@
 //! variables: inside such a transaction they are the binlog position the
 //! snapshot is consistent with, taken by the server under the same lock
 //! that orders commits into the binlog, so no `FLUSH TABLES WITH READ
-//! LOCK` is needed and writers never wait. The rows are read with one
-//! `SELECT` in the binary protocol (exact floats, as in the binlog) and
-//! streamed in chunks of [`CHUNK_ROWS`]. MySQL has no such variables;
-//! its snapshots (which need the short global read lock) are refused for
-//! now with an error saying so.
+//! LOCK` is needed and writers never wait. The snapshot's position is the
+//! GTID state at that file and offset, `BINLOG_GTID_POS(file, offset)`,
+//! which reads the binlog up to that very offset (`@@gtid_binlog_pos` is
+//! the server's state when it is read, not the snapshot's, and is not
+//! used). The rows are read with one `SELECT` in the binary protocol
+//! (exact floats, as in the binlog) and streamed in chunks of
+//! [`CHUNK_ROWS`]. MySQL has no such variables; its snapshots (which need
+//! the short global read lock, and `@@gtid_executed` under it) are
+//! refused for now with an error saying so.
 //!
 //! # Schemas and values
 //!
@@ -171,26 +249,36 @@
 //! commits, and the marker is one. (Taking `SHOW MASTER STATUS` at APPLY
 //! time as the swap position would be exact too, but an idle upstream
 //! would never bring the stream to a transaction there; the marker is one
-//! itself.) Hydration needs nothing more than the snapshot below: a copy
-//! at `binlog_snapshot_position` joined to the stream from there.
+//! itself.) Hydration needs nothing more than the snapshot above: a copy
+//! at the GTID state of `binlog_snapshot_position` joined to the stream
+//! from there.
 //!
 //! # Confirmation and failures
 //!
 //! A binlog has no slot: [`ChangeStream::confirm`] only remembers, and the
 //! server keeps files by its own expiry (`binlog_expire_logs_seconds`).
-//! When the file a stream must resume in is gone, the error is permanent
-//! ([`PipelineError::BinlogPurged`]) and names the position and the way
-//! out. Lost connections, restarts and timeouts (a heartbeat is asked for
-//! every second) are transient: the engine reopens the stream from the last
-//! applied position.
+//! When the history a stream must resume from is gone, the error is
+//! permanent ([`PipelineError::BinlogPurged`]): it names the position
+//! (with its GTID state: `binlog position 40000000/2A (GTID 0-1-42) ... is
+//! no longer on the server`) and the way out. For a GTID state the server
+//! itself refuses (error 1236, its message in the detail: purged files, or
+//! a server that never had those transactions), and another server of the
+//! topology that has them can serve the stream (see "Failover"); for a
+//! file and offset, the file is gone. Otherwise the source's tables and
+//! the source are created again. Lost connections, restarts and timeouts
+//! (a heartbeat is asked for every second) are transient: the engine
+//! reopens the stream from the last applied position.
 //!
-//! Not done yet: GTID positions (MariaDB's domain-server-sequence,
-//! MySQL's executed set) for resuming on another server, schema versions kept in the store keyed by position (the stream keeps
-//! the latest schema per table in memory, and seeds it from
-//! `information_schema` when it opens), following renamed tables. A
-//! column dropped and re-added while a table version is between the end
-//! of its copy and its catch-up (a fraction of a second) is seen only in
-//! the table map after it, not as a drop.
+//! Not done yet: schema versions kept in the store keyed by position (the
+//! stream keeps the latest schema per table in memory, and seeds it from
+//! `information_schema` when it opens), following renamed tables, XA
+//! transactions (their rows are not delivered), MariaDB's compressed
+//! binlog events (`log_bin_compress`: the stream stops with an error
+//! saying so). A column dropped and re-added while a table version is
+//! between the end of its copy and its catch-up (a fraction of a second)
+//! is seen only in the table map after it, not as a drop.
+
+pub mod gtid;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -212,6 +300,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts, OptsBuilder, Value};
 use tokio::sync::mpsc;
 
+use self::gtid::{Flavor, GtidList, GtidSet, GtidState, MariaGtid, Uuid};
 use super::{ChangeStream, Source, SourceEvent, TableSnapshot};
 use crate::config::Connection;
 use crate::drift::{Upstream, UpstreamColumn};
@@ -241,13 +330,52 @@ pub fn binlog_coordinates(position: Position) -> (u32, u32) {
     ((v >> 32) as u32, v as u32)
 }
 
+/// The first GTID position: file and offset positions stay below it
+/// (their file numbers are below 2^30), GTID positions are this plus the
+/// state's count (see the module docs, "Positions").
+pub const GTID_POSITIONS: u64 = 1 << 62;
+
+/// The position of a GTID state whose count ([`GtidState::count`]) is
+/// `count`; `None` past the 2^62 positions there are.
+pub fn gtid_position(count: u64) -> Option<Position> {
+    (count < GTID_POSITIONS).then(|| Position::from_u64(GTID_POSITIONS + count))
+}
+
+/// Whether `position` is a GTID position rather than a file and offset.
+pub fn is_gtid_position(position: Position) -> bool {
+    position.as_u64() >= GTID_POSITIONS
+}
+
+/// The position of MariaDB GTID list `list` (`@@gtid_binlog_pos`'s
+/// form): where a source that applied up to it stands, on any server
+/// of the topology.
+pub fn mariadb_position(list: &str) -> Option<Position> {
+    gtid_position(GtidList::parse(list).ok()?.count())
+}
+
+/// The position of MySQL GTID set `set` (`@@gtid_executed`'s form).
+pub fn mysql_position(set: &str) -> Option<Position> {
+    gtid_position(GtidSet::parse(set).ok()?.count())
+}
+
+/// The position of `state`, or the error saying it has none.
+fn state_position(state: &GtidState) -> Result<Position> {
+    gtid_position(state.count()).ok_or_else(|| PipelineError::Database {
+        context: "turn a GTID state into a position".into(),
+        message: format!(
+            "GTID state {state} counts {} transactions, more than the 2^62 positions evolve has",
+            state.count()
+        ),
+    })
+}
+
 /// The sequence number of a binlog file name (`binlog.000042` is 42).
 fn file_seq(file: &str) -> Option<u32> {
     let (_, digits) = file.rsplit_once('.')?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse::<u32>().ok().filter(|&n| n < (1 << 31))
+    digits.parse::<u32>().ok().filter(|&n| n < (1 << 30))
 }
 
 /// A table's id: FNV-1a over `database\0table`.
@@ -442,12 +570,20 @@ fn query_error(what: &str, e: mysql_async::Error) -> PipelineError {
     }
 }
 
-/// The server's current binlog position (`SHOW MASTER STATUS`).
-async fn current_position(conn: &mut Conn) -> Result<Position> {
-    let row: Option<mysql_async::Row> = conn
-        .query_first("SHOW MASTER STATUS")
-        .await
-        .map_err(|e| query_error("read the binlog position (SHOW MASTER STATUS)", e))?;
+/// The server's current binlog file and offset, and (MySQL) its executed
+/// GTID set: `SHOW MASTER STATUS` (MySQL 8.4's `SHOW BINARY LOG
+/// STATUS`), which reads them together.
+async fn master_status(conn: &mut Conn) -> Result<(String, u32, Option<String>)> {
+    let what = "read the binlog position (SHOW MASTER STATUS)";
+    let row: Option<mysql_async::Row> = match conn.query_first("SHOW MASTER STATUS").await {
+        Ok(row) => row,
+        // ER_PARSE_ERROR: MySQL 8.4 has only the new name.
+        Err(mysql_async::Error::Server(e)) if e.code == 1064 => conn
+            .query_first("SHOW BINARY LOG STATUS")
+            .await
+            .map_err(|e| query_error(what, e))?,
+        Err(e) => return Err(query_error(what, e)),
+    };
     let row = row.ok_or_else(|| PipelineError::Refused {
         sqlstate: "55000",
         primary: "the server writes no binlog".into(),
@@ -459,7 +595,13 @@ async fn current_position(conn: &mut Conn) -> Result<Position> {
         .get_opt("Position")
         .and_then(|v| v.ok())
         .unwrap_or_default();
-    let seq = file_seq(&file).ok_or_else(|| PipelineError::Refused {
+    let executed: Option<String> = row.get_opt("Executed_Gtid_Set").and_then(|v| v.ok());
+    Ok((file, u32::try_from(offset).unwrap_or(u32::MAX), executed))
+}
+
+/// The file and offset position of `offset` in binlog file `file`.
+fn file_position(file: &str, offset: u32) -> Result<Position> {
+    let seq = file_seq(file).ok_or_else(|| PipelineError::Refused {
         sqlstate: "55000",
         primary: format!("binlog file name \"{file}\" has no sequence number evolve can read"),
         detail: None,
@@ -468,7 +610,71 @@ async fn current_position(conn: &mut Conn) -> Result<Position> {
                 .into(),
         ),
     })?;
-    Ok(binlog_position(seq, offset as u32))
+    Ok(binlog_position(seq, offset))
+}
+
+/// Which GTIDs the server's binlog has: MariaDB's always, MySQL's when
+/// `gtid_mode` is ON; `None` for a MySQL server without them.
+async fn gtid_flavor(conn: &mut Conn) -> Result<Option<Flavor>> {
+    if is_mariadb(conn).await? {
+        return Ok(Some(Flavor::MariaDb));
+    }
+    let mode: Option<Option<String>> = conn
+        .query_first("SELECT @@global.gtid_mode")
+        .await
+        .map_err(|e| query_error("read gtid_mode", e))?;
+    Ok(mode
+        .flatten()
+        .filter(|m| m.eq_ignore_ascii_case("ON"))
+        .map(|_| Flavor::MySql))
+}
+
+/// MariaDB's GTID state at `offset` of binlog file `file`
+/// (`BINLOG_GTID_POS`); `None` when the server cannot say (the file is
+/// gone, or the offset is not between two events).
+async fn mariadb_gtid_at(conn: &mut Conn, file: &str, offset: u32) -> Result<Option<GtidList>> {
+    let what = || format!("map binlog position {file}:{offset} to GTIDs (BINLOG_GTID_POS)");
+    let text: Option<Option<String>> = conn
+        .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file, offset))
+        .await
+        .map_err(|e| query_error(&what(), e))?;
+    match text.flatten() {
+        None => Ok(None),
+        Some(text) => GtidList::parse(&text)
+            .map(Some)
+            .map_err(|message| PipelineError::Database {
+                context: what(),
+                message,
+            }),
+    }
+}
+
+/// Where a stream starts on this server now: the binlog's end, as a GTID
+/// state when the server has GTIDs (`flavor`), else as a file and offset.
+async fn current_start(
+    conn: &mut Conn,
+    flavor: Option<Flavor>,
+) -> Result<(Position, Option<GtidState>)> {
+    let (file, offset, executed) = master_status(conn).await?;
+    let state = match flavor {
+        None => return Ok((file_position(&file, offset)?, None)),
+        Some(Flavor::MariaDb) => mariadb_gtid_at(conn, &file, offset)
+            .await?
+            .map(GtidState::MariaDb)
+            .ok_or_else(|| PipelineError::Database {
+                context: "read the binlog's GTID position".into(),
+                message: format!("BINLOG_GTID_POS('{file}', {offset}) is NULL"),
+            })?,
+        Some(Flavor::MySql) => GtidState::MySql(
+            GtidSet::parse(executed.as_deref().unwrap_or_default()).map_err(|message| {
+                PipelineError::Database {
+                    context: "read the executed GTID set (SHOW MASTER STATUS)".into(),
+                    message,
+                }
+            })?,
+        ),
+    };
+    Ok((state_position(&state)?, Some(state)))
 }
 
 /// Whether the server is MariaDB.
@@ -483,8 +689,15 @@ async fn is_mariadb(conn: &mut Conn) -> Result<bool> {
 /// `CREATE SOURCE ... FROM MYSQL`: checks that the server logs full row
 /// images with their metadata and that the user may read the binlog and
 /// the tables; returns the binlog's current position, where the source's
-/// stream starts.
-pub async fn check_server(source: &str, name: &str, connection: &Connection) -> Result<Position> {
+/// stream starts, with the GTID state it stands for when the server has
+/// GTIDs (the source's resume state, [`Store::insert_source_resuming`]).
+///
+/// [`Store::insert_source_resuming`]: crate::store::Store::insert_source_resuming
+pub async fn check_server(
+    source: &str,
+    name: &str,
+    connection: &Connection,
+) -> Result<(Position, Option<String>)> {
     let mut conn = connect(name, connection).await?;
     type Settings = (
         Option<String>,
@@ -594,9 +807,10 @@ pub async fn check_server(source: &str, name: &str, connection: &Connection) -> 
             hint: Some(format!("GRANT {} ON *.* TO {quoted};", missing.join(", "))),
         });
     }
-    let position = current_position(&mut conn).await?;
+    let flavor = gtid_flavor(&mut conn).await?;
+    let (position, state) = current_start(&mut conn, flavor).await?;
     let _ = conn.disconnect().await;
-    Ok(position)
+    Ok((position, state.map(|s| s.to_string())))
 }
 
 // ------------------------------------------------------------ types
@@ -1855,26 +2069,100 @@ fn replica_server_id(source: &str) -> u32 {
     0x4500_0000 | (table_id(source, "") & 0x00ff_ffff)
 }
 
-fn purged(source: &str, from: Position, detail: String) -> PipelineError {
+fn purged(source: &str, needed: &str, detail: String) -> PipelineError {
     PipelineError::BinlogPurged {
         source_name: source.to_string(),
-        needed: from.to_string(),
+        needed: needed.to_string(),
         detail,
     }
 }
 
-impl Source for MysqlSource {
-    type Stream = MysqlStream;
-    type Snapshot = MysqlSnapshot;
+/// A GTID position as errors name it: the position and its GTID state.
+fn gtid_needed(position: Position, state: &dyn std::fmt::Display) -> String {
+    format!("{position} (GTID {state})")
+}
 
-    async fn stream(&self, from: Position) -> Result<MysqlStream> {
+/// What a stream needs of the server after a GTID state, for errors: a
+/// server whose binlog lacks it may be another member of the topology that
+/// has it.
+const GTID_ELSEWHERE: &str = "A server of the same replication topology whose binlog has the transactions after it (the old primary; a replica with log_slave_updates = ON that received them, or a lagging one once it has caught up) can serve the stream: point the source's connection in evolve.toml at it and restart the pipeline.";
+
+/// Where a stream starts in the binlog.
+enum Start {
+    /// File and offset positions (a MySQL server without GTIDs).
+    File { file: String, seq: u32, offset: u32 },
+    /// After a GTID state.
+    Gtid(GtidState),
+}
+
+impl MysqlSource {
+    /// Where the stream that resumes after `from` starts: after the GTID
+    /// state stored with it (`state`), or at its file and offset (a
+    /// MySQL server without GTIDs; on MariaDB, a position of an older
+    /// store, mapped to its GTID state with `BINLOG_GTID_POS`), or at the
+    /// binlog's end for a source that has no position.
+    async fn start(
+        &self,
+        conn: &mut Conn,
+        flavor: Option<Flavor>,
+        from: Position,
+        state: Option<String>,
+    ) -> Result<Start> {
         let name = &self.source.name;
-        let mut conn = connect(&self.source.connection, &self.connection).await?;
-        let from = if from == Position::ZERO {
-            current_position(&mut conn).await?
-        } else {
-            from
-        };
+        let connection = &self.source.connection;
+        if let Some(text) = state {
+            let needed = gtid_needed(from, &text);
+            let Some(flavor) = flavor else {
+                return Err(purged(
+                    name,
+                    &needed,
+                    format!(
+                        "The source's position is a GTID state, and the server of connection \"{connection}\" logs no GTIDs (gtid_mode is not ON): set gtid_mode = ON there, or point the connection at a server of the topology that has them."
+                    ),
+                ));
+            };
+            let state = GtidState::parse(flavor, &text).map_err(|e| {
+                let kind = match flavor {
+                    Flavor::MariaDb => "MariaDB",
+                    Flavor::MySql => "MySQL",
+                };
+                purged(
+                    name,
+                    &needed,
+                    format!(
+                        "The server of connection \"{connection}\" is {kind}, and the source's GTID state is not one of its GTID states ({e}): the connection reaches a server outside the topology the source read."
+                    ),
+                )
+            })?;
+            let at = state_position(&state)?;
+            if at != from {
+                return Err(PipelineError::Replication {
+                    source_name: name.clone(),
+                    message: format!(
+                        "the stored GTID state {state} is position {at}, not the applied position {from}: the state store was changed by hand or is damaged"
+                    ),
+                });
+            }
+            return Ok(Start::Gtid(state));
+        }
+        if from == Position::ZERO {
+            if flavor.is_some()
+                && let (_, Some(state)) = current_start(conn, flavor).await?
+            {
+                return Ok(Start::Gtid(state));
+            }
+            let (file, offset, _) = master_status(conn).await?;
+            let (seq, offset) = binlog_coordinates(file_position(&file, offset)?);
+            return Ok(Start::File { file, seq, offset });
+        }
+        if is_gtid_position(from) {
+            return Err(PipelineError::Replication {
+                source_name: name.clone(),
+                message: format!(
+                    "the applied position {from} is a GTID position, but the state store has no GTID state with it: the state store was changed by hand or is damaged"
+                ),
+            });
+        }
         let (seq, offset) = binlog_coordinates(from);
         let logs: Vec<(String, u64)> = conn
             .query_map("SHOW BINARY LOGS", |row: mysql_async::Row| {
@@ -1889,12 +2177,13 @@ impl Source for MysqlSource {
             })
             .await
             .map_err(|e| query_error("list the binlog files (SHOW BINARY LOGS)", e))?;
+        let needed = from.to_string();
         let Some((file, size)) = logs.iter().find(|(f, _)| file_seq(f) == Some(seq)).cloned()
         else {
             let oldest = logs.first().map_or("none".to_string(), |(f, _)| f.clone());
             return Err(purged(
                 name,
-                from,
+                &needed,
                 format!(
                     "The stream resumes in binlog file number {seq} at offset {offset}; the server's oldest binlog file is {oldest}."
                 ),
@@ -1903,12 +2192,36 @@ impl Source for MysqlSource {
         if u64::from(offset) > size {
             return Err(purged(
                 name,
-                from,
+                &needed,
                 format!(
                     "Binlog file {file} holds {size} bytes, fewer than the offset {offset} the stream resumes at: the server's binlog is not the one the source read."
                 ),
             ));
         }
+        if flavor == Some(Flavor::MariaDb) {
+            // A position of a store written before GTID positions: the
+            // same point as a GTID state, from here on.
+            let list = mariadb_gtid_at(conn, &file, offset).await?.ok_or_else(|| {
+                purged(
+                    name,
+                    &needed,
+                    format!(
+                        "BINLOG_GTID_POS finds no GTID state at offset {offset} of binlog file {file}: the server's binlog is not the one the source read."
+                    ),
+                )
+            })?;
+            return Ok(Start::Gtid(GtidState::MariaDb(list)));
+        }
+        Ok(Start::File { file, seq, offset })
+    }
+
+    /// Opens the stream after `from` and its GTID state `state` (see
+    /// [`Source::stream_resuming`]).
+    async fn open(&self, from: Position, state: Option<String>) -> Result<MysqlStream> {
+        let name = &self.source.name;
+        let mut conn = connect(&self.source.connection, &self.connection).await?;
+        let flavor = gtid_flavor(&mut conn).await?;
+        let start = self.start(&mut conn, flavor, from, state).await?;
         let charsets: HashMap<u16, String> = conn
             .query_map(
                 "SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS",
@@ -1934,13 +2247,56 @@ impl Source for MysqlSource {
         conn.query_drop(format!("SET @master_heartbeat_period = {HEARTBEAT_NANOS}"))
             .await
             .map_err(|e| query_error("ask for heartbeats", e))?;
-        let request = BinlogStreamRequest::new(replica_server_id(name))
-            .with_filename(file.as_bytes())
-            .with_pos(u64::from(offset));
-        let binlog = conn
-            .get_binlog_stream(request)
-            .await
-            .map_err(|e| stream_error(name, from, e))?;
+        let id = replica_server_id(name);
+        let (binlog, file, seq, offset, needed, gtid) = match start {
+            Start::File { file, seq, offset } => {
+                let needed = binlog_position(seq, offset).to_string();
+                let request = BinlogStreamRequest::new(id)
+                    .with_filename(file.as_bytes())
+                    .with_pos(u64::from(offset));
+                let binlog = conn
+                    .get_binlog_stream(request)
+                    .await
+                    .map_err(|e| stream_error(name, &needed, false, e))?;
+                (binlog, file, seq, offset, needed, None)
+            }
+            Start::Gtid(state) => {
+                let needed = gtid_needed(state_position(&state)?, &state);
+                let binlog = match &state {
+                    GtidState::MariaDb(list) => {
+                        // As a MariaDB replica asks (MASTER_USE_GTID): real
+                        // GTID events (capability 4, MARIA_SLAVE_CAPABILITY_GTID),
+                        // the events after `list` in each domain, and an error
+                        // rather than a silent start elsewhere when the
+                        // server's binlog lacks one of them (strict mode).
+                        // The list is our own canonical text: digits, '-', ','.
+                        for sql in [
+                            "SET @mariadb_slave_capability = 4".to_string(),
+                            format!("SET @slave_connect_state = '{list}'"),
+                            "SET @slave_gtid_strict_mode = 1".to_string(),
+                            "SET @slave_gtid_ignore_duplicates = 0".to_string(),
+                        ] {
+                            conn.query_drop(sql)
+                                .await
+                                .map_err(|e| query_error("ask for the binlog by GTID", e))?;
+                        }
+                        conn.get_binlog_stream(BinlogStreamRequest::new(id))
+                            .await
+                            .map_err(|e| stream_error(name, &needed, true, e))?
+                    }
+                    GtidState::MySql(set) => {
+                        let request = BinlogStreamRequest::new(id)
+                            .with_gtid()
+                            .with_gtid_set(mysql_sids(set)?);
+                        conn.get_binlog_stream(request)
+                            .await
+                            .map_err(|e| stream_error(name, &needed, true, e))?
+                    }
+                };
+                let track = GtidTrack { state, group: None };
+                (binlog, String::new(), 0, 0, needed, Some(track))
+            }
+        };
         Ok(MysqlStream {
             name: name.clone(),
             binlog,
@@ -1948,7 +2304,10 @@ impl Source for MysqlSource {
             seq,
             described: false,
             last_end: offset,
-            from,
+            needed,
+            gtid,
+            commit_states: VecDeque::new(),
+            delivered: None,
             in_transaction: false,
             queue: VecDeque::new(),
             charsets,
@@ -1958,6 +2317,48 @@ impl Source for MysqlSource {
             base,
             marker,
         })
+    }
+}
+
+/// MySQL's GTID set as `COM_BINLOG_DUMP_GTID` sends it.
+fn mysql_sids(set: &GtidSet) -> Result<Vec<mysql_async::Sid<'static>>> {
+    let mut sids = Vec::new();
+    for (uuid, tag, intervals) in set.blocks() {
+        let sid = if tag.is_empty() {
+            mysql_async::Sid::new(uuid.0)
+        } else {
+            // The tag's type is not exported: parse it with a dummy
+            // interval, then set the real ones.
+            format!("{uuid}:{tag}:1")
+                .parse::<mysql_async::Sid<'static>>()
+                .map_err(|e| PipelineError::Database {
+                    context: "ask for the binlog by GTID".into(),
+                    message: format!("tag {tag}: {e}"),
+                })?
+        };
+        // MySQL's intervals end after their last transaction.
+        sids.push(
+            sid.with_intervals(
+                intervals
+                    .iter()
+                    .map(|&(s, e)| mysql_async::GnoInterval::new(s, e + 1))
+                    .collect(),
+            ),
+        );
+    }
+    Ok(sids)
+}
+
+impl Source for MysqlSource {
+    type Stream = MysqlStream;
+    type Snapshot = MysqlSnapshot;
+
+    async fn stream(&self, from: Position) -> Result<MysqlStream> {
+        self.open(from, None).await
+    }
+
+    async fn stream_resuming(&self, from: Position, state: Option<String>) -> Result<MysqlStream> {
+        self.open(from, state).await
     }
 
     async fn snapshot(&self, table: &TableInfo) -> Result<MysqlSnapshot> {
@@ -1996,11 +2397,19 @@ impl Source for MysqlSource {
         };
         let file = get("binlog_snapshot_file");
         let offset: u32 = get("binlog_snapshot_position").parse().unwrap_or(0);
-        let seq = file_seq(&file).ok_or_else(|| PipelineError::Database {
-            context: "read the snapshot's binlog position".into(),
-            message: format!("binlog_snapshot_file is \"{file}\""),
-        })?;
-        let position = binlog_position(seq, offset);
+        // The stream's positions are GTID positions on MariaDB: the
+        // snapshot's is the GTID state at its binlog position (exact:
+        // BINLOG_GTID_POS reads the binlog up to that very offset, where
+        // @@gtid_binlog_pos would be the server's state now).
+        let list = mariadb_gtid_at(&mut conn, &file, offset)
+            .await?
+            .ok_or_else(|| PipelineError::Database {
+                context: "read the snapshot's binlog position".into(),
+                message: format!(
+                    "BINLOG_GTID_POS('{file}', {offset}) of binlog_snapshot_file and binlog_snapshot_position is NULL"
+                ),
+            })?;
+        let position = state_position(&GtidState::MariaDb(list))?;
         let mut convs = Vec::new();
         let mut names = Vec::new();
         for c in table.document_columns() {
@@ -2156,7 +2565,8 @@ struct Mapped {
 pub struct MysqlStream {
     name: String,
     binlog: BinlogStream,
-    /// The file events are read from, and its number.
+    /// The file events are read from, and its number (file and offset
+    /// positions; with GTIDs, the file only, for errors).
     file: String,
     seq: u32,
     /// A format description event was read (events have their checksums
@@ -2164,8 +2574,15 @@ pub struct MysqlStream {
     described: bool,
     /// Where the last event read ended in that file.
     last_end: u32,
-    /// Where the stream was opened.
-    from: Position,
+    /// Where the stream was opened, as errors name it.
+    needed: String,
+    /// GTID positions: the state after the last event group and the group
+    /// being read. `None`: file and offset positions.
+    gtid: Option<GtidTrack>,
+    /// The GTID states of the [`SourceEvent::Commit`]s in `queue`, in order.
+    commit_states: VecDeque<String>,
+    /// The last commit [`ChangeStream::next`] returned, with its GTID state.
+    delivered: Option<(Position, String)>,
     in_transaction: bool,
     queue: VecDeque<SourceEvent>,
     charsets: HashMap<u16, String>,
@@ -2183,15 +2600,71 @@ pub struct MysqlStream {
     marker: Option<u32>,
 }
 
+/// One GTID of the binlog.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Gtid {
+    MariaDb(MariaGtid),
+    /// Source UUID, tag (`""` for none), transaction number.
+    MySql(Uuid, String, u64),
+}
+
+/// A stream's GTID state and the event group it is in.
+struct GtidTrack {
+    /// After the last event group read to its end.
+    state: GtidState,
+    /// The GTID of the event group being read.
+    group: Option<Gtid>,
+}
+
+impl GtidTrack {
+    /// Takes the open event group, if any, into the state.
+    fn finish(&mut self) -> std::result::Result<(), String> {
+        match (self.group.take(), &mut self.state) {
+            (None, _) => Ok(()),
+            (Some(Gtid::MariaDb(gtid)), GtidState::MariaDb(list)) => {
+                list.advance(gtid).map_err(|last| {
+                    format!(
+                        "GTID {gtid} comes after {last} in the binlog: sequence numbers go back within domain {}, which happens with gtid_strict_mode = OFF and writes on more than one server in a domain; evolve's positions need them to grow: set gtid_strict_mode = ON on every server, and give each server that takes writes a domain of its own (gtid_domain_id)",
+                        gtid.domain
+                    )
+                })
+            }
+            // A transaction the set has already is one applied already: its
+            // end is its commit position, so the engine skips it.
+            (Some(Gtid::MySql(uuid, tag, gno)), GtidState::MySql(set)) => {
+                set.insert(uuid, &tag, gno);
+                Ok(())
+            }
+            (Some(gtid), state) => Err(format!(
+                "GTID {gtid:?} does not belong to a stream of GTID state {state}"
+            )),
+        }
+    }
+}
+
+/// MariaDB's `GTID_EVENT`, which mysql_common does not model.
+const MARIADB_GTID_EVENT: u8 = 162;
+/// MariaDB's compressed events (`log_bin_compress`), which it does not
+/// read either: `QUERY_COMPRESSED_EVENT` to `DELETE_ROWS_COMPRESSED_EVENT`.
+const MARIADB_COMPRESSED_EVENTS: std::ops::RangeInclusive<u8> = 165..=171;
+
 /// MySQL's ER_MASTER_FATAL_ERROR_READING_BINLOG: the file or position
-/// asked for is not there.
+/// asked for is not there (MariaDB's GTID errors, a GTID state the binlog
+/// does not have, come with it too).
 const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
 
-fn stream_error(name: &str, from: Position, e: mysql_async::Error) -> PipelineError {
+/// A binlog stream's error; `by_gtid`: it was opened after a GTID state.
+fn stream_error(name: &str, needed: &str, by_gtid: bool, e: mysql_async::Error) -> PipelineError {
     if let mysql_async::Error::Server(server) = &e
         && server.code == ER_MASTER_FATAL_ERROR_READING_BINLOG
     {
-        return purged(name, from, format!("The server says: {}", server.message));
+        let said = server.message.trim().trim_end_matches('.');
+        let mut detail = format!("The server says: {said}.");
+        if by_gtid {
+            detail.push(' ');
+            detail.push_str(GTID_ELSEWHERE);
+        }
+        return purged(name, needed, detail);
     }
     PipelineError::Replication {
         source_name: name.to_string(),
@@ -2200,15 +2673,74 @@ fn stream_error(name: &str, from: Position, e: mysql_async::Error) -> PipelineEr
 }
 
 impl MysqlStream {
-    fn position(&self, offset: u32) -> Position {
-        binlog_position(self.seq, offset)
-    }
-
     fn fail(&self, message: String) -> PipelineError {
         PipelineError::Replication {
             source_name: self.name.clone(),
             message,
         }
+    }
+
+    /// Where a transaction starting now commits: the end of the last
+    /// event read (files and offsets), or the state after the last event
+    /// group (GTIDs).
+    fn commit_position(&self) -> Result<Position> {
+        match &self.gtid {
+            None => Ok(binlog_position(self.seq, self.last_end)),
+            Some(track) => state_position(&track.state),
+        }
+    }
+
+    /// Takes the open event group into the GTID state.
+    fn finish_group(&mut self) -> Result<()> {
+        if let Some(track) = self.gtid.as_mut()
+            && let Err(message) = track.finish()
+        {
+            return Err(self.fail(message));
+        }
+        Ok(())
+    }
+
+    /// A transaction starts.
+    fn begin(&mut self, timestamp: u32) -> Result<()> {
+        self.in_transaction = true;
+        self.queue.push_back(SourceEvent::Begin {
+            commit: self.commit_position()?,
+            commit_time_micros: i64::from(timestamp) * 1_000_000,
+        });
+        Ok(())
+    }
+
+    /// The transaction (or statement) whose last event ends at `log_pos`
+    /// commits: it ends there (files and offsets), or at the state with
+    /// its event group (GTIDs), which goes with the commit.
+    fn push_commit(&mut self, log_pos: u32) -> Result<()> {
+        self.in_transaction = false;
+        self.finish_group()?;
+        let end = match &self.gtid {
+            None => binlog_position(self.seq, log_pos),
+            Some(track) => {
+                self.commit_states.push_back(track.state.to_string());
+                state_position(&track.state)?
+            }
+        };
+        self.queue.push_back(SourceEvent::Commit { end });
+        Ok(())
+    }
+
+    /// A GTID event: the event group after it has that GTID; a group left
+    /// open (one whose end this reader does not know) ends here. A MariaDB
+    /// group that is not a single statement is a transaction (MariaDB logs
+    /// no BEGIN after its GTID event).
+    fn on_gtid(&mut self, gtid: Gtid, begins: bool, timestamp: u32) -> Result<()> {
+        self.finish_group()?;
+        self.in_transaction = false;
+        if let Some(track) = self.gtid.as_mut() {
+            track.group = Some(gtid);
+        }
+        if begins {
+            self.begin(timestamp)?;
+        }
+        Ok(())
     }
 
     fn on_event(&mut self, event: mysql_async::binlog::events::Event) -> Result<()> {
@@ -2218,58 +2750,84 @@ impl MysqlStream {
             .read_data()
             .map_err(|e| self.fail(format!("a binlog event could not be read: {e}")))?;
         let mut moves = log_pos != 0;
+        let kind = header.event_type_raw();
+        if data.is_none() && self.gtid.is_some() && kind == MARIADB_GTID_EVENT {
+            let (gtid, standalone) = MariaGtid::from_event(event.data(), header.server_id())
+                .ok_or_else(|| self.fail("a MariaDB GTID event is too short".into()))?;
+            self.on_gtid(Gtid::MariaDb(gtid), !standalone, header.timestamp())?;
+        } else if data.is_none() && MARIADB_COMPRESSED_EVENTS.contains(&kind) {
+            return Err(self.fail(format!(
+                "binlog event type {kind} is one of MariaDB's compressed events, which evolve does not read: SET GLOBAL log_bin_compress = OFF upstream (and in its configuration file)"
+            )));
+        }
         match data {
             Some(EventData::RotateEvent(rotate)) => {
                 // The server's first (artificial) rotate comes before its
                 // format description, so its name still carries the
                 // event's checksum: it names the file asked for.
                 let raw = rotate.name_raw();
-                self.seq = if !self.described && raw.starts_with(self.file.as_bytes()) {
-                    self.seq
-                } else {
+                if self.gtid.is_some() {
+                    // Positions are GTIDs: the file is only named in errors.
+                    if self.described {
+                        self.file = String::from_utf8_lossy(raw).into_owned();
+                    }
+                } else if self.described || !raw.starts_with(self.file.as_bytes()) {
                     let file = String::from_utf8_lossy(raw).into_owned();
                     self.file = file.clone();
-                    file_seq(&file).ok_or_else(|| {
+                    self.seq = file_seq(&file).ok_or_else(|| {
                         self.fail(format!(
                             "binlog file name \"{file}\" has no sequence number"
                         ))
-                    })?
-                };
+                    })?;
+                }
                 self.last_end = u32::try_from(rotate.position()).unwrap_or(u32::MAX);
                 moves = false;
+            }
+            Some(EventData::GtidEvent(gtid)) if self.gtid.is_some() => {
+                let tag = gtid.tag().map(|t| t.to_string()).unwrap_or_default();
+                let gtid = Gtid::MySql(Uuid(gtid.sid()), tag, gtid.gno());
+                self.on_gtid(gtid, false, header.timestamp())?;
+            }
+            Some(EventData::AnonymousGtidEvent(_)) if self.gtid.is_some() => {
+                return Err(self.fail(
+                    "a transaction without a GTID arrived: the server's gtid_mode is no longer ON, and the source's positions are GTIDs; set gtid_mode = ON again".into(),
+                ));
             }
             Some(EventData::QueryEvent(query)) => {
                 let sql = query.query();
                 let word = sql.trim().to_ascii_uppercase();
                 if word == "BEGIN" {
-                    self.in_transaction = true;
-                    self.queue.push_back(SourceEvent::Begin {
-                        commit: self.position(self.last_end),
-                        commit_time_micros: i64::from(header.timestamp()) * 1_000_000,
-                    });
+                    if !self.in_transaction {
+                        self.begin(header.timestamp())?;
+                    }
                 } else if (word == "COMMIT" || word == "ROLLBACK") && self.in_transaction {
-                    self.commit(log_pos);
+                    self.push_commit(log_pos)?;
                 } else if !self.in_transaction {
                     let default = query.schema();
                     if let Some((database, table)) = truncated_table(&sql, &default) {
-                        self.on_truncate(&database, &table, header.timestamp(), log_pos);
+                        self.on_truncate(&database, &table, header.timestamp(), log_pos)?;
                     } else {
                         let ddl = parse_ddl(&sql, &default);
                         if !ddl.is_empty() {
-                            self.on_ddl(ddl, header.timestamp(), log_pos);
+                            self.on_ddl(ddl, header.timestamp(), log_pos)?;
                         }
                     }
+                    // A statement outside a transaction is an event group
+                    // of its own.
+                    self.finish_group()?;
                 }
             }
             Some(EventData::FormatDescriptionEvent(_)) => self.described = true,
-            Some(EventData::XidEvent(_)) if self.in_transaction => self.commit(log_pos),
+            Some(EventData::XidEvent(_)) if self.in_transaction => self.push_commit(log_pos)?,
             Some(EventData::TableMapEvent(map)) => self.on_table_map(map.into_owned())?,
             Some(EventData::RowsEvent(rows)) if self.in_transaction => self.on_rows(&rows)?,
             Some(EventData::HeartbeatEvent) => {
                 moves = false;
-                if !self.in_transaction {
+                let between = !self.in_transaction
+                    && self.gtid.as_ref().is_none_or(|track| track.group.is_none());
+                if between {
                     self.queue.push_back(SourceEvent::Idle {
-                        upto: self.position(self.last_end),
+                        upto: self.commit_position()?,
                     });
                 }
             }
@@ -2288,10 +2846,16 @@ impl MysqlStream {
     /// `TRUNCATE TABLE` is logged as a statement, even with row-based
     /// logging: a transaction of its own with one truncate row, for a
     /// table the catalog reads.
-    fn on_truncate(&mut self, database: &str, table: &str, timestamp: u32, log_pos: u32) {
+    fn on_truncate(
+        &mut self,
+        database: &str,
+        table: &str,
+        timestamp: u32,
+        log_pos: u32,
+    ) -> Result<()> {
         let oid = table_id(database, table);
         if !self.wanted.contains_key(&oid) {
-            return;
+            return Ok(());
         }
         let schema = self.schemas.get(&oid).cloned().unwrap_or_else(|| {
             Arc::new(TableSchema {
@@ -2300,10 +2864,7 @@ impl MysqlStream {
                 columns: Vec::new(),
             })
         });
-        self.queue.push_back(SourceEvent::Begin {
-            commit: self.position(self.last_end),
-            commit_time_micros: i64::from(timestamp) * 1_000_000,
-        });
+        self.begin(timestamp)?;
         self.queue.push_back(SourceEvent::Row {
             table: oid,
             change: RowChange {
@@ -2313,16 +2874,14 @@ impl MysqlStream {
                 new: None,
             },
         });
-        self.queue.push_back(SourceEvent::Commit {
-            end: self.position(log_pos),
-        });
+        self.push_commit(log_pos)
     }
 
     /// A DDL statement that drops or renames columns of a table the
     /// catalog reads, or drops or renames the table: a transaction of its
     /// own, at the statement's position, with the table's schema after it
     /// (see the module docs, "Schema changes").
-    fn on_ddl(&mut self, ddl: Vec<Ddl>, timestamp: u32, log_pos: u32) {
+    fn on_ddl(&mut self, ddl: Vec<Ddl>, timestamp: u32, log_pos: u32) -> Result<()> {
         let mut events = Vec::new();
         for change in ddl {
             let ((database, table), schema) = match change {
@@ -2372,23 +2931,11 @@ impl MysqlStream {
             events.push(SourceEvent::Schema { table: oid, schema });
         }
         if events.is_empty() {
-            return;
+            return Ok(());
         }
-        self.queue.push_back(SourceEvent::Begin {
-            commit: self.position(self.last_end),
-            commit_time_micros: i64::from(timestamp) * 1_000_000,
-        });
+        self.begin(timestamp)?;
         self.queue.extend(events);
-        self.queue.push_back(SourceEvent::Commit {
-            end: self.position(log_pos),
-        });
-    }
-
-    fn commit(&mut self, log_pos: u32) {
-        self.in_transaction = false;
-        self.queue.push_back(SourceEvent::Commit {
-            end: self.position(log_pos),
-        });
+        self.push_commit(log_pos)
     }
 
     fn on_table_map(&mut self, map: TableMapEvent<'static>) -> Result<()> {
@@ -2671,6 +3218,11 @@ impl ChangeStream for MysqlStream {
     async fn next(&mut self) -> Result<SourceEvent> {
         loop {
             if let Some(event) = self.queue.pop_front() {
+                if let SourceEvent::Commit { end } = &event
+                    && self.gtid.is_some()
+                {
+                    self.delivered = self.commit_states.pop_front().map(|state| (*end, state));
+                }
                 return Ok(event);
             }
             let event = match tokio::time::timeout(READ_TIMEOUT, self.binlog.next()).await {
@@ -2681,7 +3233,10 @@ impl ChangeStream for MysqlStream {
                     )));
                 }
                 Ok(None) => return Err(self.fail("the server ended the binlog stream".into())),
-                Ok(Some(Err(e))) => return Err(stream_error(&self.name, self.from, e)),
+                Ok(Some(Err(e))) => {
+                    let by_gtid = self.gtid.is_some();
+                    return Err(stream_error(&self.name, &self.needed, by_gtid, e));
+                }
                 Ok(Some(Ok(event))) => event,
             };
             self.on_event(event)?;
@@ -2691,6 +3246,16 @@ impl ChangeStream for MysqlStream {
     /// A binlog has no slot to advance: the engine's stored position is
     /// where the next stream starts.
     fn confirm(&mut self, _upto: Position) {}
+
+    /// The GTID state after the transaction that ended at `end`, the last
+    /// one [`ChangeStream::next`] returned; `None` with file and offset
+    /// positions.
+    fn resume_state(&self, end: Position) -> Option<String> {
+        self.delivered
+            .as_ref()
+            .filter(|(at, _)| *at == end)
+            .map(|(_, state)| state.clone())
+    }
 
     async fn close(self) {
         let _ = self.binlog.close().await;
