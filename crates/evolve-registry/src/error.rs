@@ -232,4 +232,16 @@ impl ApiError {
     pub fn timeout(message: impl Into<String>) -> ApiError {
         ApiError::new(500, 50002, message)
     }
+
+    /// A write that could not be forwarded to the instance that writes a
+    /// Kafka store (Confluent's "error while forwarding").
+    pub fn forwarding(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, 50003, message)
+    }
+
+    /// No instance writes a Kafka store and this one may not (Confluent's
+    /// "unknown leader").
+    pub fn unknown_writer(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, 50004, message)
+    }
 }

@@ -274,8 +274,13 @@ fn routes(app: Arc<App>) -> Router {
         )
         .route("/contexts", get(contexts))
         .route("/metrics", get(metrics))
+        .route("/v1/metadata/writer", get(writer))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&app),
+            crate::forward::middleware,
+        ))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&app),
             authenticate,
@@ -1016,13 +1021,42 @@ async fn metrics(AxumState(app): AxumState<Shared>) -> Response {
             s.offset,
         )
     });
-    let text = app.metrics.render(subjects, schemas, offset);
+    let mut text = app.metrics.render(subjects, schemas, offset);
+    if let Storage::Kafka(log) = app.registry.log() {
+        let forwarded = log.forwarder().map(|f| f.stats()).unwrap_or_default();
+        text.push_str(&crate::metrics::render_writer(
+            &log.writer_stats(),
+            &forwarded,
+        ));
+    }
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     response
+}
+
+/// Which instance writes the store: for a Kafka store, this instance's
+/// id and advertised URL, the writer's (the last record of the writer
+/// topic) and whether it is this one; every instance of an SQLite or
+/// PostgreSQL store writes itself.
+async fn writer(AxumState(app): AxumState<Shared>) -> Result<Response, ApiError> {
+    let Storage::Kafka(log) = app.registry.log() else {
+        return ok(json!({"instance": null, "url": null, "writer": null, "is_writer": true}));
+    };
+    let writer = log.read_writer().await.map_err(|e| ApiError::store(e.0))?;
+    let stats = log.writer_stats();
+    let url = log
+        .forwarder()
+        .and_then(|f| f.url())
+        .map(|u| u.as_str().to_owned());
+    ok(json!({
+        "instance": log.instance(),
+        "url": url,
+        "writer": writer,
+        "is_writer": stats.is_writer,
+    }))
 }
 
 async fn fallback(request: Request) -> ApiError {
@@ -1087,6 +1121,10 @@ async fn observe(AxumState(app): AxumState<Shared>, request: Request, next: Next
         .extensions()
         .get::<AuthenticatedUser>()
         .map(|u| u.0.clone());
+    let forwarded_to = response
+        .extensions()
+        .get::<crate::forward::ForwardedTo>()
+        .map(|f| f.0.clone());
     if wants_plain_json
         && response.headers().get(header::CONTENT_TYPE)
             == Some(&HeaderValue::from_static(CONTENT_TYPE))
@@ -1106,6 +1144,7 @@ async fn observe(AxumState(app): AxumState<Shared>, request: Request, next: Next
         status,
         micros = elapsed.as_micros() as u64,
         user = user.as_deref().unwrap_or("-"),
+        forwarded_to = forwarded_to.as_deref().unwrap_or("-"),
     );
     response
 }

@@ -38,6 +38,14 @@
 //!   fenced producer's transaction: aborts an open one, finishes one whose
 //!   commit it had already accepted. So once `init_transactions` returns,
 //!   every record any earlier writer will ever commit is committed.
+//! - The new producer's first transaction writes one record to the writer
+//!   topic, `<topic>_writer` (one partition, compacted, created like the
+//!   topic; key `writer`, value `{"instance": ID, "url": URL}`): the
+//!   instance's random id and its `--advertised-url`. It commits only while
+//!   the new epoch is current, so the last committed record names the
+//!   instance that took over last. The other instances read it to know
+//!   where to forward writes ([`crate::forward`]); nothing relies on it for
+//!   correctness, and the registry's topic holds Confluent's records only.
 //! - It then reads the topic to its last stable offset (with a
 //!   `read_committed` consumer), which is beyond all of those records, so
 //!   its view of the log is complete; the append goes ahead only if the log
@@ -66,7 +74,12 @@
 //!   not is written again. Three such commits in a row fail the append.
 //! - An instance that was fenced waits a moment before it takes over again,
 //!   so that the instance that fenced it can commit first instead of being
-//!   fenced in turn.
+//!   fenced in turn. A write that came over HTTP does not take over again
+//!   when the writer topic names another instance that took over since: it
+//!   is forwarded there ([`forward::Takeover`]); and an instance that was
+//!   fenced waits up to 3 s for the record of the instance that fenced it
+//!   (committed once its `init_transactions` returns) rather than fence
+//!   it back.
 //!
 //! A writer killed mid-transaction leaves it open; the next
 //! `init_transactions`, by whichever instance writes next, aborts it at
@@ -112,7 +125,8 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -124,12 +138,22 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
 
+use crate::forward::{self, Forwarder, Takeover};
 use crate::record::Record;
 use crate::store::{Log, StoreError};
 
 /// The topic when `--storage kafka://BROKERS` names none: Confluent's.
 pub const DEFAULT_TOPIC: &str = "_schemas";
+
+/// What the topic's name is followed by in the name of the side topic
+/// that names the writer (`_schemas_writer`).
+pub const WRITER_TOPIC_SUFFIX: &str = "_writer";
+
+/// The key of every record of the writer topic (compaction keeps the
+/// last).
+const WRITER_KEY: &str = "writer";
 
 /// The producer's `transaction.timeout.ms`: how long the broker waits
 /// before it aborts the open transaction of a writer that vanished and
@@ -143,6 +167,13 @@ const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the first metadata request may take: an unreachable cluster is
 /// reported this soon.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an instance that was fenced waits for the writer record of
+/// the instance that fenced it before a write that came over HTTP takes
+/// over again (the fencer commits its record once `init_transactions`
+/// returns, which waits for the fenced transaction to be aborted, and
+/// librdkafka asks for that every half second).
+const FENCED_WAIT: Duration = Duration::from_secs(3);
 
 /// How long reading the topic to its last stable offset may wait for the
 /// next record.
@@ -215,6 +246,12 @@ impl KafkaSpec {
             })?
         };
         check_topic(&topic).map_err(|problem| format!("--storage kafka://: {problem}"))?;
+        if topic.len() + WRITER_TOPIC_SUFFIX.len() > 249 {
+            return Err(format!(
+                "--storage kafka://: the topic name is longer than {} characters; the registry also uses a topic named after it with {WRITER_TOPIC_SUFFIX} appended, and Kafka allows 249",
+                249 - WRITER_TOPIC_SUFFIX.len()
+            ));
+        }
         let mut spec = KafkaSpec {
             brokers: brokers.to_string(),
             topic,
@@ -320,6 +357,12 @@ impl KafkaSpec {
     /// The `transactional.id` every instance on the topic writes with.
     pub fn transactional_id(&self) -> String {
         format!("evolve-registry-{}", self.topic)
+    }
+
+    /// The side topic whose last record names the writer:
+    /// `<topic>_writer`.
+    pub fn writer_topic(&self) -> String {
+        format!("{}{WRITER_TOPIC_SUFFIX}", self.topic)
     }
 
     /// librdkafka's settings: brokers, TLS, SASL (as the pipeline's
@@ -537,6 +580,81 @@ impl Tail {
 
 type Writer = FutureProducer;
 
+/// The record of the writer topic that names the writer: the instance
+/// that last took over the `transactional.id`, and the URL it takes
+/// forwarded writes at. It only routes writes; what keeps two instances
+/// from both writing is the fencing of the `transactional.id`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriterRecord {
+    /// The id the instance drew when it started (16 hex digits).
+    pub instance: String,
+    /// Its `--advertised-url`; none for an instance that serves no HTTP
+    /// (`evolve registry import`, a library user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// What this instance has read of the writer topic.
+#[derive(Default)]
+struct WriterView {
+    /// The last writer record committed, with its Kafka offset.
+    latest: Option<(i64, WriterRecord)>,
+    /// Every Kafka offset below this one has been read.
+    read_to: i64,
+}
+
+impl WriterView {
+    fn ingest(&mut self, target: &str, offset: i64, value: Option<&[u8]>) {
+        self.read_to = self.read_to.max(offset + 1);
+        let record = value.and_then(|v| serde_json::from_slice::<WriterRecord>(v).ok());
+        match record {
+            Some(record) => self.learn(offset, record),
+            None => tracing::warn!(
+                store = target,
+                offset,
+                "skipping an unreadable record of the writer topic"
+            ),
+        }
+    }
+
+    /// A writer record at `offset`; an older one than the latest is
+    /// ignored.
+    fn learn(&mut self, offset: i64, record: WriterRecord) {
+        if self.latest.as_ref().is_none_or(|(at, _)| *at < offset) {
+            self.latest = Some((offset, record));
+        }
+    }
+}
+
+/// This instance as the writer of its topic, for `/metrics` and the
+/// writer endpoint.
+#[derive(Clone, Debug)]
+pub struct WriterStats {
+    /// This instance's id in writer records.
+    pub instance: String,
+    /// The last writer record read (or written).
+    pub writer: Option<WriterRecord>,
+    /// Whether this instance holds the producer and the last writer
+    /// record names it.
+    pub is_writer: bool,
+    /// How many times it took over (`init_transactions` and a writer
+    /// record committed).
+    pub takeovers: u64,
+    /// How many transactions of registry records it committed.
+    pub commits: u64,
+}
+
+/// A random id for this instance's writer records.
+fn instance_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        hasher.write_u128(now.as_nanos());
+    }
+    format!("{:016x}", hasher.finish())
+}
+
 /// The registry's log in a Kafka topic; see the module documentation.
 pub struct KafkaLog {
     spec: KafkaSpec,
@@ -555,6 +673,23 @@ pub struct KafkaLog {
     fenced_at: Mutex<Option<Instant>>,
     /// Commits in a row that failed with an unknown outcome.
     unknown_commits: Mutex<u32>,
+    /// This instance's id in writer records.
+    instance: String,
+    /// Where this instance takes forwarded writes and whether it may write
+    /// at all; unset when it serves no HTTP.
+    forwarder: OnceLock<Forwarder>,
+    /// Reads the writer topic.
+    writers: Arc<BaseConsumer>,
+    view: Arc<Mutex<WriterView>>,
+    /// Held while reading the writer topic.
+    writer_gate: tokio::sync::Mutex<()>,
+    /// Whether `writer` holds a producer (read without its lock).
+    holding: AtomicBool,
+    takeovers: AtomicU64,
+    commits: AtomicU64,
+    /// The Kafka offset just past the last record this instance committed
+    /// to the registry's topic (0: none yet).
+    committed_to: AtomicI64,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -600,7 +735,8 @@ impl KafkaLog {
     pub async fn open(spec: &KafkaSpec) -> Result<KafkaLog, StoreError> {
         let spec = spec.clone();
         let target = spec.describe();
-        ensure_topic(&spec, &target).await?;
+        ensure_topic(&spec, &spec.topic, &target).await?;
+        ensure_topic(&spec, &spec.writer_topic(), &target).await?;
         let mut config = spec.client_config();
         config
             .set("group.id", format!("{}-reader", spec.transactional_id()))
@@ -615,19 +751,21 @@ impl KafkaLog {
         let watermarks: BaseConsumer = config
             .create()
             .map_err(|e| StoreError(format!("registry store {target}: {e}")))?;
-        let consumer = {
+        let reader = |topic: &str| -> Result<BaseConsumer, StoreError> {
             let consumer: BaseConsumer = config
                 .create()
                 .map_err(|e| StoreError(format!("registry store {target}: {e}")))?;
             let mut assignment = TopicPartitionList::new();
             assignment
-                .add_partition_offset(&spec.topic, 0, Offset::Beginning)
+                .add_partition_offset(topic, 0, Offset::Beginning)
                 .map_err(|e| StoreError(format!("registry store {target}: {e}")))?;
             consumer
                 .assign(&assignment)
                 .map_err(|e| StoreError(format!("registry store {target}: {e}")))?;
-            consumer
+            Ok(consumer)
         };
+        let consumer = reader(&spec.topic)?;
+        let writers = reader(&spec.writer_topic())?;
         Ok(KafkaLog {
             spec,
             target,
@@ -638,7 +776,92 @@ impl KafkaLog {
             writer: tokio::sync::Mutex::new(None),
             fenced_at: Mutex::new(None),
             unknown_commits: Mutex::new(0),
+            instance: instance_id(),
+            forwarder: OnceLock::new(),
+            writers: Arc::new(writers),
+            view: Arc::new(Mutex::new(WriterView::default())),
+            writer_gate: tokio::sync::Mutex::new(()),
+            holding: AtomicBool::new(false),
+            takeovers: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+            committed_to: AtomicI64::new(0),
         })
+    }
+
+    /// This instance's id in writer records.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Serves writes through `forwarder`: its URL goes into this
+    /// instance's writer records, and writes that reach another instance
+    /// are forwarded here (see [`crate::forward`]). Set once; a second
+    /// call is ignored.
+    pub fn serve_as(&self, forwarder: Forwarder) {
+        let _ = self.forwarder.set(forwarder);
+    }
+
+    pub fn forwarder(&self) -> Option<&Forwarder> {
+        self.forwarder.get()
+    }
+
+    /// The writer as far as this instance knows: the last record of the
+    /// writer topic, read to its last stable offset unless this instance
+    /// holds the producer and the record it knows names it (then nobody
+    /// took over without fencing it, and its next commit would find out).
+    pub async fn current_writer(&self) -> Result<Option<WriterRecord>, StoreError> {
+        if self.holding.load(Ordering::SeqCst) {
+            let latest = locked(&self.view).latest.clone();
+            if let Some((_, record)) = latest
+                && record.instance == self.instance
+            {
+                return Ok(Some(record));
+            }
+        }
+        self.read_writers().await
+    }
+
+    /// The writer: the last record of the writer topic, read to its last
+    /// stable offset.
+    pub async fn read_writer(&self) -> Result<Option<WriterRecord>, StoreError> {
+        self.read_writers().await
+    }
+
+    /// The Kafka offset just past the last record this instance committed
+    /// to the registry's topic, if it committed any.
+    pub fn committed_to(&self) -> Option<i64> {
+        Some(self.committed_to.load(Ordering::SeqCst)).filter(|o| *o > 0)
+    }
+
+    /// Whether every record of the registry's topic below Kafka offset
+    /// `offset` has been read (and so, after a catch-up, applied).
+    pub fn has_read(&self, offset: i64) -> bool {
+        locked(&self.tail).read_to >= offset
+    }
+
+    /// The counters and the writer as last read, without reading.
+    pub fn writer_stats(&self) -> WriterStats {
+        let writer = locked(&self.view).latest.as_ref().map(|(_, r)| r.clone());
+        WriterStats {
+            is_writer: self.holding.load(Ordering::SeqCst)
+                && writer.as_ref().is_some_and(|w| w.instance == self.instance),
+            instance: self.instance.clone(),
+            writer,
+            takeovers: self.takeovers.load(Ordering::SeqCst),
+            commits: self.commits.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Reads the writer topic to its last stable offset; its last record.
+    async fn read_writers(&self) -> Result<Option<WriterRecord>, StoreError> {
+        let _gate = self.writer_gate.lock().await;
+        let consumer = Arc::clone(&self.writers);
+        let watermarks = Arc::clone(&self.watermarks);
+        let view = Arc::clone(&self.view);
+        let topic = self.spec.writer_topic();
+        let target = self.target.clone();
+        blocking(move || read_writers(&consumer, &watermarks, &view, &topic, &target)).await?;
+        Ok(locked(&self.view).latest.as_ref().map(|(_, r)| r.clone()))
     }
 
     /// The topic's name.
@@ -707,11 +930,93 @@ impl KafkaLog {
         tokio::task::spawn_blocking(move || drop(producer));
     }
 
-    /// Writes `records` in one transaction; their Kafka offsets.
+    /// Takes over writing: `init_transactions` (fences the previous
+    /// writer), then one transaction that writes this instance's record
+    /// to the writer topic. `None` when another instance fenced this one
+    /// before that committed (the caller tries again).
+    ///
+    /// A write that came over HTTP takes over only from the writer it
+    /// found unreachable, or when the writer topic names none or this
+    /// instance ([`Takeover::From`]): if another instance has taken over
+    /// since, it declines, and the write is routed there instead.
+    async fn take_over(&self) -> Result<Option<Arc<Writer>>, StoreError> {
+        let forwarder = self.forwarder.get();
+        if forwarder.is_some_and(|f| !f.eligible()) {
+            return Err(StoreError(format!(
+                "registry store {}: this instance does not write (--writer-eligible false)",
+                self.target
+            )));
+        }
+        if let Takeover::From(expected) = forward::takeover() {
+            // Fenced a moment ago: whoever did it is taking over, and its
+            // record is about to show; follow it rather than fence it.
+            let fenced = (*locked(&self.fenced_at)).is_some_and(|at| at.elapsed() < FENCED_WAIT);
+            let deadline = Instant::now() + if fenced { FENCED_WAIT } else { Duration::ZERO };
+            loop {
+                let latest = self.read_writers().await?;
+                if let Some(writer) = latest
+                    && writer.instance != self.instance
+                    && Some(&writer.instance) != expected.as_ref()
+                {
+                    let message = format!(
+                        "registry store {}: instance {} ({}) took over writing meanwhile",
+                        self.target,
+                        writer.instance,
+                        writer.url.as_deref().unwrap_or("no address")
+                    );
+                    forward::decline(writer);
+                    return Err(StoreError(message));
+                }
+                if Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let producer = self.start_writer().await?;
+        let record = WriterRecord {
+            instance: self.instance.clone(),
+            url: forwarder
+                .and_then(|f| f.url())
+                .map(|u| u.as_str().to_owned()),
+        };
+        let value = serde_json::to_string(&record)
+            .map_err(|e| StoreError(format!("registry store {}: {e}", self.target)))?;
+        let topic = self.spec.writer_topic();
+        match self
+            .transact(&producer, &topic, &[(WRITER_KEY.to_owned(), Some(value))])
+            .await
+        {
+            Ok(offsets) => {
+                locked(&self.view).learn(offsets.first().copied().unwrap_or(0), record.clone());
+                self.takeovers.fetch_add(1, Ordering::SeqCst);
+                tracing::info!(
+                    store = %self.target,
+                    instance = %record.instance,
+                    url = record.url.as_deref().unwrap_or("-"),
+                    "this instance took over writing"
+                );
+                Ok(Some(producer))
+            }
+            Err(Failure::Fenced) => {
+                *locked(&self.fenced_at) = Some(Instant::now());
+                self.retire(producer);
+                Ok(None)
+            }
+            Err(Failure::Unknown(message) | Failure::Other(message)) => {
+                self.retire(producer);
+                Err(StoreError(message))
+            }
+        }
+    }
+
+    /// Writes `messages` (keys and values) to `topic` in one transaction;
+    /// their Kafka offsets.
     async fn transact(
         &self,
         producer: &Arc<Writer>,
-        records: &[Record],
+        topic: &str,
+        messages: &[(String, Option<String>)],
     ) -> Result<Vec<i64>, Failure> {
         let classify = |e: &KafkaError, what: &str| {
             let code = e.rdkafka_error_code();
@@ -728,15 +1033,11 @@ impl KafkaLog {
         producer
             .begin_transaction()
             .map_err(|e| classify(&e, "begin a transaction"))?;
-        let mut deliveries = Vec::with_capacity(records.len());
+        let mut deliveries = Vec::with_capacity(messages.len());
         let mut failed = None;
-        for record in records {
-            let key = record.key.to_json();
-            let value = record.value_json();
-            let mut out = FutureRecord::<str, str>::to(&self.spec.topic)
-                .partition(0)
-                .key(&key);
-            if let Some(value) = &value {
+        for (key, value) in messages {
+            let mut out = FutureRecord::<str, str>::to(topic).partition(0).key(key);
+            if let Some(value) = value {
                 out = out.payload(value);
             }
             match producer.send_result(out) {
@@ -747,7 +1048,7 @@ impl KafkaLog {
                 }
             }
         }
-        let mut offsets = Vec::with_capacity(records.len());
+        let mut offsets = Vec::with_capacity(messages.len());
         for delivery in deliveries {
             match delivery.await {
                 Ok(Ok(d)) => offsets.push(d.offset),
@@ -806,26 +1107,41 @@ impl Log for KafkaLog {
         let mut writer = self.writer.lock().await;
         let producer = match writer.as_ref() {
             Some(p) => Arc::clone(p),
-            None => {
-                let p = self.start_writer().await?;
-                *writer = Some(Arc::clone(&p));
-                p
-            }
+            None => match self.take_over().await? {
+                Some(p) => {
+                    *writer = Some(Arc::clone(&p));
+                    self.holding.store(true, Ordering::SeqCst);
+                    p
+                }
+                None => return Ok(false),
+            },
         };
         let _gate = self.gate.lock().await;
         self.read_to_end().await?;
         if locked(&self.tail).end != after {
             return Ok(false);
         }
-        match self.transact(&producer, records).await {
+        let messages: Vec<(String, Option<String>)> = records
+            .iter()
+            .map(|r| (r.key.to_json(), r.value_json()))
+            .collect();
+        let result = self.transact(&producer, &self.spec.topic, &messages).await;
+        if result.is_err() {
+            *writer = None;
+            self.holding.store(false, Ordering::SeqCst);
+        }
+        match result {
             Ok(offsets) => {
                 locked(&self.tail).claim(records, &offsets);
                 *locked(&self.unknown_commits) = 0;
+                self.commits.fetch_add(1, Ordering::SeqCst);
+                if let Some(last) = offsets.iter().max() {
+                    self.committed_to.fetch_max(last + 1, Ordering::SeqCst);
+                }
                 Ok(true)
             }
             Err(Failure::Fenced) => {
                 tracing::info!(store = %self.target, "another registry instance took over writing");
-                *writer = None;
                 *locked(&self.fenced_at) = Some(Instant::now());
                 self.retire(producer);
                 Ok(false)
@@ -835,7 +1151,6 @@ impl Log for KafkaLog {
                 // (completes or aborts the transaction) before the log is
                 // read again, so the caller may catch up and decide again:
                 // a registration that did commit is then found.
-                *writer = None;
                 self.retire(producer);
                 let mut unknown = locked(&self.unknown_commits);
                 *unknown += 1;
@@ -847,7 +1162,6 @@ impl Log for KafkaLog {
                 Ok(false)
             }
             Err(Failure::Other(message)) => {
-                *writer = None;
                 self.retire(producer);
                 Err(StoreError(message))
             }
@@ -932,6 +1246,63 @@ fn read_to_end(
     }
 }
 
+/// Polls `consumer` until the writer topic is read to its last stable
+/// offset (as [`read_to_end`] reads the registry's topic).
+fn read_writers(
+    consumer: &BaseConsumer,
+    watermarks: &BaseConsumer,
+    view: &Mutex<WriterView>,
+    topic: &str,
+    target: &str,
+) -> Result<(), StoreError> {
+    let (low, high) = watermarks
+        .fetch_watermarks(topic, 0, METADATA_TIMEOUT)
+        .map_err(|e| {
+            StoreError(format!(
+                "registry store {target}: could not read the end of topic \"{topic}\" ({e}); check that the brokers are running"
+            ))
+        })?;
+    let deadline = Instant::now() + READ_TIMEOUT;
+    loop {
+        {
+            let mut v = locked(view);
+            if low >= high {
+                v.read_to = v.read_to.max(high);
+            }
+            if v.read_to >= high {
+                return Ok(());
+            }
+        }
+        match consumer.poll(Duration::from_millis(2)) {
+            None => {}
+            Some(Ok(m)) => locked(view).ingest(target, m.offset(), m.payload()),
+            Some(Err(e)) => {
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(
+                        RDKafkaErrorCode::TopicAuthorizationFailed
+                            | RDKafkaErrorCode::UnknownTopicOrPartition
+                    )
+                ) {
+                    return Err(StoreError(format!(
+                        "registry store {target}: could not read topic \"{topic}\": {e}"
+                    )));
+                }
+            }
+        }
+        if let Some(p) = position(consumer, topic) {
+            let mut v = locked(view);
+            v.read_to = v.read_to.max(p);
+        }
+        if Instant::now() > deadline {
+            return Err(StoreError(format!(
+                "registry store {target}: reading topic \"{topic}\" did not reach offset {high} in {} s; check that the brokers are running",
+                READ_TIMEOUT.as_secs()
+            )));
+        }
+    }
+}
+
 /// The consumer's position in partition 0, once it has one.
 fn position(consumer: &BaseConsumer, topic: &str) -> Option<i64> {
     let list = consumer.position().ok()?;
@@ -941,8 +1312,9 @@ fn position(consumer: &BaseConsumer, topic: &str) -> Option<i64> {
     }
 }
 
-/// Checks the topic, or creates it with Confluent's settings.
-async fn ensure_topic(spec: &KafkaSpec, target: &str) -> Result<(), StoreError> {
+/// Checks `topic` (the registry's topic or its writer topic), or creates
+/// it with Confluent's settings: one partition, compacted.
+async fn ensure_topic(spec: &KafkaSpec, topic: &str, target: &str) -> Result<(), StoreError> {
     let admin: AdminClient<DefaultClientContext> = spec
         .client_config()
         .create()
@@ -950,7 +1322,7 @@ async fn ensure_topic(spec: &KafkaSpec, target: &str) -> Result<(), StoreError> 
     let admin = Arc::new(admin);
     let describe = {
         let admin = Arc::clone(&admin);
-        let topic = spec.topic.clone();
+        let topic = topic.to_string();
         let target = target.to_string();
         move || -> Result<(Option<usize>, usize), StoreError> {
             let metadata = admin
@@ -973,7 +1345,7 @@ async fn ensure_topic(spec: &KafkaSpec, target: &str) -> Result<(), StoreError> 
     let (mut partitions, brokers) = blocking(describe.clone()).await?;
     if partitions.is_none() {
         let replication = brokers.clamp(1, 3) as i32;
-        let new = NewTopic::new(&spec.topic, 1, TopicReplication::Fixed(replication))
+        let new = NewTopic::new(topic, 1, TopicReplication::Fixed(replication))
             .set("cleanup.policy", "compact");
         let options = AdminOptions::new().operation_timeout(Some(OPERATION_TIMEOUT));
         let results = admin.create_topics([&new], &options).await.map_err(|e| {
@@ -986,12 +1358,12 @@ async fn ensure_topic(spec: &KafkaSpec, target: &str) -> Result<(), StoreError> 
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((_, code)) => {
                     return Err(StoreError(format!(
-                        "registry store {target}: the topic does not exist and could not be created ({code}); create it with one partition and cleanup.policy=compact, or let the user create topics"
+                        "registry store {target}: topic \"{topic}\" does not exist and could not be created ({code}); create it with one partition and cleanup.policy=compact, or let the user create topics"
                     )));
                 }
             }
         }
-        tracing::info!(store = target, replication, "created the registry topic");
+        tracing::info!(store = target, topic, replication, "created the topic");
         // Until the metadata shows the new topic.
         let started = Instant::now();
         loop {
@@ -1002,11 +1374,10 @@ async fn ensure_topic(spec: &KafkaSpec, target: &str) -> Result<(), StoreError> 
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let topic = &spec.topic;
     match partitions {
         None => {
             return Err(StoreError(format!(
-                "registry store {target}: the topic was created but does not show in the cluster's metadata; try again"
+                "registry store {target}: topic \"{topic}\" was created but does not show in the cluster's metadata; try again"
             )));
         }
         Some(1) => {}

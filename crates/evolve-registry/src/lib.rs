@@ -10,7 +10,8 @@
 //! - [`store`]: the append-only log behind the [`store::Log`] trait, in
 //!   SQLite (default) or PostgreSQL (several instances share one log);
 //!   [`kafka`]: the log in a `_schemas` Kafka topic, written by one
-//!   instance at a time through a fenced transactional producer.
+//!   instance at a time through a fenced transactional producer;
+//!   [`forward`]: the other instances send their writes to it over HTTP.
 //! - [`service`]: one registry instance: its state, catching up with the
 //!   log, writes that retry when another instance appended first.
 //! - [`http`]: the axum router (routes, content types, errors, basic
@@ -22,6 +23,7 @@ pub mod access;
 pub mod auth;
 pub mod contract;
 pub mod error;
+pub mod forward;
 pub mod http;
 pub mod kafka;
 pub mod metrics;

@@ -1,5 +1,6 @@
 //! `/metrics` in Prometheus' text format: requests and their durations by
-//! method, route and status, and the size of the registry.
+//! method, route and status, the size of the registry, and on a Kafka
+//! store who writes it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -7,6 +8,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::http::Method;
+
+use crate::forward::ForwardStats;
+use crate::kafka::WriterStats;
 
 /// Method, route template, status.
 type RequestKey = (String, String, u16);
@@ -82,4 +86,46 @@ fn escape(label: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// The Kafka store's writer: whether this instance writes, its takeovers
+/// and commits, and the writes it forwarded by outcome.
+pub fn render_writer(writer: &WriterStats, forwarded: &ForwardStats) -> String {
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    metric(
+        "evolve_registry_writer",
+        "gauge",
+        "1 when this instance writes the Kafka store (holds the producer and the writer record names it).",
+        &[("", u64::from(writer.is_writer))],
+    );
+    metric(
+        "evolve_registry_writer_takeovers_total",
+        "counter",
+        "Times this instance took over writing the Kafka store.",
+        &[("", writer.takeovers)],
+    );
+    metric(
+        "evolve_registry_writer_commits_total",
+        "counter",
+        "Transactions of registry records this instance committed to the Kafka store.",
+        &[("", writer.commits)],
+    );
+    metric(
+        "evolve_registry_forwarded_total",
+        "counter",
+        "Writes forwarded to the writer, by outcome: answered, unreachable (written here instead), failed.",
+        &[
+            ("{outcome=\"answered\"}", forwarded.answered),
+            ("{outcome=\"unreachable\"}", forwarded.unreachable),
+            ("{outcome=\"failed\"}", forwarded.failed),
+        ],
+    );
+    out
 }

@@ -1,5 +1,6 @@
 //! Serving the router over TCP or TLS (rustls), with a graceful shutdown
-//! and a background task that keeps the state current with the log.
+//! and a background task that keeps the state current with the log (and,
+//! on a Kafka store, knows who writes it).
 
 use std::future::Future;
 use std::path::Path;
@@ -14,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::http::{App, router};
+use crate::store::Storage;
 
 /// A TLS configuration from PEM files: the certificate chain and its
 /// private key. Errors name the file and the way out.
@@ -68,6 +70,12 @@ pub async fn serve(
                 tokio::time::sleep(interval).await;
                 if let Err(e) = app.registry.catch_up().await {
                     tracing::warn!(error = %e.message, "could not read the registry log");
+                }
+                // Who writes, for /metrics.
+                if let Storage::Kafka(log) = app.registry.log()
+                    && let Err(e) = log.read_writer().await
+                {
+                    tracing::warn!(error = %e, "could not read the writer topic");
                 }
             }
         })

@@ -66,6 +66,11 @@ impl<L: Log> Registry<L> {
         self.log.describe()
     }
 
+    /// The log the state is replayed from.
+    pub fn log(&self) -> &L {
+        &self.log
+    }
+
     /// Applies every record appended since the state's offset.
     pub async fn catch_up(&self) -> Result<(), ApiError> {
         let offset = self.read(|s| s.offset);

@@ -3,8 +3,12 @@
 //! on one topic agree on ids and versions, a restart replays the same
 //! state, the topic is created as Confluent creates `_schemas` and a wrong
 //! one is refused, a topic written in Confluent's record format is served
-//! unchanged (and so is its compacted form), and Confluent's Python client
-//! registers and reads back a data contract.
+//! unchanged (and so is its compacted form), Confluent's Python client
+//! registers and reads back a data contract, and writes sent to any of
+//! three instances are written by one and forwarded to it by the others
+//! (with the caller's credentials; taking over from a writer that cannot
+//! be reached, declining to when another took over first; never, for an
+//! instance that may not write).
 
 mod common;
 
@@ -14,6 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use evolve_registry::access::Access;
+use evolve_registry::auth::Users;
+use evolve_registry::forward::{Forwarder, PeerUrl};
 use evolve_registry::http::{App, DEFAULT_MAX_BODY, DEFAULT_MAX_SCHEMA, router};
 use evolve_registry::kafka::{KafkaLog, KafkaSpec};
 use evolve_registry::metrics::Metrics;
@@ -772,4 +778,485 @@ async fn confluent_python_client_registers_and_reads_back_a_data_contract_on_the
             .map(|r| r["domainRules"][0]["name"].clone()),
         Some(json!("checkAmount"))
     );
+}
+
+// ---- several instances: one writes, the others forward -------------------------
+
+/// An instance served on a free loopback port with its address advertised
+/// (as `evolve registry serve` does), and driven in process through its
+/// router; stopped when dropped.
+struct Node {
+    registry: common::TestRegistry,
+    url: String,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Node {
+    async fn start(kafka: &evolve_test::Kafka, topic: &str, users: Option<&str>) -> Node {
+        Node::start_with(kafka, topic, users, true).await
+    }
+
+    /// `eligible`: whether it may become the writer.
+    async fn start_with(
+        kafka: &evolve_test::Kafka,
+        topic: &str,
+        users: Option<&str>,
+        eligible: bool,
+    ) -> Node {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let url = format!("http://{address}");
+        let log = KafkaLog::open(&spec(kafka, topic))
+            .await
+            .expect("kafka log");
+        log.serve_as(Forwarder::new(
+            Some(PeerUrl::parse(&url).expect("url")),
+            eligible,
+            None,
+        ));
+        let settings = Settings {
+            poll_interval: Duration::from_millis(200),
+            ..Settings::default()
+        };
+        let registry = Registry::open(Storage::Kafka(Box::new(log)), settings)
+            .await
+            .expect("registry");
+        let app = Arc::new(App {
+            registry,
+            users: users.map(|text| Users::parse(text).expect("users")),
+            metrics: Metrics::default(),
+            max_body: DEFAULT_MAX_BODY,
+            max_schema: DEFAULT_MAX_SCHEMA,
+            access: Access::new(address, false, &[]).expect("access"),
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(evolve_registry::serve::serve(
+            Arc::clone(&app),
+            listener,
+            None,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Node {
+            registry: common::TestRegistry {
+                router: router(Arc::clone(&app)),
+                app,
+                path: std::path::PathBuf::new(),
+            },
+            url,
+            _stop: stop,
+        }
+    }
+
+    fn log(&self) -> &KafkaLog {
+        match self.registry.app.registry.log() {
+            Storage::Kafka(log) => log,
+            _ => unreachable!("a Kafka node"),
+        }
+    }
+
+    /// (takeovers, commits, forwarded answered, unreachable, failed)
+    fn counts(&self) -> (u64, u64, u64, u64, u64) {
+        let writer = self.log().writer_stats();
+        let forwarded = self.log().forwarder().expect("forwarder").stats();
+        (
+            writer.takeovers,
+            writer.commits,
+            forwarded.answered,
+            forwarded.unreachable,
+            forwarded.failed,
+        )
+    }
+
+    /// Registration `n`: schema `f{n}` in subject `s{n % 3}`.
+    async fn register_nth(&self, n: usize) -> common::Reply {
+        self.register(&format!("s{}", n % 3), &format!("f{n}"))
+            .await
+    }
+
+    async fn register(&self, subject: &str, field: &str) -> common::Reply {
+        let body = json!({"schema": record_schema(field).schema});
+        self.registry
+            .call("POST", &format!("/subjects/{subject}/versions"), Some(body))
+            .await
+    }
+}
+
+/// Writes a record to the writer topic of `topic` as a plain producer,
+/// naming a writer that is not one of the test's instances.
+async fn fake_writer(kafka: &evolve_test::Kafka, topic: &str, instance: &str, url: &str) {
+    let bootstrap = kafka.bootstrap();
+    let topic = format!("{topic}_writer");
+    let value = json!({"instance": instance, "url": url}).to_string();
+    tokio::task::spawn_blocking(move || {
+        let producer: ThreadedProducer<_> = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("acks", "all")
+            .create()
+            .expect("producer");
+        producer
+            .send(
+                BaseRecord::<str, str>::to(&topic)
+                    .partition(0)
+                    .key("writer")
+                    .payload(&value),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+        producer.flush(Duration::from_secs(30)).expect("flush");
+    })
+    .await
+    .expect("join");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_sent_to_any_of_three_instances_are_written_by_one_and_forwarded_by_the_others() {
+    let kafka = broker().await;
+    let topic = topic("forward");
+    let nodes = [
+        Node::start(kafka, &topic, None).await,
+        Node::start(kafka, &topic, None).await,
+        Node::start(kafka, &topic, None).await,
+    ];
+    // The first write, on instance 0, makes it the writer.
+    let reply = nodes[0]
+        .registry
+        .call("PUT", "/config", Some(json!({"compatibility": "NONE"})))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+
+    // 30 new schemas in 3 subjects, three at a time, round robin over the
+    // instances.
+    const ROUNDS: usize = 10;
+    let mut ids = BTreeMap::new();
+    for round in 0..ROUNDS {
+        let n = |i: usize| round * 3 + i;
+        let (a, b, c) = tokio::join!(
+            nodes[0].register_nth(n(0)),
+            nodes[1].register_nth(n(1)),
+            nodes[2].register_nth(n(2)),
+        );
+        for (i, reply) in [a, b, c].into_iter().enumerate() {
+            assert_eq!(reply.status, 200, "registration {}: {}", n(i), reply.text);
+            ids.insert(n(i), reply.json()["id"].as_u64().expect("id"));
+        }
+    }
+    let distinct: std::collections::BTreeSet<u64> = ids.values().copied().collect();
+    assert_eq!(distinct.len(), 3 * ROUNDS, "ids are unique: {ids:?}");
+
+    // Instance 0 took over once and committed every write; the others
+    // took over never, committed nothing, and forwarded theirs.
+    let counts: Vec<_> = nodes.iter().map(Node::counts).collect();
+    assert_eq!(counts[0], (1, 1 + 3 * ROUNDS as u64, 0, 0, 0), "{counts:?}");
+    assert_eq!(counts[1], (0, 0, ROUNDS as u64, 0, 0), "{counts:?}");
+    assert_eq!(counts[2], (0, 0, ROUNDS as u64, 0, 0), "{counts:?}");
+    for (i, node) in nodes.iter().enumerate() {
+        let writer = node.registry.ok("GET", "/v1/metadata/writer", None).await;
+        assert_eq!(writer["writer"]["url"], nodes[0].url.as_str(), "{writer}");
+        assert_eq!(writer["is_writer"], i == 0, "{writer}");
+        assert_eq!(writer["url"], node.url.as_str(), "{writer}");
+    }
+    let metrics = nodes[1].registry.call("GET", "/metrics", None).await.text;
+    assert!(
+        metrics.contains("evolve_registry_forwarded_total{outcome=\"answered\"} 10")
+            && metrics.contains("evolve_registry_writer 0"),
+        "{metrics}"
+    );
+
+    // Every registration is readable on every instance, by id and by
+    // lookup, at once (an instance reads the log after a write it
+    // forwarded, and on a miss).
+    for node in &nodes {
+        for (n, id) in &ids {
+            let by_id = node
+                .registry
+                .ok("GET", &format!("/schemas/ids/{id}"), None)
+                .await;
+            assert_eq!(by_id["schema"], record_schema(&format!("f{n}")).schema);
+            let found = node
+                .registry
+                .ok(
+                    "POST",
+                    &format!("/subjects/s{}", n % 3),
+                    Some(json!({"schema": record_schema(&format!("f{n}")).schema})),
+                )
+                .await;
+            assert_eq!(found["id"], *id);
+        }
+    }
+
+    // Re-registering is answered from memory: nothing is forwarded.
+    let again = nodes[1].register("s1", "f1").await;
+    assert_eq!(
+        (again.status, again.json()["id"].as_u64()),
+        (200, ids.get(&1).copied())
+    );
+    assert_eq!(nodes[1].counts().2, ROUNDS as u64);
+
+    // The other writes are forwarded too, and are visible at once on the
+    // instance that forwarded them.
+    let via = &nodes[2].registry;
+    via.ok("PUT", "/config/s0", Some(json!({"compatibility": "FULL"})))
+        .await;
+    assert_eq!(
+        via.ok("GET", "/config/s0", None).await["compatibilityLevel"],
+        "FULL"
+    );
+    via.ok("PUT", "/mode/s1", Some(json!({"mode": "READONLY"})))
+        .await;
+    assert_eq!(via.ok("GET", "/mode/s1", None).await["mode"], "READONLY");
+    assert_eq!(
+        via.ok("DELETE", "/subjects/s2/versions/1", None).await,
+        json!(1)
+    );
+    assert_eq!(
+        via.ok("DELETE", "/config/s0", None).await["compatibilityLevel"],
+        "FULL"
+    );
+    let versions = via.ok("DELETE", "/subjects/s2", None).await;
+    assert_eq!(versions.as_array().map(Vec::len), Some(ROUNDS - 1));
+    // An error of the writer comes back as it is.
+    via.call("DELETE", "/subjects/s2", None)
+        .await
+        .error(404, 40404);
+    assert_eq!(nodes[2].counts(), (0, 0, ROUNDS as u64 + 6, 0, 0));
+    assert_eq!(nodes[0].counts().1, 1 + 3 * ROUNDS as u64 + 5);
+
+    // The topic holds Confluent's records only; the writer topic names
+    // instance 0, once.
+    let records = committed(kafka, &topic).await;
+    assert_eq!(records.len(), 1 + 3 * ROUNDS + 5, "{records:?}");
+    for (key, _) in &records {
+        let key: Value = serde_json::from_str(key).expect("key JSON");
+        assert!(
+            ["SCHEMA", "CONFIG", "MODE", "DELETE_SUBJECT"]
+                .contains(&key["keytype"].as_str().unwrap_or("")),
+            "{key}"
+        );
+    }
+    let writers = committed(kafka, &format!("{topic}_writer")).await;
+    assert_eq!(writers.len(), 1, "{writers:?}");
+    let record: Value =
+        serde_json::from_str(writers[0].1.as_deref().expect("value")).expect("JSON");
+    assert_eq!(record["url"], nodes[0].url.as_str());
+    assert_eq!(record["instance"], nodes[0].log().instance());
+
+    // A write under a context's base path is forwarded as the same write
+    // about the context's subject.
+    let reply = nodes[1]
+        .registry
+        .call(
+            "POST",
+            "/contexts/.team/subjects/t/versions",
+            Some(json!({"schema": record_schema("t").schema})),
+        )
+        .await;
+    assert_eq!((reply.status, reply.json()["id"].as_u64()), (200, Some(1)));
+    assert_eq!(nodes[1].counts(), (0, 0, ROUNDS as u64 + 1, 0, 0));
+    let versions = nodes[0]
+        .registry
+        .ok("GET", "/subjects/:.team:t/versions", None)
+        .await;
+    assert_eq!(versions, json!([1]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_write_keeps_the_callers_credentials() {
+    let kafka = broker().await;
+    let topic = topic("forward-auth");
+    let hash = |password: &str| evolve_registry::auth::hash_password(password).expect("hash");
+    let (alice, mallory) = (hash("alice-secret"), hash("mallory-secret"));
+    // The writer knows alice only; the other instance knows both.
+    let writer = Node::start(kafka, &topic, Some(&format!("alice:{alice}"))).await;
+    let other = Node::start(
+        kafka,
+        &topic,
+        Some(&format!("alice:{alice}\nmallory:{mallory}")),
+    )
+    .await;
+    let basic = |user: &str, password: &str| {
+        use base64::Engine as _;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        )
+    };
+    let as_alice = basic("alice", "alice-secret");
+    let as_mallory = basic("mallory", "mallory-secret");
+    let body = || Some(json!({"schema": record_schema("a").schema}).to_string());
+    let reply = writer
+        .registry
+        .raw(
+            "PUT",
+            "/config",
+            Some(r#"{"compatibility":"NONE"}"#.to_owned()),
+            &[("authorization", &as_alice)],
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+
+    // mallory passes the other instance's check, not the writer's: the
+    // writer's refusal comes back.
+    let refused = other
+        .registry
+        .raw(
+            "POST",
+            "/subjects/s/versions",
+            body(),
+            &[("authorization", &as_mallory)],
+        )
+        .await;
+    refused.error(401, 401);
+    assert_eq!(other.counts(), (0, 0, 1, 0, 0));
+    let reads = other
+        .registry
+        .raw("GET", "/subjects", None, &[("authorization", &as_mallory)])
+        .await;
+    assert_eq!((reads.status, reads.text.as_str()), (200, "[]"));
+    // Without credentials the other instance refuses by itself.
+    other
+        .registry
+        .raw("POST", "/subjects/s/versions", body(), &[])
+        .await
+        .error(401, 401);
+    assert_eq!(other.counts().2, 1, "not forwarded");
+    // alice is accepted by both.
+    let accepted = other
+        .registry
+        .raw(
+            "POST",
+            "/subjects/s/versions",
+            body(),
+            &[("authorization", &as_alice)],
+        )
+        .await;
+    assert_eq!(accepted.status, 200, "{}", accepted.text);
+    assert_eq!(other.counts(), (0, 0, 2, 0, 0));
+    assert_eq!(
+        writer.counts().1,
+        2,
+        "the writer committed the config and the schema"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_cannot_be_reached_is_taken_over_and_one_that_took_over_is_followed() {
+    let kafka = broker().await;
+    let topic = topic("forward-takeover");
+    let a = Node::start(kafka, &topic, None).await;
+
+    // The record names a writer whose port is closed: instance a takes
+    // over and writes.
+    let closed = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        listener.local_addr().expect("address")
+    };
+    fake_writer(
+        kafka,
+        &topic,
+        "00000000000000aa",
+        &format!("http://{closed}"),
+    )
+    .await;
+    let reply = a.register("x", "x").await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(a.counts(), (1, 1, 0, 1, 0));
+
+    // A writer that takes the request and closes without an answer: a
+    // delete may have been applied and fails visibly; a registration is
+    // written here.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let silent_at = silent.local_addr().expect("address");
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        while let Ok((mut stream, _)) = silent.accept().await {
+            let mut buffer = [0u8; 4096];
+            let _ = stream.read(&mut buffer).await;
+        }
+    });
+    fake_writer(
+        kafka,
+        &topic,
+        "00000000000000bb",
+        &format!("http://{silent_at}"),
+    )
+    .await;
+    let b = Node::start(kafka, &topic, None).await;
+    let message = b
+        .registry
+        .call("DELETE", "/subjects/x", None)
+        .await
+        .error(500, 50003);
+    assert!(message.contains("may have been applied"), "{message}");
+    assert_eq!(
+        b.registry.ok("GET", "/subjects/x/versions", None).await,
+        json!([1])
+    );
+    let reply = b.register("y", "y").await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(b.counts(), (1, 1, 0, 0, 2));
+
+    // a still holds its producer and believes it writes: its write is
+    // fenced, it finds that b took over since, declines to take over
+    // again and forwards to b.
+    let reply = a.register("z", "z").await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(a.counts(), (1, 1, 1, 1, 0));
+    assert_eq!(b.counts(), (1, 2, 0, 0, 2));
+    let writer = a.registry.ok("GET", "/v1/metadata/writer", None).await;
+    assert_eq!(writer["writer"]["url"], b.url.as_str());
+    assert_eq!(writer["is_writer"], false);
+
+    // A write forwarded to a (by an instance that has not seen b take
+    // over) is not forwarded again, and a does not take over from b
+    // either: it answers that it no longer writes, and the forwarder
+    // routes the write again.
+    let body = json!({"schema": record_schema("w").schema}).to_string();
+    let message = a
+        .registry
+        .raw(
+            "POST",
+            "/subjects/w/versions",
+            Some(body),
+            &[("x-evolve-forwarded", "0000000000000000")],
+        )
+        .await
+        .error(500, 50004);
+    assert!(message.contains(b.log().instance()), "{message}");
+    assert_eq!(a.counts(), (1, 1, 1, 1, 0));
+    assert_eq!(b.counts().0, 1, "b still writes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_may_not_write_forwards_and_never_takes_over() {
+    let kafka = broker().await;
+    let topic = topic("forward-ineligible");
+    let follower = Node::start_with(kafka, &topic, None, false).await;
+    // Nobody writes yet, and it may not.
+    follower.register("x", "x").await.error(500, 50004);
+    let writer = Node::start(kafka, &topic, None).await;
+    let reply = writer.register("x", "x").await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let reply = follower.register("y", "y").await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(follower.counts(), (0, 0, 1, 0, 0));
+    // The writer stops serving: the follower still does not take over.
+    let stopped_writer = writer.log().instance().to_owned();
+    drop(writer);
+    let message = follower.register("z", "z").await.error(500, 50004);
+    assert!(message.contains("--writer-eligible false"), "{message}");
+    assert_eq!(follower.counts(), (0, 0, 1, 1, 0));
+    let status = follower
+        .registry
+        .ok("GET", "/v1/metadata/writer", None)
+        .await;
+    assert_eq!(status["writer"]["instance"], stopped_writer.as_str());
+    assert_eq!(status["is_writer"], false);
 }

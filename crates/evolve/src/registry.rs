@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use evolve_registry::access::Access;
 use evolve_registry::auth::Users;
+use evolve_registry::forward::{Forwarder, PeerUrl};
 use evolve_registry::http::{App, DEFAULT_MAX_SCHEMA, default_max_body};
 use evolve_registry::metrics::Metrics;
 use evolve_registry::service::{Registry, Settings};
@@ -75,6 +76,22 @@ pub enum RegistryVerb {
         /// How often to read other instances' writes from a shared store.
         #[arg(long, default_value_t = 1000)]
         poll_interval_ms: u64,
+        /// With a Kafka store: the URL other instances forward writes to
+        /// when this one writes (http[s]://host:port). By default the
+        /// --listen address, or this machine's host name when it listens on
+        /// all addresses.
+        #[arg(long, value_name = "URL")]
+        advertised_url: Option<String>,
+        /// With a Kafka store: the PEM CA certificates that an https
+        /// writer's certificate is checked against when writes are
+        /// forwarded to it; by default the --tls-cert file.
+        #[arg(long, value_name = "FILE")]
+        peer_ca: Option<PathBuf>,
+        /// With a Kafka store: whether this instance may become the writer
+        /// (false: it always forwards writes, as Confluent's
+        /// leader.eligibility=false).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        writer_eligible: bool,
     },
     /// Import a `_schemas` topic export (KEY<TAB>VALUE lines, or a JSON
     /// array of [key, value] pairs) with its ids, versions and deletions.
@@ -111,6 +128,9 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
             allowed_hosts,
             incompatible_error_code,
             poll_interval_ms,
+            advertised_url,
+            peer_ca,
+            writer_eligible,
         } => {
             let users = match users {
                 Some(path) => {
@@ -123,10 +143,10 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
                 }
                 None => None,
             };
-            let tls = match (tls_cert, tls_key) {
-                (Some(cert), Some(key)) => Some(
-                    evolve_registry::serve::load_tls(&cert, &key).map_err(anyhow::Error::msg)?,
-                ),
+            let tls = match (&tls_cert, &tls_key) {
+                (Some(cert), Some(key)) => {
+                    Some(evolve_registry::serve::load_tls(cert, key).map_err(anyhow::Error::msg)?)
+                }
                 _ => None,
             };
             let settings = Settings {
@@ -140,14 +160,42 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
                     format!("cannot listen on {listen}; pick another --listen address")
                 })?;
             let address = listener.local_addr()?;
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let mut allowed_hosts = allowed_hosts;
+            let mut advertised = String::new();
+            if let Storage::Kafka(log) = registry.log() {
+                let url = match advertised_url {
+                    Some(url) => url,
+                    None => default_advertised_url(scheme, address)?,
+                };
+                let url =
+                    PeerUrl::parse(&url).map_err(|e| anyhow::anyhow!("--advertised-url: {e}"))?;
+                // Forwarded writes arrive with the advertised host in Host.
+                allowed_hosts.push(url.host().to_owned());
+                let peer_tls = match (&peer_ca, &tls_cert) {
+                    (Some(ca), _) => Some(
+                        evolve_pg::tls::https_client_config(ca)
+                            .map_err(|e| anyhow::anyhow!("--peer-ca: {e}"))?,
+                    ),
+                    (None, Some(cert)) => match evolve_pg::tls::https_client_config(cert) {
+                        Ok(config) => Some(config),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the --tls-cert file cannot check other instances' certificates; writes forwarded to an https writer fail until --peer-ca names their CA");
+                            None
+                        }
+                    },
+                    (None, None) => None,
+                };
+                advertised = format!(", advertised as {url}");
+                log.serve_as(Forwarder::new(Some(url), writer_eligible, peer_tls));
+            }
             let access =
                 Access::new(address, tls.is_some(), &allowed_hosts).map_err(anyhow::Error::msg)?;
-            let scheme = if tls.is_some() { "https" } else { "http" };
             {
                 let mut stdout = std::io::stdout().lock();
                 writeln!(
                     stdout,
-                    "evolve registry listening on {scheme}://{address} (store {}{})",
+                    "evolve registry listening on {scheme}://{address} (store {}{advertised}{})",
                     registry.describe_store(),
                     if users.is_some() { ", basic auth" } else { "" }
                 )?;
@@ -202,6 +250,31 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The URL other instances reach this one at when no --advertised-url is
+/// given: the listen address, or the machine's host name when it listens
+/// on all addresses (0.0.0.0, ::), where the address says nothing.
+fn default_advertised_url(scheme: &str, address: SocketAddr) -> anyhow::Result<String> {
+    let ip = address.ip();
+    let host = if ip.is_unspecified() {
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty());
+        match name {
+            Some(name) => name,
+            None => bail!(
+                "listening on {address} (all addresses) and this machine's host name is unknown; give --advertised-url, the URL other registry instances reach this one at"
+            ),
+        }
+    } else if ip.is_ipv6() {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
+    Ok(format!("{scheme}://{host}:{}", address.port()))
 }
 
 async fn open(spec: &str, settings: Settings) -> anyhow::Result<Registry<Storage>> {
