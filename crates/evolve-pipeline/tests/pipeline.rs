@@ -1011,3 +1011,58 @@ async fn a_sink_loads_beside_the_snapshot_and_catches_up_in_its_transaction() {
     assert_eq!(audit_ops(&sink, "b_json").await, (ROWS + 50, 1_009, 100));
     running.stop().await;
 }
+
+/// A sink held up (its table locked) while upstream commits more
+/// transactions than the bus holds for a sink falls back to the store's
+/// feed, then follows the bus again: every change arrives exactly once,
+/// in order, before and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_falls_behind_the_bus_reads_the_feed_and_loses_nothing() {
+    const BURST: i64 = 1_500;
+    let env = env("bus_behind").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute("CREATE TABLE h (id int PRIMARY KEY, n int NOT NULL)")
+        .await
+        .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["h"]).await;
+    audit_sink(&sink, "h_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_until("h_sink's initial load", CONVERGE, async || {
+        progress_of(&sink, "h_sink").await.is_some()
+    })
+    .await;
+    // Held: the sink's next write waits for the lock.
+    let mut holder = connect(&env.sink.url).await;
+    let hold = holder.transaction().await.unwrap();
+    hold.batch_execute("LOCK TABLE public.h_json IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    // One transaction per row: more than the bus holds for a sink.
+    let insert = up.prepare("INSERT INTO h VALUES ($1, 0)").await.unwrap();
+    for id in 1..=BURST {
+        up.execute(&insert, &[&(id as i32)]).await.unwrap();
+    }
+    // The source has them all in its store before the sink may write.
+    let lsn: String = up
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let target: evolve_pipeline::Position = lsn.parse().unwrap();
+    wait_until("the source to apply the burst", CONVERGE, async || {
+        pipeline.sources().unwrap()[0].applied_lsn >= target
+    })
+    .await;
+    hold.rollback().await.unwrap();
+    wait_equal(&up, &sink, "h", "h_json", CONVERGE).await;
+    assert_eq!(audit_ops(&sink, "h_json").await, (BURST, 0, 0));
+    // Following the bus again.
+    up.batch_execute("UPDATE h SET n = 1 WHERE id <= 10; DELETE FROM h WHERE id = 11;")
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "h", "h_json", CONVERGE).await;
+    assert_eq!(audit_ops(&sink, "h_json").await, (BURST, 10, 1));
+    running.stop().await;
+}

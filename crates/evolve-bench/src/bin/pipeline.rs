@@ -32,7 +32,8 @@
 //! jsonb_strip_nulls(to_jsonb(t)) ...) TO STDOUT` streamed into `COPY ...
 //! FROM STDIN` on the sink, into a table of the same shape. The process's
 //! peak resident memory (VmHWM, reset through `/proc/self/clear_refs`
-//! before each snapshot) is printed for each size.
+//! before the stream and before each snapshot) is printed for the stream
+//! and for each snapshot size.
 //!
 //! Freshness (see [`freshness`]): with the pipeline running, a steady load
 //! of `--freshness-rate` row changes a second (default 20,000) for
@@ -268,6 +269,9 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, args: &Ar
     println!("{load}");
 
     // (a) evolve, timed from the restart until the marker is in the sink.
+    // Reset the peak to the current resident set: the stream's own peak.
+    std::fs::write("/proc/self/clear_refs", "5")?;
+    let stream_before = proc_status("VmRSS:");
     let cpu = cpu_time();
     let started = Instant::now();
     let running = Running::start(&pipeline);
@@ -288,6 +292,7 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, args: &Ar
     )
     .await?;
     let evolve_cpu = cpu_since(cpu);
+    let stream_peak = proc_status("VmHWM:");
     running.stop().await?;
     let got = count(&sinkc, "public.bench_t_json").await?;
     if got != rows {
@@ -434,8 +439,10 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, args: &Ar
         );
     }
     println!(
-        "evolve's process used {evolve_cpu} of CPU in those {}",
-        fmt(evolve)
+        "evolve's process used {evolve_cpu} of CPU in those {}; its peak resident set {} ({} before the stream)",
+        fmt(evolve),
+        mib(stream_peak),
+        mib(stream_before)
     );
     println!(
         "goals: evolve / native >= 1.0x, evolve / pg_recvlogical >= 0.8x; native / pg_recvlogical {}",

@@ -8,7 +8,7 @@
 //! only up to what every sink has committed). The changes come from the
 //! bus, in memory, as the source publishes each committed group; from the
 //! store's feed only when the sink starts and whenever it fell more than
-//! the bus holds behind. A destination implements [`Sink`];
+//! [`BUS_BACKLOG`] transactions behind. A destination implements [`Sink`];
 //! [`postgres::PostgresSink`] is the PostgreSQL table sink,
 //! [`kafka::KafkaSink`] the Kafka topic sink.
 //!
@@ -657,9 +657,11 @@ async fn drive(
     ctx.effective.send_replace(pos);
     ctx.status.sink_committed(&name, &ctx.source, pos, false);
     ctx.status.set(ObjectKind::Sink, &name, "running", None);
-    // Subscribed before the store is read: every transaction the store has
-    // not committed by then will be on the bus.
-    let mut bus = ctx.bus.subscribe();
+    // Following the bus from before the store is read: every transaction
+    // the store has not committed by then is on the bus. Not followed while
+    // the sink is behind, so a sink that falls behind makes the bus hold
+    // nothing for it.
+    let mut bus: Option<broadcast::Receiver<Arc<Committed>>> = None;
     loop {
         // From the store's feed: what was committed before the bus was
         // followed (or while the sink had fallen behind it).
@@ -682,21 +684,33 @@ async fn drive(
             ctx.status.sink_committed(&name, &ctx.source, pos, false);
             ctx.effective.send_replace(pos);
         }
-        match follow(ctx, &mut sink, &mut bus, &mut pos).await? {
+        let Some(live) = bus.as_mut() else {
+            // Caught up with what the store had: follow the bus, and read
+            // the store once more for what it committed meanwhile.
+            bus = Some(ctx.bus.subscribe());
+            continue;
+        };
+        match follow(ctx, &mut sink, live, &mut pos).await? {
             Followed::Stopped => return Ok(()),
             Followed::Behind => {
                 tracing::debug!(sink = %name, position = %pos, "the sink fell behind the bus; reading the store's feed");
-                bus = ctx.bus.subscribe();
+                bus = None;
             }
         }
     }
 }
 
+/// Transactions the bus may hold for a sink before it reads the store's
+/// feed instead (and the bus holds nothing for it): what a slow sink costs
+/// in memory stays bounded, whatever the source's pace.
+const BUS_BACKLOG: usize = 1_024;
+
 /// How following the bus ended.
 enum Followed {
     Stopped,
-    /// The sink fell more than [`crate::bus::CAPACITY`] transactions
-    /// behind: it reads the store's feed, then follows again.
+    /// The sink fell more than [`BUS_BACKLOG`] transactions behind (or
+    /// more than [`crate::bus::CAPACITY`]: some are gone): it reads the
+    /// store's feed, then follows again.
     Behind,
 }
 
@@ -718,6 +732,9 @@ async fn follow<S: Sink>(
     loop {
         let applied = *ctx.applied.borrow_and_update();
         loop {
+            if bus.len() > BUS_BACKLOG {
+                return Ok(Followed::Behind);
+            }
             let mut entries = Vec::new();
             let mut at = *pos;
             let mut end = None;
