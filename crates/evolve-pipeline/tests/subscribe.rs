@@ -414,9 +414,21 @@ async fn many_subscribers_receive_the_same_lines() {
     let running = Running::start(pipeline.clone());
     wait_all_running(&pipeline, CONVERGE).await;
     let writer_url = env.up.url.clone();
+    // Writes go on until all three subscribers have started, then 40
+    // transactions more: each subscriber sees changes after their common
+    // start however long subscribing takes.
+    let subscribed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let all_subscribed = subscribed.clone();
     let writer = tokio::spawn(async move {
         let w = connect(&writer_url).await;
-        for i in 1..=120 {
+        let mut after = 0;
+        for i in 1..=20_000 {
+            if all_subscribed.load(std::sync::atomic::Ordering::SeqCst) {
+                after += 1;
+                if after > 40 {
+                    break;
+                }
+            }
             // Every transaction changes documents.
             w.batch_execute(&format!(
                 "BEGIN;
@@ -442,6 +454,7 @@ async fn many_subscribers_receive_the_same_lines() {
     // A fixed wait: the third subscriber starts later than the first two.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let c = subscribe::subscribe(&pipeline, "t_json", opts(false, None)).await;
+    subscribed.store(true, std::sync::atomic::Ordering::SeqCst);
     let mut subs = [a.unwrap(), b.unwrap(), c.unwrap()];
     writer.await.unwrap();
     let applied = converged(&up, &pipeline, "t").await;
