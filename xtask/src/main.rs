@@ -11,9 +11,10 @@
 //!   the repository's test command; `.ci/run` runs it.
 //! - `cargo xtask demo [ARGS]`: PostgreSQL, then `evolve demo ARGS`.
 //! - `cargo xtask bench NAME [ARGS]`: PostgreSQL (and for `migrate` the
-//!   Flyway jars, for `pipeline` the Debezium baseline built with Maven,
-//!   skipped with the reason when java or mvn is missing), then the
-//!   release build of benchmark `NAME` from `evolve-bench` with `ARGS`.
+//!   Flyway jars, for `pipeline` and `mysql` their Debezium baseline built
+//!   with Maven, skipped with the reason when java or mvn is missing, for
+//!   `mysql` MariaDB as `test` installs it), then the release build of
+//!   benchmark `NAME` from `evolve-bench` with `ARGS`.
 //!
 //! The Flyway jars (the real Flyway that the migrate tests and benchmark
 //! compare evolve with) are fetched by Maven into `target/flyway/jars`
@@ -51,7 +52,8 @@ commands:
   test [ARGS]         install PostgreSQL if missing, fetch the Flyway and Kafka jars, then cargo fmt --check, cargo clippy
                       -D warnings, cargo test --workspace ARGS (e.g. -- --nocapture)
   demo [ARGS]         install PostgreSQL if missing, then run `evolve demo ARGS`
-  bench NAME [ARGS]   install PostgreSQL if missing (and for migrate fetch the Flyway jars),
+  bench NAME [ARGS]   install PostgreSQL if missing (and for migrate fetch the Flyway jars, for mysql
+                      install MariaDB, for pipeline and mysql build the Debezium baseline with mvn),
                       then run benchmark NAME of evolve-bench (release build) with ARGS
 
 environment:
@@ -121,12 +123,27 @@ fn run(args: &[String]) -> Result<(), Failure> {
             }
             let mut cmd = cargo(["run", "--release", "-p", "evolve-bench", "--bin"]);
             cmd.arg(name).arg("--").args(bench_args);
-            if name == "pipeline" {
-                match build_debezium() {
-                    Ok(dir) => cmd.env("EVOLVE_BENCH_DEBEZIUM", dir),
+            if name == "mysql" {
+                // The MySQL source's benchmark runs on a MariaDB server.
+                ensure_mariadb()?;
+            }
+            // The Debezium baseline: (its Maven project, where it goes, the
+            // variable naming that directory to the benchmark).
+            let debezium = match name.as_str() {
+                "pipeline" => Some(("debezium", "debezium", "EVOLVE_BENCH_DEBEZIUM")),
+                "mysql" => Some((
+                    "debezium-mysql",
+                    "debezium-mysql",
+                    "EVOLVE_BENCH_DEBEZIUM_MYSQL",
+                )),
+                _ => None,
+            };
+            if let Some((project, out, var)) = debezium {
+                match build_debezium(project, out) {
+                    Ok(dir) => cmd.env(var, dir),
                     Err(why) => {
                         eprintln!("==> DEBEZIUM BASELINE SKIPPED: {why}");
-                        cmd.env("EVOLVE_BENCH_DEBEZIUM_SKIP", why)
+                        cmd.env(format!("{var}_SKIP"), why)
                     }
                 };
             }
@@ -469,20 +486,24 @@ fn ensure_kafka_jars() -> Result<(), Failure> {
     )
 }
 
-/// Builds the pipeline benchmark's Debezium baseline
-/// (`crates/evolve-bench/debezium`, a Maven project) into
-/// `target/debezium`, offline when the Maven cache (the one the Flyway jars
-/// go to) already has every artifact, online otherwise. Its directory, or
-/// why it cannot be built; the benchmark then runs without it and says so.
-fn build_debezium() -> Result<PathBuf, String> {
+/// Builds a benchmark's Debezium baseline (`crates/evolve-bench/<project>`,
+/// a Maven project: `debezium` for the pipeline benchmark,
+/// `debezium-mysql` for the mysql one) into `target/<out>`, offline when
+/// the Maven cache (the one the Flyway jars go to) already has every
+/// artifact, online otherwise. Its directory, or why it cannot be built;
+/// the benchmark then runs without it and says so.
+fn build_debezium(project: &str, out: &str) -> Result<PathBuf, String> {
     if !on_path("java") {
         return Err("`java` is not installed".into());
     }
     if !on_path("mvn") {
         return Err("`mvn` is not installed".into());
     }
-    let out = workspace_root().join("target").join("debezium");
-    let pom = workspace_root().join("crates/evolve-bench/debezium/pom.xml");
+    let out = workspace_root().join("target").join(out);
+    let pom = workspace_root()
+        .join("crates/evolve-bench")
+        .join(project)
+        .join("pom.xml");
     let mvn = |offline: bool| {
         let mut cmd = Command::new("mvn");
         cmd.args(["-q", "-B"]);
