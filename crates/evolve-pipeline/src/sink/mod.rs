@@ -602,6 +602,17 @@ pub(crate) struct SinkContext {
     pub bus: Bus,
 }
 
+impl SinkContext {
+    /// The sink has committed everything up to `pos` (`wrote`: it wrote
+    /// the transaction at `pos` just now): for the source's confirmation
+    /// and the status.
+    fn committed(&self, pos: Position, wrote: bool) {
+        self.status
+            .sink_committed(&self.sink.name, &self.source, pos, wrote);
+        self.effective.send_replace(pos);
+    }
+}
+
 /// Runs the sink until `stop`, retrying after failures.
 pub(crate) async fn run(mut ctx: SinkContext) {
     let (name, status, stop) = (ctx.sink.name.clone(), ctx.status.clone(), ctx.stop.clone());
@@ -654,8 +665,7 @@ async fn drive(
             None => return Ok(()),
         },
     };
-    ctx.effective.send_replace(pos);
-    ctx.status.sink_committed(&name, &ctx.source, pos, false);
+    ctx.committed(pos, false);
     ctx.status.set(ObjectKind::Sink, &name, "running", None);
     // Following the bus from before the store is read: every transaction
     // the store has not committed by then is on the bus. Not followed while
@@ -676,13 +686,11 @@ async fn drive(
             let at = entries.last().map_or(pos, |e| e.pos);
             sink.write(&entries, at).await?;
             pos = at;
-            ctx.status.sink_committed(&name, &ctx.source, pos, true);
-            ctx.effective.send_replace(pos);
+            ctx.committed(pos, true);
         }
         if upto > pos {
             pos = upto;
-            ctx.status.sink_committed(&name, &ctx.source, pos, false);
-            ctx.effective.send_replace(pos);
+            ctx.committed(pos, false);
         }
         let Some(live) = bus.as_mut() else {
             // Caught up with what the store had: follow the bus, and read
@@ -714,6 +722,15 @@ enum Followed {
     Behind,
 }
 
+/// What one batch took from the bus.
+enum Taken {
+    /// A full batch: there may be more.
+    More,
+    /// Everything the bus held.
+    All,
+    Ended(Followed),
+}
+
 /// Follows the source's committed transactions on the bus, from `pos`:
 /// the interface's changes are handed to the sink from memory, as the
 /// source publishes them, never read back from the store. The source
@@ -728,7 +745,6 @@ async fn follow<S: Sink>(
     bus: &mut broadcast::Receiver<Arc<Committed>>,
     pos: &mut Position,
 ) -> Result<Followed> {
-    let name = ctx.sink.name.clone();
     loop {
         let applied = *ctx.applied.borrow_and_update();
         loop {
@@ -737,7 +753,7 @@ async fn follow<S: Sink>(
             }
             let mut entries = Vec::new();
             let mut at = *pos;
-            let mut end = None;
+            let mut taken = Taken::More;
             while entries.len() < FEED_BATCH {
                 match bus.try_recv() {
                     Ok(committed) => {
@@ -759,15 +775,15 @@ async fn follow<S: Sink>(
                         );
                     }
                     Err(broadcast::error::TryRecvError::Empty) => {
-                        end = Some(None);
+                        taken = Taken::All;
                         break;
                     }
                     Err(broadcast::error::TryRecvError::Lagged(_)) => {
-                        end = Some(Some(Followed::Behind));
+                        taken = Taken::Ended(Followed::Behind);
                         break;
                     }
                     Err(broadcast::error::TryRecvError::Closed) => {
-                        end = Some(Some(Followed::Stopped));
+                        taken = Taken::Ended(Followed::Stopped);
                         break;
                     }
                 }
@@ -777,21 +793,17 @@ async fn follow<S: Sink>(
             }
             if at > *pos {
                 *pos = at;
-                ctx.status
-                    .sink_committed(&name, &ctx.source, at, !entries.is_empty());
-                ctx.effective.send_replace(at);
+                ctx.committed(at, !entries.is_empty());
             }
-            match end {
-                Some(Some(ended)) => return Ok(ended),
-                Some(None) => break,
-                None => {}
+            match taken {
+                Taken::Ended(ended) => return Ok(ended),
+                Taken::All => break,
+                Taken::More => {}
             }
         }
         if applied > *pos {
             *pos = applied;
-            ctx.status
-                .sink_committed(&name, &ctx.source, applied, false);
-            ctx.effective.send_replace(applied);
+            ctx.committed(applied, false);
         }
         tokio::select! {
             changed = ctx.applied.changed() => {
