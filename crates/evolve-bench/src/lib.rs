@@ -174,6 +174,8 @@ impl Writers {
 /// The change stream of the pipeline and replicate benchmarks: table
 /// `bench_t`, the load procedure that fills it with a fixed shuffled mix
 /// of transaction sizes, and the polls their consumers are timed with.
+pub mod debezium;
+
 pub mod stream {
     use std::time::{Duration, Instant};
 

@@ -167,7 +167,7 @@ fn run() -> Result<()> {
         return Err("CHANGES must be at least 10".into());
     }
     let baseline = if debezium {
-        debezium::Baseline::find()
+        debezium::Baseline::find(&debezium::PROGRAM)
     } else {
         debezium::Baseline::Skipped("--no-debezium".into())
     };
@@ -267,6 +267,23 @@ impl My {
         Ok(self.sql(sql)?.trim().parse()?)
     }
 
+    /// The server's GTID state as evolve's MySQL source orders positions
+    /// (`2^62` plus the sum of the sequence numbers of
+    /// `@@gtid_binlog_pos`, one per replication domain).
+    fn gtid_position(&self) -> Result<u64> {
+        let state = self.sql("SELECT @@gtid_binlog_pos")?;
+        let mut count = 0u64;
+        for gtid in state.trim().split(',').filter(|g| !g.is_empty()) {
+            let seq = gtid
+                .rsplit('-')
+                .next()
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .ok_or_else(|| format!("@@gtid_binlog_pos said {state:?}"))?;
+            count += seq;
+        }
+        Ok((1 << 62) + count)
+    }
+
     /// `SHOW MASTER STATUS`: the binlog's current file and position.
     fn binlog_end(&self) -> Result<Binlog> {
         let out = self.sql("SHOW MASTER STATUS")?;
@@ -301,19 +318,6 @@ impl My {
 struct Binlog {
     file: String,
     pos: u64,
-}
-
-impl Binlog {
-    /// As evolve's MySQL source orders positions: the file's number in the
-    /// high 32 bits, the offset in the low.
-    fn position(&self) -> u64 {
-        let seq: u64 = self
-            .file
-            .rsplit_once('.')
-            .and_then(|(_, n)| n.parse().ok())
-            .unwrap_or(0);
-        (seq << 32) | self.pos
-    }
 }
 
 impl std::fmt::Display for Binlog {
@@ -429,7 +433,7 @@ async fn bench(
     // Where every consumer starts: evolve's source position is at or
     // before it (nothing writes to the binlog in between).
     let start = my.binlog_end()?;
-    if source.applied_lsn.as_u64() > start.position() {
+    if source.applied_lsn.as_u64() > my.gtid_position()? {
         return Err(format!(
             "evolve's source starts after the binlog's end {start}: {}",
             source.applied_lsn.as_u64()
@@ -448,7 +452,7 @@ async fn bench(
         blocking(move || my.sql(&call)).await?;
     }
     let took = started.elapsed();
-    let before_marker = my.binlog_end()?;
+    let before_marker = my.gtid_position()?;
     my.sql(&format!(
         "INSERT INTO bench_t SELECT {ROW} FROM (SELECT 0 AS g) x"
     ))?;
@@ -472,7 +476,7 @@ async fn bench(
     let cpu = cpu_time();
     let started = Instant::now();
     let running = Running::start(&pipeline);
-    let marker_at = before_marker.position();
+    let marker_at = before_marker;
     let (evolve, applied_at) = wait_until(
         &sinkc,
         "SELECT EXISTS (SELECT 1 FROM public.bench_t_json WHERE key = '{\"id\": 0}'::jsonb)",
@@ -523,7 +527,7 @@ async fn bench(
         .into());
     }
     let after = my.binlog_end()?;
-    if after.position() != end.position() {
+    if (after.file.as_str(), after.pos) != (end.file.as_str(), end.pos) {
         return Err(format!("the binlog moved from {end} to {after} during the benchmark").into());
     }
 
@@ -567,36 +571,13 @@ async fn bench(
         per_second(n, decode),
         ratio(decode, evolve)
     );
-    match (&dbz, &baseline) {
-        (Some(d), _) => {
-            println!(
-                "| Debezium {DEBEZIUM_VERSION} MySQL connector embedded, JSON events discarded, from `java` start | {} | {} | **{}** |",
-                fmt(d.total),
-                per_second(n, d.total),
-                ratio(d.total, evolve)
-            );
-            println!(
-                "| the same, from the engine's construction (JVM start-up excluded) | {} | {} | **{}** |",
-                fmt(d.engine),
-                per_second(n, d.engine),
-                ratio(d.engine, evolve)
-            );
-        }
-        (None, debezium::Baseline::Skipped(why)) => {
-            println!("| Debezium | **SKIPPED**: {why} | | |");
-        }
-        (None, debezium::Baseline::Ready(_)) => unreachable!("Debezium ran or failed"),
-    }
-    if let Some(d) = &dbz {
-        println!(
-            "Debezium: JVM start-up {}, then its first event {} after the engine's construction; {} events from the first to the marker in {} ({} events/s)",
-            fmt(d.total.saturating_sub(d.engine)),
-            fmt(d.first),
-            d.events,
-            fmt(d.engine.saturating_sub(d.first)),
-            per_second(d.events, d.engine.saturating_sub(d.first))
-        );
-    }
+    evolve_bench::debezium::print_rows(
+        &format!("Debezium {DEBEZIUM_VERSION} MySQL connector embedded"),
+        dbz.as_ref(),
+        &baseline,
+        n,
+        evolve,
+    );
     if let Some(applied) = applied_at {
         println!(
             "evolve's source had applied everything to its store after {} ({} changes/s); the sink finished {} later",

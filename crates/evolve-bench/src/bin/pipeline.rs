@@ -187,7 +187,7 @@ async fn wait_until(
 
 async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, args: &Args) -> Result<()> {
     let n = args.changes;
-    let baseline = debezium::Baseline::find();
+    let baseline = debezium::Baseline::find(&debezium::PROGRAM);
     if let debezium::Baseline::Skipped(why) = &baseline {
         eprintln!("!!! DEBEZIUM BASELINE SKIPPED: {why}");
     }
@@ -400,36 +400,13 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, args: &Ar
         per_second(n, recv),
         ratio(recv, evolve)
     );
-    match (&dbz, &baseline) {
-        (Some(d), _) => {
-            println!(
-                "| Debezium {DEBEZIUM_VERSION} embedded, JSON events discarded, from `java` start | {} | {} | **{}** |",
-                fmt(d.total),
-                per_second(n, d.total),
-                ratio(d.total, evolve)
-            );
-            println!(
-                "| the same, from the engine's construction (JVM start-up excluded) | {} | {} | **{}** |",
-                fmt(d.engine),
-                per_second(n, d.engine),
-                ratio(d.engine, evolve)
-            );
-        }
-        (None, debezium::Baseline::Skipped(why)) => {
-            println!("| Debezium | **SKIPPED**: {why} | | |");
-        }
-        (None, debezium::Baseline::Ready(_)) => unreachable!("Debezium ran or failed"),
-    }
-    if let Some(d) = &dbz {
-        println!(
-            "Debezium: JVM start-up {}, then its first event {} after the engine's construction; {} events from the first to the marker in {} ({} events/s)",
-            fmt(d.total.saturating_sub(d.engine)),
-            fmt(d.first),
-            d.events,
-            fmt(d.engine.saturating_sub(d.first)),
-            per_second(d.events, d.engine.saturating_sub(d.first))
-        );
-    }
+    evolve_bench::debezium::print_rows(
+        &format!("Debezium {DEBEZIUM_VERSION} embedded"),
+        dbz.as_ref(),
+        &baseline,
+        n,
+        evolve,
+    );
     if let Some(applied) = applied_at {
         println!(
             "evolve's source had applied everything to its store after {} ({} changes/s); the sink finished {} later",
