@@ -266,6 +266,7 @@ fn pipeline_statement() -> BoxedStrategy<Statement> {
                     reference,
                     exclude_columns,
                     text_columns,
+                    kafka: None,
                     span,
                 })
             }),

@@ -738,6 +738,7 @@ impl TablePlan {
                 reference: QualifiedName::new(&self.schema, &self.upstream_table),
                 exclude_columns: v.exclude.clone(),
                 text_columns: v.text.clone(),
+                kafka: None,
                 span: NO_SPAN,
             })
             .to_sql(),

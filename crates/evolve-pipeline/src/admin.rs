@@ -542,12 +542,20 @@ async fn run_statement(
     };
     match statement {
         Statement::CreateSource(s) => {
-            let created = if s.kind == evolve_core::control::SourceKind::Mysql {
-                pipeline.create_mysql_source(&s.name, &s.connection).await
-            } else {
-                pipeline
-                    .create_source(&s.name, &s.connection, &s.publication)
-                    .await
+            let created = match s.kind {
+                evolve_core::control::SourceKind::Mysql => {
+                    pipeline.create_mysql_source(&s.name, &s.connection).await
+                }
+                evolve_core::control::SourceKind::Kafka => {
+                    pipeline
+                        .create_kafka_source(&s.name, &s.connection, &s.publication)
+                        .await
+                }
+                evolve_core::control::SourceKind::Postgres => {
+                    pipeline
+                        .create_source(&s.name, &s.connection, &s.publication)
+                        .await
+                }
             };
             let mut result = tag("CREATE SOURCE");
             result.notice = skip_existing(created, s.if_not_exists, ObjectKind::Source, &s.name)?;
@@ -562,6 +570,7 @@ async fn run_statement(
                     table: s.reference.name.clone(),
                     exclude: s.exclude_columns.clone(),
                     text: s.text_columns.clone(),
+                    kafka: s.kafka.clone(),
                 })
                 .await;
             let mut result = tag("CREATE TABLE");

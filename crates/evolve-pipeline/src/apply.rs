@@ -116,17 +116,27 @@ impl TableRuntime {
         Ok(())
     }
 
-    /// Prepares for rows in `copy` order: the document columns (the COPY
-    /// selects exactly those, in attnum order).
+    /// Prepares for rows in `copy` order: the document columns in attnum
+    /// order, then the key columns that are not document columns (see the
+    /// source contract's snapshot rows).
     pub fn set_copy_mapping(&mut self) {
         let doc: Vec<usize> = (0..self.doc_names.len()).collect();
-        let key = self
+        let mut key: Vec<usize> = self
             .info
             .document_columns()
             .enumerate()
             .filter(|(_, c)| c.key)
             .map(|(i, _)| i)
             .collect();
+        let after = self.doc_names.len();
+        key.extend(
+            self.info
+                .columns
+                .iter()
+                .filter(|c| c.key && c.excluded)
+                .enumerate()
+                .map(|(i, _)| after + i),
+        );
         self.mapping = Some(Mapping { doc, key });
     }
 
@@ -594,6 +604,7 @@ mod tests {
             error: None,
             snapshot_lsn: Some(Position::from_u64(1)),
             rows_copied: 0,
+            kafka: None,
         };
         info.id = store.insert_table(&info).unwrap();
         store

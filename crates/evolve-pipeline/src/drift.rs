@@ -533,6 +533,7 @@ mod tests {
             error: None,
             snapshot_lsn: None,
             rows_copied: 0,
+            kafka: None,
         }
     }
 

@@ -5,7 +5,8 @@
 //! source: `0x00 0x01`, then `S` and the schema (its qualified name and
 //! each column's name, type OID, type modifier and key flag) or `W` and
 //! the row (its kind, then the old and new images, each absent or a count
-//! of values: NULL, unchanged, missing, or text with its length). Integers
+//! of values: NULL, unchanged, missing, or text with its length), or `X`
+//! and why the source could not read a record for the table. Integers
 //! are big-endian. Rows are stored without their schema: a schema record
 //! comes before the first row of each table in a session, and a row means
 //! the latest schema before it. The leading zero byte sets these records
@@ -27,6 +28,17 @@ pub enum Record {
         old: Option<Vec<Datum>>,
         new: Option<Vec<Datum>>,
     },
+    /// A record the source could not read for the table, and why
+    /// (`SourceEvent::Undecodable`).
+    Undecodable(String),
+}
+
+/// An undecodable record's record: `X` and the problem.
+pub fn encode_undecodable(problem: &str) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    out.push(b'X');
+    put_str(&mut out, problem);
+    out
 }
 
 /// Whether `bytes` is a record of this format (not a raw pgoutput message).
@@ -127,6 +139,7 @@ pub fn decode(bytes: Bytes) -> Result<Record, String> {
             let new = r.image()?;
             Record::Row { kind, old, new }
         }
+        b'X' => Record::Undecodable(r.string()?),
         other => return Err(format!("unknown record tag {other}")),
     };
     if r.at != r.bytes.len() {

@@ -18,6 +18,7 @@ use crate::hydrate::{self, HydrateContext};
 use crate::monitor::Monitor;
 use crate::preflight;
 use crate::sink::{self, SinkContext};
+use crate::source::kafka::{self, KafkaSource};
 use crate::source::mysql::{self, MysqlSource};
 use crate::source::postgres::PostgresSource;
 use crate::status::{ObjectStatus, StatusBoard};
@@ -46,6 +47,9 @@ pub struct TableSpec {
     pub exclude: Vec<String>,
     /// Columns whose document value is their text output as a string.
     pub text: Vec<String>,
+    /// `FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY ...`: a table of a
+    /// Kafka source (`schema` and `table` are then not used).
+    pub kafka: Option<evolve_core::control::KafkaTable>,
 }
 
 /// How often [`Pipeline::wait_hydrated`] looks at the replacement's table.
@@ -403,6 +407,55 @@ impl Pipeline {
         Ok(info)
     }
 
+    /// `CREATE SOURCE name FROM KAFKA CONNECTION connection (TOPIC
+    /// 'topic')`: checks that the topic exists and records the source with
+    /// the topic's high watermarks as its resume state, so its stream
+    /// starts at the topic's end (tables read what came before from their
+    /// snapshots; see [`crate::source::kafka`]).
+    pub async fn create_kafka_source(
+        &self,
+        name: &str,
+        connection: &str,
+        topic: &str,
+    ) -> Result<SourceInfo> {
+        check_name(ObjectKind::Source, name)?;
+        let _catalog = self.catalog.lock().await;
+        if self.with_store(|s| s.source(name))?.is_some() {
+            return Err(PipelineError::AlreadyExists {
+                kind: ObjectKind::Source,
+                name: name.to_string(),
+            });
+        }
+        let conn = self.config.connection(connection)?;
+        if !sink::is_kafka(conn) {
+            return Err(PipelineError::Refused {
+                sqlstate: "22023",
+                primary: format!(
+                    "connection \"{connection}\" is not a Kafka connection, which FROM KAFKA needs"
+                ),
+                detail: Some(format!("Its url is {}.", conn.redacted())),
+                hint: Some(
+                    "Name a connection whose url is kafka://host:port[,host:port...].".into(),
+                ),
+            });
+        }
+        let offsets = kafka::check_topic(connection, conn, topic).await?;
+        let info = SourceInfo {
+            name: name.to_string(),
+            connection: connection.to_string(),
+            publication: topic.to_string(),
+            publication_created: false,
+            slot: slot_name(name),
+            applied_lsn: Position::ZERO,
+            dropping: false,
+            drop_error: None,
+            kind: SourceKind::Kafka,
+        };
+        self.with_store(|s| s.insert_source_resuming(&info, Some(&offsets.to_json())))?;
+        self.catalog_changed();
+        Ok(info)
+    }
+
     /// `CREATE TABLE ... FROM SOURCE ... (REFERENCE schema.table)`: pins the
     /// upstream table's columns, adds it to the source's publication, and
     /// leaves it pending: the running pipeline snapshots it, then streams.
@@ -425,9 +478,65 @@ impl Pipeline {
             return Err(being_dropped(&source));
         }
         let conn = self.config.connection(&source.connection)?;
+        let mut kafka_info = None;
+        match (&spec.kafka, source.kind) {
+            (Some(_), SourceKind::Kafka) | (None, SourceKind::Postgres | SourceKind::Mysql) => {}
+            (None, SourceKind::Kafka) => {
+                return Err(PipelineError::Refused {
+                    sqlstate: "42601",
+                    primary: format!(
+                        "table \"{}\" of Kafka source \"{}\" needs a FORMAT",
+                        spec.name, source.name
+                    ),
+                    detail: None,
+                    hint: Some(format!(
+                        "Write CREATE TABLE {} FROM SOURCE {} FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION <registry> [ENVELOPE UPSERT | ENVELOPE NONE].",
+                        sql_ident(&spec.name),
+                        sql_ident(&source.name)
+                    )),
+                });
+            }
+            (Some(_), _) => {
+                return Err(PipelineError::Refused {
+                    sqlstate: "42601",
+                    primary: format!(
+                        "source \"{}\" is a {} source; FORMAT is for the tables of Kafka sources",
+                        source.name,
+                        source.kind.as_str()
+                    ),
+                    detail: None,
+                    hint: Some(
+                        "Name the upstream table with (REFERENCE schema.table) instead.".into(),
+                    ),
+                });
+            }
+        }
         // A MySQL source has no publication: its table is read from the
-        // binlog as soon as the catalog names it.
-        let (upstream, client) = if source.kind == SourceKind::Mysql {
+        // binlog as soon as the catalog names it. A Kafka table's columns
+        // are its subject's latest schema's fields.
+        let (upstream, client) = if let Some(format) = &spec.kafka {
+            let registry = self.config.connection(&format.registry)?;
+            let pinned = kafka::pin_reader(
+                &source.publication,
+                &format.registry,
+                registry,
+                format.envelope,
+            )
+            .await?;
+            kafka_info = Some(pinned.info);
+            let taken = self.with_store(|s| s.tables_of(&source.name))?;
+            let oid = taken.iter().map(|t| t.upstream_oid).max().unwrap_or(0) + 1;
+            (
+                upstream::UpstreamTable {
+                    oid,
+                    schema: "topic".into(),
+                    name: source.publication.clone(),
+                    columns: pinned.columns,
+                    generated: Vec::new(),
+                },
+                None,
+            )
+        } else if source.kind == SourceKind::Mysql {
             let upstream = mysql::inspect_table(
                 &source.name,
                 &source.connection,
@@ -448,11 +557,23 @@ impl Pipeline {
             )?;
             (upstream, Some(client))
         };
-        let reference = format!("{}.{}", spec.schema, spec.table);
+        let (upstream_schema, upstream_table) = if source.kind == SourceKind::Kafka {
+            ("topic".to_string(), source.publication.clone())
+        } else {
+            (spec.schema.clone(), spec.table.clone())
+        };
+        let reference = format!("{upstream_schema}.{upstream_table}");
         let mut columns = upstream.columns.clone();
+        // A Kafka table's key column is excluded from its document already.
+        let kafka_keys: Vec<String> = columns
+            .iter()
+            .filter(|c| spec.kafka.is_some() && c.key)
+            .map(|c| c.name.clone())
+            .collect();
         for (list, name) in spec
             .exclude
             .iter()
+            .filter(|c| !kafka_keys.contains(c))
             .map(|c| ("EXCLUDE", c))
             .chain(spec.text.iter().map(|c| ("TEXT", c)))
         {
@@ -496,14 +617,15 @@ impl Pipeline {
             id: 0,
             name: spec.name.clone(),
             source: source.name.clone(),
-            upstream_schema: spec.schema.clone(),
-            upstream_table: spec.table.clone(),
+            upstream_schema,
+            upstream_table,
             upstream_oid: upstream.oid,
             columns,
             state: TableState::Pending,
             error: None,
             snapshot_lsn: None,
             rows_copied: 0,
+            kafka: kafka_info,
         };
         info.id = self.with_store(|s| s.insert_table(&info))?;
         self.catalog_changed();
@@ -760,6 +882,11 @@ impl Pipeline {
         }
         self.with_store(|s| s.set_replacement_applying(name, true))?;
         let emitted = async {
+            if source.kind == SourceKind::Kafka {
+                // Nothing to write upstream: the source's stream sees the
+                // request in the store (see `source::kafka`).
+                return Ok(());
+            }
             let conn = self.config.connection(&source.connection)?;
             if source.kind == SourceKind::Mysql {
                 // A row of the marker table, which the binlog carries.
@@ -1132,8 +1259,9 @@ impl Pipeline {
             refuse_dependents(s, ObjectKind::Source, name)?;
             Ok(source)
         })?;
-        if source.kind == SourceKind::Mysql {
-            // Nothing upstream to drop: a binlog reader leaves no trace.
+        if matches!(source.kind, SourceKind::Mysql | SourceKind::Kafka) {
+            // Nothing upstream to drop: a binlog or topic reader leaves no
+            // trace (a Kafka source commits no consumer group offsets).
             self.with_store(|s| s.delete_source(name))?;
             self.catalog_changed();
             return Ok(());
@@ -1402,10 +1530,40 @@ impl Pipeline {
                     status: self.status.clone(),
                     taps: self.taps.clone(),
                 })),
+                SourceKind::Kafka => tokio::spawn(hydrate::run(HydrateContext {
+                    upstream: KafkaSource::new(
+                        source.clone(),
+                        connection,
+                        self.config.state_dir.clone(),
+                        Vec::new(),
+                        self.registries_of(std::slice::from_ref(&table)),
+                    ),
+                    state_dir: self.config.state_dir.clone(),
+                    table,
+                    stop: stop_rx,
+                    status: self.status.clone(),
+                    taps: self.taps.clone(),
+                })),
             };
             hydrators.insert(id, Hydrator { stop, task });
         }
         Ok(())
+    }
+
+    /// The registry connections that Kafka tables among `tables` name
+    /// (those missing from the config are left out: their tables fail
+    /// with the name when they need it).
+    fn registries_of(&self, tables: &[TableInfo]) -> Vec<(String, crate::config::Connection)> {
+        let mut out: Vec<(String, crate::config::Connection)> = Vec::new();
+        for t in tables {
+            if let Some(k) = &t.kafka
+                && !out.iter().any(|(n, _)| *n == k.registry)
+                && let Ok(c) = self.config.connection(&k.registry)
+            {
+                out.push((k.registry.clone(), c.clone()));
+            }
+        }
+        out
     }
 
     fn spawn_tasks(&self, tasks: &mut JoinSet<()>, stop: &watch::Receiver<bool>) -> Result<()> {
@@ -1510,6 +1668,31 @@ impl Pipeline {
                     retain_history: self.config.retain_history,
                     source,
                 })),
+                SourceKind::Kafka => {
+                    let mine: Vec<TableInfo> = tables
+                        .iter()
+                        .filter(|t| t.source == source.name)
+                        .cloned()
+                        .collect();
+                    let registries = self.registries_of(&mine);
+                    tasks.spawn(stream::run(SourceContext {
+                        sinks,
+                        upstream: KafkaSource::new(
+                            source.clone(),
+                            connection,
+                            self.config.state_dir.clone(),
+                            mine,
+                            registries,
+                        ),
+                        state_dir: self.config.state_dir.clone(),
+                        applied: applied_tx,
+                        stop: stop.clone(),
+                        status: self.status.clone(),
+                        bus: self.bus.clone(),
+                        retain_history: self.config.retain_history,
+                        source,
+                    }))
+                }
                 SourceKind::Mysql => {
                     let read: Vec<(String, String)> = tables
                         .iter()

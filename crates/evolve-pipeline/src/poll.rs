@@ -82,6 +82,9 @@ async fn poll_source(
         if source.kind == crate::store::SourceKind::Mysql {
             return poll_mysql(source, connection, &tables).await;
         }
+        if source.kind == crate::store::SourceKind::Kafka {
+            return poll_kafka(pipeline, &tables).await;
+        }
         pipeline
             .monitor()
             .with_session(
@@ -141,6 +144,43 @@ async fn poll_mysql(
             )
         })
         .collect())
+}
+
+/// [`poll_source`] for a Kafka source: each table's pinned reader schema
+/// against its subject's latest version in the registry (fields matched
+/// by name), within [`POLL_TIMEOUT`].
+async fn poll_kafka(
+    pipeline: &Pipeline,
+    tables: &[TableInfo],
+) -> Result<Vec<(String, Option<DriftRow>)>> {
+    let mut out = Vec::with_capacity(tables.len());
+    for table in tables {
+        let Some(kafka) = &table.kafka else {
+            continue;
+        };
+        let registry = pipeline.config().connection(&kafka.registry)?;
+        let read = crate::source::kafka::upstream_columns(table, registry);
+        let columns = tokio::time::timeout(POLL_TIMEOUT, read)
+            .await
+            .map_err(|_| PipelineError::Connect {
+                connection: kafka.registry.clone(),
+                target: registry.redacted(),
+                reason: format!(
+                    "the schema registry did not answer within {} s",
+                    POLL_TIMEOUT.as_secs()
+                ),
+            })??;
+        let upstream = Upstream::Found {
+            schema: table.upstream_schema.clone(),
+            name: table.upstream_table.clone(),
+            columns,
+        };
+        out.push((
+            table.name.clone(),
+            compare(table, &upstream).map(|d| DriftRow::new(table, d)),
+        ));
+    }
+    Ok(out)
 }
 
 /// What one poll saw: every table of the catalog, and for each polled

@@ -428,8 +428,8 @@ impl Plan {
         sources: &[crate::store::SourceInfo],
     ) {
         use evolve_core::control::Statement;
-        // Only PostgreSQL upstreams are checked here; a MySQL source's
-        // checks run at CREATE SOURCE.
+        // Only PostgreSQL upstreams are checked here; a MySQL or Kafka
+        // source's checks run at CREATE SOURCE.
         let mut named: Vec<(String, String, String)> = sources
             .iter()
             .filter(|s| s.kind == crate::store::SourceKind::Postgres)
@@ -437,8 +437,8 @@ impl Plan {
             .collect();
         for statement in statements {
             match statement {
-                Statement::CreateSource(s) if s.kind == evolve_core::control::SourceKind::Mysql => {
-                }
+                Statement::CreateSource(s)
+                    if s.kind != evolve_core::control::SourceKind::Postgres => {}
                 Statement::CreateSource(s) => {
                     named.push((s.name.clone(), s.connection.clone(), s.publication.clone()));
                     self.sources

@@ -58,6 +58,10 @@ pub enum SourceKind {
     /// MySQL or MariaDB: the row-based binlog (no slot, no publication;
     /// `slot` and `publication` are kept as names only).
     Mysql,
+    /// A Kafka topic (named by `publication`; `slot` is kept as a name
+    /// only): positions count the source's transactions and the resume
+    /// state holds the topic's offsets ([`crate::source::kafka`]).
+    Kafka,
 }
 
 impl SourceKind {
@@ -66,6 +70,7 @@ impl SourceKind {
         match self {
             SourceKind::Postgres => "postgres",
             SourceKind::Mysql => "mysql",
+            SourceKind::Kafka => "kafka",
         }
     }
 
@@ -74,6 +79,7 @@ impl SourceKind {
         match s {
             "postgres" => Some(SourceKind::Postgres),
             "mysql" => Some(SourceKind::Mysql),
+            "kafka" => Some(SourceKind::Kafka),
             _ => None,
         }
     }
@@ -183,6 +189,27 @@ pub struct TableInfo {
     pub snapshot_lsn: Option<Position>,
     /// Rows copied by the snapshot so far.
     pub rows_copied: u64,
+    /// How a table of a Kafka source reads its records; `None` for the
+    /// tables of other sources.
+    pub kafka: Option<KafkaTableInfo>,
+}
+
+/// How a Kafka table reads its topic: the registry, the envelope, and the
+/// reader schema pinned at `CREATE TABLE` (the subject's latest version
+/// then).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KafkaTableInfo {
+    /// The registry's connection, by name.
+    pub registry: String,
+    /// `upsert` or `none`.
+    pub envelope: String,
+    /// The value subject (TopicNameStrategy: `<topic>-value`).
+    pub subject: String,
+    /// The pinned reader schema's registry id and subject version.
+    pub schema_id: u32,
+    pub version: i64,
+    /// The pinned reader schema (Avro, as JSON text).
+    pub schema: String,
 }
 
 impl TableInfo {
@@ -716,8 +743,8 @@ impl Store {
     pub fn insert_table(&self, t: &TableInfo) -> Result<i64> {
         self.conn
             .execute(
-                "INSERT INTO tables (name, source, upstream_schema, upstream_table, upstream_oid, columns, state) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO tables (name, source, upstream_schema, upstream_table, upstream_oid, columns, state, kafka) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     t.name,
                     t.source,
@@ -725,7 +752,10 @@ impl Store {
                     t.upstream_table,
                     t.upstream_oid,
                     columns_to_json(&t.columns),
-                    t.state.as_str()
+                    t.state.as_str(),
+                    t.kafka
+                        .as_ref()
+                        .map(|k| serde_json::to_string(k).unwrap_or_default())
                 ],
             )
             .map_err(|e| PipelineError::store("insert table", e))?;
@@ -751,7 +781,7 @@ impl Store {
     fn tables_where<P: rusqlite::Params>(&self, filter: &str, p: P) -> Result<Vec<TableInfo>> {
         let sql = format!(
             "SELECT id, name, source, upstream_schema, upstream_table, upstream_oid, columns, \
-                    state, error, snapshot_lsn, rows_copied \
+                    state, error, snapshot_lsn, rows_copied, kafka \
              FROM tables WHERE {filter} ORDER BY name"
         );
         let mut stmt = self
@@ -775,15 +805,29 @@ impl Store {
                         error: r.get(8)?,
                         snapshot_lsn: r.get::<_, Option<i64>>(9)?.map(Position::from_sql),
                         rows_copied: r.get::<_, i64>(10)? as u64,
+                        kafka: None, // set from `kafka` below
                     },
                     state,
                     columns,
+                    r.get::<_, Option<String>>(11)?,
                 ))
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| PipelineError::store("list tables", e))?;
         rows.into_iter()
-            .map(|(mut table, state, columns)| {
+            .map(|(mut table, state, columns, kafka)| {
+                if let Some(kafka) = kafka {
+                    table.kafka =
+                        Some(
+                            serde_json::from_str(&kafka).map_err(|e| PipelineError::Store {
+                                context: format!("read table \"{}\"", table.name),
+                                message: format!(
+                                    "its Kafka settings are not ones this release can read ({e}): \
+                                 the state store was written by a newer release or is damaged"
+                                ),
+                            })?,
+                        );
+                }
                 // An empty list would ingest no column at all.
                 table.columns =
                     columns_from_json(&columns).ok_or_else(|| PipelineError::Store {
@@ -1450,6 +1494,9 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     // state), written with it; NULL for the sources of an older store and
     // for sources whose positions need none.
     ("sources", "resume_state", "TEXT"),
+    // A Kafka table's registry, envelope and pinned reader schema (JSON);
+    // NULL for the tables of other sources.
+    ("tables", "kafka", "TEXT"),
     // Every interface of an older store is of the one interface form.
     (
         "interfaces",
@@ -1491,7 +1538,7 @@ fn source_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SourceInfo> {
                     8,
                     rusqlite::types::Type::Text,
                     format!(
-                        "source kind \"{kind}\" is not one this release knows (postgres, mysql): \
+                        "source kind \"{kind}\" is not one this release knows (postgres, mysql, kafka): \
                          the state store was written by a newer release or is damaged; run the \
                          release that wrote it, or restore pipeline.db from a backup"
                     )
@@ -1650,6 +1697,7 @@ mod tests {
             error: None,
             snapshot_lsn: None,
             rows_copied: 0,
+            kafka: None,
         };
         let id = store.insert_table(&table).unwrap();
         let read = store.table("t_v1").unwrap().unwrap();

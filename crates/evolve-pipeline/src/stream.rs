@@ -53,10 +53,10 @@ pub(crate) async fn run<S: Source>(mut ctx: SourceContext<S>) {
         ctx.stop.clone(),
     );
     // A binlog has no slot holding history for the source.
-    let holds = if ctx.source.kind == crate::store::SourceKind::Mysql {
-        ""
-    } else {
-        " (its slot keeps WAL upstream meanwhile)"
+    let holds = match ctx.source.kind {
+        crate::store::SourceKind::Postgres => " (its slot keeps WAL upstream meanwhile)",
+        // A binlog or a topic has no slot holding history for the source.
+        crate::store::SourceKind::Mysql | crate::store::SourceKind::Kafka => "",
     };
     let task = Task {
         kind: ObjectKind::Source,
@@ -156,6 +156,8 @@ async fn apply_stream<C: ChangeStream, S>(
     let mut commit_time: i64 = 0;
     let mut txn_rows: u64 = 0;
     let mut deferral = Deferral::default();
+    // Records a stalled table could not read since it stalled, by table.
+    let mut undecodable: HashMap<usize, u64> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     ctx.status.set(ObjectKind::Source, &name, "running", None);
     loop {
@@ -247,6 +249,11 @@ async fn apply_stream<C: ChangeStream, S>(
                     }
                     if let Some(txn) = txn.as_mut().filter(|_| !skip) {
                         on_row(ctx, store, &mut tables, &by_oid, &mut deferral, txn, table, change)?;
+                    }
+                }
+                SourceEvent::Undecodable { table, problem } => {
+                    if let Some(txn) = txn.as_mut().filter(|_| !skip) {
+                        on_undecodable(ctx, store, &mut tables, &by_oid, &mut undecodable, txn, table, problem)?;
                     }
                 }
                 SourceEvent::Marker { prefix, content } => {
@@ -602,6 +609,47 @@ fn on_row<S>(
     Ok(())
 }
 
+/// A record that table `oid`'s readers cannot read
+/// ([`SourceEvent::Undecodable`]): a running table whose snapshot the
+/// transaction is not in stalls with `problem`, without any of this
+/// transaction's changes; a stalled one counts it (shown with its error);
+/// a table still copying keeps it as pending, and stalls when it is
+/// replayed.
+#[allow(clippy::too_many_arguments)]
+fn on_undecodable<S>(
+    ctx: &SourceContext<S>,
+    store: &Store,
+    tables: &mut [TableRuntime],
+    by_oid: &HashMap<u32, Vec<usize>>,
+    counts: &mut HashMap<usize, u64>,
+    txn: &mut Txn,
+    oid: u32,
+    problem: String,
+) -> Result<()> {
+    for &t in by_oid.get(&oid).map_or(&[][..], Vec::as_slice) {
+        if tables[t].applies(txn.final_lsn) {
+            txn.forget(t);
+            stall(&ctx.status, store, &mut tables[t], problem.clone())?;
+            counts.insert(t, 0);
+        } else if tables[t].info.state == TableState::Stalled {
+            let n = counts.entry(t).or_default();
+            *n += 1;
+            let error = tables[t].info.error.clone().unwrap_or_default();
+            ctx.status.set(
+                ObjectKind::Table,
+                &tables[t].info.name,
+                "stalled",
+                Some(format!(
+                    "{error}; {n} later records not readable either since the pipeline started"
+                )),
+            );
+        } else if !tables[t].info.state.is_hydrated() {
+            txn.defer(t, pending::encode_undecodable(&problem));
+        }
+    }
+    Ok(())
+}
+
 /// One row change applied to table `t` in `txn`.
 fn apply_row(
     store: &Store,
@@ -707,6 +755,10 @@ fn replay_pending<S>(
                     SourceEvent::Row { table, change } if applies && table == oid => {
                         apply_row(store, tables, txn, t, &change)
                     }
+                    SourceEvent::Undecodable { problem, .. } if applies => {
+                        stalled = Some(problem);
+                        break 'pages;
+                    }
                     _ => continue,
                 };
                 match applied {
@@ -793,6 +845,10 @@ impl PendingReader {
                     schema,
                 });
             }
+            Record::Undecodable(problem) => out.push_back(SourceEvent::Undecodable {
+                table: self.oid,
+                problem,
+            }),
             Record::Row { kind, old, new } => {
                 let schema = self
                     .schema

@@ -339,6 +339,7 @@ mod tests {
                 error: None,
                 snapshot_lsn: Some(Position::from_u64(1)),
                 rows_copied: 0,
+                kafka: None,
             };
             info.id = store.insert_table(&info).unwrap();
             for (key, doc) in rows {

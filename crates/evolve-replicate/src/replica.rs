@@ -563,7 +563,10 @@ impl Replica {
                         }
                         work.send(Work::Refresh).map_err(|_| gone())?;
                     }
-                    SourceEvent::Schema { .. } | SourceEvent::Marker { .. } => {}
+                    // A PostgreSQL stream never has undecodable records.
+                    SourceEvent::Schema { .. }
+                    | SourceEvent::Marker { .. }
+                    | SourceEvent::Undecodable { .. } => {}
                 },
                 _ = tokio::time::sleep_until(group_began + GROUP_AGE), if !group.is_empty() && !full => {}
             }

@@ -223,8 +223,9 @@ impl fmt::Display for ObjectKind {
 }
 
 /// `CREATE SOURCE name FROM POSTGRES CONNECTION connection (PUBLICATION
-/// 'publication')`, or `CREATE SOURCE name FROM MYSQL CONNECTION
-/// connection` (MySQL and MariaDB, read from the binlog: no options).
+/// 'publication')`, `CREATE SOURCE name FROM MYSQL CONNECTION
+/// connection` (MySQL and MariaDB, read from the binlog: no options), or
+/// `CREATE SOURCE name FROM KAFKA CONNECTION connection (TOPIC 'topic')`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateSource {
     pub name: String,
@@ -234,7 +235,7 @@ pub struct CreateSource {
     pub kind: SourceKind,
     pub connection: String,
     /// The upstream publication's name, exactly as written in the literal;
-    /// empty for a MySQL source.
+    /// empty for a MySQL source; the topic for a Kafka source.
     pub publication: String,
     pub span: Span,
 }
@@ -247,10 +248,57 @@ pub enum SourceKind {
     Postgres,
     /// MySQL or MariaDB, through the row-based binlog.
     Mysql,
+    /// A Kafka topic of Avro records (Confluent's wire format).
+    Kafka,
+}
+
+/// How a Kafka table reads its topic's records: `FORMAT AVRO USING
+/// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT |
+/// ENVELOPE NONE]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KafkaTable {
+    /// The registry's connection, by its name in `evolve.toml`.
+    pub registry: String,
+    /// What a record means.
+    pub envelope: TableEnvelope,
+}
+
+/// `ENVELOPE` of a Kafka table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum TableEnvelope {
+    /// `ENVELOPE UPSERT` (the default): a record is the row of its key; a
+    /// tombstone (no value) deletes it.
+    #[default]
+    Upsert,
+    /// `ENVELOPE NONE`: every record is a row of its own, keyed by its
+    /// topic, partition and offset (append-only).
+    None,
+}
+
+impl TableEnvelope {
+    /// The envelope's keyword: `upsert` or `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableEnvelope::Upsert => "upsert",
+            TableEnvelope::None => "none",
+        }
+    }
+
+    /// The envelope named `word` (any case).
+    pub fn parse(word: &str) -> Option<TableEnvelope> {
+        match word.to_ascii_lowercase().as_str() {
+            "upsert" => Some(TableEnvelope::Upsert),
+            "none" => Some(TableEnvelope::None),
+            _ => None,
+        }
+    }
 }
 
 /// `CREATE TABLE name FROM SOURCE source (REFERENCE schema.table)
-/// [WITH (EXCLUDE COLUMNS (..), TEXT COLUMNS (..))]`
+/// [WITH (EXCLUDE COLUMNS (..), TEXT COLUMNS (..))]`, or for a Kafka
+/// source `CREATE TABLE name FROM SOURCE source FORMAT AVRO USING
+/// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT | NONE]
+/// [WITH (..)]` (the source's topic is the table's upstream).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateTable {
     pub name: String,
@@ -265,6 +313,9 @@ pub struct CreateTable {
     /// Upstream columns ingested as their text representation, in statement
     /// order; disjoint from `exclude_columns`.
     pub text_columns: Vec<String>,
+    /// `FORMAT ...`: a table of a Kafka source (whose `reference` is
+    /// empty).
+    pub kafka: Option<KafkaTable>,
     pub span: Span,
 }
 
@@ -636,6 +687,13 @@ impl Statement {
                 sql_ident(&s.name),
                 sql_ident(&s.connection),
             ),
+            Statement::CreateSource(s) if s.kind == SourceKind::Kafka => format!(
+                "CREATE SOURCE {}{} FROM KAFKA CONNECTION {} (TOPIC {})",
+                if_not_exists(s.if_not_exists),
+                sql_ident(&s.name),
+                sql_ident(&s.connection),
+                sql_literal(&s.publication)
+            ),
             Statement::CreateSource(s) => format!(
                 "CREATE SOURCE {}{} FROM POSTGRES CONNECTION {} (PUBLICATION {})",
                 if_not_exists(s.if_not_exists),
@@ -645,12 +703,19 @@ impl Statement {
             ),
             Statement::CreateTable(s) => {
                 let mut sql = format!(
-                    "CREATE TABLE {}{} FROM SOURCE {} (REFERENCE {})",
+                    "CREATE TABLE {}{} FROM SOURCE {}",
                     if_not_exists(s.if_not_exists),
                     sql_ident(&s.name),
                     sql_ident(&s.source),
-                    s.reference.to_sql()
                 );
+                match &s.kafka {
+                    Some(k) => sql.push_str(&format!(
+                        " FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION {} ENVELOPE {}",
+                        sql_ident(&k.registry),
+                        k.envelope.as_str().to_ascii_uppercase()
+                    )),
+                    None => sql.push_str(&format!(" (REFERENCE {})", s.reference.to_sql())),
+                }
                 let mut options = Vec::new();
                 if !s.exclude_columns.is_empty() {
                     options.push(format!(

@@ -8,9 +8,9 @@ use super::lexer::{STATEMENT_STARTS, Tok, Token, is_reserved, lex, near};
 use super::{
     Absorb, AlterMaterializedView, AlterReplica, ApplyReplacement, CreateMaterializedView,
     CreateReplacement, CreateReplica, CreateSink, CreateSource, CreateTable, CreateTransform, Drop,
-    EnableReplica, KafkaSink, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName, RefreshReferences,
-    Show, ShowConflictResolvers, SinkEnvelope, SinkFormat, SourceKind, Span, Statement,
-    parse_duration,
+    EnableReplica, KafkaSink, KafkaTable, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName,
+    RefreshReferences, Show, ShowConflictResolvers, SinkEnvelope, SinkFormat, SourceKind, Span,
+    Statement, TableEnvelope, parse_duration,
 };
 use crate::conflict::{ConflictError, ConflictType, Resolver};
 
@@ -541,10 +541,34 @@ impl Parser<'_> {
                 span: self.span_from(start),
             }));
         }
+        if self.at_word("kafka") {
+            self.bump();
+            self.expect_keyword("connection")?;
+            let (connection, _) = self.name()?;
+            let mut topic = None;
+            self.options(&[("topic", "TOPIC")], |p, _| {
+                p.optional_equals();
+                let (value, at) = p.literal()?;
+                p.check_topic(&value, at)?;
+                topic = Some(value);
+                Ok(())
+            })?;
+            self.expect_end(&[])?;
+            return Ok(Statement::CreateSource(CreateSource {
+                name,
+                if_not_exists,
+                kind: SourceKind::Kafka,
+                connection,
+                publication: topic.unwrap_or_default(),
+                span: self.span_from(start),
+            }));
+        }
         if !self.at_word("postgres") {
-            return Err(
-                self.syntax_error(&[Expected::Keyword("postgres"), Expected::Keyword("mysql")])
-            );
+            return Err(self.syntax_error(&[
+                Expected::Keyword("postgres"),
+                Expected::Keyword("mysql"),
+                Expected::Keyword("kafka"),
+            ]));
         }
         self.bump();
         self.expect_keyword("connection")?;
@@ -577,11 +601,38 @@ impl Parser<'_> {
         self.expect_keyword("source")?;
         let (source, _) = self.name()?;
         let mut reference = None;
-        self.options(&[("reference", "REFERENCE")], |p, _| {
-            p.optional_equals();
-            reference = Some(p.qualified_name()?);
-            Ok(())
-        })?;
+        let mut kafka = None;
+        if self.at_word("format") {
+            self.bump();
+            self.expect_keyword("avro")?;
+            for keyword in ["using", "confluent", "schema", "registry", "connection"] {
+                self.expect_keyword(keyword)?;
+            }
+            let (registry, _) = self.name()?;
+            let mut envelope = TableEnvelope::Upsert;
+            if self.at_word("envelope") {
+                self.bump();
+                match self.word().and_then(TableEnvelope::parse) {
+                    Some(e) => {
+                        envelope = e;
+                        self.bump();
+                    }
+                    None => {
+                        return Err(self.syntax_error(&[
+                            Expected::Keyword("upsert"),
+                            Expected::Keyword("none"),
+                        ]));
+                    }
+                }
+            }
+            kafka = Some(KafkaTable { registry, envelope });
+        } else {
+            self.options(&[("reference", "REFERENCE")], |p, _| {
+                p.optional_equals();
+                reference = Some(p.qualified_name()?);
+                Ok(())
+            })?;
+        }
         let mut exclude: Vec<(String, Span)> = Vec::new();
         let mut text: Vec<(String, Span)> = Vec::new();
         if self.at_word("with") {
@@ -626,6 +677,7 @@ impl Parser<'_> {
             reference: reference.unwrap_or_else(|| QualifiedName::new("", "")),
             exclude_columns: exclude.into_iter().map(|(c, _)| c).collect(),
             text_columns: text.into_iter().map(|(c, _)| c).collect(),
+            kafka,
             span: self.span_from(start),
         }))
     }

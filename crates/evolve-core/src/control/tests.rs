@@ -81,6 +81,7 @@ fn table(
         reference: QualifiedName::new(schema, upstream),
         exclude_columns: exclude.iter().map(|c| s(c)).collect(),
         text_columns: text.iter().map(|c| s(c)).collect(),
+        kafka: None,
         span: Span::default(),
     })
 }
@@ -807,7 +808,7 @@ fn misspelled_keywords_get_suggestions() {
         "CREATE SOURCE s FROM ORACLE CONNECTION c (PUBLICATION 'p')",
         "syntax error at or near \"ORACLE\"",
         21,
-        Some("Expected POSTGRES or MYSQL."),
+        Some("Expected POSTGRES, MYSQL or KAFKA."),
     );
 }
 
@@ -2704,4 +2705,65 @@ fn create_mysql_source() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn create_kafka_source_and_table() {
+    let want = Statement::CreateSource(CreateSource {
+        name: s("ev"),
+        if_not_exists: false,
+        kind: SourceKind::Kafka,
+        connection: s("k"),
+        publication: s("orders"),
+        span: Span::default(),
+    });
+    assert_eq!(
+        one("CREATE SOURCE ev FROM KAFKA CONNECTION k (TOPIC 'orders');"),
+        want
+    );
+    assert_eq!(
+        want.to_sql(),
+        "CREATE SOURCE ev FROM KAFKA CONNECTION k (TOPIC 'orders')"
+    );
+    assert_eq!(one(&want.to_sql()), want);
+    let bad = err("CREATE SOURCE ev FROM KAFKA CONNECTION k (TOPIC 'a b')");
+    assert_eq!(bad.message, "invalid topic name 'a b'");
+
+    let table = one(
+        "CREATE TABLE orders_v1 FROM SOURCE ev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY \
+         CONNECTION csr ENVELOPE NONE WITH (EXCLUDE COLUMNS (note))",
+    );
+    match &table {
+        Statement::CreateTable(t) => {
+            assert_eq!(
+                t.kafka,
+                Some(KafkaTable {
+                    registry: s("csr"),
+                    envelope: TableEnvelope::None
+                })
+            );
+            assert_eq!(t.exclude_columns, vec![s("note")]);
+            assert_eq!(t.reference, QualifiedName::new("", ""));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        table.to_sql(),
+        "CREATE TABLE orders_v1 FROM SOURCE ev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY \
+         CONNECTION csr ENVELOPE NONE WITH (EXCLUDE COLUMNS (note))"
+    );
+    assert_eq!(one(&table.to_sql()), table);
+    // UPSERT is the default envelope.
+    match one(
+        "CREATE TABLE t FROM SOURCE ev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    ) {
+        Statement::CreateTable(t) => {
+            assert_eq!(t.kafka.unwrap().envelope, TableEnvelope::Upsert);
+        }
+        other => panic!("{other:?}"),
+    }
+    let bad = err(
+        "CREATE TABLE t FROM SOURCE ev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE DEBEZIUM",
+    );
+    assert!(bad.message.contains("DEBEZIUM"), "{}", bad.message);
 }

@@ -36,9 +36,9 @@
 //!   document as of the source's applied position, read in one consistent
 //!   store read; nothing to catch up.
 
-mod kafka;
+pub(crate) mod kafka;
 mod postgres;
-mod registry;
+pub(crate) mod registry;
 
 use std::collections::HashMap;
 use std::future::Future;

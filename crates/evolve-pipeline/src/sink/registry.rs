@@ -29,6 +29,15 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of an answer that is read.
 const MAX_ANSWER: usize = 1 << 20;
 
+/// A subject's latest version, as [`Registry::latest`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatestSchema {
+    pub id: u32,
+    pub version: i64,
+    /// Avro, as JSON text.
+    pub schema: String,
+}
+
 /// A schema registry, as connection `name` reaches it.
 #[derive(Clone)]
 pub struct Registry {
@@ -136,6 +145,69 @@ impl Registry {
                     "the answer to registering subject \"{subject}\" has no id"
                 ))
             })
+    }
+
+    /// The schema (Avro, as JSON text) registered under `id`; `None` when
+    /// the registry does not know the id.
+    pub async fn schema_by_id(&self, id: u32) -> Result<Option<String>> {
+        let path = format!("{}/schemas/ids/{id}", self.prefix);
+        let (status, answer) = self.request(Method::GET, &path, String::new()).await?;
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let parsed = self.answer(status, &answer, &format!("schema id {id}"))?;
+        parsed["schema"]
+            .as_str()
+            .map(|s| Some(s.to_string()))
+            .ok_or_else(|| self.error(&format!("the answer for schema id {id} has no schema")))
+    }
+
+    /// The latest version of `subject`: its id, version and schema text;
+    /// `None` when the subject has no version.
+    pub async fn latest(&self, subject: &str) -> Result<Option<LatestSchema>> {
+        let path = format!(
+            "{}/subjects/{}/versions/latest",
+            self.prefix,
+            encode(subject)
+        );
+        let (status, answer) = self.request(Method::GET, &path, String::new()).await?;
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let parsed = self.answer(status, &answer, &format!("subject \"{subject}\""))?;
+        let schema_type = parsed["schemaType"].as_str().unwrap_or("AVRO");
+        if schema_type != "AVRO" {
+            return Err(self.error(&format!(
+                "subject \"{subject}\" holds {schema_type} schemas; a Kafka table reads Avro"
+            )));
+        }
+        match (
+            parsed["id"].as_u64().and_then(|id| u32::try_from(id).ok()),
+            parsed["version"].as_i64(),
+            parsed["schema"].as_str(),
+        ) {
+            (Some(id), Some(version), Some(schema)) => Ok(Some(LatestSchema {
+                id,
+                version,
+                schema: schema.to_string(),
+            })),
+            _ => Err(self.error(&format!(
+                "the answer for subject \"{subject}\" lacks its id, version or schema"
+            ))),
+        }
+    }
+
+    /// The JSON of a 200 answer; the registry's message otherwise.
+    fn answer(&self, status: StatusCode, answer: &[u8], what: &str) -> Result<serde_json::Value> {
+        let parsed: serde_json::Value = serde_json::from_slice(answer).unwrap_or_default();
+        if status != StatusCode::OK {
+            let message = parsed["message"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| String::from_utf8_lossy(answer).chars().take(200).collect());
+            return Err(self.error(&format!("reading {what} was refused ({status}): {message}")));
+        }
+        Ok(parsed)
     }
 
     fn error(&self, message: &str) -> PipelineError {

@@ -2,8 +2,9 @@
 //!
 //! A [`Source`] is one upstream the pipeline reads: a PostgreSQL
 //! database through a logical replication slot ([`postgres`]), or a MySQL
-//! or MariaDB server through its row-based binlog ([`mysql`]); the
-//! catalog's `sources.kind` says which. The engine
+//! or MariaDB server through its row-based binlog ([`mysql`]), or a Kafka
+//! topic of Avro records ([`kafka`]); the catalog's `sources.kind` says
+//! which. The engine
 //! (the source's task in `stream.rs` and the snapshot tasks in
 //! [`crate::hydrate`]) knows sources only through these traits, so it never
 //! sees the upstream's protocol: it sees transactions of typed row changes
@@ -71,13 +72,19 @@
 //! other error (the connection dropped, the server restarted) ends the
 //! stream, and the engine opens a new one from the last confirmed position
 //! after a backoff. A row the engine cannot turn into a document stalls
-//! that table only; the source goes on.
+//! that table only, and so does a record the source cannot read for one
+//! table ([`SourceEvent::Undecodable`]); the source goes on.
+//!
+//! **Snapshot rows** carry the values of the table's document columns
+//! (attnum order), then of its key columns that are not document columns
+//! (a Kafka table's record key), in that order.
 //!
 //! [`Datum::Unchanged`]: evolve_core::change::Datum::Unchanged
 //! [`Datum::Missing`]: evolve_core::change::Datum::Missing
 //! [`ChangeKind::Truncate`]: evolve_core::change::ChangeKind::Truncate
 //! [`PipelineError::is_permanent`]: crate::error::PipelineError::is_permanent
 
+pub mod kafka;
 pub mod mysql;
 pub mod postgres;
 
@@ -107,6 +114,13 @@ pub enum SourceEvent {
     },
     /// A row of table `table` changed.
     Row { table: u32, change: RowChange },
+    /// A record of table `table` that the source cannot turn into a row
+    /// for it (a Kafka record whose writer schema the table's reader
+    /// schema cannot read, a corrupt payload): the table stalls at this
+    /// transaction with `problem` (which names the record, never its
+    /// values), as it does for a row the engine cannot encode, and
+    /// later ones are counted while it is stalled.
+    Undecodable { table: u32, problem: String },
     /// A transactional message written upstream for the pipeline (the
     /// replacement swap's marker), in the transaction's order.
     Marker { prefix: String, content: Vec<u8> },

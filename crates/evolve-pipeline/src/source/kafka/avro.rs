@@ -1,0 +1,643 @@
+//! Avro records as the pipeline's rows: the columns of a Kafka table (one
+//! per field of its pinned reader schema) and each record's values in the
+//! text form of the PostgreSQL type its field maps to, so that a document
+//! is what `to_jsonb` gives for a row of those types.
+//!
+//! | Avro (after `["null", T]` unions) | column type | document value |
+//! |---|---|---|
+//! | `boolean` | `boolean` | `true` / `false` |
+//! | `int`, `long` | `integer`, `bigint` | a number |
+//! | `float`, `double` | `real`, `double precision` | a number; `"NaN"`, `"Infinity"`, `"-Infinity"` |
+//! | `string`, `enum` | `text` | a string (an enum's symbol) |
+//! | `bytes`, `fixed` | `bytea` | `"\\x0102"` |
+//! | `decimal` (bytes or fixed) | `numeric(p,s)` | a number with its scale (`1.50`) |
+//! | `uuid` | `uuid` | a string |
+//! | `date` | `date` | `"2024-05-01"` |
+//! | `time-millis`, `time-micros` | `time` | `"12:30:00.5"` |
+//! | `timestamp-millis/micros/nanos` | `timestamptz` | `"2024-05-01T12:30:00.5+00:00"` (nanoseconds cut to microseconds) |
+//! | `local-timestamp-*` | `timestamp` | `"2024-05-01T12:30:00.5"` |
+//! | `record`, `array`, `map`, other unions, `duration` | `jsonb` | the value as JSON, nested values mapped as above, a union as its branch's value (no wrapper) |
+//!
+//! A field that is null (or a `null` union branch) is left out of the
+//! document, as `jsonb_strip_nulls` leaves out SQL NULLs.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use apache_avro::schema::{Name, Schema};
+use apache_avro::types::Value;
+use bytes::Bytes;
+use evolve_core::change::Datum;
+use evolve_core::document::TypeKind;
+
+/// One field of the reader schema as a column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AvroColumn {
+    pub name: String,
+    /// The PostgreSQL type it maps to: OID, type modifier, name.
+    pub type_oid: u32,
+    pub typmod: i32,
+    pub type_name: String,
+    /// The field cannot be null (no `null` branch).
+    pub not_null: bool,
+}
+
+impl AvroColumn {
+    /// How its text becomes JSON.
+    pub fn kind(&self) -> TypeKind {
+        TypeKind::from_builtin_oid(self.type_oid)
+    }
+}
+
+const JSONB: (u32, &str) = (3802, "jsonb");
+
+/// The columns of a reader schema, one per field of its top-level record.
+pub fn reader_columns(schema: &Schema) -> Result<Vec<AvroColumn>, String> {
+    let Schema::Record(record) = schema else {
+        return Err(
+            "the schema is not a record; a Kafka table's values must be Avro records".into(),
+        );
+    };
+    let mut out = Vec::with_capacity(record.fields.len());
+    for field in &record.fields {
+        let (inner, nullable) = unwrap_nullable(&field.schema);
+        let (type_oid, typmod, type_name) = match inner {
+            Schema::Boolean => (16, -1, "boolean".to_string()),
+            Schema::Int => (23, -1, "integer".into()),
+            Schema::Long => (20, -1, "bigint".into()),
+            Schema::Float => (700, -1, "real".into()),
+            Schema::Double => (701, -1, "double precision".into()),
+            Schema::String | Schema::Enum(_) | Schema::Null => (25, -1, "text".into()),
+            Schema::Bytes | Schema::Fixed(_) => (17, -1, "bytea".into()),
+            Schema::Decimal(d) => {
+                let (p, s) = (d.precision, d.scale);
+                (
+                    1700,
+                    ((p as i32) << 16 | s as i32) + 4,
+                    format!("numeric({p},{s})"),
+                )
+            }
+            Schema::BigDecimal => (1700, -1, "numeric".into()),
+            Schema::Uuid(_) => (2950, -1, "uuid".into()),
+            Schema::Date => (1082, -1, "date".into()),
+            Schema::TimeMillis | Schema::TimeMicros => (1083, -1, "time without time zone".into()),
+            Schema::TimestampMillis | Schema::TimestampMicros | Schema::TimestampNanos => {
+                (1184, -1, "timestamp with time zone".into())
+            }
+            Schema::LocalTimestampMillis
+            | Schema::LocalTimestampMicros
+            | Schema::LocalTimestampNanos => (1114, -1, "timestamp without time zone".into()),
+            Schema::Record(_)
+            | Schema::Array(_)
+            | Schema::Map(_)
+            | Schema::Union(_)
+            | Schema::Duration(_)
+            | Schema::Ref { .. } => (JSONB.0, -1, JSONB.1.into()),
+        };
+        out.push(AvroColumn {
+            name: field.name.clone(),
+            type_oid,
+            typmod,
+            type_name,
+            not_null: !nullable,
+        });
+    }
+    Ok(out)
+}
+
+/// `T` of `["null", T]` (either order) and whether null is allowed.
+fn unwrap_nullable(schema: &Schema) -> (&Schema, bool) {
+    match schema {
+        Schema::Union(u) => {
+            let variants = u.variants();
+            let non_null: Vec<&Schema> = variants
+                .iter()
+                .filter(|v| !matches!(v, Schema::Null))
+                .collect();
+            let nullable = non_null.len() < variants.len();
+            match non_null.as_slice() {
+                [one] => (one, nullable),
+                [] => (&Schema::Null, true),
+                _ => (schema, nullable),
+            }
+        }
+        Schema::Null => (schema, true),
+        other => (other, false),
+    }
+}
+
+/// The named types of a schema, for the `Ref`s inside it.
+pub fn named_types(schema: &Schema) -> HashMap<Name, Schema> {
+    fn walk(s: &Schema, out: &mut HashMap<Name, Schema>, depth: usize) {
+        if depth > 400 {
+            return;
+        }
+        match s {
+            Schema::Record(r) => {
+                out.insert(r.name.clone(), s.clone());
+                for f in &r.fields {
+                    walk(&f.schema, out, depth + 1);
+                }
+            }
+            Schema::Enum(e) => {
+                out.insert(e.name.clone(), s.clone());
+            }
+            Schema::Fixed(f) => {
+                out.insert(f.name.clone(), s.clone());
+            }
+            Schema::Array(a) => walk(&a.items, out, depth + 1),
+            Schema::Map(m) => walk(&m.types, out, depth + 1),
+            Schema::Union(u) => {
+                for v in u.variants() {
+                    walk(v, out, depth + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = HashMap::new();
+    walk(schema, &mut out, 0);
+    out
+}
+
+/// The values of a record read with the reader schema, one per column of
+/// [`reader_columns`], in the columns' text form.
+pub fn record_values(
+    value: &Value,
+    schema: &Schema,
+    columns: &[AvroColumn],
+    names: &HashMap<Name, Schema>,
+) -> Result<Vec<Datum>, String> {
+    let (Value::Record(fields), Schema::Record(record)) = (value, schema) else {
+        return Err("the record is not an Avro record".into());
+    };
+    if fields.len() != columns.len() || record.fields.len() != columns.len() {
+        return Err(format!(
+            "the record has {} fields where the reader schema has {}",
+            fields.len(),
+            columns.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(columns.len());
+    for ((column, (_, v)), field) in columns.iter().zip(fields).zip(&record.fields) {
+        let v = strip_union(v);
+        if matches!(v, Value::Null) {
+            out.push(Datum::Null);
+            continue;
+        }
+        let mut text = String::new();
+        if column.type_oid == JSONB.0 {
+            json(v, &field.schema, names, &mut text, 0)?;
+        } else {
+            let (inner, _) = unwrap_nullable(&field.schema);
+            scalar(v, inner, &mut text)?;
+        }
+        out.push(Datum::Text(Bytes::from(text)));
+    }
+    Ok(out)
+}
+
+/// A key as JSON text: a record key read with its writer schema.
+pub fn key_json(value: &Value, schema: &Schema) -> Result<String, String> {
+    let names = named_types(schema);
+    let mut out = String::new();
+    json(strip_union(value), schema, &names, &mut out, 0)?;
+    Ok(out)
+}
+
+fn strip_union(v: &Value) -> &Value {
+    let mut v = v;
+    while let Value::Union(_, inner) = v {
+        v = inner;
+    }
+    v
+}
+
+/// A scalar in its PostgreSQL type's text output.
+fn scalar(v: &Value, schema: &Schema, out: &mut String) -> Result<(), String> {
+    match v {
+        Value::Boolean(b) => out.push(if *b { 't' } else { 'f' }),
+        Value::Int(n) => write!(out, "{n}").unwrap_or(()),
+        Value::Long(n) => write!(out, "{n}").unwrap_or(()),
+        Value::Float(f) => float(f64::from(*f), Some(*f), out, false),
+        Value::Double(f) => float(*f, None, out, false),
+        Value::String(s) => out.push_str(s),
+        Value::Enum(_, symbol) => out.push_str(symbol),
+        Value::Bytes(b) | Value::Fixed(_, b) => hex(b, out),
+        Value::Decimal(d) => {
+            let scale = match schema {
+                Schema::Decimal(d) => d.scale,
+                _ => 0,
+            };
+            let bytes = Vec::<u8>::try_from(d).map_err(|e| e.to_string())?;
+            decimal(&bytes, scale, out);
+        }
+        Value::BigDecimal(d) => out.push_str(&d.to_plain_string()),
+        Value::Uuid(u) => write!(out, "{u}").unwrap_or(()),
+        Value::Date(days) => date(i64::from(*days), out),
+        Value::TimeMillis(ms) => time(i64::from(*ms) * 1_000, out),
+        Value::TimeMicros(us) => time(*us, out),
+        Value::TimestampMillis(ms) => timestamp(ms.saturating_mul(1_000), true, ' ', out),
+        Value::TimestampMicros(us) => timestamp(*us, true, ' ', out),
+        Value::TimestampNanos(ns) => timestamp(ns.div_euclid(1_000), true, ' ', out),
+        Value::LocalTimestampMillis(ms) => timestamp(ms.saturating_mul(1_000), false, ' ', out),
+        Value::LocalTimestampMicros(us) => timestamp(*us, false, ' ', out),
+        Value::LocalTimestampNanos(ns) => timestamp(ns.div_euclid(1_000), false, ' ', out),
+        other => {
+            return Err(format!(
+                "a {} value where the reader schema has a scalar",
+                variant_name(other)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn variant_name(v: &Value) -> &'static str {
+    match v {
+        Value::Record(_) => "record",
+        Value::Array(_) => "array",
+        Value::Map(_) => "map",
+        Value::Duration(_) => "duration",
+        Value::Null => "null",
+        _ => "other",
+    }
+}
+
+/// A value as JSON text, walking its schema beside it (decimals need their
+/// scale). Nested nulls are kept; the document encoder strips them as
+/// `jsonb_strip_nulls` does.
+fn json(
+    v: &Value,
+    schema: &Schema,
+    names: &HashMap<Name, Schema>,
+    out: &mut String,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > 400 {
+        return Err("the value nests deeper than 400 levels".into());
+    }
+    let schema = match schema {
+        Schema::Ref { name } => names.get(name).unwrap_or(schema),
+        other => other,
+    };
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Int(n) => write!(out, "{n}").unwrap_or(()),
+        Value::Long(n) => write!(out, "{n}").unwrap_or(()),
+        Value::Float(f) => float(f64::from(*f), Some(*f), out, true),
+        Value::Double(f) => float(*f, None, out, true),
+        Value::Union(index, inner) => {
+            let branch = match schema {
+                Schema::Union(u) => u.variants().get(*index as usize).unwrap_or(schema),
+                other => other,
+            };
+            json(inner, branch, names, out, depth + 1)?;
+        }
+        Value::Array(items) => {
+            let item_schema = match schema {
+                Schema::Array(a) => &*a.items,
+                other => other,
+            };
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                json(item, item_schema, names, out, depth + 1)?;
+            }
+            out.push(']');
+        }
+        Value::Map(entries) => {
+            let value_schema = match schema {
+                Schema::Map(m) => &*m.types,
+                other => other,
+            };
+            let mut sorted: Vec<(&String, &Value)> = entries.iter().collect();
+            sorted.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, item)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                string(k, out);
+                out.push(':');
+                json(item, value_schema, names, out, depth + 1)?;
+            }
+            out.push('}');
+        }
+        Value::Record(fields) => {
+            let record = match schema {
+                Schema::Record(r) => Some(r),
+                _ => None,
+            };
+            out.push('{');
+            for (i, (k, item)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                string(k, out);
+                out.push(':');
+                let field_schema = record
+                    .and_then(|r| r.fields.get(i))
+                    .map_or(&Schema::Null, |f| &f.schema);
+                json(item, field_schema, names, out, depth + 1)?;
+            }
+            out.push('}');
+        }
+        Value::Duration(d) => {
+            write!(
+                out,
+                "{{\"months\":{},\"days\":{},\"millis\":{}}}",
+                u32::from(d.months()),
+                u32::from(d.days()),
+                u32::from(d.millis())
+            )
+            .unwrap_or(());
+        }
+        Value::Decimal(_) | Value::BigDecimal(_) => {
+            let mut text = String::new();
+            scalar(v, schema, &mut text)?;
+            out.push_str(&text);
+        }
+        Value::TimestampMillis(_) | Value::TimestampMicros(_) | Value::TimestampNanos(_) => {
+            let us = match v {
+                Value::TimestampMillis(ms) => ms.saturating_mul(1_000),
+                Value::TimestampMicros(us) => *us,
+                Value::TimestampNanos(ns) => ns.div_euclid(1_000),
+                _ => 0,
+            };
+            let mut text = String::new();
+            timestamp(us, true, 'T', &mut text);
+            // to_jsonb writes the offset as +00:00.
+            text.push_str(":00");
+            string(&text, out);
+        }
+        Value::LocalTimestampMillis(_)
+        | Value::LocalTimestampMicros(_)
+        | Value::LocalTimestampNanos(_) => {
+            let us = match v {
+                Value::LocalTimestampMillis(ms) => ms.saturating_mul(1_000),
+                Value::LocalTimestampMicros(us) => *us,
+                Value::LocalTimestampNanos(ns) => ns.div_euclid(1_000),
+                _ => 0,
+            };
+            let mut text = String::new();
+            timestamp(us, false, 'T', &mut text);
+            string(&text, out);
+        }
+        other => {
+            let mut text = String::new();
+            scalar(other, schema, &mut text)?;
+            string(&text, out);
+        }
+    }
+    Ok(())
+}
+
+fn string(s: &str, out: &mut String) {
+    out.push_str(&serde_json::Value::String(s.to_string()).to_string());
+}
+
+/// PostgreSQL's float output (shortest round trip), `NaN` and
+/// `±Infinity` spelled its way (as JSON strings when `in_json`).
+fn float(f: f64, single: Option<f32>, out: &mut String, in_json: bool) {
+    let special = if f.is_nan() {
+        Some("NaN")
+    } else if f == f64::INFINITY {
+        Some("Infinity")
+    } else if f == f64::NEG_INFINITY {
+        Some("-Infinity")
+    } else {
+        None
+    };
+    match special {
+        Some(s) if in_json => string(s, out),
+        Some(s) => out.push_str(s),
+        None => match single {
+            Some(s) => write!(out, "{s}").unwrap_or(()),
+            None => write!(out, "{f}").unwrap_or(()),
+        },
+    }
+}
+
+/// bytea's hex output.
+fn hex(bytes: &[u8], out: &mut String) {
+    out.push_str("\\x");
+    for b in bytes {
+        write!(out, "{b:02x}").unwrap_or(());
+    }
+}
+
+/// A decimal's unscaled value (big-endian two's complement) with `scale`
+/// digits after the point.
+fn decimal(bytes: &[u8], scale: usize, out: &mut String) {
+    let negative = bytes.first().is_some_and(|b| b & 0x80 != 0);
+    // The magnitude, big-endian.
+    let mut magnitude: Vec<u8> = if negative {
+        let mut m: Vec<u8> = bytes.iter().map(|b| !b).collect();
+        for b in m.iter_mut().rev() {
+            let (sum, carry) = b.overflowing_add(1);
+            *b = sum;
+            if !carry {
+                break;
+            }
+        }
+        m
+    } else {
+        bytes.to_vec()
+    };
+    // Repeated division by 10 of the base-256 number.
+    let mut digits = Vec::new();
+    while magnitude.iter().any(|&b| b != 0) {
+        let mut rem = 0u32;
+        for b in magnitude.iter_mut() {
+            let cur = (rem << 8) | u32::from(*b);
+            *b = (cur / 10) as u8;
+            rem = cur % 10;
+        }
+        digits.push(b'0' + rem as u8);
+    }
+    while digits.len() <= scale {
+        digits.push(b'0');
+    }
+    digits.reverse();
+    if negative && digits.iter().any(|&d| d != b'0') {
+        out.push('-');
+    }
+    let point = digits.len() - scale;
+    out.push_str(std::str::from_utf8(&digits[..point]).unwrap_or("0"));
+    if scale > 0 {
+        out.push('.');
+        out.push_str(std::str::from_utf8(&digits[point..]).unwrap_or("0"));
+    }
+}
+
+/// Days since 1970-01-01 as `YYYY-MM-DD` (proleptic Gregorian; `BC` for
+/// years before 1, as PostgreSQL writes them).
+fn date(days: i64, out: &mut String) {
+    let (y, m, d) = civil_from_days(days);
+    if y <= 0 {
+        write!(out, "{:04}-{m:02}-{d:02} BC", 1 - y).unwrap_or(());
+    } else {
+        write!(out, "{y:04}-{m:02}-{d:02}").unwrap_or(());
+    }
+}
+
+/// Microseconds since midnight as `HH:MM:SS[.ffffff]`, trailing zeros of
+/// the fraction dropped as PostgreSQL drops them.
+fn time(us: i64, out: &mut String) {
+    let us = us.rem_euclid(86_400_000_000);
+    let secs = us / 1_000_000;
+    write!(
+        out,
+        "{:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+    .unwrap_or(());
+    let frac = us % 1_000_000;
+    if frac != 0 {
+        let text = format!("{frac:06}");
+        out.push('.');
+        out.push_str(text.trim_end_matches('0'));
+    }
+}
+
+/// Microseconds since the epoch (UTC) as PostgreSQL's timestamp output
+/// (`sep` between date and time), with `+00` for timestamptz in a UTC
+/// session.
+fn timestamp(us: i64, tz: bool, sep: char, out: &mut String) {
+    let days = us.div_euclid(86_400_000_000);
+    let (y, m, d) = civil_from_days(days);
+    let bc = y <= 0;
+    write!(out, "{:04}-{m:02}-{d:02}{sep}", if bc { 1 - y } else { y }).unwrap_or(());
+    time(us.rem_euclid(86_400_000_000), out);
+    if tz {
+        out.push_str("+00");
+    }
+    if bc {
+        out.push_str(" BC");
+    }
+}
+
+/// Howard Hinnant's `civil_from_days`.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(d: &Datum) -> &str {
+        match d {
+            Datum::Text(b) => std::str::from_utf8(b).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn decimals_dates_and_times_in_postgres_text_form() {
+        let mut s = String::new();
+        decimal(&[0x04, 0xd2], 2, &mut s); // 1234
+        assert_eq!(s, "12.34");
+        s.clear();
+        decimal(&[0xfb, 0x2e], 2, &mut s); // -1234
+        assert_eq!(s, "-12.34");
+        s.clear();
+        decimal(&[0x05], 3, &mut s);
+        assert_eq!(s, "0.005");
+        s.clear();
+        decimal(&[], 0, &mut s);
+        assert_eq!(s, "0");
+        s.clear();
+        date(0, &mut s);
+        assert_eq!(s, "1970-01-01");
+        s.clear();
+        date(19_844, &mut s);
+        assert_eq!(s, "2024-05-01");
+        s.clear();
+        date(-719_163, &mut s);
+        assert_eq!(s, "0001-12-31 BC");
+        s.clear();
+        time(45_000_500_000, &mut s);
+        assert_eq!(s, "12:30:00.5");
+        s.clear();
+        timestamp(1_714_566_600_000_123, true, ' ', &mut s);
+        assert_eq!(s, "2024-05-01 12:30:00.000123+00");
+        s.clear();
+        timestamp(-1, false, ' ', &mut s);
+        assert_eq!(s, "1969-12-31 23:59:59.999999");
+    }
+
+    #[test]
+    fn fields_map_to_columns_and_values() {
+        let schema = Schema::parse_str(
+            r#"{"type":"record","name":"Order","fields":[
+                {"name":"id","type":"int"},
+                {"name":"customer","type":["null","string"],"default":null},
+                {"name":"total","type":{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}},
+                {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
+                {"name":"tags","type":{"type":"array","items":"string"}},
+                {"name":"ratio","type":"double"},
+                {"name":"kind","type":{"type":"enum","name":"Kind","symbols":["A","B"]}}
+            ]}"#,
+        )
+        .unwrap();
+        let columns = reader_columns(&schema).unwrap();
+        let types: Vec<(&str, &str, bool)> = columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                ("id", "integer", true),
+                ("customer", "text", false),
+                ("total", "numeric(10,2)", true),
+                ("at", "timestamp with time zone", true),
+                ("tags", "jsonb", true),
+                ("ratio", "double precision", true),
+                ("kind", "text", true),
+            ]
+        );
+        let value = Value::Record(vec![
+            ("id".into(), Value::Int(7)),
+            ("customer".into(), Value::Union(0, Box::new(Value::Null))),
+            (
+                "total".into(),
+                Value::Decimal(apache_avro::Decimal::from(vec![0x01, 0x00])),
+            ),
+            ("at".into(), Value::TimestampMillis(1_714_566_600_000)),
+            (
+                "tags".into(),
+                Value::Array(vec![Value::String("a\"b".into())]),
+            ),
+            ("ratio".into(), Value::Double(f64::NAN)),
+            ("kind".into(), Value::Enum(1, "B".into())),
+        ]);
+        let names = named_types(&schema);
+        let values = record_values(&value, &schema, &columns, &names).unwrap();
+        assert_eq!(text(&values[0]), "7");
+        assert_eq!(values[1], Datum::Null);
+        assert_eq!(text(&values[2]), "2.56");
+        assert_eq!(text(&values[3]), "2024-05-01 12:30:00+00");
+        assert_eq!(text(&values[4]), r#"["a\"b"]"#);
+        assert_eq!(text(&values[5]), "NaN");
+        assert_eq!(text(&values[6]), "B");
+        let not_a_record = Schema::parse_str(r#""string""#).unwrap();
+        assert!(reader_columns(&not_a_record).is_err());
+    }
+}
