@@ -1,0 +1,433 @@
+//! Kafka sources against a real Apache Kafka broker (the harness's) and
+//! evolve's own schema registry (`evolve registry serve`), driven as users
+//! drive them: records written by Confluent's Python client
+//! (AvroSerializer, schemas registered on first use), `evolve pipeline run`
+//! as a child, `evolve sql`, `evolve drift` and `evolve status`, and the
+//! PostgreSQL sinks read back. Every phase counts the sink's writes.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::*;
+
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_avro_produce.py")
+}
+
+/// Runs the producer script with `args` and `stdin`; its stdout.
+async fn python(args: Vec<String>, stdin: String) -> String {
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new("python3")
+            .arg(script())
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kafka_avro_produce.py {args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    })
+    .await
+    .unwrap()
+}
+
+const V1: &str = r#"{"type":"record","name":"Order","fields":[
+    {"name":"id","type":"int"},{"name":"customer","type":"string"},{"name":"qty","type":"int"}]}"#;
+/// A field with a default added: the pinned reader still reads it.
+const V2: &str = r#"{"type":"record","name":"Order","fields":[
+    {"name":"id","type":"int"},{"name":"customer","type":"string"},{"name":"qty","type":"int"},
+    {"name":"note","type":["null","string"],"default":null}]}"#;
+/// `qty` dropped: BACKWARD compatible for the registry (a reader of this
+/// version reads the older records), unreadable for a reader pinned at V1
+/// (its `qty` has no default).
+const V3: &str = r#"{"type":"record","name":"Order","fields":[
+    {"name":"id","type":"int"},{"name":"customer","type":"string"},
+    {"name":"note","type":["null","string"],"default":null}]}"#;
+const EVENT: &str = r#"{"type":"record","name":"Event","fields":[
+    {"name":"kind","type":"string"},{"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#;
+
+/// A record as produced: key, and the value's fields (`None`: tombstone).
+type Produced = (String, Option<Value>);
+
+async fn produce(bootstrap: &str, topic: &str, registry: &str, schema: &str, records: &[Produced]) {
+    let lines: String = records
+        .iter()
+        .map(|(k, v)| json!({"key": k, "value": v}).to_string() + "\n")
+        .collect();
+    let n = python(
+        vec![
+            "produce".into(),
+            bootstrap.into(),
+            topic.into(),
+            registry.into(),
+            schema.into(),
+        ],
+        lines,
+    )
+    .await;
+    assert_eq!(n.trim(), records.len().to_string());
+}
+
+fn order(id: i64, qty: i64) -> Value {
+    json!({"id": id, "customer": format!("c{id}"), "qty": qty})
+}
+
+/// The documents a reader with `fields` holds after `records`, keyed by
+/// the sink's key JSON; a record lacking one of `fields` without a
+/// default is where the reader stops.
+fn fold(records: &[Produced], fields: &[&str]) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for (key, value) in records {
+        let k = json!({"@key": key}).to_string();
+        match value {
+            None => {
+                out.remove(&k);
+            }
+            Some(v) => {
+                let mut doc = serde_json::Map::new();
+                for f in fields {
+                    match v.get(*f) {
+                        Some(Value::Null) => {}
+                        Some(x) => {
+                            doc.insert((*f).to_string(), x.clone());
+                        }
+                        None if *f == "note" => {}
+                        None => return out,
+                    }
+                }
+                out.insert(k, Value::Object(doc));
+            }
+        }
+    }
+    out
+}
+
+/// `(key, document)` of a sink table, both as JSON.
+async fn sink_docs(env: &Env, table: &str) -> BTreeMap<String, Value> {
+    env.sink
+        .query(&format!("SELECT key::text, data::text FROM {table}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let k: String = r.get(0);
+            let d: String = r.get(1);
+            (
+                serde_json::from_str::<Value>(&k).unwrap().to_string(),
+                serde_json::from_str(&d).unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn wait_docs(env: &Env, table: &str, want: &BTreeMap<String, Value>) {
+    let start = Instant::now();
+    loop {
+        let got = sink_docs(env, table).await;
+        if &got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "{table} did not reach the expected documents in 90 s:\n got {got:?}\nwant {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn table_status(admin: &str, name: &str) -> Value {
+    object(admin, "table", name)
+        .await
+        .unwrap_or_else(|| panic!("no status for table {name}"))
+}
+
+async fn wait_state(admin: &str, name: &str, state: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let t = table_status(admin, name).await;
+        if t["state"] == state {
+            return t;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "table {name} is not {state} after 60 s: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The whole path of the README's Kafka tour: a topic with history read
+/// by a table's snapshot, then streamed (updates, tombstones, inserts);
+/// a producer that adds a field with a default (no stall, drift says
+/// column_drift, a record changing only that field writes nothing); a
+/// producer that drops a field the pinned reader needs (only that table
+/// stalls, at the first such record's offset, counting the later ones,
+/// while another Kafka table flows); a new table version pinned at the
+/// new schema and a replacement that absorbs it with exactly the changed
+/// keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_table_streams_absorbs_a_new_field_and_stalls_alone_on_a_breaking_schema() {
+    let env = env("kafka_source").await;
+    let kafka = tokio::task::spawn_blocking(evolve_test::kafka).await.unwrap();
+    let bootstrap = kafka.bootstrap();
+    let mut registry = Killed(
+        Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(["registry", "serve", "--listen", "127.0.0.1:0", "--storage"])
+            .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(registry.0.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    let mut config = std::fs::read_to_string(&env.config).unwrap();
+    config.push_str(&format!(
+        "[connections.k]\nurl = \"{}\"\n[connections.csr]\nurl = \"{url}\"\n",
+        kafka.url()
+    ));
+    std::fs::write(&env.config, config).unwrap();
+    // One partition for the orders (their order decides where the table
+    // stalls), three for the events.
+    python(
+        vec!["topic".into(), bootstrap.clone(), "ks_orders".into(), "1".into()],
+        String::new(),
+    )
+    .await;
+    python(
+        vec!["topic".into(), bootstrap.clone(), "ks_events".into(), "3".into()],
+        String::new(),
+    )
+    .await;
+
+    // History before the source exists: the table's snapshot reads it.
+    let mut produced: Vec<Produced> = (1..=20).map(|i| (format!("o{i}"), Some(order(i, 1)))).collect();
+    // A key written twice: the snapshot keeps its last record.
+    produced.push(("o20".into(), Some(order(20, 2))));
+    produce(&bootstrap, "ks_orders", &url, V1, &produced).await;
+    let events: Vec<Produced> = (1..=6)
+        .map(|i| (format!("e{i}"), Some(json!({"kind": "seen", "at": 1_714_566_600_000i64 + i}))))
+        .collect();
+    produce(&bootstrap, "ks_events", &url, EVENT, &events).await;
+
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    audit_sink(&env.sink).await;
+    let pipeline = Pipeline::start(&env.config);
+    let admin = pipeline.url.clone();
+    // Bad input first: an unknown topic, a Kafka table without FORMAT.
+    let out = evolve(&[
+        "sql", "--admin", &admin, "-c",
+        "CREATE SOURCE nope FROM KAFKA CONNECTION k (TOPIC 'ks_missing')",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("topic \"ks_missing\" does not exist on Kafka connection \"k\""),
+        "{}",
+        text(&out.stderr)
+    );
+    sql_ok(
+        &admin,
+        &["-c", "CREATE SOURCE ev FROM KAFKA CONNECTION k (TOPIC 'ks_orders');
+                 CREATE SOURCE evs FROM KAFKA CONNECTION k (TOPIC 'ks_events');"],
+    )
+    .await;
+    let out = evolve(&[
+        "sql", "--admin", &admin, "-c",
+        "CREATE TABLE orders_x FROM SOURCE ev (REFERENCE public.orders)",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("table \"orders_x\" of Kafka source \"ev\" needs a FORMAT"),
+        "{}",
+        text(&out.stderr)
+    );
+    sql_ok(
+        &admin,
+        &["-c", "CREATE TABLE orders_v1 FROM SOURCE ev
+                   FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE UPSERT;
+                 CREATE MATERIALIZED VIEW orders_live AS
+                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;
+                 CREATE SINK orders_sink FROM orders_live INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');
+                 CREATE TABLE events_v1 FROM SOURCE evs
+                   FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE NONE;
+                 CREATE MATERIALIZED VIEW events_live AS
+                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM events_v1 t;
+                 CREATE SINK events_sink FROM events_live INTO POSTGRES CONNECTION sink_conn (TABLE 'public.events_json');"],
+    )
+    .await;
+    let v1 = ["id", "customer", "qty"];
+    wait_docs(&env, "public.orders_json", &fold(&produced, &v1)).await;
+    wait_writes(&env.sink, 20).await;
+    let tables = sql_ok(&admin, &["-c", "SHOW TABLES"]).await;
+    assert!(tables.contains("orders_v1"), "{tables}");
+    wait_state(&admin, "orders_v1", "running").await;
+    let events_count = |n: i64| {
+        let sink = &env.sink;
+        async move {
+            let start = Instant::now();
+            loop {
+                let got: i64 = sink
+                    .query_one("SELECT count(*) FROM public.events_json", &[])
+                    .await
+                    .map(|r| r.get(0))
+                    .unwrap_or(-1);
+                if got == n {
+                    return;
+                }
+                assert!(got < n && start.elapsed() < Duration::from_secs(60), "{got} events, want {n}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    events_count(6).await;
+    let event_doc: Value = serde_json::from_str(
+        &env.sink
+            .query_one("SELECT data::text FROM public.events_json WHERE data->>'at' LIKE '%.001+00:00'", &[])
+            .await
+            .unwrap()
+            .get::<_, String>(0),
+    )
+    .unwrap();
+    assert_eq!(event_doc, json!({"kind": "seen", "at": "2024-05-01T12:30:00.001+00:00"}));
+
+    // The stream: 5 updates, 2 tombstones, 5 inserts.
+    let mut batch: Vec<Produced> = (1..=5).map(|i| (format!("o{i}"), Some(order(i, 10 + i)))).collect();
+    batch.push(("o6".into(), None));
+    batch.push(("o7".into(), None));
+    batch.extend((21..=25).map(|i| (format!("o{i}"), Some(order(i, 1)))));
+    produce(&bootstrap, "ks_orders", &url, V1, &batch).await;
+    produced.extend(batch);
+    wait_docs(&env, "public.orders_json", &fold(&produced, &v1)).await;
+    wait_writes(&env.sink, 20 + 12).await;
+
+    // A field with a default: no stall; drift names it; a record that
+    // changes only the new field changes no document.
+    let batch: Vec<Produced> = vec![
+        ("o1".into(), Some(json!({"id": 1, "customer": "c1", "qty": 99, "note": "rush"}))),
+        ("o3".into(), Some(json!({"id": 3, "customer": "c3", "qty": 13, "note": "same qty"}))),
+        ("o26".into(), Some(json!({"id": 26, "customer": "c26", "qty": 1, "note": null}))),
+    ];
+    produce(&bootstrap, "ks_orders", &url, V2, &batch).await;
+    produced.extend(batch);
+    wait_docs(&env, "public.orders_json", &fold(&produced, &v1)).await;
+    wait_writes(&env.sink, 32 + 2).await;
+    assert_eq!(table_status(&admin, "orders_v1").await["state"], "running");
+    let out = evolve(&["drift", "--admin", &admin, "--format", "json"]).await;
+    let drift: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    let row = drift["tables"]
+        .as_array()
+        .and_then(|t| t.iter().find(|r| r["table"] == "orders_v1").cloned())
+        .unwrap_or_else(|| panic!("no drift row for orders_v1: {drift}"));
+    assert_eq!(row["signal"], "column_drift", "{row}");
+    assert_eq!(row["added_upstream"], json!(["note"]), "{row}");
+
+    // `qty` dropped by the producer: orders_v1 stalls at the first such
+    // record; the events keep flowing.
+    let before_stall = produced.clone();
+    let stall_offset = produced.len(); // one partition: offsets count records
+    let batch: Vec<Produced> = vec![
+        ("o2".into(), Some(json!({"id": 2, "customer": "c2-moved", "note": null}))),
+        ("o27".into(), Some(json!({"id": 27, "customer": "c27", "note": "new"}))),
+        ("o28".into(), Some(json!({"id": 28, "customer": "c28", "note": null}))),
+        ("o9".into(), None),
+    ];
+    produce(&bootstrap, "ks_orders", &url, V3, &batch).await;
+    produced.extend(batch);
+    let stalled = wait_state(&admin, "orders_v1", "stalled").await;
+    let error = stalled["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        error.contains(&format!("record at partition 0 offset {stall_offset} has writer schema id")),
+        "{error}"
+    );
+    assert!(error.contains("qty"), "{error}");
+    assert!(
+        error.contains("2 later records not readable either"),
+        "{error}"
+    );
+    let more: Vec<Produced> = (7..=10)
+        .map(|i| (format!("e{i}"), Some(json!({"kind": "late", "at": 1_714_566_700_000i64 + i}))))
+        .collect();
+    produce(&bootstrap, "ks_events", &url, EVENT, &more).await;
+    events_count(10).await;
+    assert_eq!(table_status(&admin, "events_v1").await["state"], "running");
+    // Readers keep the last consistent state.
+    wait_docs(&env, "public.orders_json", &fold(&before_stall, &v1)).await;
+    assert_eq!(audit_count(&env.sink).await, 34);
+    let out = evolve(&["drift", "--admin", &admin, "--format", "json"]).await;
+    let drift: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = drift["tables"]
+        .as_array()
+        .and_then(|t| t.iter().find(|r| r["table"] == "orders_v1").cloned())
+        .unwrap();
+    assert_eq!(row["signal"], "stalled", "{row}");
+
+    // The next version, pinned at today's schema, replaces it: exactly the
+    // keys whose documents differ reach the sink.
+    sql_ok(
+        &admin,
+        &["-c", "CREATE TABLE orders_v2 FROM SOURCE ev
+                   FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
+                 CREATE REPLACEMENT MATERIALIZED VIEW orders_live_v2 FOR orders_live AS
+                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v2 t;
+                 ALTER MATERIALIZED VIEW orders_live APPLY REPLACEMENT orders_live_v2 WITH (WAIT = '60s');"],
+    )
+    .await;
+    let v3 = ["id", "customer", "note"];
+    let old = fold(&before_stall, &v1);
+    let new = fold(&produced, &v3);
+    wait_docs(&env, "public.orders_json", &new).await;
+    let changed = old
+        .keys()
+        .chain(new.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| old.get(*k) != new.get(*k))
+        .count() as i64;
+    assert_eq!(changed, 26, "every document lost qty, o9 left, o27 and o28 came");
+    wait_writes(&env.sink, 34 + changed).await;
+    wait_state(&admin, "orders_v2", "running").await;
+    // And the stream goes on into the new version.
+    let batch: Vec<Produced> = vec![("o29".into(), Some(json!({"id": 29, "customer": "c29", "note": null})))];
+    produce(&bootstrap, "ks_orders", &url, V3, &batch).await;
+    produced.extend(batch);
+    wait_docs(&env, "public.orders_json", &fold(&produced, &v3)).await;
+    wait_writes(&env.sink, 34 + changed + 1).await;
+    drop(pipeline);
+}

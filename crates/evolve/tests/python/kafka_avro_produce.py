@@ -1,0 +1,89 @@
+"""Writes Avro records into a topic as Confluent's own Python client does:
+AvroSerializer with the value schema registered under TopicNameStrategy
+(`<topic>-value`) on first use, string keys, tombstones for null values.
+
+Usage:
+  kafka_avro_produce.py topic BOOTSTRAP TOPIC PARTITIONS
+      creates the topic (nothing when it exists)
+  kafka_avro_produce.py compatibility REGISTRY_URL SUBJECT LEVEL
+      sets the subject's compatibility level (e.g. NONE)
+  kafka_avro_produce.py produce BOOTSTRAP TOPIC REGISTRY_URL SCHEMA_JSON
+      reads JSON lines {"key": "k", "value": {...} | null} from stdin and
+      produces them in order (an idempotent producer, flushed at the end);
+      prints the number of records delivered.
+
+Exits 1 with the error on any failure."""
+
+import json
+import sys
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+
+def create_topic(bootstrap, topic, partitions):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=int(partitions), replication_factor=1)])
+    for f in futures.values():
+        try:
+            f.result(30)
+        except Exception as e:  # noqa: BLE001
+            if "already exists" not in str(e).lower() and "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise
+
+
+def set_compatibility(url, subject, level):
+    SchemaRegistryClient({"url": url}).set_compatibility(subject_name=subject, level=level)
+
+
+def produce(bootstrap, topic, url, schema):
+    registry = SchemaRegistryClient({"url": url})
+    serializer = AvroSerializer(registry, schema, conf={"auto.register.schemas": True})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    failures = []
+    delivered = [0]
+
+    def report(err, _msg):
+        if err is not None:
+            failures.append(str(err))
+        else:
+            delivered[0] += 1
+
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        record = json.loads(line)
+        value = record.get("value")
+        payload = None
+        if value is not None:
+            payload = serializer(value, SerializationContext(topic, MessageField.VALUE))
+        producer.produce(topic, key=record["key"].encode(), value=payload, on_delivery=report)
+        producer.poll(0)
+    remaining = producer.flush(60)
+    if remaining or failures:
+        raise SystemExit(f"{remaining} records not delivered; failures: {failures[:3]}")
+    print(delivered[0])
+
+
+def main():
+    command, args = sys.argv[1], sys.argv[2:]
+    if command == "topic":
+        create_topic(*args)
+    elif command == "compatibility":
+        set_compatibility(*args)
+    elif command == "produce":
+        produce(*args)
+    else:
+        raise SystemExit(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # noqa: BLE001
+        print(f"kafka_avro_produce.py: {e}", file=sys.stderr)
+        sys.exit(1)
