@@ -727,7 +727,15 @@ fn show(pipeline: &Pipeline, kind: Kind) -> Result<Option<Rows>, PipelineError> 
                 .collect(),
         ),
         Kind::Table => (
-            &["name", "source", "reference", "key", "columns", "state"],
+            &[
+                "name",
+                "source",
+                "reference",
+                "key",
+                "columns",
+                "state",
+                "reader_schema",
+            ],
             pipeline
                 .tables()?
                 .into_iter()
@@ -740,6 +748,11 @@ fn show(pipeline: &Pipeline, kind: Kind) -> Result<Option<Rows>, PipelineError> 
                         key.join(", ").into(),
                         t.document_columns().count().into(),
                         json!(t.state),
+                        // A Kafka table's pinned reader schema.
+                        t.kafka.as_ref().map_or(Value::Null, |k| {
+                            format!("{} id {} (version {})", k.subject, k.schema_id, k.version)
+                                .into()
+                        }),
                     ]
                 })
                 .collect(),

@@ -7,6 +7,8 @@ Usage:
       creates the topic (nothing when it exists)
   kafka_avro_produce.py compatibility REGISTRY_URL SUBJECT LEVEL
       sets the subject's compatibility level (e.g. NONE)
+  kafka_avro_produce.py raw BOOTSTRAP TOPIC KEY VALUE_HEX
+      produces one record with the value's bytes as given (no serializer)
   kafka_avro_produce.py produce BOOTSTRAP TOPIC REGISTRY_URL SCHEMA_JSON
       reads JSON lines {"key": "k", "value": {...} | null} from stdin and
       produces them in order (an idempotent producer, flushed at the end);
@@ -69,12 +71,22 @@ def produce(bootstrap, topic, url, schema):
     print(delivered[0])
 
 
+def raw(bootstrap, topic, key, value_hex):
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, key=key.encode(), value=bytes.fromhex(value_hex))
+    if producer.flush(30):
+        raise SystemExit("the record was not delivered")
+    print(1)
+
+
 def main():
     command, args = sys.argv[1], sys.argv[2:]
     if command == "topic":
         create_topic(*args)
     elif command == "compatibility":
         set_compatibility(*args)
+    elif command == "raw":
+        raw(*args)
     elif command == "produce":
         produce(*args)
     else:
