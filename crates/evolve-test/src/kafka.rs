@@ -254,21 +254,7 @@ impl Kafka {
             ),
         )
         .map_err(|e| HarnessError::io(format!("write {}", log4j.display()), e))?;
-        let classpath = format!("{}/*", jars.display());
-        let java = |main: &str| {
-            let mut cmd = Command::new("java");
-            cmd.arg("-Xmx512m")
-                .arg("-Xms128m")
-                .arg("-XX:+UseSerialGC")
-                .arg("-XX:TieredStopAtLevel=1")
-                .arg(format!("-Dlog4j2.configurationFile={}", log4j.display()))
-                .arg("-cp")
-                .arg(&classpath)
-                .arg(main)
-                .current_dir(&self.dir)
-                .stdin(Stdio::null());
-            cmd
-        };
+        let java = |main: &str| self.java(jars, main);
         let out = java("kafka.tools.StorageTool")
             .arg("format")
             // One argument: an id may start with '-', which argparse4j
@@ -289,12 +275,43 @@ impl Kafka {
                 output,
             });
         }
-        let stdout = std::fs::File::create(self.dir.join("stdout.log"))
+        self.port = port;
+        self.launch(jars)
+    }
+
+    /// The `java` command running `main` from the jars, in the broker's
+    /// directory with its log settings.
+    fn java(&self, jars: &Path, main: &str) -> Command {
+        let mut cmd = Command::new("java");
+        cmd.arg("-Xmx512m")
+            .arg("-Xms128m")
+            .arg("-XX:+UseSerialGC")
+            .arg("-XX:TieredStopAtLevel=1")
+            .arg(format!(
+                "-Dlog4j2.configurationFile={}",
+                self.dir.join("log4j2.properties").display()
+            ))
+            .arg("-cp")
+            .arg(format!("{}/*", jars.display()))
+            .arg(main)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Starts the broker of the formatted storage and its settings.
+    fn launch(&mut self, jars: &Path) -> Result<(), HarnessError> {
+        let properties = self.dir.join("server.properties");
+        let stdout = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("stdout.log"))
             .map_err(|e| HarnessError::io("create the broker's stdout.log", e))?;
         let stderr = stdout
             .try_clone()
             .map_err(|e| HarnessError::io("create the broker's stdout.log", e))?;
-        let child = java("kafka.Kafka")
+        let child = self
+            .java(jars, "kafka.Kafka")
             .arg(&properties)
             .stdout(stdout)
             .stderr(stderr)
@@ -305,7 +322,6 @@ impl Kafka {
             .map_err(|e| HarnessError::io("run java (kafka.Kafka); install a JRE", e))?;
         let pid = child.id();
         self.child = Some(child);
-        self.port = port;
         if !self.keep {
             self.watchdog = Some(spawn_watchdog(&self.dir, pid)?);
         }
@@ -363,6 +379,22 @@ impl Kafka {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// Kills the broker (SIGKILL: a crash) and starts it again on the same
+    /// storage and port, waiting until it answers.
+    pub fn restart(&mut self) -> Result<(), HarnessError> {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // The old watchdog would remove the storage once its stdin
+        // closes: it stays open until this process exits (when removing
+        // the directory is right), and the new broker gets its own.
+        if let Some(mut watchdog) = self.watchdog.take() {
+            std::mem::forget(watchdog.stdin.take());
+        }
+        self.launch(&kafka_jars_dir())
     }
 
     fn kill(&mut self) {

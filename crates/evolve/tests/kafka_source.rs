@@ -763,3 +763,144 @@ async fn sigkill_while_records_stream_applies_each_record_once() {
     wait_writes(&env.sink, 1 + RECORDS).await;
     wait_all_running(&pipeline.url).await;
 }
+
+/// `evolve registry serve` on `listen` with the storage of `env`; its url.
+fn serve_registry(env: &Env, listen: &str) -> (Killed, String) {
+    let mut registry = Killed(
+        Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(["registry", "serve", "--listen", listen, "--storage"])
+            .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(registry.0.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    (registry, url)
+}
+
+/// The broker crashes (SIGKILL) and comes back while records stream in:
+/// nothing is lost or applied twice. The registry down when the stream
+/// opens: the source retries and its status says why; once the registry
+/// is back, the records flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_and_a_registry_outage_lose_nothing() {
+    const RECORDS: i64 = 1_500;
+    let env = env("kafka_source_restart").await;
+    // A broker of this test's own: it is restarted.
+    let mut broker = tokio::task::spawn_blocking(evolve_test::Kafka::start)
+        .await
+        .unwrap()
+        .expect("start a broker");
+    let bootstrap = broker.bootstrap();
+    let (registry, url) = serve_registry(&env, "127.0.0.1:0");
+    let mut config = std::fs::read_to_string(&env.config).unwrap();
+    config.push_str(&format!(
+        "[connections.k]\nurl = \"{}\"\n[connections.csr]\nurl = \"{url}\"\n",
+        broker.url()
+    ));
+    std::fs::write(&env.config, config).unwrap();
+    topic(&bootstrap, "kr_orders", 2).await;
+    produce(
+        &bootstrap,
+        "kr_orders",
+        &url,
+        V1,
+        &[("o0".into(), Some(order(0, 0)))],
+    )
+    .await;
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    audit_sink(&env.sink).await;
+    let mut pipeline = Pipeline::start(&env.config);
+    sql_ok(
+        &pipeline.url,
+        &["-c", "CREATE SOURCE kr FROM KAFKA CONNECTION k (TOPIC 'kr_orders');
+                 CREATE TABLE kr_v1 FROM SOURCE kr FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
+                 CREATE MATERIALIZED VIEW kr_json AS
+                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kr_v1 t;
+                 CREATE SINK kr_sink FROM kr_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');"],
+    )
+    .await;
+    wait_writes(&env.sink, 1).await;
+
+    let records: Vec<Produced> = (1..=RECORDS)
+        .map(|i| (format!("o{i}"), Some(order(i, i))))
+        .collect();
+    let (first, second) = records.split_at(RECORDS as usize / 2);
+    produce(&bootstrap, "kr_orders", &url, V1, first).await;
+    broker = tokio::task::spawn_blocking(move || {
+        broker.restart().expect("restart the broker");
+        broker
+    })
+    .await
+    .unwrap();
+    produce(&bootstrap, "kr_orders", &url, V1, second).await;
+    let mut all = vec![("o0".to_string(), Some(order(0, 0)))];
+    all.extend(records);
+    let fields = ["id", "customer", "qty"];
+    wait_docs(&env, "public.orders_json", &fold(&all, &fields)).await;
+    wait_writes(&env.sink, 1 + RECORDS).await;
+
+    // The registry down while the stream opens (it knows no writer
+    // schema yet): the source says why and retries.
+    drop(pipeline);
+    let port = url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_string();
+    drop(registry);
+    pipeline = Pipeline::start(&env.config);
+    let more: Vec<Produced> = vec![("o0".into(), Some(order(0, 7)))];
+    // Written with a producer that has the schema's id already: a raw
+    // record in the wire format (id 1, then the Avro datum of order 0/7).
+    python(
+        vec![
+            "raw".into(),
+            bootstrap.clone(),
+            "kr_orders".into(),
+            "o0".into(),
+            "0000000001000463300e".into(),
+        ],
+        String::new(),
+    )
+    .await;
+    all.extend(more);
+    let start = Instant::now();
+    let shown = loop {
+        let source = object(&pipeline.url, "source", "kr").await;
+        let error = source
+            .as_ref()
+            .and_then(|s| s["error"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        if error.contains("schema registry connection \"csr\"") {
+            break error;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{source:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(shown.contains("cannot connect"), "{shown}");
+    let (_registry, _) = serve_registry(&env, &format!("127.0.0.1:{port}"));
+    wait_docs(&env, "public.orders_json", &fold(&all, &fields)).await;
+    wait_writes(&env.sink, 2 + RECORDS).await;
+    wait_all_running(&pipeline.url).await;
+    drop(pipeline);
+    drop(broker);
+}
