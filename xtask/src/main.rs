@@ -9,7 +9,8 @@
 //!   are installed and the Flyway and Kafka jars fetched, then `cargo fmt --check`, `cargo clippy -D warnings` and
 //!   `cargo test --workspace ARGS`, stopping at the first failure. This is
 //!   the repository's test command; `.ci/run` runs it.
-//! - `cargo xtask demo [ARGS]`: PostgreSQL, then `evolve demo ARGS`.
+//! - `cargo xtask demo [ARGS]`: PostgreSQL (and for `mysql` MariaDB, for
+//!   `kafka` the Kafka jars), then `evolve demo ARGS`.
 //! - `cargo xtask bench NAME [ARGS]`: PostgreSQL (and for `migrate` the
 //!   Flyway jars, for `pipeline` and `mysql` their Debezium baseline built
 //!   with Maven, skipped with the reason when java or mvn is missing, for
@@ -102,6 +103,13 @@ fn run(args: &[String]) -> Result<(), Failure> {
         "test" => test(rest),
         "demo" => {
             ensure_postgres()?;
+            // `evolve demo mysql` starts a MariaDB server, `evolve demo
+            // kafka` a Kafka broker.
+            match rest.first().map(String::as_str) {
+                Some("mysql") => ensure_mariadb()?,
+                Some("kafka") => ensure_kafka_jars()?,
+                _ => {}
+            }
             let mut cmd = cargo(["run", "--quiet", "-p", "evolve", "--", "demo"]);
             cmd.args(rest);
             step("demo", &mut cmd)

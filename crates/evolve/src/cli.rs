@@ -206,6 +206,10 @@ pub enum Tour {
     /// The pipeline's absorb flows on a MariaDB upstream (binlog), into a
     /// PostgreSQL sink; needs the MariaDB server package too.
     Mysql,
+    /// A Kafka table (Avro, schema registry) whose producer changes its
+    /// schema, into a PostgreSQL sink; needs Java and the Kafka jars
+    /// (`cargo xtask demo kafka` fetches them).
+    Kafka,
 }
 
 #[derive(Debug, Args)]

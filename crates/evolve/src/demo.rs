@@ -8,8 +8,12 @@
 //! - `mysql` ([`mysql`]): the pipeline's four absorb flows with a
 //!   throwaway MariaDB server as the upstream (read from its binlog) and a
 //!   PostgreSQL sink; exits 1 if an expectation failed.
+//! - `kafka` ([`kafka`]): a Kafka table (Avro, schema registry) whose
+//!   producer adds a field, then breaks the pinned reader, and the new
+//!   table version that absorbs it; exits 1 if an expectation failed.
 
 mod coordinate;
+mod kafka;
 mod migrate;
 mod mysql;
 mod pipeline;
@@ -23,6 +27,7 @@ pub async fn run(args: DemoArgs, out: &mut Out) -> anyhow::Result<()> {
         Tour::Pipeline => pipeline::run(args.keep).await,
         Tour::Migrate => migrate::run(args.keep, out).await,
         Tour::Mysql => mysql::run(args.keep).await,
+        Tour::Kafka => kafka::run(args.keep).await,
     }
 }
 

@@ -277,7 +277,7 @@ fn default_advertised_url(scheme: &str, address: SocketAddr) -> anyhow::Result<S
     Ok(format!("{scheme}://{host}:{}", address.port()))
 }
 
-async fn open(spec: &str, settings: Settings) -> anyhow::Result<Registry<Storage>> {
+pub(crate) async fn open(spec: &str, settings: Settings) -> anyhow::Result<Registry<Storage>> {
     // Parsed here rather than by clap, whose error would echo the value
     // (and any password in it).
     let spec: StorageSpec = spec.parse().map_err(anyhow::Error::msg)?;

@@ -8,7 +8,8 @@
 //! A topic has no order across its partitions and no transactions a
 //! consumer can see, so the source makes its own: each batch of records
 //! the consumer has ready (at most [`BATCH`]) is one transaction, and
-//! positions count them (`applied + 1`, `+ 2`, ...). The topic's
+//! positions count them, two a transaction: the transaction after the one
+//! that ended at `A` commits at `A + 1` and ends at `A + 2`. The topic's
 //! coordinate of a position is the next offset of every partition after
 //! that transaction: the source's resume state ([`ChangeStream::resume_state`],
 //! JSON `{"0": 1200, "1": 980}`), stored by the engine in the same store
@@ -448,6 +449,35 @@ impl Writers {
         })
     }
 
+    /// The writer schema `id` of registry `registry` as fetched before
+    /// ([`Writers::prefetch`]); `None` when it was not.
+    fn cached(&self, registry: &str, id: u32) -> Option<Writer> {
+        self.schemas.get(&(registry.to_string(), id)).cloned()
+    }
+
+    /// Fetches every writer schema that reading `batch` with `readers`
+    /// needs (the values' ids, and the keys' under `ENVELOPE UPSERT`), so
+    /// that decoding never waits. Cancel-safe: what was fetched stays
+    /// cached.
+    async fn prefetch(&mut self, readers: &[Reader], batch: &[Raw]) -> Result<()> {
+        for raw in batch {
+            for reader in readers {
+                let ids = [
+                    raw.value.as_deref().and_then(wire).map(|(id, _)| id),
+                    raw.key
+                        .as_deref()
+                        .filter(|_| reader.upsert)
+                        .and_then(wire)
+                        .map(|(id, _)| id),
+                ];
+                for id in ids.into_iter().flatten() {
+                    self.get(&reader.registry, id).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The writer schema `id` of registry `registry`; an error when the
     /// registry cannot be asked (the stream retries).
     async fn get(&mut self, registry: &str, id: u32) -> Result<Writer> {
@@ -503,13 +533,9 @@ fn at(raw: &Raw) -> String {
     )
 }
 
-/// Reads `raw` for `reader`.
-async fn decode(
-    reader: &mut Reader,
-    writers: &mut Writers,
-    topic: &str,
-    raw: &Raw,
-) -> Result<Decoded> {
+/// Reads `raw` for `reader`, with the writer schemas
+/// [`Writers::prefetch`] fetched (it never waits).
+fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Result<Decoded> {
     // The key.
     let key = if reader.upsert {
         let Some(key) = raw.key.as_deref() else {
@@ -518,7 +544,7 @@ async fn decode(
                 at(raw)
             )));
         };
-        match key_text(writers, &reader.registry, key).await? {
+        match key_text(writers, &reader.registry, key)? {
             Ok(text) => text,
             Err(problem) => return Ok(Decoded::Undecodable(format!("{}: {problem}", at(raw)))),
         }
@@ -546,7 +572,7 @@ async fn decode(
             at(raw)
         )));
     };
-    let Some(writer) = writers.get(&reader.registry, id).await? else {
+    let Some(writer) = fetched(writers, &reader.registry, id)? else {
         return Ok(Decoded::Undecodable(format!(
             "{} names writer schema id {id}, which the registry of connection \"{}\" does not have (or is not Avro)",
             at(raw),
@@ -599,15 +625,25 @@ async fn decode(
     }
 }
 
+/// Writer schema `id`, which [`Writers::prefetch`] fetched.
+fn fetched(writers: &Writers, registry: &str, id: u32) -> Result<Writer> {
+    writers
+        .cached(registry, id)
+        .ok_or_else(|| PipelineError::Database {
+            context: format!("schema registry connection \"{registry}\""),
+            message: format!("writer schema id {id} was not fetched before decoding"),
+        })
+}
+
 /// A record key as JSON text: Avro in the wire format (read with its
 /// writer schema), else a UTF-8 string, else bytea's hex form.
-async fn key_text(
-    writers: &mut Writers,
+fn key_text(
+    writers: &Writers,
     registry: &str,
     key: &[u8],
 ) -> Result<std::result::Result<String, String>> {
     if let Some((id, datum)) = wire(key)
-        && let Some(writer) = writers.get(registry, id).await?
+        && let Some(writer) = fetched(writers, registry, id)?
     {
         let mut bytes = datum;
         let read = GenericDatumReader::builder(&writer.0)
@@ -733,6 +769,7 @@ impl Source for KafkaSource {
             topic: self.topic().to_string(),
             state_dir: self.state_dir.clone(),
             records: rx,
+            batch: Vec::new(),
             position: from,
             queued: from,
             offsets,
@@ -769,10 +806,20 @@ impl Source for KafkaSource {
         let raws =
             blocking(move || read_until(&name, &connection, &group, &topic, &target, upsert))
                 .await?;
+        tracing::debug!(
+            table = %table.name,
+            position = %Position::from_u64(applied.as_u64() + 1),
+            offsets = %offsets.to_json(),
+            records = raws.len(),
+            "kafka snapshot read"
+        );
         // Decode now: the registry is asked once per writer id.
+        writers
+            .prefetch(std::slice::from_ref(&reader), &raws)
+            .await?;
         let mut rows = Vec::with_capacity(raws.len());
         for raw in &raws {
-            match decode(&mut reader, &mut writers, self.topic(), raw).await? {
+            match decode(&mut reader, &writers, self.topic(), raw)? {
                 Decoded::Change(change) => {
                     if let Some(new) = change.new {
                         rows.push(new);
@@ -934,6 +981,8 @@ pub struct KafkaStream {
     topic: String,
     state_dir: PathBuf,
     records: mpsc::Receiver<Result<Raw>>,
+    /// Records taken from `records` whose transaction is not queued yet.
+    batch: Vec<Raw>,
     /// The last position delivered.
     position: Position,
     /// The last position queued (at or after `position`).
@@ -973,15 +1022,18 @@ impl KafkaStream {
         Ok(out)
     }
 
-    /// Queues the `Begin` of the next transaction; its position.
+    /// Queues the `Begin` of the next transaction; its end position (its
+    /// commit position is the one before: an end is always after its
+    /// commit, as the source contract has it).
     fn begin(&mut self, time_micros: i64) -> Position {
-        let next = Position::from_u64(self.queued.as_u64() + 1);
-        self.queued = next;
+        let commit = Position::from_u64(self.queued.as_u64() + 1);
+        let end = Position::from_u64(self.queued.as_u64() + 2);
+        self.queued = end;
         self.queue.push_back(SourceEvent::Begin {
-            commit: next,
+            commit,
             commit_time_micros: time_micros,
         });
-        next
+        end
     }
 }
 
@@ -1015,29 +1067,37 @@ impl ChangeStream for KafkaStream {
                     continue;
                 }
             }
-            let first = tokio::time::timeout(MARKER_POLL, self.records.recv()).await;
-            let first = match first {
-                Err(_) => {
-                    return Ok(SourceEvent::Idle {
-                        upto: self.position,
-                    });
-                }
-                Ok(None) => {
-                    return Err(kafka_error(
-                        &self.source.connection,
-                        &format!("read topic \"{}\"", self.topic),
-                        "the consumer stopped",
-                    ));
-                }
-                Ok(Some(r)) => r?,
-            };
-            let mut batch = vec![first];
-            while batch.len() < BATCH {
-                match self.records.try_recv() {
-                    Ok(r) => batch.push(r?),
-                    Err(_) => break,
+            // The engine may drop this future at any await (it is one arm
+            // of a select!): a batch taken from the channel is kept in
+            // `self.batch` until its transaction is queued, and the
+            // transaction is built without waiting.
+            if self.batch.is_empty() {
+                let first = tokio::time::timeout(MARKER_POLL, self.records.recv()).await;
+                let first = match first {
+                    Err(_) => {
+                        return Ok(SourceEvent::Idle {
+                            upto: self.position,
+                        });
+                    }
+                    Ok(None) => {
+                        return Err(kafka_error(
+                            &self.source.connection,
+                            &format!("read topic \"{}\"", self.topic),
+                            "the consumer stopped",
+                        ));
+                    }
+                    Ok(Some(r)) => r?,
+                };
+                self.batch.push(first);
+                while self.batch.len() < BATCH {
+                    match self.records.try_recv() {
+                        Ok(r) => self.batch.push(r?),
+                        Err(_) => break,
+                    }
                 }
             }
+            self.writers.prefetch(&self.readers, &self.batch).await?;
+            let batch = std::mem::take(&mut self.batch);
             let time = batch
                 .iter()
                 .filter_map(|r| r.timestamp_millis)
@@ -1046,8 +1106,7 @@ impl ChangeStream for KafkaStream {
             let next = self.begin(time);
             for raw in &batch {
                 for i in 0..self.readers.len() {
-                    let decoded =
-                        decode(&mut self.readers[i], &mut self.writers, &self.topic, raw).await?;
+                    let decoded = decode(&mut self.readers[i], &self.writers, &self.topic, raw)?;
                     let reader = &self.readers[i];
                     if !self.announced.contains(&reader.oid) {
                         self.announced.insert(reader.oid);
@@ -1073,6 +1132,14 @@ impl ChangeStream for KafkaStream {
                 self.offsets.0.insert(raw.partition, raw.offset + 1);
             }
             self.queue.push_back(SourceEvent::Commit { end: next });
+            tracing::debug!(
+                source = %self.source.name,
+                end = %next,
+                records = batch.len(),
+                first = ?batch.first().map(|r| (r.partition, r.offset)),
+                offsets = %self.offsets.to_json(),
+                "kafka transaction"
+            );
         }
     }
 

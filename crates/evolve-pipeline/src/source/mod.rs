@@ -23,7 +23,9 @@
 //! **Positions.** Each transaction has two positions: its *commit
 //! position* (on `Begin`), which orders it against snapshots, and its *end
 //! position* (on `Commit`), which is where a stream resumes after it.
-//! Both grow strictly from one transaction to the next. A stream opened
+//! Both grow strictly from one transaction to the next, and a
+//! transaction's end is after its commit position (a snapshot at `P` is
+//! caught up with the transactions that end after `P`). A stream opened
 //! at `from` delivers every transaction whose end position is after
 //! `from`, and may deliver some before it again (the engine skips those by
 //! their position: replays are expected, gaps never happen).
@@ -166,7 +168,9 @@ pub trait Source: Send + Sync {
 /// A source's stream of transactions.
 pub trait ChangeStream: Send {
     /// The next event. A stream does not end: the upstream closing it is
-    /// an error.
+    /// an error. Cancel-safe: the engine awaits it in a `select!` and may
+    /// drop the future at any await; nothing it took from the upstream is
+    /// lost then (the next call delivers it).
     fn next(&mut self) -> impl Future<Output = Result<SourceEvent>> + Send;
 
     /// Everything up to `upto` is durable downstream.
