@@ -12,10 +12,11 @@
 //! - `cargo xtask demo [ARGS]`: PostgreSQL (and for `mysql` MariaDB, for
 //!   `kafka` the Kafka jars), then `evolve demo ARGS`.
 //! - `cargo xtask bench NAME [ARGS]`: PostgreSQL (and for `migrate` the
-//!   Flyway jars, for `pipeline` and `mysql` their Debezium baseline built
-//!   with Maven, skipped with the reason when java or mvn is missing, for
-//!   `mysql` MariaDB as `test` installs it), then the release build of
-//!   benchmark `NAME` from `evolve-bench` with `ARGS`.
+//!   Flyway jars, for `registry` and `kafka` the Kafka jars, for `pipeline`
+//!   and `mysql` their Debezium baseline built with Maven, skipped with the
+//!   reason when java or mvn is missing, for `mysql` MariaDB as `test`
+//!   installs it), then the release build of benchmark `NAME` from
+//!   `evolve-bench` with `ARGS`.
 //!
 //! The Flyway jars (the real Flyway that the migrate tests and benchmark
 //! compare evolve with) are fetched by Maven into `target/flyway/jars`
@@ -53,9 +54,10 @@ commands:
   test [ARGS]         install PostgreSQL if missing, fetch the Flyway and Kafka jars, then cargo fmt --check, cargo clippy
                       -D warnings, cargo test --workspace ARGS (e.g. -- --nocapture)
   demo [ARGS]         install PostgreSQL if missing, then run `evolve demo ARGS`
-  bench NAME [ARGS]   install PostgreSQL if missing (and for migrate fetch the Flyway jars, for mysql
-                      install MariaDB, for pipeline and mysql build the Debezium baseline with mvn),
-                      then run benchmark NAME of evolve-bench (release build) with ARGS
+  bench NAME [ARGS]   install PostgreSQL if missing (and for migrate fetch the Flyway jars, for registry
+                      and kafka the Kafka jars, for mysql install MariaDB, for pipeline and mysql build
+                      the Debezium baseline with mvn), then run benchmark NAME of evolve-bench (release
+                      build) with ARGS
 
 environment:
   EVOLVE_PG_BIN       directory of the PostgreSQL server binaries (initdb, pg_ctl, ...)
@@ -125,8 +127,9 @@ fn run(args: &[String]) -> Result<(), Failure> {
             if name == "rewrite" {
                 ensure_repack()?;
             }
-            if name == "registry" {
-                // The Kafka store's figures run on a broker of its own.
+            if name == "registry" || name == "kafka" {
+                // The Kafka store's figures, and the Kafka benchmark, run
+                // on a broker of their own.
                 ensure_kafka_jars()?;
             }
             let mut cmd = cargo(["run", "--release", "-p", "evolve-bench", "--bin"]);

@@ -328,6 +328,14 @@ END $$";
         out
     }
 
+    /// The statement that makes `n` row changes with `bench_load` and
+    /// transaction sizes `sizes` ([`mix`]); run it as a simple query, the
+    /// procedure commits as it goes.
+    pub fn load_call(sizes: &[i32], n: i64) -> String {
+        let array: Vec<String> = sizes.iter().map(i32::to_string).collect();
+        format!("CALL bench_load('{{{}}}', {n})", array.join(","))
+    }
+
     /// What [`load`] did.
     pub struct Load {
         pub changes: i64,
@@ -375,11 +383,8 @@ END $$";
         let sizes = mix();
         let (transactions, updates) = simulate(&sizes, n);
         let started = Instant::now();
-        let array: Vec<String> = sizes.iter().map(i32::to_string).collect();
         // A simple query of one statement: the procedure commits as it goes.
-        client
-            .batch_execute(&format!("CALL bench_load('{{{}}}', {n})", array.join(",")))
-            .await?;
+        client.batch_execute(&load_call(&sizes, n)).await?;
         let took = started.elapsed();
         let before_marker =
             super::lsn_value(&lsn(client, "SELECT pg_current_wal_insert_lsn()::text").await?);

@@ -46,13 +46,13 @@
 //! wait at its first record.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
@@ -327,6 +327,27 @@ fn producer(connection_name: &str, connection: &Connection, sink: &str) -> Resul
         .map_err(|e| kafka_error(format!("create the Kafka producer of sink \"{sink}\""), e))
 }
 
+/// How often [`commit`] looks whether the transaction's records are all
+/// acknowledged.
+const FLUSH_POLL: Duration = Duration::from_millis(1);
+
+/// Commits the open transaction within `timeout`. Its records are waited
+/// for first, looking every [`FLUSH_POLL`]: `commit_transaction` starts
+/// with rdkafka's `flush`, which waits in steps of 100 ms (its poll runs
+/// to its deadline), which would make every transaction, however small,
+/// last 100 ms at least; with the records acknowledged it has nothing to
+/// wait for.
+fn commit(producer: &Producer_, timeout: Duration) -> KafkaResult<()> {
+    let deadline = Instant::now() + timeout;
+    // A flush that does not wait: it sends what lingers now rather than
+    // after `linger.ms`. It reports a timeout while records are in flight.
+    let _ = producer.flush(Duration::ZERO);
+    while producer.in_flight_count() > 0 && Instant::now() < deadline {
+        std::thread::sleep(FLUSH_POLL);
+    }
+    producer.commit_transaction(deadline.saturating_duration_since(Instant::now()))
+}
+
 /// `f`'s records in one transaction, committed within `timeout`; aborted
 /// (best effort) when anything fails.
 fn transact(
@@ -338,9 +359,7 @@ fn transact(
         .begin_transaction()
         .map_err(|e| kafka_error("begin a Kafka transaction".into(), e))?;
     let done = f(producer).and_then(|()| {
-        producer
-            .commit_transaction(timeout)
-            .map_err(|e| kafka_error("commit the Kafka transaction".into(), e))
+        commit(producer, timeout).map_err(|e| kafka_error("commit the Kafka transaction".into(), e))
     });
     if done.is_err() {
         let _ = producer.abort_transaction(OPERATION_TIMEOUT);
@@ -680,10 +699,10 @@ impl Sink for KafkaSink {
                 .add_partition_offset(PROGRESS_TOPIC, 0, rdkafka::Offset::Beginning)
                 .map_err(fail)?;
             consumer.assign(&assignment).map_err(fail)?;
-            let deadline = std::time::Instant::now() + PROGRESS_READ_TIMEOUT;
+            let deadline = Instant::now() + PROGRESS_READ_TIMEOUT;
             let mut position = None;
             loop {
-                if std::time::Instant::now() > deadline {
+                if Instant::now() > deadline {
                     return Err(kafka_error(
                         format!("read the position of sink \"{name}\" from topic \"{PROGRESS_TOPIC}\""),
                         format!(
@@ -730,7 +749,7 @@ impl Sink for KafkaSink {
             let (p, name) = (self.producer.clone(), self.name.clone());
             blocking("commit the Kafka sink's load", move || {
                 send_progress(&p, &name, at)?;
-                p.commit_transaction(TRANSACTION_TIMEOUT).map_err(|e| {
+                commit(&p, TRANSACTION_TIMEOUT).map_err(|e| {
                     kafka_error(format!("commit the initial load of sink \"{name}\""), e)
                 })
             })
