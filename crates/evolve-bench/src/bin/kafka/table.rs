@@ -19,8 +19,10 @@
 //!   `kafka-console-consumer` does before it prints), timed from its
 //!   creation.
 //!
-//! The sink table is counted at the end of each evolve figure: exactly
-//! `--rows` documents.
+//! An evolve figure ends when the source has applied every offset and the
+//! sink's committed position reached the source's (cheap reads of the
+//! store and the sink's progress row while it waits); the sink table is
+//! then counted: exactly `--rows` documents.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -235,25 +237,65 @@ async fn create(pipeline: &Pipeline, topic: &str) -> Result<()> {
     Ok(())
 }
 
-/// Waits until the sink table holds `n` documents; then checks there are
-/// no more.
-async fn sink_holds(sink: &tokio_postgres::Client, n: i64, started: Instant) -> Result<Duration> {
-    loop {
-        let got: i64 = match sink.query_one("SELECT count(*) FROM public.t_json", &[]).await {
-            Ok(row) => row.get(0),
-            Err(_) => 0, // not created yet
-        };
-        if got == n {
-            return Ok(started.elapsed());
-        }
-        if got > n {
-            return Err(format!("the sink holds {got} documents, more than {n}").into());
+/// Waits until the sink holds the topic's `n` records: the source has
+/// applied every offset (its resume state in the store), the table runs,
+/// and the sink's committed position (its progress row) is at the
+/// source's applied position; then counts the sink table once (exactly
+/// `n`). Cheap reads only while it waits: counting a table of a million
+/// rows every few milliseconds would take the CPU being measured.
+async fn sink_holds(
+    sink: &tokio_postgres::Client,
+    state: &std::path::Path,
+    n: i64,
+    started: Instant,
+) -> Result<Duration> {
+    let took = loop {
+        let store = evolve_pipeline::store::Store::open(state)?;
+        let applied = store.applied_lsn("src")?;
+        let consumed: i64 = store
+            .resume_state("src")?
+            .and_then(|s: String| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .and_then(|v| v.as_object().map(|o| o.values().filter_map(|x| x.as_i64()).sum()))
+            .unwrap_or(0);
+        let running = store
+            .table("t_v1")?
+            .is_some_and(|t| t.state == evolve_pipeline::TableState::Running);
+        drop(store);
+        if consumed >= n && running {
+            let committed = sink
+                .query_opt(
+                    "SELECT lsn::text FROM evolve_sink_progress WHERE sink = 't_sink'",
+                    &[],
+                )
+                .await
+                .ok()
+                .flatten()
+                .map(|r| r.get::<_, String>(0));
+            if let Some(lsn) = committed
+                && parse_lsn(&lsn) >= applied.as_u64()
+            {
+                break started.elapsed();
+            }
         }
         if started.elapsed() > Duration::from_secs(1800) {
-            return Err(format!("the sink holds {got} of {n} documents after 1800 s").into());
+            return Err("the sink did not catch up within 1800 s".into());
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let got: i64 = sink
+        .query_one("SELECT count(*) FROM public.t_json", &[])
+        .await?
+        .get(0);
+    if got != n {
+        return Err(format!("the sink holds {got} documents, not {n}").into());
     }
+    Ok(took)
+}
+
+/// `X/Y` (pg_lsn's text) as a number.
+fn parse_lsn(text: &str) -> u64 {
+    let (hi, lo) = text.split_once('/').unwrap_or(("0", "0"));
+    (u64::from_str_radix(hi, 16).unwrap_or(0) << 32) | u64::from_str_radix(lo, 16).unwrap_or(0)
 }
 
 async fn one_run(
@@ -283,8 +325,7 @@ async fn one_run(
         let pipeline = Arc::new(Pipeline::open(config(&state))?);
         create(&pipeline, &topic).await?;
         let running = Running::start(&pipeline);
-        sink_holds(&sink, 0, Instant::now()).await?;
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        sink_holds(&sink, &state, 0, Instant::now()).await?;
         running.stop().await?;
     }
     let (b, t) = (bootstrap.clone(), topic.clone());
@@ -293,7 +334,7 @@ async fn one_run(
         let pipeline = Arc::new(Pipeline::open(config(&state))?);
         let started = Instant::now();
         let running = Running::start(&pipeline);
-        let took = sink_holds(&sink, n, started).await?;
+        let took = sink_holds(&sink, &state, n, started).await?;
         running.stop().await?;
         took
     };
@@ -313,7 +354,7 @@ async fn one_run(
         create(&pipeline, &topic).await?;
         let started = Instant::now();
         let running = Running::start(&pipeline);
-        let took = sink_holds(&snap_sink, n, started).await?;
+        let took = sink_holds(&snap_sink, &state, n, started).await?;
         running.stop().await?;
         took
     };
