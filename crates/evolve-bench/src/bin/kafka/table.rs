@@ -255,7 +255,10 @@ async fn sink_holds(
         let consumed: i64 = store
             .resume_state("src")?
             .and_then(|s: String| serde_json::from_str::<serde_json::Value>(&s).ok())
-            .and_then(|v| v.as_object().map(|o| o.values().filter_map(|x| x.as_i64()).sum()))
+            .and_then(|v| {
+                v.as_object()
+                    .map(|o| o.values().filter_map(|x| x.as_i64()).sum())
+            })
             .unwrap_or(0);
         let running = store
             .table("t_v1")?
@@ -312,7 +315,9 @@ async fn one_run(
     let id = register(registry, &format!("{topic}-value")).await?;
 
     // Stream: the objects on the empty topic, then the records.
-    let sink_db = up.create_database(&format!("kafka_table_stream_{run}")).await?;
+    let sink_db = up
+        .create_database(&format!("kafka_table_stream_{run}"))
+        .await?;
     let sink = connect(&sink_db.url).await?;
     let config = |state: &std::path::Path| {
         Config::new(state)
@@ -340,7 +345,9 @@ async fn one_run(
     };
 
     // Snapshot: the objects created on the full topic.
-    let snap_db = up.create_database(&format!("kafka_table_snapshot_{run}")).await?;
+    let snap_db = up
+        .create_database(&format!("kafka_table_snapshot_{run}"))
+        .await?;
     let snap_sink = connect(&snap_db.url).await?;
     let state = dir.join(format!("snapshot-{run}"));
     let snapshot = {
