@@ -574,7 +574,13 @@ async fn topic(bootstrap: &str, name: &str, partitions: u32) {
 async fn bad_records_stall_their_table_and_auto_absorb_follows_a_type_change() {
     let env = env("kafka_source_bad").await;
     let (_registry, bootstrap, url) = kafka_env(&env).await;
-    for t in ["kb_nohdr", "kb_unknown", "kb_corrupt", "kb_auto"] {
+    for t in [
+        "kb_nohdr",
+        "kb_unknown",
+        "kb_corrupt",
+        "kb_auto",
+        "kb_types",
+    ] {
         topic(&bootstrap, t, 1).await;
         let first: Vec<Produced> = (1..=3)
             .map(|i| (format!("o{i}"), Some(order(i, 1))))
@@ -603,7 +609,13 @@ async fn bad_records_stall_their_table_and_auto_absorb_follows_a_type_change() {
     assert!(refused.contains("\"dead\""), "{refused}");
     assert!(refused.contains("no Kafka broker answered"), "{refused}");
     let mut statements = String::new();
-    for t in ["kb_nohdr", "kb_unknown", "kb_corrupt", "kb_auto"] {
+    for t in [
+        "kb_nohdr",
+        "kb_unknown",
+        "kb_corrupt",
+        "kb_auto",
+        "kb_types",
+    ] {
         statements.push_str(&format!(
             "CREATE SOURCE {t} FROM KAFKA CONNECTION k (TOPIC '{t}');
              CREATE TABLE {t}_v1 FROM SOURCE {t} FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;"
@@ -621,7 +633,13 @@ async fn bad_records_stall_their_table_and_auto_absorb_follows_a_type_change() {
         .collect();
     wait_docs(&env, "public.orders_json", &fold(&produced, &v1)).await;
     wait_writes(&env.sink, 3).await;
-    for t in ["kb_nohdr", "kb_unknown", "kb_corrupt", "kb_auto"] {
+    for t in [
+        "kb_nohdr",
+        "kb_unknown",
+        "kb_corrupt",
+        "kb_auto",
+        "kb_types",
+    ] {
         wait_state(&admin, &format!("{t}_v1"), "running").await;
     }
 
@@ -670,6 +688,35 @@ async fn bad_records_stall_their_table_and_auto_absorb_follows_a_type_change() {
     let v4 = V1.replace(
         r#"{"name":"qty","type":"int"}"#,
         r#"{"name":"qty","type":"long"}"#,
+    );
+    // Registered before any record uses it: drift says type_drift, and
+    // the table runs on.
+    python(
+        vec![
+            "register".into(),
+            url.clone(),
+            "kb_types-value".into(),
+            v4.clone(),
+        ],
+        String::new(),
+    )
+    .await;
+    let out = evolve(&["drift", "--admin", &admin, "--format", "json"]).await;
+    let drift: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    let row = drift["tables"]
+        .as_array()
+        .and_then(|t| t.iter().find(|r| r["table"] == "kb_types_v1").cloned())
+        .unwrap_or_else(|| panic!("no drift row for kb_types_v1: {drift}"));
+    assert_eq!(row["signal"], "type_drift", "{row}");
+    assert_eq!(
+        row["type_changed"],
+        json!([{"column": "qty", "from": "integer", "to": "bigint"}]),
+        "{row}"
+    );
+    assert_eq!(
+        table_status(&admin, "kb_types_v1").await["state"],
+        "running"
     );
     let batch: Vec<Produced> = vec![("o2".into(), Some(order(2, 5_000_000_000)))];
     produce(&bootstrap, "kb_auto", &url, &v4, &batch).await;

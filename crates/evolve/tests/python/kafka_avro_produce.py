@@ -7,6 +7,8 @@ Usage:
       creates the topic (nothing when it exists)
   kafka_avro_produce.py compatibility REGISTRY_URL SUBJECT LEVEL
       sets the subject's compatibility level (e.g. NONE)
+  kafka_avro_produce.py register REGISTRY_URL SUBJECT SCHEMA_JSON
+      registers the Avro schema under the subject; prints its id
   kafka_avro_produce.py raw BOOTSTRAP TOPIC KEY VALUE_HEX
       produces one record with the value's bytes as given (no serializer)
   kafka_avro_produce.py produce BOOTSTRAP TOPIC REGISTRY_URL SCHEMA_JSON
@@ -71,6 +73,11 @@ def produce(bootstrap, topic, url, schema):
     print(delivered[0])
 
 
+def register(url, subject, schema):
+    from confluent_kafka.schema_registry import Schema
+    print(SchemaRegistryClient({"url": url}).register_schema(subject, Schema(schema, "AVRO")))
+
+
 def raw(bootstrap, topic, key, value_hex):
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topic, key=key.encode(), value=bytes.fromhex(value_hex))
@@ -85,6 +92,8 @@ def main():
         create_topic(*args)
     elif command == "compatibility":
         set_compatibility(*args)
+    elif command == "register":
+        register(*args)
     elif command == "raw":
         raw(*args)
     elif command == "produce":
