@@ -7,9 +7,11 @@
 //! changed and one feed entry per changed key and interface (the net
 //! effect of the transaction: an insert then a delete of the same key
 //! leaves nothing, an update that leaves the document as it was emits
-//! nothing); the group's commit records the source's applied position.
+//! nothing), and, for each replacement whose differing keys the store
+//! keeps, whether each written key's documents now differ between its two
+//! tables; the group's commit records the source's applied position.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use evolve_core::change::{Datum, TableSchema};
 use evolve_core::document::RowEncoder;
@@ -20,7 +22,7 @@ use rusqlite::params;
 use crate::bus::Change;
 use crate::doc::splice_members;
 use crate::error::{PipelineError, Result};
-use crate::store::{Store, TableInfo, TableState};
+use crate::store::{Store, TableInfo, TableState, TrackedReplacement};
 use crate::upstream::document_columns;
 
 /// A table as the stream applies to it.
@@ -420,7 +422,8 @@ impl Txn {
             rusqlite::TransactionBehavior::Immediate,
         )
         .map_err(fail)?;
-        let changes = self.write(store, tables, end_lsn, commit_time_micros)?;
+        let mut tracked = store.tracked_replacements()?;
+        let changes = self.write(store, tables, &mut tracked, end_lsn, commit_time_micros)?;
         tx.execute(
             "UPDATE sources SET applied_lsn = ?2 WHERE name = ?1",
             params![source, end_lsn.to_sql()],
@@ -433,11 +436,14 @@ impl Txn {
     /// Writes the transaction into the store transaction the caller has
     /// open on `store`: changed rows and their feed entries (also when a
     /// hydrated table replays its pending changes: a sink loading beside
-    /// its copy catches up with them); deferred messages; swaps.
+    /// its copy catches up with them); deferred messages; the differing
+    /// keys of the replacements in `tracked` (read in that same store
+    /// transaction; a swap takes its replacement out); swaps.
     pub(crate) fn write(
         self,
         store: &Store,
         tables: &mut [TableRuntime],
+        tracked: &mut Vec<TrackedReplacement>,
         end_lsn: Position,
         commit_time_micros: i64,
     ) -> Result<Vec<Change>> {
@@ -508,6 +514,9 @@ impl Txn {
                 }
             }
         }
+        if !tracked.is_empty() {
+            self.note_differing(store, tables, tracked)?;
+        }
         if !self.swaps.is_empty() {
             // What this transaction changed, per table: the documents
             // before it (a swap compares with the old table as it was).
@@ -522,6 +531,7 @@ impl Txn {
                 crate::swap::apply(
                     store,
                     tables,
+                    tracked,
                     name,
                     end_lsn,
                     commit_time_micros,
@@ -531,6 +541,46 @@ impl Txn {
             }
         }
         Ok(changes)
+    }
+
+    /// For each replacement in `tracked`, records whether the documents
+    /// of each key this transaction wrote in either of its two tables now
+    /// differ between them (after the transaction's rows are written). A
+    /// key the transaction wrote in both tables is compared in memory;
+    /// otherwise the other table's document is read.
+    fn note_differing(
+        &self,
+        store: &Store,
+        tables: &[TableRuntime],
+        tracked: &[TrackedReplacement],
+    ) -> Result<()> {
+        let index = |id: i64| tables.iter().position(|t| t.info.id == id);
+        // The document `key` has now in table `id`.
+        let now = |id: i64, key: &[u8]| -> Result<Option<Vec<u8>>> {
+            match index(id) {
+                Some(t) => self.current(store, tables, t, key),
+                None => store.doc(id, key),
+            }
+        };
+        for pair in tracked {
+            let sides = [index(pair.old), index(pair.new)];
+            let mut seen: HashSet<&[u8]> = HashSet::new();
+            for (t, key) in &self.order {
+                if !sides.contains(&Some(*t)) {
+                    continue;
+                }
+                let written = self
+                    .touched
+                    .get(&(*t, key.clone()))
+                    .is_some_and(|touched| touched.orig != touched.cur);
+                if !written || !seen.insert(key.as_slice()) {
+                    continue;
+                }
+                let differs = now(pair.old, key)? != now(pair.new, key)?;
+                store.set_differing(&pair.name, key, differs)?;
+            }
+        }
+        Ok(())
     }
 }
 

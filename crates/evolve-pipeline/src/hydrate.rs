@@ -119,7 +119,11 @@ async fn copy<S: Source>(ctx: &HydrateContext<S>) -> Result<u64> {
     let mut store = Store::open(&ctx.state_dir)?;
     let fail = |e: rusqlite::Error| PipelineError::store("snapshot", e);
     {
-        let tx = store.conn.transaction().map_err(fail)?;
+        let tx = rusqlite::Transaction::new_unchecked(
+            &store.conn,
+            rusqlite::TransactionBehavior::Deferred,
+        )
+        .map_err(fail)?;
         tx.execute("DELETE FROM rows WHERE tbl = ?1", [id])
             .map_err(fail)?;
         tx.execute(
@@ -128,6 +132,10 @@ async fn copy<S: Source>(ctx: &HydrateContext<S>) -> Result<u64> {
             [id],
         )
         .map_err(fail)?;
+        // Keys kept as differing from documents that are about to go
+        // would be wrong: a replacement over this table is compared again
+        // once the copy is in.
+        store.untrack_table(id)?;
         tx.commit().map_err(fail)?;
     }
     ctx.status

@@ -95,7 +95,11 @@
 //! transactional logical decoding message written upstream, met by the
 //! stream in commit order, at whose commit the interface switches tables
 //! and one feed entry is written per key whose document differs
-//! ([`swap`]). [`drift`] compares each table's pinned columns with the
+//! ([`swap`]). Those keys are known by then: the two tables are compared
+//! once when both are hydrated, and from then on every transaction that
+//! writes either table records, in the same store transaction, whether
+//! each key it wrote now differs, so the swap reads only the differing
+//! keys. [`drift`] compares each table's pinned columns with the
 //! upstream catalog (added, dropped, dropped-and-re-added, retyped
 //! columns; renamed or dropped tables); [`absorb`] runs the whole flow for
 //! interfaces with `ABSORB = 'auto'`. A replacement does not inherit its
@@ -143,8 +147,9 @@
 //! `tests/pipeline.rs` runs the pipeline in-process against two throwaway
 //! clusters (upstream and sink); `tests/crash.rs` runs it as a child process
 //! (`src/bin/evolve-pipeline-run.rs`, a test helper) and kills it with
-//! SIGKILL while the upstream keeps writing, then counts every write the
-//! sink received with a trigger; `tests/replacement.rs` runs the flows
+//! SIGKILL while the upstream keeps writing (also while a replacement's
+//! differing keys are kept), then counts every write the sink received
+//! with a trigger; `tests/replacement.rs` runs the flows
 //! that absorb upstream schema changes (added column, planned drop, type
 //! change, unplanned drop, `ABSORB = 'auto'`, TRUNCATE, replica identity
 //! changes, a rename) and counts the sink's writes for each;

@@ -900,22 +900,28 @@ impl Pipeline {
                 )
                 .await;
             }
-            let client = upstream::connect(&source.connection, conn).await?;
-            client
-                .execute(
-                    "SELECT pg_logical_emit_message(true, $1, $2)",
-                    &[
-                        &swap::MESSAGE_PREFIX,
-                        &swap::apply_message(&source.slot, name),
-                    ],
-                )
+            let mut client = upstream::connect(&source.connection, conn).await?;
+            let fail = |e: tokio_postgres::Error| {
+                PipelineError::database("request the swap upstream (pg_logical_emit_message)", &e)
+            };
+            // The message's commit is flushed at once, whatever the
+            // server's synchronous_commit: the stream decodes only flushed
+            // WAL, and under synchronous_commit = off the commit would wait
+            // for the WAL writer (up to wal_writer_delay).
+            let tx = client.transaction().await.map_err(fail)?;
+            tx.batch_execute("SET LOCAL synchronous_commit = local")
                 .await
-                .map_err(|e| {
-                    PipelineError::database(
-                        "request the swap upstream (pg_logical_emit_message)",
-                        &e,
-                    )
-                })?;
+                .map_err(fail)?;
+            tx.execute(
+                "SELECT pg_logical_emit_message(true, $1, $2)",
+                &[
+                    &swap::MESSAGE_PREFIX,
+                    &swap::apply_message(&source.slot, name),
+                ],
+            )
+            .await
+            .map_err(fail)?;
+            tx.commit().await.map_err(fail)?;
             Ok::<(), PipelineError>(())
         }
         .await;
@@ -938,6 +944,11 @@ impl Pipeline {
     /// that does not happen within `wait`, the request stays and is
     /// applied when the stream reaches it.
     pub async fn apply_replacement(&self, target: &str, name: &str, wait: Duration) -> Result<()> {
+        // Each transaction this process's stream commits wakes the wait
+        // (the swap's is one of them), so it returns once the swap is
+        // committed; the store is also read every 50 ms, for a pipeline
+        // run by another process.
+        let mut committed = self.bus.subscribe();
         let (replacement, source) = {
             let _catalog = self.catalog.lock().await;
             let (replacement, table, source) = self.replacement_of(target, name)?;
@@ -988,7 +999,23 @@ impl Pipeline {
                         hint: Some("Check that the pipeline is running (`evolve status`); the request stays pending.".into()),
                     });
                 }
-                Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Some(_) => {
+                    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+                    tokio::select! {
+                        woken = committed.recv() => match woken {
+                            Err(RecvError::Closed) => {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            // Only a wake-up: the transactions are let go
+                            // at once, not kept by this follower.
+                            _ => while !matches!(
+                                committed.try_recv(),
+                                Err(TryRecvError::Empty | TryRecvError::Closed)
+                            ) {},
+                        },
+                        _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    }
+                }
             }
         }
     }

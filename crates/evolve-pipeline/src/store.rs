@@ -4,7 +4,10 @@
 //! (`rows`: key bytes → document bytes), each source's applied position,
 //! and each interface's change feed (`feed`: position, key, old and new
 //! document), which sinks consume and which is pruned once every sink has
-//! committed it.
+//! committed it. For each pending replacement whose two tables are
+//! hydrated it keeps the keys whose documents differ between them
+//! (`differing_keys`), written in the same transactions as the documents,
+//! so that the swap reads only those.
 //!
 //! Positions are LSNs stored as integers: a transaction's position is the
 //! end LSN of its commit record (what the slot is confirmed with).
@@ -270,6 +273,21 @@ pub struct ReplacementInfo {
     pub error: Option<String>,
 }
 
+/// A replacement whose differing keys the store keeps: `differing_keys`
+/// holds, for it, exactly the keys whose documents differ between table
+/// `old` (its interface's) and table `new` (its own), as of the last
+/// committed transaction. Every transaction that writes documents of
+/// either table updates those keys in the same store transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TrackedReplacement {
+    /// The replacement's name.
+    pub name: String,
+    /// The id of the table its interface reads.
+    pub old: i64,
+    /// The id of the table it reads.
+    pub new: i64,
+}
+
 /// A PostgreSQL sink of an interface.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SinkInfo {
@@ -520,6 +538,12 @@ CREATE TABLE IF NOT EXISTS replacements (
     applying INTEGER NOT NULL DEFAULT 0,
     error TEXT
 );
+CREATE TABLE IF NOT EXISTS differing_keys (
+    replacement TEXT NOT NULL,
+    key BLOB NOT NULL,
+    PRIMARY KEY (replacement, key)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS differing_keys_forget AFTER DELETE ON replacements BEGIN DELETE FROM differing_keys WHERE replacement = old.name; END;
 ";
 
 /// A connection to the store. Each task opens its own; SQLite's WAL mode
@@ -1073,11 +1097,100 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes a replacement.
+    /// Deletes a replacement (and the keys kept for it).
     pub fn delete_replacement(&self, name: &str) -> Result<()> {
         self.conn
             .execute("DELETE FROM replacements WHERE name = ?1", [name])
             .map_err(|e| PipelineError::store("drop replacement", e))?;
+        Ok(())
+    }
+
+    /// The replacements whose differing keys are kept (see
+    /// [`TrackedReplacement`]), by name.
+    pub(crate) fn tracked_replacements(&self) -> Result<Vec<TrackedReplacement>> {
+        let fail = |e| PipelineError::store("list the replacements' differing keys", e);
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT name, tracked_old, tracked_new FROM replacements \
+                 WHERE tracked_old IS NOT NULL AND tracked_new IS NOT NULL ORDER BY name",
+            )
+            .map_err(fail)?;
+        stmt.query_map([], |r| {
+            Ok(TrackedReplacement {
+                name: r.get(0)?,
+                old: r.get(1)?,
+                new: r.get(2)?,
+            })
+        })
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(fail)
+    }
+
+    /// The replacements whose differing keys are not kept yet, with the
+    /// ids of their interface's table and their own: (name, old, new).
+    pub(crate) fn untracked_replacements(&self) -> Result<Vec<(String, i64, i64)>> {
+        let fail = |e| PipelineError::store("list the replacements' differing keys", e);
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT r.name, o.id, n.id FROM replacements r \
+                 JOIN interfaces i ON i.name = r.target \
+                 JOIN tables o ON o.name = i.table_name \
+                 JOIN tables n ON n.name = r.table_name \
+                 WHERE r.tracked_old IS NULL OR r.tracked_new IS NULL ORDER BY r.name",
+            )
+            .map_err(fail)?;
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(fail)
+    }
+
+    /// Records that `differing_keys` now holds replacement `name`'s keys
+    /// whose documents differ between tables `old` and `new`.
+    pub(crate) fn set_tracked(&self, name: &str, old: i64, new: i64) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE replacements SET tracked_old = ?2, tracked_new = ?3 WHERE name = ?1",
+                params![name, old, new],
+            )
+            .map_err(|e| PipelineError::store("record a replacement's differing keys", e))?;
+        Ok(())
+    }
+
+    /// Stops keeping the differing keys of every replacement that
+    /// compares table `tbl` (its documents are about to be copied again).
+    pub(crate) fn untrack_table(&self, tbl: i64) -> Result<()> {
+        let fail = |e| PipelineError::store("forget a replacement's differing keys", e);
+        self.conn
+            .execute(
+                "DELETE FROM differing_keys WHERE replacement IN \
+                 (SELECT name FROM replacements WHERE tracked_old = ?1 OR tracked_new = ?1)",
+                [tbl],
+            )
+            .map_err(fail)?;
+        self.conn
+            .execute(
+                "UPDATE replacements SET tracked_old = NULL, tracked_new = NULL \
+                 WHERE tracked_old = ?1 OR tracked_new = ?1",
+                [tbl],
+            )
+            .map_err(fail)?;
+        Ok(())
+    }
+
+    /// Records whether `key`'s documents differ between replacement
+    /// `name`'s two tables.
+    pub(crate) fn set_differing(&self, name: &str, key: &[u8], differs: bool) -> Result<()> {
+        let sql = if differs {
+            "INSERT OR IGNORE INTO differing_keys (replacement, key) VALUES (?1, ?2)"
+        } else {
+            "DELETE FROM differing_keys WHERE replacement = ?1 AND key = ?2"
+        };
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(params![name, key]))
+            .map_err(|e| PipelineError::store("record a replacement's differing key", e))?;
         Ok(())
     }
 
@@ -1503,6 +1616,12 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
         "output",
         r#"TEXT NOT NULL DEFAULT '[{"name":"data","type":"jsonb","not_null":true}]'"#,
     ),
+    // The tables whose differing keys `differing_keys` holds for the
+    // replacement; NULL until its two tables are hydrated and compared
+    // (and for the replacements of an older store, whose swap then
+    // compares every key).
+    ("replacements", "tracked_old", "INTEGER"),
+    ("replacements", "tracked_new", "INTEGER"),
 ];
 
 fn upgrade(conn: &Connection) -> rusqlite::Result<()> {

@@ -22,7 +22,7 @@ use crate::pending::{self, Record};
 use crate::position::Position;
 use crate::source::{ChangeStream, Source, SourceEvent};
 use crate::status::StatusBoard;
-use crate::store::{SourceInfo, Store, TableState};
+use crate::store::{SourceInfo, Store, TableState, TrackedReplacement};
 use crate::supervise::{Task, Verdict, supervise};
 use crate::swap::{MESSAGE_PREFIX, parse_apply_message};
 
@@ -192,6 +192,7 @@ async fn apply_stream<C: ChangeStream, S>(
                             replay_pending(ctx, store, &mut tables, t, point, &deferral)?;
                         }
                     }
+                    track_replacements(store, &tables)?;
                 }
                 if applied > stored {
                     record_applied(store, &name, applied, resume.as_deref())?;
@@ -273,10 +274,11 @@ async fn apply_stream<C: ChangeStream, S>(
                         let changes = if t.is_empty() && rows.as_ref().is_none_or(Vec::is_empty) {
                             Vec::new()
                         } else {
-                            if group.is_none() {
-                                group = Some(Group::begin(store)?);
-                            }
-                            t.write(store, &mut tables, end, commit_time)?
+                            let g = match group.as_mut() {
+                                Some(g) => g,
+                                None => group.insert(Group::begin(store)?),
+                            };
+                            t.write(store, &mut tables, &mut g.tracked, end, commit_time)?
                         };
                         applied = end;
                         resume = stream.resume_state(end);
@@ -359,6 +361,11 @@ struct Group {
     rows: u64,
     /// The group's transactions, in commit order, with their row counts.
     committed: Vec<(u64, Committed)>,
+    /// The replacements whose differing keys the store keeps, read when
+    /// the group began: no other connection can change them while the
+    /// group holds the write lock, and a swap in the group takes its
+    /// replacement out.
+    tracked: Vec<TrackedReplacement>,
 }
 
 impl Group {
@@ -367,10 +374,12 @@ impl Group {
             .conn
             .execute_batch("BEGIN IMMEDIATE")
             .map_err(|e| PipelineError::store("begin a store transaction", e))?;
+        let tracked = store.tracked_replacements()?;
         Ok(Group {
             began: std::time::Instant::now(),
             rows: 0,
             committed: Vec::new(),
+            tracked,
         })
     }
 
@@ -696,6 +705,7 @@ fn replay_pending<S>(
     let tx =
         rusqlite::Transaction::new_unchecked(&store.conn, rusqlite::TransactionBehavior::Immediate)
             .map_err(fail)?;
+    let mut tracked = store.tracked_replacements()?;
     let mut records = PendingReader::new(oid);
     let mut last_seq = 0i64;
     let mut current: Option<(i64, i64, Txn)> = None;
@@ -723,7 +733,13 @@ fn replay_pending<S>(
             last_seq = seq;
             if current.as_ref().is_none_or(|(end, _, _)| *end != end_lsn) {
                 if let Some((end, time, txn)) = current.take() {
-                    txn.write(store, tables, Position::from_u64(end as u64), time)?;
+                    txn.write(
+                        store,
+                        tables,
+                        &mut tracked,
+                        Position::from_u64(end as u64),
+                        time,
+                    )?;
                 }
                 current = Some((
                     end_lsn,
@@ -776,7 +792,13 @@ fn replay_pending<S>(
     if let Some((end, time, txn)) = current.take()
         && stalled.is_none()
     {
-        txn.write(store, tables, Position::from_u64(end as u64), time)?;
+        txn.write(
+            store,
+            tables,
+            &mut tracked,
+            Position::from_u64(end as u64),
+            time,
+        )?;
     }
     let state = if stalled.is_some() {
         TableState::Stalled
@@ -786,9 +808,13 @@ fn replay_pending<S>(
     store.set_table_state(id, state, stalled.as_deref(), Some(point))?;
     tx.execute("DELETE FROM pending WHERE tbl = ?1", [id])
         .map_err(fail)?;
-    tx.commit().map_err(fail)?;
     tables[t].info.state = state;
     tables[t].info.error = stalled.clone();
+    // A replacement over this table (or over the table it replaces) is
+    // compared now, so that it is hydrated with its differing keys kept.
+    // On a failure the task starts over, reading its tables again.
+    crate::swap::track(store, tables)?;
+    tx.commit().map_err(fail)?;
     // Back to the columns of the live stream's latest schema, unless it
     // came before the snapshot (the stream is replaying older
     // transactions; see `on_schema`).
@@ -808,6 +834,32 @@ fn replay_pending<S>(
         stalled,
     );
     Ok(())
+}
+
+/// Starts keeping the differing keys of the replacements whose two
+/// tables are this source's and hydrated but not compared yet (created
+/// over tables already hydrated, or in a store written before evolve kept
+/// them): [`crate::swap::track`], in one store transaction. Only reads
+/// when there is none.
+fn track_replacements(store: &Store, tables: &[TableRuntime]) -> Result<()> {
+    let hydrated = |id: i64| {
+        tables
+            .iter()
+            .any(|t| t.info.id == id && t.info.state.is_hydrated())
+    };
+    if !store
+        .untracked_replacements()?
+        .iter()
+        .any(|(_, old, new)| hydrated(*old) && hydrated(*new))
+    {
+        return Ok(());
+    }
+    let fail = |e: rusqlite::Error| PipelineError::store("compare a replacement's documents", e);
+    let tx =
+        rusqlite::Transaction::new_unchecked(&store.conn, rusqlite::TransactionBehavior::Immediate)
+            .map_err(fail)?;
+    crate::swap::track(store, tables)?;
+    tx.commit().map_err(fail)
 }
 
 /// Reads a table's pending records in order, keeping the latest schema

@@ -4,25 +4,37 @@
 //! `ALTER MATERIALIZED VIEW x APPLY REPLACEMENT r` marks `r` as applying
 //! and writes a transactional logical decoding message upstream
 //! (`pg_logical_emit_message(true, 'evolve', 'apply-replacement <slot>
-//! <r>')`). The message is a transaction of its own in the WAL, so the
-//! source's stream meets it at one commit position `P`, in commit order
-//! with every row change: everything before `P` was applied to both tables
-//! (the replacement's table is hydrated: it follows the same stream), and
-//! from `P` on the interface reads the new table. In the store transaction
-//! of `P`, [`apply`] compares the two tables' documents key by key (both
-//! read once in key order and merged; nothing is held in memory but the
-//! keys the transaction itself changed) and writes one feed entry per key whose
-//! document differs: an insert for a key only the new table has, a delete
-//! for one only the old table has, an update otherwise, nothing for equal
-//! documents. Sinks and subscribers read those entries like any
-//! transaction's, at `P`, so each receives exactly the changes and
-//! nothing else. The interface then names the new table and the
-//! replacement is gone, in that same transaction.
+//! <r>')`, committed with `synchronous_commit = local` so that the stream
+//! can decode it at once). The message is a transaction of its own in the
+//! WAL, so the source's stream meets it at one commit position `P`, in
+//! commit order with every row change: everything before `P` was applied
+//! to both tables (the replacement's table is hydrated: it follows the
+//! same stream), and from `P` on the interface reads the new table. In the
+//! store transaction of `P`, [`apply`] writes one feed entry per key whose
+//! document differs between the two tables: an insert for a key only the
+//! new table has, a delete for one only the old table has, an update
+//! otherwise, nothing for equal documents. Sinks and subscribers read
+//! those entries like any transaction's, at `P`, so each receives exactly
+//! the changes and nothing else. The interface then names the new table
+//! and the replacement is gone, in that same transaction.
+//!
+//! The keys whose documents differ are known before `P`: once both tables
+//! of a replacement are hydrated, [`track`] compares them once (both read
+//! in key order and merged) and the store keeps the keys that differ
+//! (`differing_keys`); from then on every transaction that writes a
+//! document of either table records, in the same store transaction,
+//! whether that key's documents now differ (`Txn::write`). So the swap
+//! reads and writes only the differing keys, whatever the size of the
+//! tables, and a crash at any point leaves the keys consistent with the
+//! documents. A replacement whose keys are not kept yet (applied before
+//! the comparison ran, or from a store written before evolve kept them)
+//! is swapped by the same merge over every key.
 //!
 //! The old table keeps ingesting until it is dropped (`DROP TABLE`), so an
 //! operator can compare or roll forward again.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use crate::position::Position;
 use rusqlite::params;
@@ -30,7 +42,7 @@ use rusqlite::params;
 use crate::apply::TableRuntime;
 use crate::bus::Change;
 use crate::error::{PipelineError, Result};
-use crate::store::Store;
+use crate::store::{Store, TrackedReplacement};
 
 /// Per table id, the keys a transaction changed with their documents
 /// before it.
@@ -54,14 +66,18 @@ pub fn parse_apply_message<'a>(slot: &str, content: &'a [u8]) -> Option<&'a str>
 }
 
 /// Swaps replacement `name` in at position `pos`, inside the store
-/// transaction the caller has open. `before` holds, per table id, the
+/// transaction the caller has open. `tracked` lists the replacements whose
+/// differing keys the store keeps, up to date with this transaction's
+/// documents; the applied one leaves it. `before` holds, per table id, the
 /// documents that the transaction at `pos` changed as they were before it;
 /// `changes` (the transaction's fed changes) is updated: the interface's
 /// entries of this transaction are replaced by the swap's net ones. A
 /// replacement that cannot be applied is left in place with its error.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn apply(
     store: &Store,
     tables: &mut [TableRuntime],
+    tracked: &mut Vec<TrackedReplacement>,
     name: &str,
     pos: Position,
     commit_time_micros: i64,
@@ -120,10 +136,47 @@ pub(crate) fn apply(
         .map_err(fail)?;
     changes.retain(|c| c.interface != interface.id);
 
-    // Every key whose document differs between the two tables: both
-    // read once in key order and merged (the rows' primary key is (tbl,
-    // key), so each read is one index range).
-    let differing = merge_differences(store, interface.id, at, commit_time_micros, old_id, new_id)?;
+    // Every key whose document differs between the two tables: the keys
+    // the store keeps for the replacement when it keeps them for these
+    // two tables, otherwise both tables read once in key order and merged.
+    let keys_kept = tracked
+        .iter()
+        .any(|t| t.name == name && t.old == old_id && t.new == new_id);
+    tracked.retain(|t| t.name != name);
+    let started = Instant::now();
+    let differing = if keys_kept {
+        kept_differences(
+            store,
+            interface.id,
+            at,
+            commit_time_micros,
+            name,
+            old_id,
+            new_id,
+        )?
+    } else {
+        let mut insert = store
+            .conn
+            .prepare_cached(
+                "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .map_err(fail)?;
+        merge_differences(store, old_id, new_id, |key, before, after| {
+            insert
+                .execute(params![
+                    interface.id,
+                    at,
+                    key,
+                    before,
+                    after,
+                    commit_time_micros
+                ])
+                .map(drop)
+                .map_err(fail)
+        })?
+    };
+    let compared = started.elapsed();
     // Keys this same transaction changed in the old table: compare with
     // the document the interface showed before it.
     for (key, orig) in before.get(&old_id).map_or(&[][..], Vec::as_slice) {
@@ -185,26 +238,98 @@ pub(crate) fn apply(
         to = %replacement.table,
         position = %pos,
         differing,
+        compared = if keys_kept { "the differing keys kept" } else { "every key" },
+        seconds = compared.as_secs_f64(),
         "replacement applied"
     );
     Ok(())
 }
 
-/// Writes a feed entry at `at` for every key whose document differs
-/// between tables `old` and `new`; returns how many.
-///
-/// Both tables are read once in key order, and their current rows are
-/// compared where SQLite holds them (borrowed, never copied): only the
-/// entries written copy anything, so the comparison of two equal tables
-/// allocates nothing per row. Keys compare as bytes, as SQLite's `ORDER
-/// BY key` orders them (memcmp, then length).
-fn merge_differences(
+/// Writes a feed entry at `at` for each key the store keeps for
+/// replacement `name` whose documents differ between tables `old` and
+/// `new`; returns how many. Reads only those keys' documents.
+fn kept_differences(
     store: &Store,
     interface: i64,
     at: i64,
     commit_time_micros: i64,
+    name: &str,
     old: i64,
     new: i64,
+) -> Result<usize> {
+    store
+        .conn
+        .prepare_cached(
+            "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
+             SELECT ?1, ?2, d.key, o.doc, n.doc, ?3 FROM differing_keys d \
+             LEFT JOIN rows o ON o.tbl = ?5 AND o.key = d.key \
+             LEFT JOIN rows n ON n.tbl = ?6 AND n.key = d.key \
+             WHERE d.replacement = ?4 AND o.doc IS NOT n.doc \
+             ORDER BY d.key",
+        )
+        .and_then(|mut s| s.execute(params![interface, at, commit_time_micros, name, old, new]))
+        .map_err(|e| PipelineError::store("apply a replacement", e))
+}
+
+/// Starts keeping the differing keys of every replacement that is not
+/// tracked yet and whose two tables (its interface's and its own) are
+/// among `tables` and hydrated, inside the store transaction the caller
+/// has open: the two tables are compared once, and the keys whose
+/// documents differ are recorded with the pair of tables. From then on
+/// `Txn::write` keeps them up to date. Returns the replacements now
+/// tracked.
+pub(crate) fn track(store: &Store, tables: &[TableRuntime]) -> Result<Vec<String>> {
+    let fail = |e: rusqlite::Error| PipelineError::store("compare a replacement's documents", e);
+    let hydrated = |id: i64| {
+        tables
+            .iter()
+            .any(|t| t.info.id == id && t.info.state.is_hydrated())
+    };
+    let mut tracked = Vec::new();
+    for (name, old, new) in store.untracked_replacements()? {
+        if !hydrated(old) || !hydrated(new) {
+            continue;
+        }
+        let started = Instant::now();
+        store
+            .conn
+            .execute("DELETE FROM differing_keys WHERE replacement = ?1", [&name])
+            .map_err(fail)?;
+        let differing = {
+            let mut insert = store
+                .conn
+                .prepare_cached("INSERT INTO differing_keys (replacement, key) VALUES (?1, ?2)")
+                .map_err(fail)?;
+            merge_differences(store, old, new, |key, _, _| {
+                insert.execute(params![name, key]).map(drop).map_err(fail)
+            })?
+        };
+        store.set_tracked(&name, old, new)?;
+        tracing::info!(
+            replacement = %name,
+            differing,
+            seconds = started.elapsed().as_secs_f64(),
+            "replacement compared; its differing keys are kept from now on"
+        );
+        tracked.push(name);
+    }
+    Ok(tracked)
+}
+
+/// Calls `each` with (key, old document, new document) for every key
+/// whose document differs between tables `old` and `new`, in key order;
+/// returns how many.
+///
+/// Both tables are read once in key order, and their current rows are
+/// compared where SQLite holds them (borrowed, never copied): only what
+/// `each` copies is copied, so the comparison of two equal tables
+/// allocates nothing per row. Keys compare as bytes, as SQLite's `ORDER
+/// BY key` orders them (memcmp, then length).
+fn merge_differences(
+    store: &Store,
+    old: i64,
+    new: i64,
+    mut each: impl FnMut(&[u8], Option<&[u8]>, Option<&[u8]>) -> Result<()>,
 ) -> Result<usize> {
     use rusqlite::fallible_streaming_iterator::FallibleStreamingIterator;
     use std::cmp::Ordering;
@@ -225,13 +350,6 @@ fn merge_differences(
     let read = "SELECT key, doc FROM rows WHERE tbl = ?1 ORDER BY key";
     let mut old_rows = store.conn.prepare(read).map_err(fail)?;
     let mut new_rows = store.conn.prepare(read).map_err(fail)?;
-    let mut insert = store
-        .conn
-        .prepare_cached(
-            "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .map_err(fail)?;
     let mut olds = old_rows.query([old]).map_err(fail)?;
     let mut news = new_rows.query([new]).map_err(fail)?;
     olds.advance().map_err(fail)?;
@@ -267,16 +385,7 @@ fn merge_differences(
             }
         };
         if let Some((key, before, after)) = entry {
-            insert
-                .execute(params![
-                    interface,
-                    at,
-                    key,
-                    before,
-                    after,
-                    commit_time_micros
-                ])
-                .map_err(fail)?;
+            each(key, before, after)?;
             written += 1;
         }
         if order != Ordering::Greater {
@@ -323,18 +432,32 @@ mod tests {
                 upstream_schema: "public".into(),
                 upstream_table: "t".into(),
                 upstream_oid: 4242,
-                columns: vec![ColumnInfo {
-                    name: "id".into(),
-                    attnum: 1,
-                    type_oid: 23,
-                    typmod: -1,
-                    type_name: String::new(),
-                    not_null: true,
-                    kind: TypeKind::Integer,
-                    excluded: false,
-                    as_text: false,
-                    key: true,
-                }],
+                columns: vec![
+                    ColumnInfo {
+                        name: "id".into(),
+                        attnum: 1,
+                        type_oid: 23,
+                        typmod: -1,
+                        type_name: String::new(),
+                        not_null: true,
+                        kind: TypeKind::Integer,
+                        excluded: false,
+                        as_text: false,
+                        key: true,
+                    },
+                    ColumnInfo {
+                        name: "note".into(),
+                        attnum: 2,
+                        type_oid: 25,
+                        typmod: -1,
+                        type_name: String::new(),
+                        not_null: false,
+                        kind: TypeKind::Text,
+                        excluded: false,
+                        as_text: false,
+                        key: false,
+                    },
+                ],
                 state: TableState::Running,
                 error: None,
                 snapshot_lsn: Some(Position::from_u64(1)),
@@ -375,13 +498,21 @@ mod tests {
     /// transaction changed, with their documents before it) and
     /// `earlier` (that transaction's own fed entries); the changes fed,
     /// sorted, and the feed rows at position 10, which must be the same.
+    /// With `keep`, the tables are compared first ([`track`]) and the swap
+    /// reads the differing keys kept; otherwise it merges both tables.
     fn swap(
         store: &Store,
         tables: &mut [TableRuntime],
         interface: i64,
         before: &[(&str, Option<&str>)],
         earlier: &[(&str, Option<&str>, Option<&str>)],
+        keep: bool,
     ) -> Vec<Entry> {
+        if keep {
+            assert_eq!(track(store, tables).unwrap(), ["t_json_v2"]);
+        }
+        let mut tracked = store.tracked_replacements().unwrap();
+        assert_eq!(tracked.len(), usize::from(keep));
         let mut b = Before::new();
         b.insert(
             tables[0].info.id,
@@ -411,6 +542,7 @@ mod tests {
         apply(
             store,
             tables,
+            &mut tracked,
             "t_json_v2",
             Position::from_u64(10),
             0,
@@ -418,6 +550,15 @@ mod tests {
             &mut changes,
         )
         .unwrap();
+        assert!(
+            tracked.is_empty(),
+            "the applied replacement is no longer tracked"
+        );
+        let kept: i64 = store
+            .conn
+            .query_row("SELECT count(*) FROM differing_keys", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 0, "the keys kept for it are gone with it");
         let mut fed: Vec<Entry> = changes
             .iter()
             .map(|c| {
@@ -526,14 +667,17 @@ mod tests {
             ),
         ];
         for (n, (old, new, before, earlier, want)) in cases.into_iter().enumerate() {
-            let (store, mut tables, interface) = setup(&old, &new);
-            let got = swap(&store, &mut tables, interface, &before, &earlier);
-            assert_eq!(got, want, "case {n}");
-            // The interface reads the new table, the replacement is gone.
-            assert_eq!(store.interface("t_json").unwrap().unwrap().table, "t_v2");
-            assert!(store.replacement("t_json_v2").unwrap().is_none());
-            assert_eq!(tables[1].interfaces, vec![interface], "case {n}");
-            assert!(tables[0].interfaces.is_empty(), "case {n}");
+            // The merge over every key, and the differing keys kept.
+            for keep in [false, true] {
+                let (store, mut tables, interface) = setup(&old, &new);
+                let got = swap(&store, &mut tables, interface, &before, &earlier, keep);
+                assert_eq!(got, want, "case {n}, keys kept: {keep}");
+                // The interface reads the new table, the replacement is gone.
+                assert_eq!(store.interface("t_json").unwrap().unwrap().table, "t_v2");
+                assert!(store.replacement("t_json_v2").unwrap().is_none());
+                assert_eq!(tables[1].interfaces, vec![interface], "case {n}");
+                assert!(tables[0].interfaces.is_empty(), "case {n}");
+            }
         }
     }
 
@@ -545,6 +689,7 @@ mod tests {
         apply(
             &store,
             &mut tables,
+            &mut Vec::new(),
             "t_json_v2",
             Position::from_u64(10),
             0,
@@ -553,6 +698,9 @@ mod tests {
         )
         .unwrap();
         assert!(changes.is_empty());
+        // Nor are its tables compared while one is not hydrated.
+        assert!(track(&store, &tables).unwrap().is_empty());
+        assert!(store.tracked_replacements().unwrap().is_empty());
         assert_eq!(store.interface("t_json").unwrap().unwrap().table, "t_v1");
         let replacement = store.replacement("t_json_v2").unwrap().unwrap();
         assert!(
@@ -564,6 +712,161 @@ mod tests {
             replacement.error
         );
         assert_eq!(tables[0].interfaces, vec![interface]);
+    }
+
+    /// One row operation on the old table (0), the new one (1) or both,
+    /// on keys 1 to 5 with a note from a small set, so that documents
+    /// often become equal again.
+    #[derive(Clone, Debug)]
+    enum Op {
+        Upsert(usize, i32, Option<&'static str>),
+        Delete(usize, i32),
+        Truncate(usize),
+    }
+
+    /// A fed change: key, old and new document.
+    type Fed = (Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>);
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let side = prop_oneof![Just(0usize), Just(1), Just(2)];
+        let note = prop_oneof![Just(None), Just(Some("a")), Just(Some("b"))];
+        prop_oneof![
+            6 => (side.clone(), 1..6i32, note).prop_map(|(s, k, n)| Op::Upsert(s, k, n)),
+            3 => (side.clone(), 1..6i32).prop_map(|(s, k)| Op::Delete(s, k)),
+            1 => side.prop_map(Op::Truncate),
+        ]
+    }
+
+    /// Applies `ops` (and the swap, with `swap`) as one upstream
+    /// transaction at `pos`, the way the stream writes it; what was fed.
+    fn transaction(
+        store: &mut Store,
+        tables: &mut [TableRuntime],
+        pos: u64,
+        ops: &[Op],
+        swap: bool,
+    ) -> Vec<Change> {
+        use crate::apply::Txn;
+        use evolve_core::change::{Bytes, Datum};
+        let row = |k: i32, note: Option<&str>| {
+            vec![
+                Datum::Text(Bytes::from(k.to_string())),
+                note.map_or(Datum::Null, |n| Datum::Text(Bytes::from(n.to_string()))),
+            ]
+        };
+        let mut txn = Txn::new(Position::from_u64(pos));
+        for op in ops {
+            let (Op::Upsert(side, ..) | Op::Delete(side, _) | Op::Truncate(side)) = op;
+            for t in [0, 1].into_iter().filter(|t| side == t || *side == 2) {
+                match op {
+                    Op::Upsert(_, k, note) => txn.insert(store, tables, t, &row(*k, *note)),
+                    Op::Delete(_, k) => txn.delete(store, tables, t, &row(*k, None)),
+                    Op::Truncate(_) => txn.truncate(store, tables, t),
+                }
+                .unwrap();
+            }
+        }
+        if swap {
+            txn.swap("t_json_v2".into());
+        }
+        txn.commit(store, tables, "src", Position::from_u64(pos), 0)
+            .unwrap()
+    }
+
+    /// The keys whose documents differ between the two tables, read from
+    /// the documents themselves.
+    fn differing(store: &Store, tables: &[TableRuntime]) -> Vec<Vec<u8>> {
+        let old: HashMap<Vec<u8>, Vec<u8>> =
+            store.docs(tables[0].info.id).unwrap().into_iter().collect();
+        let new: HashMap<Vec<u8>, Vec<u8>> =
+            store.docs(tables[1].info.id).unwrap().into_iter().collect();
+        let mut keys: Vec<Vec<u8>> = old
+            .keys()
+            .chain(new.keys())
+            .filter(|k| old.get(*k) != new.get(*k))
+            .cloned()
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    fn kept(store: &Store) -> Vec<Vec<u8>> {
+        store
+            .conn
+            .prepare("SELECT key FROM differing_keys ORDER BY key")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    proptest::proptest! {
+        /// Whatever the transactions do to either table (inserts, updates,
+        /// deletes, TRUNCATE, a key made equal again), the keys kept are
+        /// exactly the differing ones after each, and the swap feeds
+        /// exactly the keys whose document the interface showed differs
+        /// from the new table's, with those documents.
+        #[test]
+        fn the_keys_kept_are_exactly_the_differing_ones(
+            start in proptest::collection::vec(op(), 0..8),
+            before in proptest::collection::vec(proptest::collection::vec(op(), 1..5), 0..8),
+            last in proptest::collection::vec(op(), 0..4),
+        ) {
+            let (mut store, mut tables, interface) = setup(&[], &[]);
+            let schema = evolve_core::change::TableSchema {
+                schema: "public".into(),
+                name: "t".into(),
+                columns: ["id", "note"]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| evolve_core::change::ColumnSchema {
+                        name: (*name).into(),
+                        type_oid: if i == 0 { 23 } else { 25 },
+                        typmod: -1,
+                        key: i == 0,
+                    })
+                    .collect(),
+            };
+            for t in tables.iter_mut() {
+                t.on_schema(&schema).unwrap();
+            }
+            // Before the comparison: nothing is kept.
+            transaction(&mut store, &mut tables, 2, &start, false);
+            proptest::prop_assert!(kept(&store).is_empty());
+            proptest::prop_assert_eq!(track(&store, &tables).unwrap(), ["t_json_v2"]);
+            proptest::prop_assert_eq!(kept(&store), differing(&store, &tables));
+            for (n, ops) in before.iter().enumerate() {
+                transaction(&mut store, &mut tables, 3 + n as u64, ops, false);
+                proptest::prop_assert_eq!(kept(&store), differing(&store, &tables), "after transaction {}", n);
+            }
+            // The swap's own transaction changes rows too: the interface
+            // goes from what it showed before it to the new table after it.
+            let showed: HashMap<Vec<u8>, Vec<u8>> =
+                store.docs(tables[0].info.id).unwrap().into_iter().collect();
+            let fed = transaction(&mut store, &mut tables, 100, &last, true);
+            let now: HashMap<Vec<u8>, Vec<u8>> =
+                store.docs(tables[1].info.id).unwrap().into_iter().collect();
+            let mut want: Vec<Fed> = showed
+                .keys()
+                .chain(now.keys())
+                .filter(|k| showed.get(*k) != now.get(*k))
+                .map(|k| (k.clone(), showed.get(k).cloned(), now.get(k).cloned()))
+                .collect();
+            want.sort();
+            want.dedup();
+            let mut got: Vec<Fed> = fed
+                .into_iter()
+                .filter(|c| c.interface == interface)
+                .map(|c| (c.key, c.old, c.new))
+                .collect();
+            got.sort();
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert_eq!(store.interface("t_json").unwrap().unwrap().table, "t_v2");
+            proptest::prop_assert!(kept(&store).is_empty());
+        }
     }
 
     #[test]

@@ -269,3 +269,148 @@ async fn sigkill_during_the_initial_load_leaves_nothing_and_the_restart_loads_on
     kill(&mut child, 15);
     let _ = std::fs::remove_file(&config_path);
 }
+
+/// SIGKILL at several moments while a replacement's differing keys are
+/// kept and the upstream keeps writing: `s_v1` leaves `tag` out and
+/// `s_v2` has it, and each transaction gives a row a tag or takes it
+/// away, changes a column both versions have, and now and then inserts
+/// or deletes a row. After the restarts the store keeps exactly the rows
+/// with a tag as differing, and the swap writes exactly those rows to the
+/// sink, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_differing_keys_are_kept_loses_none() {
+    const ROWS: i32 = 2000;
+    let env = env("crash_kept").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(&format!(
+        "CREATE TABLE s (id int PRIMARY KEY, n int NOT NULL, tag text);
+         INSERT INTO s SELECT g, 0, CASE WHEN g % 50 = 0 THEN 't' END
+         FROM generate_series(1, {ROWS}) g;"
+    ))
+    .await
+    .unwrap();
+    let spec = |name: &str, exclude: &[&str]| evolve_pipeline::TableSpec {
+        name: name.into(),
+        source: env.source.clone(),
+        schema: "public".into(),
+        table: "s".into(),
+        exclude: exclude.iter().map(|c| c.to_string()).collect(),
+        ..Default::default()
+    };
+    {
+        let pipeline = Pipeline::open(env.config.clone()).unwrap();
+        pipeline
+            .create_source(&env.source, "up", "evolve_pub")
+            .await
+            .unwrap();
+        pipeline
+            .create_table(&spec("s_v1", &["tag"]))
+            .await
+            .unwrap();
+        pipeline.create_interface("s_json", "s_v1").unwrap();
+        pipeline
+            .create_sink("s_sink", "s_json", "sink", "public", "s_json")
+            .await
+            .unwrap();
+        pipeline.create_table(&spec("s_v2", &[])).await.unwrap();
+        pipeline
+            .create_replacement("s_json_v2", "s_json", "s_v2")
+            .unwrap();
+    }
+    audit_sink(&sink, "s_json").await;
+    let config_path = env.state.with_extension("toml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "state_dir = {:?}\n[connections.up]\nurl = {:?}\n[connections.sink]\nurl = {:?}\n",
+            env.state.display().to_string(),
+            env.up.url,
+            env.sink.url
+        ),
+    )
+    .unwrap();
+
+    let mut child = start_child(&config_path);
+    wait_until(
+        "both versions hydrated and compared",
+        Duration::from_secs(60),
+        async || kept_differing_ids(&env.state, "s_json_v2").is_some(),
+    )
+    .await;
+
+    // Transaction i flips the tag of one row, changes n on another, every
+    // fifth inserts a row (with a tag every other time) and every seventh
+    // deletes one.
+    let writer_url = env.up.url.clone();
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let writer = tokio::spawn(async move {
+        let w = connect(&writer_url).await;
+        let mut i: i32 = 0;
+        loop {
+            if stop_rx.try_recv().is_ok() {
+                return i;
+            }
+            i += 1;
+            let mut sql = format!(
+                "BEGIN; UPDATE s SET tag = CASE WHEN tag IS NULL THEN 't{i}' END WHERE id = {flip};
+                 UPDATE s SET n = n + 1 WHERE id = {bump};",
+                flip = (i * 37) % ROWS + 1,
+                bump = (i * 11) % ROWS + 1,
+            );
+            if i % 5 == 0 {
+                let tag = if i % 10 == 0 { "'new'" } else { "NULL" };
+                sql.push_str(&format!("INSERT INTO s VALUES ({}, 0, {tag});", 10_000 + i));
+            }
+            if i % 7 == 0 {
+                sql.push_str(&format!(
+                    "DELETE FROM s WHERE id = {};",
+                    (i * 13) % ROWS + 1
+                ));
+            }
+            sql.push_str("COMMIT;");
+            w.batch_execute(&sql).await.unwrap();
+            // A fixed pace for the load, not a wait for anything.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+
+    // Fixed waits: SIGKILL after each delay of writes, and the next process
+    // starts 100 ms after the last one died.
+    for delay in [300, 700, 1200, 500] {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        kill(&mut child, 9);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        child = start_child(&config_path);
+    }
+    // A fixed 500 ms more of writes for the last process.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = stop_tx.send(());
+    let n = writer.await.unwrap();
+    assert!(n > 50, "the writer ran only {n} transactions");
+    wait_equal_without(&up, &sink, "s", "s_json", "tag", Duration::from_secs(40)).await;
+
+    let tagged = upstream_ids(&up, "s", "tag IS NOT NULL").await;
+    assert_eq!(
+        kept_differing_ids(&env.state, "s_json_v2").as_ref(),
+        Some(&tagged),
+        "the keys kept as differing after the restarts"
+    );
+    sink.batch_execute("DELETE FROM public.s_json_audit")
+        .await
+        .unwrap();
+    // The running child applies it; this process only asks and waits.
+    Pipeline::open(env.config.clone())
+        .unwrap()
+        .apply_replacement("s_json", "s_json_v2", Duration::from_secs(30))
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "s", "s_json", Duration::from_secs(40)).await;
+    kill(&mut child, 15);
+    let written = audited_ids(&sink, "s_json").await;
+    assert!(written.iter().all(|(op, _)| op == "UPDATE"), "{written:?}");
+    let ids: std::collections::BTreeSet<i64> = written.iter().map(|(_, id)| *id).collect();
+    assert_eq!(ids.len(), written.len(), "a row written twice: {written:?}");
+    assert_eq!(ids, tagged);
+    let _ = std::fs::remove_file(&config_path);
+}

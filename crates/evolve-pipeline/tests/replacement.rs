@@ -622,3 +622,122 @@ async fn truncate_replica_identity_and_rename_upstream() {
     assert_eq!(keys, 199);
     running.stop().await;
 }
+
+/// Between a replacement's hydrate and its apply, the upstream keeps
+/// changing rows that both versions read: `orders_v1` leaves `region`
+/// out, `orders_v2` has it, so a row's documents differ exactly while it
+/// has a region. Rows get a region, lose it again (in later transactions
+/// and within one), are deleted with and without one, are inserted with
+/// and without one, change in columns both versions have, and the table is
+/// truncated and filled again. The keys the store keeps as differing are
+/// exactly the rows with a region after each round, and the swap writes
+/// exactly those rows to the sink, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_between_hydrate_and_apply_reach_the_swap_exactly() {
+    let env = env("swap_kept_keys").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL, region text);
+         INSERT INTO orders SELECT i, 'open', CASE WHEN i % 10 = 0 THEN 'eu' END
+         FROM generate_series(1, 1000) i;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    pipeline
+        .create_source(&env.source, "up", "evolve_pub")
+        .await
+        .unwrap();
+    pipeline
+        .create_table(&spec("orders_v1", &env.source, "orders", &["region"]))
+        .await
+        .unwrap();
+    pipeline
+        .create_interface("orders_json", "orders_v1")
+        .unwrap();
+    pipeline
+        .create_sink(
+            "orders_sink",
+            "orders_json",
+            "sink",
+            "public",
+            "orders_json",
+        )
+        .await
+        .unwrap();
+    audit_sink(&sink, "orders_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_writes(&sink, "orders_json", 1000).await;
+
+    pipeline
+        .create_table(&spec("orders_v2", &env.source, "orders", &[]))
+        .await
+        .unwrap();
+    pipeline
+        .create_replacement("orders_json_v2", "orders_json", "orders_v2")
+        .unwrap();
+    wait_state(&pipeline, "orders_v2", TableState::Running, CONVERGE).await;
+    // Hydrated means compared: the 100 rows with a region differ.
+    let with_region = upstream_ids(&up, "orders", "region IS NOT NULL").await;
+    assert_eq!(with_region.len(), 100);
+    assert_eq!(
+        kept_differing_ids(&env.state, "orders_json_v2").as_ref(),
+        Some(&with_region)
+    );
+
+    let rounds = [
+        // New differing rows, rows equal again (three in later
+        // transactions, one within its own), deletes of a differing and an
+        // equal row, inserts with and without a region, a change both
+        // versions see on a differing and on an equal row, and a region
+        // set to the value it has.
+        "UPDATE orders SET region = 'us' WHERE id BETWEEN 1 AND 20 AND id % 10 <> 0;
+         UPDATE orders SET region = NULL WHERE id IN (30, 40, 50);
+         DELETE FROM orders WHERE id IN (60, 61);
+         INSERT INTO orders VALUES (2001, 'new', 'apac'), (2002, 'new', NULL);
+         UPDATE orders SET status = 'paid' WHERE id IN (70, 71);
+         UPDATE orders SET region = 'eu' WHERE id = 80;
+         BEGIN;
+         UPDATE orders SET region = 'x' WHERE id = 90;
+         UPDATE orders SET region = NULL WHERE id = 90;
+         UPDATE orders SET region = 'y' WHERE id = 91;
+         COMMIT;",
+        // TRUNCATE: no row differs; then new rows, some with a region, of
+        // which one loses it again and one is deleted.
+        "TRUNCATE orders;
+         INSERT INTO orders SELECT i, 'again', CASE WHEN i % 7 = 0 THEN 'eu' END
+         FROM generate_series(1, 300) i;
+         UPDATE orders SET region = NULL WHERE id = 7;
+         DELETE FROM orders WHERE id = 14;
+         UPDATE orders SET status = 'paid' WHERE id IN (21, 22);",
+    ];
+    for (n, statements) in rounds.iter().enumerate() {
+        up.batch_execute(statements).await.unwrap();
+        wait_equal_without(&up, &sink, "orders", "orders_json", "region", CONVERGE).await;
+        let with_region = upstream_ids(&up, "orders", "region IS NOT NULL").await;
+        assert_eq!(
+            kept_differing_ids(&env.state, "orders_json_v2").as_ref(),
+            Some(&with_region),
+            "round {n}"
+        );
+    }
+    // 42 rows with a region after the TRUNCATE, less id 7 and id 14.
+    let with_region = upstream_ids(&up, "orders", "region IS NOT NULL").await;
+    assert_eq!(with_region.len(), 40);
+
+    sink.batch_execute("DELETE FROM public.orders_json_audit")
+        .await
+        .unwrap();
+    pipeline
+        .apply_replacement("orders_json", "orders_json_v2", APPLY_WAIT)
+        .await
+        .unwrap();
+    wait_writes(&sink, "orders_json", 40).await;
+    let written = audited_ids(&sink, "orders_json").await;
+    assert!(written.iter().all(|(op, _)| op == "UPDATE"), "{written:?}");
+    let ids: std::collections::BTreeSet<i64> = written.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(ids, with_region);
+    wait_equal(&up, &sink, "orders", "orders_json", CONVERGE).await;
+    running.stop().await;
+}

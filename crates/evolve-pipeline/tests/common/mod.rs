@@ -280,3 +280,134 @@ pub async fn audit_count(sink: &Client, table: &str) -> i64 {
         .unwrap()
         .get(0)
 }
+
+/// How the sink compares with the upstream server's own documents of
+/// `table` (keyed by `id`) without column `left_out`, as a table version
+/// that excludes it shows them: (upstream rows, sink rows, rows equal as
+/// jsonb).
+pub async fn compare_without(
+    up: &Client,
+    sink: &Client,
+    table: &str,
+    sink_table: &str,
+    left_out: &str,
+) -> (i64, i64, i64) {
+    let rows = sink_rows(sink, sink_table).await;
+    let keys: Vec<String> = rows.iter().map(|r| r.0.clone()).collect();
+    let docs: Vec<String> = rows.iter().map(|r| r.1.clone()).collect();
+    let row = up
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM public.{table}), \
+                        (SELECT count(*) FROM public.{table} t \
+                         JOIN unnest($1::text[], $2::text[]) AS s(k, d) \
+                           ON jsonb_build_object('id', t.id) = s.k::jsonb \
+                         WHERE coalesce(jsonb_strip_nulls(to_jsonb(t) - $3), '{{}}'::jsonb) = s.d::jsonb)"
+            ),
+            &[&keys, &docs, &left_out],
+        )
+        .await
+        .unwrap();
+    (row.get(0), rows.len() as i64, row.get(1))
+}
+
+/// Waits until the sink equals the upstream table without column
+/// `left_out` (see [`compare_without`]).
+pub async fn wait_equal_without(
+    up: &Client,
+    sink: &Client,
+    table: &str,
+    sink_table: &str,
+    left_out: &str,
+    timeout: Duration,
+) {
+    let start = Instant::now();
+    let mut last = (0, 0, 0);
+    while start.elapsed() < timeout {
+        if sink_exists(sink, sink_table).await {
+            last = compare_without(up, sink, table, sink_table, left_out).await;
+            if last.0 == last.1 && last.1 == last.2 {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "sink {sink_table} did not converge to upstream {table} without {left_out} in {timeout:?}: upstream {} rows, sink {} rows, {} equal",
+        last.0, last.1, last.2
+    );
+}
+
+/// The ids of the keys (`{"id": N}`) the state store keeps as differing
+/// for replacement `replacement`; `None` while it keeps none for it (its
+/// tables are not both hydrated and compared yet).
+pub fn kept_differing_ids(
+    state: &std::path::Path,
+    replacement: &str,
+) -> Option<std::collections::BTreeSet<i64>> {
+    let db = rusqlite::Connection::open_with_flags(
+        state.join("pipeline.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    db.busy_timeout(Duration::from_secs(10)).unwrap();
+    let tracked: Option<i64> = db
+        .query_row(
+            "SELECT tracked_new FROM replacements WHERE name = ?1",
+            [replacement],
+            |r| r.get(0),
+        )
+        .unwrap();
+    tracked?;
+    let mut stmt = db
+        .prepare("SELECT key FROM differing_keys WHERE replacement = ?1")
+        .unwrap();
+    let ids = stmt
+        .query_map([replacement], |r| r.get::<_, Vec<u8>>(0))
+        .unwrap()
+        .map(|k| key_id(&String::from_utf8(k.unwrap()).unwrap()))
+        .collect();
+    Some(ids)
+}
+
+/// The id of a key document `{"id": N}`.
+pub fn key_id(key: &str) -> i64 {
+    let key: serde_json::Value = serde_json::from_str(key).unwrap();
+    key["id"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("key {key} has no id"))
+}
+
+/// The ids of the rows of upstream `table` that match `filter`.
+pub async fn upstream_ids(
+    up: &Client,
+    table: &str,
+    filter: &str,
+) -> std::collections::BTreeSet<i64> {
+    up.query(
+        &format!("SELECT id::bigint FROM public.{table} WHERE {filter}"),
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<_, i64>(0))
+    .collect()
+}
+
+/// The operation and key id of every row write into the sink table
+/// `table` since `<table>_audit` was last emptied, by id.
+pub async fn audited_ids(sink: &Client, table: &str) -> Vec<(String, i64)> {
+    let mut writes: Vec<(String, i64)> = sink
+        .query(
+            &format!("SELECT op, key::text FROM public.{table}_audit"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, String>(0), key_id(r.get::<_, &str>(1))))
+        .collect();
+    writes.sort_by_key(|w| w.1);
+    writes
+}
