@@ -188,36 +188,7 @@ async fn wait_state(admin: &str, name: &str, state: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_table_streams_absorbs_a_new_field_and_stalls_alone_on_a_breaking_schema() {
     let env = env("kafka_source").await;
-    let kafka = tokio::task::spawn_blocking(evolve_test::kafka)
-        .await
-        .unwrap();
-    let bootstrap = kafka.bootstrap();
-    let mut registry = Killed(
-        Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(["registry", "serve", "--listen", "127.0.0.1:0", "--storage"])
-            .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(registry.0.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_string();
-    let mut config = std::fs::read_to_string(&env.config).unwrap();
-    config.push_str(&format!(
-        "[connections.k]\nurl = \"{}\"\n[connections.csr]\nurl = \"{url}\"\n",
-        kafka.url()
-    ));
-    std::fs::write(&env.config, config).unwrap();
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
     // One partition for the orders (their order decides where the table
     // stalls), three for the events.
     python(
@@ -519,26 +490,7 @@ async fn kafka_env(env: &Env) -> (Killed, String, String) {
     let kafka = tokio::task::spawn_blocking(evolve_test::kafka)
         .await
         .unwrap();
-    let mut registry = Killed(
-        Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(["registry", "serve", "--listen", "127.0.0.1:0", "--storage"])
-            .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(registry.0.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_string();
+    let (registry, url) = serve_registry(env, "127.0.0.1:0");
     let mut config = std::fs::read_to_string(&env.config).unwrap();
     config.push_str(&format!(
         "[connections.k]\nurl = \"{}\"\n[connections.csr]\nurl = \"{url}\"\n\
