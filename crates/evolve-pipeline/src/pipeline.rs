@@ -283,6 +283,17 @@ impl Pipeline {
 
     // ------------------------------------------------------------ verbs
 
+    /// Refuses `name` when a source has it (the catalog lock held).
+    fn refuse_existing_source(&self, name: &str) -> Result<()> {
+        if self.with_store(|s| s.source(name))?.is_some() {
+            return Err(PipelineError::AlreadyExists {
+                kind: ObjectKind::Source,
+                name: name.to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// `CREATE SOURCE name FROM POSTGRES CONNECTION connection (PUBLICATION
     /// 'publication')`: creates the publication upstream if it is missing,
     /// and the source's logical replication slot.
@@ -294,12 +305,7 @@ impl Pipeline {
     ) -> Result<SourceInfo> {
         check_name(ObjectKind::Source, name)?;
         let _catalog = self.catalog.lock().await;
-        if self.with_store(|s| s.source(name))?.is_some() {
-            return Err(PipelineError::AlreadyExists {
-                kind: ObjectKind::Source,
-                name: name.to_string(),
-            });
-        }
+        self.refuse_existing_source(name)?;
         let conn = self.config.connection(connection)?;
         if conn.is_mysql() {
             return Err(PipelineError::Refused {
@@ -370,12 +376,7 @@ impl Pipeline {
     pub async fn create_mysql_source(&self, name: &str, connection: &str) -> Result<SourceInfo> {
         check_name(ObjectKind::Source, name)?;
         let _catalog = self.catalog.lock().await;
-        if self.with_store(|s| s.source(name))?.is_some() {
-            return Err(PipelineError::AlreadyExists {
-                kind: ObjectKind::Source,
-                name: name.to_string(),
-            });
-        }
+        self.refuse_existing_source(name)?;
         let conn = self.config.connection(connection)?;
         if !conn.is_mysql() {
             return Err(PipelineError::Refused {
@@ -420,12 +421,7 @@ impl Pipeline {
     ) -> Result<SourceInfo> {
         check_name(ObjectKind::Source, name)?;
         let _catalog = self.catalog.lock().await;
-        if self.with_store(|s| s.source(name))?.is_some() {
-            return Err(PipelineError::AlreadyExists {
-                kind: ObjectKind::Source,
-                name: name.to_string(),
-            });
-        }
+        self.refuse_existing_source(name)?;
         let conn = self.config.connection(connection)?;
         if !sink::is_kafka(conn) {
             return Err(PipelineError::Refused {

@@ -514,6 +514,47 @@ async fn topic(bootstrap: &str, name: &str, partitions: u32) {
     .await;
 }
 
+/// Topic `<name>_orders` of `partitions` holding order 0, and a pipeline
+/// reading it into `public.orders_json` of the sink (its writes audited):
+/// source `name`, table `<name>_v1`, its interface and sink, with order 0
+/// written.
+async fn one_table(env: &Env, bootstrap: &str, url: &str, name: &str, partitions: u32) -> Pipeline {
+    let orders = format!("{name}_orders");
+    topic(bootstrap, &orders, partitions).await;
+    produce(
+        bootstrap,
+        &orders,
+        url,
+        V1,
+        &[("o0".into(), Some(order(0, 0)))],
+    )
+    .await;
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    audit_sink(&env.sink).await;
+    let pipeline = Pipeline::start(&env.config);
+    sql_ok(
+        &pipeline.url,
+        &[
+            "-c",
+            &format!(
+                "CREATE SOURCE {name} FROM KAFKA CONNECTION k (TOPIC '{orders}');
+                 CREATE TABLE {name}_v1 FROM SOURCE {name} FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
+                 CREATE MATERIALIZED VIEW {name}_json AS
+                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) AS data FROM {name}_v1 t;
+                 CREATE SINK {name}_sink FROM {name}_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');"
+            ),
+        ],
+    )
+    .await;
+    wait_writes(&env.sink, 1).await;
+    pipeline
+}
+
 /// A record that is not Avro in the wire format, one that names a schema
 /// id the registry does not have, and one whose payload is cut short:
 /// each stalls only its own table, at that record, with a one-line reason;
@@ -706,33 +747,7 @@ async fn sigkill_while_records_stream_applies_each_record_once() {
     const RECORDS: i64 = 3_000;
     let env = env("kafka_source_kill").await;
     let (_registry, bootstrap, url) = kafka_env(&env).await;
-    topic(&bootstrap, "kk_orders", 3).await;
-    produce(
-        &bootstrap,
-        "kk_orders",
-        &url,
-        V1,
-        &[("o0".into(), Some(order(0, 0)))],
-    )
-    .await;
-    env.sink
-        .batch_execute(
-            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
-        )
-        .await
-        .unwrap();
-    audit_sink(&env.sink).await;
-    let mut pipeline = Pipeline::start(&env.config);
-    sql_ok(
-        &pipeline.url,
-        &["-c", "CREATE SOURCE kk FROM KAFKA CONNECTION k (TOPIC 'kk_orders');
-                 CREATE TABLE kk_v1 FROM SOURCE kk FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
-                 CREATE MATERIALIZED VIEW kk_json AS
-                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kk_v1 t;
-                 CREATE SINK kk_sink FROM kk_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');"],
-    )
-    .await;
-    wait_writes(&env.sink, 1).await;
+    let mut pipeline = one_table(&env, &bootstrap, &url, "kk", 3).await;
     let records: Vec<Produced> = (1..=RECORDS)
         .map(|i| (format!("o{i}"), Some(order(i, i))))
         .collect();
@@ -809,33 +824,7 @@ async fn a_broker_restart_and_a_registry_outage_lose_nothing() {
         broker.url()
     ));
     std::fs::write(&env.config, config).unwrap();
-    topic(&bootstrap, "kr_orders", 2).await;
-    produce(
-        &bootstrap,
-        "kr_orders",
-        &url,
-        V1,
-        &[("o0".into(), Some(order(0, 0)))],
-    )
-    .await;
-    env.sink
-        .batch_execute(
-            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
-        )
-        .await
-        .unwrap();
-    audit_sink(&env.sink).await;
-    let mut pipeline = Pipeline::start(&env.config);
-    sql_ok(
-        &pipeline.url,
-        &["-c", "CREATE SOURCE kr FROM KAFKA CONNECTION k (TOPIC 'kr_orders');
-                 CREATE TABLE kr_v1 FROM SOURCE kr FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
-                 CREATE MATERIALIZED VIEW kr_json AS
-                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kr_v1 t;
-                 CREATE SINK kr_sink FROM kr_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');"],
-    )
-    .await;
-    wait_writes(&env.sink, 1).await;
+    let mut pipeline = one_table(&env, &bootstrap, &url, "kr", 2).await;
 
     let records: Vec<Produced> = (1..=RECORDS)
         .map(|i| (format!("o{i}"), Some(order(i, i))))

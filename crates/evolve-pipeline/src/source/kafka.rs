@@ -768,6 +768,7 @@ impl Source for KafkaSource {
             source: self.source.clone(),
             topic: self.topic().to_string(),
             state_dir: self.state_dir.clone(),
+            store: None,
             records: rx,
             batch: Vec::new(),
             position: from,
@@ -786,9 +787,14 @@ impl Source for KafkaSource {
     async fn snapshot(&self, table: &TableInfo) -> Result<KafkaSnapshot> {
         // The boundary: the last stored position and its offsets.
         let store = Store::open(&self.state_dir)?;
-        let applied = store.applied_lsn(&self.source.name)?;
-        let offsets = store
-            .resume_state(&self.source.name)?
+        // Both in one read: a pair the stream stored together.
+        let (applied, resume) = store.read_consistent(|s| {
+            Ok((
+                s.applied_lsn(&self.source.name)?,
+                s.resume_state(&self.source.name)?,
+            ))
+        })?;
+        let offsets = resume
             .as_deref()
             .and_then(Offsets::from_json)
             .unwrap_or_default();
@@ -980,6 +986,8 @@ pub struct KafkaStream {
     source: SourceInfo,
     topic: String,
     state_dir: PathBuf,
+    /// The store, opened at the first look for replacement requests.
+    store: Option<Store>,
     records: mpsc::Receiver<Result<Raw>>,
     /// Records taken from `records` whose transaction is not queued yet.
     batch: Vec<Raw>,
@@ -1005,7 +1013,12 @@ impl KafkaStream {
     /// Replacement requests of this source's tables' interfaces not yet
     /// delivered in this stream.
     fn marker_requests(&mut self) -> Result<Vec<String>> {
-        let store = Store::open(&self.state_dir)?;
+        if self.store.is_none() {
+            self.store = Some(Store::open(&self.state_dir)?);
+        }
+        let Some(store) = self.store.as_ref() else {
+            return Ok(Vec::new());
+        };
         let interfaces = store.interfaces()?;
         let mut out = Vec::new();
         for r in store.replacements()? {
