@@ -434,7 +434,7 @@ impl Txn {
     }
 
     /// Writes the transaction into the store transaction the caller has
-    /// open on `store`: changed rows and their feed entries (also when a
+    /// open on `store`: changed rows and their feed records (also when a
     /// hydrated table replays its pending changes: a sink loading beside
     /// its copy catches up with them); deferred messages; the differing
     /// keys of the replacements in `tracked` (read in that same store
@@ -457,12 +457,6 @@ impl Txn {
             let mut delete = conn
                 .prepare_cached("DELETE FROM rows WHERE tbl = ?1 AND key = ?2")
                 .map_err(fail)?;
-            let mut insert_feed = conn
-                .prepare_cached(
-                    "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .map_err(fail)?;
             for id in &self.order {
                 let touched = &self.touched[id];
                 if touched.orig == touched.cur {
@@ -476,16 +470,6 @@ impl Txn {
                 }
                 .map_err(fail)?;
                 for interface in &table.interfaces {
-                    insert_feed
-                        .execute(params![
-                            interface,
-                            end_lsn.to_sql(),
-                            key,
-                            touched.orig,
-                            touched.cur,
-                            commit_time_micros
-                        ])
-                        .map_err(fail)?;
                     changes.push(Change {
                         interface: *interface,
                         key: key.clone(),
@@ -528,18 +512,12 @@ impl Txn {
                     .push((id.1.clone(), self.touched[id].orig.clone()));
             }
             for name in &self.swaps {
-                crate::swap::apply(
-                    store,
-                    tables,
-                    tracked,
-                    name,
-                    end_lsn,
-                    commit_time_micros,
-                    &before,
-                    &mut changes,
-                )?;
+                crate::swap::apply(store, tables, tracked, name, end_lsn, &before, &mut changes)?;
             }
         }
+        // The feed is written last, once the swaps have replaced their
+        // interfaces' changes: one record per interface.
+        store.append_feed(end_lsn, commit_time_micros, &changes)?;
         Ok(changes)
     }
 

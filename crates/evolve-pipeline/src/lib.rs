@@ -27,8 +27,9 @@
 //! Everything of the pipeline's own lives in `state_dir/pipeline.db`
 //! (SQLite, WAL, `synchronous=FULL`; see [`store`]): the catalog, each
 //! table's current documents (key bytes → document bytes), each source's
-//! applied position, and each interface's change feed (position, key, old
-//! and new document) until every sink of the interface has committed it.
+//! applied position, and each interface's change feed (per upstream
+//! transaction, one record of its changes in order: key, old and new
+//! document) until every sink of the interface has committed it.
 //! Each sink's own position lives in its database, in
 //! `evolve_sink_progress(sink, lsn)` beside the target table. Upstream,
 //! the slot's confirmed position is what the server keeps WAL for.
@@ -177,6 +178,7 @@ pub mod coordinate;
 mod doc;
 pub mod drift;
 pub mod error;
+mod feed;
 mod hydrate;
 mod monitor;
 mod pending;
@@ -226,6 +228,7 @@ mod layers {
         ("position", 0, include_str!("position.rs")),
         ("config", 0, include_str!("config.rs")),
         ("doc", 0, include_str!("doc.rs")),
+        ("feed", 0, include_str!("feed.rs")),
         ("status", 0, include_str!("status.rs")),
         ("bus", 0, include_str!("bus.rs")),
         ("store", 1, include_str!("store.rs")),

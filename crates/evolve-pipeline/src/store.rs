@@ -2,8 +2,10 @@
 //! `synchronous=FULL`. It holds the catalog (sources, tables with their
 //! pinned columns, interfaces, sinks), each table's current documents
 //! (`rows`: key bytes → document bytes), each source's applied position,
-//! and each interface's change feed (`feed`: position, key, old and new
-//! document), which sinks consume and which is pruned once every sink has
+//! and each interface's change feed (`feed_log`: one record per interface
+//! and upstream transaction holding its changes in order, each a key with
+//! its old and new document; see [`crate::feed`]), which sinks that fell
+//! behind and subscribers read and which is pruned once every sink has
 //! committed it. For each pending replacement whose two tables are
 //! hydrated it keeps the keys whose documents differ between them
 //! (`differing_keys`), written in the same transactions as the documents,
@@ -502,16 +504,15 @@ CREATE TABLE IF NOT EXISTS rows (
     doc BLOB NOT NULL,
     PRIMARY KEY (tbl, key)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS feed (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+CREATE TABLE IF NOT EXISTS feed_log (
     interface INTEGER NOT NULL,
     pos INTEGER NOT NULL,
-    key BLOB NOT NULL,
-    old_doc BLOB,
-    new_doc BLOB,
-    committed_at INTEGER NOT NULL DEFAULT 0
+    part INTEGER NOT NULL,
+    committed_at INTEGER NOT NULL,
+    entries INTEGER NOT NULL,
+    changes BLOB NOT NULL,
+    PRIMARY KEY (interface, pos, part)
 );
-CREATE INDEX IF NOT EXISTS feed_by_position ON feed (interface, pos, seq);
 CREATE TABLE IF NOT EXISTS feed_horizon (interface INTEGER PRIMARY KEY, pos INTEGER NOT NULL);
 CREATE TRIGGER IF NOT EXISTS feed_horizon_forget AFTER DELETE ON interfaces BEGIN DELETE FROM feed_horizon WHERE interface = old.id; END;
 CREATE TABLE IF NOT EXISTS pending (
@@ -1023,7 +1024,7 @@ impl Store {
             .transaction()
             .map_err(|e| PipelineError::store("drop materialized view", e))?;
         tx.execute(
-            "DELETE FROM feed WHERE interface = (SELECT id FROM interfaces WHERE name = ?1)",
+            "DELETE FROM feed_log WHERE interface = (SELECT id FROM interfaces WHERE name = ?1)",
             [name],
         )
         .and_then(|_| tx.execute("DELETE FROM interfaces WHERE name = ?1", [name]))
@@ -1426,10 +1427,77 @@ impl Store {
 
     // ------------------------------------------------------------- feed
 
+    /// Appends `changes` (one upstream transaction's, committed at
+    /// `committed_at`, Unix microseconds) to their interfaces' feeds at
+    /// `pos`, inside the store transaction the caller has open: per
+    /// interface, its changes in order, in as few records as
+    /// [`crate::feed::PART_BYTES`] allows.
+    pub(crate) fn append_feed(
+        &self,
+        pos: Position,
+        committed_at: i64,
+        changes: &[crate::bus::Change],
+    ) -> Result<()> {
+        let fail = |e: rusqlite::Error| PipelineError::store("apply an upstream transaction", e);
+        let mut insert = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO feed_log (interface, pos, part, committed_at, entries, changes) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .map_err(fail)?;
+        let mut done: Vec<i64> = Vec::new();
+        let mut buf = Vec::new();
+        for (i, first) in changes.iter().enumerate() {
+            let interface = first.interface;
+            if done.contains(&interface) {
+                continue;
+            }
+            done.push(interface);
+            let (mut part, mut entries) = (0i64, 0i64);
+            for c in changes[i..].iter().filter(|c| c.interface == interface) {
+                crate::feed::encode_entry(&mut buf, &c.key, c.old.as_deref(), c.new.as_deref())
+                    .map_err(|message| PipelineError::Store {
+                        context: "apply an upstream transaction".into(),
+                        message,
+                    })?;
+                entries += 1;
+                if buf.len() >= crate::feed::PART_BYTES {
+                    insert
+                        .execute(params![
+                            interface,
+                            pos.to_sql(),
+                            part,
+                            committed_at,
+                            entries,
+                            buf
+                        ])
+                        .map_err(fail)?;
+                    buf.clear();
+                    (part, entries) = (part + 1, 0);
+                }
+            }
+            if entries > 0 {
+                insert
+                    .execute(params![
+                        interface,
+                        pos.to_sql(),
+                        part,
+                        committed_at,
+                        entries,
+                        buf
+                    ])
+                    .map_err(fail)?;
+                buf.clear();
+            }
+        }
+        Ok(())
+    }
+
     /// Feed entries of `interface` with `after < pos <= upto`, in order, at
-    /// most `limit` of them but never part of a transaction: when the limit
-    /// cuts a transaction, the entries of that transaction are left out
-    /// (unless it is the only one, which is then read whole).
+    /// most `limit` of them but never part of a transaction: a
+    /// transaction that would go past the limit is left out (unless it is
+    /// the first, which is then read whole).
     pub fn feed(
         &self,
         interface: i64,
@@ -1437,39 +1505,52 @@ impl Store {
         upto: Position,
         limit: usize,
     ) -> Result<Vec<FeedEntry>> {
-        let read = |limit: i64, upto: Position| -> Result<Vec<FeedEntry>> {
-            let mut stmt = self
-                .conn
-                .prepare_cached(
-                    "SELECT pos, key, old_doc, new_doc FROM feed \
-                     WHERE interface = ?1 AND pos > ?2 AND pos <= ?3 ORDER BY pos, seq LIMIT ?4",
-                )
-                .map_err(|e| PipelineError::store("read feed", e))?;
-            stmt.query_map(
-                params![interface, after.to_sql(), upto.to_sql(), limit],
-                |r| {
-                    Ok(FeedEntry {
-                        pos: Position::from_sql(r.get(0)?),
-                        key: r.get(1)?,
-                        old: r.get(2)?,
-                        new: r.get(3)?,
-                    })
-                },
+        let fail = |e: rusqlite::Error| PipelineError::store("read feed", e);
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT pos, entries, changes FROM feed_log \
+                 WHERE interface = ?1 AND pos > ?2 AND pos <= ?3 ORDER BY pos, part",
             )
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| PipelineError::store("read feed", e))
-        };
-        let mut entries = read(limit as i64, upto)?;
-        if entries.len() >= limit
-            && let Some(last) = entries.last().map(|e| e.pos)
-        {
-            if entries.first().map(|e| e.pos) == Some(last) {
-                // One transaction larger than the limit: read it whole.
-                return read(-1, last);
+            .map_err(fail)?;
+        let mut rows = stmt
+            .query(params![interface, after.to_sql(), upto.to_sql()])
+            .map_err(fail)?;
+        let mut out: Vec<FeedEntry> = Vec::new();
+        // The transaction being read: its position and entries so far.
+        let mut open: Option<Position> = None;
+        let mut txn: Vec<FeedEntry> = Vec::new();
+        let take = |out: &mut Vec<FeedEntry>, txn: &mut Vec<FeedEntry>| -> bool {
+            if out.is_empty() || out.len() + txn.len() <= limit {
+                out.append(txn);
+                true
+            } else {
+                false
             }
-            entries.retain(|e| e.pos != last);
+        };
+        while let Some(row) = rows.next().map_err(fail)? {
+            let pos = Position::from_sql(row.get(0).map_err(fail)?);
+            if open.is_some_and(|o| o != pos) && (!take(&mut out, &mut txn) || out.len() >= limit) {
+                return Ok(out);
+            }
+            open = Some(pos);
+            let blob = row
+                .get_ref(2)
+                .and_then(|v| Ok(v.as_blob()?))
+                .map_err(fail)?;
+            crate::feed::decode_entries(blob, |key, old, new| {
+                txn.push(FeedEntry {
+                    pos,
+                    key: key.to_vec(),
+                    old: old.map(<[u8]>::to_vec),
+                    new: new.map(<[u8]>::to_vec),
+                });
+                Ok::<_, crate::feed::Damaged>(())
+            })
+            .map_err(|e| damaged_feed("read feed", e))?;
         }
-        Ok(entries)
+        take(&mut out, &mut txn);
+        Ok(out)
     }
 
     /// Deletes the feed entries of `interface` at or before `upto` and
@@ -1510,7 +1591,8 @@ impl Store {
         let oldest: Option<(i64, i64)> = self
             .conn
             .prepare_cached(
-                "SELECT pos, committed_at FROM feed WHERE interface = ?1 ORDER BY pos, seq LIMIT 1",
+                "SELECT pos, committed_at FROM feed_log WHERE interface = ?1 ORDER BY pos, part \
+                 LIMIT 1",
             )
             .and_then(|mut s| {
                 s.query_row([interface], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -1529,8 +1611,9 @@ impl Store {
         // The first entry to keep bounds what goes.
         let kept: Option<i64> = tx
             .prepare_cached(
-                "SELECT pos FROM feed WHERE interface = ?1 AND (pos > ?2 OR committed_at >= ?3) \
-                 ORDER BY pos, seq LIMIT 1",
+                "SELECT pos FROM feed_log \
+                 WHERE interface = ?1 AND (pos > ?2 OR committed_at >= ?3) \
+                 ORDER BY pos, part LIMIT 1",
             )
             .and_then(|mut s| {
                 s.query_row(params![interface, upto.to_sql(), committed_before], |r| {
@@ -1545,7 +1628,8 @@ impl Store {
         };
         let last: Option<i64> = tx
             .prepare_cached(
-                "SELECT pos FROM feed WHERE interface = ?1 AND pos <= ?2 ORDER BY pos DESC LIMIT 1",
+                "SELECT pos FROM feed_log WHERE interface = ?1 AND pos <= ?2 \
+                 ORDER BY pos DESC LIMIT 1",
             )
             .and_then(|mut s| {
                 s.query_row(params![interface, through], |r| r.get(0))
@@ -1555,12 +1639,18 @@ impl Store {
         let Some(last) = last else {
             return Ok(0);
         };
-        let deleted = tx
-            .execute(
-                "DELETE FROM feed WHERE interface = ?1 AND pos <= ?2",
+        let deleted: i64 = tx
+            .query_row(
+                "SELECT coalesce(sum(entries), 0) FROM feed_log WHERE interface = ?1 AND pos <= ?2",
                 params![interface, last],
+                |r| r.get(0),
             )
             .map_err(fail)?;
+        tx.execute(
+            "DELETE FROM feed_log WHERE interface = ?1 AND pos <= ?2",
+            params![interface, last],
+        )
+        .map_err(fail)?;
         tx.execute(
             "INSERT INTO feed_horizon (interface, pos) VALUES (?1, ?2) \
              ON CONFLICT (interface) DO UPDATE SET pos = max(pos, excluded.pos)",
@@ -1568,7 +1658,7 @@ impl Store {
         )
         .map_err(fail)?;
         tx.commit().map_err(fail)?;
-        Ok(deleted)
+        Ok(deleted as usize)
     }
 
     /// The horizon of `interface`'s feed: every feed entry after it is
@@ -1590,7 +1680,6 @@ impl Store {
 const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     ("sources", "dropping", "INTEGER NOT NULL DEFAULT 0"),
     ("sources", "drop_error", "TEXT"),
-    ("feed", "committed_at", "INTEGER NOT NULL DEFAULT 0"),
     ("interfaces", "absorb", "TEXT NOT NULL DEFAULT 'manual'"),
     // Every source of an older store reads PostgreSQL.
     ("sources", "kind", "TEXT NOT NULL DEFAULT 'postgres'"),
@@ -1625,6 +1714,7 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
 ];
 
 fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
+    convert_feed(conn)?;
     for (table, column, definition) in ADDED_COLUMNS {
         let present: bool = conn.query_row(
             "SELECT EXISTS (SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2)",
@@ -1636,6 +1726,130 @@ fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
                 "ALTER TABLE {table} ADD COLUMN {column} {definition}"
             ))?;
         }
+    }
+    Ok(())
+}
+
+/// Rewrites the feed of a store written before the feed was kept as one
+/// record per transaction (`feed`: one row per change, in `seq` order)
+/// into `feed_log`, and drops the old table, in one transaction.
+fn convert_feed(conn: &Connection) -> rusqlite::Result<()> {
+    let old: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'feed')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !old {
+        return Ok(());
+    }
+    let timed: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('feed') WHERE name = 'committed_at')",
+        [],
+        |r| r.get(0),
+    )?;
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+    {
+        let mut read = tx.prepare(&format!(
+            "SELECT interface, pos, key, old_doc, new_doc, {} FROM feed \
+             ORDER BY interface, pos, seq",
+            if timed { "committed_at" } else { "0" }
+        ))?;
+        let mut insert = tx.prepare(
+            "INSERT INTO feed_log (interface, pos, part, committed_at, entries, changes) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        let mut rows = read.query([])?;
+        // (interface, pos, committed_at) of the record being built.
+        let mut open: Option<(i64, i64, i64)> = None;
+        let (mut part, mut entries, mut buf) = (0i64, 0i64, Vec::new());
+        let mut flush = |open: (i64, i64, i64), part: i64, entries: i64, buf: &mut Vec<u8>| {
+            let r = insert.execute(params![
+                open.0,
+                open.1,
+                part,
+                open.2,
+                entries,
+                buf.as_slice()
+            ]);
+            buf.clear();
+            r.map(drop)
+        };
+        while let Some(row) = rows.next()? {
+            let this: (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(5)?);
+            let key: Vec<u8> = row.get(2)?;
+            let old_doc: Option<Vec<u8>> = row.get(3)?;
+            let new_doc: Option<Vec<u8>> = row.get(4)?;
+            if let Some(o) = open
+                && (o.0, o.1) != (this.0, this.1)
+            {
+                if entries > 0 {
+                    flush(o, part, entries, &mut buf)?;
+                }
+                (part, entries) = (0, 0);
+            }
+            open = Some(
+                open.filter(|o| (o.0, o.1) == (this.0, this.1))
+                    .unwrap_or(this),
+            );
+            crate::feed::encode_entry(&mut buf, &key, old_doc.as_deref(), new_doc.as_deref())
+                .map_err(|m| rusqlite::Error::ToSqlConversionFailure(m.into()))?;
+            entries += 1;
+            if buf.len() >= crate::feed::PART_BYTES {
+                flush(this, part, entries, &mut buf)?;
+                (part, entries) = (part + 1, 0);
+            }
+        }
+        if let Some(o) = open
+            && entries > 0
+        {
+            flush(o, part, entries, &mut buf)?;
+        }
+    }
+    tx.execute_batch("DROP TABLE feed")?;
+    tx.commit()
+}
+
+/// The error for a feed record that does not decode.
+fn damaged_feed(context: &str, e: crate::feed::Damaged) -> PipelineError {
+    PipelineError::Store {
+        context: context.into(),
+        message: format!("{e}; the state store is damaged"),
+    }
+}
+
+/// Calls `each` with (position, key, old document, new document) for
+/// every feed entry of `interface` with `after < pos <= upto`, in order,
+/// reading through `conn` (a subscriber's read transaction).
+pub(crate) fn for_each_feed_entry<E: From<rusqlite::Error>>(
+    conn: &Connection,
+    interface: i64,
+    after: Position,
+    upto: Position,
+    mut each: impl FnMut(Position, &[u8], Option<&[u8]>, Option<&[u8]>) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT pos, changes FROM feed_log \
+         WHERE interface = ?1 AND pos > ?2 AND pos <= ?3 ORDER BY pos, part",
+    )?;
+    let mut rows = stmt.query(params![interface, after.to_sql(), upto.to_sql()])?;
+    while let Some(row) = rows.next()? {
+        let pos = Position::from_sql(row.get(0)?);
+        let blob = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+        // Decoding errors and `each`'s errors are told apart: the first
+        // become a conversion failure of the column.
+        let mut failed: Option<E> = None;
+        let decoded = crate::feed::decode_entries(blob, |key, old, new| {
+            each(pos, key, old, new).map_err(|e| {
+                failed = Some(e);
+                crate::feed::Damaged(String::new())
+            })
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        decoded.map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Blob, Box::new(e))
+        })?;
     }
     Ok(())
 }
@@ -1830,13 +2044,16 @@ mod tests {
             vec![(ObjectKind::Interface, "t_json".to_string())]
         );
         let iface = store.interface("t_json").unwrap().unwrap().id;
-        for (pos, key) in [(10, "a"), (10, "b"), (20, "c"), (30, "d")] {
+        let change = |key: &str| crate::bus::Change {
+            interface: iface,
+            key: key.as_bytes().to_vec(),
+            old: None,
+            new: Some(b"{}".to_vec()),
+        };
+        for (pos, keys) in [(10, vec!["a", "b"]), (20, vec!["c"]), (30, vec!["d"])] {
+            let changes: Vec<_> = keys.into_iter().map(change).collect();
             store
-                .conn
-                .execute(
-                    "INSERT INTO feed (interface, pos, key, new_doc) VALUES (?1, ?2, ?3, x'7b7d')",
-                    params![iface, pos, key.as_bytes()],
-                )
+                .append_feed(Position::from_u64(pos), 0, &changes)
                 .unwrap();
         }
         let keys = |v: Vec<FeedEntry>| -> Vec<String> {
@@ -1852,14 +2069,23 @@ mod tests {
             ),
             ["a", "b", "c", "d"]
         );
-        // The limit cuts transaction 20: it is left for the next read.
+        // Transaction 20 would go past the limit: it is left for the
+        // next read.
+        assert_eq!(
+            keys(
+                store
+                    .feed(iface, Position::ZERO, Position::from_u64(30), 2)
+                    .unwrap()
+            ),
+            ["a", "b"]
+        );
         assert_eq!(
             keys(
                 store
                     .feed(iface, Position::ZERO, Position::from_u64(30), 3)
                     .unwrap()
             ),
-            ["a", "b"]
+            ["a", "b", "c"]
         );
         // A transaction bigger than the limit is read whole.
         assert_eq!(
@@ -1881,6 +2107,123 @@ mod tests {
         assert_eq!(store.prune_feed(iface, Position::from_u64(20)).unwrap(), 3);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A store written when the feed was one row per change has its
+    /// entries rewritten into one record per interface and transaction
+    /// when it is opened, in order, with their commit times; the old
+    /// table is gone and new transactions append after them.
+    #[test]
+    fn the_feed_of_an_older_store_is_converted() {
+        let dir = std::env::temp_dir().join(format!("evolve-store-feed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        {
+            let store = Store::open(&dir).unwrap();
+            store
+                .conn
+                .execute_batch(
+                    "DROP TABLE feed_log; \
+                     CREATE TABLE feed (seq INTEGER PRIMARY KEY AUTOINCREMENT, \
+                     interface INTEGER NOT NULL, pos INTEGER NOT NULL, key BLOB NOT NULL, \
+                     old_doc BLOB, new_doc BLOB, committed_at INTEGER NOT NULL DEFAULT 0); \
+                     INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) VALUES \
+                     (7, 20, x'62', NULL, x'7b7d', 200), \
+                     (7, 10, x'61', x'7b7d', NULL, 100), \
+                     (8, 10, x'78', NULL, x'5b5d', 100), \
+                     (7, 20, x'63', x'7b7d', x'5b5d', 200);",
+                )
+                .unwrap();
+        }
+        let store = Store::open(&dir).unwrap();
+        let gone: bool = store
+            .conn
+            .query_row(
+                "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'feed')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(gone, "the old feed table is dropped");
+        let entry = |pos: u64, key: &str, old: Option<&str>, new: Option<&str>| FeedEntry {
+            pos: Position::from_u64(pos),
+            key: key.as_bytes().to_vec(),
+            old: old.map(|d| d.as_bytes().to_vec()),
+            new: new.map(|d| d.as_bytes().to_vec()),
+        };
+        store
+            .append_feed(
+                Position::from_u64(30),
+                300,
+                &[crate::bus::Change {
+                    interface: 7,
+                    key: b"d".to_vec(),
+                    old: None,
+                    new: Some(b"{}".to_vec()),
+                }],
+            )
+            .unwrap();
+        assert_eq!(
+            store
+                .feed(7, Position::ZERO, Position::from_u64(30), 100)
+                .unwrap(),
+            vec![
+                entry(10, "a", Some("{}"), None),
+                entry(20, "b", None, Some("{}")),
+                entry(20, "c", Some("{}"), Some("[]")),
+                entry(30, "d", None, Some("{}")),
+            ]
+        );
+        assert_eq!(
+            store
+                .feed(8, Position::ZERO, Position::from_u64(30), 100)
+                .unwrap(),
+            vec![entry(10, "x", None, Some("[]"))]
+        );
+        let times: Vec<(i64, i64, i64)> = store
+            .conn
+            .prepare(
+                "SELECT pos, committed_at, entries FROM feed_log WHERE interface = 7 ORDER BY pos",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(times, vec![(10, 100, 1), (20, 200, 2), (30, 300, 1)]);
+        // Pruning through 20 deletes three entries and keeps the horizon.
+        assert_eq!(store.prune_feed(7, Position::from_u64(20)).unwrap(), 3);
+        assert_eq!(store.feed_horizon(7).unwrap(), Some(Position::from_u64(20)));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A transaction larger than a record's part is kept in several
+    /// parts and read back whole and in order.
+    #[test]
+    fn large_transactions_are_split_into_parts() {
+        let store = Store::in_memory();
+        let doc = vec![b'x'; 300_000];
+        let changes: Vec<crate::bus::Change> = (0..10u8)
+            .map(|i| crate::bus::Change {
+                interface: 1,
+                key: vec![i],
+                old: None,
+                new: Some(doc.clone()),
+            })
+            .collect();
+        store
+            .append_feed(Position::from_u64(10), 0, &changes)
+            .unwrap();
+        let parts: i64 = store
+            .conn
+            .query_row("SELECT count(*) FROM feed_log", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(parts, 3, "four entries of 300,000 bytes fill a part");
+        let read = store
+            .feed(1, Position::ZERO, Position::from_u64(10), 1)
+            .unwrap();
+        let keys: Vec<u8> = read.iter().map(|e| e.key[0]).collect();
+        assert_eq!(keys, (0..10).collect::<Vec<u8>>());
     }
 
     /// A store from before Kafka sinks (no `topic`, `format`, `envelope`)

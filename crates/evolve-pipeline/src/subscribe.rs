@@ -93,7 +93,7 @@
 //! read transaction stays open meanwhile) rather than held in memory.
 //! Dropping the [`Subscription`] ends it.
 
-use std::collections::{BTreeMap, btree_map};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -871,23 +871,23 @@ impl Job {
             }
             return sender.progress(at);
         };
-        let feed_sql = "SELECT pos, key, old_doc, new_doc FROM feed \
-                        WHERE interface = ?1 AND pos > ?2 AND pos <= ?3 ORDER BY pos, seq";
-        let range = params![start.interface, as_of.to_sql(), at.to_sql()];
+        let (after, upto) = (as_of, at);
         if self.opts.snapshot {
             // Each key changed after `as_of`, as it was before its first
             // change after `as_of` (None: absent).
             let mut before: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
-            {
-                let mut feed = tx.prepare(feed_sql)?;
-                let mut rows = feed.query(range)?;
-                while let Some(row) = rows.next()? {
-                    let key: Vec<u8> = row.get(1)?;
-                    if let btree_map::Entry::Vacant(first) = before.entry(key) {
-                        first.insert(row.get(2)?);
+            crate::store::for_each_feed_entry(
+                tx,
+                start.interface,
+                after,
+                upto,
+                |_, key, old, _| -> Result<(), Stop> {
+                    if !before.contains_key(key) {
+                        before.insert(key.to_vec(), old.map(<[u8]>::to_vec));
                     }
-                }
-            }
+                    Ok(())
+                },
+            )?;
             let mut changed = before.into_iter().peekable();
             let mut docs = tx.prepare("SELECT key, doc FROM rows WHERE tbl = ?1 ORDER BY key")?;
             let mut rows = docs.query([start.table])?;
@@ -911,24 +911,25 @@ impl Job {
             }
             sender.progress(as_of)?;
         }
-        let mut feed = tx.prepare(feed_sql)?;
-        let mut rows = feed.query(range)?;
         let mut open: Option<Position> = None;
-        while let Some(row) = rows.next()? {
-            let pos = Position::from_u64(row.get::<_, i64>(0)? as u64);
-            if let Some(prev) = open
-                && prev != pos
-            {
-                sender.progress(prev)?;
-            }
-            open = Some(pos);
-            let key = bytes_at(row, 1)?;
-            let old = opt_bytes_at(row, 2)?;
-            let new = opt_bytes_at(row, 3)?;
-            for line in change_lines(pos, key, old, new).into_iter().flatten() {
-                sender.send(line)?;
-            }
-        }
+        crate::store::for_each_feed_entry(
+            tx,
+            start.interface,
+            after,
+            upto,
+            |pos, key, old, new| -> Result<(), Stop> {
+                if let Some(prev) = open
+                    && prev != pos
+                {
+                    sender.progress(prev)?;
+                }
+                open = Some(pos);
+                for line in change_lines(pos, key, old, new).into_iter().flatten() {
+                    sender.send(line)?;
+                }
+                Ok(())
+            },
+        )?;
         if let Some(prev) = open {
             sender.progress(prev)?;
         }

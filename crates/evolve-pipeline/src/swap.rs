@@ -80,7 +80,6 @@ pub(crate) fn apply(
     tracked: &mut Vec<TrackedReplacement>,
     name: &str,
     pos: Position,
-    commit_time_micros: i64,
     before: &Before,
     changes: &mut Vec<Change>,
 ) -> Result<()> {
@@ -123,18 +122,30 @@ pub(crate) fn apply(
         ));
     }
     let (old_id, new_id) = (tables[old].info.id, tables[new].info.id);
-    let at = pos.to_sql();
 
-    // The interface's entries of this transaction came from the old
-    // table; the swap's comparison replaces them.
-    store
-        .conn
-        .execute(
-            "DELETE FROM feed WHERE interface = ?1 AND pos = ?2",
-            params![interface.id, at],
-        )
-        .map_err(fail)?;
+    // The interface's changes in this transaction came from the old
+    // table; the swap's comparison replaces them (the transaction's feed
+    // is written from `changes` after its swaps).
     changes.retain(|c| c.interface != interface.id);
+
+    // Keys this same transaction changed in the old table are compared
+    // with the document the interface showed before it, after the others.
+    let changed_here: HashMap<&[u8], &Option<Vec<u8>>> = before
+        .get(&old_id)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(|(key, orig)| (key.as_slice(), orig))
+        .collect();
+    let mut push = |key: &[u8], before: Option<&[u8]>, after: Option<&[u8]>| {
+        if !changed_here.contains_key(key) {
+            changes.push(Change {
+                interface: interface.id,
+                key: key.to_vec(),
+                old: before.map(<[u8]>::to_vec),
+                new: after.map(<[u8]>::to_vec),
+            });
+        }
+    };
 
     // Every key whose document differs between the two tables: the keys
     // the store keeps for the replacement when it keeps them for these
@@ -145,80 +156,26 @@ pub(crate) fn apply(
     tracked.retain(|t| t.name != name);
     let started = Instant::now();
     let differing = if keys_kept {
-        kept_differences(
-            store,
-            interface.id,
-            at,
-            commit_time_micros,
-            name,
-            old_id,
-            new_id,
-        )?
+        kept_differences(store, name, old_id, new_id, |key, before, after| {
+            push(key, before, after);
+            Ok(())
+        })?
     } else {
-        let mut insert = store
-            .conn
-            .prepare_cached(
-                "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )
-            .map_err(fail)?;
         merge_differences(store, old_id, new_id, |key, before, after| {
-            insert
-                .execute(params![
-                    interface.id,
-                    at,
-                    key,
-                    before,
-                    after,
-                    commit_time_micros
-                ])
-                .map(drop)
-                .map_err(fail)
+            push(key, before, after);
+            Ok(())
         })?
     };
     let compared = started.elapsed();
-    // Keys this same transaction changed in the old table: compare with
-    // the document the interface showed before it.
     for (key, orig) in before.get(&old_id).map_or(&[][..], Vec::as_slice) {
-        store
-            .conn
-            .execute(
-                "DELETE FROM feed WHERE interface = ?1 AND pos = ?2 AND key = ?3",
-                params![interface.id, at, key],
-            )
-            .map_err(fail)?;
         let now = store.doc(new_id, key)?;
         if *orig != now {
-            store
-                .conn
-                .execute(
-                    "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![interface.id, at, key, orig, now, commit_time_micros],
-                )
-                .map_err(fail)?;
-        }
-    }
-    {
-        let mut read = store
-            .conn
-            .prepare_cached(
-                "SELECT key, old_doc, new_doc FROM feed WHERE interface = ?1 AND pos = ?2 \
-                 ORDER BY seq",
-            )
-            .map_err(fail)?;
-        let rows = read
-            .query_map(params![interface.id, at], |r| {
-                Ok(Change {
-                    interface: interface.id,
-                    key: r.get(0)?,
-                    old: r.get(1)?,
-                    new: r.get(2)?,
-                })
-            })
-            .map_err(fail)?;
-        for row in rows {
-            changes.push(row.map_err(fail)?);
+            changes.push(Change {
+                interface: interface.id,
+                key: key.clone(),
+                old: orig.clone(),
+                new: now,
+            });
         }
     }
     store
@@ -245,30 +202,47 @@ pub(crate) fn apply(
     Ok(())
 }
 
-/// Writes a feed entry at `at` for each key the store keeps for
-/// replacement `name` whose documents differ between tables `old` and
-/// `new`; returns how many. Reads only those keys' documents.
+/// Calls `each` with (key, old document, new document) for each key the
+/// store keeps for replacement `name` whose documents differ between
+/// tables `old` and `new`, in key order; returns how many. Reads only
+/// those keys' documents.
 fn kept_differences(
     store: &Store,
-    interface: i64,
-    at: i64,
-    commit_time_micros: i64,
     name: &str,
     old: i64,
     new: i64,
+    mut each: impl FnMut(&[u8], Option<&[u8]>, Option<&[u8]>) -> Result<()>,
 ) -> Result<usize> {
-    store
+    let fail = |e: rusqlite::Error| PipelineError::store("apply a replacement", e);
+    let mut read = store
         .conn
         .prepare_cached(
-            "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
-             SELECT ?1, ?2, d.key, o.doc, n.doc, ?3 FROM differing_keys d \
-             LEFT JOIN rows o ON o.tbl = ?5 AND o.key = d.key \
-             LEFT JOIN rows n ON n.tbl = ?6 AND n.key = d.key \
-             WHERE d.replacement = ?4 AND o.doc IS NOT n.doc \
+            "SELECT d.key, o.doc, n.doc FROM differing_keys d \
+             LEFT JOIN rows o ON o.tbl = ?2 AND o.key = d.key \
+             LEFT JOIN rows n ON n.tbl = ?3 AND n.key = d.key \
+             WHERE d.replacement = ?1 AND o.doc IS NOT n.doc \
              ORDER BY d.key",
         )
-        .and_then(|mut s| s.execute(params![interface, at, commit_time_micros, name, old, new]))
-        .map_err(|e| PipelineError::store("apply a replacement", e))
+        .map_err(fail)?;
+    let mut rows = read.query(params![name, old, new]).map_err(fail)?;
+    let mut written = 0;
+    while let Some(row) = rows.next().map_err(fail)? {
+        let bytes = |i: usize| -> Result<Option<&[u8]>> {
+            row.get_ref(i)
+                .map_err(fail)?
+                .as_bytes_or_null()
+                .map_err(|e| PipelineError::Store {
+                    context: "apply a replacement".into(),
+                    message: format!(
+                        "a stored key or document is not text ({e}); the state store is damaged"
+                    ),
+                })
+        };
+        let key = bytes(0)?.unwrap_or_default();
+        each(key, bytes(1)?, bytes(2)?)?;
+        written += 1;
+    }
+    Ok(written)
 }
 
 /// Starts keeping the differing keys of every replacement that is not
@@ -524,14 +498,6 @@ mod tests {
         let bytes = |d: &Option<&str>| d.map(|d| d.as_bytes().to_vec());
         let mut changes = Vec::new();
         for (key, old, new) in earlier {
-            store
-                .conn
-                .execute(
-                    "INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) \
-                     VALUES (?1, 10, ?2, ?3, ?4, 0)",
-                    params![interface, key.as_bytes(), bytes(old), bytes(new)],
-                )
-                .unwrap();
             changes.push(Change {
                 interface,
                 key: key.as_bytes().to_vec(),
@@ -545,7 +511,6 @@ mod tests {
             &mut tracked,
             "t_json_v2",
             Position::from_u64(10),
-            0,
             &b,
             &mut changes,
         )
@@ -570,20 +535,27 @@ mod tests {
             })
             .collect();
         fed.sort();
-        let mut stored: Vec<Entry> = store
-            .conn
-            .prepare("SELECT key, old_doc, new_doc FROM feed WHERE pos = 10")
-            .unwrap()
-            .query_map([], |r| {
-                Ok((
-                    String::from_utf8(r.get::<_, Vec<u8>>(0)?).unwrap(),
-                    text(&r.get(1)?),
-                    text(&r.get(2)?),
-                ))
-            })
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
+        // As `Txn::write` does after its swaps.
+        store
+            .append_feed(Position::from_u64(10), 0, &changes)
             .unwrap();
+        let mut stored: Vec<Entry> = store
+            .feed(
+                interface,
+                Position::ZERO,
+                Position::from_u64(10),
+                usize::MAX,
+            )
+            .unwrap()
+            .into_iter()
+            .map(|f| {
+                (
+                    String::from_utf8(f.key).unwrap(),
+                    text(&f.old),
+                    text(&f.new),
+                )
+            })
+            .collect();
         stored.sort();
         assert_eq!(fed, stored, "the changes published are the ones stored");
         fed
@@ -692,7 +664,6 @@ mod tests {
             &mut Vec::new(),
             "t_json_v2",
             Position::from_u64(10),
-            0,
             &Before::new(),
             &mut changes,
         )

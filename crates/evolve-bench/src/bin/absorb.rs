@@ -754,7 +754,8 @@ async fn replay_upsert(sink: &Client) -> Result<Duration> {
 
 /// A comparison of every key between tables `old` and `new` (their store
 /// ids) as one query, run by the `sqlite3` command line on the store:
-/// alone (a count), and inserting into the feed (rolled back); then both
+/// alone (a count), and inserting its rows into a table of the shape the
+/// feed had when it kept one row per change (rolled back); then both
 /// tables read once in key order, which is all a merge of the two reads
 /// (the query is a nested loop: a primary-key search in one table for
 /// every row of the other, both ways). The swap itself runs neither: it
@@ -780,7 +781,9 @@ fn compare_in_sqlite(
         ".timer on\n\
          SELECT count(*) FROM ({differing});\n\
          BEGIN;\n\
-         INSERT INTO feed (interface, pos, key, old_doc, new_doc, committed_at) {differing};\n\
+         CREATE TABLE feed_rows (seq INTEGER PRIMARY KEY AUTOINCREMENT, interface INTEGER, \
+         pos INTEGER, key BLOB, old_doc BLOB, new_doc BLOB, committed_at INTEGER);\n\
+         INSERT INTO feed_rows (interface, pos, key, old_doc, new_doc, committed_at) {differing};\n\
          ROLLBACK;\n\
          SELECT count(*), sum(length(doc)) FROM rows WHERE tbl IN ({old}, {new});\n"
     );

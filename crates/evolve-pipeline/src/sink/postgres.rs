@@ -17,6 +17,7 @@
 //! same transaction. Either way, readers of the target see its rows as
 //! they were until the load commits, then all of them.
 
+use std::collections::HashSet;
 use std::pin::pin;
 
 use crate::position::Position;
@@ -349,11 +350,13 @@ fn put_jsonb(buf: &mut BytesMut, text: &[u8]) -> Result<()> {
 }
 
 /// Consecutive upstream transactions' changes (`entries`, in order) and
-/// the position `pos` of the last one, in one sink transaction: each
-/// upstream transaction's deletes and upserts in turn, so every row change
-/// reaches the sink as it happened upstream, and readers of the sink see
-/// every transaction whole and in order, never part of one. The statements
-/// are pipelined: one round trip whatever their number.
+/// the position `pos` of the last one, in one sink transaction, so readers
+/// of the sink see every transaction whole and in order, never part of
+/// one. Every row change reaches the sink as it happened upstream, once:
+/// consecutive transactions that touch distinct keys are written together
+/// (one delete and one upsert for the run; changes of distinct keys
+/// commute), and a key met again starts the next run. The statements are
+/// pipelined: one round trip whatever their number.
 async fn write_transactions(
     client: &Client,
     statements: &Statements,
@@ -384,31 +387,42 @@ async fn write_transactions(
 }
 
 /// The statements that apply consecutive upstream transactions' changes
-/// (`entries`, in order) with their parameters: each transaction's deletes,
-/// then its upserts.
+/// (`entries`, in order) with their parameters: per run of changes to
+/// distinct keys, its deletes, then its upserts.
 #[allow(clippy::type_complexity)]
 fn statements_for<'a>(
     statements: &'a Statements,
     entries: &'a [FeedEntry],
 ) -> Result<Vec<(&'a tokio_postgres::Statement, Vec<Vec<&'a str>>)>> {
     let mut writes = Vec::new();
-    let mut start = 0;
-    while start < entries.len() {
-        let at = entries[start].pos;
-        let end = entries[start..]
-            .iter()
-            .position(|e| e.pos != at)
-            .map_or(entries.len(), |n| start + n);
-        let (keys, data, deleted) = changes(&entries[start..end])?;
+    for (keys, data, deleted) in runs(entries)? {
         if !deleted.is_empty() {
             writes.push((&statements.delete, vec![deleted]));
         }
         if !keys.is_empty() {
             writes.push((&statements.upsert, vec![keys, data]));
         }
-        start = end;
     }
     Ok(writes)
+}
+
+/// `entries` cut into runs of distinct keys, each as [`changes`] gives it:
+/// a run ends before the first key it already holds.
+#[allow(clippy::type_complexity)]
+fn runs(entries: &[FeedEntry]) -> Result<Vec<(Vec<&str>, Vec<&str>, Vec<&str>)>> {
+    let mut out = Vec::new();
+    let mut seen: HashSet<&[u8]> = HashSet::new();
+    let mut start = 0;
+    while start < entries.len() {
+        seen.clear();
+        let end = entries[start..]
+            .iter()
+            .position(|e| !seen.insert(&e.key))
+            .map_or(entries.len(), |n| start + n);
+        out.push(changes(&entries[start..end])?);
+        start = end;
+    }
+    Ok(out)
 }
 
 /// A statement's text-array parameters as `execute` takes them.
@@ -419,8 +433,8 @@ fn params<'a>(arrays: &'a [Vec<&'a str>]) -> Vec<&'a (dyn tokio_postgres::types:
         .collect()
 }
 
-/// One upstream transaction's keys and documents to upsert, and keys to
-/// delete (the feed has one entry per key and transaction).
+/// A run's keys and documents to upsert, and keys to delete (its keys
+/// are distinct).
 #[allow(clippy::type_complexity)]
 fn changes(entries: &[FeedEntry]) -> Result<(Vec<&str>, Vec<&str>, Vec<&str>)> {
     let mut keys = Vec::new();
@@ -436,4 +450,42 @@ fn changes(entries: &[FeedEntry]) -> Result<(Vec<&str>, Vec<&str>, Vec<&str>)> {
         }
     }
     Ok((keys, data, deleted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(pos: u64, key: &str, new: Option<&str>) -> FeedEntry {
+        FeedEntry {
+            pos: Position::from_u64(pos),
+            key: key.as_bytes().to_vec(),
+            old: None,
+            new: new.map(|d| d.as_bytes().to_vec()),
+        }
+    }
+
+    /// Transactions of distinct keys share a run; a key met again starts
+    /// the next one, so each key is written once per change, in order.
+    #[test]
+    fn runs_of_distinct_keys_span_transactions() {
+        let entries = [
+            entry(10, "a", Some("1")),
+            entry(10, "b", None),
+            entry(20, "c", Some("3")),
+            entry(30, "a", None),
+            entry(30, "d", Some("4")),
+            entry(40, "a", Some("5")),
+        ];
+        let runs = runs(&entries).unwrap();
+        assert_eq!(
+            runs,
+            vec![
+                (vec!["a", "c"], vec!["1", "3"], vec!["b"]),
+                (vec!["d"], vec!["4"], vec!["a"]),
+                (vec!["a"], vec!["5"], vec![]),
+            ]
+        );
+        assert!(super::runs(&[]).unwrap().is_empty());
+    }
 }
