@@ -2,7 +2,8 @@
 //! snapshot joined to the binlog stream into a PostgreSQL sink with exact
 //! counts and documents, every type's document equal to PostgreSQL's
 //! `to_jsonb` of the mapped type, resume after SIGKILL under load with
-//! nothing lost or applied twice, and the refusals of CREATE SOURCE and
+//! nothing lost or applied twice, a binlog connection gone silent
+//! failing and reconnecting, and the refusals of CREATE SOURCE and
 //! CREATE TABLE.
 
 mod common;
@@ -928,6 +929,211 @@ async fn a_purged_binlog_position_stalls_the_source_with_the_way_out() {
     assert!(legacy.contains("not retried"), "{legacy}");
     running.stop().await;
     let _ = std::fs::remove_dir_all(&state);
+}
+
+/// A TCP proxy to a server whose connections can be frozen as a dead
+/// network path freezes them: no byte passes either way and neither end
+/// is closed. Connections made after [`FreezingProxy::freeze`] pass.
+struct FreezingProxy {
+    port: u16,
+    /// Connections numbered below this pass nothing.
+    frozen_below: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Connections accepted so far (the next one's number).
+    accepted: Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FreezingProxy {
+    async fn start(target_port: u16) -> FreezingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let frozen_below = Arc::new(tokio::sync::watch::Sender::new(0u64));
+        let accepted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (frozen, count) = (frozen_below.clone(), accepted.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let id = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target_port)).await
+                else {
+                    continue;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(Self::pump(
+                    id,
+                    client_read,
+                    server_write,
+                    frozen.subscribe(),
+                ));
+                tokio::spawn(Self::pump(
+                    id,
+                    server_read,
+                    client_write,
+                    frozen.subscribe(),
+                ));
+            }
+        });
+        FreezingProxy {
+            port,
+            frozen_below,
+            accepted,
+            task,
+        }
+    }
+
+    /// Copies `from` to `to` while connection `id` is not frozen; a byte
+    /// read as it freezes waits with it.
+    async fn pump(
+        id: u64,
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut frozen_below: tokio::sync::watch::Receiver<u64>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            if frozen_below.wait_for(|below| id >= *below).await.is_err() {
+                return;
+            }
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => {
+                    let _ = to.shutdown().await;
+                    return;
+                }
+                Ok(n) => n,
+            };
+            if frozen_below.wait_for(|below| id >= *below).await.is_err() {
+                return;
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Freezes every connection made so far.
+    fn freeze(&self) {
+        let accepted = self.accepted.load(std::sync::atomic::Ordering::SeqCst);
+        self.frozen_below.send_replace(accepted);
+    }
+
+    fn accepted(&self) -> u64 {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for FreezingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A binlog connection that goes silent without closing (a frozen server
+/// host, a partition: nothing notices it at the TCP level) fails the
+/// stream after 30 s without an event or a heartbeat, although the engine
+/// drops the stream's pending read at every tick; the source shows the
+/// error, reconnects, and streams on, each row into the sink once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_binlog_connection_times_out_and_the_source_reconnects() {
+    let env = my_env(STATE, "mysql_silent").await;
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    my.query_drop("CREATE TABLE s (id int PRIMARY KEY, note varchar(20))")
+        .await
+        .unwrap();
+    // The source's connection goes through the proxy; this test's own
+    // does not.
+    let (_, port_and_db) = env.my.url.rsplit_once(':').unwrap();
+    let (port, _) = port_and_db.split_once('/').unwrap();
+    let server_port: u16 = port.parse().unwrap();
+    let proxy = FreezingProxy::start(server_port).await;
+    let proxied = env.my.url.replace(
+        &format!("127.0.0.1:{server_port}/"),
+        &format!("127.0.0.1:{}/", proxy.port),
+    );
+    assert_ne!(proxied, env.my.url);
+    let config = env.config.clone().with_connection("my", proxied);
+    let pipeline = Arc::new(Pipeline::open(config).unwrap());
+    pipeline
+        .create_mysql_source(&env.source, "my")
+        .await
+        .unwrap();
+    create_chain(&pipeline, &env, "s").await;
+    audit_sink(&sink, "s_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_running(&pipeline, "s_v1", Duration::from_secs(60)).await;
+    my.query_drop("INSERT INTO s VALUES (1, 'before')")
+        .await
+        .unwrap();
+    wait_until("row 1 in the sink", Duration::from_secs(30), async || {
+        sink_exists(&sink, "s_json").await && audit_count(&sink, "s_json").await == 1
+    })
+    .await;
+
+    let source_status = || {
+        pipeline
+            .status()
+            .into_iter()
+            .find(|s| s.kind == evolve_pipeline::ObjectKind::Source && s.name == env.source)
+    };
+    assert_eq!(
+        source_status().map(|s| s.state),
+        Some("running".to_string())
+    );
+    let before = proxy.accepted();
+    proxy.freeze();
+    let frozen_at = std::time::Instant::now();
+    // The supervisor shows the error for its first backoff (500 ms) before
+    // it retries: looked for every 10 ms.
+    let wanted = "no binlog event or heartbeat for 30 s";
+    let error = loop {
+        if let Some(s) = source_status()
+            && s.state == "stalled"
+            && let Some(error) = s.error.filter(|e| e.contains(wanted))
+        {
+            break error;
+        }
+        assert!(
+            frozen_at.elapsed() < Duration::from_secs(60),
+            "the source did not fail with \"{wanted}\" within 60 s of its binlog connection \
+             going silent: {:?}",
+            source_status()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let waited = frozen_at.elapsed();
+    assert!(
+        waited >= Duration::from_secs(25),
+        "the source failed {waited:?} after the freeze, before its read timeout: {error}"
+    );
+    // The retry connects anew (through the proxy, which passes new
+    // connections) and streams on.
+    wait_until(
+        "the source to run again",
+        Duration::from_secs(30),
+        async || source_status().is_some_and(|s| s.state == "running"),
+    )
+    .await;
+    assert!(proxy.accepted() > before, "the source did not reconnect");
+    my.query_drop("INSERT INTO s VALUES (2, 'after')")
+        .await
+        .unwrap();
+    wait_until("row 2 in the sink", Duration::from_secs(30), async || {
+        audit_count(&sink, "s_json").await >= 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(audit_count(&sink, "s_json").await, 2, "sink writes");
+    let keys: Vec<String> = sink_rows(&sink, "s_json")
+        .await
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    assert_eq!(keys, [r#"{"id": 1}"#, r#"{"id": 2}"#]);
+    running.stop().await;
 }
 
 /// The statements, through the admin API as `evolve sql` sends them:

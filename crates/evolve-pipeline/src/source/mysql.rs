@@ -2316,6 +2316,7 @@ impl MysqlSource {
             schemas: HashMap::new(),
             base,
             marker,
+            read_deadline: tokio::time::Instant::now() + READ_TIMEOUT,
         })
     }
 }
@@ -2598,6 +2599,13 @@ pub struct MysqlStream {
     base: HashMap<u32, Arc<TableSchema>>,
     /// The id of [`MARKER_TABLE`] in the connection's database.
     marker: Option<u32>,
+    /// When the binlog read fails for want of events: [`READ_TIMEOUT`]
+    /// after the last event read (or after the stream was opened). It is
+    /// kept here, not in [`ChangeStream::next`]'s future: the engine drops
+    /// that future whenever another arm of its `select!` wins (every
+    /// 200 ms at least), and a timeout started by each call would never
+    /// run out.
+    read_deadline: tokio::time::Instant,
 }
 
 /// One GTID of the binlog.
@@ -3225,7 +3233,10 @@ impl ChangeStream for MysqlStream {
                 }
                 return Ok(event);
             }
-            let event = match tokio::time::timeout(READ_TIMEOUT, self.binlog.next()).await {
+            // Cancel-safe: the deadline lives in `self`, and a dropped
+            // read loses nothing (the binlog stream keeps partial packets).
+            let read = tokio::time::timeout_at(self.read_deadline, self.binlog.next());
+            let event = match read.await {
                 Err(_) => {
                     return Err(self.fail(format!(
                         "no binlog event or heartbeat for {} s",
@@ -3239,6 +3250,7 @@ impl ChangeStream for MysqlStream {
                 }
                 Ok(Some(Ok(event))) => event,
             };
+            self.read_deadline = tokio::time::Instant::now() + READ_TIMEOUT;
             self.on_event(event)?;
         }
     }
