@@ -238,8 +238,12 @@ impl TableRuntime {
     }
 }
 
+/// A key the transaction touched in table `t`: its document before the
+/// transaction and now.
 #[derive(Debug)]
 struct Touched {
+    t: usize,
+    key: Vec<u8>,
     orig: Option<Vec<u8>>,
     cur: Option<Vec<u8>>,
 }
@@ -248,8 +252,10 @@ struct Touched {
 pub struct Txn {
     /// Its commit record's LSN (from Begin).
     pub final_lsn: Position,
-    touched: HashMap<(usize, Vec<u8>), Touched>,
-    order: Vec<(usize, Vec<u8>)>,
+    /// The keys touched, in the order first touched.
+    touched: Vec<Touched>,
+    /// Per table index, each touched key's place in `touched`.
+    index: HashMap<usize, HashMap<Vec<u8>, usize>>,
     /// Changes kept for tables whose snapshot is not in yet: table index
     /// and `pending` record.
     deferred: Vec<(usize, Vec<u8>)>,
@@ -264,8 +270,8 @@ impl Txn {
     pub fn new(final_lsn: Position) -> Txn {
         Txn {
             final_lsn,
-            touched: HashMap::new(),
-            order: Vec::new(),
+            touched: Vec::new(),
+            index: HashMap::new(),
             deferred: Vec::new(),
             swaps: Vec::new(),
             rows: None,
@@ -275,7 +281,7 @@ impl Txn {
     /// Whether the transaction has nothing to write: no row of an applied
     /// table touched, nothing deferred, no swap.
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty() && self.deferred.is_empty() && self.swaps.is_empty()
+        self.touched.is_empty() && self.deferred.is_empty() && self.swaps.is_empty()
     }
 
     /// Keeps a `pending` record for table `t`, which is not
@@ -292,8 +298,14 @@ impl Txn {
     /// Leaves table `t` out of the transaction: it stalled in the middle of
     /// it, so none of the transaction's changes apply to it.
     pub fn forget(&mut self, t: usize) {
-        self.order.retain(|(table, _)| *table != t);
-        self.touched.retain(|(table, _), _| *table != t);
+        self.touched.retain(|touched| touched.t != t);
+        self.index.clear();
+        for (i, touched) in self.touched.iter().enumerate() {
+            self.index
+                .entry(touched.t)
+                .or_default()
+                .insert(touched.key.clone(), i);
+        }
         self.deferred.retain(|(table, _)| *table != t);
     }
 
@@ -304,8 +316,8 @@ impl Txn {
         t: usize,
         key: &[u8],
     ) -> Result<Option<Vec<u8>>> {
-        match self.touched.get(&(t, key.to_vec())) {
-            Some(touched) => Ok(touched.cur.clone()),
+        match self.index.get(&t).and_then(|keys| keys.get(key)) {
+            Some(&i) => Ok(self.touched[i].cur.clone()),
             None => store.doc(tables[t].info.id, key),
         }
     }
@@ -318,14 +330,19 @@ impl Txn {
         key: Vec<u8>,
         doc: Option<Vec<u8>>,
     ) -> Result<()> {
-        let id = (t, key);
-        if let Some(touched) = self.touched.get_mut(&id) {
-            touched.cur = doc;
+        let keys = self.index.entry(t).or_default();
+        if let Some(&i) = keys.get(&key) {
+            self.touched[i].cur = doc;
             return Ok(());
         }
-        let orig = store.doc(tables[t].info.id, &id.1)?;
-        self.order.push(id.clone());
-        self.touched.insert(id, Touched { orig, cur: doc });
+        let orig = store.doc(tables[t].info.id, &key)?;
+        keys.insert(key.clone(), self.touched.len());
+        self.touched.push(Touched {
+            t,
+            key,
+            orig,
+            cur: doc,
+        });
         Ok(())
     }
 
@@ -394,10 +411,8 @@ impl Txn {
         for (key, _) in store.docs(tables[t].info.id)? {
             self.set(store, tables, t, key, None)?;
         }
-        for ((table, _), touched) in self.touched.iter_mut() {
-            if *table == t {
-                touched.cur = None;
-            }
+        for touched in self.touched.iter_mut().filter(|touched| touched.t == t) {
+            touched.cur = None;
         }
         Ok(())
     }
@@ -440,7 +455,7 @@ impl Txn {
     /// keys of the replacements in `tracked` (read in that same store
     /// transaction; a swap takes its replacement out); swaps.
     pub(crate) fn write(
-        self,
+        mut self,
         store: &Store,
         tables: &mut [TableRuntime],
         tracked: &mut Vec<TrackedReplacement>,
@@ -450,31 +465,58 @@ impl Txn {
         let fail = |e: rusqlite::Error| PipelineError::store("apply an upstream transaction", e);
         let conn = &store.conn;
         let mut changes = Vec::new();
+        // The documents move into the changes unless the differing keys
+        // or a swap still read them.
+        let keep = !tracked.is_empty() || !self.swaps.is_empty();
+        let mut touched = std::mem::take(&mut self.touched);
         {
-            let mut upsert = conn
+            // The document before is known: a key that had one is
+            // updated in place, one that had none inserted.
+            let mut update = conn
+                .prepare_cached("UPDATE rows SET doc = ?3 WHERE tbl = ?1 AND key = ?2")
+                .map_err(fail)?;
+            let mut insert = conn
                 .prepare_cached("INSERT OR REPLACE INTO rows (tbl, key, doc) VALUES (?1, ?2, ?3)")
                 .map_err(fail)?;
             let mut delete = conn
                 .prepare_cached("DELETE FROM rows WHERE tbl = ?1 AND key = ?2")
                 .map_err(fail)?;
-            for id in &self.order {
-                let touched = &self.touched[id];
-                if touched.orig == touched.cur {
+            for entry in touched.iter_mut() {
+                if entry.orig == entry.cur {
                     continue;
                 }
-                let (t, key) = id;
-                let table = &tables[*t];
-                match &touched.cur {
-                    Some(doc) => upsert.execute(params![table.info.id, key, doc]),
-                    None => delete.execute(params![table.info.id, key]),
+                let table = &tables[entry.t];
+                let id = table.info.id;
+                match (&entry.orig, &entry.cur) {
+                    (Some(_), Some(doc)) => {
+                        let updated = update.execute(params![id, entry.key, doc]).map_err(fail)?;
+                        if updated == 0 {
+                            insert.execute(params![id, entry.key, doc]).map_err(fail)?;
+                        }
+                    }
+                    (None, Some(doc)) => {
+                        insert.execute(params![id, entry.key, doc]).map_err(fail)?;
+                    }
+                    (_, None) => {
+                        delete.execute(params![id, entry.key]).map_err(fail)?;
+                    }
                 }
-                .map_err(fail)?;
-                for interface in &table.interfaces {
+                let last = table.interfaces.len().saturating_sub(1);
+                for (n, interface) in table.interfaces.iter().enumerate() {
+                    let (key, old, new) = if n == last && !keep {
+                        (
+                            std::mem::take(&mut entry.key),
+                            entry.orig.take(),
+                            entry.cur.take(),
+                        )
+                    } else {
+                        (entry.key.clone(), entry.orig.clone(), entry.cur.clone())
+                    };
                     changes.push(Change {
                         interface: *interface,
-                        key: key.clone(),
-                        old: touched.orig.clone(),
-                        new: touched.cur.clone(),
+                        key,
+                        old,
+                        new,
                     });
                 }
             }
@@ -498,6 +540,7 @@ impl Txn {
                 }
             }
         }
+        self.touched = touched;
         if !tracked.is_empty() {
             self.note_differing(store, tables, tracked)?;
         }
@@ -505,11 +548,11 @@ impl Txn {
             // What this transaction changed, per table: the documents
             // before it (a swap compares with the old table as it was).
             let mut before = crate::swap::Before::new();
-            for id in &self.order {
+            for entry in &self.touched {
                 before
-                    .entry(tables[id.0].info.id)
+                    .entry(tables[entry.t].info.id)
                     .or_default()
-                    .push((id.1.clone(), self.touched[id].orig.clone()));
+                    .push((entry.key.clone(), entry.orig.clone()));
             }
             for name in &self.swaps {
                 crate::swap::apply(store, tables, tracked, name, end_lsn, &before, &mut changes)?;
@@ -543,14 +586,12 @@ impl Txn {
         for pair in tracked {
             let sides = [index(pair.old), index(pair.new)];
             let mut seen: HashSet<&[u8]> = HashSet::new();
-            for (t, key) in &self.order {
-                if !sides.contains(&Some(*t)) {
+            for entry in &self.touched {
+                let key = &entry.key;
+                if !sides.contains(&Some(entry.t)) {
                     continue;
                 }
-                let written = self
-                    .touched
-                    .get(&(*t, key.clone()))
-                    .is_some_and(|touched| touched.orig != touched.cur);
+                let written = entry.orig != entry.cur;
                 if !written || !seen.insert(key.as_slice()) {
                     continue;
                 }
