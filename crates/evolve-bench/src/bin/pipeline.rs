@@ -26,6 +26,13 @@
 //!   from the engine's construction, JVM start-up excluded). Without `java`
 //!   or the built program it is skipped, said loudly, and the rest runs.
 //!
+//! Then the sink's table shape by itself (see [`write_floor`]): the
+//! stream's final rows written into an empty (key jsonb, data jsonb) table
+//! with the PostgreSQL sink's upsert, and into a typed table with an int8
+//! key like the native subscription's, inside the sink's server with no
+//! replication in the way: what the interface's table costs PostgreSQL per
+//! row against a typed one.
+//!
 //! Snapshot: a table of CHANGES / 10 rows and one of CHANGES rows, snapshotted
 //! by evolve into the sink (timed from the pipeline's start to the sink's
 //! progress row, written with the initial load), against `COPY (SELECT key,
@@ -428,6 +435,17 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, args: &Ar
     nativec
         .batch_execute("DROP SUBSCRIPTION bench_native")
         .await?;
+    let floor = write_floor(&sinkc, &nativec).await?;
+    println!(
+        "the sink's PostgreSQL alone, the table's {} final rows written twice (inserted, then updated) in batches of {FLOOR_BATCH} from text: \
+         the interface's (key jsonb, data jsonb) table with evolve's statement {} ({} rows/s), the typed table with an int8 key {} ({} rows/s): **{}**",
+        floor.rows,
+        fmt(floor.interface),
+        per_second(2 * floor.rows, floor.interface),
+        fmt(floor.typed),
+        per_second(2 * floor.rows, floor.typed),
+        ratio(floor.interface, floor.typed),
+    );
     upc.batch_execute("SELECT pg_drop_replication_slot('bench_recv')")
         .await?;
 
@@ -496,6 +514,89 @@ async fn bench(up: &evolve_test::Cluster, sink: &evolve_test::Cluster, args: &Ar
     }
     let _ = std::fs::remove_dir_all(&state);
     Ok(())
+}
+
+/// Rows per statement in [`write_floor`].
+const FLOOR_BATCH: i64 = 1_000;
+
+/// What writing the stream's rows costs the sink's PostgreSQL by itself.
+struct Floor {
+    rows: i64,
+    /// Into a (key jsonb, data jsonb) table with the sink's statement.
+    interface: Duration,
+    /// Into a typed table with an int8 key (the native subscription's).
+    typed: Duration,
+}
+
+/// The cost of the sink's table shape, with no replication in the way:
+/// the final rows of the stream (evolve's sink table `bench_t_json` and
+/// the native subscription's `bench_t`), as text, in random order in
+/// batches of [`FLOOR_BATCH`] kept in the server, written twice into an empty table
+/// (every row inserted, then every row updated) by one `DO` block each:
+/// once with the PostgreSQL sink's upsert (`unnest` of text arrays cast to
+/// jsonb, `ON CONFLICT (key) DO UPDATE`), once into a typed table with an
+/// int8 key from an array of row literals (each column through its input function, as
+/// the apply worker reads pgoutput's text). Each pair is timed around its
+/// statement; the batches are built before.
+async fn write_floor(sinkc: &Client, nativec: &Client) -> Result<Floor> {
+    let rows = count(sinkc, "public.bench_t_json").await?;
+    sinkc
+        .batch_execute(&format!(
+            "CREATE TABLE floor_batches AS \
+               SELECT (n - 1) / {FLOOR_BATCH} AS b, array_agg(k ORDER BY n) AS ks, array_agg(d ORDER BY n) AS ds \
+               FROM (SELECT row_number() OVER (ORDER BY random()) AS n, key::text AS k, data::text AS d \
+                     FROM public.bench_t_json) x GROUP BY 1;
+             CREATE TABLE floor_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);"
+        ))
+        .await?;
+    nativec
+        .batch_execute(&format!(
+            "CREATE TABLE floor_batches AS \
+               SELECT (n - 1) / {FLOOR_BATCH} AS b, array_agg(r ORDER BY n) AS rs \
+               FROM (SELECT row_number() OVER (ORDER BY random()) AS n, t::text AS r FROM bench_t t) x \
+               GROUP BY 1;
+             CREATE TABLE floor_typed ({COLUMNS});"
+        ))
+        .await?;
+    let interface_sql = "DO $$ DECLARE r record; BEGIN FOR r IN SELECT * FROM floor_batches ORDER BY b LOOP \
+         INSERT INTO floor_json (key, data) SELECT k::jsonb, d::jsonb FROM unnest(r.ks, r.ds) AS u(k, d) \
+         ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data; END LOOP; END $$";
+    let typed_sql = "DO $$ DECLARE r record; BEGIN FOR r IN SELECT * FROM floor_batches ORDER BY b LOOP \
+         INSERT INTO floor_typed SELECT * FROM unnest(r.rs::bench_t[]) \
+         ON CONFLICT (id) DO UPDATE SET (name, amount, created_at, active, attrs, note) = \
+         (EXCLUDED.name, EXCLUDED.amount, EXCLUDED.created_at, EXCLUDED.active, EXCLUDED.attrs, EXCLUDED.note); \
+         END LOOP; END $$";
+    let (mut interface, mut typed) = (Duration::ZERO, Duration::ZERO);
+    // Inserted, then updated: alternating, so both see the same machine.
+    for _ in 0..2 {
+        let started = Instant::now();
+        sinkc.batch_execute(interface_sql).await?;
+        interface += started.elapsed();
+        let started = Instant::now();
+        nativec.batch_execute(typed_sql).await?;
+        typed += started.elapsed();
+    }
+    let (json_rows, typed_rows) = (
+        count(sinkc, "floor_json").await?,
+        count(nativec, "floor_typed").await?,
+    );
+    if json_rows != rows || typed_rows != rows {
+        return Err(format!(
+            "the floor tables have {json_rows} and {typed_rows} rows, the stream's {rows}"
+        )
+        .into());
+    }
+    sinkc
+        .batch_execute("DROP TABLE floor_batches, floor_json")
+        .await?;
+    nativec
+        .batch_execute("DROP TABLE floor_batches, floor_typed")
+        .await?;
+    Ok(Floor {
+        rows,
+        interface,
+        typed,
+    })
 }
 
 /// The Debezium version `debezium/pom.xml` pins.
