@@ -14,10 +14,13 @@
 //! The bus holds at most [`CAPACITY`] transactions per follower; one that
 //! falls further behind gets [`broadcast::error::RecvError::Lagged`] and
 //! must be cut off (it cannot know what it missed), so a slow follower
-//! never stalls the pipeline.
+//! never stalls the pipeline. It also counts the bytes it has published
+//! ([`Bus::published`], [`Committed::published_through`]), so that a
+//! follower can tell how much memory its backlog holds and read the
+//! store instead before that grows (sinks do).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use evolve_core::change::RowChange;
 
@@ -57,12 +60,36 @@ pub struct Committed {
     /// collected only while someone follows rows ([`Bus::follow_rows`]),
     /// `None` for a transaction that began before that.
     pub rows: Option<Vec<RowChange>>,
+    /// The bytes the bus had published up to and including this
+    /// transaction ([`Bus::publish`] sets it): a follower that has taken
+    /// it is `Bus::published() - published_through` bytes behind.
+    pub published_through: u64,
+}
+
+impl Committed {
+    /// What the transaction holds in memory, roughly: its keys and
+    /// documents, and a fixed amount per change and row.
+    pub fn size(&self) -> u64 {
+        let changes: usize = self
+            .changes
+            .iter()
+            .map(|c| {
+                64 + c.key.len()
+                    + c.old.as_ref().map_or(0, Vec::len)
+                    + c.new.as_ref().map_or(0, Vec::len)
+            })
+            .sum();
+        let rows = self.rows.as_ref().map_or(0, |rows| 256 * rows.len());
+        (128 + changes + rows) as u64
+    }
 }
 
 /// The bus (cheap to clone).
 #[derive(Clone, Debug)]
 pub struct Bus {
     tx: broadcast::Sender<Arc<Committed>>,
+    /// The bytes published so far ([`Committed::size`] of each).
+    published: Arc<AtomicU64>,
     /// How many [`RowFollower`]s there are: the source collects typed rows
     /// only while there is one.
     row_followers: Arc<AtomicUsize>,
@@ -72,6 +99,7 @@ impl Default for Bus {
     fn default() -> Bus {
         Bus {
             tx: broadcast::channel(CAPACITY).0,
+            published: Arc::new(AtomicU64::new(0)),
             row_followers: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -94,8 +122,16 @@ impl Drop for RowFollower {
 
 impl Bus {
     /// Publishes a committed transaction (nobody listening is fine).
-    pub fn publish(&self, committed: Committed) {
+    pub fn publish(&self, mut committed: Committed) {
+        let size = committed.size();
+        committed.published_through = self.published.fetch_add(size, Ordering::SeqCst) + size;
         let _ = self.tx.send(Arc::new(committed));
+    }
+
+    /// The bytes published so far: what a follower that has taken the
+    /// transaction published through `n` bytes is behind is this minus `n`.
+    pub fn published(&self) -> u64 {
+        self.published.load(Ordering::SeqCst)
     }
 
     /// Follows the bus from now on.
@@ -138,12 +174,41 @@ mod tests {
                 commit_time_micros: 0,
                 changes: Vec::new(),
                 rows: None,
+                published_through: 0,
             });
         }
         assert!(matches!(
             rx.try_recv(),
             Err(broadcast::error::TryRecvError::Lagged(10))
         ));
+    }
+
+    #[test]
+    fn the_bytes_published_are_counted() {
+        let bus = Bus::default();
+        let mut rx = bus.subscribe();
+        let change = Change {
+            interface: 1,
+            key: vec![0; 10],
+            old: Some(vec![0; 100]),
+            new: Some(vec![0; 200]),
+        };
+        for _ in 0..3 {
+            bus.publish(Committed {
+                source: "src".into(),
+                pos: Position::from_u64(1),
+                commit_time_micros: 0,
+                changes: vec![change.clone(), change.clone()],
+                rows: None,
+                published_through: 0,
+            });
+        }
+        // 128 per transaction, 64 + 310 per change.
+        let each = 128 + 2 * (64 + 310);
+        assert_eq!(bus.published(), 3 * each);
+        let first = rx.try_recv().unwrap();
+        assert_eq!(first.published_through, each);
+        assert_eq!(bus.published() - first.published_through, 2 * each);
     }
 
     #[test]

@@ -289,6 +289,7 @@ async fn apply_stream<C: ChangeStream, S>(
                                 commit_time_micros: commit_time,
                                 changes,
                                 rows,
+                                published_through: 0,
                             }),
                             None => {
                                 // Nothing to write and no group open: the
@@ -340,7 +341,7 @@ fn record_applied(
 /// At most this many upstream transactions share one store commit.
 const GROUP_TRANSACTIONS: usize = 1_000;
 /// A group is committed once it holds this many row changes.
-const GROUP_ROWS: u64 = 20_000;
+const GROUP_ROWS: u64 = 10_000;
 /// ... or once it has been open this long.
 const GROUP_AGE: Duration = Duration::from_millis(50);
 

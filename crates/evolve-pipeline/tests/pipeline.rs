@@ -1015,14 +1015,15 @@ async fn a_sink_loads_beside_the_snapshot_and_catches_up_in_its_transaction() {
 /// A sink held up (its table locked) while upstream commits more
 /// transactions than the bus holds for a sink falls back to the store's
 /// feed, then follows the bus again: every change arrives exactly once,
-/// in order, before and after.
+/// in order, before and after. The same for a few large transactions
+/// holding more bytes than the bus keeps for a sink.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_that_falls_behind_the_bus_reads_the_feed_and_loses_nothing() {
     const BURST: i64 = 1_500;
     let env = env("bus_behind").await;
     let up = connect(&env.up.url).await;
     let sink = connect(&env.sink.url).await;
-    up.batch_execute("CREATE TABLE h (id int PRIMARY KEY, n int NOT NULL)")
+    up.batch_execute("CREATE TABLE h (id int PRIMARY KEY, n int NOT NULL, pad text)")
         .await
         .unwrap();
     let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
@@ -1064,5 +1065,40 @@ async fn a_sink_that_falls_behind_the_bus_reads_the_feed_and_loses_nothing() {
         .unwrap();
     wait_equal(&up, &sink, "h", "h_json", CONVERGE).await;
     assert_eq!(audit_ops(&sink, "h_json").await, (BURST, 10, 1));
+
+    // Sixteen transactions of 1,000 rows with 700-byte values: far fewer
+    // transactions than the bus holds, more bytes (about 13 MB).
+    const LARGE: i64 = 16;
+    let hold = holder.transaction().await.unwrap();
+    hold.batch_execute("LOCK TABLE public.h_json IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    for t in 0..LARGE {
+        let first = 10_000 + t * 1_000;
+        up.batch_execute(&format!(
+            "INSERT INTO h SELECT g, 2, repeat('x', 700) FROM generate_series({first}, {}) g",
+            first + 999
+        ))
+        .await
+        .unwrap();
+    }
+    let lsn: String = up
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let target: evolve_pipeline::Position = lsn.parse().unwrap();
+    wait_until(
+        "the source to apply the large transactions",
+        CONVERGE,
+        async || pipeline.sources().unwrap()[0].applied_lsn >= target,
+    )
+    .await;
+    hold.rollback().await.unwrap();
+    wait_equal(&up, &sink, "h", "h_json", CONVERGE).await;
+    assert_eq!(
+        audit_ops(&sink, "h_json").await,
+        (BURST + LARGE * 1_000, 10, 1)
+    );
     running.stop().await;
 }

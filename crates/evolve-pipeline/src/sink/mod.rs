@@ -8,7 +8,7 @@
 //! only up to what every sink has committed). The changes come from the
 //! bus, in memory, as the source publishes each committed group; from the
 //! store's feed only when the sink starts and whenever it fell more than
-//! [`BUS_BACKLOG`] transactions behind. A destination implements [`Sink`];
+//! [`BUS_BACKLOG`] transactions or [`BUS_BACKLOG_BYTES`] behind. A destination implements [`Sink`];
 //! [`postgres::PostgresSink`] is the PostgreSQL table sink,
 //! [`kafka::KafkaSink`] the Kafka topic sink.
 //!
@@ -671,7 +671,9 @@ async fn drive(
     // the store has not committed by then is on the bus. Not followed while
     // the sink is behind, so a sink that falls behind makes the bus hold
     // nothing for it.
-    let mut bus: Option<broadcast::Receiver<Arc<Committed>>> = None;
+    // With the receiver: the bytes the bus had published when it was
+    // subscribed, then through the last transaction taken.
+    let mut bus: Option<(broadcast::Receiver<Arc<Committed>>, u64)> = None;
     loop {
         // From the store's feed: what was committed before the bus was
         // followed (or while the sink had fallen behind it).
@@ -687,18 +689,27 @@ async fn drive(
             sink.write(&entries, at).await?;
             pos = at;
             ctx.committed(pos, true);
+            // The bus fills for a receiver taken before this read: let it
+            // go once it holds more than a backlog (the store has it all).
+            if bus
+                .as_ref()
+                .is_some_and(|(live, through)| behind(ctx, live, *through))
+            {
+                bus = None;
+            }
         }
         if upto > pos {
             pos = upto;
             ctx.committed(pos, false);
         }
-        let Some(live) = bus.as_mut() else {
+        let Some((live, through)) = bus.as_mut() else {
             // Caught up with what the store had: follow the bus, and read
             // the store once more for what it committed meanwhile.
-            bus = Some(ctx.bus.subscribe());
+            let live = ctx.bus.subscribe();
+            bus = Some((live, ctx.bus.published()));
             continue;
         };
-        match follow(ctx, &mut sink, live, &mut pos).await? {
+        match follow(ctx, &mut sink, live, through, &mut pos).await? {
             Followed::Stopped => return Ok(()),
             Followed::Behind => {
                 tracing::debug!(sink = %name, position = %pos, "the sink fell behind the bus; reading the store's feed");
@@ -713,10 +724,21 @@ async fn drive(
 /// in memory stays bounded, whatever the source's pace.
 const BUS_BACKLOG: usize = 1_024;
 
+/// ... or this many bytes of keys and documents ([`Committed::size`]),
+/// whichever comes first: a backlog of large transactions is bounded too.
+const BUS_BACKLOG_BYTES: u64 = 8 << 20;
+
+/// Whether the bus holds more than a backlog for `bus`, whose last
+/// transaction taken was published through `through` bytes.
+fn behind(ctx: &SinkContext, bus: &broadcast::Receiver<Arc<Committed>>, through: u64) -> bool {
+    bus.len() > BUS_BACKLOG || ctx.bus.published().saturating_sub(through) > BUS_BACKLOG_BYTES
+}
+
 /// How following the bus ended.
 enum Followed {
     Stopped,
-    /// The sink fell more than [`BUS_BACKLOG`] transactions behind (or
+    /// The sink fell more than [`BUS_BACKLOG`] transactions or
+    /// [`BUS_BACKLOG_BYTES`] behind (or
     /// more than [`crate::bus::CAPACITY`]: some are gone): it reads the
     /// store's feed, then follows again.
     Behind,
@@ -743,12 +765,13 @@ async fn follow<S: Sink>(
     ctx: &mut SinkContext,
     sink: &mut S,
     bus: &mut broadcast::Receiver<Arc<Committed>>,
+    through: &mut u64,
     pos: &mut Position,
 ) -> Result<Followed> {
     loop {
         let applied = *ctx.applied.borrow_and_update();
         loop {
-            if bus.len() > BUS_BACKLOG {
+            if behind(ctx, bus, *through) {
                 return Ok(Followed::Behind);
             }
             let mut entries = Vec::new();
@@ -757,6 +780,7 @@ async fn follow<S: Sink>(
             while entries.len() < FEED_BATCH {
                 match bus.try_recv() {
                     Ok(committed) => {
+                        *through = committed.published_through;
                         if committed.source != ctx.source || committed.pos <= *pos {
                             continue;
                         }
