@@ -288,6 +288,10 @@ struct Tap {
     after: Position,
     /// The copy stopped before its end.
     interrupted: bool,
+    /// The engine's stop signal: waiting for the table to run ends with
+    /// it (the source's stream, which makes the table run, is stopped
+    /// too, and the engine restarts only once every task has stopped).
+    stop: watch::Receiver<bool>,
 }
 
 /// What the store's reader sends.
@@ -347,6 +351,7 @@ impl Documents {
                 interface: ctx.interface_id,
                 after: Position::ZERO,
                 interrupted: false,
+                stop: ctx.stop.clone(),
             })),
             rows: 0,
             ended: false,
@@ -449,6 +454,7 @@ impl Documents {
 impl Tap {
     /// Waits until the table runs (the source has applied its pending
     /// changes, feeding them) and returns the source's applied position.
+    /// Fails, committing nothing, when the engine stops the tasks first.
     async fn running_at(&mut self) -> Result<Position> {
         loop {
             let (table, at) = self.store.read_consistent(|store| {
@@ -462,7 +468,19 @@ impl Tap {
                     });
                 }
                 Some(t) if t.state.is_hydrated() => return Ok(at),
-                Some(_) => tokio::time::sleep(SNAPSHOT_POLL).await,
+                Some(_) => {
+                    let stopped = *self.stop.borrow()
+                        || tokio::select! {
+                            _ = tokio::time::sleep(SNAPSHOT_POLL) => false,
+                            changed = self.stop.changed() => changed.is_err() || *self.stop.borrow(),
+                        };
+                    if stopped {
+                        return Err(PipelineError::Store {
+                            context: "load beside the table's snapshot".into(),
+                            message: "the pipeline stopped its tasks before the table ran; nothing of the load is committed, and it starts again".into(),
+                        });
+                    }
+                }
             }
         }
     }
@@ -626,7 +644,17 @@ pub(crate) async fn run(mut ctx: SinkContext) {
     supervise(
         task,
         &mut ctx,
-        |ctx| Box::pin(run_once(ctx)),
+        // A session that ends in an error because the engine is stopping
+        // (a load abandoned uncommitted) has stopped, not failed.
+        |ctx| {
+            Box::pin(async move {
+                let ended = run_once(ctx).await;
+                match ended {
+                    Err(_) if *ctx.stop.borrow() => Ok(()),
+                    other => other,
+                }
+            })
+        },
         |_, _| Verdict::Retry,
     )
     .await
