@@ -943,3 +943,73 @@ async fn load<S: Sink>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{SourceInfo, SourceKind, TableInfo, TableState};
+
+    /// A load beside a snapshot waits for its table to run, which only the
+    /// source's stream makes happen; when the engine stops its tasks (to
+    /// restart them after a catalog change, the stream included) the wait
+    /// ends, or the restart would wait for it forever.
+    #[tokio::test]
+    async fn waiting_for_the_table_to_run_ends_when_the_engine_stops() {
+        let store = Store::in_memory();
+        store
+            .insert_source(&SourceInfo {
+                name: "src".into(),
+                connection: "pg".into(),
+                publication: "pub".into(),
+                publication_created: true,
+                slot: "evolve_src".into(),
+                applied_lsn: Position::from_u64(1),
+                dropping: false,
+                drop_error: None,
+                kind: SourceKind::Postgres,
+            })
+            .unwrap();
+        store
+            .insert_table(&TableInfo {
+                id: 0,
+                name: "t_v1".into(),
+                source: "src".into(),
+                upstream_schema: "public".into(),
+                upstream_table: "t".into(),
+                upstream_oid: 1,
+                columns: Vec::new(),
+                state: TableState::Copied,
+                error: None,
+                snapshot_lsn: Some(Position::from_u64(1)),
+                rows_copied: 0,
+                kafka: None,
+            })
+            .unwrap();
+        let (stop_tx, stop) = watch::channel(false);
+        let (_copy, rx) = mpsc::channel(1);
+        let mut tap = Tap {
+            rx,
+            first: None,
+            store,
+            source: "src".into(),
+            table: "t_v1".into(),
+            interface: 1,
+            after: Position::ZERO,
+            interrupted: false,
+            stop,
+        };
+        let waiting = tokio::spawn(async move { tap.running_at().await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "the table is only copied");
+        stop_tx.send_replace(true);
+        let ended = tokio::time::timeout(Duration::from_secs(2), waiting)
+            .await
+            .expect("the wait ends once the engine stops")
+            .unwrap();
+        let error = ended.unwrap_err().to_string();
+        assert!(
+            error.contains("stopped its tasks before the table ran"),
+            "{error}"
+        );
+    }
+}
