@@ -45,7 +45,7 @@ impl Datum {
 }
 
 /// A column of an upstream table, as the change's position knows it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ColumnSchema {
     pub name: String,
     /// The type's OID in the upstream (PostgreSQL's `pg_type.oid`).
@@ -59,7 +59,7 @@ pub struct ColumnSchema {
 
 /// An upstream table's identity and columns at one position. Shared by
 /// every change of that table until its schema changes.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct TableSchema {
     /// The schema (namespace) the table is in.
     pub schema: String,

@@ -52,6 +52,87 @@ fn put(buf: &mut Vec<u8>, bytes: Option<&[u8]>) {
     }
 }
 
+/// A key or document too large for a feed entry (see [`encode_entry`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooLarge(pub String);
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+impl From<TooLarge> for rusqlite::Error {
+    fn from(e: TooLarge) -> Self {
+        rusqlite::Error::ToSqlConversionFailure(Box::new(e))
+    }
+}
+
+impl From<TooLarge> for crate::error::PipelineError {
+    fn from(e: TooLarge) -> Self {
+        crate::error::PipelineError::Store {
+            context: "write the change feed".into(),
+            message: e.0,
+        }
+    }
+}
+
+/// One record's parts as its entries are pushed in order: each part that
+/// reaches [`PART_BYTES`], and at [`Parts::finish`] the rest, goes to
+/// `write` with its number (from 0) and its count of entries.
+#[derive(Debug, Default)]
+pub struct Parts {
+    buf: Vec<u8>,
+    part: i64,
+    entries: i64,
+}
+
+impl Parts {
+    /// Adds one entry to the record being built.
+    pub fn push<E: From<TooLarge>>(
+        &mut self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        new: Option<&[u8]>,
+        write: &mut impl FnMut(i64, i64, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        encode_entry(&mut self.buf, key, old, new).map_err(TooLarge)?;
+        self.entries += 1;
+        if self.buf.len() >= PART_BYTES {
+            self.flush(write)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is left of the record; the next entry pushed starts
+    /// another record.
+    pub fn finish<E>(
+        &mut self,
+        write: &mut impl FnMut(i64, i64, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let written = if self.entries > 0 {
+            self.flush(write)
+        } else {
+            Ok(())
+        };
+        self.part = 0;
+        written
+    }
+
+    fn flush<E>(
+        &mut self,
+        write: &mut impl FnMut(i64, i64, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let written = write(self.part, self.entries, &self.buf);
+        self.buf.clear();
+        self.part += 1;
+        self.entries = 0;
+        written
+    }
+}
+
 /// A feed record that does not decode: the state store is damaged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Damaged(pub String);
@@ -117,6 +198,27 @@ mod tests {
             Ok::<_, Damaged>(())
         })?;
         Ok(out)
+    }
+
+    #[test]
+    fn parts_split_a_record_at_the_part_size_and_number_its_parts() {
+        let doc = vec![b'x'; PART_BYTES / 3];
+        let mut written: Vec<(i64, i64, usize)> = Vec::new();
+        let mut write = |part: i64, entries: i64, bytes: &[u8]| {
+            written.push((part, entries, decode(bytes).unwrap().len()));
+            Ok::<_, TooLarge>(())
+        };
+        let mut parts = Parts::default();
+        for i in 0..7u8 {
+            parts.push(&[i], None, Some(&doc), &mut write).unwrap();
+        }
+        parts.finish(&mut write).unwrap();
+        // A second record starts at part 0 again.
+        parts.push(b"k", None, None, &mut write).unwrap();
+        parts.finish(&mut write).unwrap();
+        // Nothing pushed: nothing written.
+        parts.finish(&mut write).unwrap();
+        assert_eq!(written, vec![(0, 3, 3), (1, 3, 3), (2, 1, 1), (0, 1, 1)]);
     }
 
     #[test]

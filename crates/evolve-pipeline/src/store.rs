@@ -14,9 +14,12 @@
 //! Positions are LSNs stored as integers: a transaction's position is the
 //! end LSN of its commit record (what the slot is confirmed with).
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::position::Position;
+use evolve_core::change::TableSchema;
 use evolve_core::document::TypeKind;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -544,6 +547,14 @@ CREATE TABLE IF NOT EXISTS differing_keys (
     key BLOB NOT NULL,
     PRIMARY KEY (replacement, key)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS schema_history (
+    source TEXT NOT NULL,
+    upstream_oid INTEGER NOT NULL,
+    pos INTEGER NOT NULL,
+    schema TEXT NOT NULL,
+    PRIMARY KEY (source, upstream_oid, pos)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS schema_history_forget AFTER DELETE ON sources BEGIN DELETE FROM schema_history WHERE source = old.name; END;
 CREATE TRIGGER IF NOT EXISTS differing_keys_forget AFTER DELETE ON replacements BEGIN DELETE FROM differing_keys WHERE replacement = old.name; END;
 ";
 
@@ -1425,6 +1436,95 @@ impl Store {
             .map_err(|e| PipelineError::store("count documents", e))
     }
 
+    // --------------------------------------------------- schema history
+
+    /// Records, inside the store transaction the caller has open, the
+    /// columns of upstream tables that source `source`'s stream announced
+    /// in the transaction ending at `pos`: each table's version from `pos`
+    /// on. A version equal to the table's latest one is not recorded
+    /// again (a stream announces its tables anew each time it opens), and
+    /// versions no stream can reopen before are dropped: those older than
+    /// the table's latest version at or before the source's applied
+    /// position.
+    pub(crate) fn record_schemas(
+        &self,
+        source: &str,
+        pos: Position,
+        schemas: &[(u32, Arc<TableSchema>)],
+    ) -> Result<()> {
+        let fail = |e: rusqlite::Error| PipelineError::store("record upstream schemas", e);
+        for (oid, schema) in schemas {
+            let text = serde_json::to_string(&**schema).map_err(|e| PipelineError::Store {
+                context: "record upstream schemas".into(),
+                message: e.to_string(),
+            })?;
+            let latest: Option<String> = self
+                .conn
+                .prepare_cached(
+                    "SELECT schema FROM schema_history WHERE source = ?1 AND upstream_oid = ?2 \
+                     ORDER BY pos DESC LIMIT 1",
+                )
+                .and_then(|mut s| s.query_row(params![source, oid], |r| r.get(0)).optional())
+                .map_err(fail)?;
+            if latest.as_deref() == Some(text.as_str()) {
+                continue;
+            }
+            self.conn
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO schema_history (source, upstream_oid, pos, schema) \
+                     VALUES (?1, ?2, ?3, ?4)",
+                )
+                .and_then(|mut s| s.execute(params![source, oid, pos.to_sql(), text]))
+                .map_err(fail)?;
+            self.conn
+                .prepare_cached(
+                    "DELETE FROM schema_history WHERE source = ?1 AND upstream_oid = ?2 AND pos < \
+                     (SELECT max(pos) FROM schema_history WHERE source = ?1 AND upstream_oid = ?2 \
+                      AND pos <= (SELECT applied_lsn FROM sources WHERE name = ?1))",
+                )
+                .and_then(|mut s| s.execute(params![source, oid]))
+                .map_err(fail)?;
+        }
+        Ok(())
+    }
+
+    /// The columns of each upstream table of `source` as of position
+    /// `pos`: its latest recorded version at or before it.
+    pub fn schemas_at(
+        &self,
+        source: &str,
+        pos: Position,
+    ) -> Result<HashMap<u32, Arc<TableSchema>>> {
+        let fail = |e: rusqlite::Error| PipelineError::store("read upstream schemas", e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT h.upstream_oid, h.schema FROM schema_history h WHERE h.source = ?1 \
+                 AND h.pos = (SELECT max(pos) FROM schema_history \
+                              WHERE source = ?1 AND upstream_oid = h.upstream_oid AND pos <= ?2)",
+            )
+            .map_err(fail)?;
+        let rows = stmt
+            .query_map(params![source, pos.to_sql()], |r| {
+                Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(fail)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(fail)?;
+        rows.into_iter()
+            .map(|(oid, text)| {
+                let schema: TableSchema =
+                    serde_json::from_str(&text).map_err(|e| PipelineError::Store {
+                        context: "read upstream schemas".into(),
+                        message: format!(
+                            "the recorded schema of upstream table {oid} does not decode ({e}); the state store is damaged"
+                        ),
+                    })?;
+                Ok((oid, Arc::new(schema)))
+            })
+            .collect()
+    }
+
     // ------------------------------------------------------------- feed
 
     /// Appends `changes` (one upstream transaction's, committed at
@@ -1447,37 +1547,14 @@ impl Store {
             )
             .map_err(fail)?;
         let mut done: Vec<i64> = Vec::new();
-        let mut buf = Vec::new();
+        let mut parts = crate::feed::Parts::default();
         for (i, first) in changes.iter().enumerate() {
             let interface = first.interface;
             if done.contains(&interface) {
                 continue;
             }
             done.push(interface);
-            let (mut part, mut entries) = (0i64, 0i64);
-            for c in changes[i..].iter().filter(|c| c.interface == interface) {
-                crate::feed::encode_entry(&mut buf, &c.key, c.old.as_deref(), c.new.as_deref())
-                    .map_err(|message| PipelineError::Store {
-                        context: "apply an upstream transaction".into(),
-                        message,
-                    })?;
-                entries += 1;
-                if buf.len() >= crate::feed::PART_BYTES {
-                    insert
-                        .execute(params![
-                            interface,
-                            pos.to_sql(),
-                            part,
-                            committed_at,
-                            entries,
-                            buf
-                        ])
-                        .map_err(fail)?;
-                    buf.clear();
-                    (part, entries) = (part + 1, 0);
-                }
-            }
-            if entries > 0 {
+            let mut write = |part: i64, entries: i64, bytes: &[u8]| {
                 insert
                     .execute(params![
                         interface,
@@ -1485,11 +1562,15 @@ impl Store {
                         part,
                         committed_at,
                         entries,
-                        buf
+                        bytes
                     ])
-                    .map_err(fail)?;
-                buf.clear();
+                    .map(drop)
+                    .map_err(fail)
+            };
+            for c in changes[i..].iter().filter(|c| c.interface == interface) {
+                parts.push(&c.key, c.old.as_deref(), c.new.as_deref(), &mut write)?;
             }
+            parts.finish(&mut write)?;
         }
         Ok(())
     }
@@ -1759,50 +1840,37 @@ fn convert_feed(conn: &Connection) -> rusqlite::Result<()> {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?;
         let mut rows = read.query([])?;
+        let mut write = |o: (i64, i64, i64), part: i64, entries: i64, bytes: &[u8]| {
+            insert
+                .execute(params![o.0, o.1, part, o.2, entries, bytes])
+                .map(drop)
+        };
         // (interface, pos, committed_at) of the record being built.
         let mut open: Option<(i64, i64, i64)> = None;
-        let (mut part, mut entries, mut buf) = (0i64, 0i64, Vec::new());
-        let mut flush = |open: (i64, i64, i64), part: i64, entries: i64, buf: &mut Vec<u8>| {
-            let r = insert.execute(params![
-                open.0,
-                open.1,
-                part,
-                open.2,
-                entries,
-                buf.as_slice()
-            ]);
-            buf.clear();
-            r.map(drop)
-        };
+        let mut parts = crate::feed::Parts::default();
         while let Some(row) = rows.next()? {
             let this: (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(5)?);
             let key: Vec<u8> = row.get(2)?;
             let old_doc: Option<Vec<u8>> = row.get(3)?;
             let new_doc: Option<Vec<u8>> = row.get(4)?;
-            if let Some(o) = open
-                && (o.0, o.1) != (this.0, this.1)
-            {
-                if entries > 0 {
-                    flush(o, part, entries, &mut buf)?;
+            let record = match open {
+                Some(o) if (o.0, o.1) == (this.0, this.1) => o,
+                Some(o) => {
+                    parts.finish(&mut |p, e, b| write(o, p, e, b))?;
+                    this
                 }
-                (part, entries) = (0, 0);
-            }
-            open = Some(
-                open.filter(|o| (o.0, o.1) == (this.0, this.1))
-                    .unwrap_or(this),
-            );
-            crate::feed::encode_entry(&mut buf, &key, old_doc.as_deref(), new_doc.as_deref())
-                .map_err(|m| rusqlite::Error::ToSqlConversionFailure(m.into()))?;
-            entries += 1;
-            if buf.len() >= crate::feed::PART_BYTES {
-                flush(this, part, entries, &mut buf)?;
-                (part, entries) = (part + 1, 0);
-            }
+                None => this,
+            };
+            open = Some(record);
+            parts.push(
+                &key,
+                old_doc.as_deref(),
+                new_doc.as_deref(),
+                &mut |p, e, b| write(record, p, e, b),
+            )?;
         }
-        if let Some(o) = open
-            && entries > 0
-        {
-            flush(o, part, entries, &mut buf)?;
+        if let Some(o) = open {
+            parts.finish(&mut |p, e, b| write(o, p, e, b))?;
         }
     }
     tx.execute_batch("DROP TABLE feed")?;
@@ -2351,5 +2419,84 @@ mod tests {
         assert!(store.resume_state("nothere").is_err());
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The schema history: each table's latest version at or before a
+    /// position; an unchanged schema is not recorded again; versions
+    /// older than the one in force at the applied position go; dropping
+    /// the source forgets them.
+    #[test]
+    fn schema_history_answers_by_position_and_keeps_what_a_stream_can_need() {
+        use evolve_core::change::ColumnSchema;
+        let store = Store::in_memory();
+        let source = SourceInfo {
+            name: "shop".into(),
+            connection: "my".into(),
+            publication: String::new(),
+            publication_created: false,
+            slot: "evolve_shop".into(),
+            applied_lsn: Position::ZERO,
+            dropping: false,
+            drop_error: None,
+            kind: SourceKind::Mysql,
+        };
+        store.insert_source(&source).unwrap();
+        let schema = |columns: &[&str]| {
+            Arc::new(TableSchema {
+                schema: "db".into(),
+                name: "orders".into(),
+                columns: columns
+                    .iter()
+                    .map(|c| ColumnSchema {
+                        name: c.to_string(),
+                        type_oid: 23,
+                        typmod: -1,
+                        key: *c == "id",
+                    })
+                    .collect(),
+            })
+        };
+        let at = |n: u64| Position::from_u64(n);
+        let (v1, v2) = (schema(&["id", "a", "z"]), schema(&["id", "a"]));
+        store
+            .record_schemas("shop", at(10), &[(7, v1.clone())])
+            .unwrap();
+        store
+            .record_schemas("shop", at(20), &[(7, v2.clone()), (8, v1.clone())])
+            .unwrap();
+        // The same columns again (a stream reopened): not a new version.
+        store
+            .record_schemas("shop", at(30), &[(7, v2.clone())])
+            .unwrap();
+        let versions = |store: &Store| -> i64 {
+            store
+                .conn
+                .query_row("SELECT count(*) FROM schema_history", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(versions(&store), 3);
+        assert!(store.schemas_at("shop", at(9)).unwrap().is_empty());
+        let mid = store.schemas_at("shop", at(15)).unwrap();
+        assert_eq!((mid.len(), &mid[&7]), (1, &v1));
+        let late = store.schemas_at("shop", at(35)).unwrap();
+        assert_eq!((late.len(), &late[&7], &late[&8]), (2, &v2, &v1));
+        // Applied past 20: a stream reopens at 20 or later, so table 7's
+        // version of 10 is never needed again once another is recorded.
+        store
+            .conn
+            .execute(
+                "UPDATE sources SET applied_lsn = 25 WHERE name = 'shop'",
+                [],
+            )
+            .unwrap();
+        store
+            .record_schemas("shop", at(40), &[(7, v1.clone())])
+            .unwrap();
+        assert_eq!(versions(&store), 3);
+        assert!(!store.schemas_at("shop", at(15)).unwrap().contains_key(&7));
+        assert_eq!(&store.schemas_at("shop", at(25)).unwrap()[&7], &v2);
+        assert_eq!(&store.schemas_at("shop", at(40)).unwrap()[&7], &v1);
+        store.conn.execute("DELETE FROM sources", []).unwrap();
+        assert_eq!(versions(&store), 0);
     }
 }

@@ -101,7 +101,11 @@ async fn run_once<S: Source>(ctx: &mut SourceContext<S>) -> Result<()> {
     }
     let applied = store.applied_lsn(&name)?;
     let resume = store.resume_state(&name)?;
-    let stream = ctx.upstream.stream_resuming(applied, resume).await?;
+    let schemas = store.schemas_at(&name, applied)?;
+    let stream = ctx
+        .upstream
+        .stream_resuming(applied, resume, schemas)
+        .await?;
     for table in &tables {
         let state = match table.info.state {
             TableState::Running => "running",
@@ -155,6 +159,8 @@ async fn apply_stream<C: ChangeStream, S>(
     let mut skip = false;
     let mut commit_time: i64 = 0;
     let mut txn_rows: u64 = 0;
+    // The schemas the open transaction announced, recorded with it.
+    let mut txn_schemas: Vec<(u32, Arc<TableSchema>)> = Vec::new();
     let mut deferral = Deferral::default();
     // Records a stalled table could not read since it stalled, by table.
     let mut undecodable: HashMap<usize, u64> = HashMap::new();
@@ -233,9 +239,13 @@ async fn apply_stream<C: ChangeStream, S>(
                     txn = Some(t);
                     commit_time = commit_time_micros;
                     txn_rows = 0;
+                    txn_schemas.clear();
                 }
                 SourceEvent::Schema { table, schema } => {
                     let at = txn.as_ref().map(|t| t.final_lsn);
+                    if at.is_some() && !skip {
+                        txn_schemas.push((table, Arc::clone(&schema)));
+                    }
                     on_schema(ctx, store, &mut tables, &by_oid, &mut deferral, table, schema, at)?;
                 }
                 SourceEvent::Row { table, change } => {
@@ -271,14 +281,22 @@ async fn apply_stream<C: ChangeStream, S>(
                         && end > applied
                     {
                         let rows = t.rows.take();
-                        let changes = if t.is_empty() && rows.as_ref().is_none_or(Vec::is_empty) {
+                        let writes = !t.is_empty() || rows.as_ref().is_some_and(|r| !r.is_empty());
+                        let changes = if !writes && txn_schemas.is_empty() {
                             Vec::new()
                         } else {
                             let g = match group.as_mut() {
                                 Some(g) => g,
                                 None => group.insert(Group::begin(store)?),
                             };
-                            t.write(store, &mut tables, &mut g.tracked, end, commit_time)?
+                            // The schema history (see the source contract),
+                            // in the commit that stores the position.
+                            store.record_schemas(&name, end, &txn_schemas)?;
+                            if writes {
+                                t.write(store, &mut tables, &mut g.tracked, end, commit_time)?
+                            } else {
+                                Vec::new()
+                            }
                         };
                         applied = end;
                         resume = stream.resume_state(end);

@@ -5,6 +5,16 @@
 //! permanent, when retrying would fail the same way (a slot that is gone,
 //! a row no document can hold): the object shows `stalled` with the error
 //! and what to do, and is not tried again until the pipeline restarts.
+//!
+//! An attempt watches `stop` itself, so that it ends cleanly (a source
+//! commits its open group, a sink its open transaction). One that has not
+//! ended [`STOP_GRACE`] after `stop` is dropped: the engine's restart waits
+//! for every task, so a task that waits for another one without watching
+//! `stop` would otherwise hold the whole pipeline still. Dropping is safe
+//! for exactly-once: every attempt keeps its position in the same
+//! transaction as its writes (the store's, a sink database's, a Kafka
+//! transaction), and a transaction left open is rolled back with its
+//! connection.
 
 use std::time::Duration;
 
@@ -17,6 +27,11 @@ use crate::status::StatusBoard;
 /// The first wait after a failure; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// How long an attempt may take to end once `stop` turned true before it
+/// is dropped (a clean stop takes milliseconds; a source's stream close is
+/// bounded by 3 s).
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// What a failed attempt means.
 pub(crate) enum Verdict {
@@ -43,10 +58,21 @@ pub(crate) struct Task<'a> {
 /// so that it can end cleanly). The attempt's future is boxed: one
 /// allocation per attempt, and a future the compiler can see is `Send`.
 pub(crate) async fn supervise<C: Send>(
+    task: Task<'_>,
+    ctx: &mut C,
+    attempt: impl for<'c> FnMut(&'c mut C) -> BoxFuture<'c, Result<()>>,
+    judge: impl FnMut(&mut C, &PipelineError) -> Verdict,
+) {
+    supervise_within(task, ctx, attempt, judge, STOP_GRACE).await;
+}
+
+/// [`supervise`], dropping an attempt `grace` after the stop.
+async fn supervise_within<C: Send>(
     mut task: Task<'_>,
     ctx: &mut C,
     mut attempt: impl for<'c> FnMut(&'c mut C) -> BoxFuture<'c, Result<()>>,
     mut judge: impl FnMut(&mut C, &PipelineError) -> Verdict,
+    grace: Duration,
 ) {
     let (kind, name) = (task.kind, task.name);
     let mut backoff = FIRST_BACKOFF;
@@ -57,7 +83,18 @@ pub(crate) async fn supervise<C: Send>(
         if let Some(state) = task.starting {
             task.status.set(kind, name, state, None);
         }
-        let Err(e) = attempt(ctx).await else {
+        let outcome = {
+            let run = attempt(ctx);
+            let mut stop = task.stop.clone();
+            tokio::select! {
+                outcome = run => outcome,
+                () = stopped_for(&mut stop, grace) => {
+                    tracing::warn!(%kind, name, "{kind} did not end within {} ms of the pipeline's stop; dropped", grace.as_millis());
+                    return;
+                }
+            }
+        };
+        let Err(e) = outcome else {
             return;
         };
         match judge(ctx, &e) {
@@ -77,5 +114,124 @@ pub(crate) async fn supervise<C: Send>(
             _ = task.stop.changed() => return,
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Returns `grace` after `stop` turned true (or its sender went away).
+async fn stopped_for(stop: &mut watch::Receiver<bool>, grace: Duration) {
+    while !*stop.borrow_and_update() {
+        if stop.changed().await.is_err() {
+            break;
+        }
+    }
+    tokio::time::sleep(grace).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    const GRACE: Duration = Duration::from_millis(400);
+
+    /// An attempt that ignores `stop` (it waits for something that never
+    /// comes) is dropped the grace after the stop, so the engine's
+    /// restart, which waits for every task, goes on.
+    #[tokio::test]
+    async fn an_attempt_that_ignores_the_stop_is_dropped_after_the_grace() {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let status = StatusBoard::default();
+        let attempts = Arc::new(AtomicU32::new(0));
+        let dropped = Arc::new(AtomicU32::new(0));
+        struct OnDrop(Arc<AtomicU32>);
+        impl Drop for OnDrop {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let (a, d) = (attempts.clone(), dropped.clone());
+        let supervised = tokio::spawn(async move {
+            let task = Task {
+                kind: ObjectKind::Sink,
+                name: "s",
+                status: &status,
+                stop: stop_rx,
+                starting: None,
+            };
+            let mut ctx = ();
+            supervise_within(
+                task,
+                &mut ctx,
+                |_| {
+                    a.fetch_add(1, Ordering::SeqCst);
+                    let guard = OnDrop(d.clone());
+                    Box::pin(async move {
+                        let _guard = guard;
+                        std::future::pending::<()>().await;
+                        Ok(())
+                    })
+                },
+                |_, _| Verdict::Retry,
+                GRACE,
+            )
+            .await;
+        });
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(!supervised.is_finished(), "the attempt runs until the stop");
+        let stopped_at = tokio::time::Instant::now();
+        stop_tx.send(true).unwrap();
+        supervised.await.unwrap();
+        let waited = stopped_at.elapsed();
+        assert!(
+            waited >= GRACE && waited < GRACE + Duration::from_secs(2),
+            "supervise returned {waited:?} after the stop"
+        );
+        assert_eq!(attempts.load(Ordering::SeqCst), 1);
+        assert_eq!(dropped.load(Ordering::SeqCst), 1, "the attempt was dropped");
+    }
+
+    /// An attempt that ends by itself when `stop` turns true is not cut
+    /// short: supervise returns as soon as it has ended.
+    #[tokio::test]
+    async fn an_attempt_that_watches_the_stop_ends_without_the_grace() {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let status = StatusBoard::default();
+        let supervised = tokio::spawn(async move {
+            let task = Task {
+                kind: ObjectKind::Source,
+                name: "s",
+                status: &status,
+                stop: stop_rx.clone(),
+                starting: None,
+            };
+            let mut ctx = stop_rx;
+            supervise_within(
+                task,
+                &mut ctx,
+                |stop| {
+                    Box::pin(async move {
+                        let _ = stop.changed().await;
+                        // The clean stop's own work.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Ok(())
+                    })
+                },
+                |_, _| Verdict::Retry,
+                GRACE,
+            )
+            .await;
+        });
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(!supervised.is_finished(), "the attempt runs until the stop");
+        let stopped_at = tokio::time::Instant::now();
+        stop_tx.send(true).unwrap();
+        supervised.await.unwrap();
+        let waited = stopped_at.elapsed();
+        assert!(
+            waited >= Duration::from_millis(100) && waited < GRACE,
+            "supervise returned {waited:?} after the stop"
+        );
     }
 }

@@ -1042,6 +1042,80 @@ async fn a_column_readded_while_stopped_is_detected_after_the_restart() {
     running.stop().await;
 }
 
+/// The columns a reopened stream reads DDL statements against come from
+/// the store's schema history at its position, not from the catalog as it
+/// is when it reopens. Stopped, then upstream: a rename of the excluded
+/// column `z` (a planned drop: no stall), five updates of `a`, and the
+/// drop of `a`. After the restart the table takes the five updates and
+/// stalls at the drop. Read against today's catalog (no `a` any more),
+/// the rename's statement would already lack `a` and stall the table
+/// before the updates: 11 writes instead of 16.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_read_while_stopped_are_read_against_their_own_position() {
+    let env = my_env(STATE, "my_absorb_history").await;
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    run(
+        &mut my,
+        "CREATE TABLE orders (id int PRIMARY KEY, a int, z int);
+         INSERT INTO orders SELECT seq, seq, seq FROM seq_1_to_10;",
+    )
+    .await;
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    pipeline
+        .create_mysql_source(&env.source, "my")
+        .await
+        .unwrap();
+    pipeline
+        .create_table(&spec(&env, "orders_v1", "orders", &["z"]))
+        .await
+        .unwrap();
+    pipeline
+        .create_interface("orders_json", "orders_v1")
+        .unwrap();
+    pipeline
+        .create_sink(
+            "orders_sink",
+            "orders_json",
+            "sink",
+            "public",
+            "orders_json",
+        )
+        .await
+        .unwrap();
+    audit_sink(&sink, "orders_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_writes(&sink, "orders_json", 10).await;
+    // A streamed row: the stream announces the table's columns, and the
+    // store records them at this transaction's position.
+    run(&mut my, "UPDATE orders SET a = 0 WHERE id = 1").await;
+    wait_writes(&sink, "orders_json", 11).await;
+    running.stop().await;
+
+    run(
+        &mut my,
+        "ALTER TABLE orders CHANGE COLUMN z z2 int;
+         UPDATE orders SET a = a + 100 WHERE id <= 5;
+         ALTER TABLE orders DROP COLUMN a;",
+    )
+    .await;
+    let running = Running::start(pipeline.clone());
+    wait_state(&pipeline, "orders_v1", TableState::Stalled, CONVERGE).await;
+    let error = table_state(&pipeline, "orders_v1").1.unwrap();
+    assert!(error.contains("column \"a\""), "{error}");
+    wait_writes(&sink, "orders_json", 16).await;
+    let updated = count(
+        &sink,
+        "SELECT count(*) FROM public.orders_json WHERE (data->>'a')::int >= 100",
+    )
+    .await;
+    assert_eq!(
+        updated, 5,
+        "the five updates before the drop reached the sink"
+    );
+    running.stop().await;
+}
+
 /// APPLY REPLACEMENT for a user who may read the binlog but not write the
 /// marker: one clear error naming the table and the GRANT, no password,
 /// nothing applied; after the GRANT the same APPLY swaps.

@@ -707,6 +707,11 @@ async fn drive(
         // followed (or while the sink had fallen behind it).
         let upto = store.applied_lsn(&ctx.source)?;
         loop {
+            // A long catch-up stops between its transactions: each one
+            // committed its position.
+            if *ctx.stop.borrow() {
+                return Ok(());
+            }
             let entries = store.feed(ctx.interface_id, pos, upto, FEED_BATCH)?;
             if entries.is_empty() {
                 break;

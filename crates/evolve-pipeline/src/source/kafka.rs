@@ -709,10 +709,17 @@ impl Source for KafkaSource {
     type Snapshot = KafkaSnapshot;
 
     async fn stream(&self, from: Position) -> Result<KafkaStream> {
-        self.stream_resuming(from, None).await
+        self.stream_resuming(from, None, HashMap::new()).await
     }
 
-    async fn stream_resuming(&self, from: Position, state: Option<String>) -> Result<KafkaStream> {
+    /// A topic's table knows its columns from its pinned reader schema:
+    /// the schema history is not needed.
+    async fn stream_resuming(
+        &self,
+        from: Position,
+        state: Option<String>,
+        _schemas: HashMap<u32, Arc<TableSchema>>,
+    ) -> Result<KafkaStream> {
         let offsets = match state.as_deref() {
             Some(text) => Offsets::from_json(text).ok_or_else(|| PipelineError::Replication {
                 source_name: self.source.name.clone(),

@@ -56,6 +56,19 @@
 //! renamed (to the table the schema names) where the source cannot follow
 //! renames (MySQL); the tables reading it stall with that reason.
 //!
+//! **Schema history.** The engine records every schema a stream announces
+//! inside a transaction in the store, keyed by the source, the table and
+//! the transaction's end position, in the store transaction that stores
+//! that position (`schema_history`; a version equal to the table's last
+//! one is not recorded again). When it reopens the stream after `from`, it
+//! hands each table's latest version at or before `from` back
+//! ([`Source::stream_resuming`]): what a table's columns were at the
+//! point the stream resumes from, whatever the upstream's catalog says
+//! now. A source that must know a table's columns before its stream shows
+//! them (MySQL: a DDL statement says which columns it removes, not which
+//! remain) takes them from there; the catalog as it is now may already be
+//! past statements the stream has still to deliver.
+//!
 //! **Row images.** Values are in the upstream's text form. An update's new
 //! image may say [`Datum::Unchanged`] for a large value it did not send; an
 //! old image carries the key columns only unless the upstream logs whole
@@ -90,6 +103,7 @@ pub mod kafka;
 pub mod mysql;
 pub mod postgres;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -149,13 +163,16 @@ pub trait Source: Send + Sync {
 
     /// [`Source::stream`] after `from` and the resume state stored with
     /// it ([`ChangeStream::resume_state`] of the transaction that ended at
-    /// `from`; `None` when there is none). What the engine calls.
+    /// `from`; `None` when there is none), with the schema history's
+    /// columns of each table as of `from` (see "Schema history" above). What
+    /// the engine calls.
     fn stream_resuming(
         &self,
         from: Position,
         state: Option<String>,
+        schemas: HashMap<u32, Arc<TableSchema>>,
     ) -> impl Future<Output = Result<Self::Stream>> + Send {
-        let _ = state;
+        let _ = (state, schemas);
         self.stream(from)
     }
 

@@ -193,8 +193,11 @@
 //!   the event before it, its end position the statement's end, ordered
 //!   against snapshots as any transaction is), holding the table's schema
 //!   after it: the last one sent (or, for a table whose table map the
-//!   stream has not met yet, its columns in `information_schema` when the
-//!   stream was opened) without the removed columns; a table removed is a
+//!   stream has not met since it opened, its columns where the stream
+//!   resumed: the version of the store's schema history at that position,
+//!   see [`crate::source`], "Schema history"; `information_schema`'s when
+//!   the stream opened, for a table no stream has announced yet) without
+//!   the removed columns; a table removed is a
 //!   schema without columns, naming the table it was renamed to. So a
 //!   column dropped and re-added with the same name and type (which the
 //!   next table map and the catalog show exactly as before) stalls the
@@ -269,9 +272,13 @@
 //! (a heartbeat is asked for every second) are transient: the engine
 //! reopens the stream from the last applied position.
 //!
-//! Not done yet: schema versions kept in the store keyed by position (the
-//! stream keeps the latest schema per table in memory, and seeds it from
-//! `information_schema` when it opens), following renamed tables, XA
+//! The columns a stream resumes with come from the store's schema
+//! history, not from the catalog as it is when the stream reopens: a
+//! pipeline stopped before an `ALTER TABLE` and started after later ones
+//! reads each statement against the columns of its own binlog position
+//! (`tests/mysql_absorb.rs` stops the pipeline across two statements).
+//!
+//! Not done yet: following renamed tables, XA
 //! transactions (their rows are not delivered), MariaDB's compressed
 //! binlog events (`log_bin_compress`: the stream stops with an error
 //! saying so). A column dropped and re-added while a table version is
@@ -2217,7 +2224,14 @@ impl MysqlSource {
 
     /// Opens the stream after `from` and its GTID state `state` (see
     /// [`Source::stream_resuming`]).
-    async fn open(&self, from: Position, state: Option<String>) -> Result<MysqlStream> {
+    /// Opens the stream after `from`; `schemas` are the schema history's
+    /// columns of each table at `from` (see "Schema changes").
+    async fn open(
+        &self,
+        from: Position,
+        state: Option<String>,
+        schemas: HashMap<u32, Arc<TableSchema>>,
+    ) -> Result<MysqlStream> {
         let name = &self.source.name;
         let mut conn = connect(&self.source.connection, &self.connection).await?;
         let flavor = gtid_flavor(&mut conn).await?;
@@ -2238,7 +2252,12 @@ impl MysqlSource {
             let json = json_columns(&mut conn, database, table).await?;
             let oid = table_id(database, table);
             wanted.insert(oid, json);
-            if let Some(schema) = catalog_schema(&mut conn, database, table).await? {
+            // The table's columns where the stream resumes: from the
+            // schema history, or (a table the stream never announced) from
+            // the catalog as it is now.
+            if let Some(schema) = schemas.get(&oid) {
+                base.insert(oid, Arc::clone(schema));
+            } else if let Some(schema) = catalog_schema(&mut conn, database, table).await? {
                 base.insert(oid, schema);
             }
         }
@@ -2355,11 +2374,16 @@ impl Source for MysqlSource {
     type Snapshot = MysqlSnapshot;
 
     async fn stream(&self, from: Position) -> Result<MysqlStream> {
-        self.open(from, None).await
+        self.open(from, None, HashMap::new()).await
     }
 
-    async fn stream_resuming(&self, from: Position, state: Option<String>) -> Result<MysqlStream> {
-        self.open(from, state).await
+    async fn stream_resuming(
+        &self,
+        from: Position,
+        state: Option<String>,
+        schemas: HashMap<u32, Arc<TableSchema>>,
+    ) -> Result<MysqlStream> {
+        self.open(from, state, schemas).await
     }
 
     async fn snapshot(&self, table: &TableInfo) -> Result<MysqlSnapshot> {
@@ -2594,8 +2618,10 @@ pub struct MysqlStream {
     maps: HashMap<u64, (TableMapEvent<'static>, Option<Arc<Mapped>>)>,
     /// The schema last sent for each table.
     schemas: HashMap<u32, Arc<TableSchema>>,
-    /// Each table's columns in `information_schema` when the stream was
-    /// opened: what a DDL statement changes when no schema was sent yet.
+    /// Each table's columns where the stream resumed (the schema history's,
+    /// or `information_schema`'s when the stream was opened for a table it
+    /// has none of): what a DDL statement changes when no schema was sent
+    /// yet.
     base: HashMap<u32, Arc<TableSchema>>,
     /// The id of [`MARKER_TABLE`] in the connection's database.
     marker: Option<u32>,
@@ -2900,9 +2926,9 @@ impl MysqlStream {
                         continue;
                     };
                     // Sent even when `before` lacks the columns already:
-                    // a stream reopened at an earlier position seeds
-                    // `base` from the catalog as it is now, maybe after
-                    // this very statement.
+                    // a table without schema history seeds `base` from
+                    // the catalog as it is now, maybe after this very
+                    // statement.
                     let columns: Vec<ColumnSchema> = before
                         .columns
                         .iter()
