@@ -715,6 +715,123 @@ async fn create_source_refuses_statement_binlogs_and_missing_privileges() {
     let _ = std::fs::remove_dir_all(&state);
 }
 
+/// XA transactions: a prepared one's changes reach the sink at its `XA
+/// COMMIT`, in the commit's place in the stream, even across a restart
+/// of the pipeline between the prepare and the commit; a rolled-back one
+/// never does; CREATE SOURCE refuses to start while one is prepared.
+/// Counted: one sink write per row change of each committed transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xa_transactions_reach_the_sink_at_their_commit_only() {
+    let env = my_env(STATE, "my_xa").await;
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    my.query_drop(
+        "CREATE TABLE orders (id int PRIMARY KEY, qty int NOT NULL);
+         INSERT INTO orders VALUES (1, 1);",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    pipeline
+        .create_mysql_source(&env.source, "my")
+        .await
+        .unwrap();
+    create_chain(&pipeline, &env, "orders").await;
+    audit_sink(&sink, "orders_json").await;
+    let running = Running::start(pipeline.clone());
+    let writes = async |n: i64| {
+        wait_until(
+            &format!("{n} sink writes"),
+            Duration::from_secs(30),
+            async || {
+                let got = audit_count(&sink, "orders_json").await;
+                assert!(got <= n, "{got} sink writes, more than {n}");
+                got == n
+            },
+        )
+        .await;
+    };
+    let ids = async || -> Vec<i64> {
+        sink_docs(&sink, "orders_json")
+            .await
+            .iter()
+            .map(|(k, _)| key_id(k))
+            .collect()
+    };
+    writes(1).await;
+
+    // Prepared (its session then ends: MariaDB keeps it prepared), then
+    // an ordinary transaction after it.
+    let mut xa = my_conn(&env.my.url).await;
+    xa.query_drop(
+        "XA START 'x1'; INSERT INTO orders VALUES (2, 2); UPDATE orders SET qty = 10 WHERE id = 1;
+         XA END 'x1'; XA PREPARE 'x1';",
+    )
+    .await
+    .unwrap();
+    drop(xa);
+    my.query_drop("INSERT INTO orders VALUES (3, 3)")
+        .await
+        .unwrap();
+    writes(2).await;
+    assert_eq!(
+        ids().await,
+        vec![1, 3],
+        "the prepared changes wait for the commit"
+    );
+
+    // CREATE SOURCE would start after the prepare: refused.
+    let e = pipeline
+        .create_mysql_source("late", "my")
+        .await
+        .unwrap_err();
+    assert!(
+        e.primary().contains("1 prepared XA transaction(s): 'x1'"),
+        "{e}"
+    );
+    assert_eq!(pipeline.sources().unwrap().len(), 1);
+
+    // Restarted while prepared: the stream reads the prepare again.
+    running.stop().await;
+    let running = Running::start(pipeline.clone());
+    my.query_drop("INSERT INTO orders VALUES (4, 4)")
+        .await
+        .unwrap();
+    writes(3).await;
+    assert_eq!(ids().await, vec![1, 3, 4]);
+    my.query_drop("XA COMMIT 'x1'").await.unwrap();
+    writes(5).await;
+    assert_eq!(ids().await, vec![1, 2, 3, 4]);
+    let qty: i64 = sink
+        .query_one(
+            "SELECT (data->>'qty')::int8 FROM public.orders_json WHERE key = '{\"id\": 1}'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(qty, 10);
+
+    // Rolled back: nothing; the stream goes on.
+    my.query_drop(
+        "XA START 'x2'; INSERT INTO orders VALUES (5, 5); XA END 'x2'; XA PREPARE 'x2';
+         XA ROLLBACK 'x2'; INSERT INTO orders VALUES (6, 6);",
+    )
+    .await
+    .unwrap();
+    writes(6).await;
+    assert_eq!(ids().await, vec![1, 2, 3, 4, 6]);
+    // And once more across a restart after everything ended.
+    running.stop().await;
+    let running = Running::start(pipeline.clone());
+    my.query_drop("INSERT INTO orders VALUES (7, 7)")
+        .await
+        .unwrap();
+    writes(7).await;
+    assert_eq!(ids().await, vec![1, 2, 3, 4, 6, 7]);
+    running.stop().await;
+}
+
 /// CREATE TABLE refuses an upstream table without a primary key (updates
 /// and deletes could not be matched), one that does not exist, and a
 /// column type without a mapping unless it is excluded.

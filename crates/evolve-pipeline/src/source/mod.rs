@@ -37,8 +37,12 @@
 //! same store transaction as the applied position (`sources.resume_state`)
 //! and hands it back when it reopens the stream
 //! ([`Source::stream_resuming`]); the position stays what orders
-//! transactions. Sources without one (PostgreSQL: an LSN is its own
-//! coordinate) keep the defaults.
+//! transactions. A resume state may stand for a point before the
+//! transaction's end, where the stream must start to deliver everything
+//! after it (a binlog whose XA transaction was prepared before it and is
+//! committed after it: the prepare holds its changes); the stream then
+//! delivers again what the engine skips by position. Sources without one
+//! (PostgreSQL: an LSN is its own coordinate) keep the defaults.
 //!
 //! **Snapshots and the seam.** A [`TableSnapshot`] is one table's rows as
 //! of a position `P` ([`TableSnapshot::position`]): a transaction whose

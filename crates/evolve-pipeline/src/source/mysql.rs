@@ -272,14 +272,41 @@
 //! (a heartbeat is asked for every second) are transient: the engine
 //! reopens the stream from the last applied position.
 //!
+//! # XA transactions
+//!
+//! MariaDB (10.5 and later) logs an XA transaction's changes at `XA
+//! PREPARE`, as an event group of their own (its GTID event flagged
+//! `FL_PREPARED_XA`, with the xid), and its `XA COMMIT` or `XA ROLLBACK`
+//! later as another group (flagged `FL_COMPLETED_XA`); other transactions
+//! commit in between. The stream holds a prepare's changes, undelivered,
+//! and delivers them at the `XA COMMIT` as a transaction at that group's
+//! position, the commit's place in the binlog: readers see them exactly
+//! when the upstream's readers do. An `XA ROLLBACK` drops them. `XA COMMIT
+//! ... ONE PHASE` is logged as an ordinary transaction.
+//!
+//! While a prepared transaction is held, the resume state stored with each
+//! later commit is the GTID state before its prepare, so a stream reopened
+//! after a restart or a crash reads the prepare again (and the engine skips
+//! the transactions it delivers again by their positions); a table created
+//! meanwhile gets its share of the changes too, since its snapshot cannot
+//! see them. `CREATE SOURCE` refuses to start while the server has a
+//! prepared XA transaction (`XA RECOVER`), whose prepare would lie before
+//! the source's first position. An `XA COMMIT` whose prepare the stream
+//! never read all the same (a user who may not see other users'
+//! transactions in `XA RECOVER`) stalls every table of the source that its
+//! position concerns, with the xid and the way out, rather than losing its
+//! changes silently. MySQL logs XA transactions without MariaDB's flags:
+//! a MySQL stream that meets one stops with an error saying so (`XA
+//! COMMIT ... ONE PHASE` works there too).
+//!
 //! The columns a stream resumes with come from the store's schema
 //! history, not from the catalog as it is when the stream reopens: a
 //! pipeline stopped before an `ALTER TABLE` and started after later ones
 //! reads each statement against the columns of its own binlog position
 //! (`tests/mysql_absorb.rs` stops the pipeline across two statements).
 //!
-//! Not done yet: following renamed tables, XA
-//! transactions (their rows are not delivered), MariaDB's compressed
+//! Not done yet: following renamed tables, XA transactions on MySQL (see
+//! above), MariaDB's compressed
 //! binlog events (`log_bin_compress`: the stream stops with an error
 //! saying so). A column dropped and re-added while a table version is
 //! between the end of its copy and its catch-up (a fraction of a second)
@@ -307,7 +334,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts, OptsBuilder, Value};
 use tokio::sync::mpsc;
 
-use self::gtid::{Flavor, GtidList, GtidSet, GtidState, MariaGtid, Uuid};
+use self::gtid::{Flavor, GtidList, GtidSet, GtidState, MariaGtid, Uuid, XaGroup, Xid};
 use super::{ChangeStream, Source, SourceEvent, TableSnapshot};
 use crate::config::Connection;
 use crate::drift::{Upstream, UpstreamColumn};
@@ -816,7 +843,35 @@ pub async fn check_server(
     }
     let flavor = gtid_flavor(&mut conn).await?;
     let (position, state) = current_start(&mut conn, flavor).await?;
+    // Read after the start: an XA transaction prepared now was logged
+    // before it (at XA PREPARE), and its XA COMMIT would bring changes the
+    // stream never read. `XA RECOVER` shows every user's transactions to
+    // a user who may see them; one who may not sees only their own.
+    let prepared: Vec<mysql_async::Row> = conn
+        .query("XA RECOVER FORMAT='SQL'")
+        .await
+        .unwrap_or_default();
     let _ = conn.disconnect().await;
+    if !prepared.is_empty() {
+        let xids: Vec<String> = prepared
+            .iter()
+            .take(5)
+            .map(|row| match row.as_ref(3) {
+                Some(Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+                _ => "?".into(),
+            })
+            .collect();
+        return Err(PipelineError::Refused {
+            sqlstate: "55000",
+            primary: format!(
+                "MySQL source \"{source}\" cannot start while connection \"{name}\"'s server has {} prepared XA transaction(s): {}",
+                prepared.len(),
+                xids.join(", ")
+            ),
+            detail: Some("A prepared XA transaction's changes are logged at XA PREPARE, before the binlog position a new source starts from, so its XA COMMIT would bring changes the source never read.".into()),
+            hint: Some("End them first (XA COMMIT or XA ROLLBACK with the xid XA RECOVER lists), then create the source again.".into()),
+        });
+    }
     Ok((position, state.map(|s| s.to_string())))
 }
 
@@ -2141,12 +2196,15 @@ impl MysqlSource {
                     ),
                 )
             })?;
+            // At the applied position, or before it while an XA
+            // transaction was prepared there (the stream reads its prepare
+            // again; what it reads before `from` is skipped).
             let at = state_position(&state)?;
-            if at != from {
+            if at > from {
                 return Err(PipelineError::Replication {
                     source_name: name.clone(),
                     message: format!(
-                        "the stored GTID state {state} is position {at}, not the applied position {from}: the state store was changed by hand or is damaged"
+                        "the stored GTID state {state} is position {at}, after the applied position {from}: the state store was changed by hand or is damaged"
                     ),
                 });
             }
@@ -2335,6 +2393,9 @@ impl MysqlSource {
             schemas: HashMap::new(),
             base,
             marker,
+            prepared: Vec::new(),
+            preparing: None,
+            completing: None,
             read_deadline: tokio::time::Instant::now() + READ_TIMEOUT,
         })
     }
@@ -2625,6 +2686,15 @@ pub struct MysqlStream {
     base: HashMap<u32, Arc<TableSchema>>,
     /// The id of [`MARKER_TABLE`] in the connection's database.
     marker: Option<u32>,
+    /// XA transactions prepared and not committed or rolled back yet,
+    /// oldest first (see "XA transactions").
+    prepared: Vec<PreparedXa>,
+    /// The XA prepare being read: its events collect in `queue`, which
+    /// [`ChangeStream::next`] hands out only once the prepare has ended.
+    preparing: Option<PreparedXa>,
+    /// The XA transaction whose `XA COMMIT` or `XA ROLLBACK` group is
+    /// being read.
+    completing: Option<Xid>,
     /// When the binlog read fails for want of events: [`READ_TIMEOUT`]
     /// after the last event read (or after the stream was opened). It is
     /// kept here, not in [`ChangeStream::next`]'s future: the engine drops
@@ -2632,6 +2702,18 @@ pub struct MysqlStream {
     /// 200 ms at least), and a timeout started by each call would never
     /// run out.
     read_deadline: tokio::time::Instant,
+}
+
+/// A prepared XA transaction the stream holds until its `XA COMMIT`.
+struct PreparedXa {
+    xid: Xid,
+    /// The GTID of its prepare, for messages.
+    gtid: String,
+    /// The GTID state before its prepare: where a stream must start to
+    /// read its changes again.
+    before: GtidState,
+    /// Its schemas and rows, in order (the `Begin` left out).
+    events: Vec<SourceEvent>,
 }
 
 /// One GTID of the binlog.
@@ -2753,7 +2835,11 @@ impl MysqlStream {
         let end = match &self.gtid {
             None => binlog_position(self.seq, log_pos),
             Some(track) => {
-                self.commit_states.push_back(track.state.to_string());
+                // While an XA transaction is prepared, a reopened stream
+                // must read its prepare again: it resumes before it (the
+                // transactions after it are skipped by their positions).
+                let resume = self.prepared.first().map_or(&track.state, |p| &p.before);
+                self.commit_states.push_back(resume.to_string());
                 state_position(&track.state)?
             }
         };
@@ -2788,7 +2874,32 @@ impl MysqlStream {
         if data.is_none() && self.gtid.is_some() && kind == MARIADB_GTID_EVENT {
             let (gtid, standalone) = MariaGtid::from_event(event.data(), header.server_id())
                 .ok_or_else(|| self.fail("a MariaDB GTID event is too short".into()))?;
+            let xa = gtid::xa_group(event.data()).map_err(|e| self.fail(e))?;
+            if let Some(open) = &self.preparing {
+                return Err(self.fail(format!(
+                    "the event group of XA transaction {} (GTID {}) ended without its XA_PREPARE event",
+                    open.xid, open.gtid
+                )));
+            }
             self.on_gtid(Gtid::MariaDb(gtid), !standalone, header.timestamp())?;
+            match xa {
+                None => {}
+                Some(XaGroup::Prepared(xid)) => {
+                    // The state before the prepare: its group is open.
+                    let before = self
+                        .gtid
+                        .as_ref()
+                        .map(|track| track.state.clone())
+                        .ok_or_else(|| self.fail("a GTID event without GTID positions".into()))?;
+                    self.preparing = Some(PreparedXa {
+                        xid,
+                        gtid: gtid.to_string(),
+                        before,
+                        events: Vec::new(),
+                    });
+                }
+                Some(XaGroup::Completed(xid)) => self.completing = Some(xid),
+            }
         } else if data.is_none() && MARIADB_COMPRESSED_EVENTS.contains(&kind) {
             return Err(self.fail(format!(
                 "binlog event type {kind} is one of MariaDB's compressed events, which evolve does not read: SET GLOBAL log_bin_compress = OFF upstream (and in its configuration file)"
@@ -2830,7 +2941,13 @@ impl MysqlStream {
             Some(EventData::QueryEvent(query)) => {
                 let sql = query.query();
                 let word = sql.trim().to_ascii_uppercase();
-                if word == "BEGIN" {
+                if let Some(xid) = self.completing.take() {
+                    self.on_xa_end(xid, &word, header.timestamp(), log_pos)?;
+                } else if !self.in_transaction && word.starts_with("XA START") {
+                    return Err(self.fail(
+                        "an XA transaction without MariaDB's XA GTID events: evolve reads XA transactions from MariaDB 10.5 and later; on this server, end XA transactions with XA COMMIT ... ONE PHASE, which logs them as ordinary transactions".into(),
+                    ));
+                } else if word == "BEGIN" {
                     if !self.in_transaction {
                         self.begin(header.timestamp())?;
                     }
@@ -2852,6 +2969,7 @@ impl MysqlStream {
                 }
             }
             Some(EventData::FormatDescriptionEvent(_)) => self.described = true,
+            Some(EventData::XaPrepareLogEvent(_)) => self.on_xa_prepared()?,
             Some(EventData::XidEvent(_)) if self.in_transaction => self.push_commit(log_pos)?,
             Some(EventData::TableMapEvent(map)) => self.on_table_map(map.into_owned())?,
             Some(EventData::RowsEvent(rows)) if self.in_transaction => self.on_rows(&rows)?,
@@ -2875,6 +2993,79 @@ impl MysqlStream {
             self.last_end = log_pos;
         }
         Ok(())
+    }
+
+    /// The end of an XA transaction's prepare: its events are held (not
+    /// delivered) until its `XA COMMIT`.
+    fn on_xa_prepared(&mut self) -> Result<()> {
+        let Some(mut prepared) = self.preparing.take() else {
+            return Err(self.fail(
+                "an XA_PREPARE event outside an XA transaction's event group: evolve reads XA transactions from MariaDB 10.5 and later; on this server, end XA transactions with XA COMMIT ... ONE PHASE, which logs them as ordinary transactions".into(),
+            ));
+        };
+        // The queue holds the prepare's group only: a group is read when
+        // the queue is empty.
+        let mut events = std::mem::take(&mut self.queue);
+        if matches!(events.front(), Some(SourceEvent::Begin { .. })) {
+            events.pop_front();
+        }
+        prepared.events = events.into();
+        self.in_transaction = false;
+        self.finish_group()?;
+        self.prepared.push(prepared);
+        Ok(())
+    }
+
+    /// An `XA COMMIT` (`statement`, upper case) of a prepared XA
+    /// transaction: a transaction at this group's position holding the
+    /// prepare's changes. An `XA ROLLBACK` forgets them. An `XA COMMIT` of a
+    /// transaction prepared before the stream's history began (the source
+    /// was created while it was prepared) holds changes nobody read: every
+    /// table of the source that it may concern stalls at it.
+    fn on_xa_end(&mut self, xid: Xid, statement: &str, timestamp: u32, log_pos: u32) -> Result<()> {
+        let index = self.prepared.iter().position(|p| p.xid == xid);
+        if statement.starts_with("XA ROLLBACK") {
+            if let Some(i) = index {
+                self.prepared.remove(i);
+            }
+            return self.finish_group();
+        }
+        if !statement.starts_with("XA COMMIT") {
+            let shown: String = statement.chars().take(60).collect();
+            return Err(self.fail(format!(
+                "the event group that ends XA transaction {xid} holds \"{shown}\", neither XA COMMIT nor XA ROLLBACK"
+            )));
+        }
+        self.begin(timestamp)?;
+        match index {
+            Some(i) => {
+                let prepared = self.prepared.remove(i);
+                for event in prepared.events {
+                    if let SourceEvent::Schema { table, schema } = &event {
+                        if self.schemas.get(table) == Some(schema) {
+                            continue;
+                        }
+                        self.schemas.insert(*table, Arc::clone(schema));
+                    }
+                    self.queue.push_back(event);
+                }
+            }
+            None => {
+                let problem = format!(
+                    "XA transaction {xid}, committed at offset {log_pos} of binlog file {}, was prepared before the position the source's stream started from: its changes could not be read; create the table again (a new table version's snapshot reads them)",
+                    self.file
+                );
+                let mut tables: Vec<u32> = self.wanted.keys().copied().collect();
+                tables.sort_unstable();
+                for table in tables {
+                    self.queue.push_back(SourceEvent::Undecodable {
+                        table,
+                        problem: problem.clone(),
+                    });
+                }
+            }
+        }
+        self.push_commit(log_pos)
     }
 
     /// `TRUNCATE TABLE` is logged as a statement, even with row-based
@@ -3012,7 +3203,10 @@ impl MysqlStream {
             return;
         };
         if self.schemas.get(&mapped.oid) != Some(&mapped.schema) {
-            self.schemas.insert(mapped.oid, Arc::clone(&mapped.schema));
+            // An XA prepare's schemas count as sent when it commits.
+            if self.preparing.is_none() {
+                self.schemas.insert(mapped.oid, Arc::clone(&mapped.schema));
+            }
             self.queue.push_back(SourceEvent::Schema {
                 table: mapped.oid,
                 schema: Arc::clone(&mapped.schema),
@@ -3251,7 +3445,10 @@ fn map_table(
 impl ChangeStream for MysqlStream {
     async fn next(&mut self) -> Result<SourceEvent> {
         loop {
-            if let Some(event) = self.queue.pop_front() {
+            // An XA prepare's events wait in the queue for its end.
+            if self.preparing.is_none()
+                && let Some(event) = self.queue.pop_front()
+            {
                 if let SourceEvent::Commit { end } = &event
                     && self.gtid.is_some()
                 {
