@@ -778,6 +778,54 @@ async fn sigkill_while_records_stream_applies_each_record_once() {
     wait_all_running(&pipeline.url).await;
 }
 
+/// Partitions added to a running table's topic are read without a
+/// restart: records keyed into the new partitions reach the sink, each
+/// once, and a restart afterwards reads none of them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_added_to_the_topic_are_read_without_a_restart() {
+    let env = env("kafka_source_partitions").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    let pipeline = one_table(&env, &bootstrap, &url, "kp", 1).await;
+    let first: Vec<Produced> = (1..=20)
+        .map(|i| (format!("o{i}"), Some(order(i, i))))
+        .collect();
+    produce(&bootstrap, "kp_orders", &url, V1, &first).await;
+    wait_writes(&env.sink, 21).await;
+    python(
+        vec![
+            "partitions".into(),
+            bootstrap.clone(),
+            "kp_orders".into(),
+            "3".into(),
+        ],
+        String::new(),
+    )
+    .await;
+    // A fresh producer sees three partitions: most keys go to the new ones.
+    let second: Vec<Produced> = (21..=80)
+        .map(|i| (format!("o{i}"), Some(order(i, i))))
+        .collect();
+    produce(&bootstrap, "kp_orders", &url, V1, &second).await;
+    let mut all = vec![("o0".to_string(), Some(order(0, 0)))];
+    all.extend(first);
+    all.extend(second);
+    let want = fold(&all, &["id", "customer", "qty"]);
+    wait_docs(&env, "public.orders_json", &want).await;
+    wait_writes(&env.sink, 81).await;
+    drop(pipeline);
+    let pipeline = Pipeline::start(&env.config);
+    produce(
+        &bootstrap,
+        "kp_orders",
+        &url,
+        V1,
+        &[("o81".into(), Some(order(81, 81)))],
+    )
+    .await;
+    wait_writes(&env.sink, 82).await;
+    wait_all_running(&pipeline.url).await;
+}
+
 /// `evolve registry serve` on `listen` with the storage of `env`; its url.
 fn serve_registry(env: &Env, listen: &str) -> (Killed, String) {
     let mut registry = Killed(

@@ -19,7 +19,9 @@
 //! group says: no group offset is committed or trusted. `CREATE SOURCE`
 //! stores the topic's high watermarks as the first state: the stream
 //! starts at the end of the topic, and each table reads what came before
-//! from its snapshot.
+//! from its snapshot. Partitions added to the topic while the stream runs
+//! are assigned within [`PARTITION_CHECK`] of their creation, from their
+//! beginning, as a reopened stream would read them.
 //!
 //! # Snapshots
 //!
@@ -71,6 +73,7 @@ use rdkafka::Message as _;
 use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaResult;
 use tokio::sync::mpsc;
 
 use crate::config::Connection;
@@ -89,6 +92,8 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often the stream looks for replacement requests in the store.
 const MARKER_POLL: Duration = Duration::from_millis(200);
+/// How often the stream looks for partitions added to its topic.
+const PARTITION_CHECK: Duration = Duration::from_secs(5);
 
 /// The key column of an `ENVELOPE UPSERT` table: the record's key as JSON
 /// (not a valid Avro field name, so no field can take it).
@@ -763,13 +768,14 @@ impl Source for KafkaSource {
             consumer
                 .assign(&list)
                 .map_err(|e| kafka_error(&name, "assign partitions", e))?;
-            Ok((consumer, name, topic))
+            let partitions: HashSet<i32> = marks.iter().map(|(p, _, _)| *p).collect();
+            Ok((consumer, name, topic, partitions))
         })
         .await?;
-        let (consumer, name, topic) = assigned;
+        let (consumer, name, topic, partitions) = assigned;
         std::thread::Builder::new()
             .name(format!("kafka-{}", self.source.name))
-            .spawn(move || poll_loop(consumer, tx, &name, &topic))
+            .spawn(move || poll_loop(consumer, tx, &name, &topic, partitions))
             .map_err(|e| kafka_error(&self.source.connection, "start the consumer", e))?;
         Ok(KafkaStream {
             source: self.source.clone(),
@@ -965,10 +971,24 @@ fn read_until(
 
 /// The consumer's thread: polls and hands records to the stream until the
 /// stream is gone.
-fn poll_loop(consumer: BaseConsumer, tx: mpsc::Sender<Result<Raw>>, name: &str, topic: &str) {
+fn poll_loop(
+    consumer: BaseConsumer,
+    tx: mpsc::Sender<Result<Raw>>,
+    name: &str,
+    topic: &str,
+    mut partitions: HashSet<i32>,
+) {
+    let mut checked = Instant::now();
     loop {
         if tx.is_closed() {
             return;
+        }
+        if checked.elapsed() >= PARTITION_CHECK {
+            checked = Instant::now();
+            if let Err(e) = assign_new_partitions(&consumer, topic, &mut partitions) {
+                // Looked for again at the next check; reading goes on.
+                tracing::debug!(source = name, topic, error = %e, "could not look for new partitions");
+            }
         }
         let item = match consumer.poll(Duration::from_millis(100)) {
             None => continue,
@@ -986,6 +1006,36 @@ fn poll_loop(consumer: BaseConsumer, tx: mpsc::Sender<Result<Raw>>, name: &str, 
             return;
         }
     }
+}
+
+/// Adds the partitions of `topic` that are not in `partitions` (added to
+/// the topic since the stream opened) to the consumer's assignment, each
+/// from its beginning, as a reopened stream reads a partition its stored
+/// offsets do not name: their records come after the transactions already
+/// delivered, and their offsets go into the next ones' resume states.
+fn assign_new_partitions(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partitions: &mut HashSet<i32>,
+) -> KafkaResult<()> {
+    let metadata = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT)?;
+    let mut list = TopicPartitionList::new();
+    let mut added = Vec::new();
+    for t in metadata.topics().iter().filter(|t| t.name() == topic) {
+        for p in t.partitions() {
+            if !partitions.contains(&p.id()) {
+                list.add_partition_offset(topic, p.id(), Offset::Beginning)?;
+                added.push(p.id());
+            }
+        }
+    }
+    if added.is_empty() {
+        return Ok(());
+    }
+    consumer.incremental_assign(&list)?;
+    tracing::info!(topic, partitions = ?added, "reading partitions added to the topic");
+    partitions.extend(added);
+    Ok(())
 }
 
 /// A Kafka source's stream.

@@ -5,6 +5,8 @@ AvroSerializer with the value schema registered under TopicNameStrategy
 Usage:
   kafka_avro_produce.py topic BOOTSTRAP TOPIC PARTITIONS
       creates the topic (nothing when it exists)
+  kafka_avro_produce.py partitions BOOTSTRAP TOPIC PARTITIONS
+      adds partitions to the topic until it has PARTITIONS
   kafka_avro_produce.py compatibility REGISTRY_URL SUBJECT LEVEL
       sets the subject's compatibility level (e.g. NONE)
   kafka_avro_produce.py register REGISTRY_URL SUBJECT SCHEMA_JSON
@@ -22,7 +24,7 @@ import json
 import sys
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -37,6 +39,13 @@ def create_topic(bootstrap, topic, partitions):
         except Exception as e:  # noqa: BLE001
             if "already exists" not in str(e).lower() and "TOPIC_ALREADY_EXISTS" not in str(e):
                 raise
+
+
+def add_partitions(bootstrap, topic, partitions):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_partitions([NewPartitions(topic, int(partitions))])
+    for f in futures.values():
+        f.result(30)
 
 
 def set_compatibility(url, subject, level):
@@ -90,6 +99,8 @@ def main():
     command, args = sys.argv[1], sys.argv[2:]
     if command == "topic":
         create_topic(*args)
+    elif command == "partitions":
+        add_partitions(*args)
     elif command == "compatibility":
         set_compatibility(*args)
     elif command == "register":
