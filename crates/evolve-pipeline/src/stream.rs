@@ -587,7 +587,7 @@ fn match_schema(table: &mut TableRuntime, schema: &TableSchema) -> std::result::
     let now = format!("{}.{}", schema.schema, schema.name);
     Err(if now == reference {
         format!(
-            "upstream table \"{reference}\" was dropped; its changes no longer reach this table"
+            "upstream table \"{reference}\" was dropped or replaced by another table of that name; its changes no longer reach this table"
         )
     } else {
         format!(

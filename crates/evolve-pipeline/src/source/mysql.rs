@@ -217,7 +217,8 @@
 //! | `ALTER TABLE ... RENAME COLUMN a TO b` | the table stalls at the statement; drift says `column "a" was renamed to "b"` |
 //! | `TRUNCATE TABLE` | every document of the table is deleted (one change per row downstream); the table goes on |
 //! | `RENAME TABLE a TO b`, `ALTER TABLE a RENAME TO b` | the table stalls: `upstream table "db.a" was renamed to "db.b"; ...` |
-//! | `DROP TABLE`, `CREATE OR REPLACE TABLE` | the table stalls: `upstream table "db.a" was dropped; ...`; a table re-created under the name is not merged into it |
+//! | `RENAME TABLE a TO a_old, a_new TO a` (the cut-over of gh-ost and pt-online-schema-change) | the table stalls: `upstream table "db.a" was dropped or replaced by another table of that name; ...`; a version over `db.a` recovers with a minimal diff, which `ABSORB = 'auto'` runs by itself |
+//! | `DROP TABLE`, `CREATE OR REPLACE TABLE` | the table stalls: `upstream table "db.a" was dropped or replaced by another table of that name; ...`; a table re-created under the name is not merged into it |
 //!
 //! Renamed tables stall rather than being followed because the binlog
 //! names tables, and a position stored after the rename would reopen a
@@ -1945,6 +1946,7 @@ fn parse_ddl(sql: &str, default: &str) -> Vec<Ddl> {
             return out;
         }
         t.if_exists();
+        let mut pairs = Vec::new();
         for clause in t.clauses() {
             let mut c = Tokens {
                 tokens: clause,
@@ -1957,11 +1959,19 @@ fn parse_ddl(sql: &str, default: &str) -> Vec<Ddl> {
             if c.take("to")
                 && let Some(to) = c.table(default)
             {
-                out.push(Ddl::Gone {
-                    table: from,
-                    to: Some(to),
-                });
+                pairs.push((from, to));
             }
+        }
+        // The renames run in order: a table whose name a later rename of
+        // the statement gives to another table (an online schema change's
+        // cut-over, `RENAME TABLE t TO t_old, t_new TO t`) is not followed
+        // to where it went: the name holds another table now.
+        for (i, (from, to)) in pairs.iter().enumerate() {
+            let taken = pairs[i + 1..].iter().any(|(_, later)| later == from);
+            out.push(Ddl::Gone {
+                table: from.clone(),
+                to: (!taken).then(|| to.clone()),
+            });
         }
     } else if t.take("drop") {
         if t.take("temporary") || !t.take("table") {
@@ -3581,7 +3591,7 @@ mod tests {
             [
                 Ddl::Gone {
                     table: t("shop", "orders"),
-                    to: Some(t("shop", "orders_old"))
+                    to: None
                 },
                 Ddl::Gone {
                     table: t("shop", "orders_new"),
