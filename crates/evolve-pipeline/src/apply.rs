@@ -612,7 +612,7 @@ mod tests {
     use evolve_core::document::TypeKind;
 
     use super::*;
-    use crate::store::{ColumnInfo, SourceInfo};
+    use crate::store::ColumnInfo;
 
     /// One row operation of the transaction.
     enum Op {
@@ -643,38 +643,15 @@ mod tests {
     /// position 1, read by one interface; the table's runtime mapped onto
     /// the source's schema.
     fn setup() -> (Store, Vec<TableRuntime>, i64) {
-        let store = Store::in_memory();
-        store
-            .insert_source(&SourceInfo {
-                name: "src".into(),
-                connection: "pg".into(),
-                publication: "pub".into(),
-                publication_created: true,
-                slot: "evolve_src".into(),
-                applied_lsn: Position::from_u64(1),
-                dropping: false,
-                drop_error: None,
-                kind: crate::store::SourceKind::Postgres,
-            })
-            .unwrap();
-        let mut info = TableInfo {
-            id: 0,
-            name: "t_v1".into(),
-            source: "src".into(),
-            upstream_schema: "public".into(),
-            upstream_table: "t".into(),
-            upstream_oid: 4242,
-            columns: vec![
+        let store = Store::in_memory_with_source();
+        let mut info = TableInfo::running_for_test(
+            "t_v1",
+            vec![
                 column("id", 1, 23, TypeKind::Integer, true),
                 column("note", 2, 25, TypeKind::Text, false),
                 column("qty", 3, 23, TypeKind::Integer, false),
             ],
-            state: TableState::Running,
-            error: None,
-            snapshot_lsn: Some(Position::from_u64(1)),
-            rows_copied: 0,
-            kafka: None,
-        };
+        );
         info.id = store.insert_table(&info).unwrap();
         store
             .insert_interface("t_json", "t_v1", &crate::pipeline::interface_output())

@@ -221,6 +221,27 @@ pub struct KafkaTableInfo {
 }
 
 impl TableInfo {
+    /// Table `name` of source `src` ([`Store::in_memory_with_source`])
+    /// over `public.t` (OID 4242) with `columns`, running from position
+    /// 1, for the engine's unit tests.
+    #[cfg(test)]
+    pub(crate) fn running_for_test(name: &str, columns: Vec<ColumnInfo>) -> TableInfo {
+        TableInfo {
+            id: 0,
+            name: name.into(),
+            source: "src".into(),
+            upstream_schema: "public".into(),
+            upstream_table: "t".into(),
+            upstream_oid: 4242,
+            columns,
+            state: TableState::Running,
+            error: None,
+            snapshot_lsn: Some(Position::from_u64(1)),
+            rows_copied: 0,
+            kafka: None,
+        }
+    }
+
     /// `schema.table` upstream.
     pub fn reference(&self) -> String {
         format!("{}.{}", self.upstream_schema, self.upstream_table)
@@ -920,6 +941,27 @@ impl Store {
         conn.execute_batch(SCHEMA).expect("the schema");
         upgrade(&conn).expect("the added columns");
         Store { conn }
+    }
+
+    /// [`Store::in_memory`] with source `src` (PostgreSQL, applied at
+    /// position 1), for the engine's unit tests.
+    #[cfg(test)]
+    pub(crate) fn in_memory_with_source() -> Store {
+        let store = Store::in_memory();
+        store
+            .insert_source(&SourceInfo {
+                name: "src".into(),
+                connection: "pg".into(),
+                publication: "pub".into(),
+                publication_created: true,
+                slot: "evolve_src".into(),
+                applied_lsn: Position::from_u64(1),
+                dropping: false,
+                drop_error: None,
+                kind: SourceKind::Postgres,
+            })
+            .expect("the source");
+        store
     }
 
     /// Deletes a table and its rows.

@@ -377,67 +377,34 @@ mod tests {
     use evolve_core::document::TypeKind;
 
     use super::*;
-    use crate::store::{ColumnInfo, SourceInfo, TableInfo, TableState};
+    use crate::store::{ColumnInfo, TableInfo, TableState};
 
     /// A store with tables `t_v1` (read by interface `t_json`) and `t_v2`
     /// (replacement `t_json_v2`, being applied), both running, holding
     /// `old` and `new` as (key, document) rows.
     fn setup(old: &[(&str, &str)], new: &[(&str, &str)]) -> (Store, Vec<TableRuntime>, i64) {
-        let store = Store::in_memory();
-        store
-            .insert_source(&SourceInfo {
-                name: "src".into(),
-                connection: "pg".into(),
-                publication: "pub".into(),
-                publication_created: true,
-                slot: "evolve_src".into(),
-                applied_lsn: Position::from_u64(1),
-                dropping: false,
-                drop_error: None,
-                kind: crate::store::SourceKind::Postgres,
-            })
-            .unwrap();
+        let store = Store::in_memory_with_source();
         let mut tables = Vec::new();
         for (name, rows) in [("t_v1", old), ("t_v2", new)] {
-            let mut info = TableInfo {
-                id: 0,
+            let column = |name: &str, attnum, type_oid, kind, key| ColumnInfo {
                 name: name.into(),
-                source: "src".into(),
-                upstream_schema: "public".into(),
-                upstream_table: "t".into(),
-                upstream_oid: 4242,
-                columns: vec![
-                    ColumnInfo {
-                        name: "id".into(),
-                        attnum: 1,
-                        type_oid: 23,
-                        typmod: -1,
-                        type_name: String::new(),
-                        not_null: true,
-                        kind: TypeKind::Integer,
-                        excluded: false,
-                        as_text: false,
-                        key: true,
-                    },
-                    ColumnInfo {
-                        name: "note".into(),
-                        attnum: 2,
-                        type_oid: 25,
-                        typmod: -1,
-                        type_name: String::new(),
-                        not_null: false,
-                        kind: TypeKind::Text,
-                        excluded: false,
-                        as_text: false,
-                        key: false,
-                    },
-                ],
-                state: TableState::Running,
-                error: None,
-                snapshot_lsn: Some(Position::from_u64(1)),
-                rows_copied: 0,
-                kafka: None,
+                attnum,
+                type_oid,
+                typmod: -1,
+                type_name: String::new(),
+                not_null: key,
+                kind,
+                excluded: false,
+                as_text: false,
+                key,
             };
+            let mut info = TableInfo::running_for_test(
+                name,
+                vec![
+                    column("id", 1, 23, TypeKind::Integer, true),
+                    column("note", 2, 25, TypeKind::Text, false),
+                ],
+            );
             info.id = store.insert_table(&info).unwrap();
             for (key, doc) in rows {
                 store

@@ -952,7 +952,7 @@ async fn load<S: Sink>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{SourceInfo, SourceKind, TableInfo, TableState};
+    use crate::store::{TableInfo, TableState};
 
     /// A load beside a snapshot waits for its table to run, which only the
     /// source's stream makes happen; when the engine stops its tasks (to
@@ -960,34 +960,11 @@ mod tests {
     /// ends, or the restart would wait for it forever.
     #[tokio::test]
     async fn waiting_for_the_table_to_run_ends_when_the_engine_stops() {
-        let store = Store::in_memory();
-        store
-            .insert_source(&SourceInfo {
-                name: "src".into(),
-                connection: "pg".into(),
-                publication: "pub".into(),
-                publication_created: true,
-                slot: "evolve_src".into(),
-                applied_lsn: Position::from_u64(1),
-                dropping: false,
-                drop_error: None,
-                kind: SourceKind::Postgres,
-            })
-            .unwrap();
+        let store = Store::in_memory_with_source();
         store
             .insert_table(&TableInfo {
-                id: 0,
-                name: "t_v1".into(),
-                source: "src".into(),
-                upstream_schema: "public".into(),
-                upstream_table: "t".into(),
-                upstream_oid: 1,
-                columns: Vec::new(),
                 state: TableState::Copied,
-                error: None,
-                snapshot_lsn: Some(Position::from_u64(1)),
-                rows_copied: 0,
-                kafka: None,
+                ..TableInfo::running_for_test("t_v1", Vec::new())
             })
             .unwrap();
         let (stop_tx, stop) = watch::channel(false);
