@@ -47,27 +47,6 @@ async fn create_all(pipeline: &Pipeline, env: &MyEnv, sink: &Client, names: &[&s
     }
 }
 
-/// Waits until the sink's audit count stops at `expected` (and checks it
-/// does not go past it for a moment).
-async fn wait_writes(sink: &Client, table: &str, expected: i64) {
-    wait_until(
-        &format!("{table} to have {expected} writes"),
-        CONVERGE,
-        async || {
-            let n = audit_count(sink, table).await;
-            assert!(n <= expected, "{table}: {n} writes, more than {expected}");
-            n == expected
-        },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        audit_count(sink, table).await,
-        expected,
-        "{table}: writes after settling"
-    );
-}
-
 /// Creates table `version` over `table`, a replacement over it for
 /// `interface`, waits until it is hydrated, and applies it.
 async fn swap_to(

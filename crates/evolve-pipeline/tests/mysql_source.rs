@@ -3,7 +3,8 @@
 //! counts and documents, every type's document equal to PostgreSQL's
 //! `to_jsonb` of the mapped type, resume after SIGKILL under load with
 //! nothing lost or applied twice, a binlog connection gone silent
-//! failing and reconnecting, and the refusals of CREATE SOURCE and
+//! failing and reconnecting, MariaDB's compressed binlog events read as
+//! their uncompressed counterparts, and the refusals of CREATE SOURCE and
 //! CREATE TABLE.
 
 mod common;
@@ -739,18 +740,6 @@ async fn xa_transactions_reach_the_sink_at_their_commit_only() {
     create_chain(&pipeline, &env, "orders").await;
     audit_sink(&sink, "orders_json").await;
     let running = Running::start(pipeline.clone());
-    let writes = async |n: i64| {
-        wait_until(
-            &format!("{n} sink writes"),
-            Duration::from_secs(30),
-            async || {
-                let got = audit_count(&sink, "orders_json").await;
-                assert!(got <= n, "{got} sink writes, more than {n}");
-                got == n
-            },
-        )
-        .await;
-    };
     let ids = async || -> Vec<i64> {
         sink_docs(&sink, "orders_json")
             .await
@@ -758,7 +747,7 @@ async fn xa_transactions_reach_the_sink_at_their_commit_only() {
             .map(|(k, _)| key_id(k))
             .collect()
     };
-    writes(1).await;
+    wait_writes(&sink, "orders_json", 1).await;
 
     // Prepared (its session then ends: MariaDB keeps it prepared), then
     // an ordinary transaction after it.
@@ -773,7 +762,7 @@ async fn xa_transactions_reach_the_sink_at_their_commit_only() {
     my.query_drop("INSERT INTO orders VALUES (3, 3)")
         .await
         .unwrap();
-    writes(2).await;
+    wait_writes(&sink, "orders_json", 2).await;
     assert_eq!(
         ids().await,
         vec![1, 3],
@@ -797,10 +786,10 @@ async fn xa_transactions_reach_the_sink_at_their_commit_only() {
     my.query_drop("INSERT INTO orders VALUES (4, 4)")
         .await
         .unwrap();
-    writes(3).await;
+    wait_writes(&sink, "orders_json", 3).await;
     assert_eq!(ids().await, vec![1, 3, 4]);
     my.query_drop("XA COMMIT 'x1'").await.unwrap();
-    writes(5).await;
+    wait_writes(&sink, "orders_json", 5).await;
     assert_eq!(ids().await, vec![1, 2, 3, 4]);
     let qty: i64 = sink
         .query_one(
@@ -819,7 +808,7 @@ async fn xa_transactions_reach_the_sink_at_their_commit_only() {
     )
     .await
     .unwrap();
-    writes(6).await;
+    wait_writes(&sink, "orders_json", 6).await;
     assert_eq!(ids().await, vec![1, 2, 3, 4, 6]);
     // And once more across a restart after everything ended.
     running.stop().await;
@@ -827,7 +816,7 @@ async fn xa_transactions_reach_the_sink_at_their_commit_only() {
     my.query_drop("INSERT INTO orders VALUES (7, 7)")
         .await
         .unwrap();
-    writes(7).await;
+    wait_writes(&sink, "orders_json", 7).await;
     assert_eq!(ids().await, vec![1, 2, 3, 4, 6, 7]);
     running.stop().await;
 }
@@ -1330,5 +1319,215 @@ async fn the_statements_run_through_the_admin_api() {
         evolve_pipeline::admin::execute(&pipeline, "DROP TABLE t_v1; DROP SOURCE shop;").await;
     assert!(response.error.is_none(), "{:?}", response.error);
     assert!(pipeline.sources().unwrap().is_empty());
+    let _ = my.disconnect().await;
+}
+
+/// The events of every binlog file of `server` that concern table `table`
+/// of database `db`: `(event type, info)` of its rows events (by the table
+/// ids of its table maps) and of the statements naming it.
+fn binlog_events_of(server: &MariaDb, db: &str, table: &str) -> Vec<(String, String)> {
+    let files = server.client_sql("SHOW BINARY LOGS").unwrap();
+    let mut ids = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for file in files.lines().filter_map(|l| l.split('\t').next()) {
+        let events = server
+            .client_sql(&format!("SHOW BINLOG EVENTS IN '{file}'"))
+            .unwrap();
+        for line in events.lines() {
+            // Log_name, Pos, Event_type, Server_id, End_log_pos, Info.
+            let fields: Vec<&str> = line.split('\t').collect();
+            let (kind, info) = (fields[2], fields.get(5).copied().unwrap_or_default());
+            let id = info
+                .strip_prefix("table_id: ")
+                .and_then(|rest| rest.split(' ').next())
+                .map(str::to_string);
+            if kind == "Table_map" && info.ends_with(&format!("({db}.{table})")) {
+                ids.extend(id);
+                continue;
+            }
+            let rows = kind.contains("_rows") && id.is_some_and(|id| ids.contains(&id));
+            let statement = kind.starts_with("Query") && info.contains(&format!(" {table}"));
+            if rows || statement {
+                out.push((kind.to_string(), info.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// MariaDB's compressed binlog events (`log_bin_compress = ON`, and
+/// `log_bin_compress_min_len` at its minimum, 10 bytes, so every rows
+/// event and statement below is compressed, as the binlog shows) reach
+/// the sink as their uncompressed counterparts do: inserts, updates,
+/// deletes, a multi-row statement and a transaction with exact write
+/// counts and documents; a TRUNCATE written while the pipeline is
+/// stopped, read after the restart at its GTID position; and a column
+/// dropped and re-added, which only the statement shows, stalls the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_compressed_binlog_events_reach_the_sink_as_uncompressed_ones_do() {
+    let server = tokio::task::spawn_blocking(|| {
+        MariaDb::start_with(MariaDbOptions {
+            settings: vec![
+                ("log_bin_compress".into(), "ON".into()),
+                ("log_bin_compress_min_len".into(), "10".into()),
+            ],
+        })
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        server
+            .client_sql("SELECT @@log_bin_compress, @@log_bin_compress_min_len")
+            .unwrap()
+            .trim(),
+        "1\t10"
+    );
+    let my_db = server.create_database("compressed").unwrap();
+    let sink_db = tokio::task::spawn_blocking(sink_cluster)
+        .await
+        .unwrap()
+        .create_database("compressed")
+        .await
+        .unwrap();
+    let state = std::env::temp_dir().join(format!("{STATE}-{}-{}", std::process::id(), my_db.name));
+    let _ = std::fs::remove_dir_all(&state);
+    let env = MyEnv {
+        config: Config::new(&state)
+            .with_connection("my", my_db.url.clone())
+            .with_connection("sink", sink_db.url.clone()),
+        source: "compressed".into(),
+        my: my_db,
+        sink: sink_db,
+        state,
+    };
+    let db = env.my.name.clone();
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    // Every row image is more than 10 bytes long (the note alone is).
+    my.query_drop(
+        "CREATE TABLE orders (id int PRIMARY KEY, status varchar(20) NOT NULL, note text);
+         INSERT INTO orders SELECT seq, 'open', CONCAT('the note of order ', seq) FROM seq_1_to_100;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    let source = pipeline
+        .create_mysql_source(&env.source, "my")
+        .await
+        .unwrap();
+    create_chain(&pipeline, &env, "orders").await;
+    audit_sink(&sink, "orders_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_writes(&sink, "orders_json", 100).await;
+
+    // One row, ten updated, ten deleted, three in one statement, and a
+    // transaction of an insert, an update and a delete.
+    for sql in [
+        "INSERT INTO orders VALUES (101, 'open', 'a single inserted order')",
+        "UPDATE orders SET status = 'paid' WHERE id <= 10",
+        "DELETE FROM orders WHERE id > 90 AND id <= 100",
+        "INSERT INTO orders VALUES (102, 'open', 'the first of three'), \
+         (103, 'open', 'the second of three'), (104, 'open', 'the third of three')",
+        "START TRANSACTION; INSERT INTO orders VALUES (105, 'open', 'inserted in a transaction'); \
+         UPDATE orders SET note = 'updated in a transaction' WHERE id = 11; \
+         DELETE FROM orders WHERE id = 12; COMMIT",
+    ] {
+        my.query_drop(sql).await.unwrap();
+    }
+    wait_writes(&sink, "orders_json", 100 + 1 + 10 + 10 + 3 + 3).await;
+    sink.batch_execute("CREATE TABLE expected_orders (id int, status text, note text)")
+        .await
+        .unwrap();
+    let select = "SELECT CAST(id AS CHAR), status, note FROM orders";
+    let types = ["int", "text", "text"];
+    mirror(&mut my, &sink, select, "expected_orders", &types).await;
+    let want = expected_docs(&sink, "expected_orders").await;
+    assert_eq!(want.len(), 100 + 1 - 10 + 3 + 1 - 1, "upstream rows");
+    wait_docs(
+        Some(&pipeline),
+        &sink,
+        "orders_json",
+        &want,
+        Duration::from_secs(60),
+    )
+    .await;
+    running.stop().await;
+
+    // Written while stopped: the stream resumes after the last GTID
+    // applied and reads the TRUNCATE (94 deletes) and the insert after it.
+    my.query_drop(
+        "TRUNCATE TABLE orders; INSERT INTO orders VALUES (7, 'open', 'after the truncate')",
+    )
+    .await
+    .unwrap();
+    let running = Running::start(pipeline.clone());
+    wait_writes(&sink, "orders_json", 127 + 94 + 1).await;
+    wait_docs(
+        Some(&pipeline),
+        &sink,
+        "orders_json",
+        &[(
+            r#"{"id": 7}"#.to_string(),
+            r#"{"id": 7, "note": "after the truncate", "status": "open"}"#.to_string(),
+        )],
+        Duration::from_secs(60),
+    )
+    .await;
+    let applied = pipeline.sources().unwrap()[0].applied_lsn;
+    assert!(is_gtid_position(applied), "{applied}");
+    assert!(
+        applied > source.applied_lsn,
+        "{applied} after {}",
+        source.applied_lsn
+    );
+
+    // Dropped and re-added with the same name and type, no row after it:
+    // only the statement shows the drop, and the table stalls at it.
+    my.query_drop("ALTER TABLE orders DROP COLUMN note; ALTER TABLE orders ADD COLUMN note text")
+        .await
+        .unwrap();
+    wait_state(
+        &pipeline,
+        "orders_v1",
+        TableState::Stalled,
+        Duration::from_secs(60),
+    )
+    .await;
+    let error = table_state(&pipeline, "orders_v1").1.unwrap();
+    assert!(error.contains("column \"note\""), "{error}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(audit_count(&sink, "orders_json").await, 222);
+    running.stop().await;
+
+    // Every rows event of the table and every statement naming it was
+    // written compressed.
+    let events = tokio::task::spawn_blocking(move || binlog_events_of(&server, &db, "orders"))
+        .await
+        .unwrap();
+    let kinds: std::collections::BTreeSet<&str> = events.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Delete_rows_compressed_v1",
+            "Query_compressed",
+            "Update_rows_compressed_v1",
+            "Write_rows_compressed_v1"
+        ]
+        .into_iter()
+        .collect(),
+        "{events:#?}"
+    );
+    for statement in [
+        "TRUNCATE TABLE orders",
+        "ALTER TABLE orders DROP COLUMN note",
+    ] {
+        assert!(
+            events
+                .iter()
+                .any(|(kind, info)| kind == "Query_compressed" && info.ends_with(statement)),
+            "{statement}: {events:#?}"
+        );
+    }
     let _ = my.disconnect().await;
 }

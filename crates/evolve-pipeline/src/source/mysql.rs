@@ -3,6 +3,17 @@
 //! `mysql_async`, events parsed by `mysql_common`), and table snapshots in
 //! a consistent-snapshot transaction.
 //!
+//! MariaDB's compressed binlog events (`log_bin_compress = ON`: statements
+//! and rows events from `log_bin_compress_min_len` bytes on, zlib
+//! compressed) are read as the events they compress (module
+//! [`compressed`]): the compressed part is inflated, the event rebuilt with
+//! its uncompressed type and parsed by `mysql_common`, and it goes where
+//! that event goes, with the same position, GTID, DDL and TRUNCATE
+//! handling. A compressed event that cannot be inflated (a damaged zlib
+//! stream, a length other than the one it declares, a declared length
+//! above 1 GiB) stops the stream with an error naming its type and
+//! position.
+//!
 //! # Positions
 //!
 //! A binlog's own coordinates (a file and an offset) belong to the server
@@ -307,12 +318,11 @@
 //! (`tests/mysql_absorb.rs` stops the pipeline across two statements).
 //!
 //! Not done yet: following renamed tables, XA transactions on MySQL (see
-//! above), MariaDB's compressed
-//! binlog events (`log_bin_compress`: the stream stops with an error
-//! saying so). A column dropped and re-added while a table version is
+//! above). A column dropped and re-added while a table version is
 //! between the end of its copy and its catch-up (a fraction of a second)
 //! is seen only in the table map after it, not as a drop.
 
+pub mod compressed;
 pub mod gtid;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -327,7 +337,8 @@ use evolve_core::change::{Bytes, ChangeKind, ColumnSchema, Datum, RowChange, Tab
 use evolve_core::document::TypeKind;
 use futures_util::StreamExt;
 use mysql_async::binlog::events::{
-    EventData, OptionalMetaExtractor, OptionalMetadataField, RowsEventData, TableMapEvent,
+    BinlogEventHeader, Event, EventData, OptionalMetaExtractor, OptionalMetadataField,
+    RowsEventData, TableMapEvent,
 };
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::ColumnType;
@@ -2770,9 +2781,6 @@ impl GtidTrack {
 
 /// MariaDB's `GTID_EVENT`, which mysql_common does not model.
 const MARIADB_GTID_EVENT: u8 = 162;
-/// MariaDB's compressed events (`log_bin_compress`), which it does not
-/// read either: `QUERY_COMPRESSED_EVENT` to `DELETE_ROWS_COMPRESSED_EVENT`.
-const MARIADB_COMPRESSED_EVENTS: std::ops::RangeInclusive<u8> = 165..=171;
 
 /// MySQL's ER_MASTER_FATAL_ERROR_READING_BINLOG: the file or position
 /// asked for is not there (MariaDB's GTID errors, a GTID state the binlog
@@ -2873,14 +2881,53 @@ impl MysqlStream {
         Ok(())
     }
 
-    fn on_event(&mut self, event: mysql_async::binlog::events::Event) -> Result<()> {
+    /// Where the event with `header` is, as errors name it: its offset,
+    /// in its file when the stream knows the file's name, and the GTID of
+    /// its event group when there is one.
+    fn event_at(&self, header: &BinlogEventHeader) -> String {
+        let start = header.log_pos().saturating_sub(header.event_size());
+        let mut at = if self.file.is_empty() {
+            format!("binlog offset {start}")
+        } else {
+            format!("offset {start} of {}", self.file)
+        };
+        if let Some(Gtid::MariaDb(gtid)) = self.gtid.as_ref().and_then(|t| t.group.as_ref()) {
+            at.push_str(&format!(" (GTID {gtid})"));
+        }
+        at
+    }
+
+    /// A MariaDB compressed event that cannot be read.
+    fn compressed_failure(&self, header: &BinlogEventHeader, reason: &str) -> PipelineError {
+        let kind = header.event_type_raw();
+        self.fail(format!(
+            "MariaDB compressed binlog event {} (type {kind}) at {} could not be read: {reason}; the stream cannot go past it (drop the source's tables and the source, then create them again)",
+            compressed::type_name(kind),
+            self.event_at(header)
+        ))
+    }
+
+    fn on_event(&mut self, event: Event) -> Result<()> {
         let header = event.header();
         let log_pos = header.log_pos();
-        let data = event
-            .read_data()
-            .map_err(|e| self.fail(format!("a binlog event could not be read: {e}")))?;
-        let mut moves = log_pos != 0;
         let kind = header.event_type_raw();
+        // MariaDB's compressed events go where the events they compress go.
+        let inflated = match compressed::counterpart(kind) {
+            Some(to) => Some(
+                compressed::inflate_event(&event, to)
+                    .map_err(|reason| self.compressed_failure(&header, &reason))?,
+            ),
+            None => None,
+        };
+        let data = match &inflated {
+            Some(inflated) => inflated
+                .read_data()
+                .map_err(|e| self.compressed_failure(&header, &e.to_string()))?,
+            None => event
+                .read_data()
+                .map_err(|e| self.fail(format!("a binlog event could not be read: {e}")))?,
+        };
+        let mut moves = log_pos != 0;
         if data.is_none() && self.gtid.is_some() && kind == MARIADB_GTID_EVENT {
             let (gtid, standalone) = MariaGtid::from_event(event.data(), header.server_id())
                 .ok_or_else(|| self.fail("a MariaDB GTID event is too short".into()))?;
@@ -2910,10 +2957,6 @@ impl MysqlStream {
                 }
                 Some(XaGroup::Completed(xid)) => self.completing = Some(xid),
             }
-        } else if data.is_none() && MARIADB_COMPRESSED_EVENTS.contains(&kind) {
-            return Err(self.fail(format!(
-                "binlog event type {kind} is one of MariaDB's compressed events, which evolve does not read: SET GLOBAL log_bin_compress = OFF upstream (and in its configuration file)"
-            )));
         }
         match data {
             Some(EventData::RotateEvent(rotate)) => {

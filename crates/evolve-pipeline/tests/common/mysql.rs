@@ -85,3 +85,24 @@ pub async fn create_chain(pipeline: &Pipeline, env: &MyEnv, name: &str) {
         .await
         .unwrap();
 }
+
+/// Waits until the sink table's audit count reaches `expected` (never
+/// going past it), and checks that it stays there for a moment.
+pub async fn wait_writes(sink: &tokio_postgres::Client, table: &str, expected: i64) {
+    super::wait_until(
+        &format!("{table} to have {expected} writes"),
+        std::time::Duration::from_secs(60),
+        async || {
+            let n = super::audit_count(sink, table).await;
+            assert!(n <= expected, "{table}: {n} writes, more than {expected}");
+            n == expected
+        },
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        super::audit_count(sink, table).await,
+        expected,
+        "{table}: writes after settling"
+    );
+}
