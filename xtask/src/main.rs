@@ -462,11 +462,13 @@ const LOG4J_VERSION: &str = "2.24.3";
 
 /// Fetches the Kafka broker's jars (`org.apache.kafka:kafka_2.13` of
 /// [`KAFKA_VERSION`] and its runtime dependencies, and
-/// `log4j-slf4j-impl`) into `target/kafka/jars` unless they are there
-/// already.
+/// `log4j-slf4j-impl`) unless they are there already: into
+/// `EVOLVE_KAFKA_JARS` when it is set (where the test harness then looks
+/// for them), else into `target/kafka/jars`.
 fn ensure_kafka_jars() -> Result<(), Failure> {
     let dir = workspace_root().join("target").join("kafka");
-    let jars = dir.join("jars");
+    let chosen = std::env::var_os("EVOLVE_KAFKA_JARS").map(PathBuf::from);
+    let jars = chosen.clone().unwrap_or_else(|| dir.join("jars"));
     if jars
         .join(format!("kafka_2.13-{KAFKA_VERSION}.jar"))
         .is_file()
@@ -484,7 +486,11 @@ fn ensure_kafka_jars() -> Result<(), Failure> {
     let pom_path = dir.join("pom.xml");
     std::fs::write(&pom_path, pom)
         .map_err(|e| Failure::new(format!("cannot write {}: {e}", pom_path.display())))?;
-    let _ = std::fs::remove_dir_all(&jars);
+    // Our own directory is emptied of other versions' jars first; one the
+    // user named is only added to.
+    if chosen.is_none() {
+        let _ = std::fs::remove_dir_all(&jars);
+    }
     step(
         "fetch the Kafka jars",
         Command::new("mvn")
