@@ -41,7 +41,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
 use tokio::sync::Mutex as AsyncMutex;
 
-use super::stage::{self, Background, LOAD_GOES_ON, LOAD_INTERVAL, Paused, Rng, Stage, say, secs};
+use super::stage::{
+    self, Background, LOAD_GOES_ON, LOAD_INTERVAL, Paused, Rng, Stage, Toured, say, secs,
+};
 
 /// Orders written before the source exists (the table's snapshot).
 const ORDERS: i64 = 2_000;
@@ -97,45 +99,27 @@ pub async fn run(keep: bool) -> anyhow::Result<()> {
         secs(started.elapsed())
     ))?;
 
-    let mut background = Background::default();
-    let outcome = tokio::select! {
-        outcome = tour(&kafka, &registry_url, &sink, &state_dir, &mut background) => outcome,
-        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
-    };
-    if keep && let Ok(tour) = &outcome {
-        say("")?;
-        say("keeping everything until Ctrl-C (the pipeline keeps running):")?;
-        say(format!("  Kafka:    {}", kafka.bootstrap()))?;
-        say(format!("  registry: {registry_url}"))?;
-        say(format!("  sink:     psql {}", tour.sink_url))?;
-        say(format!("  pipeline state: {}", state_dir.display()))?;
-        super::wait_for_ctrl_c().await;
-    }
-
-    let cleanup = Instant::now();
-    let stop_errors = background.stop().await;
-    registry_task.abort();
-    tokio::task::spawn_blocking(move || drop((kafka, sink)))
-        .await
-        .context("removing the broker and the cluster")?;
-    let _ = std::fs::remove_dir_all(&state_dir);
-    say(format!(
-        "\npipeline stopped, broker, registry, cluster and state removed ({})",
-        secs(cleanup.elapsed())
-    ))?;
-    let Outcome {
-        checks,
-        mut failures,
-        ..
-    } = outcome?;
-    failures.extend(stop_errors);
-    stage::report(started, checks, &failures)
+    let registry = Aborting(registry_task);
+    stage::frame(
+        started,
+        keep,
+        (kafka, sink, registry),
+        &state_dir,
+        "broker, registry, cluster",
+        async |(kafka, sink, _), background| {
+            tour(kafka, &registry_url, sink, &state_dir, background).await
+        },
+    )
+    .await
 }
 
-struct Outcome {
-    checks: u32,
-    failures: Vec<String>,
-    sink_url: String,
+/// The registry's task, stopped when the demo removes its servers.
+struct Aborting(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// evolve's registry on a free loopback port, its storage in `dir`.
@@ -174,16 +158,20 @@ async fn tour(
     sink: &Cluster,
     state_dir: &Path,
     background: &mut Background,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Toured> {
     let mut t = Tour::setup(kafka, registry, sink, state_dir, background).await?;
     t.adds_a_field().await?;
     t.breaks_the_reader().await?;
     t.absorbs_it().await?;
     t.finish(background).await?;
-    Ok(Outcome {
+    Ok(Toured {
         checks: t.stage.checks,
         failures: t.stage.failures,
-        sink_url: t.sink_url,
+        keep: vec![
+            format!("  Kafka:    {}", kafka.bootstrap()),
+            format!("  registry: {registry}"),
+            format!("  sink:     psql {}", t.sink_url),
+        ],
     })
 }
 

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use evolve_pg::{Client, quote_ident};
 use evolve_pipeline::source::mysql::mysql_async::{self, prelude::Queryable};
 use evolve_pipeline::{Config, Pipeline, TableState};
@@ -38,7 +38,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use super::stage::{
     self, ABSORB_WAIT, Background, CUSTOMERS, Diff, LOAD_GOES_ON, LOAD_INTERVAL, ORDERS, Paused,
-    Rng, Stage, Upstream, say, secs,
+    Rng, Stage, Toured, Upstream, say, secs,
 };
 
 pub async fn run(keep: bool) -> anyhow::Result<()> {
@@ -74,48 +74,15 @@ pub async fn run(keep: bool) -> anyhow::Result<()> {
     let state_dir = std::env::temp_dir().join(format!("evolve-demo-mysql-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state_dir);
 
-    let mut background = Background::default();
-    let outcome = tokio::select! {
-        outcome = tour(&my, &sink, &state_dir, &mut background) => outcome,
-        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
-    };
-    if keep && let Ok(tour) = &outcome {
-        say("")?;
-        say("keeping everything until Ctrl-C (the pipeline keeps running):")?;
-        say(format!(
-            "  upstream: mariadb --socket={} {}",
-            my.socket().display(),
-            tour.database
-        ))?;
-        say(format!("  sink:     psql {}", tour.sink_url))?;
-        say(format!("  pipeline state: {}", state_dir.display()))?;
-        super::wait_for_ctrl_c().await;
-    }
-
-    let cleanup = Instant::now();
-    let stop_errors = background.stop().await;
-    tokio::task::spawn_blocking(move || drop((my, sink)))
-        .await
-        .context("removing the server and the cluster")?;
-    let _ = std::fs::remove_dir_all(&state_dir);
-    say(format!(
-        "\npipeline stopped, server, cluster and state removed ({})",
-        secs(cleanup.elapsed())
-    ))?;
-    let Outcome {
-        checks,
-        mut failures,
-        ..
-    } = outcome?;
-    failures.extend(stop_errors);
-    stage::report(started, checks, &failures)
-}
-
-struct Outcome {
-    checks: u32,
-    failures: Vec<String>,
-    database: String,
-    sink_url: String,
+    stage::frame(
+        started,
+        keep,
+        (my, sink),
+        &state_dir,
+        "server, cluster",
+        async |(my, sink), background| tour(my, sink, &state_dir, background).await,
+    )
+    .await
 }
 
 async fn tour(
@@ -123,18 +90,24 @@ async fn tour(
     sink: &Cluster,
     state_dir: &Path,
     background: &mut Background,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Toured> {
     let mut t = Tour::setup(my, sink, state_dir, background).await?;
     t.flow_1().await?;
     t.flow_2().await?;
     t.flow_4().await?;
     t.flow_5().await?;
     t.finish(background).await?;
-    Ok(Outcome {
+    Ok(Toured {
         checks: t.stage.checks,
         failures: t.stage.failures,
-        database: t.database,
-        sink_url: t.sink_url,
+        keep: vec![
+            format!(
+                "  upstream: mariadb --socket={} {}",
+                my.socket().display(),
+                t.database
+            ),
+            format!("  sink:     psql {}", t.sink_url),
+        ],
     })
 }
 

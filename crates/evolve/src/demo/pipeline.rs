@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use evolve_pg::{Client, quote_ident, quote_literal};
 use evolve_pipeline::{Config, Pipeline, TableState};
 use evolve_test::Cluster;
@@ -51,7 +51,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use super::stage::{
     self, ABSORB_WAIT, Background, CUSTOMERS, Diff, LOAD_GOES_ON, LOAD_INTERVAL, ORDERS, Paused,
-    Rng, Stage, Upstream, WAIT, say, secs,
+    Rng, Stage, Toured, Upstream, WAIT, say, secs,
 };
 
 /// The reader's pause between queries.
@@ -101,50 +101,15 @@ pub async fn run(keep: bool) -> anyhow::Result<()> {
     let state_dir = std::env::temp_dir().join(format!("evolve-demo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state_dir);
 
-    let mut background = Background::default();
-    let outcome = tokio::select! {
-        outcome = tour(&up, &sink, &state_dir, &mut background) => outcome,
-        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
-    };
-    if keep && let Ok(tour) = &outcome {
-        say("")?;
-        say("keeping everything until Ctrl-C (the pipeline keeps running):")?;
-        say(format!("  upstream: psql {}", tour.up_url))?;
-        say(format!(
-            "  sink:     psql {}   (try: SELECT * FROM open_orders LIMIT 5)",
-            tour.sink_url
-        ))?;
-        say(format!("  pipeline state: {}", state_dir.display()))?;
-        super::wait_for_ctrl_c().await;
-    }
-
-    let cleanup = Instant::now();
-    let stop_errors = background.stop().await;
-    tokio::task::spawn_blocking(move || drop((up, sink)))
-        .await
-        .context("removing the clusters")?;
-    let _ = std::fs::remove_dir_all(&state_dir);
-    say(format!(
-        "\npipeline stopped, clusters and state removed ({})",
-        secs(cleanup.elapsed())
-    ))?;
-
-    let Outcome {
-        checks,
-        mut failures,
-        ..
-    } = outcome?;
-    failures.extend(stop_errors);
-    stage::report(started, checks, &failures)
-}
-
-/// What the tour found.
-struct Outcome {
-    checks: u32,
-    /// The failed checks' lines.
-    failures: Vec<String>,
-    up_url: String,
-    sink_url: String,
+    stage::frame(
+        started,
+        keep,
+        (up, sink),
+        &state_dir,
+        "clusters",
+        async |(up, sink), background| tour(up, sink, &state_dir, background).await,
+    )
+    .await
 }
 
 /// Runs setup and flows.
@@ -153,18 +118,23 @@ async fn tour(
     sink_cluster: &Cluster,
     state_dir: &Path,
     background: &mut Background,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<Toured> {
     let mut t = Tour::setup(up_cluster, sink_cluster, state_dir, background).await?;
     t.flow_1().await?;
     t.flow_2().await?;
     t.flow_4().await?;
     t.flow_5().await?;
     t.finish(background).await?;
-    Ok(Outcome {
+    Ok(Toured {
         checks: t.stage.checks,
         failures: t.stage.failures,
-        up_url: t.up_url,
-        sink_url: t.sink_url,
+        keep: vec![
+            format!("  upstream: psql {}", t.up_url),
+            format!(
+                "  sink:     psql {}   (try: SELECT * FROM open_orders LIMIT 5)",
+                t.sink_url
+            ),
+        ],
     })
 }
 

@@ -1,8 +1,9 @@
 //! What the pipeline tours (`demo/pipeline.rs` on a PostgreSQL upstream,
-//! `demo/mysql.rs` on a MariaDB one) share: the [`Stage`] (the pipeline,
-//! the PostgreSQL sink and the checks), the statements that only talk to
-//! the pipeline or the sink, the waits and the counts, and the
-//! [`Background`] tasks' stop.
+//! `demo/mysql.rs` on a MariaDB one, `demo/kafka.rs` on a Kafka topic)
+//! share: their [`frame`] (the tour cut short by Ctrl-C, `--keep`, the
+//! cleanup and the report), the [`Stage`] (the pipeline, the PostgreSQL
+//! sink and the checks), the statements that only talk to the pipeline or
+//! the sink, the waits and the counts, and the [`Background`] tasks' stop.
 //!
 //! What depends on the upstream stays in each tour; the one thing the
 //! stage asks of it is [`Upstream::diff`], the comparison of a sink table
@@ -90,6 +91,60 @@ pub(super) async fn audit(sink: &Client, table: &str, timestamped: bool) -> anyh
     ))
     .await
     .with_context(|| format!("sink: creating the audit trigger on {table}"))
+}
+
+/// What a tour found: its checks, the failed ones' lines, and what
+/// `--keep` prints about where to look while everything keeps running.
+pub(super) struct Toured {
+    pub checks: u32,
+    pub failures: Vec<String>,
+    pub keep: Vec<String>,
+}
+
+/// The frame every pipeline tour shares: the tour on `servers`, cut short
+/// by Ctrl-C; with `keep`, the tour's `keep` lines and the state directory,
+/// then a wait for Ctrl-C while everything runs; then the background tasks
+/// stopped, the servers and the state directory removed (said as
+/// "pipeline stopped, `<removed>` and state removed"), and the report.
+pub(super) async fn frame<S: Send + 'static>(
+    started: Instant,
+    keep: bool,
+    servers: S,
+    state_dir: &std::path::Path,
+    removed: &str,
+    tour: impl AsyncFnOnce(&S, &mut Background) -> anyhow::Result<Toured>,
+) -> anyhow::Result<()> {
+    let mut background = Background::default();
+    let outcome = tokio::select! {
+        outcome = tour(&servers, &mut background) => outcome,
+        _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
+    };
+    if keep && let Ok(toured) = &outcome {
+        say("")?;
+        say("keeping everything until Ctrl-C (the pipeline keeps running):")?;
+        for line in &toured.keep {
+            say(line)?;
+        }
+        say(format!("  pipeline state: {}", state_dir.display()))?;
+        super::wait_for_ctrl_c().await;
+    }
+    let cleanup = Instant::now();
+    let stop_errors = background.stop().await;
+    tokio::task::spawn_blocking(move || drop(servers))
+        .await
+        .with_context(|| format!("removing the {removed}"))?;
+    let _ = std::fs::remove_dir_all(state_dir);
+    say(format!(
+        "\npipeline stopped, {removed} and state removed ({})",
+        secs(cleanup.elapsed())
+    ))?;
+    let Toured {
+        checks,
+        mut failures,
+        ..
+    } = outcome?;
+    failures.extend(stop_errors);
+    report(started, checks, &failures)
 }
 
 /// The end of a tour: "all N checks passed", or the failed ones and an
