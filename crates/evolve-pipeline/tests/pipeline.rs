@@ -1012,6 +1012,35 @@ async fn a_sink_loads_beside_the_snapshot_and_catches_up_in_its_transaction() {
     running.stop().await;
 }
 
+/// Holds sink table `table` locked from `holder` (its sink's next write
+/// waits for the lock) while `burst` runs upstream and until the source
+/// has applied everything up to the upstream's WAL position after it;
+/// then lets it go.
+async fn while_held(
+    pipeline: &Pipeline,
+    up: &tokio_postgres::Client,
+    holder: &mut tokio_postgres::Client,
+    table: &str,
+    burst: impl AsyncFnOnce(),
+) {
+    let hold = holder.transaction().await.unwrap();
+    hold.batch_execute(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+        .await
+        .unwrap();
+    burst().await;
+    let lsn: String = up
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let target: evolve_pipeline::Position = lsn.parse().unwrap();
+    wait_until("the source to apply the burst", CONVERGE, async || {
+        pipeline.sources().unwrap()[0].applied_lsn >= target
+    })
+    .await;
+    hold.rollback().await.unwrap();
+}
+
 /// A sink held up (its table locked) while upstream commits more
 /// transactions than the bus holds for a sink falls back to the store's
 /// feed, then follows the bus again: every change arrives exactly once,
@@ -1034,29 +1063,15 @@ async fn a_sink_that_falls_behind_the_bus_reads_the_feed_and_loses_nothing() {
         progress_of(&sink, "h_sink").await.is_some()
     })
     .await;
-    // Held: the sink's next write waits for the lock.
     let mut holder = connect(&env.sink.url).await;
-    let hold = holder.transaction().await.unwrap();
-    hold.batch_execute("LOCK TABLE public.h_json IN ACCESS EXCLUSIVE MODE")
-        .await
-        .unwrap();
     // One transaction per row: more than the bus holds for a sink.
-    let insert = up.prepare("INSERT INTO h VALUES ($1, 0)").await.unwrap();
-    for id in 1..=BURST {
-        up.execute(&insert, &[&(id as i32)]).await.unwrap();
-    }
-    // The source has them all in its store before the sink may write.
-    let lsn: String = up
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let target: evolve_pipeline::Position = lsn.parse().unwrap();
-    wait_until("the source to apply the burst", CONVERGE, async || {
-        pipeline.sources().unwrap()[0].applied_lsn >= target
+    while_held(&pipeline, &up, &mut holder, "public.h_json", async || {
+        let insert = up.prepare("INSERT INTO h VALUES ($1, 0)").await.unwrap();
+        for id in 1..=BURST {
+            up.execute(&insert, &[&(id as i32)]).await.unwrap();
+        }
     })
     .await;
-    hold.rollback().await.unwrap();
     wait_equal(&up, &sink, "h", "h_json", CONVERGE).await;
     assert_eq!(audit_ops(&sink, "h_json").await, (BURST, 0, 0));
     // Following the bus again.
@@ -1069,32 +1084,18 @@ async fn a_sink_that_falls_behind_the_bus_reads_the_feed_and_loses_nothing() {
     // Sixteen transactions of 1,000 rows with 700-byte values: far fewer
     // transactions than the bus holds, more bytes (about 13 MB).
     const LARGE: i64 = 16;
-    let hold = holder.transaction().await.unwrap();
-    hold.batch_execute("LOCK TABLE public.h_json IN ACCESS EXCLUSIVE MODE")
-        .await
-        .unwrap();
-    for t in 0..LARGE {
-        let first = 10_000 + t * 1_000;
-        up.batch_execute(&format!(
-            "INSERT INTO h SELECT g, 2, repeat('x', 700) FROM generate_series({first}, {}) g",
-            first + 999
-        ))
-        .await
-        .unwrap();
-    }
-    let lsn: String = up
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let target: evolve_pipeline::Position = lsn.parse().unwrap();
-    wait_until(
-        "the source to apply the large transactions",
-        CONVERGE,
-        async || pipeline.sources().unwrap()[0].applied_lsn >= target,
-    )
+    while_held(&pipeline, &up, &mut holder, "public.h_json", async || {
+        for t in 0..LARGE {
+            let first = 10_000 + t * 1_000;
+            up.batch_execute(&format!(
+                "INSERT INTO h SELECT g, 2, repeat('x', 700) FROM generate_series({first}, {}) g",
+                first + 999
+            ))
+            .await
+            .unwrap();
+        }
+    })
     .await;
-    hold.rollback().await.unwrap();
     wait_equal(&up, &sink, "h", "h_json", CONVERGE).await;
     assert_eq!(
         audit_ops(&sink, "h_json").await,
