@@ -1342,6 +1342,19 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Each upstream table of source `name` as its stream last announced
+    /// it (the schema history at the source's applied position), by the
+    /// table's upstream id: its columns and the name it has now.
+    pub fn upstream_schemas(
+        &self,
+        name: &str,
+    ) -> Result<HashMap<u32, Arc<evolve_core::change::TableSchema>>> {
+        self.with_store(|s| {
+            let applied = s.applied_lsn(name)?;
+            s.schemas_at(name, applied)
+        })
+    }
+
     /// `SHOW SOURCES`.
     pub fn sources(&self) -> Result<Vec<SourceInfo>> {
         self.with_store(|s| s.sources())

@@ -80,7 +80,10 @@ async fn poll_source(
     let read = async {
         let connection = pipeline.config().connection(&source.connection)?;
         if source.kind == crate::store::SourceKind::Mysql {
-            return poll_mysql(source, connection, &tables).await;
+            // Tables renamed upstream are looked for under the name the
+            // stream followed them to (the schema history's).
+            let now = pipeline.upstream_schemas(&source.name)?;
+            return poll_mysql(source, connection, &tables, &now).await;
         }
         if source.kind == crate::store::SourceKind::Kafka {
             return poll_kafka(pipeline, &tables).await;
@@ -122,8 +125,9 @@ async fn poll_mysql(
     source: &SourceInfo,
     connection: &crate::config::Connection,
     tables: &[TableInfo],
+    now: &std::collections::HashMap<u32, std::sync::Arc<evolve_core::change::TableSchema>>,
 ) -> Result<Vec<(String, Option<DriftRow>)>> {
-    let read = crate::source::mysql::read_upstreams(&source.connection, connection, tables);
+    let read = crate::source::mysql::read_upstreams(&source.connection, connection, tables, now);
     let upstreams = tokio::time::timeout(POLL_TIMEOUT, read)
         .await
         .map_err(|_| PipelineError::Connect {

@@ -577,23 +577,22 @@ fn on_schema<S>(
 
 /// Maps table `t`'s pinned columns onto `schema` ([`TableRuntime::on_schema`]);
 /// a schema without columns says the upstream table is gone from the
-/// stream (the source contract): dropped, or renamed when it names
-/// another table.
+/// stream (the source contract): dropped, or its name taken by another
+/// table (the schema names it as it was then, after a rename).
 fn match_schema(table: &mut TableRuntime, schema: &TableSchema) -> std::result::Result<(), String> {
     if !schema.columns.is_empty() {
         return table.on_schema(schema);
     }
     let reference = table.info.reference();
     let now = format!("{}.{}", schema.schema, schema.name);
-    Err(if now == reference {
-        format!(
-            "upstream table \"{reference}\" was dropped or replaced by another table of that name; its changes no longer reach this table"
-        )
+    let named = if now == reference {
+        format!("\"{reference}\"")
     } else {
-        format!(
-            "upstream table \"{reference}\" was renamed to \"{now}\"; its changes no longer reach this table (create a table version with REFERENCE {now})"
-        )
-    })
+        format!("\"{reference}\" (renamed to \"{now}\")")
+    };
+    Err(format!(
+        "upstream table {named} was dropped or replaced by another table of that name; its changes no longer reach this table"
+    ))
 }
 
 /// Applies one row change of table `oid` to each of the source's tables

@@ -708,12 +708,13 @@ async fn truncate_rename_column_and_a_readded_column() {
     running.stop().await;
 }
 
-/// RENAME TABLE and DROP TABLE: the binlog names tables, so a table
-/// renamed or dropped upstream no longer reaches its table version, which
-/// stalls at the statement with the way out, and the source's other
-/// tables go on. A table re-created under the dropped name is not merged
-/// into the stalled version. A version over the new name recovers with a
-/// minimal diff (nothing for rows that did not change).
+/// RENAME TABLE and DROP TABLE: a table renamed upstream is followed to
+/// its new name (drift says `table_renamed`), also after a restart, and a
+/// version created over the new name reads it beside the old one (the
+/// swap changes nothing downstream); a dropped table stalls its version at
+/// the statement with the way out, and the source's other tables go on. A
+/// table re-created under the dropped name is not merged into the stalled
+/// version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rename_table_and_drop_table() {
     let env = my_env(STATE, "my_absorb_tables").await;
@@ -733,7 +734,8 @@ async fn rename_table_and_drop_table() {
     wait_writes(&sink, "orders_json", 100).await;
     wait_writes(&sink, "customers_json", 10).await;
 
-    // RENAME TABLE: orders_v1 stalls; customers flows.
+    // RENAME TABLE: orders_v1 follows the table to its new name (drift
+    // says it was renamed); customers flows.
     run(
         &mut my,
         "RENAME TABLE orders TO orders_old;
@@ -741,18 +743,31 @@ async fn rename_table_and_drop_table() {
          INSERT INTO customers VALUES (11, 'new');",
     )
     .await;
-    wait_state(&pipeline, "orders_v1", TableState::Stalled, CONVERGE).await;
-    let error = table_state(&pipeline, "orders_v1").1.unwrap();
-    let db = &env.my.name;
-    assert_eq!(
-        error,
-        format!(
-            "upstream table \"{db}.orders\" was renamed to \"{db}.orders_old\"; its changes no longer reach this table (create a table version with REFERENCE {db}.orders_old)"
-        )
-    );
+    wait_writes(&sink, "orders_json", 103).await;
     wait_writes(&sink, "customers_json", 11).await;
-    assert_eq!(audit_count(&sink, "orders_json").await, 100);
-    // A version over the new name: only the 3 rows that changed.
+    assert_eq!(table_state(&pipeline, "orders_v1").0, TableState::Running);
+    let db = &env.my.name;
+    let rows = drift(&pipeline, None).await.unwrap();
+    let renamed = rows
+        .iter()
+        .find(|r| r.table == "orders_v1")
+        .expect("orders_v1 drifts");
+    assert_eq!(renamed.signal, Signal::TableRenamed, "{rows:?}");
+    assert_eq!(
+        renamed.detail.as_deref(),
+        Some(format!("upstream table \"{db}.orders\" was renamed to \"{db}.orders_old\"").as_str())
+    );
+    // Restarted: the stream finds the new name in the schema history.
+    running.stop().await;
+    run(
+        &mut my,
+        "UPDATE orders_old SET status = 'shipped' WHERE id = 6",
+    )
+    .await;
+    let running = Running::start(pipeline.clone());
+    wait_writes(&sink, "orders_json", 104).await;
+    // A version over the new name reads the same table beside the old
+    // one; the swap changes nothing downstream, and writes flow.
     swap_to(
         &pipeline,
         &env,
@@ -762,7 +777,12 @@ async fn rename_table_and_drop_table() {
         &[],
     )
     .await;
-    wait_writes(&sink, "orders_json", 103).await;
+    run(
+        &mut my,
+        "UPDATE orders_old SET status = 'paid' WHERE id = 5",
+    )
+    .await;
+    wait_writes(&sink, "orders_json", 105).await;
     wait_equal_my(
         &mut my,
         &sink,
@@ -788,7 +808,7 @@ async fn rename_table_and_drop_table() {
             "upstream table \"{db}.customers\" was dropped or replaced by another table of that name; its changes no longer reach this table"
         )
     );
-    wait_writes(&sink, "orders_json", 104).await;
+    wait_writes(&sink, "orders_json", 106).await;
     // Re-created under the same name: nothing of it reaches the stalled
     // version, whose sink keeps the last consistent state.
     run(

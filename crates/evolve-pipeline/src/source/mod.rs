@@ -55,10 +55,11 @@
 //! table's columns (name, type, type modifier, which are the key) as of
 //! that point; every row carries that schema. Tables are identified by a
 //! number that the source keeps stable across renames
-//! ([`crate::store::TableInfo::upstream_oid`]), when it can. A schema
-//! without columns says the table is gone from the stream: dropped, or
-//! renamed (to the table the schema names) where the source cannot follow
-//! renames (MySQL); the tables reading it stall with that reason.
+//! ([`crate::store::TableInfo::upstream_oid`]): PostgreSQL's OIDs; MySQL
+//! keeps the id a table had under its first name and follows renames
+//! through the schema history. A schema without columns says the table is
+//! gone from the stream: dropped, or its name taken by another table; the
+//! tables reading it stall with that reason.
 //!
 //! **Schema history.** The engine records every schema a stream announces
 //! inside a transaction in the store, keyed by the source, the table and

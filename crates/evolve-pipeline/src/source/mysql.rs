@@ -141,8 +141,9 @@
 //! # Schemas and values
 //!
 //! Tables are identified by a 32-bit FNV-1a hash of `database\0table`
-//! (MySQL has no table OIDs; a binlog `table_id` changes whenever the
-//! server's table cache does), so a renamed table stalls (see "Schema
+//! of the name a table version was created with (MySQL has no table
+//! OIDs; a binlog `table_id` changes whenever the server's table cache
+//! does); a renamed table keeps it under its new name (see "Schema
 //! changes"). Each
 //! `TABLE_MAP` event's full metadata (`binlog_row_metadata=FULL`: column
 //! names, types, signedness, charsets, ENUM and SET values, primary key)
@@ -193,8 +194,10 @@
 //! - **The DDL statements** say what a table map cannot: which columns
 //!   stopped existing under their name. `ALTER TABLE ... DROP [COLUMN]`,
 //!   `CHANGE [COLUMN] old new` (to another name) and `RENAME COLUMN old TO
-//!   new` remove `old`; `ALTER TABLE ... RENAME TO`, `RENAME TABLE`, `DROP
-//!   TABLE` and `CREATE OR REPLACE TABLE` remove the table. The stream
+//!   new` remove `old`; `ALTER TABLE ... RENAME TO` and `RENAME TABLE`
+//!   move the table to its new name, unless the same statement gives its
+//!   name to another table; that, `DROP TABLE` and `CREATE OR REPLACE
+//!   TABLE` remove it. The stream
 //!   reads only these forms out of a statement (`parse_ddl`: a tokenizer
 //!   that knows comments, quoting and MySQL's executable comments, not a
 //!   grammar), so a statement it does not know is never an error: it is
@@ -208,8 +211,10 @@
 //!   resumed: the version of the store's schema history at that position,
 //!   see [`crate::source`], "Schema history"; `information_schema`'s when
 //!   the stream opened, for a table no stream has announced yet) without
-//!   the removed columns; a table removed is a
-//!   schema without columns, naming the table it was renamed to. So a
+//!   the removed columns; a table renamed is its last schema under the new
+//!   name, and its ids go with it (the stream reads the new name's rows
+//!   under them, and a version created over the new name adds its own); a
+//!   table removed is a schema without columns. So a
 //!   column dropped and re-added with the same name and type (which the
 //!   next table map and the catalog show exactly as before) stalls the
 //!   tables that ingest it at the drop, and old values are never merged
@@ -227,21 +232,21 @@
 //! | `DROP COLUMN` then `ADD COLUMN`, same name and type | the table stalls at the drop |
 //! | `ALTER TABLE ... RENAME COLUMN a TO b` | the table stalls at the statement; drift says `column "a" was renamed to "b"` |
 //! | `TRUNCATE TABLE` | every document of the table is deleted (one change per row downstream); the table goes on |
-//! | `RENAME TABLE a TO b`, `ALTER TABLE a RENAME TO b` | the table stalls: `upstream table "db.a" was renamed to "db.b"; ...` |
+//! | `RENAME TABLE a TO b`, `ALTER TABLE a RENAME TO b` | the table goes on, reading `db.b`, after restarts too; drift `table_renamed`: `upstream table "db.a" was renamed to "db.b"` |
 //! | `RENAME TABLE a TO a_old, a_new TO a` (the cut-over of gh-ost and pt-online-schema-change) | the table stalls: `upstream table "db.a" was dropped or replaced by another table of that name; ...`; a version over `db.a` recovers with a minimal diff, which `ABSORB = 'auto'` runs by itself |
 //! | `DROP TABLE`, `CREATE OR REPLACE TABLE` | the table stalls: `upstream table "db.a" was dropped or replaced by another table of that name; ...`; a table re-created under the name is not merged into it |
 //!
-//! Renamed tables stall rather than being followed because the binlog
-//! names tables, and a position stored after the rename would reopen a
-//! stream that no longer knows the new name of the old one; a table
-//! version over the new name (`REFERENCE db.b`) recovers with a minimal
-//! diff.
+//! A renamed table is followed as PostgreSQL's are by their OIDs: the
+//! binlog names tables, so the new name goes into the schema history with
+//! the rename's position, and a stream reopened after it reads the table
+//! under that name (one reopened before it meets the statement again).
 //!
 //! Drift polls ([`read_upstreams`]) read `information_schema.COLUMNS`
 //! with the same type mapping. MySQL has no table OIDs and no stable
-//! column numbers, so a table is looked up by its pinned name and a
-//! column by its name (see [`read_upstreams`]); what the catalog cannot
-//! show (a re-added column, a renamed table) is the stall's error.
+//! column numbers, so a table is looked up by its name (the pinned one,
+//! or the one the schema history followed it to) and a column by its name
+//! (see [`read_upstreams`]); what the catalog cannot show (a re-added
+//! column) is the stall's error.
 //! Changes within one mapped type (`varchar(10)` to `varchar(20)`, `int`
 //! to `int unsigned` when both map to the same PostgreSQL type) change no
 //! document and are not drift.
@@ -317,10 +322,10 @@
 //! reads each statement against the columns of its own binlog position
 //! (`tests/mysql_absorb.rs` stops the pipeline across two statements).
 //!
-//! Not done yet: following renamed tables, XA transactions on MySQL (see
-//! above). A column dropped and re-added while a table version is
-//! between the end of its copy and its catch-up (a fraction of a second)
-//! is seen only in the table map after it, not as a drop.
+//! Not done yet: XA transactions on MySQL (see above). A column dropped
+//! and re-added while a table version is between the end of its copy and
+//! its catch-up (a fraction of a second) is seen only in the table map
+//! after it, not as a drop.
 
 pub mod compressed;
 pub mod gtid;
@@ -1540,19 +1545,26 @@ pub async fn read_upstreams(
     name: &str,
     connection: &Connection,
     tables: &[TableInfo],
+    now: &HashMap<u32, Arc<TableSchema>>,
 ) -> Result<Vec<Upstream>> {
     let mut conn = connect(name, connection).await?;
     let mut out = Vec::with_capacity(tables.len());
     for table in tables {
-        let columns =
-            catalog_columns(&mut conn, &table.upstream_schema, &table.upstream_table).await?;
+        // Under the name the stream followed a renamed table to.
+        let (database, table_name) = now
+            .get(&table.upstream_oid)
+            .filter(|s| !s.columns.is_empty())
+            .map_or((&table.upstream_schema, &table.upstream_table), |s| {
+                (&s.schema, &s.name)
+            });
+        let columns = catalog_columns(&mut conn, database, table_name).await?;
         out.push(match columns {
             None => Upstream::Missing {
                 recreated_oid: None,
             },
             Some(columns) => Upstream::Found {
-                schema: table.upstream_schema.clone(),
-                name: table.upstream_table.clone(),
+                schema: database.clone(),
+                name: table_name.clone(),
                 columns: columns
                     .into_iter()
                     .map(|c| UpstreamColumn {
@@ -2327,17 +2339,32 @@ impl MysqlSource {
             .collect();
         let mut wanted = HashMap::new();
         let mut base = HashMap::new();
+        let mut names: HashMap<(String, String), Vec<u32>> = HashMap::new();
         for (database, table) in &self.tables {
-            let json = json_columns(&mut conn, database, table).await?;
             let oid = table_id(database, table);
+            // Where the table is at the resume position: under the name
+            // the schema history's version gives (it was renamed since the
+            // table version was created), else under its own.
+            let now = schemas
+                .get(&oid)
+                .filter(|s| !s.columns.is_empty())
+                .map_or_else(
+                    || (database.clone(), table.clone()),
+                    |s| (s.schema.clone(), s.name.clone()),
+                );
+            let json = json_columns(&mut conn, &now.0, &now.1).await?;
             wanted.insert(oid, json);
             // The table's columns where the stream resumes: from the
             // schema history, or (a table the stream never announced) from
             // the catalog as it is now.
             if let Some(schema) = schemas.get(&oid) {
                 base.insert(oid, Arc::clone(schema));
-            } else if let Some(schema) = catalog_schema(&mut conn, database, table).await? {
+            } else if let Some(schema) = catalog_schema(&mut conn, &now.0, &now.1).await? {
                 base.insert(oid, schema);
+            }
+            let ids = names.entry(now).or_default();
+            if !ids.contains(&oid) {
+                ids.push(oid);
             }
         }
         let marker = marker_database(&self.source.connection, &self.connection)?
@@ -2410,6 +2437,7 @@ impl MysqlSource {
             queue: VecDeque::new(),
             charsets,
             wanted,
+            names,
             maps: HashMap::new(),
             schemas: HashMap::new(),
             base,
@@ -2661,7 +2689,8 @@ impl TableSnapshot for MysqlSnapshot {
 
 /// A table map turned into a schema and conversions.
 struct Mapped {
-    oid: u32,
+    /// The ids its rows go out under (see [`MysqlStream::names`]).
+    oids: Vec<u32>,
     schema: Arc<TableSchema>,
     convs: Vec<Conv>,
     /// The table is [`MARKER_TABLE`]: its rows are swap markers.
@@ -2695,6 +2724,12 @@ pub struct MysqlStream {
     charsets: HashMap<u16, String>,
     /// The ids of the tables the catalog reads, with their JSON columns.
     wanted: HashMap<u32, HashSet<String>>,
+    /// The tables the catalog reads by their upstream name now, with the
+    /// ids they are read under ([`table_id`] of the name a table version
+    /// was created with): a table renamed on its own keeps its ids under
+    /// its new name, and a table version created over the new name adds
+    /// its own.
+    names: HashMap<(String, String), Vec<u32>>,
     /// The latest table map of each binlog table id, and what it maps to
     /// (`None`: a table nobody reads).
     maps: HashMap<u64, (TableMapEvent<'static>, Option<Arc<Mapped>>)>,
@@ -3131,27 +3166,29 @@ impl MysqlStream {
         timestamp: u32,
         log_pos: u32,
     ) -> Result<()> {
-        let oid = table_id(database, table);
-        if !self.wanted.contains_key(&oid) {
+        let oids = self.ids_of(database, table);
+        if oids.is_empty() {
             return Ok(());
         }
-        let schema = self.schemas.get(&oid).cloned().unwrap_or_else(|| {
-            Arc::new(TableSchema {
-                schema: database.to_string(),
-                name: table.to_string(),
-                columns: Vec::new(),
-            })
-        });
         self.begin(timestamp)?;
-        self.queue.push_back(SourceEvent::Row {
-            table: oid,
-            change: RowChange {
-                table: schema,
-                kind: ChangeKind::Truncate,
-                old: None,
-                new: None,
-            },
-        });
+        for oid in oids {
+            let schema = self.schemas.get(&oid).cloned().unwrap_or_else(|| {
+                Arc::new(TableSchema {
+                    schema: database.to_string(),
+                    name: table.to_string(),
+                    columns: Vec::new(),
+                })
+            });
+            self.queue.push_back(SourceEvent::Row {
+                table: oid,
+                change: RowChange {
+                    table: schema,
+                    kind: ChangeKind::Truncate,
+                    old: None,
+                    new: None,
+                },
+            });
+        }
         self.push_commit(log_pos)
     }
 
@@ -3160,54 +3197,91 @@ impl MysqlStream {
     /// own, at the statement's position, with the table's schema after it
     /// (see the module docs, "Schema changes").
     fn on_ddl(&mut self, ddl: Vec<Ddl>, timestamp: u32, log_pos: u32) -> Result<()> {
-        let mut events = Vec::new();
+        let mut schemas: Vec<(u32, TableSchema)> = Vec::new();
         for change in ddl {
-            let ((database, table), schema) = match change {
+            match change {
                 Ddl::Columns { table, removed } => {
-                    let oid = table_id(&table.0, &table.1);
-                    let Some(before) = self.schemas.get(&oid).or_else(|| self.base.get(&oid))
-                    else {
-                        continue;
-                    };
-                    // Sent even when `before` lacks the columns already:
-                    // a table without schema history seeds `base` from
-                    // the catalog as it is now, maybe after this very
-                    // statement.
-                    let columns: Vec<ColumnSchema> = before
-                        .columns
-                        .iter()
-                        .filter(|c| !removed.iter().any(|r| r.eq_ignore_ascii_case(&c.name)))
-                        .cloned()
-                        .collect();
-                    let schema = TableSchema {
-                        schema: before.schema.clone(),
-                        name: before.name.clone(),
-                        columns,
-                    };
-                    (table, schema)
+                    for oid in self.ids_of(&table.0, &table.1) {
+                        let Some(before) = self.schemas.get(&oid).or_else(|| self.base.get(&oid))
+                        else {
+                            continue;
+                        };
+                        // Sent even when `before` lacks the columns
+                        // already: a table without schema history seeds
+                        // `base` from the catalog as it is now, maybe after
+                        // this very statement.
+                        let columns: Vec<ColumnSchema> = before
+                            .columns
+                            .iter()
+                            .filter(|c| !removed.iter().any(|r| r.eq_ignore_ascii_case(&c.name)))
+                            .cloned()
+                            .collect();
+                        schemas.push((
+                            oid,
+                            TableSchema {
+                                schema: before.schema.clone(),
+                                name: before.name.clone(),
+                                columns,
+                            },
+                        ));
+                    }
                 }
-                // A schema without columns: the table is gone, renamed
-                // when the schema names another table.
-                Ddl::Gone { table, to } => {
-                    let (schema, name) = to.clone().unwrap_or_else(|| table.clone());
-                    (
-                        table,
-                        TableSchema {
-                            schema,
-                            name,
-                            columns: Vec::new(),
-                        },
-                    )
+                // Renamed on its own: followed. Its ids move to the new
+                // name, and its schema, under that name, goes out (into the
+                // schema history, where a reopened stream finds the name).
+                Ddl::Gone {
+                    table,
+                    to: Some(to),
+                } => {
+                    let oids = self.names.remove(&table).unwrap_or_default();
+                    for &oid in &oids {
+                        if let Some(before) = self.schemas.get(&oid).or_else(|| self.base.get(&oid))
+                            && !before.columns.is_empty()
+                        {
+                            schemas.push((
+                                oid,
+                                TableSchema {
+                                    schema: to.0.clone(),
+                                    name: to.1.clone(),
+                                    columns: before.columns.clone(),
+                                },
+                            ));
+                        }
+                    }
+                    let ids = self.names.entry(to).or_default();
+                    for oid in oids {
+                        if !ids.contains(&oid) {
+                            ids.push(oid);
+                        }
+                    }
                 }
-            };
-            let oid = table_id(&database, &table);
-            if !self.wanted.contains_key(&oid) {
-                continue;
+                // Dropped, or its name given to another table in the same
+                // statement: a schema without columns (the source
+                // contract's "gone"); a table later created under the name
+                // is not read under these ids.
+                Ddl::Gone { table, to: None } => {
+                    for oid in self.names.remove(&table).unwrap_or_default() {
+                        schemas.push((
+                            oid,
+                            TableSchema {
+                                schema: table.0.clone(),
+                                name: table.1.clone(),
+                                columns: Vec::new(),
+                            },
+                        ));
+                    }
+                }
             }
+        }
+        let mut events = Vec::new();
+        for (oid, schema) in schemas {
             let schema = Arc::new(schema);
             self.schemas.insert(oid, Arc::clone(&schema));
             events.push(SourceEvent::Schema { table: oid, schema });
         }
+        // Which ids a table's rows go out under may have changed: table
+        // maps are mapped again.
+        self.maps.clear();
         if events.is_empty() {
             return Ok(());
         }
@@ -3225,18 +3299,23 @@ impl MysqlStream {
             self.announce(mapped.as_deref());
             return Ok(());
         }
-        let oid = table_id(&map.database_name(), &map.table_name());
-        let marker = self.marker == Some(oid);
+        let own = table_id(&map.database_name(), &map.table_name());
+        let marker = self.marker == Some(own);
+        let oids = if marker {
+            vec![own]
+        } else {
+            self.ids_of(&map.database_name(), &map.table_name())
+        };
         let none = HashSet::new();
         let json = if marker {
             Some(&none)
         } else {
-            self.wanted.get(&oid)
+            oids.iter().find_map(|oid| self.wanted.get(oid))
         };
         let mapped = match json {
             None => None,
             Some(json) => Some(Arc::new(
-                map_table(&map, oid, &self.charsets, json, marker).map_err(|e| {
+                map_table(&map, oids, &self.charsets, json, marker).map_err(|e| {
                     self.fail(format!(
                         "the table map of {}.{} could not be read: {e}",
                         map.database_name(),
@@ -3255,16 +3334,26 @@ impl MysqlStream {
         let Some(mapped) = mapped.filter(|m| !m.marker) else {
             return;
         };
-        if self.schemas.get(&mapped.oid) != Some(&mapped.schema) {
-            // An XA prepare's schemas count as sent when it commits.
-            if self.preparing.is_none() {
-                self.schemas.insert(mapped.oid, Arc::clone(&mapped.schema));
+        for &oid in &mapped.oids {
+            if self.schemas.get(&oid) != Some(&mapped.schema) {
+                // An XA prepare's schemas count as sent when it commits.
+                if self.preparing.is_none() {
+                    self.schemas.insert(oid, Arc::clone(&mapped.schema));
+                }
+                self.queue.push_back(SourceEvent::Schema {
+                    table: oid,
+                    schema: Arc::clone(&mapped.schema),
+                });
             }
-            self.queue.push_back(SourceEvent::Schema {
-                table: mapped.oid,
-                schema: Arc::clone(&mapped.schema),
-            });
         }
+    }
+
+    /// The ids upstream table `database.table` is read under now.
+    fn ids_of(&self, database: &str, table: &str) -> Vec<u32> {
+        self.names
+            .get(&(database.to_string(), table.to_string()))
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn on_rows(&mut self, rows: &RowsEventData<'_>) -> Result<()> {
@@ -3335,15 +3424,26 @@ impl MysqlStream {
             let table = format!("{}.{}", mapped.schema.schema, mapped.schema.name);
             let old = image(before).map_err(|e| self.fail(format!("{table}: {e}")))?;
             let new = image(after).map_err(|e| self.fail(format!("{table}: {e}")))?;
-            out.push(SourceEvent::Row {
-                table: mapped.oid,
-                change: RowChange {
-                    table: Arc::clone(&mapped.schema),
-                    kind,
-                    old,
-                    new,
-                },
-            });
+            let change = RowChange {
+                table: Arc::clone(&mapped.schema),
+                kind,
+                old,
+                new,
+            };
+            // One table version's id mostly; a table renamed upstream and
+            // read by versions created over both names has more.
+            if let Some((last, others)) = mapped.oids.split_last() {
+                for &oid in others {
+                    out.push(SourceEvent::Row {
+                        table: oid,
+                        change: change.clone(),
+                    });
+                }
+                out.push(SourceEvent::Row {
+                    table: *last,
+                    change,
+                });
+            }
         }
         self.queue.extend(out);
         Ok(())
@@ -3396,7 +3496,7 @@ impl MysqlStream {
 /// its full metadata.
 fn map_table(
     map: &TableMapEvent<'_>,
-    oid: u32,
+    oids: Vec<u32>,
     charsets: &HashMap<u16, String>,
     json: &HashSet<String>,
     marker: bool,
@@ -3484,7 +3584,7 @@ fn map_table(
         convs.push(conv);
     }
     Ok(Mapped {
-        oid,
+        oids,
         schema: Arc::new(TableSchema {
             schema: map.database_name().into_owned(),
             name: map.table_name().into_owned(),
