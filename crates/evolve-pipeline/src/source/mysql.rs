@@ -3139,9 +3139,12 @@ impl MysqlStream {
                 }
             }
             None => {
+                let at = match self.gtid.as_ref().and_then(|t| t.group.as_ref()) {
+                    Some(Gtid::MariaDb(gtid)) => format!("GTID {gtid}"),
+                    _ => format!("binlog offset {log_pos}"),
+                };
                 let problem = format!(
-                    "XA transaction {xid}, committed at offset {log_pos} of binlog file {}, was prepared before the position the source's stream started from: its changes could not be read; create the table again (a new table version's snapshot reads them)",
-                    self.file
+                    "XA transaction {xid}, committed at {at}, was prepared before the position the source's stream started from: its changes could not be read; create the table again (a new table version's snapshot reads them)"
                 );
                 let mut tables: Vec<u32> = self.wanted.keys().copied().collect();
                 tables.sort_unstable();
