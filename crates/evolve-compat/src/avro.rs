@@ -94,6 +94,21 @@ pub fn parse(text: &str, references: &[Reference]) -> Result<AvroSchema, SchemaE
     Ok(AvroSchema { root, references })
 }
 
+impl AvroSchema {
+    /// The schema itself. The named types it takes from its references
+    /// appear in it as `Schema::Ref`s.
+    pub fn root(&self) -> &Schema {
+        &self.root
+    }
+
+    /// The referenced schemas, parsed, in the order [`parse`] was given
+    /// them (exact duplicates left out); a type one of them takes from
+    /// another is a `Schema::Ref` in it.
+    pub fn references(&self) -> &[Schema] {
+        &self.references
+    }
+}
+
 /// The Avro Parsing Canonical Form of the schema (specification, "Parsing
 /// Canonical Form for Schemas"): full names, only the attributes that
 /// matter for reading data (`name`, `type`, `fields`, `symbols`, `items`,

@@ -218,6 +218,27 @@ pub struct KafkaTableInfo {
     pub version: i64,
     /// The pinned reader schema (Avro, as JSON text).
     pub schema: String,
+    /// The schemas its references name, through every level, each after
+    /// the ones it references, as fetched at `CREATE TABLE`: with them the
+    /// schema parses without the registry. Empty for a schema without
+    /// references, and in stores written before references were followed
+    /// (the key is left out then, and read as empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub references: Vec<ReferencedSchema>,
+}
+
+/// A schema that a reference names, as fetched from the registry
+/// ([`crate::sink::registry::resolve_references`]): the reference and the
+/// text of the version it names.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReferencedSchema {
+    /// The full name the reference gives the type.
+    pub name: String,
+    pub subject: String,
+    /// The version fetched (the registry's number for it).
+    pub version: i64,
+    /// Avro, as JSON text.
+    pub schema: String,
 }
 
 impl TableInfo {

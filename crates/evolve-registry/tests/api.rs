@@ -326,11 +326,23 @@ async fn references_resolve_and_protect_what_they_name() {
     let body = json!({"schema": order.to_string(),
                       "references": [{"name": "shop.Money", "subject": "money", "version": 1}]});
     let id = r.register("orders", body.clone()).await;
-    let version = r.ok("GET", "/subjects/orders/versions/1", None).await;
-    assert_eq!(
-        version["references"],
-        json!([{"name": "shop.Money", "subject": "money", "version": 1}])
-    );
+    // Every answer that carries the schema carries its references, as
+    // Confluent's do: a reader needs them to parse it.
+    for path in [
+        "/subjects/orders/versions/1".to_string(),
+        "/subjects/orders/versions/latest".to_string(),
+        format!("/schemas/ids/{id}"),
+    ] {
+        let answer = r.ok("GET", &path, None).await;
+        assert_eq!(
+            answer["references"],
+            json!([{"name": "shop.Money", "subject": "money", "version": 1}]),
+            "{path}: {answer}"
+        );
+    }
+    // A schema without references has none listed.
+    let plain = r.ok("GET", "/subjects/money/versions/latest", None).await;
+    assert!(plain.get("references").is_none(), "{plain}");
     assert_eq!(
         r.ok("GET", "/subjects/money/versions/1/referencedby", None)
             .await,

@@ -826,6 +826,210 @@ async fn partitions_added_to_the_topic_are_read_without_a_restart() {
     wait_all_running(&pipeline.url).await;
 }
 
+/// The types of the references test: `Country` (subject
+/// `kref_country`), `Address` using it (subject `kref_address`), and the
+/// value schema `Order` using `Address` for two fields, one nullable.
+const COUNTRY: &str =
+    r#"{"type":"enum","name":"Country","namespace":"shop","symbols":["NL","DE","FR"]}"#;
+const ADDRESS: &str = r#"{"type":"record","name":"Address","namespace":"shop","fields":[
+    {"name":"street","type":"string"},{"name":"country","type":"shop.Country"}]}"#;
+const ORDER_REF_V1: &str = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
+    {"name":"id","type":"int"},{"name":"ship_to","type":"shop.Address"},
+    {"name":"bill_to","type":["null","shop.Address"],"default":null}]}"#;
+/// A field with a default added, still using `Address`.
+const ORDER_REF_V2: &str = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
+    {"name":"id","type":"int"},{"name":"ship_to","type":"shop.Address"},
+    {"name":"bill_to","type":["null","shop.Address"],"default":null},
+    {"name":"note","type":["null","string"],"default":null}]}"#;
+
+/// Registers `schema` under `subject` with `references` (`[{name,
+/// subject, version}]`); its id.
+async fn register_with(url: &str, subject: &str, schema: &str, references: Value) -> String {
+    python(
+        vec![
+            "register".into(),
+            url.into(),
+            subject.into(),
+            schema.into(),
+            references.to_string(),
+        ],
+        String::new(),
+    )
+    .await
+    .trim()
+    .to_string()
+}
+
+/// Produces `records` with the subject's latest schema, as a producer
+/// configured with `use.latest.version` does (its references resolved by
+/// the client, nothing registered).
+async fn produce_latest(bootstrap: &str, topic: &str, registry: &str, records: &[Produced]) {
+    let lines: String = records
+        .iter()
+        .map(|(k, v)| json!({"key": k, "value": v}).to_string() + "\n")
+        .collect();
+    let n = python(
+        vec![
+            "produce-latest".into(),
+            bootstrap.into(),
+            topic.into(),
+            registry.into(),
+        ],
+        lines,
+    )
+    .await;
+    assert_eq!(n.trim(), records.len().to_string());
+}
+
+fn address(street: &str, country: &str) -> Value {
+    json!({"street": street, "country": country})
+}
+
+/// A value schema that takes its types from other subjects (Confluent
+/// `references`, two levels: `Order` uses `Address`, which uses
+/// `Country`): CREATE TABLE pins it with the referenced schemas, the
+/// snapshot and the stream write exact documents (a referenced record is
+/// a JSON object, a nullable one left out when null) and exact counts, a
+/// second version of `Order` (a field with a default, still referencing
+/// `Address`) is read by the pinned reader without a stall (drift names
+/// the field; a record changing only it writes nothing), and after a
+/// restart the table reads on from its stored schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_with_references_is_pinned_and_read_across_versions() {
+    let env = env("kafka_source_refs").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "kref_orders", 1).await;
+    register_with(&url, "kref_country", COUNTRY, json!([])).await;
+    register_with(
+        &url,
+        "kref_address",
+        ADDRESS,
+        json!([{"name": "shop.Country", "subject": "kref_country", "version": 1}]),
+    )
+    .await;
+    let to_address = json!([{"name": "shop.Address", "subject": "kref_address", "version": 1}]);
+    let v1_id = register_with(&url, "kref_orders-value", ORDER_REF_V1, to_address.clone()).await;
+    let order_ref = |id: i64, street: &str, bill: Option<&str>| {
+        json!({"id": id, "ship_to": address(street, "NL"),
+               "bill_to": bill.map(|b| address(b, "DE"))})
+    };
+
+    // History: the table's snapshot reads it.
+    let mut produced: Vec<Produced> = (1..=5)
+        .map(|i| {
+            let bill = (i % 2 == 0).then(|| format!("Bill {i}"));
+            (
+                format!("o{i}"),
+                Some(order_ref(i, &format!("Main {i}"), bill.as_deref())),
+            )
+        })
+        .collect();
+    produce_latest(&bootstrap, "kref_orders", &url, &produced).await;
+
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    audit_sink(&env.sink).await;
+    let pipeline = Pipeline::start(&env.config);
+    let admin = pipeline.url.clone();
+    sql_ok(
+        &admin,
+        &["-c", "CREATE SOURCE kref FROM KAFKA CONNECTION k (TOPIC 'kref_orders');
+                 CREATE TABLE kref_v1 FROM SOURCE kref
+                   FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE UPSERT;
+                 CREATE MATERIALIZED VIEW kref_json AS
+                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kref_v1 t;
+                 CREATE SINK kref_sink FROM kref_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');"],
+    )
+    .await;
+    let fields = ["id", "ship_to", "bill_to"];
+    let want = fold(&produced, &fields);
+    // The documents as written out: the referenced records are objects,
+    // their enum a string, a null bill_to left out.
+    assert_eq!(
+        want[&json!({"@key": "o2"}).to_string()],
+        json!({"id": 2, "ship_to": {"street": "Main 2", "country": "NL"},
+               "bill_to": {"street": "Bill 2", "country": "DE"}})
+    );
+    assert_eq!(
+        want[&json!({"@key": "o1"}).to_string()],
+        json!({"id": 1, "ship_to": {"street": "Main 1", "country": "NL"}})
+    );
+    wait_docs(&env, "public.orders_json", &want).await;
+    wait_writes(&env.sink, 5).await;
+    wait_state(&admin, "kref_v1", "running").await;
+    let tables = sql_ok(&admin, &["-c", "SHOW TABLES"]).await;
+    assert!(
+        tables.contains(&format!("kref_orders-value id {v1_id} (version 1)")),
+        "{tables}"
+    );
+
+    // The stream: an update, a tombstone, an insert.
+    let batch: Vec<Produced> = vec![
+        ("o1".into(), Some(order_ref(1, "Moved 1", Some("Bill 1")))),
+        ("o2".into(), None),
+        ("o6".into(), Some(order_ref(6, "Main 6", None))),
+    ];
+    produce_latest(&bootstrap, "kref_orders", &url, &batch).await;
+    produced.extend(batch);
+    wait_docs(&env, "public.orders_json", &fold(&produced, &fields)).await;
+    wait_writes(&env.sink, 5 + 3).await;
+
+    // Version 2 of Order, still referencing Address: read by the pinned
+    // reader, no stall; o3 changes only the new field (no write).
+    let v2_id = register_with(&url, "kref_orders-value", ORDER_REF_V2, to_address).await;
+    assert_ne!(v2_id, v1_id);
+    let with_note = |mut v: Value, note: &str| {
+        v["note"] = json!(note);
+        v
+    };
+    let batch: Vec<Produced> = vec![
+        (
+            "o3".into(),
+            Some(with_note(order_ref(3, "Main 3", None), "same")),
+        ),
+        (
+            "o4".into(),
+            Some(with_note(order_ref(4, "Main 4", None), "bill dropped")),
+        ),
+        (
+            "o7".into(),
+            Some(with_note(order_ref(7, "Main 7", Some("Bill 7")), "new")),
+        ),
+    ];
+    produce_latest(&bootstrap, "kref_orders", &url, &batch).await;
+    produced.extend(batch);
+    wait_docs(&env, "public.orders_json", &fold(&produced, &fields)).await;
+    wait_writes(&env.sink, 8 + 2).await;
+    assert_eq!(table_status(&admin, "kref_v1").await["state"], "running");
+    let out = evolve(&["drift", "--admin", &admin, "--format", "json"]).await;
+    let drift: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    let row = drift["tables"]
+        .as_array()
+        .and_then(|t| t.iter().find(|r| r["table"] == "kref_v1").cloned())
+        .unwrap_or_else(|| panic!("no drift row for kref_v1: {drift}"));
+    assert_eq!(row["signal"], "column_drift", "{row}");
+    assert_eq!(row["added_upstream"], json!(["note"]), "{row}");
+
+    // A restart: the table parses its stored schema again and reads on.
+    drop(pipeline);
+    let pipeline = Pipeline::start(&env.config);
+    let batch: Vec<Produced> = vec![(
+        "o8".into(),
+        Some(with_note(order_ref(8, "Main 8", None), "after restart")),
+    )];
+    produce_latest(&bootstrap, "kref_orders", &url, &batch).await;
+    produced.extend(batch);
+    wait_docs(&env, "public.orders_json", &fold(&produced, &fields)).await;
+    wait_writes(&env.sink, 10 + 1).await;
+    wait_all_running(&pipeline.url).await;
+    assert_eq!(audit_count(&env.sink).await, 11);
+}
+
 /// `evolve registry serve` on `listen` with the storage of `env`; its url.
 fn serve_registry(env: &Env, listen: &str) -> (Killed, String) {
     let mut registry = Killed(

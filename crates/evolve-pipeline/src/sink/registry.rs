@@ -2,7 +2,9 @@
 //! sink's `FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION c`: it
 //! registers the key and value schemas under the topic's subjects
 //! (TopicNameStrategy: `<topic>-key`, `<topic>-value`) and learns their
-//! ids, which every record carries in Confluent's wire format.
+//! ids, which every record carries in Confluent's wire format. For the
+//! Kafka source's tables it reads subject versions and schemas by id, and
+//! fetches the schemas their `references` name ([`resolve_references`]).
 //!
 //! The connection is `http://host:port[/prefix]` or `https://...`, with
 //! `user` and `password` (HTTP basic authentication) and, for https,
@@ -11,6 +13,7 @@
 //! connection, HTTP/1.1 (hyper); the password is sent only in the
 //! `Authorization` header and never shows in an error.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +25,7 @@ use hyper_util::rt::TokioIo;
 
 use crate::config::Connection;
 use crate::error::{PipelineError, Result};
+use crate::store::ReferencedSchema;
 
 /// How long one registry request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,13 +33,184 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of an answer that is read.
 const MAX_ANSWER: usize = 1 << 20;
 
-/// A subject's latest version, as [`Registry::latest`] reads it.
+/// How deep references may nest: a schema's references are level 1, theirs
+/// level 2, and so on.
+pub const MAX_REFERENCE_DEPTH: usize = 32;
+
+/// The most schemas one schema's references may bring in, all levels
+/// together.
+pub const MAX_REFERENCES: usize = 1_000;
+
+/// A named type that a registered schema takes from another subject
+/// (Confluent's `references`): the type's full name, and the subject and
+/// version whose schema defines it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+pub struct SchemaReference {
+    pub name: String,
+    pub subject: String,
+    pub version: i64,
+}
+
+/// One version of a subject, as [`Registry::latest`] and
+/// [`Registry::version`] read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LatestSchema {
+pub struct VersionedSchema {
     pub id: u32,
     pub version: i64,
-    /// Avro, as JSON text.
+    /// `AVRO`, `PROTOBUF` or `JSON`.
+    pub schema_type: String,
+    /// The schema's text (Avro: JSON).
     pub schema: String,
+    pub references: Vec<SchemaReference>,
+}
+
+/// A schema as [`Registry::schema_by_id`] reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisteredSchema {
+    /// `AVRO`, `PROTOBUF` or `JSON`.
+    pub schema_type: String,
+    pub schema: String,
+    pub references: Vec<SchemaReference>,
+}
+
+/// Where the schemas that references name are read from: a registry, or a
+/// cache in front of one.
+pub trait SubjectVersions {
+    /// Version `version` of `subject` (`-1`: its latest); `None` when the
+    /// registry does not have it. An error when the registry cannot be
+    /// asked.
+    fn subject_version(
+        &mut self,
+        subject: &str,
+        version: i64,
+    ) -> impl Future<Output = Result<Option<VersionedSchema>>> + Send;
+}
+
+impl SubjectVersions for Registry {
+    async fn subject_version(
+        &mut self,
+        subject: &str,
+        version: i64,
+    ) -> Result<Option<VersionedSchema>> {
+        self.version(subject, version).await
+    }
+}
+
+/// Fetches the schemas that `references` name, and theirs, through every
+/// level: each subject version once, every schema after the schemas it
+/// references (the order Avro's parser resolves them in). `of` names the
+/// schema in messages (`subject "orders-value" version 2`, `schema id 7`);
+/// `root` is its own subject and version when it has them, so that a
+/// reference back to it is seen as a cycle.
+///
+/// The outer error is a registry that cannot be asked. The inner one is a
+/// reference the registry cannot satisfy, one line saying which and what
+/// to do: a subject version it does not have, one that is not Avro, a
+/// cycle, more than [`MAX_REFERENCE_DEPTH`] levels or more than
+/// [`MAX_REFERENCES`] schemas.
+pub async fn resolve_references(
+    versions: &mut impl SubjectVersions,
+    of: &str,
+    root: Option<(&str, i64)>,
+    references: &[SchemaReference],
+) -> Result<std::result::Result<Vec<ReferencedSchema>, String>> {
+    /// A reference whose own references are being followed.
+    struct Open {
+        reference: SchemaReference,
+        fetched: VersionedSchema,
+        next: usize,
+    }
+    let step = |subject: &str, version: i64| format!("subject \"{subject}\" version {version}");
+    let mut out: Vec<ReferencedSchema> = Vec::new();
+    let mut done: HashSet<(String, i64)> = HashSet::new();
+    // The references being followed, from a top-level one down.
+    let mut stack: Vec<Open> = Vec::new();
+    for top in references {
+        let mut next = Some(top.clone());
+        loop {
+            if let Some(reference) = next.take() {
+                let key = (reference.subject.clone(), reference.version);
+                if !done.contains(&key) {
+                    let on_path = root
+                        .is_some_and(|(s, v)| s == reference.subject && v == reference.version)
+                        || stack.iter().any(|o| {
+                            (o.reference.subject.as_str(), o.reference.version)
+                                == (reference.subject.as_str(), reference.version)
+                        });
+                    let path = || {
+                        root.map(|(s, v)| step(s, v))
+                            .into_iter()
+                            .chain(
+                                stack
+                                    .iter()
+                                    .map(|o| step(&o.reference.subject, o.reference.version)),
+                            )
+                            .chain(std::iter::once(step(&reference.subject, reference.version)))
+                            .collect::<Vec<_>>()
+                            .join(" -> ")
+                    };
+                    if on_path {
+                        return Ok(Err(format!(
+                            "the references of {of} form a cycle ({}); register the referenced types without a reference back",
+                            path()
+                        )));
+                    }
+                    if stack.len() >= MAX_REFERENCE_DEPTH {
+                        return Ok(Err(format!(
+                            "the references of {of} nest deeper than {MAX_REFERENCE_DEPTH} levels ({}); reference the types with fewer levels",
+                            path()
+                        )));
+                    }
+                    if out.len() + stack.len() >= MAX_REFERENCES {
+                        return Ok(Err(format!(
+                            "the references of {of} bring in more than {MAX_REFERENCES} schemas; reference fewer types"
+                        )));
+                    }
+                    let Some(fetched) = versions
+                        .subject_version(&reference.subject, reference.version)
+                        .await?
+                    else {
+                        return Ok(Err(format!(
+                            "{of} references {} for type \"{}\", which the registry does not have; register that version or point the reference at one the registry has",
+                            step(&reference.subject, reference.version),
+                            reference.name
+                        )));
+                    };
+                    if fetched.schema_type != "AVRO" {
+                        return Ok(Err(format!(
+                            "{of} references {} for type \"{}\", which holds a {} schema; an Avro schema can reference only Avro schemas",
+                            step(&reference.subject, reference.version),
+                            reference.name,
+                            fetched.schema_type
+                        )));
+                    }
+                    stack.push(Open {
+                        reference,
+                        fetched,
+                        next: 0,
+                    });
+                }
+            }
+            let Some(open) = stack.last_mut() else {
+                break;
+            };
+            if let Some(child) = open.fetched.references.get(open.next) {
+                next = Some(child.clone());
+                open.next += 1;
+                continue;
+            }
+            if let Some(open) = stack.pop() {
+                done.insert((open.reference.subject.clone(), open.reference.version));
+                out.push(ReferencedSchema {
+                    name: open.reference.name,
+                    subject: open.reference.subject,
+                    version: open.fetched.version,
+                    schema: open.fetched.schema,
+                });
+            }
+        }
+    }
+    Ok(Ok(out))
 }
 
 /// A schema registry, as connection `name` reaches it.
@@ -147,26 +322,54 @@ impl Registry {
             })
     }
 
-    /// The schema (Avro, as JSON text) registered under `id`; `None` when
-    /// the registry does not know the id.
-    pub async fn schema_by_id(&self, id: u32) -> Result<Option<String>> {
+    /// The schema registered under `id`, with its type and references;
+    /// `None` when the registry does not know the id.
+    pub async fn schema_by_id(&self, id: u32) -> Result<Option<RegisteredSchema>> {
         let path = format!("{}/schemas/ids/{id}", self.prefix);
         let (status, answer) = self.request(Method::GET, &path, String::new()).await?;
         if status == StatusCode::NOT_FOUND {
             return Ok(None);
         }
-        let parsed = self.answer(status, &answer, &format!("schema id {id}"))?;
-        parsed["schema"]
+        let what = format!("schema id {id}");
+        let parsed = self.answer(status, &answer, &what)?;
+        let schema = parsed["schema"]
             .as_str()
-            .map(|s| Some(s.to_string()))
-            .ok_or_else(|| self.error(&format!("the answer for schema id {id} has no schema")))
+            .ok_or_else(|| self.error(&format!("the answer for {what} has no schema")))?;
+        Ok(Some(RegisteredSchema {
+            schema_type: schema_type(&parsed),
+            schema: schema.to_string(),
+            references: self.references(&parsed, &what)?,
+        }))
     }
 
-    /// The latest version of `subject`: its id, version and schema text;
-    /// `None` when the subject has no version.
-    pub async fn latest(&self, subject: &str) -> Result<Option<LatestSchema>> {
+    /// The latest version of `subject`; `None` when the subject has no
+    /// version. An error when it holds schemas other than Avro.
+    pub async fn latest(&self, subject: &str) -> Result<Option<VersionedSchema>> {
+        let latest = self.subject_version(subject, "latest").await?;
+        if let Some(v) = &latest
+            && v.schema_type != "AVRO"
+        {
+            return Err(self.error(&format!(
+                "subject \"{subject}\" holds {} schemas; a Kafka table reads Avro",
+                v.schema_type
+            )));
+        }
+        Ok(latest)
+    }
+
+    /// Version `version` of `subject` (`-1`: the latest), of any schema
+    /// type; `None` when the registry does not have it.
+    pub async fn version(&self, subject: &str, version: i64) -> Result<Option<VersionedSchema>> {
+        self.subject_version(subject, &version.to_string()).await
+    }
+
+    async fn subject_version(
+        &self,
+        subject: &str,
+        version: &str,
+    ) -> Result<Option<VersionedSchema>> {
         let path = format!(
-            "{}/subjects/{}/versions/latest",
+            "{}/subjects/{}/versions/{version}",
             self.prefix,
             encode(subject)
         );
@@ -174,26 +377,35 @@ impl Registry {
         if status == StatusCode::NOT_FOUND {
             return Ok(None);
         }
-        let parsed = self.answer(status, &answer, &format!("subject \"{subject}\""))?;
-        let schema_type = parsed["schemaType"].as_str().unwrap_or("AVRO");
-        if schema_type != "AVRO" {
-            return Err(self.error(&format!(
-                "subject \"{subject}\" holds {schema_type} schemas; a Kafka table reads Avro"
-            )));
-        }
+        let what = format!("version {version} of subject \"{subject}\"");
+        let parsed = self.answer(status, &answer, &what)?;
         match (
             parsed["id"].as_u64().and_then(|id| u32::try_from(id).ok()),
             parsed["version"].as_i64(),
             parsed["schema"].as_str(),
         ) {
-            (Some(id), Some(version), Some(schema)) => Ok(Some(LatestSchema {
+            (Some(id), Some(number), Some(schema)) => Ok(Some(VersionedSchema {
                 id,
-                version,
+                version: number,
+                schema_type: schema_type(&parsed),
                 schema: schema.to_string(),
+                references: self.references(&parsed, &what)?,
             })),
             _ => Err(self.error(&format!(
-                "the answer for subject \"{subject}\" lacks its id, version or schema"
+                "the answer for {what} lacks its id, version or schema"
             ))),
+        }
+    }
+
+    /// The `references` of an answer (none when it has none).
+    fn references(&self, parsed: &serde_json::Value, what: &str) -> Result<Vec<SchemaReference>> {
+        match parsed.get("references") {
+            None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+            Some(list) => serde_json::from_value(list.clone()).map_err(|e| {
+                self.error(&format!(
+                    "the references in the answer for {what} are not a list of {{name, subject, version}}: {e}"
+                ))
+            }),
         }
     }
 
@@ -297,6 +509,12 @@ impl Registry {
     }
 }
 
+/// The `schemaType` of an answer: `AVRO` when it has none, as the
+/// registry leaves it out for Avro.
+fn schema_type(parsed: &serde_json::Value) -> String {
+    parsed["schemaType"].as_str().unwrap_or("AVRO").to_string()
+}
+
 /// A path segment, percent-encoded.
 fn encode(segment: &str) -> String {
     segment
@@ -314,6 +532,201 @@ fn encode(segment: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Subject versions held in memory, counting the questions asked.
+    #[derive(Default)]
+    struct Versions {
+        held: std::collections::HashMap<(String, i64), VersionedSchema>,
+        asked: usize,
+    }
+
+    impl Versions {
+        fn add(&mut self, subject: &str, schema: serde_json::Value, references: &[(&str, &str)]) {
+            let id = u32::try_from(self.held.len() + 1).unwrap();
+            self.held.insert(
+                (subject.to_string(), 1),
+                VersionedSchema {
+                    id,
+                    version: 1,
+                    schema_type: "AVRO".into(),
+                    schema: schema.to_string(),
+                    references: references.iter().map(|(n, s)| reference(n, s)).collect(),
+                },
+            );
+        }
+    }
+
+    impl SubjectVersions for Versions {
+        async fn subject_version(
+            &mut self,
+            subject: &str,
+            version: i64,
+        ) -> Result<Option<VersionedSchema>> {
+            self.asked += 1;
+            Ok(self.held.get(&(subject.to_string(), version)).cloned())
+        }
+    }
+
+    fn reference(name: &str, subject: &str) -> SchemaReference {
+        SchemaReference {
+            name: name.into(),
+            subject: subject.into(),
+            version: 1,
+        }
+    }
+
+    fn record(name: &str, field_type: &str) -> serde_json::Value {
+        serde_json::json!({"type": "record", "name": name, "namespace": "shop",
+                           "fields": [{"name": "f", "type": field_type}]})
+    }
+
+    #[tokio::test]
+    async fn references_are_followed_through_every_level_and_cycles_and_gaps_refused() {
+        let mut v = Versions::default();
+        // Address uses Country; Customer uses both (a diamond): each
+        // version is fetched once, every schema after the ones it uses.
+        v.add(
+            "country",
+            serde_json::json!({"type": "enum", "name": "Country", "namespace": "shop",
+                               "symbols": ["NL", "DE"]}),
+            &[],
+        );
+        v.add(
+            "address",
+            record("Address", "shop.Country"),
+            &[("shop.Country", "country")],
+        );
+        v.add(
+            "customer",
+            serde_json::json!({"type": "record", "name": "Customer", "namespace": "shop",
+                "fields": [{"name": "home", "type": "shop.Address"},
+                           {"name": "born", "type": "shop.Country"}]}),
+            &[("shop.Address", "address"), ("shop.Country", "country")],
+        );
+        let top = [
+            reference("shop.Customer", "customer"),
+            reference("shop.Address", "address"),
+        ];
+        let resolved = resolve_references(
+            &mut v,
+            "subject \"orders-value\" version 1",
+            Some(("orders-value", 1)),
+            &top,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let order: Vec<(&str, &str)> = resolved
+            .iter()
+            .map(|r| (r.name.as_str(), r.subject.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("shop.Country", "country"),
+                ("shop.Address", "address"),
+                ("shop.Customer", "customer"),
+            ]
+        );
+        assert_eq!(v.asked, 3);
+        assert!(resolved.iter().all(|r| r.version == 1));
+        // None: nothing asked.
+        v.asked = 0;
+        let none = resolve_references(&mut v, "schema id 1", None, &[])
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(none.is_empty());
+        assert_eq!(v.asked, 0);
+
+        // A version the registry does not have.
+        let missing = resolve_references(
+            &mut v,
+            "subject \"orders-value\" version 2",
+            None,
+            &[
+                reference("shop.Address", "address"),
+                reference("shop.Gift", "gifts"),
+            ],
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
+        assert_eq!(
+            missing,
+            "subject \"orders-value\" version 2 references subject \"gifts\" version 1 for type \"shop.Gift\", \
+             which the registry does not have; register that version or point the reference at one the registry has"
+        );
+        // A deeper one, below a version that is there.
+        v.add(
+            "wrapper",
+            record("Wrapper", "shop.Gift"),
+            &[("shop.Gift", "gifts")],
+        );
+        let deeper = resolve_references(
+            &mut v,
+            "schema id 9",
+            None,
+            &[reference("shop.Wrapper", "wrapper")],
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
+        assert!(
+            deeper.starts_with("schema id 9 references subject \"gifts\" version 1"),
+            "{deeper}"
+        );
+
+        // A cycle between two subjects, and one back to the schema itself.
+        v.add("a", record("A", "shop.B"), &[("shop.B", "b")]);
+        v.add("b", record("B", "shop.A"), &[("shop.A", "a")]);
+        let cycle = resolve_references(&mut v, "schema id 3", None, &[reference("shop.A", "a")])
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            cycle,
+            "the references of schema id 3 form a cycle (subject \"a\" version 1 -> subject \"b\" version 1 \
+             -> subject \"a\" version 1); register the referenced types without a reference back"
+        );
+        v.add(
+            "back",
+            record("Back", "shop.Order"),
+            &[("shop.Order", "orders-value")],
+        );
+        let back = resolve_references(
+            &mut v,
+            "subject \"orders-value\" version 1",
+            Some(("orders-value", 1)),
+            &[reference("shop.Back", "back")],
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
+        assert!(
+            back.contains("form a cycle (subject \"orders-value\" version 1 -> subject \"back\" version 1 -> subject \"orders-value\" version 1)"),
+            "{back}"
+        );
+
+        // Too many levels.
+        for i in 0..=MAX_REFERENCE_DEPTH {
+            let (next, next_type) = (format!("l{}", i + 1), format!("shop.L{}", i + 1));
+            let here = record(&format!("L{i}"), &next_type);
+            v.add(
+                &format!("l{i}"),
+                here,
+                &[(next_type.as_str(), next.as_str())],
+            );
+        }
+        let deep = resolve_references(&mut v, "schema id 4", None, &[reference("shop.L0", "l0")])
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            deep.starts_with(&format!("the references of schema id 4 nest deeper than {MAX_REFERENCE_DEPTH} levels (subject \"l0\" version 1 -> ")),
+            "{deep}"
+        );
+    }
 
     #[test]
     fn urls_are_read_and_passwords_stay_out_of_debug() {

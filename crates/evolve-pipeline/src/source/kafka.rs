@@ -49,6 +49,27 @@
 //! cannot be reached fails the stream (retried with backoff, the source's
 //! status says why) rather than stalling anything.
 //!
+//! # Schema references
+//!
+//! A schema may take named types from other subjects (Confluent's
+//! `references`: a type's full name, a subject, a version), as the
+//! registry's answers for a subject version and for an id list them. The
+//! source fetches each referenced version, and the versions those
+//! reference, through every level (each once; a cycle, a version the
+//! registry does not have or more than
+//! [`MAX_REFERENCE_DEPTH`](crate::sink::registry::MAX_REFERENCE_DEPTH)
+//! levels refused with a line saying which), and parses the schema with
+//! them. `CREATE TABLE` stores the referenced schemas beside the pinned
+//! reader schema (`references` in the table's Kafka settings), so the
+//! table parses it again without the registry; a table pinned before
+//! references were followed has none stored and reads as before. A writer
+//! schema's references are fetched with it, once per id, and each
+//! numbered version once per stream. The decoder and the compatibility
+//! check read the same parsed schemas, and a reader field whose type is a
+//! referenced record is a JSON object, as a nested record is. A writer
+//! schema whose references cannot be fetched or parsed stalls the table at
+//! the record that names it, as an unknown id does.
+//!
 //! # Replacement swaps
 //!
 //! A topic is not the pipeline's to write to, so `APPLY REPLACEMENT`
@@ -68,6 +89,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use apache_avro::Schema;
 use apache_avro::reader::datum::GenericDatumReader;
 use bytes::Bytes;
+use evolve_compat::avro::AvroSchema;
 use evolve_core::change::{ChangeKind, ColumnSchema, Datum, RowChange, TableSchema};
 use rdkafka::Message as _;
 use rdkafka::Offset;
@@ -79,7 +101,7 @@ use tokio::sync::mpsc;
 use crate::config::Connection;
 use crate::error::{PipelineError, Result};
 use crate::position::Position;
-use crate::sink::registry::Registry;
+use crate::sink::registry::{Registry, SubjectVersions, VersionedSchema, resolve_references};
 use crate::source::{ChangeStream, Source, SourceEvent, TableSnapshot};
 use crate::store::{ColumnInfo, SourceInfo, Store, TableInfo};
 use crate::swap::{MESSAGE_PREFIX, apply_message};
@@ -229,7 +251,7 @@ pub async fn pin_reader(
     registry: &Connection,
     envelope: evolve_core::control::TableEnvelope,
 ) -> Result<Pinned> {
-    let client = Registry::new(registry_name, registry)?;
+    let mut client = Registry::new(registry_name, registry)?;
     let subject = value_subject(topic);
     let latest = client
         .latest(&subject)
@@ -245,24 +267,42 @@ pub async fn pin_reader(
                     .into(),
             ),
         })?;
-    let schema = Schema::parse_str(&latest.schema).map_err(|e| PipelineError::Refused {
+    let of = format!("subject \"{subject}\" version {}", latest.version);
+    let references = if latest.references.is_empty() {
+        Vec::new()
+    } else {
+        resolve_references(
+            &mut client,
+            &of,
+            Some((&subject, latest.version)),
+            &latest.references,
+        )
+        .await?
+        .map_err(|why| PipelineError::Refused {
+            sqlstate: "42704",
+            primary: why,
+            detail: None,
+            hint: None,
+        })?
+    };
+    let schema = avro::parse(&latest.schema, &references).map_err(|e| PipelineError::Refused {
         sqlstate: "22023",
         primary: format!(
-            "the latest schema of subject \"{subject}\" (id {}) is not an Avro schema evolve can read: {e}",
+            "the latest schema of {of} (id {}) is not an Avro schema evolve can read: {e}",
             latest.id
         ),
         detail: None,
         hint: None,
     })?;
-    let fields = avro::reader_columns(&schema).map_err(|e| PipelineError::Refused {
-        sqlstate: "22023",
-        primary: format!(
-            "the latest schema of subject \"{subject}\" (id {}): {e}",
-            latest.id
-        ),
-        detail: None,
-        hint: None,
-    })?;
+    let fields =
+        avro::reader_columns(schema.root(), &avro::referenced_names(&schema)).map_err(|e| {
+            PipelineError::Refused {
+                sqlstate: "22023",
+                primary: format!("the latest schema of {of} (id {}): {e}", latest.id),
+                detail: None,
+                hint: None,
+            }
+        })?;
     let mut columns: Vec<ColumnInfo> = fields
         .iter()
         .enumerate()
@@ -289,6 +329,7 @@ pub async fn pin_reader(
             schema_id: latest.id,
             version: latest.version,
             schema: latest.schema,
+            references,
         },
     })
 }
@@ -368,9 +409,10 @@ struct Reader {
     oid: u32,
     upsert: bool,
     registry: String,
-    schema: Schema,
-    compat: Option<evolve_compat::avro::AvroSchema>,
+    /// The pinned reader schema with the schemas its references name.
+    schema: AvroSchema,
     schema_id: u32,
+    /// The named types of the schema and its references.
     names: HashMap<apache_avro::schema::Name, Schema>,
     fields: Vec<avro::AvroColumn>,
     table_schema: Arc<TableSchema>,
@@ -392,9 +434,9 @@ impl Reader {
             table: table.name.clone(),
             message: format!("its pinned reader schema (id {}): {e}", kafka.schema_id),
         };
-        let schema = Schema::parse_str(&kafka.schema).map_err(|e| bad(e.to_string()))?;
-        let fields = avro::reader_columns(&schema).map_err(bad)?;
-        let compat = evolve_compat::avro::parse(&kafka.schema, &[]).ok();
+        let schema = avro::parse(&kafka.schema, &kafka.references).map_err(bad)?;
+        let fields =
+            avro::reader_columns(schema.root(), &avro::referenced_names(&schema)).map_err(bad)?;
         let mut columns: Vec<ColumnSchema> = fields
             .iter()
             .map(|f| ColumnSchema {
@@ -416,9 +458,8 @@ impl Reader {
             oid: table.upstream_oid,
             upsert,
             registry: kafka.registry.clone(),
-            names: avro::named_types(&schema),
+            names: avro::schema_names(&schema),
             schema,
-            compat,
             schema_id: kafka.schema_id,
             fields,
             table_schema: Arc::new(TableSchema {
@@ -431,15 +472,59 @@ impl Reader {
     }
 }
 
-/// A writer schema as fetched by id: `None` when the registry does not
-/// know the id.
-type Writer = Option<Arc<(Schema, Option<evolve_compat::avro::AvroSchema>)>>;
+/// A writer schema as fetched by id, parsed with the schemas its
+/// references name.
+struct WriterSchema {
+    schema: AvroSchema,
+    /// The named types of the schema and its references.
+    names: HashMap<apache_avro::schema::Name, Schema>,
+}
+
+/// A writer schema as fetched by id, or why a record naming the id cannot
+/// be read, worded to follow the record's place in a stall's reason
+/// (`names writer schema id 7, which ...`): the registry does not have the
+/// id, it is not Avro, its references cannot be fetched, or it does not
+/// parse.
+type Writer = std::result::Result<Arc<WriterSchema>, String>;
 
 /// Registry clients and the writer schemas they gave, shared by a
 /// stream's or snapshot's readers.
 struct Writers {
     clients: HashMap<String, Registry>,
     schemas: HashMap<(String, u32), Writer>,
+    /// The subject versions that writer schemas' references named, by
+    /// registry, subject and version: each fetched once.
+    versions: HashMap<(String, String, i64), VersionedSchema>,
+}
+
+/// A registry's subject versions through the cache of a [`Writers`].
+struct CachedVersions<'a> {
+    registry: &'a str,
+    client: &'a Registry,
+    cache: &'a mut HashMap<(String, String, i64), VersionedSchema>,
+}
+
+impl SubjectVersions for CachedVersions<'_> {
+    /// A numbered version is kept once fetched (a registered version does
+    /// not change); `-1` (the latest) and versions the registry does not
+    /// have are asked for each time.
+    async fn subject_version(
+        &mut self,
+        subject: &str,
+        version: i64,
+    ) -> Result<Option<VersionedSchema>> {
+        let key = (self.registry.to_string(), subject.to_string(), version);
+        if let Some(found) = self.cache.get(&key) {
+            return Ok(Some(found.clone()));
+        }
+        let found = self.client.version(subject, version).await?;
+        if let Some(found) = &found
+            && version >= 1
+        {
+            self.cache.insert(key, found.clone());
+        }
+        Ok(found)
+    }
 }
 
 impl Writers {
@@ -451,6 +536,7 @@ impl Writers {
         Ok(Writers {
             clients,
             schemas: HashMap::new(),
+            versions: HashMap::new(),
         })
     }
 
@@ -476,18 +562,19 @@ impl Writers {
                         .map(|(id, _)| id),
                 ];
                 for id in ids.into_iter().flatten() {
-                    self.get(&reader.registry, id).await?;
+                    self.fetch(&reader.registry, id).await?;
                 }
             }
         }
         Ok(())
     }
 
-    /// The writer schema `id` of registry `registry`; an error when the
-    /// registry cannot be asked (the stream retries).
-    async fn get(&mut self, registry: &str, id: u32) -> Result<Writer> {
-        if let Some(w) = self.schemas.get(&(registry.to_string(), id)) {
-            return Ok(w.clone());
+    /// Fetches writer schema `id` of registry `registry`, with the schemas
+    /// its references name, unless it was fetched before; an error when
+    /// the registry cannot be asked (the stream retries).
+    async fn fetch(&mut self, registry: &str, id: u32) -> Result<()> {
+        if self.schemas.contains_key(&(registry.to_string(), id)) {
+            return Ok(());
         }
         let client = self
             .clients
@@ -498,18 +585,43 @@ impl Writers {
                 ),
             })?;
         let writer = match client.schema_by_id(id).await? {
-            None => None,
-            Some(text) => match Schema::parse_str(&text) {
-                Ok(schema) => Some(Arc::new((
-                    schema,
-                    evolve_compat::avro::parse(&text, &[]).ok(),
-                ))),
-                Err(_) => None,
-            },
+            None => Err(format!(
+                "names writer schema id {id}, which the registry of connection \"{registry}\" does not have"
+            )),
+            Some(found) if found.schema_type != "AVRO" => Err(format!(
+                "names writer schema id {id}, which is a {} schema in the registry of connection \"{registry}\"; a Kafka table reads Avro",
+                found.schema_type
+            )),
+            Some(found) => {
+                let of = format!("writer schema id {id}");
+                let references = if found.references.is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    let mut versions = CachedVersions {
+                        registry,
+                        client,
+                        cache: &mut self.versions,
+                    };
+                    resolve_references(&mut versions, &of, None, &found.references).await?
+                };
+                references
+                    .and_then(|references| {
+                        avro::parse(&found.schema, &references)
+                            .map_err(|e| format!("{of} is not an Avro schema evolve can read: {e}"))
+                    })
+                    .map(|schema| {
+                        Arc::new(WriterSchema {
+                            names: avro::schema_names(&schema),
+                            schema,
+                        })
+                    })
+                    .map_err(|why| {
+                        format!("names writer schema id {id}, which cannot be read: {why}")
+                    })
+            }
         };
-        self.schemas
-            .insert((registry.to_string(), id), writer.clone());
-        Ok(writer)
+        self.schemas.insert((registry.to_string(), id), writer);
+        Ok(())
     }
 }
 
@@ -577,22 +689,16 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
             at(raw)
         )));
     };
-    let Some(writer) = fetched(writers, &reader.registry, id)? else {
-        return Ok(Decoded::Undecodable(format!(
-            "{} names writer schema id {id}, which the registry of connection \"{}\" does not have (or is not Avro)",
-            at(raw),
-            reader.registry
-        )));
+    let writer = match fetched(writers, &reader.registry, id)? {
+        Ok(writer) => writer,
+        Err(why) => return Ok(Decoded::Undecodable(format!("{} {why}", at(raw)))),
     };
     let verdict = match reader.verdicts.get(&id) {
         Some(v) => v.clone(),
         None => {
-            let v = match (&reader.compat, &writer.1) {
-                (Some(r), Some(w)) => evolve_compat::avro::check(r, w)
-                    .first()
-                    .map(|i| format!("{} ({} at {})", i.message, i.kind, i.path)),
-                _ => None,
-            };
+            let v = evolve_compat::avro::check(&reader.schema, &writer.schema)
+                .first()
+                .map(|i| format!("{} ({} at {})", i.message, i.kind, i.path));
             reader.verdicts.insert(id, v.clone());
             v
         }
@@ -605,12 +711,16 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
         )));
     }
     let mut bytes = datum;
-    let read = GenericDatumReader::builder(&writer.0)
-        .reader_schema(&reader.schema)
-        .build()
+    let read = GenericDatumReader::builder(writer.schema.root())
+        .writer_schemata(avro::schemata(&writer.schema))
+        .and_then(|b| {
+            b.reader_schema(reader.schema.root())
+                .reader_schemata(avro::schemata(&reader.schema))
+        })
+        .and_then(|b| b.build())
         .and_then(|r| r.read_value(&mut bytes));
     let values = match read {
-        Ok(v) => avro::record_values(&v, &reader.schema, &reader.fields, &reader.names),
+        Ok(v) => avro::record_values(&v, reader.schema.root(), &reader.fields, &reader.names),
         Err(e) => Err(e.to_string()),
     };
     match values {
@@ -648,14 +758,15 @@ fn key_text(
     key: &[u8],
 ) -> Result<std::result::Result<String, String>> {
     if let Some((id, datum)) = wire(key)
-        && let Some(writer) = fetched(writers, registry, id)?
+        && let Ok(writer) = fetched(writers, registry, id)?
     {
         let mut bytes = datum;
-        let read = GenericDatumReader::builder(&writer.0)
-            .build()
+        let read = GenericDatumReader::builder(writer.schema.root())
+            .writer_schemata(avro::schemata(&writer.schema))
+            .and_then(|b| b.build())
             .and_then(|r| r.read_value(&mut bytes));
         return Ok(match read {
-            Ok(v) => avro::key_json(&v, &writer.0),
+            Ok(v) => avro::key_json(&v, writer.schema.root(), &writer.names),
             Err(e) => Err(format!(
                 "its key cannot be decoded with schema id {id}: {e}"
             )),
@@ -1276,5 +1387,205 @@ mod tests {
         assert_eq!(wire(&[0, 0, 0, 1, 2, 9, 9]), Some((258, &[9u8, 9][..])));
         assert_eq!(wire(&[1, 0, 0, 1, 2]), None);
         assert_eq!(wire(&[0, 0, 0]), None);
+    }
+
+    fn text(d: &Datum) -> &str {
+        match d {
+            Datum::Text(b) => std::str::from_utf8(b).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A reader schema whose types come from references: stored with them
+    /// (and an older store's form without them still read), mapped to
+    /// columns, and a record of a newer writer version with the same
+    /// references decoded into a document.
+    #[test]
+    fn a_schema_with_references_is_stored_mapped_and_decoded() {
+        use crate::store::ReferencedSchema;
+        use apache_avro::types::Value;
+
+        let reference = |name: &str, subject: &str, schema: serde_json::Value| ReferencedSchema {
+            name: name.into(),
+            subject: subject.into(),
+            version: 1,
+            schema: schema.to_string(),
+        };
+        let country = serde_json::json!({"type": "enum", "name": "Country", "namespace": "shop",
+                                         "symbols": ["NL", "DE"]});
+        let address = serde_json::json!({"type": "record", "name": "Address", "namespace": "shop",
+            "fields": [{"name": "street", "type": "string"}, {"name": "country", "type": "shop.Country"}]});
+        let money = serde_json::json!({"type": "fixed", "name": "Money", "namespace": "shop",
+                                       "size": 4, "logicalType": "decimal", "precision": 8, "scale": 2});
+        let references = vec![
+            reference("shop.Country", "country", country),
+            reference("shop.Address", "address", address),
+            reference("shop.Money", "money", money),
+        ];
+        let v1 = serde_json::json!({"type": "record", "name": "Order", "namespace": "shop", "fields": [
+            {"name": "id", "type": "int"},
+            {"name": "ship_to", "type": "shop.Address"},
+            {"name": "origin", "type": "shop.Country"},
+            {"name": "bill_to", "type": ["null", "shop.Address"], "default": null},
+            {"name": "total", "type": "shop.Money"}]});
+        let mut v2 = v1.clone();
+        v2["fields"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"name": "note", "type": ["null", "string"], "default": null}));
+
+        let info = crate::store::KafkaTableInfo {
+            registry: "csr".into(),
+            envelope: "none".into(),
+            subject: "orders-value".into(),
+            schema_id: 3,
+            version: 1,
+            schema: v1.to_string(),
+            references: references.clone(),
+        };
+        let stored = serde_json::to_string(&info).unwrap();
+        let info: crate::store::KafkaTableInfo = serde_json::from_str(&stored).unwrap();
+        assert_eq!(info.references, references);
+        // The form stored before references were followed: no key, read
+        // as none; a schema without references is stored that way still.
+        let plain = crate::store::KafkaTableInfo {
+            references: Vec::new(),
+            ..info.clone()
+        };
+        let older = serde_json::to_string(&plain).unwrap();
+        assert!(!older.contains("references"), "{older}");
+        let read: crate::store::KafkaTableInfo = serde_json::from_str(&older).unwrap();
+        assert_eq!(read, plain);
+
+        let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
+        table.kafka = Some(info);
+        let mut reader = Reader::new(&table).unwrap();
+        let columns: Vec<(&str, &str, bool)> = reader
+            .fields
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("id", "integer", true),
+                ("ship_to", "jsonb", true),
+                ("origin", "text", true),
+                ("bill_to", "jsonb", false),
+                ("total", "numeric(8,2)", true),
+            ]
+        );
+
+        // Written with version 2, fetched by id with the same references.
+        let writer = avro::parse(&v2.to_string(), &references).unwrap();
+        let street = |s: &str, c: (u32, &str)| {
+            Value::Record(vec![
+                ("street".into(), Value::String(s.into())),
+                ("country".into(), Value::Enum(c.0, c.1.into())),
+            ])
+        };
+        let value = Value::Record(vec![
+            ("id".into(), Value::Int(5)),
+            ("ship_to".into(), street("Main 1", (0, "NL"))),
+            ("origin".into(), Value::Enum(1, "DE".into())),
+            (
+                "bill_to".into(),
+                Value::Union(1, Box::new(street("Side 2", (1, "DE")))),
+            ),
+            (
+                "total".into(),
+                Value::Decimal(apache_avro::Decimal::from(vec![0, 0, 0x04, 0xd2])),
+            ),
+            (
+                "note".into(),
+                Value::Union(1, Box::new(Value::String("rush".into()))),
+            ),
+        ]);
+        let datum = apache_avro::writer::datum::GenericDatumWriter::builder(writer.root())
+            .schemata(avro::schemata(&writer))
+            .unwrap()
+            .build()
+            .unwrap()
+            .write_value_to_vec(value)
+            .unwrap();
+        let mut writers = Writers::new(&[]).unwrap();
+        writers.schemas.insert(
+            ("csr".into(), 4),
+            Ok(Arc::new(WriterSchema {
+                names: avro::schema_names(&writer),
+                schema: writer,
+            })),
+        );
+        writers.schemas.insert(
+            ("csr".into(), 5),
+            Err("names writer schema id 5, which cannot be read: the references of writer schema id 5 form a cycle".into()),
+        );
+        let mut payload = vec![0, 0, 0, 0, 4];
+        payload.extend(datum);
+        let raw = Raw {
+            partition: 0,
+            offset: 7,
+            timestamp_millis: None,
+            key: None,
+            value: Some(payload),
+        };
+        let Decoded::Change(change) = decode(&mut reader, &writers, "orders", &raw).unwrap() else {
+            panic!("not decoded");
+        };
+        let new = change.new.unwrap();
+        let texts: Vec<&str> = new.iter().map(text).collect();
+        assert_eq!(
+            texts,
+            [
+                "5",
+                r#"{"street":"Main 1","country":"NL"}"#,
+                "DE",
+                r#"{"street":"Side 2","country":"DE"}"#,
+                "12.34",
+                "orders/0/7",
+            ]
+        );
+        let unreadable = Raw {
+            offset: 8,
+            value: Some(vec![0, 0, 0, 0, 5, 0]),
+            ..raw
+        };
+        let Decoded::Undecodable(why) =
+            decode(&mut reader, &writers, "orders", &unreadable).unwrap()
+        else {
+            panic!("decoded");
+        };
+        assert_eq!(
+            why,
+            "record at partition 0 offset 8 names writer schema id 5, which cannot be read: the references of writer schema id 5 form a cycle"
+        );
+
+        // Without its references the schema does not parse; a reference
+        // that defines another type than its name says so.
+        if let Some(k) = table.kafka.as_mut() {
+            k.references.clear();
+        }
+        let Err(e) = Reader::new(&table) else {
+            panic!("read without its references");
+        };
+        assert!(e.to_string().contains("shop.Address"), "{e}");
+        let e = avro::parse(&v1.to_string(), &references[..1]).unwrap_err();
+        assert_eq!(
+            e,
+            "it uses the type \"shop.Address\", which neither it nor its references define; register it with a reference to the subject version that defines \"shop.Address\""
+        );
+        let location = serde_json::json!({"type": "record", "name": "Location", "namespace": "shop",
+            "fields": [{"name": "street", "type": "string"}]});
+        let wrong = vec![
+            references[0].clone(),
+            reference("shop.Address", "address", location),
+        ];
+        let e = avro::parse(&v1.to_string(), &wrong).unwrap_err();
+        assert!(
+            e.starts_with(
+                "its reference \"shop.Address\" (subject \"address\" version 1) defines the type \"shop.Location\", not \"shop.Address\"; point the reference at the version that defines \"shop.Address\""
+            ),
+            "{e}"
+        );
     }
 }

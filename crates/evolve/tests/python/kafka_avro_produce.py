@@ -9,14 +9,18 @@ Usage:
       adds partitions to the topic until it has PARTITIONS
   kafka_avro_produce.py compatibility REGISTRY_URL SUBJECT LEVEL
       sets the subject's compatibility level (e.g. NONE)
-  kafka_avro_produce.py register REGISTRY_URL SUBJECT SCHEMA_JSON
-      registers the Avro schema under the subject; prints its id
+  kafka_avro_produce.py register REGISTRY_URL SUBJECT SCHEMA_JSON [REFERENCES_JSON]
+      registers the Avro schema under the subject, with the references
+      given as [{"name": ..., "subject": ..., "version": ...}]; prints its id
   kafka_avro_produce.py raw BOOTSTRAP TOPIC KEY VALUE_HEX
       produces one record with the value's bytes as given (no serializer)
   kafka_avro_produce.py produce BOOTSTRAP TOPIC REGISTRY_URL SCHEMA_JSON
       reads JSON lines {"key": "k", "value": {...} | null} from stdin and
       produces them in order (an idempotent producer, flushed at the end);
       prints the number of records delivered.
+  kafka_avro_produce.py produce-latest BOOTSTRAP TOPIC REGISTRY_URL
+      as produce, with the subject's latest registered schema and the
+      schemas its references name (use.latest.version, no registration)
 
 Exits 1 with the error on any failure."""
 
@@ -54,7 +58,11 @@ def set_compatibility(url, subject, level):
 
 def produce(bootstrap, topic, url, schema):
     registry = SchemaRegistryClient({"url": url})
-    serializer = AvroSerializer(registry, schema, conf={"auto.register.schemas": True})
+    if schema is None:
+        conf = {"auto.register.schemas": False, "use.latest.version": True}
+    else:
+        conf = {"auto.register.schemas": True}
+    serializer = AvroSerializer(registry, schema, conf=conf)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     failures = []
     delivered = [0]
@@ -82,9 +90,11 @@ def produce(bootstrap, topic, url, schema):
     print(delivered[0])
 
 
-def register(url, subject, schema):
-    from confluent_kafka.schema_registry import Schema
-    print(SchemaRegistryClient({"url": url}).register_schema(subject, Schema(schema, "AVRO")))
+def register(url, subject, schema, references="[]"):
+    from confluent_kafka.schema_registry import Schema, SchemaReference
+    refs = [SchemaReference(r["name"], r["subject"], r["version"]) for r in json.loads(references)]
+    registered = Schema(schema, "AVRO", references=refs)
+    print(SchemaRegistryClient({"url": url}).register_schema(subject, registered))
 
 
 def raw(bootstrap, topic, key, value_hex):
@@ -109,6 +119,8 @@ def main():
         raw(*args)
     elif command == "produce":
         produce(*args)
+    elif command == "produce-latest":
+        produce(*args, None)
     else:
         raise SystemExit(f"unknown command {command}")
 

@@ -19,7 +19,10 @@
 //! | `record`, `array`, `map`, other unions, `duration` | `jsonb` | the value as JSON, nested values mapped as above, a union as its branch's value (no wrapper) |
 //!
 //! A field that is null (or a `null` union branch) is left out of the
-//! document, as `jsonb_strip_nulls` leaves out SQL NULLs.
+//! document, as `jsonb_strip_nulls` leaves out SQL NULLs. A field whose
+//! type is a named type from one of the schema's references (Confluent
+//! `references`) maps as that type does written in place: a referenced
+//! record is a `jsonb` object, a referenced enum `text`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -27,8 +30,11 @@ use std::fmt::Write as _;
 use apache_avro::schema::{Name, Schema};
 use apache_avro::types::Value;
 use bytes::Bytes;
+use evolve_compat::avro::AvroSchema;
 use evolve_core::change::Datum;
 use evolve_core::document::TypeKind;
+
+use crate::store::ReferencedSchema;
 
 /// One field of the reader schema as a column.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,8 +57,86 @@ impl AvroColumn {
 
 const JSONB: (u32, &str) = (3802, "jsonb");
 
+/// Parses a schema with the schemas its references name (dependencies
+/// first, as [`crate::sink::registry::resolve_references`] gives them), by
+/// evolve's compatibility engine, so that the decoder and the
+/// compatibility check read the same types. When it does not parse and a
+/// reference defines a type other than the name it is listed under, the
+/// reason says so (the likely cause); when it uses a type that no
+/// reference defines, the reason names the type.
+pub fn parse(text: &str, references: &[ReferencedSchema]) -> Result<AvroSchema, String> {
+    let list: Vec<evolve_compat::Reference> = references
+        .iter()
+        .map(|r| evolve_compat::Reference {
+            name: r.name.clone(),
+            schema: r.schema.clone(),
+        })
+        .collect();
+    evolve_compat::avro::parse(text, &list).map_err(|e| {
+        let mismatch = references.iter().find_map(|r| {
+            let defined = defined_name(&r.schema)?;
+            (defined != r.name).then(|| {
+                format!(
+                    "its reference \"{}\" (subject \"{}\" version {}) defines the type \"{defined}\", not \"{}\"; point the reference at the version that defines \"{}\" ({e})",
+                    r.name, r.subject, r.version, r.name, r.name
+                )
+            })
+        });
+        // apache-avro reports a type name it finds no definition of as
+        // "Unknown primitive type: NAME".
+        let unknown = e
+            .message
+            .strip_prefix("Unknown primitive type: ")
+            .filter(|_| !references.is_empty());
+        mismatch.unwrap_or_else(|| match unknown {
+            Some(name) => format!(
+                "it uses the type \"{name}\", which neither it nor its references define; register it with a reference to the subject version that defines \"{name}\""
+            ),
+            None => e.to_string(),
+        })
+    })
+}
+
+/// The full name of the named type a schema's text defines at its top.
+fn defined_name(text: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let name = value.get("name")?.as_str()?;
+    let namespace = value.get("namespace").and_then(|n| n.as_str());
+    Some(
+        Name::new_with_enclosing_namespace(name, namespace)
+            .ok()?
+            .fullname(None),
+    )
+}
+
+/// The named types of a parsed schema and of its references, for the
+/// `Ref`s inside them.
+pub fn schema_names(schema: &AvroSchema) -> HashMap<Name, Schema> {
+    named_types_of(std::iter::once(schema.root()).chain(schema.references()))
+}
+
+/// The named types that a parsed schema's references define.
+pub fn referenced_names(schema: &AvroSchema) -> HashMap<Name, Schema> {
+    named_types_of(schema.references())
+}
+
+/// The schemas a datum reader resolves names with: the references, each
+/// after the ones it uses, then the schema itself.
+pub fn schemata(schema: &AvroSchema) -> Vec<&Schema> {
+    schema
+        .references()
+        .iter()
+        .chain(std::iter::once(schema.root()))
+        .collect()
+}
+
 /// The columns of a reader schema, one per field of its top-level record.
-pub fn reader_columns(schema: &Schema) -> Result<Vec<AvroColumn>, String> {
+/// A field whose type is a named type from a reference (`referenced`,
+/// [`referenced_names`]) maps as that type does written in place.
+pub fn reader_columns(
+    schema: &Schema,
+    referenced: &HashMap<Name, Schema>,
+) -> Result<Vec<AvroColumn>, String> {
     let Schema::Record(record) = schema else {
         return Err(
             "the schema is not a record; a Kafka table's values must be Avro records".into(),
@@ -61,6 +145,7 @@ pub fn reader_columns(schema: &Schema) -> Result<Vec<AvroColumn>, String> {
     let mut out = Vec::with_capacity(record.fields.len());
     for field in &record.fields {
         let (inner, nullable) = unwrap_nullable(&field.schema);
+        let inner = resolve(inner, referenced);
         let (type_oid, typmod, type_name) = match inner {
             Schema::Boolean => (16, -1, "boolean".to_string()),
             Schema::Int => (23, -1, "integer".into()),
@@ -105,6 +190,14 @@ pub fn reader_columns(schema: &Schema) -> Result<Vec<AvroColumn>, String> {
     Ok(out)
 }
 
+/// The definition of a `Ref` found in `names`; any other schema as it is.
+fn resolve<'a>(schema: &'a Schema, names: &'a HashMap<Name, Schema>) -> &'a Schema {
+    match schema {
+        Schema::Ref { name } => names.get(name).unwrap_or(schema),
+        other => other,
+    }
+}
+
 /// `T` of `["null", T]` (either order) and whether null is allowed.
 fn unwrap_nullable(schema: &Schema) -> (&Schema, bool) {
     match schema {
@@ -128,6 +221,13 @@ fn unwrap_nullable(schema: &Schema) -> (&Schema, bool) {
 
 /// The named types of a schema, for the `Ref`s inside it.
 pub fn named_types(schema: &Schema) -> HashMap<Name, Schema> {
+    named_types_of(std::iter::once(schema))
+}
+
+/// The named types of several schemas together.
+fn named_types_of<'a>(schemas: impl IntoIterator<Item = &'a Schema>) -> HashMap<Name, Schema> {
+    use apache_avro::schema::{DecimalSchema, InnerDecimalSchema, UuidSchema};
+
     fn walk(s: &Schema, out: &mut HashMap<Name, Schema>, depth: usize) {
         if depth > 400 {
             return;
@@ -142,7 +242,13 @@ pub fn named_types(schema: &Schema) -> HashMap<Name, Schema> {
             Schema::Enum(e) => {
                 out.insert(e.name.clone(), s.clone());
             }
-            Schema::Fixed(f) => {
+            Schema::Fixed(f)
+            | Schema::Duration(f)
+            | Schema::Uuid(UuidSchema::Fixed(f))
+            | Schema::Decimal(DecimalSchema {
+                inner: InnerDecimalSchema::Fixed(f),
+                ..
+            }) => {
                 out.insert(f.name.clone(), s.clone());
             }
             Schema::Array(a) => walk(&a.items, out, depth + 1),
@@ -156,7 +262,9 @@ pub fn named_types(schema: &Schema) -> HashMap<Name, Schema> {
         }
     }
     let mut out = HashMap::new();
-    walk(schema, &mut out, 0);
+    for schema in schemas {
+        walk(schema, &mut out, 0);
+    }
     out
 }
 
@@ -190,18 +298,22 @@ pub fn record_values(
             json(v, &field.schema, names, &mut text, 0)?;
         } else {
             let (inner, _) = unwrap_nullable(&field.schema);
-            scalar(v, inner, &mut text)?;
+            scalar(v, resolve(inner, names), &mut text)?;
         }
         out.push(Datum::Text(Bytes::from(text)));
     }
     Ok(out)
 }
 
-/// A key as JSON text: a record key read with its writer schema.
-pub fn key_json(value: &Value, schema: &Schema) -> Result<String, String> {
-    let names = named_types(schema);
+/// A key as JSON text: a record key read with its writer schema (`names`:
+/// [`schema_names`] of it).
+pub fn key_json(
+    value: &Value,
+    schema: &Schema,
+    names: &HashMap<Name, Schema>,
+) -> Result<String, String> {
     let mut out = String::new();
-    json(strip_union(value), schema, &names, &mut out, 0)?;
+    json(strip_union(value), schema, names, &mut out, 0)?;
     Ok(out)
 }
 
@@ -277,10 +389,7 @@ fn json(
     if depth > 400 {
         return Err("the value nests deeper than 400 levels".into());
     }
-    let schema = match schema {
-        Schema::Ref { name } => names.get(name).unwrap_or(schema),
-        other => other,
-    };
+    let schema = resolve(schema, names);
     match v {
         Value::Null => out.push_str("null"),
         Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -596,7 +705,7 @@ mod tests {
             ]}"#,
         )
         .unwrap();
-        let columns = reader_columns(&schema).unwrap();
+        let columns = reader_columns(&schema, &HashMap::new()).unwrap();
         let types: Vec<(&str, &str, bool)> = columns
             .iter()
             .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
@@ -638,6 +747,6 @@ mod tests {
         assert_eq!(text(&values[5]), "NaN");
         assert_eq!(text(&values[6]), "B");
         let not_a_record = Schema::parse_str(r#""string""#).unwrap();
-        assert!(reader_columns(&not_a_record).is_err());
+        assert!(reader_columns(&not_a_record, &HashMap::new()).is_err());
     }
 }
