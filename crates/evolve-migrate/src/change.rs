@@ -24,7 +24,7 @@
 //!
 //! The generator ([`generate`]) is pure: it takes the table as the catalog
 //! describes it ([`TableInfo`]) and returns the files' SQL. Reading the
-//! catalog and the checks that need the server are in [`catalog`].
+//! catalog and the checks that need the server are in `catalog`.
 
 pub(crate) mod catalog;
 

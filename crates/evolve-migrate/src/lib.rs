@@ -168,7 +168,7 @@ pub struct ApplyOptions {
     /// table does not exist and one of the schemas is not empty, record a
     /// baseline at this version first (files at or below it never run).
     pub baseline_on_migrate: Option<Version>,
-    /// The baseline row's description [default: `<< Flyway Baseline >>`].
+    /// The baseline row's description (default: `<< Flyway Baseline >>`).
     pub baseline_description: Option<String>,
     /// Flyway's `validateOnMigrate = false`: apply without refusing edited
     /// or missing applied files (and without the validate callbacks).

@@ -1,7 +1,7 @@
 //! `ABSORB = 'auto'`: evolve absorbs upstream schema changes behind an
 //! interface by itself.
 //!
-//! While the pipeline runs, [`run`] polls the upstream catalogs every
+//! While the pipeline runs, `run` polls the upstream catalogs every
 //! [`INTERVAL`] when an interface has `ABSORB = 'auto'` (every
 //! [`drift::POLL_INTERVAL`] otherwise, to keep `evolve drift` fresh;
 //! [`crate::drift`]) and, for each interface with `ABSORB =

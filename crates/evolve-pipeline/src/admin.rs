@@ -20,7 +20,7 @@
 //! statements before it stay applied, and nothing of the failing one or
 //! of those after it is. Requests run one after another, never
 //! interleaved. `ALTER MATERIALIZED VIEW ... APPLY REPLACEMENT` returns
-//! once the swap is applied (up to 30 s; see [`crate::swap`]), and with
+//! once the swap is applied (up to 30 s; see `crate::swap`), and with
 //! `WITH (WAIT = '60s')` first waits up to that long for the replacement
 //! to be hydrated; `ALTER
 //! SOURCE ... REFRESH REFERENCES` polls the source's upstream catalog and

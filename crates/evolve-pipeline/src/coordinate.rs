@@ -13,7 +13,7 @@
 //! between the migration's connection and the pipeline's, and two servers
 //! may both have a database `shop` on port 5432; these two values do not
 //! lie. The pipeline reads them for each source through its monitoring
-//! session ([`crate::monitor`]: no handler opens an upstream connection
+//! session (`crate::monitor`: no handler opens an upstream connection
 //! of its own), and compares. Within a matched upstream, tables are
 //! matched by the OID the migration sends (a table renamed upstream is
 //! still the one ingested), else by schema and name.

@@ -8,7 +8,7 @@
 //!
 //! - the source's task, on every Relation message: a pinned document
 //!   column that is gone or has another type OID stalls the table (see
-//!   [`crate::apply`]); drift reports such a table as `stalled`, with the
+//!   `crate::apply`); drift reports such a table as `stalled`, with the
 //!   error. Relation messages come only before the next row change of
 //!   their table, and say nothing of attribute numbers;
 //! - the upstream catalog, polled by [`crate::poll::drift`] for each

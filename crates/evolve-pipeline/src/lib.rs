@@ -61,7 +61,7 @@
 //!
 //! # The seam between snapshot and stream
 //!
-//! A table is snapshotted by a task of its own ([`hydrate`]), beside the
+//! A table is snapshotted by a task of its own (`hydrate`), beside the
 //! stream, which goes on for the source's other tables. The task creates a
 //! **temporary** logical slot with an exported snapshot
 //! (`CREATE_REPLICATION_SLOT ... TEMPORARY LOGICAL pgoutput (SNAPSHOT
@@ -96,7 +96,7 @@
 //! transactional logical decoding message written upstream, met by the
 //! stream in commit order, at whose commit the interface switches tables
 //! and one feed entry is written per key whose document differs
-//! ([`swap`]). Those keys are known by then: the two tables are compared
+//! (`swap`). Those keys are known by then: the two tables are compared
 //! once when both are hydrated, and from then on every transaction that
 //! writes either table records, in the same store transaction, whether
 //! each key it wrote now differs, so the swap reads only the differing
@@ -109,7 +109,7 @@
 
 //! # Applying the stream
 //!
-//! Each transaction collects an overlay of the keys it touches ([`apply`]):
+//! Each transaction collects an overlay of the keys it touches (`apply`):
 //! inserts, updates (a changed key deletes the old key's document),
 //! deletes (with REPLICA IDENTITY DEFAULT the old key tuple, with FULL the
 //! old row: the key is always read from the pinned key columns, since under

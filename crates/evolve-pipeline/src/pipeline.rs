@@ -933,7 +933,7 @@ impl Pipeline {
     }
 
     /// `ALTER MATERIALIZED VIEW target APPLY REPLACEMENT name`: swaps the
-    /// replacement in at one upstream position (see [`crate::swap`]), and
+    /// replacement in at one upstream position (see `crate::swap`), and
     /// returns once it is applied. Refused while the replacement is not
     /// hydrated ([`Pipeline::wait_hydrated`] waits for that). Needs the
     /// pipeline running: the swap happens in its source's stream; when

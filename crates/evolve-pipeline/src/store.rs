@@ -4,7 +4,7 @@
 //! (`rows`: key bytes → document bytes), each source's applied position,
 //! and each interface's change feed (`feed_log`: one record per interface
 //! and upstream transaction holding its changes in order, each a key with
-//! its old and new document; see [`crate::feed`]), which sinks that fell
+//! its old and new document; see `crate::feed`), which sinks that fell
 //! behind and subscribers read and which is pruned once every sink has
 //! committed it. For each pending replacement whose two tables are
 //! hydrated it keeps the keys whose documents differ between them
@@ -228,7 +228,7 @@ pub struct KafkaTableInfo {
 }
 
 /// A schema that a reference names, as fetched from the registry
-/// ([`crate::sink::registry::resolve_references`]): the reference and the
+/// (`crate::sink::registry::resolve_references`): the reference and the
 /// text of the version it names.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReferencedSchema {

@@ -414,7 +414,7 @@ pub async fn drop_slot_released(client: &Client, slot: &str) -> Result<()> {
 
 /// A replication-session config for `connection`: host, port, user,
 /// password and database from its url, [`SESSION_SETTINGS`] as startup
-/// options, and the url's TLS parameters as [`replication_tls`] maps them.
+/// options, and the url's TLS parameters as `replication_tls` maps them.
 pub fn replication_config(
     name: &str,
     connection: &Connection,

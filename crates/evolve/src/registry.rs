@@ -77,7 +77,7 @@ pub enum RegistryVerb {
         #[arg(long, default_value_t = 1000)]
         poll_interval_ms: u64,
         /// With a Kafka store: the URL other instances forward writes to
-        /// when this one writes (http[s]://host:port). By default the
+        /// when this one writes (`http[s]://host:port`). By default the
         /// --listen address, or this machine's host name when it listens on
         /// all addresses.
         #[arg(long, value_name = "URL")]
@@ -93,8 +93,8 @@ pub enum RegistryVerb {
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
         writer_eligible: bool,
     },
-    /// Import a `_schemas` topic export (KEY<TAB>VALUE lines, or a JSON
-    /// array of [key, value] pairs) with its ids, versions and deletions.
+    /// Import a `_schemas` topic export (`KEY<TAB>VALUE` lines, or a JSON
+    /// array of `[key, value]` pairs) with its ids, versions and deletions.
     Import {
         file: PathBuf,
         #[command(flatten)]

@@ -712,9 +712,9 @@ fn document_select(table: &str) -> String {
     )
 }
 
-/// `mariadb --batch --raw --quick -e "SELECT <key>, <document> FROM
-/// <table>"` piped by `bash` (`pipefail`) into `psql -c "COPY <table>_copy (key, data)
-/// FROM STDIN"` on the sink, a table shaped like evolve's sink table. Its
+/// `mariadb --batch --raw --quick -e "SELECT <key>, <document> FROM <table>"`
+/// piped by `bash` (`pipefail`) into
+/// `psql -c "COPY <table>_copy (key, data) FROM STDIN"` on the sink, a table shaped like evolve's sink table. Its
 /// rows are counted after.
 async fn copy_baseline(
     my: &My,

@@ -708,9 +708,9 @@ async fn create_objects(pipeline: &Pipeline, name: &str, upstream: &str) -> Resu
     Ok(())
 }
 
-/// `COPY (SELECT key, document ...) TO STDOUT` upstream streamed into `COPY
-/// <table>_copy FROM STDIN` on the sink, a table shaped like evolve's sink
-/// table.
+/// `COPY (SELECT key, document ...) TO STDOUT` upstream streamed into
+/// `COPY <table>_copy FROM STDIN` on the sink, a table shaped like
+/// evolve's sink table.
 async fn copy_baseline(up: &Client, sink: &Client, table: &str, rows: i64) -> Result<Duration> {
     sink.batch_execute(&format!(
         "CREATE TABLE public.{table}_copy (key jsonb PRIMARY KEY, data jsonb NOT NULL)"

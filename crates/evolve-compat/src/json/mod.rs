@@ -15,7 +15,7 @@
 //! an earlier draft, whose validators ignore them.
 //!
 //! Pure: no I/O. A `$ref` is resolved against the schema itself, the
-//! `$id`s inside it and the [`Reference`](crate::Reference)s given to
+//! `$id`s inside it and the [`Reference`]s given to
 //! [`parse`], never fetched.
 
 mod check;

@@ -20,7 +20,7 @@
 //! stores the topic's high watermarks as the first state: the stream
 //! starts at the end of the topic, and each table reads what came before
 //! from its snapshot. Partitions added to the topic while the stream runs
-//! are assigned within [`PARTITION_CHECK`] of their creation, from their
+//! are assigned within `PARTITION_CHECK` of their creation, from their
 //! beginning, as a reopened stream would read them.
 //!
 //! # Snapshots
@@ -56,10 +56,9 @@
 //! registry's answers for a subject version and for an id list them. The
 //! source fetches each referenced version, and the versions those
 //! reference, through every level (each once; a cycle, a version the
-//! registry does not have or more than
-//! [`MAX_REFERENCE_DEPTH`](crate::sink::registry::MAX_REFERENCE_DEPTH)
-//! levels refused with a line saying which), and parses the schema with
-//! them. `CREATE TABLE` stores the referenced schemas beside the pinned
+//! registry does not have or more than `MAX_REFERENCE_DEPTH`
+//! (`sink/registry.rs`) levels refused with a line saying which), and
+//! parses the schema with them. `CREATE TABLE` stores the referenced schemas beside the pinned
 //! reader schema (`references` in the table's Kafka settings), so the
 //! table parses it again without the registry; a table pinned before
 //! references were followed has none stored and reads as before. A writer

@@ -6,7 +6,7 @@
 //! topic of Avro records ([`kafka`]); the catalog's `sources.kind` says
 //! which. The engine
 //! (the source's task in `stream.rs` and the snapshot tasks in
-//! [`crate::hydrate`]) knows sources only through these traits, so it never
+//! `crate::hydrate`) knows sources only through these traits, so it never
 //! sees the upstream's protocol: it sees transactions of typed row changes
 //! ([`evolve_core::change`]), each with an opaque [`Position`].
 //!

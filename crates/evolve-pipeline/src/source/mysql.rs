@@ -117,7 +117,7 @@
 //!
 //! # TLS
 //!
-//! The MySQL client's options as url parameters ([`MysqlTls`]): every
+//! The MySQL client's options as url parameters (`MysqlTls`): every
 //! session of the source (catalog reads, snapshots, the binlog) opens
 //! with them.
 //!

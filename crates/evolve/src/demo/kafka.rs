@@ -9,7 +9,7 @@
 //! Confluent's wire format (the schema registered under `orders-value`,
 //! its id in each record's header) to the topic `orders` (three
 //! partitions, keyed by order), and click events to `clicks`; every
-//! control statement goes through [`admin::execute`], so the tour prints
+//! control statement goes through [`evolve_pipeline::admin::execute`], so the tour prints
 //! and runs the real statements.
 //!
 //! The tour: the producer adds a field with a default (the pinned reader

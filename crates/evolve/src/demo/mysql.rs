@@ -5,7 +5,7 @@
 //! and `mariadbd` with the row-based binlog, the same binaries and settings
 //! the tests use) holds `orders` and `customers`; a throwaway PostgreSQL
 //! cluster is the sink. A [`Pipeline`] reads the server's binlog and every
-//! control statement goes through [`admin::execute`], so the tour prints
+//! control statement goes through [`evolve_pipeline::admin::execute`], so the tour prints
 //! and runs the real statements. A load task keeps writing upstream
 //! (status and amount of orders, new orders, customer visits: never a
 //! column the flows are about).

@@ -5,7 +5,7 @@
 //! Two throwaway clusters ([`evolve_test::Cluster`]): the upstream, with
 //! `orders` and `customers`, and the sink. A [`Pipeline`] runs in a task
 //! between them, and every control statement goes through
-//! [`admin::execute`], so the tour prints and runs the real statements. A
+//! [`evolve_pipeline::admin::execute`], so the tour prints and runs the real statements. A
 //! load task keeps writing upstream (status and amount of existing orders,
 //! new orders, customer visits: never a column the flows are about); a
 //! reader task queries the consumer view `open_orders` on the sink every

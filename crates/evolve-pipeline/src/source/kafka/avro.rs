@@ -58,7 +58,7 @@ impl AvroColumn {
 const JSONB: (u32, &str) = (3802, "jsonb");
 
 /// Parses a schema with the schemas its references name (dependencies
-/// first, as [`crate::sink::registry::resolve_references`] gives them), by
+/// first, as `crate::sink::registry::resolve_references` gives them), by
 /// evolve's compatibility engine, so that the decoder and the
 /// compatibility check read the same types. When it does not parse and a
 /// reference defines a type other than the name it is listed under, the
