@@ -6,8 +6,10 @@
 //!   MySQL source's tests; installed with apt-get when `mariadbd` is
 //!   missing, `EVOLVE_MARIADB_BIN` names another directory), curl,
 //!   openssl, the librdkafka build's packages and the Python clients (pip)
-//!   are installed and the Flyway and Kafka jars fetched, then `cargo fmt --check`, `cargo clippy -D warnings` and
-//!   `cargo test --workspace ARGS`, stopping at the first failure. This is
+//!   are installed and the Flyway and Kafka jars fetched, then `cargo fmt
+//!   --check`, `cargo clippy -D warnings`, `cargo doc --no-deps` with
+//!   `RUSTDOCFLAGS=-D warnings` and `cargo test --workspace ARGS`,
+//!   stopping at the first failure. This is
 //!   the repository's test command; `.ci/run` runs it.
 //! - `cargo xtask demo [ARGS]`: PostgreSQL (and for `mysql` MariaDB, for
 //!   `kafka` the Kafka jars), then `evolve demo ARGS`.
@@ -52,7 +54,7 @@ usage: cargo xtask <command>
 
 commands:
   test [ARGS]         install PostgreSQL if missing, fetch the Flyway and Kafka jars, then cargo fmt --check, cargo clippy
-                      -D warnings, cargo test --workspace ARGS (e.g. -- --nocapture)
+                      -D warnings, cargo doc -D warnings, cargo test --workspace ARGS (e.g. -- --nocapture)
   demo [ARGS]         install PostgreSQL if missing, then run `evolve demo ARGS`
   bench NAME [ARGS]   install PostgreSQL if missing (and for migrate fetch the Flyway jars, for registry
                       and kafka the Kafka jars, for mysql install MariaDB, for pipeline and mysql build
@@ -194,6 +196,11 @@ fn test(cargo_test_args: &[String]) -> Result<(), Failure> {
             "-D",
             "warnings",
         ]),
+    )?;
+    // The docs' links resolve and point at public items.
+    step(
+        "doc",
+        cargo(["doc", "--no-deps", "--workspace"]).env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     let mut cmd = cargo(["test", "--workspace"]);
     cmd.args(cargo_test_args);
