@@ -625,18 +625,7 @@ mod tests {
     }
 
     fn column(name: &str, attnum: i16, type_oid: u32, kind: TypeKind, key: bool) -> ColumnInfo {
-        ColumnInfo {
-            name: name.into(),
-            attnum,
-            type_oid,
-            typmod: -1,
-            type_name: String::new(),
-            not_null: key,
-            kind,
-            excluded: false,
-            as_text: false,
-            key,
-        }
+        ColumnInfo::for_test(name, attnum, type_oid, kind, key)
     }
 
     /// A store with `t_v1` (id int key, note text, qty int), running from

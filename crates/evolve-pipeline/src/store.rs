@@ -241,6 +241,32 @@ pub struct ReferencedSchema {
     pub schema: String,
 }
 
+impl ColumnInfo {
+    /// A column for the engine's unit tests: no type modifier, not null
+    /// when it is a key column, neither excluded nor read as text.
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        name: &str,
+        attnum: i16,
+        type_oid: u32,
+        kind: TypeKind,
+        key: bool,
+    ) -> ColumnInfo {
+        ColumnInfo {
+            name: name.into(),
+            attnum,
+            type_oid,
+            typmod: -1,
+            type_name: String::new(),
+            not_null: key,
+            kind,
+            excluded: false,
+            as_text: false,
+            key,
+        }
+    }
+}
+
 impl TableInfo {
     /// Table `name` of source `src` ([`Store::in_memory_with_source`])
     /// over `public.t` (OID 4242) with `columns`, running from position
@@ -2491,19 +2517,11 @@ mod tests {
     #[test]
     fn schema_history_answers_by_position_and_keeps_what_a_stream_can_need() {
         use evolve_core::change::ColumnSchema;
-        let store = Store::in_memory();
-        let source = SourceInfo {
-            name: "shop".into(),
-            connection: "my".into(),
-            publication: String::new(),
-            publication_created: false,
-            slot: "evolve_shop".into(),
-            applied_lsn: Position::ZERO,
-            dropping: false,
-            drop_error: None,
-            kind: SourceKind::Mysql,
-        };
-        store.insert_source(&source).unwrap();
+        let store = Store::in_memory_with_source();
+        store
+            .conn
+            .execute("UPDATE sources SET applied_lsn = 0", [])
+            .unwrap();
         let schema = |columns: &[&str]| {
             Arc::new(TableSchema {
                 schema: "db".into(),
@@ -2522,14 +2540,14 @@ mod tests {
         let at = |n: u64| Position::from_u64(n);
         let (v1, v2) = (schema(&["id", "a", "z"]), schema(&["id", "a"]));
         store
-            .record_schemas("shop", at(10), &[(7, v1.clone())])
+            .record_schemas("src", at(10), &[(7, v1.clone())])
             .unwrap();
         store
-            .record_schemas("shop", at(20), &[(7, v2.clone()), (8, v1.clone())])
+            .record_schemas("src", at(20), &[(7, v2.clone()), (8, v1.clone())])
             .unwrap();
         // The same columns again (a stream reopened): not a new version.
         store
-            .record_schemas("shop", at(30), &[(7, v2.clone())])
+            .record_schemas("src", at(30), &[(7, v2.clone())])
             .unwrap();
         let versions = |store: &Store| -> i64 {
             store
@@ -2538,27 +2556,24 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(versions(&store), 3);
-        assert!(store.schemas_at("shop", at(9)).unwrap().is_empty());
-        let mid = store.schemas_at("shop", at(15)).unwrap();
+        assert!(store.schemas_at("src", at(9)).unwrap().is_empty());
+        let mid = store.schemas_at("src", at(15)).unwrap();
         assert_eq!((mid.len(), &mid[&7]), (1, &v1));
-        let late = store.schemas_at("shop", at(35)).unwrap();
+        let late = store.schemas_at("src", at(35)).unwrap();
         assert_eq!((late.len(), &late[&7], &late[&8]), (2, &v2, &v1));
         // Applied past 20: a stream reopens at 20 or later, so table 7's
         // version of 10 is never needed again once another is recorded.
         store
             .conn
-            .execute(
-                "UPDATE sources SET applied_lsn = 25 WHERE name = 'shop'",
-                [],
-            )
+            .execute("UPDATE sources SET applied_lsn = 25 WHERE name = 'src'", [])
             .unwrap();
         store
-            .record_schemas("shop", at(40), &[(7, v1.clone())])
+            .record_schemas("src", at(40), &[(7, v1.clone())])
             .unwrap();
         assert_eq!(versions(&store), 3);
-        assert!(!store.schemas_at("shop", at(15)).unwrap().contains_key(&7));
-        assert_eq!(&store.schemas_at("shop", at(25)).unwrap()[&7], &v2);
-        assert_eq!(&store.schemas_at("shop", at(40)).unwrap()[&7], &v1);
+        assert!(!store.schemas_at("src", at(15)).unwrap().contains_key(&7));
+        assert_eq!(&store.schemas_at("src", at(25)).unwrap()[&7], &v2);
+        assert_eq!(&store.schemas_at("src", at(40)).unwrap()[&7], &v1);
         store.conn.execute("DELETE FROM sources", []).unwrap();
         assert_eq!(versions(&store), 0);
     }

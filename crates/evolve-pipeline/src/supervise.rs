@@ -136,6 +136,20 @@ mod tests {
 
     const GRACE: Duration = Duration::from_millis(400);
 
+    /// Lets `supervised` run, checks it is still running, sends the stop,
+    /// and returns how long it took to end after that.
+    async fn time_to_stop(
+        supervised: tokio::task::JoinHandle<()>,
+        stop_tx: watch::Sender<bool>,
+    ) -> Duration {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(!supervised.is_finished(), "the attempt runs until the stop");
+        let stopped_at = tokio::time::Instant::now();
+        stop_tx.send(true).unwrap();
+        supervised.await.unwrap();
+        stopped_at.elapsed()
+    }
+
     /// An attempt that ignores `stop` (it waits for something that never
     /// comes) is dropped the grace after the stop, so the engine's
     /// restart, which waits for every task, goes on.
@@ -178,12 +192,7 @@ mod tests {
             )
             .await;
         });
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(!supervised.is_finished(), "the attempt runs until the stop");
-        let stopped_at = tokio::time::Instant::now();
-        stop_tx.send(true).unwrap();
-        supervised.await.unwrap();
-        let waited = stopped_at.elapsed();
+        let waited = time_to_stop(supervised, stop_tx).await;
         assert!(
             waited >= GRACE && waited < GRACE + Duration::from_secs(2),
             "supervise returned {waited:?} after the stop"
@@ -223,12 +232,7 @@ mod tests {
             )
             .await;
         });
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(!supervised.is_finished(), "the attempt runs until the stop");
-        let stopped_at = tokio::time::Instant::now();
-        stop_tx.send(true).unwrap();
-        supervised.await.unwrap();
-        let waited = stopped_at.elapsed();
+        let waited = time_to_stop(supervised, stop_tx).await;
         assert!(
             waited >= Duration::from_millis(100) && waited < GRACE,
             "supervise returned {waited:?} after the stop"

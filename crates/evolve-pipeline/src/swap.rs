@@ -386,18 +386,7 @@ mod tests {
         let store = Store::in_memory_with_source();
         let mut tables = Vec::new();
         for (name, rows) in [("t_v1", old), ("t_v2", new)] {
-            let column = |name: &str, attnum, type_oid, kind, key| ColumnInfo {
-                name: name.into(),
-                attnum,
-                type_oid,
-                typmod: -1,
-                type_name: String::new(),
-                not_null: key,
-                kind,
-                excluded: false,
-                as_text: false,
-                key,
-            };
+            let column = ColumnInfo::for_test;
             let mut info = TableInfo::running_for_test(
                 name,
                 vec![

@@ -1120,23 +1120,7 @@ async fn statements_read_while_stopped_are_read_against_their_own_position() {
         .create_mysql_source(&env.source, "my")
         .await
         .unwrap();
-    pipeline
-        .create_table(&spec(&env, "orders_v1", "orders", &["z"]))
-        .await
-        .unwrap();
-    pipeline
-        .create_interface("orders_json", "orders_v1")
-        .unwrap();
-    pipeline
-        .create_sink(
-            "orders_sink",
-            "orders_json",
-            "sink",
-            "public",
-            "orders_json",
-        )
-        .await
-        .unwrap();
+    create_chain_excluding(&pipeline, &env, "orders", &["z"]).await;
     audit_sink(&sink, "orders_json").await;
     let running = Running::start(pipeline.clone());
     wait_writes(&sink, "orders_json", 10).await;

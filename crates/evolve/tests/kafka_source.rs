@@ -70,21 +70,18 @@ const EVENT: &str = r#"{"type":"record","name":"Event","fields":[
 type Produced = (String, Option<Value>);
 
 async fn produce(bootstrap: &str, topic: &str, registry: &str, schema: &str, records: &[Produced]) {
+    let args = ["produce", bootstrap, topic, registry, schema];
+    produce_lines(args.map(String::from).to_vec(), records).await;
+}
+
+/// Runs the producer script's `args` with `records` as its JSON lines
+/// and checks that every one was delivered.
+async fn produce_lines(args: Vec<String>, records: &[Produced]) {
     let lines: String = records
         .iter()
         .map(|(k, v)| json!({"key": k, "value": v}).to_string() + "\n")
         .collect();
-    let n = python(
-        vec![
-            "produce".into(),
-            bootstrap.into(),
-            topic.into(),
-            registry.into(),
-            schema.into(),
-        ],
-        lines,
-    )
-    .await;
+    let n = python(args, lines).await;
     assert_eq!(n.trim(), records.len().to_string());
 }
 
@@ -864,21 +861,8 @@ async fn register_with(url: &str, subject: &str, schema: &str, references: Value
 /// configured with `use.latest.version` does (its references resolved by
 /// the client, nothing registered).
 async fn produce_latest(bootstrap: &str, topic: &str, registry: &str, records: &[Produced]) {
-    let lines: String = records
-        .iter()
-        .map(|(k, v)| json!({"key": k, "value": v}).to_string() + "\n")
-        .collect();
-    let n = python(
-        vec![
-            "produce-latest".into(),
-            bootstrap.into(),
-            topic.into(),
-            registry.into(),
-        ],
-        lines,
-    )
-    .await;
-    assert_eq!(n.trim(), records.len().to_string());
+    let args = ["produce-latest", bootstrap, topic, registry];
+    produce_lines(args.map(String::from).to_vec(), records).await;
 }
 
 fn address(street: &str, country: &str) -> Value {

@@ -67,8 +67,18 @@ pub fn spec(env: &MyEnv, name: &str, table: &str, exclude: &[&str]) -> TableSpec
 /// Table `<name>_v1` over `<db>.<name>`, interface `<name>_json`, sink
 /// `<name>_sink` into `public.<name>_json`.
 pub async fn create_chain(pipeline: &Pipeline, env: &MyEnv, name: &str) {
+    create_chain_excluding(pipeline, env, name, &[]).await;
+}
+
+/// [`create_chain`] with the table's EXCLUDE COLUMNS.
+pub async fn create_chain_excluding(
+    pipeline: &Pipeline,
+    env: &MyEnv,
+    name: &str,
+    exclude: &[&str],
+) {
     pipeline
-        .create_table(&spec(env, &format!("{name}_v1"), name, &[]))
+        .create_table(&spec(env, &format!("{name}_v1"), name, exclude))
         .await
         .unwrap();
     pipeline
