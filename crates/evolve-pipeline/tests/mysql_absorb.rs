@@ -488,6 +488,17 @@ async fn wait_reads(pipeline: &Pipeline, table: &str) {
     .await;
 }
 
+/// `ALTER MATERIALIZED VIEW <interface> SET (ABSORB = 'auto')`, through
+/// the admin API's statement path.
+async fn absorb_auto(pipeline: &Pipeline, interface: &str) {
+    let response = evolve_pipeline::admin::execute(
+        pipeline,
+        &format!("ALTER MATERIALIZED VIEW {interface} SET (ABSORB = 'auto')"),
+    )
+    .await;
+    assert!(response.error.is_none(), "{:?}", response.error);
+}
+
 /// Flow 5: ABSORB = 'auto'. evolve runs the flows itself on the MariaDB
 /// upstream: a column added, a type change, an unplanned drop; each time
 /// the next version, hydrated, applied at a binlog marker, the old one
@@ -506,12 +517,7 @@ async fn absorb_auto_runs_the_flows_itself() {
     .await;
     let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
     create_all(&pipeline, &env, &sink, &["orders"]).await;
-    let response = evolve_pipeline::admin::execute(
-        &pipeline,
-        "ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto')",
-    )
-    .await;
-    assert!(response.error.is_none(), "{:?}", response.error);
+    absorb_auto(&pipeline, "orders_json").await;
     let running = Running::start(pipeline.clone());
     wait_writes(&sink, "orders_json", 800).await;
     assert_eq!(high_priority(&sink).await, 160);
@@ -570,12 +576,7 @@ async fn an_online_schema_change_cut_over_is_absorbed_with_a_minimal_diff() {
     .await;
     let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
     create_all(&pipeline, &env, &sink, &["orders"]).await;
-    let response = evolve_pipeline::admin::execute(
-        &pipeline,
-        "ALTER MATERIALIZED VIEW orders_json SET (ABSORB = 'auto')",
-    )
-    .await;
-    assert!(response.error.is_none(), "{:?}", response.error);
+    absorb_auto(&pipeline, "orders_json").await;
     let running = Running::start(pipeline.clone());
     wait_writes(&sink, "orders_json", 300).await;
 
