@@ -933,7 +933,25 @@ async fn a_sink_loads_beside_the_snapshot_and_catches_up_in_its_transaction() {
     let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
     create_all(&pipeline, &env.source, &["b"]).await;
     audit_sink(&sink, "b_json").await;
+    // The copy waits a few seconds for the sink to start listening; on a
+    // loaded machine the sink can take longer, load after the copy instead
+    // (correct, but not what this test is about). So the upstream table
+    // stays locked, and the copy's COPY waits, until the sink listens.
+    let mut holder = connect(&env.up.url).await;
+    let hold = holder.transaction().await.unwrap();
+    hold.batch_execute("LOCK TABLE b IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
     let running = Running::start(pipeline.clone());
+    wait_until("b_sink to wait for b_v1's snapshot", CONVERGE, async || {
+        pipeline.status().iter().any(|s| {
+            s.kind == ObjectKind::Sink
+                && s.name == "b_sink"
+                && s.state == "waiting for its table's snapshot"
+        })
+    })
+    .await;
+    hold.rollback().await.unwrap();
     // The sink's COPY is seen while the table is still being copied (the
     // state only moves forward, so it was snapshotting when the COPY was
     // seen): the two run at the same time.
