@@ -459,6 +459,89 @@ async fn every_mapped_type_gives_postgres_to_jsonb_from_snapshot_and_binlog() {
     let _ = my.disconnect().await;
 }
 
+/// MariaDB's UUID (a primary key here), INET4 and INET6 columns reach the
+/// binlog as fixed binary strings without their trailing zero bytes
+/// (MariaDB's records reverse a UUID's groups for versions 1 to 5, its
+/// binlog does not): from the snapshot and from the binlog, inserts, updates keyed by the
+/// UUID and a delete, the documents are PostgreSQL's `to_jsonb` of
+/// `uuid` and `inet` byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_uuid_and_inet_columns_give_postgres_to_jsonb() {
+    let env = my_env(STATE, "mysql_uuid_inet").await;
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    my.query_drop("CREATE TABLE addr (id uuid PRIMARY KEY, v4 inet4, v6 inet6, n int)")
+        .await
+        .unwrap();
+    sink.batch_execute("CREATE TABLE expected_addr (id uuid, v4 inet, v6 inet, n int)")
+        .await
+        .unwrap();
+    // The same literals work on both servers. Per id: version 1 and 4
+    // (records swapped), version 7 and nil (records as they are), not the
+    // RFC variant, upper case; values ending in zero bytes and in 0x20;
+    // IPv4-mapped, IPv4-compatible and compressed IPv6 addresses.
+    let snapshot_rows = [
+        "'6ccd780c-baba-1026-9564-5b8c656024db', '192.0.2.1', '2001:db8::1', 1",
+        "'a0eebc00-9c0b-4ef8-bb6d-6bb9bd380a00', '0.0.0.0', '::ffff:1.2.3.4', 2",
+        "'01890a5d-ac96-774b-bcce-b30209000000', '255.255.255.255', '::', 3",
+        "'00000000-0000-0000-0000-000000000000', '10.0.0.0', '2001:db8:0:0:1:0:0:1', NULL",
+        "'6ccd7820-baba-1026-1564-5b8c65602420', NULL, '::1.2.3.4', 5",
+        "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '1.2.3.4', 'fe80:0:0:1::', 6",
+    ];
+    let binlog_rows = [
+        "'7ccd780c-baba-1026-9564-5b8c656024db', '198.51.100.7', '2001:db8::2', 11",
+        "'b0eebc00-9c0b-4ef8-bb6d-6bb9bd380a00', '0.0.0.1', '::ffff:0.0.0.0', 12",
+        "'02890a5d-ac96-774b-bcce-b30209000000', '255.0.0.0', '::1', 13",
+        "'ffffffff-ffff-ffff-ffff-ffffffffffff', '10.0.0.0', '0:0:1::', NULL",
+        "'7ccd7820-baba-1026-1564-5b8c65602420', NULL, '::0.0.0.2', 15",
+        "'B0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11', '100.64.0.0', 'FE80::ABCD:0:0', 16",
+    ];
+    for row in snapshot_rows {
+        my.query_drop(format!("INSERT INTO addr VALUES ({row})"))
+            .await
+            .unwrap();
+        sink.batch_execute(&format!("INSERT INTO expected_addr VALUES ({row})"))
+            .await
+            .unwrap();
+    }
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    pipeline
+        .create_mysql_source(&env.source, "my")
+        .await
+        .unwrap();
+    create_chain(&pipeline, &env, "addr").await;
+    let running = Running::start(pipeline.clone());
+    wait_running(&pipeline, "addr_v1", Duration::from_secs(60)).await;
+    let mut statements: Vec<String> = binlog_rows
+        .iter()
+        .map(|row| format!("INSERT INTO {{table}} VALUES ({row})"))
+        .collect();
+    // Updates and a delete find their rows by the UUID key.
+    statements.push("UPDATE {table} SET n = coalesce(n, 0) + 100 WHERE v4 IS NOT NULL".into());
+    statements.push("DELETE FROM {table} WHERE id = '6ccd780c-baba-1026-9564-5b8c656024db'".into());
+    statements.push("DELETE FROM {table} WHERE id = 'b0eebc00-9c0b-4ef8-bb6d-6bb9bd380a00'".into());
+    for statement in &statements {
+        my.query_drop(statement.replace("{table}", "addr"))
+            .await
+            .unwrap();
+        sink.batch_execute(&statement.replace("{table}", "expected_addr"))
+            .await
+            .unwrap();
+    }
+    let want = expected_docs(&sink, "expected_addr").await;
+    assert_eq!(want.len(), 10);
+    wait_docs(
+        Some(&pipeline),
+        &sink,
+        "addr_json",
+        &want,
+        Duration::from_secs(60),
+    )
+    .await;
+    running.stop().await;
+    let _ = my.disconnect().await;
+}
+
 /// The child process; killed with SIGKILL when dropped.
 struct Guard(Child);
 

@@ -167,13 +167,23 @@
 //! | DATETIME(fsp)                        | timestamp     | `2024-01-31 12:00:00.25`|
 //! | TIMESTAMP(fsp)                       | timestamptz   | UTC, `...+00`           |
 //! | JSON (MySQL; MariaDB's JSON alias)   | jsonb         | the JSON text           |
+//! | UUID (MariaDB)                       | uuid          | `a0eebc99-9c0b-...`     |
+//! | INET4, INET6 (MariaDB)               | inet          | `192.0.2.1`, `2001:db8::1`, `::ffff:1.2.3.4` |
 //!
 //! Character data in utf8mb4, utf8mb3 and ascii is sent as is, latin1
 //! (MySQL's cp1252) is converted to UTF-8; other charsets are refused at
 //! `CREATE TABLE`. Zero dates (`0000-00-00`) have no PostgreSQL value
-//! and are sent as NULL, as Debezium does. Types without a mapping
-//! (MariaDB's UUID and INET types for now) are refused at `CREATE TABLE`
-//! unless listed in EXCLUDE COLUMNS.
+//! and are sent as NULL, as Debezium does. MariaDB's JSON, UUID, INET4
+//! and INET6 reach the binlog as plain strings (`longtext`, fixed binary
+//! strings of 16, 4 and 16 bytes): the stream knows them from the
+//! catalog, read when it starts. The binlog drops trailing zero bytes of
+//! such strings, restored from the type's length; a UUID's bytes are in
+//! their canonical order there (MariaDB's records reverse the groups of
+//! some versions, its binlog does not); an INET6 address is written as
+//! PostgreSQL writes an `inet`
+//! (compressed zeros, IPv4-mapped and -compatible addresses dotted).
+//! Types without a mapping (such as MySQL 9's VECTOR) are refused at
+//! `CREATE TABLE` unless listed in EXCLUDE COLUMNS.
 //!
 //! # Schema changes
 //!
@@ -925,8 +935,31 @@ enum Conv {
     Enum(Arc<[String]>),
     Set(Arc<[String]>),
     Json,
+    /// MariaDB's UUID: its 16 bytes (`record`, from the binlog) or its
+    /// text (a snapshot).
+    Uuid {
+        record: bool,
+    },
+    /// MariaDB's INET4 (`len` 4) and INET6 (`len` 16): the address's bytes
+    /// in network order (`record`, from the binlog) or its text (a
+    /// snapshot).
+    Inet {
+        len: usize,
+        record: bool,
+    },
     /// No mapping: refused at CREATE TABLE unless excluded.
     Unsupported,
+}
+
+/// A MariaDB column whose binlog type says less than its declared type:
+/// JSON is `longtext` with a `json_valid` check, UUID, INET4 and INET6
+/// are fixed binary strings. Read from the catalog (see [`declared_columns`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Declared {
+    Json,
+    Uuid,
+    Inet4,
+    Inet6,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -957,6 +990,8 @@ const DATE: u32 = 1082;
 const INTERVAL: u32 = 1186;
 const TIMESTAMP: u32 = 1114;
 const TIMESTAMPTZ: u32 = 1184;
+const UUID: u32 = 2950;
+const INET: u32 = 869;
 const JSONB: u32 = 3802;
 
 /// The PostgreSQL type (OID, typmod) and conversion of a column described
@@ -996,6 +1031,23 @@ fn map_catalog_type(
         // A snapshot reads ENUM and SET as their text.
         "enum" | "set" => (TEXT, -1, text(Some("utf8mb4"))),
         "json" => (JSONB, -1, Conv::Json),
+        "uuid" => (UUID, -1, Conv::Uuid { record: false }),
+        "inet4" => (
+            INET,
+            -1,
+            Conv::Inet {
+                len: 4,
+                record: false,
+            },
+        ),
+        "inet6" => (
+            INET,
+            -1,
+            Conv::Inet {
+                len: 16,
+                record: false,
+            },
+        ),
         "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" if json => {
             (JSONB, -1, text(charset))
         }
@@ -1015,7 +1067,7 @@ fn map_binlog_type(
     meta: &[u8],
     unsigned: bool,
     charset: Option<&str>,
-    json: bool,
+    declared: Option<Declared>,
     enum_values: Option<Arc<[String]>>,
     set_values: Option<Arc<[String]>>,
 ) -> (u32, i32, Conv) {
@@ -1056,6 +1108,17 @@ fn map_binlog_type(
         | MYSQL_TYPE_TINY_BLOB
         | MYSQL_TYPE_MEDIUM_BLOB
         | MYSQL_TYPE_LONG_BLOB => match charset {
+            Some("binary") if declared == Some(Declared::Uuid) => {
+                (UUID, -1, Conv::Uuid { record: true })
+            }
+            Some("binary") if matches!(declared, Some(Declared::Inet4 | Declared::Inet6)) => {
+                let len = if declared == Some(Declared::Inet4) {
+                    4
+                } else {
+                    16
+                };
+                (INET, -1, Conv::Inet { len, record: true })
+            }
             Some("binary") => {
                 let pad = (column_type == MYSQL_TYPE_STRING).then(|| string_length(meta));
                 (BYTEA, -1, Conv::Bytes { pad })
@@ -1064,6 +1127,7 @@ fn map_binlog_type(
                 let conv = Conv::Text {
                     charset: charset_of(other.unwrap_or("utf8mb4")),
                 };
+                let json = declared == Some(Declared::Json);
                 (if json { JSONB } else { TEXT }, -1, conv)
             }
         },
@@ -1316,9 +1380,144 @@ fn value_text(value: Value, conv: &Conv) -> std::result::Result<Option<Vec<u8>>,
             Value::Bytes(b) => b,
             other => return Err(unexpected(&other)),
         },
+        Conv::Uuid { record } => {
+            let Value::Bytes(b) = value else {
+                return Err(unexpected(&value));
+            };
+            let bytes = if *record {
+                uuid_from_binlog(&b)
+            } else {
+                uuid_from_text(&b)
+            }
+            .ok_or_else(|| format!("{} is not a UUID", String::from_utf8_lossy(&b)))?;
+            uuid_text(&bytes).into_bytes()
+        }
+        Conv::Inet { len, record } => {
+            let Value::Bytes(mut b) = value else {
+                return Err(unexpected(&value));
+            };
+            let address = if *record {
+                // A fixed binary string: the binlog drops its trailing zero bytes.
+                if b.len() > *len {
+                    return Err(format!("{} bytes for an address of {len}", b.len()));
+                }
+                b.resize(*len, 0);
+                match <[u8; 4]>::try_from(b.as_slice()) {
+                    Ok(v4) => std::net::IpAddr::from(v4),
+                    Err(_) => std::net::IpAddr::from(
+                        <[u8; 16]>::try_from(b.as_slice())
+                            .map_err(|_| format!("{} bytes for an address of {len}", b.len()))?,
+                    ),
+                }
+            } else {
+                std::str::from_utf8(&b)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .ok_or_else(|| {
+                        format!("{} is not an IP address", String::from_utf8_lossy(&b))
+                    })?
+            };
+            inet_text(address).into_bytes()
+        }
         Conv::Unsupported => return Err("a value of a type evolve does not map".into()),
     };
     Ok(Some(text))
+}
+
+/// A MariaDB UUID's bytes from the binlog: the server writes its
+/// canonical byte order there (whatever order its records keep, so that
+/// a UUID replicates into a BINARY(16)), without trailing zero bytes.
+fn uuid_from_binlog(bytes: &[u8]) -> Option<[u8; 16]> {
+    if bytes.len() > 16 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    out[..bytes.len()].copy_from_slice(bytes);
+    Some(out)
+}
+
+/// A UUID's bytes from its text (32 hex digits, dashes anywhere).
+fn uuid_from_text(text: &[u8]) -> Option<[u8; 16]> {
+    let mut out = [0u8; 16];
+    let mut digits = text.iter().filter(|&&c| c != b'-');
+    for byte in &mut out {
+        let hi = char::from(*digits.next()?).to_digit(16)?;
+        let lo = char::from(*digits.next()?).to_digit(16)?;
+        *byte = (hi * 16 + lo) as u8;
+    }
+    digits.next().is_none().then_some(out)
+}
+
+/// PostgreSQL's text of a `uuid`: lowercase, `8-4-4-4-12`.
+fn uuid_text(bytes: &[u8; 16]) -> String {
+    let mut out = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// PostgreSQL's text of an `inet` of a single address (no prefix shown):
+/// IPv4 dotted; IPv6 in lowercase hex groups without leading zeros, the
+/// first longest run of at least two zero groups as `::`, and the last 32
+/// bits dotted when the address is IPv4-compatible (`::a.b.c.d`, six zero
+/// groups before them) or IPv4-mapped (`::ffff:a.b.c.d`), as its
+/// `inet_net_ntop` writes them.
+fn inet_text(address: std::net::IpAddr) -> String {
+    let v6 = match address {
+        std::net::IpAddr::V4(v4) => return v4.to_string(),
+        std::net::IpAddr::V6(v6) => v6,
+    };
+    let words = v6.segments();
+    // The first longest run of zero words, at least two long.
+    // (first word, length) of zero runs.
+    let mut best: Option<(usize, usize)> = None;
+    let mut cur: Option<(usize, usize)> = None;
+    for (i, w) in words.iter().enumerate() {
+        if *w == 0 {
+            cur = Some(cur.map_or((i, 1), |(base, len)| (base, len + 1)));
+        } else if let Some(c) = cur.take()
+            && best.is_none_or(|b| c.1 > b.1)
+        {
+            best = Some(c);
+        }
+    }
+    if let Some(c) = cur
+        && best.is_none_or(|b| c.1 > b.1)
+    {
+        best = Some(c);
+    }
+    let best = best.filter(|b| b.1 >= 2);
+    let mut out = String::with_capacity(40);
+    for (i, w) in words.iter().enumerate() {
+        if let Some((base, len)) = best
+            && (base..base + len).contains(&i)
+        {
+            if i == base {
+                out.push(':');
+            }
+            continue;
+        }
+        if i != 0 {
+            out.push(':');
+        }
+        if i == 6
+            && let Some((0, len)) = best
+            && (len == 6 || (len == 5 && words[5] == 0xffff))
+        {
+            let o = v6.octets();
+            out.push_str(&format!("{}.{}.{}.{}", o[12], o[13], o[14], o[15]));
+            return out;
+        }
+        out.push_str(&format!("{w:x}"));
+    }
+    if best.is_some_and(|(base, len)| base + len == 8) {
+        out.push(':');
+    }
+    out
 }
 
 // ------------------------------------------------------------ CREATE TABLE
@@ -1414,13 +1613,19 @@ pub async fn inspect_table(
     })
 }
 
-/// MariaDB's JSON columns: `longtext` with a `json_valid` check named after
-/// the column. None on MySQL, whose JSON is a type of its own.
-async fn json_columns(conn: &mut Conn, database: &str, table: &str) -> Result<HashSet<String>> {
+/// MariaDB's columns whose binlog type says less than their declared
+/// type ([`Declared`]): JSON columns (`longtext` with a `json_valid` check
+/// named after the column) and UUID, INET4 and INET6 columns. None on
+/// MySQL, whose JSON is a type of its own.
+async fn declared_columns(
+    conn: &mut Conn,
+    database: &str,
+    table: &str,
+) -> Result<HashMap<String, Declared>> {
     if !is_mariadb(conn).await? {
-        return Ok(HashSet::new());
+        return Ok(HashMap::new());
     }
-    let names: Vec<Option<String>> = conn
+    let json: Vec<Option<String>> = conn
         .exec(
             "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS \
              WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ? \
@@ -1429,7 +1634,32 @@ async fn json_columns(conn: &mut Conn, database: &str, table: &str) -> Result<Ha
         )
         .await
         .map_err(|e| query_error("read the JSON columns (CHECK_CONSTRAINTS)", e))?;
-    Ok(names.into_iter().flatten().collect())
+    let typed: Vec<(Option<String>, Option<String>)> = conn
+        .exec(
+            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+               AND DATA_TYPE IN ('uuid', 'inet4', 'inet6')",
+            (database, table),
+        )
+        .await
+        .map_err(|e| query_error("read the UUID and INET columns (COLUMNS)", e))?;
+    let mut out: HashMap<String, Declared> = json
+        .into_iter()
+        .flatten()
+        .map(|name| (name, Declared::Json))
+        .collect();
+    for (name, data_type) in typed {
+        let declared = match data_type.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            Some("uuid") => Declared::Uuid,
+            Some("inet4") => Declared::Inet4,
+            Some("inet6") => Declared::Inet6,
+            _ => continue,
+        };
+        if let Some(name) = name {
+            out.insert(name, declared);
+        }
+    }
+    Ok(out)
 }
 
 /// One column as `information_schema.COLUMNS` has it now, mapped.
@@ -1483,7 +1713,7 @@ async fn catalog_columns(
     if rows.is_empty() {
         return Ok(None);
     }
-    let json = json_columns(conn, database, table).await?;
+    let declared = declared_columns(conn, database, table).await?;
     let mut out = Vec::with_capacity(rows.len());
     for (name, ordinal, data_type, column_type, nullable, key, charset, precision) in rows {
         let (Some(name), Some(ordinal), Some(data_type), Some(column_type)) =
@@ -1499,7 +1729,7 @@ async fn catalog_columns(
             &column_type,
             charset.as_deref(),
             precision,
-            json.contains(&name),
+            declared.get(&name) == Some(&Declared::Json),
         );
         let unconverted_charset = match &mapped {
             Some((
@@ -2352,8 +2582,8 @@ impl MysqlSource {
                     || (database.clone(), table.clone()),
                     |s| (s.schema.clone(), s.name.clone()),
                 );
-            let json = json_columns(&mut conn, &now.0, &now.1).await?;
-            wanted.insert(oid, json);
+            let declared = declared_columns(&mut conn, &now.0, &now.1).await?;
+            wanted.insert(oid, declared);
             // The table's columns where the stream resumes: from the
             // schema history, or (a table the stream never announced) from
             // the catalog as it is now.
@@ -2582,6 +2812,15 @@ fn snapshot_conv(c: &ColumnInfo) -> Conv {
         },
         BYTEA => Conv::Bytes { pad: None },
         JSONB if c.type_name.eq_ignore_ascii_case("json") => Conv::Json,
+        UUID => Conv::Uuid { record: false },
+        INET => Conv::Inet {
+            len: if c.type_name.eq_ignore_ascii_case("inet4") {
+                4
+            } else {
+                16
+            },
+            record: false,
+        },
         _ => Conv::Text {
             charset: Charset::Utf8,
         },
@@ -2723,7 +2962,7 @@ pub struct MysqlStream {
     queue: VecDeque<SourceEvent>,
     charsets: HashMap<u16, String>,
     /// The ids of the tables the catalog reads, with their JSON columns.
-    wanted: HashMap<u32, HashSet<String>>,
+    wanted: HashMap<u32, HashMap<String, Declared>>,
     /// The tables the catalog reads by their upstream name now, with the
     /// ids they are read under ([`table_id`] of the name a table version
     /// was created with): a table renamed on its own keeps its ids under
@@ -3309,16 +3548,16 @@ impl MysqlStream {
         } else {
             self.ids_of(&map.database_name(), &map.table_name())
         };
-        let none = HashSet::new();
-        let json = if marker {
+        let none = HashMap::new();
+        let declared = if marker {
             Some(&none)
         } else {
             oids.iter().find_map(|oid| self.wanted.get(oid))
         };
-        let mapped = match json {
+        let mapped = match declared {
             None => None,
-            Some(json) => Some(Arc::new(
-                map_table(&map, oids, &self.charsets, json, marker).map_err(|e| {
+            Some(declared) => Some(Arc::new(
+                map_table(&map, oids, &self.charsets, declared, marker).map_err(|e| {
                     self.fail(format!(
                         "the table map of {}.{} could not be read: {e}",
                         map.database_name(),
@@ -3501,7 +3740,7 @@ fn map_table(
     map: &TableMapEvent<'_>,
     oids: Vec<u32>,
     charsets: &HashMap<u16, String>,
-    json: &HashSet<String>,
+    declared: &HashMap<String, Declared>,
     marker: bool,
 ) -> std::result::Result<Mapped, String> {
     let count = map.columns_count() as usize;
@@ -3574,7 +3813,7 @@ fn map_table(
             column_meta,
             unsigned,
             charset,
-            json.contains(&name),
+            declared.get(&name).copied(),
             enum_values,
             set_values,
         );
@@ -4042,7 +4281,7 @@ mod tests {
                 &[5, 0],
                 *unsigned,
                 *binlog_charset,
-                false,
+                None,
                 Some(Arc::from(vec!["a".to_string()])),
                 Some(Arc::from(vec!["a".to_string()])),
             );
@@ -4056,11 +4295,163 @@ mod tests {
             &[4],
             false,
             Some("utf8mb4"),
-            true,
+            Some(Declared::Json),
             None,
             None,
         );
         assert_eq!((oid, binlog), (JSONB, JSONB));
-        assert!(map_catalog_type("uuid", "uuid", None, None, false).is_none());
+        // MariaDB's UUID, INET4 and INET6 are fixed binary strings in the
+        // binlog: the catalog says which.
+        for (data_type, declared, len, want) in [
+            ("uuid", Declared::Uuid, 16u8, UUID),
+            ("inet4", Declared::Inet4, 4, INET),
+            ("inet6", Declared::Inet6, 16, INET),
+        ] {
+            let (oid, _, _) = map_catalog_type(data_type, data_type, None, None, false).unwrap();
+            let (binlog, _, _) = map_binlog_type(
+                MYSQL_TYPE_STRING,
+                &[0xfe, len],
+                false,
+                Some("binary"),
+                Some(declared),
+                None,
+                None,
+            );
+            assert_eq!((oid, binlog), (want, want), "{data_type}");
+        }
+        assert!(map_catalog_type("inet", "inet", None, None, false).is_none());
+    }
+
+    fn uuid(text: &str) -> [u8; 16] {
+        uuid_from_text(text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn uuids_come_back_from_the_binlog_and_from_text() {
+        for text in [
+            "6ccd780c-baba-1026-9564-5b8c656024db",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            "01890a5d-ac96-774b-bcce-b30209000000",
+            "00000000-0000-0000-0000-000000000000",
+        ] {
+            let u = uuid(text);
+            assert_eq!(uuid_text(&u), text);
+            // The binlog drops trailing zero bytes.
+            let end = u.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+            assert_eq!(uuid_from_binlog(&u[..end]), Some(u), "{text}");
+        }
+        assert_eq!(
+            uuid_from_text(b"A0EEBC999C0B4EF8BB6D6BB9BD380A11")
+                .map(|u| uuid_text(&u))
+                .as_deref(),
+            Some("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")
+        );
+        assert_eq!(uuid_from_text(b"a0eebc99"), None);
+        assert_eq!(
+            uuid_from_text(b"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11ff"),
+            None
+        );
+        assert_eq!(
+            uuid_from_text("é0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1".as_bytes()),
+            None
+        );
+        assert_eq!(uuid_from_binlog(&[0; 17]), None);
+    }
+
+    #[test]
+    fn inet_text_is_postgres_inet_output() {
+        for (input, want) in [
+            ("1.2.3.4", "1.2.3.4"),
+            ("0.0.0.0", "0.0.0.0"),
+            ("::", "::"),
+            ("::1", "::1"),
+            ("::ffff:1.2.3.4", "::ffff:1.2.3.4"),
+            ("::1.2.3.4", "::1.2.3.4"),
+            ("2001:db8::1", "2001:db8::1"),
+            ("2001:db8:0:0:1:0:0:1", "2001:db8::1:0:0:1"),
+            ("2001:0db8:0000:0001:0000:0000:0000:0001", "2001:db8:0:1::1"),
+            ("1:0:2:3:4:5:6:7", "1:0:2:3:4:5:6:7"),
+            ("FE80::ABCD", "fe80::abcd"),
+            ("1::", "1::"),
+        ] {
+            let address: std::net::IpAddr = input.parse().unwrap();
+            assert_eq!(inet_text(address), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn uuid_and_inet_values_convert_from_the_binlog_and_from_snapshots() {
+        let text = |v: Value, conv: &Conv| {
+            value_text(v, conv).map(|t| t.map(|t| String::from_utf8(t).unwrap()))
+        };
+        let m = uuid("6ccd780c-baba-1026-9564-5b8c656024db");
+        assert_eq!(
+            text(Value::Bytes(m.to_vec()), &Conv::Uuid { record: true }),
+            Ok(Some("6ccd780c-baba-1026-9564-5b8c656024db".into()))
+        );
+        let trailing = uuid("01890a5d-ac96-774b-bcce-b30209000000");
+        assert_eq!(
+            text(
+                Value::Bytes(trailing[..13].to_vec()),
+                &Conv::Uuid { record: true }
+            ),
+            Ok(Some("01890a5d-ac96-774b-bcce-b30209000000".into()))
+        );
+        assert_eq!(
+            text(
+                Value::Bytes(b"6ccd780c-baba-1026-9564-5b8c656024db".to_vec()),
+                &Conv::Uuid { record: false }
+            ),
+            Ok(Some("6ccd780c-baba-1026-9564-5b8c656024db".into()))
+        );
+        assert!(
+            text(
+                Value::Bytes(b"nope".to_vec()),
+                &Conv::Uuid { record: false }
+            )
+            .is_err()
+        );
+        let v4 = Conv::Inet {
+            len: 4,
+            record: true,
+        };
+        assert_eq!(
+            text(Value::Bytes(vec![10, 0]), &v4),
+            Ok(Some("10.0.0.0".into()))
+        );
+        assert!(text(Value::Bytes(vec![1; 5]), &v4).is_err());
+        let mut mapped = vec![0u8; 10];
+        mapped.extend([0xff, 0xff, 192, 0, 2, 1]);
+        assert_eq!(
+            text(
+                Value::Bytes(mapped),
+                &Conv::Inet {
+                    len: 16,
+                    record: true
+                }
+            ),
+            Ok(Some("::ffff:192.0.2.1".into()))
+        );
+        assert_eq!(
+            text(
+                Value::Bytes(b"2001:DB8::0:1".to_vec()),
+                &Conv::Inet {
+                    len: 16,
+                    record: false
+                }
+            ),
+            Ok(Some("2001:db8::1".into()))
+        );
+        assert!(
+            text(
+                Value::Bytes(b"300.1.1.1".to_vec()),
+                &Conv::Inet {
+                    len: 4,
+                    record: false
+                }
+            )
+            .is_err()
+        );
+        assert_eq!(text(Value::NULL, &v4), Ok(None));
     }
 }
