@@ -748,10 +748,19 @@ fn show(pipeline: &Pipeline, kind: Kind) -> Result<Option<Rows>, PipelineError> 
                         key.join(", ").into(),
                         t.document_columns().count().into(),
                         json!(t.state),
-                        // A Kafka table's pinned reader schema.
+                        // A Kafka table's pinned reader schema, and the
+                        // schemas it references.
                         t.kafka.as_ref().map_or(Value::Null, |k| {
-                            format!("{} id {} (version {})", k.subject, k.schema_id, k.version)
-                                .into()
+                            let mut pinned =
+                                format!("{} id {} (version {})", k.subject, k.schema_id, k.version);
+                            for (i, r) in k.references.iter().enumerate() {
+                                pinned.push_str(if i == 0 { " referencing " } else { ", " });
+                                pinned.push_str(&format!(
+                                    "{} ({} version {})",
+                                    r.name, r.subject, r.version
+                                ));
+                            }
+                            pinned.into()
                         }),
                     ]
                 })

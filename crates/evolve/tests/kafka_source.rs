@@ -869,6 +869,86 @@ fn address(street: &str, country: &str) -> Value {
     json!({"street": street, "country": country})
 }
 
+/// A table's snapshot of a topic larger than the chunks its reader hands
+/// over, over three partitions: the UPSERT table holds each key's last
+/// record, with keys written twice and keys deleted by a tombstone left
+/// out, and an ENVELOPE NONE table of the same topic one row per record
+/// with a value; both exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_larger_than_a_chunk_keeps_each_keys_last_record() {
+    const KEYS: i64 = 6_000;
+    let env = env("kafka_source_big").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "kbig", 3).await;
+    let mut produced: Vec<Produced> = (0..KEYS)
+        .map(|i| (format!("k{i}"), Some(order(i, 1))))
+        .collect();
+    produced.extend(
+        (0..KEYS)
+            .step_by(3)
+            .map(|i| (format!("k{i}"), Some(order(i, 2)))),
+    );
+    produced.extend((0..KEYS).step_by(10).map(|i| (format!("k{i}"), None)));
+    // 8,600 records, of which 8,000 have a value.
+    assert_eq!(produced.len(), 8_600);
+    produce(&bootstrap, "kbig", &url, V1, &produced).await;
+    let want = fold(&produced, &["id", "customer", "qty"]);
+    assert_eq!(want.len(), 5_400);
+
+    let pipeline = Pipeline::start(&env.config);
+    let admin = pipeline.url.clone();
+    sql_ok(
+        &admin,
+        &["-c", "CREATE SOURCE kbig FROM KAFKA CONNECTION k (TOPIC 'kbig');
+                 CREATE TABLE kbig_v1 FROM SOURCE kbig
+                   FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE UPSERT;
+                 CREATE MATERIALIZED VIEW kbig_json AS
+                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kbig_v1 t;
+                 CREATE SINK kbig_sink FROM kbig_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.kbig_json');
+                 CREATE TABLE kbig_log FROM SOURCE kbig
+                   FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE NONE;
+                 CREATE MATERIALIZED VIEW kbig_log_json AS
+                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kbig_log t;
+                 CREATE SINK kbig_log_sink FROM kbig_log_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.kbig_log_json');"],
+    )
+    .await;
+    wait_state(&admin, "kbig_v1", "running").await;
+    wait_state(&admin, "kbig_log", "running").await;
+    wait_docs(&env, "public.kbig_json", &want).await;
+    let start = Instant::now();
+    loop {
+        let rows: i64 = env
+            .sink
+            .query_one(
+                "SELECT count(*) FROM public.kbig_log_json WHERE data->>'qty' IN ('1', '2')",
+                &[],
+            )
+            .await
+            .map_or(0, |r| r.get(0));
+        if rows == 8_000 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "kbig_log_json has {rows} rows after 90 s, 8000 expected"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (qty1, qty2): (i64, i64) = {
+        let r = env
+            .sink
+            .query_one(
+                "SELECT count(*) FILTER (WHERE data->>'qty' = '1'), \
+                        count(*) FILTER (WHERE data->>'qty' = '2') FROM public.kbig_log_json",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((qty1, qty2), (6_000, 2_000));
+}
+
 /// A value schema that takes its types from other subjects (Confluent
 /// `references`, two levels: `Order` uses `Address`, which uses
 /// `Country`): CREATE TABLE pins it with the referenced schemas, the
@@ -946,8 +1026,11 @@ async fn a_schema_with_references_is_pinned_and_read_across_versions() {
     wait_writes(&env.sink, 5).await;
     wait_state(&admin, "kref_v1", "running").await;
     let tables = sql_ok(&admin, &["-c", "SHOW TABLES"]).await;
+    // With the schemas it references, in dependency order.
     assert!(
-        tables.contains(&format!("kref_orders-value id {v1_id} (version 1)")),
+        tables.contains(&format!(
+            "kref_orders-value id {v1_id} (version 1) referencing shop.Country (kref_country version 1), shop.Address (kref_address version 1)"
+        )),
         "{tables}"
     );
 

@@ -28,10 +28,14 @@
 //! A table's snapshot is the topic read from its beginning up to the
 //! offsets of the source's last stored position `A` (read with it from the
 //! store), so its position is `A + 1`: every transaction the stream
-//! delivers after `A` starts at those offsets. With `ENVELOPE UPSERT` the
-//! records are folded by key first (the last record of a key wins, a
-//! tombstone removes it; the raw records of the live keys are held in
-//! memory, then decoded), with `ENVELOPE NONE` every record is a row.
+//! delivers after `A` starts at those offsets. A thread reads the topic
+//! and hands the records over in chunks of 5,000, decoded as they come,
+//! so the copy is stored while the topic is still read. With `ENVELOPE
+//! UPSERT` only each key's last record is a row (a tombstone removes the
+//! key): a first pass over the topic finds those records, keeping only
+//! each key and its last offset, and a second hands them over, so memory
+//! grows with the topic's keys, not its values. With `ENVELOPE NONE`
+//! every record with a value is a row, in one pass.
 //!
 //! # Decoding, and what stalls a table
 //!
@@ -922,8 +926,8 @@ impl Source for KafkaSource {
             .and_then(Offsets::from_json)
             .unwrap_or_default();
         drop(store);
-        let mut reader = Reader::new(table)?;
-        let mut writers = Writers::new(&self.registries)?;
+        let reader = Reader::new(table)?;
+        let writers = Writers::new(&self.registries)?;
         let (name, connection, topic) = (
             self.source.connection.clone(),
             self.connection.clone(),
@@ -932,37 +936,24 @@ impl Source for KafkaSource {
         let target = offsets.clone();
         let upsert = reader.upsert;
         let group = format!("evolve-{}-snapshot", self.source.slot);
-        let raws =
-            blocking(move || read_until(&name, &connection, &group, &topic, &target, upsert))
-                .await?;
         tracing::debug!(
             table = %table.name,
             position = %Position::from_u64(applied.as_u64() + 1),
             offsets = %offsets.to_json(),
-            records = raws.len(),
-            "kafka snapshot read"
+            "kafka snapshot reading"
         );
-        // Decode now: the registry is asked once per writer id.
-        writers
-            .prefetch(std::slice::from_ref(&reader), &raws)
-            .await?;
-        let mut rows = Vec::with_capacity(raws.len());
-        for raw in &raws {
-            match decode(&mut reader, &writers, self.topic(), raw)? {
-                Decoded::Change(change) => {
-                    if let Some(new) = change.new {
-                        rows.push(new);
-                    }
-                }
-                Decoded::Nothing => {}
-                Decoded::Undecodable(problem) => {
-                    return Err(PipelineError::Document {
-                        table: table.name.clone(),
-                        message: problem,
-                    });
-                }
-            }
-        }
+        let (tx, chunks) = mpsc::channel(2);
+        std::thread::Builder::new()
+            .name(format!("kafka-snapshot-{}", table.id))
+            .spawn(move || {
+                let read = read_until(&name, &connection, &group, &topic, &target, upsert, &tx);
+                // The end, or why it came early; nobody listens any more
+                // when the snapshot was dropped.
+                let _ = tx.blocking_send(read.map(|()| SnapshotChunk::End));
+            })
+            .map_err(|e| {
+                kafka_error(&self.source.connection, "start the snapshot's consumer", e)
+            })?;
         // The document columns in attnum order, then the key column.
         let order: Vec<usize> = table
             .columns
@@ -973,14 +964,35 @@ impl Source for KafkaSource {
             .collect();
         Ok(KafkaSnapshot {
             position: Position::from_u64(applied.as_u64() + 1),
-            rows: rows.into_iter(),
+            table: table.name.clone(),
+            topic: self.topic().to_string(),
+            reader,
+            writers,
+            chunks,
             order,
+            ended: false,
         })
     }
 }
 
+/// How many records a snapshot's reader hands over at a time.
+const SNAPSHOT_CHUNK: usize = 5_000;
+
+/// What a snapshot's reader thread hands to [`KafkaSnapshot`].
+enum SnapshotChunk {
+    Records(Vec<Raw>),
+    /// Every record is handed over.
+    End,
+}
+
 /// Reads `topic` from its beginning up to `target` (exclusive; a
-/// partition not in it is read to nothing), folded by key when `upsert`.
+/// partition not in it is read to nothing) and hands its records to `out`
+/// in chunks: every record, or with `upsert` each key's last record
+/// unless that is a tombstone (and the keyless records, which decoding
+/// refuses). For `upsert` a first pass finds those records, keeping only
+/// keys and offsets, and a second hands them over: the memory a snapshot
+/// needs grows with the topic's keys, not with its values. Returns early,
+/// with `Ok`, when `out` is closed.
 fn read_until(
     name: &str,
     connection: &Connection,
@@ -988,28 +1000,96 @@ fn read_until(
     topic: &str,
     target: &Offsets,
     upsert: bool,
-) -> Result<Vec<Raw>> {
+    out: &mpsc::Sender<Result<SnapshotChunk>>,
+) -> Result<()> {
     let consumer = consumer(name, connection, group)?;
     let marks = watermarks(name, connection, &consumer, topic)?;
-    let mut list = TopicPartitionList::new();
-    let mut open: HashMap<i32, i64> = HashMap::new();
-    for (p, low, _) in &marks {
-        let end = target.0.get(p).copied().unwrap_or(0);
-        if end > *low {
-            list.add_partition_offset(topic, *p, Offset::Beginning)
-                .map_err(|e| kafka_error(name, "assign partitions", e))?;
-            open.insert(*p, end);
+    let ends: HashMap<i32, i64> = marks
+        .iter()
+        .filter_map(|(p, low, _)| {
+            let end = target.0.get(p).copied().unwrap_or(0);
+            (end > *low).then_some((*p, end))
+        })
+        .collect();
+    let mut chunk: Vec<Raw> = Vec::with_capacity(SNAPSHOT_CHUNK);
+    // Hands `chunk` over; false when nobody listens any more.
+    let hand = |chunk: &mut Vec<Raw>| {
+        let full = std::mem::replace(chunk, Vec::with_capacity(SNAPSHOT_CHUNK));
+        full.is_empty() || out.blocking_send(Ok(SnapshotChunk::Records(full))).is_ok()
+    };
+    if !upsert {
+        scan(&consumer, name, topic, &ends, |raw| {
+            chunk.push(raw);
+            Ok(chunk.len() < SNAPSHOT_CHUNK || hand(&mut chunk))
+        })?;
+        hand(&mut chunk);
+        return Ok(());
+    }
+    let mut live: HashMap<Vec<u8>, (i32, i64)> = HashMap::new();
+    let mut keyless: Option<Raw> = None;
+    scan(&consumer, name, topic, &ends, |raw| {
+        match &raw.key {
+            Some(key) if raw.value.is_some() => {
+                live.insert(key.clone(), (raw.partition, raw.offset));
+            }
+            Some(key) => {
+                live.remove(key);
+            }
+            None => {
+                keyless.get_or_insert(raw);
+            }
+        }
+        // Nobody listens any more: the snapshot was dropped.
+        Ok(!out.is_closed())
+    })?;
+    if out.is_closed() {
+        return Ok(());
+    }
+    if let Some(raw) = keyless {
+        // Decoding reports it, with its offset.
+        chunk.push(raw);
+        if !hand(&mut chunk) {
+            return Ok(());
         }
     }
-    let mut folded: HashMap<Vec<u8>, Raw> = HashMap::new();
-    let mut keyless: Vec<Raw> = Vec::new();
-    let mut all: Vec<Raw> = Vec::new();
-    if open.is_empty() {
-        return Ok(all);
+    if live.is_empty() {
+        return Ok(());
+    }
+    scan(&consumer, name, topic, &ends, |raw| {
+        let last = raw
+            .key
+            .as_ref()
+            .is_some_and(|key| live.get(key) == Some(&(raw.partition, raw.offset)));
+        if last {
+            chunk.push(raw);
+        }
+        Ok(chunk.len() < SNAPSHOT_CHUNK || hand(&mut chunk))
+    })?;
+    hand(&mut chunk);
+    Ok(())
+}
+
+/// Reads the partitions of `ends` from their beginning up to their end
+/// offset (exclusive), each record to `each` until it returns false.
+fn scan(
+    consumer: &BaseConsumer,
+    name: &str,
+    topic: &str,
+    ends: &HashMap<i32, i64>,
+    mut each: impl FnMut(Raw) -> Result<bool>,
+) -> Result<()> {
+    if ends.is_empty() {
+        return Ok(());
+    }
+    let mut list = TopicPartitionList::new();
+    for p in ends.keys() {
+        list.add_partition_offset(topic, *p, Offset::Beginning)
+            .map_err(|e| kafka_error(name, "assign partitions", e))?;
     }
     consumer
         .assign(&list)
         .map_err(|e| kafka_error(name, "assign partitions", e))?;
+    let mut open = ends.clone();
     let mut last_progress = Instant::now();
     while !open.is_empty() {
         match consumer.poll(Duration::from_millis(200)) {
@@ -1023,6 +1103,9 @@ fn read_until(
                     open.remove(&p);
                     continue;
                 }
+                if m.offset() + 1 >= end {
+                    open.remove(&p);
+                }
                 let raw = Raw {
                     partition: p,
                     offset: m.offset(),
@@ -1030,20 +1113,8 @@ fn read_until(
                     key: m.key().map(<[u8]>::to_vec),
                     value: m.payload().map(<[u8]>::to_vec),
                 };
-                if m.offset() + 1 >= end {
-                    open.remove(&p);
-                }
-                if !upsert {
-                    all.push(raw);
-                } else if let Some(key) = raw.key.clone() {
-                    if raw.value.is_some() {
-                        folded.insert(key, raw);
-                    } else {
-                        folded.remove(&key);
-                    }
-                } else {
-                    // Keyless: decoding reports it.
-                    keyless.push(raw);
+                if !each(raw)? {
+                    return Ok(());
                 }
             }
             Some(Err(e)) => return Err(kafka_error(name, &format!("read topic \"{topic}\""), e)),
@@ -1070,13 +1141,9 @@ fn read_until(
             }
         }
     }
-    if upsert {
-        all = keyless;
-        let mut live: Vec<Raw> = folded.into_values().collect();
-        live.sort_by_key(|r| (r.partition, r.offset));
-        all.extend(live);
-    }
-    Ok(all)
+    consumer
+        .unassign()
+        .map_err(|e| kafka_error(name, "unassign partitions", e))
 }
 
 /// The consumer's thread: polls and hands records to the stream until the
@@ -1338,9 +1405,15 @@ impl ChangeStream for KafkaStream {
 /// A Kafka table's snapshot: the rows read, in the copy's column order.
 pub struct KafkaSnapshot {
     position: Position,
-    rows: std::vec::IntoIter<Vec<Datum>>,
+    table: String,
+    topic: String,
+    reader: Reader,
+    writers: Writers,
+    /// From the reader thread ([`read_until`]).
+    chunks: mpsc::Receiver<Result<SnapshotChunk>>,
     /// Which value of a row each copied column takes.
     order: Vec<usize>,
+    ended: bool,
 }
 
 impl TableSnapshot for KafkaSnapshot {
@@ -1352,9 +1425,44 @@ impl TableSnapshot for KafkaSnapshot {
     where
         F: FnMut(&[Option<&[u8]>]) -> Result<()> + Send,
     {
-        for _ in 0..5_000 {
-            let Some(r) = self.rows.next() else {
+        if self.ended {
+            return Ok(false);
+        }
+        let raws = match self.chunks.recv().await {
+            Some(Ok(SnapshotChunk::Records(raws))) => raws,
+            Some(Ok(SnapshotChunk::End)) => {
+                self.ended = true;
                 return Ok(false);
+            }
+            Some(Err(e)) => return Err(e),
+            // The thread ended without saying so: not a complete copy.
+            None => {
+                return Err(PipelineError::Database {
+                    context: format!(
+                        "table \"{}\": read topic \"{}\" for its snapshot",
+                        self.table, self.topic
+                    ),
+                    message: "the snapshot's consumer stopped before the end".into(),
+                });
+            }
+        };
+        // The registry is asked once per writer id.
+        self.writers
+            .prefetch(std::slice::from_ref(&self.reader), &raws)
+            .await?;
+        for raw in &raws {
+            let r = match decode(&mut self.reader, &self.writers, &self.topic, raw)? {
+                Decoded::Change(change) => match change.new {
+                    Some(new) => new,
+                    None => continue,
+                },
+                Decoded::Nothing => continue,
+                Decoded::Undecodable(problem) => {
+                    return Err(PipelineError::Document {
+                        table: self.table.clone(),
+                        message: problem,
+                    });
+                }
             };
             let mut values: Vec<Option<&[u8]>> = Vec::with_capacity(self.order.len());
             for &i in &self.order {
