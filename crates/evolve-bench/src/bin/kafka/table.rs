@@ -13,7 +13,10 @@
 //!   the sink).
 //! - **snapshot**: the same objects created once the topic is full (the
 //!   source starts at the topic's end, so the table's snapshot reads the
-//!   records), timed from the pipeline's start until the sink holds them.
+//!   records), timed from the pipeline's start until the sink holds them;
+//!   the process's peak resident memory during it is printed beside its
+//!   resident memory before it (VmHWM, reset through
+//!   `/proc/self/clear_refs`).
 //! - **ceiling**: a `read_committed` consumer reading the topic from its
 //!   beginning to its `--rows` records, doing nothing with them (what
 //!   `kafka-console-consumer` does before it prints), timed from its
@@ -28,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use evolve_bench::stream::{connect, per_second};
-use evolve_bench::{Running, fmt, ratio};
+use evolve_bench::{Running, fmt, proc_status, ratio};
 use evolve_core::control::{KafkaTable, TableEnvelope};
 use evolve_pipeline::{Config, Pipeline, TableSpec};
 use rdkafka::consumer::Consumer;
@@ -45,6 +48,9 @@ const SCHEMA: &str = r#"{"type":"record","name":"Order","namespace":"bench","fie
 struct Run {
     stream: Duration,
     snapshot: Duration,
+    /// The process's peak resident memory during the snapshot, and its
+    /// resident memory before it, in KiB.
+    snapshot_peak: (u64, u64),
     ceiling: Duration,
 }
 
@@ -66,11 +72,13 @@ pub async fn bench(
     for run in 1..=args.runs {
         let r = one_run(up, broker, &registry, &dir, n, run).await?;
         println!(
-            "run {run}: stream {} ({}/s), snapshot {} ({}/s), ceiling {} ({}/s)",
+            "run {run}: stream {} ({}/s), snapshot {} ({}/s, peak RSS {} MiB, {} MiB before), ceiling {} ({}/s)",
             fmt(r.stream),
             per_second(n, r.stream),
             fmt(r.snapshot),
             per_second(n, r.snapshot),
+            r.snapshot_peak.0 / 1024,
+            r.snapshot_peak.1 / 1024,
             fmt(r.ceiling),
             per_second(n, r.ceiling)
         );
@@ -350,6 +358,8 @@ async fn one_run(
         .await?;
     let snap_sink = connect(&snap_db.url).await?;
     let state = dir.join(format!("snapshot-{run}"));
+    std::fs::write("/proc/self/clear_refs", "5")?;
+    let rss_before = proc_status("VmRSS:");
     let snapshot = {
         let config = Config::new(&state)
             .with_connection("k", broker.url())
@@ -365,6 +375,7 @@ async fn one_run(
         running.stop().await?;
         took
     };
+    let snapshot_peak = (proc_status("VmHWM:"), rss_before);
 
     // Ceiling: raw consumption.
     let (b, t) = (bootstrap.clone(), topic.clone());
@@ -392,6 +403,7 @@ async fn one_run(
     Ok(Run {
         stream,
         snapshot,
+        snapshot_peak,
         ceiling,
     })
 }
