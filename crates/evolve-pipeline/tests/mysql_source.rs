@@ -1427,6 +1427,102 @@ fn binlog_events_of(server: &MariaDb, db: &str, table: &str) -> Vec<(String, Str
     out
 }
 
+/// MariaDB shut down and started again while the pipeline streams (a
+/// clean restart, as an upgrade does; its binlog goes on in a new file):
+/// the source loses the connection, reconnects once the server is back,
+/// resumes at its GTID state, and every change written before and after
+/// the restart reaches the sink once (a trigger counts them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_restarted_during_the_stream_loses_and_repeats_nothing() {
+    let mut server = tokio::task::spawn_blocking(MariaDb::start)
+        .await
+        .unwrap()
+        .unwrap();
+    let env = my_env_on(
+        STATE,
+        "restarted",
+        server.create_database("restarted").unwrap(),
+    )
+    .await;
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    my.query_drop("CREATE TABLE k (id int PRIMARY KEY, n int NOT NULL)")
+        .await
+        .unwrap();
+    let pipeline = pipeline_with_chain(&env, env.config.clone(), "k").await;
+    audit_sink(&sink, "k_json").await;
+    let running = Running::start(pipeline.clone());
+    // 200 rows in 20 transactions.
+    async fn insert(my: &mut mysql_async::Conn, from: i32, to: i32) {
+        for start in (from..=to).step_by(10) {
+            my.query_drop(format!(
+                "INSERT INTO k SELECT seq, 0 FROM seq_{start}_to_{}",
+                start + 9
+            ))
+            .await
+            .unwrap();
+        }
+    }
+    insert(&mut my, 1, 200).await;
+    wait_writes(&sink, "k_json", 200).await;
+    let _ = my.disconnect().await;
+    // The source's status names the lost connection while the server is
+    // away.
+    let watcher = {
+        let pipeline = pipeline.clone();
+        tokio::spawn(async move {
+            loop {
+                let lost = pipeline
+                    .status()
+                    .into_iter()
+                    .find(|s| s.kind == evolve_pipeline::ObjectKind::Source && s.error.is_some());
+                if let Some(status) = lost {
+                    return status;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart().unwrap();
+        server
+    })
+    .await
+    .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(30), watcher)
+        .await
+        .expect("the source reports the lost connection")
+        .unwrap();
+    assert_eq!(lost.name, env.source, "{lost:?}");
+    let mut my = my_conn(&env.my.url).await;
+    let files = server.client_sql("SHOW BINARY LOGS").unwrap();
+    assert_eq!(
+        files.lines().count(),
+        2,
+        "the restart starts a new binlog file: {files}"
+    );
+    insert(&mut my, 201, 400).await;
+    my.query_drop("UPDATE k SET n = n + 1 WHERE id <= 50")
+        .await
+        .unwrap();
+    my.query_drop("DELETE FROM k WHERE id > 390").await.unwrap();
+    wait_writes(&sink, "k_json", 400 + 50 + 10).await;
+    // Nothing more comes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(audit_ops(&sink, "k_json").await, (400, 50, 10));
+    let rows: i64 = sink
+        .query_one(
+            "SELECT count(*) FROM public.k_json WHERE (data->>'n')::int = (CASE WHEN (key->>'id')::int <= 50 THEN 1 ELSE 0 END)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 390);
+    running.stop().await;
+    let _ = my.disconnect().await;
+}
+
 /// MariaDB's compressed binlog events (`log_bin_compress = ON`, and
 /// `log_bin_compress_min_len` at its minimum, 10 bytes, so every rows
 /// event and statement below is compressed, as the binlog shows) reach
@@ -1455,24 +1551,12 @@ async fn mariadb_compressed_binlog_events_reach_the_sink_as_uncompressed_ones_do
             .trim(),
         "1\t10"
     );
-    let my_db = server.create_database("compressed").unwrap();
-    let sink_db = tokio::task::spawn_blocking(sink_cluster)
-        .await
-        .unwrap()
-        .create_database("compressed")
-        .await
-        .unwrap();
-    let state = std::env::temp_dir().join(format!("{STATE}-{}-{}", std::process::id(), my_db.name));
-    let _ = std::fs::remove_dir_all(&state);
-    let env = MyEnv {
-        config: Config::new(&state)
-            .with_connection("my", my_db.url.clone())
-            .with_connection("sink", sink_db.url.clone()),
-        source: "compressed".into(),
-        my: my_db,
-        sink: sink_db,
-        state,
-    };
+    let env = my_env_on(
+        STATE,
+        "compressed",
+        server.create_database("compressed").unwrap(),
+    )
+    .await;
     let db = env.my.name.clone();
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;

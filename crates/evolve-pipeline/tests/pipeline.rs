@@ -806,21 +806,6 @@ async fn progress_of(sink: &tokio_postgres::Client, name: &str) -> Option<String
     .map(|r| r.get(0))
 }
 
-/// Writes into `table` counted by operation: (inserts, updates, deletes).
-async fn audit_ops(sink: &tokio_postgres::Client, table: &str) -> (i64, i64, i64) {
-    let row = sink
-        .query_one(
-            &format!(
-                "SELECT count(*) FILTER (WHERE op = 'INSERT'), count(*) FILTER (WHERE op = 'UPDATE'), \
-                        count(*) FILTER (WHERE op = 'DELETE') FROM public.{table}_audit"
-            ),
-            &[],
-        )
-        .await
-        .unwrap();
-    (row.get(0), row.get(1), row.get(2))
-}
-
 /// An initial load of many chunks (100 documents each, the last one
 /// partial) writes every document exactly once and equal to the
 /// server's, commits its position with them, and the stream goes on from

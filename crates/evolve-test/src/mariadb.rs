@@ -17,6 +17,8 @@
 //! fresh database each ([`fresh_mariadb_db`]), as they do with PostgreSQL.
 //! [`MariaDbOptions::settings`] start a server of their own with other
 //! settings (e.g. `binlog_format=STATEMENT`), which win over the harness's.
+//! [`MariaDb::restart`] shuts a server down and starts it again on the
+//! same port.
 //!
 //! Cleanup is the PostgreSQL clusters' (see the crate docs): dropping the
 //! server kills it and removes its directory, and a watchdog process whose
@@ -85,6 +87,8 @@ pub struct MariaDbOptions {
 pub struct MariaDb {
     dir: PathBuf,
     port: u16,
+    /// The options given on top of the harness's, kept for a restart.
+    settings: Vec<(String, String)>,
     bin: Binaries,
     server: Option<Child>,
     keep: bool,
@@ -157,6 +161,7 @@ impl MariaDb {
         let mut server = MariaDb {
             dir,
             port: 0,
+            settings: Vec::new(),
             bin,
             server: None,
             keep,
@@ -190,7 +195,8 @@ impl MariaDb {
             let _ = std::fs::remove_dir_all(server.dir.join("data"));
             server.install_db()?;
         }
-        server.start_server(&options.settings)?;
+        server.settings = options.settings;
+        server.start_server(None)?;
         server.client_sql(
             "CREATE USER 'evolve'@'%' IDENTIFIED BY 'evolve'; \
              GRANT ALL PRIVILEGES ON *.* TO 'evolve'@'%' WITH GRANT OPTION;",
@@ -306,10 +312,37 @@ impl MariaDb {
         })
     }
 
-    fn start_server(&mut self, extra: &[(String, String)]) -> Result<(), HarnessError> {
+    /// Shuts the server down cleanly (`SHUTDOWN`, as a service manager's
+    /// restart does) and starts it again on the same data directory, port
+    /// and settings. Sessions are cut; the binlog goes on in a new file.
+    /// Blocks until the server takes sessions again.
+    pub fn restart(&mut self) -> Result<(), HarnessError> {
+        // The statement's answer may be lost with the connection.
+        let _ = self.client_sql("SHUTDOWN");
+        if let Some(mut server) = self.server.take() {
+            let started = Instant::now();
+            while matches!(server.try_wait(), Ok(None)) {
+                if started.elapsed() > READY_TIMEOUT {
+                    let _ = server.kill();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = server.wait();
+        }
+        let port = self.port;
+        self.start_server(Some(port))
+    }
+
+    /// Starts `mariadbd` on `port`, or on a free one.
+    fn start_server(&mut self, port: Option<u16>) -> Result<(), HarnessError> {
+        let extra = self.settings.clone();
         let mut attempt = 1;
         loop {
-            let port = free_port()?;
+            let port = match port {
+                Some(port) => port,
+                None => free_port()?,
+            };
             let log_before = std::fs::metadata(self.log_path()).map_or(0, |m| m.len());
             let mut cmd = Command::new(&self.bin.server);
             cmd.arg("--no-defaults")
@@ -351,7 +384,7 @@ impl MariaDb {
             if crate::os::is_root() {
                 cmd.arg("--user=root");
             }
-            for (name, value) in extra {
+            for (name, value) in &extra {
                 cmd.arg(format!("--{}={value}", name.replace('_', "-")));
             }
             let mut child = cmd
@@ -393,6 +426,8 @@ impl MariaDb {
                         || new_log.contains("Can't start server: Bind on TCP/IP port");
                     if port_taken && attempt < START_ATTEMPTS {
                         attempt += 1;
+                        // The same port once more, or another one.
+                        std::thread::sleep(Duration::from_millis(200));
                         continue;
                     }
                     let mut output = format!(

@@ -200,6 +200,21 @@ pub async fn sink_rows(sink: &Client, table: &str) -> Vec<(String, String)> {
     .collect()
 }
 
+/// Writes into `table` counted by operation: (inserts, updates, deletes).
+pub async fn audit_ops(sink: &Client, table: &str) -> (i64, i64, i64) {
+    let row = sink
+        .query_one(
+            &format!(
+                "SELECT count(*) FILTER (WHERE op = 'INSERT'), count(*) FILTER (WHERE op = 'UPDATE'), \
+                        count(*) FILTER (WHERE op = 'DELETE') FROM public.{table}_audit"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2))
+}
+
 /// How the sink compares with the upstream server's own documents of
 /// `table` (keyed by `id`): (upstream rows, sink rows, rows equal as jsonb).
 pub async fn compare(up: &Client, sink: &Client, table: &str, sink_table: &str) -> (i64, i64, i64) {

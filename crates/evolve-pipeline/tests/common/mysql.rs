@@ -30,6 +30,11 @@ pub async fn my_env(prefix: &str, hint: &str) -> MyEnv {
     let my = tokio::task::spawn_blocking(move || fresh_mariadb_db(&hint_owned))
         .await
         .unwrap();
+    my_env_on(prefix, hint, my).await
+}
+
+/// A [`MyEnv`] over database `my`, of a server of the test's own.
+pub async fn my_env_on(prefix: &str, hint: &str, my: MariaDbDb) -> MyEnv {
     let sink_cluster = tokio::task::spawn_blocking(sink_cluster).await.unwrap();
     let sink = sink_cluster.create_database(hint).await.unwrap();
     let state = std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), my.name));
