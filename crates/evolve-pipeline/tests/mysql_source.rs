@@ -727,8 +727,9 @@ async fn sigkill_under_load_resumes_from_the_binlog_position_without_loss_or_dup
 }
 
 /// CREATE SOURCE refuses a server whose binlog is not row-based, naming the
-/// setting and its value and saying what to set; and a user without the
-/// replication privileges, naming them and the GRANT.
+/// setting and its value and saying what to set; a user without the
+/// replication privileges, naming them and the GRANT; and a server that
+/// cannot be reached, without the password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_source_refuses_statement_binlogs_and_missing_privileges() {
     let server = tokio::task::spawn_blocking(|| {
@@ -790,6 +791,31 @@ async fn create_source_refuses_statement_binlogs_and_missing_privileges() {
         Some("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'reader'@'%';")
     );
     assert!(!e.to_string().contains("r3ad"), "the password leaked: {e}");
+    drop(pipeline);
+
+    // A server nobody answers for: refused in one line, nothing created.
+    let pipeline = Pipeline::open(
+        Config::new(&state).with_connection("gone", "mysql://evolve:hunter2@127.0.0.1:1/shop"),
+    )
+    .unwrap();
+    let e = pipeline.create_mysql_source("s", "gone").await.unwrap_err();
+    assert_eq!(
+        e.primary(),
+        "could not connect to connection \"gone\" (mysql://evolve:***@127.0.0.1:1/shop)"
+    );
+    assert_eq!(
+        e.detail().as_deref(),
+        Some("Connection refused (os error 111)")
+    );
+    assert!(
+        e.hint().is_some_and(|h| h.contains("server is running")),
+        "{e}"
+    );
+    assert!(
+        !e.to_string().contains("hunter2"),
+        "the password leaked: {e}"
+    );
+    assert!(pipeline.sources().unwrap().is_empty());
     drop(pipeline);
     let _ = std::fs::remove_dir_all(&state);
 }

@@ -619,7 +619,12 @@ pub async fn connect(name: &str, connection: &Connection) -> Result<Conn> {
         .map_err(|e| PipelineError::Connect {
             connection: name.to_string(),
             target: target(connection),
-            reason: e.to_string(),
+            // The operating system's words once, not wrapped twice in
+            // "Input/output error".
+            reason: match &e {
+                mysql_async::Error::Io(mysql_async::IoError::Io(io)) => io.to_string(),
+                other => other.to_string(),
+            },
         })?;
     Ok(conn)
 }
