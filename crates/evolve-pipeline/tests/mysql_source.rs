@@ -1549,6 +1549,107 @@ async fn mariadb_restarted_during_the_stream_loses_and_repeats_nothing() {
     let _ = my.disconnect().await;
 }
 
+/// MariaDB killed with SIGKILL while a writer commits one row per
+/// transaction and the pipeline streams them (a durable server:
+/// `innodb_flush_log_at_trx_commit=1`, `sync_binlog=1`), then started
+/// again (crash recovery): the source reconnects at its GTID state, and the
+/// sink holds exactly the rows the recovered server holds, each written
+/// once, including the transactions that committed after the kill's
+/// last acknowledgement and the writes after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_crashed_during_the_stream_loses_and_repeats_nothing() {
+    let mut server = tokio::task::spawn_blocking(|| {
+        MariaDb::start_with(MariaDbOptions {
+            settings: vec![
+                ("innodb_flush_log_at_trx_commit".into(), "1".into()),
+                ("sync_binlog".into(), "1".into()),
+            ],
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let env = my_env_on(STATE, "crashed", server.create_database("crashed").unwrap()).await;
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    my.query_drop("CREATE TABLE k (id int PRIMARY KEY, n int NOT NULL)")
+        .await
+        .unwrap();
+    let pipeline = pipeline_with_chain(&env, env.config.clone(), "k").await;
+    audit_sink(&sink, "k_json").await;
+    let running = Running::start(pipeline.clone());
+    // One row per transaction until the server goes away.
+    let writer = {
+        let url = env.my.url.clone();
+        tokio::spawn(async move {
+            let mut my = my_conn(&url).await;
+            let mut acknowledged = 0;
+            for id in 1.. {
+                if my
+                    .query_drop(format!("INSERT INTO k VALUES ({id}, {id})"))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                acknowledged = id;
+            }
+            acknowledged
+        })
+    };
+    wait_until(
+        "the sink to have 100 rows",
+        Duration::from_secs(60),
+        async || audit_count(&sink, "k_json").await >= 100,
+    )
+    .await;
+    let server = tokio::task::spawn_blocking(move || {
+        server.crash_and_restart().unwrap();
+        server
+    })
+    .await
+    .unwrap();
+    let acknowledged = writer.await.unwrap();
+    let mut my = my_conn(&env.my.url).await;
+    let recovered: i64 = my
+        .query_first("SELECT count(*) FROM k")
+        .await
+        .unwrap()
+        .unwrap();
+    // Every acknowledged commit survived (at most the one in flight more).
+    assert!(
+        recovered == acknowledged || recovered == acknowledged + 1,
+        "{recovered} rows after the crash, {acknowledged} acknowledged"
+    );
+    my.query_drop(format!(
+        "INSERT INTO k SELECT seq, seq FROM seq_{}_to_{}",
+        recovered + 1,
+        recovered + 50
+    ))
+    .await
+    .unwrap();
+    my.query_drop("UPDATE k SET n = -n WHERE id <= 10")
+        .await
+        .unwrap();
+    let total = recovered + 50;
+    wait_writes(&sink, "k_json", total + 10).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(audit_ops(&sink, "k_json").await, (total, 10, 0));
+    let rows: i64 = sink
+        .query_one(
+            "SELECT count(*) FROM public.k_json \
+             WHERE (data->>'n')::int = (CASE WHEN (key->>'id')::int <= 10 THEN -1 ELSE 1 END) * (key->>'id')::int",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, total);
+    running.stop().await;
+    let _ = my.disconnect().await;
+    drop(server);
+}
+
 /// MariaDB's compressed binlog events (`log_bin_compress = ON`, and
 /// `log_bin_compress_min_len` at its minimum, 10 bytes, so every rows
 /// event and statement below is compressed, as the binlog shows) reach

@@ -18,7 +18,7 @@
 //! [`MariaDbOptions::settings`] start a server of their own with other
 //! settings (e.g. `binlog_format=STATEMENT`), which win over the harness's.
 //! [`MariaDb::restart`] shuts a server down and starts it again on the
-//! same port.
+//! same port; [`MariaDb::crash_and_restart`] kills it first.
 //!
 //! Cleanup is the PostgreSQL clusters' (see the crate docs): dropping the
 //! server kills it and removes its directory, and a watchdog process whose
@@ -330,6 +330,24 @@ impl MariaDb {
             }
             let _ = server.wait();
         }
+        let port = self.port;
+        self.start_server(Some(port))
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and starts it
+    /// again on the same data directory, port and settings: InnoDB's crash
+    /// recovery and the binlog's run at startup. Blocks until the server
+    /// takes sessions again. (With the harness's own settings,
+    /// `innodb_flush_log_at_trx_commit=0` and `sync_binlog=0`, a crash may
+    /// lose the last second of commits; start the server with both at 1
+    /// for a crash that loses nothing committed.)
+    pub fn crash_and_restart(&mut self) -> Result<(), HarnessError> {
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        // The killed server's socket file stays behind.
+        let _ = std::fs::remove_file(self.socket());
         let port = self.port;
         self.start_server(Some(port))
     }
