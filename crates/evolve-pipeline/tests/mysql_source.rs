@@ -78,6 +78,22 @@ async fn expected_docs(sink: &Client, expected: &str) -> Vec<(String, String)> {
     .collect()
 }
 
+/// Waits until sink table `table` holds exactly the documents PostgreSQL
+/// makes of `expected` ([`expected_docs`]), which are `rows`; returns
+/// them.
+async fn wait_expected(
+    pipeline: &Pipeline,
+    sink: &Client,
+    expected: &str,
+    table: &str,
+    rows: usize,
+) -> Vec<(String, String)> {
+    let want = expected_docs(sink, expected).await;
+    assert_eq!(want.len(), rows, "rows of {expected}");
+    wait_docs(Some(pipeline), sink, table, &want, Duration::from_secs(60)).await;
+    want
+}
+
 /// Waits until the sink's documents are exactly `want` (text equal);
 /// panics with the first difference.
 async fn wait_docs(
@@ -223,14 +239,12 @@ async fn snapshot_then_binlog_inserts_updates_deletes_reach_the_sink_exactly() {
         &["int", "text", "numeric", "int4"],
     )
     .await;
-    let want = expected_docs(&sink, "expected_orders").await;
-    assert_eq!(want.len(), 300 - 20 - 1 + 2, "upstream rows");
-    wait_docs(
-        Some(&pipeline),
+    let want = wait_expected(
+        &pipeline,
         &sink,
+        "expected_orders",
         "orders_json",
-        &want,
-        Duration::from_secs(60),
+        300 - 20 - 1 + 2,
     )
     .await;
     assert!(
@@ -452,16 +466,7 @@ async fn every_mapped_type_gives_postgres_to_jsonb_from_snapshot_and_binlog() {
         .map(|(i, n)| format!("ALTER TABLE expected_typed RENAME COLUMN c{i} TO {n};"))
         .collect();
     sink.batch_execute(&renames).await.unwrap();
-    let want = expected_docs(&sink, "expected_typed").await;
-    assert_eq!(want.len(), 6);
-    wait_docs(
-        Some(&pipeline),
-        &sink,
-        "typed_json",
-        &want,
-        Duration::from_secs(60),
-    )
-    .await;
+    wait_expected(&pipeline, &sink, "expected_typed", "typed_json", 6).await;
     running.stop().await;
     let _ = my.disconnect().await;
 }
@@ -530,16 +535,7 @@ async fn mariadb_uuid_and_inet_columns_give_postgres_to_jsonb() {
             .await
             .unwrap();
     }
-    let want = expected_docs(&sink, "expected_addr").await;
-    assert_eq!(want.len(), 10);
-    wait_docs(
-        Some(&pipeline),
-        &sink,
-        "addr_json",
-        &want,
-        Duration::from_secs(60),
-    )
-    .await;
+    wait_expected(&pipeline, &sink, "expected_addr", "addr_json", 10).await;
     running.stop().await;
     let _ = my.disconnect().await;
 }
@@ -1725,14 +1721,12 @@ async fn mariadb_compressed_binlog_events_reach_the_sink_as_uncompressed_ones_do
     let select = "SELECT CAST(id AS CHAR), status, note FROM orders";
     let types = ["int", "text", "text"];
     mirror(&mut my, &sink, select, "expected_orders", &types).await;
-    let want = expected_docs(&sink, "expected_orders").await;
-    assert_eq!(want.len(), 100 + 1 - 10 + 3 + 1 - 1, "upstream rows");
-    wait_docs(
-        Some(&pipeline),
+    wait_expected(
+        &pipeline,
         &sink,
+        "expected_orders",
         "orders_json",
-        &want,
-        Duration::from_secs(60),
+        100 + 1 - 10 + 3 + 1 - 1,
     )
     .await;
     running.stop().await;

@@ -152,6 +152,17 @@ async fn wait_docs(env: &Env, table: &str, want: &BTreeMap<String, Value>) {
     }
 }
 
+/// Table `name`'s row of `evolve drift --format json`.
+async fn drift_row(admin: &str, name: &str) -> Value {
+    let out = evolve(&["drift", "--admin", admin, "--format", "json"]).await;
+    let drift: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    drift["tables"]
+        .as_array()
+        .and_then(|t| t.iter().find(|r| r["table"] == name).cloned())
+        .unwrap_or_else(|| panic!("no drift row for {name}: {drift}"))
+}
+
 async fn table_status(admin: &str, name: &str) -> Value {
     object(admin, "table", name)
         .await
@@ -367,13 +378,7 @@ async fn a_kafka_table_streams_absorbs_a_new_field_and_stalls_alone_on_a_breakin
     wait_docs(&env, "public.orders_json", &fold(&produced, &v1)).await;
     wait_writes(&env.sink, 32 + 2).await;
     assert_eq!(table_status(&admin, "orders_v1").await["state"], "running");
-    let out = evolve(&["drift", "--admin", &admin, "--format", "json"]).await;
-    let drift: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
-    let row = drift["tables"]
-        .as_array()
-        .and_then(|t| t.iter().find(|r| r["table"] == "orders_v1").cloned())
-        .unwrap_or_else(|| panic!("no drift row for orders_v1: {drift}"));
+    let row = drift_row(&admin, "orders_v1").await;
     assert_eq!(row["signal"], "column_drift", "{row}");
     assert_eq!(row["added_upstream"], json!(["note"]), "{row}");
 
@@ -432,12 +437,7 @@ async fn a_kafka_table_streams_absorbs_a_new_field_and_stalls_alone_on_a_breakin
     // Readers keep the last consistent state.
     wait_docs(&env, "public.orders_json", &fold(&before_stall, &v1)).await;
     assert_eq!(audit_count(&env.sink).await, 34);
-    let out = evolve(&["drift", "--admin", &admin, "--format", "json"]).await;
-    let drift: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let row = drift["tables"]
-        .as_array()
-        .and_then(|t| t.iter().find(|r| r["table"] == "orders_v1").cloned())
-        .unwrap();
+    let row = drift_row(&admin, "orders_v1").await;
     assert_eq!(row["signal"], "stalled", "{row}");
 
     // The next version, pinned at today's schema, replaces it: exactly the
@@ -691,13 +691,7 @@ async fn bad_records_stall_their_table_and_auto_absorb_follows_a_type_change() {
         String::new(),
     )
     .await;
-    let out = evolve(&["drift", "--admin", &admin, "--format", "json"]).await;
-    let drift: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
-    let row = drift["tables"]
-        .as_array()
-        .and_then(|t| t.iter().find(|r| r["table"] == "kb_types_v1").cloned())
-        .unwrap_or_else(|| panic!("no drift row for kb_types_v1: {drift}"));
+    let row = drift_row(&admin, "kb_types_v1").await;
     assert_eq!(row["signal"], "type_drift", "{row}");
     assert_eq!(
         row["type_changed"],
@@ -1072,13 +1066,7 @@ async fn a_schema_with_references_is_pinned_and_read_across_versions() {
     wait_docs(&env, "public.orders_json", &fold(&produced, &fields)).await;
     wait_writes(&env.sink, 8 + 2).await;
     assert_eq!(table_status(&admin, "kref_v1").await["state"], "running");
-    let out = evolve(&["drift", "--admin", &admin, "--format", "json"]).await;
-    let drift: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
-    let row = drift["tables"]
-        .as_array()
-        .and_then(|t| t.iter().find(|r| r["table"] == "kref_v1").cloned())
-        .unwrap_or_else(|| panic!("no drift row for kref_v1: {drift}"));
+    let row = drift_row(&admin, "kref_v1").await;
     assert_eq!(row["signal"], "column_drift", "{row}");
     assert_eq!(row["added_upstream"], json!(["note"]), "{row}");
 

@@ -406,6 +406,19 @@ struct Raw {
     value: Option<Vec<u8>>,
 }
 
+impl Raw {
+    /// A copy of consumed message `m`.
+    fn of(m: &impl rdkafka::Message) -> Raw {
+        Raw {
+            partition: m.partition(),
+            offset: m.offset(),
+            timestamp_millis: m.timestamp().to_millis(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+        }
+    }
+}
+
 /// A table's way of reading records.
 struct Reader {
     /// The table's id in the stream (its `upstream_oid`).
@@ -1118,14 +1131,7 @@ fn scan(
                 if m.offset() + 1 >= end {
                     open.remove(&p);
                 }
-                let raw = Raw {
-                    partition: p,
-                    offset: m.offset(),
-                    timestamp_millis: m.timestamp().to_millis(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(<[u8]>::to_vec),
-                };
-                if !each(raw)? {
+                if !each(Raw::of(&m))? {
                     return Ok(());
                 }
             }
@@ -1181,13 +1187,7 @@ fn poll_loop(
         }
         let item = match consumer.poll(Duration::from_millis(100)) {
             None => continue,
-            Some(Ok(m)) => Ok(Raw {
-                partition: m.partition(),
-                offset: m.offset(),
-                timestamp_millis: m.timestamp().to_millis(),
-                key: m.key().map(<[u8]>::to_vec),
-                value: m.payload().map(<[u8]>::to_vec),
-            }),
+            Some(Ok(m)) => Ok(Raw::of(&m)),
             Some(Err(e)) => Err(kafka_error(name, &format!("read topic \"{topic}\""), e)),
         };
         let failed = item.is_err();

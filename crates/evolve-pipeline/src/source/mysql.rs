@@ -958,7 +958,8 @@ enum Conv {
 
 /// A MariaDB column whose binlog type says less than its declared type:
 /// JSON is `longtext` with a `json_valid` check, UUID, INET4 and INET6
-/// are fixed binary strings. Read from the catalog (see [`declared_columns`]).
+/// are fixed binary strings. Read from the catalog
+/// (`CatalogColumn::declared`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Declared {
     Json,
@@ -1618,19 +1619,13 @@ pub async fn inspect_table(
     })
 }
 
-/// MariaDB's columns whose binlog type says less than their declared
-/// type ([`Declared`]): JSON columns (`longtext` with a `json_valid` check
-/// named after the column) and UUID, INET4 and INET6 columns. None on
-/// MySQL, whose JSON is a type of its own.
-async fn declared_columns(
-    conn: &mut Conn,
-    database: &str,
-    table: &str,
-) -> Result<HashMap<String, Declared>> {
+/// MariaDB's JSON columns: `longtext` with a `json_valid` check named after
+/// the column. None on MySQL, whose JSON is a type of its own.
+async fn json_columns(conn: &mut Conn, database: &str, table: &str) -> Result<HashSet<String>> {
     if !is_mariadb(conn).await? {
-        return Ok(HashMap::new());
+        return Ok(HashSet::new());
     }
-    let json: Vec<Option<String>> = conn
+    let names: Vec<Option<String>> = conn
         .exec(
             "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS \
              WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ? \
@@ -1639,32 +1634,7 @@ async fn declared_columns(
         )
         .await
         .map_err(|e| query_error("read the JSON columns (CHECK_CONSTRAINTS)", e))?;
-    let typed: Vec<(Option<String>, Option<String>)> = conn
-        .exec(
-            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
-               AND DATA_TYPE IN ('uuid', 'inet4', 'inet6')",
-            (database, table),
-        )
-        .await
-        .map_err(|e| query_error("read the UUID and INET columns (COLUMNS)", e))?;
-    let mut out: HashMap<String, Declared> = json
-        .into_iter()
-        .flatten()
-        .map(|name| (name, Declared::Json))
-        .collect();
-    for (name, data_type) in typed {
-        let declared = match data_type.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            Some("uuid") => Declared::Uuid,
-            Some("inet4") => Declared::Inet4,
-            Some("inet6") => Declared::Inet6,
-            _ => continue,
-        };
-        if let Some(name) = name {
-            out.insert(name, declared);
-        }
-    }
-    Ok(out)
+    Ok(names.into_iter().flatten().collect())
 }
 
 /// One column as `information_schema.COLUMNS` has it now, mapped.
@@ -1680,6 +1650,8 @@ struct CatalogColumn {
     not_null: bool,
     /// A text column's charset that evolve does not convert to UTF-8.
     unconverted_charset: Option<String>,
+    /// A type the binlog does not show (MariaDB's JSON, UUID, INET).
+    declared: Option<Declared>,
 }
 
 /// The columns of base table `database.table` now, in ordinal order;
@@ -1718,7 +1690,7 @@ async fn catalog_columns(
     if rows.is_empty() {
         return Ok(None);
     }
-    let declared = declared_columns(conn, database, table).await?;
+    let json = json_columns(conn, database, table).await?;
     let mut out = Vec::with_capacity(rows.len());
     for (name, ordinal, data_type, column_type, nullable, key, charset, precision) in rows {
         let (Some(name), Some(ordinal), Some(data_type), Some(column_type)) =
@@ -1734,8 +1706,15 @@ async fn catalog_columns(
             &column_type,
             charset.as_deref(),
             precision,
-            declared.get(&name) == Some(&Declared::Json),
+            json.contains(&name),
         );
+        let declared = match data_type.to_ascii_lowercase().as_str() {
+            _ if json.contains(&name) => Some(Declared::Json),
+            "uuid" => Some(Declared::Uuid),
+            "inet4" => Some(Declared::Inet4),
+            "inet6" => Some(Declared::Inet6),
+            _ => None,
+        };
         let unconverted_charset = match &mapped {
             Some((
                 _,
@@ -1756,6 +1735,7 @@ async fn catalog_columns(
             key: key.as_deref() == Some("PRI"),
             not_null: nullable.as_deref() == Some("NO"),
             unconverted_charset,
+            declared,
         });
     }
     Ok(Some(out))
@@ -1821,30 +1801,22 @@ pub async fn read_upstreams(
     Ok(out)
 }
 
-/// Table `database.table`'s columns now as a schema (what the stream
+/// Table `database.table`'s catalog `columns` as a schema (what the stream
 /// starts from for a table whose table map it has not seen yet).
-async fn catalog_schema(
-    conn: &mut Conn,
-    database: &str,
-    table: &str,
-) -> Result<Option<Arc<TableSchema>>> {
-    Ok(catalog_columns(conn, database, table)
-        .await?
-        .map(|columns| {
-            Arc::new(TableSchema {
-                schema: database.to_string(),
-                name: table.to_string(),
-                columns: columns
-                    .into_iter()
-                    .map(|c| ColumnSchema {
-                        name: c.name,
-                        type_oid: if c.type_oid == 0 { TEXT } else { c.type_oid },
-                        typmod: c.typmod,
-                        key: c.key,
-                    })
-                    .collect(),
+fn catalog_schema(database: &str, table: &str, columns: &[CatalogColumn]) -> Arc<TableSchema> {
+    Arc::new(TableSchema {
+        schema: database.to_string(),
+        name: table.to_string(),
+        columns: columns
+            .iter()
+            .map(|c| ColumnSchema {
+                name: c.name.clone(),
+                type_oid: if c.type_oid == 0 { TEXT } else { c.type_oid },
+                typmod: c.typmod,
+                key: c.key,
             })
-        }))
+            .collect(),
+    })
 }
 
 /// The table of a `TRUNCATE [TABLE] [db.]name` statement (comments and
@@ -2587,15 +2559,23 @@ impl MysqlSource {
                     || (database.clone(), table.clone()),
                     |s| (s.schema.clone(), s.name.clone()),
                 );
-            let declared = declared_columns(&mut conn, &now.0, &now.1).await?;
-            wanted.insert(oid, declared);
+            let columns = catalog_columns(&mut conn, &now.0, &now.1)
+                .await?
+                .unwrap_or_default();
+            wanted.insert(
+                oid,
+                columns
+                    .iter()
+                    .filter_map(|c| Some((c.name.clone(), c.declared?)))
+                    .collect(),
+            );
             // The table's columns where the stream resumes: from the
             // schema history, or (a table the stream never announced) from
             // the catalog as it is now.
             if let Some(schema) = schemas.get(&oid) {
                 base.insert(oid, Arc::clone(schema));
-            } else if let Some(schema) = catalog_schema(&mut conn, &now.0, &now.1).await? {
-                base.insert(oid, schema);
+            } else if !columns.is_empty() {
+                base.insert(oid, catalog_schema(&now.0, &now.1, &columns));
             }
             let ids = names.entry(now).or_default();
             if !ids.contains(&oid) {
