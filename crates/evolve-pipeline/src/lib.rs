@@ -55,9 +55,11 @@
 //! 3. *confirmed* (the slot): the minimum of the applied position and every
 //!    sink's position (a sink that has nothing pending counts as caught up);
 //!    when all are caught up and no transaction is open, the keepalive's WAL
-//!    position, so an idle pipeline does not hold WAL. A crash anywhere
-//!    replays from the slot's confirmed position and the skips above make
-//!    the replay lose and duplicate nothing.
+//!    position, so an idle pipeline does not hold WAL. After a crash or a
+//!    restart the stream starts after the applied position (the server
+//!    keeps everything after the confirmed one, which is never later, and
+//!    skips the transactions in between without sending them), and the
+//!    skips above make any replay lose and duplicate nothing.
 //!
 //! # The seam between snapshot and stream
 //!
@@ -200,7 +202,7 @@ pub use config::{Config, Connection, ConnectionKind, KafkaOptions};
 pub use error::{ObjectKind, PipelineError, Result};
 pub use pipeline::{Pipeline, TableSpec};
 pub use position::Position;
-pub use sink::{PROGRESS_TABLE, PROGRESS_TOPIC, TRANSACTION_TIMEOUT};
+pub use sink::{PROGRESS_TABLE, PROGRESS_TOPIC, SINK_FILLFACTOR, TRANSACTION_TIMEOUT};
 pub use status::ObjectStatus;
 pub use store::{
     ColumnInfo, InterfaceInfo, KafkaEnvelope, KafkaFormat, KafkaTarget, SinkInfo, SinkKind,

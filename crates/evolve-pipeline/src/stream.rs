@@ -544,7 +544,7 @@ fn stall(
 /// `at`: each of the source's tables reading it maps its pinned columns
 /// onto it, and a running table whose columns no longer match stalls,
 /// unless the transaction is before its snapshot (a stream that restarted
-/// from an earlier confirmed position replays schemas older than a table
+/// from an earlier position replays schemas older than a table
 /// version created after a schema change; none of their rows applies to
 /// it, and the schema it was pinned to comes again before any that does).
 #[allow(clippy::too_many_arguments)]

@@ -69,7 +69,7 @@ use evolve_bench::stream::{
     COLUMNS, ROW, TIMEOUT, connect, count, load_procedure, lsn, per_second, wait_for,
 };
 use evolve_bench::{Running, cpu_since, cpu_time, fmt, lsn_value, mib, proc_status, ratio};
-use evolve_pipeline::{Config, Pipeline, TableSpec};
+use evolve_pipeline::{Config, Pipeline, SINK_FILLFACTOR, TableSpec};
 use futures_util::{SinkExt, StreamExt};
 use tokio_postgres::Client;
 
@@ -529,7 +529,8 @@ struct Floor {
 }
 
 /// The cost of the sink's table shape, with no replication in the way:
-/// the final rows of the stream (evolve's sink table `bench_t_json` and
+/// the final rows of the stream (evolve's sink table `bench_t_json`, with
+/// the `fillfactor` the sink gives the tables it creates, and
 /// the native subscription's `bench_t`), as text, in random order in
 /// batches of [`FLOOR_BATCH`] kept in the server, written twice into an empty table
 /// (every row inserted, then every row updated) by one `DO` block each:
@@ -546,7 +547,8 @@ async fn write_floor(sinkc: &Client, nativec: &Client) -> Result<Floor> {
                SELECT (n - 1) / {FLOOR_BATCH} AS b, array_agg(k ORDER BY n) AS ks, array_agg(d ORDER BY n) AS ds \
                FROM (SELECT row_number() OVER (ORDER BY random()) AS n, key::text AS k, data::text AS d \
                      FROM public.bench_t_json) x GROUP BY 1;
-             CREATE TABLE floor_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);"
+             CREATE TABLE floor_json (key jsonb PRIMARY KEY, data jsonb NOT NULL) \
+               WITH (fillfactor = {SINK_FILLFACTOR});"
         ))
         .await?;
     nativec

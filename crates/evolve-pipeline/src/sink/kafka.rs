@@ -45,6 +45,7 @@
 //! progress topic's one among them, shared by every sink on the cluster)
 //! wait at its first record.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -381,11 +382,51 @@ fn send(producer: &Producer_, mut record: BaseRecord<'_, [u8], [u8]>) -> Result<
     }
 }
 
-/// One record to write: key, value (`None`: a tombstone), position.
-struct Out {
-    key: Vec<u8>,
-    value: Option<Vec<u8>>,
-    pos: String,
+/// How a sink's records are encoded: what its `FORMAT` and `ENVELOPE`
+/// say. A record's bytes are borrowed from the change where they are the
+/// document's JSON as it is (`FORMAT JSON`), so a write copies nothing
+/// before librdkafka does.
+#[derive(Clone, Copy)]
+struct Encoding {
+    envelope: KafkaEnvelope,
+    /// `FORMAT AVRO`: the key and value schemas' ids.
+    avro: Option<(u32, u32)>,
+}
+
+impl Encoding {
+    /// A record's key: the key document's JSON, or under `FORMAT AVRO` the
+    /// `Key` record holding it.
+    fn key<'a>(&self, key: &'a [u8]) -> Cow<'a, [u8]> {
+        match self.avro {
+            None => Cow::Borrowed(key),
+            Some((key_id, _)) => Cow::Owned(avro_value(key_id, &[AvroField::String(key)])),
+        }
+    }
+
+    /// A record's value for a change from `before` to `after` (documents'
+    /// JSON), `op` as Debezium names it; `None` for an upsert's tombstone.
+    fn value<'a>(
+        &self,
+        before: Option<&[u8]>,
+        after: Option<&'a [u8]>,
+        op: &str,
+    ) -> Option<Cow<'a, [u8]>> {
+        match (self.envelope, self.avro) {
+            (KafkaEnvelope::Upsert, None) => after.map(Cow::Borrowed),
+            (KafkaEnvelope::Upsert, Some((_, id))) => {
+                after.map(|doc| Cow::Owned(avro_value(id, &[AvroField::String(doc)])))
+            }
+            (KafkaEnvelope::Debezium, None) => Some(Cow::Owned(debezium(before, after, op))),
+            (KafkaEnvelope::Debezium, Some((_, id))) => Some(Cow::Owned(avro_value(
+                id,
+                &[
+                    AvroField::Optional(before),
+                    AvroField::Optional(after),
+                    AvroField::String(op.as_bytes()),
+                ],
+            ))),
+        }
+    }
 }
 
 /// A connected Kafka sink: its producer, fenced in and ready.
@@ -422,8 +463,16 @@ impl KafkaSink {
         };
         let producer = Arc::new(producer(&sink.connection, connection, &sink.name)?);
         let p = producer.clone();
-        let name = sink.name.clone();
+        let (name, topic) = (sink.name.clone(), target.topic.clone());
         blocking("start the Kafka producer", move || {
+            // Connected first: librdkafka asks for the transaction
+            // coordinator through a broker that is up, and a producer that
+            // has none yet looks again only 500 ms later.
+            p.client()
+                .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
+                .map_err(|e| {
+                    kafka_error(format!("connect the Kafka producer of sink \"{name}\""), e)
+                })?;
             p.init_transactions(OPERATION_TIMEOUT).map_err(|e| {
                 kafka_error(
                     format!("start the transactional Kafka producer of sink \"{name}\""),
@@ -442,62 +491,10 @@ impl KafkaSink {
         })
     }
 
-    /// The record of one feed entry.
-    fn record(&self, e: &FeedEntry) -> Out {
-        let op = match (&e.old, &e.new) {
-            (None, _) => "c",
-            (_, None) => "d",
-            _ => "u",
-        };
-        Out {
-            key: self.key(e.key.clone()),
-            value: self.value(e.old.as_deref(), e.new.as_deref(), op),
-            pos: e.pos.to_string(),
-        }
-    }
-
-    /// The records of a load chunk; an upsert's JSON documents are moved,
-    /// not copied.
-    fn load_records(&self, chunk: Vec<(Vec<u8>, Vec<u8>)>, at: &str) -> Vec<Out> {
-        chunk
-            .into_iter()
-            .map(|(key, doc)| Out {
-                key: self.key(key),
-                value: match (self.target.envelope, self.avro) {
-                    (KafkaEnvelope::Upsert, None) => Some(doc),
-                    _ => self.value(None, Some(&doc), "r"),
-                },
-                pos: at.to_string(),
-            })
-            .collect()
-    }
-
-    /// A record's key: the key document's JSON, or under `FORMAT AVRO` the
-    /// `Key` record holding it.
-    fn key(&self, key: Vec<u8>) -> Vec<u8> {
-        match self.avro {
-            None => key,
-            Some((key_id, _)) => avro_value(key_id, &[AvroField::String(&key)]),
-        }
-    }
-
-    /// A record's value for a change from `before` to `after` (documents'
-    /// JSON), `op` as Debezium names it; `None` for an upsert's tombstone.
-    fn value(&self, before: Option<&[u8]>, after: Option<&[u8]>, op: &str) -> Option<Vec<u8>> {
-        match (self.target.envelope, self.avro) {
-            (KafkaEnvelope::Upsert, None) => after.map(<[u8]>::to_vec),
-            (KafkaEnvelope::Upsert, Some((_, id))) => {
-                after.map(|doc| avro_value(id, &[AvroField::String(doc)]))
-            }
-            (KafkaEnvelope::Debezium, None) => Some(debezium(before, after, op)),
-            (KafkaEnvelope::Debezium, Some((_, id))) => Some(avro_value(
-                id,
-                &[
-                    AvroField::Optional(before),
-                    AvroField::Optional(after),
-                    AvroField::String(op.as_bytes()),
-                ],
-            )),
+    fn encoding(&self) -> Encoding {
+        Encoding {
+            envelope: self.target.envelope,
+            avro: self.avro,
         }
     }
 }
@@ -645,20 +642,69 @@ fn parse_progress(value: &[u8]) -> Option<Position> {
     v.get("position")?.as_str()?.parse().ok()
 }
 
-/// Queues `records` to `topic`.
-fn send_all(producer: &Producer_, topic: &str, records: &[Out]) -> Result<()> {
-    for r in records {
-        let headers = OwnedHeaders::new().insert(Header {
-            key: POSITION_HEADER,
-            value: Some(r.pos.as_bytes()),
-        });
-        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
-            .key(&r.key)
-            .headers(headers);
-        if let Some(value) = &r.value {
-            record = record.payload(value);
+/// Queues one record to `topic`, with its position header.
+fn send_record(
+    producer: &Producer_,
+    topic: &str,
+    key: &[u8],
+    value: Option<&[u8]>,
+    pos: &str,
+) -> Result<()> {
+    let headers = OwnedHeaders::new().insert(Header {
+        key: POSITION_HEADER,
+        value: Some(pos.as_bytes()),
+    });
+    let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+        .key(key)
+        .headers(headers);
+    if let Some(value) = value {
+        record = record.payload(value);
+    }
+    send(producer, record)
+}
+
+/// Queues a record for each of `entries` to `topic`.
+fn send_changes(
+    producer: &Producer_,
+    topic: &str,
+    encoding: Encoding,
+    entries: &[FeedEntry],
+) -> Result<()> {
+    // The position header's text, made once per upstream transaction.
+    let (mut shown, mut shown_for) = (String::new(), None);
+    for e in entries {
+        if shown_for != Some(e.pos) {
+            shown = e.pos.to_string();
+            shown_for = Some(e.pos);
         }
-        send(producer, record)?;
+        let op = match (&e.old, &e.new) {
+            (None, _) => "c",
+            (_, None) => "d",
+            _ => "u",
+        };
+        let value = encoding.value(e.old.as_deref(), e.new.as_deref(), op);
+        send_record(
+            producer,
+            topic,
+            &encoding.key(&e.key),
+            value.as_deref(),
+            &shown,
+        )?;
+    }
+    Ok(())
+}
+
+/// Queues a record for each document of a load's chunk, all at `at`.
+fn send_documents(
+    producer: &Producer_,
+    topic: &str,
+    encoding: Encoding,
+    chunk: &[(Vec<u8>, Vec<u8>)],
+    at: &str,
+) -> Result<()> {
+    for (key, doc) in chunk {
+        let value = encoding.value(None, Some(doc), "r");
+        send_record(producer, topic, &encoding.key(key), value.as_deref(), at)?;
     }
     Ok(())
 }
@@ -676,6 +722,12 @@ fn send_progress(producer: &Producer_, name: &str, at: Position) -> Result<()> {
 }
 
 impl Sink for KafkaSink {
+    /// A Kafka transaction costs about 20 to 40 ms whatever it holds (the
+    /// coordinator still writing the last one's markers makes librdkafka
+    /// wait 20 ms before it registers the next one's partitions): a sink
+    /// catching up writes 100,000 changes in each.
+    const CATCH_UP_BATCH: usize = 100_000;
+
     /// The value of the sink's last record in the progress topic, read to
     /// its end with `read_committed`.
     async fn position(&mut self) -> Result<Option<Position>> {
@@ -684,7 +736,10 @@ impl Sink for KafkaSink {
             .set("group.id", format!("evolve-sink-{}", self.name))
             .set("isolation.level", "read_committed")
             .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "true");
+            .set("enable.partition.eof", "true")
+            // The end is known when a fetch comes back empty there; the
+            // broker holds an empty fetch this long (500 ms by default).
+            .set("fetch.wait.max.ms", "10");
         let name = self.name.clone();
         blocking("read the Kafka sink's position", move || {
             let fail = |e: KafkaError| {
@@ -694,6 +749,11 @@ impl Sink for KafkaSink {
                 )
             };
             let consumer: BaseConsumer = config.create().map_err(fail)?;
+            // Connected before the assignment: a consumer that starts
+            // fetching with no broker up yet finds its leader later.
+            consumer
+                .fetch_metadata(Some(PROGRESS_TOPIC), METADATA_TIMEOUT)
+                .map_err(fail)?;
             let mut assignment = rdkafka::TopicPartitionList::new();
             assignment
                 .add_partition_offset(PROGRESS_TOPIC, 0, rdkafka::Offset::Beginning)
@@ -738,11 +798,15 @@ impl Sink for KafkaSink {
         let mut written = 0u64;
         let loaded: Result<()> = async {
             while let Some(chunk) = docs.next().await? {
-                let records = self.load_records(chunk, &at_text);
-                written += records.len() as u64;
-                let (p, topic) = (self.producer.clone(), self.target.topic.clone());
+                written += chunk.len() as u64;
+                let (p, topic, encoding, at) = (
+                    self.producer.clone(),
+                    self.target.topic.clone(),
+                    self.encoding(),
+                    at_text.clone(),
+                );
                 blocking("write the Kafka sink's load", move || {
-                    send_all(&p, &topic, &records)
+                    send_documents(&p, &topic, encoding, &chunk, &at)
                 })
                 .await?;
             }
@@ -768,16 +832,16 @@ impl Sink for KafkaSink {
         Ok(written)
     }
 
-    async fn write(&mut self, entries: &[FeedEntry], at: Position) -> Result<()> {
-        let records: Vec<Out> = entries.iter().map(|e| self.record(e)).collect();
-        let (p, topic, name) = (
+    async fn write(&mut self, entries: Vec<FeedEntry>, at: Position) -> Result<()> {
+        let (p, topic, name, encoding) = (
             self.producer.clone(),
             self.target.topic.clone(),
             self.name.clone(),
+            self.encoding(),
         );
         blocking("write to the Kafka sink", move || {
             transact(&p, OPERATION_TIMEOUT, |p| {
-                send_all(p, &topic, &records)?;
+                send_changes(p, &topic, encoding, &entries)?;
                 send_progress(p, &name, at)
             })
             .map_err(|e| match e {

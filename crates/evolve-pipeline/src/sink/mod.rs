@@ -61,7 +61,7 @@ pub(crate) use kafka::{
     ensure_topics as ensure_kafka_topics, forget as forget_kafka, is_kafka,
     missing_topics as missing_kafka_topics, not_kafka, not_postgres, register_avro_schemas,
 };
-pub use postgres::PROGRESS_TABLE;
+pub use postgres::{FILLFACTOR as SINK_FILLFACTOR, PROGRESS_TABLE};
 pub(crate) use postgres::{PostgresSink, Targets, ensure_tables, progress};
 
 /// Feed entries read at once (whole transactions are never split).
@@ -575,6 +575,12 @@ pub(crate) trait Sink: Send {
     /// known, and catches up: a load then runs beside the table's copy.
     const LOADS_BESIDE_SNAPSHOT: bool = false;
 
+    /// The most changes one [`Sink::write`] takes while the sink catches up
+    /// from the store's feed (whole upstream transactions: one larger than
+    /// this is written alone). A destination whose commits cost a fixed
+    /// time of their own takes more at once.
+    const CATCH_UP_BATCH: usize = FEED_BATCH;
+
     /// The destination's committed position, `None` before its first load.
     fn position(&mut self) -> impl Future<Output = Result<Option<Position>>> + Send;
 
@@ -587,7 +593,7 @@ pub(crate) trait Sink: Send {
     /// records `at`, the last one's position.
     fn write(
         &mut self,
-        entries: &[FeedEntry],
+        entries: Vec<FeedEntry>,
         at: Position,
     ) -> impl Future<Output = Result<()>> + Send;
 }
@@ -679,9 +685,9 @@ async fn run_once(ctx: &mut SinkContext) -> Result<()> {
     }
 }
 
-async fn drive(
+async fn drive<S: Sink>(
     ctx: &mut SinkContext,
-    mut sink: impl Sink,
+    mut sink: S,
     expected: Option<Expected>,
 ) -> Result<()> {
     let name = ctx.sink.name.clone();
@@ -706,20 +712,26 @@ async fn drive(
         // From the store's feed: what was committed before the bus was
         // followed (or while the sink had fallen behind it).
         let upto = store.applied_lsn(&ctx.source)?;
-        loop {
+        let mut reading = read_feed(store, ctx.interface_id, pos, upto, S::CATCH_UP_BATCH);
+        store = loop {
+            let (read, entries) = reading.await.map_err(|e| PipelineError::Store {
+                context: "read feed".into(),
+                message: e.to_string(),
+            })?;
+            let entries = entries?;
             // A long catch-up stops between its transactions: each one
             // committed its position.
             if *ctx.stop.borrow() {
                 return Ok(());
             }
-            let entries = store.feed(ctx.interface_id, pos, upto, FEED_BATCH)?;
             if entries.is_empty() {
-                break;
+                break read;
             }
             // Whole upstream transactions, in order: written together at
-            // the last one's position.
+            // the last one's position, while the next batch is read.
             let at = entries.last().map_or(pos, |e| e.pos);
-            sink.write(&entries, at).await?;
+            reading = read_feed(read, ctx.interface_id, at, upto, S::CATCH_UP_BATCH);
+            sink.write(entries, at).await?;
             pos = at;
             ctx.committed(pos, true);
             // The bus fills for a receiver taken before this read: let it
@@ -730,7 +742,7 @@ async fn drive(
             {
                 bus = None;
             }
-        }
+        };
         if upto > pos {
             pos = upto;
             ctx.committed(pos, false);
@@ -750,6 +762,23 @@ async fn drive(
             }
         }
     }
+}
+
+/// The feed's transactions of `interface` after `after` and up to `upto`,
+/// at most `limit` changes (whole transactions), read on a blocking
+/// thread: a sink catching up from the store reads its next batch while it
+/// writes the last one. The store comes back with them.
+fn read_feed(
+    store: Store,
+    interface: i64,
+    after: Position,
+    upto: Position,
+    limit: usize,
+) -> tokio::task::JoinHandle<(Store, Result<Vec<FeedEntry>>)> {
+    tokio::task::spawn_blocking(move || {
+        let entries = store.feed(interface, after, upto, limit);
+        (store, entries)
+    })
 }
 
 /// Transactions the bus may hold for a sink before it reads the store's
@@ -845,12 +874,13 @@ async fn follow<S: Sink>(
                     }
                 }
             }
-            if !entries.is_empty() {
-                sink.write(&entries, at).await?;
+            let wrote = !entries.is_empty();
+            if wrote {
+                sink.write(entries, at).await?;
             }
             if at > *pos {
                 *pos = at;
-                ctx.committed(at, !entries.is_empty());
+                ctx.committed(at, wrote);
             }
             match taken {
                 Taken::Ended(ended) => return Ok(ended),

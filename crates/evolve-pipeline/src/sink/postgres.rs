@@ -2,6 +2,13 @@
 //! NULL)` kept equal to an interface, and `evolve_sink_progress(sink text
 //! PRIMARY KEY, lsn pg_lsn NOT NULL)` beside it.
 //!
+//! A target table the sink creates has `fillfactor` [`FILLFACTOR`]: every
+//! update of a document is an upsert that leaves the key as it was, so
+//! with room on its page PostgreSQL writes it as a heap-only tuple,
+//! without a new entry in the `jsonb` key's index (whose comparisons are
+//! the costly part of the sink's writes). A table the user made is used
+//! as it is.
+//!
 //! It holds the [`Sink`] contract with PostgreSQL transactions: the
 //! initial load, and each write of consecutive upstream transactions, is
 //! one sink transaction that also upserts the sink's row of the progress
@@ -33,6 +40,14 @@ use crate::store::{FeedEntry, SinkInfo};
 
 /// The progress table's name (in the target table's schema).
 pub const PROGRESS_TABLE: &str = "evolve_sink_progress";
+
+/// The `fillfactor` of a target table the sink creates. 500,000 documents
+/// upserted into an empty table, then updated twice, in random order in
+/// transactions of 1,000 (PostgreSQL 15, 2 vCPU): 37.2 s at 100 (1% of
+/// the updates heap-only), 30.0 s at 90, 26.4 s at 80 (39%), 27.4 s at 70;
+/// the table is 22% larger once loaded (188 MB against 154 MB) and no
+/// larger after the updates (401 MB against 421 MB).
+pub const FILLFACTOR: u32 = 80;
 
 /// The temporary table an initial load into a table with rows goes
 /// through (dropped at commit).
@@ -77,7 +92,8 @@ pub(crate) async fn ensure_tables(client: &Client, schema: &str, table: &str) ->
     if columns.is_empty() {
         client
             .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {} (key jsonb PRIMARY KEY, data jsonb NOT NULL)",
+                "CREATE TABLE IF NOT EXISTS {} (key jsonb PRIMARY KEY, data jsonb NOT NULL) \
+                 WITH (fillfactor = {FILLFACTOR})",
                 targets.table
             ))
             .await
@@ -317,8 +333,8 @@ impl Sink for PostgresSink {
         Ok(written)
     }
 
-    async fn write(&mut self, entries: &[FeedEntry], at: Position) -> Result<()> {
-        write_transactions(&self.client, &self.statements, &self.name, at, entries).await
+    async fn write(&mut self, entries: Vec<FeedEntry>, at: Position) -> Result<()> {
+        write_transactions(&self.client, &self.statements, &self.name, at, &entries).await
     }
 }
 

@@ -83,14 +83,15 @@
 //! **Confirmation.** [`ChangeStream::confirm`] tells the source that
 //! everything up to a position is durable downstream (the store applied it
 //! and every sink committed it); the source may then let its upstream
-//! release that history. Nothing is released before it is confirmed, so a
-//! crash anywhere replays from the last confirmation.
+//! release that history. Nothing is released before it is confirmed, so
+//! after a crash anywhere the upstream still has everything after the
+//! store's applied position, where the stream resumes.
 //!
 //! **Failures.** An error whose [`PipelineError::is_permanent`] is true
 //! (the slot is gone, the publication cannot be read) stops the source with
 //! that error and is not retried: retrying would fail the same way. Any
 //! other error (the connection dropped, the server restarted) ends the
-//! stream, and the engine opens a new one from the last confirmed position
+//! stream, and the engine opens a new one after its applied position
 //! after a backoff. A row the engine cannot turn into a document stalls
 //! that table only, and so does a record the source cannot read for one
 //! table ([`SourceEvent::Undecodable`]); the source goes on.
@@ -161,7 +162,9 @@ pub trait Source: Send + Sync {
     /// A snapshot of one table.
     type Snapshot: TableSnapshot;
 
-    /// Opens the stream after `from` (the last confirmed position). Checks
+    /// Opens the stream after `from` (the store's applied position; the
+    /// upstream's confirmed one may be further back, held there by a sink,
+    /// and what lies between is in the store already). Checks
     /// that the upstream still has the history after `from`; when it does
     /// not, the error is permanent.
     fn stream(&self, from: Position) -> impl Future<Output = Result<Self::Stream>> + Send;

@@ -59,10 +59,18 @@ impl Source for PostgresSource {
     type Stream = PostgresStream;
     type Snapshot = PostgresSnapshot;
 
-    /// Streams from the slot's confirmed position, which is at or before
-    /// `from`: the server resumes there whatever it is asked, and the
-    /// transactions in between come again (and are skipped).
-    async fn stream(&self, _from: Position) -> Result<PostgresStream> {
+    /// Streams the transactions that end after `from`, the store's applied
+    /// position. The slot's confirmed position may be further back (a sink
+    /// that has not committed everything holds it there), but what lies
+    /// between is in the store already: asked to start at `from`, the
+    /// server decodes those transactions without handing them to pgoutput
+    /// (it skips every transaction whose commit record starts before the
+    /// start; PostgreSQL's `START_REPLICATION` starts at the later of the
+    /// position asked and the slot's `confirmed_flush_lsn`), so a restart
+    /// behind a slow sink does not send them again. The slot is still
+    /// acknowledged only up to its confirmed position until the engine
+    /// confirms more.
+    async fn stream(&self, from: Position) -> Result<PostgresStream> {
         let name = &self.source.name;
         let slot_name = &self.source.slot;
         let client = upstream::connect(&self.source.connection, &self.connection).await?;
@@ -92,7 +100,8 @@ impl Source for PostgresSource {
             slot_name,
             &self.source.publication,
         )?
-        .with_start_lsn(to_wire(confirmed));
+        .with_start_lsn(to_wire(confirmed.max(from)))
+        .with_ack_lsn(to_wire(confirmed));
         let repl = ReplicationClient::connect(config)
             .await
             .map_err(|e| upstream::replication_connect_error(name, &self.connection, &e))?;

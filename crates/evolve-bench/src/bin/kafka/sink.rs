@@ -19,10 +19,10 @@
 //!   reachable, timed from the start until the consumer of its topic has
 //!   seen every change: the sink reading the store's feed, in
 //!   transactions of up to 10,000 changes. The source has nothing new to
-//!   apply, but it restarts from its slot's confirmed position, which
-//!   stayed where the second sink had committed (a source confirms no
-//!   further than every sink), so the server sends it the load's changes
-//!   again and it skips them, beside the sink.
+//!   apply: its slot's confirmed position stayed where the second sink
+//!   had committed (a source confirms no further than every sink), but it
+//!   starts the stream at its applied position, so the server reads the
+//!   load's WAL again beside the sink without sending its changes.
 //! - **ceiling**: the first topic's records (key, value and
 //!   `evolve-position` header, as read back) produced into a third topic by
 //!   a plain idempotent producer ([`super::produce`]).
