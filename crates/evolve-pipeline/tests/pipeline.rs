@@ -469,6 +469,22 @@ async fn restart_loses_and_duplicates_nothing() {
     assert_eq!(audit_count(&sink, "r_json").await, 100 + 50 + 10 + 20);
 }
 
+/// Shuts the sink database (`allow` false: no new connections, and the
+/// open ones ended) or opens it again.
+async fn sink_connections(admin: &tokio_postgres::Client, db: &str, allow: bool) {
+    let end = if allow {
+        String::new()
+    } else {
+        format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}';")
+    };
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {db} ALLOW_CONNECTIONS {allow}; {end}"
+        ))
+        .await
+        .unwrap();
+}
+
 /// While a sink cannot commit, the slot's confirmed position does not pass
 /// what the sink has committed; once it can, everything arrives and the
 /// slot moves on.
@@ -500,14 +516,7 @@ async fn the_slot_waits_for_the_sinks() {
         wait_equal(&up, &sink, "w", "w_json", CONVERGE).await;
     }
     // Shut the sink database.
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {db} ALLOW_CONNECTIONS false;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}';",
-            db = env.sink.name
-        ))
-        .await
-        .unwrap();
+    sink_connections(&admin, &env.sink.name, false).await;
     // Where the first insert's transaction is, before its commit record:
     // the slot must not confirm past it while the sink cannot commit.
     let before: String = up
@@ -549,13 +558,7 @@ async fn the_slot_waits_for_the_sinks() {
         confirmed_le(before.clone()).await,
         "the slot confirmed changes the sink has not committed"
     );
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {} ALLOW_CONNECTIONS true;",
-            env.sink.name
-        ))
-        .await
-        .unwrap();
+    sink_connections(&admin, &env.sink.name, true).await;
     let sink = connect(&env.sink.url).await;
     wait_equal(&up, &sink, "w", "w_json", CONVERGE).await;
     wait_until(
@@ -619,14 +622,7 @@ async fn a_restart_behind_a_sink_streams_only_what_the_store_lacks() {
     drop(sink);
     // Shut the sink database, then 100 transactions the store applies and
     // the sink cannot write.
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {db} ALLOW_CONNECTIONS false;
-             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}';",
-            db = env.sink.name
-        ))
-        .await
-        .unwrap();
+    sink_connections(&admin, &env.sink.name, false).await;
     for i in 11..=110 {
         up.execute("INSERT INTO w VALUES ($1, 1)", &[&i])
             .await
@@ -651,13 +647,7 @@ async fn a_restart_behind_a_sink_streams_only_what_the_store_lacks() {
 
     let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
     let running = Running::start(pipeline.clone());
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {} ALLOW_CONNECTIONS true;",
-            env.sink.name
-        ))
-        .await
-        .unwrap();
+    sink_connections(&admin, &env.sink.name, true).await;
     let sink = connect(&env.sink.url).await;
     wait_equal(&up, &sink, "w", "w_json", CONVERGE).await;
     up.execute("UPDATE w SET n = 2 WHERE id = 1", &[])
