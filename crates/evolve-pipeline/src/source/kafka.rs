@@ -99,6 +99,7 @@ use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
+use rdkafka::message::BorrowedMessage;
 use tokio::sync::mpsc;
 
 use crate::config::Connection;
@@ -1031,8 +1032,8 @@ fn read_until(
         full.is_empty() || out.blocking_send(Ok(SnapshotChunk::Records(full))).is_ok()
     };
     if !upsert {
-        scan(&consumer, name, topic, &ends, |raw| {
-            chunk.push(raw);
+        scan(&consumer, name, topic, &ends, |m| {
+            chunk.push(Raw::of(m));
             Ok(chunk.len() < SNAPSHOT_CHUNK || hand(&mut chunk))
         })?;
         hand(&mut chunk);
@@ -1040,16 +1041,17 @@ fn read_until(
     }
     let mut live: HashMap<Vec<u8>, (i32, i64)> = HashMap::new();
     let mut keyless: Option<Raw> = None;
-    scan(&consumer, name, topic, &ends, |raw| {
-        match &raw.key {
-            Some(key) if raw.value.is_some() => {
-                live.insert(key.clone(), (raw.partition, raw.offset));
+    // Keys and offsets only: the values are read again in the second pass.
+    scan(&consumer, name, topic, &ends, |m| {
+        match m.key() {
+            Some(key) if m.payload().is_some() => {
+                live.insert(key.to_vec(), (m.partition(), m.offset()));
             }
             Some(key) => {
                 live.remove(key);
             }
             None => {
-                keyless.get_or_insert(raw);
+                keyless.get_or_insert_with(|| Raw::of(m));
             }
         }
         // Nobody listens any more: the snapshot was dropped.
@@ -1069,14 +1071,13 @@ fn read_until(
         return Ok(());
     }
     let mut found = 0usize;
-    scan(&consumer, name, topic, &ends, |raw| {
-        let last = raw
-            .key
-            .as_ref()
-            .is_some_and(|key| live.get(key) == Some(&(raw.partition, raw.offset)));
+    scan(&consumer, name, topic, &ends, |m| {
+        let last = m
+            .key()
+            .is_some_and(|key| live.get(key) == Some(&(m.partition(), m.offset())));
         if last {
             found += 1;
-            chunk.push(raw);
+            chunk.push(Raw::of(m));
         }
         Ok(chunk.len() < SNAPSHOT_CHUNK || hand(&mut chunk))
     })?;
@@ -1095,13 +1096,14 @@ fn read_until(
 }
 
 /// Reads the partitions of `ends` from their beginning up to their end
-/// offset (exclusive), each record to `each` until it returns false.
+/// offset (exclusive), each record to `each` (which copies what it keeps)
+/// until it returns false.
 fn scan(
     consumer: &BaseConsumer,
     name: &str,
     topic: &str,
     ends: &HashMap<i32, i64>,
-    mut each: impl FnMut(Raw) -> Result<bool>,
+    mut each: impl FnMut(&BorrowedMessage<'_>) -> Result<bool>,
 ) -> Result<()> {
     if ends.is_empty() {
         return Ok(());
@@ -1115,11 +1117,13 @@ fn scan(
         .assign(&list)
         .map_err(|e| kafka_error(name, "assign partitions", e))?;
     let mut open = ends.clone();
-    let mut last_progress = Instant::now();
+    // When a poll last found nothing after records (`None` while they
+    // come: the clock is read when a poll comes back empty, not per record).
+    let mut idle_since: Option<Instant> = None;
     while !open.is_empty() {
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
-                last_progress = Instant::now();
+                idle_since = None;
                 let p = m.partition();
                 let Some(&end) = open.get(&p) else {
                     continue;
@@ -1131,7 +1135,7 @@ fn scan(
                 if m.offset() + 1 >= end {
                     open.remove(&p);
                 }
-                if !each(Raw::of(&m))? {
+                if !each(&m)? {
                     return Ok(());
                 }
             }
@@ -1149,7 +1153,7 @@ fn scan(
                         }
                     }
                 }
-                if last_progress.elapsed() > Duration::from_secs(60) {
+                if idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(60) {
                     return Err(kafka_error(
                         name,
                         &format!("read topic \"{topic}\""),
@@ -1174,19 +1178,29 @@ fn poll_loop(
     mut partitions: HashSet<i32>,
 ) {
     let mut checked = Instant::now();
+    // Records since the clock was last read: it is read after an empty
+    // poll and every 64th record, not for each one.
+    let mut unclocked = 0u32;
     loop {
         if tx.is_closed() {
             return;
         }
-        if checked.elapsed() >= PARTITION_CHECK {
-            checked = Instant::now();
-            if let Err(e) = assign_new_partitions(&consumer, topic, &mut partitions) {
-                // Looked for again at the next check; reading goes on.
-                tracing::debug!(source = name, topic, error = %e, "could not look for new partitions");
+        unclocked += 1;
+        if unclocked >= 64 {
+            unclocked = 0;
+            if checked.elapsed() >= PARTITION_CHECK {
+                checked = Instant::now();
+                if let Err(e) = assign_new_partitions(&consumer, topic, &mut partitions) {
+                    // Looked for again at the next check; reading goes on.
+                    tracing::debug!(source = name, topic, error = %e, "could not look for new partitions");
+                }
             }
         }
         let item = match consumer.poll(Duration::from_millis(100)) {
-            None => continue,
+            None => {
+                unclocked = 64;
+                continue;
+            }
             Some(Ok(m)) => Ok(Raw::of(&m)),
             Some(Err(e)) => Err(kafka_error(name, &format!("read topic \"{topic}\""), e)),
         };

@@ -257,8 +257,10 @@ async fn sink_holds(
     n: i64,
     started: Instant,
 ) -> Result<Duration> {
+    // One connection for the whole wait: opening the store checks its
+    // schema, which every 20 ms would take CPU the pipeline needs.
+    let store = evolve_pipeline::store::Store::open(state)?;
     let took = loop {
-        let store = evolve_pipeline::store::Store::open(state)?;
         let applied = store.applied_lsn("src")?;
         let consumed: i64 = store
             .resume_state("src")?
@@ -271,7 +273,6 @@ async fn sink_holds(
         let running = store
             .table("t_v1")?
             .is_some_and(|t| t.state == evolve_pipeline::TableState::Running);
-        drop(store);
         if consumed >= n && running {
             let committed = sink
                 .query_opt(
