@@ -40,6 +40,20 @@ async fn wait_running(pipeline: &Pipeline, name: &str, timeout: Duration) {
     }
 }
 
+/// Table `k (id, n)` in `env`'s database, its chain into `k_json` with
+/// every sink write audited, and the pipeline running: a connection to
+/// the server, one to the sink, and the running pipeline.
+async fn audited_k(env: &MyEnv) -> (mysql_async::Conn, tokio_postgres::Client, Running) {
+    let mut my = my_conn(&env.my.url).await;
+    let sink = connect(&env.sink.url).await;
+    my.query_drop("CREATE TABLE k (id int PRIMARY KEY, n int NOT NULL)")
+        .await
+        .unwrap();
+    let pipeline = pipeline_with_chain(env, env.config.clone(), "k").await;
+    audit_sink(&sink, "k_json").await;
+    (my, sink, Running::start(pipeline))
+}
+
 /// `(key, data)` of the sink table, as PostgreSQL prints them.
 /// A pipeline on `config` with MySQL source `env.source` (connection
 /// `my`) and `table`'s chain: `<table>_v1`, `<table>_json` and its sink.
@@ -1466,14 +1480,8 @@ async fn mariadb_restarted_during_the_stream_loses_and_repeats_nothing() {
         server.create_database("restarted").unwrap(),
     )
     .await;
-    let mut my = my_conn(&env.my.url).await;
-    let sink = connect(&env.sink.url).await;
-    my.query_drop("CREATE TABLE k (id int PRIMARY KEY, n int NOT NULL)")
-        .await
-        .unwrap();
-    let pipeline = pipeline_with_chain(&env, env.config.clone(), "k").await;
-    audit_sink(&sink, "k_json").await;
-    let running = Running::start(pipeline.clone());
+    let (mut my, sink, running) = audited_k(&env).await;
+    let pipeline = running.pipeline.clone();
     // 200 rows in 20 transactions.
     async fn insert(my: &mut mysql_async::Conn, from: i32, to: i32) {
         for start in (from..=to).step_by(10) {
@@ -1566,14 +1574,8 @@ async fn mariadb_crashed_during_the_stream_loses_and_repeats_nothing() {
     .unwrap()
     .unwrap();
     let env = my_env_on(STATE, "crashed", server.create_database("crashed").unwrap()).await;
-    let mut my = my_conn(&env.my.url).await;
-    let sink = connect(&env.sink.url).await;
-    my.query_drop("CREATE TABLE k (id int PRIMARY KEY, n int NOT NULL)")
-        .await
-        .unwrap();
-    let pipeline = pipeline_with_chain(&env, env.config.clone(), "k").await;
-    audit_sink(&sink, "k_json").await;
-    let running = Running::start(pipeline.clone());
+    // The writer below has a connection of its own.
+    let (_, sink, running) = audited_k(&env).await;
     // One row per transaction until the server goes away.
     let writer = {
         let url = env.my.url.clone();

@@ -436,8 +436,7 @@ pub(crate) struct KafkaSink {
     connection: Connection,
     target: KafkaTarget,
     producer: Arc<Producer_>,
-    /// `FORMAT AVRO`: the key and value schemas' ids.
-    avro: Option<(u32, u32)>,
+    encoding: Encoding,
 }
 
 impl KafkaSink {
@@ -485,17 +484,13 @@ impl KafkaSink {
             name: sink.name.clone(),
             connection_name: sink.connection.clone(),
             connection: connection.clone(),
+            encoding: Encoding {
+                envelope: target.envelope,
+                avro,
+            },
             target,
             producer,
-            avro,
         })
-    }
-
-    fn encoding(&self) -> Encoding {
-        Encoding {
-            envelope: self.target.envelope,
-            avro: self.avro,
-        }
     }
 }
 
@@ -802,7 +797,7 @@ impl Sink for KafkaSink {
                 let (p, topic, encoding, at) = (
                     self.producer.clone(),
                     self.target.topic.clone(),
-                    self.encoding(),
+                    self.encoding,
                     at_text.clone(),
                 );
                 blocking("write the Kafka sink's load", move || {
@@ -837,7 +832,7 @@ impl Sink for KafkaSink {
             self.producer.clone(),
             self.target.topic.clone(),
             self.name.clone(),
-            self.encoding(),
+            self.encoding,
         );
         blocking("write to the Kafka sink", move || {
             transact(&p, OPERATION_TIMEOUT, |p| {
