@@ -1498,6 +1498,10 @@ proptest! {
             }
             other => *other = json!({ keyword: value, "allOf": [other.clone()] }),
         }
+        // The body may hold the keyword with that value already: no change.
+        if changed == body {
+            return Ok(());
+        }
         let changed = parse(&changed.to_string(), &[]).expect("still a schema");
         for (reader, writer) in [(&changed, &plain), (&plain, &changed)] {
             let found = compat(reader, writer);
