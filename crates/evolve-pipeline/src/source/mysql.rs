@@ -339,6 +339,7 @@
 
 pub mod compressed;
 pub mod gtid;
+pub mod rows;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -1229,10 +1230,10 @@ fn value_text(value: Value, conv: &Conv) -> std::result::Result<Option<Vec<u8>>,
     }
     let unexpected = |value: &Value| format!("unexpected value {value:?} for {conv:?}");
     let text: Vec<u8> = match conv {
-        Conv::Integer | Conv::Decimal => match &value {
-            Value::Bytes(b) => b.clone(),
-            other => int_text(other)
-                .ok_or_else(|| unexpected(other))?
+        Conv::Integer | Conv::Decimal => match value {
+            Value::Bytes(b) => b,
+            other => int_text(&other)
+                .ok_or_else(|| unexpected(&other))?
                 .into_bytes(),
         },
         Conv::Float => match value {
@@ -2917,6 +2918,8 @@ struct Mapped {
     oids: Vec<u32>,
     schema: Arc<TableSchema>,
     convs: Vec<Conv>,
+    /// How its row images are read.
+    layout: rows::RowLayout,
     /// The table is [`MARKER_TABLE`]: its rows are swap markers.
     marker: bool,
 }
@@ -3610,14 +3613,11 @@ impl MysqlStream {
             }
         };
         let mut out = Vec::new();
-        for row in rows.rows(map) {
-            let (before, after) =
-                row.map_err(|e| self.fail(format!("a row image could not be read: {e}")))?;
-            let image = |row: Option<mysql_async::binlog::row::BinlogRow>| -> std::result::Result<Option<Vec<Datum>>, String> {
-                let Some(row) = row else {
+        let image =
+            |values: Option<rows::Image<'_>>| -> std::result::Result<Option<Vec<Datum>>, String> {
+                let Some(values) = values else {
                     return Ok(None);
                 };
-                let values = row.unwrap();
                 if values.len() != mapped.convs.len() {
                     return Err(format!(
                         "a row image has {} columns, its table map {}: the binlog is not logged with binlog_row_image = FULL",
@@ -3648,14 +3648,12 @@ impl MysqlStream {
                 }
                 Ok(Some(datums))
             };
-            let table = format!("{}.{}", mapped.schema.schema, mapped.schema.name);
-            let old = image(before).map_err(|e| self.fail(format!("{table}: {e}")))?;
-            let new = image(after).map_err(|e| self.fail(format!("{table}: {e}")))?;
+        let read = rows::read_rows(rows, &mapped.layout, |before, after| {
             let change = RowChange {
                 table: Arc::clone(&mapped.schema),
                 kind,
-                old,
-                new,
+                old: image(before)?,
+                new: image(after)?,
             };
             // One table version's id mostly; a table renamed upstream and
             // read by versions created over both names has more.
@@ -3671,6 +3669,11 @@ impl MysqlStream {
                     change,
                 });
             }
+            Ok(())
+        });
+        if let Err(e) = read {
+            let table = format!("{}.{}", mapped.schema.schema, mapped.schema.name);
+            return Err(self.fail(format!("{table}: {e}")));
         }
         self.queue.extend(out);
         Ok(())
@@ -3818,6 +3821,7 @@ fn map_table(
             columns,
         }),
         convs,
+        layout: rows::RowLayout::of(map)?,
         marker,
     })
 }
