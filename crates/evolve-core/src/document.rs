@@ -413,6 +413,14 @@ fn encode_with_plan(
             values: values.len(),
         });
     }
+    // Room for the whole object at once: each member's name, text and
+    // punctuation (escapes and timestamps' zones may add a little).
+    let estimate = values
+        .iter()
+        .zip(columns)
+        .filter_map(|(v, c)| v.map(|v| v.len() + c.name.len() + 6))
+        .sum::<usize>();
+    out.reserve(estimate + 2);
     let start = out.len();
     out.push(b'{');
     let mut first = true;

@@ -1207,10 +1207,70 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 fn datetime_text(y: u16, mo: u8, d: u8, h: u8, mi: u8, s: u8, us: u32) -> String {
-    format!(
-        "{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}{}",
-        fraction(us)
-    )
+    let mut out = Vec::with_capacity(32);
+    push_datetime(
+        &mut out,
+        i64::from(y),
+        mo.into(),
+        d.into(),
+        h.into(),
+        mi.into(),
+        s.into(),
+        us,
+    );
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends `v` in decimal, zero-padded to `width` digits.
+fn push_padded(out: &mut Vec<u8>, v: u64, width: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = v;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for _ in (digits.len() - at)..width {
+        out.push(b'0');
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Appends `YYYY-MM-DD HH:MI:SS` and the fraction as [`fraction`] writes
+/// it: what `format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}{}",
+/// fraction(us))` gives, without the formatter (once per value of every
+/// row the binlog sends).
+#[allow(clippy::too_many_arguments)]
+fn push_datetime(out: &mut Vec<u8>, y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, us: u32) {
+    if y < 0 {
+        out.push(b'-');
+    }
+    push_padded(out, y.unsigned_abs(), if y < 0 { 3 } else { 4 });
+    out.push(b'-');
+    push_padded(out, mo.into(), 2);
+    out.push(b'-');
+    push_padded(out, d.into(), 2);
+    out.push(b' ');
+    push_padded(out, h.into(), 2);
+    out.push(b':');
+    push_padded(out, mi.into(), 2);
+    out.push(b':');
+    push_padded(out, s.into(), 2);
+    if us != 0 {
+        let mut frac = [0u8; 6];
+        let mut rest = us;
+        for digit in frac.iter_mut().rev() {
+            *digit = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        let len = 6 - frac.iter().rev().take_while(|b| **b == b'0').count();
+        out.push(b'.');
+        out.extend_from_slice(&frac[..len]);
+    }
 }
 
 fn int_text(value: &Value) -> Option<String> {
@@ -1290,20 +1350,20 @@ fn value_text(value: Value, conv: &Conv) -> std::result::Result<Option<Vec<u8>>,
                 return Ok(None);
             }
             let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
-            let t = secs.rem_euclid(86_400);
-            format!(
-                "{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02}{}+00",
-                t / 3600,
-                t % 3600 / 60,
-                t % 60,
-                fraction(micros)
-            )
-            .into_bytes()
+            let t = secs.rem_euclid(86_400) as u32;
+            let mut out = Vec::with_capacity(32);
+            push_datetime(&mut out, y, mo, d, t / 3600, t % 3600 / 60, t % 60, micros);
+            out.extend_from_slice(b"+00");
+            out
         }
         Conv::Timestamp { epoch: false } => match value {
             Value::Date(0, 0, 0, ..) => return Ok(None),
             Value::Date(y, mo, d, h, mi, s, us) => {
-                format!("{}+00", datetime_text(y, mo, d, h, mi, s, us)).into_bytes()
+                let mut out = Vec::with_capacity(32);
+                let (mo, d, h, mi, s) = (mo.into(), d.into(), h.into(), mi.into(), s.into());
+                push_datetime(&mut out, i64::from(y), mo, d, h, mi, s, us);
+                out.extend_from_slice(b"+00");
+                out
             }
             other => return Err(unexpected(&other)),
         },
@@ -3887,6 +3947,49 @@ impl ChangeStream for MysqlStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn datetimes_are_written_as_the_formatter_writes_them() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut draw = |bound: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % bound
+        };
+        let mut cases = vec![
+            (0, 1, 1, 0, 0, 0, 0),
+            (-5, 1, 1, 0, 0, 0, 1),
+            (9999, 12, 31, 23, 59, 59, 999_999),
+            (12_345, 1, 2, 3, 4, 5, 500_000),
+            (1970, 1, 1, 0, 0, 0, 10),
+        ];
+        for _ in 0..10_000 {
+            let us = match draw(3) {
+                0 => 0,
+                1 => draw(1_000_000) as u32,
+                _ => draw(1_000) as u32 * 1_000,
+            };
+            cases.push((
+                draw(10_000) as i64,
+                draw(13) as u32,
+                draw(32) as u32,
+                draw(24) as u32,
+                draw(60) as u32,
+                draw(60) as u32,
+                us,
+            ));
+        }
+        for (y, mo, d, h, mi, s, us) in cases {
+            let mut out = Vec::new();
+            push_datetime(&mut out, y, mo, d, h, mi, s, us);
+            let expected = format!(
+                "{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}{}",
+                fraction(us)
+            );
+            assert_eq!(String::from_utf8(out).unwrap(), expected);
+        }
+    }
 
     #[test]
     fn positions_order_files_then_offsets() {
