@@ -73,7 +73,7 @@
 //!
 //! `{"objects": [...]}`, every object of the catalog in the order sources,
 //! tables, materialized views, sinks, each with `kind`, `name`, `state`
-//! (`starting`, `snapshotting`, `running`, `stalled`, for a table not yet
+//! (`starting`, `snapshotting`, `running`, `retrying` (a failure retried with backoff), `stalled` (stopped until someone acts), for a table not yet
 //! picked up `pending`, for a source whose `DROP SOURCE` has not finished
 //! `dropping`) and `error`; sources add `connection`,
 //! `slot`, `applied_lsn`, and, read from the upstream server when it
@@ -810,7 +810,7 @@ pub struct ObjectReport {
     /// `source`, `table`, `materialized view`, `sink`.
     pub kind: String,
     pub name: String,
-    /// `starting`, `pending`, `snapshotting`, `running`, `stalled`.
+    /// `starting`, `pending`, `snapshotting`, `running`, `retrying`, `stalled`.
     pub state: String,
     /// The last error, when stalled or retrying.
     pub error: Option<String>,

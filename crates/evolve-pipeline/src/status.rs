@@ -14,7 +14,7 @@ pub struct ObjectStatus {
     pub kind: ObjectKind,
     /// Its name.
     pub name: String,
-    /// `starting`, `snapshotting`, `running`, `stalled`, ...
+    /// `starting`, `snapshotting`, `running`, `retrying`, `stalled`, ...
     pub state: String,
     /// The last error, when stalled or retrying.
     pub error: Option<String>,

@@ -1,10 +1,12 @@
 //! One object's task (a source's stream, a table's snapshot, a sink) run
 //! until it is done or the pipeline stops, with the same rule for every
 //! kind: a failure is either transient, retried with backoff (500 ms,
-//! doubling to 10 s) while the object shows `stalled` with the error, or
+//! doubling to 10 s) while the object shows `retrying` with the error, or
 //! permanent, when retrying would fail the same way (a slot that is gone,
 //! a row no document can hold): the object shows `stalled` with the error
 //! and what to do, and is not tried again until the pipeline restarts.
+//! So `stalled` always asks for someone to act, and `retrying` passes by
+//! itself once the cause does (a server back up, a broker reachable).
 //!
 //! An attempt watches `stop` itself, so that it ends cleanly (a source
 //! commits its open group, a sink its open transaction). One that has not
@@ -100,7 +102,7 @@ async fn supervise_within<C: Send>(
         match judge(ctx, &e) {
             Verdict::Retry => {
                 tracing::warn!(%kind, name, error = %e, "{kind} failed; retrying");
-                task.status.set(kind, name, "stalled", Some(e.to_string()));
+                task.status.set(kind, name, "retrying", Some(e.to_string()));
             }
             Verdict::Stop { shown } => {
                 tracing::error!(%kind, name, error = %e, "{kind} stopped; it is not retried until the pipeline restarts");
@@ -237,5 +239,95 @@ mod tests {
             waited >= Duration::from_millis(100) && waited < GRACE,
             "supervise returned {waited:?} after the stop"
         );
+    }
+
+    /// A failure that is retried shows `retrying` with its error until an
+    /// attempt succeeds; one that is not shows `stalled` with the way out,
+    /// and no attempt follows.
+    #[tokio::test]
+    async fn retried_failures_show_retrying_and_permanent_ones_stalled() {
+        let status = Arc::new(StatusBoard::default());
+        let attempts = Arc::new(AtomicU32::new(0));
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let (board, a) = (status.clone(), attempts.clone());
+        let supervised = tokio::spawn(async move {
+            let task = Task {
+                kind: ObjectKind::Sink,
+                name: "flaky",
+                status: &board,
+                stop: stop_rx,
+                starting: Some("starting"),
+            };
+            supervise_within(
+                task,
+                &mut (),
+                |_| {
+                    let n = a.fetch_add(1, Ordering::SeqCst);
+                    Box::pin(async move {
+                        if n == 0 {
+                            Err(PipelineError::Replication {
+                                source_name: "s".into(),
+                                message: "connection refused".into(),
+                            })
+                        } else {
+                            // Running until the test has looked.
+                            std::future::pending().await
+                        }
+                    })
+                },
+                |_, _| Verdict::Retry,
+                GRACE,
+            )
+            .await;
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let shown = status.get(ObjectKind::Sink, "flaky").unwrap();
+        assert_eq!(shown.state, "retrying");
+        assert!(shown.error.unwrap().contains("connection refused"));
+        // After the backoff (500 ms), the second attempt runs.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(attempts.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            status.get(ObjectKind::Sink, "flaky").unwrap().state,
+            "starting"
+        );
+        supervised.abort();
+
+        let attempts = Arc::new(AtomicU32::new(0));
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let (board, a) = (status.clone(), attempts.clone());
+        let supervised = tokio::spawn(async move {
+            let task = Task {
+                kind: ObjectKind::Source,
+                name: "gone",
+                status: &board,
+                stop: stop_rx,
+                starting: None,
+            };
+            supervise_within(
+                task,
+                &mut (),
+                |_| {
+                    a.fetch_add(1, Ordering::SeqCst);
+                    Box::pin(async {
+                        Err(PipelineError::Replication {
+                            source_name: "s".into(),
+                            message: "the slot is gone".into(),
+                        })
+                    })
+                },
+                |_, e| Verdict::Stop {
+                    shown: format!("{e}\nnot retried"),
+                },
+                GRACE,
+            )
+            .await;
+        });
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        let shown = status.get(ObjectKind::Source, "gone").unwrap();
+        assert_eq!(shown.state, "stalled");
+        assert!(shown.error.unwrap().ends_with("not retried"));
+        assert_eq!(attempts.load(Ordering::SeqCst), 1, "not tried again");
+        supervised.abort();
     }
 }

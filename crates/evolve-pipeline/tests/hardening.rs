@@ -103,7 +103,10 @@ async fn publication_names_keep_their_case_commas_and_quotes() {
         .await;
     }
     for status in pipeline.status() {
-        assert_ne!(status.state, "stalled", "{status:?}");
+        assert!(
+            status.state != "stalled" && status.state != "retrying",
+            "{status:?}"
+        );
     }
     running.stop().await;
 }

@@ -1305,7 +1305,7 @@ async fn a_silent_binlog_connection_times_out_and_the_source_reconnects() {
     let wanted = "no binlog event or heartbeat for 30 s";
     let error = loop {
         if let Some(s) = source_status()
-            && s.state == "stalled"
+            && s.state == "retrying"
             && let Some(error) = s.error.filter(|e| e.contains(wanted))
         {
             break error;

@@ -576,10 +576,10 @@ async fn a_document_that_is_not_utf8_stalls_the_sink_and_writes_nothing() {
         .await
         .unwrap();
     let running = Running::start(pipeline.clone());
-    wait_until("the sink to stall", WAIT, async || {
+    wait_until("the sink to retry", WAIT, async || {
         pipeline.status().iter().any(|s| {
             s.name == "orders_sink"
-                && s.state == "stalled"
+                && s.state == "retrying"
                 && s.error.as_deref().is_some_and(|e| e.contains("not UTF-8"))
         })
     })

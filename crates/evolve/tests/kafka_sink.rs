@@ -471,7 +471,7 @@ async fn a_swap_arrives_as_exactly_the_changed_keys() {
 
 /// Bad input, each in one clear line: a connection of the wrong kind
 /// either way, FORMAT AVRO, an unreachable broker at CREATE SINK; and a
-/// sink whose broker becomes unreachable is shown stalled with the reason
+/// sink whose broker becomes unreachable is shown retrying with the reason
 /// and retried, then runs again once the broker is back in the config.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_connections_and_an_unreachable_broker() {
@@ -529,7 +529,7 @@ async fn bad_connections_and_an_unreachable_broker() {
     let shown = sql_ok(&admin, &["-c", "SHOW SINKS"]).await;
     assert!(!shown.contains("s1") && !shown.contains("s4"), "{shown}");
 
-    // A sink whose broker goes away: stalled, with the reason, retried.
+    // A sink whose broker goes away: retrying, with the reason.
     let topic = "orders_bad";
     sql_ok(
         &admin,
@@ -550,18 +550,18 @@ async fn bad_connections_and_an_unreachable_broker() {
     .unwrap();
     pipeline = Pipeline::start(&env.config);
     let start = Instant::now();
-    let stalled = loop {
+    let retrying = loop {
         let sink = object(&pipeline.url, "sink", "ok").await.unwrap();
-        if sink["state"] == "stalled" {
+        if sink["state"] == "retrying" {
             break sink;
         }
         assert!(
             start.elapsed() < Duration::from_secs(90),
-            "sink not stalled: {sink}"
+            "sink not retrying: {sink}"
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
-    let error = stalled["error"].as_str().unwrap();
+    let error = retrying["error"].as_str().unwrap();
     assert!(
         error.starts_with("ERROR: could not connect to connection \"k\" (127.0.0.1:9)"),
         "{error}"

@@ -1186,6 +1186,8 @@ async fn a_broker_restart_and_a_registry_outage_lose_nothing() {
             .unwrap_or_default()
             .to_string();
         if error.contains("schema registry connection \"csr\"") {
+            // Retried, and shown so: not stalled.
+            assert_eq!(source.as_ref().unwrap()["state"], "retrying", "{source:?}");
             break error;
         }
         assert!(start.elapsed() < Duration::from_secs(60), "{source:?}");

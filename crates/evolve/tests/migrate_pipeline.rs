@@ -265,7 +265,10 @@ async fn drop_type_change_and_rename_under_load_never_stall() {
                     Ok(objects) => {
                         looks.fetch_add(1, Ordering::Relaxed);
                         for o in objects {
-                            if o["state"] == "stalled" || o["state"] == "stale" {
+                            if o["state"] == "stalled"
+                                || o["state"] == "retrying"
+                                || o["state"] == "stale"
+                            {
                                 stalls.lock().unwrap().push(o.to_string());
                             }
                         }
