@@ -241,19 +241,22 @@ mod tests {
         );
     }
 
-    /// A failure that is retried shows `retrying` with its error until an
-    /// attempt succeeds; one that is not shows `stalled` with the way out,
-    /// and no attempt follows.
-    #[tokio::test]
-    async fn retried_failures_show_retrying_and_permanent_ones_stalled() {
-        let status = Arc::new(StatusBoard::default());
+    /// Runs `supervise` on a task of its own for object `name`, each
+    /// attempt failing as `fails` says for its number (0, 1, ...), with
+    /// `judge`'s verdict; the attempts that do not fail run until aborted.
+    fn spawn_failing(
+        status: &Arc<StatusBoard>,
+        name: &'static str,
+        fails: fn(u32) -> bool,
+        judge: fn(&PipelineError) -> Verdict,
+    ) -> (tokio::task::JoinHandle<()>, Arc<AtomicU32>) {
         let attempts = Arc::new(AtomicU32::new(0));
-        let (_stop_tx, stop_rx) = watch::channel(false);
         let (board, a) = (status.clone(), attempts.clone());
         let supervised = tokio::spawn(async move {
+            let (_stop_tx, stop_rx) = watch::channel(false);
             let task = Task {
                 kind: ObjectKind::Sink,
-                name: "flaky",
+                name,
                 status: &board,
                 stop: stop_rx,
                 starting: Some("starting"),
@@ -264,22 +267,32 @@ mod tests {
                 |_| {
                     let n = a.fetch_add(1, Ordering::SeqCst);
                     Box::pin(async move {
-                        if n == 0 {
+                        if fails(n) {
                             Err(PipelineError::Replication {
                                 source_name: "s".into(),
                                 message: "connection refused".into(),
                             })
                         } else {
-                            // Running until the test has looked.
                             std::future::pending().await
                         }
                     })
                 },
-                |_, _| Verdict::Retry,
+                |_, e| judge(e),
                 GRACE,
             )
             .await;
         });
+        (supervised, attempts)
+    }
+
+    /// A failure that is retried shows `retrying` with its error until an
+    /// attempt succeeds; one that is not shows `stalled` with the way out,
+    /// and no attempt follows.
+    #[tokio::test]
+    async fn retried_failures_show_retrying_and_permanent_ones_stalled() {
+        let status = Arc::new(StatusBoard::default());
+        let (supervised, attempts) =
+            spawn_failing(&status, "flaky", |n| n == 0, |_| Verdict::Retry);
         tokio::time::sleep(Duration::from_millis(200)).await;
         let shown = status.get(ObjectKind::Sink, "flaky").unwrap();
         assert_eq!(shown.state, "retrying");
@@ -293,38 +306,16 @@ mod tests {
         );
         supervised.abort();
 
-        let attempts = Arc::new(AtomicU32::new(0));
-        let (_stop_tx, stop_rx) = watch::channel(false);
-        let (board, a) = (status.clone(), attempts.clone());
-        let supervised = tokio::spawn(async move {
-            let task = Task {
-                kind: ObjectKind::Source,
-                name: "gone",
-                status: &board,
-                stop: stop_rx,
-                starting: None,
-            };
-            supervise_within(
-                task,
-                &mut (),
-                |_| {
-                    a.fetch_add(1, Ordering::SeqCst);
-                    Box::pin(async {
-                        Err(PipelineError::Replication {
-                            source_name: "s".into(),
-                            message: "the slot is gone".into(),
-                        })
-                    })
-                },
-                |_, e| Verdict::Stop {
-                    shown: format!("{e}\nnot retried"),
-                },
-                GRACE,
-            )
-            .await;
-        });
+        let (supervised, attempts) = spawn_failing(
+            &status,
+            "gone",
+            |_| true,
+            |e| Verdict::Stop {
+                shown: format!("{e}\nnot retried"),
+            },
+        );
         tokio::time::sleep(Duration::from_millis(1_200)).await;
-        let shown = status.get(ObjectKind::Source, "gone").unwrap();
+        let shown = status.get(ObjectKind::Sink, "gone").unwrap();
         assert_eq!(shown.state, "stalled");
         assert!(shown.error.unwrap().ends_with("not retried"));
         assert_eq!(attempts.load(Ordering::SeqCst), 1, "not tried again");

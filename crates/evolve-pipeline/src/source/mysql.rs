@@ -1206,21 +1206,6 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-fn datetime_text(y: u16, mo: u8, d: u8, h: u8, mi: u8, s: u8, us: u32) -> String {
-    let mut out = Vec::with_capacity(32);
-    push_datetime(
-        &mut out,
-        i64::from(y),
-        mo.into(),
-        d.into(),
-        h.into(),
-        mi.into(),
-        s.into(),
-        us,
-    );
-    String::from_utf8(out).unwrap_or_default()
-}
-
 /// Appends `v` in decimal, zero-padded to `width` digits.
 fn push_padded(out: &mut Vec<u8>, v: u64, width: usize) {
     let mut digits = [0u8; 20];
@@ -1240,26 +1225,36 @@ fn push_padded(out: &mut Vec<u8>, v: u64, width: usize) {
     out.extend_from_slice(&digits[at..]);
 }
 
-/// Appends `YYYY-MM-DD HH:MI:SS` and the fraction as [`fraction`] writes
-/// it: what `format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}{}",
+/// `YYYY-MM-DD HH:MI:SS`, the fraction as [`fraction`] writes it, then
+/// `zone`: what `format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}{}",
 /// fraction(us))` gives, without the formatter (once per value of every
 /// row the binlog sends).
 #[allow(clippy::too_many_arguments)]
-fn push_datetime(out: &mut Vec<u8>, y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, us: u32) {
+fn datetime_text(
+    y: i64,
+    mo: u32,
+    d: u32,
+    h: u32,
+    mi: u32,
+    s: u32,
+    us: u32,
+    zone: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32);
     if y < 0 {
         out.push(b'-');
     }
-    push_padded(out, y.unsigned_abs(), if y < 0 { 3 } else { 4 });
+    push_padded(&mut out, y.unsigned_abs(), if y < 0 { 3 } else { 4 });
     out.push(b'-');
-    push_padded(out, mo.into(), 2);
+    push_padded(&mut out, mo.into(), 2);
     out.push(b'-');
-    push_padded(out, d.into(), 2);
+    push_padded(&mut out, d.into(), 2);
     out.push(b' ');
-    push_padded(out, h.into(), 2);
+    push_padded(&mut out, h.into(), 2);
     out.push(b':');
-    push_padded(out, mi.into(), 2);
+    push_padded(&mut out, mi.into(), 2);
     out.push(b':');
-    push_padded(out, s.into(), 2);
+    push_padded(&mut out, s.into(), 2);
     if us != 0 {
         let mut frac = [0u8; 6];
         let mut rest = us;
@@ -1271,6 +1266,8 @@ fn push_datetime(out: &mut Vec<u8>, y: i64, mo: u32, d: u32, h: u32, mi: u32, s:
         out.push(b'.');
         out.extend_from_slice(&frac[..len]);
     }
+    out.extend_from_slice(zone);
+    out
 }
 
 fn int_text(value: &Value) -> Option<String> {
@@ -1334,7 +1331,8 @@ fn value_text(value: Value, conv: &Conv) -> std::result::Result<Option<Vec<u8>>,
         Conv::DateTime => match value {
             Value::Date(0, 0, 0, ..) => return Ok(None),
             Value::Date(y, mo, d, h, mi, s, us) => {
-                datetime_text(y, mo, d, h, mi, s, us).into_bytes()
+                let (mo, d, h, mi, s) = (mo.into(), d.into(), h.into(), mi.into(), s.into());
+                datetime_text(y.into(), mo, d, h, mi, s, us, b"")
             }
             other => return Err(unexpected(&other)),
         },
@@ -1351,19 +1349,13 @@ fn value_text(value: Value, conv: &Conv) -> std::result::Result<Option<Vec<u8>>,
             }
             let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
             let t = secs.rem_euclid(86_400) as u32;
-            let mut out = Vec::with_capacity(32);
-            push_datetime(&mut out, y, mo, d, t / 3600, t % 3600 / 60, t % 60, micros);
-            out.extend_from_slice(b"+00");
-            out
+            datetime_text(y, mo, d, t / 3600, t % 3600 / 60, t % 60, micros, b"+00")
         }
         Conv::Timestamp { epoch: false } => match value {
             Value::Date(0, 0, 0, ..) => return Ok(None),
             Value::Date(y, mo, d, h, mi, s, us) => {
-                let mut out = Vec::with_capacity(32);
                 let (mo, d, h, mi, s) = (mo.into(), d.into(), h.into(), mi.into(), s.into());
-                push_datetime(&mut out, i64::from(y), mo, d, h, mi, s, us);
-                out.extend_from_slice(b"+00");
-                out
+                datetime_text(y.into(), mo, d, h, mi, s, us, b"+00")
             }
             other => return Err(unexpected(&other)),
         },
@@ -3981,8 +3973,7 @@ mod tests {
             ));
         }
         for (y, mo, d, h, mi, s, us) in cases {
-            let mut out = Vec::new();
-            push_datetime(&mut out, y, mo, d, h, mi, s, us);
+            let out = datetime_text(y, mo, d, h, mi, s, us, b"");
             let expected = format!(
                 "{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}{}",
                 fraction(us)
