@@ -995,6 +995,172 @@ async fn an_initial_load_into_a_table_with_rows_upserts() {
     running.stop().await;
 }
 
+/// A write inserts the documents of keys new to the interface and updates
+/// the others (no upsert: no statement-level `UPDATE` trigger fires for a
+/// batch of inserts). A table changed by hand, a key deleted that the
+/// interface then updates and one inserted that it then inserts, is set
+/// right by that write done again as upserts; the failed attempt leaves
+/// nothing behind, so each change is written once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_insert_or_update_and_a_table_changed_by_hand_is_set_right() {
+    let env = env("by_hand").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE h (id int PRIMARY KEY, v text);
+         INSERT INTO h SELECT i, 'v' || i FROM generate_series(1, 100) i;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["h"]).await;
+    audit_sink(&sink, "h_json").await;
+    sink.batch_execute(
+        "CREATE TABLE public.h_update_statements (at timestamptz);
+         CREATE FUNCTION public.h_update_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN INSERT INTO public.h_update_statements VALUES (now()); RETURN NULL; END $$;
+         CREATE TRIGGER update_statements AFTER UPDATE ON public.h_json
+           FOR EACH STATEMENT EXECUTE FUNCTION public.h_update_statement();",
+    )
+    .await
+    .unwrap();
+    let update_statements = async || -> i64 {
+        sink.query_one("SELECT count(*) FROM public.h_update_statements", &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let running = Running::start(pipeline.clone());
+    wait_equal(&up, &sink, "h", "h_json", CONVERGE).await;
+    assert_eq!(
+        audit_ops(&sink, "h_json").await,
+        (100, 0, 0),
+        "the initial load"
+    );
+
+    for i in 0..5 {
+        up.execute(
+            "INSERT INTO h SELECT g, 'new' FROM generate_series($1::int, $1::int + 9) g",
+            &[&(101 + i * 10)],
+        )
+        .await
+        .unwrap();
+    }
+    wait_equal(&up, &sink, "h", "h_json", CONVERGE).await;
+    assert_eq!(audit_ops(&sink, "h_json").await, (150, 0, 0));
+    assert_eq!(
+        update_statements().await,
+        0,
+        "inserts of new keys are written without an upsert"
+    );
+
+    up.batch_execute("UPDATE h SET v = 'changed' WHERE id <= 10")
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "h", "h_json", CONVERGE).await;
+    assert_eq!(audit_ops(&sink, "h_json").await, (150, 10, 0));
+
+    // By hand: one row gone, one the interface does not have yet.
+    sink.batch_execute(
+        r#"DELETE FROM public.h_json WHERE key = '{"id": 5}';
+           INSERT INTO public.h_json VALUES ('{"id": 1000}', '{"stale": true}');"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(audit_ops(&sink, "h_json").await, (151, 10, 1));
+    up.batch_execute(
+        "BEGIN; UPDATE h SET v = 'again' WHERE id IN (5, 6); INSERT INTO h VALUES (1001, 'x'); COMMIT;
+         INSERT INTO h VALUES (1000, 'y');",
+    )
+    .await
+    .unwrap();
+    wait_equal(&up, &sink, "h", "h_json", CONVERGE).await;
+    // Upserted: 5 inserted again, 6 updated, 1001 inserted, 1000 updated
+    // over the stale row.
+    assert_eq!(audit_ops(&sink, "h_json").await, (151 + 2, 10 + 2, 1));
+    assert_eq!(
+        compare(&up, &sink, "h", "h_json").await,
+        (152, 152, 152),
+        "(upstream rows, sink rows, equal rows)"
+    );
+    assert_eq!(
+        table_state(&pipeline, "h_v1").0,
+        TableState::Running,
+        "nothing stalled"
+    );
+    running.stop().await;
+}
+
+/// The sink's update is planned for its table as it is: planned while the
+/// table held 5 rows, it would scan the whole table for each batch after
+/// 30,000 rows arrived; prepared again as the table grows, it looks the
+/// keys up in the index. Counted by PostgreSQL's own statistics of the sink
+/// table (nothing else reads it meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sinks_updates_look_keys_up_after_the_table_grew() {
+    let env = env("replan").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE g (id int PRIMARY KEY, v int);
+         INSERT INTO g SELECT i, 0 FROM generate_series(1, 5) i;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["g"]).await;
+    let running = Running::start(pipeline.clone());
+    wait_equal(&up, &sink, "g", "g_json", CONVERGE).await;
+    // (sequential scans, index scans, rows updated) of the sink's table,
+    // once its backend has reported `updated` rows updated.
+    let scans = async |updated: i64| -> (i64, i64, i64) {
+        let mut last = (0, 0, 0);
+        wait_until("the sink's statistics", CONVERGE, async || {
+            let row = sink
+                .query_one(
+                    "SELECT seq_scan, coalesce(idx_scan, 0), n_tup_upd FROM pg_stat_user_tables \
+                     WHERE relid = 'public.g_json'::regclass",
+                    &[],
+                )
+                .await
+                .unwrap();
+            last = (row.get(0), row.get(1), row.get(2));
+            last.2 >= updated
+        })
+        .await;
+        last
+    };
+    let update_all = async |times: i64| {
+        for _ in 0..times {
+            up.batch_execute("UPDATE g SET v = v + 1 WHERE id <= 5")
+                .await
+                .unwrap();
+        }
+    };
+    // More than the five custom plans: the generic one is made now.
+    update_all(8).await;
+    let (_, _, updated) = scans(8 * 5).await;
+    up.batch_execute("INSERT INTO g SELECT i, 0 FROM generate_series(6, 30005) i")
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "g", "g_json", CONVERGE).await;
+    let (seq_before, idx_before, _) = scans(updated).await;
+    update_all(10).await;
+    let (seq_after, idx_after, _) = scans(updated + 10 * 5).await;
+    assert_eq!(
+        seq_after - seq_before,
+        0,
+        "sequential scans of the 30,005-row sink table by 10 updates of 5 keys"
+    );
+    assert!(
+        idx_after - idx_before >= 10 * 5,
+        "index lookups by 10 updates of 5 keys: {}",
+        idx_after - idx_before
+    );
+    wait_equal(&up, &sink, "g", "g_json", CONVERGE).await;
+    running.stop().await;
+}
+
 /// A sink created with its table loads beside the table's snapshot: its
 /// COPY runs while the table is still being copied into the store, and a
 /// transaction committed upstream meanwhile (kept as pending, replayed once

@@ -2,12 +2,16 @@
 //! NULL)` kept equal to an interface, and `evolve_sink_progress(sink text
 //! PRIMARY KEY, lsn pg_lsn NOT NULL)` beside it.
 //!
+//! A write inserts the documents of keys new to the interface and updates
+//! the others ([`Written::Exact`]); a table changed by hand, out of step
+//! with the interface, makes that fail, and the write is done again with
+//! upserts, which are right whatever the table holds.
+//!
 //! A target table the sink creates has `fillfactor` [`FILLFACTOR`]: every
-//! update of a document is an upsert that leaves the key as it was, so
-//! with room on its page PostgreSQL writes it as a heap-only tuple,
-//! without a new entry in the `jsonb` key's index (whose comparisons are
-//! the costly part of the sink's writes). A table the user made is used
-//! as it is.
+//! update of a document leaves the key as it was, so with room on its
+//! page PostgreSQL writes it as a heap-only tuple, without a new entry in
+//! the `jsonb` key's index (whose comparisons are the costly part of the
+//! sink's writes). A table the user made is used as it is.
 //!
 //! It holds the [`Sink`] contract with PostgreSQL transactions: the
 //! initial load, and each write of consecutive upstream transactions, is
@@ -20,9 +24,9 @@
 //! over: straight into the target table when it has no rows, otherwise
 //! into a temporary table that one `INSERT ... SELECT ... ON CONFLICT`
 //! then upserts into the target. A load beside the table's copy then
-//! applies its catch-up changes with the statements a write uses, in the
-//! same transaction. Either way, readers of the target see its rows as
-//! they were until the load commits, then all of them.
+//! applies its catch-up changes as upserts (the table may have held
+//! rows), in the same transaction. Either way, readers of the target see
+//! its rows as they were until the load commits, then all of them.
 
 use std::collections::HashSet;
 use std::pin::pin;
@@ -173,12 +177,95 @@ pub(crate) struct PostgresSink {
     client: Client,
     targets: Targets,
     statements: Statements,
+    /// Rows this sink added to its table since it connected.
+    inserted: u64,
+    /// `inserted` at which the statements are prepared again.
+    replan_at: u64,
 }
+
+/// Rows added to the sink's table after which its statements are first
+/// prepared again; each time after that, once the rows added have doubled.
+/// PostgreSQL plans a prepared statement for its parameters five times,
+/// then keeps one generic plan while the table's statistics stand. Made
+/// while the table was small (before autovacuum's next `ANALYZE`), the
+/// update's generic plan is a hash join over a sequential scan of the
+/// table, and it stays one as the table grows: 300,000 rows later, an
+/// update of 10 keys took 76 ms instead of well under one. Prepared again,
+/// the statements are planned for the table as it now is (the planner
+/// reads its current size), in a number of rounds that grows with the
+/// logarithm of the rows.
+const REPLAN_FIRST_ROWS: u64 = 1_000;
 
 struct Statements {
     upsert: tokio_postgres::Statement,
+    /// A plain insert: fails (`unique_violation`) on a key the table holds.
+    insert: tokio_postgres::Statement,
+    /// An update that fails (`division_by_zero`) unless it found every
+    /// key: see [`Written::Exact`].
+    update: tokio_postgres::Statement,
     delete: tokio_postgres::Statement,
     progress: tokio_postgres::Statement,
+}
+
+/// How a write applies documents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Written {
+    /// An insert where the interface had no document (the feed entry's
+    /// `old` is `None`), an update where it had one. In PostgreSQL alone,
+    /// 300,000 new `jsonb` keys take 3.6–4.0 s as an `INSERT` against
+    /// 6.1–6.3 s as an upsert (which descends the key's index twice), and
+    /// updates 4.85 s against 6.2–6.4 s (BENCHMARKS.md). It holds while
+    /// the table is in step with the interface; a table someone changed
+    /// by hand makes the statement fail, and the transaction is written
+    /// again with [`Written::Upserted`].
+    Exact,
+    /// An upsert for every document: right whatever the table holds.
+    Upserted,
+}
+
+impl Statements {
+    /// Prepares the statements on `client` for `targets`.
+    async fn prepare(client: &Client, targets: &Targets) -> Result<Statements> {
+        let prepare = |sql: String| async move {
+            client
+                .prepare(&sql)
+                .await
+                .map_err(|e| PipelineError::database("prepare sink statements", &e))
+        };
+        let documents = "SELECT k::jsonb, d::jsonb FROM unnest($1::text[], $2::text[]) AS u(k, d)";
+        let (upsert, insert, update, delete, progress) = futures_util::try_join!(
+            prepare(format!(
+                "INSERT INTO {} (key, data) {documents} ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data",
+                targets.table
+            )),
+            prepare(format!(
+                "INSERT INTO {} (key, data) {documents}",
+                targets.table
+            )),
+            prepare(format!(
+                "WITH u AS (UPDATE {} AS t SET data = v.d::jsonb FROM unnest($1::text[], $2::text[]) AS v(k, d) \
+                 WHERE t.key = v.k::jsonb RETURNING 1) \
+                 SELECT 1 / (count(*) = cardinality($1::text[]))::int FROM u",
+                targets.table
+            )),
+            prepare(format!(
+                "DELETE FROM {} WHERE key IN (SELECT k::jsonb FROM unnest($1::text[]) AS u(k))",
+                targets.table
+            )),
+            prepare(format!(
+                "INSERT INTO {} (sink, lsn) VALUES ($1, $2::text::pg_lsn) \
+                 ON CONFLICT (sink) DO UPDATE SET lsn = EXCLUDED.lsn",
+                targets.progress
+            )),
+        )?;
+        Ok(Statements {
+            upsert,
+            insert,
+            update,
+            delete,
+            progress,
+        })
+    }
 }
 
 impl PostgresSink {
@@ -192,40 +279,27 @@ impl PostgresSink {
             })?;
         ensure_tables(&client, &sink.target_schema, &sink.target_table).await?;
         let targets = Targets::new(&sink.target_schema, &sink.target_table);
-        let prepare = |sql: String| {
-            let client = &client;
-            async move {
-                client
-                    .prepare(&sql)
-                    .await
-                    .map_err(|e| PipelineError::database("prepare sink statements", &e))
-            }
-        };
-        let statements = Statements {
-            upsert: prepare(format!(
-                "INSERT INTO {} (key, data) SELECT k::jsonb, d::jsonb FROM unnest($1::text[], $2::text[]) AS u(k, d) \
-                 ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data",
-                targets.table
-            ))
-            .await?,
-            delete: prepare(format!(
-                "DELETE FROM {} WHERE key IN (SELECT k::jsonb FROM unnest($1::text[]) AS u(k))",
-                targets.table
-            ))
-            .await?,
-            progress: prepare(format!(
-                "INSERT INTO {} (sink, lsn) VALUES ($1, $2::text::pg_lsn) \
-                 ON CONFLICT (sink) DO UPDATE SET lsn = EXCLUDED.lsn",
-                targets.progress
-            ))
-            .await?,
-        };
+        let statements = Statements::prepare(&client, &targets).await?;
         Ok(PostgresSink {
             name: sink.name.clone(),
             client,
             targets,
             statements,
+            inserted: 0,
+            replan_at: REPLAN_FIRST_ROWS,
         })
+    }
+
+    /// Counts `rows` the sink added to its table, and prepares the
+    /// statements again once the table may have outgrown their plans: see
+    /// [`REPLAN_FIRST_ROWS`].
+    async fn grown(&mut self, rows: u64) -> Result<()> {
+        self.inserted += rows;
+        if self.inserted >= self.replan_at {
+            self.statements = Statements::prepare(&self.client, &self.targets).await?;
+            self.replan_at = self.inserted.saturating_mul(2);
+        }
+        Ok(())
     }
 }
 
@@ -312,9 +386,10 @@ impl Sink for PostgresSink {
             .map_err(fail("write the initial load"))?
         };
         // The changes between the documents and the load's position, in
-        // turn, as a write applies them.
+        // turn, as upserts: the table may hold rows the load did not
+        // write.
         while let Some(entries) = docs.catch_up().await? {
-            let writes = statements_for(&self.statements, &entries)?;
+            let writes = statements_for(&self.statements, &entries, Written::Upserted)?;
             let tx = &tx;
             let rows = futures_util::future::join_all(writes.iter().map(
                 |(statement, arrays)| async move { tx.execute(*statement, &params(arrays)).await },
@@ -330,12 +405,65 @@ impl Sink for PostgresSink {
         .await
         .map_err(fail("record the position"))?;
         tx.commit().await.map_err(fail("commit the initial load"))?;
+        // Counted; the statements are prepared again, if need be, at the
+        // next write.
+        self.inserted += written;
         Ok(written)
     }
 
+    /// Tries the entries as [`Written::Exact`]; when the table is out of
+    /// step with the interface (a key to insert that it holds, one to
+    /// update that it lacks), that transaction rolls back and the same
+    /// changes are written again as [`Written::Upserted`].
     async fn write(&mut self, entries: Vec<FeedEntry>, at: Position) -> Result<()> {
-        write_transactions(&self.client, &self.statements, &self.name, at, &entries).await
+        let position = at.to_string();
+        let fail = |e: tokio_postgres::Error| PipelineError::database("write to the sink", &e);
+        let exact = statements_for(&self.statements, &entries, Written::Exact)?;
+        let written = commit_writes(
+            &self.client,
+            &self.statements,
+            &self.name,
+            &position,
+            &exact,
+        )
+        .await;
+        drop(exact);
+        match written {
+            Err(e) if out_of_step(&e) => {
+                tracing::info!(
+                    sink = %self.name,
+                    position = %position,
+                    "the sink's table is out of step with its interface (changed by hand?); writing these changes as upserts"
+                );
+                let upserts = statements_for(&self.statements, &entries, Written::Upserted)?;
+                commit_writes(
+                    &self.client,
+                    &self.statements,
+                    &self.name,
+                    &position,
+                    &upserts,
+                )
+                .await
+                .map_err(fail)?;
+            }
+            written => written.map_err(fail)?,
+        }
+        let added = entries
+            .iter()
+            .filter(|e| e.old.is_none() && e.new.is_some())
+            .count();
+        self.grown(added as u64).await
     }
+}
+
+/// Whether a [`Written::Exact`] write failed because the table is out of
+/// step with the interface: a key inserted that the table held
+/// (`unique_violation`), or an update that missed a key (the statement's
+/// `division_by_zero`). Nothing else in the write raises either.
+fn out_of_step(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code()
+        .is_some_and(|c| *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DIVISION_BY_ZERO)
 }
 
 /// A document or key as text. They are written by evolve_core::document
@@ -365,27 +493,23 @@ fn put_jsonb(buf: &mut BytesMut, text: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Consecutive upstream transactions' changes (`entries`, in order) and
-/// the position `pos` of the last one, in one sink transaction, so readers
-/// of the sink see every transaction whole and in order, never part of
-/// one. Every row change reaches the sink as it happened upstream, once:
-/// consecutive transactions that touch distinct keys are written together
-/// (one delete and one upsert for the run; changes of distinct keys
-/// commute), and a key met again starts the next run. The statements are
-/// pipelined: one round trip whatever their number.
-async fn write_transactions(
+/// The statements for consecutive upstream transactions' changes (see
+/// [`statements_for`]) and the position `pos` of the last one, in one sink
+/// transaction, so readers of the sink see every transaction whole and in
+/// order, never part of one. The statements are pipelined: one round trip
+/// whatever their number. On failure the transaction is rolled back and
+/// the connection is ready for the next.
+async fn commit_writes(
     client: &Client,
     statements: &Statements,
     sink: &str,
-    pos: Position,
-    entries: &[FeedEntry],
-) -> Result<()> {
-    let writes = statements_for(statements, entries)?;
-    let fail = |e: tokio_postgres::Error| PipelineError::database("write to the sink", &e);
-    let position = pos.to_string();
-    let progress_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&sink, &position];
+    pos: &str,
+    writes: &[(&tokio_postgres::Statement, Vec<Vec<&str>>)],
+) -> std::result::Result<(), tokio_postgres::Error> {
+    let progress_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&sink, &pos];
     // Sent in this order on first poll; a failure aborts the transaction,
-    // and the COMMIT after it then rolls back.
+    // and the COMMIT after it then rolls back. The first error in this
+    // order is the cause; those after it only say the transaction failed.
     let begin = client.batch_execute("BEGIN");
     let rows =
         futures_util::future::join_all(writes.iter().map(|(statement, arrays)| async move {
@@ -394,38 +518,69 @@ async fn write_transactions(
     let progress = client.execute(&statements.progress, &progress_params);
     let commit = client.batch_execute("COMMIT");
     let (begin, rows, progress, commit) = tokio::join!(biased; begin, rows, progress, commit);
-    begin.map_err(fail)?;
+    begin?;
     for written in rows {
-        written.map_err(fail)?;
+        written?;
     }
-    progress.map_err(fail)?;
-    commit.map_err(fail)
+    progress?;
+    commit
 }
 
 /// The statements that apply consecutive upstream transactions' changes
-/// (`entries`, in order) with their parameters: per run of changes to
-/// distinct keys, its deletes, then its upserts.
+/// (`entries`, in order) with their parameters. Every row change reaches
+/// the sink as it happened upstream, once: consecutive transactions that
+/// touch distinct keys are written together (changes of distinct keys
+/// commute), and a key met again starts the next run. Per run: its
+/// deletes, then its documents, as `how` says.
 #[allow(clippy::type_complexity)]
 fn statements_for<'a>(
     statements: &'a Statements,
     entries: &'a [FeedEntry],
+    how: Written,
 ) -> Result<Vec<(&'a tokio_postgres::Statement, Vec<Vec<&'a str>>)>> {
     let mut writes = Vec::new();
-    for (keys, data, deleted) in runs(entries)? {
+    for run in runs(entries)? {
+        let Run {
+            mut inserted,
+            updated,
+            deleted,
+        } = run;
         if !deleted.is_empty() {
             writes.push((&statements.delete, vec![deleted]));
         }
-        if !keys.is_empty() {
-            writes.push((&statements.upsert, vec![keys, data]));
+        let mut put = |statement, (keys, data): (Vec<&'a str>, Vec<&'a str>)| {
+            if !keys.is_empty() {
+                writes.push((statement, vec![keys, data]));
+            }
+        };
+        match how {
+            Written::Exact => {
+                put(&statements.insert, inserted);
+                put(&statements.update, updated);
+            }
+            Written::Upserted => {
+                inserted.0.extend(updated.0);
+                inserted.1.extend(updated.1);
+                put(&statements.upsert, inserted);
+            }
         }
     }
     Ok(writes)
 }
 
-/// `entries` cut into runs of distinct keys, each as [`changes`] gives it:
-/// a run ends before the first key it already holds.
-#[allow(clippy::type_complexity)]
-fn runs(entries: &[FeedEntry]) -> Result<Vec<(Vec<&str>, Vec<&str>, Vec<&str>)>> {
+/// One run's changes (its keys are distinct): keys and documents the
+/// interface did not have before, keys and documents it had, keys it
+/// deleted.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Run<'a> {
+    inserted: (Vec<&'a str>, Vec<&'a str>),
+    updated: (Vec<&'a str>, Vec<&'a str>),
+    deleted: Vec<&'a str>,
+}
+
+/// `entries` cut into runs of distinct keys: a run ends before the first
+/// key it already holds.
+fn runs(entries: &[FeedEntry]) -> Result<Vec<Run<'_>>> {
     let mut out = Vec::new();
     let mut seen: HashSet<&[u8]> = HashSet::new();
     let mut start = 0;
@@ -435,7 +590,7 @@ fn runs(entries: &[FeedEntry]) -> Result<Vec<(Vec<&str>, Vec<&str>, Vec<&str>)>>
             .iter()
             .position(|e| !seen.insert(&e.key))
             .map_or(entries.len(), |n| start + n);
-        out.push(changes(&entries[start..end])?);
+        out.push(run(&entries[start..end])?);
         start = end;
     }
     Ok(out)
@@ -449,57 +604,65 @@ fn params<'a>(arrays: &'a [Vec<&'a str>]) -> Vec<&'a (dyn tokio_postgres::types:
         .collect()
 }
 
-/// A run's keys and documents to upsert, and keys to delete (its keys
-/// are distinct).
-#[allow(clippy::type_complexity)]
-fn changes(entries: &[FeedEntry]) -> Result<(Vec<&str>, Vec<&str>, Vec<&str>)> {
-    let mut keys = Vec::new();
-    let mut data = Vec::new();
-    let mut deleted = Vec::new();
+/// The [`Run`] of `entries` (their keys distinct).
+fn run(entries: &[FeedEntry]) -> Result<Run<'_>> {
+    let mut run = Run::default();
     for e in entries {
-        match &e.new {
-            Some(doc) => {
-                keys.push(utf8(&e.key)?);
-                data.push(utf8(doc)?);
+        let key = utf8(&e.key)?;
+        match (&e.old, &e.new) {
+            (None, Some(doc)) => {
+                run.inserted.0.push(key);
+                run.inserted.1.push(utf8(doc)?);
             }
-            None => deleted.push(utf8(&e.key)?),
+            (Some(_), Some(doc)) => {
+                run.updated.0.push(key);
+                run.updated.1.push(utf8(doc)?);
+            }
+            (_, None) => run.deleted.push(key),
         }
     }
-    Ok((keys, data, deleted))
+    Ok(run)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(pos: u64, key: &str, new: Option<&str>) -> FeedEntry {
+    fn entry(pos: u64, key: &str, old: Option<&str>, new: Option<&str>) -> FeedEntry {
         FeedEntry {
             pos: Position::from_u64(pos),
             key: key.as_bytes().to_vec(),
-            old: None,
+            old: old.map(|d| d.as_bytes().to_vec()),
             new: new.map(|d| d.as_bytes().to_vec()),
         }
     }
 
     /// Transactions of distinct keys share a run; a key met again starts
-    /// the next one, so each key is written once per change, in order.
+    /// the next one, so each key is written once per change, in order. A
+    /// document is inserted when the interface had none for its key.
     #[test]
     fn runs_of_distinct_keys_span_transactions() {
         let entries = [
-            entry(10, "a", Some("1")),
-            entry(10, "b", None),
-            entry(20, "c", Some("3")),
-            entry(30, "a", None),
-            entry(30, "d", Some("4")),
-            entry(40, "a", Some("5")),
+            entry(10, "a", None, Some("1")),
+            entry(10, "b", Some("0"), None),
+            entry(20, "c", Some("2"), Some("3")),
+            entry(30, "a", Some("1"), None),
+            entry(30, "d", None, Some("4")),
+            entry(40, "a", None, Some("5")),
         ];
-        let runs = runs(&entries).unwrap();
+        let run = |inserted: &[(&'static str, &'static str)],
+                   updated: &[(&'static str, &'static str)],
+                   deleted: &[&'static str]| Run {
+            inserted: inserted.iter().copied().unzip(),
+            updated: updated.iter().copied().unzip(),
+            deleted: deleted.to_vec(),
+        };
         assert_eq!(
-            runs,
+            runs(&entries).unwrap(),
             vec![
-                (vec!["a", "c"], vec!["1", "3"], vec!["b"]),
-                (vec!["d"], vec!["4"], vec!["a"]),
-                (vec!["a"], vec!["5"], vec![]),
+                run(&[("a", "1")], &[("c", "3")], &["b"]),
+                run(&[("d", "4")], &[], &["a"]),
+                run(&[("a", "5")], &[], &[]),
             ]
         );
         assert!(super::runs(&[]).unwrap().is_empty());
