@@ -309,16 +309,18 @@ impl Txn {
         self.deferred.retain(|(table, _)| *table != t);
     }
 
+    /// The current document of `key` in table `t`, and whether it came
+    /// from the store (the key not touched yet in this transaction).
     fn current(
         &self,
         store: &Store,
         tables: &[TableRuntime],
         t: usize,
         key: &[u8],
-    ) -> Result<Option<Vec<u8>>> {
+    ) -> Result<(Option<Vec<u8>>, bool)> {
         match self.index.get(&t).and_then(|keys| keys.get(key)) {
-            Some(&i) => Ok(self.touched[i].cur.clone()),
-            None => store.doc(tables[t].info.id, key),
+            Some(&i) => Ok((self.touched[i].cur.clone(), false)),
+            None => Ok((store.doc(tables[t].info.id, key)?, true)),
         }
     }
 
@@ -330,12 +332,29 @@ impl Txn {
         key: Vec<u8>,
         doc: Option<Vec<u8>>,
     ) -> Result<()> {
+        self.set_known(store, tables, t, key, doc, None)
+    }
+
+    /// [`Txn::set`], given the key's document in the store when the
+    /// caller has just read it (`stored`), so it is not read again.
+    fn set_known(
+        &mut self,
+        store: &Store,
+        tables: &[TableRuntime],
+        t: usize,
+        key: Vec<u8>,
+        doc: Option<Vec<u8>>,
+        stored: Option<Option<Vec<u8>>>,
+    ) -> Result<()> {
         let keys = self.index.entry(t).or_default();
         if let Some(&i) = keys.get(&key) {
             self.touched[i].cur = doc;
             return Ok(());
         }
-        let orig = store.doc(tables[t].info.id, &key)?;
+        let orig = match stored {
+            Some(orig) => orig,
+            None => store.doc(tables[t].info.id, &key)?,
+        };
         keys.insert(key.clone(), self.touched.len());
         self.touched.push(Touched {
             t,
@@ -383,12 +402,16 @@ impl Txn {
                 .ok_or_else(|| table.document_error("an updated row has no key value"))?,
         };
         let old_key = old_key.unwrap_or_else(|| new_key.clone());
-        let previous = self.current(store, tables, t, &old_key)?;
+        let (previous, stored) = self.current(store, tables, t, &old_key)?;
         let doc = table.doc_of(new, previous.as_deref())?;
+        // The store's document of the old key, read once.
+        let stored = stored.then_some(previous);
         if old_key != new_key {
-            self.set(store, tables, t, old_key, None)?;
+            self.set_known(store, tables, t, old_key, None, stored)?;
+            self.set(store, tables, t, new_key, Some(doc))
+        } else {
+            self.set_known(store, tables, t, new_key, Some(doc), stored)
         }
-        self.set(store, tables, t, new_key, Some(doc))
     }
 
     /// A deleted row of table `t`.
@@ -579,7 +602,7 @@ impl Txn {
         // The document `key` has now in table `id`.
         let now = |id: i64, key: &[u8]| -> Result<Option<Vec<u8>>> {
             match index(id) {
-                Some(t) => self.current(store, tables, t, key),
+                Some(t) => Ok(self.current(store, tables, t, key)?.0),
                 None => store.doc(id, key),
             }
         };
