@@ -1112,10 +1112,15 @@ async fn the_sinks_updates_look_keys_up_after_the_table_grew() {
     let running = Running::start(pipeline.clone());
     wait_equal(&up, &sink, "g", "g_json", CONVERGE).await;
     // (sequential scans, index scans, rows updated) of the sink's table,
-    // once its backend has reported `updated` rows updated.
+    // once its backend has reported `updated` rows updated; this
+    // connection's own reads of the table (`wait_equal`'s) are reported
+    // first.
     let scans = async |updated: i64| -> (i64, i64, i64) {
         let mut last = (0, 0, 0);
         wait_until("the sink's statistics", CONVERGE, async || {
+            sink.batch_execute("SELECT pg_stat_force_next_flush()")
+                .await
+                .unwrap();
             let row = sink
                 .query_one(
                     "SELECT seq_scan, coalesce(idx_scan, 0), n_tup_upd FROM pg_stat_user_tables \

@@ -179,6 +179,18 @@ struct Mapped {
 /// the replica runs.
 const MATCH_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Rows added to the node's tables after which the applier's prepared
+/// statements are first dropped and prepared again; each time after that,
+/// once the rows added have doubled. PostgreSQL plans a prepared statement
+/// for its parameters five times, then keeps one generic plan while the
+/// table's statistics stand: made while a table was small (before
+/// autovacuum's next `ANALYZE`), the set-based `UPDATE ... FROM unnest`'s
+/// plan is a hash join over a sequential scan of the table, and it stays
+/// one as the table grows. Prepared again, the statements are planned for
+/// the tables as they now are, in a number of rounds that grows with the
+/// logarithm of the rows.
+const REPLAN_FIRST_ROWS: u64 = 1_000;
+
 /// Applies transactions to one node for one replica.
 pub struct Applier {
     replica: String,
@@ -186,6 +198,12 @@ pub struct Applier {
     transforms: Vec<Transform>,
     tables: HashMap<u32, Mapped>,
     statements: HashMap<String, Statement>,
+    /// Rows the set-based path inserted (or upserted where no row was
+    /// expected) since the applier was made.
+    added: u64,
+    /// `added` at which the prepared statements are dropped, to be
+    /// prepared again: see [`REPLAN_FIRST_ROWS`].
+    replan_at: u64,
     commit_timestamps: bool,
     position: Position,
     skip: Option<Position>,
@@ -243,6 +261,8 @@ impl Applier {
             transforms,
             tables: HashMap::new(),
             statements: HashMap::new(),
+            added: 0,
+            replan_at: REPLAN_FIRST_ROWS,
             commit_timestamps,
             position: Position::ZERO,
             skip: None,

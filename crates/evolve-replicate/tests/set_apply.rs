@@ -391,3 +391,68 @@ async fn unchecked_groups_write_plainly_and_a_conflict_sends_the_group_again_che
         .get(0);
     assert_eq!(changed, 12, "upd on 2-4 and 6-10, again, dup, u2, gone");
 }
+
+/// The set path's update is planned for the node's table as it is: planned
+/// while the table held 5 rows, it would scan the whole table for each
+/// group after 30,000 rows arrived; prepared again as the rows added
+/// double, it looks the keys up in the index. Counted by PostgreSQL's own
+/// statistics of the table (flushed by the applier's own connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_set_paths_updates_look_keys_up_after_the_table_grew() {
+    use ChangeKind::{Insert, Update};
+    let db = evolve_test::fresh_db("replan").await;
+    let mut node = connect(&db.url).await;
+    node.batch_execute(
+        "CREATE TABLE t (id int8 PRIMARY KEY, v text, n int4, d text NOT NULL DEFAULT 'dflt');
+         INSERT INTO t SELECT g, 'node' || g, g, 'kept' FROM generate_series(1, 5) g;",
+    )
+    .await
+    .unwrap();
+    // (sequential scans, index scans) of `t`, the applier's statistics
+    // flushed first.
+    let scans = async |node: &Client| -> (i64, i64) {
+        node.batch_execute("SELECT pg_stat_force_next_flush()")
+            .await
+            .unwrap();
+        let row = node
+            .query_one(
+                "SELECT seq_scan, coalesce(idx_scan, 0) FROM pg_stat_user_tables \
+                 WHERE relid = 't'::regclass",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    let mut applier = Applier::open(&node, "r", resolvers(Resolver::Update), Vec::new())
+        .await
+        .unwrap();
+    // Groups of updates of keys 1..=5, at positions `from..from + times`.
+    let updates = async |node: &mut Client, applier: &mut Applier, from: u64, times: u64| {
+        for n in from..from + times {
+            let group = [txn(n, (1..=5).map(|k| row(Update, k, "u")).collect())];
+            applier.apply_group(node, &group).await.unwrap();
+        }
+    };
+    // More than the five custom plans: the generic one is made now.
+    updates(&mut node, &mut applier, 1, 8).await;
+    let grow = [txn(
+        9,
+        (6..=30_005).map(|k| row(Insert, k, "new")).collect(),
+    )];
+    applier.apply_group(&mut node, &grow).await.unwrap();
+    let (seq_before, idx_before) = scans(&node).await;
+    updates(&mut node, &mut applier, 10, 10).await;
+    let (seq_after, idx_after) = scans(&node).await;
+    assert_eq!(applier.groups, (19, 0), "every group set-based");
+    assert_eq!(
+        seq_after - seq_before,
+        0,
+        "sequential scans of the 30,005-row table by 10 updates of 5 keys"
+    );
+    assert!(
+        idx_after - idx_before >= 10 * 5,
+        "index lookups by 10 updates of 5 keys: {}",
+        idx_after - idx_before
+    );
+}

@@ -116,6 +116,10 @@ impl Applier {
         let Some(last) = txns.last().map(|t| t.end) else {
             return Ok(None);
         };
+        if self.added >= self.replan_at {
+            self.statements.clear();
+            self.replan_at = self.added.saturating_mul(2);
+        }
         // Without conflicts lately the group goes unchecked: the writes'
         // own counts tell whether any key was found otherwise than its
         // first change expects, and then it goes again, checked.
@@ -283,6 +287,9 @@ impl Applier {
                 // of those that expect one, each counting every key; the
                 // node then does no speculative insertion and no tuple
                 // lock, as its own apply worker does not.
+                if !expect_row {
+                    self.added += keys.len() as u64;
+                }
                 let (statement, wanted) = if checked {
                     let wanted = if expect_row { 0 } else { keys.len() as i64 };
                     (self.upsert(tx, t, &keys).await?, wanted)
