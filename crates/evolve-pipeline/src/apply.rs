@@ -324,20 +324,11 @@ impl Txn {
         }
     }
 
+    /// Sets `key`'s current document in table `t`; the first time the
+    /// transaction touches the key, its document in the store is kept as
+    /// the original: `stored` when the caller has just read it, otherwise
+    /// read here.
     fn set(
-        &mut self,
-        store: &Store,
-        tables: &[TableRuntime],
-        t: usize,
-        key: Vec<u8>,
-        doc: Option<Vec<u8>>,
-    ) -> Result<()> {
-        self.set_known(store, tables, t, key, doc, None)
-    }
-
-    /// [`Txn::set`], given the key's document in the store when the
-    /// caller has just read it (`stored`), so it is not read again.
-    fn set_known(
         &mut self,
         store: &Store,
         tables: &[TableRuntime],
@@ -378,7 +369,7 @@ impl Txn {
             .key_of(new)?
             .ok_or_else(|| table.document_error("an inserted row has no key value"))?;
         let doc = table.doc_of(new, None)?;
-        self.set(store, tables, t, key, Some(doc))
+        self.set(store, tables, t, key, Some(doc), None)
     }
 
     /// An updated row of table `t`.
@@ -407,10 +398,10 @@ impl Txn {
         // The store's document of the old key, read once.
         let stored = stored.then_some(previous);
         if old_key != new_key {
-            self.set_known(store, tables, t, old_key, None, stored)?;
-            self.set(store, tables, t, new_key, Some(doc))
+            self.set(store, tables, t, old_key, None, stored)?;
+            self.set(store, tables, t, new_key, Some(doc), None)
         } else {
-            self.set_known(store, tables, t, new_key, Some(doc), stored)
+            self.set(store, tables, t, new_key, Some(doc), stored)
         }
     }
 
@@ -426,13 +417,13 @@ impl Txn {
         let key = table
             .key_of(old)?
             .ok_or_else(|| table.document_error("a deleted row has no key value"))?;
-        self.set(store, tables, t, key, None)
+        self.set(store, tables, t, key, None, None)
     }
 
     /// Table `t` was truncated: every row it holds is deleted.
     pub fn truncate(&mut self, store: &Store, tables: &[TableRuntime], t: usize) -> Result<()> {
         for (key, _) in store.docs(tables[t].info.id)? {
-            self.set(store, tables, t, key, None)?;
+            self.set(store, tables, t, key, None, None)?;
         }
         for touched in self.touched.iter_mut().filter(|touched| touched.t == t) {
             touched.cur = None;

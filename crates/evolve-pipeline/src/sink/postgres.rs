@@ -417,36 +417,31 @@ impl Sink for PostgresSink {
     /// changes are written again as [`Written::Upserted`].
     async fn write(&mut self, entries: Vec<FeedEntry>, at: Position) -> Result<()> {
         let position = at.to_string();
-        let fail = |e: tokio_postgres::Error| PipelineError::database("write to the sink", &e);
-        let exact = statements_for(&self.statements, &entries, Written::Exact)?;
-        let written = commit_writes(
-            &self.client,
-            &self.statements,
-            &self.name,
-            &position,
-            &exact,
-        )
-        .await;
-        drop(exact);
-        match written {
-            Err(e) if out_of_step(&e) => {
-                tracing::info!(
-                    sink = %self.name,
-                    position = %position,
-                    "the sink's table is out of step with its interface (changed by hand?); writing these changes as upserts"
-                );
-                let upserts = statements_for(&self.statements, &entries, Written::Upserted)?;
-                commit_writes(
-                    &self.client,
-                    &self.statements,
-                    &self.name,
-                    &position,
-                    &upserts,
-                )
-                .await
-                .map_err(fail)?;
+        let mut how = Written::Exact;
+        loop {
+            let writes = statements_for(&self.statements, &entries, how)?;
+            match commit_writes(
+                &self.client,
+                &self.statements,
+                &self.name,
+                &position,
+                &writes,
+            )
+            .await
+            {
+                Err(e) if how == Written::Exact && out_of_step(&e) => {
+                    tracing::info!(
+                        sink = %self.name,
+                        position = %position,
+                        "the sink's table is out of step with its interface (changed by hand?); writing these changes as upserts"
+                    );
+                    how = Written::Upserted;
+                }
+                written => {
+                    written.map_err(|e| PipelineError::database("write to the sink", &e))?;
+                    break;
+                }
             }
-            written => written.map_err(fail)?,
         }
         let added = entries
             .iter()
