@@ -428,6 +428,9 @@ struct Reader {
     registry: String,
     /// The pinned reader schema with the schemas its references name.
     schema: AvroSchema,
+    /// The same, as records are decoded with it
+    /// ([`avro::parse_for_decoding`]).
+    decoding: AvroSchema,
     schema_id: u32,
     /// The named types of the schema and its references.
     names: HashMap<apache_avro::schema::Name, Schema>,
@@ -452,6 +455,7 @@ impl Reader {
             message: format!("its pinned reader schema (id {}): {e}", kafka.schema_id),
         };
         let schema = avro::parse(&kafka.schema, &kafka.references).map_err(bad)?;
+        let decoding = avro::parse_for_decoding(&kafka.schema, &kafka.references).map_err(bad)?;
         let fields =
             avro::reader_columns(schema.root(), &avro::referenced_names(&schema)).map_err(bad)?;
         let mut columns: Vec<ColumnSchema> = fields
@@ -477,6 +481,7 @@ impl Reader {
             registry: kafka.registry.clone(),
             names: avro::schema_names(&schema),
             schema,
+            decoding,
             schema_id: kafka.schema_id,
             fields,
             table_schema: Arc::new(TableSchema {
@@ -493,6 +498,9 @@ impl Reader {
 /// references name.
 struct WriterSchema {
     schema: AvroSchema,
+    /// The same, as records are decoded with it
+    /// ([`avro::parse_for_decoding`]).
+    decoding: AvroSchema,
     /// The named types of the schema and its references.
     names: HashMap<apache_avro::schema::Name, Schema>,
 }
@@ -623,13 +631,21 @@ impl Writers {
                 };
                 references
                     .and_then(|references| {
-                        avro::parse(&found.schema, &references)
-                            .map_err(|e| format!("{of} is not an Avro schema evolve can read: {e}"))
+                        let read = |parsed: std::result::Result<AvroSchema, String>| {
+                            parsed.map_err(|e| {
+                                format!("{of} is not an Avro schema evolve can read: {e}")
+                            })
+                        };
+                        Ok((
+                            read(avro::parse(&found.schema, &references))?,
+                            read(avro::parse_for_decoding(&found.schema, &references))?,
+                        ))
                     })
-                    .map(|schema| {
+                    .map(|(schema, decoding)| {
                         Arc::new(WriterSchema {
                             names: avro::schema_names(&schema),
                             schema,
+                            decoding,
                         })
                     })
                     .map_err(|why| {
@@ -728,11 +744,11 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
         )));
     }
     let mut bytes = datum;
-    let read = GenericDatumReader::builder(writer.schema.root())
-        .writer_schemata(avro::schemata(&writer.schema))
+    let read = GenericDatumReader::builder(writer.decoding.root())
+        .writer_schemata(avro::schemata(&writer.decoding))
         .and_then(|b| {
-            b.reader_schema(reader.schema.root())
-                .reader_schemata(avro::schemata(&reader.schema))
+            b.reader_schema(reader.decoding.root())
+                .reader_schemata(avro::schemata(&reader.decoding))
         })
         .and_then(|b| b.build())
         .and_then(|r| r.read_value(&mut bytes));
@@ -1647,6 +1663,7 @@ mod tests {
             Ok(Arc::new(WriterSchema {
                 names: avro::schema_names(&writer),
                 schema: writer,
+                decoding: avro::parse_for_decoding(&v2.to_string(), &references).unwrap(),
             })),
         );
         writers.schemas.insert(
@@ -1720,5 +1737,237 @@ mod tests {
             ),
             "{e}"
         );
+    }
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// Whatever bytes follow a record's wire header, and whatever its
+        /// key holds, decoding ends in a row or a reported undecodable
+        /// record, never a panic.
+        #[test]
+        fn arbitrary_records_never_panic(
+            datum in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..160),
+            key in proptest::option::of(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24)),
+        ) {
+            let (mut reader, writers) = fuzz_reader();
+            // A key in the wire format names the one writer schema there
+            // is (the stream fetches every id a batch names before it
+            // decodes): its datum is arbitrary too.
+            let key = key.map(|mut key| {
+                if key.len() >= 5 && key[0] == 0 {
+                    key[1..5].copy_from_slice(&[0, 0, 0, 4]);
+                }
+                key
+            });
+            let mut value = vec![0, 0, 0, 0, 4];
+            value.extend_from_slice(&datum);
+            let raw = Raw { partition: 0, offset: 1, timestamp_millis: None, key, value: Some(value) };
+            match decode(&mut reader, &writers, "orders", &raw) {
+                Ok(Decoded::Change(change)) => {
+                    let new = change.new.unwrap();
+                    proptest::prop_assert_eq!(new.len(), reader.fields.len() + 1);
+                }
+                Ok(Decoded::Undecodable(why)) => proptest::prop_assert!(why.contains("offset 1"), "{}", why),
+                Ok(Decoded::Nothing) => proptest::prop_assert!(false, "nothing for a record with a value"),
+                Err(e) => proptest::prop_assert!(false, "{}", e),
+            }
+        }
+    }
+
+    /// A record of [`fuzz_reader`]'s schema, encoded.
+    fn fuzz_datum() -> Vec<u8> {
+        use apache_avro::types::Value;
+        let (_, writers) = fuzz_reader();
+        let writer = &writers.schemas[&("csr".to_string(), 4)]
+            .as_ref()
+            .unwrap()
+            .schema;
+        let value = Value::Record(vec![
+            ("id".into(), Value::Long(1)),
+            ("qty".into(), Value::Int(-2)),
+            ("customer".into(), Value::String("Ada".into())),
+            ("blob".into(), Value::Bytes(vec![0, 255])),
+            ("tags".into(), Value::Array(vec![Value::String("a".into())])),
+            (
+                "attrs".into(),
+                Value::Map([("x".to_string(), Value::Long(7))].into()),
+            ),
+            (
+                "note".into(),
+                Value::Union(1, Box::new(Value::String("rush".into()))),
+            ),
+            ("state".into(), Value::Enum(1, "DONE".into())),
+            (
+                // The two bytes 0x04d2, fewer than decimal(10,2) could
+                // need: how Java's and apache-avro's writers encode 12.34.
+                "total".into(),
+                Value::Decimal(apache_avro::Decimal::from(vec![0x04, 0xd2])),
+            ),
+            ("code".into(), Value::Fixed(3, vec![1, 2, 3])),
+            ("at".into(), Value::TimestampMicros(1_700_000_000_000_000)),
+            ("day".into(), Value::Date(19_000)),
+            (
+                "uuid".into(),
+                Value::String("6f1c7e0a-2b3c-4d5e-8f90-a1b2c3d4e5f6".into()),
+            ),
+            ("ratio".into(), Value::Double(0.5)),
+            ("ok".into(), Value::Boolean(true)),
+            (
+                "ship_to".into(),
+                Value::Record(vec![
+                    ("street".into(), Value::String("Main 1".into())),
+                    ("no".into(), Value::Union(1, Box::new(Value::Int(4)))),
+                    (
+                        "fee".into(),
+                        Value::Decimal(apache_avro::Decimal::from(vec![0xfb, 0x2e])),
+                    ),
+                ]),
+            ),
+        ]);
+        apache_avro::writer::datum::GenericDatumWriter::builder(writer.root())
+            .schemata(avro::schemata(writer))
+            .unwrap()
+            .build()
+            .unwrap()
+            .write_value_to_vec(value)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_fuzzed_schemas_record_decodes() {
+        let (mut reader, writers) = fuzz_reader();
+        let mut value = vec![0, 0, 0, 0, 4];
+        value.extend(fuzz_datum());
+        let raw = Raw {
+            partition: 0,
+            offset: 1,
+            timestamp_millis: None,
+            key: Some(b"order-1".to_vec()),
+            value: Some(value),
+        };
+        let change = match decode(&mut reader, &writers, "orders", &raw).unwrap() {
+            Decoded::Change(change) => change,
+            Decoded::Undecodable(why) => panic!("{why}"),
+            Decoded::Nothing => panic!("nothing"),
+        };
+        let new = change.new.unwrap();
+        assert_eq!(text(&new[0]), "1");
+        assert_eq!(text(&new[2]), "Ada");
+        assert_eq!(text(&new[8]), "12.34");
+        // Inside a jsonb column, a JSON number (-12.34: 0xfb2e).
+        assert_eq!(text(&new[15]), r#"{"street":"Main 1","no":4,"fee":-12.34}"#);
+        assert_eq!(text(new.last().unwrap()), r#""order-1""#);
+    }
+
+    /// A record whose datum claims a 200,000,000-byte string and holds 3
+    /// bytes is an undecodable record of its table, named by its offset.
+    #[test]
+    fn a_record_claiming_more_bytes_than_it_holds_is_undecodable() {
+        let (mut reader, writers) = fuzz_reader();
+        let mut value = vec![0, 0, 0, 0, 4, 0, 0];
+        // The string's length, zigzag-encoded as Avro's varint.
+        let mut n: u64 = 400_000_000;
+        while n >= 0x80 {
+            value.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        value.push(n as u8);
+        value.extend_from_slice(b"abc");
+        let raw = Raw {
+            partition: 0,
+            offset: 9,
+            timestamp_millis: None,
+            key: Some(b"k".to_vec()),
+            value: Some(value),
+        };
+        let Decoded::Undecodable(why) = decode(&mut reader, &writers, "orders", &raw).unwrap()
+        else {
+            panic!("decoded");
+        };
+        assert!(
+            why.starts_with(
+                "record at partition 0 offset 9 cannot be decoded with writer schema id 4"
+            ),
+            "{why}"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+        /// A good record with bytes changed, cut short or lengthened:
+        /// decoded into a row or reported undecodable, never a panic.
+        #[test]
+        fn damaged_records_never_panic(
+            changes in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 0..4),
+            cut in proptest::option::of(proptest::prelude::any::<usize>()),
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4),
+        ) {
+            let (mut reader, writers) = fuzz_reader();
+            let mut datum = fuzz_datum();
+            for (at, byte) in changes {
+                let at = at % datum.len();
+                datum[at] = byte;
+            }
+            if let Some(cut) = cut {
+                datum.truncate(cut % (datum.len() + 1));
+            }
+            datum.extend_from_slice(&tail);
+            let mut value = vec![0, 0, 0, 0, 4];
+            value.extend(datum);
+            let raw = Raw { partition: 0, offset: 1, timestamp_millis: None, key: Some(b"k".to_vec()), value: Some(value) };
+            match decode(&mut reader, &writers, "orders", &raw) {
+                Ok(Decoded::Change(_)) | Ok(Decoded::Undecodable(_)) => {}
+                Ok(Decoded::Nothing) => proptest::prop_assert!(false, "nothing for a record with a value"),
+                Err(e) => proptest::prop_assert!(false, "{}", e),
+            }
+        }
+    }
+
+    /// An ENVELOPE UPSERT reader of a schema with every kind of field,
+    /// and that schema as writer schema id 4.
+    fn fuzz_reader() -> (Reader, Writers) {
+        let schema = serde_json::json!({"type": "record", "name": "Order", "namespace": "shop", "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "qty", "type": "int"},
+            {"name": "customer", "type": "string"},
+            {"name": "blob", "type": "bytes"},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+            {"name": "attrs", "type": {"type": "map", "values": "long"}},
+            {"name": "note", "type": ["null", "string"], "default": null},
+            {"name": "state", "type": {"type": "enum", "name": "State", "symbols": ["NEW", "DONE"]}},
+            {"name": "total", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+            {"name": "code", "type": {"type": "fixed", "name": "Code", "size": 3}},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "uuid", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "ratio", "type": "double"},
+            {"name": "ok", "type": "boolean"},
+            {"name": "ship_to", "type": {"type": "record", "name": "Address",
+                "fields": [{"name": "street", "type": "string"}, {"name": "no", "type": ["null", "int"], "default": null},
+                           {"name": "fee", "type": {"type": "bytes", "logicalType": "decimal", "precision": 6, "scale": 2}}]}}]});
+        let info = crate::store::KafkaTableInfo {
+            registry: "csr".into(),
+            envelope: "upsert".into(),
+            subject: "orders-value".into(),
+            schema_id: 4,
+            version: 1,
+            schema: schema.to_string(),
+            references: Vec::new(),
+        };
+        let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
+        table.kafka = Some(info);
+        let reader = Reader::new(&table).unwrap();
+        let writer = avro::parse(&schema.to_string(), &[]).unwrap();
+        let mut writers = Writers::new(&[]).unwrap();
+        writers.schemas.insert(
+            ("csr".into(), 4),
+            Ok(Arc::new(WriterSchema {
+                names: avro::schema_names(&writer),
+                schema: writer,
+                decoding: avro::parse_for_decoding(&schema.to_string(), &[]).unwrap(),
+            })),
+        );
+        (reader, writers)
     }
 }

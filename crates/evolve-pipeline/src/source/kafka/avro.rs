@@ -97,6 +97,57 @@ pub fn parse(text: &str, references: &[ReferencedSchema]) -> Result<AvroSchema, 
     })
 }
 
+/// [`parse`] of the form of a schema (and of its references) that
+/// records are decoded with: each `decimal` whose type is `bytes` made
+/// plain `bytes`, and read as a decimal with the reader schema's scale
+/// when the record's values are mapped. apache-avro (0.22) refuses, when
+/// it resolves a record against a reader schema, a bytes decimal whose
+/// value is shorter than the precision could need: `12.34` as
+/// `decimal(10,2)` is the two bytes `0x04d2`, which is how Java's and
+/// apache-avro's own writers encode it, and "Precision 10 too small to
+/// hold decimal values with 2 bytes" would make every such record
+/// undecodable. The bytes are the same either way; only that check goes.
+pub fn parse_for_decoding(
+    text: &str,
+    references: &[ReferencedSchema],
+) -> Result<AvroSchema, String> {
+    let references: Vec<ReferencedSchema> = references
+        .iter()
+        .map(|r| ReferencedSchema {
+            schema: bytes_decimals_as_bytes(&r.schema),
+            ..r.clone()
+        })
+        .collect();
+    parse(&bytes_decimals_as_bytes(text), &references)
+}
+
+/// `text` with every `{"type": "bytes", "logicalType": "decimal", ...}`
+/// made `{"type": "bytes", ...}`; `text` itself when it is not JSON (the
+/// parse then says why).
+fn bytes_decimals_as_bytes(text: &str) -> String {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(o) => {
+                if o.get("type").and_then(|t| t.as_str()) == Some("bytes")
+                    && o.get("logicalType").and_then(|t| t.as_str()) == Some("decimal")
+                {
+                    o.remove("logicalType");
+                }
+                o.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(mut v) => {
+            walk(&mut v);
+            v.to_string()
+        }
+        Err(_) => text.to_string(),
+    }
+}
+
 /// The full name of the named type a schema's text defines at its top.
 fn defined_name(text: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(text).ok()?;
@@ -335,6 +386,14 @@ fn scalar(v: &Value, schema: &Schema, out: &mut String) -> Result<(), String> {
         Value::Double(f) => float(*f, None, out, false),
         Value::String(s) => out.push_str(s),
         Value::Enum(_, symbol) => out.push_str(symbol),
+        // A decimal of `bytes`, read as plain bytes (see
+        // [`parse_for_decoding`]).
+        Value::Bytes(b) if matches!(schema, Schema::Decimal(_)) => {
+            let Schema::Decimal(d) = schema else {
+                unreachable!()
+            };
+            decimal(b, d.scale, out);
+        }
         Value::Bytes(b) | Value::Fixed(_, b) => hex(b, out),
         Value::Decimal(d) => {
             let scale = match schema {
@@ -466,6 +525,11 @@ fn json(
             .unwrap_or(());
         }
         Value::Decimal(_) | Value::BigDecimal(_) => {
+            let mut text = String::new();
+            scalar(v, schema, &mut text)?;
+            out.push_str(&text);
+        }
+        Value::Bytes(_) if matches!(schema, Schema::Decimal(_)) => {
             let mut text = String::new();
             scalar(v, schema, &mut text)?;
             out.push_str(&text);
