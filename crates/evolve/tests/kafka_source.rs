@@ -817,6 +817,94 @@ async fn partitions_added_to_the_topic_are_read_without_a_restart() {
     wait_all_running(&pipeline.url).await;
 }
 
+/// A decimal over `bytes`, as Confluent's Python serializer writes it: in
+/// as few bytes as the unscaled value takes (12.34 in two, where
+/// `decimal(10,2)` could need five). Every record is a document with the
+/// decimal as a number of its scale, none is undecodable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_decimals_are_read_whatever_their_length() {
+    const PRICED: &str = r#"{"type":"record","name":"Priced","fields":[
+        {"name":"id","type":"int"},
+        {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}}]}"#;
+    let env = env("kafka_source_decimal").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "kd_orders", 1).await;
+    let prices = ["12.34", "-0.05", "12345678.90", "0.00", "99999999.99"];
+    let records: Vec<Produced> = prices
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            (
+                format!("p{i}"),
+                Some(json!({"id": i, "price": {"$decimal": p}})),
+            )
+        })
+        .collect();
+    produce(&bootstrap, "kd_orders", &url, PRICED, &records).await;
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.priced_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    let pipeline = Pipeline::start(&env.config);
+    sql_ok(
+        &pipeline.url,
+        &[
+            "-c",
+            "CREATE SOURCE kd FROM KAFKA CONNECTION k (TOPIC 'kd_orders');
+             CREATE TABLE kd_v1 FROM SOURCE kd FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
+             CREATE MATERIALIZED VIEW kd_json AS
+               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kd_v1 t;
+             CREATE SINK kd_sink FROM kd_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.priced_json');",
+        ],
+    )
+    .await;
+    // The snapshot read them; one more through the stream.
+    let more: Vec<Produced> = vec![(
+        "p9".into(),
+        Some(json!({"id": 9, "price": {"$decimal": "-1234.5"}})),
+    )];
+    produce(&bootstrap, "kd_orders", &url, PRICED, &more).await;
+    let want: BTreeMap<String, Value> = prices
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (format!("p{i}"), i, p.to_string()))
+        .chain([("p9".to_string(), 9, "-1234.50".to_string())])
+        .map(|(k, i, p)| {
+            (
+                json!({"@key": k}).to_string(),
+                json!({"id": i, "price": serde_json::from_str::<Value>(&p).unwrap()}),
+            )
+        })
+        .collect();
+    wait_docs(&env, "public.priced_json", &want).await;
+    // Exactly as numeric(10,2) renders them: the scale kept.
+    let texts: Vec<String> = env
+        .sink
+        .query(
+            "SELECT (data->'price')::text FROM public.priced_json ORDER BY (data->>'id')::int",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "12.34",
+            "-0.05",
+            "12345678.90",
+            "0.00",
+            "99999999.99",
+            "-1234.50"
+        ]
+    );
+    wait_all_running(&pipeline.url).await;
+}
+
 /// The types of the references test: `Country` (subject
 /// `kref_country`), `Address` using it (subject `kref_address`), and the
 /// value schema `Order` using `Address` for two fields, one nullable.

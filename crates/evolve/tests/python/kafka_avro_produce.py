@@ -17,13 +17,15 @@ Usage:
   kafka_avro_produce.py produce BOOTSTRAP TOPIC REGISTRY_URL SCHEMA_JSON
       reads JSON lines {"key": "k", "value": {...} | null} from stdin and
       produces them in order (an idempotent producer, flushed at the end);
-      prints the number of records delivered.
+      prints the number of records delivered. A value {"$decimal": "12.34"}
+      is the decimal.Decimal the serializer takes for a decimal field.
   kafka_avro_produce.py produce-latest BOOTSTRAP TOPIC REGISTRY_URL
       as produce, with the subject's latest registered schema and the
       schemas its references name (use.latest.version, no registration)
 
 Exits 1 with the error on any failure."""
 
+import decimal
 import json
 import sys
 
@@ -56,6 +58,17 @@ def set_compatibility(url, subject, level):
     SchemaRegistryClient({"url": url}).set_compatibility(subject_name=subject, level=level)
 
 
+def decimals(value):
+    """`value` with each {"$decimal": text} made a decimal.Decimal."""
+    if isinstance(value, dict):
+        if list(value) == ["$decimal"]:
+            return decimal.Decimal(value["$decimal"])
+        return {k: decimals(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decimals(v) for v in value]
+    return value
+
+
 def produce(bootstrap, topic, url, schema):
     registry = SchemaRegistryClient({"url": url})
     if schema is None:
@@ -78,7 +91,7 @@ def produce(bootstrap, topic, url, schema):
         if not line:
             continue
         record = json.loads(line)
-        value = record.get("value")
+        value = decimals(record.get("value"))
         payload = None
         if value is not None:
             payload = serializer(value, SerializationContext(topic, MessageField.VALUE))
