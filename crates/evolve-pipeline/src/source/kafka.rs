@@ -1759,9 +1759,7 @@ mod tests {
                 }
                 key
             });
-            let mut value = vec![0, 0, 0, 0, 4];
-            value.extend_from_slice(&datum);
-            let raw = Raw { partition: 0, offset: 1, timestamp_millis: None, key, value: Some(value) };
+            let raw = fuzz_record(1, key, &datum);
             match decode(&mut reader, &writers, "orders", &raw) {
                 Ok(Decoded::Change(change)) => {
                     let new = change.new.unwrap();
@@ -1836,15 +1834,7 @@ mod tests {
     #[test]
     fn the_fuzzed_schemas_record_decodes() {
         let (mut reader, writers) = fuzz_reader();
-        let mut value = vec![0, 0, 0, 0, 4];
-        value.extend(fuzz_datum());
-        let raw = Raw {
-            partition: 0,
-            offset: 1,
-            timestamp_millis: None,
-            key: Some(b"order-1".to_vec()),
-            value: Some(value),
-        };
+        let raw = fuzz_record(1, Some(b"order-1".to_vec()), &fuzz_datum());
         let change = match decode(&mut reader, &writers, "orders", &raw).unwrap() {
             Decoded::Change(change) => change,
             Decoded::Undecodable(why) => panic!("{why}"),
@@ -1864,22 +1854,17 @@ mod tests {
     #[test]
     fn a_record_claiming_more_bytes_than_it_holds_is_undecodable() {
         let (mut reader, writers) = fuzz_reader();
-        let mut value = vec![0, 0, 0, 0, 4, 0, 0];
-        // The string's length, zigzag-encoded as Avro's varint.
+        // id 0, qty 0, then the string's length, zigzag-encoded as Avro's
+        // varint.
+        let mut datum = vec![0, 0];
         let mut n: u64 = 400_000_000;
         while n >= 0x80 {
-            value.push((n as u8) | 0x80);
+            datum.push((n as u8) | 0x80);
             n >>= 7;
         }
-        value.push(n as u8);
-        value.extend_from_slice(b"abc");
-        let raw = Raw {
-            partition: 0,
-            offset: 9,
-            timestamp_millis: None,
-            key: Some(b"k".to_vec()),
-            value: Some(value),
-        };
+        datum.push(n as u8);
+        datum.extend_from_slice(b"abc");
+        let raw = fuzz_record(9, Some(b"k".to_vec()), &datum);
         let Decoded::Undecodable(why) = decode(&mut reader, &writers, "orders", &raw).unwrap()
         else {
             panic!("decoded");
@@ -1913,14 +1898,26 @@ mod tests {
                 datum.truncate(cut % (datum.len() + 1));
             }
             datum.extend_from_slice(&tail);
-            let mut value = vec![0, 0, 0, 0, 4];
-            value.extend(datum);
-            let raw = Raw { partition: 0, offset: 1, timestamp_millis: None, key: Some(b"k".to_vec()), value: Some(value) };
+            let raw = fuzz_record(1, Some(b"k".to_vec()), &datum);
             match decode(&mut reader, &writers, "orders", &raw) {
                 Ok(Decoded::Change(_)) | Ok(Decoded::Undecodable(_)) => {}
                 Ok(Decoded::Nothing) => proptest::prop_assert!(false, "nothing for a record with a value"),
                 Err(e) => proptest::prop_assert!(false, "{}", e),
             }
+        }
+    }
+
+    /// A record at `offset` of partition 0 with `key`, and `datum` after
+    /// the wire header naming writer schema id 4.
+    fn fuzz_record(offset: i64, key: Option<Vec<u8>>, datum: &[u8]) -> Raw {
+        let mut value = vec![0, 0, 0, 0, 4];
+        value.extend_from_slice(datum);
+        Raw {
+            partition: 0,
+            offset,
+            timestamp_millis: None,
+            key,
+            value: Some(value),
         }
     }
 
