@@ -176,6 +176,9 @@ fn consumer(bootstrap: &str, topic: &str, eof: bool) -> Result<BaseConsumer> {
         .set("group.id", format!("evolve-bench-{}", std::process::id()))
         .set("isolation.level", "read_committed")
         .set("fetch.wait.max.ms", "10")
+        // As evolve's consumers: a full local queue holds off the next
+        // fetch for 10 ms, not librdkafka's default 1 s.
+        .set("fetch.queue.backoff.ms", "10")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", if eof { "true" } else { "false" })
         .set("auto.offset.reset", "earliest")

@@ -94,6 +94,7 @@ use apache_avro::reader::datum::GenericDatumReader;
 use bytes::Bytes;
 use evolve_compat::avro::AvroSchema;
 use evolve_core::change::{ChangeKind, ColumnSchema, Datum, RowChange, TableSchema};
+use rdkafka::ClientConfig;
 use rdkafka::Message as _;
 use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
@@ -165,6 +166,13 @@ fn kafka_error(connection: &str, context: &str, e: impl std::fmt::Display) -> Pi
 }
 
 fn consumer(name: &str, connection: &Connection, group: &str) -> Result<BaseConsumer> {
+    consumer_config(name, connection, group)?
+        .create()
+        .map_err(|e| kafka_error(name, "create a consumer", e))
+}
+
+/// The settings of every consumer a Kafka source makes.
+fn consumer_config(name: &str, connection: &Connection, group: &str) -> Result<ClientConfig> {
     let mut config = crate::sink::kafka::client_config(name, connection)?;
     config
         .set("group.id", group)
@@ -172,10 +180,13 @@ fn consumer(name: &str, connection: &Connection, group: &str) -> Result<BaseCons
         .set("enable.auto.offset.store", "false")
         .set("isolation.level", "read_committed")
         .set("auto.offset.reset", "error")
-        .set("enable.partition.eof", "false");
-    config
-        .create()
-        .map_err(|e| kafka_error(name, "create a consumer", e))
+        .set("enable.partition.eof", "false")
+        // librdkafka stops fetching a partition whose local queue holds
+        // `queued.min.messages` and looks again this much later (1 s by
+        // default): a reader faster than the broker's answers then
+        // drains the queue in a fraction of that and waits out the rest.
+        .set("fetch.queue.backoff.ms", "10");
+    Ok(config)
 }
 
 /// The partitions of `topic` with their low and high watermarks. An
@@ -1526,6 +1537,23 @@ impl TableSnapshot for KafkaSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consumers_read_committed_and_fetch_again_soon_after_a_full_queue() {
+        let connection = Connection::kafka(
+            "kafka://127.0.0.1:9092",
+            crate::config::KafkaOptions::default(),
+        );
+        let config = consumer_config("k", &connection, "evolve-s-snapshot").unwrap();
+        assert_eq!(config.get("group.id"), Some("evolve-s-snapshot"));
+        assert_eq!(config.get("isolation.level"), Some("read_committed"));
+        // No consumer-group commit is trusted: offsets live in the store.
+        assert_eq!(config.get("enable.auto.commit"), Some("false"));
+        // librdkafka's default is 1 s: a snapshot's first pass, which
+        // reads faster than the broker answers, took about 7 s instead of
+        // 1.5 s for 1,000,000 records, idle most of the time.
+        assert_eq!(config.get("fetch.queue.backoff.ms"), Some("10"));
+    }
 
     #[test]
     fn offsets_round_trip_and_the_wire_header_is_read() {
