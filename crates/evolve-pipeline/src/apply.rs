@@ -305,6 +305,18 @@ enum Before {
     Unread,
 }
 
+/// How [`Txn::set`] learns a key's document in the store, the first time
+/// the transaction touches the key.
+enum Original {
+    /// The caller has just read it (or listed it).
+    Known(Option<Vec<u8>>),
+    /// Read it from the store now; the reason is kept for the write.
+    Read(Before),
+    /// Not read: an insert of a key the table is expected not to hold
+    /// ([`Before::Unread`]).
+    Unread,
+}
+
 /// One upstream transaction being collected.
 pub struct Txn {
     /// Its commit record's LSN (from Begin).
@@ -383,9 +395,7 @@ impl Txn {
 
     /// Sets `key`'s current document in table `t`; the first time the
     /// transaction touches the key, its document in the store is kept as
-    /// the original: `stored` when the caller has just read it, otherwise
-    /// read here, unless `before` is [`Before::Unread`].
-    #[allow(clippy::too_many_arguments)]
+    /// the original, learnt as `original` says.
     fn set(
         &mut self,
         store: &Store,
@@ -393,18 +403,17 @@ impl Txn {
         t: usize,
         key: Vec<u8>,
         doc: Option<Vec<u8>>,
-        stored: Option<Option<Vec<u8>>>,
-        before: Before,
+        original: Original,
     ) -> Result<()> {
         let keys = self.index.entry(t).or_default();
         if let Some(&i) = keys.get(&key) {
             self.touched[i].cur = doc;
             return Ok(());
         }
-        let orig = match (stored, before) {
-            (Some(orig), _) => orig,
-            (None, Before::Unread) => None,
-            (None, _) => store.doc(tables[t].info.id, &key)?,
+        let (orig, before) = match original {
+            Original::Known(orig) => (orig, Before::Read),
+            Original::Read(before) => (store.doc(tables[t].info.id, &key)?, before),
+            Original::Unread => (None, Before::Unread),
         };
         keys.insert(key.clone(), self.touched.len());
         self.touched.push(Touched {
@@ -430,12 +439,12 @@ impl Txn {
             .key_of(new)?
             .ok_or_else(|| table.document_error("an inserted row has no key value"))?;
         let doc = table.doc_of(new, None)?;
-        let before = if table.inserts.expect_new() {
-            Before::Unread
+        let original = if table.inserts.expect_new() {
+            Original::Unread
         } else {
-            Before::ReadForInsert
+            Original::Read(Before::ReadForInsert)
         };
-        self.set(store, tables, t, key, Some(doc), None, before)
+        self.set(store, tables, t, key, Some(doc), original)
     }
 
     /// An updated row of table `t`.
@@ -462,12 +471,23 @@ impl Txn {
         let (previous, stored) = self.current(store, tables, t, &old_key)?;
         let doc = table.doc_of(new, previous.as_deref())?;
         // The store's document of the old key, read once.
-        let stored = stored.then_some(previous);
-        if old_key != new_key {
-            self.set(store, tables, t, old_key, None, stored, Before::Read)?;
-            self.set(store, tables, t, new_key, Some(doc), None, Before::Read)
+        let original = if stored {
+            Original::Known(previous)
         } else {
-            self.set(store, tables, t, new_key, Some(doc), stored, Before::Read)
+            Original::Read(Before::Read)
+        };
+        if old_key != new_key {
+            self.set(store, tables, t, old_key, None, original)?;
+            self.set(
+                store,
+                tables,
+                t,
+                new_key,
+                Some(doc),
+                Original::Read(Before::Read),
+            )
+        } else {
+            self.set(store, tables, t, new_key, Some(doc), original)
         }
     }
 
@@ -483,13 +503,13 @@ impl Txn {
         let key = table
             .key_of(old)?
             .ok_or_else(|| table.document_error("a deleted row has no key value"))?;
-        self.set(store, tables, t, key, None, None, Before::Read)
+        self.set(store, tables, t, key, None, Original::Read(Before::Read))
     }
 
     /// Table `t` was truncated: every row it holds is deleted.
     pub fn truncate(&mut self, store: &Store, tables: &[TableRuntime], t: usize) -> Result<()> {
         for (key, doc) in store.docs(tables[t].info.id)? {
-            self.set(store, tables, t, key, None, Some(Some(doc)), Before::Read)?;
+            self.set(store, tables, t, key, None, Original::Known(Some(doc)))?;
         }
         for touched in self.touched.iter_mut().filter(|touched| touched.t == t) {
             touched.cur = None;

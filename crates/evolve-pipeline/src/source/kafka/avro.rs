@@ -386,15 +386,12 @@ fn scalar(v: &Value, schema: &Schema, out: &mut String) -> Result<(), String> {
         Value::Double(f) => float(*f, None, out, false),
         Value::String(s) => out.push_str(s),
         Value::Enum(_, symbol) => out.push_str(symbol),
-        // A decimal of `bytes`, read as plain bytes (see
-        // [`parse_for_decoding`]).
-        Value::Bytes(b) if matches!(schema, Schema::Decimal(_)) => {
-            let Schema::Decimal(d) = schema else {
-                unreachable!()
-            };
-            decimal(b, d.scale, out);
-        }
-        Value::Bytes(b) | Value::Fixed(_, b) => hex(b, out),
+        Value::Bytes(b) | Value::Fixed(_, b) => match schema {
+            // A decimal of `bytes`, read as plain bytes (see
+            // [`parse_for_decoding`]).
+            Schema::Decimal(d) => decimal(b, d.scale, out),
+            _ => hex(b, out),
+        },
         Value::Decimal(d) => {
             let scale = match schema {
                 Schema::Decimal(d) => d.scale,
