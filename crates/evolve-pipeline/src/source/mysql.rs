@@ -4108,6 +4108,121 @@ mod tests {
         }
     }
 
+    /// `name` as MySQL quotes an identifier: in backticks, a backtick in
+    /// it doubled.
+    fn quoted(name: &str) -> String {
+        format!("`{}`", name.replace('`', "``"))
+    }
+
+    /// Words and punctuation the statement readers look for, to put
+    /// arbitrary statements near the forms they recognize.
+    const DDL_PIECES: &[&str] = &[
+        "ALTER",
+        "TABLE",
+        "DROP",
+        "COLUMN",
+        "CHANGE",
+        "RENAME",
+        "TO",
+        "AS",
+        "IF",
+        "EXISTS",
+        "TRUNCATE",
+        "CREATE",
+        "OR",
+        "REPLACE",
+        "WAIT",
+        "NOWAIT",
+        "ONLINE",
+        "IGNORE",
+        "INDEX",
+        "PRIMARY",
+        "KEY",
+        "TEMPORARY",
+        "TABLES",
+        ",",
+        ".",
+        "(",
+        ")",
+        "`",
+        "``",
+        "'",
+        "\"",
+        "/*",
+        "*/",
+        "/*!40000",
+        "/*M!100100",
+        "--",
+        "-- ",
+        "#",
+        "\n",
+        "\\",
+        ";",
+        "t",
+        "`a``b`",
+        "db",
+        "x",
+        "5",
+    ];
+
+    /// Identifiers, often with the characters that quoting and the
+    /// statement readers treat specially.
+    const NAME: &str = r##"([`.,;()'"#*/\\ \n-]|\PC){1,12}"##;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// The binlog's statements are the server's text, whatever a
+        /// client sent: reading one never panics.
+        #[test]
+        fn statement_readers_never_panic(sql in "\\PC{0,160}") {
+            let _ = parse_ddl(&sql, "shop");
+            let _ = truncated_table(&sql, "shop");
+        }
+
+        #[test]
+        fn statement_readers_never_panic_on_near_misses(
+            pieces in proptest::collection::vec(proptest::sample::select(DDL_PIECES), 0..24),
+            spaced in proptest::collection::vec(proptest::bool::ANY, 24),
+        ) {
+            let mut sql = String::new();
+            for (piece, space) in pieces.iter().zip(&spaced) {
+                sql.push_str(piece);
+                if *space {
+                    sql.push(' ');
+                }
+            }
+            let _ = parse_ddl(&sql, "shop");
+            let _ = truncated_table(&sql, "shop");
+        }
+
+        /// Any identifier, quoted as MySQL quotes it, comes back as it was.
+        #[test]
+        fn quoted_names_come_back_as_they_were(
+            db in NAME,
+            table in NAME,
+            column in NAME,
+        ) {
+            let (qd, qt, qc) = (quoted(&db), quoted(&table), quoted(&column));
+            let at = (db.clone(), table.clone());
+            proptest::prop_assert_eq!(
+                parse_ddl(&format!("ALTER TABLE {qd}.{qt} DROP COLUMN {qc}"), "shop"),
+                vec![Ddl::Columns { table: at.clone(), removed: vec![column.clone()] }]
+            );
+            proptest::prop_assert_eq!(
+                parse_ddl(&format!("RENAME TABLE {qt} TO {qd}.{qc}"), "shop"),
+                vec![Ddl::Gone {
+                    table: ("shop".to_string(), table.clone()),
+                    to: Some((db.clone(), column.clone())),
+                }]
+            );
+            proptest::prop_assert_eq!(
+                truncated_table(&format!("TRUNCATE TABLE {qd}.{qt}"), "shop"),
+                Some(at)
+            );
+        }
+    }
+
     fn text(value: Value, conv: &Conv) -> String {
         String::from_utf8(value_text(value, conv).unwrap().unwrap()).unwrap()
     }
