@@ -114,6 +114,9 @@ struct Attempt {
     logged: Vec<(Position, i64, Logged)>,
     /// Tables whose schema-level conflicts this attempt logs.
     schemas_logged: std::collections::HashSet<u32>,
+    /// Rows the set path's inserts add to the node's tables, counted
+    /// into [`Applier`]'s `added` only once the attempt commits.
+    added: u64,
 }
 
 /// One row's statement and how to read its result.

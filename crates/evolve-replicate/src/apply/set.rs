@@ -132,6 +132,8 @@ impl Applier {
             match self.write_set(&tx, txns, checked).await {
                 Ok(Written::Done(mut attempt)) => {
                     self.finish(tx, last, &mut attempt).await?;
+                    // A group declined or sent again added nothing.
+                    self.added += attempt.added;
                     self.groups.0 += 1;
                     return Ok(Some(attempt.applied));
                 }
@@ -288,7 +290,7 @@ impl Applier {
                 // node then does no speculative insertion and no tuple
                 // lock, as its own apply worker does not.
                 if !expect_row {
-                    self.added += keys.len() as u64;
+                    attempt.added += keys.len() as u64;
                 }
                 let (statement, wanted) = if checked {
                     let wanted = if expect_row { 0 } else { keys.len() as i64 };
