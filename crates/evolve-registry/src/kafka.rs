@@ -744,7 +744,10 @@ impl KafkaLog {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "false")
-            .set("auto.offset.reset", "earliest");
+            .set("auto.offset.reset", "earliest")
+            // Reading a long topic at start, a full local queue holds off
+            // the next fetch for 10 ms, not librdkafka's default 1 s.
+            .set("fetch.queue.backoff.ms", "10");
         // Asks for the last stable offset on a connection of its own: a
         // broker answers a connection's requests in order, so behind the
         // reader's waiting fetch the question would wait too.
