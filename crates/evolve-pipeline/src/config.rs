@@ -67,6 +67,9 @@ pub const DEFAULT_RETAIN_HISTORY: Duration = Duration::from_secs(600);
 /// The default [`Config::sink_load_rows`].
 pub const DEFAULT_SINK_LOAD_ROWS: usize = 5_000;
 
+/// The default [`Config::kafka_snapshot_memory_keys`].
+pub const DEFAULT_KAFKA_SNAPSHOT_MEMORY_KEYS: usize = crate::source::kafka::MEMORY_KEYS;
+
 /// A parsed `evolve.toml`.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -88,6 +91,10 @@ pub struct Config {
     /// also cut at about 1 MiB): the load holds a few chunks in memory,
     /// whatever the size of the table. Not read from `evolve.toml`.
     pub sink_load_rows: usize,
+    /// Keys an `ENVELOPE UPSERT` Kafka table's snapshot keeps in memory
+    /// while it finds each key's last record (about 150 bytes each); past
+    /// that they move to a file in the state directory.
+    pub kafka_snapshot_memory_keys: usize,
     /// `admin_token_file` as written, read by [`Config::load`].
     token_file: Option<PathBuf>,
 }
@@ -290,6 +297,7 @@ struct RawConfig {
     admin_allowed_hosts: Vec<String>,
     #[serde(default)]
     connections: BTreeMap<String, RawConnection>,
+    kafka_snapshot_memory_keys: Option<toml::Value>,
 }
 
 #[derive(serde::Deserialize)]
@@ -503,8 +511,15 @@ impl Config {
             admin_allowed_hosts: Vec::new(),
             connections: BTreeMap::new(),
             sink_load_rows: DEFAULT_SINK_LOAD_ROWS,
+            kafka_snapshot_memory_keys: DEFAULT_KAFKA_SNAPSHOT_MEMORY_KEYS,
             token_file: None,
         }
+    }
+
+    /// Sets [`Config::kafka_snapshot_memory_keys`].
+    pub fn with_kafka_snapshot_memory_keys(mut self, keys: usize) -> Config {
+        self.kafka_snapshot_memory_keys = keys;
+        self
     }
 
     /// Sets [`Config::sink_load_rows`] (at least 1).
@@ -616,6 +631,21 @@ impl Config {
                 });
             }
         };
+        let kafka_snapshot_memory_keys = match &raw.kafka_snapshot_memory_keys {
+            None => DEFAULT_KAFKA_SNAPSHOT_MEMORY_KEYS,
+            Some(toml::Value::Integer(n)) if *n >= 0 => usize::try_from(*n).unwrap_or(usize::MAX),
+            Some(other) => {
+                let found = match other {
+                    toml::Value::Integer(n) => n.to_string(),
+                    other => format!("a {}", other.type_str()),
+                };
+                return Err(PipelineError::Config {
+                    message: format!(
+                        "kafka_snapshot_memory_keys: expected a number of keys (0 or more), found {found}"
+                    ),
+                });
+            }
+        };
         if raw.admin_token.is_some() && raw.admin_token_file.is_some() {
             return Err(PipelineError::Config {
                 message: "admin_token and admin_token_file are both set; keep one".into(),
@@ -665,6 +695,7 @@ impl Config {
                 .collect(),
             connections,
             sink_load_rows: DEFAULT_SINK_LOAD_ROWS,
+            kafka_snapshot_memory_keys,
             token_file: raw.admin_token_file.map(PathBuf::from),
         })
     }
@@ -925,6 +956,23 @@ mod tests {
             let e = Config::parse(&format!("retain_history = {text}\n"), env).unwrap_err();
             assert!(
                 e.primary().starts_with("retain_history: "),
+                "{text}: {}",
+                e.primary()
+            );
+        }
+    }
+
+    #[test]
+    fn kafka_snapshot_memory_keys_is_read_and_bad_values_name_the_key() {
+        let c = Config::parse("", env).unwrap();
+        assert_eq!(c.kafka_snapshot_memory_keys, 1_000_000);
+        let c = Config::parse("kafka_snapshot_memory_keys = 250_000\n", env).unwrap();
+        assert_eq!(c.kafka_snapshot_memory_keys, 250_000);
+        for text in ["-1", "\"many\"", "1.5"] {
+            let e =
+                Config::parse(&format!("kafka_snapshot_memory_keys = {text}\n"), env).unwrap_err();
+            assert!(
+                e.primary().contains("kafka_snapshot_memory_keys"),
                 "{text}: {}",
                 e.primary()
             );

@@ -1573,7 +1573,8 @@ impl Pipeline {
                         self.config.state_dir.clone(),
                         Vec::new(),
                         self.registries_of(std::slice::from_ref(&table)),
-                    ),
+                    )
+                    .with_snapshot_memory_keys(self.config.kafka_snapshot_memory_keys),
                     state_dir: self.config.state_dir.clone(),
                     table,
                     stop: stop_rx,

@@ -955,12 +955,20 @@ fn address(street: &str, country: &str) -> Value {
 /// over, over three partitions: the UPSERT table holds each key's last
 /// record, with keys written twice and keys deleted by a tombstone left
 /// out, and an ENVELOPE NONE table of the same topic one row per record
-/// with a value; both exact.
+/// with a value; both exact. The UPSERT snapshot keeps 1,000 keys in
+/// memory (`kafka_snapshot_memory_keys`), so its keys move to a file
+/// midway, which is gone once the snapshot is in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_larger_than_a_chunk_keeps_each_keys_last_record() {
     const KEYS: i64 = 6_000;
     let env = env("kafka_source_big").await;
     let (_registry, bootstrap, url) = kafka_env(&env).await;
+    let config = std::fs::read_to_string(&env.config).unwrap();
+    std::fs::write(
+        &env.config,
+        format!("kafka_snapshot_memory_keys = 1000\n{config}"),
+    )
+    .unwrap();
     topic(&bootstrap, "kbig", 3).await;
     let mut produced: Vec<Produced> = (0..KEYS)
         .map(|i| (format!("k{i}"), Some(order(i, 1))))
@@ -977,7 +985,13 @@ async fn a_snapshot_larger_than_a_chunk_keeps_each_keys_last_record() {
     let want = fold(&produced, &["id", "customer", "qty"]);
     assert_eq!(want.len(), 5_400);
 
-    let pipeline = Pipeline::start(&env.config);
+    let log = env.dir.join("pipeline.log");
+    let pipeline = Pipeline::start_with(
+        &env.config,
+        &[],
+        &[],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
     let admin = pipeline.url.clone();
     sql_ok(
         &admin,
@@ -1029,6 +1043,20 @@ async fn a_snapshot_larger_than_a_chunk_keeps_each_keys_last_record() {
         (r.get(0), r.get(1))
     };
     assert_eq!((qty1, qty2), (6_000, 2_000));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        logged
+            .matches("an upsert snapshot's keys moved to disk")
+            .count(),
+        1,
+        "{logged}"
+    );
+    let left: Vec<String> = std::fs::read_dir(env.dir.join("state"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("snapshot-keys-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// A value schema that takes its types from other subjects (Confluent

@@ -83,6 +83,9 @@
 //! again; one already swapped in is no longer in the store.
 
 pub mod avro;
+mod last;
+
+pub use last::MEMORY_KEYS;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -840,6 +843,9 @@ pub struct KafkaSource {
     tables: Vec<TableInfo>,
     /// The registry connections its tables name.
     registries: Vec<(String, Connection)>,
+    /// Keys an upsert snapshot keeps in memory ([`MEMORY_KEYS`] unless
+    /// set).
+    memory_keys: usize,
 }
 
 impl KafkaSource {
@@ -856,7 +862,15 @@ impl KafkaSource {
             state_dir,
             tables,
             registries,
+            memory_keys: MEMORY_KEYS,
         }
+    }
+
+    /// Sets how many keys an `ENVELOPE UPSERT` snapshot keeps in memory
+    /// before they move to a file in the state directory.
+    pub fn with_snapshot_memory_keys(mut self, keys: usize) -> KafkaSource {
+        self.memory_keys = keys;
+        self
     }
 
     fn topic(&self) -> &str {
@@ -977,6 +991,11 @@ impl Source for KafkaSource {
         let target = offsets.clone();
         let upsert = reader.upsert;
         let group = format!("evolve-{}-snapshot", self.source.slot);
+        // Where an upsert snapshot's keys go past what memory keeps.
+        let spill = self
+            .state_dir
+            .join(format!("snapshot-keys-{}.sqlite", table.id));
+        let memory_keys = self.memory_keys;
         tracing::debug!(
             table = %table.name,
             position = %Position::from_u64(applied.as_u64() + 1),
@@ -987,7 +1006,8 @@ impl Source for KafkaSource {
         std::thread::Builder::new()
             .name(format!("kafka-snapshot-{}", table.id))
             .spawn(move || {
-                let read = read_until(&name, &connection, &group, &topic, &target, upsert, &tx);
+                let spill = upsert.then_some((spill.as_path(), memory_keys));
+                let read = read_until(&name, &connection, &group, &topic, &target, spill, &tx);
                 // The end, or why it came early; nobody listens any more
                 // when the snapshot was dropped.
                 let _ = tx.blocking_send(read.map(|()| SnapshotChunk::End));
@@ -1032,15 +1052,16 @@ enum SnapshotChunk {
 /// unless that is a tombstone (and the keyless records, which decoding
 /// refuses). For `upsert` a first pass finds those records, keeping only
 /// keys and offsets, and a second hands them over: the memory a snapshot
-/// needs grows with the topic's keys, not with its values. Returns early,
-/// with `Ok`, when `out` is closed.
+/// needs grows with the topic's keys, not with its values, and past
+/// the number of keys `upsert` gives they move to the file it names.
+/// Returns early, with `Ok`, when `out` is closed.
 fn read_until(
     name: &str,
     connection: &Connection,
     group: &str,
     topic: &str,
     target: &Offsets,
-    upsert: bool,
+    upsert: Option<(&std::path::Path, usize)>,
     out: &mpsc::Sender<Result<SnapshotChunk>>,
 ) -> Result<()> {
     let consumer = consumer(name, connection, group)?;
@@ -1058,25 +1079,21 @@ fn read_until(
         let full = std::mem::replace(chunk, Vec::with_capacity(SNAPSHOT_CHUNK));
         full.is_empty() || out.blocking_send(Ok(SnapshotChunk::Records(full))).is_ok()
     };
-    if !upsert {
+    let Some((spill, memory_keys)) = upsert else {
         scan(&consumer, name, topic, &ends, |m| {
             chunk.push(Raw::of(m));
             Ok(chunk.len() < SNAPSHOT_CHUNK || hand(&mut chunk))
         })?;
         hand(&mut chunk);
         return Ok(());
-    }
-    let mut live: HashMap<Vec<u8>, (i32, i64)> = HashMap::new();
+    };
+    let mut live = last::LastRecords::new(spill, memory_keys);
     let mut keyless: Option<Raw> = None;
     // Keys and offsets only: the values are read again in the second pass.
     scan(&consumer, name, topic, &ends, |m| {
         match m.key() {
-            Some(key) if m.payload().is_some() => {
-                live.insert(key.to_vec(), (m.partition(), m.offset()));
-            }
-            Some(key) => {
-                live.remove(key);
-            }
+            Some(key) if m.payload().is_some() => live.set(key, (m.partition(), m.offset()))?,
+            Some(key) => live.remove(key)?,
             None => {
                 keyless.get_or_insert_with(|| Raw::of(m));
             }
@@ -1094,28 +1111,30 @@ fn read_until(
             return Ok(());
         }
     }
-    if live.is_empty() {
+    let keys = live.len()?;
+    if keys == 0 {
         return Ok(());
     }
-    let mut found = 0usize;
+    let mut found = 0u64;
     scan(&consumer, name, topic, &ends, |m| {
-        let last = m
-            .key()
-            .is_some_and(|key| live.get(key) == Some(&(m.partition(), m.offset())));
+        let last = match m.key() {
+            Some(key) => live.is_last(key, (m.partition(), m.offset()))?,
+            None => false,
+        };
         if last {
             found += 1;
             chunk.push(Raw::of(m));
         }
         Ok(chunk.len() < SNAPSHOT_CHUNK || hand(&mut chunk))
     })?;
-    if hand(&mut chunk) && found < live.len() {
+    if hand(&mut chunk) && found < keys {
         // Log compaction removes a record once a later one of its key is
         // written; that later record is past the snapshot's end, so the
         // stream reads it.
         tracing::warn!(
             source = name,
             topic,
-            missing = live.len() - found,
+            missing = keys - found,
             "records of the snapshot's first pass were compacted away before its second; their keys come back with the later records the stream reads"
         );
     }
