@@ -67,8 +67,8 @@ pub const DEFAULT_RETAIN_HISTORY: Duration = Duration::from_secs(600);
 /// The default [`Config::sink_load_rows`].
 pub const DEFAULT_SINK_LOAD_ROWS: usize = 5_000;
 
-/// The default [`Config::kafka_snapshot_memory_keys`].
-pub const DEFAULT_KAFKA_SNAPSHOT_MEMORY_KEYS: usize = crate::source::kafka::MEMORY_KEYS;
+/// The default [`Config::kafka_snapshot_memory_keys`]: about 150 MiB.
+pub const DEFAULT_KAFKA_SNAPSHOT_MEMORY_KEYS: usize = 1_000_000;
 
 /// A parsed `evolve.toml`.
 #[derive(Clone, Debug)]

@@ -245,6 +245,8 @@ mod layers {
         ("source", 2, include_str!("source/postgres.rs")),
         ("source", 2, include_str!("source/mysql.rs")),
         ("source", 2, include_str!("source/mysql/gtid.rs")),
+        ("source", 2, include_str!("source/kafka.rs")),
+        ("source", 2, include_str!("source/kafka/last.rs")),
         ("stream", 2, include_str!("stream.rs")),
         ("sink", 2, include_str!("sink/mod.rs")),
         ("sink", 2, include_str!("sink/postgres.rs")),

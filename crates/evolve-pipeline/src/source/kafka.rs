@@ -85,8 +85,6 @@
 pub mod avro;
 mod last;
 
-pub use last::MEMORY_KEYS;
-
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -843,8 +841,8 @@ pub struct KafkaSource {
     tables: Vec<TableInfo>,
     /// The registry connections its tables name.
     registries: Vec<(String, Connection)>,
-    /// Keys an upsert snapshot keeps in memory ([`MEMORY_KEYS`] unless
-    /// set).
+    /// Keys an upsert snapshot keeps in memory
+    /// ([`crate::config::DEFAULT_KAFKA_SNAPSHOT_MEMORY_KEYS`] unless set).
     memory_keys: usize,
 }
 
@@ -862,7 +860,7 @@ impl KafkaSource {
             state_dir,
             tables,
             registries,
-            memory_keys: MEMORY_KEYS,
+            memory_keys: crate::config::DEFAULT_KAFKA_SNAPSHOT_MEMORY_KEYS,
         }
     }
 

@@ -4,9 +4,9 @@
 //! snapshotted in bounded memory.
 //!
 //! In memory a key costs about 120 to 150 bytes (measured: 1,000,000 keys
-//! of 12 to 13 bytes added 120 to 150 MiB to the process); past
-//! [`MEMORY_KEYS`] every key moves to the file, whose page cache is
-//! bounded ([`CACHE_KIB`]). The file is removed when the map is dropped,
+//! of 12 to 13 bytes added 120 to 150 MiB to the process); past the limit
+//! (`kafka_snapshot_memory_keys`, [`crate::config::Config`]) every key
+//! moves to the file, whose page cache is bounded ([`CACHE_KIB`]). The file is removed when the map is dropped,
 //! and a file left by a crash is replaced by the next snapshot of the
 //! table.
 
@@ -16,9 +16,6 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::{PipelineError, Result};
-
-/// Keys kept in memory before the map moves to its file.
-pub const MEMORY_KEYS: usize = 1_000_000;
 
 /// The file's page cache, in KiB.
 const CACHE_KIB: i64 = 64 * 1024;
