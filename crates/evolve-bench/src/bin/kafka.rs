@@ -40,7 +40,8 @@ use rdkafka::types::RDKafkaErrorCode;
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T> = std::result::Result<T, Error>;
 
-const USAGE: &str = "usage: kafka [--part a|b|all] [--rows N] [--runs N]";
+const USAGE: &str =
+    "usage: kafka [--part a|b|all] [--rows N] [--runs N] [--snapshot-memory-keys N]";
 
 /// The header carrying the upstream transaction's position on the Kafka
 /// sink's records.
@@ -71,6 +72,9 @@ struct Args {
     part: Part,
     rows: i64,
     runs: usize,
+    /// Part (b)'s `kafka_snapshot_memory_keys` (the pipeline's default
+    /// unless given).
+    memory_keys: Option<usize>,
 }
 
 impl Args {
@@ -79,6 +83,7 @@ impl Args {
             part: Part::All,
             rows: 1_000_000,
             runs: 3,
+            memory_keys: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -100,6 +105,7 @@ impl Args {
                 }
                 "--rows" => args.rows = value()?.parse()?,
                 "--runs" => args.runs = value()?.parse()?,
+                "--snapshot-memory-keys" => args.memory_keys = Some(value()?.parse()?),
                 "-h" | "--help" => {
                     println!("{USAGE}");
                     std::process::exit(0);

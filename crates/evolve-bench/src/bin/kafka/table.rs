@@ -70,7 +70,7 @@ pub async fn bench(
     let registry = serve_registry(&dir).await?;
     let mut runs = Vec::new();
     for run in 1..=args.runs {
-        let r = one_run(up, broker, &registry, &dir, n, run).await?;
+        let r = one_run(up, broker, &registry, &dir, n, run, args.memory_keys).await?;
         println!(
             "run {run}: stream {} ({}/s), snapshot {} ({}/s, peak RSS {} MiB, {} MiB before), ceiling {} ({}/s)",
             fmt(r.stream),
@@ -317,6 +317,7 @@ async fn one_run(
     dir: &std::path::Path,
     n: i64,
     run: usize,
+    memory_keys: Option<usize>,
 ) -> Result<Run> {
     let bootstrap = broker.bootstrap();
     let topic = format!("bench_table_{run}");
@@ -362,10 +363,13 @@ async fn one_run(
     std::fs::write("/proc/self/clear_refs", "5")?;
     let rss_before = proc_status("VmRSS:");
     let snapshot = {
-        let config = Config::new(&state)
+        let mut config = Config::new(&state)
             .with_connection("k", broker.url())
             .with_connection("csr", registry.to_string())
             .with_connection("sink", snap_db.url.clone());
+        if let Some(keys) = memory_keys {
+            config = config.with_kafka_snapshot_memory_keys(keys);
+        }
         let pipeline = Arc::new(Pipeline::open(config)?);
         // The source starts at the topic's end: the table's snapshot reads
         // every record.
