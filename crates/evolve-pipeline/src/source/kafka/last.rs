@@ -6,9 +6,9 @@
 //! In memory a key costs about 120 to 150 bytes (measured: 1,000,000 keys
 //! of 12 to 13 bytes added 120 to 150 MiB to the process); past the limit
 //! (`kafka_snapshot_memory_keys`, [`crate::config::Config`]) every key
-//! moves to the file, whose page cache is bounded ([`CACHE_KIB`]). The file is removed when the map is dropped,
-//! and a file left by a crash is replaced by the next snapshot of the
-//! table.
+//! moves to the file, whose page cache is bounded ([`CACHE_KIB`]). The
+//! file is removed when the map is dropped, and a file left by a crash is
+//! replaced by the next snapshot of the table.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -44,8 +44,9 @@ impl Drop for Spilled {
     }
 }
 
-fn failed(context: &str) -> impl Fn(rusqlite::Error) -> PipelineError + '_ {
-    move |e| PipelineError::store(context, e)
+/// An error of the file at `path` while doing `what`.
+fn failed<'a>(what: &'a str, path: &'a Path) -> impl Fn(rusqlite::Error) -> PipelineError + 'a {
+    move |e| PipelineError::store(format!("{what} in {}", path.display()), e)
 }
 
 impl LastRecords {
@@ -74,7 +75,7 @@ impl LastRecords {
                      ON CONFLICT (key) DO UPDATE SET part = ?2, pos = ?3",
                 )
                 .and_then(|mut s| s.execute(params![key, place.0, place.1]))
-                .map_err(failed("keep a snapshot's key"))?;
+                .map_err(failed("keep a snapshot's key", &self.path))?;
             return Ok(());
         }
         match self.memory.get_mut(key) {
@@ -96,7 +97,7 @@ impl LastRecords {
                 file.conn
                     .prepare_cached("DELETE FROM last WHERE key = ?1")
                     .and_then(|mut s| s.execute([key]))
-                    .map_err(failed("forget a snapshot's key"))?;
+                    .map_err(failed("forget a snapshot's key", &self.path))?;
             }
             None => {
                 self.memory.remove(key);
@@ -116,7 +117,7 @@ impl LastRecords {
                         .optional()
                 })
                 .map(|found| found == Some(place))
-                .map_err(failed("look up a snapshot's key")),
+                .map_err(failed("look up a snapshot's key", &self.path)),
             None => Ok(self.memory.get(key) == Some(&place)),
         }
     }
@@ -128,20 +129,21 @@ impl LastRecords {
                 .conn
                 .query_row("SELECT count(*) FROM last", [], |r| r.get::<_, i64>(0))
                 .map(|n| n as u64)
-                .map_err(failed("count a snapshot's keys")),
+                .map_err(failed("count a snapshot's keys", &self.path)),
             None => Ok(self.memory.len() as u64),
         }
     }
 
     /// Moves every key to the file.
     fn spill(&mut self) -> Result<()> {
-        let fail = failed("move a snapshot's keys to disk");
+        let path = self.path.clone();
+        let fail = failed("move a snapshot's keys", &path);
         // A file left by a crash holds nothing of this snapshot.
-        let _ = std::fs::remove_file(&self.path);
-        let conn = Connection::open(&self.path).map_err(&fail)?;
+        let _ = std::fs::remove_file(&path);
+        let conn = Connection::open(&path).map_err(&fail)?;
         let file = Spilled {
             conn,
-            path: self.path.clone(),
+            path: path.clone(),
         };
         // Nothing in it outlives the process: no journal, no syncs.
         file.conn
@@ -243,6 +245,18 @@ mod tests {
             drop(last);
             prop_assert!(!path.exists(), "the file outlived the map");
         }
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_made_is_an_error_naming_it() {
+        let path = std::env::temp_dir()
+            .join(format!("evolve-no-such-dir-{}", std::process::id()))
+            .join("keys.sqlite");
+        let mut last = LastRecords::new(&path, 1);
+        last.set(b"a", (0, 1)).unwrap();
+        let e = last.set(b"b", (0, 2)).unwrap_err().to_string();
+        assert!(e.contains("move a snapshot's keys in"), "{e}");
+        assert!(e.contains(&path.display().to_string()), "{e}");
     }
 
     #[test]
