@@ -365,6 +365,23 @@ impl KafkaSpec {
         format!("{}{WRITER_TOPIC_SUFFIX}", self.topic)
     }
 
+    /// The settings of the store's readers: committed records only, no
+    /// group commits (the log is read from its beginning at every open).
+    fn reader_config(&self) -> ClientConfig {
+        let mut config = self.client_config();
+        config
+            .set("group.id", format!("{}-reader", self.transactional_id()))
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set("auto.offset.reset", "earliest")
+            // Reading a long topic at start, a full local queue holds off
+            // the next fetch for 10 ms, not librdkafka's default 1 s.
+            .set("fetch.queue.backoff.ms", "10");
+        config
+    }
+
     /// librdkafka's settings: brokers, TLS, SASL (as the pipeline's
     /// `kafka://` connections map them).
     fn client_config(&self) -> ClientConfig {
@@ -737,17 +754,7 @@ impl KafkaLog {
         let target = spec.describe();
         ensure_topic(&spec, &spec.topic, &target).await?;
         ensure_topic(&spec, &spec.writer_topic(), &target).await?;
-        let mut config = spec.client_config();
-        config
-            .set("group.id", format!("{}-reader", spec.transactional_id()))
-            .set("isolation.level", "read_committed")
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
-            .set("auto.offset.reset", "earliest")
-            // Reading a long topic at start, a full local queue holds off
-            // the next fetch for 10 ms, not librdkafka's default 1 s.
-            .set("fetch.queue.backoff.ms", "10");
+        let config = spec.reader_config();
         // Asks for the last stable offset on a connection of its own: a
         // broker answers a connection's requests in order, so behind the
         // reader's waiting fetch the question would wait too.
@@ -1422,6 +1429,18 @@ async fn ensure_topic(spec: &KafkaSpec, topic: &str, target: &str) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readers_read_committed_and_fetch_again_soon_after_a_full_queue() {
+        let spec = KafkaSpec::parse("kafka://a:9092").expect("brokers only");
+        let config = spec.reader_config();
+        assert_eq!(config.get("bootstrap.servers"), Some("a:9092"));
+        assert_eq!(config.get("isolation.level"), Some("read_committed"));
+        assert_eq!(config.get("enable.auto.commit"), Some("false"));
+        // librdkafka's default is 1 s, a pause per 100,000 records when
+        // the reader is faster than the broker's answers.
+        assert_eq!(config.get("fetch.queue.backoff.ms"), Some("10"));
+    }
 
     #[test]
     fn kafka_storage_urls_parse_with_the_pipelines_option_names() {
