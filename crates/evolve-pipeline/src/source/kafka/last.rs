@@ -8,7 +8,7 @@
 //! (`kafka_snapshot_memory_keys`, [`crate::config::Config`]) every key
 //! moves to the file, whose page cache is bounded ([`CACHE_KIB`]). The
 //! file is removed when the map is dropped, and a file left by a crash is
-//! replaced by the next snapshot of the table.
+//! removed by the next snapshot of the table.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -50,8 +50,11 @@ fn failed<'a>(what: &'a str, path: &'a Path) -> impl Fn(rusqlite::Error) -> Pipe
 }
 
 impl LastRecords {
-    /// An empty map that moves to a file at `path` past `limit` keys.
+    /// An empty map that moves to a file at `path` past `limit` keys. A
+    /// file there (left by a crash) is removed: it holds nothing of this
+    /// snapshot.
     pub fn new(path: &Path, limit: usize) -> LastRecords {
+        let _ = std::fs::remove_file(path);
         LastRecords {
             memory: HashMap::new(),
             file: None,
@@ -138,8 +141,6 @@ impl LastRecords {
     fn spill(&mut self) -> Result<()> {
         let path = self.path.clone();
         let fail = failed("move a snapshot's keys", &path);
-        // A file left by a crash holds nothing of this snapshot.
-        let _ = std::fs::remove_file(&path);
         let conn = Connection::open(&path).map_err(&fail)?;
         let file = Spilled {
             conn,
@@ -262,7 +263,10 @@ mod tests {
     #[test]
     fn keys_past_the_limit_move_to_a_file_that_goes_with_the_map() {
         let path = scratch();
-        // A file a crash left behind.
+        // A file a crash left behind goes even when nothing spills.
+        std::fs::write(&path, b"not a database").unwrap();
+        drop(LastRecords::new(&path, 2));
+        assert!(!path.exists());
         std::fs::write(&path, b"not a database").unwrap();
         let mut last = LastRecords::new(&path, 2);
         last.set(b"a", (0, 1)).unwrap();
