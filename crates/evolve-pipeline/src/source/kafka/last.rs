@@ -26,21 +26,19 @@ pub type Place = (i32, i64);
 /// Keys and the place of each one's last record.
 pub struct LastRecords {
     memory: HashMap<Vec<u8>, Place>,
-    /// The keys once there were more than `limit`.
-    file: Option<Spilled>,
+    /// The keys once there were more than `limit`, in the file at `path`.
+    file: Option<Connection>,
     limit: usize,
     /// Where the file goes.
     path: PathBuf,
 }
 
-struct Spilled {
-    conn: Connection,
-    path: PathBuf,
-}
-
-impl Drop for Spilled {
+impl Drop for LastRecords {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if let Some(conn) = self.file.take() {
+            drop(conn);
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -72,13 +70,12 @@ impl LastRecords {
     /// `key`'s last record is at `place`.
     pub fn set(&mut self, key: &[u8], place: Place) -> Result<()> {
         if let Some(file) = &self.file {
-            file.conn
-                .prepare_cached(
-                    "INSERT INTO last (key, part, pos) VALUES (?1, ?2, ?3) \
+            file.prepare_cached(
+                "INSERT INTO last (key, part, pos) VALUES (?1, ?2, ?3) \
                      ON CONFLICT (key) DO UPDATE SET part = ?2, pos = ?3",
-                )
-                .and_then(|mut s| s.execute(params![key, place.0, place.1]))
-                .map_err(failed("keep a snapshot's key", &self.path))?;
+            )
+            .and_then(|mut s| s.execute(params![key, place.0, place.1]))
+            .map_err(failed("keep a snapshot's key", &self.path))?;
             return Ok(());
         }
         match self.memory.get_mut(key) {
@@ -97,8 +94,7 @@ impl LastRecords {
     pub fn remove(&mut self, key: &[u8]) -> Result<()> {
         match &self.file {
             Some(file) => {
-                file.conn
-                    .prepare_cached("DELETE FROM last WHERE key = ?1")
+                file.prepare_cached("DELETE FROM last WHERE key = ?1")
                     .and_then(|mut s| s.execute([key]))
                     .map_err(failed("forget a snapshot's key", &self.path))?;
             }
@@ -113,7 +109,6 @@ impl LastRecords {
     pub fn is_last(&self, key: &[u8], place: Place) -> Result<bool> {
         match &self.file {
             Some(file) => file
-                .conn
                 .prepare_cached("SELECT part, pos FROM last WHERE key = ?1")
                 .and_then(|mut s| {
                     s.query_row([key], |r| Ok((r.get::<_, i32>(0)?, r.get::<_, i64>(1)?)))
@@ -129,7 +124,6 @@ impl LastRecords {
     pub fn len(&self) -> Result<u64> {
         match &self.file {
             Some(file) => file
-                .conn
                 .query_row("SELECT count(*) FROM last", [], |r| r.get::<_, i64>(0))
                 .map(|n| n as u64)
                 .map_err(failed("count a snapshot's keys", &self.path)),
@@ -139,33 +133,31 @@ impl LastRecords {
 
     /// Moves every key to the file.
     fn spill(&mut self) -> Result<()> {
-        let path = self.path.clone();
-        let fail = failed("move a snapshot's keys", &path);
-        let conn = Connection::open(&path).map_err(&fail)?;
-        let file = Spilled {
-            conn,
-            path: path.clone(),
-        };
-        // Nothing in it outlives the process: no journal, no syncs.
-        file.conn
-            .execute_batch(&format!(
+        let fail = failed("move a snapshot's keys", &self.path);
+        let filled = Connection::open(&self.path).and_then(|file| {
+            // Nothing in it outlives the process: no journal, no syncs.
+            file.execute_batch(&format!(
                 "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; \
                  PRAGMA cache_size = -{CACHE_KIB}; \
                  CREATE TABLE last (key BLOB PRIMARY KEY, part INTEGER NOT NULL, \
                  pos INTEGER NOT NULL) WITHOUT ROWID; BEGIN"
-            ))
-            .map_err(&fail)?;
-        {
-            let mut insert = file
-                .conn
-                .prepare("INSERT INTO last (key, part, pos) VALUES (?1, ?2, ?3)")
-                .map_err(&fail)?;
-            for (key, (partition, offset)) in self.memory.drain() {
-                insert
-                    .execute(params![key, partition, offset])
-                    .map_err(&fail)?;
+            ))?;
+            {
+                let mut insert =
+                    file.prepare("INSERT INTO last (key, part, pos) VALUES (?1, ?2, ?3)")?;
+                for (key, (partition, offset)) in &self.memory {
+                    insert.execute(params![key, partition, offset])?;
+                }
             }
-        }
+            Ok(file)
+        });
+        let file = match filled {
+            Ok(file) => file,
+            Err(e) => {
+                let _ = std::fs::remove_file(&self.path);
+                return Err(fail(e));
+            }
+        };
         self.memory = HashMap::new();
         tracing::info!(
             file = %self.path.display(),
