@@ -606,14 +606,7 @@ impl Config {
     /// Parses the text of a config file, expanding `${NAME}` with `env`.
     pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| PipelineError::Config {
-            // toml's message quotes the offending line, which may hold a
-            // literal password: keep only the first line.
-            message: e
-                .message()
-                .lines()
-                .next()
-                .unwrap_or("invalid TOML")
-                .to_string(),
+            message: toml_problem(text, &e),
         })?;
         let retain_history = match &raw.retain_history {
             None => DEFAULT_RETAIN_HISTORY,
@@ -711,8 +704,7 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(|e| PipelineError::Config {
             message: format!("could not read config file {}: {e}", path.display()),
         })?;
-        let raw: RawConfig = toml::from_str(&text)
-            .map_err(|e| bad(e.message().lines().next().unwrap_or("invalid TOML").into()))?;
+        let raw: RawConfig = toml::from_str(&text).map_err(|e| bad(toml_problem(&text, &e)))?;
         let listen = raw
             .admin_listen
             .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.into());
@@ -751,6 +743,74 @@ impl Config {
                 known: self.connections.keys().cloned().collect(),
             })
     }
+}
+
+/// A config file's TOML error as one line: its line, the key written on
+/// it, and what is wrong, without the values serde's message quotes
+/// (`invalid type: integer `123456`, expected a string` for `password =
+/// 123456`, or a whole url with its password written where a table
+/// belongs). toml's own rendering adds the offending line itself, so
+/// neither it nor the message's values are kept.
+fn toml_problem(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().lines().next().unwrap_or("invalid TOML");
+    let message = match ["invalid type: ", "invalid value: ", "invalid length "]
+        .into_iter()
+        .find(|p| message.starts_with(p))
+    {
+        Some(_) => without_values(message),
+        None => message.to_string(),
+    }
+    .replace("struct RawConnection", "a table of url and options")
+    .replace("struct RawConfig", "a table");
+    let Some(span) = e.span() else {
+        return message;
+    };
+    let start = span.start.min(text.len());
+    let line = text.as_bytes()[..start]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1;
+    let key = text
+        .lines()
+        .nth(line - 1)
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim())
+        .filter(|k| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        });
+    match key {
+        Some(key) => format!("line {line}, {key}: {message}"),
+        None => format!("line {line}: {message}"),
+    }
+}
+
+/// `message` without what it quotes between backticks or double quotes
+/// (and the space before it): serde's rendering of the value it refused.
+fn without_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        if c == '`' || c == '"' {
+            if out.ends_with(' ') {
+                out.pop();
+            }
+            // A string's Debug form escapes its quotes; skip to the
+            // closing one, past any backslash escape.
+            while let Some(inner) = chars.next() {
+                if inner == '\\' && c == '"' {
+                    chars.next();
+                } else if inner == c {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Parses `90s`, `10m`, `1h30m`, `500ms`, `2d`: numbers each followed by
@@ -1028,5 +1088,221 @@ mod tests {
         let e = Config::load(&path).unwrap_err();
         assert!(e.primary().contains("admin_token_file"), "{}", e.primary());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn toml_errors_name_the_line_and_key_and_never_a_value() {
+        let bad = |text: &str| Config::parse(text, env).unwrap_err().primary();
+        for (text, want) in [
+            (
+                "[connections.k]\nurl = \"postgres://h/db\"\npassword = 123456\n",
+                "line 3, password: invalid type: integer, expected a string",
+            ),
+            (
+                "state_dir = 5\n",
+                "line 1, state_dir: invalid type: integer, expected a string",
+            ),
+            (
+                "[connections]\npg = \"postgres://u:s3cret@h/db\"\n",
+                "line 2, pg: invalid type: string, expected a table of url and options",
+            ),
+            (
+                "[connections.k]\nurl = \"postgres://h/db\"\npasswd = \"x\"\n",
+                "line 3, passwd: unknown field `passwd`, expected one of",
+            ),
+            ("a = \"unterminated\n", "line 1"),
+        ] {
+            let got = bad(text);
+            assert!(got.starts_with(want), "{text:?}: {got}");
+            assert!(!got.contains("123456") && !got.contains("s3cret"), "{got}");
+        }
+        assert_eq!(
+            without_values(r#"invalid type: string "a \"b\" `c`", expected x"#),
+            "invalid type: string, expected x"
+        );
+    }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// Where the generated files hold secrets: the environment's
+        /// `PW` and the literals below, only ever written as a password,
+        /// a url's password or the admin token.
+        const SECRETS: [&str; 3] = ["s3cret", "123456", "pa55word"];
+
+        fn env(name: &str) -> Option<String> {
+            (name == "PW").then(|| "s3cret".to_string())
+        }
+
+        fn secret() -> impl Strategy<Value = &'static str> {
+            prop::sample::select(vec![
+                "\"s3cret\"",
+                "\"${PW}\"",
+                "123456",
+                "\"pa55word\"",
+                "true",
+                "[\"s3cret\"]",
+                "{ a = \"s3cret\" }",
+                "\"\"",
+                "\"${NOPE}\"",
+                "\"${PW\"",
+            ])
+        }
+
+        fn url() -> impl Strategy<Value = String> {
+            (
+                prop::sample::select(vec![
+                    "postgres",
+                    "postgresql",
+                    "mysql",
+                    "kafka",
+                    "http",
+                    "https",
+                    "ftp",
+                    "",
+                ]),
+                prop::sample::select(vec!["", "u@", "u:s3cret@", "u:${PW}@", ":pa55word@"]),
+                prop::sample::select(vec!["h", "b1,b2", "", "h h", "[::1]", "${HOST}"]),
+                prop::sample::select(vec!["", ":9092", ":5432", ":x", ":"]),
+                prop::sample::select(vec!["", "/db", "/db?sslmode=require", "/${DB}"]),
+            )
+                .prop_map(|(scheme, userinfo, host, port, path)| {
+                    let scheme = if scheme.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{scheme}://")
+                    };
+                    format!("{scheme}{userinfo}{host}{port}{path}")
+                })
+        }
+
+        fn connection_line() -> impl Strategy<Value = String> {
+            prop_oneof![
+                url().prop_map(|u| format!("url = \"{u}\"")),
+                secret().prop_map(|s| format!("password = {s}")),
+                prop::sample::select(vec![
+                    "user = \"u\"",
+                    "user = 5",
+                    "sslmode = \"verify-full\"",
+                    "sslmode = \"require\"",
+                    "sslmode = \"on\"",
+                    "sslrootcert = \"ca.pem\"",
+                    "sslcert = \"c.pem\"",
+                    "sslkey = \"k.pem\"",
+                    "sasl_mechanism = \"scram-sha-256\"",
+                    "sasl_mechanism = \"PLAIN\"",
+                    "sasl_mechanism = \"gssapi\"",
+                    "port = 5432",
+                    "url = 5",
+                ])
+                .prop_map(String::from),
+            ]
+        }
+
+        fn top_line() -> impl Strategy<Value = String> {
+            prop_oneof![
+                secret().prop_map(|s| format!("admin_token = {s}")),
+                prop::sample::select(vec![
+                    "state_dir = \"state\"",
+                    "state_dir = 5",
+                    "admin_listen = \"127.0.0.1:9000\"",
+                    "retain_history = \"1h30m\"",
+                    "retain_history = \"10 minutes\"",
+                    "retain_history = \"99999999999999999999d\"",
+                    "retain_history = 5",
+                    "admin_token_file = \"t\"",
+                    "admin_allowed_hosts = [\"pipe.internal\", \"a b\"]",
+                    "admin_allowed_hosts = \"x\"",
+                    "kafka_snapshot_memory_keys = 10",
+                    "kafka_snapshot_memory_keys = -1",
+                    "kafka_snapshot_memory_keys = \"x\"",
+                    "unknown = 1",
+                ])
+                .prop_map(String::from),
+            ]
+        }
+
+        fn document() -> impl Strategy<Value = String> {
+            (
+                prop::collection::vec(top_line(), 0..4),
+                prop::collection::vec(
+                    (
+                        prop::sample::select(vec!["pg", "k", "my", "csr", "k"]),
+                        prop::collection::vec(connection_line(), 0..5),
+                    ),
+                    0..3,
+                ),
+                prop::option::of(url()),
+            )
+                .prop_map(|(top, connections, inline)| {
+                    let mut text = top.join("\n");
+                    text.push('\n');
+                    for (name, lines) in connections {
+                        text.push_str(&format!("[connections.{name}]\n{}\n", lines.join("\n")));
+                    }
+                    if let Some(url) = inline {
+                        // A url written where its table belongs.
+                        text.push_str(&format!("[connections]\nx = \"{url}\"\n"));
+                    }
+                    text
+                })
+        }
+
+        fn check(text: &str, result: &Result<Config>, secrets: bool) {
+            match result {
+                Ok(config) => {
+                    let debug = format!("{config:?}");
+                    for s in SECRETS.iter().filter(|_| secrets) {
+                        assert!(!debug.contains(s), "{text:?}: {debug}");
+                    }
+                }
+                Err(e) => {
+                    let message = e.primary();
+                    assert!(
+                        !message.is_empty() && !message.contains('\n'),
+                        "{text:?}: {message:?}"
+                    );
+                    for s in SECRETS.iter().filter(|_| secrets) {
+                        assert!(!message.contains(s), "{text:?} gave {message:?}");
+                    }
+                }
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+            /// Whatever the file holds, parsing gives a config or one
+            /// line of error, and neither shows a secret.
+            #[test]
+            fn config_files_never_panic_nor_show_a_secret(text in document()) {
+                check(&text, &Config::parse(&text, env), true);
+            }
+
+            /// The same files with one byte dropped or one character put in
+            /// anywhere: never a panic, always one line (the secrets may
+            /// have moved out of their places, so they are not looked for).
+            #[test]
+            fn damaged_config_files_never_panic(
+                text in document(),
+                at in any::<prop::sample::Index>(),
+                put in prop::option::of(prop::sample::select(vec!['"', '\'', '[', ']', '=', '\n', '$', '{', '}', '#', '\\', 'é'])),
+            ) {
+                let mut text = text;
+                let mut at = at.index(text.len() + 1);
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                match put {
+                    Some(c) => text.insert(at, c),
+                    None if at < text.len() => {
+                        text.remove(at);
+                    }
+                    None => {}
+                }
+                check(&text, &Config::parse(&text, env), false);
+            }
+        }
     }
 }
