@@ -211,6 +211,86 @@ async fn upsert_envelope_load_and_changes() {
     let sink = object(&admin, "sink", "orders_kafka").await.unwrap();
     assert_eq!(sink["state"], "running", "{sink}");
     assert_eq!(sink["target"], format!("topic '{topic}' (json, upsert)"));
+
+    // A record for the sink in the progress topic that evolve did not
+    // write: the sink waits with the reason, and writes nothing (read as
+    // no position, it would write the whole interface again).
+    let mut pipeline = pipeline;
+    pipeline.terminate();
+    let written = all.len();
+    produce_raw(
+        "_evolve_sink_progress",
+        b"orders_kafka",
+        b"{\"offset\": 42}",
+    )
+    .await;
+    let pipeline = Pipeline::start(&env.config);
+    let admin = pipeline.url.clone();
+    let start = Instant::now();
+    let error = loop {
+        let sink = object(&admin, "sink", "orders_kafka").await.unwrap();
+        if sink["state"] == "retrying" {
+            break sink["error"].as_str().unwrap().to_string();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "sink not retrying: {sink}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        error.contains("holds no position evolve wrote")
+            && error.contains("DROP SINK and CREATE SINK"),
+        "{error}"
+    );
+    env.up
+        .batch_execute("INSERT INTO orders VALUES (200, 'late', 1)")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(records(topic).await.len(), written, "the sink wrote anyway");
+    // The way out: the sink dropped and created again writes the
+    // interface anew (107 + 1 rows), then follows it.
+    sql_ok(
+        &admin,
+        &[
+            "-c",
+            &format!(
+                "DROP SINK orders_kafka; CREATE SINK orders_kafka FROM orders_json INTO KAFKA CONNECTION k (TOPIC '{topic}') ENVELOPE UPSERT;"
+            ),
+        ],
+    )
+    .await;
+    let again = wait_records(topic, written + 108).await;
+    assert_eq!(folded(&again), upstream(&env).await);
+    let sink = object(&admin, "sink", "orders_kafka").await.unwrap();
+    assert_eq!(sink["state"], "running", "{sink}");
+}
+
+/// Writes one plain (non-transactional) record to partition 0 of
+/// `topic`, as any client of the cluster could.
+async fn produce_raw(topic: &str, key: &[u8], value: &[u8]) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let bootstrap = broker().await.bootstrap();
+    let (topic, key, value) = (topic.to_string(), key.to_vec(), value.to_vec());
+    tokio::task::spawn_blocking(move || {
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .create()
+            .unwrap();
+        producer
+            .send(
+                BaseRecord::to(&topic)
+                    .partition(0)
+                    .key(&key[..])
+                    .payload(&value[..]),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.flush(Duration::from_secs(30)).unwrap();
+    })
+    .await
+    .unwrap();
 }
 
 /// ENVELOPE DEBEZIUM: `op` r for the load, then c, u (with before) and d

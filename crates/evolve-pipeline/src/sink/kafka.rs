@@ -755,7 +755,11 @@ impl Sink for KafkaSink {
                 .map_err(fail)?;
             consumer.assign(&assignment).map_err(fail)?;
             let deadline = Instant::now() + PROGRESS_READ_TIMEOUT;
-            let mut position = None;
+            // The last record for this sink decides: a position, none (a
+            // tombstone: the sink was dropped), or, at an offset, a value
+            // that is not a position. That last is refused rather than
+            // read as none, which would write the whole interface again.
+            let mut position: std::result::Result<Option<Position>, i64> = Ok(None);
             loop {
                 if Instant::now() > deadline {
                     return Err(kafka_error(
@@ -768,10 +772,23 @@ impl Sink for KafkaSink {
                 }
                 match consumer.poll(Duration::from_millis(200)) {
                     None => {}
-                    Some(Err(KafkaError::PartitionEOF(_))) => return Ok(position),
+                    Some(Err(KafkaError::PartitionEOF(_))) => {
+                        return position.map_err(|offset| {
+                            kafka_error(
+                                format!("read the position of sink \"{name}\" from topic \"{PROGRESS_TOPIC}\""),
+                                format!(
+                                    "its last record there (partition 0, offset {offset}) holds no position evolve wrote, so where the topic stands is unknown; \
+                                     the sink waits rather than write the interface again: DROP SINK and CREATE SINK to write it anew"
+                                ),
+                            )
+                        });
+                    }
                     Some(Err(e)) => return Err(fail(e)),
                     Some(Ok(m)) if m.key() == Some(name.as_bytes()) => {
-                        position = m.payload().and_then(parse_progress);
+                        position = match m.payload() {
+                            None => Ok(None),
+                            Some(value) => parse_progress(value).map(Some).ok_or(m.offset()),
+                        };
                     }
                     Some(Ok(_)) => {}
                 }
