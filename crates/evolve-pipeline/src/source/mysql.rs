@@ -134,9 +134,22 @@
 //! the server's state when it is read, not the snapshot's, and is not
 //! used). The rows are read with one `SELECT` in the binary protocol
 //! (exact floats, as in the binlog) and streamed in chunks of
-//! [`CHUNK_ROWS`]. MySQL has no such variables; its snapshots (which need
-//! the short global read lock, and `@@gtid_executed` under it) are
-//! refused for now with an error saying so.
+//! [`CHUNK_ROWS`].
+//!
+//! MySQL has no such variables. Its snapshots start under a table lock
+//! instead of a global one (Materialize's protocol): a second session
+//! takes `LOCK TABLES ... READ` on the one table, which waits until every
+//! transaction writing it has ended and holds new ones back; the snapshot
+//! session starts its consistent read; the second session reads the
+//! binlog position (`SHOW MASTER STATUS`: the executed GTID set, or file
+//! and offset without GTIDs) and unlocks. No transaction of the table
+//! commits in between, so the read holds exactly the table's
+//! transactions up to that position. Writers of that table wait for
+//! those few statements (`lock_wait_timeout` bounds the lock's own wait
+//! for a long transaction, and the copy is then retried); other tables
+//! are not locked. It needs the `LOCK TABLES` privilege, which CREATE
+//! SOURCE checks on MySQL. The protocol's test runs it on MariaDB, under
+//! concurrent inserts, and checks each position against the rows read.
 //!
 //! # Schemas and values
 //!
@@ -853,6 +866,11 @@ pub async fn check_server(
     if !has("SELECT") && !has("SCHEMA SELECT") {
         missing.push("SELECT");
     }
+    // A MySQL snapshot starts under a table lock (see `locked_start`).
+    let mariadb = is_mariadb(&mut conn).await?;
+    if !mariadb && !has("LOCK TABLES") && !has("SCHEMA LOCK TABLES") {
+        missing.push("LOCK TABLES");
+    }
     if !missing.is_empty() {
         let user: Option<String> = conn
             .query_first("SELECT CURRENT_USER()")
@@ -870,7 +888,7 @@ pub async fn check_server(
                 "MySQL source \"{source}\": user {quoted} of connection \"{name}\" lacks {}",
                 missing.join(", ")
             ),
-            detail: Some("Reading the binlog needs REPLICATION SLAVE and REPLICATION CLIENT (BINLOG MONITOR on MariaDB), and snapshots need SELECT on the tables.".into()),
+            detail: Some("Reading the binlog needs REPLICATION SLAVE and REPLICATION CLIENT (BINLOG MONITOR on MariaDB), and snapshots need SELECT on the tables (and LOCK TABLES on MySQL, whose snapshot starts under a table lock).".into()),
             hint: Some(format!("GRANT {} ON *.* TO {quoted};", missing.join(", "))),
         });
     }
@@ -2747,6 +2765,105 @@ fn mysql_sids(set: &GtidSet) -> Result<Vec<mysql_async::Sid<'static>>> {
     Ok(sids)
 }
 
+/// Starts a snapshot's consistent read.
+const SNAPSHOT_START: &str = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY";
+
+/// How long the snapshot's `LOCK TABLES ... READ` waits for the table's
+/// open write transactions before it gives up (and the copy is retried).
+const SNAPSHOT_LOCK_WAIT_SECONDS: u32 = 10;
+
+/// The binlog position of the consistent read `conn` has just started,
+/// on MariaDB: `binlog_snapshot_file` and `binlog_snapshot_position`,
+/// which MariaDB takes with the read, without a lock, mapped to GTIDs.
+async fn mariadb_snapshot_position(conn: &mut Conn) -> Result<Position> {
+    let status: Vec<(Option<String>, Option<String>)> = conn
+        .query("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
+        .await
+        .map_err(|e| query_error("read the snapshot's binlog position", e))?;
+    let get = |n: &str| {
+        status
+            .iter()
+            .find(|(k, _)| k.as_deref().is_some_and(|k| k.eq_ignore_ascii_case(n)))
+            .and_then(|(_, v)| v.clone())
+    };
+    let (Some(file), Some(offset)) = (
+        get("binlog_snapshot_file"),
+        get("binlog_snapshot_position").and_then(|o| o.parse::<u32>().ok()),
+    ) else {
+        return Err(PipelineError::Database {
+            context: "read the snapshot's binlog position".into(),
+            message: "the server shows no binlog_snapshot_file and binlog_snapshot_position for the consistent read".into(),
+        });
+    };
+    // The stream's positions are GTID positions on MariaDB: the
+    // snapshot's is the GTID state at its binlog position (exact:
+    // BINLOG_GTID_POS reads the binlog up to that very offset, where
+    // @@gtid_binlog_pos would be the server's state now).
+    let list = mariadb_gtid_at(conn, &file, offset)
+        .await?
+        .ok_or_else(|| PipelineError::Database {
+            context: "read the snapshot's binlog position".into(),
+            message: format!(
+                "BINLOG_GTID_POS('{file}', {offset}) of binlog_snapshot_file and binlog_snapshot_position is NULL"
+            ),
+        })?;
+    state_position(&GtidState::MariaDb(list))
+}
+
+/// Starts the consistent read on `conn` at a binlog position known for
+/// table `database.table`, on a server that does not say where its
+/// consistent reads are (MySQL): `lock`, a second session, holds `LOCK
+/// TABLES ... READ` on the table while `conn` starts its read and `lock`
+/// reads the binlog position (GTIDs, or file and offset without them),
+/// then unlocks. The lock waits until every transaction writing the table
+/// has ended, and keeps new ones from committing while it is held, so
+/// the read holds exactly the table's transactions up to that position:
+/// the stream takes the table's changes from there. Writers of the table
+/// wait for the instant the lock is held (Materialize's protocol; other
+/// tables are not locked).
+async fn locked_start(
+    conn: &mut Conn,
+    lock: &mut Conn,
+    database: &str,
+    table: &str,
+) -> Result<Position> {
+    let flavor = gtid_flavor(lock).await?;
+    let what = format!("lock {database}.{table} for the snapshot's start (LOCK TABLES ... READ)");
+    lock.query_drop(format!(
+        "SET SESSION lock_wait_timeout = {SNAPSHOT_LOCK_WAIT_SECONDS}"
+    ))
+    .await
+    .map_err(|e| query_error(&what, e))?;
+    lock.query_drop(format!("LOCK TABLES {} READ", quoted_table(database, table)))
+        .await
+        .map_err(|e| match &e {
+            // ER_TABLEACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR
+            mysql_async::Error::Server(s) if s.code == 1142 || s.code == 1044 => {
+                PipelineError::Refused {
+                    sqlstate: "42501",
+                    primary: format!(
+                        "the snapshot of {database}.{table} needs the LOCK TABLES privilege: {}",
+                        s.message
+                    ),
+                    detail: Some("A MySQL server does not say where a consistent read stands in its binlog; evolve locks the table for the instant it starts the read and reads the position.".into()),
+                    hint: Some(format!("GRANT LOCK TABLES ON {}.* TO the connection's user.", quote_ident(database))),
+                }
+            }
+            _ => query_error(&format!("{what}; a long transaction writing the table holds the lock back for more than {SNAPSHOT_LOCK_WAIT_SECONDS} s, and the copy is retried"), e),
+        })?;
+    let started: Result<Position> = async {
+        conn.query_drop(SNAPSHOT_START)
+            .await
+            .map_err(|e| query_error("start the snapshot transaction", e))?;
+        Ok(current_start(lock, flavor).await?.0)
+    }
+    .await;
+    lock.query_drop("UNLOCK TABLES")
+        .await
+        .map_err(|e| query_error(&what, e))?;
+    started
+}
+
 impl Source for MysqlSource {
     type Stream = MysqlStream;
     type Snapshot = MysqlSnapshot;
@@ -2766,53 +2883,32 @@ impl Source for MysqlSource {
 
     async fn snapshot(&self, table: &TableInfo) -> Result<MysqlSnapshot> {
         let mut conn = connect(&self.source.connection, &self.connection).await?;
-        if !is_mariadb(&mut conn).await? {
-            return Err(PipelineError::Refused {
-                sqlstate: "0A000",
-                primary: format!(
-                    "snapshots of MySQL (not MariaDB) upstreams are not supported yet (table \"{}\")",
-                    table.name
-                ),
-                detail: Some("A consistent MySQL snapshot needs the binlog position under a short global read lock, which evolve does not take yet.".into()),
-                hint: Some("Use a MariaDB upstream for now.".into()),
-            });
-        }
         for sql in [
             "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
             "SET time_zone = '+00:00'",
             "SET NAMES utf8mb4",
-            "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
         ] {
             conn.query_drop(sql)
                 .await
                 .map_err(|e| query_error("start the snapshot transaction", e))?;
         }
-        let status: Vec<(Option<String>, Option<String>)> = conn
-            .query("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
-            .await
-            .map_err(|e| query_error("read the snapshot's binlog position", e))?;
-        let get = |n: &str| {
-            status
-                .iter()
-                .find(|(k, _)| k.as_deref().is_some_and(|k| k.eq_ignore_ascii_case(n)))
-                .and_then(|(_, v)| v.clone())
-                .unwrap_or_default()
+        let position = if is_mariadb(&mut conn).await? {
+            conn.query_drop(SNAPSHOT_START)
+                .await
+                .map_err(|e| query_error("start the snapshot transaction", e))?;
+            mariadb_snapshot_position(&mut conn).await?
+        } else {
+            let mut lock = connect(&self.source.connection, &self.connection).await?;
+            let started = locked_start(
+                &mut conn,
+                &mut lock,
+                &table.upstream_schema,
+                &table.upstream_table,
+            )
+            .await;
+            let _ = lock.disconnect().await;
+            started?
         };
-        let file = get("binlog_snapshot_file");
-        let offset: u32 = get("binlog_snapshot_position").parse().unwrap_or(0);
-        // The stream's positions are GTID positions on MariaDB: the
-        // snapshot's is the GTID state at its binlog position (exact:
-        // BINLOG_GTID_POS reads the binlog up to that very offset, where
-        // @@gtid_binlog_pos would be the server's state now).
-        let list = mariadb_gtid_at(&mut conn, &file, offset)
-            .await?
-            .ok_or_else(|| PipelineError::Database {
-                context: "read the snapshot's binlog position".into(),
-                message: format!(
-                    "BINLOG_GTID_POS('{file}', {offset}) of binlog_snapshot_file and binlog_snapshot_position is NULL"
-                ),
-            })?;
-        let position = state_position(&GtidState::MariaDb(list))?;
         let mut convs = Vec::new();
         let mut names = Vec::new();
         for c in table.document_columns() {
@@ -3939,6 +4035,87 @@ impl ChangeStream for MysqlStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table-locked start of a snapshot (MySQL's), run on MariaDB
+    /// while two sessions insert into the table one row per transaction,
+    /// as fast as they can: each snapshot's position must count exactly
+    /// the transactions its read holds. Reading the position without the
+    /// lock is off by the inserts that commit between the read's start and
+    /// the position.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_snapshot_started_under_a_table_lock_holds_exactly_the_transactions_up_to_its_position()
+     {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (server, db) = tokio::task::spawn_blocking(|| {
+            let server = evolve_test::MariaDb::start().expect("start MariaDB");
+            let db = server.create_database("locked_start").expect("database");
+            (server, db)
+        })
+        .await
+        .unwrap();
+        let connection = Connection::new(db.url.clone());
+        let mut setup = connect("my", &connection).await.unwrap();
+        setup
+            .query_drop("CREATE TABLE t (id int AUTO_INCREMENT PRIMARY KEY, v int NOT NULL)")
+            .await
+            .unwrap();
+        let (_, base) = current_start(&mut setup, Some(Flavor::MariaDb))
+            .await
+            .unwrap();
+        let base = base.unwrap().count();
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let (connection, stop) = (connection.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut conn = connect("my", &connection).await.unwrap();
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        conn.exec_drop("INSERT INTO t (v) VALUES (?)", (w,))
+                            .await
+                            .unwrap();
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let mut seen = Vec::new();
+        for _ in 0..25 {
+            let mut conn = connect("my", &connection).await.unwrap();
+            let mut lock = connect("my", &connection).await.unwrap();
+            let position = locked_start(&mut conn, &mut lock, &db.name, "t")
+                .await
+                .unwrap();
+            let visible: u64 = conn
+                .query_first("SELECT COUNT(*) FROM t")
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                position,
+                gtid_position(base + visible).unwrap(),
+                "a snapshot holding {visible} inserts"
+            );
+            seen.push(visible);
+            let _ = conn.disconnect().await;
+            let _ = lock.disconnect().await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut inserted = 0;
+        for w in writers {
+            inserted += w.await.unwrap();
+        }
+        // The snapshots were taken while the inserts went on.
+        seen.dedup();
+        assert!(
+            seen.len() >= 20,
+            "snapshots at {seen:?} of {inserted} inserts"
+        );
+        assert!(*seen.last().unwrap() < inserted, "{seen:?} of {inserted}");
+        drop(server);
+    }
 
     #[test]
     fn datetimes_are_written_as_the_formatter_writes_them() {
