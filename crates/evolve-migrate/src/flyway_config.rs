@@ -63,13 +63,19 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-/// `flyway.conf`: `key=value` lines (also `key: value`), `#` and `!`
-/// comments, a trailing `\` continues the value on the next line.
-pub fn parse_conf(text: &str) -> Result<Vec<(String, String)>, ConfigError> {
+/// `flyway.conf`, read as Flyway reads it, with `java.util.Properties`
+/// (backslashes taken literally, but a trailing `\` continues the value
+/// on the next line): `#` and `!` comments; a key ends at the first `=`,
+/// `:`, space or tab, and the value follows that and at most one `=` or
+/// `:` after it, so `flyway.url jdbc:postgresql://h/db` and
+/// `flyway.url: jdbc:...` say what `flyway.url=jdbc:...` does, and a line
+/// that is only a key gives it an empty value.
+pub fn parse_conf(text: &str) -> Vec<(String, String)> {
+    const BLANK: [char; 3] = [' ', '\t', '\x0c'];
     let mut out = Vec::new();
-    let mut lines = text.lines().enumerate();
-    while let Some((i, line)) = lines.next() {
-        let trimmed = line.trim_start();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start_matches(BLANK);
         if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
             continue;
         }
@@ -77,21 +83,22 @@ pub fn parse_conf(text: &str) -> Result<Vec<(String, String)>, ConfigError> {
         while logical.ends_with('\\') && !logical.ends_with("\\\\") {
             logical.pop();
             match lines.next() {
-                Some((_, next)) => logical.push_str(next.trim_start()),
+                Some(next) => logical.push_str(next.trim_start_matches(BLANK)),
                 None => break,
             }
         }
-        let Some(at) = logical.find(['=', ':']) else {
-            return Err(ConfigError {
-                line: i + 1,
-                reason: format!("{:?} is not key=value", excerpt(&logical)),
-            });
-        };
-        let key = logical[..at].trim().to_string();
-        let value = logical[at + 1..].trim().to_string();
-        out.push((key, value));
+        let end = logical
+            .find(|c: char| c == '=' || c == ':' || BLANK.contains(&c))
+            .unwrap_or(logical.len());
+        let (key, rest) = logical.split_at(end);
+        let rest = rest.trim_start_matches(BLANK);
+        let rest = rest
+            .strip_prefix('=')
+            .or_else(|| rest.strip_prefix(':'))
+            .unwrap_or(rest);
+        out.push((key.to_string(), rest.trim().to_string()));
     }
-    Ok(out)
+    out
 }
 
 /// `flyway.toml`: the `[flyway]` table (with `[flyway.placeholders]`), and
@@ -492,10 +499,6 @@ fn encode(s: &str) -> String {
     out
 }
 
-fn excerpt(s: &str) -> String {
-    s.chars().take(40).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -511,13 +514,25 @@ mod tests {
         let text = "# comment\n! also\nflyway.url = jdbc:postgresql://h:5/db\nflyway.locations=filesystem:sql,\\\n  filesystem:more\nflyway.placeholders.x: 1\n";
         assert_eq!(
             parse_conf(text),
-            Ok(pairs(&[
+            pairs(&[
                 ("flyway.url", "jdbc:postgresql://h:5/db"),
                 ("flyway.locations", "filesystem:sql,filesystem:more"),
                 ("flyway.placeholders.x", "1"),
-            ]))
+            ])
         );
-        assert_eq!(parse_conf("oops").unwrap_err().line, 1);
+        // Space as the separator, a `:` in the value, one separator only,
+        // a key alone.
+        assert_eq!(
+            parse_conf(
+                "flyway.url jdbc:postgresql://h/db\n  flyway.user\t: app\nflyway.password==x:y\nflyway.cleanDisabled\n"
+            ),
+            pairs(&[
+                ("flyway.url", "jdbc:postgresql://h/db"),
+                ("flyway.user", "app"),
+                ("flyway.password", "=x:y"),
+                ("flyway.cleanDisabled", ""),
+            ])
+        );
     }
 
     #[test]
@@ -544,7 +559,7 @@ mod tests {
         let c = FlywayConfig::from_pairs(&parse_toml(text).expect("parses"));
         assert_eq!(c.pipeline.as_deref(), Some("http://127.0.0.1:7800"));
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-        let c = FlywayConfig::from_pairs(&parse_conf("pipeline=http://p:7800\n").unwrap());
+        let c = FlywayConfig::from_pairs(&parse_conf("pipeline=http://p:7800\n"));
         assert_eq!(c.pipeline.as_deref(), Some("http://p:7800"));
     }
 

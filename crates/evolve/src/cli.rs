@@ -737,7 +737,7 @@ fn flyway_settings(file: Option<&std::path::Path>) -> anyhow::Result<evolve_migr
         let parsed = if path.extension().is_some_and(|e| e == "toml") {
             evolve_migrate::parse_toml(&text)
         } else {
-            evolve_migrate::parse_conf(&text)
+            Ok(evolve_migrate::parse_conf(&text))
         };
         pairs = parsed.map_err(|e| {
             anyhow::anyhow!("Flyway configuration {}: {e}; fix the file", path.display())

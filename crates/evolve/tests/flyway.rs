@@ -502,7 +502,9 @@ async fn flyway_configuration_files_and_environment() {
     );
     let jdbc = flyway::jdbc(&db.url);
     let conf = format!(
-        "# Flyway's own file\nflyway.url={}\nflyway.user={}\nflyway.locations=filesystem:{}\nflyway.table=my_history\nflyway.placeholders.table_name=from_conf\nflyway.initSql=SET application_name = 'flyway'\nflyway.group=true\n",
+        // Java properties' other separators: a space (the url's `:` is
+        // its value's), a colon, spaces around `=`.
+        "# Flyway's own file\nflyway.url {}\n  flyway.user: {}\nflyway.locations=filesystem:{}\nflyway.table = my_history\nflyway.placeholders.table_name=from_conf\nflyway.initSql=SET application_name = 'flyway'\nflyway.group=true\n",
         jdbc[0].1,
         jdbc[1].1,
         sql.display()
