@@ -905,6 +905,131 @@ async fn bytes_decimals_are_read_whatever_their_length() {
     wait_all_running(&pipeline.url).await;
 }
 
+/// A Debezium change event's schema as Debezium's Avro converter writes
+/// it (the row record defined in `before`, named in `after`; `source`
+/// shortened).
+const DEBEZIUM_ORDERS: &str = r#"{"type":"record","name":"Envelope","namespace":"pg.public.orders","fields":[
+    {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+        {"name":"id","type":"int"},{"name":"customer","type":"string"},
+        {"name":"note","type":["null","string"],"default":null}]}],"default":null},
+    {"name":"after","type":["null","Value"],"default":null},
+    {"name":"source","type":{"type":"record","name":"Source","namespace":"io.debezium.connector.postgresql",
+        "fields":[{"name":"db","type":"string"},{"name":"lsn","type":["null","long"],"default":null}]}},
+    {"name":"op","type":"string"},
+    {"name":"ts_ms","type":["null","long"],"default":null}]}"#;
+
+/// A change event of `op` with `before` and `after` rows (`id`,
+/// `customer`, optional `note`).
+fn event(op: &str, before: Option<Value>, after: Option<Value>) -> Option<Value> {
+    Some(json!({
+        "before": before, "after": after, "op": op, "ts_ms": 1,
+        "source": {"db": "shop", "lsn": 42}
+    }))
+}
+
+fn row(id: i64, customer: &str, note: Option<&str>) -> Value {
+    json!({"id": id, "customer": customer, "note": note})
+}
+
+/// `ENVELOPE DEBEZIUM`: a topic of Debezium change events, read by the
+/// table's snapshot (each key's last event: an update, a delete followed
+/// by its tombstone, a delete without one) and then streamed (c, u, d);
+/// the columns are the `after` record's fields and the sink holds
+/// exactly the rows the events leave. A truncate event stalls the table
+/// with the way out, at its offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_change_events_leave_exactly_their_rows() {
+    let env = env("kafka_source_debezium").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "kdbz_orders", 1).await;
+    let history: Vec<Produced> = vec![
+        ("1".into(), event("r", None, Some(row(1, "a", None)))),
+        ("2".into(), event("r", None, Some(row(2, "b", Some("n"))))),
+        ("3".into(), event("r", None, Some(row(3, "c", None)))),
+        (
+            "2".into(),
+            event("u", Some(row(2, "b", Some("n"))), Some(row(2, "b2", None))),
+        ),
+        ("3".into(), event("d", Some(row(3, "c", None)), None)),
+        ("3".into(), None),
+        ("4".into(), event("c", None, Some(row(4, "d", None)))),
+        ("4".into(), event("d", Some(row(4, "d", None)), None)),
+    ];
+    produce(&bootstrap, "kdbz_orders", &url, DEBEZIUM_ORDERS, &history).await;
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    audit_sink(&env.sink).await;
+    let pipeline = Pipeline::start(&env.config);
+    let admin = pipeline.url.clone();
+    sql_ok(
+        &admin,
+        &[
+            "-c",
+            "CREATE SOURCE kdbz FROM KAFKA CONNECTION k (TOPIC 'kdbz_orders');
+             CREATE TABLE kdbz_v1 FROM SOURCE kdbz FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE DEBEZIUM;
+             CREATE MATERIALIZED VIEW kdbz_json AS
+               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kdbz_v1 t;
+             CREATE SINK kdbz_sink FROM kdbz_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');",
+        ],
+    )
+    .await;
+    let key = |k: &str| json!({"@key": k}).to_string();
+    let want: BTreeMap<String, Value> = [
+        (key("1"), json!({"id": 1, "customer": "a"})),
+        (key("2"), json!({"id": 2, "customer": "b2"})),
+    ]
+    .into();
+    wait_docs(&env, "public.orders_json", &want).await;
+    // The snapshot wrote the two rows, nothing of keys 3 and 4.
+    assert_eq!(audit_count(&env.sink).await, 2);
+
+    let stream: Vec<Produced> = vec![
+        ("5".into(), event("c", None, Some(row(5, "e", Some("new"))))),
+        (
+            "1".into(),
+            event("u", Some(row(1, "a", None)), Some(row(1, "a2", None))),
+        ),
+        ("2".into(), event("d", Some(row(2, "b2", None)), None)),
+        ("2".into(), None),
+        ("6".into(), event("c", None, Some(row(6, "f", None)))),
+        ("6".into(), event("d", Some(row(6, "f", None)), None)),
+    ];
+    produce(&bootstrap, "kdbz_orders", &url, DEBEZIUM_ORDERS, &stream).await;
+    let want: BTreeMap<String, Value> = [
+        (key("1"), json!({"id": 1, "customer": "a2"})),
+        (key("5"), json!({"id": 5, "customer": "e", "note": "new"})),
+    ]
+    .into();
+    wait_docs(&env, "public.orders_json", &want).await;
+    wait_state(&admin, "kdbz_v1", "running").await;
+
+    // A truncate event (offset 14): the table stalls there, the way out
+    // named; nothing after it is applied.
+    produce(
+        &bootstrap,
+        "kdbz_orders",
+        &url,
+        DEBEZIUM_ORDERS,
+        &[
+            ("1".into(), event("t", None, None)),
+            ("7".into(), event("c", None, Some(row(7, "g", None)))),
+        ],
+    )
+    .await;
+    let stalled = wait_state(&admin, "kdbz_v1", "stalled").await;
+    let error = stalled["error"].as_str().unwrap();
+    assert!(
+        error.contains("record at partition 0 offset 14 is a truncate event (op \"t\")")
+            && error.contains("skipped.operations"),
+        "{stalled}"
+    );
+    wait_docs(&env, "public.orders_json", &want).await;
+}
+
 /// The types of the references test: `Country` (subject
 /// `kref_country`), `Address` using it (subject `kref_address`), and the
 /// value schema `Order` using `Address` for two fields, one nullable.

@@ -254,7 +254,7 @@ pub enum SourceKind {
 
 /// How a Kafka table reads its topic's records: `FORMAT AVRO USING
 /// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT |
-/// ENVELOPE NONE]`.
+/// ENVELOPE NONE | ENVELOPE DEBEZIUM]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KafkaTable {
     /// The registry's connection, by its name in `evolve.toml`.
@@ -273,15 +273,26 @@ pub enum TableEnvelope {
     /// `ENVELOPE NONE`: every record is a row of its own, keyed by its
     /// topic, partition and offset (append-only).
     None,
+    /// `ENVELOPE DEBEZIUM`: a record is a Debezium change event of the row
+    /// of its key (`before`, `after`, `op`): `c`, `r` and `u` make the row
+    /// `after`, `d` and a tombstone delete it.
+    Debezium,
 }
 
 impl TableEnvelope {
-    /// The envelope's keyword: `upsert` or `none`.
+    /// The envelope's keyword: `upsert`, `none` or `debezium`.
     pub fn as_str(self) -> &'static str {
         match self {
             TableEnvelope::Upsert => "upsert",
             TableEnvelope::None => "none",
+            TableEnvelope::Debezium => "debezium",
         }
+    }
+
+    /// Whether a record's key is the row's key (`UPSERT`, `DEBEZIUM`),
+    /// not its topic, partition and offset (`NONE`).
+    pub fn keyed(self) -> bool {
+        self != TableEnvelope::None
     }
 
     /// The envelope named `word` (any case).
@@ -289,6 +300,7 @@ impl TableEnvelope {
         match word.to_ascii_lowercase().as_str() {
             "upsert" => Some(TableEnvelope::Upsert),
             "none" => Some(TableEnvelope::None),
+            "debezium" => Some(TableEnvelope::Debezium),
             _ => None,
         }
     }
@@ -297,7 +309,8 @@ impl TableEnvelope {
 /// `CREATE TABLE name FROM SOURCE source (REFERENCE schema.table)
 /// [WITH (EXCLUDE COLUMNS (..), TEXT COLUMNS (..))]`, or for a Kafka
 /// source `CREATE TABLE name FROM SOURCE source FORMAT AVRO USING
-/// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT | NONE]
+/// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT | NONE |
+/// DEBEZIUM]
 /// [WITH (..)]` (the source's topic is the table's upstream).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateTable {

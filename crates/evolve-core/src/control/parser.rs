@@ -621,6 +621,7 @@ impl Parser<'_> {
                         return Err(self.syntax_error(&[
                             Expected::Keyword("upsert"),
                             Expected::Keyword("none"),
+                            Expected::Keyword("debezium"),
                         ]));
                     }
                 }

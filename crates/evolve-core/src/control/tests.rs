@@ -2762,8 +2762,23 @@ fn create_kafka_source_and_table() {
         }
         other => panic!("{other:?}"),
     }
-    let bad = err(
-        "CREATE TABLE t FROM SOURCE ev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE DEBEZIUM",
+    let debezium = one(
+        "create table t from source ev format avro using confluent schema registry connection csr envelope debezium",
     );
-    assert!(bad.message.contains("DEBEZIUM"), "{}", bad.message);
+    match &debezium {
+        Statement::CreateTable(t) => {
+            assert_eq!(t.kafka.as_ref().unwrap().envelope, TableEnvelope::Debezium);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(debezium.to_sql().ends_with(" ENVELOPE DEBEZIUM"));
+    assert_eq!(one(&debezium.to_sql()), debezium);
+    let bad = err(
+        "CREATE TABLE t FROM SOURCE ev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE MATERIALIZE",
+    );
+    let hint = bad.hint.clone().unwrap_or_default();
+    assert!(
+        hint.contains("UPSERT") && hint.contains("NONE") && hint.contains("DEBEZIUM"),
+        "{bad:?}"
+    );
 }

@@ -37,6 +37,18 @@
 //! grows with the topic's keys, not its values. With `ENVELOPE NONE`
 //! every record with a value is a row, in one pass.
 //!
+//! # `ENVELOPE DEBEZIUM`
+//!
+//! A topic Debezium writes with its Avro converter: each record's key is
+//! the row's key and its value a change event (`before`, `after`, `op`,
+//! `source`, ...). The table's columns are the fields of the reader
+//! schema's `after` record; `c`, `r` and `u` make the key's row `after`,
+//! `d` and the tombstone after it delete it. A snapshot keeps each key's
+//! last record, as `ENVELOPE UPSERT` does. A truncate event (`op` `t`)
+//! cannot be applied one record at a time: it stalls the table with the
+//! way out. The writer schema is checked against the whole reader schema
+//! (the event's), so a change of the row's fields is a change of it.
+//!
 //! # Decoding, and what stalls a table
 //!
 //! Each table decodes every record with its own reader schema: the writer
@@ -123,7 +135,8 @@ const MARKER_POLL: Duration = Duration::from_millis(200);
 /// How often the stream looks for partitions added to its topic.
 const PARTITION_CHECK: Duration = Duration::from_secs(5);
 
-/// The key column of an `ENVELOPE UPSERT` table: the record's key as JSON
+/// The key column of an `ENVELOPE UPSERT` or `ENVELOPE DEBEZIUM` table:
+/// the record's key as JSON
 /// (not a valid Avro field name, so no field can take it).
 pub const KEY_COLUMN: &str = "@key";
 
@@ -310,15 +323,20 @@ pub async fn pin_reader(
         detail: None,
         hint: None,
     })?;
-    let fields =
-        avro::reader_columns(schema.root(), &avro::referenced_names(&schema)).map_err(|e| {
-            PipelineError::Refused {
-                sqlstate: "22023",
-                primary: format!("the latest schema of {of} (id {}): {e}", latest.id),
-                detail: None,
-                hint: None,
-            }
-        })?;
+    let refused = |e: String| PipelineError::Refused {
+        sqlstate: "22023",
+        primary: format!("the latest schema of {of} (id {}): {e}", latest.id),
+        detail: None,
+        hint: None,
+    };
+    let names = avro::schema_names(&schema);
+    let root = match envelope {
+        evolve_core::control::TableEnvelope::Debezium => {
+            avro::debezium_row(schema.root(), &names).map_err(refused)?
+        }
+        _ => schema.root(),
+    };
+    let fields = avro::reader_columns(root, &avro::referenced_names(&schema)).map_err(refused)?;
     let mut columns: Vec<ColumnInfo> = fields
         .iter()
         .enumerate()
@@ -352,8 +370,7 @@ pub async fn pin_reader(
 
 /// The key column of an envelope: part of the key, not of the document.
 fn key_column(envelope: evolve_core::control::TableEnvelope, fields: usize) -> ColumnInfo {
-    let upsert = envelope == evolve_core::control::TableEnvelope::Upsert;
-    let (name, type_oid, type_name) = if upsert {
+    let (name, type_oid, type_name) = if envelope.keyed() {
         (KEY_COLUMN, 3802, "jsonb")
     } else {
         (OFFSET_COLUMN, 25, "text")
@@ -440,6 +457,9 @@ struct Reader {
     registry: String,
     /// The pinned reader schema with the schemas its references name.
     schema: AvroSchema,
+    /// `ENVELOPE DEBEZIUM`: the change events' row record (their
+    /// `after`), whose fields are the columns.
+    row: Option<Schema>,
     /// The same, as records are decoded with it
     /// ([`avro::parse_for_decoding`]).
     decoding: AvroSchema,
@@ -468,8 +488,20 @@ impl Reader {
         };
         let schema = avro::parse(&kafka.schema, &kafka.references).map_err(bad)?;
         let decoding = avro::parse_for_decoding(&kafka.schema, &kafka.references).map_err(bad)?;
-        let fields =
-            avro::reader_columns(schema.root(), &avro::referenced_names(&schema)).map_err(bad)?;
+        let names = avro::schema_names(&schema);
+        let row = match evolve_core::control::TableEnvelope::parse(&kafka.envelope) {
+            Some(evolve_core::control::TableEnvelope::Debezium) => Some(
+                avro::debezium_row(schema.root(), &names)
+                    .map_err(bad)?
+                    .clone(),
+            ),
+            _ => None,
+        };
+        let fields = avro::reader_columns(
+            row.as_ref().unwrap_or(schema.root()),
+            &avro::referenced_names(&schema),
+        )
+        .map_err(bad)?;
         let mut columns: Vec<ColumnSchema> = fields
             .iter()
             .map(|f| ColumnSchema {
@@ -491,8 +523,9 @@ impl Reader {
             oid: table.upstream_oid,
             upsert,
             registry: kafka.registry.clone(),
-            names: avro::schema_names(&schema),
+            names,
             schema,
+            row,
             decoding,
             schema_id: kafka.schema_id,
             fields,
@@ -702,7 +735,7 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
     let key = if reader.upsert {
         let Some(key) = raw.key.as_deref() else {
             return Ok(Decoded::Undecodable(format!(
-                "{} has no key, which ENVELOPE UPSERT needs",
+                "{} has no key, which ENVELOPE UPSERT and ENVELOPE DEBEZIUM need",
                 at(raw)
             )));
         };
@@ -714,19 +747,11 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
         format!("{topic}/{}/{}", raw.partition, raw.offset)
     };
     let key = Datum::Text(Bytes::from(key));
-    let n = reader.fields.len();
     let Some(value) = raw.value.as_deref() else {
         if !reader.upsert {
             return Ok(Decoded::Nothing);
         }
-        let mut old = vec![Datum::Missing; n];
-        old.push(key);
-        return Ok(Decoded::Change(RowChange {
-            table: Arc::clone(&reader.table_schema),
-            kind: ChangeKind::Delete,
-            old: Some(old),
-            new: None,
-        }));
+        return Ok(Decoded::Change(delete(reader, key)));
     };
     let Some((id, datum)) = wire(value) else {
         return Ok(Decoded::Undecodable(format!(
@@ -764,12 +789,32 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
         })
         .and_then(|b| b.build())
         .and_then(|r| r.read_value(&mut bytes));
-    let values = match read {
-        Ok(v) => avro::record_values(&v, reader.schema.root(), &reader.fields, &reader.names),
-        Err(e) => Err(e.to_string()),
+    // The row's values, or `None` for a Debezium delete.
+    let values = match (read, &reader.row) {
+        (Err(e), _) => Err(e.to_string()),
+        (Ok(v), None) => {
+            avro::record_values(&v, reader.schema.root(), &reader.fields, &reader.names).map(Some)
+        }
+        (Ok(v), Some(row)) => match avro::debezium_event(&v) {
+            Ok(("c" | "r" | "u", Some(after))) => {
+                avro::record_values(after, row, &reader.fields, &reader.names).map(Some)
+            }
+            Ok(("d", _)) => Ok(None),
+            Ok(("t", _)) => {
+                return Ok(Decoded::Undecodable(format!(
+                    "{} is a truncate event (op \"t\"), which a Kafka table cannot apply record by record; recreate the table (its snapshot reads the topic again), or turn Debezium's truncate events off (skipped.operations = t)",
+                    at(raw)
+                )));
+            }
+            Ok((op, after)) => Err(format!(
+                "a change event with op {op:?} and {} after, which ENVELOPE DEBEZIUM does not read (c, r and u have an after, d deletes)",
+                if after.is_some() { "an" } else { "no" }
+            )),
+            Err(e) => Err(e),
+        },
     };
     match values {
-        Ok(mut values) => {
+        Ok(Some(mut values)) => {
             values.push(key);
             Ok(Decoded::Change(RowChange {
                 table: Arc::clone(&reader.table_schema),
@@ -778,10 +823,23 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
                 new: Some(values),
             }))
         }
+        Ok(None) => Ok(Decoded::Change(delete(reader, key))),
         Err(e) => Ok(Decoded::Undecodable(format!(
             "{} cannot be decoded with writer schema id {id}: {e}",
             at(raw)
         ))),
+    }
+}
+
+/// The delete of `key`'s row from `reader`'s table.
+fn delete(reader: &Reader, key: Datum) -> RowChange {
+    let mut old = vec![Datum::Missing; reader.fields.len()];
+    old.push(key);
+    RowChange {
+        table: Arc::clone(&reader.table_schema),
+        kind: ChangeKind::Delete,
+        old: Some(old),
+        new: None,
     }
 }
 

@@ -241,6 +241,56 @@ pub fn reader_columns(
     Ok(out)
 }
 
+/// The row record of a Debezium change event's schema: the record of its
+/// `after` field (`["null", Value]`, `Value` defined there or named
+/// after `before` defined it), found through `names` ([`schema_names`]).
+pub fn debezium_row<'a>(
+    envelope: &'a Schema,
+    names: &'a HashMap<Name, Schema>,
+) -> Result<&'a Schema, String> {
+    let Schema::Record(record) = envelope else {
+        return Err(
+            "the schema is not a record; a Debezium change event is a record of before, after and op"
+                .into(),
+        );
+    };
+    let field = |name: &str| record.fields.iter().find(|f| f.name == name);
+    let (Some(after), Some(_)) = (field("after"), field("op")) else {
+        return Err(format!(
+            "record {} has no fields \"after\" and \"op\"; ENVELOPE DEBEZIUM reads Debezium's change events",
+            record.name
+        ));
+    };
+    let (inner, _) = unwrap_nullable(&after.schema);
+    match resolve(inner, names) {
+        row @ Schema::Record(_) => Ok(row),
+        _ => Err(format!(
+            "the field \"after\" of record {} is not a record (or null); ENVELOPE DEBEZIUM reads Debezium's change events",
+            record.name
+        )),
+    }
+}
+
+/// A decoded Debezium change event's `op` and its `after` (`None` when
+/// null).
+pub fn debezium_event(value: &Value) -> Result<(&str, Option<&Value>), String> {
+    let Value::Record(fields) = value else {
+        return Err("the change event is not an Avro record".into());
+    };
+    let get = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| strip_union(v))
+    };
+    let op = match get("op") {
+        Some(Value::String(op) | Value::Enum(_, op)) => op.as_str(),
+        _ => return Err("the change event has no op".into()),
+    };
+    let after = get("after").filter(|v| !matches!(v, Value::Null));
+    Ok((op, after))
+}
+
 /// The definition of a `Ref` found in `names`; any other schema as it is.
 fn resolve<'a>(schema: &'a Schema, names: &'a HashMap<Name, Schema>) -> &'a Schema {
     match schema {
@@ -710,6 +760,62 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_debezium_event_schema_gives_its_after_record_and_others_are_refused() {
+        let parsed = |text: &str| parse(text, &[]).unwrap();
+        let event = parsed(
+            r#"{"type":"record","name":"Envelope","fields":[
+                {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+                    {"name":"id","type":"int"},{"name":"note","type":["null","string"]}]}]},
+                {"name":"after","type":["null","Value"]},
+                {"name":"op","type":"string"}]}"#,
+        );
+        let names = schema_names(&event);
+        let row = debezium_row(event.root(), &names).unwrap();
+        let columns = reader_columns(row, &HashMap::new()).unwrap();
+        let named: Vec<(&str, &str, bool)> = columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
+            .collect();
+        assert_eq!(named, [("id", "integer", true), ("note", "text", false)]);
+        for (text, problem) in [
+            (r#""string""#, "the schema is not a record"),
+            (
+                r#"{"type":"record","name":"Order","fields":[{"name":"id","type":"int"}]}"#,
+                "record Order has no fields \"after\" and \"op\"",
+            ),
+            (
+                r#"{"type":"record","name":"E","fields":[{"name":"after","type":["null","string"]},{"name":"op","type":"string"}]}"#,
+                "the field \"after\" of record E is not a record",
+            ),
+        ] {
+            let schema = parsed(text);
+            let names = schema_names(&schema);
+            let e = debezium_row(schema.root(), &names).unwrap_err();
+            assert!(e.starts_with(problem), "{text}: {e}");
+        }
+        let value = Value::Record(vec![
+            ("before".into(), Value::Union(0, Box::new(Value::Null))),
+            (
+                "after".into(),
+                Value::Union(
+                    1,
+                    Box::new(Value::Record(vec![("id".into(), Value::Int(1))])),
+                ),
+            ),
+            ("op".into(), Value::String("u".into())),
+        ]);
+        let (op, after) = debezium_event(&value).unwrap();
+        assert_eq!(op, "u");
+        assert!(matches!(after, Some(Value::Record(_))));
+        let deleted = Value::Record(vec![
+            ("after".into(), Value::Union(0, Box::new(Value::Null))),
+            ("op".into(), Value::String("d".into())),
+        ]);
+        assert_eq!(debezium_event(&deleted).unwrap(), ("d", None));
+        assert!(debezium_event(&Value::Record(vec![])).is_err());
+    }
 
     fn text(d: &Datum) -> &str {
         match d {
