@@ -230,3 +230,19 @@ pub trait TableSnapshot: Send {
     /// not complete.
     fn finish(self) -> impl Future<Output = Result<()>> + Send;
 }
+
+/// The civil date (year, month, day) `days` after 1970-01-01, in the
+/// proleptic Gregorian calendar (Howard Hinnant's `civil_from_days`): how
+/// the MySQL and Kafka sources write day counts as PostgreSQL dates.
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}

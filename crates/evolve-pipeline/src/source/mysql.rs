@@ -380,7 +380,7 @@ use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts, OptsBuilder, Va
 use tokio::sync::mpsc;
 
 use self::gtid::{Flavor, GtidList, GtidSet, GtidState, MariaGtid, Uuid, XaGroup, Xid};
-use super::{ChangeStream, Source, SourceEvent, TableSnapshot};
+use super::{ChangeStream, Source, SourceEvent, TableSnapshot, civil_from_days};
 use crate::config::Connection;
 use crate::drift::{Upstream, UpstreamColumn};
 use crate::error::{PipelineError, Result};

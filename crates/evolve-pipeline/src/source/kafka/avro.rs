@@ -34,6 +34,7 @@ use evolve_compat::avro::AvroSchema;
 use evolve_core::change::Datum;
 use evolve_core::document::TypeKind;
 
+use crate::source::civil_from_days;
 use crate::store::ReferencedSchema;
 
 /// One field of the reader schema as a column.
@@ -741,20 +742,6 @@ fn timestamp(us: i64, tz: bool, sep: char, out: &mut String) {
     if bc {
         out.push_str(" BC");
     }
-}
-
-/// Howard Hinnant's `civil_from_days`.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 #[cfg(test)]

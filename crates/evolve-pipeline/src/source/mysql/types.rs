@@ -287,20 +287,6 @@ pub(super) fn fraction(micros: u32) -> String {
     digits.trim_end_matches('0').to_string()
 }
 
-/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-pub(super) fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 /// Appends `v` in decimal, zero-padded to `width` digits.
 pub(super) fn push_padded(out: &mut Vec<u8>, v: u64, width: usize) {
     let mut digits = [0u8; 20];
