@@ -240,6 +240,7 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
                 registry: k.registry.clone(),
                 envelope: evolve_core::control::TableEnvelope::parse(&k.envelope)
                     .unwrap_or_default(),
+                format: evolve_core::control::TableFormat::parse(&k.format).unwrap_or_default(),
             }),
     };
     let spec = match pipeline.create_table(&spec).await {

@@ -517,6 +517,7 @@ impl Pipeline {
                 &format.registry,
                 registry,
                 format.envelope,
+                format.format,
             )
             .await?;
             kafka_info = Some(pinned.info);

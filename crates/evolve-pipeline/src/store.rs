@@ -209,14 +209,18 @@ pub struct TableInfo {
 pub struct KafkaTableInfo {
     /// The registry's connection, by name.
     pub registry: String,
-    /// `upsert` or `none`.
+    /// `upsert`, `none` or `debezium`.
     pub envelope: String,
+    /// `avro` or `json` (JSON Schema); stores written before JSON tables
+    /// leave it out, and it is read as `avro`.
+    #[serde(default = "avro_format")]
+    pub format: String,
     /// The value subject (TopicNameStrategy: `<topic>-value`).
     pub subject: String,
     /// The pinned reader schema's registry id and subject version.
     pub schema_id: u32,
     pub version: i64,
-    /// The pinned reader schema (Avro, as JSON text).
+    /// The pinned reader schema (Avro or JSON Schema, as JSON text).
     pub schema: String,
     /// The schemas its references name, through every level, each after
     /// the ones it references, as fetched at `CREATE TABLE`: with them the
@@ -225,6 +229,10 @@ pub struct KafkaTableInfo {
     /// (the key is left out then, and read as empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<ReferencedSchema>,
+}
+
+fn avro_format() -> String {
+    "avro".into()
 }
 
 /// A schema that a reference names, as fetched from the registry

@@ -1030,6 +1030,177 @@ async fn debezium_change_events_leave_exactly_their_rows() {
     wait_docs(&env, "public.orders_json", &want).await;
 }
 
+/// A JSON Schema of orders, as a producer with Confluent's JSON Schema
+/// serializer registers it.
+const JSON_V1: &str = r#"{"type":"object","title":"Order","properties":{
+    "id":{"type":"integer"},"customer":{"type":"string"},
+    "price":{"type":["number","null"]},"tags":{"type":"array","items":{"type":"string"}}},
+    "required":["id","customer"]}"#;
+/// `note` added: data of either version is valid for the pinned reader
+/// (its content model is open).
+const JSON_V2: &str = r#"{"type":"object","title":"Order","properties":{
+    "id":{"type":"integer"},"customer":{"type":"string"},
+    "price":{"type":["number","null"]},"tags":{"type":"array","items":{"type":"string"}},
+    "note":{"type":"string"}},
+    "required":["id","customer"]}"#;
+/// `id` a string: not what the pinned reader accepts.
+const JSON_V3: &str = r#"{"type":"object","title":"Order","properties":{
+    "id":{"type":"string"},"customer":{"type":"string"}},
+    "required":["id","customer"]}"#;
+
+async fn produce_json(
+    bootstrap: &str,
+    topic: &str,
+    registry: &str,
+    schema: &str,
+    records: &[Produced],
+) {
+    let args = ["produce-json", bootstrap, topic, registry, schema];
+    produce_lines(args.map(String::from).to_vec(), records).await;
+}
+
+/// `FORMAT JSON`: records written by Confluent's JSON Schema serializer,
+/// read by the table's snapshot and then streamed (an update, a
+/// tombstone, an insert) into documents with the properties' mapped
+/// types (`price` a numeric with its scale, `tags` JSON); a producer that
+/// adds a property keeps the table flowing and drift says column_drift;
+/// one whose `id` is a string stalls the table at that record with the
+/// compatibility engine's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_schema_records_stream_drift_and_stall() {
+    let env = env("kafka_source_json").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "kj_orders", 1).await;
+    let history: Vec<Produced> = vec![
+        (
+            "1".into(),
+            Some(json!({"id": 1, "customer": "a", "price": 12.50, "tags": ["x"]})),
+        ),
+        (
+            "2".into(),
+            Some(json!({"id": 2, "customer": "b", "price": null})),
+        ),
+        (
+            "3".into(),
+            Some(json!({"id": 3, "customer": "c", "price": 1e2})),
+        ),
+    ];
+    produce_json(&bootstrap, "kj_orders", &url, JSON_V1, &history).await;
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    audit_sink(&env.sink).await;
+    let pipeline = Pipeline::start(&env.config);
+    let admin = pipeline.url.clone();
+    sql_ok(
+        &admin,
+        &[
+            "-c",
+            "CREATE SOURCE kj FROM KAFKA CONNECTION k (TOPIC 'kj_orders');
+             CREATE TABLE kj_v1 FROM SOURCE kj FORMAT JSON USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
+             CREATE MATERIALIZED VIEW kj_json AS
+               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kj_v1 t;
+             CREATE SINK kj_sink FROM kj_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');",
+        ],
+    )
+    .await;
+    let key = |k: &str| json!({"@key": k}).to_string();
+    let want: BTreeMap<String, Value> = [
+        (
+            key("1"),
+            json!({"id": 1, "customer": "a", "price": 12.5, "tags": ["x"]}),
+        ),
+        (key("2"), json!({"id": 2, "customer": "b"})),
+        (key("3"), json!({"id": 3, "customer": "c", "price": 100.0})),
+    ]
+    .into();
+    wait_docs(&env, "public.orders_json", &want).await;
+    assert_eq!(audit_count(&env.sink).await, 3);
+
+    let stream: Vec<Produced> = vec![
+        (
+            "1".into(),
+            Some(json!({"id": 1, "customer": "a2", "price": 0.125})),
+        ),
+        ("2".into(), None),
+        (
+            "4".into(),
+            Some(json!({"id": 4, "customer": "d", "tags": []})),
+        ),
+    ];
+    produce_json(&bootstrap, "kj_orders", &url, JSON_V1, &stream).await;
+    let mut want: BTreeMap<String, Value> = [
+        (key("1"), json!({"id": 1, "customer": "a2", "price": 0.125})),
+        (key("3"), json!({"id": 3, "customer": "c", "price": 100.0})),
+        (key("4"), json!({"id": 4, "customer": "d", "tags": []})),
+    ]
+    .into();
+    wait_docs(&env, "public.orders_json", &want).await;
+    // The numbers are numeric's text, with the scale the producer wrote
+    // (Python writes 1e2 as 100.0).
+    let prices: Vec<String> = env
+        .sink
+        .query(
+            "SELECT (data->'price')::text FROM public.orders_json WHERE data ? 'price' ORDER BY (data->>'id')::int",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(prices, ["0.125", "100.0"]);
+
+    // A property added: the table flows on, drift says so.
+    python(
+        vec![
+            "compatibility".into(),
+            url.clone(),
+            "kj_orders-value".into(),
+            "NONE".into(),
+        ],
+        String::new(),
+    )
+    .await;
+    produce_json(
+        &bootstrap,
+        "kj_orders",
+        &url,
+        JSON_V2,
+        &[(
+            "5".into(),
+            Some(json!({"id": 5, "customer": "e", "note": "n"})),
+        )],
+    )
+    .await;
+    want.insert(key("5"), json!({"id": 5, "customer": "e"}));
+    wait_docs(&env, "public.orders_json", &want).await;
+    let row = drift_row(&admin, "kj_v1").await;
+    assert_eq!(row["signal"], "column_drift", "{row}");
+    assert_eq!(row["added_upstream"], json!(["note"]), "{row}");
+
+    // `id` a string: the table stalls at that record (offset 7).
+    produce_json(
+        &bootstrap,
+        "kj_orders",
+        &url,
+        JSON_V3,
+        &[("6".into(), Some(json!({"id": "six", "customer": "f"})))],
+    )
+    .await;
+    let stalled = wait_state(&admin, "kj_v1", "stalled").await;
+    let error = stalled["error"].as_str().unwrap();
+    assert!(
+        error.contains("record at partition 0 offset 7 has writer schema id")
+            && error.contains("cannot read"),
+        "{stalled}"
+    );
+    wait_docs(&env, "public.orders_json", &want).await;
+}
+
 /// The types of the references test: `Country` (subject
 /// `kref_country`), `Address` using it (subject `kref_address`), and the
 /// value schema `Order` using `Address` for two fields, one nullable.

@@ -252,7 +252,7 @@ pub enum SourceKind {
     Kafka,
 }
 
-/// How a Kafka table reads its topic's records: `FORMAT AVRO USING
+/// How a Kafka table reads its topic's records: `FORMAT AVRO | JSON USING
 /// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT |
 /// ENVELOPE NONE | ENVELOPE DEBEZIUM]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -261,6 +261,39 @@ pub struct KafkaTable {
     pub registry: String,
     /// What a record means.
     pub envelope: TableEnvelope,
+    /// How a record's value is written.
+    pub format: TableFormat,
+}
+
+/// `FORMAT` of a Kafka table: how its records' values are written, each
+/// after Confluent's wire header (a zero byte, the schema's id).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum TableFormat {
+    /// `FORMAT AVRO` (Confluent's Avro serializer).
+    #[default]
+    Avro,
+    /// `FORMAT JSON`: JSON text under a JSON Schema (Confluent's JSON
+    /// Schema serializer).
+    Json,
+}
+
+impl TableFormat {
+    /// The format's keyword: `avro` or `json`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableFormat::Avro => "avro",
+            TableFormat::Json => "json",
+        }
+    }
+
+    /// The format named `word` (any case).
+    pub fn parse(word: &str) -> Option<TableFormat> {
+        match word.to_ascii_lowercase().as_str() {
+            "avro" => Some(TableFormat::Avro),
+            "json" => Some(TableFormat::Json),
+            _ => None,
+        }
+    }
 }
 
 /// `ENVELOPE` of a Kafka table.
@@ -308,10 +341,9 @@ impl TableEnvelope {
 
 /// `CREATE TABLE name FROM SOURCE source (REFERENCE schema.table)
 /// [WITH (EXCLUDE COLUMNS (..), TEXT COLUMNS (..))]`, or for a Kafka
-/// source `CREATE TABLE name FROM SOURCE source FORMAT AVRO USING
+/// source `CREATE TABLE name FROM SOURCE source FORMAT AVRO | JSON USING
 /// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT | NONE |
-/// DEBEZIUM]
-/// [WITH (..)]` (the source's topic is the table's upstream).
+/// DEBEZIUM] [WITH (..)]` (the source's topic is the table's upstream).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateTable {
     pub name: String,
@@ -723,7 +755,8 @@ impl Statement {
                 );
                 match &s.kafka {
                     Some(k) => sql.push_str(&format!(
-                        " FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION {} ENVELOPE {}",
+                        " FORMAT {} USING CONFLUENT SCHEMA REGISTRY CONNECTION {} ENVELOPE {}",
+                        k.format.as_str().to_ascii_uppercase(),
                         sql_ident(&k.registry),
                         k.envelope.as_str().to_ascii_uppercase()
                     )),

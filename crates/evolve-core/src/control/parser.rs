@@ -10,7 +10,7 @@ use super::{
     CreateReplacement, CreateReplica, CreateSink, CreateSource, CreateTable, CreateTransform, Drop,
     EnableReplica, KafkaSink, KafkaTable, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName,
     RefreshReferences, Show, ShowConflictResolvers, SinkEnvelope, SinkFormat, SourceKind, Span,
-    Statement, TableEnvelope, parse_duration,
+    Statement, TableEnvelope, TableFormat, parse_duration,
 };
 use crate::conflict::{ConflictError, ConflictType, Resolver};
 
@@ -604,7 +604,17 @@ impl Parser<'_> {
         let mut kafka = None;
         if self.at_word("format") {
             self.bump();
-            self.expect_keyword("avro")?;
+            let format = match self.word().and_then(TableFormat::parse) {
+                Some(format) => {
+                    self.bump();
+                    format
+                }
+                None => {
+                    return Err(
+                        self.syntax_error(&[Expected::Keyword("avro"), Expected::Keyword("json")])
+                    );
+                }
+            };
             for keyword in ["using", "confluent", "schema", "registry", "connection"] {
                 self.expect_keyword(keyword)?;
             }
@@ -626,7 +636,11 @@ impl Parser<'_> {
                     }
                 }
             }
-            kafka = Some(KafkaTable { registry, envelope });
+            kafka = Some(KafkaTable {
+                registry,
+                envelope,
+                format,
+            });
         } else {
             self.options(&[("reference", "REFERENCE")], |p, _| {
                 p.optional_equals();

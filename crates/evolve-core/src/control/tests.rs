@@ -2739,7 +2739,8 @@ fn create_kafka_source_and_table() {
                 t.kafka,
                 Some(KafkaTable {
                     registry: s("csr"),
-                    envelope: TableEnvelope::None
+                    envelope: TableEnvelope::None,
+                    format: TableFormat::Avro,
                 })
             );
             assert_eq!(t.exclude_columns, vec![s("note")]);
@@ -2773,6 +2774,29 @@ fn create_kafka_source_and_table() {
     }
     assert!(debezium.to_sql().ends_with(" ENVELOPE DEBEZIUM"));
     assert_eq!(one(&debezium.to_sql()), debezium);
+    let json = one(
+        "CREATE TABLE t FROM SOURCE ev FORMAT json USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    );
+    match &json {
+        Statement::CreateTable(t) => {
+            assert_eq!(t.kafka.as_ref().unwrap().format, TableFormat::Json);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        json.to_sql().contains(" FORMAT JSON USING "),
+        "{}",
+        json.to_sql()
+    );
+    assert_eq!(one(&json.to_sql()), json);
+    let protobuf = err(
+        "CREATE TABLE t FROM SOURCE ev FORMAT PROTOBUF USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    );
+    let hint = protobuf.hint.clone().unwrap_or_default();
+    assert!(
+        hint.contains("AVRO") && hint.contains("JSON"),
+        "{protobuf:?}"
+    );
     let bad = err(
         "CREATE TABLE t FROM SOURCE ev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE MATERIALIZE",
     );

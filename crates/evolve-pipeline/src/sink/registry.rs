@@ -342,19 +342,10 @@ impl Registry {
         }))
     }
 
-    /// The latest version of `subject`; `None` when the subject has no
-    /// version. An error when it holds schemas other than Avro.
+    /// The latest version of `subject`, of any schema type; `None` when
+    /// the subject has no version.
     pub async fn latest(&self, subject: &str) -> Result<Option<VersionedSchema>> {
-        let latest = self.subject_version(subject, "latest").await?;
-        if let Some(v) = &latest
-            && v.schema_type != "AVRO"
-        {
-            return Err(self.error(&format!(
-                "subject \"{subject}\" holds {} schemas; a Kafka table reads Avro",
-                v.schema_type
-            )));
-        }
-        Ok(latest)
+        self.subject_version(subject, "latest").await
     }
 
     /// Version `version` of `subject` (`-1`: the latest), of any schema

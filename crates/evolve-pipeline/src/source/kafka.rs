@@ -1,7 +1,9 @@
 //! The Kafka source: a topic of Avro records (Confluent's wire format: a
 //! zero byte, the writer schema's registry id in four bytes, the Avro
-//! binary datum), read into tables whose columns are the fields of a
-//! reader schema pinned at `CREATE TABLE`.
+//! binary datum), or of JSON records under a JSON Schema (`FORMAT JSON`:
+//! the same header, then JSON text; module [`json`]), read into tables
+//! whose columns are the fields (properties) of a reader schema pinned at
+//! `CREATE TABLE`.
 //!
 //! # Positions and offsets
 //!
@@ -56,7 +58,10 @@
 //! checked against the reader by evolve's compatibility engine
 //! (`evolve_compat::avro::check`); a compatible record is read with Avro's
 //! resolution rules (defaults, promotions, aliases, enum defaults,
-//! unions). A record that a table cannot read (no wire header, an id the
+//! unions). A `FORMAT JSON` table checks the writer's JSON Schema the
+//! same way (`evolve_compat::json::check`: does the reader accept every
+//! document the writer's schema allows?), then reads the properties it
+//! has columns for. A record that a table cannot read (no wire header, an id the
 //! registry does not know, a writer schema the reader cannot read, a
 //! corrupt payload, no key under `ENVELOPE UPSERT`) is
 //! [`SourceEvent::Undecodable`] for that table: it stalls at that record,
@@ -95,6 +100,7 @@
 //! again; one already swapped in is no longer in the store.
 
 pub mod avro;
+pub mod json;
 mod last;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -265,7 +271,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         })?
 }
 
-/// What `CREATE TABLE ... FORMAT AVRO` pins: the subject's latest schema,
+/// What `CREATE TABLE ... FORMAT AVRO | JSON` pins: the subject's latest schema,
 /// its columns (with the key column last), and the settings to store.
 pub struct Pinned {
     pub columns: Vec<ColumnInfo>,
@@ -279,7 +285,9 @@ pub async fn pin_reader(
     registry_name: &str,
     registry: &Connection,
     envelope: evolve_core::control::TableEnvelope,
+    format: evolve_core::control::TableFormat,
 ) -> Result<Pinned> {
+    use evolve_core::control::{TableEnvelope, TableFormat};
     let mut client = Registry::new(registry_name, registry)?;
     let subject = value_subject(topic);
     let latest = client
@@ -297,6 +305,47 @@ pub async fn pin_reader(
             ),
         })?;
     let of = format!("subject \"{subject}\" version {}", latest.version);
+    let refused = |e: String| PipelineError::Refused {
+        sqlstate: "22023",
+        primary: format!("the latest schema of {of} (id {}): {e}", latest.id),
+        detail: None,
+        hint: None,
+    };
+    let wanted = match format {
+        TableFormat::Avro => "AVRO",
+        TableFormat::Json => "JSON",
+    };
+    if latest.schema_type != wanted {
+        return Err(refused(format!(
+            "it is a {} schema, and FORMAT {} reads {wanted}; name the format its producer writes",
+            latest.schema_type,
+            format.as_str().to_ascii_uppercase()
+        )));
+    }
+    if format == TableFormat::Json {
+        if envelope == TableEnvelope::Debezium {
+            return Err(refused(
+                "ENVELOPE DEBEZIUM reads Debezium's Avro change events; use FORMAT AVRO".into(),
+            ));
+        }
+        if !latest.references.is_empty() {
+            return Err(refused(
+                "it has references, which a FORMAT JSON table does not read yet".into(),
+            ));
+        }
+        evolve_compat::json::parse(&latest.schema, &[])
+            .map_err(|e| refused(format!("not a JSON Schema evolve can read: {e}")))?;
+        let fields = json::reader_columns(&latest.schema).map_err(refused)?;
+        return Ok(pinned(
+            fields,
+            envelope,
+            format,
+            registry_name,
+            subject,
+            latest,
+            Vec::new(),
+        ));
+    }
     let references = if latest.references.is_empty() {
         Vec::new()
     } else {
@@ -323,12 +372,6 @@ pub async fn pin_reader(
         detail: None,
         hint: None,
     })?;
-    let refused = |e: String| PipelineError::Refused {
-        sqlstate: "22023",
-        primary: format!("the latest schema of {of} (id {}): {e}", latest.id),
-        detail: None,
-        hint: None,
-    };
     let names = avro::schema_names(&schema);
     let root = match envelope {
         evolve_core::control::TableEnvelope::Debezium => {
@@ -337,6 +380,28 @@ pub async fn pin_reader(
         _ => schema.root(),
     };
     let fields = avro::reader_columns(root, &avro::referenced_names(&schema)).map_err(refused)?;
+    Ok(pinned(
+        fields,
+        envelope,
+        format,
+        registry_name,
+        subject,
+        latest,
+        references,
+    ))
+}
+
+/// The columns of `fields` (and the envelope's key column, last) and the
+/// settings a table pinned at `latest` stores.
+fn pinned(
+    fields: Vec<avro::AvroColumn>,
+    envelope: evolve_core::control::TableEnvelope,
+    format: evolve_core::control::TableFormat,
+    registry_name: &str,
+    subject: String,
+    latest: VersionedSchema,
+    references: Vec<crate::store::ReferencedSchema>,
+) -> Pinned {
     let mut columns: Vec<ColumnInfo> = fields
         .iter()
         .enumerate()
@@ -354,18 +419,19 @@ pub async fn pin_reader(
         })
         .collect();
     columns.push(key_column(envelope, columns.len()));
-    Ok(Pinned {
+    Pinned {
         columns,
         info: crate::store::KafkaTableInfo {
             registry: registry_name.to_string(),
             envelope: envelope.as_str().to_string(),
+            format: format.as_str().to_string(),
             subject,
             schema_id: latest.id,
             version: latest.version,
             schema: latest.schema,
             references,
         },
-    })
+    }
 }
 
 /// The key column of an envelope: part of the key, not of the document.
@@ -400,7 +466,15 @@ pub async fn upstream_columns(
         return Ok(Vec::new());
     };
     let envelope = evolve_core::control::TableEnvelope::parse(&kafka.envelope).unwrap_or_default();
-    let pinned = pin_reader(&table.upstream_table, &kafka.registry, registry, envelope).await?;
+    let format = evolve_core::control::TableFormat::parse(&kafka.format).unwrap_or_default();
+    let pinned = pin_reader(
+        &table.upstream_table,
+        &kafka.registry,
+        registry,
+        envelope,
+        format,
+    )
+    .await?;
     let mut next = table.columns.iter().map(|c| c.attnum).max().unwrap_or(0);
     Ok(pinned
         .columns
@@ -455,6 +529,23 @@ struct Reader {
     oid: u32,
     upsert: bool,
     registry: String,
+    /// The pinned reader schema.
+    format: ReaderFormat,
+    schema_id: u32,
+    fields: Vec<avro::AvroColumn>,
+    table_schema: Arc<TableSchema>,
+    /// Per writer schema id: `None` when the reader reads it, else why not.
+    verdicts: HashMap<u32, Option<String>>,
+}
+
+/// A pinned reader schema, by format.
+enum ReaderFormat {
+    Avro(Box<AvroReader>),
+    Json(evolve_compat::json::JsonSchema),
+}
+
+/// An Avro reader schema.
+struct AvroReader {
     /// The pinned reader schema with the schemas its references name.
     schema: AvroSchema,
     /// `ENVELOPE DEBEZIUM`: the change events' row record (their
@@ -463,13 +554,8 @@ struct Reader {
     /// The same, as records are decoded with it
     /// ([`avro::parse_for_decoding`]).
     decoding: AvroSchema,
-    schema_id: u32,
     /// The named types of the schema and its references.
     names: HashMap<apache_avro::schema::Name, Schema>,
-    fields: Vec<avro::AvroColumn>,
-    table_schema: Arc<TableSchema>,
-    /// Per writer schema id: `None` when the reader reads it, else why not.
-    verdicts: HashMap<u32, Option<String>>,
 }
 
 impl Reader {
@@ -486,22 +572,37 @@ impl Reader {
             table: table.name.clone(),
             message: format!("its pinned reader schema (id {}): {e}", kafka.schema_id),
         };
-        let schema = avro::parse(&kafka.schema, &kafka.references).map_err(bad)?;
-        let decoding = avro::parse_for_decoding(&kafka.schema, &kafka.references).map_err(bad)?;
-        let names = avro::schema_names(&schema);
-        let row = match evolve_core::control::TableEnvelope::parse(&kafka.envelope) {
-            Some(evolve_core::control::TableEnvelope::Debezium) => Some(
-                avro::debezium_row(schema.root(), &names)
-                    .map_err(bad)?
-                    .clone(),
-            ),
-            _ => None,
+        let (format, fields) = if kafka.format == "json" {
+            let schema =
+                evolve_compat::json::parse(&kafka.schema, &[]).map_err(|e| bad(e.to_string()))?;
+            let fields = json::reader_columns(&kafka.schema).map_err(bad)?;
+            (ReaderFormat::Json(schema), fields)
+        } else {
+            let schema = avro::parse(&kafka.schema, &kafka.references).map_err(bad)?;
+            let decoding =
+                avro::parse_for_decoding(&kafka.schema, &kafka.references).map_err(bad)?;
+            let names = avro::schema_names(&schema);
+            let row = match evolve_core::control::TableEnvelope::parse(&kafka.envelope) {
+                Some(evolve_core::control::TableEnvelope::Debezium) => Some(
+                    avro::debezium_row(schema.root(), &names)
+                        .map_err(bad)?
+                        .clone(),
+                ),
+                _ => None,
+            };
+            let fields = avro::reader_columns(
+                row.as_ref().unwrap_or(schema.root()),
+                &avro::referenced_names(&schema),
+            )
+            .map_err(bad)?;
+            let reader = AvroReader {
+                schema,
+                row,
+                decoding,
+                names,
+            };
+            (ReaderFormat::Avro(Box::new(reader)), fields)
         };
-        let fields = avro::reader_columns(
-            row.as_ref().unwrap_or(schema.root()),
-            &avro::referenced_names(&schema),
-        )
-        .map_err(bad)?;
         let mut columns: Vec<ColumnSchema> = fields
             .iter()
             .map(|f| ColumnSchema {
@@ -523,10 +624,7 @@ impl Reader {
             oid: table.upstream_oid,
             upsert,
             registry: kafka.registry.clone(),
-            names,
-            schema,
-            row,
-            decoding,
+            format,
             schema_id: kafka.schema_id,
             fields,
             table_schema: Arc::new(TableSchema {
@@ -541,13 +639,38 @@ impl Reader {
 
 /// A writer schema as fetched by id, parsed with the schemas its
 /// references name.
-struct WriterSchema {
-    schema: AvroSchema,
-    /// The same, as records are decoded with it
-    /// ([`avro::parse_for_decoding`]).
-    decoding: AvroSchema,
-    /// The named types of the schema and its references.
-    names: HashMap<apache_avro::schema::Name, Schema>,
+enum WriterSchema {
+    Avro {
+        schema: Box<AvroSchema>,
+        /// The same, as records are decoded with it
+        /// ([`avro::parse_for_decoding`]).
+        decoding: Box<AvroSchema>,
+        /// The named types of the schema and its references.
+        names: HashMap<apache_avro::schema::Name, Schema>,
+    },
+    Json(evolve_compat::json::JsonSchema),
+}
+
+/// Why `reader` cannot read records of `writer`, if it cannot: the
+/// compatibility engine's first finding, or formats that differ.
+fn verdict(reader: &ReaderFormat, writer: &WriterSchema) -> Option<String> {
+    let first = |found: Vec<evolve_compat::Incompatibility>| {
+        found
+            .first()
+            .map(|i| format!("{} ({} at {})", i.message, i.kind, i.path))
+    };
+    match (reader, writer) {
+        (ReaderFormat::Avro(r), WriterSchema::Avro { schema, .. }) => {
+            first(evolve_compat::avro::check(&r.schema, schema))
+        }
+        (ReaderFormat::Json(r), WriterSchema::Json(w)) => first(evolve_compat::json::check(r, w)),
+        (ReaderFormat::Avro(_), WriterSchema::Json(_)) => {
+            Some("it is a JSON Schema, and the table reads Avro (FORMAT AVRO)".into())
+        }
+        (ReaderFormat::Json(_), WriterSchema::Avro { .. }) => {
+            Some("it is an Avro schema, and the table reads JSON (FORMAT JSON)".into())
+        }
+    }
 }
 
 /// A writer schema as fetched by id, or why a record naming the id cannot
@@ -658,8 +781,21 @@ impl Writers {
             None => Err(format!(
                 "names writer schema id {id}, which the registry of connection \"{registry}\" does not have"
             )),
+            Some(found) if found.schema_type == "JSON" => {
+                if found.references.is_empty() {
+                    evolve_compat::json::parse(&found.schema, &[])
+                        .map(|schema| Arc::new(WriterSchema::Json(schema)))
+                        .map_err(|e| {
+                            format!("names writer schema id {id}, which cannot be read: {e}")
+                        })
+                } else {
+                    Err(format!(
+                        "names writer schema id {id}, a JSON Schema with references, which a FORMAT JSON table does not read yet"
+                    ))
+                }
+            }
             Some(found) if found.schema_type != "AVRO" => Err(format!(
-                "names writer schema id {id}, which is a {} schema in the registry of connection \"{registry}\"; a Kafka table reads Avro",
+                "names writer schema id {id}, which is a {} schema in the registry of connection \"{registry}\"; a Kafka table reads Avro or JSON Schema",
                 found.schema_type
             )),
             Some(found) => {
@@ -687,10 +823,10 @@ impl Writers {
                         ))
                     })
                     .map(|(schema, decoding)| {
-                        Arc::new(WriterSchema {
+                        Arc::new(WriterSchema::Avro {
                             names: avro::schema_names(&schema),
-                            schema,
-                            decoding,
+                            schema: Box::new(schema),
+                            decoding: Box::new(decoding),
                         })
                     })
                     .map_err(|why| {
@@ -766,9 +902,7 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
     let verdict = match reader.verdicts.get(&id) {
         Some(v) => v.clone(),
         None => {
-            let v = evolve_compat::avro::check(&reader.schema, &writer.schema)
-                .first()
-                .map(|i| format!("{} ({} at {})", i.message, i.kind, i.path));
+            let v = verdict(&reader.format, &writer);
             reader.verdicts.insert(id, v.clone());
             v
         }
@@ -780,41 +914,26 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
             reader.schema_id
         )));
     }
-    let mut bytes = datum;
-    let read = GenericDatumReader::builder(writer.decoding.root())
-        .writer_schemata(avro::schemata(&writer.decoding))
-        .and_then(|b| {
-            b.reader_schema(reader.decoding.root())
-                .reader_schemata(avro::schemata(&reader.decoding))
-        })
-        .and_then(|b| b.build())
-        .and_then(|r| r.read_value(&mut bytes));
-    // The row's values, or `None` for a Debezium delete.
-    let values = match (read, &reader.row) {
-        (Err(e), _) => Err(e.to_string()),
-        (Ok(v), None) => {
-            avro::record_values(&v, reader.schema.root(), &reader.fields, &reader.names).map(Some)
+    let values = match (&reader.format, &*writer) {
+        (ReaderFormat::Json(_), _) => json::record_values(datum, &reader.fields).map(RowValue::Row),
+        (ReaderFormat::Avro(r), WriterSchema::Avro { decoding, .. }) => {
+            let mut bytes = datum;
+            let read = GenericDatumReader::builder(decoding.root())
+                .writer_schemata(avro::schemata(decoding))
+                .and_then(|b| {
+                    b.reader_schema(r.decoding.root())
+                        .reader_schemata(avro::schemata(&r.decoding))
+                })
+                .and_then(|b| b.build())
+                .and_then(|d| d.read_value(&mut bytes));
+            avro_values(read, r, &reader.fields)
         }
-        (Ok(v), Some(row)) => match avro::debezium_event(&v) {
-            Ok(("c" | "r" | "u", Some(after))) => {
-                avro::record_values(after, row, &reader.fields, &reader.names).map(Some)
-            }
-            Ok(("d", _)) => Ok(None),
-            Ok(("t", _)) => {
-                return Ok(Decoded::Undecodable(format!(
-                    "{} is a truncate event (op \"t\"), which a Kafka table cannot apply record by record; recreate the table (its snapshot reads the topic again), or turn Debezium's truncate events off (skipped.operations = t)",
-                    at(raw)
-                )));
-            }
-            Ok((op, after)) => Err(format!(
-                "a change event with op {op:?} and {} after, which ENVELOPE DEBEZIUM does not read (c, r and u have an after, d deletes)",
-                if after.is_some() { "an" } else { "no" }
-            )),
-            Err(e) => Err(e),
-        },
+        (ReaderFormat::Avro(_), WriterSchema::Json(_)) => {
+            Err("a JSON Schema writer for an Avro reader".into())
+        }
     };
     match values {
-        Ok(Some(mut values)) => {
+        Ok(RowValue::Row(mut values)) => {
             values.push(key);
             Ok(Decoded::Change(RowChange {
                 table: Arc::clone(&reader.table_schema),
@@ -823,11 +942,50 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
                 new: Some(values),
             }))
         }
-        Ok(None) => Ok(Decoded::Change(delete(reader, key))),
+        Ok(RowValue::Delete) => Ok(Decoded::Change(delete(reader, key))),
+        Ok(RowValue::Truncate) => Ok(Decoded::Undecodable(format!(
+            "{} is a truncate event (op \"t\"), which a Kafka table cannot apply record by record; recreate the table (its snapshot reads the topic again), or turn Debezium's truncate events off (skipped.operations = t)",
+            at(raw)
+        ))),
         Err(e) => Ok(Decoded::Undecodable(format!(
             "{} cannot be decoded with writer schema id {id}: {e}",
             at(raw)
         ))),
+    }
+}
+
+/// What a record's value does to its key's row.
+enum RowValue {
+    /// The row is these values.
+    Row(Vec<Datum>),
+    /// A Debezium delete.
+    Delete,
+    /// A Debezium truncate event.
+    Truncate,
+}
+
+/// The row an Avro value `read` with `reader` gives (`ENVELOPE
+/// DEBEZIUM`: its change event's), in `fields`' text forms.
+fn avro_values(
+    read: std::result::Result<apache_avro::types::Value, apache_avro::Error>,
+    reader: &AvroReader,
+    fields: &[avro::AvroColumn],
+) -> std::result::Result<RowValue, String> {
+    let v = read.map_err(|e| e.to_string())?;
+    let Some(row) = &reader.row else {
+        return avro::record_values(&v, reader.schema.root(), fields, &reader.names)
+            .map(RowValue::Row);
+    };
+    match avro::debezium_event(&v)? {
+        ("c" | "r" | "u", Some(after)) => {
+            avro::record_values(after, row, fields, &reader.names).map(RowValue::Row)
+        }
+        ("d", _) => Ok(RowValue::Delete),
+        ("t", _) => Ok(RowValue::Truncate),
+        (op, after) => Err(format!(
+            "a change event with op {op:?} and {} after, which ENVELOPE DEBEZIUM does not read (c, r and u have an after, d deletes)",
+            if after.is_some() { "an" } else { "no" }
+        )),
     }
 }
 
@@ -863,13 +1021,16 @@ fn key_text(
     if let Some((id, datum)) = wire(key)
         && let Ok(writer) = fetched(writers, registry, id)?
     {
+        let WriterSchema::Avro { schema, names, .. } = &*writer else {
+            return Ok(json::key_json(datum));
+        };
         let mut bytes = datum;
-        let read = GenericDatumReader::builder(writer.schema.root())
-            .writer_schemata(avro::schemata(&writer.schema))
+        let read = GenericDatumReader::builder(schema.root())
+            .writer_schemata(avro::schemata(schema))
             .and_then(|b| b.build())
             .and_then(|r| r.read_value(&mut bytes));
         return Ok(match read {
-            Ok(v) => avro::key_json(&v, writer.schema.root(), &writer.names),
+            Ok(v) => avro::key_json(&v, schema.root(), names),
             Err(e) => Err(format!(
                 "its key cannot be decoded with schema id {id}: {e}"
             )),
@@ -1689,6 +1850,7 @@ mod tests {
         let info = crate::store::KafkaTableInfo {
             registry: "csr".into(),
             envelope: "none".into(),
+            format: "avro".into(),
             subject: "orders-value".into(),
             schema_id: 3,
             version: 1,
@@ -1763,10 +1925,10 @@ mod tests {
         let mut writers = Writers::new(&[]).unwrap();
         writers.schemas.insert(
             ("csr".into(), 4),
-            Ok(Arc::new(WriterSchema {
+            Ok(Arc::new(WriterSchema::Avro {
                 names: avro::schema_names(&writer),
-                schema: writer,
-                decoding: avro::parse_for_decoding(&v2.to_string(), &references).unwrap(),
+                schema: Box::new(writer),
+                decoding: Box::new(avro::parse_for_decoding(&v2.to_string(), &references).unwrap()),
             })),
         );
         writers.schemas.insert(
@@ -1879,10 +2041,11 @@ mod tests {
     fn fuzz_datum() -> Vec<u8> {
         use apache_avro::types::Value;
         let (_, writers) = fuzz_reader();
-        let writer = &writers.schemas[&("csr".to_string(), 4)]
-            .as_ref()
-            .unwrap()
-            .schema;
+        let WriterSchema::Avro { schema: writer, .. } =
+            &**writers.schemas[&("csr".to_string(), 4)].as_ref().unwrap()
+        else {
+            unreachable!("the fuzz writer is Avro")
+        };
         let value = Value::Record(vec![
             ("id".into(), Value::Long(1)),
             ("qty".into(), Value::Int(-2)),
@@ -2049,6 +2212,7 @@ mod tests {
         let info = crate::store::KafkaTableInfo {
             registry: "csr".into(),
             envelope: "upsert".into(),
+            format: "avro".into(),
             subject: "orders-value".into(),
             schema_id: 4,
             version: 1,
@@ -2062,10 +2226,10 @@ mod tests {
         let mut writers = Writers::new(&[]).unwrap();
         writers.schemas.insert(
             ("csr".into(), 4),
-            Ok(Arc::new(WriterSchema {
+            Ok(Arc::new(WriterSchema::Avro {
                 names: avro::schema_names(&writer),
-                schema: writer,
-                decoding: avro::parse_for_decoding(&schema.to_string(), &[]).unwrap(),
+                schema: Box::new(writer),
+                decoding: Box::new(avro::parse_for_decoding(&schema.to_string(), &[]).unwrap()),
             })),
         );
         (reader, writers)

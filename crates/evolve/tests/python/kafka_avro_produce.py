@@ -22,6 +22,9 @@ Usage:
   kafka_avro_produce.py produce-latest BOOTSTRAP TOPIC REGISTRY_URL
       as produce, with the subject's latest registered schema and the
       schemas its references name (use.latest.version, no registration)
+  kafka_avro_produce.py produce-json BOOTSTRAP TOPIC REGISTRY_URL SCHEMA_JSON
+      as produce, with Confluent's JSON Schema serializer (JSONSerializer)
+      and the JSON Schema given, registered on first use
 
 Exits 1 with the error on any failure."""
 
@@ -69,13 +72,17 @@ def decimals(value):
     return value
 
 
-def produce(bootstrap, topic, url, schema):
+def produce(bootstrap, topic, url, schema, json_schema=False):
     registry = SchemaRegistryClient({"url": url})
     if schema is None:
         conf = {"auto.register.schemas": False, "use.latest.version": True}
     else:
         conf = {"auto.register.schemas": True}
-    serializer = AvroSerializer(registry, schema, conf=conf)
+    if json_schema:
+        from confluent_kafka.schema_registry.json_schema import JSONSerializer
+        serializer = JSONSerializer(schema, registry, conf=conf)
+    else:
+        serializer = AvroSerializer(registry, schema, conf=conf)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     failures = []
     delivered = [0]
@@ -134,6 +141,8 @@ def main():
         produce(*args)
     elif command == "produce-latest":
         produce(*args, None)
+    elif command == "produce-json":
+        produce(*args, json_schema=True)
     else:
         raise SystemExit(f"unknown command {command}")
 

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use evolve_bench::stream::{connect, per_second};
 use evolve_bench::{Running, fmt, proc_status, ratio};
-use evolve_core::control::{KafkaTable, TableEnvelope};
+use evolve_core::control::{KafkaTable, TableEnvelope, TableFormat};
 use evolve_pipeline::{Config, Pipeline, TableSpec};
 use rdkafka::consumer::Consumer;
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
@@ -234,6 +234,7 @@ async fn create(pipeline: &Pipeline, topic: &str) -> Result<()> {
             kafka: Some(KafkaTable {
                 registry: "csr".into(),
                 envelope: TableEnvelope::Upsert,
+                format: TableFormat::Avro,
             }),
             ..TableSpec::default()
         })

@@ -1,0 +1,284 @@
+//! JSON records under a JSON Schema (`FORMAT JSON`, Confluent's JSON
+//! Schema serializer: the wire header, then JSON text) as the pipeline's
+//! rows: the columns of a Kafka table (one per property of its pinned
+//! reader schema's top-level object) and each record's values in the text
+//! form of the PostgreSQL type its property maps to, so that a document
+//! is what `to_jsonb` gives for a row of those types. Pure, no I/O.
+//!
+//! | JSON Schema `type` (with or without `"null"`) | column type | document value |
+//! |---|---|---|
+//! | `"integer"` | `bigint` | a number |
+//! | `"number"` | `numeric` | the number as written, exponent expanded (`1.5e2` is `150`) |
+//! | `"string"` | `text` | a string |
+//! | `"boolean"` | `boolean` | `true` / `false` |
+//! | `"object"`, `"array"`, several types, none (`$ref`, `oneOf`, ...) | `jsonb` | the value as JSON |
+//!
+//! A property that is null or absent is left out of the document, as
+//! `jsonb_strip_nulls` leaves out SQL NULLs; properties the reader schema
+//! does not list are not columns. Columns come in the order of the
+//! properties' names. A column is `NOT NULL` when the property is
+//! `required` and its type does not admit `"null"`.
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+
+use super::avro::AvroColumn;
+use bytes::Bytes;
+use evolve_core::change::Datum;
+
+const BIGINT: (u32, &str) = (20, "bigint");
+const NUMERIC: (u32, &str) = (1700, "numeric");
+const TEXT: (u32, &str) = (25, "text");
+const BOOLEAN: (u32, &str) = (16, "boolean");
+const JSONB: (u32, &str) = (3802, "jsonb");
+
+/// The columns of a reader schema (its JSON text): one per property of
+/// its top-level object.
+pub fn reader_columns(schema: &str) -> Result<Vec<AvroColumn>, String> {
+    let root: Value =
+        serde_json::from_str(schema).map_err(|e| format!("the schema is not JSON: {e}"))?;
+    let object = root.as_object().filter(|o| {
+        o.get("type").and_then(Value::as_str) == Some("object") && o.contains_key("properties")
+    });
+    let Some(object) = object else {
+        return Err(
+            "the schema is not an object with properties; a Kafka table's values must be JSON objects"
+                .into(),
+        );
+    };
+    let required: Vec<&str> = object
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(properties) = object.get("properties").and_then(Value::as_object) else {
+        return Err("its properties are not an object".into());
+    };
+    let mut out = Vec::with_capacity(properties.len());
+    for (name, property) in properties {
+        let types: Vec<&str> = match property.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let nullable = types.is_empty() || types.contains(&"null");
+        let non_null: Vec<&str> = types.iter().copied().filter(|t| *t != "null").collect();
+        let (type_oid, type_name) = match non_null.as_slice() {
+            ["integer"] => BIGINT,
+            ["number"] => NUMERIC,
+            ["string"] => TEXT,
+            ["boolean"] => BOOLEAN,
+            _ => JSONB,
+        };
+        out.push(AvroColumn {
+            name: name.clone(),
+            type_oid,
+            typmod: -1,
+            type_name: type_name.to_string(),
+            not_null: required.contains(&name.as_str()) && !nullable,
+        });
+    }
+    Ok(out)
+}
+
+/// The values of a record's JSON text, one per column of
+/// [`reader_columns`], in the columns' text form.
+pub fn record_values(datum: &[u8], columns: &[AvroColumn]) -> Result<Vec<Datum>, String> {
+    let fields: HashMap<String, &RawValue> = serde_json::from_slice(datum)
+        .map_err(|e| format!("the value is not a JSON object: {e}"))?;
+    let mut out = Vec::with_capacity(columns.len());
+    for column in columns {
+        let raw = match fields.get(&column.name) {
+            None => {
+                out.push(Datum::Null);
+                continue;
+            }
+            Some(raw) => raw.get(),
+        };
+        if raw == "null" {
+            out.push(Datum::Null);
+            continue;
+        }
+        let wrong = || {
+            format!(
+                "property {:?} is {}, where the reader schema has {}",
+                column.name,
+                kind(raw),
+                column.type_name
+            )
+        };
+        let text = match column.type_oid {
+            oid if oid == BIGINT.0 => raw
+                .parse::<i64>()
+                .map(|_| raw.to_string())
+                .map_err(|_| wrong())?,
+            oid if oid == NUMERIC.0 => plain_decimal(raw).ok_or_else(wrong)?,
+            oid if oid == TEXT.0 => serde_json::from_str::<String>(raw).map_err(|_| wrong())?,
+            oid if oid == BOOLEAN.0 => match raw {
+                "true" => "t".to_string(),
+                "false" => "f".to_string(),
+                _ => return Err(wrong()),
+            },
+            _ => raw.to_string(),
+        };
+        out.push(Datum::Text(Bytes::from(text)));
+    }
+    Ok(out)
+}
+
+/// A key's JSON text (after the wire header), as compact JSON.
+pub fn key_json(datum: &[u8]) -> Result<String, String> {
+    serde_json::from_slice::<Value>(datum)
+        .map(|v| v.to_string())
+        .map_err(|e| format!("its key is not JSON: {e}"))
+}
+
+/// What a JSON value is, for messages.
+fn kind(raw: &str) -> &'static str {
+    match raw.as_bytes().first() {
+        Some(b'"') => "a string",
+        Some(b'{') => "an object",
+        Some(b'[') => "an array",
+        Some(b't' | b'f') => "a boolean",
+        _ => "a number",
+    }
+}
+
+/// A JSON number as PostgreSQL's `numeric` reads it and writes it back:
+/// the exponent applied, the scale what `numeric_in` keeps (the digits
+/// after the point less the exponent, at least none). `None` for anything
+/// but a JSON number.
+fn plain_decimal(raw: &str) -> Option<String> {
+    let (negative, rest) = match raw.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, raw),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(at) => (&rest[..at], rest[at + 1..].parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty()
+        || !digits_only(int)
+        || !digits_only(frac)
+        || (mantissa.contains('.') && frac.is_empty())
+    {
+        return None;
+    }
+    // The value is digits × 10^(exponent − frac.len()).
+    let digits = format!("{int}{frac}");
+    let scale = i64::try_from(frac.len()).ok()?.checked_sub(exponent)?;
+    if !(-1000..=1000).contains(&scale) {
+        return None;
+    }
+    let digits = digits.trim_start_matches('0');
+    let mut out = String::new();
+    if scale <= 0 {
+        out.push_str(if digits.is_empty() { "0" } else { digits });
+        if !digits.is_empty() {
+            out.push_str(&"0".repeat(usize::try_from(-scale).ok()?));
+        }
+    } else {
+        let scale = usize::try_from(scale).ok()?;
+        let padded = format!("{digits:0>width$}", width = scale + 1);
+        let (whole, fraction) = padded.split_at(padded.len() - scale);
+        out.push_str(whole);
+        out.push('.');
+        out.push_str(fraction);
+    }
+    if negative && out.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
+        out.insert(0, '-');
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_written_as_numeric_writes_them() {
+        for (raw, want) in [
+            ("0", "0"),
+            ("12", "12"),
+            ("-12.50", "-12.50"),
+            ("1e2", "100"),
+            ("1.5e2", "150"),
+            ("1.50e1", "15.0"),
+            ("1.5E-3", "0.0015"),
+            ("-0.0", "0.0"),
+            ("0.000", "0.000"),
+            (
+                "123456789012345678901234567890.123456789",
+                "123456789012345678901234567890.123456789",
+            ),
+            ("2e-2", "0.02"),
+        ] {
+            assert_eq!(plain_decimal(raw).as_deref(), Some(want), "{raw}");
+        }
+        for raw in ["", "-", "1.", ".5", "1e", "abc", "\"1\"", "1e99999", "true"] {
+            assert_eq!(plain_decimal(raw), None, "{raw}");
+        }
+    }
+
+    #[test]
+    fn properties_are_columns_and_values_their_text() {
+        let columns = reader_columns(
+            r#"{"type":"object","required":["id","qty"],"properties":{
+                "id":{"type":"integer"},"name":{"type":["string","null"]},
+                "qty":{"type":["integer","null"]},"price":{"type":"number"},
+                "ok":{"type":"boolean"},"tags":{"type":"array"},"any":{}}}"#,
+        )
+        .unwrap();
+        let described: Vec<(&str, &str, bool)> = columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
+            .collect();
+        assert_eq!(
+            described,
+            [
+                ("any", "jsonb", false),
+                ("id", "bigint", true),
+                ("name", "text", false),
+                ("ok", "boolean", false),
+                ("price", "numeric", false),
+                ("qty", "bigint", false),
+                ("tags", "jsonb", false),
+            ]
+        );
+        let values = record_values(
+            br#"{"id": 7, "name": "a\"b", "price": 1.5e1, "ok": true, "tags": [1, {"x": null}], "extra": 1, "qty": null}"#,
+            &columns,
+        )
+        .unwrap();
+        let texts: Vec<Option<String>> = values
+            .iter()
+            .map(|d| match d {
+                Datum::Text(b) => Some(String::from_utf8(b.to_vec()).unwrap()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                None,
+                Some("7".into()),
+                Some("a\"b".into()),
+                Some("t".into()),
+                Some("15".into()),
+                None,
+                Some(r#"[1, {"x": null}]"#.into()),
+            ]
+        );
+        let e = record_values(br#"{"id": "7"}"#, &columns).unwrap_err();
+        assert_eq!(
+            e,
+            "property \"id\" is a string, where the reader schema has bigint"
+        );
+        assert!(record_values(b"[1]", &columns).is_err());
+        assert!(reader_columns(r#"{"type":"string"}"#).is_err());
+        assert_eq!(key_json(br#" {"id": 1} "#).unwrap(), r#"{"id":1}"#);
+    }
+}
