@@ -253,6 +253,8 @@ mod layers {
         ("source", 2, include_str!("source/mysql/compressed.rs")),
         ("source", 2, include_str!("source/kafka.rs")),
         ("source", 2, include_str!("source/kafka/last.rs")),
+        ("source", 2, include_str!("source/kafka/json.rs")),
+        ("source", 2, include_str!("source/kafka/avro.rs")),
         ("stream", 2, include_str!("stream.rs")),
         ("sink", 2, include_str!("sink/mod.rs")),
         ("sink", 2, include_str!("sink/postgres.rs")),

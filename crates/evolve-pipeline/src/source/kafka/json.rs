@@ -197,6 +197,38 @@ fn plain_decimal(raw: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever the bytes, reading them never panics; and a JSON
+        /// number's plain form is the same number.
+        #[test]
+        fn reading_never_panics_and_numbers_keep_their_value(
+            datum in prop::collection::vec(any::<u8>(), 0..64),
+            text in ".{0,24}",
+            int in "-?[0-9]{1,12}",
+            frac in prop::option::of("[0-9]{1,8}"),
+            exponent in prop::option::of(-30i32..30),
+        ) {
+            let columns = reader_columns(
+                r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"number"},"c":{"type":"string"},"d":{"type":"boolean"},"e":{}}}"#,
+            ).unwrap();
+            let _ = record_values(&datum, &columns);
+            let _ = record_values(text.as_bytes(), &columns);
+            let _ = key_json(&datum);
+            let _ = plain_decimal(&text);
+            let _ = reader_columns(&text);
+            let raw = format!(
+                "{int}{}{}",
+                frac.map(|f| format!(".{f}")).unwrap_or_default(),
+                exponent.map(|e| format!("e{e}")).unwrap_or_default()
+            );
+            let plain = plain_decimal(&raw).unwrap();
+            prop_assert!(!plain.contains(['e', 'E']), "{raw} gave {plain}");
+            let (a, b): (f64, f64) = (raw.parse().unwrap(), plain.parse().unwrap());
+            prop_assert!((a - b).abs() <= a.abs() * 1e-12, "{raw} gave {plain}");
+        }
+    }
 
     #[test]
     fn numbers_are_written_as_numeric_writes_them() {
