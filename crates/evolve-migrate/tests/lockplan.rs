@@ -527,6 +527,9 @@ const PROBE_LOCKS: &str = "SELECT format('%s %s %s', c.oid::regclass, l.mode,
        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
        AND n.nspname <> 'pg_catalog' AND n.nspname NOT LIKE 'pg\\_temp\\_%'
        AND n.nspname NOT LIKE 'pg\\_toast\\_temp\\_%'
+       -- the TOAST tables of system catalogs (pg_statistic's, which the
+       -- planner reads) and their indexes have system OIDs
+       AND NOT (n.nspname = 'pg_toast' AND c.oid < 16384)
      UNION ALL
      SELECT format('backend %s waits for a lock (%s)', a.pid, a.wait_event)
      FROM pg_stat_activity a
