@@ -4,7 +4,7 @@
 
 /// A token of a DDL statement.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Token {
+enum Token {
     /// A bare word: a keyword, a name or a number.
     Word(String),
     /// A `backquoted` name, its quotes undone.
@@ -18,7 +18,7 @@ pub(super) enum Token {
 /// The tokens of `sql`: comments skipped, except the text of MySQL's
 /// executable comments (`/*!50100 ... */`, MariaDB's `/*M!100100 ... */`),
 /// which the server runs.
-pub(super) fn tokens(sql: &str) -> Vec<Token> {
+fn tokens(sql: &str) -> Vec<Token> {
     let chars: Vec<char> = sql.chars().collect();
     let at = |i: usize| chars.get(i).copied();
     let mut out = Vec::new();
@@ -129,22 +129,22 @@ pub(super) enum Ddl {
 }
 
 /// A cursor over a statement's tokens.
-pub(super) struct Tokens<'a> {
-    pub(super) tokens: &'a [Token],
-    pub(super) at: usize,
+struct Tokens<'a> {
+    tokens: &'a [Token],
+    at: usize,
 }
 
 impl<'a> Tokens<'a> {
-    pub(super) fn peek(&self, ahead: usize) -> Option<&'a Token> {
+    fn peek(&self, ahead: usize) -> Option<&'a Token> {
         self.tokens.get(self.at + ahead)
     }
 
-    pub(super) fn is(&self, ahead: usize, keyword: &str) -> bool {
+    fn is(&self, ahead: usize, keyword: &str) -> bool {
         matches!(self.peek(ahead), Some(Token::Word(w)) if w.eq_ignore_ascii_case(keyword))
     }
 
     /// Takes `keyword` if it is next.
-    pub(super) fn take(&mut self, keyword: &str) -> bool {
+    fn take(&mut self, keyword: &str) -> bool {
         let found = self.is(0, keyword);
         if found {
             self.at += 1;
@@ -153,13 +153,13 @@ impl<'a> Tokens<'a> {
     }
 
     /// Takes `IF EXISTS` if it is next.
-    pub(super) fn if_exists(&mut self) {
+    fn if_exists(&mut self) {
         if self.is(0, "if") && self.is(1, "exists") {
             self.at += 2;
         }
     }
 
-    pub(super) fn name(&mut self) -> Option<String> {
+    fn name(&mut self) -> Option<String> {
         let name = match self.peek(0)? {
             Token::Word(w) | Token::Quoted(w) => w.clone(),
             _ => return None,
@@ -169,7 +169,7 @@ impl<'a> Tokens<'a> {
     }
 
     /// `[database.]table`, with `default` as its database.
-    pub(super) fn table(&mut self, default: &str) -> Option<(String, String)> {
+    fn table(&mut self, default: &str) -> Option<(String, String)> {
         let first = self.name()?;
         if self.peek(0) == Some(&Token::Punct('.')) {
             self.at += 1;
@@ -180,7 +180,7 @@ impl<'a> Tokens<'a> {
     }
 
     /// MariaDB's `WAIT n` / `NOWAIT` after a table name.
-    pub(super) fn wait(&mut self) {
+    fn wait(&mut self) {
         if self.take("nowait") {
             return;
         }
@@ -190,7 +190,7 @@ impl<'a> Tokens<'a> {
     }
 
     /// The rest of the statement split at commas outside parentheses.
-    pub(super) fn clauses(&self) -> Vec<&'a [Token]> {
+    fn clauses(&self) -> Vec<&'a [Token]> {
         let rest = &self.tokens[self.at.min(self.tokens.len())..];
         let mut out = Vec::new();
         let (mut depth, mut start) = (0usize, 0);

@@ -9,7 +9,7 @@ pub(super) const SNAPSHOT_START: &str = "START TRANSACTION WITH CONSISTENT SNAPS
 
 /// How long the snapshot's `LOCK TABLES ... READ` waits for the table's
 /// open write transactions before it gives up (and the copy is retried).
-pub(super) const SNAPSHOT_LOCK_WAIT_SECONDS: u32 = 10;
+const SNAPSHOT_LOCK_WAIT_SECONDS: u32 = 10;
 
 /// The binlog position of the consistent read `conn` has just started,
 /// on MariaDB: `binlog_snapshot_file` and `binlog_snapshot_position`,
@@ -137,7 +137,7 @@ pub(super) fn snapshot_conv(c: &ColumnInfo) -> Conv {
     }
 }
 
-pub(super) type Chunk = Vec<Vec<Option<Vec<u8>>>>;
+type Chunk = Vec<Vec<Option<Vec<u8>>>>;
 
 /// Reads the snapshot's rows and sends them in chunks; commits the
 /// snapshot transaction at the end.

@@ -7,13 +7,13 @@ use super::*;
 /// A table map turned into a schema and conversions.
 pub(super) struct Mapped {
     /// The ids its rows go out under (see [`MysqlStream::names`]).
-    pub(super) oids: Vec<u32>,
-    pub(super) schema: Arc<TableSchema>,
-    pub(super) convs: Vec<Conv>,
+    oids: Vec<u32>,
+    schema: Arc<TableSchema>,
+    convs: Vec<Conv>,
     /// How its row images are read.
-    pub(super) layout: rows::RowLayout,
+    layout: rows::RowLayout,
     /// The table is [`MARKER_TABLE`]: its rows are swap markers.
-    pub(super) marker: bool,
+    marker: bool,
 }
 
 /// A source's binlog stream.
@@ -81,14 +81,14 @@ pub struct MysqlStream {
 
 /// A prepared XA transaction the stream holds until its `XA COMMIT`.
 pub(super) struct PreparedXa {
-    pub(super) xid: Xid,
+    xid: Xid,
     /// The GTID of its prepare, for messages.
-    pub(super) gtid: String,
+    gtid: String,
     /// The GTID state before its prepare: where a stream must start to
     /// read its changes again.
-    pub(super) before: GtidState,
+    before: GtidState,
     /// Its schemas and rows, in order (the `Begin` left out).
-    pub(super) events: Vec<SourceEvent>,
+    events: Vec<SourceEvent>,
 }
 
 /// One GTID of the binlog.
@@ -109,7 +109,7 @@ pub(super) struct GtidTrack {
 
 impl GtidTrack {
     /// Takes the open event group, if any, into the state.
-    pub(super) fn finish(&mut self) -> std::result::Result<(), String> {
+    fn finish(&mut self) -> std::result::Result<(), String> {
         match (self.group.take(), &mut self.state) {
             (None, _) => Ok(()),
             (Some(Gtid::MariaDb(gtid)), GtidState::MariaDb(list)) => {
@@ -134,12 +134,12 @@ impl GtidTrack {
 }
 
 /// MariaDB's `GTID_EVENT`, which mysql_common does not model.
-pub(super) const MARIADB_GTID_EVENT: u8 = 162;
+const MARIADB_GTID_EVENT: u8 = 162;
 
 /// MySQL's ER_MASTER_FATAL_ERROR_READING_BINLOG: the file or position
 /// asked for is not there (MariaDB's GTID errors, a GTID state the binlog
 /// does not have, come with it too).
-pub(super) const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
+const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
 
 /// A binlog stream's error; `by_gtid`: it was opened after a GTID state.
 pub(super) fn stream_error(
@@ -166,7 +166,7 @@ pub(super) fn stream_error(
 }
 
 impl MysqlStream {
-    pub(super) fn fail(&self, message: String) -> PipelineError {
+    fn fail(&self, message: String) -> PipelineError {
         PipelineError::Replication {
             source_name: self.name.clone(),
             message,
@@ -176,7 +176,7 @@ impl MysqlStream {
     /// Where a transaction starting now commits: the end of the last
     /// event read (files and offsets), or the state after the last event
     /// group (GTIDs).
-    pub(super) fn commit_position(&self) -> Result<Position> {
+    fn commit_position(&self) -> Result<Position> {
         match &self.gtid {
             None => Ok(binlog_position(self.seq, self.last_end)),
             Some(track) => state_position(&track.state),
@@ -184,7 +184,7 @@ impl MysqlStream {
     }
 
     /// Takes the open event group into the GTID state.
-    pub(super) fn finish_group(&mut self) -> Result<()> {
+    fn finish_group(&mut self) -> Result<()> {
         if let Some(track) = self.gtid.as_mut()
             && let Err(message) = track.finish()
         {
@@ -194,7 +194,7 @@ impl MysqlStream {
     }
 
     /// A transaction starts.
-    pub(super) fn begin(&mut self, timestamp: u32) -> Result<()> {
+    fn begin(&mut self, timestamp: u32) -> Result<()> {
         self.in_transaction = true;
         self.queue.push_back(SourceEvent::Begin {
             commit: self.commit_position()?,
@@ -206,7 +206,7 @@ impl MysqlStream {
     /// The transaction (or statement) whose last event ends at `log_pos`
     /// commits: it ends there (files and offsets), or at the state with
     /// its event group (GTIDs), which goes with the commit.
-    pub(super) fn push_commit(&mut self, log_pos: u32) -> Result<()> {
+    fn push_commit(&mut self, log_pos: u32) -> Result<()> {
         self.in_transaction = false;
         self.finish_group()?;
         let end = match &self.gtid {
@@ -228,7 +228,7 @@ impl MysqlStream {
     /// open (one whose end this reader does not know) ends here. A MariaDB
     /// group that is not a single statement is a transaction (MariaDB logs
     /// no BEGIN after its GTID event).
-    pub(super) fn on_gtid(&mut self, gtid: Gtid, begins: bool, timestamp: u32) -> Result<()> {
+    fn on_gtid(&mut self, gtid: Gtid, begins: bool, timestamp: u32) -> Result<()> {
         self.finish_group()?;
         self.in_transaction = false;
         if let Some(track) = self.gtid.as_mut() {
@@ -243,7 +243,7 @@ impl MysqlStream {
     /// Where the event with `header` is, as errors name it: its offset,
     /// in its file when the stream knows the file's name, and the GTID of
     /// its event group when there is one.
-    pub(super) fn event_at(&self, header: &BinlogEventHeader) -> String {
+    fn event_at(&self, header: &BinlogEventHeader) -> String {
         let start = header.log_pos().saturating_sub(header.event_size());
         let mut at = if self.file.is_empty() {
             format!("binlog offset {start}")
@@ -257,11 +257,7 @@ impl MysqlStream {
     }
 
     /// A MariaDB compressed event that cannot be read.
-    pub(super) fn compressed_failure(
-        &self,
-        header: &BinlogEventHeader,
-        reason: &str,
-    ) -> PipelineError {
+    fn compressed_failure(&self, header: &BinlogEventHeader, reason: &str) -> PipelineError {
         let kind = header.event_type_raw();
         self.fail(format!(
             "MariaDB compressed binlog event {} (type {kind}) at {} could not be read: {reason}; the stream cannot go past it (drop the source's tables and the source, then create them again)",
@@ -270,7 +266,7 @@ impl MysqlStream {
         ))
     }
 
-    pub(super) fn on_event(&mut self, event: Event) -> Result<()> {
+    fn on_event(&mut self, event: Event) -> Result<()> {
         let header = event.header();
         let log_pos = header.log_pos();
         let kind = header.event_type_raw();
@@ -413,7 +409,7 @@ impl MysqlStream {
 
     /// The end of an XA transaction's prepare: its events are held (not
     /// delivered) until its `XA COMMIT`.
-    pub(super) fn on_xa_prepared(&mut self) -> Result<()> {
+    fn on_xa_prepared(&mut self) -> Result<()> {
         let Some(mut prepared) = self.preparing.take() else {
             return Err(self.fail(
                 "an XA_PREPARE event outside an XA transaction's event group: evolve reads XA transactions from MariaDB 10.5 and later; on this server, end XA transactions with XA COMMIT ... ONE PHASE, which logs them as ordinary transactions".into(),
@@ -438,13 +434,7 @@ impl MysqlStream {
     /// transaction prepared before the stream's history began (the source
     /// was created while it was prepared) holds changes nobody read: every
     /// table of the source that it may concern stalls at it.
-    pub(super) fn on_xa_end(
-        &mut self,
-        xid: Xid,
-        statement: &str,
-        timestamp: u32,
-        log_pos: u32,
-    ) -> Result<()> {
+    fn on_xa_end(&mut self, xid: Xid, statement: &str, timestamp: u32, log_pos: u32) -> Result<()> {
         let index = self.prepared.iter().position(|p| p.xid == xid);
         if statement.starts_with("XA ROLLBACK") {
             if let Some(i) = index {
@@ -496,7 +486,7 @@ impl MysqlStream {
     /// `TRUNCATE TABLE` is logged as a statement, even with row-based
     /// logging: a transaction of its own with one truncate row, for a
     /// table the catalog reads.
-    pub(super) fn on_truncate(
+    fn on_truncate(
         &mut self,
         database: &str,
         table: &str,
@@ -533,7 +523,7 @@ impl MysqlStream {
     /// catalog reads, or drops or renames the table: a transaction of its
     /// own, at the statement's position, with the table's schema after it
     /// (see the module docs, "Schema changes").
-    pub(super) fn on_ddl(&mut self, ddl: Vec<Ddl>, timestamp: u32, log_pos: u32) -> Result<()> {
+    fn on_ddl(&mut self, ddl: Vec<Ddl>, timestamp: u32, log_pos: u32) -> Result<()> {
         let mut schemas: Vec<(u32, TableSchema)> = Vec::new();
         for change in ddl {
             match change {
@@ -627,7 +617,7 @@ impl MysqlStream {
         self.push_commit(log_pos)
     }
 
-    pub(super) fn on_table_map(&mut self, map: TableMapEvent<'static>) -> Result<()> {
+    fn on_table_map(&mut self, map: TableMapEvent<'static>) -> Result<()> {
         let id = map.table_id();
         if let Some((known, mapped)) = self.maps.get(&id)
             && *known == map
@@ -667,7 +657,7 @@ impl MysqlStream {
     }
 
     /// Sends a table's schema when it is not the one last sent.
-    pub(super) fn announce(&mut self, mapped: Option<&Mapped>) {
+    fn announce(&mut self, mapped: Option<&Mapped>) {
         let Some(mapped) = mapped.filter(|m| !m.marker) else {
             return;
         };
@@ -686,14 +676,14 @@ impl MysqlStream {
     }
 
     /// The ids upstream table `database.table` is read under now.
-    pub(super) fn ids_of(&self, database: &str, table: &str) -> Vec<u32> {
+    fn ids_of(&self, database: &str, table: &str) -> Vec<u32> {
         self.names
             .get(&(database.to_string(), table.to_string()))
             .cloned()
             .unwrap_or_default()
     }
 
-    pub(super) fn on_rows(&mut self, rows: &RowsEventData<'_>) -> Result<()> {
+    fn on_rows(&mut self, rows: &RowsEventData<'_>) -> Result<()> {
         let Some((map, Some(mapped))) = self.maps.get(&rows.table_id()) else {
             return Ok(());
         };
@@ -789,7 +779,7 @@ impl MysqlStream {
 
 impl MysqlStream {
     /// Rows written into [`MARKER_TABLE`]: each new image is a marker.
-    pub(super) fn markers(
+    fn markers(
         &self,
         rows: &RowsEventData<'_>,
         map: &TableMapEvent<'static>,
@@ -831,7 +821,7 @@ impl MysqlStream {
 
 /// A table map's columns: names, mapped types and the primary key, from
 /// its full metadata.
-pub(super) fn map_table(
+fn map_table(
     map: &TableMapEvent<'_>,
     oids: Vec<u32>,
     charsets: &HashMap<u16, String>,

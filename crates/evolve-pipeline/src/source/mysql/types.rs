@@ -71,7 +71,7 @@ pub(super) enum Charset {
     Other,
 }
 
-pub(super) fn charset_of(name: &str) -> Charset {
+fn charset_of(name: &str) -> Charset {
     match name {
         "utf8mb4" | "utf8mb3" | "utf8" | "ascii" => Charset::Utf8,
         "latin1" => Charset::Latin1,
@@ -238,7 +238,7 @@ pub(super) fn map_binlog_type(
 }
 
 /// A CHAR/BINARY column's length in bytes from its table-map metadata.
-pub(super) fn string_length(meta: &[u8]) -> usize {
+fn string_length(meta: &[u8]) -> usize {
     let byte0 = usize::from(meta.first().copied().unwrap_or(0));
     let byte1 = usize::from(meta.get(1).copied().unwrap_or(0));
     if (byte0 & 0x30) != 0x30 {
@@ -249,14 +249,14 @@ pub(super) fn string_length(meta: &[u8]) -> usize {
 }
 
 /// cp1252's 0x80..0x9F (MySQL's latin1), the rest being Latin-1.
-pub(super) const CP1252_HIGH: [char; 32] = [
+const CP1252_HIGH: [char; 32] = [
     '\u{20AC}', '\u{81}', '\u{201A}', '\u{192}', '\u{201E}', '\u{2026}', '\u{2020}', '\u{2021}',
     '\u{2C6}', '\u{2030}', '\u{160}', '\u{2039}', '\u{152}', '\u{8D}', '\u{17D}', '\u{8F}',
     '\u{90}', '\u{2018}', '\u{2019}', '\u{201C}', '\u{201D}', '\u{2022}', '\u{2013}', '\u{2014}',
     '\u{2DC}', '\u{2122}', '\u{161}', '\u{203A}', '\u{153}', '\u{9D}', '\u{17E}', '\u{178}',
 ];
 
-pub(super) fn latin1_to_utf8(bytes: &[u8]) -> Vec<u8> {
+fn latin1_to_utf8(bytes: &[u8]) -> Vec<u8> {
     let mut out = String::with_capacity(bytes.len());
     for &b in bytes {
         out.push(match b {
@@ -267,7 +267,7 @@ pub(super) fn latin1_to_utf8(bytes: &[u8]) -> Vec<u8> {
     out.into_bytes()
 }
 
-pub(super) fn hex_bytea(bytes: &[u8]) -> Vec<u8> {
+fn hex_bytea(bytes: &[u8]) -> Vec<u8> {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = Vec::with_capacity(2 + bytes.len() * 2);
     out.extend_from_slice(b"\\x");
@@ -288,7 +288,7 @@ pub(super) fn fraction(micros: u32) -> String {
 }
 
 /// Appends `v` in decimal, zero-padded to `width` digits.
-pub(super) fn push_padded(out: &mut Vec<u8>, v: u64, width: usize) {
+fn push_padded(out: &mut Vec<u8>, v: u64, width: usize) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut rest = v;
@@ -351,7 +351,7 @@ pub(super) fn datetime_text(
     out
 }
 
-pub(super) fn int_text(value: &Value) -> Option<String> {
+fn int_text(value: &Value) -> Option<String> {
     match value {
         Value::Int(i) => Some(i.to_string()),
         Value::UInt(u) => Some(u.to_string()),
