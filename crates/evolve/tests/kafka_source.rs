@@ -1201,6 +1201,109 @@ async fn json_schema_records_stream_drift_and_stall() {
     wait_docs(&env, "public.orders_json", &want).await;
 }
 
+/// A JSON Schema whose `ship_to` is a `$ref` to another subject's schema
+/// (Confluent's JSON Schema references): pinned with it (SHOW TABLES
+/// lists it), the records read, the referenced object a JSON document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_schema_with_references_is_pinned_and_read() {
+    const ADDRESS: &str = r#"{"type":"object","properties":{
+        "street":{"type":"string"},"country":{"type":"string"}},"required":["street"]}"#;
+    const ORDER: &str = r#"{"type":"object","properties":{
+        "id":{"type":"integer"},"ship_to":{"$ref":"address.json"}},"required":["id"]}"#;
+    let env = env("kafka_source_json_refs").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "kjr_orders", 1).await;
+    let register = |subject: &'static str, schema: &'static str, references: Value| {
+        let url = url.clone();
+        async move {
+            python(
+                vec![
+                    "register".into(),
+                    url,
+                    subject.into(),
+                    schema.into(),
+                    references.to_string(),
+                    "JSON".into(),
+                ],
+                String::new(),
+            )
+            .await
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+        }
+    };
+    register("kjr_address", ADDRESS, json!([])).await;
+    let id = register(
+        "kjr_orders-value",
+        ORDER,
+        json!([{"name": "address.json", "subject": "kjr_address", "version": 1}]),
+    )
+    .await;
+    // Records as Confluent's JSON Schema serializer frames them: a zero
+    // byte, the schema id, the JSON text.
+    let record = |key: &'static str, value: Value| {
+        let mut hex = format!("00{id:08x}");
+        for b in value.to_string().bytes() {
+            hex.push_str(&format!("{b:02x}"));
+        }
+        python(
+            vec![
+                "raw".into(),
+                bootstrap.clone(),
+                "kjr_orders".into(),
+                key.into(),
+                hex,
+            ],
+            String::new(),
+        )
+    };
+    record(
+        "1",
+        json!({"id": 1, "ship_to": {"street": "Main 1", "country": "NL"}}),
+    )
+    .await;
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    let pipeline = Pipeline::start(&env.config);
+    let admin = pipeline.url.clone();
+    sql_ok(
+        &admin,
+        &[
+            "-c",
+            "CREATE SOURCE kjr FROM KAFKA CONNECTION k (TOPIC 'kjr_orders');
+             CREATE TABLE kjr_v1 FROM SOURCE kjr FORMAT JSON USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
+             CREATE MATERIALIZED VIEW kjr_json AS
+               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kjr_v1 t;
+             CREATE SINK kjr_sink FROM kjr_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');",
+        ],
+    )
+    .await;
+    record("2", json!({"id": 2, "ship_to": {"street": "Side 2"}})).await;
+    let key = |k: &str| json!({"@key": k}).to_string();
+    let want: BTreeMap<String, Value> = [
+        (
+            key("1"),
+            json!({"id": 1, "ship_to": {"street": "Main 1", "country": "NL"}}),
+        ),
+        (key("2"), json!({"id": 2, "ship_to": {"street": "Side 2"}})),
+    ]
+    .into();
+    wait_docs(&env, "public.orders_json", &want).await;
+    let tables = sql_ok(&admin, &["-c", "SHOW TABLES"]).await;
+    assert!(
+        tables.contains(&format!(
+            "kjr_orders-value id {id} (version 1) referencing address.json (kjr_address version 1)"
+        )),
+        "{tables}"
+    );
+    wait_state(&admin, "kjr_v1", "running").await;
+}
+
 /// The types of the references test: `Country` (subject
 /// `kref_country`), `Address` using it (subject `kref_address`), and the
 /// value schema `Order` using `Address` for two fields, one nullable.

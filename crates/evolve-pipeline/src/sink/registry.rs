@@ -105,10 +105,12 @@ impl SubjectVersions for Registry {
 ///
 /// The outer error is a registry that cannot be asked. The inner one is a
 /// reference the registry cannot satisfy, one line saying which and what
-/// to do: a subject version it does not have, one that is not Avro, a
+/// to do: a subject version it does not have, one of another type than
+/// `schema_type` (`AVRO`, `JSON`: the referencing schema's), a
 /// cycle, more than [`MAX_REFERENCE_DEPTH`] levels or more than
 /// [`MAX_REFERENCES`] schemas.
 pub async fn resolve_references(
+    schema_type: &str,
     versions: &mut impl SubjectVersions,
     of: &str,
     root: Option<(&str, i64)>,
@@ -176,12 +178,24 @@ pub async fn resolve_references(
                             reference.name
                         )));
                     };
-                    if fetched.schema_type != "AVRO" {
+                    if fetched.schema_type != schema_type {
+                        let noun = |t: &str| {
+                            match t {
+                                "AVRO" => "Avro",
+                                "JSON" => "JSON",
+                                "PROTOBUF" => "Protobuf",
+                                other => other,
+                            }
+                            .to_string()
+                        };
                         return Ok(Err(format!(
-                            "{of} references {} for type \"{}\", which holds a {} schema; an Avro schema can reference only Avro schemas",
+                            "{of} references {} for type \"{}\", which holds a {} schema; {} {} schema can reference only {} schemas",
                             step(&reference.subject, reference.version),
                             reference.name,
-                            fetched.schema_type
+                            fetched.schema_type,
+                            if schema_type == "AVRO" { "an" } else { "a" },
+                            noun(schema_type),
+                            noun(schema_type)
                         )));
                     }
                     stack.push(Open {
@@ -599,6 +613,7 @@ mod tests {
             reference("shop.Address", "address"),
         ];
         let resolved = resolve_references(
+            "AVRO",
             &mut v,
             "subject \"orders-value\" version 1",
             Some(("orders-value", 1)),
@@ -623,7 +638,7 @@ mod tests {
         assert!(resolved.iter().all(|r| r.version == 1));
         // None: nothing asked.
         v.asked = 0;
-        let none = resolve_references(&mut v, "schema id 1", None, &[])
+        let none = resolve_references("AVRO", &mut v, "schema id 1", None, &[])
             .await
             .unwrap()
             .unwrap();
@@ -632,6 +647,7 @@ mod tests {
 
         // A version the registry does not have.
         let missing = resolve_references(
+            "AVRO",
             &mut v,
             "subject \"orders-value\" version 2",
             None,
@@ -655,6 +671,7 @@ mod tests {
             &[("shop.Gift", "gifts")],
         );
         let deeper = resolve_references(
+            "AVRO",
             &mut v,
             "schema id 9",
             None,
@@ -671,10 +688,16 @@ mod tests {
         // A cycle between two subjects, and one back to the schema itself.
         v.add("a", record("A", "shop.B"), &[("shop.B", "b")]);
         v.add("b", record("B", "shop.A"), &[("shop.A", "a")]);
-        let cycle = resolve_references(&mut v, "schema id 3", None, &[reference("shop.A", "a")])
-            .await
-            .unwrap()
-            .unwrap_err();
+        let cycle = resolve_references(
+            "AVRO",
+            &mut v,
+            "schema id 3",
+            None,
+            &[reference("shop.A", "a")],
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
         assert_eq!(
             cycle,
             "the references of schema id 3 form a cycle (subject \"a\" version 1 -> subject \"b\" version 1 \
@@ -686,6 +709,7 @@ mod tests {
             &[("shop.Order", "orders-value")],
         );
         let back = resolve_references(
+            "AVRO",
             &mut v,
             "subject \"orders-value\" version 1",
             Some(("orders-value", 1)),
@@ -709,10 +733,16 @@ mod tests {
                 &[(next_type.as_str(), next.as_str())],
             );
         }
-        let deep = resolve_references(&mut v, "schema id 4", None, &[reference("shop.L0", "l0")])
-            .await
-            .unwrap()
-            .unwrap_err();
+        let deep = resolve_references(
+            "AVRO",
+            &mut v,
+            "schema id 4",
+            None,
+            &[reference("shop.L0", "l0")],
+        )
+        .await
+        .unwrap()
+        .unwrap_err();
         assert!(
             deep.starts_with(&format!("the references of schema id 4 nest deeper than {MAX_REFERENCE_DEPTH} levels (subject \"l0\" version 1 -> ")),
             "{deep}"

@@ -322,34 +322,16 @@ pub async fn pin_reader(
             format.as_str().to_ascii_uppercase()
         )));
     }
-    if format == TableFormat::Json {
-        if envelope == TableEnvelope::Debezium {
-            return Err(refused(
-                "ENVELOPE DEBEZIUM reads Debezium's Avro change events; use FORMAT AVRO".into(),
-            ));
-        }
-        if !latest.references.is_empty() {
-            return Err(refused(
-                "it has references, which a FORMAT JSON table does not read yet".into(),
-            ));
-        }
-        evolve_compat::json::parse(&latest.schema, &[])
-            .map_err(|e| refused(format!("not a JSON Schema evolve can read: {e}")))?;
-        let fields = json::reader_columns(&latest.schema).map_err(refused)?;
-        return Ok(pinned(
-            fields,
-            envelope,
-            format,
-            registry_name,
-            subject,
-            latest,
-            Vec::new(),
+    if format == TableFormat::Json && envelope == TableEnvelope::Debezium {
+        return Err(refused(
+            "ENVELOPE DEBEZIUM reads Debezium's Avro change events; use FORMAT AVRO".into(),
         ));
     }
     let references = if latest.references.is_empty() {
         Vec::new()
     } else {
         resolve_references(
+            wanted,
             &mut client,
             &of,
             Some((&subject, latest.version)),
@@ -363,6 +345,20 @@ pub async fn pin_reader(
             hint: None,
         })?
     };
+    if format == TableFormat::Json {
+        evolve_compat::json::parse(&latest.schema, &json::references(&references))
+            .map_err(|e| refused(format!("not a JSON Schema evolve can read: {e}")))?;
+        let fields = json::reader_columns(&latest.schema).map_err(refused)?;
+        return Ok(pinned(
+            fields,
+            envelope,
+            format,
+            registry_name,
+            subject,
+            latest,
+            references,
+        ));
+    }
     let schema = avro::parse(&latest.schema, &references).map_err(|e| PipelineError::Refused {
         sqlstate: "22023",
         primary: format!(
@@ -574,7 +570,8 @@ impl Reader {
         };
         let (format, fields) = if kafka.format == "json" {
             let schema =
-                evolve_compat::json::parse(&kafka.schema, &[]).map_err(|e| bad(e.to_string()))?;
+                evolve_compat::json::parse(&kafka.schema, &json::references(&kafka.references))
+                    .map_err(|e| bad(e.to_string()))?;
             let fields = json::reader_columns(&kafka.schema).map_err(bad)?;
             (ReaderFormat::Json(schema), fields)
         } else {
@@ -781,23 +778,12 @@ impl Writers {
             None => Err(format!(
                 "names writer schema id {id}, which the registry of connection \"{registry}\" does not have"
             )),
-            Some(found) if found.schema_type == "JSON" => {
-                if found.references.is_empty() {
-                    evolve_compat::json::parse(&found.schema, &[])
-                        .map(|schema| Arc::new(WriterSchema::Json(schema)))
-                        .map_err(|e| {
-                            format!("names writer schema id {id}, which cannot be read: {e}")
-                        })
-                } else {
-                    Err(format!(
-                        "names writer schema id {id}, a JSON Schema with references, which a FORMAT JSON table does not read yet"
-                    ))
-                }
+            Some(found) if found.schema_type != "AVRO" && found.schema_type != "JSON" => {
+                Err(format!(
+                    "names writer schema id {id}, which is a {} schema in the registry of connection \"{registry}\"; a Kafka table reads Avro or JSON Schema",
+                    found.schema_type
+                ))
             }
-            Some(found) if found.schema_type != "AVRO" => Err(format!(
-                "names writer schema id {id}, which is a {} schema in the registry of connection \"{registry}\"; a Kafka table reads Avro or JSON Schema",
-                found.schema_type
-            )),
             Some(found) => {
                 let of = format!("writer schema id {id}");
                 let references = if found.references.is_empty() {
@@ -808,26 +794,40 @@ impl Writers {
                         client,
                         cache: &mut self.versions,
                     };
-                    resolve_references(&mut versions, &of, None, &found.references).await?
+                    resolve_references(
+                        &found.schema_type,
+                        &mut versions,
+                        &of,
+                        None,
+                        &found.references,
+                    )
+                    .await?
                 };
+                let json_schema = found.schema_type == "JSON";
                 references
                     .and_then(|references| {
+                        if json_schema {
+                            return evolve_compat::json::parse(
+                                &found.schema,
+                                &json::references(&references),
+                            )
+                            .map(|schema| Arc::new(WriterSchema::Json(schema)))
+                            .map_err(|e| e.to_string());
+                        }
                         let read = |parsed: std::result::Result<AvroSchema, String>| {
                             parsed.map_err(|e| {
                                 format!("{of} is not an Avro schema evolve can read: {e}")
                             })
                         };
-                        Ok((
+                        let (schema, decoding) = (
                             read(avro::parse(&found.schema, &references))?,
                             read(avro::parse_for_decoding(&found.schema, &references))?,
-                        ))
-                    })
-                    .map(|(schema, decoding)| {
-                        Arc::new(WriterSchema::Avro {
+                        );
+                        Ok(Arc::new(WriterSchema::Avro {
                             names: avro::schema_names(&schema),
                             schema: Box::new(schema),
                             decoding: Box::new(decoding),
-                        })
+                        }))
                     })
                     .map_err(|why| {
                         format!("names writer schema id {id}, which cannot be read: {why}")

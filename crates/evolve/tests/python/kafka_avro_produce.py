@@ -9,9 +9,10 @@ Usage:
       adds partitions to the topic until it has PARTITIONS
   kafka_avro_produce.py compatibility REGISTRY_URL SUBJECT LEVEL
       sets the subject's compatibility level (e.g. NONE)
-  kafka_avro_produce.py register REGISTRY_URL SUBJECT SCHEMA_JSON [REFERENCES_JSON]
-      registers the Avro schema under the subject, with the references
-      given as [{"name": ..., "subject": ..., "version": ...}]; prints its id
+  kafka_avro_produce.py register REGISTRY_URL SUBJECT SCHEMA_JSON [REFERENCES_JSON] [TYPE]
+      registers the schema (Avro, or TYPE: JSON, PROTOBUF) under the
+      subject, with the references given as
+      [{"name": ..., "subject": ..., "version": ...}]; prints its id
   kafka_avro_produce.py raw BOOTSTRAP TOPIC KEY VALUE_HEX
       produces one record with the value's bytes as given (no serializer)
   kafka_avro_produce.py produce BOOTSTRAP TOPIC REGISTRY_URL SCHEMA_JSON
@@ -110,10 +111,10 @@ def produce(bootstrap, topic, url, schema, json_schema=False):
     print(delivered[0])
 
 
-def register(url, subject, schema, references="[]"):
+def register(url, subject, schema, references="[]", schema_type="AVRO"):
     from confluent_kafka.schema_registry import Schema, SchemaReference
     refs = [SchemaReference(r["name"], r["subject"], r["version"]) for r in json.loads(references)]
-    registered = Schema(schema, "AVRO", references=refs)
+    registered = Schema(schema, schema_type, references=refs)
     print(SchemaRegistryClient({"url": url}).register_schema(subject, registered))
 
 
