@@ -286,6 +286,15 @@ impl TableFormat {
         }
     }
 
+    /// The schema type a registry gives schemas of this format: `AVRO`
+    /// or `JSON`.
+    pub fn schema_type(self) -> &'static str {
+        match self {
+            TableFormat::Avro => "AVRO",
+            TableFormat::Json => "JSON",
+        }
+    }
+
     /// The format named `word` (any case).
     pub fn parse(word: &str) -> Option<TableFormat> {
         match word.to_ascii_lowercase().as_str() {

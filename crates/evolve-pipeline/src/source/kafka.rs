@@ -311,10 +311,7 @@ pub async fn pin_reader(
         detail: None,
         hint: None,
     };
-    let wanted = match format {
-        TableFormat::Avro => "AVRO",
-        TableFormat::Json => "JSON",
-    };
+    let wanted = format.schema_type();
     if latest.schema_type != wanted {
         return Err(refused(format!(
             "it is a {} schema, and FORMAT {} reads {wanted}; name the format its producer writes",
@@ -345,37 +342,33 @@ pub async fn pin_reader(
             hint: None,
         })?
     };
-    if format == TableFormat::Json {
-        evolve_compat::json::parse(&latest.schema, &json::references(&references))
-            .map_err(|e| refused(format!("not a JSON Schema evolve can read: {e}")))?;
-        let fields = json::reader_columns(&latest.schema).map_err(refused)?;
-        return Ok(pinned(
-            fields,
-            envelope,
-            format,
-            registry_name,
-            subject,
-            latest,
-            references,
-        ));
-    }
-    let schema = avro::parse(&latest.schema, &references).map_err(|e| PipelineError::Refused {
-        sqlstate: "22023",
-        primary: format!(
-            "the latest schema of {of} (id {}) is not an Avro schema evolve can read: {e}",
-            latest.id
-        ),
-        detail: None,
-        hint: None,
-    })?;
-    let names = avro::schema_names(&schema);
-    let root = match envelope {
-        evolve_core::control::TableEnvelope::Debezium => {
-            avro::debezium_row(schema.root(), &names).map_err(refused)?
+    let fields = match format {
+        TableFormat::Json => {
+            evolve_compat::json::parse(&latest.schema, &json::references(&references))
+                .map_err(|e| refused(format!("not a JSON Schema evolve can read: {e}")))?;
+            json::reader_columns(&latest.schema).map_err(refused)?
         }
-        _ => schema.root(),
+        TableFormat::Avro => {
+            let schema =
+                avro::parse(&latest.schema, &references).map_err(|e| PipelineError::Refused {
+                    sqlstate: "22023",
+                    primary: format!(
+                        "the latest schema of {of} (id {}) is not an Avro schema evolve can read: {e}",
+                        latest.id
+                    ),
+                    detail: None,
+                    hint: None,
+                })?;
+            let names = avro::schema_names(&schema);
+            let root = match envelope {
+                TableEnvelope::Debezium => {
+                    avro::debezium_row(schema.root(), &names).map_err(refused)?
+                }
+                _ => schema.root(),
+            };
+            avro::reader_columns(root, &avro::referenced_names(&schema)).map_err(refused)?
+        }
     };
-    let fields = avro::reader_columns(root, &avro::referenced_names(&schema)).map_err(refused)?;
     Ok(pinned(
         fields,
         envelope,
@@ -568,7 +561,9 @@ impl Reader {
             table: table.name.clone(),
             message: format!("its pinned reader schema (id {}): {e}", kafka.schema_id),
         };
-        let (format, fields) = if kafka.format == "json" {
+        let json = evolve_core::control::TableFormat::parse(&kafka.format)
+            == Some(evolve_core::control::TableFormat::Json);
+        let (format, fields) = if json {
             let schema =
                 evolve_compat::json::parse(&kafka.schema, &json::references(&kafka.references))
                     .map_err(|e| bad(e.to_string()))?;
