@@ -32,6 +32,13 @@ pub struct ProtobufSchema {
     file: FileDescriptor,
 }
 
+impl ProtobufSchema {
+    /// The main file's descriptor; its pool holds every file it imports.
+    pub fn file(&self) -> &FileDescriptor {
+        &self.file
+    }
+}
+
 /// The name the main text is compiled under; it shows in error positions
 /// (`schema.proto:3:5: ...`). A reference of the same name moves it aside.
 const MAIN_FILE_NAME: &str = "schema.proto";

@@ -252,7 +252,7 @@ pub enum SourceKind {
     Kafka,
 }
 
-/// How a Kafka table reads its topic's records: `FORMAT AVRO | JSON USING
+/// How a Kafka table reads its topic's records: `FORMAT AVRO | JSON | PROTOBUF USING
 /// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT |
 /// ENVELOPE NONE | ENVELOPE DEBEZIUM]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -275,23 +275,28 @@ pub enum TableFormat {
     /// `FORMAT JSON`: JSON text under a JSON Schema (Confluent's JSON
     /// Schema serializer).
     Json,
+    /// `FORMAT PROTOBUF`: a Protobuf message after Confluent's message
+    /// indexes (Confluent's Protobuf serializer).
+    Protobuf,
 }
 
 impl TableFormat {
-    /// The format's keyword: `avro` or `json`.
+    /// The format's keyword: `avro`, `json` or `protobuf`.
     pub fn as_str(self) -> &'static str {
         match self {
             TableFormat::Avro => "avro",
             TableFormat::Json => "json",
+            TableFormat::Protobuf => "protobuf",
         }
     }
 
-    /// The schema type a registry gives schemas of this format: `AVRO`
-    /// or `JSON`.
+    /// The schema type a registry gives schemas of this format: `AVRO`,
+    /// `JSON` or `PROTOBUF`.
     pub fn schema_type(self) -> &'static str {
         match self {
             TableFormat::Avro => "AVRO",
             TableFormat::Json => "JSON",
+            TableFormat::Protobuf => "PROTOBUF",
         }
     }
 
@@ -300,6 +305,7 @@ impl TableFormat {
         match word.to_ascii_lowercase().as_str() {
             "avro" => Some(TableFormat::Avro),
             "json" => Some(TableFormat::Json),
+            "protobuf" => Some(TableFormat::Protobuf),
             _ => None,
         }
     }
@@ -350,7 +356,7 @@ impl TableEnvelope {
 
 /// `CREATE TABLE name FROM SOURCE source (REFERENCE schema.table)
 /// [WITH (EXCLUDE COLUMNS (..), TEXT COLUMNS (..))]`, or for a Kafka
-/// source `CREATE TABLE name FROM SOURCE source FORMAT AVRO | JSON USING
+/// source `CREATE TABLE name FROM SOURCE source FORMAT AVRO | JSON | PROTOBUF USING
 /// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT | NONE |
 /// DEBEZIUM] [WITH (..)]` (the source's topic is the table's upstream).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -610,9 +610,11 @@ impl Parser<'_> {
                     format
                 }
                 None => {
-                    return Err(
-                        self.syntax_error(&[Expected::Keyword("avro"), Expected::Keyword("json")])
-                    );
+                    return Err(self.syntax_error(&[
+                        Expected::Keyword("avro"),
+                        Expected::Keyword("json"),
+                        Expected::Keyword("protobuf"),
+                    ]));
                 }
             };
             for keyword in ["using", "confluent", "schema", "registry", "connection"] {

@@ -2789,13 +2789,30 @@ fn create_kafka_source_and_table() {
         json.to_sql()
     );
     assert_eq!(one(&json.to_sql()), json);
-    let protobuf = err(
-        "CREATE TABLE t FROM SOURCE ev FORMAT PROTOBUF USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    let protobuf = one(
+        "CREATE TABLE t FROM SOURCE ev FORMAT protobuf USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE NONE",
     );
-    let hint = protobuf.hint.clone().unwrap_or_default();
+    match &protobuf {
+        Statement::CreateTable(t) => {
+            let kafka = t.kafka.as_ref().unwrap();
+            assert_eq!(kafka.format, TableFormat::Protobuf);
+            assert_eq!(kafka.envelope, TableEnvelope::None);
+        }
+        other => panic!("{other:?}"),
+    }
     assert!(
-        hint.contains("AVRO") && hint.contains("JSON"),
-        "{protobuf:?}"
+        protobuf.to_sql().contains(" FORMAT PROTOBUF USING "),
+        "{}",
+        protobuf.to_sql()
+    );
+    assert_eq!(one(&protobuf.to_sql()), protobuf);
+    let thrift = err(
+        "CREATE TABLE t FROM SOURCE ev FORMAT THRIFT USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    );
+    let hint = thrift.hint.clone().unwrap_or_default();
+    assert!(
+        hint.contains("AVRO") && hint.contains("JSON") && hint.contains("PROTOBUF"),
+        "{thrift:?}"
     );
     let bad = err(
         "CREATE TABLE t FROM SOURCE ev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE MATERIALIZE",

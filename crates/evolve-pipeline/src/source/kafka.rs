@@ -102,6 +102,7 @@
 pub mod avro;
 pub mod json;
 mod last;
+pub mod protobuf;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -319,7 +320,7 @@ pub async fn pin_reader(
             format.as_str().to_ascii_uppercase()
         )));
     }
-    if format == TableFormat::Json && envelope == TableEnvelope::Debezium {
+    if format != TableFormat::Avro && envelope == TableEnvelope::Debezium {
         return Err(refused(
             "ENVELOPE DEBEZIUM reads Debezium's Avro change events; use FORMAT AVRO".into(),
         ));
@@ -344,9 +345,15 @@ pub async fn pin_reader(
     };
     let fields = match format {
         TableFormat::Json => {
-            evolve_compat::json::parse(&latest.schema, &json::references(&references))
+            evolve_compat::json::parse(&latest.schema, &compat_references(&references))
                 .map_err(|e| refused(format!("not a JSON Schema evolve can read: {e}")))?;
             json::reader_columns(&latest.schema).map_err(refused)?
+        }
+        TableFormat::Protobuf => {
+            let schema =
+                evolve_compat::protobuf::parse(&latest.schema, &compat_references(&references))
+                    .map_err(|e| refused(format!("not a Protobuf schema evolve can read: {e}")))?;
+            protobuf::reader_columns(&protobuf::reader_message(schema.file()).map_err(refused)?)
         }
         TableFormat::Avro => {
             let schema =
@@ -487,6 +494,20 @@ pub async fn upstream_columns(
         .collect())
 }
 
+/// Fetched referenced schemas as the compatibility engine's parsers take
+/// them.
+pub(crate) fn compat_references(
+    fetched: &[crate::store::ReferencedSchema],
+) -> Vec<evolve_compat::Reference> {
+    fetched
+        .iter()
+        .map(|r| evolve_compat::Reference {
+            name: r.name.clone(),
+            schema: r.schema.clone(),
+        })
+        .collect()
+}
+
 // ------------------------------------------------------------ decoding
 
 /// One record as the consumer read it.
@@ -531,6 +552,26 @@ struct Reader {
 enum ReaderFormat {
     Avro(Box<AvroReader>),
     Json(evolve_compat::json::JsonSchema),
+    Protobuf(Box<ProtobufReader>),
+}
+
+impl ReaderFormat {
+    /// What its `FORMAT` reads, for messages: `Avro (FORMAT AVRO)`.
+    fn reads(&self) -> &'static str {
+        match self {
+            ReaderFormat::Avro(_) => "Avro (FORMAT AVRO)",
+            ReaderFormat::Json(_) => "JSON (FORMAT JSON)",
+            ReaderFormat::Protobuf(_) => "Protobuf (FORMAT PROTOBUF)",
+        }
+    }
+}
+
+/// A Protobuf reader schema.
+struct ProtobufReader {
+    schema: evolve_compat::protobuf::ProtobufSchema,
+    /// The message whose fields are the columns
+    /// ([`protobuf::reader_message`]).
+    message: prost_reflect::MessageDescriptor,
 }
 
 /// An Avro reader schema.
@@ -561,39 +602,49 @@ impl Reader {
             table: table.name.clone(),
             message: format!("its pinned reader schema (id {}): {e}", kafka.schema_id),
         };
-        let json = evolve_core::control::TableFormat::parse(&kafka.format)
-            == Some(evolve_core::control::TableFormat::Json);
-        let (format, fields) = if json {
-            let schema =
-                evolve_compat::json::parse(&kafka.schema, &json::references(&kafka.references))
+        use evolve_core::control::TableFormat;
+        let references = compat_references(&kafka.references);
+        let (format, fields) = match TableFormat::parse(&kafka.format).unwrap_or_default() {
+            TableFormat::Json => {
+                let schema = evolve_compat::json::parse(&kafka.schema, &references)
                     .map_err(|e| bad(e.to_string()))?;
-            let fields = json::reader_columns(&kafka.schema).map_err(bad)?;
-            (ReaderFormat::Json(schema), fields)
-        } else {
-            let schema = avro::parse(&kafka.schema, &kafka.references).map_err(bad)?;
-            let decoding =
-                avro::parse_for_decoding(&kafka.schema, &kafka.references).map_err(bad)?;
-            let names = avro::schema_names(&schema);
-            let row = match evolve_core::control::TableEnvelope::parse(&kafka.envelope) {
-                Some(evolve_core::control::TableEnvelope::Debezium) => Some(
-                    avro::debezium_row(schema.root(), &names)
-                        .map_err(bad)?
-                        .clone(),
-                ),
-                _ => None,
-            };
-            let fields = avro::reader_columns(
-                row.as_ref().unwrap_or(schema.root()),
-                &avro::referenced_names(&schema),
-            )
-            .map_err(bad)?;
-            let reader = AvroReader {
-                schema,
-                row,
-                decoding,
-                names,
-            };
-            (ReaderFormat::Avro(Box::new(reader)), fields)
+                let fields = json::reader_columns(&kafka.schema).map_err(bad)?;
+                (ReaderFormat::Json(schema), fields)
+            }
+            TableFormat::Protobuf => {
+                let schema = evolve_compat::protobuf::parse(&kafka.schema, &references)
+                    .map_err(|e| bad(e.to_string()))?;
+                let message = protobuf::reader_message(schema.file()).map_err(bad)?;
+                let fields = protobuf::reader_columns(&message);
+                let reader = ProtobufReader { schema, message };
+                (ReaderFormat::Protobuf(Box::new(reader)), fields)
+            }
+            TableFormat::Avro => {
+                let schema = avro::parse(&kafka.schema, &kafka.references).map_err(bad)?;
+                let decoding =
+                    avro::parse_for_decoding(&kafka.schema, &kafka.references).map_err(bad)?;
+                let names = avro::schema_names(&schema);
+                let row = match evolve_core::control::TableEnvelope::parse(&kafka.envelope) {
+                    Some(evolve_core::control::TableEnvelope::Debezium) => Some(
+                        avro::debezium_row(schema.root(), &names)
+                            .map_err(bad)?
+                            .clone(),
+                    ),
+                    _ => None,
+                };
+                let fields = avro::reader_columns(
+                    row.as_ref().unwrap_or(schema.root()),
+                    &avro::referenced_names(&schema),
+                )
+                .map_err(bad)?;
+                let reader = AvroReader {
+                    schema,
+                    row,
+                    decoding,
+                    names,
+                };
+                (ReaderFormat::Avro(Box::new(reader)), fields)
+            }
         };
         let mut columns: Vec<ColumnSchema> = fields
             .iter()
@@ -641,6 +692,18 @@ enum WriterSchema {
         names: HashMap<apache_avro::schema::Name, Schema>,
     },
     Json(evolve_compat::json::JsonSchema),
+    Protobuf(evolve_compat::protobuf::ProtobufSchema),
+}
+
+impl WriterSchema {
+    /// What it is, for messages: `an Avro schema`.
+    fn what(&self) -> &'static str {
+        match self {
+            WriterSchema::Avro { .. } => "an Avro schema",
+            WriterSchema::Json(_) => "a JSON Schema",
+            WriterSchema::Protobuf(_) => "a Protobuf schema",
+        }
+    }
 }
 
 /// Why `reader` cannot read records of `writer`, if it cannot: the
@@ -656,12 +719,14 @@ fn verdict(reader: &ReaderFormat, writer: &WriterSchema) -> Option<String> {
             first(evolve_compat::avro::check(&r.schema, schema))
         }
         (ReaderFormat::Json(r), WriterSchema::Json(w)) => first(evolve_compat::json::check(r, w)),
-        (ReaderFormat::Avro(_), WriterSchema::Json(_)) => {
-            Some("it is a JSON Schema, and the table reads Avro (FORMAT AVRO)".into())
+        (ReaderFormat::Protobuf(r), WriterSchema::Protobuf(w)) => {
+            first(evolve_compat::protobuf::check(&r.schema, w))
         }
-        (ReaderFormat::Json(_), WriterSchema::Avro { .. }) => {
-            Some("it is an Avro schema, and the table reads JSON (FORMAT JSON)".into())
-        }
+        (reader, writer) => Some(format!(
+            "it is {}, and the table reads {}",
+            writer.what(),
+            reader.reads()
+        )),
     }
 }
 
@@ -773,9 +838,9 @@ impl Writers {
             None => Err(format!(
                 "names writer schema id {id}, which the registry of connection \"{registry}\" does not have"
             )),
-            Some(found) if found.schema_type != "AVRO" && found.schema_type != "JSON" => {
+            Some(found) if !["AVRO", "JSON", "PROTOBUF"].contains(&found.schema_type.as_str()) => {
                 Err(format!(
-                    "names writer schema id {id}, which is a {} schema in the registry of connection \"{registry}\"; a Kafka table reads Avro or JSON Schema",
+                    "names writer schema id {id}, which is a {} schema in the registry of connection \"{registry}\"; a Kafka table reads Avro, JSON Schema or Protobuf",
                     found.schema_type
                 ))
             }
@@ -798,15 +863,23 @@ impl Writers {
                     )
                     .await?
                 };
-                let json_schema = found.schema_type == "JSON";
+                let schema_type = found.schema_type.as_str();
                 references
                     .and_then(|references| {
-                        if json_schema {
+                        if schema_type == "JSON" {
                             return evolve_compat::json::parse(
                                 &found.schema,
-                                &json::references(&references),
+                                &compat_references(&references),
                             )
                             .map(|schema| Arc::new(WriterSchema::Json(schema)))
+                            .map_err(|e| e.to_string());
+                        }
+                        if schema_type == "PROTOBUF" {
+                            return evolve_compat::protobuf::parse(
+                                &found.schema,
+                                &compat_references(&references),
+                            )
+                            .map(|schema| Arc::new(WriterSchema::Protobuf(schema)))
                             .map_err(|e| e.to_string());
                         }
                         let read = |parsed: std::result::Result<AvroSchema, String>| {
@@ -923,9 +996,15 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
                 .and_then(|d| d.read_value(&mut bytes));
             avro_values(read, r, &reader.fields)
         }
-        (ReaderFormat::Avro(_), WriterSchema::Json(_)) => {
-            Err("a JSON Schema writer for an Avro reader".into())
+        (ReaderFormat::Protobuf(r), WriterSchema::Protobuf(w)) => {
+            protobuf_values(datum, r, w, &reader.fields).map(RowValue::Row)
         }
+        // The verdict refused the other pairs.
+        (r, w) => Err(format!(
+            "it is {}, and the table reads {}",
+            w.what(),
+            r.reads()
+        )),
     };
     match values {
         Ok(RowValue::Row(mut values)) => {
@@ -984,6 +1063,28 @@ fn avro_values(
     }
 }
 
+/// The row of a Protobuf record's `datum` (its message indexes, then the
+/// message), whose indexes must name the reader's message in `writer`.
+fn protobuf_values(
+    datum: &[u8],
+    reader: &ProtobufReader,
+    writer: &evolve_compat::protobuf::ProtobufSchema,
+    fields: &[avro::AvroColumn],
+) -> std::result::Result<Vec<Datum>, String> {
+    let (indexes, encoded) = protobuf::message_indexes(datum)?;
+    let wanted = reader.message.full_name();
+    match protobuf::message_at(writer.file(), &indexes) {
+        None => Err(format!(
+            "its message indexes {indexes:?} name no message of the writer schema"
+        )),
+        Some(m) if m.full_name() != wanted => Err(format!(
+            "it is a {} message (message indexes {indexes:?}), and the table reads {wanted}",
+            m.full_name()
+        )),
+        Some(_) => protobuf::record_values(encoded, &reader.message, fields),
+    }
+}
+
 /// The delete of `key`'s row from `reader`'s table.
 fn delete(reader: &Reader, key: Datum) -> RowChange {
     let mut old = vec![Datum::Missing; reader.fields.len()];
@@ -1006,6 +1107,20 @@ fn fetched(writers: &Writers, registry: &str, id: u32) -> Result<Writer> {
         })
 }
 
+/// A Protobuf key's `datum` (message indexes, then the message) as JSON
+/// text, read with the message its indexes name in `writer`.
+fn protobuf_key(
+    datum: &[u8],
+    writer: &evolve_compat::protobuf::ProtobufSchema,
+) -> std::result::Result<String, String> {
+    let (indexes, encoded) =
+        protobuf::message_indexes(datum).map_err(|e| format!("its key: {e}"))?;
+    let message = protobuf::message_at(writer.file(), &indexes).ok_or_else(|| {
+        format!("its key's message indexes {indexes:?} name no message of its schema")
+    })?;
+    protobuf::key_json(encoded, &message)
+}
+
 /// A record key as JSON text: Avro in the wire format (read with its
 /// writer schema), else a UTF-8 string, else bytea's hex form.
 fn key_text(
@@ -1016,8 +1131,10 @@ fn key_text(
     if let Some((id, datum)) = wire(key)
         && let Ok(writer) = fetched(writers, registry, id)?
     {
-        let WriterSchema::Avro { schema, names, .. } = &*writer else {
-            return Ok(json::key_json(datum));
+        let (schema, names) = match &*writer {
+            WriterSchema::Avro { schema, names, .. } => (schema, names),
+            WriterSchema::Json(_) => return Ok(json::key_json(datum)),
+            WriterSchema::Protobuf(w) => return Ok(protobuf_key(datum, w)),
         };
         let mut bytes = datum;
         let read = GenericDatumReader::builder(schema.root())
@@ -2228,5 +2345,140 @@ mod tests {
             })),
         );
         (reader, writers)
+    }
+
+    /// A `FORMAT PROTOBUF` table: the record's message indexes name the
+    /// message its bytes are, a key in the wire format is read with its
+    /// own schema, and a record of another message, of no message, of a
+    /// writer schema the reader cannot read or of another format is
+    /// undecodable with the reason.
+    #[test]
+    fn protobuf_records_are_read_by_their_message_indexes() {
+        use prost_reflect::prost::Message as _;
+        const V1: &str = r#"syntax = "proto3"; package shop;
+            message Order { int64 id = 1; string customer = 2; }
+            message Key { int64 id = 1; }"#;
+        const V2: &str = r#"syntax = "proto3"; package shop;
+            message Order { int64 id = 1; string customer = 2; string note = 3; }
+            message Key { int64 id = 1; }"#;
+        const BROKEN: &str = r#"syntax = "proto3"; package shop;
+            message Order { string id = 1; string customer = 2; }"#;
+        let info = crate::store::KafkaTableInfo {
+            registry: "csr".into(),
+            envelope: "upsert".into(),
+            format: "protobuf".into(),
+            subject: "orders-value".into(),
+            schema_id: 4,
+            version: 1,
+            schema: V1.to_string(),
+            references: Vec::new(),
+        };
+        let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
+        table.kafka = Some(info);
+        let mut reader = Reader::new(&table).unwrap();
+        let columns: Vec<(&str, &str, bool)> = reader
+            .fields
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
+            .collect();
+        assert_eq!(
+            columns,
+            [("id", "bigint", true), ("customer", "text", true)]
+        );
+
+        let parse = |text: &str| evolve_compat::protobuf::parse(text, &[]).unwrap();
+        let mut writers = Writers::new(&[]).unwrap();
+        for (id, text) in [(4, V1), (5, V2), (6, BROKEN)] {
+            let schema = WriterSchema::Protobuf(parse(text));
+            writers
+                .schemas
+                .insert(("csr".into(), id), Ok(Arc::new(schema)));
+        }
+        let avro = avro::parse(r#"{"type":"record","name":"Order","fields":[]}"#, &[]).unwrap();
+        writers.schemas.insert(
+            ("csr".into(), 7),
+            Ok(Arc::new(WriterSchema::Avro {
+                names: avro::schema_names(&avro),
+                decoding: Box::new(avro.clone()),
+                schema: Box::new(avro),
+            })),
+        );
+        let v2 = parse(V2);
+        let encoded = |message: usize, text: &str| {
+            let m = v2.file().messages().nth(message).unwrap();
+            prost_reflect::DynamicMessage::parse_text_format(m, text)
+                .unwrap()
+                .encode_to_vec()
+        };
+        // Wire header with `id`, then message indexes, then the message.
+        let framed = |id: u8, indexes: &[u8], body: &[u8]| {
+            let mut out = vec![0, 0, 0, 0, id];
+            out.extend_from_slice(indexes);
+            out.extend_from_slice(body);
+            out
+        };
+        let order = encoded(0, r#"id: 1 customer: "a" note: "n""#);
+        let record = |key: Vec<u8>, value: Vec<u8>| Raw {
+            partition: 0,
+            offset: 9,
+            timestamp_millis: None,
+            key: Some(key),
+            value: Some(value),
+        };
+        let key = framed(5, &[2, 2], &encoded(1, "id: 1"));
+        let values = |decoded: Decoded| match decoded {
+            Decoded::Change(c) => c
+                .new
+                .unwrap()
+                .iter()
+                .map(|d| match d {
+                    Datum::Text(b) => String::from_utf8(b.to_vec()).unwrap(),
+                    other => format!("{other:?}"),
+                })
+                .collect::<Vec<_>>(),
+            Decoded::Undecodable(why) => vec![why],
+            Decoded::Nothing => Vec::new(),
+        };
+        let mut read = |raw: Raw| values(decode(&mut reader, &writers, "orders", &raw).unwrap());
+        // Message index [0] as the single zero byte, a newer writer.
+        assert_eq!(
+            read(record(key.clone(), framed(5, &[0], &order))),
+            ["1", "a", r#"{"id":1}"#]
+        );
+        // [0] written in full.
+        assert_eq!(
+            read(record(key.clone(), framed(4, &[2, 0], &order)))[..2],
+            ["1", "a"]
+        );
+        let mut why = |raw: Raw| read(raw).remove(0);
+        let other = why(record(
+            key.clone(),
+            framed(5, &[2, 2], &encoded(1, "id: 2")),
+        ));
+        assert!(
+            other.contains(
+                "it is a shop.Key message (message indexes [1]), and the table reads shop.Order"
+            ),
+            "{other}"
+        );
+        let missing = why(record(key.clone(), framed(5, &[2, 8], &order)));
+        assert!(
+            missing.contains("message indexes [4] name no message"),
+            "{missing}"
+        );
+        let broken = why(record(key.clone(), framed(6, &[0], &order)));
+        assert!(
+            broken.contains(
+                "has writer schema id 6, which the pinned reader schema (id 4) cannot read"
+            ),
+            "{broken}"
+        );
+        let avro = why(record(key.clone(), framed(7, &[], &[])));
+        assert!(
+            avro.contains("it is an Avro schema, and the table reads Protobuf (FORMAT PROTOBUF)"),
+            "{avro}"
+        );
+        let garbage = why(record(key, framed(5, &[0], &[0x0a, 0xff])));
+        assert!(garbage.contains("not a shop.Order message"), "{garbage}");
     }
 }

@@ -66,14 +66,7 @@ const JSONB: (u32, &str) = (3802, "jsonb");
 /// reason says so (the likely cause); when it uses a type that no
 /// reference defines, the reason names the type.
 pub fn parse(text: &str, references: &[ReferencedSchema]) -> Result<AvroSchema, String> {
-    let list: Vec<evolve_compat::Reference> = references
-        .iter()
-        .map(|r| evolve_compat::Reference {
-            name: r.name.clone(),
-            schema: r.schema.clone(),
-        })
-        .collect();
-    evolve_compat::avro::parse(text, &list).map_err(|e| {
+    evolve_compat::avro::parse(text, &super::compat_references(references)).map_err(|e| {
         let mismatch = references.iter().find_map(|r| {
             let defined = defined_name(&r.schema)?;
             (defined != r.name).then(|| {
@@ -617,13 +610,13 @@ fn json(
     Ok(())
 }
 
-fn string(s: &str, out: &mut String) {
+pub(super) fn string(s: &str, out: &mut String) {
     out.push_str(&serde_json::Value::String(s.to_string()).to_string());
 }
 
 /// PostgreSQL's float output (shortest round trip), `NaN` and
 /// `±Infinity` spelled its way (as JSON strings when `in_json`).
-fn float(f: f64, single: Option<f32>, out: &mut String, in_json: bool) {
+pub(super) fn float(f: f64, single: Option<f32>, out: &mut String, in_json: bool) {
     let special = if f.is_nan() {
         Some("NaN")
     } else if f == f64::INFINITY {
@@ -644,7 +637,7 @@ fn float(f: f64, single: Option<f32>, out: &mut String, in_json: bool) {
 }
 
 /// bytea's hex output.
-fn hex(bytes: &[u8], out: &mut String) {
+pub(super) fn hex(bytes: &[u8], out: &mut String) {
     out.push_str("\\x");
     for b in bytes {
         write!(out, "{b:02x}").unwrap_or(());
@@ -730,7 +723,7 @@ fn time(us: i64, out: &mut String) {
 /// Microseconds since the epoch (UTC) as PostgreSQL's timestamp output
 /// (`sep` between date and time), with `+00` for timestamptz in a UTC
 /// session.
-fn timestamp(us: i64, tz: bool, sep: char, out: &mut String) {
+pub(super) fn timestamp(us: i64, tz: bool, sep: char, out: &mut String) {
     let days = us.div_euclid(86_400_000_000);
     let (y, m, d) = civil_from_days(days);
     let bc = y <= 0;

@@ -24,7 +24,6 @@ use serde_json::value::RawValue;
 use std::collections::HashMap;
 
 use super::avro::AvroColumn;
-use crate::store::ReferencedSchema;
 use bytes::Bytes;
 use evolve_core::change::Datum;
 
@@ -126,18 +125,6 @@ pub fn record_values(datum: &[u8], columns: &[AvroColumn]) -> Result<Vec<Datum>,
         out.push(Datum::Text(Bytes::from(text)));
     }
     Ok(out)
-}
-
-/// The schemas a JSON Schema's references name, as the compatibility
-/// engine resolves its `$ref`s: by the name each reference gives.
-pub fn references(fetched: &[ReferencedSchema]) -> Vec<evolve_compat::Reference> {
-    fetched
-        .iter()
-        .map(|r| evolve_compat::Reference {
-            name: r.name.clone(),
-            schema: r.schema.clone(),
-        })
-        .collect()
 }
 
 /// A key's JSON text (after the wire header), as compact JSON.
