@@ -1304,6 +1304,229 @@ async fn a_json_schema_with_references_is_pinned_and_read() {
     wait_state(&admin, "kjr_v1", "running").await;
 }
 
+/// A field of a `FileDescriptorProto` in its JSON form.
+fn proto_field(name: &str, number: u32, kind: &str) -> Value {
+    json!({"name": name, "number": number, "type": kind, "label": "LABEL_OPTIONAL"})
+}
+
+/// `shop/money.proto` and `shop/order.proto` (importing it and
+/// `google/protobuf/timestamp.proto`) as `FileDescriptorProto` JSON,
+/// dependencies first: message `shop.Order` with a field of every kind
+/// the test reads, `customer` of type `customer` and the `extra` fields
+/// after them.
+fn order_proto(customer: &str, extra: &[Value]) -> String {
+    let money = json!({"name": "shop/money.proto", "package": "shop", "syntax": "proto3",
+        "messageType": [{"name": "Money", "field": [
+            proto_field("cents", 1, "TYPE_INT64"), proto_field("currency", 2, "TYPE_STRING")]}]});
+    let mut fields = vec![
+        proto_field("id", 1, "TYPE_INT64"),
+        proto_field("customer", 2, customer),
+        json!({"name": "note", "number": 3, "type": "TYPE_STRING", "label": "LABEL_OPTIONAL",
+               "proto3Optional": true, "oneofIndex": 0}),
+        json!({"name": "status", "number": 4, "type": "TYPE_ENUM", "label": "LABEL_OPTIONAL",
+               "typeName": ".shop.Order.Status"}),
+        json!({"name": "at", "number": 5, "type": "TYPE_MESSAGE", "label": "LABEL_OPTIONAL",
+               "typeName": ".google.protobuf.Timestamp"}),
+        json!({"name": "tags", "number": 6, "type": "TYPE_STRING", "label": "LABEL_REPEATED"}),
+        proto_field("big", 7, "TYPE_UINT64"),
+        json!({"name": "total", "number": 8, "type": "TYPE_MESSAGE", "label": "LABEL_OPTIONAL",
+               "typeName": ".shop.Money"}),
+    ];
+    fields.extend_from_slice(extra);
+    let order = json!({"name": "shop/order.proto", "package": "shop", "syntax": "proto3",
+        "dependency": ["google/protobuf/timestamp.proto", "shop/money.proto"],
+        "messageType": [{"name": "Order", "field": fields, "oneofDecl": [{"name": "_note"}],
+            "enumType": [{"name": "Status", "value": [
+                {"name": "NEW", "number": 0}, {"name": "PAID", "number": 1}]}]}]});
+    json!([money, order]).to_string()
+}
+
+async fn produce_protobuf(
+    bootstrap: &str,
+    topic: &str,
+    registry: &str,
+    files: &str,
+    records: &[Produced],
+) {
+    let args = [
+        "produce-protobuf",
+        bootstrap,
+        topic,
+        registry,
+        files,
+        "shop.Order",
+    ];
+    produce_lines(args.map(String::from).to_vec(), records).await;
+}
+
+/// `FORMAT PROTOBUF`: records written by Confluent's Protobuf serializer
+/// (the schema registered as a serialized descriptor, its import of
+/// `shop/money.proto` as a reference), read by the table's snapshot and
+/// then streamed (an update, a tombstone, an insert) into documents equal
+/// to `to_jsonb` of the same values in the mapped PostgreSQL types, with
+/// proto3's defaults for fields without presence; a producer that adds a
+/// field keeps the table flowing and drift says column_drift; one whose
+/// `customer` became an `int64` stalls the table at that record with the
+/// compatibility engine's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_records_stream_drift_and_stall() {
+    let env = env("kafka_source_protobuf").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "kpb_orders", 1).await;
+    let v1 = order_proto("TYPE_STRING", &[]);
+    let history: Vec<Produced> = vec![
+        (
+            "1".into(),
+            Some(
+                json!({"id": 1, "customer": "a", "note": "n", "status": "PAID",
+                "at": "2024-05-01T12:30:00.500Z", "tags": ["x"], "big": "18446744073709551615",
+                "total": {"cents": 1999, "currency": "EUR"}}),
+            ),
+        ),
+        ("2".into(), Some(json!({"id": 2, "customer": "b"}))),
+        ("3".into(), Some(json!({"id": 3, "note": ""}))),
+    ];
+    produce_protobuf(&bootstrap, "kpb_orders", &url, &v1, &history).await;
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    audit_sink(&env.sink).await;
+    let pipeline = Pipeline::start(&env.config);
+    let admin = pipeline.url.clone();
+    sql_ok(
+        &admin,
+        &[
+            "-c",
+            "CREATE SOURCE kpb FROM KAFKA CONNECTION k (TOPIC 'kpb_orders');
+             CREATE TABLE kpb_v1 FROM SOURCE kpb FORMAT PROTOBUF USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
+             CREATE MATERIALIZED VIEW kpb_json AS
+               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kpb_v1 t;
+             CREATE SINK kpb_sink FROM kpb_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');",
+        ],
+    )
+    .await;
+    let key = |k: &str| json!({"@key": k}).to_string();
+    // Without presence, an absent field is its default: "", 0, the first
+    // enum value, [].
+    let defaults =
+        |id: i64| json!({"id": id, "customer": "", "status": "NEW", "tags": [], "big": 0});
+    let with = |mut doc: Value, fields: Value| {
+        for (k, v) in fields.as_object().unwrap() {
+            doc[k] = v.clone();
+        }
+        doc
+    };
+    let first = with(
+        defaults(1),
+        json!({"customer": "a", "note": "n", "status": "PAID", "at": "2024-05-01T12:30:00.5+00:00",
+               "tags": ["x"], "big": 18446744073709551615u64,
+               "total": {"cents": 1999, "currency": "EUR"}}),
+    );
+    let want: BTreeMap<String, Value> = [
+        (key("1"), first),
+        (key("2"), with(defaults(2), json!({"customer": "b"}))),
+        (key("3"), with(defaults(3), json!({"note": ""}))),
+    ]
+    .into();
+    wait_docs(&env, "public.orders_json", &want).await;
+    assert_eq!(audit_count(&env.sink).await, 3);
+    // The document is to_jsonb of the same values in the mapped types.
+    env.sink
+        .batch_execute("SET TimeZone = 'UTC'")
+        .await
+        .unwrap();
+    let (typed, document): (String, String) = {
+        let row = env
+            .sink
+            .query_one(
+                "SELECT jsonb_strip_nulls(to_jsonb(e))::text, (SELECT data::text FROM public.orders_json WHERE key = $1::text::jsonb)
+                   FROM (SELECT 1::bigint AS id, 'a'::text AS customer, 'n'::text AS note, 'PAID'::text AS status,
+                                '2024-05-01 12:30:00.5+00'::timestamptz AS at, '[\"x\"]'::jsonb AS tags,
+                                18446744073709551615::numeric AS big,
+                                '{\"cents\": 1999, \"currency\": \"EUR\"}'::jsonb AS total) e",
+                &[&key("1")],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(document, typed);
+    let tables = sql_ok(&admin, &["-c", "SHOW TABLES"]).await;
+    assert!(
+        tables.contains("kpb_orders-value id")
+            && tables.contains("referencing shop/money.proto (shop/money.proto version 1)"),
+        "{tables}"
+    );
+
+    let stream: Vec<Produced> = vec![
+        ("1".into(), Some(json!({"id": 1, "customer": "a2"}))),
+        ("2".into(), None),
+        ("4".into(), Some(json!({"id": 4}))),
+    ];
+    produce_protobuf(&bootstrap, "kpb_orders", &url, &v1, &stream).await;
+    let mut want: BTreeMap<String, Value> = [
+        (key("1"), with(defaults(1), json!({"customer": "a2"}))),
+        (key("3"), with(defaults(3), json!({"note": ""}))),
+        (key("4"), defaults(4)),
+    ]
+    .into();
+    wait_docs(&env, "public.orders_json", &want).await;
+    assert_eq!(audit_count(&env.sink).await, 6);
+
+    // A field added (compatible): the table flows on, drift says so.
+    let v2 = order_proto("TYPE_STRING", &[proto_field("region", 9, "TYPE_STRING")]);
+    produce_protobuf(
+        &bootstrap,
+        "kpb_orders",
+        &url,
+        &v2,
+        &[(
+            "5".into(),
+            Some(json!({"id": 5, "customer": "e", "region": "eu"})),
+        )],
+    )
+    .await;
+    want.insert(key("5"), with(defaults(5), json!({"customer": "e"})));
+    wait_docs(&env, "public.orders_json", &want).await;
+    assert_eq!(audit_count(&env.sink).await, 7);
+    let row = drift_row(&admin, "kpb_v1").await;
+    assert_eq!(row["signal"], "column_drift", "{row}");
+    assert_eq!(row["added_upstream"], json!(["region"]), "{row}");
+
+    // `customer` an int64: the table stalls at that record (offset 7).
+    python(
+        vec![
+            "compatibility".into(),
+            url.clone(),
+            "kpb_orders-value".into(),
+            "NONE".into(),
+        ],
+        String::new(),
+    )
+    .await;
+    let v3 = order_proto("TYPE_INT64", &[]);
+    produce_protobuf(
+        &bootstrap,
+        "kpb_orders",
+        &url,
+        &v3,
+        &[("6".into(), Some(json!({"id": 6, "customer": 6})))],
+    )
+    .await;
+    let stalled = wait_state(&admin, "kpb_v1", "stalled").await;
+    let error = stalled["error"].as_str().unwrap();
+    assert!(
+        error.contains("record at partition 0 offset 7 has writer schema id")
+            && error.contains("cannot read"),
+        "{stalled}"
+    );
+    wait_docs(&env, "public.orders_json", &want).await;
+    assert_eq!(audit_count(&env.sink).await, 7);
+}
+
 /// The types of the references test: `Country` (subject
 /// `kref_country`), `Address` using it (subject `kref_address`), and the
 /// value schema `Order` using `Address` for two fields, one nullable.

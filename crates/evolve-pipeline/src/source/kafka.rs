@@ -1,7 +1,9 @@
 //! The Kafka source: a topic of Avro records (Confluent's wire format: a
 //! zero byte, the writer schema's registry id in four bytes, the Avro
-//! binary datum), or of JSON records under a JSON Schema (`FORMAT JSON`:
-//! the same header, then JSON text; module [`json`]), read into tables
+//! binary datum), of JSON records under a JSON Schema (`FORMAT JSON`:
+//! the same header, then JSON text; module [`json`]), or of Protobuf
+//! messages (`FORMAT PROTOBUF`: the same header, Confluent's message
+//! indexes, then the message; module [`protobuf`]), read into tables
 //! whose columns are the fields (properties) of a reader schema pinned at
 //! `CREATE TABLE`.
 //!
@@ -61,7 +63,12 @@
 //! unions). A `FORMAT JSON` table checks the writer's JSON Schema the
 //! same way (`evolve_compat::json::check`: does the reader accept every
 //! document the writer's schema allows?), then reads the properties it
-//! has columns for. A record that a table cannot read (no wire header, an id the
+//! has columns for. A `FORMAT PROTOBUF` table checks the writer's file
+//! with Confluent's Protobuf rules (`evolve_compat::protobuf::check`),
+//! finds the message the record's indexes name in it, which must be the
+//! reader's message (the first of the pinned file), and decodes the bytes
+//! with the reader's descriptor: fields are matched by number, and fields
+//! the reader does not declare are skipped. A record that a table cannot read (no wire header, an id the
 //! registry does not know, a writer schema the reader cannot read, a
 //! corrupt payload, no key under `ENVELOPE UPSERT`) is
 //! [`SourceEvent::Undecodable`] for that table: it stalls at that record,
@@ -272,7 +279,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         })?
 }
 
-/// What `CREATE TABLE ... FORMAT AVRO | JSON` pins: the subject's latest schema,
+/// What `CREATE TABLE ... FORMAT AVRO | JSON | PROTOBUF` pins: the subject's latest schema,
 /// its columns (with the key column last), and the settings to store.
 pub struct Pinned {
     pub columns: Vec<ColumnInfo>,

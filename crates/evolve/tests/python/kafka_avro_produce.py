@@ -26,6 +26,13 @@ Usage:
   kafka_avro_produce.py produce-json BOOTSTRAP TOPIC REGISTRY_URL SCHEMA_JSON
       as produce, with Confluent's JSON Schema serializer (JSONSerializer)
       and the JSON Schema given, registered on first use
+  kafka_avro_produce.py produce-protobuf BOOTSTRAP TOPIC REGISTRY_URL FILES_JSON MESSAGE
+      as produce, with Confluent's Protobuf serializer (ProtobufSerializer)
+      and message MESSAGE (a full name) of FILES_JSON, a list of
+      FileDescriptorProto in their JSON form, dependencies first (the
+      well-known types are there already); each value is the message's
+      JSON form. The serializer registers the message's file (and the
+      files it imports, as references) on first use.
 
 Exits 1 with the error on any failure."""
 
@@ -73,13 +80,32 @@ def decimals(value):
     return value
 
 
-def produce(bootstrap, topic, url, schema, json_schema=False):
+def protobuf_serializer(registry, files, message):
+    """Confluent's ProtobufSerializer for `message` of `files` (JSON), and
+    the function that makes a value's JSON that message."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from google.protobuf import (descriptor_pb2, descriptor_pool, json_format, message_factory,
+                                 timestamp_pb2, wrappers_pb2)
+    pool = descriptor_pool.DescriptorPool()
+    for known in (timestamp_pb2, wrappers_pb2):
+        pool.AddSerializedFile(known.DESCRIPTOR.serialized_pb)
+    for file in json.loads(files):
+        pool.Add(json_format.ParseDict(file, descriptor_pb2.FileDescriptorProto()))
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(message))
+    serializer = ProtobufSerializer(cls, registry, {"auto.register.schemas": True,
+                                                    "use.deprecated.format": False})
+    return lambda value, ctx: serializer(json_format.ParseDict(value, cls()), ctx)
+
+
+def produce(bootstrap, topic, url, schema, json_schema=False, message=None):
     registry = SchemaRegistryClient({"url": url})
     if schema is None:
         conf = {"auto.register.schemas": False, "use.latest.version": True}
     else:
         conf = {"auto.register.schemas": True}
-    if json_schema:
+    if message is not None:
+        serializer = protobuf_serializer(registry, schema, message)
+    elif json_schema:
         from confluent_kafka.schema_registry.json_schema import JSONSerializer
         serializer = JSONSerializer(schema, registry, conf=conf)
     else:
@@ -144,6 +170,8 @@ def main():
         produce(*args, None)
     elif command == "produce-json":
         produce(*args, json_schema=True)
+    elif command == "produce-protobuf":
+        produce(*args[:4], message=args[4])
     else:
         raise SystemExit(f"unknown command {command}")
 
