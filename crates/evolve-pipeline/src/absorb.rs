@@ -233,15 +233,7 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
         table: old.upstream_table.clone(),
         exclude: keep(true),
         text: keep(false),
-        kafka: old
-            .kafka
-            .as_ref()
-            .map(|k| evolve_core::control::KafkaTable {
-                registry: k.registry.clone(),
-                envelope: evolve_core::control::TableEnvelope::parse(&k.envelope)
-                    .unwrap_or_default(),
-                format: evolve_core::control::TableFormat::parse(&k.format).unwrap_or_default(),
-            }),
+        kafka: old.kafka.as_ref().map(|k| k.spec()),
     };
     let spec = match pipeline.create_table(&spec).await {
         Ok(_) => spec,

@@ -753,6 +753,9 @@ fn show(pipeline: &Pipeline, kind: Kind) -> Result<Option<Rows>, PipelineError> 
                         t.kafka.as_ref().map_or(Value::Null, |k| {
                             let mut pinned =
                                 format!("{} id {} (version {})", k.subject, k.schema_id, k.version);
+                            if let Some(message) = &k.message {
+                                pinned.push_str(&format!(" message {message}"));
+                            }
                             for (i, r) in k.references.iter().enumerate() {
                                 pinned.push_str(if i == 0 { " referencing " } else { ", " });
                                 pinned.push_str(&format!(

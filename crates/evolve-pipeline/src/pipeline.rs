@@ -512,14 +512,7 @@ impl Pipeline {
         // are its subject's latest schema's fields.
         let (upstream, client) = if let Some(format) = &spec.kafka {
             let registry = self.config.connection(&format.registry)?;
-            let pinned = kafka::pin_reader(
-                &source.publication,
-                &format.registry,
-                registry,
-                format.envelope,
-                format.format,
-            )
-            .await?;
+            let pinned = kafka::pin_reader(&source.publication, registry, format).await?;
             kafka_info = Some(pinned.info);
             let taken = self.with_store(|s| s.tables_of(&source.name))?;
             let oid = taken.iter().map(|t| t.upstream_oid).max().unwrap_or(0) + 1;

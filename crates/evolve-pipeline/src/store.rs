@@ -229,6 +229,24 @@ pub struct KafkaTableInfo {
     /// (the key is left out then, and read as empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub references: Vec<ReferencedSchema>,
+    /// A Protobuf table's message (a full name): the one `MESSAGE` named,
+    /// else the file's first. Left out for Avro and JSON tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl KafkaTableInfo {
+    /// The `FORMAT ...` clause that pins a table like this one again (a
+    /// newer version of it, or its drift check).
+    pub fn spec(&self) -> evolve_core::control::KafkaTable {
+        use evolve_core::control::{TableEnvelope, TableFormat};
+        evolve_core::control::KafkaTable {
+            registry: self.registry.clone(),
+            envelope: TableEnvelope::parse(&self.envelope).unwrap_or_default(),
+            format: TableFormat::parse(&self.format).unwrap_or_default(),
+            message: self.message.clone(),
+        }
+    }
 }
 
 fn avro_format() -> String {

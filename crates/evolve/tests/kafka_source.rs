@@ -1457,7 +1457,9 @@ async fn protobuf_records_stream_drift_and_stall() {
     let tables = sql_ok(&admin, &["-c", "SHOW TABLES"]).await;
     assert!(
         tables.contains("kpb_orders-value id")
-            && tables.contains("referencing shop/money.proto (shop/money.proto version 1)"),
+            && tables.contains(
+                "(version 1) message shop.Order referencing shop/money.proto (shop/money.proto version 1)"
+            ),
         "{tables}"
     );
 

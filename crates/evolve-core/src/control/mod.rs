@@ -252,7 +252,8 @@ pub enum SourceKind {
     Kafka,
 }
 
-/// How a Kafka table reads its topic's records: `FORMAT AVRO | JSON | PROTOBUF USING
+/// How a Kafka table reads its topic's records: `FORMAT AVRO | JSON |
+/// PROTOBUF [MESSAGE 'name'] USING
 /// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT |
 /// ENVELOPE NONE | ENVELOPE DEBEZIUM]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -263,6 +264,9 @@ pub struct KafkaTable {
     pub envelope: TableEnvelope,
     /// How a record's value is written.
     pub format: TableFormat,
+    /// `FORMAT PROTOBUF MESSAGE 'name'`: the message the table reads (a
+    /// full name); `None` reads the schema file's first message.
+    pub message: Option<String>,
 }
 
 /// `FORMAT` of a Kafka table: how its records' values are written, each
@@ -770,8 +774,12 @@ impl Statement {
                 );
                 match &s.kafka {
                     Some(k) => sql.push_str(&format!(
-                        " FORMAT {} USING CONFLUENT SCHEMA REGISTRY CONNECTION {} ENVELOPE {}",
+                        " FORMAT {}{} USING CONFLUENT SCHEMA REGISTRY CONNECTION {} ENVELOPE {}",
                         k.format.as_str().to_ascii_uppercase(),
+                        k.message
+                            .as_ref()
+                            .map(|m| format!(" MESSAGE {}", sql_literal(m)))
+                            .unwrap_or_default(),
                         sql_ident(&k.registry),
                         k.envelope.as_str().to_ascii_uppercase()
                     )),

@@ -617,6 +617,12 @@ impl Parser<'_> {
                     ]));
                 }
             };
+            let mut message = None;
+            if format == TableFormat::Protobuf && self.at_word("message") {
+                self.bump();
+                let (name, _) = self.literal()?;
+                message = Some(name);
+            }
             for keyword in ["using", "confluent", "schema", "registry", "connection"] {
                 self.expect_keyword(keyword)?;
             }
@@ -642,6 +648,7 @@ impl Parser<'_> {
                 registry,
                 envelope,
                 format,
+                message,
             });
         } else {
             self.options(&[("reference", "REFERENCE")], |p, _| {

@@ -2741,6 +2741,7 @@ fn create_kafka_source_and_table() {
                     registry: s("csr"),
                     envelope: TableEnvelope::None,
                     format: TableFormat::Avro,
+                    message: None,
                 })
             );
             assert_eq!(t.exclude_columns, vec![s("note")]);
@@ -2806,6 +2807,33 @@ fn create_kafka_source_and_table() {
         protobuf.to_sql()
     );
     assert_eq!(one(&protobuf.to_sql()), protobuf);
+    let named = one(
+        "CREATE TABLE t FROM SOURCE ev FORMAT PROTOBUF MESSAGE 'shop.Order' USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    );
+    match &named {
+        Statement::CreateTable(t) => {
+            assert_eq!(
+                t.kafka.as_ref().unwrap().message.as_deref(),
+                Some("shop.Order")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        named
+            .to_sql()
+            .contains(" FORMAT PROTOBUF MESSAGE 'shop.Order' USING "),
+        "{}",
+        named.to_sql()
+    );
+    assert_eq!(one(&named.to_sql()), named);
+    // MESSAGE belongs to Protobuf only.
+    err(
+        "CREATE TABLE t FROM SOURCE ev FORMAT AVRO MESSAGE 'x' USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    );
+    err(
+        "CREATE TABLE t FROM SOURCE ev FORMAT PROTOBUF MESSAGE shop USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    );
     let thrift = err(
         "CREATE TABLE t FROM SOURCE ev FORMAT THRIFT USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
     );

@@ -66,7 +66,7 @@
 //! has columns for. A `FORMAT PROTOBUF` table checks the writer's file
 //! with Confluent's Protobuf rules (`evolve_compat::protobuf::check`),
 //! finds the message the record's indexes name in it, which must be the
-//! reader's message (the first of the pinned file), and decodes the bytes
+//! reader's message (`MESSAGE`'s, else the pinned file's first), and decodes the bytes
 //! with the reader's descriptor: fields are matched by number, and fields
 //! the reader does not declare are skipped. A record that a table cannot read (no wire header, an id the
 //! registry does not know, a writer schema the reader cannot read, a
@@ -290,12 +290,11 @@ pub struct Pinned {
 /// to columns.
 pub async fn pin_reader(
     topic: &str,
-    registry_name: &str,
     registry: &Connection,
-    envelope: evolve_core::control::TableEnvelope,
-    format: evolve_core::control::TableFormat,
+    table: &evolve_core::control::KafkaTable,
 ) -> Result<Pinned> {
     use evolve_core::control::{TableEnvelope, TableFormat};
+    let (registry_name, envelope, format) = (table.registry.as_str(), table.envelope, table.format);
     let mut client = Registry::new(registry_name, registry)?;
     let subject = value_subject(topic);
     let latest = client
@@ -350,6 +349,7 @@ pub async fn pin_reader(
             hint: None,
         })?
     };
+    let mut message = None;
     let fields = match format {
         TableFormat::Json => {
             evolve_compat::json::parse(&latest.schema, &compat_references(&references))
@@ -360,7 +360,10 @@ pub async fn pin_reader(
             let schema =
                 evolve_compat::protobuf::parse(&latest.schema, &compat_references(&references))
                     .map_err(|e| refused(format!("not a Protobuf schema evolve can read: {e}")))?;
-            protobuf::reader_columns(&protobuf::reader_message(schema.file()).map_err(refused)?)
+            let read = protobuf::reader_message(schema.file(), table.message.as_deref())
+                .map_err(refused)?;
+            message = Some(read.full_name().to_string());
+            protobuf::reader_columns(&read)
         }
         TableFormat::Avro => {
             let schema =
@@ -383,7 +386,7 @@ pub async fn pin_reader(
             avro::reader_columns(root, &avro::referenced_names(&schema)).map_err(refused)?
         }
     };
-    Ok(pinned(
+    let mut pinned = pinned(
         fields,
         envelope,
         format,
@@ -391,7 +394,9 @@ pub async fn pin_reader(
         subject,
         latest,
         references,
-    ))
+    );
+    pinned.info.message = message;
+    Ok(pinned)
 }
 
 /// The columns of `fields` (and the envelope's key column, last) and the
@@ -433,6 +438,7 @@ fn pinned(
             version: latest.version,
             schema: latest.schema,
             references,
+            message: None,
         },
     }
 }
@@ -468,16 +474,7 @@ pub async fn upstream_columns(
     let Some(kafka) = &table.kafka else {
         return Ok(Vec::new());
     };
-    let envelope = evolve_core::control::TableEnvelope::parse(&kafka.envelope).unwrap_or_default();
-    let format = evolve_core::control::TableFormat::parse(&kafka.format).unwrap_or_default();
-    let pinned = pin_reader(
-        &table.upstream_table,
-        &kafka.registry,
-        registry,
-        envelope,
-        format,
-    )
-    .await?;
+    let pinned = pin_reader(&table.upstream_table, registry, &kafka.spec()).await?;
     let mut next = table.columns.iter().map(|c| c.attnum).max().unwrap_or(0);
     Ok(pinned
         .columns
@@ -621,7 +618,8 @@ impl Reader {
             TableFormat::Protobuf => {
                 let schema = evolve_compat::protobuf::parse(&kafka.schema, &references)
                     .map_err(|e| bad(e.to_string()))?;
-                let message = protobuf::reader_message(schema.file()).map_err(bad)?;
+                let message = protobuf::reader_message(schema.file(), kafka.message.as_deref())
+                    .map_err(bad)?;
                 let fields = protobuf::reader_columns(&message);
                 let reader = ProtobufReader { schema, message };
                 (ReaderFormat::Protobuf(Box::new(reader)), fields)
@@ -1085,7 +1083,9 @@ fn protobuf_values(
             "its message indexes {indexes:?} name no message of the writer schema"
         )),
         Some(m) if m.full_name() != wanted => Err(format!(
-            "it is a {} message (message indexes {indexes:?}), and the table reads {wanted}",
+            "it is a {} message (message indexes {indexes:?}), and the table reads {wanted}; a table of {} is created with FORMAT PROTOBUF MESSAGE '{}'",
+            m.full_name(),
+            m.full_name(),
             m.full_name()
         )),
         Some(_) => protobuf::record_values(encoded, &reader.message, fields),
@@ -1975,6 +1975,7 @@ mod tests {
             version: 1,
             schema: v1.to_string(),
             references: references.clone(),
+            message: None,
         };
         let stored = serde_json::to_string(&info).unwrap();
         let info: crate::store::KafkaTableInfo = serde_json::from_str(&stored).unwrap();
@@ -1983,6 +1984,7 @@ mod tests {
         // as none; a schema without references is stored that way still.
         let plain = crate::store::KafkaTableInfo {
             references: Vec::new(),
+            message: None,
             ..info.clone()
         };
         let older = serde_json::to_string(&plain).unwrap();
@@ -2337,6 +2339,7 @@ mod tests {
             version: 1,
             schema: schema.to_string(),
             references: Vec::new(),
+            message: None,
         };
         let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
         table.kafka = Some(info);
@@ -2379,6 +2382,7 @@ mod tests {
             version: 1,
             schema: V1.to_string(),
             references: Vec::new(),
+            message: None,
         };
         let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
         table.kafka = Some(info);
@@ -2485,7 +2489,25 @@ mod tests {
             avro.contains("it is an Avro schema, and the table reads Protobuf (FORMAT PROTOBUF)"),
             "{avro}"
         );
-        let garbage = why(record(key, framed(5, &[0], &[0x0a, 0xff])));
+        let garbage = why(record(key.clone(), framed(5, &[0], &[0x0a, 0xff])));
         assert!(garbage.contains("not a shop.Order message"), "{garbage}");
+
+        // A table of the second message (MESSAGE 'shop.Key') reads
+        // records whose indexes are [1], and refuses the first message's.
+        table.kafka.as_mut().unwrap().message = Some("shop.Key".into());
+        let mut keys = Reader::new(&table).unwrap();
+        let mut read = |raw: Raw| values(decode(&mut keys, &writers, "orders", &raw).unwrap());
+        assert_eq!(
+            read(record(
+                key.clone(),
+                framed(5, &[2, 2], &encoded(1, "id: 2"))
+            )),
+            ["2", r#"{"id":1}"#]
+        );
+        let first = read(record(key, framed(5, &[0], &order))).remove(0);
+        assert!(
+            first.contains("it is a shop.Order message (message indexes [0]), and the table reads shop.Key; a table of shop.Order is created with FORMAT PROTOBUF MESSAGE 'shop.Order'"),
+            "{first}"
+        );
     }
 }

@@ -35,10 +35,11 @@
 //! does not declare (a newer writer's) are skipped, as Protobuf readers
 //! skip them.
 //!
-//! The reader's message is the first message of the pinned schema's file
-//! (message index `[0]`, what Confluent's serializer writes for a file's
-//! first message); a record whose message indexes name another message of
-//! its writer schema cannot be read by the table.
+//! The reader's message is the one `FORMAT PROTOBUF MESSAGE 'shop.Order'`
+//! names, else the first message of the pinned schema's file (message
+//! index `[0]`, what Confluent's serializer writes for a file's first
+//! message); a record whose message indexes name another message of its
+//! writer schema cannot be read by the table.
 
 use std::fmt::Write as _;
 
@@ -67,11 +68,41 @@ const JSONB: (u32, &str) = (3802, "jsonb");
 /// the decoder allocate.
 const MAX_INDEXES: u64 = 64;
 
-/// The message a table reads: the first of the file.
-pub fn reader_message(file: &FileDescriptor) -> Result<MessageDescriptor, String> {
-    file.messages().next().ok_or_else(|| {
-        "the schema defines no message; a Kafka table's values must be Protobuf messages".into()
-    })
+/// The message a table reads: `name` (a full name, with or without the
+/// leading dot) among the messages the file defines, nested ones
+/// included; without a name, the file's first.
+pub fn reader_message(
+    file: &FileDescriptor,
+    name: Option<&str>,
+) -> Result<MessageDescriptor, String> {
+    let Some(name) = name else {
+        return file.messages().next().ok_or_else(|| {
+            "the schema defines no message; a Kafka table's values must be Protobuf messages".into()
+        });
+    };
+    let name = name.strip_prefix('.').unwrap_or(name);
+    let mut all: Vec<MessageDescriptor> = file.messages().collect();
+    let mut i = 0;
+    while i < all.len() {
+        let nested: Vec<MessageDescriptor> = all[i]
+            .child_messages()
+            .filter(|m| !m.is_map_entry())
+            .collect();
+        all.extend(nested);
+        i += 1;
+    }
+    if let Some(found) = all.iter().find(|m| m.full_name() == name) {
+        return Ok(found.clone());
+    }
+    let names: Vec<&str> = all.iter().map(|m| m.full_name()).collect();
+    Err(format!(
+        "it defines no message {name:?} (MESSAGE names one by its full name: {})",
+        if names.is_empty() {
+            "it defines none".to_string()
+        } else {
+            names.join(", ")
+        }
+    ))
 }
 
 /// The columns of `message`: one per field, in declaration order.
@@ -453,7 +484,7 @@ mod tests {
     #[test]
     fn fields_are_columns_with_their_types_and_presence() {
         let s = schema(ORDER);
-        let message = reader_message(s.file()).unwrap();
+        let message = reader_message(s.file(), None).unwrap();
         assert_eq!(message.full_name(), "shop.Order");
         let columns = reader_columns(&message);
         let shown: Vec<(String, String, bool)> = columns
@@ -496,7 +527,7 @@ mod tests {
     #[test]
     fn values_are_their_types_text_and_absent_fields_their_defaults_or_null() {
         let s = schema(ORDER);
-        let message = reader_message(s.file()).unwrap();
+        let message = reader_message(s.file(), None).unwrap();
         let columns = reader_columns(&message);
         let full = encode(
             &message,
@@ -574,13 +605,13 @@ mod tests {
     #[test]
     fn a_newer_writers_fields_are_skipped_and_garbage_is_an_error() {
         let s = schema(ORDER);
-        let message = reader_message(s.file()).unwrap();
+        let message = reader_message(s.file(), None).unwrap();
         let columns = reader_columns(&message);
         let newer = schema(
             r#"syntax = "proto3"; package shop;
                message Order { int64 id = 1; string extra = 99; }"#,
         );
-        let newer_message = reader_message(newer.file()).unwrap();
+        let newer_message = reader_message(newer.file(), None).unwrap();
         let encoded = encode(&newer_message, r#"id: 3 extra: "x""#);
         let values = record_values(&encoded, &message, &columns).unwrap();
         assert_eq!(text(&values[0]), "3");
@@ -597,7 +628,7 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
             let s = schema(ORDER);
-            let message = reader_message(s.file()).unwrap();
+            let message = reader_message(s.file(), None).unwrap();
             let columns = reader_columns(&message);
             if let Ok((indexes, rest)) = message_indexes(&bytes) {
                 let _ = message_at(s.file(), &indexes);
@@ -610,7 +641,7 @@ mod tests {
         #[test]
         fn damaged_records_never_panic(at in 0usize..200, byte in proptest::prelude::any::<u8>(), cut in 0usize..200) {
             let s = schema(ORDER);
-            let message = reader_message(s.file()).unwrap();
+            let message = reader_message(s.file(), None).unwrap();
             let columns = reader_columns(&message);
             let mut encoded = encode(
                 &message,
@@ -626,12 +657,30 @@ mod tests {
     }
 
     #[test]
-    fn a_schema_without_a_message_is_refused() {
+    fn the_message_is_the_first_or_the_one_named() {
         let none = schema(r#"syntax = "proto3"; package p; enum E { A = 0; }"#);
         assert!(
-            reader_message(none.file())
+            reader_message(none.file(), None)
                 .unwrap_err()
                 .contains("no message")
+        );
+        let s = schema(ORDER);
+        for name in ["shop.Other", ".shop.Other"] {
+            assert_eq!(
+                reader_message(s.file(), Some(name)).unwrap().full_name(),
+                "shop.Other"
+            );
+        }
+        assert_eq!(
+            reader_message(s.file(), Some("shop.Order.Address"))
+                .unwrap()
+                .full_name(),
+            "shop.Order.Address"
+        );
+        let missing = reader_message(s.file(), Some("Order")).unwrap_err();
+        assert_eq!(
+            missing,
+            "it defines no message \"Order\" (MESSAGE names one by its full name: shop.Order, shop.Other, shop.Order.Address)"
         );
     }
 }
