@@ -498,6 +498,42 @@ async fn kafka_env(env: &Env) -> (Killed, String, String) {
     (registry, kafka.bootstrap(), url)
 }
 
+/// `public.orders_json` in the sink (its writes audited) and a pipeline
+/// reading topic `topic` into it: source `name`, table `<name>_v1` read
+/// with `format` (`FORMAT ... USING CONFLUENT SCHEMA REGISTRY CONNECTION
+/// csr ...`), its interface `<name>_json` and sink `<name>_sink`.
+async fn start_kafka_table(env: &Env, name: &str, topic: &str, format: &str) -> Pipeline {
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    audit_sink(&env.sink).await;
+    let pipeline = Pipeline::start(&env.config);
+    sql_ok(
+        &pipeline.url,
+        &[
+            "-c",
+            &format!(
+                "CREATE SOURCE {name} FROM KAFKA CONNECTION k (TOPIC '{topic}');
+                 CREATE TABLE {name}_v1 FROM SOURCE {name} {format};
+                 CREATE MATERIALIZED VIEW {name}_json AS
+                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) AS data FROM {name}_v1 t;
+                 CREATE SINK {name}_sink FROM {name}_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');"
+            ),
+        ],
+    )
+    .await;
+    pipeline
+}
+
+/// Sets `subject`'s compatibility level in the registry at `url`.
+async fn compatibility(url: &str, subject: &str, level: &str) {
+    let args = ["compatibility", url, subject, level];
+    python(args.map(String::from).to_vec(), String::new()).await;
+}
+
 async fn topic(bootstrap: &str, name: &str, partitions: u32) {
     python(
         vec![
@@ -526,26 +562,11 @@ async fn one_table(env: &Env, bootstrap: &str, url: &str, name: &str, partitions
         &[("o0".into(), Some(order(0, 0)))],
     )
     .await;
-    env.sink
-        .batch_execute(
-            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
-        )
-        .await
-        .unwrap();
-    audit_sink(&env.sink).await;
-    let pipeline = Pipeline::start(&env.config);
-    sql_ok(
-        &pipeline.url,
-        &[
-            "-c",
-            &format!(
-                "CREATE SOURCE {name} FROM KAFKA CONNECTION k (TOPIC '{orders}');
-                 CREATE TABLE {name}_v1 FROM SOURCE {name} FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
-                 CREATE MATERIALIZED VIEW {name}_json AS
-                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{{}}'::jsonb) AS data FROM {name}_v1 t;
-                 CREATE SINK {name}_sink FROM {name}_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');"
-            ),
-        ],
+    let pipeline = start_kafka_table(
+        env,
+        name,
+        &orders,
+        "FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
     )
     .await;
     wait_writes(&env.sink, 1).await;
@@ -956,27 +977,14 @@ async fn debezium_change_events_leave_exactly_their_rows() {
         ("4".into(), event("d", Some(row(4, "d", None)), None)),
     ];
     produce(&bootstrap, "kdbz_orders", &url, DEBEZIUM_ORDERS, &history).await;
-    env.sink
-        .batch_execute(
-            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
-        )
-        .await
-        .unwrap();
-    audit_sink(&env.sink).await;
-    let pipeline = Pipeline::start(&env.config);
-    let admin = pipeline.url.clone();
-    sql_ok(
-        &admin,
-        &[
-            "-c",
-            "CREATE SOURCE kdbz FROM KAFKA CONNECTION k (TOPIC 'kdbz_orders');
-             CREATE TABLE kdbz_v1 FROM SOURCE kdbz FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE DEBEZIUM;
-             CREATE MATERIALIZED VIEW kdbz_json AS
-               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kdbz_v1 t;
-             CREATE SINK kdbz_sink FROM kdbz_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');",
-        ],
+    let pipeline = start_kafka_table(
+        &env,
+        "kdbz",
+        "kdbz_orders",
+        "FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE DEBEZIUM",
     )
     .await;
+    let admin = pipeline.url.clone();
     let key = |k: &str| json!({"@key": k}).to_string();
     let want: BTreeMap<String, Value> = [
         (key("1"), json!({"id": 1, "customer": "a"})),
@@ -1086,27 +1094,14 @@ async fn json_schema_records_stream_drift_and_stall() {
         ),
     ];
     produce_json(&bootstrap, "kj_orders", &url, JSON_V1, &history).await;
-    env.sink
-        .batch_execute(
-            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
-        )
-        .await
-        .unwrap();
-    audit_sink(&env.sink).await;
-    let pipeline = Pipeline::start(&env.config);
-    let admin = pipeline.url.clone();
-    sql_ok(
-        &admin,
-        &[
-            "-c",
-            "CREATE SOURCE kj FROM KAFKA CONNECTION k (TOPIC 'kj_orders');
-             CREATE TABLE kj_v1 FROM SOURCE kj FORMAT JSON USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
-             CREATE MATERIALIZED VIEW kj_json AS
-               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kj_v1 t;
-             CREATE SINK kj_sink FROM kj_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');",
-        ],
+    let pipeline = start_kafka_table(
+        &env,
+        "kj",
+        "kj_orders",
+        "FORMAT JSON USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
     )
     .await;
+    let admin = pipeline.url.clone();
     let key = |k: &str| json!({"@key": k}).to_string();
     let want: BTreeMap<String, Value> = [
         (
@@ -1155,16 +1150,7 @@ async fn json_schema_records_stream_drift_and_stall() {
     assert_eq!(prices, ["0.125", "100.0"]);
 
     // A property added: the table flows on, drift says so.
-    python(
-        vec![
-            "compatibility".into(),
-            url.clone(),
-            "kj_orders-value".into(),
-            "NONE".into(),
-        ],
-        String::new(),
-    )
-    .await;
+    compatibility(&url, "kj_orders-value", "NONE").await;
     produce_json(
         &bootstrap,
         "kj_orders",
@@ -1263,26 +1249,14 @@ async fn a_json_schema_with_references_is_pinned_and_read() {
         json!({"id": 1, "ship_to": {"street": "Main 1", "country": "NL"}}),
     )
     .await;
-    env.sink
-        .batch_execute(
-            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
-        )
-        .await
-        .unwrap();
-    let pipeline = Pipeline::start(&env.config);
-    let admin = pipeline.url.clone();
-    sql_ok(
-        &admin,
-        &[
-            "-c",
-            "CREATE SOURCE kjr FROM KAFKA CONNECTION k (TOPIC 'kjr_orders');
-             CREATE TABLE kjr_v1 FROM SOURCE kjr FORMAT JSON USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
-             CREATE MATERIALIZED VIEW kjr_json AS
-               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kjr_v1 t;
-             CREATE SINK kjr_sink FROM kjr_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');",
-        ],
+    let pipeline = start_kafka_table(
+        &env,
+        "kjr",
+        "kjr_orders",
+        "FORMAT JSON USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
     )
     .await;
+    let admin = pipeline.url.clone();
     record("2", json!({"id": 2, "ship_to": {"street": "Side 2"}})).await;
     let key = |k: &str| json!({"@key": k}).to_string();
     let want: BTreeMap<String, Value> = [
@@ -1387,27 +1361,14 @@ async fn protobuf_records_stream_drift_and_stall() {
         ("3".into(), Some(json!({"id": 3, "note": ""}))),
     ];
     produce_protobuf(&bootstrap, "kpb_orders", &url, &v1, &history).await;
-    env.sink
-        .batch_execute(
-            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
-        )
-        .await
-        .unwrap();
-    audit_sink(&env.sink).await;
-    let pipeline = Pipeline::start(&env.config);
-    let admin = pipeline.url.clone();
-    sql_ok(
-        &admin,
-        &[
-            "-c",
-            "CREATE SOURCE kpb FROM KAFKA CONNECTION k (TOPIC 'kpb_orders');
-             CREATE TABLE kpb_v1 FROM SOURCE kpb FORMAT PROTOBUF USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;
-             CREATE MATERIALIZED VIEW kpb_json AS
-               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kpb_v1 t;
-             CREATE SINK kpb_sink FROM kpb_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');",
-        ],
+    let pipeline = start_kafka_table(
+        &env,
+        "kpb",
+        "kpb_orders",
+        "FORMAT PROTOBUF USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
     )
     .await;
+    let admin = pipeline.url.clone();
     let key = |k: &str| json!({"@key": k}).to_string();
     // Without presence, an absent field is its default: "", 0, the first
     // enum value, [].
@@ -1499,16 +1460,7 @@ async fn protobuf_records_stream_drift_and_stall() {
     assert_eq!(row["added_upstream"], json!(["region"]), "{row}");
 
     // `customer` an int64: the table stalls at that record (offset 7).
-    python(
-        vec![
-            "compatibility".into(),
-            url.clone(),
-            "kpb_orders-value".into(),
-            "NONE".into(),
-        ],
-        String::new(),
-    )
-    .await;
+    compatibility(&url, "kpb_orders-value", "NONE").await;
     let v3 = order_proto("TYPE_INT64", &[]);
     produce_protobuf(
         &bootstrap,
@@ -1724,25 +1676,14 @@ async fn a_schema_with_references_is_pinned_and_read_across_versions() {
         .collect();
     produce_latest(&bootstrap, "kref_orders", &url, &produced).await;
 
-    env.sink
-        .batch_execute(
-            "CREATE TABLE public.orders_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
-        )
-        .await
-        .unwrap();
-    audit_sink(&env.sink).await;
-    let pipeline = Pipeline::start(&env.config);
-    let admin = pipeline.url.clone();
-    sql_ok(
-        &admin,
-        &["-c", "CREATE SOURCE kref FROM KAFKA CONNECTION k (TOPIC 'kref_orders');
-                 CREATE TABLE kref_v1 FROM SOURCE kref
-                   FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE UPSERT;
-                 CREATE MATERIALIZED VIEW kref_json AS
-                   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM kref_v1 t;
-                 CREATE SINK kref_sink FROM kref_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_json');"],
+    let pipeline = start_kafka_table(
+        &env,
+        "kref",
+        "kref_orders",
+        "FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE UPSERT",
     )
     .await;
+    let admin = pipeline.url.clone();
     let fields = ["id", "ship_to", "bill_to"];
     let want = fold(&produced, &fields);
     // The documents as written out: the referenced records are objects,
