@@ -1315,6 +1315,8 @@ fn order_proto(customer: &str, extra: &[Value]) -> String {
     json!([money, order]).to_string()
 }
 
+/// Produces `records` as messages `shop.Order` of `files`
+/// ([`order_proto`]) with Confluent's Protobuf serializer.
 async fn produce_protobuf(
     bootstrap: &str,
     topic: &str,
@@ -1322,15 +1324,30 @@ async fn produce_protobuf(
     files: &str,
     records: &[Produced],
 ) {
+    produce_lines(
+        protobuf_args(bootstrap, topic, registry, files, "shop.Order"),
+        records,
+    )
+    .await;
+}
+
+/// The producer script's arguments for messages `message` of `files`.
+fn protobuf_args(
+    bootstrap: &str,
+    topic: &str,
+    registry: &str,
+    files: &str,
+    message: &str,
+) -> Vec<String> {
     let args = [
         "produce-protobuf",
         bootstrap,
         topic,
         registry,
         files,
-        "shop.Order",
+        message,
     ];
-    produce_lines(args.map(String::from).to_vec(), records).await;
+    args.map(String::from).to_vec()
 }
 
 /// `FORMAT PROTOBUF`: records written by Confluent's Protobuf serializer
@@ -1479,6 +1496,149 @@ async fn protobuf_records_stream_drift_and_stall() {
     );
     wait_docs(&env, "public.orders_json", &want).await;
     assert_eq!(audit_count(&env.sink).await, 7);
+}
+
+/// The Debezium envelope of `DEBEZIUM_ORDERS` as Confluent's JSON Schema
+/// converter writes it: optional values as a `oneOf` with `null`.
+const DEBEZIUM_ORDERS_JSON: &str = r#"{"type":"object","title":"pg.public.orders.Envelope",
+    "required":["source","op"],"properties":{
+    "before":{"oneOf":[{"type":"null"},{"type":"object","title":"pg.public.orders.Value",
+        "required":["id","customer"],"properties":{"id":{"type":"integer","connect.type":"int32"},
+        "customer":{"type":"string"},"note":{"oneOf":[{"type":"null"},{"type":"string"}]}}}]},
+    "after":{"oneOf":[{"type":"null"},{"type":"object","title":"pg.public.orders.Value",
+        "required":["id","customer"],"properties":{"id":{"type":"integer","connect.type":"int32"},
+        "customer":{"type":"string"},"note":{"oneOf":[{"type":"null"},{"type":"string"}]}}}]},
+    "source":{"type":"object","properties":{"db":{"type":"string"},"lsn":{"oneOf":[{"type":"null"},{"type":"integer"}]}}},
+    "op":{"type":"string"},
+    "ts_ms":{"oneOf":[{"type":"null"},{"type":"integer"}]}}}"#;
+
+/// The Debezium envelope of `DEBEZIUM_ORDERS` as Confluent's Protobuf
+/// converter writes it (a `FileDescriptorProto` in JSON): `Envelope`
+/// first, the optional note a `google.protobuf.StringValue`.
+fn debezium_orders_proto() -> String {
+    let message = |name: &str, fields: Vec<Value>| json!({"name": name, "field": fields});
+    let of = |name: &str, number: u32, type_name: &str| {
+        json!({"name": name, "number": number, "type": "TYPE_MESSAGE", "label": "LABEL_OPTIONAL",
+               "typeName": type_name})
+    };
+    let file = json!({"name": "pg/public/orders.proto", "package": "pg.public.orders",
+        "syntax": "proto3", "dependency": ["google/protobuf/wrappers.proto"],
+        "messageType": [
+            message("Envelope", vec![
+                of("before", 1, ".pg.public.orders.Value"),
+                of("after", 2, ".pg.public.orders.Value"),
+                of("source", 3, ".pg.public.orders.Source"),
+                proto_field("op", 4, "TYPE_STRING"),
+                proto_field("ts_ms", 5, "TYPE_INT64")]),
+            message("Value", vec![
+                proto_field("id", 1, "TYPE_INT32"),
+                proto_field("customer", 2, "TYPE_STRING"),
+                of("note", 3, ".google.protobuf.StringValue")]),
+            message("Source", vec![
+                proto_field("db", 1, "TYPE_STRING"),
+                proto_field("lsn", 2, "TYPE_INT64")])]});
+    json!([file]).to_string()
+}
+
+/// Debezium's change events in a topic of `name`'s, written by the
+/// producer script's `args` (a format's produce command without its
+/// records), read by table `<name>_v1` with `format` and `ENVELOPE
+/// DEBEZIUM`: the snapshot keeps each key's last event, the stream
+/// applies updates, deletes and inserts with exact write counts, and a
+/// truncate event stalls the table at its offset.
+async fn debezium_tour(name: &str, format: &str, args: impl Fn(&str, &str, &str) -> Vec<String>) {
+    let env = env(&format!("kafka_source_{name}")).await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    let orders = format!("{name}_orders");
+    topic(&bootstrap, &orders, 1).await;
+    let produce = |records: Vec<Produced>| {
+        let args = args(&bootstrap, &orders, &url);
+        async move { produce_lines(args, &records).await }
+    };
+    let history: Vec<Produced> = vec![
+        ("1".into(), event("r", None, Some(row(1, "a", None)))),
+        ("2".into(), event("r", None, Some(row(2, "b", Some("n"))))),
+        (
+            "2".into(),
+            event("u", Some(row(2, "b", Some("n"))), Some(row(2, "b2", None))),
+        ),
+        ("3".into(), event("c", None, Some(row(3, "c", None)))),
+        ("3".into(), event("d", Some(row(3, "c", None)), None)),
+        ("3".into(), None),
+    ];
+    produce(history).await;
+    let pipeline = start_kafka_table(
+        &env,
+        name,
+        &orders,
+        &format!("{format} USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE DEBEZIUM"),
+    )
+    .await;
+    let key = |k: &str| json!({"@key": k}).to_string();
+    let want: BTreeMap<String, Value> = [
+        (key("1"), json!({"id": 1, "customer": "a"})),
+        (key("2"), json!({"id": 2, "customer": "b2"})),
+    ]
+    .into();
+    wait_docs(&env, "public.orders_json", &want).await;
+    assert_eq!(audit_count(&env.sink).await, 2);
+
+    let stream: Vec<Produced> = vec![
+        (
+            "1".into(),
+            event("u", Some(row(1, "a", None)), Some(row(1, "a2", None))),
+        ),
+        ("2".into(), event("d", Some(row(2, "b2", None)), None)),
+        ("2".into(), None),
+        ("4".into(), event("c", None, Some(row(4, "d", Some("x"))))),
+    ];
+    produce(stream).await;
+    let want: BTreeMap<String, Value> = [
+        (key("1"), json!({"id": 1, "customer": "a2"})),
+        (key("4"), json!({"id": 4, "customer": "d", "note": "x"})),
+    ]
+    .into();
+    wait_docs(&env, "public.orders_json", &want).await;
+    // An update, a delete, an insert.
+    assert_eq!(audit_count(&env.sink).await, 5);
+
+    // A truncate event (offset 10) stalls the table there.
+    produce(vec![
+        ("1".into(), event("t", None, None)),
+        ("5".into(), event("c", None, Some(row(5, "e", None)))),
+    ])
+    .await;
+    let table = format!("{name}_v1");
+    let stalled = wait_state(&pipeline.url, &table, "stalled").await;
+    let error = stalled["error"].as_str().unwrap();
+    assert!(
+        error.contains("record at partition 0 offset 10 is a truncate event (op \"t\")"),
+        "{stalled}"
+    );
+    wait_docs(&env, "public.orders_json", &want).await;
+    assert_eq!(audit_count(&env.sink).await, 5);
+}
+
+/// `ENVELOPE DEBEZIUM` over `FORMAT JSON`: Debezium with Confluent's
+/// JSON Schema converter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_change_events_in_json_schema() {
+    debezium_tour("kdbzj", "FORMAT JSON", |bootstrap, topic, url| {
+        let args = ["produce-json", bootstrap, topic, url, DEBEZIUM_ORDERS_JSON];
+        args.map(String::from).to_vec()
+    })
+    .await;
+}
+
+/// `ENVELOPE DEBEZIUM` over `FORMAT PROTOBUF`: Debezium with Confluent's
+/// Protobuf converter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_change_events_in_protobuf() {
+    let files = debezium_orders_proto();
+    debezium_tour("kdbzp", "FORMAT PROTOBUF", |bootstrap, topic, url| {
+        protobuf_args(bootstrap, topic, url, &files, "pg.public.orders.Envelope")
+    })
+    .await;
 }
 
 /// The types of the references test: `Country` (subject

@@ -43,11 +43,13 @@
 //!
 //! # `ENVELOPE DEBEZIUM`
 //!
-//! A topic Debezium writes with its Avro converter: each record's key is
-//! the row's key and its value a change event (`before`, `after`, `op`,
-//! `source`, ...). The table's columns are the fields of the reader
-//! schema's `after` record; `c`, `r` and `u` make the key's row `after`,
-//! `d` and the tombstone after it delete it. A snapshot keeps each key's
+//! A topic Debezium writes with Confluent's Avro, JSON Schema or Protobuf
+//! converter: each record's key is the row's key and its value a change
+//! event (`before`, `after`, `op`, `source`, ...). The table's columns are
+//! the fields of the reader schema's `after` record (the properties of
+//! the object its `after` holds, the fields of its `after` message); `c`,
+//! `r` and `u` make the key's row `after`, `d` and the tombstone after it
+//! delete it. A snapshot keeps each key's
 //! last record, as `ENVELOPE UPSERT` does. A truncate event (`op` `t`)
 //! cannot be applied one record at a time: it stalls the table with the
 //! way out. The writer schema is checked against the whole reader schema
@@ -326,11 +328,6 @@ pub async fn pin_reader(
             format.as_str().to_ascii_uppercase()
         )));
     }
-    if format != TableFormat::Avro && envelope == TableEnvelope::Debezium {
-        return Err(refused(
-            "ENVELOPE DEBEZIUM reads Debezium's Avro change events; use FORMAT AVRO".into(),
-        ));
-    }
     let references = if latest.references.is_empty() {
         Vec::new()
     } else {
@@ -349,12 +346,13 @@ pub async fn pin_reader(
             hint: None,
         })?
     };
+    let debezium = envelope == TableEnvelope::Debezium;
     let mut message = None;
     let fields = match format {
         TableFormat::Json => {
             evolve_compat::json::parse(&latest.schema, &compat_references(&references))
                 .map_err(|e| refused(format!("not a JSON Schema evolve can read: {e}")))?;
-            json::reader_columns(&latest.schema).map_err(refused)?
+            json::reader_columns(&latest.schema, debezium).map_err(refused)?
         }
         TableFormat::Protobuf => {
             let schema =
@@ -363,7 +361,11 @@ pub async fn pin_reader(
             let read = protobuf::reader_message(schema.file(), table.message.as_deref())
                 .map_err(refused)?;
             message = Some(read.full_name().to_string());
-            protobuf::reader_columns(&read)
+            if debezium {
+                protobuf::reader_columns(&protobuf::debezium_row(&read).map_err(refused)?)
+            } else {
+                protobuf::reader_columns(&read)
+            }
         }
         TableFormat::Avro => {
             let schema =
@@ -542,6 +544,8 @@ struct Reader {
     /// The table's id in the stream (its `upstream_oid`).
     oid: u32,
     upsert: bool,
+    /// `ENVELOPE DEBEZIUM`: each value is a change event.
+    debezium: bool,
     registry: String,
     /// The pinned reader schema.
     format: ReaderFormat,
@@ -573,9 +577,12 @@ impl ReaderFormat {
 /// A Protobuf reader schema.
 struct ProtobufReader {
     schema: evolve_compat::protobuf::ProtobufSchema,
-    /// The message whose fields are the columns
-    /// ([`protobuf::reader_message`]).
+    /// The message the records are ([`protobuf::reader_message`]), whose
+    /// fields are the columns.
     message: prost_reflect::MessageDescriptor,
+    /// `ENVELOPE DEBEZIUM`: `message` is the change event, and this its
+    /// `after` message, whose fields are the columns.
+    row: Option<prost_reflect::MessageDescriptor>,
 }
 
 /// An Avro reader schema.
@@ -606,13 +613,14 @@ impl Reader {
             table: table.name.clone(),
             message: format!("its pinned reader schema (id {}): {e}", kafka.schema_id),
         };
-        use evolve_core::control::TableFormat;
+        use evolve_core::control::{TableEnvelope, TableFormat};
         let references = compat_references(&kafka.references);
+        let debezium = TableEnvelope::parse(&kafka.envelope) == Some(TableEnvelope::Debezium);
         let (format, fields) = match TableFormat::parse(&kafka.format).unwrap_or_default() {
             TableFormat::Json => {
                 let schema = evolve_compat::json::parse(&kafka.schema, &references)
                     .map_err(|e| bad(e.to_string()))?;
-                let fields = json::reader_columns(&kafka.schema).map_err(bad)?;
+                let fields = json::reader_columns(&kafka.schema, debezium).map_err(bad)?;
                 (ReaderFormat::Json(schema), fields)
             }
             TableFormat::Protobuf => {
@@ -620,8 +628,16 @@ impl Reader {
                     .map_err(|e| bad(e.to_string()))?;
                 let message = protobuf::reader_message(schema.file(), kafka.message.as_deref())
                     .map_err(bad)?;
-                let fields = protobuf::reader_columns(&message);
-                let reader = ProtobufReader { schema, message };
+                let row = match debezium {
+                    true => Some(protobuf::debezium_row(&message).map_err(bad)?),
+                    false => None,
+                };
+                let fields = protobuf::reader_columns(row.as_ref().unwrap_or(&message));
+                let reader = ProtobufReader {
+                    schema,
+                    message,
+                    row,
+                };
                 (ReaderFormat::Protobuf(Box::new(reader)), fields)
             }
             TableFormat::Avro => {
@@ -629,13 +645,13 @@ impl Reader {
                 let decoding =
                     avro::parse_for_decoding(&kafka.schema, &kafka.references).map_err(bad)?;
                 let names = avro::schema_names(&schema);
-                let row = match evolve_core::control::TableEnvelope::parse(&kafka.envelope) {
-                    Some(evolve_core::control::TableEnvelope::Debezium) => Some(
+                let row = match debezium {
+                    true => Some(
                         avro::debezium_row(schema.root(), &names)
                             .map_err(bad)?
                             .clone(),
                     ),
-                    _ => None,
+                    false => None,
                 };
                 let fields = avro::reader_columns(
                     row.as_ref().unwrap_or(schema.root()),
@@ -671,6 +687,7 @@ impl Reader {
         Ok(Reader {
             oid: table.upstream_oid,
             upsert,
+            debezium,
             registry: kafka.registry.clone(),
             format,
             schema_id: kafka.schema_id,
@@ -988,6 +1005,13 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
         )));
     }
     let values = match (&reader.format, &*writer) {
+        (ReaderFormat::Json(_), _) if reader.debezium => {
+            json::debezium_event(datum).and_then(|(op, after)| {
+                debezium_value(&op, after, |a| {
+                    json::record_values(a.as_bytes(), &reader.fields)
+                })
+            })
+        }
         (ReaderFormat::Json(_), _) => json::record_values(datum, &reader.fields).map(RowValue::Row),
         (ReaderFormat::Avro(r), WriterSchema::Avro { decoding, .. }) => {
             let mut bytes = datum;
@@ -1002,7 +1026,7 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
             avro_values(read, r, &reader.fields)
         }
         (ReaderFormat::Protobuf(r), WriterSchema::Protobuf(w)) => {
-            protobuf_values(datum, r, w, &reader.fields).map(RowValue::Row)
+            protobuf_values(datum, r, w, &reader.fields)
         }
         // The verdict refused the other pairs.
         (r, w) => Err(format!(
@@ -1055,10 +1079,21 @@ fn avro_values(
         return avro::record_values(&v, reader.schema.root(), fields, &reader.names)
             .map(RowValue::Row);
     };
-    match avro::debezium_event(&v)? {
-        ("c" | "r" | "u", Some(after)) => {
-            avro::record_values(after, row, fields, &reader.names).map(RowValue::Row)
-        }
+    let (op, after) = avro::debezium_event(&v)?;
+    debezium_value(op, after, |after| {
+        avro::record_values(after, row, fields, &reader.names)
+    })
+}
+
+/// What a Debezium change event with `op` and `after` does to its key's
+/// row, the row's values read from `after` by `row`.
+fn debezium_value<T>(
+    op: &str,
+    after: Option<T>,
+    row: impl FnOnce(T) -> std::result::Result<Vec<Datum>, String>,
+) -> std::result::Result<RowValue, String> {
+    match (op, after) {
+        ("c" | "r" | "u", Some(after)) => row(after).map(RowValue::Row),
         ("d", _) => Ok(RowValue::Delete),
         ("t", _) => Ok(RowValue::Truncate),
         (op, after) => Err(format!(
@@ -1075,7 +1110,7 @@ fn protobuf_values(
     reader: &ProtobufReader,
     writer: &evolve_compat::protobuf::ProtobufSchema,
     fields: &[avro::AvroColumn],
-) -> std::result::Result<Vec<Datum>, String> {
+) -> std::result::Result<RowValue, String> {
     let (indexes, encoded) = protobuf::message_indexes(datum)?;
     let wanted = reader.message.full_name();
     match protobuf::message_at(writer.file(), &indexes) {
@@ -1088,7 +1123,11 @@ fn protobuf_values(
             m.full_name(),
             m.full_name()
         )),
-        Some(_) => protobuf::record_values(encoded, &reader.message, fields),
+        Some(_) if reader.row.is_some() => {
+            let (op, after) = protobuf::debezium_event(encoded, &reader.message)?;
+            debezium_value(&op, after, |a| protobuf::message_values(&a, fields))
+        }
+        Some(_) => protobuf::record_values(encoded, &reader.message, fields).map(RowValue::Row),
     }
 }
 

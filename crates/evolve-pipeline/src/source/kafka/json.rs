@@ -34,18 +34,21 @@ const BOOLEAN: (u32, &str) = (16, "boolean");
 const JSONB: (u32, &str) = (3802, "jsonb");
 
 /// The columns of a reader schema (its JSON text): one per property of
-/// its top-level object.
-pub fn reader_columns(schema: &str) -> Result<Vec<AvroColumn>, String> {
+/// its top-level object, or with `debezium` of the object its `after`
+/// property holds ([`debezium_row`]).
+pub fn reader_columns(schema: &str, debezium: bool) -> Result<Vec<AvroColumn>, String> {
     let root: Value =
         serde_json::from_str(schema).map_err(|e| format!("the schema is not JSON: {e}"))?;
-    let object = root.as_object().filter(|o| {
-        o.get("type").and_then(Value::as_str) == Some("object") && o.contains_key("properties")
-    });
-    let Some(object) = object else {
+    let Some(object) = as_object_schema(&root) else {
         return Err(
             "the schema is not an object with properties; a Kafka table's values must be JSON objects"
                 .into(),
         );
+    };
+    let object = if debezium {
+        debezium_row(object)?
+    } else {
+        object
     };
     let required: Vec<&str> = object
         .get("required")
@@ -80,6 +83,64 @@ pub fn reader_columns(schema: &str) -> Result<Vec<AvroColumn>, String> {
         });
     }
     Ok(out)
+}
+
+/// `schema` when it is an object schema with properties.
+fn as_object_schema(schema: &Value) -> Option<&serde_json::Map<String, Value>> {
+    schema.as_object().filter(|o| {
+        o.get("type").and_then(Value::as_str) == Some("object") && o.contains_key("properties")
+    })
+}
+
+/// The row's object schema of a Debezium change event's schema (`envelope`,
+/// Confluent's JSON Schema converter's form of Debezium's envelope): the
+/// schema of its `after` property, an object, or a `oneOf` / `anyOf` of
+/// `null` and an object, as the converter writes an optional struct.
+pub fn debezium_row(
+    envelope: &serde_json::Map<String, Value>,
+) -> Result<&serde_json::Map<String, Value>, String> {
+    let properties = envelope.get("properties").and_then(Value::as_object);
+    let field = |name: &str| properties.and_then(|p| p.get(name));
+    let (Some(after), Some(_)) = (field("after"), field("op")) else {
+        return Err(
+            "the schema has no properties \"after\" and \"op\"; ENVELOPE DEBEZIUM reads Debezium's change events"
+                .into(),
+        );
+    };
+    if let Some(object) = as_object_schema(after) {
+        return Ok(object);
+    }
+    let branches = ["oneOf", "anyOf"]
+        .iter()
+        .find_map(|k| after.get(*k).and_then(Value::as_array));
+    let objects: Vec<&serde_json::Map<String, Value>> = branches
+        .into_iter()
+        .flatten()
+        .filter_map(as_object_schema)
+        .collect();
+    match objects.as_slice() {
+        [row] => Ok(row),
+        _ => Err(
+            "the property \"after\" is not an object schema (or oneOf null and one); ENVELOPE DEBEZIUM reads Debezium's change events"
+                .into(),
+        ),
+    }
+}
+
+/// A Debezium change event's JSON text: its `op`, and its `after` as JSON
+/// text (`None` when null or absent).
+pub fn debezium_event(datum: &[u8]) -> Result<(String, Option<&str>), String> {
+    let fields: HashMap<String, &RawValue> = serde_json::from_slice(datum)
+        .map_err(|e| format!("the change event is not a JSON object: {e}"))?;
+    let op = fields
+        .get("op")
+        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+        .ok_or("the change event has no op")?;
+    let after = fields
+        .get("after")
+        .map(|raw| raw.get())
+        .filter(|raw| *raw != "null");
+    Ok((op, after))
 }
 
 /// The values of a record's JSON text, one per column of
@@ -212,12 +273,15 @@ mod tests {
         ) {
             let columns = reader_columns(
                 r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"number"},"c":{"type":"string"},"d":{"type":"boolean"},"e":{}}}"#,
+                false,
             ).unwrap();
+            let _ = debezium_event(&datum);
+            let _ = debezium_event(text.as_bytes());
             let _ = record_values(&datum, &columns);
             let _ = record_values(text.as_bytes(), &columns);
             let _ = key_json(&datum);
             let _ = plain_decimal(&text);
-            let _ = reader_columns(&text);
+            let _ = reader_columns(&text, false);
             let raw = format!(
                 "{int}{}{}",
                 frac.map(|f| format!(".{f}")).unwrap_or_default(),
@@ -262,6 +326,7 @@ mod tests {
                 "id":{"type":"integer"},"name":{"type":["string","null"]},
                 "qty":{"type":["integer","null"]},"price":{"type":"number"},
                 "ok":{"type":"boolean"},"tags":{"type":"array"},"any":{}}}"#,
+            false,
         )
         .unwrap();
         let described: Vec<(&str, &str, bool)> = columns
@@ -310,7 +375,51 @@ mod tests {
             "property \"id\" is a string, where the reader schema has bigint"
         );
         assert!(record_values(b"[1]", &columns).is_err());
-        assert!(reader_columns(r#"{"type":"string"}"#).is_err());
+        assert!(reader_columns(r#"{"type":"string"}"#, false).is_err());
         assert_eq!(key_json(br#" {"id": 1} "#).unwrap(), r#"{"id":1}"#);
+    }
+
+    /// A Debezium envelope as Confluent's JSON Schema converter writes
+    /// it: `after` a oneOf of null and the row's object; the columns are
+    /// the row's, and an event gives its op and its after.
+    #[test]
+    fn a_debezium_envelope_gives_its_rows_columns_and_events_their_op() {
+        let row = r#"{"type":"object","title":"shop.orders.Value","required":["id"],
+            "properties":{"id":{"type":"integer","connect.type":"int32"},"note":{"type":"string"}}}"#;
+        let envelope = format!(
+            r#"{{"type":"object","title":"shop.orders.Envelope","required":["op"],"properties":{{
+                "before":{{"oneOf":[{{"type":"null"}},{row}]}},
+                "after":{{"oneOf":[{{"type":"null"}},{row}]}},
+                "op":{{"type":"string"}},"ts_ms":{{"type":"integer"}}}}}}"#
+        );
+        let columns = reader_columns(&envelope, true).unwrap();
+        let described: Vec<(&str, &str, bool)> = columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
+            .collect();
+        assert_eq!(described, [("id", "bigint", true), ("note", "text", false)]);
+        let (op, after) =
+            debezium_event(br#"{"before":null,"after":{"id":3,"note":"n"},"op":"c"}"#).unwrap();
+        assert_eq!((op.as_str(), after), ("c", Some(r#"{"id":3,"note":"n"}"#)));
+        let (op, after) = debezium_event(br#"{"before":{"id":3},"after":null,"op":"d"}"#).unwrap();
+        assert_eq!((op.as_str(), after), ("d", None));
+        assert_eq!(
+            debezium_event(br#"{"after":null}"#).unwrap_err(),
+            "the change event has no op"
+        );
+        // Not an envelope: no after, or an after that is not an object.
+        let plain = r#"{"type":"object","properties":{"id":{"type":"integer"}}}"#;
+        assert!(
+            reader_columns(plain, true)
+                .unwrap_err()
+                .contains("no properties \"after\"")
+        );
+        let scalar =
+            r#"{"type":"object","properties":{"after":{"type":"string"},"op":{"type":"string"}}}"#;
+        assert!(
+            reader_columns(scalar, true)
+                .unwrap_err()
+                .contains("not an object schema")
+        );
     }
 }

@@ -240,7 +240,16 @@ pub fn record_values(
     message: &MessageDescriptor,
     columns: &[AvroColumn],
 ) -> Result<Vec<Datum>, String> {
-    let decoded = decode(encoded, message)?;
+    message_values(&decode(encoded, message)?, columns)
+}
+
+/// The values of a decoded message, one per column of [`reader_columns`]
+/// of its descriptor, in the columns' text form.
+pub fn message_values(
+    decoded: &DynamicMessage,
+    columns: &[AvroColumn],
+) -> Result<Vec<Datum>, String> {
+    let message = decoded.descriptor();
     if message.fields().len() != columns.len() {
         return Err(format!(
             "the message {} has {} fields where the table has {} columns",
@@ -265,6 +274,46 @@ pub fn record_values(
         out.push(Datum::Text(Bytes::from(text)));
     }
     Ok(out)
+}
+
+/// The row message of a Debezium change event message (`envelope`, as
+/// Confluent's Protobuf converter writes Debezium's envelope): the type of
+/// its `after` field, a message, beside a string field `op`.
+pub fn debezium_row(envelope: &MessageDescriptor) -> Result<MessageDescriptor, String> {
+    let after = envelope.get_field_by_name("after");
+    let op = envelope.get_field_by_name("op");
+    let (Some(after), Some(op)) = (after, op) else {
+        return Err(format!(
+            "message {} has no fields \"after\" and \"op\"; ENVELOPE DEBEZIUM reads Debezium's change events",
+            envelope.full_name()
+        ));
+    };
+    match (after.kind(), op.kind()) {
+        (Kind::Message(row), Kind::String) if !after.is_list() && !after.is_map() => Ok(row),
+        _ => Err(format!(
+            "message {}'s \"after\" is not a message or its \"op\" not a string; ENVELOPE DEBEZIUM reads Debezium's change events",
+            envelope.full_name()
+        )),
+    }
+}
+
+/// A Debezium change event's encoding (after the message indexes), read
+/// as `envelope`: its `op`, and its `after` (`None` when absent).
+pub fn debezium_event(
+    encoded: &[u8],
+    envelope: &MessageDescriptor,
+) -> Result<(String, Option<DynamicMessage>), String> {
+    let decoded = decode(encoded, envelope)?;
+    let op = decoded
+        .get_field_by_name("op")
+        .and_then(|v| v.as_str().map(str::to_string))
+        .filter(|op| !op.is_empty())
+        .ok_or("the change event has no op")?;
+    let after = envelope
+        .get_field_by_name("after")
+        .filter(|f| decoded.has_field(f))
+        .and_then(|f| decoded.get_field(&f).as_message().cloned());
+    Ok((op, after))
 }
 
 /// A key's message encoding (after the message indexes) as JSON text: an
@@ -654,6 +703,38 @@ mod tests {
             let _ = record_values(&encoded, &message, &columns);
             let _ = key_json(&encoded, &message);
         }
+    }
+
+    #[test]
+    fn a_debezium_envelope_gives_its_rows_columns_and_events_their_op() {
+        let s = schema(
+            r#"syntax = "proto3"; package pg;
+               import "google/protobuf/wrappers.proto";
+               message Envelope { Value before = 1; Value after = 2; string op = 4; }
+               message Value { int32 id = 1; google.protobuf.StringValue note = 2; }"#,
+        );
+        let envelope = reader_message(s.file(), None).unwrap();
+        let row = debezium_row(&envelope).unwrap();
+        assert_eq!(row.full_name(), "pg.Value");
+        let columns = reader_columns(&row);
+        let event = encode(&envelope, r#"after { id: 3 note { value: "n" } } op: "c""#);
+        let (op, after) = debezium_event(&event, &envelope).unwrap();
+        assert_eq!(op, "c");
+        let values = message_values(&after.unwrap(), &columns).unwrap();
+        assert_eq!(values.iter().map(text).collect::<Vec<_>>(), ["3", "n"]);
+        let delete = encode(&envelope, r#"before { id: 3 } op: "d""#);
+        let (op, after) = debezium_event(&delete, &envelope).unwrap();
+        assert_eq!((op.as_str(), after.is_none()), ("d", true));
+        assert_eq!(
+            debezium_event(&[], &envelope).unwrap_err(),
+            "the change event has no op"
+        );
+        let value = reader_message(s.file(), Some("pg.Value")).unwrap();
+        assert!(
+            debezium_row(&value)
+                .unwrap_err()
+                .contains("no fields \"after\" and \"op\"")
+        );
     }
 
     #[test]
