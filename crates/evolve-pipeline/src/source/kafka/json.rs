@@ -5,7 +5,7 @@
 //! form of the PostgreSQL type its property maps to, so that a document
 //! is what `to_jsonb` gives for a row of those types. Pure, no I/O.
 //!
-//! | JSON Schema `type` (with or without `"null"`) | column type | document value |
+//! | JSON Schema `type` (with or without `"null"`; or the types of a `oneOf` / `anyOf` whose branches each name one) | column type | document value |
 //! |---|---|---|
 //! | `"integer"` | `bigint` | a number |
 //! | `"number"` | `numeric` | the number as written, exponent expanded (`1.5e2` is `150`) |
@@ -60,11 +60,7 @@ pub fn reader_columns(schema: &str, debezium: bool) -> Result<Vec<AvroColumn>, S
     };
     let mut out = Vec::with_capacity(properties.len());
     for (name, property) in properties {
-        let types: Vec<&str> = match property.get("type") {
-            Some(Value::String(t)) => vec![t.as_str()],
-            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
-            _ => Vec::new(),
-        };
+        let types = property_types(property);
         let nullable = types.is_empty() || types.contains(&"null");
         let non_null: Vec<&str> = types.iter().copied().filter(|t| *t != "null").collect();
         let (type_oid, type_name) = match non_null.as_slice() {
@@ -83,6 +79,31 @@ pub fn reader_columns(schema: &str, debezium: bool) -> Result<Vec<AvroColumn>, S
         });
     }
     Ok(out)
+}
+
+/// The types a property's schema allows: its `type` (a name or a list),
+/// or the `type` of each branch of its `oneOf` / `anyOf` when every
+/// branch names one (`{"oneOf": [{"type": "null"}, {"type": "string"}]}`,
+/// as Confluent's JSON Schema converter writes an optional field); none
+/// when they cannot be told (a `$ref`, a branch without a type).
+fn property_types(property: &Value) -> Vec<&str> {
+    match property.get("type") {
+        Some(Value::String(t)) => return vec![t.as_str()],
+        Some(Value::Array(ts)) => return ts.iter().filter_map(Value::as_str).collect(),
+        Some(_) => return Vec::new(),
+        None => {}
+    }
+    let branches = ["oneOf", "anyOf"]
+        .iter()
+        .find_map(|k| property.get(*k).and_then(Value::as_array));
+    let Some(branches) = branches else {
+        return Vec::new();
+    };
+    let types: Option<Vec<&str>> = branches
+        .iter()
+        .map(|b| b.get("type").and_then(Value::as_str))
+        .collect();
+    types.unwrap_or_default()
 }
 
 /// `schema` when it is an object schema with properties.
@@ -377,6 +398,44 @@ mod tests {
         assert!(record_values(b"[1]", &columns).is_err());
         assert!(reader_columns(r#"{"type":"string"}"#, false).is_err());
         assert_eq!(key_json(br#" {"id": 1} "#).unwrap(), r#"{"id":1}"#);
+    }
+
+    /// Optional fields as Confluent's JSON Schema converter writes them, a
+    /// `oneOf` of `null` and a type, are columns of that type; a `oneOf`
+    /// whose branches do not each name a type is `jsonb`.
+    #[test]
+    fn optional_fields_written_as_one_of_keep_their_type() {
+        let columns = reader_columns(
+            r##"{"type":"object","required":["a","b"],"properties":{
+                "a":{"oneOf":[{"type":"null"},{"type":"integer","connect.type":"int32"}]},
+                "b":{"anyOf":[{"type":"string"},{"type":"null"}]},
+                "c":{"oneOf":[{"type":"number"}]},
+                "d":{"oneOf":[{"type":"null"},{"$ref":"#/definitions/x"}]},
+                "e":{"oneOf":[{"type":"string"},{"type":"integer"}]}}}"##,
+            false,
+        )
+        .unwrap();
+        let described: Vec<(&str, &str, bool)> = columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
+            .collect();
+        assert_eq!(
+            described,
+            [
+                ("a", "bigint", false),
+                ("b", "text", false),
+                ("c", "numeric", false),
+                ("d", "jsonb", false),
+                ("e", "jsonb", false),
+            ]
+        );
+        let values =
+            record_values(br#"{"a": 5, "b": null, "c": 1.50, "e": "x"}"#, &columns).unwrap();
+        let texts: Vec<String> = values.iter().map(|d| format!("{d:?}")).collect();
+        assert!(
+            texts[0].contains("\"5\"") && texts[1] == "Null" && texts[2].contains("1.50"),
+            "{texts:?}"
+        );
     }
 
     /// A Debezium envelope as Confluent's JSON Schema converter writes
