@@ -233,6 +233,12 @@ pub struct KafkaTableInfo {
     /// else the file's first. Left out for Avro and JSON tables.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Pinned from a subject `SUBJECT` named (a topic of several record
+    /// types): the record type the table reads (the reader's full name),
+    /// records of other types being other tables'. `None` for the topic's
+    /// `<topic>-value`, every record the table's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record_type: Option<String>,
 }
 
 impl KafkaTableInfo {
@@ -245,6 +251,7 @@ impl KafkaTableInfo {
             envelope: TableEnvelope::parse(&self.envelope).unwrap_or_default(),
             format: TableFormat::parse(&self.format).unwrap_or_default(),
             message: self.message.clone(),
+            subject: self.record_type.as_ref().map(|_| self.subject.clone()),
         }
     }
 }

@@ -1641,6 +1641,109 @@ async fn debezium_change_events_in_protobuf() {
     .await;
 }
 
+const PAYMENT: &str = r#"{"type":"record","name":"Payment","namespace":"shop","fields":[
+    {"name":"order","type":"int"},{"name":"cents","type":"long"}]}"#;
+const SHOP_ORDER: &str = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
+    {"name":"id","type":"int"},{"name":"customer","type":"string"}]}"#;
+
+/// A topic of two record types (orders and payments), each registered
+/// under TopicRecordNameStrategy (`<topic>-shop.Order`,
+/// `<topic>-shop.Payment`) by Confluent's serializer: a table per type,
+/// each pinned from its subject with `SUBJECT`, reads its own records and
+/// skips the other type's, in the snapshot and the stream; `SUBJECT`
+/// without `ENVELOPE NONE` is refused, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_of_two_record_types_feeds_a_table_per_type() {
+    let env = env("kafka_source_record_types").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "kev_events", 1).await;
+    let produce = |schema: &'static str, records: Vec<Produced>| {
+        let args = [
+            "produce-topic-record",
+            &bootstrap,
+            "kev_events",
+            &url,
+            schema,
+        ];
+        let args = args.map(String::from).to_vec();
+        async move { produce_lines(args, &records).await }
+    };
+    let order = |id: i64| json!({"id": id, "customer": format!("c{id}")});
+    let payment = |id: i64, cents: i64| json!({"order": id, "cents": cents});
+    // Offsets 0 to 3.
+    produce(
+        SHOP_ORDER,
+        vec![("o1".into(), Some(order(1))), ("o2".into(), Some(order(2)))],
+    )
+    .await;
+    produce(PAYMENT, vec![("p1".into(), Some(payment(1, 500)))]).await;
+    produce(SHOP_ORDER, vec![("o3".into(), Some(order(3)))]).await;
+
+    let pipeline = start_kafka_table(
+        &env,
+        "kev",
+        "kev_events",
+        "FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr SUBJECT 'kev_events-shop.Order' ENVELOPE NONE",
+    )
+    .await;
+    let admin = pipeline.url.clone();
+    env.sink
+        .batch_execute(
+            "CREATE TABLE public.payments_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+        )
+        .await
+        .unwrap();
+    sql_ok(
+        &admin,
+        &[
+            "-c",
+            "CREATE TABLE pay_v1 FROM SOURCE kev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr
+               SUBJECT 'kev_events-shop.Payment' ENVELOPE NONE;
+             CREATE MATERIALIZED VIEW pay_json AS
+               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM pay_v1 t;
+             CREATE SINK pay_sink FROM pay_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.payments_json');",
+        ],
+    )
+    .await;
+    let at = |offset: i64| json!({"@offset": format!("kev_events/0/{offset}")}).to_string();
+    let mut orders: BTreeMap<String, Value> =
+        [(at(0), order(1)), (at(1), order(2)), (at(3), order(3))].into();
+    let mut payments: BTreeMap<String, Value> = [(at(2), payment(1, 500))].into();
+    wait_docs(&env, "public.orders_json", &orders).await;
+    wait_docs(&env, "public.payments_json", &payments).await;
+
+    // Streamed: offsets 4 and 5.
+    produce(PAYMENT, vec![("p2".into(), Some(payment(2, 700)))]).await;
+    produce(SHOP_ORDER, vec![("o4".into(), Some(order(4)))]).await;
+    payments.insert(at(4), payment(2, 700));
+    orders.insert(at(5), order(4));
+    wait_docs(&env, "public.orders_json", &orders).await;
+    wait_docs(&env, "public.payments_json", &payments).await;
+    // The orders' sink wrote its four documents and nothing else.
+    assert_eq!(audit_count(&env.sink).await, 4);
+    let tables = sql_ok(&admin, &["-c", "SHOW TABLES"]).await;
+    assert!(tables.contains("kev_events-shop.Payment id"), "{tables}");
+    wait_state(&admin, "kev_v1", "running").await;
+    wait_state(&admin, "pay_v1", "running").await;
+
+    // SUBJECT with keyed rows is refused.
+    let out = evolve(&[
+        "sql",
+        "--admin",
+        &admin,
+        "-c",
+        "CREATE TABLE bad_v1 FROM SOURCE kev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr SUBJECT 'kev_events-shop.Order'",
+    ])
+    .await;
+    assert!(!out.status.success());
+    let error = text(&out.stderr);
+    assert!(
+        error.contains("ENVELOPE UPSERT cannot tell one type's row of a key from another's")
+            && error.contains("Add ENVELOPE NONE"),
+        "{error}"
+    );
+}
+
 /// The types of the references test: `Country` (subject
 /// `kref_country`), `Address` using it (subject `kref_address`), and the
 /// value schema `Order` using `Address` for two fields, one nullable.

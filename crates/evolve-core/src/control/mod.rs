@@ -253,9 +253,9 @@ pub enum SourceKind {
 }
 
 /// How a Kafka table reads its topic's records: `FORMAT AVRO | JSON |
-/// PROTOBUF [MESSAGE 'name'] USING
-/// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT |
-/// ENVELOPE NONE | ENVELOPE DEBEZIUM]`.
+/// PROTOBUF [MESSAGE 'name'] USING CONFLUENT SCHEMA REGISTRY CONNECTION
+/// registry [SUBJECT 'subject'] [ENVELOPE UPSERT | ENVELOPE NONE |
+/// ENVELOPE DEBEZIUM]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KafkaTable {
     /// The registry's connection, by its name in `evolve.toml`.
@@ -267,6 +267,10 @@ pub struct KafkaTable {
     /// `FORMAT PROTOBUF MESSAGE 'name'`: the message the table reads (a
     /// full name); `None` reads the schema file's first message.
     pub message: Option<String>,
+    /// `SUBJECT 'name'`: the subject whose latest schema is pinned, for a
+    /// topic of several record types (Confluent's RecordNameStrategy or
+    /// TopicRecordNameStrategy); `None` is the topic's `<topic>-value`.
+    pub subject: Option<String>,
 }
 
 /// `FORMAT` of a Kafka table: how its records' values are written, each
@@ -774,13 +778,17 @@ impl Statement {
                 );
                 match &s.kafka {
                     Some(k) => sql.push_str(&format!(
-                        " FORMAT {}{} USING CONFLUENT SCHEMA REGISTRY CONNECTION {} ENVELOPE {}",
+                        " FORMAT {}{} USING CONFLUENT SCHEMA REGISTRY CONNECTION {}{} ENVELOPE {}",
                         k.format.as_str().to_ascii_uppercase(),
                         k.message
                             .as_ref()
                             .map(|m| format!(" MESSAGE {}", sql_literal(m)))
                             .unwrap_or_default(),
                         sql_ident(&k.registry),
+                        k.subject
+                            .as_ref()
+                            .map(|s| format!(" SUBJECT {}", sql_literal(s)))
+                            .unwrap_or_default(),
                         k.envelope.as_str().to_ascii_uppercase()
                     )),
                     None => sql.push_str(&format!(" (REFERENCE {})", s.reference.to_sql())),

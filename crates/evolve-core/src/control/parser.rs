@@ -627,6 +627,12 @@ impl Parser<'_> {
                 self.expect_keyword(keyword)?;
             }
             let (registry, _) = self.name()?;
+            let mut subject = None;
+            if self.at_word("subject") {
+                self.bump();
+                let (name, _) = self.literal()?;
+                subject = Some(name);
+            }
             let mut envelope = TableEnvelope::Upsert;
             if self.at_word("envelope") {
                 self.bump();
@@ -649,6 +655,7 @@ impl Parser<'_> {
                 envelope,
                 format,
                 message,
+                subject,
             });
         } else {
             self.options(&[("reference", "REFERENCE")], |p, _| {

@@ -2742,6 +2742,7 @@ fn create_kafka_source_and_table() {
                     envelope: TableEnvelope::None,
                     format: TableFormat::Avro,
                     message: None,
+                    subject: None,
                 })
             );
             assert_eq!(t.exclude_columns, vec![s("note")]);
@@ -2827,6 +2828,25 @@ fn create_kafka_source_and_table() {
         named.to_sql()
     );
     assert_eq!(one(&named.to_sql()), named);
+    let subject = one(
+        "CREATE TABLE t FROM SOURCE ev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr SUBJECT 'ev-shop.Order' ENVELOPE NONE",
+    );
+    match &subject {
+        Statement::CreateTable(t) => {
+            let kafka = t.kafka.as_ref().unwrap();
+            assert_eq!(kafka.subject.as_deref(), Some("ev-shop.Order"));
+            assert_eq!(kafka.envelope, TableEnvelope::None);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        subject
+            .to_sql()
+            .ends_with(" CONNECTION csr SUBJECT 'ev-shop.Order' ENVELOPE NONE"),
+        "{}",
+        subject.to_sql()
+    );
+    assert_eq!(one(&subject.to_sql()), subject);
     // MESSAGE belongs to Protobuf only.
     err(
         "CREATE TABLE t FROM SOURCE ev FORMAT AVRO MESSAGE 'x' USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",

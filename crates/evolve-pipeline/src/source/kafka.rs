@@ -79,6 +79,17 @@
 //! cannot be reached fails the stream (retried with backoff, the source's
 //! status says why) rather than stalling anything.
 //!
+//! # A topic of several record types
+//!
+//! A table created with `SUBJECT 'name'` pins that subject's latest
+//! schema (Confluent's RecordNameStrategy or TopicRecordNameStrategy)
+//! and stores its record type (`KafkaTableInfo::record_type`): a record
+//! whose writer schema is of another type (an Avro record's full name, a
+//! JSON Schema's title, the Protobuf message its indexes name) is another
+//! table's and skipped, before any compatibility check. Such a table is
+//! `ENVELOPE NONE`: its rows are events, and no key is shared across
+//! types.
+//!
 //! # Schema references
 //!
 //! A schema may take named types from other subjects (Confluent's
@@ -298,7 +309,21 @@ pub async fn pin_reader(
     use evolve_core::control::{TableEnvelope, TableFormat};
     let (registry_name, envelope, format) = (table.registry.as_str(), table.envelope, table.format);
     let mut client = Registry::new(registry_name, registry)?;
-    let subject = value_subject(topic);
+    let subject = table
+        .subject
+        .clone()
+        .unwrap_or_else(|| value_subject(topic));
+    if table.subject.is_some() && envelope != TableEnvelope::None {
+        return Err(PipelineError::Refused {
+            sqlstate: "0A000",
+            primary: format!(
+                "SUBJECT reads the records of one type of a topic of several, which are events: ENVELOPE {} cannot tell one type's row of a key from another's",
+                envelope.as_str().to_ascii_uppercase()
+            ),
+            detail: None,
+            hint: Some("Add ENVELOPE NONE, or leave SUBJECT out to read the topic's <topic>-value subject.".into()),
+        });
+    }
     let latest = client
         .latest(&subject)
         .await?
@@ -348,10 +373,19 @@ pub async fn pin_reader(
     };
     let debezium = envelope == TableEnvelope::Debezium;
     let mut message = None;
+    let mut record_type = None;
     let fields = match format {
         TableFormat::Json => {
             evolve_compat::json::parse(&latest.schema, &compat_references(&references))
                 .map_err(|e| refused(format!("not a JSON Schema evolve can read: {e}")))?;
+            if table.subject.is_some() {
+                record_type = Some(json::title(&latest.schema).ok_or_else(|| {
+                    refused(
+                        "it has no title, which names a JSON Schema's record type; SUBJECT needs it to tell this table's records from others'"
+                            .into(),
+                    )
+                })?);
+            }
             json::reader_columns(&latest.schema, debezium).map_err(refused)?
         }
         TableFormat::Protobuf => {
@@ -361,6 +395,9 @@ pub async fn pin_reader(
             let read = protobuf::reader_message(schema.file(), table.message.as_deref())
                 .map_err(refused)?;
             message = Some(read.full_name().to_string());
+            if table.subject.is_some() {
+                record_type = message.clone();
+            }
             if debezium {
                 protobuf::reader_columns(&protobuf::debezium_row(&read).map_err(refused)?)
             } else {
@@ -379,6 +416,9 @@ pub async fn pin_reader(
                     hint: None,
                 })?;
             let names = avro::schema_names(&schema);
+            if table.subject.is_some() {
+                record_type = avro::record_name(schema.root());
+            }
             let root = match envelope {
                 TableEnvelope::Debezium => {
                     avro::debezium_row(schema.root(), &names).map_err(refused)?
@@ -398,6 +438,7 @@ pub async fn pin_reader(
         references,
     );
     pinned.info.message = message;
+    pinned.info.record_type = record_type;
     Ok(pinned)
 }
 
@@ -441,6 +482,7 @@ fn pinned(
             schema: latest.schema,
             references,
             message: None,
+            record_type: None,
         },
     }
 }
@@ -546,6 +588,9 @@ struct Reader {
     upsert: bool,
     /// `ENVELOPE DEBEZIUM`: each value is a change event.
     debezium: bool,
+    /// Pinned from a named subject: the record type the table reads;
+    /// records of other types are skipped (`KafkaTableInfo::record_type`).
+    record_type: Option<String>,
     registry: String,
     /// The pinned reader schema.
     format: ReaderFormat,
@@ -688,6 +733,7 @@ impl Reader {
             oid: table.upstream_oid,
             upsert,
             debezium,
+            record_type: kafka.record_type.clone(),
             registry: kafka.registry.clone(),
             format,
             schema_id: kafka.schema_id,
@@ -713,16 +759,35 @@ enum WriterSchema {
         /// The named types of the schema and its references.
         names: HashMap<apache_avro::schema::Name, Schema>,
     },
-    Json(evolve_compat::json::JsonSchema),
+    Json {
+        schema: evolve_compat::json::JsonSchema,
+        /// Its `title`, the record type.
+        title: Option<String>,
+    },
     Protobuf(evolve_compat::protobuf::ProtobufSchema),
 }
 
 impl WriterSchema {
+    /// The record type a record's `datum` (what follows the wire header)
+    /// written with this schema is: a record's full name, a JSON
+    /// Schema's title, the full name of the message the datum's indexes
+    /// name.
+    fn record_type(&self, datum: &[u8]) -> Option<String> {
+        match self {
+            WriterSchema::Avro { schema, .. } => avro::record_name(schema.root()),
+            WriterSchema::Json { title, .. } => title.clone(),
+            WriterSchema::Protobuf(schema) => {
+                let (indexes, _) = protobuf::message_indexes(datum).ok()?;
+                protobuf::message_at(schema.file(), &indexes).map(|m| m.full_name().to_string())
+            }
+        }
+    }
+
     /// What it is, for messages: `an Avro schema`.
     fn what(&self) -> &'static str {
         match self {
             WriterSchema::Avro { .. } => "an Avro schema",
-            WriterSchema::Json(_) => "a JSON Schema",
+            WriterSchema::Json { .. } => "a JSON Schema",
             WriterSchema::Protobuf(_) => "a Protobuf schema",
         }
     }
@@ -740,7 +805,9 @@ fn verdict(reader: &ReaderFormat, writer: &WriterSchema) -> Option<String> {
         (ReaderFormat::Avro(r), WriterSchema::Avro { schema, .. }) => {
             first(evolve_compat::avro::check(&r.schema, schema))
         }
-        (ReaderFormat::Json(r), WriterSchema::Json(w)) => first(evolve_compat::json::check(r, w)),
+        (ReaderFormat::Json(r), WriterSchema::Json { schema, .. }) => {
+            first(evolve_compat::json::check(r, schema))
+        }
         (ReaderFormat::Protobuf(r), WriterSchema::Protobuf(w)) => {
             first(evolve_compat::protobuf::check(&r.schema, w))
         }
@@ -893,7 +960,12 @@ impl Writers {
                                 &found.schema,
                                 &compat_references(&references),
                             )
-                            .map(|schema| Arc::new(WriterSchema::Json(schema)))
+                            .map(|schema| {
+                                Arc::new(WriterSchema::Json {
+                                    schema,
+                                    title: json::title(&found.schema),
+                                })
+                            })
                             .map_err(|e| e.to_string());
                         }
                         if schema_type == "PROTOBUF" {
@@ -989,6 +1061,12 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
         Ok(writer) => writer,
         Err(why) => return Ok(Decoded::Undecodable(format!("{} {why}", at(raw)))),
     };
+    if let Some(wanted) = &reader.record_type
+        && writer.record_type(datum).as_ref() != Some(wanted)
+    {
+        // Another type's record, another table's row.
+        return Ok(Decoded::Nothing);
+    }
     let verdict = match reader.verdicts.get(&id) {
         Some(v) => v.clone(),
         None => {
@@ -1179,7 +1257,7 @@ fn key_text(
     {
         let (schema, names) = match &*writer {
             WriterSchema::Avro { schema, names, .. } => (schema, names),
-            WriterSchema::Json(_) => return Ok(json::key_json(datum)),
+            WriterSchema::Json { .. } => return Ok(json::key_json(datum)),
             WriterSchema::Protobuf(w) => return Ok(protobuf_key(datum, w)),
         };
         let mut bytes = datum;
@@ -2015,6 +2093,7 @@ mod tests {
             schema: v1.to_string(),
             references: references.clone(),
             message: None,
+            record_type: None,
         };
         let stored = serde_json::to_string(&info).unwrap();
         let info: crate::store::KafkaTableInfo = serde_json::from_str(&stored).unwrap();
@@ -2024,6 +2103,7 @@ mod tests {
         let plain = crate::store::KafkaTableInfo {
             references: Vec::new(),
             message: None,
+            record_type: None,
             ..info.clone()
         };
         let older = serde_json::to_string(&plain).unwrap();
@@ -2379,6 +2459,7 @@ mod tests {
             schema: schema.to_string(),
             references: Vec::new(),
             message: None,
+            record_type: None,
         };
         let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
         table.kafka = Some(info);
@@ -2422,6 +2503,7 @@ mod tests {
             schema: V1.to_string(),
             references: Vec::new(),
             message: None,
+            record_type: None,
         };
         let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
         table.kafka = Some(info);
@@ -2530,6 +2612,13 @@ mod tests {
         );
         let garbage = why(record(key.clone(), framed(5, &[0], &[0x0a, 0xff])));
         assert!(garbage.contains("not a shop.Order message"), "{garbage}");
+
+        // The record type of a record, as a table pinned from a named
+        // subject tells its records by.
+        let v2_writer = WriterSchema::Protobuf(parse(V2));
+        assert_eq!(v2_writer.record_type(&[2, 2]).as_deref(), Some("shop.Key"));
+        assert_eq!(v2_writer.record_type(&[0]).as_deref(), Some("shop.Order"));
+        assert_eq!(v2_writer.record_type(&[2, 8]), None);
 
         // A table of the second message (MESSAGE 'shop.Key') reads
         // records whose indexes are [1], and refuses the first message's.

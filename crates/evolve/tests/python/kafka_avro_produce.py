@@ -20,6 +20,9 @@ Usage:
       produces them in order (an idempotent producer, flushed at the end);
       prints the number of records delivered. A value {"$decimal": "12.34"}
       is the decimal.Decimal the serializer takes for a decimal field.
+  kafka_avro_produce.py produce-topic-record BOOTSTRAP TOPIC REGISTRY_URL SCHEMA_JSON
+      as produce, with the schema registered under TopicRecordNameStrategy
+      (`<topic>-<record full name>`), for a topic of several record types
   kafka_avro_produce.py produce-latest BOOTSTRAP TOPIC REGISTRY_URL
       as produce, with the subject's latest registered schema and the
       schemas its references name (use.latest.version, no registration)
@@ -97,12 +100,15 @@ def protobuf_serializer(registry, files, message):
     return lambda value, ctx: serializer(json_format.ParseDict(value, cls()), ctx)
 
 
-def produce(bootstrap, topic, url, schema, json_schema=False, message=None):
+def produce(bootstrap, topic, url, schema, json_schema=False, message=None, topic_record=False):
     registry = SchemaRegistryClient({"url": url})
     if schema is None:
         conf = {"auto.register.schemas": False, "use.latest.version": True}
     else:
         conf = {"auto.register.schemas": True}
+    if topic_record:
+        from confluent_kafka.schema_registry import topic_record_subject_name_strategy
+        conf["subject.name.strategy"] = topic_record_subject_name_strategy
     if message is not None:
         serializer = protobuf_serializer(registry, schema, message)
     elif json_schema:
@@ -170,6 +176,8 @@ def main():
         produce(*args, None)
     elif command == "produce-json":
         produce(*args, json_schema=True)
+    elif command == "produce-topic-record":
+        produce(*args, topic_record=True)
     elif command == "produce-protobuf":
         produce(*args[:4], message=args[4])
     else:

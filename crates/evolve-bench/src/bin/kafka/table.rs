@@ -236,6 +236,7 @@ async fn create(pipeline: &Pipeline, topic: &str) -> Result<()> {
                 envelope: TableEnvelope::Upsert,
                 format: TableFormat::Avro,
                 message: None,
+                subject: None,
             }),
             ..TableSpec::default()
         })

@@ -235,6 +235,15 @@ pub fn reader_columns(
     Ok(out)
 }
 
+/// The full name of a record schema (`shop.Order`): the record type
+/// Confluent's RecordNameStrategy names a subject by.
+pub fn record_name(schema: &Schema) -> Option<String> {
+    match schema {
+        Schema::Record(r) => Some(r.name.fullname(None)),
+        _ => None,
+    }
+}
+
 /// The row record of a Debezium change event's schema: the record of its
 /// `after` field (`["null", Value]`, `Value` defined there or named
 /// after `before` defined it), found through `names` ([`schema_names`]).

@@ -106,6 +106,15 @@ fn property_types(property: &Value) -> Vec<&str> {
     types.unwrap_or_default()
 }
 
+/// The `title` of a JSON Schema's text: the record type Confluent's
+/// RecordNameStrategy names a subject by.
+pub fn title(schema: &str) -> Option<String> {
+    let root: Value = serde_json::from_str(schema).ok()?;
+    root.get("title")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
 /// `schema` when it is an object schema with properties.
 fn as_object_schema(schema: &Value) -> Option<&serde_json::Map<String, Value>> {
     schema.as_object().filter(|o| {
@@ -397,6 +406,11 @@ mod tests {
         );
         assert!(record_values(b"[1]", &columns).is_err());
         assert!(reader_columns(r#"{"type":"string"}"#, false).is_err());
+        assert_eq!(
+            title(r#"{"title":"shop.Order","type":"object"}"#).as_deref(),
+            Some("shop.Order")
+        );
+        assert_eq!(title(r#"{"type":"object"}"#), None);
         assert_eq!(key_json(br#" {"id": 1} "#).unwrap(), r#"{"id":1}"#);
     }
 
