@@ -1441,6 +1441,22 @@ async fn protobuf_records_stream_drift_and_stall() {
         "{tables}"
     );
 
+    // The subject holds Protobuf: FORMAT AVRO is refused, saying so.
+    let out = evolve(&[
+        "sql",
+        "--admin",
+        &admin,
+        "-c",
+        "CREATE TABLE kpb_avro FROM SOURCE kpb FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    ])
+    .await;
+    assert!(!out.status.success());
+    let error = text(&out.stderr);
+    assert!(
+        error.contains("is a schema of type PROTOBUF, and FORMAT AVRO reads AVRO schemas; name the format its producer writes"),
+        "{error}"
+    );
+
     let stream: Vec<Produced> = vec![
         ("1".into(), Some(json!({"id": 1, "customer": "a2"}))),
         ("2".into(), None),

@@ -348,7 +348,7 @@ pub async fn pin_reader(
     let wanted = format.schema_type();
     if latest.schema_type != wanted {
         return Err(refused(format!(
-            "it is a {} schema, and FORMAT {} reads {wanted}; name the format its producer writes",
+            "it is a schema of type {}, and FORMAT {} reads {wanted} schemas; name the format its producer writes",
             latest.schema_type,
             format.as_str().to_ascii_uppercase()
         )));
