@@ -334,7 +334,7 @@ pub async fn pin_reader(
             ),
             detail: None,
             hint: Some(
-                "Register the topic's value schema (its producer does on its first record), then create the table."
+                "Register the subject's schema (a producer does on its first record), then create the table."
                     .into(),
             ),
         })?;
