@@ -1597,10 +1597,14 @@ const SHOP_ORDER: &str = r#"{"type":"record","name":"Order","namespace":"shop","
 
 /// A topic of two record types (orders and payments), each registered
 /// under TopicRecordNameStrategy (`<topic>-shop.Order`,
-/// `<topic>-shop.Payment`) by Confluent's serializer: a table per type,
-/// each pinned from its subject with `SUBJECT`, reads its own records and
-/// skips the other type's, in the snapshot and the stream; `SUBJECT`
-/// without `ENVELOPE NONE` is refused, saying why.
+/// `<topic>-shop.Payment`) by Confluent's serializer, some keys shared by
+/// both types: a table per type, each pinned from its subject with
+/// `SUBJECT`, reads its own records and skips the other type's, in the
+/// snapshot and the stream. Appended (`ENVELOPE NONE`) each record of the
+/// type is a row; keyed (`ENVELOPE UPSERT`) a key's row is its last record
+/// of the type, even where the key's last record is of the other type
+/// (the snapshot's first pass tells them apart), and a tombstone deletes
+/// the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_of_two_record_types_feeds_a_table_per_type() {
     let env = env("kafka_source_record_types").await;
@@ -1619,7 +1623,7 @@ async fn a_topic_of_two_record_types_feeds_a_table_per_type() {
     };
     let order = |id: i64| json!({"id": id, "customer": format!("c{id}")});
     let payment = |id: i64, cents: i64| json!({"order": id, "cents": cents});
-    // Offsets 0 to 3.
+    // Offsets 0 to 4; the last record of key o1 is a payment.
     produce(
         SHOP_ORDER,
         vec![("o1".into(), Some(order(1))), ("o2".into(), Some(order(2)))],
@@ -1627,6 +1631,7 @@ async fn a_topic_of_two_record_types_feeds_a_table_per_type() {
     .await;
     produce(PAYMENT, vec![("p1".into(), Some(payment(1, 500)))]).await;
     produce(SHOP_ORDER, vec![("o3".into(), Some(order(3)))]).await;
+    produce(PAYMENT, vec![("o1".into(), Some(payment(1, 900)))]).await;
 
     let pipeline = start_kafka_table(
         &env,
@@ -1638,7 +1643,8 @@ async fn a_topic_of_two_record_types_feeds_a_table_per_type() {
     let admin = pipeline.url.clone();
     env.sink
         .batch_execute(
-            "CREATE TABLE public.payments_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
+            "CREATE TABLE public.payments_json (key jsonb PRIMARY KEY, data jsonb NOT NULL);
+             CREATE TABLE public.orders_keyed (key jsonb PRIMARY KEY, data jsonb NOT NULL);",
         )
         .await
         .unwrap();
@@ -1650,47 +1656,51 @@ async fn a_topic_of_two_record_types_feeds_a_table_per_type() {
                SUBJECT 'kev_events-shop.Payment' ENVELOPE NONE;
              CREATE MATERIALIZED VIEW pay_json AS
                SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM pay_v1 t;
-             CREATE SINK pay_sink FROM pay_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.payments_json');",
+             CREATE SINK pay_sink FROM pay_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.payments_json');
+             CREATE TABLE keyed_v1 FROM SOURCE kev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr
+               SUBJECT 'kev_events-shop.Order';
+             CREATE MATERIALIZED VIEW keyed_json AS
+               SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM keyed_v1 t;
+             CREATE SINK keyed_sink FROM keyed_json INTO POSTGRES CONNECTION sink_conn (TABLE 'public.orders_keyed');",
         ],
     )
     .await;
     let at = |offset: i64| json!({"@offset": format!("kev_events/0/{offset}")}).to_string();
+    let key = |k: &str| json!({"@key": k}).to_string();
     let mut orders: BTreeMap<String, Value> =
         [(at(0), order(1)), (at(1), order(2)), (at(3), order(3))].into();
-    let mut payments: BTreeMap<String, Value> = [(at(2), payment(1, 500))].into();
+    let mut payments: BTreeMap<String, Value> =
+        [(at(2), payment(1, 500)), (at(4), payment(1, 900))].into();
+    let mut keyed: BTreeMap<String, Value> = [
+        (key("o1"), order(1)),
+        (key("o2"), order(2)),
+        (key("o3"), order(3)),
+    ]
+    .into();
     wait_docs(&env, "public.orders_json", &orders).await;
     wait_docs(&env, "public.payments_json", &payments).await;
+    wait_docs(&env, "public.orders_keyed", &keyed).await;
 
-    // Streamed: offsets 4 and 5.
+    // Streamed: offsets 5 to 8, a payment of key o2 and a tombstone of o3.
     produce(PAYMENT, vec![("p2".into(), Some(payment(2, 700)))]).await;
     produce(SHOP_ORDER, vec![("o4".into(), Some(order(4)))]).await;
-    payments.insert(at(4), payment(2, 700));
-    orders.insert(at(5), order(4));
+    produce(SHOP_ORDER, vec![("o3".into(), None)]).await;
+    produce(PAYMENT, vec![("o2".into(), Some(payment(2, 100)))]).await;
+    payments.insert(at(5), payment(2, 700));
+    payments.insert(at(8), payment(2, 100));
+    orders.insert(at(6), order(4));
+    keyed.insert(key("o4"), order(4));
+    keyed.remove(&key("o3"));
     wait_docs(&env, "public.orders_json", &orders).await;
     wait_docs(&env, "public.payments_json", &payments).await;
-    // The orders' sink wrote its four documents and nothing else.
+    wait_docs(&env, "public.orders_keyed", &keyed).await;
+    // The appended orders' sink wrote its four documents and nothing else.
     assert_eq!(audit_count(&env.sink).await, 4);
     let tables = sql_ok(&admin, &["-c", "SHOW TABLES"]).await;
     assert!(tables.contains("kev_events-shop.Payment id"), "{tables}");
-    wait_state(&admin, "kev_v1", "running").await;
-    wait_state(&admin, "pay_v1", "running").await;
-
-    // SUBJECT with keyed rows is refused.
-    let out = evolve(&[
-        "sql",
-        "--admin",
-        &admin,
-        "-c",
-        "CREATE TABLE bad_v1 FROM SOURCE kev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr SUBJECT 'kev_events-shop.Order'",
-    ])
-    .await;
-    assert!(!out.status.success());
-    let error = text(&out.stderr);
-    assert!(
-        error.contains("ENVELOPE UPSERT cannot tell one type's row of a key from another's")
-            && error.contains("Add ENVELOPE NONE"),
-        "{error}"
-    );
+    for table in ["kev_v1", "pay_v1", "keyed_v1"] {
+        wait_state(&admin, table, "running").await;
+    }
 }
 
 /// The types of the references test: `Country` (subject

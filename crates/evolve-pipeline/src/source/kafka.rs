@@ -86,9 +86,11 @@
 //! and stores its record type (`KafkaTableInfo::record_type`): a record
 //! whose writer schema is of another type (an Avro record's full name, a
 //! JSON Schema's title, the Protobuf message its indexes name) is another
-//! table's and skipped, before any compatibility check. Such a table is
-//! `ENVELOPE NONE`: its rows are events, and no key is shared across
-//! types.
+//! table's and skipped, before any compatibility check. Keyed (`ENVELOPE
+//! UPSERT`, `DEBEZIUM`), a key's row is its last record of the table's
+//! type, and a tombstone deletes the key (from every type's table): the
+//! snapshot's first pass tells the types apart by the values' writer
+//! schemas, fetched by id as it meets them.
 //!
 //! # Schema references
 //!
@@ -313,17 +315,6 @@ pub async fn pin_reader(
         .subject
         .clone()
         .unwrap_or_else(|| value_subject(topic));
-    if table.subject.is_some() && envelope != TableEnvelope::None {
-        return Err(PipelineError::Refused {
-            sqlstate: "0A000",
-            primary: format!(
-                "SUBJECT reads the records of one type of a topic of several, which are events: ENVELOPE {} cannot tell one type's row of a key from another's",
-                envelope.as_str().to_ascii_uppercase()
-            ),
-            detail: None,
-            hint: Some("Add ENVELOPE NONE, or leave SUBJECT out to read the topic's <topic>-value subject.".into()),
-        });
-    }
     let latest = client
         .latest(&subject)
         .await?
@@ -1443,6 +1434,29 @@ impl Source for KafkaSource {
         );
         let target = offsets.clone();
         let upsert = reader.upsert;
+        // A table of one record type of several: which values are its
+        // type's, told by their writer schemas, fetched as the first pass
+        // meets their ids.
+        let ours: Option<Ours> = match (&reader.record_type, upsert) {
+            (Some(wanted), true) => {
+                let mut fetched = Writers::new(&self.registries)?;
+                let (registry, wanted) = (reader.registry.clone(), wanted.clone());
+                let runtime = tokio::runtime::Handle::current();
+                Some(Box::new(move |value: &[u8]| {
+                    let Some((id, datum)) = wire(value) else {
+                        // Decoding reports it.
+                        return Ok(true);
+                    };
+                    runtime.block_on(fetched.fetch(&registry, id))?;
+                    Ok(match fetched.cached(&registry, id) {
+                        Some(Ok(writer)) => writer.record_type(datum).as_ref() == Some(&wanted),
+                        // An id that cannot be read: decoding reports it.
+                        _ => true,
+                    })
+                }))
+            }
+            _ => None,
+        };
         let group = format!("evolve-{}-snapshot", self.source.slot);
         // Where an upsert snapshot's keys go past what memory keeps.
         let spill = self
@@ -1459,7 +1473,7 @@ impl Source for KafkaSource {
         std::thread::Builder::new()
             .name(format!("kafka-snapshot-{}", table.id))
             .spawn(move || {
-                let spill = upsert.then_some((spill.as_path(), memory_keys));
+                let spill = upsert.then_some((spill.as_path(), memory_keys, ours));
                 let read = read_until(&name, &connection, &group, &topic, &target, spill, &tx);
                 // The end, or why it came early; nobody listens any more
                 // when the snapshot was dropped.
@@ -1492,6 +1506,10 @@ impl Source for KafkaSource {
 /// How many records a snapshot's reader hands over at a time.
 const SNAPSHOT_CHUNK: usize = 5_000;
 
+/// Whether a record value is of the record type a snapshot's table reads
+/// (a table pinned with `SUBJECT`).
+type Ours = Box<dyn FnMut(&[u8]) -> Result<bool> + Send>;
+
 /// What a snapshot's reader thread hands to [`KafkaSnapshot`].
 enum SnapshotChunk {
     Records(Vec<Raw>),
@@ -1507,14 +1525,16 @@ enum SnapshotChunk {
 /// keys and offsets, and a second hands them over: the memory a snapshot
 /// needs grows with the topic's keys, not with its values, and past
 /// the number of keys `upsert` gives they move to the file it names.
-/// Returns early, with `Ok`, when `out` is closed.
+/// With [`Ours`], a key's last record is its last of the table's type (a
+/// tombstone still removes the key). Returns early, with `Ok`, when
+/// `out` is closed.
 fn read_until(
     name: &str,
     connection: &Connection,
     group: &str,
     topic: &str,
     target: &Offsets,
-    upsert: Option<(&std::path::Path, usize)>,
+    upsert: Option<(&std::path::Path, usize, Option<Ours>)>,
     out: &mpsc::Sender<Result<SnapshotChunk>>,
 ) -> Result<()> {
     let consumer = consumer(name, connection, group)?;
@@ -1532,7 +1552,7 @@ fn read_until(
         let full = std::mem::replace(chunk, Vec::with_capacity(SNAPSHOT_CHUNK));
         full.is_empty() || out.blocking_send(Ok(SnapshotChunk::Records(full))).is_ok()
     };
-    let Some((spill, memory_keys)) = upsert else {
+    let Some((spill, memory_keys, mut ours)) = upsert else {
         scan(&consumer, name, topic, &ends, |m| {
             chunk.push(Raw::of(m));
             Ok(chunk.len() < SNAPSHOT_CHUNK || hand(&mut chunk))
@@ -1544,10 +1564,14 @@ fn read_until(
     let mut keyless: Option<Raw> = None;
     // Keys and offsets only: the values are read again in the second pass.
     scan(&consumer, name, topic, &ends, |m| {
-        match m.key() {
-            Some(key) if m.payload().is_some() => live.set(key, (m.partition(), m.offset()))?,
-            Some(key) => live.remove(key)?,
-            None => {
+        match (m.key(), m.payload()) {
+            (Some(key), Some(value)) => {
+                if ours.as_mut().map_or(Ok(true), |ours| ours(value))? {
+                    live.set(key, (m.partition(), m.offset()))?;
+                }
+            }
+            (Some(key), None) => live.remove(key)?,
+            (None, _) => {
                 keyless.get_or_insert_with(|| Raw::of(m));
             }
         }
