@@ -7,9 +7,9 @@ use evolve_core::conflict::ConflictType;
 use evolve_core::control::{
     Absorb, AlterMaterializedView, AlterReplica, ApplyReplacement, ControlError,
     CreateMaterializedView, CreateReplacement, CreateReplica, CreateSink, CreateSource,
-    CreateTable, CreateTransform, Drop, EnableReplica, KafkaSink, ObjectKind, QualifiedName,
-    RefreshReferences, Show, ShowConflictResolvers, SinkEnvelope, SinkFormat, SourceKind, Span,
-    Statement, parse,
+    CreateTable, CreateTransform, Drop, EnableReplica, KafkaSink, KafkaTable, ObjectKind,
+    QualifiedName, RefreshReferences, Show, ShowConflictResolvers, SinkEnvelope, SinkFormat,
+    SourceKind, Span, Statement, TableEnvelope, TableFormat, parse,
 };
 use std::time::Duration;
 
@@ -270,6 +270,58 @@ fn pipeline_statement() -> BoxedStrategy<Statement> {
                     span,
                 })
             }),
+        (
+            (name(), any::<bool>(), name(), name()),
+            (0..3usize, 0..3usize),
+            (prop::option::of(name()), prop::option::of(name())),
+            prop::collection::vec((name(), 0..3u8), 0..4),
+        )
+            .prop_map(
+                move |(
+                    (name, if_not_exists, source, registry),
+                    (format, envelope),
+                    (message, subject),
+                    columns,
+                )| {
+                    let format =
+                        [TableFormat::Avro, TableFormat::Json, TableFormat::Protobuf][format];
+                    let envelope = [
+                        TableEnvelope::Upsert,
+                        TableEnvelope::None,
+                        TableEnvelope::Debezium,
+                    ][envelope];
+                    let mut seen = Vec::new();
+                    let (mut exclude_columns, mut text_columns) = (Vec::new(), Vec::new());
+                    for (column, list) in columns {
+                        if seen.contains(&column) {
+                            continue;
+                        }
+                        seen.push(column.clone());
+                        match list {
+                            0 => exclude_columns.push(column),
+                            1 => text_columns.push(column),
+                            _ => {}
+                        }
+                    }
+                    Statement::CreateTable(CreateTable {
+                        name,
+                        if_not_exists,
+                        source,
+                        reference: QualifiedName::new("", ""),
+                        exclude_columns,
+                        text_columns,
+                        kafka: Some(KafkaTable {
+                            registry,
+                            envelope,
+                            format,
+                            // MESSAGE belongs to Protobuf.
+                            message: message.filter(|_| format == TableFormat::Protobuf),
+                            subject,
+                        }),
+                        span,
+                    })
+                }
+            ),
         (name(), any::<bool>(), name(), absorb()).prop_map(
             move |(name, if_not_exists, table, absorb)| {
                 Statement::CreateMaterializedView(CreateMaterializedView {

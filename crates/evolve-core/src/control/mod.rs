@@ -7,6 +7,11 @@
 //! CREATE SOURCE [IF NOT EXISTS] shop FROM MYSQL CONNECTION my_conn;
 //! CREATE TABLE [IF NOT EXISTS] orders_v1 FROM SOURCE src (REFERENCE public.orders)
 //!   [WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c))];
+//! CREATE SOURCE [IF NOT EXISTS] ev FROM KAFKA CONNECTION k (TOPIC 'orders');
+//! CREATE TABLE [IF NOT EXISTS] orders_v1 FROM SOURCE ev
+//!   FORMAT {AVRO | JSON | PROTOBUF [MESSAGE 'shop.Order']}
+//!   USING CONFLUENT SCHEMA REGISTRY CONNECTION csr [SUBJECT 'orders-shop.Order']
+//!   [ENVELOPE UPSERT | ENVELOPE NONE | ENVELOPE DEBEZIUM] [WITH (..)];
 //! CREATE MATERIALIZED VIEW [IF NOT EXISTS] orders_json [WITH (ABSORB = {'auto' | 'manual'})] AS
 //!   SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v1 t;
 //! CREATE REPLACEMENT MATERIALIZED VIEW [IF NOT EXISTS] orders_json_v2 FOR orders_json AS
@@ -364,9 +369,9 @@ impl TableEnvelope {
 
 /// `CREATE TABLE name FROM SOURCE source (REFERENCE schema.table)
 /// [WITH (EXCLUDE COLUMNS (..), TEXT COLUMNS (..))]`, or for a Kafka
-/// source `CREATE TABLE name FROM SOURCE source FORMAT AVRO | JSON | PROTOBUF USING
-/// CONFLUENT SCHEMA REGISTRY CONNECTION registry [ENVELOPE UPSERT | NONE |
-/// DEBEZIUM] [WITH (..)]` (the source's topic is the table's upstream).
+/// source `CREATE TABLE name FROM SOURCE source FORMAT ... USING CONFLUENT
+/// SCHEMA REGISTRY CONNECTION registry [SUBJECT '..'] [ENVELOPE ...] [WITH
+/// (..)]` ([`KafkaTable`]; the source's topic is the table's upstream).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CreateTable {
     pub name: String,

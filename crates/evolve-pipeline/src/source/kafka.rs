@@ -49,10 +49,9 @@
 //! the fields of the reader schema's `after` record (the properties of
 //! the object its `after` holds, the fields of its `after` message); `c`,
 //! `r` and `u` make the key's row `after`, `d` and the tombstone after it
-//! delete it. A snapshot keeps each key's
-//! last record, as `ENVELOPE UPSERT` does. A truncate event (`op` `t`)
-//! cannot be applied one record at a time: it stalls the table with the
-//! way out. The writer schema is checked against the whole reader schema
+//! delete it. A snapshot keeps each key's last record, as `ENVELOPE
+//! UPSERT` does. A truncate event (`op` `t`) cannot be applied one record
+//! at a time: it stalls the table with the way out. The writer schema is checked against the whole reader schema
 //! (the event's), so a change of the row's fields is a change of it.
 //!
 //! # Decoding, and what stalls a table
@@ -68,10 +67,11 @@
 //! has columns for. A `FORMAT PROTOBUF` table checks the writer's file
 //! with Confluent's Protobuf rules (`evolve_compat::protobuf::check`),
 //! finds the message the record's indexes name in it, which must be the
-//! reader's message (`MESSAGE`'s, else the pinned file's first), and decodes the bytes
-//! with the reader's descriptor: fields are matched by number, and fields
-//! the reader does not declare are skipped. A record that a table cannot read (no wire header, an id the
-//! registry does not know, a writer schema the reader cannot read, a
+//! reader's message (`MESSAGE`'s, else the pinned file's first), and
+//! decodes the bytes with the reader's descriptor: fields are matched by
+//! number, and fields the reader does not declare are skipped. A record
+//! that a table cannot read (no wire header, an id the registry does not
+//! know, a writer schema the reader cannot read, a
 //! corrupt payload, no key under `ENVELOPE UPSERT`) is
 //! [`SourceEvent::Undecodable`] for that table: it stalls at that record,
 //! with the partition, offset and reason, and counts the records after it
