@@ -2419,6 +2419,48 @@ mod tests {
     /// A store from before Kafka sinks (no `topic`, `format`, `envelope`)
     /// gets the columns when opened; its sinks stay PostgreSQL sinks, and
     /// a Kafka sink round-trips through the new columns.
+    /// A Kafka table's stored settings give back the clause that pinned
+    /// it (what a newer version and drift pin again): the message of a
+    /// Protobuf table, the subject of a table of one record type, and no
+    /// subject for one of the topic's `<topic>-value`; settings stored
+    /// before those fields existed read as before.
+    #[test]
+    fn kafka_table_settings_give_back_their_clause() {
+        use evolve_core::control::{KafkaTable, TableEnvelope, TableFormat};
+        let stored = r#"{"registry":"csr","envelope":"debezium","format":"protobuf",
+            "subject":"ev-shop.Order","schema_id":3,"version":2,"schema":"",
+            "message":"shop.Order","record_type":"shop.Order"}"#;
+        let info: KafkaTableInfo = serde_json::from_str(stored).unwrap();
+        assert_eq!(
+            info.spec(),
+            KafkaTable {
+                registry: "csr".into(),
+                envelope: TableEnvelope::Debezium,
+                format: TableFormat::Protobuf,
+                message: Some("shop.Order".into()),
+                subject: Some("ev-shop.Order".into()),
+            }
+        );
+        let older = r#"{"registry":"csr","envelope":"upsert","subject":"ev-value",
+            "schema_id":3,"version":2,"schema":""}"#;
+        let info: KafkaTableInfo = serde_json::from_str(older).unwrap();
+        assert_eq!(
+            info.spec(),
+            KafkaTable {
+                registry: "csr".into(),
+                envelope: TableEnvelope::Upsert,
+                format: TableFormat::Avro,
+                message: None,
+                subject: None,
+            }
+        );
+        let written = serde_json::to_string(&info).unwrap();
+        assert!(
+            !written.contains("message") && !written.contains("record_type"),
+            "{written}"
+        );
+    }
+
     #[test]
     fn kafka_columns_are_added_to_an_older_store() {
         let dir = std::env::temp_dir().join(format!("evolve-store-kafka-{}", std::process::id()));
