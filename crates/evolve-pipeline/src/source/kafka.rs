@@ -65,7 +65,8 @@
 //! same way (`evolve_compat::json::check`: does the reader accept every
 //! document the writer's schema allows?), then reads the properties it
 //! has columns for. A `FORMAT PROTOBUF` table checks the writer's file
-//! with Confluent's Protobuf rules (`evolve_compat::protobuf::check`),
+//! with Confluent's Protobuf rules (`evolve_compat::protobuf::check`,
+//! keeping the differences in the messages its message uses),
 //! finds the message the record's indexes name in it, which must be the
 //! reader's message (`MESSAGE`'s, else the pinned file's first), and
 //! decodes the bytes with the reader's descriptor: fields are matched by
@@ -800,7 +801,19 @@ fn verdict(reader: &ReaderFormat, writer: &WriterSchema) -> Option<String> {
             first(evolve_compat::json::check(r, schema))
         }
         (ReaderFormat::Protobuf(r), WriterSchema::Protobuf(w)) => {
-            first(evolve_compat::protobuf::check(&r.schema, w))
+            // Only what the table's message reads: a file's other messages
+            // may change as they like.
+            let read = protobuf::reachable(&r.message);
+            let concerns = |path: &str| {
+                let message = path.trim_start_matches("#/").split('/').next();
+                message.is_none_or(|m| m.is_empty() || read.contains(m))
+            };
+            first(
+                evolve_compat::protobuf::check(&r.schema, w)
+                    .into_iter()
+                    .filter(|i| concerns(&i.path))
+                    .collect(),
+            )
         }
         (reader, writer) => Some(format!(
             "it is {}, and the table reads {}",
@@ -2544,7 +2557,12 @@ mod tests {
 
         let parse = |text: &str| evolve_compat::protobuf::parse(text, &[]).unwrap();
         let mut writers = Writers::new(&[]).unwrap();
-        for (id, text) in [(4, V1), (5, V2), (6, BROKEN)] {
+        // Key's id made a string: incompatible, in a message the Order
+        // table does not read.
+        const KEY_CHANGED: &str = r#"syntax = "proto3"; package shop;
+            message Order { int64 id = 1; string customer = 2; }
+            message Key { string id = 1; }"#;
+        for (id, text) in [(4, V1), (5, V2), (6, BROKEN), (8, KEY_CHANGED)] {
             let schema = WriterSchema::Protobuf(parse(text));
             writers
                 .schemas
@@ -2606,6 +2624,11 @@ mod tests {
             read(record(key.clone(), framed(4, &[2, 0], &order)))[..2],
             ["1", "a"]
         );
+        // Another message's incompatible change is not the table's.
+        assert_eq!(
+            read(record(key.clone(), framed(8, &[0], &order)))[..2],
+            ["1", "a"]
+        );
         let mut why = |raw: Raw| read(raw).remove(0);
         let other = why(record(
             key.clone(),
@@ -2655,6 +2678,18 @@ mod tests {
                 framed(5, &[2, 2], &encoded(1, "id: 2"))
             )),
             ["2", r#"{"id":1}"#]
+        );
+        // Its own message's incompatible change stalls it.
+        let changed = read(record(
+            key.clone(),
+            framed(8, &[2, 2], &encoded(1, "id: 2")),
+        ))
+        .remove(0);
+        assert!(
+            changed.contains(
+                "has writer schema id 8, which the pinned reader schema (id 4) cannot read"
+            ) && changed.contains("shop.Key"),
+            "{changed}"
         );
         let first = read(record(key, framed(5, &[0], &order))).remove(0);
         assert!(

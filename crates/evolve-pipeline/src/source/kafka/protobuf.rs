@@ -176,6 +176,25 @@ fn scalar_type(kind: &Kind) -> (u32, &'static str) {
     }
 }
 
+/// The full names of `message` and of every message its fields use, at
+/// any depth (map values included): the types a reader of `message`
+/// decodes.
+pub fn reachable(message: &MessageDescriptor) -> std::collections::HashSet<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![message.clone()];
+    while let Some(m) = todo.pop() {
+        if !seen.insert(m.full_name().to_string()) {
+            continue;
+        }
+        for field in m.fields() {
+            if let Kind::Message(used) = field.kind() {
+                todo.push(used);
+            }
+        }
+    }
+    seen
+}
+
 /// Confluent's message indexes at the start of `datum` (what follows the
 /// schema id), and the message's encoding after them: a count, then that
 /// many indexes, each a zigzag varint; a count of zero (one zero byte) is
