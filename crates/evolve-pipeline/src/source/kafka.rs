@@ -763,14 +763,15 @@ impl WriterSchema {
     /// The record type a record's `datum` (what follows the wire header)
     /// written with this schema is: a record's full name, a JSON
     /// Schema's title, the full name of the message the datum's indexes
-    /// name.
-    fn record_type(&self, datum: &[u8]) -> Option<String> {
+    /// name (`wanted` if they can name it: [`protobuf::message_at`]).
+    fn record_type(&self, datum: &[u8], wanted: Option<&str>) -> Option<String> {
         match self {
             WriterSchema::Avro { schema, .. } => avro::record_name(schema.root()),
             WriterSchema::Json { title, .. } => title.clone(),
             WriterSchema::Protobuf(schema) => {
                 let (indexes, _) = protobuf::message_indexes(datum).ok()?;
-                protobuf::message_at(schema.file(), &indexes).map(|m| m.full_name().to_string())
+                protobuf::message_at(schema.file(), &indexes, wanted)
+                    .map(|m| m.full_name().to_string())
             }
         }
     }
@@ -1066,7 +1067,7 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
         Err(why) => return Ok(Decoded::Undecodable(format!("{} {why}", at(raw)))),
     };
     if let Some(wanted) = &reader.record_type
-        && writer.record_type(datum).as_ref() != Some(wanted)
+        && writer.record_type(datum, Some(wanted)).as_ref() != Some(wanted)
     {
         // Another type's record, another table's row.
         return Ok(Decoded::Nothing);
@@ -1195,7 +1196,7 @@ fn protobuf_values(
 ) -> std::result::Result<RowValue, String> {
     let (indexes, encoded) = protobuf::message_indexes(datum)?;
     let wanted = reader.message.full_name();
-    match protobuf::message_at(writer.file(), &indexes) {
+    match protobuf::message_at(writer.file(), &indexes, Some(wanted)) {
         None => Err(format!(
             "its message indexes {indexes:?} name no message of the writer schema"
         )),
@@ -1243,7 +1244,7 @@ fn protobuf_key(
 ) -> std::result::Result<String, String> {
     let (indexes, encoded) =
         protobuf::message_indexes(datum).map_err(|e| format!("its key: {e}"))?;
-    let message = protobuf::message_at(writer.file(), &indexes).ok_or_else(|| {
+    let message = protobuf::message_at(writer.file(), &indexes, None).ok_or_else(|| {
         format!("its key's message indexes {indexes:?} name no message of its schema")
     })?;
     protobuf::key_json(encoded, &message)
@@ -1462,7 +1463,9 @@ impl Source for KafkaSource {
                     };
                     runtime.block_on(fetched.fetch(&registry, id))?;
                     Ok(match fetched.cached(&registry, id) {
-                        Some(Ok(writer)) => writer.record_type(datum).as_ref() == Some(&wanted),
+                        Some(Ok(writer)) => {
+                            writer.record_type(datum, Some(&wanted)).as_ref() == Some(&wanted)
+                        }
                         // An id that cannot be read: decoding reports it.
                         _ => true,
                     })
@@ -2663,9 +2666,15 @@ mod tests {
         // The record type of a record, as a table pinned from a named
         // subject tells its records by.
         let v2_writer = WriterSchema::Protobuf(parse(V2));
-        assert_eq!(v2_writer.record_type(&[2, 2]).as_deref(), Some("shop.Key"));
-        assert_eq!(v2_writer.record_type(&[0]).as_deref(), Some("shop.Order"));
-        assert_eq!(v2_writer.record_type(&[2, 8]), None);
+        assert_eq!(
+            v2_writer.record_type(&[2, 2], None).as_deref(),
+            Some("shop.Key")
+        );
+        assert_eq!(
+            v2_writer.record_type(&[0], None).as_deref(),
+            Some("shop.Order")
+        );
+        assert_eq!(v2_writer.record_type(&[2, 8], None), None);
 
         // A table of the second message (MESSAGE 'shop.Key') reads
         // records whose indexes are [1], and refuses the first message's.

@@ -235,20 +235,36 @@ fn zigzag(bytes: &mut &[u8]) -> Option<i64> {
 }
 
 /// The message `indexes` name in `file`: the top-level message at the
-/// first index, then nested messages at the others. The entries a `map`
-/// field implies are not counted, as Confluent's Java serializer counts
-/// the messages of a `.proto` text, where they do not appear.
-pub fn message_at(file: &FileDescriptor, indexes: &[usize]) -> Option<MessageDescriptor> {
-    let (first, nested) = indexes.split_first()?;
-    let mut message = file.messages().nth(*first)?;
-    for index in nested {
-        let child = message
-            .child_messages()
-            .filter(|m| !m.is_map_entry())
-            .nth(*index)?;
-        message = child;
+/// first index, then nested messages at the others. Confluent's clients
+/// count nested messages two ways: the Java serializer counts those of
+/// the `.proto` text, where the entries a `map` field implies do not
+/// appear, and the Python serializer counts a descriptor's nested types,
+/// those entries included. The first is read; when `wanted` is given and
+/// the first is not it, the second is read too, and taken if it is.
+pub fn message_at(
+    file: &FileDescriptor,
+    indexes: &[usize],
+    wanted: Option<&str>,
+) -> Option<MessageDescriptor> {
+    let walk = |map_entries: bool| {
+        let (first, nested) = indexes.split_first()?;
+        let mut message = file.messages().nth(*first)?;
+        for index in nested {
+            let child = message
+                .child_messages()
+                .filter(|m| map_entries || !m.is_map_entry())
+                .nth(*index)?;
+            message = child;
+        }
+        Some(message)
+    };
+    let java = walk(false);
+    match wanted {
+        Some(name) if java.as_ref().is_none_or(|m| m.full_name() != name) => {
+            walk(true).filter(|m| m.full_name() == name).or(java)
+        }
+        _ => java,
     }
-    Some(message)
 }
 
 /// The values of a record's message encoding (after the message
@@ -659,15 +675,24 @@ mod tests {
         assert!(message_indexes(&[0xfe, 0x01]).unwrap_err().contains("127"));
         let s = schema(ORDER);
         assert_eq!(
-            message_at(s.file(), &[0, 0]).unwrap().full_name(),
+            message_at(s.file(), &[0, 0], None).unwrap().full_name(),
             "shop.Order.Address"
         );
         assert_eq!(
-            message_at(s.file(), &[1]).unwrap().full_name(),
+            message_at(s.file(), &[1], None).unwrap().full_name(),
             "shop.Other"
         );
-        assert!(message_at(s.file(), &[2]).is_none());
-        assert!(message_at(s.file(), &[0, 5]).is_none());
+        assert!(message_at(s.file(), &[2], None).is_none());
+        assert!(message_at(s.file(), &[0, 5], None).is_none());
+        // Order's nested types as a descriptor lists them: CountsEntry
+        // (the map's entry), then Address. Java counts Address as [0, 0],
+        // Python as [0, 1]; [0, 1] is Address when Address is wanted.
+        assert!(message_at(s.file(), &[0, 1], None).is_none());
+        for indexes in [[0, 0], [0, 1]] {
+            let found = message_at(s.file(), &indexes, Some("shop.Order.Address")).unwrap();
+            assert_eq!(found.full_name(), "shop.Order.Address");
+        }
+        assert!(message_at(s.file(), &[0, 1], Some("shop.Other")).is_none());
     }
 
     #[test]
@@ -699,7 +724,7 @@ mod tests {
             let message = reader_message(s.file(), None).unwrap();
             let columns = reader_columns(&message);
             if let Ok((indexes, rest)) = message_indexes(&bytes) {
-                let _ = message_at(s.file(), &indexes);
+                let _ = message_at(s.file(), &indexes, Some("shop.Order.Address"));
                 let _ = record_values(rest, &message, &columns);
                 let _ = key_json(rest, &message);
             }
