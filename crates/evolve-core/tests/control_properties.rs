@@ -65,6 +65,26 @@ fn round_trip(statement: &Statement) {
 
 // ---------------------------------------------------------------- strategies
 
+/// A table's `EXCLUDE COLUMNS` and `TEXT COLUMNS` lists from generated
+/// `(column, list)` pairs (list 0 or 1; others in neither), each column
+/// in at most one list, once.
+fn column_lists(columns: Vec<(String, u8)>) -> (Vec<String>, Vec<String>) {
+    let mut seen = Vec::new();
+    let (mut exclude, mut text) = (Vec::new(), Vec::new());
+    for (column, list) in columns {
+        if seen.contains(&column) {
+            continue;
+        }
+        seen.push(column.clone());
+        match list {
+            0 => exclude.push(column),
+            1 => text.push(column),
+            _ => {}
+        }
+    }
+    (exclude, text)
+}
+
 /// Identifiers of every kind: plain, keywords, mixed case, quotes, dots,
 /// spaces, non-ASCII, control characters; 1 to 63 bytes, no NUL.
 fn name() -> impl Strategy<Value = String> {
@@ -246,19 +266,7 @@ fn pipeline_statement() -> BoxedStrategy<Statement> {
             prop::collection::vec((name(), 0..3u8), 0..6)
         )
             .prop_map(move |(name, if_not_exists, source, reference, columns)| {
-                let mut seen = Vec::new();
-                let (mut exclude_columns, mut text_columns) = (Vec::new(), Vec::new());
-                for (column, list) in columns {
-                    if seen.contains(&column) {
-                        continue;
-                    }
-                    seen.push(column.clone());
-                    match list {
-                        0 => exclude_columns.push(column),
-                        1 => text_columns.push(column),
-                        _ => {}
-                    }
-                }
+                let (exclude_columns, text_columns) = column_lists(columns);
                 Statement::CreateTable(CreateTable {
                     name,
                     if_not_exists,
@@ -290,19 +298,7 @@ fn pipeline_statement() -> BoxedStrategy<Statement> {
                         TableEnvelope::None,
                         TableEnvelope::Debezium,
                     ][envelope];
-                    let mut seen = Vec::new();
-                    let (mut exclude_columns, mut text_columns) = (Vec::new(), Vec::new());
-                    for (column, list) in columns {
-                        if seen.contains(&column) {
-                            continue;
-                        }
-                        seen.push(column.clone());
-                        match list {
-                            0 => exclude_columns.push(column),
-                            1 => text_columns.push(column),
-                            _ => {}
-                        }
-                    }
+                    let (exclude_columns, text_columns) = column_lists(columns);
                     Statement::CreateTable(CreateTable {
                         name,
                         if_not_exists,
