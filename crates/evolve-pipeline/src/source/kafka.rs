@@ -2154,11 +2154,7 @@ mod tests {
         let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
         table.kafka = Some(info);
         let mut reader = Reader::new(&table).unwrap();
-        let columns: Vec<(&str, &str, bool)> = reader
-            .fields
-            .iter()
-            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
-            .collect();
+        let columns: Vec<(&str, &str, bool)> = avro::described(&reader.fields);
         assert_eq!(
             columns,
             [
@@ -2548,11 +2544,7 @@ mod tests {
         let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
         table.kafka = Some(info);
         let mut reader = Reader::new(&table).unwrap();
-        let columns: Vec<(&str, &str, bool)> = reader
-            .fields
-            .iter()
-            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
-            .collect();
+        let columns: Vec<(&str, &str, bool)> = avro::described(&reader.fields);
         assert_eq!(
             columns,
             [("id", "bigint", true), ("customer", "text", true)]

@@ -58,6 +58,15 @@ impl AvroColumn {
 
 const JSONB: (u32, &str) = (3802, "jsonb");
 
+/// Columns as `(name, type, not null)`, as tests compare them.
+#[cfg(test)]
+pub fn described(columns: &[AvroColumn]) -> Vec<(&str, &str, bool)> {
+    columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
+        .collect()
+}
+
 /// Parses a schema with the schemas its references name (dependencies
 /// first, as `crate::sink::registry::resolve_references` gives them), by
 /// evolve's compatibility engine, so that the decoder and the
@@ -763,10 +772,7 @@ mod tests {
         let names = schema_names(&event);
         let row = debezium_row(event.root(), &names).unwrap();
         let columns = reader_columns(row, &HashMap::new()).unwrap();
-        let named: Vec<(&str, &str, bool)> = columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
-            .collect();
+        let named: Vec<(&str, &str, bool)> = described(&columns);
         assert_eq!(named, [("id", "integer", true), ("note", "text", false)]);
         for (text, problem) in [
             (r#""string""#, "the schema is not a record"),
@@ -862,10 +868,7 @@ mod tests {
         )
         .unwrap();
         let columns = reader_columns(&schema, &HashMap::new()).unwrap();
-        let types: Vec<(&str, &str, bool)> = columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
-            .collect();
+        let types: Vec<(&str, &str, bool)> = described(&columns);
         assert_eq!(
             types,
             [

@@ -288,6 +288,7 @@ fn plain_decimal(raw: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::kafka::avro::described;
     use proptest::prelude::*;
 
     proptest! {
@@ -359,10 +360,7 @@ mod tests {
             false,
         )
         .unwrap();
-        let described: Vec<(&str, &str, bool)> = columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
-            .collect();
+        let described: Vec<(&str, &str, bool)> = described(&columns);
         assert_eq!(
             described,
             [
@@ -429,10 +427,7 @@ mod tests {
             false,
         )
         .unwrap();
-        let described: Vec<(&str, &str, bool)> = columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
-            .collect();
+        let described: Vec<(&str, &str, bool)> = described(&columns);
         assert_eq!(
             described,
             [
@@ -466,10 +461,7 @@ mod tests {
                 "op":{{"type":"string"}},"ts_ms":{{"type":"integer"}}}}}}"#
         );
         let columns = reader_columns(&envelope, true).unwrap();
-        let described: Vec<(&str, &str, bool)> = columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.type_name.as_str(), c.not_null))
-            .collect();
+        let described: Vec<(&str, &str, bool)> = described(&columns);
         assert_eq!(described, [("id", "bigint", true), ("note", "text", false)]);
         let (op, after) =
             debezium_event(br#"{"before":null,"after":{"id":3,"note":"n"},"op":"c"}"#).unwrap();

@@ -524,6 +524,7 @@ fn message_json(m: &DynamicMessage, out: &mut String, depth: usize) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::kafka::avro::described;
     use prost_reflect::prost::Message as _;
 
     fn schema(text: &str) -> evolve_compat::protobuf::ProtobufSchema {
@@ -571,10 +572,6 @@ mod tests {
         let message = reader_message(s.file(), None).unwrap();
         assert_eq!(message.full_name(), "shop.Order");
         let columns = reader_columns(&message);
-        let shown: Vec<(String, String, bool)> = columns
-            .iter()
-            .map(|c| (c.name.clone(), c.type_name.clone(), c.not_null))
-            .collect();
         let expected: Vec<(&str, &str, bool)> = vec![
             ("id", "bigint", true),
             ("name", "text", true),
@@ -594,11 +591,7 @@ mod tests {
             ("word", "text", false),
             ("number", "integer", false),
         ];
-        let expected: Vec<(String, String, bool)> = expected
-            .into_iter()
-            .map(|(n, t, nn)| (n.to_string(), t.to_string(), nn))
-            .collect();
-        assert_eq!(shown, expected);
+        assert_eq!(described(&columns), expected);
     }
 
     /// Encodes the message `fields` (protobuf text format) of `message`.
