@@ -760,19 +760,21 @@ enum WriterSchema {
 }
 
 impl WriterSchema {
-    /// The record type a record's `datum` (what follows the wire header)
-    /// written with this schema is: a record's full name, a JSON
-    /// Schema's title, the full name of the message the datum's indexes
-    /// name (`wanted` if they can name it: [`protobuf::message_at`]).
-    fn record_type(&self, datum: &[u8], wanted: Option<&str>) -> Option<String> {
+    /// Whether a record's `datum` (what follows the wire header) written
+    /// with this schema is of record type `wanted`: a record's full name,
+    /// a JSON Schema's title, the full name of the message the datum's
+    /// indexes name ([`protobuf::message_at`]). Compared in place, for
+    /// every record of a table pinned with `SUBJECT`.
+    fn is_type(&self, datum: &[u8], wanted: &str) -> bool {
         match self {
-            WriterSchema::Avro { schema, .. } => avro::record_name(schema.root()),
-            WriterSchema::Json { title, .. } => title.clone(),
-            WriterSchema::Protobuf(schema) => {
-                let (indexes, _) = protobuf::message_indexes(datum).ok()?;
-                protobuf::message_at(schema.file(), &indexes, wanted)
-                    .map(|m| m.full_name().to_string())
-            }
+            WriterSchema::Avro { schema, .. } => avro::is_record(schema.root(), wanted),
+            WriterSchema::Json { title, .. } => title.as_deref() == Some(wanted),
+            WriterSchema::Protobuf(schema) => protobuf::message_indexes(datum)
+                .ok()
+                .and_then(|(indexes, _)| {
+                    protobuf::message_at(schema.file(), &indexes, Some(wanted))
+                })
+                .is_some_and(|m| m.full_name() == wanted),
         }
     }
 
@@ -1067,7 +1069,7 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
         Err(why) => return Ok(Decoded::Undecodable(format!("{} {why}", at(raw)))),
     };
     if let Some(wanted) = &reader.record_type
-        && writer.record_type(datum, Some(wanted)).as_ref() != Some(wanted)
+        && !writer.is_type(datum, wanted)
     {
         // Another type's record, another table's row.
         return Ok(Decoded::Nothing);
@@ -1463,9 +1465,7 @@ impl Source for KafkaSource {
                     };
                     runtime.block_on(fetched.fetch(&registry, id))?;
                     Ok(match fetched.cached(&registry, id) {
-                        Some(Ok(writer)) => {
-                            writer.record_type(datum, Some(&wanted)).as_ref() == Some(&wanted)
-                        }
+                        Some(Ok(writer)) => writer.is_type(datum, &wanted),
                         // An id that cannot be read: decoding reports it.
                         _ => true,
                     })
@@ -2658,15 +2658,11 @@ mod tests {
         // The record type of a record, as a table pinned from a named
         // subject tells its records by.
         let v2_writer = WriterSchema::Protobuf(parse(V2));
-        assert_eq!(
-            v2_writer.record_type(&[2, 2], None).as_deref(),
-            Some("shop.Key")
-        );
-        assert_eq!(
-            v2_writer.record_type(&[0], None).as_deref(),
-            Some("shop.Order")
-        );
-        assert_eq!(v2_writer.record_type(&[2, 8], None), None);
+        assert!(v2_writer.is_type(&[2, 2], "shop.Key"));
+        assert!(!v2_writer.is_type(&[2, 2], "shop.Order"));
+        assert!(v2_writer.is_type(&[0], "shop.Order"));
+        assert!(!v2_writer.is_type(&[2, 8], "shop.Order"));
+        assert!(!v2_writer.is_type(&[2, 8], "shop.Key"));
 
         // A table of the second message (MESSAGE 'shop.Key') reads
         // records whose indexes are [1], and refuses the first message's.

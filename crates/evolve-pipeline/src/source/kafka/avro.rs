@@ -253,6 +253,22 @@ pub fn record_name(schema: &Schema) -> Option<String> {
     }
 }
 
+/// Whether `schema` is a record whose full name ([`record_name`]) is
+/// `wanted`, compared without building the name.
+pub fn is_record(schema: &Schema, wanted: &str) -> bool {
+    let Schema::Record(r) = schema else {
+        return false;
+    };
+    match (
+        r.name.namespace().filter(|n| !n.is_empty()),
+        wanted.rsplit_once('.'),
+    ) {
+        (Some(namespace), Some((ns, name))) => namespace == ns && r.name.name() == name,
+        (None, None) => r.name.name() == wanted,
+        _ => false,
+    }
+}
+
 /// The row record of a Debezium change event's schema: the record of its
 /// `after` field (`["null", Value]`, `Value` defined there or named
 /// after `before` defined it), found through `names` ([`schema_names`]).
@@ -758,6 +774,29 @@ pub(super) fn timestamp(us: i64, tz: bool, sep: char, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_records_type_is_its_full_name() {
+        for (text, full) in [
+            (
+                r#"{"type":"record","name":"Order","namespace":"shop.eu","fields":[]}"#,
+                "shop.eu.Order",
+            ),
+            (
+                r#"{"type":"record","name":"shop.Order","fields":[]}"#,
+                "shop.Order",
+            ),
+            (r#"{"type":"record","name":"Order","fields":[]}"#, "Order"),
+        ] {
+            let schema = parse(text, &[]).unwrap();
+            assert_eq!(record_name(schema.root()).as_deref(), Some(full));
+            assert!(is_record(schema.root(), full), "{full}");
+            for other in ["Order.x", "eu.Order", "shop.Payment", "Payment", ""] {
+                assert!(!is_record(schema.root(), other), "{full} is not {other}");
+            }
+        }
+        assert!(!is_record(&Schema::String, "string"));
+    }
 
     #[test]
     fn a_debezium_event_schema_gives_its_after_record_and_others_are_refused() {
