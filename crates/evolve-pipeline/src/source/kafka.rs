@@ -511,8 +511,25 @@ pub async fn upstream_columns(
         return Ok(Vec::new());
     };
     let pinned = pin_reader(&table.upstream_table, registry, &kafka.spec()).await?;
+    Ok(drift_columns(table, kafka.schema_id, pinned))
+}
+
+/// What drift compares `table` (pinned at schema id `pinned_id`) with:
+/// the columns `latest` maps the subject's latest schema to, with the
+/// attnums of the pinned columns of the same name.
+fn drift_columns(
+    table: &TableInfo,
+    pinned_id: u32,
+    latest: Pinned,
+) -> Vec<crate::drift::UpstreamColumn> {
+    if latest.info.schema_id == pinned_id {
+        // The pinned schema is still the latest: nothing drifted, even
+        // where this version of evolve maps the same schema to other
+        // columns than the version that pinned it did.
+        return table.columns.iter().map(as_upstream).collect();
+    }
     let mut next = table.columns.iter().map(|c| c.attnum).max().unwrap_or(0);
-    Ok(pinned
+    latest
         .columns
         .into_iter()
         .map(|c| {
@@ -524,14 +541,22 @@ pub async fn upstream_columns(
                 }
             };
             crate::drift::UpstreamColumn {
-                name: c.name,
                 attnum,
-                type_oid: c.type_oid,
-                typmod: c.typmod,
-                type_name: c.type_name,
+                ..as_upstream(&c)
             }
         })
-        .collect())
+        .collect()
+}
+
+/// A pinned column as drift's side of the upstream.
+fn as_upstream(c: &ColumnInfo) -> crate::drift::UpstreamColumn {
+    crate::drift::UpstreamColumn {
+        name: c.name.clone(),
+        attnum: c.attnum,
+        type_oid: c.type_oid,
+        typmod: c.typmod,
+        type_name: c.type_name.clone(),
+    }
 }
 
 /// Fetched referenced schemas as the compatibility engine's parsers take
@@ -2076,6 +2101,64 @@ mod tests {
         assert_eq!(wire(&[0, 0, 0, 1, 2, 9, 9]), Some((258, &[9u8, 9][..])));
         assert_eq!(wire(&[1, 0, 0, 1, 2]), None);
         assert_eq!(wire(&[0, 0, 0]), None);
+    }
+
+    /// A table pinned by an earlier version of evolve, which mapped a
+    /// `oneOf` of strings to `jsonb` where this one maps it to `text`: no
+    /// drift while its schema is still the subject's latest, and the
+    /// mapping's difference shown once the subject has a newer schema.
+    #[test]
+    fn drift_compares_a_kafka_table_only_with_a_newer_schema() {
+        use evolve_core::control::{TableEnvelope, TableFormat};
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "id": {"type": "integer"},
+            "tag": {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "minLength": 9}]}},
+            "required": ["id"]})
+        .to_string();
+        let latest = |id: u32| {
+            let fields = json::reader_columns(&schema, false).unwrap();
+            let version = crate::sink::registry::VersionedSchema {
+                id,
+                version: 1,
+                schema_type: "JSON".into(),
+                schema: schema.clone(),
+                references: Vec::new(),
+            };
+            pinned(
+                fields,
+                TableEnvelope::None,
+                TableFormat::Json,
+                "csr",
+                "t-value".into(),
+                version,
+                Vec::new(),
+            )
+        };
+        let now = latest(5);
+        assert_eq!(now.columns[1].type_name, "text");
+        let mut earlier = now.columns.clone();
+        earlier[1].type_oid = 3802;
+        earlier[1].type_name = "jsonb".into();
+        earlier[1].kind = evolve_core::document::TypeKind::from_builtin_oid(3802);
+        let mut table = TableInfo::running_for_test("t_v1", earlier);
+        table.kafka = Some(now.info);
+        let drift = |latest: Pinned| {
+            let columns = drift_columns(&table, 5, latest);
+            let upstream = crate::drift::Upstream::Found {
+                schema: table.upstream_schema.clone(),
+                name: table.upstream_table.clone(),
+                columns,
+            };
+            crate::drift::compare(&table, &upstream)
+        };
+        assert_eq!(drift(latest(5)), None);
+        let newer = drift(latest(6)).expect("a newer schema is compared");
+        assert_eq!(newer.signal, crate::drift::Signal::TypeDrift);
+        assert!(
+            newer.added_upstream.is_empty() && newer.dropped_upstream.is_empty(),
+            "{newer:?}"
+        );
+        assert_eq!(newer.type_changed.len(), 1, "{newer:?}");
     }
 
     fn text(d: &Datum) -> &str {

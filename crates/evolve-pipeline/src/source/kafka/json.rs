@@ -62,7 +62,11 @@ pub fn reader_columns(schema: &str, debezium: bool) -> Result<Vec<AvroColumn>, S
     for (name, property) in properties {
         let types = property_types(property);
         let nullable = types.is_empty() || types.contains(&"null");
-        let non_null: Vec<&str> = types.iter().copied().filter(|t| *t != "null").collect();
+        let mut non_null: Vec<&str> = types.iter().copied().filter(|t| *t != "null").collect();
+        // Branches of one type (`{"oneOf": [{"type": "string", "maxLength":
+        // 3}, {"type": "string", "minLength": 9}]}`) are that type.
+        non_null.sort_unstable();
+        non_null.dedup();
         let (type_oid, type_name) = match non_null.as_slice() {
             ["integer"] => BIGINT,
             ["number"] => NUMERIC,
@@ -413,8 +417,9 @@ mod tests {
     }
 
     /// Optional fields as Confluent's JSON Schema converter writes them, a
-    /// `oneOf` of `null` and a type, are columns of that type; a `oneOf`
-    /// whose branches do not each name a type is `jsonb`.
+    /// `oneOf` of `null` and a type, are columns of that type (branches of
+    /// one type too); a `oneOf` whose branches do not each name a type, or
+    /// name several, is `jsonb`.
     #[test]
     fn optional_fields_written_as_one_of_keep_their_type() {
         let columns = reader_columns(
@@ -423,7 +428,8 @@ mod tests {
                 "b":{"anyOf":[{"type":"string"},{"type":"null"}]},
                 "c":{"oneOf":[{"type":"number"}]},
                 "d":{"oneOf":[{"type":"null"},{"$ref":"#/definitions/x"}]},
-                "e":{"oneOf":[{"type":"string"},{"type":"integer"}]}}}"##,
+                "e":{"oneOf":[{"type":"string"},{"type":"integer"}]},
+                "f":{"oneOf":[{"type":"string","maxLength":3},{"type":"null"},{"type":"string","minLength":9}]}}}"##,
             false,
         )
         .unwrap();
@@ -436,6 +442,7 @@ mod tests {
                 ("c", "numeric", false),
                 ("d", "jsonb", false),
                 ("e", "jsonb", false),
+                ("f", "text", false),
             ]
         );
         let values =
