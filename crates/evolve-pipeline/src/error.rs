@@ -352,7 +352,23 @@ impl PipelineError {
                 "A sink table has exactly (key jsonb PRIMARY KEY, data jsonb NOT NULL); name a new table, or drop this one.".into(),
             ),
             PipelineError::Refused { hint, .. } => hint.clone(),
+            _ if self.is_missing_publication() => Some(
+                "PostgreSQL decodes each change with the catalog as it was when the change was written, so a change written while the publication was missing cannot be decoded, even once it exists again: drop the source's tables and the source, then create them again (their snapshots read the upstream as it is now).".into(),
+            ),
             _ => None,
+        }
+    }
+
+    /// Whether a replication stream failed because its publication does
+    /// not exist (at the position of the change being decoded).
+    pub fn is_missing_publication(&self) -> bool {
+        match self {
+            PipelineError::Replication { message, .. } => {
+                server_sqlstate(message) == Some("42704")
+                    && message.contains("publication \"")
+                    && message.contains("does not exist")
+            }
+            _ => false,
         }
     }
 

@@ -73,10 +73,14 @@ pub(crate) async fn run<S: Source>(mut ctx: SourceContext<S>) {
             if e.is_permanent() {
                 // Retrying would fail the same way while the slot keeps WAL
                 // upstream: stop, and say so.
+                let way_out = if e.is_missing_publication() {
+                    // The hint says what to do: a restart cannot help.
+                    ""
+                } else {
+                    ": fix the cause, then restart the pipeline"
+                };
                 Verdict::Stop {
-                    shown: format!(
-                        "{e}\nnot retried: fix the cause, then restart the pipeline{holds}"
-                    ),
+                    shown: format!("{e}\nnot retried{way_out}{holds}"),
                 }
             } else {
                 Verdict::Retry

@@ -422,6 +422,30 @@ async fn a_source_whose_publication_is_gone_stops_instead_of_retrying() {
         assert!(!active, "the slot was taken again by a retry");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The way out it names is not "restart": the change written while the
+    // publication was missing cannot be decoded once it exists again.
+    assert!(error.contains("even once it exists again"), "{error}");
+    assert!(!error.contains("restart the pipeline"), "{error}");
+    running.stop().await;
+    up.batch_execute("CREATE PUBLICATION evolve_pub FOR TABLE p; INSERT INTO p VALUES (2)")
+        .await
+        .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    let router = evolve_pipeline::admin::router(pipeline.clone());
+    let running = Running::start(pipeline.clone());
+    wait_until(
+        "the restarted source stops again",
+        Duration::from_secs(30),
+        async || {
+            let o = object(&router, "source", &env.source).await;
+            o["state"] == "stalled"
+                && o["error"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("publication \"evolve_pub\" does not exist")
+        },
+    )
+    .await;
     running.stop().await;
 }
 
