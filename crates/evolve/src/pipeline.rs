@@ -770,6 +770,7 @@ fn status_text(report: &StatusReport) -> String {
         "documents",
         "lag bytes",
         "lag",
+        "rows/s",
         "note",
     ]
     .into_iter()
@@ -789,6 +790,10 @@ fn status_text(report: &StatusReport) -> String {
                 "lag".into(),
                 o.lag_seconds.map(|l| format!("{l:.1} s")).into(),
             );
+            row.insert(
+                "rows/s".into(),
+                o.rows_per_second.map(|r| r.round() as u64).into(),
+            );
             row.insert("note".into(), note(o).into());
             row
         })
@@ -798,6 +803,17 @@ fn status_text(report: &StatusReport) -> String {
     for o in &report.objects {
         if let Some(warning) = &o.warning {
             text.push_str(&format!("\nwarning: {} {}: {warning}", o.kind, o.name));
+        }
+    }
+    // The note shows an error's first line; its detail, hint and way out
+    // follow the table in full.
+    for o in &report.objects {
+        if let Some(error) = o.error.as_deref().filter(|e| e.lines().nth(1).is_some()) {
+            text.push_str(&format!("\n{} {}:", o.kind, o.name));
+            for line in error.lines() {
+                text.push_str("\n  ");
+                text.push_str(line);
+            }
         }
     }
     text
@@ -815,7 +831,16 @@ fn note(o: &ObjectReport) -> String {
         parts.push(format!("{copied} rows copied"));
     }
     match o.kind.as_str() {
-        "source" => parts.push(format!("slot {}", o.slot.as_deref().unwrap_or_default())),
+        "source" => {
+            let slot = o.slot.as_deref().unwrap_or_default();
+            parts.push(match o.retained_wal_bytes {
+                // Someone has to act: how much WAL waits on them.
+                Some(bytes) if o.state == "stalled" || o.state == "retrying" => {
+                    format!("slot {slot} retains {} MiB of WAL", bytes >> 20)
+                }
+                _ => format!("slot {slot}"),
+            })
+        }
         "table" => parts.push(format!(
             "{} of {}",
             o.reference.as_deref().unwrap_or_default(),
@@ -1254,6 +1279,51 @@ mod tests {
         assert_eq!(
             psql_table(&columns, &rows),
             "   name    | columns\n-----------+---------\n orders_v1 |       3\n x         |      12\n(2 rows)\n"
+        );
+    }
+
+    /// A stalled source's note shows the error's first line and the WAL
+    /// its slot keeps; the whole error (detail, hint, way out) follows
+    /// the table; rates are a column.
+    #[test]
+    fn status_text_shows_the_whole_error_and_the_rates() {
+        use evolve_pipeline::admin::ObjectReport;
+        let report = StatusReport {
+            objects: vec![
+                ObjectReport {
+                    kind: "source".into(),
+                    name: "src".into(),
+                    state: "stalled".into(),
+                    error: Some(
+                        "ERROR: could not connect to connection \"pg_conn\"\nDETAIL: password authentication failed\nnot retried".into(),
+                    ),
+                    slot: Some("evolve_src".into()),
+                    retained_wal_bytes: Some(3 << 20),
+                    ..ObjectReport::default()
+                },
+                ObjectReport {
+                    kind: "table".into(),
+                    name: "t_v1".into(),
+                    state: "snapshotting".into(),
+                    rows_per_second: Some(51234.0),
+                    rows_copied: Some(7),
+                    reference: Some("public.t".into()),
+                    source: Some("src".into()),
+                    ..ObjectReport::default()
+                },
+            ],
+        };
+        let text = status_text(&report);
+        assert!(
+            text.contains("ERROR: could not connect to connection \"pg_conn\"; slot evolve_src retains 3 MiB of WAL"),
+            "{text}"
+        );
+        assert!(text.contains("|  51234 |"), "{text}");
+        assert!(
+            text.ends_with(
+                "source src:\n  ERROR: could not connect to connection \"pg_conn\"\n  DETAIL: password authentication failed\n  not retried"
+            ),
+            "{text}"
         );
     }
 
