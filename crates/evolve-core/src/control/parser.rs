@@ -50,8 +50,8 @@ SHOW {SOURCES | TABLES | MATERIALIZED VIEWS | SINKS | REPLICAS | TRANSFORMS | \
 CONFLICT RESOLVERS FOR REPLICA ...}.";
 
 /// The values of `COPY DATA`, for hints.
-const COPY_DATA_VALUES: &str = "COPY DATA is true or false.";
-const ENABLED_VALUES: &str = "ENABLED is true or false.";
+const COPY_DATA_VALUES: &str = "COPY DATA is true or false (or on, off, yes, no, 1, 0).";
+const ENABLED_VALUES: &str = "ENABLED is true or false (or on, off, yes, no, 1, 0).";
 
 /// The options of a materialized view, for [`Parser::options`].
 const VIEW_OPTIONS: &[(&str, &str)] = &[("absorb", "ABSORB")];
@@ -1196,14 +1196,16 @@ impl Parser<'_> {
         }
     }
 
-    /// `[=] true | false | on | off`, bare or as a string literal, in any
-    /// case.
+    /// `[=]` a boolean as PostgreSQL's options take it (`true`, `false`,
+    /// `on`, `off`, `yes`, `no`, `1`, `0`, and the prefixes of `true`,
+    /// `false`, `yes` and `no`), bare or as a string literal, in any case.
     fn boolean_value(&mut self, option: &str, values: &str) -> Result<bool, ControlError> {
         self.optional_equals();
-        let token = self.peek();
+        let token = self.peek().clone();
         let value = match &token.tok {
             Tok::Word(w) => w.clone(),
-            Tok::Str(s) => s.to_ascii_lowercase(),
+            Tok::Str(s) => s.trim().to_ascii_lowercase(),
+            Tok::Number => self.raw(&token).to_string(),
             _ => {
                 let err = self.bare_syntax_error();
                 return Err(if token.tok == Tok::Error {
@@ -1213,9 +1215,12 @@ impl Parser<'_> {
                 });
             }
         };
+        let prefix_of = |word: &str| !value.is_empty() && word.starts_with(value.as_str());
         let yes = match value.as_str() {
-            "true" | "on" => true,
-            "false" | "off" => false,
+            "on" | "1" => true,
+            "off" | "0" => false,
+            _ if prefix_of("true") || prefix_of("yes") => true,
+            _ if prefix_of("false") || prefix_of("no") => false,
             _ => {
                 return Err(self
                     .error_at(

@@ -2099,6 +2099,30 @@ fn create_replica() {
             .to_sql(),
         "CREATE REPLICA r FROM SOURCE s INTO POSTGRES CONNECTION c"
     );
+    // PostgreSQL's spellings of a boolean option.
+    let copies = |value: &str| {
+        let Statement::CreateReplica(r) = one(&format!(
+            "CREATE REPLICA r FROM SOURCE s INTO POSTGRES CONNECTION c WITH (COPY DATA = {value})"
+        )) else {
+            unreachable!()
+        };
+        r.copy_data
+    };
+    for yes in ["true", "TRUE", "t", "yes", "Y", "on", "1", "'on'", "' yes '"] {
+        assert!(copies(yes), "{yes}");
+    }
+    for no in ["false", "f", "fal", "no", "N", "off", "OFF", "0", "'0'"] {
+        assert!(!copies(no), "{no}");
+    }
+    for neither in ["o", "2", "'yess'", "''", "10"] {
+        assert!(
+            parse(&format!(
+                "CREATE REPLICA r FROM SOURCE s INTO POSTGRES CONNECTION c WITH (COPY DATA = {neither})"
+            ))
+            .is_err(),
+            "{neither}"
+        );
+    }
     let Statement::CreateReplica(r) =
         one("CREATE REPLICA IF NOT EXISTS r FROM SOURCE s INTO POSTGRES CONNECTION c")
     else {
@@ -2157,7 +2181,7 @@ fn create_replica_errors() {
         &input,
         "invalid value for option COPY DATA: \"maybe\"",
         head.len() + 19,
-        Some("COPY DATA is true or false."),
+        Some("COPY DATA is true or false (or on, off, yes, no, 1, 0)."),
     );
     let input = format!("{head} WITH (COPY DATA = true, COPY DATA = false)");
     let e = check(
