@@ -814,46 +814,14 @@ fn without_values(message: &str) -> String {
 }
 
 /// Parses `90s`, `10m`, `1h30m`, `500ms`, `2d`: numbers each followed by
-/// a unit, added up.
+/// a unit, added up ([`evolve_core::control::parse_duration`]).
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || {
+    evolve_core::control::parse_duration(text.trim()).ok_or_else(|| {
         format!(
-            "{text:?} is not a duration; use a number and a unit (ms, s, m, h, d), e.g. \"10m\", \"1h\" or \"90s\""
+            "{text:?} is not a duration; use {}",
+            evolve_core::control::DURATION_FORMAT
         )
-    };
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = Duration::ZERO;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let number: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let seconds_per = match &rest[..unit] {
-            "ms" => None,
-            "s" => Some(1),
-            "m" | "min" => Some(60),
-            "h" => Some(3_600),
-            "d" => Some(86_400),
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit..];
-        let part = match seconds_per {
-            None => Duration::from_millis(number),
-            Some(s) => number
-                .checked_mul(s)
-                .map(Duration::from_secs)
-                .ok_or_else(bad)?,
-        };
-        total = total.checked_add(part).ok_or_else(bad)?;
-    }
-    Ok(total)
+    })
 }
 
 /// Replaces `${NAME}` with `env(NAME)`; `$$` is a literal `$`.

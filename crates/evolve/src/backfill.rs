@@ -196,20 +196,7 @@ pub struct RewriteArgs {
     pub db: Db,
 }
 
-/// Parses `3s`, `500ms`, `2min`, or a bare number of milliseconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let bad = || format!("{s:?} is not a duration; use e.g. 5s, 200ms or 2min");
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    match unit.trim() {
-        "" | "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "min" | "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(bad()),
-    }
-}
+use crate::cli::parse_duration;
 
 /// Parses `1GB`, `512MB`, `64kB` (powers of 1024, as PostgreSQL reads
 /// them) or a bare number of bytes.

@@ -430,20 +430,28 @@ fn parse_version(s: &str) -> Result<Version, String> {
     Version::parse(s).map_err(|e| e.to_string())
 }
 
-/// Parses `3s`, `500ms`, `2min`, or a bare number of milliseconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration; use e.g. 3s or 500ms"))?;
-    match unit.trim() {
-        "" | "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "min" | "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("{s:?} is not a duration; use e.g. 3s or 500ms")),
-    }
+/// Parses a duration as evolve writes them everywhere (`3s`, `500ms`,
+/// `2min`, `1m30s`; [`evolve_core::control::parse_duration`]), or a bare
+/// number of `bare` units (milliseconds, as PostgreSQL reads
+/// `lock_timeout`, for most options).
+pub(crate) fn parse_duration_or(bare: Duration, s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let parsed = if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        t.parse::<u32>().ok().and_then(|n| bare.checked_mul(n))
+    } else {
+        evolve_core::control::parse_duration(t)
+    };
+    parsed.ok_or_else(|| {
+        format!(
+            "{s:?} is not a duration; use {}",
+            evolve_core::control::DURATION_FORMAT
+        )
+    })
+}
+
+/// [`parse_duration_or`] with a bare number in milliseconds.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    parse_duration_or(Duration::from_millis(1), s)
 }
 
 /// Runs the command; the exit code is 0 unless the command itself says
@@ -834,7 +842,14 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1500"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2min"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration(" 1d "), Ok(Duration::from_secs(86_400)));
+        assert_eq!(
+            parse_duration_or(Duration::from_secs(1), "90"),
+            Ok(Duration::from_secs(90))
+        );
         assert!(parse_duration("3 parsecs").is_err());
+        assert!(parse_duration("99999999999999999999").is_err());
         assert!(parse_duration("").is_err());
     }
 

@@ -140,9 +140,10 @@ pub struct StatusArgs {
 
 /// A duration as the control language's `WAIT` takes it.
 pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
-    evolve_core::control::parse_duration(text).ok_or_else(|| {
+    evolve_core::control::parse_duration(text.trim()).ok_or_else(|| {
         format!(
-            "{text:?} is not a duration; use numbers each with a unit (ms, s, min, h), e.g. 60s, 500ms or 1min30s"
+            "{text:?} is not a duration; use {}",
+            evolve_core::control::DURATION_FORMAT
         )
     })
 }

@@ -40,20 +40,9 @@ pub struct RolloutArgs {
     catchup_timeout: Duration,
 }
 
+/// A duration; a bare number is in seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let (number, unit) = t
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((t, "s"), |at| t.split_at(at));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration; write e.g. 90s or 5m"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" | "min" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("{text:?} is not a duration; write e.g. 90s or 5m")),
-    }
+    crate::cli::parse_duration_or(Duration::from_secs(1), text)
 }
 
 pub async fn run(args: RolloutArgs, out: &Out) -> anyhow::Result<()> {

@@ -987,9 +987,16 @@ pub fn wait_option(wait: Duration) -> String {
     format!(" WITH (WAIT = {})", sql_literal(&format_duration(wait)))
 }
 
+/// How a duration is written, for error messages: what
+/// [`parse_duration`] reads.
+pub const DURATION_FORMAT: &str =
+    "numbers each with a unit (ms, s, m or min, h, d), e.g. 90s, 500ms or 1h30m";
+
 /// Reads a duration: one or more numbers each followed by a unit (`ms`,
-/// `s`, `m` or `min`, `h`), added up: `60s`, `500ms`, `2min`, `1m30s`.
-/// `None` when it is anything else, or more than `u64::MAX` milliseconds.
+/// `s`, `m` or `min`, `h`, `d`), added up: `60s`, `500ms`, `2min`,
+/// `1m30s`, `2d`. Every duration evolve reads (options, `evolve.toml`,
+/// `WAIT`) has this form. `None` when it is anything else, or more than
+/// `u64::MAX` milliseconds.
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let mut rest = text;
     if rest.is_empty() {
@@ -1010,6 +1017,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
             "s" => 1_000,
             "m" | "min" => 60_000,
             "h" => 3_600_000,
+            "d" => 86_400_000,
             _ => return None,
         };
         rest = &rest[unit..];

@@ -60,7 +60,7 @@ const VIEW_OPTIONS: &[(&str, &str)] = &[("absorb", "ABSORB")];
 const ABSORB_VALUES: &str = "ABSORB is 'auto' or 'manual'.";
 
 /// The values of `WAIT`, for hints.
-const WAIT_VALUES: &str = "WAIT is a duration: numbers each with a unit (ms, s, min, h), as in '60s', '500ms' or '1min30s'.";
+const WAIT_VALUES: &str = "WAIT is a duration: numbers each with a unit (ms, s, m or min, h, d), as in '60s', '500ms' or '1m30s'.";
 
 const INTERFACE_FORM: &str = "SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) \
 AS data FROM table_name t";

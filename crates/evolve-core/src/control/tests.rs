@@ -1937,8 +1937,8 @@ fn apply_with_wait() {
         })
     );
     let values = Some(
-        "WAIT is a duration: numbers each with a unit (ms, s, min, h), as in '60s', '500ms' or \
-         '1min30s'.",
+        "WAIT is a duration: numbers each with a unit (ms, s, m or min, h, d), as in '60s', \
+         '500ms' or '1m30s'.",
     );
     for (bad, near) in [
         ("'soon'", "\"soon\""),
@@ -1960,8 +1960,8 @@ fn apply_with_wait() {
         "syntax error at or near \"60\"",
         base.len() + 14,
         Some(
-            "Expected a string literal: WAIT is a duration: numbers each with a unit (ms, s, min, \
-             h), as in '60s', '500ms' or '1min30s'.",
+            "Expected a string literal: WAIT is a duration: numbers each with a unit (ms, s, m or \
+             min, h, d), as in '60s', '500ms' or '1m30s'.",
         ),
     );
     let e = check(
@@ -1994,12 +1994,13 @@ fn durations_parse_and_print() {
     assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
     assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
     assert_eq!(parse_duration("2min"), Some(Duration::from_secs(120)));
+    assert_eq!(parse_duration("1d12h"), Some(Duration::from_secs(129_600)));
     assert_eq!(
         parse_duration("1h1m1s1ms"),
         Some(Duration::from_millis(3_661_001))
     );
     for bad in [
-        "", "s", "60", "1.5s", " 1s", "1s ", "1d", "1S", "-1s", "1sm",
+        "", "s", "60", "1.5s", " 1s", "1s ", "1w", "1S", "-1s", "1sm",
     ] {
         assert_eq!(parse_duration(bad), None, "{bad:?}");
     }
@@ -2108,7 +2109,9 @@ fn create_replica() {
         };
         r.copy_data
     };
-    for yes in ["true", "TRUE", "t", "yes", "Y", "on", "1", "'on'", "' yes '"] {
+    for yes in [
+        "true", "TRUE", "t", "yes", "Y", "on", "1", "'on'", "' yes '",
+    ] {
         assert!(copies(yes), "{yes}");
     }
     for no in ["false", "f", "fal", "no", "N", "off", "OFF", "0", "'0'"] {
