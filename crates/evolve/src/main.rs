@@ -41,36 +41,38 @@ fn default_log_filter(args: &cli::Cli) -> &'static str {
 }
 
 /// The log filter: `--log-level`, else `EVOLVE_LOG`, else the command's
-/// default. Both take tracing's filter syntax; a bare word given to
-/// `--log-level` must be a level (`--log-level verbose` is refused rather
-/// than read as the target "verbose").
+/// default. Both take tracing's filter syntax; a bare word must be a
+/// level (`--log-level verbose` and `EVOLVE_LOG=verbose` are refused
+/// rather than read as the target "verbose").
 fn log_filter(args: &cli::Cli) -> Result<EnvFilter, String> {
-    let parse = |value: &str, given: &str| {
-        EnvFilter::try_new(value.trim()).map_err(|e| {
-            format!(
-                "{given} {value:?} is not a log filter ({e}); use a level (off, error, warn, info, \
-                 debug, trace) or directives such as \"warn,evolve_pipeline=debug\""
-            )
-        })
-    };
     if let Some(level) = &args.log_level {
-        let bare = !level.contains(['=', ',', '[', ':']);
-        let is_level = matches!(
-            level.trim().to_ascii_lowercase().as_str(),
-            "off" | "error" | "warn" | "info" | "debug" | "trace"
-        );
-        if bare && !is_level {
-            return Err(format!(
-                "--log-level {level:?} is not a log level; use off, error, warn, info, debug or \
-                 trace, or directives such as \"warn,evolve_pipeline=debug\""
-            ));
-        }
-        return parse(level, "--log-level");
+        return parse_log_filter(level, "--log-level");
     }
     match std::env::var("EVOLVE_LOG") {
-        Ok(value) if !value.trim().is_empty() => parse(&value, "EVOLVE_LOG"),
+        Ok(value) if !value.trim().is_empty() => parse_log_filter(&value, "EVOLVE_LOG"),
         _ => Ok(EnvFilter::new(default_log_filter(args))),
     }
+}
+
+/// `value` as a log filter, `given` by that option or variable.
+fn parse_log_filter(value: &str, given: &str) -> Result<EnvFilter, String> {
+    let bare = !value.contains(['=', ',', '[', ':']);
+    let is_level = matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "off" | "error" | "warn" | "info" | "debug" | "trace"
+    );
+    if bare && !is_level {
+        return Err(format!(
+            "{given} {value:?} is not a log level; use off, error, warn, info, debug or \
+             trace, or directives such as \"warn,evolve_pipeline=debug\""
+        ));
+    }
+    EnvFilter::try_new(value.trim()).map_err(|e| {
+        format!(
+            "{given} {value:?} is not a log filter ({e}); use a level (off, error, warn, info, \
+             debug, trace) or directives such as \"warn,evolve_pipeline=debug\""
+        )
+    })
 }
 
 fn main() -> ExitCode {

@@ -147,4 +147,13 @@ async fn json_lines_and_the_flag_wins_over_the_environment() {
         "{}",
         support::text(&out.stderr)
     );
+    // EVOLVE_LOG takes the same, and is held to the same.
+    let out =
+        support::evolve_with(&["status", "--admin", &admin], &[("EVOLVE_LOG", "verbose")]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        support::text(&out.stderr).starts_with("error: EVOLVE_LOG \"verbose\" is not a log level;"),
+        "{}",
+        support::text(&out.stderr)
+    );
 }
