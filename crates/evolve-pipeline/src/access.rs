@@ -108,13 +108,23 @@ impl Access {
         path: &str,
         headers: &HeaderMap,
     ) -> std::result::Result<Option<SqlBody>, Refusal> {
-        let forbidden = |message: String| Refusal {
+        let refused = |message: String, hint: &'static str| Refusal {
             status: StatusCode::FORBIDDEN,
             code: "42501",
             message,
-            hint: Some(
-                "The admin API answers requests to its own address only, and never to web pages of other origins; list other host names in admin_allowed_hosts in evolve.toml.",
-            ),
+            hint: Some(hint),
+        };
+        let forbidden = |message: String| {
+            refused(
+                message,
+                "The admin API answers requests to its own address only; list other host names in admin_allowed_hosts in evolve.toml.",
+            )
+        };
+        let cross_origin = |message: String| {
+            refused(
+                message,
+                "The admin API never answers web pages of other origins, whatever admin_allowed_hosts says; call it from evolve, curl or a program, not from a browser page.",
+            )
         };
         let text = |name: header::HeaderName| -> std::result::Result<Option<&str>, Refusal> {
             match headers.get(&name) {
@@ -138,7 +148,7 @@ impl Access {
         if let Some(origin) = text(header::ORIGIN)? {
             let own = host.is_some_and(|h| origin.eq_ignore_ascii_case(&format!("http://{h}")));
             if !own {
-                return Err(forbidden(format!(
+                return Err(cross_origin(format!(
                     "requests from origin {origin:?} are not allowed; the request was refused"
                 )));
             }
@@ -146,7 +156,7 @@ impl Access {
         if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site"))?
             && !matches!(site, "same-origin" | "none")
         {
-            return Err(forbidden(format!(
+            return Err(cross_origin(format!(
                 "requests from a {site} web page are not allowed; the request was refused"
             )));
         }
@@ -340,6 +350,22 @@ mod tests {
             ),
             200
         );
+        // The way out differs: another host name can be allowed, another
+        // origin cannot.
+        let hint = |pairs: &[(&'static str, &str)]| {
+            a.check(&Method::GET, "/status", &headers(pairs))
+                .err()
+                .and_then(|r| r.hint)
+                .unwrap()
+        };
+        assert!(hint(&[("host", "pipe.example")]).contains("admin_allowed_hosts"));
+        let cross = hint(&[host, ("origin", "http://evil.example")]);
+        assert!(
+            cross.contains("whatever admin_allowed_hosts says"),
+            "{cross}"
+        );
+        let site = hint(&[host, ("sec-fetch-site", "cross-site")]);
+        assert_eq!(site, cross);
     }
 
     #[test]
