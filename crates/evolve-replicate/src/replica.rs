@@ -211,7 +211,19 @@ impl Replica {
                 tables.join(", ")
             ))
             .await
-            .map_err(|e| ReplicateError::node(format!("create publication {slot}"), &e))
+            .map_err(|e| {
+                let denied = e
+                    .as_db_error()
+                    .is_some_and(|db| db.code().code() == "42501");
+                let why = if denied {
+                    // The source's own publication may have been made by
+                    // the tables' owner; a replica's is made by evolve.
+                    " (a replica publishes its tables itself: the role of the source's connection needs CREATE on the database and must own the tables, e.g. GRANT <the tables' owner> TO <that role>)"
+                } else {
+                    ""
+                };
+                ReplicateError::node(format!("create publication {slot}{why}"), &e)
+            })
     }
 
     /// Copies every table of the replica under `exported`'s snapshot.
