@@ -587,7 +587,8 @@ impl Replica {
 
     /// Skips the upstream transaction that finished at `lsn` on the node
     /// (as `ALTER SUBSCRIPTION ... SKIP` does): the next run moves the
-    /// replica's position past it without applying it.
+    /// replica's position past it without applying it. As PostgreSQL's,
+    /// it refuses a position the replica has already applied.
     pub async fn skip(node: &str, name: &str, lsn: Position) -> Result<()> {
         let client = evolve_pg::connect(node, "evolve replicate")
             .await
@@ -599,6 +600,24 @@ impl Replica {
             .batch_execute(crate::apply::NODE_SETUP)
             .await
             .map_err(|e| ReplicateError::node("create evolve's tables on the node", &e))?;
+        let applied: Option<String> = client
+            .query_opt(
+                "SELECT lsn::text FROM evolve_replica_progress WHERE replica = $1",
+                &[&name],
+            )
+            .await
+            .map_err(|e| ReplicateError::node("read the replica's position", &e))?
+            .map(|r| r.get(0));
+        if let Some(applied) = applied.and_then(|a| a.parse::<Position>().ok())
+            && lsn <= applied
+        {
+            return Err(ReplicateError::Node {
+                context: format!("replica {name} skip"),
+                message: format!(
+                    "the replica has applied the upstream up to {applied}, so the transaction finished at {lsn} is behind it; give the LSN its halt names (SHOW REPLICAS), which is later"
+                ),
+            });
+        }
         client
             .execute(
                 "INSERT INTO evolve_replica_progress (replica, lsn, skip_lsn)

@@ -58,7 +58,9 @@ pub async fn run(args: ReplicateArgs, out: &Out) -> anyhow::Result<()> {
                     "skip_lsn": position.to_string(),
                 })),
                 _ => out.text(&format!(
-                    "replica {name} will skip the upstream transaction finished at {position}"
+                    "replica {name} will skip the upstream transaction finished at {position} \
+                     (only a transaction that finishes exactly there: SHOW REPLICAS shows the \
+                     replica halted until it has passed it)"
                 )),
             }
         }

@@ -658,6 +658,24 @@ async fn replicas_and_transforms_through_evolve_sql() {
         "{}",
         text(&out.stderr)
     );
+    // A position the replica has applied already is refused, as
+    // ALTER SUBSCRIPTION ... SKIP refuses one behind its origin.
+    let out = evolve(&[
+        "replicate",
+        "skip",
+        "node_b",
+        "--lsn",
+        "0/1",
+        "--config",
+        &config_arg,
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("so the transaction finished at 0/1 is behind it"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = evolve(&[
         "replicate",
         "skip",
@@ -687,7 +705,11 @@ async fn replicas_and_transforms_through_evolve_sql() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        format!("replica node_b will skip the upstream transaction finished at {lsn}\n")
+        format!(
+            "replica node_b will skip the upstream transaction finished at {lsn} (only a \
+             transaction that finishes exactly there: SHOW REPLICAS shows the replica halted \
+             until it has passed it)\n"
+        )
     );
     wait_state(&admin, "node_b", "running").await;
     up.batch_execute("INSERT INTO orders VALUES (4, 'after', NULL)")
