@@ -23,6 +23,8 @@ pub struct ReplicaSpec {
     pub name: String,
     /// The upstream's connection url.
     pub upstream: String,
+    /// The upstream connection's name in `evolve.toml`, for messages.
+    pub upstream_connection: String,
     /// The node's connection url.
     pub node: String,
     /// The upstream tables it replicates, as (schema, name).
@@ -428,7 +430,7 @@ impl Replica {
         let source = PostgresSource::new(
             SourceInfo {
                 name: spec.name.clone(),
-                connection: format!("the upstream of replica {}", spec.name),
+                connection: spec.upstream_connection.clone(),
                 publication: slot.clone(),
                 publication_created: true,
                 slot,
@@ -439,7 +441,10 @@ impl Replica {
             },
             Connection::new(spec.upstream.clone()),
         );
-        let mut stream = source.stream(applier.position()).await?;
+        let mut stream = source
+            .stream(applier.position())
+            .await
+            .map_err(|e| ReplicateError::stream(&spec.name, e))?;
         // What the node has is durable: the slot may release it.
         stream.confirm(applier.position());
         self.set(|s| {
@@ -537,7 +542,7 @@ impl Replica {
                     stream.confirm(end);
                     in_flight -= 1;
                 }
-                event = stream.next(), if !full => match event? {
+                event = stream.next(), if !full => match event.map_err(|e| ReplicateError::stream(&self.spec.name, e))? {
                     SourceEvent::Begin { commit_time_micros, .. } => {
                         current = Some(Transaction {
                             end: Position::ZERO,

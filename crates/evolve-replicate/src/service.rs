@@ -145,6 +145,12 @@ fn replicate_error(e: ReplicateError) -> PipelineError {
     match e {
         ReplicateError::Node { context, message } => PipelineError::Database { context, message },
         ReplicateError::Source(e) => e,
+        ReplicateError::Stream {
+            replica, message, ..
+        } => PipelineError::Database {
+            context: format!("replication stream of replica \"{replica}\""),
+            message,
+        },
         halted @ ReplicateError::Halted { .. } => refused("55000", halted.to_string(), None, None),
     }
 }
@@ -205,6 +211,7 @@ fn spec(
 ) -> Result<ReplicaSpec, PipelineError> {
     Ok(ReplicaSpec {
         name: info.name.clone(),
+        upstream_connection: info.upstream_connection.clone(),
         upstream: config
             .connection(&info.upstream_connection)?
             .url()
@@ -465,6 +472,7 @@ impl ReplicaService {
         drop(node);
         let spec = ReplicaSpec {
             name: s.name.clone(),
+            upstream_connection: source.connection.clone(),
             upstream: upstream_connection.url().to_string(),
             node: node_connection.url().to_string(),
             tables,

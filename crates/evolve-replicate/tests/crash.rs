@@ -56,6 +56,7 @@ async fn sigkill_during_apply_loses_and_doubles_nothing() {
     Replica::create(ReplicaSpec {
         name: "crash".into(),
         upstream: up_db.url.clone(),
+        upstream_connection: "up".into(),
         node: node_db.url.clone(),
         tables: vec![("public".into(), "crash_t".into())],
         resolvers: Resolvers::default(),
@@ -174,6 +175,7 @@ async fn sigkill_during_the_copy_leaves_nothing_and_the_next_copy_is_whole() {
     let spec = ReplicaSpec {
         name: "copy_crash".into(),
         upstream: up_db.url.clone(),
+        upstream_connection: "up".into(),
         node: node_db.url.clone(),
         tables: vec![("public".into(), "crash_t".into())],
         resolvers: Resolvers::default(),

@@ -125,6 +125,7 @@ async fn native_replication_stops_where_evolve_goes_on() {
     let spec = ReplicaSpec {
         name: "cmp_node".into(),
         upstream: up_db.url.clone(),
+        upstream_connection: "up".into(),
         node: node_db.url.clone(),
         tables: tables(&["cmp1_added", "cmp3_retyped", "cmp4_split"]),
         resolvers: window,
@@ -152,6 +153,7 @@ async fn native_replication_stops_where_evolve_goes_on() {
     let strict_spec = ReplicaSpec {
         name: "cmp_strict".into(),
         upstream: up_db.url.clone(),
+        upstream_connection: "up".into(),
         node: strict_db.url.clone(),
         tables: tables(&["cmp2_dropped"]),
         resolvers: Resolvers::default(),

@@ -54,6 +54,7 @@ async fn a_node_at_another_schema_version_gets_every_row_by_its_resolvers() {
     let spec = ReplicaSpec {
         name: "node_a".into(),
         upstream: up_db.url.clone(),
+        upstream_connection: "up".into(),
         node: node_db.url.clone(),
         tables: vec![
             ("public".into(), "orders".into()),
@@ -186,6 +187,7 @@ async fn an_error_resolver_halts_at_the_transaction_and_skip_passes_it() {
     let spec = ReplicaSpec {
         name: "node_h".into(),
         upstream: up_db.url.clone(),
+        upstream_connection: "up".into(),
         node: node_db.url.clone(),
         tables: vec![("public".into(), "t".into())],
         resolvers,
@@ -274,6 +276,7 @@ async fn a_transform_splits_a_column_and_its_filter_drops_rows() {
     let spec = ReplicaSpec {
         name: "node_tf".into(),
         upstream: up_db.url.clone(),
+        upstream_connection: "up".into(),
         node: node_db.url.clone(),
         tables: vec![("public".into(), "customers".into())],
         resolvers,
@@ -380,6 +383,7 @@ async fn copy_data_meets_the_stream_exactly_under_writes() {
     let spec = ReplicaSpec {
         name: "node_copy".into(),
         upstream: up_db.url.clone(),
+        upstream_connection: "up".into(),
         node: node_db.url.clone(),
         tables: vec![("public".into(), "items".into())],
         resolvers,

@@ -46,6 +46,7 @@ async fn three_nodes_are_upgraded_one_at_a_time_while_replicating() {
     let spec = |name: &str, url: &str, resolvers: Resolvers| ReplicaSpec {
         name: name.into(),
         upstream: up_db.url.clone(),
+        upstream_connection: "up".into(),
         node: url.into(),
         // FOR TABLE lists existing tables only; `audit` is added to the
         // publications below, as the migration creates it upstream.

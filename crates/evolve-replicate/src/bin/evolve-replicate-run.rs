@@ -33,6 +33,7 @@ async fn main() -> ExitCode {
     let replica = Replica::new(ReplicaSpec {
         name: name.clone(),
         upstream: upstream.clone(),
+        upstream_connection: "upstream".into(),
         node: node.clone(),
         tables,
         resolvers: Resolvers::default(),
