@@ -194,6 +194,7 @@ async fn bench(up: &evolve_test::Cluster, target: &evolve_test::Cluster, n: i64)
         let replica = Replica::create(ReplicaSpec {
             name: name.clone(),
             upstream: up_db.url.clone(),
+            upstream_connection: "up".into(),
             node: node_db.url.clone(),
             tables: vec![("public".into(), "bench_t".into())],
             resolvers: resolvers.clone(),

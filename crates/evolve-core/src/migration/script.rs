@@ -194,6 +194,17 @@ pub enum ScriptError {
         /// 1-based column (in characters) where the limit was passed.
         column: u32,
     },
+    /// A `/*` comment that never ends: it would hide every statement after
+    /// it (PostgreSQL and psql refuse it too).
+    #[error(
+        "the /* comment at line {line}, column {column} is never closed, so it would hide the rest of the file; close it with */ (comments nest: each /* inside it needs its own */)"
+    )]
+    UnterminatedComment {
+        /// 1-based line of its `/*`.
+        line: u32,
+        /// 1-based column (in characters) of its `/*`.
+        column: u32,
+    },
     /// A script larger than the parser can address.
     #[error(
         "script is {bytes} bytes, more than the 4 GiB the SQL parser can read; split it into smaller migrations"
@@ -389,6 +400,10 @@ fn split(text: &str, bodies: &[Range<usize>]) -> Result<Script, ScriptError> {
                         _ => return Err(ScriptError::UnknownDirective { name, line }),
                     },
                 }
+            }
+            TokenKind::BlockComment { terminated: false } => {
+                let (line, column) = line_col(text, token.offset);
+                return Err(ScriptError::UnterminatedComment { line, column });
             }
             _ if token.is_trivia() => {}
             TokenKind::Semi if !in_body(&mut bodies, token.offset) => {

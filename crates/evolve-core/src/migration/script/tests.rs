@@ -248,10 +248,26 @@ fn syntax_errors_do_not_refuse_the_file() {
         1:11 Other "select $a$ x; select 2"
         "#,
     );
+    // An unterminated comment would hide the rest: refused, at its `/*`.
+    for (text, at) in [
+        ("select 1 /* a /* b */ ; select 2", (1, 10)),
+        ("create table a (id int);\n/* forgot to close\ncreate table b (id int);\n", (2, 1)),
+        ("/* unterminated\ncreate table c (id int);", (1, 1)),
+        ("-- evolve:no-transaction\nselect 1; /*", (2, 11)),
+    ] {
+        match parse_script(text) {
+            Err(ScriptError::UnterminatedComment { line, column }) => {
+                assert_eq!((line, column), at, "{text:?}")
+            }
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
     check(
-        "select 1 /* a /* b */ ; select 2",
+        "select 1 /* a /* b */ */ ; select '/*'; -- /*\nselect 2 /* c */",
         r#"
         1:1 Other "select 1"
+        1:28 Other "select '/*'"
+        2:1 Other "select 2"
         "#,
     );
     // A BEGIN ATOMIC body without END takes the rest of the file.
