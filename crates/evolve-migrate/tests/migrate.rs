@@ -761,6 +761,11 @@ async fn bad_files_are_refused_before_anything_runs() {
             ],
         ),
         ("V2_oops.sql", b"SELECT 1;", &["V2_oops.sql", "__"]),
+        (
+            "V2__comment.sql",
+            b"CREATE TABLE important (id int);\n/* forgot to close\nCREATE TABLE important2 (id int);\n",
+            &["V2__comment.sql", "line 2, column 1", "never closed"],
+        ),
     ];
     for (name, body, fragments) in cases {
         let f = fixture("badfile").await;
