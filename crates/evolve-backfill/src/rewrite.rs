@@ -125,6 +125,11 @@ fn check_alters(alters: &[String]) -> Result<(), String> {
                 word.trim().to_uppercase()
             ));
         }
+        if lower.starts_with("alter ") && has_word(&lower, "type") && has_word(&lower, "using") {
+            return Err(format!(
+                "--alter {a:?} converts with USING, which a rewrite cannot apply (it copies rows with the new type's assignment cast); add a column of the new type, fill it with evolve backfill, and switch to it instead"
+            ));
+        }
         if lower.contains(" rename ") {
             return Err(format!(
                 "--alter {a:?} renames; a rewrite copies columns by name, so rename with a plain ALTER TABLE before or after"
@@ -132,6 +137,16 @@ fn check_alters(alters: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether `word` (lower case) is in `text` (lower case) as a word of its
+/// own: not part of a longer name or of a quoted one.
+fn has_word(text: &str, word: &str) -> bool {
+    let name = |c: char| c.is_alphanumeric() || c == '_' || c == '$' || c == '"';
+    text.match_indices(word).any(|(at, _)| {
+        !text[..at].chars().next_back().is_some_and(name)
+            && !text[at + word.len()..].chars().next().is_some_and(name)
+    })
 }
 
 async fn ensure_state_table(client: &Client) -> Result<String, BackfillError> {
@@ -1602,6 +1617,21 @@ mod tests {
         assert!(ok("OWNER TO bob").is_err());
         assert!(ok("ALTER COLUMN id TYPE bigint; DROP TABLE t").is_err());
         assert!(ok("ALTER COLUMN a TYPE int USING (a").is_err());
+        // USING would be dropped: the copy casts the rows itself.
+        for using in [
+            "ALTER COLUMN v TYPE bigint USING (v * 10)",
+            "alter v set data type int using(v/0)",
+            "ALTER COLUMN v TYPE bigint\nUSING v::bigint",
+        ] {
+            assert!(ok(using).unwrap_err().contains("USING"), "{using}");
+        }
+        for fine in [
+            "ALTER COLUMN \"using\" TYPE bigint",
+            "ALTER COLUMN using_count TYPE bigint",
+            "ADD CONSTRAINT no_overlap EXCLUDE USING gist (r WITH &&)",
+        ] {
+            assert!(ok(fine).is_ok(), "{fine}");
+        }
         assert!(check_alters(&[]).is_err());
     }
 }
