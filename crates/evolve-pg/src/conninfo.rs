@@ -112,6 +112,14 @@ fn parse_url(rest: &str) -> Result<Vec<(String, String)>, String> {
         }
         p = &rest[at + 1..];
     }
+    // libpq ends the user information at the first '@', so a second one
+    // before the path would make the rest of a password part of the host
+    // (and show it in every message that names the host).
+    if p[..p.find(['/', '?']).unwrap_or(p.len())].contains('@') {
+        return Err(
+            "the URL has more than one \"@\" before its host; percent-encode an \"@\" in the user name or password as %40".into(),
+        );
+    }
     // host[:port], comma-separated.
     let mut hosts = Vec::new();
     let mut ports = Vec::new();
@@ -568,6 +576,16 @@ mod tests {
             "postgres://h/a%00",
             "the database name in the URL contains %00",
         );
+        // A raw '@' in the password: refused, and the redacted form shows
+        // none of it.
+        let two_ats = "postgres://u:hunter@s3cretpw@127.0.0.1:5432/db";
+        check_err(
+            two_ats,
+            "the URL has more than one \"@\" before its host; percent-encode an \"@\" in the user name or password as %40",
+        );
+        assert_eq!(redact(two_ats), "postgres://u:***@127.0.0.1:5432/db");
+        // One after the path is the path's.
+        check("postgres://h/d%40b", &[("host", "h"), ("dbname", "d@b")]);
     }
 
     #[test]
