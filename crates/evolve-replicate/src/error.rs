@@ -107,6 +107,9 @@ mod tests {
             },
         );
         assert!(matches!(other, ReplicateError::Source(_)), "{other:?}");
-        assert!(other.to_string().contains("connection \"pg_conn\""), "{other}");
+        assert!(
+            other.to_string().contains("connection \"pg_conn\""),
+            "{other}"
+        );
     }
 }

@@ -659,7 +659,7 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                     admin: pipeline,
                     config: pipeline_config,
                 }
-                .resolve()?;
+                .resolve_as("--pipeline")?;
                 apply_opts.pipeline = Some(std::sync::Arc::new(
                     crate::coordinate::HttpCoordinator::new(admin),
                 ));

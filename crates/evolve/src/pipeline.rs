@@ -73,19 +73,39 @@ impl AdminArg {
     /// config's `admin_listen`; the token from `EVOLVE_ADMIN_TOKEN`, else
     /// the config's `admin_token` or `admin_token_file`.
     pub(crate) fn resolve(&self) -> anyhow::Result<AdminUrl> {
+        self.resolve_as("--admin")
+    }
+
+    /// [`AdminArg::resolve`] where the URL was given as `flag`
+    /// (`--pipeline` on the commands that coordinate with a pipeline).
+    pub(crate) fn resolve_as(&self, flag: &str) -> anyhow::Result<AdminUrl> {
         let (listen, token) = match &self.config {
             Some(path) => {
                 let (listen, token) = Config::load_admin(path).map_err(|e| pipeline_error(&e))?;
-                (Some(listen), token.map(|t| t.secret().to_string()))
+                (
+                    Some((listen, path.display().to_string())),
+                    token.map(|t| t.secret().to_string()),
+                )
             }
             None => (None, None),
         };
-        let url = match (&self.admin, listen) {
-            (Some(url), _) => url.clone(),
-            (None, Some(listen)) => format!("http://{listen}"),
-            (None, None) => DEFAULT_ADMIN.to_string(),
+        let (url, given) = match (&self.admin, listen) {
+            (Some(url), _) => (url.clone(), flag.to_string()),
+            (None, Some((listen, path))) => {
+                if listen.contains("://") {
+                    bail!(
+                        "admin_listen in {path} is {:?}, a URL; it is the address the pipeline listens on, HOST:PORT, e.g. 127.0.0.1:7800",
+                        without_credentials(&listen)
+                    );
+                }
+                (
+                    format!("http://{listen}"),
+                    format!("admin_listen in {path}"),
+                )
+            }
+            (None, None) => (DEFAULT_ADMIN.to_string(), "--admin".to_string()),
         };
-        let mut admin = AdminUrl::parse(&url)?;
+        let mut admin = AdminUrl::parse(&url, &given)?;
         admin.token = std::env::var("EVOLVE_ADMIN_TOKEN")
             .ok()
             .filter(|t| !t.trim().is_empty())
@@ -317,29 +337,47 @@ pub(crate) struct AdminUrl {
     token: Option<String>,
 }
 
+/// `url` with any user information masked: an admin URL is echoed in
+/// errors, and whatever precedes an `@` may be a password.
+fn without_credentials(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_string(),
+    }
+}
+
 impl AdminUrl {
-    fn parse(url: &str) -> anyhow::Result<AdminUrl> {
+    /// Reads `url`, which `given` (a flag, or a setting and its file) gave.
+    fn parse(url: &str, given: &str) -> anyhow::Result<AdminUrl> {
+        let shown = without_credentials(url);
         let Some(rest) = url.strip_prefix("http://") else {
             if url.starts_with("https://") {
                 bail!(
-                    "--admin {url}: the admin API speaks plain HTTP (it listens on loopback); use http://"
+                    "{given} {shown}: the admin API speaks plain HTTP (it listens on loopback); use http://"
                 );
             }
-            bail!("--admin {url}: expected http://HOST:PORT, e.g. {DEFAULT_ADMIN}");
+            bail!("{given} {shown}: expected http://HOST:PORT, e.g. {DEFAULT_ADMIN}");
         };
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        if authority.contains('@') {
+            bail!(
+                "{given} {shown}: an admin URL takes no user name or password (the token comes from EVOLVE_ADMIN_TOKEN or the config's admin_token); use http://HOST:PORT"
+            );
+        }
         let (host, port) = match authority.rsplit_once(':') {
             Some((host, port)) if !port.contains(']') => {
                 let port = port
                     .parse::<u16>()
-                    .map_err(|_| anyhow::anyhow!("--admin {url}: {port:?} is not a port"))?;
+                    .map_err(|_| anyhow::anyhow!("{given} {shown}: {port:?} is not a port"))?;
                 (host, port)
             }
             _ => (authority, 80),
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        if host.is_empty() || authority.contains('@') {
-            bail!("--admin {url}: expected http://HOST:PORT, e.g. {DEFAULT_ADMIN}");
+        if host.is_empty() {
+            bail!("{given} {shown}: expected http://HOST:PORT, e.g. {DEFAULT_ADMIN}");
         }
         Ok(AdminUrl {
             url: url.to_string(),
@@ -1249,22 +1287,33 @@ mod tests {
 
     #[test]
     fn admin_urls_parse() {
-        let a = AdminUrl::parse("http://127.0.0.1:7800").unwrap();
+        let a = AdminUrl::parse("http://127.0.0.1:7800", "--admin").unwrap();
         assert_eq!(
             (a.host.as_str(), a.port, a.prefix.as_str()),
             ("127.0.0.1", 7800, "")
         );
-        let a = AdminUrl::parse("http://[::1]:9/admin/").unwrap();
+        let a = AdminUrl::parse("http://[::1]:9/admin/", "--admin").unwrap();
         assert_eq!(
             (a.host.as_str(), a.port, a.prefix.as_str()),
             ("::1", 9, "/admin")
         );
         assert_eq!(a.authority, "[::1]:9");
-        assert_eq!(AdminUrl::parse("http://localhost").unwrap().port, 80);
-        assert!(AdminUrl::parse("https://x:1").is_err());
-        assert!(AdminUrl::parse("127.0.0.1:7800").is_err());
-        assert!(AdminUrl::parse("http://u:p@h:1").is_err());
-        assert!(AdminUrl::parse("http://h:port").is_err());
+        assert_eq!(
+            AdminUrl::parse("http://localhost", "--admin").unwrap().port,
+            80
+        );
+        assert!(AdminUrl::parse("https://x:1", "--admin").is_err());
+        assert!(AdminUrl::parse("127.0.0.1:7800", "--admin").is_err());
+        let e = AdminUrl::parse("http://u:hunter2pw@h:1", "--pipeline").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--pipeline http://***@h:1: an admin URL takes no user name or password (the token comes from EVOLVE_ADMIN_TOKEN or the config's admin_token); use http://HOST:PORT"
+        );
+        assert_eq!(
+            without_credentials("http://a:b@c@h:1/x@y"),
+            "http://***@h:1/x@y"
+        );
+        assert!(AdminUrl::parse("http://h:port", "--admin").is_err());
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub async fn run(args: PlanArgs, out: &Out) -> anyhow::Result<std::process::Exit
             admin: args.pipeline.clone(),
             config: args.pipeline_config.clone(),
         }
-        .resolve()?;
+        .resolve_as("--pipeline")?;
         let coordinator = crate::coordinate::HttpCoordinator::new(admin);
         breaking = evolve_migrate::check_contracts(
             &opts,

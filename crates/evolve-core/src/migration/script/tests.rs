@@ -251,7 +251,10 @@ fn syntax_errors_do_not_refuse_the_file() {
     // An unterminated comment would hide the rest: refused, at its `/*`.
     for (text, at) in [
         ("select 1 /* a /* b */ ; select 2", (1, 10)),
-        ("create table a (id int);\n/* forgot to close\ncreate table b (id int);\n", (2, 1)),
+        (
+            "create table a (id int);\n/* forgot to close\ncreate table b (id int);\n",
+            (2, 1),
+        ),
         ("/* unterminated\ncreate table c (id int);", (1, 1)),
         ("-- evolve:no-transaction\nselect 1; /*", (2, 11)),
     ] {
