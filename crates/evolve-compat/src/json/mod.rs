@@ -166,8 +166,11 @@ pub fn parse(text: &str, references: &[Reference]) -> Result<JsonSchema, SchemaE
     let schema = JsonSchema {
         inner: Arc::new(Inner { docs, ids, anchors }),
     };
+    // Chains share their tails (`a -> b -> c`, `b -> c`): each `$ref` is
+    // followed once, not once per chain it is part of.
+    let mut good = HashSet::new();
     for (doc, pointer) in refs {
-        schema.check_ref_chain(doc, &pointer)?;
+        schema.check_ref_chain(doc, &pointer, &mut good)?;
     }
     Ok(schema)
 }
@@ -407,17 +410,31 @@ impl JsonSchema {
 
     /// Follows the chain of `$ref`s starting at the one at `pointer`,
     /// failing when one resolves to nothing or the chain only comes back
-    /// to itself.
-    fn check_ref_chain(&self, doc: usize, pointer: &str) -> Result<(), SchemaError> {
+    /// to itself. `good` holds the `$ref`s whose chains are known to be
+    /// sound: reaching one ends the walk, and the walk's own `$ref`s join
+    /// it when it ends well.
+    fn check_ref_chain(
+        &self,
+        doc: usize,
+        pointer: &str,
+        good: &mut HashSet<(usize, String)>,
+    ) -> Result<(), SchemaError> {
         let docs = self.docs();
         let mut seen = HashSet::new();
         let (mut doc, mut pointer) = (doc, pointer.to_string());
+        let sound = |seen: HashSet<(usize, String)>, good: &mut HashSet<(usize, String)>| {
+            good.extend(seen);
+            Ok(())
+        };
         loop {
+            if good.contains(&(doc, pointer.clone())) {
+                return sound(seen, good);
+            }
             let Some(node) = navigate(&docs[doc].root, &pointer) else {
-                return Ok(());
+                return sound(seen, good);
             };
             let Some(reference) = node.get("$ref").and_then(Value::as_str) else {
-                return Ok(());
+                return sound(seen, good);
             };
             if !seen.insert((doc, pointer.clone())) {
                 return Err(error(format!(
@@ -445,7 +462,7 @@ impl JsonSchema {
                     .as_object()
                     .is_some_and(|m| m.keys().all(|k| k == "$ref" || is_annotation(k)));
             if !replaces {
-                return Ok(());
+                return sound(seen, good);
             }
             (doc, pointer) = (target, target_pointer);
         }

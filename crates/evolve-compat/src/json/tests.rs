@@ -772,6 +772,29 @@ fn parse_rejects_what_is_not_a_schema() {
         parse_error(r##"{"required":["a"],"$ref":"#/required"}"##)
             .contains("does not point to a schema")
     );
+    // A long chain of aliases: each `$ref` is followed once (following
+    // every chain to its end took minutes for 5,000 links, and held a
+    // registry's request that long); a broken or looping end is still
+    // found, whichever link is checked first.
+    let chain = |links: usize, end: &str| {
+        let mut defs: Vec<String> = (0..links)
+            .map(|i| format!(r##""d{i}":{{"$ref":"#/$defs/d{}"}}"##, i + 1))
+            .collect();
+        defs.push(format!(r#""d{links}":{end}"#));
+        format!(
+            r##"{{"$defs":{{{}}},"$ref":"#/$defs/d0"}}"##,
+            defs.join(",")
+        )
+    };
+    assert!(parse(&chain(5_000, r#"{"type":"string"}"#), &[]).is_ok());
+    assert!(
+        parse_error(&chain(5_000, r##"{"$ref":"#/$defs/missing"}"##))
+            .contains("resolves to nothing")
+    );
+    assert!(
+        parse_error(&chain(5_000, r##"{"$ref":"#/$defs/d2500"}"##))
+            .contains("refers back to itself")
+    );
     let bad_reference = parse(
         r#"{"$ref":"x.json"}"#,
         &[Reference {
