@@ -90,8 +90,7 @@ pub fn run(args: CompatArgs, out: &Out) -> anyhow::Result<ExitCode> {
         TypeArg::Json => SchemaType::Json,
     };
     let read = |path: &PathBuf| {
-        std::fs::read_to_string(path)
-            .map_err(|e| Unusable(format!("cannot read {}: {e}", path.display())))
+        crate::output::read_input(path).map_err(Unusable)
     };
     let mut refs = Vec::new();
     for r in &references {

@@ -130,8 +130,7 @@ fn load(args: &LintArgs) -> anyhow::Result<Loaded> {
     }
     let mut v = Vec::new();
     for path in &args.files {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let text = crate::output::read_input(path).map_err(anyhow::Error::msg)?;
         let parsed = evolve_core::migration::parse_script(&text)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         v.push((path.display().to_string(), text, parsed));

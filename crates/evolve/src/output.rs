@@ -678,3 +678,78 @@ pub async fn shutdown_signal() {
         let _ = interrupt.await;
     }
 }
+
+/// The most a file named on the command line may hold: a stream that
+/// does not end (`/dev/zero` behind a FIFO) fails here, not in memory.
+const MAX_INPUT_BYTES: u64 = 1 << 30;
+
+/// Reads the text file at `path`, named on the command line: a regular
+/// file, or a FIFO (process substitution, `<(...)`); devices and sockets
+/// are refused, as is anything past 1 GiB or not UTF-8. The error is one
+/// line naming the file, what is wrong, and the way out.
+pub fn read_input(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::FileTypeExt as _;
+    let shown = path.display();
+    let way_out = |e: &std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => "; check the path",
+        std::io::ErrorKind::PermissionDenied => "; make it readable for this user",
+        _ => "",
+    };
+    let metadata =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {shown}: {e}{}", way_out(&e)))?;
+    let kind = metadata.file_type();
+    if kind.is_dir() {
+        return Err(format!("cannot read {shown}: it is a directory; name a file"));
+    }
+    if kind.is_char_device() || kind.is_block_device() || kind.is_socket() {
+        return Err(format!(
+            "cannot read {shown}: it is a device or socket, not a file; name a file (or `-` for stdin where the command takes it)"
+        ));
+    }
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {shown}: {e}{}", way_out(&e)))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(format!(
+            "cannot read {shown}: it holds more than 1 GiB; split it into smaller files"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = 1 + e.as_bytes()[..at].iter().filter(|b| **b == b'\n').count();
+        format!(
+            "cannot read {shown}: invalid UTF-8 at byte offset {at} (line {line}); save the file as UTF-8"
+        )
+    })
+}
+
+#[cfg(test)]
+mod input_tests {
+    use super::read_input;
+
+    #[test]
+    fn only_files_are_read_and_bad_bytes_are_located() {
+        let dir = std::env::temp_dir().join(format!("evolve-read-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("a.sql");
+        std::fs::write(&good, "select 1;\n").unwrap();
+        assert_eq!(read_input(&good).unwrap(), "select 1;\n");
+        let bad = dir.join("b.sql");
+        std::fs::write(&bad, b"select 1;\nselect '\xe9';\n").unwrap();
+        let e = read_input(&bad).unwrap_err();
+        assert!(
+            e.ends_with("invalid UTF-8 at byte offset 18 (line 2); save the file as UTF-8"),
+            "{e}"
+        );
+        let e = read_input(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert!(e.contains("it is a device or socket, not a file"), "{e}");
+        assert!(read_input(&dir).unwrap_err().contains("it is a directory"));
+        let e = read_input(&dir.join("missing.sql")).unwrap_err();
+        assert!(e.ends_with("; check the path"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

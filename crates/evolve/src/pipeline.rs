@@ -254,8 +254,7 @@ async fn check(path: &Path, file: Option<&Path>, out: &Out) -> anyhow::Result<()
     };
     let mut plan = preflight::Plan::from_catalog(&sources, &tables, &sinks);
     if let Some(file) = file {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
+        let text = crate::output::read_input(file).map_err(anyhow::Error::msg)?;
         let statements = evolve_core::control::parse(&text).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {}",
@@ -518,8 +517,7 @@ pub async fn sql(args: SqlArgs, out: &Out) -> anyhow::Result<ExitCode> {
                 .context("cannot read statements from stdin")?;
             text
         }
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?,
+        (None, Some(path)) => crate::output::read_input(path).map_err(anyhow::Error::msg)?,
         (None, None) => {
             let mut text = String::new();
             let stdin = std::io::stdin();
