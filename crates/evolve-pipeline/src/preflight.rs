@@ -382,6 +382,13 @@ pub struct Plan {
     /// `(connection, schema, table)` of each sink; `(connection, "",
     /// topic)` of a Kafka sink.
     pub sinks: Vec<(String, String, String)>,
+    /// `(connection, statement)`: every connection the statements name,
+    /// with the statement that names it (`CREATE SOURCE s`), so that one
+    /// `evolve.toml` lacks fails the check.
+    pub named_connections: Vec<(String, String)>,
+    /// What the statements themselves get wrong (a table of a source that
+    /// neither the catalog nor the statements create).
+    pub statement_checks: Vec<Check>,
 }
 
 impl Plan {
@@ -428,6 +435,8 @@ impl Plan {
         sources: &[crate::store::SourceInfo],
     ) {
         use evolve_core::control::Statement;
+        // Every source, whatever its kind, for the tables' sources.
+        let mut all_sources: Vec<String> = sources.iter().map(|s| s.name.clone()).collect();
         // Only PostgreSQL upstreams are checked here; a MySQL or Kafka
         // source's checks run at CREATE SOURCE.
         let mut named: Vec<(String, String, String)> = sources
@@ -436,6 +445,33 @@ impl Plan {
             .map(|s| (s.name.clone(), s.connection.clone(), s.publication.clone()))
             .collect();
         for statement in statements {
+            match statement {
+                Statement::CreateSource(s) => {
+                    all_sources.push(s.name.clone());
+                    self.named_connections
+                        .push((s.connection.clone(), format!("CREATE SOURCE {}", s.name)));
+                }
+                Statement::CreateSink(k) => self
+                    .named_connections
+                    .push((k.connection.clone(), format!("CREATE SINK {}", k.name))),
+                Statement::CreateReplica(r) => self
+                    .named_connections
+                    .push((r.connection.clone(), format!("CREATE REPLICA {}", r.name))),
+                Statement::CreateTable(t) if !all_sources.contains(&t.source) => {
+                    self.statement_checks.push(Check::fail(
+                        format!("table {}", t.name),
+                        format!(
+                            "CREATE TABLE {} reads source \"{}\", which neither the pipeline has nor the statements create",
+                            t.name, t.source
+                        ),
+                        format!(
+                            "create the source before the table (CREATE SOURCE {} FROM ...), or name an existing one (SHOW SOURCES)",
+                            t.source
+                        ),
+                    ));
+                }
+                _ => {}
+            }
             match statement {
                 Statement::CreateSource(s)
                     if s.kind != evolve_core::control::SourceKind::Postgres => {}
@@ -489,6 +525,9 @@ pub struct ConnectionReport {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Report {
     pub connections: Vec<ConnectionReport>,
+    /// The statements' own failed checks: connections `evolve.toml` lacks,
+    /// tables of sources that do not exist.
+    pub statements: Vec<Check>,
 }
 
 impl Report {
@@ -497,6 +536,7 @@ impl Report {
         self.connections
             .iter()
             .flat_map(|c| &c.checks)
+            .chain(&self.statements)
             .filter(|c| !c.ok)
             .count()
     }
@@ -577,7 +617,27 @@ pub async fn run(config: &crate::config::Config, plan: &Plan) -> Report {
             checks,
         });
     }
-    Report { connections }
+    let mut statements = plan.statement_checks.clone();
+    for (connection, statement) in &plan.named_connections {
+        if !config.connections.contains_key(connection) {
+            let check = Check::fail(
+                format!("connection {connection}"),
+                format!(
+                    "{statement} names connection \"{connection}\", which evolve.toml does not have"
+                ),
+                format!(
+                    "add a [connections.{connection}] section with a url to evolve.toml, or fix the name"
+                ),
+            );
+            if !statements.contains(&check) {
+                statements.push(check);
+            }
+        }
+    }
+    Report {
+        connections,
+        statements,
+    }
 }
 
 /// A `kafka://` connection's checks: a broker answers, and each topic of

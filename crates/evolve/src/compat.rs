@@ -89,9 +89,7 @@ pub fn run(args: CompatArgs, out: &Out) -> anyhow::Result<ExitCode> {
         TypeArg::Protobuf => SchemaType::Protobuf,
         TypeArg::Json => SchemaType::Json,
     };
-    let read = |path: &PathBuf| {
-        crate::output::read_input(path).map_err(Unusable)
-    };
+    let read = |path: &PathBuf| crate::output::read_input(path).map_err(Unusable);
     let mut refs = Vec::new();
     for r in &references {
         let Some((name, file)) = r.split_once('=') else {

@@ -700,15 +700,17 @@ pub fn read_input(path: &Path) -> Result<String, String> {
         std::fs::metadata(path).map_err(|e| format!("cannot read {shown}: {e}{}", way_out(&e)))?;
     let kind = metadata.file_type();
     if kind.is_dir() {
-        return Err(format!("cannot read {shown}: it is a directory; name a file"));
+        return Err(format!(
+            "cannot read {shown}: it is a directory; name a file"
+        ));
     }
     if kind.is_char_device() || kind.is_block_device() || kind.is_socket() {
         return Err(format!(
             "cannot read {shown}: it is a device or socket, not a file; name a file (or `-` for stdin where the command takes it)"
         ));
     }
-    let file =
-        std::fs::File::open(path).map_err(|e| format!("cannot read {shown}: {e}{}", way_out(&e)))?;
+    let file = std::fs::File::open(path)
+        .map_err(|e| format!("cannot read {shown}: {e}{}", way_out(&e)))?;
     let mut bytes = Vec::new();
     file.take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut bytes)

@@ -301,6 +301,15 @@ async fn check(path: &Path, file: Option<&Path>, out: &Out) -> anyhow::Result<()
                 }
             }
         }
+        if !report.statements.is_empty() {
+            text.push_str("statements\n");
+            for check in &report.statements {
+                text.push_str(&format!("  FAIL  {}\n", check.message));
+                if let Some(fix) = &check.fix {
+                    text.push_str(&format!("        fix: {fix}\n"));
+                }
+            }
+        }
         let failures = report.failures();
         text.push_str(&if failures == 0 {
             "every check passed".to_string()

@@ -599,6 +599,37 @@ async fn each_missing_privilege_is_named_with_its_fix() {
         "{}",
         text(&out.stderr)
     );
+    // Statements that cannot run fail the check too: a connection
+    // evolve.toml lacks, a table of a source nothing creates.
+    let typos = dir.join("typos.sql");
+    std::fs::write(
+        &typos,
+        "CREATE SOURCE s2 FROM POSTGRES CONNECTION pg_conm (PUBLICATION 'p');\n\
+         CREATE TABLE t2 FROM SOURCE scr (REFERENCE public.orders);\n\
+         CREATE SINK k2 FROM orders_json INTO POSTGRES CONNECTION sink_conn (TABLE 't2');\n",
+    )
+    .unwrap();
+    let out = evolve(&[
+        "pipeline",
+        "check",
+        "--config",
+        config.to_str().unwrap(),
+        "-f",
+        typos.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    for failed in [
+        "statements\n  FAIL  CREATE TABLE t2 reads source \"scr\", which neither the pipeline has nor the statements create",
+        "  FAIL  CREATE SOURCE s2 names connection \"pg_conm\", which evolve.toml does not have\n        fix: add a [connections.pg_conm] section",
+    ] {
+        assert!(stdout.contains(failed), "{failed:?} not in\n{stdout}");
+    }
+    assert!(
+        !stdout.contains("connection \"sink_conn\", which"),
+        "{stdout}"
+    );
 
     // The statements refuse with the same checks, creating nothing.
     let running = Pipeline::start(&config);
