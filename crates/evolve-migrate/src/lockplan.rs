@@ -135,6 +135,10 @@ pub struct LockPlan {
     pub probed: bool,
     /// Statements where the probe disagreed with the prediction.
     pub disagreements: usize,
+    /// Statements that failed on the probe's scratch copy (they would
+    /// fail `apply` too; the first is the cause, the later ones ran after
+    /// it).
+    pub probe_failures: usize,
 }
 
 /// Asks `coordinator` (a running pipeline) which consumers read the
@@ -312,6 +316,7 @@ async fn plan_on(
         statements,
         probed: false,
         disagreements: 0,
+        probe_failures: 0,
     };
     if probe {
         probe_on(opts, &c.client, &mut plan).await?;
@@ -344,6 +349,11 @@ async fn probe_on(
                 .as_ref()
                 .is_some_and(|p| !p.disagreements.is_empty())
         })
+        .count();
+    plan.probe_failures = plan
+        .statements
+        .iter()
+        .filter(|s| s.probe.as_ref().is_some_and(|p| p.error.is_some()))
         .count();
     Ok(())
 }

@@ -63,7 +63,8 @@ pub async fn run(args: PlanArgs, out: &Out) -> anyhow::Result<std::process::Exit
         Format::Json => out.json_value(&serde_json::to_value(&plan)?)?,
         _ => out.text(&render(&plan))?,
     }
-    Ok(if breaking > 0 {
+    // A statement that fails on the scratch copy would fail `apply` too.
+    Ok(if breaking > 0 || plan.probe_failures > 0 {
         std::process::ExitCode::from(1)
     } else {
         std::process::ExitCode::SUCCESS
@@ -193,6 +194,13 @@ fn render(plan: &LockPlan) -> String {
             plan.disagreements,
             if plan.disagreements == 1 { "" } else { "s" }
         ));
+        if plan.probe_failures > 0 {
+            out.push_str(&format!(
+                ", {} statement{} failed on the scratch copy (apply would fail there too)",
+                plan.probe_failures,
+                if plan.probe_failures == 1 { "" } else { "s" }
+            ));
+        }
     }
     out
 }

@@ -211,6 +211,26 @@ async fn bad_input_is_one_line_and_applies_nothing() {
         refused(&evolve(&db.url, &dir, &["plan"]), needles);
     }
     assert_eq!(applied(&db.url).await, 1);
+    // A statement the probe sees fail would fail apply: counted, exit 1.
+    std::fs::write(
+        dir.join("V2__risky.sql"),
+        "ALTER TABLE orders ADD COLUMN x int DEFAULT (1/0);",
+    )
+    .expect("write");
+    let out = evolve(&db.url, &dir, &["plan", "--probe"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("probe      failed on the scratch copy: "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with(
+            "probe: 0 disagreements, 1 statement failed on the scratch copy (apply would fail there too)\n"
+        ),
+        "{stdout}"
+    );
+    assert_eq!(applied(&db.url).await, 1);
     let out = evolve("postgres://nobody@127.0.0.1:1/none", &dir, &["plan"]);
     refused(&out, &["could not connect"]);
 
