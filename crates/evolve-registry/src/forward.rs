@@ -643,8 +643,9 @@ pub(crate) async fn middleware(
         };
     }
     let (parts, body) = request.into_parts();
-    let Ok(body) = axum::body::to_bytes(body, app.max_body).await else {
-        return ApiError::too_large(app.max_body).into_response();
+    let body = match crate::http::limited_body(body, app.max_body).await {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
     };
     let rebuild = || Request::from_parts(parts.clone(), Body::from(body.clone()));
     if route == REGISTER && answered_here(&app, &parts, &body).await {

@@ -320,11 +320,22 @@ fn flag(params: &HashMap<String, String>, name: &str) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
+/// Reads a request body of at most `max` bytes. One whose declared
+/// length (`Content-Length`) is already more is refused at once, without
+/// waiting for bytes that would be refused anyway.
+pub(crate) async fn limited_body(body: Body, max: usize) -> Result<axum::body::Bytes, ApiError> {
+    use axum::body::HttpBody as _;
+    if body.size_hint().lower() > max as u64 {
+        return Err(ApiError::too_large(max));
+    }
+    axum::body::to_bytes(body, max)
+        .await
+        .map_err(|_| ApiError::too_large(max))
+}
+
 /// Reads the body (at most `max_body` bytes) as JSON.
 async fn json_body(app: &App, body: Body) -> Result<Json, ApiError> {
-    let bytes = axum::body::to_bytes(body, app.max_body)
-        .await
-        .map_err(|_| ApiError::too_large(app.max_body))?;
+    let bytes = limited_body(body, app.max_body).await?;
     if bytes.is_empty() {
         return Err(ApiError::bad_request(
             "The request body is empty; send a JSON object",
@@ -362,9 +373,7 @@ async fn read_schema_body(
     params: &HashMap<String, String>,
     operation: &str,
 ) -> Result<SchemaInput, ApiError> {
-    let bytes = axum::body::to_bytes(body, app.max_body)
-        .await
-        .map_err(|_| ApiError::too_large(app.max_body))?;
+    let bytes = limited_body(body, app.max_body).await?;
     let input = decode_schema_body(&bytes, flag(params, "normalize"))?;
     if input.schema.len() > app.max_schema {
         return Err(ApiError::schema_too_large(

@@ -1228,3 +1228,36 @@ fn context_paths_rewrite_to_qualified_requests() {
         assert_eq!(context_path(path, query).as_deref(), expected, "{path}");
     }
 }
+
+/// A body whose declared length is over the limit is refused as soon as
+/// the headers are in: the registry does not wait for bytes it would
+/// refuse (a client that declares 100 GB and sends one byte used to hold
+/// the request until it gave up).
+#[tokio::test]
+async fn a_declared_length_over_the_limit_is_refused_at_once() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let served = common::serve_tcp("declared").await;
+    let address = served.url.trim_start_matches("http://").to_string();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    socket
+        .write_all(
+            format!(
+                "POST /subjects/s/versions HTTP/1.1\r\nHost: {address}\r\n\
+                 Content-Type: application/vnd.schemaregistry.v1+json\r\n\
+                 Content-Length: 99999999999\r\n\r\nx"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // The answer comes while the client still owes the body; without it
+    // this read would wait until the test harness gives up.
+    let mut head = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(60), socket.read(&mut head))
+        .await
+        .expect("an answer before the body")
+        .unwrap();
+    let text = String::from_utf8_lossy(&head[..n]);
+    assert!(text.starts_with("HTTP/1.1 422"), "{text}");
+    assert!(text.contains("42209"), "{text}");
+}
