@@ -153,13 +153,16 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
                 incompatible_code: incompatible_error_code,
                 poll_interval: Duration::from_millis(poll_interval_ms.max(10)),
             };
-            let registry = open(&store.storage, settings).await?;
+            // Every flag checked and the port bound before the store is
+            // opened: a refusal leaves no store file behind.
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| {
                     format!("cannot listen on {listen}; pick another --listen address")
                 })?;
             let address = listener.local_addr()?;
+            Access::new(address, tls.is_some(), &allowed_hosts).map_err(anyhow::Error::msg)?;
+            let registry = open(&store.storage, settings).await?;
             let scheme = if tls.is_some() { "https" } else { "http" };
             let mut allowed_hosts = allowed_hosts;
             let mut advertised = String::new();

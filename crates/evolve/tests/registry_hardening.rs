@@ -415,6 +415,25 @@ fn store_errors_name_the_flag_and_are_said_once() {
         1,
         "{stderr}"
     );
+
+    // A flag refused, or a port taken: no store file is left behind.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("address").to_string();
+    let db = dir.join("new.db");
+    for flags in [
+        vec!["--listen", port.as_str()],
+        vec!["--listen", "127.0.0.1:0", "--allowed-host", ""],
+    ] {
+        let out = Command::new(EVOLVE)
+            .args(["registry", "serve"])
+            .args(&flags)
+            .arg("--storage")
+            .arg(format!("sqlite:{}", db.display()))
+            .output()
+            .expect("serve");
+        assert_eq!(out.status.code(), Some(1), "{flags:?}");
+        assert!(!db.exists(), "{flags:?} left {}", db.display());
+    }
 }
 
 #[test]
