@@ -131,6 +131,10 @@ pub(crate) async fn run(
         });
     }
 
+    // A file that could never run or be recorded (a COMMIT inside a
+    // transaction, a name longer than the history's column) is refused
+    // before anything is created: no history table, no schema, no lock.
+    refuse_unrunnable(&files, &history, &client, &step_opts, apply_opts).await?;
     // Everything below happens under the lock, so the history read here is
     // the one this run continues.
     let _lock = lock::acquire(opts, &history.table, on_event).await?;
@@ -311,6 +315,32 @@ async fn plan_steps<'a>(
         check_fits(step.file, &widths, history)?;
     }
     Ok((plan, steps))
+}
+
+/// The files' own problems among the steps the history read now gives
+/// (read-only: an absent history table reads as empty), before anything is
+/// created; the run's own planning under the lock checks them again, with
+/// validation and its callbacks.
+async fn refuse_unrunnable(
+    files: &MigrationSet,
+    history: &History,
+    client: &Client,
+    step_opts: &StepOptions,
+    apply_opts: &ApplyOptions,
+) -> Result<(), MigrateError> {
+    let rows = history.rows(client).await?;
+    let progress = history.progress(client).await?;
+    let plan = Plan::new(files, &rows, &progress);
+    let Ok(steps) = plan.steps(step_opts, &progress) else {
+        // Said by the run's own planning, after validation's callbacks.
+        return Ok(());
+    };
+    let widths = history.widths(client).await?;
+    for step in &steps {
+        check_runnable(step.file, apply_opts.mixed)?;
+        check_fits(step.file, &widths, history)?;
+    }
+    Ok(())
 }
 
 /// A file whose path, description or version is longer than the history

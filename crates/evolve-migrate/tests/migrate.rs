@@ -774,6 +774,10 @@ async fn bad_files_are_refused_before_anything_runs() {
         let err = f.apply_err().await;
         expect(err, fragments);
         assert!(!f.table_exists("t").await, "{name}: nothing may run");
+        assert!(
+            !f.table_exists("evolve_schema_history").await,
+            "{name}: nothing may be created"
+        );
     }
     let f = fixture("dupversion").await;
     f.write("V1__a.sql", "CREATE TABLE a (id int);");
