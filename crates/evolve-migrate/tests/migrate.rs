@@ -233,6 +233,19 @@ async fn syntax_errors_point_at_the_line_and_column_in_the_file() {
     let err = f.apply_err().await;
     assert!(err.starts_with("migration V1__typo.sql failed at line 4, column 10: ERROR 42601: syntax error at or near \"WHERE\""), "{err}");
     assert!(!f.table_exists("a").await);
+    // The server quotes the rest of an unterminated string, newline and
+    // all: the error stays one line.
+    let f = fixture("syntax_quote").await;
+    f.write("V1__quote.sql", "SELECT 1;\nSELECT 'abc;\n");
+    let err = f.apply_err().await;
+    assert_eq!(
+        err.lines().next(),
+        Some(
+            "migration V1__quote.sql failed at line 2, column 8: ERROR 42601: unterminated quoted string at or near \"'abc;\\n\""
+        ),
+        "{err}"
+    );
+    assert!(err.lines().skip(1).all(|l| l.starts_with("  ")), "{err}");
 }
 
 #[tokio::test]

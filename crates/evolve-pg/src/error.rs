@@ -63,7 +63,10 @@ fn describe(e: &tokio_postgres::Error) -> String {
 /// `where:` lines when the server sent them. `statement` (when given) lets
 /// the position be shown as a line and column within that statement.
 pub fn describe_db_error(db: &DbError, statement: Option<&str>) -> String {
-    let mut out = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+    // The server quotes SQL in some messages (`at or near "'abc;` followed
+    // by a newline): kept on the error's one line.
+    let message = db.message().replace('\r', "\\r").replace('\n', "\\n");
+    let mut out = format!("{} {}: {message}", db.severity(), db.code().code());
     if let (Some(ErrorPosition::Original(pos)), Some(stmt)) = (db.position(), statement) {
         let (line, col) = char_position(stmt, *pos as usize);
         out.push_str(&format!(" (at line {line}, column {col} of the statement)"));
