@@ -97,6 +97,9 @@ pub struct Config {
     pub kafka_snapshot_memory_keys: usize,
     /// `admin_token_file` as written, read by [`Config::load`].
     token_file: Option<PathBuf>,
+    /// Connections [`Config::load_lenient`] could not expand (a `${VAR}`
+    /// not set), with the error [`Config::connection`] gives for them.
+    unusable: BTreeMap<String, String>,
 }
 
 /// The admin API's bearer token; never shown by `Debug`.
@@ -513,6 +516,7 @@ impl Config {
             sink_load_rows: DEFAULT_SINK_LOAD_ROWS,
             kafka_snapshot_memory_keys: DEFAULT_KAFKA_SNAPSHOT_MEMORY_KEYS,
             token_file: None,
+            unusable: BTreeMap::new(),
         }
     }
 
@@ -556,14 +560,28 @@ impl Config {
     /// the file's directory. `${NAME}` is expanded from the process
     /// environment.
     pub fn load(path: &Path) -> Result<Config> {
+        Config::load_with(path, false)
+    }
+
+    /// [`Config::load`] for a command that uses only some connections
+    /// (`evolve replicate skip`, `evolve rollout`): a connection whose
+    /// `${VAR}` is not set is an error only when the command asks for it
+    /// ([`Config::connection`]).
+    pub fn load_lenient(path: &Path) -> Result<Config> {
+        Config::load_with(path, true)
+    }
+
+    fn load_with(path: &Path, lenient: bool) -> Result<Config> {
         let text = std::fs::read_to_string(path).map_err(|e| PipelineError::Config {
             message: format!("could not read config file {}: {e}", path.display()),
         })?;
-        let mut config = Config::parse(&text, |name| std::env::var(name).ok()).map_err(|e| {
-            PipelineError::Config {
+        let mut config = Config::parse_with(&text, |name| std::env::var(name).ok(), lenient)
+            .map_err(|e| PipelineError::Config {
                 message: format!("config file {}: {}", path.display(), e.primary()),
-            }
-        })?;
+            })?;
+        for message in config.unusable.values_mut() {
+            *message = format!("config file {}: {message}", path.display());
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         if config.state_dir.is_relative() {
             config.state_dir = base.join(&config.state_dir);
@@ -605,6 +623,14 @@ impl Config {
 
     /// Parses the text of a config file, expanding `${NAME}` with `env`.
     pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        Config::parse_with(text, env, false)
+    }
+
+    fn parse_with(
+        text: &str,
+        env: impl Fn(&str) -> Option<String>,
+        lenient: bool,
+    ) -> Result<Config> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| PipelineError::Config {
             message: toml_problem(text, &e),
         })?;
@@ -665,14 +691,23 @@ impl Config {
             }
         }
         let mut connections = BTreeMap::new();
+        let mut unusable = BTreeMap::new();
         for (name, c) in raw.connections {
-            let url = expand(&c.url, &env).map_err(|problem| PipelineError::Config {
-                message: format!("connections.{name}.url: {problem}"),
-            })?;
-            let kafka = c
-                .kafka_options(&name, &url, &env)
-                .map_err(|message| PipelineError::Config { message })?;
-            connections.insert(name, Connection::kafka(url, kafka));
+            let expanded = expand(&c.url, &env)
+                .map_err(|problem| format!("connections.{name}.url: {problem}"))
+                .and_then(|url| {
+                    let kafka = c.kafka_options(&name, &url, &env)?;
+                    Ok((url, kafka))
+                });
+            match expanded {
+                Ok((url, kafka)) => {
+                    connections.insert(name, Connection::kafka(url, kafka));
+                }
+                Err(message) if lenient => {
+                    unusable.insert(name, message);
+                }
+                Err(message) => return Err(PipelineError::Config { message }),
+            }
         }
         Ok(Config {
             state_dir: PathBuf::from(raw.state_dir.unwrap_or_else(|| DEFAULT_STATE_DIR.into())),
@@ -690,6 +725,7 @@ impl Config {
             sink_load_rows: DEFAULT_SINK_LOAD_ROWS,
             kafka_snapshot_memory_keys,
             token_file: raw.admin_token_file.map(PathBuf::from),
+            unusable,
         })
     }
 
@@ -736,6 +772,11 @@ impl Config {
 
     /// The connection named `name`.
     pub fn connection(&self, name: &str) -> Result<&Connection> {
+        if let Some(message) = self.unusable.get(name) {
+            return Err(PipelineError::Config {
+                message: message.clone(),
+            });
+        }
         self.connections
             .get(name)
             .ok_or_else(|| PipelineError::UnknownConnection {
@@ -861,6 +902,37 @@ mod tests {
 
     fn env(name: &str) -> Option<String> {
         (name == "PW").then(|| "s3cret".to_string())
+    }
+
+    /// Strict, a connection whose variable is not set fails the file;
+    /// lenient (for commands that use some connections), only a request
+    /// for that connection fails, with the same message.
+    #[test]
+    fn lenient_configs_fail_only_for_the_connection_used() {
+        let text = "[connections.up]\nurl = \"postgres://u:${UP_PW}@h/db\"\n\
+                    [connections.node]\nurl = \"postgres://u:${PW}@n/db\"\n";
+        let strict = Config::parse(text, env).unwrap_err();
+        assert!(
+            strict
+                .to_string()
+                .contains("connections.up.url: environment variable UP_PW is not set"),
+            "{strict}"
+        );
+        let c = Config::parse_with(text, env, true).unwrap();
+        assert_eq!(
+            c.connection("node").unwrap().url(),
+            "postgres://u:s3cret@n/db"
+        );
+        let e = c.connection("up").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("connections.up.url: environment variable UP_PW is not set"),
+            "{e}"
+        );
+        assert!(matches!(
+            c.connection("other"),
+            Err(PipelineError::UnknownConnection { .. })
+        ));
     }
 
     #[test]

@@ -46,7 +46,8 @@ pub async fn run(args: ReplicateArgs, out: &Out) -> anyhow::Result<()> {
                     "--lsn {lsn:?} is not an LSN; write it as PostgreSQL does, e.g. 0/16B3748 (the replica's halt names it)"
                 )
             })?;
-            let config = Config::load(&config).map_err(|e| crate::pipeline::pipeline_error(&e))?;
+            let config =
+                Config::load_lenient(&config).map_err(|e| crate::pipeline::pipeline_error(&e))?;
             let node = evolve_replicate::service::node_url(&config, &name)
                 .map_err(|e| crate::pipeline::pipeline_error(&e))?;
             Replica::skip(&node, &name, position)

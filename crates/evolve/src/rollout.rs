@@ -46,7 +46,8 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 pub async fn run(args: RolloutArgs, out: &Out) -> anyhow::Result<()> {
-    let config = Config::load(&args.config).map_err(|e| crate::pipeline::pipeline_error(&e))?;
+    let config =
+        Config::load_lenient(&args.config).map_err(|e| crate::pipeline::pipeline_error(&e))?;
     let url = |name: &str| -> anyhow::Result<String> {
         Ok(config
             .connection(name)
