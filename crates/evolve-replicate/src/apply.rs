@@ -117,6 +117,9 @@ struct Attempt {
     /// Rows the set path's inserts add to the node's tables, counted
     /// into [`Applier`]'s `added` only once the attempt commits.
     added: u64,
+    /// The conflict whose resolver halted the attempt, logged and counted
+    /// after its rollback ([`Applier::record_halt`]).
+    halted: Option<Box<(Position, i64, Logged)>>,
 }
 
 /// One row's statement and how to read its result.
@@ -212,6 +215,9 @@ pub struct Applier {
     skip: Option<Position>,
     /// Conflicts since the applier was made, by type and resolution.
     pub counts: BTreeMap<(ConflictType, Resolver), u64>,
+    /// The conflict that halted the last transaction, once logged
+    /// ([`Applier::take_halt`]).
+    halt: Option<(ConflictType, Resolver)>,
     /// Groups are applied row by row until then (the set-based path met
     /// something only that path handles).
     set_off_until: Option<std::time::Instant>,
@@ -224,6 +230,9 @@ pub struct Applier {
     /// write found a key otherwise than its first change expected.
     pub checked_again: u64,
 }
+
+/// The `detail` of a conflict whose resolver halted the replica.
+const HALTED: &str = "halted the replica";
 
 /// A conflict to log.
 struct Logged {
@@ -270,6 +279,7 @@ impl Applier {
             position: Position::ZERO,
             skip: None,
             counts: BTreeMap::new(),
+            halt: None,
             set_off_until: None,
             set_checked_until: None,
             groups: (0, 0),
@@ -277,6 +287,12 @@ impl Applier {
         };
         applier.read_position(client).await?;
         Ok(applier)
+    }
+
+    /// The conflict whose resolver halted the last transaction, logged on
+    /// the node, once: for the replica's count of conflicts.
+    pub fn take_halt(&mut self) -> Option<(ConflictType, Resolver)> {
+        self.halt.take()
     }
 
     /// The position of the last transaction applied to the node.
@@ -335,11 +351,23 @@ impl Applier {
             if skipping {
                 attempt.applied.skipped = true;
                 tracing::warn!(replica = %self.replica, lsn = %txn.end, "skipping the upstream transaction as asked");
-            } else if !self.write(&tx, txn, mode, &mut attempt).await? {
-                tx.rollback()
-                    .await
-                    .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
-                continue;
+            } else {
+                match self.write(&tx, txn, mode, &mut attempt).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tx.rollback().await.map_err(|e| {
+                            ReplicateError::node("roll back a node transaction", &e)
+                        })?;
+                        continue;
+                    }
+                    Err(e) => {
+                        drop(tx);
+                        if let Some(halted) = attempt.halted.take() {
+                            self.record_halt(client, *halted).await;
+                        }
+                        return Err(e);
+                    }
+                }
             }
             self.finish(tx, txn.end, &mut attempt).await?;
             if skipping {
@@ -484,20 +512,36 @@ impl Applier {
     ) -> Result<bool> {
         let mut steps = Vec::with_capacity(txn.rows.len());
         let mut logged = Vec::new();
+        // A resolver that halts pushes its conflict last, then fails.
+        let halted = |logged: &mut Vec<Logged>, attempt: &mut Attempt| {
+            if let Some(l) = logged.pop().filter(|l| l.detail.as_deref() == Some(HALTED)) {
+                attempt.halted = Some(Box::new((txn.end, txn.commit_time_micros, l)));
+            }
+        };
         for (table, change) in &txn.rows {
-            if let Some(step) = self
+            match self
                 .plan_row(tx, txn, *table, change, attempt, &mut logged)
-                .await?
+                .await
             {
-                steps.push(step);
+                Ok(Some(step)) => steps.push(step),
+                Ok(None) => {}
+                Err(e) => {
+                    halted(&mut logged, attempt);
+                    return Err(e);
+                }
             }
         }
         let mut applied = Applied::default();
         match mode {
             Mode::Sequential => {
                 for step in &steps {
-                    self.run_step(tx, txn, step, &mut applied, &mut logged)
-                        .await?;
+                    if let Err(e) = self
+                        .run_step(tx, txn, step, &mut applied, &mut logged)
+                        .await
+                    {
+                        halted(&mut logged, attempt);
+                        return Err(e);
+                    }
                 }
             }
             Mode::Pipelined => {
@@ -567,6 +611,34 @@ impl Applier {
             *self.counts.entry(*k).or_default() += n;
         }
         Ok(())
+    }
+
+    /// Logs the conflict whose resolver halted the replica, in a node
+    /// transaction of its own (the halted one was rolled back), and counts
+    /// it: `evolve_conflict_history` and `SHOW REPLICAS` show each halt.
+    /// A failure to log is a warning; the halt is what the caller reports.
+    async fn record_halt(&mut self, client: &mut Client, (end, time, l): (Position, i64, Logged)) {
+        let key = (l.conflict, l.resolution);
+        let logged = async {
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
+            self.log(&tx, end, time, l).await?;
+            tx.commit()
+                .await
+                .map_err(|e| ReplicateError::node("commit a node transaction", &e))
+        }
+        .await;
+        match logged {
+            Ok(()) => {
+                *self.counts.entry(key).or_default() += 1;
+                self.halt = Some(key);
+            }
+            Err(e) => {
+                tracing::warn!(replica = %self.replica, error = %e, "the conflict that halted the replica could not be logged")
+            }
+        }
     }
 
     fn halt(&self, txn: &Transaction, message: String) -> ReplicateError {
@@ -709,6 +781,16 @@ impl Applier {
         let Some((node, matched)) = mapped.target.clone() else {
             let resolver = resolvers.get(ConflictType::TargetTableMissing);
             if resolver == Resolver::Error {
+                logged.push(Logged {
+                    conflict: ConflictType::TargetTableMissing,
+                    resolution: resolver,
+                    schema: schema.schema.clone(),
+                    table: schema.name.clone(),
+                    key: Some(json_of(&schema, &key_image(change), true).to_string()),
+                    remote: None,
+                    local: None,
+                    detail: Some(HALTED.into()),
+                });
                 return Err(self.halt(
                     txn,
                     format!(
@@ -1069,6 +1151,16 @@ impl Applier {
                 }
                 let resolution = match resolver {
                     Resolver::Error => {
+                        logged.push(Logged {
+                            conflict: ConflictType::InsertExists,
+                            resolution: Resolver::Error,
+                            schema: names.0.clone(),
+                            table: names.1.clone(),
+                            key: Some(key.clone()),
+                            remote: Some(remote.clone()),
+                            local,
+                            detail: Some(HALTED.into()),
+                        });
                         return Err(self.halt(
                             txn,
                             format!(
@@ -1116,6 +1208,16 @@ impl Applier {
                     return Ok(Outcome::Insert);
                 }
                 if matches!(resolver, Resolver::InsertOrError | Resolver::Error) {
+                    logged.push(Logged {
+                        conflict: ConflictType::UpdateMissing,
+                        resolution: *resolver,
+                        schema: names.0.clone(),
+                        table: names.1.clone(),
+                        key: Some(key.clone()),
+                        remote: Some(remote.clone()),
+                        local: None,
+                        detail: Some(HALTED.into()),
+                    });
                     return Err(self.halt(
                         txn,
                         format!(
@@ -1147,6 +1249,16 @@ impl Applier {
                     return Ok(Outcome::Done);
                 }
                 if *resolver == Resolver::Error {
+                    logged.push(Logged {
+                        conflict: ConflictType::DeleteMissing,
+                        resolution: Resolver::Error,
+                        schema: names.0.clone(),
+                        table: names.1.clone(),
+                        key: Some(key.clone()),
+                        remote: None,
+                        local: None,
+                        detail: Some(HALTED.into()),
+                    });
                     return Err(self.halt(
                         txn,
                         format!(

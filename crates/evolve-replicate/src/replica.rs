@@ -464,7 +464,15 @@ impl Replica {
                         let Some(last) = group.last().map(|t| t.end) else {
                             continue;
                         };
-                        let applied = applier.apply_group(&mut node, &group).await?;
+                        let applied = match applier.apply_group(&mut node, &group).await {
+                            Ok(applied) => applied,
+                            Err(e) => {
+                                if let Some(halt) = applier.take_halt() {
+                                    self.set(|s| *s.conflicts.entry(halt).or_default() += 1);
+                                }
+                                return Err(e);
+                            }
+                        };
                         self.set(|s| {
                             s.position = last;
                             for (k, n) in &applied.conflicts {

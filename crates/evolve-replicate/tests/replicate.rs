@@ -218,6 +218,37 @@ async fn an_error_resolver_halts_at_the_transaction_and_skip_passes_it() {
         "{e}"
     );
     assert_eq!(replica.status().state, "halted");
+    // The conflict that halted it is counted and in the node's history,
+    // though its transaction was rolled back.
+    assert_eq!(
+        replica
+            .status()
+            .conflicts
+            .get(&(ConflictType::InsertExists, Resolver::Error)),
+        Some(&1),
+        "{:?}",
+        replica.status().conflicts
+    );
+    let history: Vec<(String, String, String, String)> = node
+        .query(
+            "SELECT conflict_type, resolution, key::text, detail FROM evolve_conflict_history \
+             WHERE replica = 'node_h'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        history,
+        vec![(
+            "insert_exists".into(),
+            "error".into(),
+            r#"{"id": "2"}"#.into(),
+            "halted the replica".into()
+        )]
+    );
     // Nothing of the halted transaction was applied; the one before was.
     let got: Vec<(i32, String)> = node
         .query("SELECT id, v FROM t ORDER BY id", &[])
