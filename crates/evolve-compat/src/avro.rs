@@ -90,8 +90,25 @@ pub fn parse(text: &str, references: &[Reference]) -> Result<AvroSchema, SchemaE
             Schema::parse_str_with_list(text, &reference_texts)
         }
     })?;
-    let (root, references) = parsed.map_err(|e| error(e.to_string()))?;
+    let (root, references) = parsed.map_err(|e| error(with_causes(&e)))?;
     Ok(AvroSchema { root, references })
+}
+
+/// An error's message followed by its causes' (apache-avro's "Failed to
+/// parse schema from JSON" says where only in its cause: `EOF while
+/// parsing a value at line 1 column 0`).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl AvroSchema {

@@ -1089,6 +1089,19 @@ pub async fn new_migration_named(
             "description {description:?} cannot be part of a file name; use words, digits and punctuation other than slashes"
         )));
     }
+    // The history's description column holds 200 characters.
+    let chars = description.chars().count();
+    if chars > 200 {
+        return Err(MigrateError::Usage(format!(
+            "the description has {chars} characters, and the history table records at most 200; shorten it"
+        )));
+    }
+    if dir.exists() && !dir.is_dir() {
+        return Err(MigrateError::Usage(format!(
+            "{} is a file, not a directory; give --dir a directory (it is created when missing)",
+            dir.display()
+        )));
+    }
     std::fs::create_dir_all(dir).map_err(|e| MigrateError::Create {
         path: dir.to_path_buf(),
         reason: e.to_string(),
@@ -1107,6 +1120,12 @@ pub async fn new_migration_named(
     };
     let next = next_version(&files, &rows);
     let name = naming.versioned_file_name(&next, description);
+    if name.len() > 255 {
+        return Err(MigrateError::Usage(format!(
+            "the file name would be {} bytes, more than the 255 a file system allows; shorten the description",
+            name.len()
+        )));
+    }
     let path = dir.join(&name);
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()

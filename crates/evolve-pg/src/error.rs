@@ -9,11 +9,17 @@ pub enum PgError {
         "connection string {url} is not valid: {reason}; use postgres://user@host:port/database"
     )]
     BadUrl { url: String, reason: String },
-    /// The server could not be reached or refused us.
+    /// The server could not be reached or refused us. `given` names
+    /// where the connection string came from (`--database-url` unless a
+    /// caller says otherwise with [`PgError::given_by`]).
     #[error(
-        "could not connect to {target}: {reason}; check --database-url and that the server is running"
+        "could not connect to {target}: {reason}; check {given} and that the server is running"
     )]
-    Connect { target: String, reason: String },
+    Connect {
+        target: String,
+        reason: String,
+        given: &'static str,
+    },
     /// TLS could not be set up (a file named in the connection string is
     /// unreadable) or failed (the server has no TLS, its certificate did not
     /// verify): see [`crate::tls`].
@@ -42,6 +48,19 @@ impl From<tokio_postgres::Error> for PgError {
 }
 
 impl PgError {
+    /// This error, naming `given` (a flag, `the Flyway url`) as where the
+    /// connection string came from.
+    pub fn given_by(self, given: &'static str) -> PgError {
+        match self {
+            PgError::Connect { target, reason, .. } => PgError::Connect {
+                target,
+                reason,
+                given,
+            },
+            other => other,
+        }
+    }
+
     /// The server's SQLSTATE, when the server reported the error.
     pub fn sqlstate(&self) -> Option<&SqlState> {
         match self {

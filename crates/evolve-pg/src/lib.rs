@@ -96,6 +96,7 @@ pub async fn connect(url: &str, application_name: &str) -> Result<Client, PgErro
         None => PgError::Connect {
             target,
             reason: error_text(&e),
+            given: "--database-url",
         },
     })
 }

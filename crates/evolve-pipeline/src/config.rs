@@ -113,6 +113,23 @@ impl AdminToken {
         (!text.is_empty()).then(|| AdminToken(text.to_string()))
     }
 
+    /// Why `text` cannot be a token, if it cannot: it travels in an HTTP
+    /// `Authorization: Bearer` header, which carries visible ASCII only
+    /// (a control character, a space or a non-ASCII letter would make
+    /// every client's request fail).
+    pub fn problem(text: &str) -> Option<&'static str> {
+        let text = text.trim();
+        if text.is_empty() {
+            Some("is empty")
+        } else if !text.chars().all(|c| c.is_ascii_graphic()) {
+            Some(
+                "holds a character an HTTP header cannot carry (a space, a control character or a non-ASCII letter); use letters, digits and punctuation",
+            )
+        } else {
+            None
+        }
+    }
+
     /// The token, for comparing and sending only.
     pub fn secret(&self) -> &str {
         &self.0
@@ -606,17 +623,17 @@ impl Config {
                     file.display()
                 ),
             })?;
-            config.admin_token = Some(
-                AdminToken::new(token.lines().next().unwrap_or_default()).ok_or_else(|| {
-                    PipelineError::Config {
-                        message: format!(
-                            "config file {}: admin_token_file: {} is empty; write the token on its first line",
-                            path.display(),
-                            file.display()
-                        ),
-                    }
-                })?,
-            );
+            let first = token.lines().next().unwrap_or_default();
+            if let Some(problem) = AdminToken::problem(first) {
+                return Err(PipelineError::Config {
+                    message: format!(
+                        "config file {}: admin_token_file: the first line of {} {problem}; write the token on its first line",
+                        path.display(),
+                        file.display()
+                    ),
+                });
+            }
+            config.admin_token = AdminToken::new(first);
         }
         Ok(config)
     }
@@ -676,9 +693,12 @@ impl Config {
                 let text = expand(text, &env).map_err(|problem| PipelineError::Config {
                     message: format!("admin_token: {problem}"),
                 })?;
-                Some(AdminToken::new(&text).ok_or_else(|| PipelineError::Config {
-                    message: "admin_token is empty; set a token or remove the line".into(),
-                })?)
+                if let Some(problem) = AdminToken::problem(&text) {
+                    return Err(PipelineError::Config {
+                        message: format!("admin_token {problem}; set a token or remove the line"),
+                    });
+                }
+                AdminToken::new(&text)
             }
         };
         for host in &raw.admin_allowed_hosts {
@@ -1105,8 +1125,17 @@ mod tests {
         assert!(!format!("{c:?}").contains("s3cret"));
         assert_eq!(c.admin_allowed_hosts, vec!["pipe.internal".to_string()]);
         assert!(Config::parse("", env).unwrap().admin_token.is_none());
+        // A token no client could send in a header is refused, unshown.
+        let e = Config::parse("admin_token = \"bad token\\u0001\"\n", env).unwrap_err();
+        assert!(
+            e.primary().contains("an HTTP header cannot carry"),
+            "{}",
+            e.primary()
+        );
+        assert!(!e.primary().contains("bad token"), "{}", e.primary());
         for bad in [
             "admin_token = \"  \"\n",
+            "admin_token = \"a b\"\n",
             "admin_token = \"a\"\nadmin_token_file = \"f\"\n",
             "admin_allowed_hosts = [\"http://x/\"]\n",
         ] {
@@ -1127,6 +1156,14 @@ mod tests {
         std::fs::write(&path, "admin_token_file = \"missing.token\"\n").unwrap();
         let e = Config::load(&path).unwrap_err();
         assert!(e.primary().contains("admin_token_file"), "{}", e.primary());
+        std::fs::write(dir.join("tab.token"), "tok\t123\n").unwrap();
+        std::fs::write(&path, "admin_token_file = \"tab.token\"\n").unwrap();
+        let e = Config::load(&path).unwrap_err();
+        assert!(
+            e.primary().contains("an HTTP header cannot carry"),
+            "{}",
+            e.primary()
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

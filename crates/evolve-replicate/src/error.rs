@@ -17,7 +17,7 @@ pub enum ReplicateError {
     Stream {
         replica: String,
         message: String,
-        /// Whether retrying cannot help ([`PipelineError::is_permanent`]).
+        /// Whether retrying cannot help ([`evolve_pipeline::PipelineError::is_permanent`]).
         permanent: bool,
     },
     /// An upstream transaction cannot be applied: a conflict whose

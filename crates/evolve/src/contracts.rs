@@ -47,6 +47,16 @@ pub async fn run(args: ContractsArgs, out: &Out) -> anyhow::Result<()> {
         let answer: serde_json::Value =
             serde_json::from_slice(&body).map_err(|_| admin.unexpected(&path, status, &body))?;
         let n = answer["forgotten"].as_u64().unwrap_or(0);
+        if n == 0 {
+            // A typo would otherwise look like success.
+            anyhow::bail!(
+                "subscriber {consumer} has declared no fields{}; `evolve contracts` lists the subscribers that have",
+                args.interface
+                    .as_deref()
+                    .map(|i| format!(" of {i}"))
+                    .unwrap_or_default()
+            );
+        }
         return out.text(&format!(
             "forgot {n} declaration{} of {consumer}",
             if n == 1 { "" } else { "s" }
@@ -79,7 +89,12 @@ pub async fn run(args: ContractsArgs, out: &Out) -> anyhow::Result<()> {
     if let Some(url) = &args.sink_url {
         let client = evolve_pg::connect(url, "evolve contracts")
             .await
-            .map_err(|e| anyhow::anyhow!("cannot connect to the sink database: {e}"))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot connect to the sink database: {}",
+                    e.given_by("--sink-url")
+                )
+            })?;
         for interface in &mut contracts.interfaces {
             let mut found = Vec::new();
             for sink in interface.sinks.iter().filter(|s| s.kind == "postgres") {

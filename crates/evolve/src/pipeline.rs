@@ -111,6 +111,13 @@ impl AdminArg {
             .filter(|t| !t.trim().is_empty())
             .map(|t| t.trim().to_string())
             .or(token);
+        if let Some(problem) = admin
+            .token
+            .as_deref()
+            .and_then(evolve_pipeline::config::AdminToken::problem)
+        {
+            bail!("the admin token (EVOLVE_ADMIN_TOKEN, or the config's) {problem}");
+        }
         Ok(admin)
     }
 }
@@ -199,14 +206,18 @@ pub async fn run(args: PipelineArgs, out: &Out) -> anyhow::Result<()> {
     evolve_pipeline::access::check_listen(&config).map_err(|e| pipeline_error(&e))?;
     let listen = config.admin_listen.clone();
     let state_dir = config.state_dir.clone();
-    let listener = tokio::net::TcpListener::bind(&listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {listen} (admin_listen in {}); is another pipeline running?",
-                path.display()
-            )
-        })?;
+    let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "is another pipeline running? Stop it, or give this one another admin_listen",
+            std::io::ErrorKind::AddrNotAvailable => "no interface of this machine has that address; use 127.0.0.1:PORT or one of its own",
+            std::io::ErrorKind::PermissionDenied => "ports under 1024 need privileges; pick a higher port",
+            _ => "admin_listen is HOST:PORT, e.g. 127.0.0.1:7800",
+        };
+        anyhow::anyhow!(
+            "cannot listen on {listen} (admin_listen in {}): {e}; {why}",
+            path.display()
+        )
+    })?;
     let address: SocketAddr = listener.local_addr()?;
     // Replicas and transforms: evolve-replicate runs their statements and
     // tasks beside the pipeline (which never depends on it).

@@ -228,6 +228,24 @@ fn new_creates_the_next_versioned_file() {
     );
     let out = evolve(None, &dir, &["migrate", "new", "a/b"]);
     assert_eq!(out.status.code(), Some(1));
+    // Too long for the history, or --dir a file: said, nothing created.
+    let long = "x".repeat(201);
+    let out = evolve(None, &dir, &["migrate", "new", &long]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("has 201 characters, and the history table records at most 200"),
+        "{}",
+        text(&out.stderr)
+    );
+    let file = dir.join("V41__x.sql");
+    let out = evolve(None, &file, &["migrate", "new", "next"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("is a file, not a directory; give --dir a directory"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 3);
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -389,4 +389,12 @@ async fn consumers_views_matviews_and_subscribers_are_found_and_breaking_files_r
         !reads(&after).iter().any(|(c, _)| c == "subscriber billing"),
         "{after}"
     );
+    // Again (or a typo): nothing to forget is said, exit 1.
+    let out = support::evolve(&["contracts", "--admin", &admin, "--forget", "billing"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("subscriber billing has declared no fields;"),
+        "{}",
+        text(&out.stderr)
+    );
 }

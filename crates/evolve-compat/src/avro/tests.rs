@@ -689,6 +689,15 @@ fn malformed_schemas_are_errors_not_panics() {
     ] {
         assert!(parse(text, &[]).is_err(), "{text}");
     }
+    // Text that is not JSON says where, from the JSON parser's own words.
+    for (text, at) in [
+        ("", "line 1 column 0"),
+        ("{\"type\": \"int\",\n", "line 2 column 0"),
+    ] {
+        let e = parse(text, &[]).err().unwrap().to_string();
+        assert!(e.contains("Failed to parse schema from JSON: "), "{e}");
+        assert!(e.contains(at), "{text:?}: {e}");
+    }
 }
 
 #[test]
