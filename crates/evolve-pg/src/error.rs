@@ -5,9 +5,7 @@ use tokio_postgres::error::{DbError, ErrorPosition, SqlState};
 #[non_exhaustive]
 pub enum PgError {
     /// The connection string could not be parsed.
-    #[error(
-        "connection string {url} is not valid: {reason}; use postgres://user@host:port/database"
-    )]
+    #[error("connection string {url} is not valid: {reason}; {}", form_of(url))]
     BadUrl { url: String, reason: String },
     /// The server could not be reached or refused us. `given` names
     /// where the connection string came from (`--database-url` unless a
@@ -39,6 +37,15 @@ pub enum PgError {
     /// a chain printed in full would say it twice ("...: db error").
     #[error("{}", describe(.0))]
     Query(tokio_postgres::Error),
+}
+
+/// The form a connection string like `url` takes, for a way out.
+fn form_of(url: &str) -> &'static str {
+    if url.contains("://") {
+        "use postgres://user@host:port/database"
+    } else {
+        "use key=value pairs, e.g. host=db.example port=5432 dbname=shop user=app"
+    }
 }
 
 impl From<tokio_postgres::Error> for PgError {
@@ -136,5 +143,21 @@ mod tests {
         assert_eq!(char_position("select\n  x", 10), (2, 3));
         assert_eq!(char_position("é\nab", 4), (2, 2));
         assert_eq!(char_position("", 99), (1, 1));
+    }
+
+    /// The way out shows the form the user wrote: a URL or key=value pairs.
+    #[test]
+    fn a_bad_connection_string_is_answered_in_its_own_form() {
+        let bad = |url: &str| {
+            super::PgError::BadUrl {
+                url: url.into(),
+                reason: "r".into(),
+            }
+            .to_string()
+        };
+        assert!(bad("postgres://h:99999/db").ends_with("; use postgres://user@host:port/database"));
+        assert!(bad("host=h sslmode=bogus").ends_with(
+            "; use key=value pairs, e.g. host=db.example port=5432 dbname=shop user=app"
+        ));
     }
 }

@@ -770,11 +770,14 @@ fn show(pipeline: &Pipeline, kind: Kind) -> Result<Option<Rows>, PipelineError> 
                 .collect(),
         ),
         Kind::MaterializedView => (
-            &["name", "table"],
+            &["name", "table", "absorb"],
             pipeline
                 .interfaces()?
                 .into_iter()
-                .map(|i| vec![i.name.into(), i.table.into()])
+                .map(|i| {
+                    let absorb = if i.absorb_auto { "auto" } else { "manual" };
+                    vec![i.name.into(), i.table.into(), absorb.into()]
+                })
                 .collect(),
         ),
         Kind::Sink => (
@@ -1270,6 +1273,7 @@ fn build_router(
             }),
         )
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&admin),
             guard,
@@ -1746,6 +1750,21 @@ async fn subscribe_handler(
             refuse(status, code, e.primary(), e.detail(), e.hint())
         }
     }
+}
+
+async fn method_not_allowed(request: axum::extract::Request) -> Response {
+    plain_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "42601",
+        format!(
+            "{} is not a method of {}",
+            request.method(),
+            request.uri().path()
+        ),
+        Some(
+            "The admin API has POST /sql and /coordinate, DELETE /contracts/{consumer}, and GET for the rest.",
+        ),
+    )
 }
 
 async fn not_found() -> Response {

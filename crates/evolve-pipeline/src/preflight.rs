@@ -542,6 +542,21 @@ impl Report {
     }
 }
 
+/// The way out of a connection that failed: the url itself when it does
+/// not parse, the password file when it is ignored, else the server.
+fn connect_fix(name: &str, connection: &crate::config::Connection, e: &PipelineError) -> String {
+    if evolve_pg::parse_url(connection.url()).is_err() {
+        return format!(
+            "correct connections.{name}.url in evolve.toml (the message above says what is wrong)"
+        );
+    }
+    let said = e.to_string();
+    if said.contains("password file") && said.contains("chmod") {
+        return "restrict the password file to its owner (the chmod above)".into();
+    }
+    format!("check connections.{name}.url in evolve.toml, the server and its pg_hba.conf")
+}
+
 /// Runs every check of `plan` against the connections of `config`, one
 /// session per connection; a connection that cannot be reached is one
 /// failed check. Connections the plan does not use are only connected to.
@@ -570,16 +585,17 @@ pub async fn run(config: &crate::config::Config, plan: &Plan) -> Report {
             continue;
         }
         match crate::upstream::connect(name, connection).await {
-            Err(e) => checks.push(Check::fail(
-                "connection",
-                match e.detail() {
+            Err(e) => {
+                let message = match e.detail() {
                     Some(reason) => format!("{}: {reason}", e.primary()),
                     None => e.primary(),
-                },
-                format!(
-                    "check connections.{name}.url in evolve.toml, the server and its pg_hba.conf"
-                ),
-            )),
+                };
+                checks.push(Check::fail(
+                    "connection",
+                    message,
+                    connect_fix(name, connection, &e),
+                ));
+            }
             Ok(client) => {
                 checks.push(Check::pass("connection", format!("connected as {target}")));
                 let mut all = Vec::new();

@@ -129,7 +129,7 @@ async fn statements_create_objects_show_lists_them_and_status_reports_them() {
     assert_eq!(r[1]["rows"][0]["columns"], 3, "note is excluded");
     assert_eq!(
         r[2]["rows"],
-        json!([{"name": "orders_json", "table": "orders_v1"}])
+        json!([{"name": "orders_json", "table": "orders_v1", "absorb": "manual"}])
     );
     assert_eq!(
         r[3]["rows"],
@@ -383,6 +383,14 @@ CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jso
     assert!(body.contains("UTF-8"), "{body}");
     let (status, _) = call(&app, "GET", "/nope", Vec::new()).await;
     assert_eq!(status, 404);
+    // A known endpoint, another method: said, in the API's error form.
+    let (status, body) = call(&app, "DELETE", "/status", Vec::new()).await;
+    assert_eq!(status, 405, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(
+        body["error"]["message"],
+        "DELETE is not a method of /status"
+    );
 
     let (status, body) = sql(&app, &format!("DROP SOURCE {src}")).await;
     assert_eq!(status, 200, "{body}");

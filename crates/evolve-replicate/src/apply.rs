@@ -780,17 +780,21 @@ impl Applier {
         let transform = mapped.transform.clone();
         let Some((node, matched)) = mapped.target.clone() else {
             let resolver = resolvers.get(ConflictType::TargetTableMissing);
-            if resolver == Resolver::Error {
-                logged.push(Logged {
-                    conflict: ConflictType::TargetTableMissing,
-                    resolution: resolver,
-                    schema: schema.schema.clone(),
-                    table: schema.name.clone(),
-                    key: Some(json_of(&schema, &key_image(change), true).to_string()),
-                    remote: None,
-                    local: None,
-                    detail: Some(HALTED.into()),
-                });
+            let halts = resolver == Resolver::Error;
+            logged.push(Logged {
+                conflict: ConflictType::TargetTableMissing,
+                resolution: resolver,
+                schema: schema.schema.clone(),
+                table: schema.name.clone(),
+                key: Some(json_of(&schema, &key_image(change), true).to_string()),
+                remote: change
+                    .new
+                    .as_ref()
+                    .map(|n| json_of(&schema, n, false).to_string()),
+                local: None,
+                detail: halts.then(|| HALTED.into()),
+            });
+            if halts {
                 return Err(self.halt(
                     txn,
                     format!(
@@ -804,19 +808,6 @@ impl Applier {
                 ConflictType::TargetTableMissing,
                 resolver,
             );
-            logged.push(Logged {
-                conflict: ConflictType::TargetTableMissing,
-                resolution: resolver,
-                schema: schema.schema.clone(),
-                table: schema.name.clone(),
-                key: Some(json_of(&schema, &key_image(change), true).to_string()),
-                remote: change
-                    .new
-                    .as_ref()
-                    .map(|n| json_of(&schema, n, false).to_string()),
-                local: None,
-                detail: None,
-            });
             return Ok(None);
         };
         if mapped.log_pending && attempt.schemas_logged.insert(id) {

@@ -82,8 +82,9 @@ pub async fn run(args: RolloutArgs, out: &Out) -> anyhow::Result<()> {
         }
         if !args.nodes.contains(&r.node_connection) {
             anyhow::bail!(
-                "replica {} writes into connection {}, which --nodes does not list: add it, or leave the replica out with --source",
+                "replica {} (of source {}) writes into connection {}, which --nodes does not list: add it to --nodes, since a rollout migrates every node the source's replicas write into (--source leaves out only the replicas of other sources)",
                 r.name,
+                r.source,
                 r.node_connection
             );
         }

@@ -273,7 +273,7 @@ async fn statements_end_to_end_through_the_binary() {
     let body: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(
         body["results"][0]["rows"],
-        serde_json::json!([{"name": "orders_json", "table": "orders_v1"}])
+        serde_json::json!([{"name": "orders_json", "table": "orders_v1", "absorb": "manual"}])
     );
 
     // A reference to an unknown source: exit 1, nothing created.
