@@ -581,9 +581,16 @@ async fn bad_input_is_one_line_and_leaves_nothing_behind() {
         &rw(&["t", "--alter", "ALTER COLUMN nope TYPE bigint"]),
         &["cannot be applied", "column \"nope\""],
     );
+    // text to int has no automatic cast: refused by the server on the
+    // empty new shape, with its hint.
+    assert_refused(
+        &rw(&["t", "--alter", "ALTER COLUMN w TYPE int"]),
+        &["cannot be applied", "cannot be cast automatically"],
+    );
+    // A USING the copy would drop.
     assert_refused(
         &rw(&["t", "--alter", "ALTER COLUMN w TYPE int USING w::int"]),
-        &["cannot be copied into the new shape"],
+        &["converts with USING", "evolve backfill"],
     );
     assert_refused(&rw(&["t", "--revert"]), &["nothing to revert"]);
     assert_refused(&rw(&["t", "--abort"]), &["nothing to abort"]);
