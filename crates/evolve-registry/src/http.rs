@@ -277,6 +277,7 @@ fn routes(app: Arc<App>) -> Router {
         .route("/v1/metadata/writer", get(writer))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::map_response(json_rejections))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&app),
             crate::forward::middleware,
@@ -1066,6 +1067,30 @@ async fn writer(AxumState(app): AxumState<Shared>) -> Result<Response, ApiError>
         "writer": writer,
         "is_writer": stats.is_writer,
     }))
+}
+
+/// A request an extractor refused (a path segment that is not UTF-8, a
+/// query it cannot read) gets axum's plain-text answer; clients of the
+/// registry read errors as JSON, so it is answered as one, same status.
+async fn json_rejections(response: Response) -> Response {
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/plain"));
+    if !(plain && response.status().is_client_error()) {
+        return response;
+    }
+    let status = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .unwrap_or_default();
+    ApiError::new(
+        status,
+        u32::from(status),
+        String::from_utf8_lossy(&bytes).trim(),
+    )
+    .into_response()
 }
 
 async fn fallback(request: Request) -> ApiError {
