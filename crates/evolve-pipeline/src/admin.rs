@@ -1580,12 +1580,14 @@ async fn contracts_handler(
     }
     match crate::contracts::contracts(&admin.pipeline, only.as_deref(), walk).await {
         Ok(answer) => json_response(StatusCode::OK, &answer),
+        Err(e @ PipelineError::UnknownObject { .. }) => plain_error(
+            StatusCode::NOT_FOUND,
+            sqlstate(&e),
+            e.primary(),
+            Some("SHOW MATERIALIZED VIEWS lists the materialized views."),
+        ),
         Err(e) => plain_error(
-            if matches!(e, PipelineError::UnknownObject { .. }) {
-                StatusCode::NOT_FOUND
-            } else {
-                StatusCode::INTERNAL_SERVER_ERROR
-            },
+            StatusCode::INTERNAL_SERVER_ERROR,
             sqlstate(&e),
             e.primary(),
             None,

@@ -670,7 +670,9 @@ impl Store {
     pub fn open(state_dir: &Path) -> Result<Store> {
         std::fs::create_dir_all(state_dir).map_err(|e| PipelineError::Store {
             context: format!("create state directory {}", state_dir.display()),
-            message: e.to_string(),
+            message: format!(
+                "{e}; set state_dir in evolve.toml to a directory this user can create and write"
+            ),
         })?;
         let path = state_dir.join("pipeline.db");
         let ctx = || format!("open {}", path.display());

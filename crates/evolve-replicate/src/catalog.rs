@@ -122,7 +122,9 @@ impl Catalog {
     pub fn open(state_dir: &Path) -> Result<Catalog, PipelineError> {
         std::fs::create_dir_all(state_dir).map_err(|e| PipelineError::Store {
             context: format!("create the state directory {}", state_dir.display()),
-            message: e.to_string(),
+            message: format!(
+                "{e}; set state_dir in evolve.toml to a directory this user can create and write"
+            ),
         })?;
         let path = Self::path(state_dir);
         let context = format!("open {}", path.display());

@@ -389,6 +389,18 @@ async fn consumers_views_matviews_and_subscribers_are_found_and_breaking_files_r
         !reads(&after).iter().any(|(c, _)| c == "subscriber billing"),
         "{after}"
     );
+    // An unknown interface: said, with where the names are.
+    let out = support::evolve(&["contracts", "nosuch", "--admin", &admin]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("materialized view \"nosuch\" does not exist"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("SHOW MATERIALIZED VIEWS lists the materialized views."),
+        "{stderr}"
+    );
     // Again (or a typo): nothing to forget is said, exit 1.
     let out = support::evolve(&["contracts", "--admin", &admin, "--forget", "billing"]).await;
     assert_eq!(out.status.code(), Some(1));
