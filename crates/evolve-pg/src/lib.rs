@@ -142,6 +142,26 @@ pub fn parse_url(url: &str) -> Result<(Config, TlsSettings), PgError> {
     resolve(url).map(|r| (r.config, r.settings))
 }
 
+/// Checks what a connection string says by itself, without the
+/// environment, the service or password files (so without I/O): its
+/// syntax, its parameters, their values (a port that is not one, an
+/// `sslmode` that does not exist). What it leaves out is not checked here;
+/// [`parse_url`] fills that in when connecting.
+pub fn check_url(url: &str) -> Result<(), PgError> {
+    let bad = |reason: String| PgError::BadUrl {
+        url: redact_url(url),
+        reason,
+    };
+    let params = conninfo::parse(url).map_err(bad)?;
+    let tls_params = tls::TLS_KEYS
+        .iter()
+        .filter_map(|&k| Some((k, params.get(k)?.clone())))
+        .collect();
+    TlsSettings::from_params(tls_params).map_err(bad)?;
+    Config::from_str(&conninfo::to_key_value(&params)).map_err(|e| bad(error_text(&e)))?;
+    Ok(())
+}
+
 /// A resolved connection string.
 struct Resolved {
     config: Config,

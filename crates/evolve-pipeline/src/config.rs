@@ -717,6 +717,17 @@ impl Config {
                 .map_err(|problem| format!("connections.{name}.url: {problem}"))
                 .and_then(|url| {
                     let kafka = c.kafka_options(&name, &url, &env)?;
+                    // A PostgreSQL connection string is checked now, as
+                    // far as it goes by itself: a port that is not one
+                    // is said at start, not at the first CREATE SOURCE.
+                    let lower = url.to_ascii_lowercase();
+                    if lower.starts_with("postgres://")
+                        || lower.starts_with("postgresql://")
+                        || !url.contains("://")
+                    {
+                        evolve_pg::check_url(&url)
+                            .map_err(|e| format!("connections.{name}.url: {e}"))?;
+                    }
                     Ok((url, kafka))
                 });
             match expanded {
@@ -924,6 +935,33 @@ mod tests {
         (name == "PW").then(|| "s3cret".to_string())
     }
 
+    /// A PostgreSQL connection string is checked as far as it goes by
+    /// itself when the file is read; the password never shows.
+    #[test]
+    fn postgres_urls_are_checked_when_read() {
+        for (url, said) in [
+            (
+                "postgres://u:${PW}@h:99999/db",
+                "connections.pg.url: connection string postgres://u:***@h:99999/db is not valid",
+            ),
+            ("postgres://[::1/db", "has no closing"),
+            ("host=h port=abc password=${PW}", "password=***"),
+            (
+                "postgres://h/db?sslmode=bogus",
+                "sslmode \"bogus\" is not one of",
+            ),
+        ] {
+            let e =
+                Config::parse(&format!("[connections.pg]\nurl = \"{url}\"\n"), env).unwrap_err();
+            assert!(e.primary().contains(said), "{url}: {}", e.primary());
+            assert!(!e.primary().contains("s3cret"), "{}", e.primary());
+        }
+        // Other schemes are not PostgreSQL's to check.
+        for url in ["mysql://u@h:3306/db", "kafka://h:9092", "http://h:8081"] {
+            Config::parse(&format!("[connections.c]\nurl = \"{url}\"\n"), env).unwrap();
+        }
+    }
+
     /// Strict, a connection whose variable is not set fails the file;
     /// lenient (for commands that use some connections), only a request
     /// for that connection fails, with the same message.
@@ -958,14 +996,14 @@ mod tests {
     #[test]
     fn defaults_and_expansion() {
         let c = Config::parse(
-            "[connections.pg]\nurl = \"postgres://u:${PW}@h/db?x=$$1\"\n",
+            "[connections.pg]\nurl = \"postgres://u:${PW}@h/db?application_name=$$1\"\n",
             env,
         )
         .unwrap();
         assert_eq!(c.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
         assert_eq!(c.admin_listen, DEFAULT_ADMIN_LISTEN);
         let pg = c.connection("pg").unwrap();
-        assert_eq!(pg.url(), "postgres://u:s3cret@h/db?x=$1");
+        assert_eq!(pg.url(), "postgres://u:s3cret@h/db?application_name=$1");
         let debug = format!("{c:?}");
         assert!(!debug.contains("s3cret"), "{debug}");
         assert!(debug.contains("u:***@h"), "{debug}");
