@@ -309,11 +309,7 @@ async fn plan_steps<'a>(
     let steps = plan
         .steps(step_opts, &progress)
         .map_err(|p| MigrateError::Invalid { problems: vec![p] })?;
-    let widths = history.widths(client).await?;
-    for step in &steps {
-        check_runnable(step.file, apply_opts.mixed)?;
-        check_fits(step.file, &widths, history)?;
-    }
+    check_steps(&steps, history, client, apply_opts).await?;
     Ok((plan, steps))
 }
 
@@ -335,8 +331,19 @@ async fn refuse_unrunnable(
         // Said by the run's own planning, after validation's callbacks.
         return Ok(());
     };
+    check_steps(&steps, history, client, apply_opts).await
+}
+
+/// Each step's file can run as the run would run it, and its row fits the
+/// history table's columns.
+async fn check_steps(
+    steps: &[Step<'_>],
+    history: &History,
+    client: &Client,
+    apply_opts: &ApplyOptions,
+) -> Result<(), MigrateError> {
     let widths = history.widths(client).await?;
-    for step in &steps {
+    for step in steps {
         check_runnable(step.file, apply_opts.mixed)?;
         check_fits(step.file, &widths, history)?;
     }

@@ -148,18 +148,28 @@ pub fn parse_url(url: &str) -> Result<(Config, TlsSettings), PgError> {
 /// `sslmode` that does not exist). What it leaves out is not checked here;
 /// [`parse_url`] fills that in when connecting.
 pub fn check_url(url: &str) -> Result<(), PgError> {
+    let params = conninfo::parse(url).map_err(|reason| PgError::BadUrl {
+        url: redact_url(url),
+        reason,
+    })?;
+    read_params(url, &params).map(|_| ())
+}
+
+/// What tokio-postgres takes of `params` (parameters of `url`, for
+/// messages) and the TLS parameters evolve handles itself.
+fn read_params(url: &str, params: &conninfo::Params) -> Result<(Config, TlsSettings), PgError> {
     let bad = |reason: String| PgError::BadUrl {
         url: redact_url(url),
         reason,
     };
-    let params = conninfo::parse(url).map_err(bad)?;
     let tls_params = tls::TLS_KEYS
         .iter()
         .filter_map(|&k| Some((k, params.get(k)?.clone())))
         .collect();
-    TlsSettings::from_params(tls_params).map_err(bad)?;
-    Config::from_str(&conninfo::to_key_value(&params)).map_err(|e| bad(error_text(&e)))?;
-    Ok(())
+    let settings = TlsSettings::from_params(tls_params).map_err(bad)?;
+    let config =
+        Config::from_str(&conninfo::to_key_value(params)).map_err(|e| bad(error_text(&e)))?;
+    Ok((config, settings))
 }
 
 /// A resolved connection string.
@@ -171,18 +181,8 @@ struct Resolved {
 }
 
 fn resolve(url: &str) -> Result<Resolved, PgError> {
-    let bad = |reason: String| PgError::BadUrl {
-        url: redact_url(url),
-        reason,
-    };
     let resolution = sources::resolve(url)?;
-    let tls_params = tls::TLS_KEYS
-        .iter()
-        .filter_map(|&k| Some((k, resolution.params.get(k)?.clone())))
-        .collect();
-    let settings = TlsSettings::from_params(tls_params).map_err(bad)?;
-    let mut config = Config::from_str(&conninfo::to_key_value(&resolution.params))
-        .map_err(|e| bad(error_text(&e)))?;
+    let (mut config, settings) = read_params(url, &resolution.params)?;
     config.ssl_mode(match settings.mode {
         SslMode::Disable | SslMode::Allow => tokio_postgres::config::SslMode::Disable,
         SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,

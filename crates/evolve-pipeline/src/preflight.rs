@@ -450,13 +450,12 @@ impl Plan {
                     all_sources.push(s.name.clone());
                     self.named_connections
                         .push((s.connection.clone(), format!("CREATE SOURCE {}", s.name)));
+                    if s.kind == evolve_core::control::SourceKind::Postgres {
+                        named.push((s.name.clone(), s.connection.clone(), s.publication.clone()));
+                        self.sources
+                            .push((s.connection.clone(), s.publication.clone()));
+                    }
                 }
-                Statement::CreateSink(k) => self
-                    .named_connections
-                    .push((k.connection.clone(), format!("CREATE SINK {}", k.name))),
-                Statement::CreateReplica(r) => self
-                    .named_connections
-                    .push((r.connection.clone(), format!("CREATE REPLICA {}", r.name))),
                 Statement::CreateTable(t) if !all_sources.contains(&t.source) => {
                     self.statement_checks.push(Check::fail(
                         format!("table {}", t.name),
@@ -470,16 +469,6 @@ impl Plan {
                         ),
                     ));
                 }
-                _ => {}
-            }
-            match statement {
-                Statement::CreateSource(s)
-                    if s.kind != evolve_core::control::SourceKind::Postgres => {}
-                Statement::CreateSource(s) => {
-                    named.push((s.name.clone(), s.connection.clone(), s.publication.clone()));
-                    self.sources
-                        .push((s.connection.clone(), s.publication.clone()));
-                }
                 Statement::CreateTable(t) => {
                     if let Some((_, connection, publication)) =
                         named.iter().rev().find(|(name, _, _)| *name == t.source)
@@ -492,14 +481,21 @@ impl Plan {
                         ));
                     }
                 }
-                Statement::CreateSink(k) => self.sinks.push(match &k.kafka {
-                    Some(t) => (k.connection.clone(), String::new(), t.topic.clone()),
-                    None => (
-                        k.connection.clone(),
-                        k.table.schema.clone(),
-                        k.table.name.clone(),
-                    ),
-                }),
+                Statement::CreateSink(k) => {
+                    self.named_connections
+                        .push((k.connection.clone(), format!("CREATE SINK {}", k.name)));
+                    self.sinks.push(match &k.kafka {
+                        Some(t) => (k.connection.clone(), String::new(), t.topic.clone()),
+                        None => (
+                            k.connection.clone(),
+                            k.table.schema.clone(),
+                            k.table.name.clone(),
+                        ),
+                    });
+                }
+                Statement::CreateReplica(r) => self
+                    .named_connections
+                    .push((r.connection.clone(), format!("CREATE REPLICA {}", r.name))),
                 _ => {}
             }
         }

@@ -234,6 +234,28 @@ pub struct Applier {
 /// The `detail` of a conflict whose resolver halted the replica.
 const HALTED: &str = "halted the replica";
 
+/// Replica `replica`'s position on the node and the transaction it is to
+/// skip, when the node has its progress row.
+pub(crate) async fn stored_position(
+    client: &Client,
+    replica: &str,
+) -> Result<Option<(Position, Option<Position>)>> {
+    let row = client
+        .query_opt(
+            "SELECT (lsn - '0/0')::int8, (skip_lsn - '0/0')::int8 FROM evolve_replica_progress WHERE replica = $1",
+            &[&replica],
+        )
+        .await
+        .map_err(|e| ReplicateError::node("read the replica's position", &e))?;
+    Ok(row.map(|row| {
+        (
+            Position::from_u64(row.get::<_, i64>(0) as u64),
+            row.get::<_, Option<i64>>(1)
+                .map(|s| Position::from_u64(s as u64)),
+        )
+    }))
+}
+
 /// A conflict to log.
 struct Logged {
     conflict: ConflictType,
@@ -244,6 +266,37 @@ struct Logged {
     remote: Option<String>,
     local: Option<String>,
     detail: Option<String>,
+}
+
+impl Logged {
+    /// A row's conflict in table `names`; `halts` when its resolver halts
+    /// the replica (its detail says so, and [`Applier::record_halt`] logs
+    /// it after the rollback).
+    fn row(
+        conflict: ConflictType,
+        resolution: Resolver,
+        names: &(String, String),
+        key: &str,
+        remote: Option<String>,
+        local: Option<String>,
+        halts: bool,
+    ) -> Logged {
+        Logged {
+            conflict,
+            resolution,
+            schema: names.0.clone(),
+            table: names.1.clone(),
+            key: Some(key.to_string()),
+            remote,
+            local,
+            detail: halts.then(|| HALTED.into()),
+        }
+    }
+
+    /// Whether its resolver halted the replica.
+    fn halts(&self) -> bool {
+        self.detail.as_deref() == Some(HALTED)
+    }
 }
 
 impl Applier {
@@ -311,18 +364,9 @@ impl Applier {
     }
 
     async fn read_position(&mut self, client: &Client) -> Result<()> {
-        let row = client
-            .query_opt(
-                "SELECT (lsn - '0/0')::int8, (skip_lsn - '0/0')::int8 FROM evolve_replica_progress WHERE replica = $1",
-                &[&self.replica],
-            )
-            .await
-            .map_err(|e| ReplicateError::node("read the replica's position", &e))?;
-        if let Some(row) = row {
-            self.position = Position::from_u64(row.get::<_, i64>(0) as u64);
-            self.skip = row
-                .get::<_, Option<i64>>(1)
-                .map(|s| Position::from_u64(s as u64));
+        if let Some((position, skip)) = stored_position(client, &self.replica).await? {
+            self.position = position;
+            self.skip = skip;
         }
         Ok(())
     }
@@ -514,7 +558,7 @@ impl Applier {
         let mut logged = Vec::new();
         // A resolver that halts pushes its conflict last, then fails.
         let halted = |logged: &mut Vec<Logged>, attempt: &mut Attempt| {
-            if let Some(l) = logged.pop().filter(|l| l.detail.as_deref() == Some(HALTED)) {
+            if let Some(l) = logged.pop().filter(Logged::halts) {
                 attempt.halted = Some(Box::new((txn.end, txn.commit_time_micros, l)));
             }
         };
@@ -1141,24 +1185,7 @@ impl Applier {
                     return Ok(Outcome::Done);
                 }
                 let resolution = match resolver {
-                    Resolver::Error => {
-                        logged.push(Logged {
-                            conflict: ConflictType::InsertExists,
-                            resolution: Resolver::Error,
-                            schema: names.0.clone(),
-                            table: names.1.clone(),
-                            key: Some(key.clone()),
-                            remote: Some(remote.clone()),
-                            local,
-                            detail: Some(HALTED.into()),
-                        });
-                        return Err(self.halt(
-                            txn,
-                            format!(
-                                "a row of {table} with key {key} exists on the node already (insert_exists)"
-                            ),
-                        ));
-                    }
+                    Resolver::Error => Resolver::Error,
                     _ if written => {
                         applied.rows += 1;
                         Resolver::Update
@@ -1166,17 +1193,25 @@ impl Applier {
                     Resolver::Update => Resolver::Update,
                     _ => Resolver::Skip,
                 };
-                count(applied, ConflictType::InsertExists, resolution);
-                logged.push(Logged {
-                    conflict: ConflictType::InsertExists,
+                let halts = resolution == Resolver::Error;
+                logged.push(Logged::row(
+                    ConflictType::InsertExists,
                     resolution,
-                    schema: names.0.clone(),
-                    table: names.1.clone(),
-                    key: Some(key),
-                    remote: Some(remote.clone()),
+                    names,
+                    &key,
+                    Some(remote.clone()),
                     local,
-                    detail: None,
-                });
+                    halts,
+                ));
+                if halts {
+                    return Err(self.halt(
+                        txn,
+                        format!(
+                            "a row of {table} with key {key} exists on the node already (insert_exists)"
+                        ),
+                    ));
+                }
+                count(applied, ConflictType::InsertExists, resolution);
                 Ok(Outcome::Done)
             }
             StepKind::Update {
@@ -1198,17 +1233,18 @@ impl Applier {
                 if insert.is_some() {
                     return Ok(Outcome::Insert);
                 }
-                if matches!(resolver, Resolver::InsertOrError | Resolver::Error) {
-                    logged.push(Logged {
-                        conflict: ConflictType::UpdateMissing,
-                        resolution: *resolver,
-                        schema: names.0.clone(),
-                        table: names.1.clone(),
-                        key: Some(key.clone()),
-                        remote: Some(remote.clone()),
-                        local: None,
-                        detail: Some(HALTED.into()),
-                    });
+                let halts = matches!(resolver, Resolver::InsertOrError | Resolver::Error);
+                let resolution = if halts { *resolver } else { Resolver::Skip };
+                logged.push(Logged::row(
+                    ConflictType::UpdateMissing,
+                    resolution,
+                    names,
+                    &key,
+                    Some(remote.clone()),
+                    None,
+                    halts,
+                ));
+                if halts {
                     return Err(self.halt(
                         txn,
                         format!(
@@ -1221,17 +1257,7 @@ impl Applier {
                         ),
                     ));
                 }
-                count(applied, ConflictType::UpdateMissing, Resolver::Skip);
-                logged.push(Logged {
-                    conflict: ConflictType::UpdateMissing,
-                    resolution: Resolver::Skip,
-                    schema: names.0.clone(),
-                    table: names.1.clone(),
-                    key: Some(key),
-                    remote: Some(remote.clone()),
-                    local: None,
-                    detail: None,
-                });
+                count(applied, ConflictType::UpdateMissing, resolution);
                 Ok(Outcome::Done)
             }
             StepKind::Delete { resolver, names } => {
@@ -1239,17 +1265,17 @@ impl Applier {
                     applied.rows += 1;
                     return Ok(Outcome::Done);
                 }
-                if *resolver == Resolver::Error {
-                    logged.push(Logged {
-                        conflict: ConflictType::DeleteMissing,
-                        resolution: Resolver::Error,
-                        schema: names.0.clone(),
-                        table: names.1.clone(),
-                        key: Some(key.clone()),
-                        remote: None,
-                        local: None,
-                        detail: Some(HALTED.into()),
-                    });
+                let halts = *resolver == Resolver::Error;
+                logged.push(Logged::row(
+                    ConflictType::DeleteMissing,
+                    *resolver,
+                    names,
+                    &key,
+                    None,
+                    None,
+                    halts,
+                ));
+                if halts {
                     return Err(self.halt(
                         txn,
                         format!(
@@ -1258,16 +1284,6 @@ impl Applier {
                     ));
                 }
                 count(applied, ConflictType::DeleteMissing, *resolver);
-                logged.push(Logged {
-                    conflict: ConflictType::DeleteMissing,
-                    resolution: *resolver,
-                    schema: names.0.clone(),
-                    table: names.1.clone(),
-                    key: Some(key),
-                    remote: None,
-                    local: None,
-                    detail: None,
-                });
                 Ok(Outcome::Done)
             }
         }

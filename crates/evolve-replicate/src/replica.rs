@@ -613,15 +613,7 @@ impl Replica {
             .batch_execute(crate::apply::NODE_SETUP)
             .await
             .map_err(|e| ReplicateError::node("create evolve's tables on the node", &e))?;
-        let applied: Option<String> = client
-            .query_opt(
-                "SELECT lsn::text FROM evolve_replica_progress WHERE replica = $1",
-                &[&name],
-            )
-            .await
-            .map_err(|e| ReplicateError::node("read the replica's position", &e))?
-            .map(|r| r.get(0));
-        if let Some(applied) = applied.and_then(|a| a.parse::<Position>().ok())
+        if let Some((applied, _)) = crate::apply::stored_position(&client, name).await?
             && lsn <= applied
         {
             return Err(ReplicateError::Node {
