@@ -15,6 +15,8 @@
 //!   other schema versions (PGD's model), and the column match they decide.
 //! - [`contract`]: consumer contracts, the fields of an interface's
 //!   documents a view's definition reads.
+//! - [`kafka`]: Kafka client options (brokers, TLS, SASL), checked and
+//!   mapped to librdkafka's settings for every part that talks to brokers.
 //! - [`migration`]: migration files. Flyway-compatible file names and versions,
 //!   Flyway's checksum, and the parsing of a migration script into directives
 //!   and statements (split by a real PostgreSQL parser, never by regex).
@@ -30,4 +32,5 @@ pub mod conflict;
 pub mod contract;
 pub mod control;
 pub mod document;
+pub mod kafka;
 pub mod migration;

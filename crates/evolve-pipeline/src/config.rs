@@ -184,58 +184,10 @@ impl ConnectionKind {
 }
 
 /// The settings beside a connection's url: a `kafka://` connection's TLS
-/// and SASL, or a schema registry's `user`, `password` and `sslrootcert`.
-/// The password never shows in `Debug` output or errors.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct KafkaOptions {
-    /// `disable` (plain TCP, the default), `require` (TLS, certificate not
-    /// checked), `verify-ca` (checked against `sslrootcert` or the system's
-    /// roots) or `verify-full` (and the host name).
-    pub sslmode: Option<String>,
-    /// The CA certificates (PEM) that verify the brokers.
-    pub sslrootcert: Option<PathBuf>,
-    /// A client certificate (PEM), with `sslkey`.
-    pub sslcert: Option<PathBuf>,
-    /// The client certificate's private key (PEM).
-    pub sslkey: Option<PathBuf>,
-    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`, with `user` and
-    /// `password`.
-    pub sasl_mechanism: Option<String>,
-    /// The SASL user.
-    pub user: Option<String>,
-    password: Option<String>,
-}
-
-impl KafkaOptions {
-    /// The SASL password, for connecting only.
-    pub fn password(&self) -> Option<&str> {
-        self.password.as_deref()
-    }
-
-    /// Options with a SASL password.
-    pub fn with_password(mut self, password: impl Into<String>) -> KafkaOptions {
-        self.password = Some(password.into());
-        self
-    }
-
-    fn is_empty(&self) -> bool {
-        *self == KafkaOptions::default()
-    }
-}
-
-impl fmt::Debug for KafkaOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KafkaOptions")
-            .field("sslmode", &self.sslmode)
-            .field("sslrootcert", &self.sslrootcert)
-            .field("sslcert", &self.sslcert)
-            .field("sslkey", &self.sslkey)
-            .field("sasl_mechanism", &self.sasl_mechanism)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .finish()
-    }
-}
+/// and SASL ([`evolve_core::kafka`]), or a schema registry's `user`,
+/// `password` and `sslrootcert`. The password never shows in `Debug`
+/// output or errors.
+pub use evolve_core::kafka::ClientOptions as KafkaOptions;
 
 impl Connection {
     /// A connection to `url` (already expanded).
@@ -366,63 +318,30 @@ impl RawConnection {
             }
             return Ok(KafkaOptions::default());
         };
-        check_brokers(brokers).map_err(|problem| format!("connections.{name}.url: {problem}"))?;
-        if let Some(mode) = &self.sslmode
-            && !["disable", "require", "verify-ca", "verify-full"].contains(&mode.as_str())
-        {
-            return Err(format!(
-                "connections.{name}.sslmode: {mode:?} is not one of disable, require, verify-ca, verify-full"
-            ));
-        }
-        let tls = self.sslmode.as_deref().is_some_and(|m| m != "disable");
-        for (option, set) in [
-            ("sslrootcert", self.sslrootcert.is_some()),
-            ("sslcert", self.sslcert.is_some()),
-            ("sslkey", self.sslkey.is_some()),
-        ] {
-            if set && !tls {
-                return Err(format!(
-                    "connections.{name}.{option} is set but sslmode is not; set sslmode = \"verify-full\" (or require, verify-ca) to use TLS"
-                ));
-            }
-        }
-        if self.sslcert.is_some() != self.sslkey.is_some() {
-            return Err(format!(
-                "connections.{name}: sslcert and sslkey go together; set both for a client certificate, or neither"
-            ));
-        }
-        let mechanism = match &self.sasl_mechanism {
-            None => None,
-            Some(m) => {
-                let upper = m.to_ascii_uppercase();
-                if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&upper.as_str()) {
-                    return Err(format!(
-                        "connections.{name}.sasl_mechanism: {m:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"
-                    ));
-                }
-                Some(upper)
-            }
-        };
-        if mechanism.is_some() != (self.user.is_some() && self.password.is_some())
-            || self.user.is_some() != self.password.is_some()
-        {
-            return Err(format!(
-                "connections.{name}: sasl_mechanism, user and password go together; set all three for SASL, or none"
-            ));
-        }
+        evolve_core::kafka::check_brokers(
+            brokers,
+            "kafka://host:port[,host:port...]",
+            "set user, password and sasl_mechanism beside the url",
+        )
+        .map_err(|problem| format!("connections.{name}.url: {problem}"))?;
         let password = self.expanded_password(name, env)?;
-        Ok(KafkaOptions {
-            sslmode: self.sslmode,
-            sslrootcert: self.sslrootcert.map(PathBuf::from),
-            sslcert: self.sslcert.map(PathBuf::from),
-            sslkey: self.sslkey.map(PathBuf::from),
-            sasl_mechanism: mechanism,
-            user: self.user,
-            password,
-        })
+        let mut options = match password {
+            Some(password) => KafkaOptions::default().with_password(password),
+            None => KafkaOptions::default(),
+        };
+        options.sslmode = self.sslmode;
+        options.sslrootcert = self.sslrootcert.map(PathBuf::from);
+        options.sslcert = self.sslcert.map(PathBuf::from);
+        options.sslkey = self.sslkey.map(PathBuf::from);
+        options.sasl_mechanism = self.sasl_mechanism;
+        options.user = self.user;
+        options.check().map_err(|p| match p.option {
+            Some(option) => format!("connections.{name}.{option}: {}", p.problem),
+            None => format!("connections.{name}: {}", p.problem),
+        })?;
+        Ok(options)
     }
 }
-
 impl RawConnection {
     /// `password`, with `${VAR}` expanded.
     fn expanded_password(
@@ -479,12 +398,13 @@ impl RawConnection {
             ));
         }
         let password = self.expanded_password(name, env)?;
-        Ok(KafkaOptions {
-            sslrootcert: self.sslrootcert.map(PathBuf::from),
-            user: self.user,
-            password,
-            ..KafkaOptions::default()
-        })
+        let mut options = match password {
+            Some(password) => KafkaOptions::default().with_password(password),
+            None => KafkaOptions::default(),
+        };
+        options.sslrootcert = self.sslrootcert.map(PathBuf::from);
+        options.user = self.user;
+        Ok(options)
     }
 }
 
@@ -492,31 +412,6 @@ impl RawConnection {
 fn is_registry_url(url: &str) -> bool {
     let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
     lower.starts_with("http://") || lower.starts_with("https://")
-}
-
-/// `host:port[,host:port...]`, each port a number.
-fn check_brokers(brokers: &str) -> std::result::Result<(), String> {
-    if brokers.is_empty() {
-        return Err("kafka:// names no broker; write kafka://host:port[,host:port...]".into());
-    }
-    if brokers.contains('@') {
-        return Err(
-            "a kafka:// url takes no user or password; set user, password and sasl_mechanism beside the url".into(),
-        );
-    }
-    for broker in brokers.split(',') {
-        let ok = broker.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty()
-                && !host.contains(['/', '@', '?', ' '])
-                && port.parse::<u16>().is_ok_and(|p| p > 0)
-        });
-        if !ok {
-            return Err(format!(
-                "{broker:?} is not host:port; write kafka://host:port[,host:port...]"
-            ));
-        }
-    }
-    Ok(())
 }
 
 impl Config {
@@ -1051,7 +946,7 @@ mod tests {
             ),
             (
                 "[connections.k]\nurl = \"kafka://h:1\"\nsslrootcert = \"ca.pem\"\n",
-                "connections.k.sslrootcert is set but sslmode is not",
+                "connections.k.sslrootcert: it is set but sslmode is not",
             ),
             (
                 "[connections.k]\nurl = \"kafka://h:1\"\nuser = \"u\"\npassword = \"s3cret\"\n",

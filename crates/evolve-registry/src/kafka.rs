@@ -123,12 +123,12 @@
 //! compaction removes them.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use evolve_core::kafka::ClientOptions;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -192,34 +192,13 @@ const OPTIONS: &str = "sslmode, sslrootcert, sslcert, sslkey, sasl_mechanism, us
 /// `sslkey`, `sasl_mechanism` (`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`),
 /// `user`, `password` (percent-encoded where needed). The password never
 /// shows in `Debug` output, [`KafkaSpec::describe`] or errors.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KafkaSpec {
     /// `host:port,host:port`.
     pub brokers: String,
     pub topic: String,
-    pub sslmode: Option<String>,
-    pub sslrootcert: Option<PathBuf>,
-    pub sslcert: Option<PathBuf>,
-    pub sslkey: Option<PathBuf>,
-    pub sasl_mechanism: Option<String>,
-    pub user: Option<String>,
-    password: Option<String>,
-}
-
-impl fmt::Debug for KafkaSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KafkaSpec")
-            .field("brokers", &self.brokers)
-            .field("topic", &self.topic)
-            .field("sslmode", &self.sslmode)
-            .field("sslrootcert", &self.sslrootcert)
-            .field("sslcert", &self.sslcert)
-            .field("sslkey", &self.sslkey)
-            .field("sasl_mechanism", &self.sasl_mechanism)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .finish()
-    }
+    /// TLS and SASL, checked as the pipeline's connections are.
+    pub options: ClientOptions,
 }
 
 impl KafkaSpec {
@@ -237,7 +216,12 @@ impl KafkaSpec {
             Some((b, t)) => (b, t),
             None => (location, ""),
         };
-        check_brokers(brokers).map_err(|problem| format!("--storage: {problem}"))?;
+        evolve_core::kafka::check_brokers(
+            brokers,
+            "kafka://host:port[,host:port...]/_schemas",
+            "add ?sasl_mechanism=...&user=...&password=... after it",
+        )
+        .map_err(|problem| format!("--storage: {problem}"))?;
         let topic = if topic.is_empty() {
             DEFAULT_TOPIC.to_string()
         } else {
@@ -252,17 +236,8 @@ impl KafkaSpec {
                 249 - WRITER_TOPIC_SUFFIX.len()
             ));
         }
-        let mut spec = KafkaSpec {
-            brokers: brokers.to_string(),
-            topic,
-            sslmode: None,
-            sslrootcert: None,
-            sslcert: None,
-            sslkey: None,
-            sasl_mechanism: None,
-            user: None,
-            password: None,
-        };
+        let mut options = ClientOptions::default();
+        let mut password = None;
         for pair in query.unwrap_or_default().split('&') {
             if pair.is_empty() {
                 continue;
@@ -271,82 +246,33 @@ impl KafkaSpec {
             let value = percent_decode(value).ok_or_else(|| {
                 format!("--storage kafka://: option {name} is not valid percent-encoding")
             })?;
-            let slot = match name {
-                "sslmode" => &mut spec.sslmode,
-                "sasl_mechanism" => &mut spec.sasl_mechanism,
-                "user" => &mut spec.user,
-                "password" => &mut spec.password,
-                "sslrootcert" | "sslcert" | "sslkey" => {
-                    let path = Some(PathBuf::from(&value));
-                    match name {
-                        "sslrootcert" => spec.sslrootcert = path,
-                        "sslcert" => spec.sslcert = path,
-                        _ => spec.sslkey = path,
-                    }
-                    continue;
-                }
+            match name {
+                "sslmode" => options.sslmode = Some(value),
+                "sasl_mechanism" => options.sasl_mechanism = Some(value),
+                "user" => options.user = Some(value),
+                "password" => password = Some(value),
+                "sslrootcert" => options.sslrootcert = Some(PathBuf::from(value)),
+                "sslcert" => options.sslcert = Some(PathBuf::from(value)),
+                "sslkey" => options.sslkey = Some(PathBuf::from(value)),
                 other => {
                     return Err(format!(
                         "--storage kafka://: unknown option {:?}; a Kafka store takes {OPTIONS}",
                         other.chars().take(40).collect::<String>()
                     ));
                 }
-            };
-            *slot = Some(value);
-        }
-        spec.check()?;
-        Ok(spec)
-    }
-
-    /// The same checks as the pipeline's `kafka://` connections.
-    fn check(&mut self) -> Result<(), String> {
-        if let Some(mode) = &self.sslmode
-            && !["disable", "require", "verify-ca", "verify-full"].contains(&mode.as_str())
-        {
-            return Err(format!(
-                "--storage kafka://: sslmode {mode:?} is not one of disable, require, verify-ca, verify-full"
-            ));
-        }
-        let tls = self.tls();
-        for (option, set) in [
-            ("sslrootcert", self.sslrootcert.is_some()),
-            ("sslcert", self.sslcert.is_some()),
-            ("sslkey", self.sslkey.is_some()),
-        ] {
-            if set && !tls {
-                return Err(format!(
-                    "--storage kafka://: {option} is set but sslmode is not; add sslmode=verify-full (or require, verify-ca) to use TLS"
-                ));
             }
         }
-        if self.sslcert.is_some() != self.sslkey.is_some() {
-            return Err(
-                "--storage kafka://: sslcert and sslkey go together; set both for a client certificate, or neither"
-                    .into(),
-            );
+        if let Some(password) = password {
+            options = options.with_password(password);
         }
-        if let Some(m) = &self.sasl_mechanism {
-            let upper = m.to_ascii_uppercase();
-            if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&upper.as_str()) {
-                return Err(format!(
-                    "--storage kafka://: sasl_mechanism {m:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"
-                ));
-            }
-            self.sasl_mechanism = Some(upper);
-        }
-        if self.sasl_mechanism.is_some() != (self.user.is_some() && self.password.is_some())
-            || self.user.is_some() != self.password.is_some()
-        {
-            return Err(
-                "--storage kafka://: sasl_mechanism, user and password go together; set all three for SASL, or none"
-                    .into(),
-            );
-        }
-        Ok(())
-    }
-
-    fn tls(&self) -> bool {
-        self.sslmode.as_deref().is_some_and(|m| m != "disable")
+        options
+            .check()
+            .map_err(|p| format!("--storage kafka://: {p}"))?;
+        Ok(KafkaSpec {
+            brokers: brokers.to_string(),
+            topic,
+            options,
+        })
     }
 
     /// `kafka://BROKERS/TOPIC`, for messages: no options, no password.
@@ -386,77 +312,11 @@ impl KafkaSpec {
     /// `kafka://` connections map them).
     fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", &self.brokers)
-            .set("client.id", "evolve-registry")
-            .set("log_level", "3");
-        let tls = self.tls();
-        let protocol = match (tls, self.sasl_mechanism.is_some()) {
-            (false, false) => "plaintext",
-            (true, false) => "ssl",
-            (false, true) => "sasl_plaintext",
-            (true, true) => "sasl_ssl",
-        };
-        config.set("security.protocol", protocol);
-        if tls {
-            match self.sslmode.as_deref() {
-                Some("require") => {
-                    config.set("enable.ssl.certificate.verification", "false");
-                }
-                Some("verify-ca") => {
-                    config.set("ssl.endpoint.identification.algorithm", "none");
-                }
-                _ => {
-                    config.set("ssl.endpoint.identification.algorithm", "https");
-                }
-            }
-            for (key, file) in [
-                ("ssl.ca.location", &self.sslrootcert),
-                ("ssl.certificate.location", &self.sslcert),
-                ("ssl.key.location", &self.sslkey),
-            ] {
-                if let Some(file) = file {
-                    config.set(key, file.to_string_lossy());
-                }
-            }
-        }
-        if let Some(mechanism) = &self.sasl_mechanism {
-            config
-                .set("sasl.mechanisms", mechanism)
-                .set("sasl.username", self.user.clone().unwrap_or_default())
-                .set("sasl.password", self.password.clone().unwrap_or_default());
+        for (key, value) in self.options.settings(&self.brokers, "evolve-registry") {
+            config.set(key, value);
         }
         config
     }
-}
-
-/// `host:port[,host:port...]`, each port a number (the pipeline's check).
-fn check_brokers(brokers: &str) -> Result<(), String> {
-    if brokers.is_empty() {
-        return Err(
-            "kafka:// names no broker; write kafka://host:port[,host:port...]/_schemas".into(),
-        );
-    }
-    if brokers.contains('@') {
-        return Err(
-            "a kafka:// store takes no user or password before the host; add ?sasl_mechanism=...&user=...&password=... after it"
-                .into(),
-        );
-    }
-    for broker in brokers.split(',') {
-        let ok = broker.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty()
-                && !host.contains(['/', '@', '?', ' '])
-                && port.parse::<u16>().is_ok_and(|p| p > 0)
-        });
-        if !ok {
-            return Err(format!(
-                "kafka://: {:?} is not host:port; write kafka://host:port[,host:port...]/_schemas",
-                broker.chars().take(80).collect::<String>()
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// A legal Kafka topic name: 1 to 249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -1455,8 +1315,11 @@ mod tests {
         )
         .expect("options");
         assert_eq!(spec.topic, "team.schemas");
-        assert_eq!(spec.password.as_deref(), Some("p@ss&word"));
-        assert_eq!(spec.sasl_mechanism.as_deref(), Some("SCRAM-SHA-512"));
+        assert_eq!(spec.options.password(), Some("p@ss&word"));
+        assert_eq!(
+            spec.options.sasl_mechanism.as_deref(),
+            Some("SCRAM-SHA-512")
+        );
         let config = spec.client_config();
         assert_eq!(config.get("security.protocol"), Some("sasl_ssl"));
         assert_eq!(

@@ -93,47 +93,12 @@ pub(crate) fn client_config(name: &str, connection: &Connection) -> Result<Clien
     let Some(brokers) = connection.kafka_brokers() else {
         return Err(not_kafka(name));
     };
-    let o = connection.kafka_options();
     let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", brokers)
-        .set("client.id", "evolve-pipeline")
-        .set("log_level", "3");
-    let tls = o.sslmode.as_deref().is_some_and(|m| m != "disable");
-    let protocol = match (tls, o.sasl_mechanism.is_some()) {
-        (false, false) => "plaintext",
-        (true, false) => "ssl",
-        (false, true) => "sasl_plaintext",
-        (true, true) => "sasl_ssl",
-    };
-    config.set("security.protocol", protocol);
-    if tls {
-        match o.sslmode.as_deref() {
-            Some("require") => {
-                config.set("enable.ssl.certificate.verification", "false");
-            }
-            Some("verify-ca") => {
-                config.set("ssl.endpoint.identification.algorithm", "none");
-            }
-            _ => {
-                config.set("ssl.endpoint.identification.algorithm", "https");
-            }
-        }
-        for (key, file) in [
-            ("ssl.ca.location", &o.sslrootcert),
-            ("ssl.certificate.location", &o.sslcert),
-            ("ssl.key.location", &o.sslkey),
-        ] {
-            if let Some(file) = file {
-                config.set(key, file.to_string_lossy());
-            }
-        }
-    }
-    if let Some(mechanism) = &o.sasl_mechanism {
-        config
-            .set("sasl.mechanisms", mechanism)
-            .set("sasl.username", o.user.clone().unwrap_or_default())
-            .set("sasl.password", o.password().unwrap_or_default());
+    for (key, value) in connection
+        .kafka_options()
+        .settings(brokers, "evolve-pipeline")
+    {
+        config.set(key, value);
     }
     Ok(config)
 }
