@@ -68,7 +68,25 @@ async fn ensure_jobs_table(client: &Client) -> Result<(), BackfillError> {
             key = worker::lock_key("backfill", "")
         ))
         .await?;
-    Ok(())
+    owned_state_table(client, JOBS_TABLE, "backfill jobs table").await
+}
+
+/// Refuses evolve's table `table` (`what` in messages) when its owner
+/// could run code with the connecting role's privileges through it
+/// ([`evolve_pg::check_state_table`]).
+pub(crate) async fn owned_state_table(
+    client: &Client,
+    table: &str,
+    what: &str,
+) -> Result<(), BackfillError> {
+    evolve_pg::check_state_table(client, table)
+        .await
+        .map_err(|e| match e {
+            evolve_pg::OwnerError::Database(e) => BackfillError::from(evolve_pg::PgError::from(e)),
+            evolve_pg::OwnerError::Refused(reason) => {
+                BackfillError::Usage(format!("{what} {table}: {reason}"))
+            }
+        })
 }
 
 /// Runs (or resumes) a backfill to the end, then verifies it.

@@ -181,6 +181,7 @@ async fn ensure_state_table(client: &Client) -> Result<String, BackfillError> {
             key = worker::lock_key("rewrite", "")
         ))
         .await?;
+    crate::job::owned_state_table(client, &state, "rewrite state table").await?;
     Ok(state)
 }
 

@@ -5,7 +5,7 @@
 //! work the same way. Expressions (`--set`, `--where`) are the user's SQL,
 //! spliced in parentheses as a migration file's text would be.
 
-use evolve_pg::{QualifiedName, quote_ident};
+use evolve_pg::{QualifiedName, dollar_quote, quote_ident};
 
 /// One primary-key column: its name and its type as `format_type` prints
 /// it (already valid SQL, qualified and quoted where needed).
@@ -288,8 +288,8 @@ pub fn capture_function(
             texts.join(", ")
         )
     };
-    format!(
-        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $evolve$\n\
+    let body = format!(
+        "\n\
          BEGIN\n\
            IF TG_OP = 'TRUNCATE' THEN\n\
              RAISE EXCEPTION 'TRUNCATE of % is refused while evolve rewrite runs on it', TG_TABLE_NAME\n\
@@ -298,12 +298,15 @@ pub fn capture_function(
            IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND ROW({old_key}) IS DISTINCT FROM ROW({new_key})) THEN {old} END IF;\n\
            IF TG_OP <> 'DELETE' THEN {new} END IF;\n\
            RETURN NULL;\n\
-         END\n\
-         $evolve$",
+         END\n",
         old_key = parts("OLD").join(", "),
         new_key = parts("NEW").join(", "),
         old = of("OLD"),
         new = of("NEW"),
+    );
+    format!(
+        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS {}",
+        dollar_quote(&body)
     )
 }
 

@@ -211,9 +211,16 @@ pub fn check_brokers(brokers: &str, example: &str, credentials: &str) -> Result<
     if brokers.is_empty() {
         return Err(format!("kafka:// names no broker; write {example}"));
     }
+    // Neither is repeated: user information or options may hold a
+    // password.
     if brokers.contains('@') {
         return Err(format!(
             "a kafka:// url takes no user or password before the host; {credentials}"
+        ));
+    }
+    if brokers.contains('?') {
+        return Err(format!(
+            "a kafka:// url here takes no options after '?'; {credentials}"
         ));
     }
     for broker in brokers.split(',') {
@@ -358,6 +365,10 @@ mod tests {
             (
                 "u:secret@a:1",
                 "takes no user or password before the host; put them",
+            ),
+            (
+                "a:1?sasl_mechanism=PLAIN&user=u&password=secret",
+                "takes no options after '?'; put them",
             ),
             ("a", "\"a\" is not host:port"),
             ("a:0", "is not host:port"),

@@ -29,10 +29,14 @@
 pub(crate) mod catalog;
 
 use evolve_core::migration::Phase;
-use evolve_pg::{QualifiedName, quote_ident, quote_literal};
+use evolve_pg::{QualifiedName, dollar_quote, quote_ident, quote_literal};
 
-/// The dollar-quote tag of generated function bodies and `DO` blocks.
-const TAG: &str = "$evolve$";
+/// Marks where a generated function body or `DO` block starts and ends.
+/// [`Gen::file`] replaces each pair with dollar quotes whose tag the body
+/// does not hold ([`dollar_quote`]): a quoted identifier in the body may
+/// hold `$evolve$`. NUL, because neither PostgreSQL names and text nor
+/// command-line arguments can hold it.
+const TAG: &str = "\0";
 /// The longest identifier PostgreSQL keeps (NAMEDATALEN - 1 bytes).
 const MAX_IDENT: usize = 63;
 
@@ -189,11 +193,64 @@ pub fn fold_ident(typed: &str) -> String {
 
 /// `name` cut to PostgreSQL's identifier length on a character boundary.
 fn ident_name(name: &str) -> String {
-    let mut end = name.len().min(MAX_IDENT);
+    clip(name, MAX_IDENT).to_string()
+}
+
+/// The longest start of `name` of at most `bytes` bytes that ends on a
+/// character boundary.
+fn clip(name: &str, bytes: usize) -> &str {
+    let mut end = name.len().min(bytes);
     while !name.is_char_boundary(end) {
         end -= 1;
     }
-    name[..end].to_string()
+    &name[..end]
+}
+
+/// `name1_name2_label` within PostgreSQL's identifier length, made as
+/// PostgreSQL makes the names of the constraints and indexes it names
+/// itself (`makeObjectName`): the longer of the two names is shortened
+/// first, and the label is always kept, so a long table name never turns
+/// an index's name into the table's own.
+fn object_name(name1: &str, name2: &str, label: &str) -> String {
+    let available = MAX_IDENT.saturating_sub(label.len() + 2);
+    let (mut n1, mut n2) = (name1.len(), name2.len());
+    while n1 + n2 > available {
+        if n1 > n2 {
+            n1 -= 1;
+        } else {
+            n2 -= 1;
+        }
+    }
+    format!("{}_{}_{label}", clip(name1, n1), clip(name2, n2))
+}
+
+/// `text` for a `--` comment line: a line break or other control
+/// character in it (a name may hold one) is written as an escape, so it
+/// cannot end the comment and turn the rest of the name into SQL.
+fn comment_text(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// `sql` with each pair of [`TAG`] marks replaced by dollar quotes around
+/// what they enclose.
+fn quote_bodies(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 32);
+    for (i, part) in sql.split(TAG).enumerate() {
+        if i % 2 == 1 {
+            out.push_str(&dollar_quote(part));
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
 }
 
 /// Whether `evolve migrate apply` rebuilds a dependent (as `deps` names
@@ -249,11 +306,6 @@ pub fn change_id(change: &Change, table: &QualifiedName) -> String {
 fn check_expression(what: &str, expr: &str) -> Result<(), ChangeError> {
     if expr.trim().is_empty() {
         return refuse(format!("{what} is empty; give an SQL expression"));
-    }
-    if expr.contains(TAG) {
-        return refuse(format!(
-            "{what} {expr:?} contains {TAG}, which evolve uses to quote the generated function bodies; write it without {TAG}"
-        ));
     }
     Ok(())
 }
@@ -349,6 +401,18 @@ impl<'a> Gen<'a> {
             ));
         }
         Ok(())
+    }
+
+    /// A new column named on the command line: absent, and without a
+    /// control character (legal in a quoted name, but a trap in every
+    /// file and terminal that shows it).
+    fn new_column(&self, name: &str) -> Result<(), ChangeError> {
+        if name.chars().any(char::is_control) {
+            return refuse(format!(
+                "column name {name:?} holds a control character (a line break, a tab); choose a name without one"
+            ));
+        }
+        self.absent(name)
     }
 
     /// A column the change replaces: nothing may read it that the change
@@ -471,8 +535,9 @@ impl<'a> Gen<'a> {
     ) -> String {
         let mut s = format!("-- evolve:phase {phase}\n");
         s.push_str(&format!(
-            "-- evolve change {}: {summary}\n-- Step {step} of {steps} ({phase}).\n",
-            self.change.verb()
+            "-- evolve change {}: {}\n-- Step {step} of {steps} ({phase}).\n",
+            self.change.verb(),
+            comment_text(summary)
         ));
         for line in wrap(compatible, 74) {
             s.push_str(&format!("-- {line}\n"));
@@ -484,7 +549,7 @@ impl<'a> Gen<'a> {
         ChangeFile {
             phase,
             description: format!("{}_{}", self.id, phase.as_str()),
-            sql,
+            sql: quote_bodies(&sql),
         }
     }
 
@@ -571,10 +636,7 @@ impl<'a> Gen<'a> {
     }
 
     fn not_null_via_check(&self, column: &str) -> (String, String) {
-        let name = quote_ident(&ident_name(&format!(
-            "{}_{}_not_null",
-            self.table.name.name, column
-        )));
+        let name = quote_ident(&object_name(&self.table.name.name, column, "not_null"));
         let c = quote_ident(column);
         (
             format!(
@@ -590,7 +652,7 @@ impl<'a> Gen<'a> {
 
     fn rename(&self, old: &str, new: &str) -> Result<Vec<ChangeFile>, ChangeError> {
         let col = self.column(old)?;
-        self.absent(new)?;
+        self.new_column(new)?;
         self.replaceable(col)?;
         self.needs_key()?;
         let (o, n) = (quote_ident(old), quote_ident(new));
@@ -736,8 +798,10 @@ impl<'a> Gen<'a> {
         // around this file, so views and materialized views are recreated
         // reading the renamed new column, not the old values in {k}.
         switch.push_str(&format!(
-            "-- Rebuild what reads {c} onto the new column (no rewrite: the type is unchanged).\nALTER TABLE {} ALTER COLUMN {c} TYPE {};\n",
-            self.t, col.type_sql
+            "-- Rebuild what reads {} onto the new column (no rewrite: the type is unchanged).\nALTER TABLE {} ALTER COLUMN {c} TYPE {};\n",
+            comment_text(&c),
+            self.t,
+            col.type_sql
         ));
         switch.push_str(&format!(
             "ALTER TABLE {} RENAME COLUMN {c} TO {k};\n",
@@ -883,7 +947,7 @@ impl<'a> Gen<'a> {
         }
         check_expression("--merge", merge)?;
         for (i, (name, expr)) in into.iter().enumerate() {
-            self.absent(name)?;
+            self.new_column(name)?;
             check_expression(&format!("--into {name}"), expr)?;
             if into[..i].iter().any(|(n, _)| n == name) {
                 return refuse(format!(
@@ -978,12 +1042,15 @@ impl<'a> Gen<'a> {
                 .map(|(v, _)| v.as_str())
                 .collect();
             switch.push_str(&format!(
-                "\n-- {} read {c}: from here {} read{} ({merge}) over {list} in its place (same columns and types), so the contract step can drop {c}. Writes through {} to {c} no longer reach the table.\n",
-                views.join(", "),
-                if views.len() == 1 { "it" } else { "they" },
-                if views.len() == 1 { "s" } else { "" },
-                if views.len() == 1 { "it" } else { "them" },
-                merge = merge.split_whitespace().collect::<Vec<_>>().join(" "),
+                "\n-- {}\n",
+                comment_text(&format!(
+                    "{} read {c}: from here {} read{} ({merge}) over {list} in its place (same columns and types), so the contract step can drop {c}. Writes through {} to {c} no longer reach the table.",
+                    views.join(", "),
+                    if views.len() == 1 { "it" } else { "they" },
+                    if views.len() == 1 { "s" } else { "" },
+                    if views.len() == 1 { "it" } else { "them" },
+                    merge = merge.split_whitespace().collect::<Vec<_>>().join(" "),
+                ))
             ));
             for (_, sql) in &self.resolved.split_views {
                 switch.push_str(sql);
@@ -1034,11 +1101,11 @@ impl<'a> Gen<'a> {
             .map(|c| quote_ident(c))
             .collect::<Vec<_>>()
             .join(", ");
-        let name = quote_ident(&ident_name(&format!(
-            "{}_{}_fkey",
-            self.table.name.name,
-            columns.join("_")
-        )));
+        let name = quote_ident(&object_name(
+            &self.table.name.name,
+            &columns.join("_"),
+            "fkey",
+        ));
         let summary = format!(
             "add a foreign key from {} ({}) to {} ({})",
             self.table.name.plain(),
@@ -1059,11 +1126,11 @@ impl<'a> Gen<'a> {
                 index.find('\n').map(|i| i + 1).unwrap_or(0),
                 "-- evolve:no-transaction\n",
             );
-            let idx = quote_ident(&ident_name(&format!(
-                "{}_{}_idx",
-                self.table.name.name,
-                columns.join("_")
-            )));
+            let idx = quote_ident(&object_name(
+                &self.table.name.name,
+                &columns.join("_"),
+                "idx",
+            ));
             index.push_str(&format!(
                 "\nCREATE INDEX CONCURRENTLY IF NOT EXISTS {idx} ON {} ({cols});\n",
                 self.t
@@ -1071,7 +1138,7 @@ impl<'a> Gen<'a> {
             files.push(ChangeFile {
                 phase: Phase::Expand,
                 description: format!("{}_index", self.id),
-                sql: index,
+                sql: quote_bodies(&index),
             });
             step += 1;
         }

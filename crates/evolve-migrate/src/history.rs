@@ -152,6 +152,7 @@ impl History {
         if relkind != "r" && relkind != "p" {
             return Err(self.shape(format!("it is not a table (relkind {relkind})")));
         }
+        self.owned(client, &self.table).await?;
         let mut present = std::collections::HashMap::new();
         for r in &rows {
             if let Some(name) = r.try_get::<_, Option<String>>(0)? {
@@ -274,7 +275,24 @@ impl History {
                     reason: format!("cannot be created: {err}"),
                 }
             })?;
+        self.owned(client, &self.progress).await?;
+        self.owned(client, &self.rebuilt).await?;
         Ok(created)
+    }
+
+    /// Refuses `table`, found in place, when its owner could run code with
+    /// the connecting role's privileges through it
+    /// ([`evolve_pg::check_state_table`]).
+    async fn owned(&self, client: &Client, table: &QualifiedName) -> Result<(), MigrateError> {
+        evolve_pg::check_state_table(client, &table.to_string())
+            .await
+            .map_err(|e| match e {
+                evolve_pg::OwnerError::Database(e) => MigrateError::from(e),
+                evolve_pg::OwnerError::Refused(reason) => MigrateError::History {
+                    table: table.plain(),
+                    reason,
+                },
+            })
     }
 
     /// Creates `<history>_pipeline` unless it exists: one row per table
@@ -306,7 +324,8 @@ impl History {
                     table: self.pipeline.plain(),
                     reason: format!("cannot be created: {err}"),
                 }
-            })
+            })?;
+        self.owned(client, &self.pipeline).await
     }
 
     /// How many characters the `version`, `description` and `script`

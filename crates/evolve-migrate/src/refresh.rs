@@ -159,7 +159,14 @@ async fn ensure_log(client: &Client) -> Result<(), MigrateError> {
              )"
         ))
         .await?;
-    Ok(())
+    evolve_pg::check_state_table(client, LOG_TABLE)
+        .await
+        .map_err(|e| match e {
+            evolve_pg::OwnerError::Database(e) => MigrateError::from(e),
+            evolve_pg::OwnerError::Refused(reason) => {
+                MigrateError::Usage(format!("refresh log {LOG_TABLE}: {reason}"))
+            }
+        })
 }
 
 /// Runs `refresh_sql` (a `REFRESH MATERIALIZED VIEW`) for the materialized view

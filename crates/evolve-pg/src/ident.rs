@@ -31,6 +31,22 @@ pub fn quote_literal(value: &str) -> String {
     out
 }
 
+/// Quotes `body` (a function body, a `DO` block) between dollar tags:
+/// `$evolve$`, or `$evolve1$`, `$evolve2$`, ... when the body holds that
+/// tag (a quoted identifier may) or ends in a way that would meet the
+/// closing tag early (`...$evolve` before `$evolve$`), so nothing in the
+/// body can end it.
+pub fn dollar_quote(body: &str) -> String {
+    let tag = (0u64..)
+        .map(|n| match n {
+            0 => "$evolve$".to_string(),
+            n => format!("$evolve{n}$"),
+        })
+        .find(|tag| format!("{body}{tag}").find(tag.as_str()) == Some(body.len()))
+        .expect("a finite body leaves some tag free");
+    format!("{tag}{body}{tag}")
+}
+
 /// A schema-qualified name. `Display` renders it quoted and ready to splice
 /// into SQL.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -134,6 +150,21 @@ mod tests {
         );
         assert_eq!(quote_literal("it's"), "'it''s'");
         assert_eq!(QualifiedName::new("a b", "C").to_string(), r#""a b"."C""#);
+    }
+
+    #[test]
+    fn dollar_quotes_take_a_tag_the_body_cannot_end() {
+        assert_eq!(dollar_quote("BEGIN END"), "$evolve$BEGIN END$evolve$");
+        assert_eq!(
+            dollar_quote(r#"SELECT "a$evolve$; DROP TABLE v; --""#),
+            r#"$evolve1$SELECT "a$evolve$; DROP TABLE v; --"$evolve1$"#
+        );
+        assert_eq!(
+            dollar_quote("x$evolve$ y$evolve1$"),
+            "$evolve2$x$evolve$ y$evolve1$$evolve2$"
+        );
+        // The body's end and the closing tag would make the tag early.
+        assert_eq!(dollar_quote("x$evolve"), "$evolve1$x$evolve$evolve1$");
     }
 
     #[test]

@@ -321,7 +321,7 @@ impl RawConnection {
         evolve_core::kafka::check_brokers(
             brokers,
             "kafka://host:port[,host:port...]",
-            "set user, password and sasl_mechanism beside the url",
+            "set sslmode, user, password and sasl_mechanism beside the url",
         )
         .map_err(|problem| format!("connections.{name}.url: {problem}"))?;
         let password = self.expanded_password(name, env)?;
@@ -931,6 +931,10 @@ mod tests {
             (
                 "[connections.k]\nurl = \"kafka://u:s3cret@h:9092\"\n",
                 "connections.k.url: a kafka:// url takes no user or password",
+            ),
+            (
+                "[connections.k]\nurl = \"kafka://h:9092?sasl_mechanism=PLAIN&user=u&password=s3cret\"\n",
+                "connections.k.url: a kafka:// url here takes no options after '?'; set sslmode, user",
             ),
             (
                 "[connections.k]\nurl = \"kafka://h\"\n",

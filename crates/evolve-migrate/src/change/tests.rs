@@ -299,3 +299,151 @@ fn names_from_the_command_line_fold_like_postgresql() {
     assert_eq!(fold_ident("\"Name\""), "Name");
     assert_eq!(fold_ident("\"a\"\"b\""), "a\"b");
 }
+
+/// Every statement of every file of `change` on `table`, as the real
+/// parser splits them.
+fn statements(change: &Change, table: &TableInfo, resolved: &Resolved) -> Vec<String> {
+    generate(change, table, resolved)
+        .unwrap()
+        .iter()
+        .flat_map(|f| {
+            parse_script(&f.sql)
+                .unwrap_or_else(|e| panic!("{e:?}\n{}", f.sql))
+                .statements
+        })
+        .map(|s| s.text)
+        .collect()
+}
+
+/// A name is never SQL: one with a line break cannot end the comment it
+/// is shown in, and one with `$evolve$` cannot end a function body. The
+/// files of every change over such a column hold the same statements as
+/// over a plain one.
+#[test]
+fn hostile_names_stay_names_in_comments_and_bodies() {
+    let resolved = Resolved {
+        new_type: Some("bigint".into()),
+        into_types: vec!["text".into(), "text".into()],
+        references: Some(QualifiedName::new("app", "customers")),
+        ..Resolved::default()
+    };
+    let changes = |column: &str| {
+        vec![
+            Change::RenameColumn {
+                table: "app.Users".into(),
+                old: column.into(),
+                new: "renamed".into(),
+            },
+            Change::ChangeType {
+                table: "app.Users".into(),
+                column: column.into(),
+                to: "bigint".into(),
+                using: None,
+            },
+            Change::SetNotNull {
+                table: "app.Users".into(),
+                column: column.into(),
+                default: Some("0".into()),
+            },
+            Change::SplitColumn {
+                table: "app.Users".into(),
+                column: column.into(),
+                into: vec![("a".into(), "'x'".into()), ("b".into(), "'y'".into())],
+                merge: "a || b".into(),
+            },
+            Change::AddForeignKey {
+                table: "app.Users".into(),
+                columns: vec![column.into()],
+                references: "app.customers".into(),
+                to: vec!["id".into()],
+            },
+        ]
+    };
+    let with_column = |name: &str| {
+        let mut t = table();
+        t.columns[2].name = name.into();
+        t
+    };
+    let plain = changes("qty")
+        .iter()
+        .map(|c| statements(c, &with_column("qty"), &resolved).len())
+        .collect::<Vec<_>>();
+    for hostile in [
+        "c\nDROP TABLE victim;\n--",
+        "c\rDROP TABLE victim;\r--",
+        "a$evolve$; DROP TABLE victim; --",
+        "a$evolve",
+    ] {
+        let t = with_column(hostile);
+        for (change, expected) in changes(hostile).iter().zip(&plain) {
+            let found = statements(change, &t, &resolved);
+            assert_eq!(found.len(), *expected, "{hostile:?} {change:?}: {found:#?}");
+            assert!(
+                !found.iter().any(|s| s.starts_with("DROP TABLE victim")),
+                "{hostile:?} {change:?}: {found:#?}"
+            );
+        }
+    }
+    let e = generate(
+        &Change::RenameColumn {
+            table: "app.Users".into(),
+            old: "qty".into(),
+            new: "x\nDROP TABLE victim; --".into(),
+        },
+        &table(),
+        &Resolved::default(),
+    )
+    .unwrap_err()
+    .0;
+    assert!(e.contains("holds a control character"), "{e}");
+}
+
+/// Names PostgreSQL would cut keep their label, as PostgreSQL's own do:
+/// the index of a foreign key on a table with a 63-byte name is not
+/// named like the table.
+#[test]
+fn long_names_keep_their_label() {
+    let long = "t".repeat(63);
+    assert_eq!(object_name(&long, "qty", "idx").len(), 63);
+    assert!(object_name(&long, "qty", "idx").ends_with("_qty_idx"));
+    assert_eq!(
+        object_name("orders", "customer_id", "fkey"),
+        "orders_customer_id_fkey"
+    );
+    let both = object_name(&"a".repeat(40), &"b".repeat(40), "not_null");
+    assert_eq!(
+        both,
+        format!("{}_{}_not_null", "a".repeat(27), "b".repeat(26))
+    );
+    let multibyte = object_name(&"é".repeat(40), "qty", "idx");
+    assert!(
+        multibyte.len() <= 63 && multibyte.ends_with("_qty_idx"),
+        "{multibyte}"
+    );
+
+    let mut t = table();
+    t.name = QualifiedName::new("app", long.clone());
+    let resolved = Resolved {
+        references: Some(QualifiedName::new("app", "customers")),
+        ..Resolved::default()
+    };
+    let files = generate(
+        &Change::AddForeignKey {
+            table: format!("app.{long}"),
+            columns: vec!["qty".into()],
+            references: "app.customers".into(),
+            to: vec!["id".into()],
+        },
+        &t,
+        &resolved,
+    )
+    .unwrap();
+    let index = &files[0].sql;
+    assert!(index.contains("_qty_idx\" ON"), "{index}");
+    assert!(!index.contains(&format!("EXISTS \"{long}\" ON")), "{index}");
+    assert!(
+        files[1].sql.contains("_qty_fkey\" FOREIGN KEY"),
+        "{}",
+        files[1].sql
+    );
+}
