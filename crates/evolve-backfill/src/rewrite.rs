@@ -34,7 +34,7 @@
 
 use std::time::Instant;
 
-use evolve_pg::{Client, QualifiedName, quote_ident, quote_literal};
+use evolve_pg::{Client, QualifiedName, quote_ident, quote_literal, shell_word};
 
 use crate::sql::{self, KeyColumn};
 use crate::throttle::BatchSizer;
@@ -99,7 +99,7 @@ const TRIGGER: &str = "_evolve_rw_capture";
 
 fn err(table: &QualifiedName, reason: impl Into<String>) -> BackfillError {
     BackfillError::Rewrite {
-        table: table.plain(),
+        table: table.shown(),
         reason: reason.into(),
     }
 }
@@ -206,7 +206,7 @@ impl Rewrite<'_> {
                      FROM {} WHERE table_name = $1",
                     self.state
                 ),
-                &[&self.table.plain()],
+                &[&self.table.shown()],
             )
             .await?;
         row.map(|r| {
@@ -231,14 +231,14 @@ impl Rewrite<'_> {
                     "UPDATE {} SET phase = $2, updated_at = now() WHERE table_name = $1",
                     self.state
                 ),
-                &[&self.table.plain(), &phase],
+                &[&self.table.shown(), &phase],
             )
             .await?;
         Ok(())
     }
 
     fn what(&self) -> String {
-        format!("rewrite of {}", self.table.plain())
+        format!("rewrite of {}", self.table.shown())
     }
 
     /// Columns copied from `from` into `to`: those of `from` that `to`
@@ -415,7 +415,7 @@ impl Rewrite<'_> {
                     "INSERT INTO {state} (table_name, table_oid, alters, keep_old, phase, index_pairs)
                      VALUES ($1, $2, $3, false, 'copy', $4)"
                 ),
-                &[&t.plain(), &table.oid, &alters, &vec![pk.1.clone(), shadow_pk.clone()]],
+                &[&t.shown(), &table.oid, &alters, &vec![pk.1.clone(), shadow_pk.clone()]],
             )
             .await?;
             Ok(Ok(()))
@@ -479,12 +479,12 @@ impl Rewrite<'_> {
             .await?;
         let what = self.what();
         on_event(&Event::Phase {
-            table: table.name.plain(),
+            table: table.name.shown(),
             phase: "copy".into(),
         });
         on_event(&Event::Started {
             job: what.clone(),
-            table: table.name.plain(),
+            table: table.name.shown(),
             resumed: row.batches > 0,
             rows_done: row.rows_copied as u64,
             batches: row.batches as u64,
@@ -504,7 +504,7 @@ impl Rewrite<'_> {
             .await?;
             let size = sizer.size() as i64;
             let started = Instant::now();
-            let t = table.name.plain();
+            let t = table.name.shown();
             let mut body = async |c: &Client| {
                 let r = match &last_key {
                     None => c.query_one(&first, &[&size]).await?,
@@ -663,7 +663,7 @@ impl Rewrite<'_> {
                        AND NOT index_pairs @> $2",
                     self.state
                 ),
-                &[&table.name.plain(), &pairs],
+                &[&table.name.shown(), &pairs],
             )
             .await?;
         Ok(())
@@ -681,7 +681,7 @@ impl Rewrite<'_> {
         on_event: &mut dyn FnMut(&Event),
     ) -> Result<(), BackfillError> {
         on_event(&Event::Phase {
-            table: self.table.plain(),
+            table: self.table.shown(),
             phase: "replay".into(),
         });
         // The batch adapts like the copy's; less than a full batch taken
@@ -713,7 +713,7 @@ impl Rewrite<'_> {
             let took = started.elapsed();
             sizer.observe(took, taken);
             on_event(&Event::Replayed {
-                table: self.table.plain(),
+                table: self.table.shown(),
                 entries: taken,
                 ms: took.as_millis() as u64,
             });
@@ -1045,7 +1045,7 @@ impl Rewrite<'_> {
         on_event: &mut dyn FnMut(&Event),
     ) -> Result<(), BackfillError> {
         on_event(&Event::Phase {
-            table: self.table.plain(),
+            table: self.table.shown(),
             phase: "swap".into(),
         });
         let table = &self.table;
@@ -1070,7 +1070,7 @@ impl Rewrite<'_> {
                     return Ok(Err(e.to_string()));
                 }
             };
-            let own = format!(" on {}", p.from.plain());
+            let own = format!(" on {}", p.from.shown());
             let dependents: Vec<&evolve_migrate::Captured> = plan
                 .dependents
                 .iter()
@@ -1177,7 +1177,7 @@ impl Rewrite<'_> {
                     "UPDATE {state} SET phase = $2, after_swap = $3, keep_old = $4, updated_at = now()
                      WHERE table_name = $1"
                 ),
-                &[&table.plain(), &p.phase, &after, &p.capture_after],
+                &[&table.shown(), &p.phase, &after, &p.capture_after],
             )
             .await?;
             rebuilt_names = dependents.iter().map(|d| d.name.clone()).collect();
@@ -1194,8 +1194,8 @@ impl Rewrite<'_> {
         )
         .await?;
         let abort = format!(
-            "; the table is unchanged and its changes are still captured: fix that and run 'evolve rewrite' again, or drop the shadow with 'evolve rewrite {} --abort'",
-            table.plain()
+            "; the table is unchanged and its changes are still captured: fix that and run evolve rewrite again, or drop the shadow with: evolve rewrite {} --abort",
+            shell_word(&table.shown())
         );
         match result {
             Ok(Ok(())) => {}
@@ -1208,7 +1208,7 @@ impl Rewrite<'_> {
             }
         }
         on_event(&Event::Swapped {
-            table: table.plain(),
+            table: table.shown(),
             attempts,
             ms: lock_ms,
             rebuilt: rebuilt_names,
@@ -1224,7 +1224,7 @@ impl Rewrite<'_> {
         on_event: &mut dyn FnMut(&Event),
     ) -> Result<(), BackfillError> {
         on_event(&Event::Phase {
-            table: self.table.plain(),
+            table: self.table.shown(),
             phase: "validate".into(),
         });
         let statements: Vec<String> = self
@@ -1234,7 +1234,7 @@ impl Rewrite<'_> {
                     "SELECT after_swap FROM {} WHERE table_name = $1",
                     self.state
                 ),
-                &[&self.table.plain()],
+                &[&self.table.shown()],
             )
             .await?
             .try_get(0)?;
@@ -1260,7 +1260,7 @@ impl Rewrite<'_> {
             })?;
         }
         on_event(&Event::Phase {
-            table: self.table.plain(),
+            table: self.table.shown(),
             phase: "cleanup".into(),
         });
         for d in drop {
@@ -1284,7 +1284,7 @@ impl Rewrite<'_> {
                     &self.table,
                     format!(
                         "the swap is done but {} cannot be dropped: {}; drop it by hand",
-                        d.plain(),
+                        d.shown(),
                         evolve_pg::PgError::Query(e)
                     ),
                 )
@@ -1318,7 +1318,7 @@ async fn start(opts: &RewriteOptions) -> Result<Rewrite<'_>, BackfillError> {
         )));
     };
     let table = QualifiedName::new(schema, name);
-    let key = worker::lock_key("rewrite", &table.plain());
+    let key = worker::lock_key("rewrite", &table.shown());
     if let Err(holder) = worker::lock(&client, key).await? {
         return Err(err(
             &table,
@@ -1348,9 +1348,9 @@ pub async fn run(
                 return Err(err(
                     &rw.table,
                     format!(
-                        "the previous rewrite kept the old table {}; run 'evolve rewrite --revert {}' or drop that table first",
-                        n.old.plain(),
-                        rw.table.plain()
+                        "the previous rewrite kept the old table {}; drop that table first, or swap back with: evolve rewrite --revert {}",
+                        n.old.shown(),
+                        shell_word(&rw.table.shown())
                     ),
                 ));
             }
@@ -1358,7 +1358,7 @@ pub async fn run(
                 rw.client
                     .execute(
                         &format!("DELETE FROM {} WHERE table_name = $1", rw.state),
-                        &[&rw.table.plain()],
+                        &[&rw.table.shown()],
                     )
                     .await?;
                 row = None;
@@ -1440,7 +1440,7 @@ pub async fn run(
         rw.set_phase("done").await?;
     }
     on_event(&Event::Phase {
-        table: rw.table.plain(),
+        table: rw.table.shown(),
         phase: "done".into(),
     });
     Ok(())
@@ -1469,7 +1469,7 @@ pub async fn revert(
         rw.client
             .execute(
                 &format!("DELETE FROM {} WHERE table_name = $1", rw.state),
-                &[&rw.table.plain()],
+                &[&rw.table.shown()],
             )
             .await?;
         return Ok(());
@@ -1525,11 +1525,11 @@ pub async fn revert(
     rw.client
         .execute(
             &format!("DELETE FROM {} WHERE table_name = $1", rw.state),
-            &[&rw.table.plain()],
+            &[&rw.table.shown()],
         )
         .await?;
     on_event(&Event::Phase {
-        table: rw.table.plain(),
+        table: rw.table.shown(),
         phase: "done".into(),
     });
     Ok(())
@@ -1552,11 +1552,11 @@ pub async fn abort(
         return Err(err(
             &rw.table,
             format!(
-                "its rewrite has swapped already (phase {}); run 'evolve rewrite {}' to finish it{}",
+                "its rewrite has swapped already (phase {}); finish it with: evolve rewrite {}{}",
                 row.phase,
-                rw.table.plain(),
+                shell_word(&rw.table.shown()),
                 if row.keep_old {
-                    " or --revert to swap back"
+                    " (or swap back with --revert)"
                 } else {
                     ""
                 }
@@ -1581,7 +1581,7 @@ pub async fn abort(
         .await?;
         c.execute(
             &format!("DELETE FROM {state} WHERE table_name = $1"),
-            &[&table.plain()],
+            &[&table.shown()],
         )
         .await?;
         Ok(())
@@ -1597,7 +1597,7 @@ pub async fn abort(
     .await?;
     result?;
     on_event(&Event::Phase {
-        table: rw.table.plain(),
+        table: rw.table.shown(),
         phase: "aborted".into(),
     });
     Ok(())

@@ -47,6 +47,35 @@ pub fn dollar_quote(body: &str) -> String {
     format!("{tag}{body}{tag}")
 }
 
+/// A name part as [`QualifiedName::shown`] writes it: bare when it is a
+/// lower-case word (`[a-z_][a-z0-9_]*`, which folding leaves as it is),
+/// quoted otherwise.
+fn shown_part(part: &str) -> String {
+    let mut chars = part.chars();
+    let bare = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if bare {
+        part.to_string()
+    } else {
+        quote_ident(part)
+    }
+}
+
+/// `text` as one word of a POSIX shell command line: as it is when it
+/// holds only characters no shell treats specially, else single-quoted.
+pub fn shell_word(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.,/=".contains(c))
+    {
+        return text.to_string();
+    }
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
 /// A schema-qualified name. `Display` renders it quoted and ready to splice
 /// into SQL.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -66,6 +95,15 @@ impl QualifiedName {
     /// `schema.name` unquoted, for messages.
     pub fn plain(&self) -> String {
         format!("{}.{}", self.schema, self.name)
+    }
+
+    /// `schema.name` with a part quoted where it must be to read back as
+    /// the same name ([`QualifiedName::parse_user`] reads it): `public.orders`,
+    /// `public."Orders"`, `"x.y".z`. Unlike [`QualifiedName::plain`], two
+    /// names never show the same, so it can key state by name and be typed
+    /// back on a command line.
+    pub fn shown(&self) -> String {
+        format!("{}.{}", shown_part(&self.schema), shown_part(&self.name))
     }
 
     /// Parses `name` or `schema.name` as a user would type it on a command
@@ -165,6 +203,27 @@ mod tests {
         );
         // The body's end and the closing tag would make the tag early.
         assert_eq!(dollar_quote("x$evolve"), "$evolve1$x$evolve$evolve1$");
+    }
+
+    #[test]
+    fn shown_names_read_back_as_the_same_name_and_never_collide() {
+        for (schema, name, shown) in [
+            ("public", "orders", "public.orders"),
+            ("public", "Orders", r#"public."Orders""#),
+            ("x.y", "z", r#""x.y".z"#),
+            ("x", "y.z", r#"x."y.z""#),
+            ("s", "a\"b", r#"s."a""b""#),
+            ("s", "1t", r#"s."1t""#),
+            ("s", "user", "s.user"),
+        ] {
+            let q = QualifiedName::new(schema, name);
+            assert_eq!(q.shown(), shown);
+            let (s, n) = QualifiedName::parse_user(&q.shown()).unwrap();
+            assert_eq!((s.as_deref(), n.as_str()), (Some(schema), name));
+        }
+        assert_eq!(shell_word("public.orders"), "public.orders");
+        assert_eq!(shell_word(r#"public."Orders""#), r#"'public."Orders"'"#);
+        assert_eq!(shell_word("o$(touch x)'"), r"'o$(touch x)'\'''");
     }
 
     #[test]

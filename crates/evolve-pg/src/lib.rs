@@ -36,7 +36,7 @@ pub mod tls;
 mod x509;
 
 pub use error::{PgError, describe_db_error, is_lock_timeout, sqlstate};
-pub use ident::{QualifiedName, dollar_quote, quote_ident, quote_literal};
+pub use ident::{QualifiedName, dollar_quote, quote_ident, quote_literal, shell_word};
 pub use owner::{OwnerError, check_state_table};
 pub use session::{SessionInfo, blocking_sessions, describe_sessions, sessions};
 pub use tls::{SslMode, TlsSettings, Verification};

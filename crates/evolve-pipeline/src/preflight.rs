@@ -250,13 +250,14 @@ pub async fn upstream_table(
     let subject = format!("table {schema}.{table}");
     let row = client
         .query_opt(
-            "SELECT has_table_privilege(c.oid, 'SELECT'), \
+            "SELECT has_table_privilege(c.oid, 'SELECT') AND has_schema_privilege(n.oid, 'USAGE'), \
                     pg_has_role(c.relowner, 'USAGE'), \
                     pg_get_userbyid(c.relowner)::text, \
                     EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $3 AND p.puballtables) \
                     OR EXISTS (SELECT 1 FROM pg_publication_tables t \
                                WHERE t.pubname = $3 AND t.schemaname = $1 AND t.tablename = $2), \
-                    EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $3) \
+                    EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $3), \
+                    has_schema_privilege(n.oid, 'USAGE') \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
             &[&schema, &table, &publication],
@@ -267,10 +268,28 @@ pub async fn upstream_table(
         // CREATE TABLE names the missing table itself.
         return Ok(Vec::new());
     };
-    let (select, owns, owner, member, exists): (bool, bool, String, bool, bool) =
-        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    let (select, owns, owner, member, exists, usage): (bool, bool, String, bool, bool, bool) = (
+        row.get(0),
+        row.get(1),
+        row.get(2),
+        row.get(3),
+        row.get(4),
+        row.get(5),
+    );
+    // Reading a table needs USAGE on its schema as well as SELECT on it.
     let mut checks = vec![if select {
         Check::pass(subject.clone(), format!("role {role} may read {name}"))
+    } else if !usage {
+        let schema_q = ident(client, &[schema]).await?;
+        Check::fail(
+            subject.clone(),
+            format!(
+                "role {role} may not read {name}: it lacks USAGE on schema {schema_q} (its snapshot needs it, beside SELECT on the table)"
+            ),
+            format!(
+                "GRANT USAGE ON SCHEMA {schema_q} TO {role}; GRANT SELECT ON {name} TO {role};"
+            ),
+        )
     } else {
         Check::fail(
             subject.clone(),

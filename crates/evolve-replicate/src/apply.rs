@@ -65,6 +65,31 @@ CREATE TABLE IF NOT EXISTS evolve_conflict_history (
     detail text
 )";
 
+/// Creates evolve's tables on the node ([`NODE_SETUP`]) and refuses them
+/// when they were there already, owned by a role that could run code
+/// with the connecting role's privileges through them
+/// ([`evolve_pg::check_state_table`]).
+pub async fn setup_node(client: &Client) -> Result<()> {
+    client
+        .batch_execute(NODE_SETUP)
+        .await
+        .map_err(|e| ReplicateError::node("create evolve's tables on the node", &e))?;
+    for table in ["evolve_replica_progress", "evolve_conflict_history"] {
+        evolve_pg::check_state_table(client, table)
+            .await
+            .map_err(|e| match e {
+                evolve_pg::OwnerError::Database(e) => {
+                    ReplicateError::node(format!("check the owner of {table} on the node"), &e)
+                }
+                evolve_pg::OwnerError::Refused(reason) => ReplicateError::Node {
+                    context: format!("table {table} on the node"),
+                    message: reason,
+                },
+            })?;
+    }
+    Ok(())
+}
+
 /// One upstream transaction: its end position, its commit time (Unix
 /// microseconds) and its row changes with their upstream table ids.
 #[derive(Clone, Debug)]
@@ -308,10 +333,7 @@ impl Applier {
         resolvers: Resolvers,
         transforms: Vec<Transform>,
     ) -> Result<Applier> {
-        client
-            .batch_execute(NODE_SETUP)
-            .await
-            .map_err(|e| ReplicateError::node("create evolve's tables on the node", &e))?;
+        setup_node(client).await?;
         let commit_timestamps: bool = client
             .query_one(
                 "SELECT current_setting('track_commit_timestamp')::bool",

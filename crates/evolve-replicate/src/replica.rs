@@ -609,10 +609,7 @@ impl Replica {
                 context: format!("connect to the node of replica {name}"),
                 message: e.to_string(),
             })?;
-        client
-            .batch_execute(crate::apply::NODE_SETUP)
-            .await
-            .map_err(|e| ReplicateError::node("create evolve's tables on the node", &e))?;
+        crate::apply::setup_node(&client).await?;
         if let Some((applied, _)) = crate::apply::stored_position(&client, name).await?
             && lsn <= applied
         {

@@ -630,6 +630,39 @@ async fn each_missing_privilege_is_named_with_its_fix() {
         !stdout.contains("connection \"sink_conn\", which"),
         "{stdout}"
     );
+    // SELECT on a table of a schema the role may not use: its snapshot
+    // would fail, so the check does.
+    up.batch_execute(
+        "CREATE SCHEMA hidden; CREATE TABLE hidden.items (id int PRIMARY KEY);
+         GRANT SELECT ON hidden.items TO weak;",
+    )
+    .await
+    .unwrap();
+    let hidden = dir.join("hidden.sql");
+    std::fs::write(
+        &hidden,
+        "CREATE SOURCE src FROM POSTGRES CONNECTION pg_conn (PUBLICATION 'evolve_pub');\n\
+         CREATE TABLE items_v1 FROM SOURCE src (REFERENCE hidden.items);\n",
+    )
+    .unwrap();
+    let out = evolve(&[
+        "pipeline",
+        "check",
+        "--config",
+        config.to_str().unwrap(),
+        "-f",
+        hidden.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    for failed in [
+        "role weak may not read hidden.items: it lacks USAGE on schema hidden",
+        "fix: GRANT USAGE ON SCHEMA hidden TO weak; GRANT SELECT ON hidden.items TO weak;",
+    ] {
+        assert!(stdout.contains(failed), "{failed:?} not in\n{stdout}");
+    }
+    assert!(!stdout.contains("may read hidden.items"), "{stdout}");
 
     // The statements refuse with the same checks, creating nothing.
     let running = Pipeline::start(&config);

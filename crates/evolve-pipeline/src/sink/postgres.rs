@@ -152,6 +152,26 @@ pub(crate) async fn ensure_tables(client: &Client, schema: &str, table: &str) ->
         ))
         .await
         .map_err(|e| PipelineError::database("create the sink progress table", &e))?;
+    // Both are written with the sink connection's privileges: refused when
+    // their owner could run code with them (triggers, rules, defaults).
+    for (table, shown) in [
+        (&targets.table, plain),
+        (&targets.progress, format!("{schema}.{PROGRESS_TABLE}")),
+    ] {
+        evolve_pg::check_state_table(client, table)
+            .await
+            .map_err(|e| match e {
+                evolve_pg::OwnerError::Database(e) => {
+                    PipelineError::database(format!("check the owner of {shown}"), &e)
+                }
+                evolve_pg::OwnerError::Refused(reason) => PipelineError::Refused {
+                    sqlstate: "42501",
+                    primary: format!("sink table \"{shown}\" cannot be written: {reason}"),
+                    detail: None,
+                    hint: None,
+                },
+            })?;
+    }
     Ok(())
 }
 
