@@ -408,6 +408,27 @@ impl RawConnection {
     }
 }
 
+/// The text of the admin token's file, refused (as ssh refuses a key
+/// file) when group or others may read it: whoever can read the token
+/// has the admin API.
+fn read_token_file(file: &Path) -> std::result::Result<String, String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(file) {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(format!(
+                    "{} can be read by group or others (mode {mode:04o}); run chmod 0600 {}",
+                    file.display(),
+                    file.display()
+                ));
+            }
+        }
+    }
+    std::fs::read_to_string(file).map_err(|e| format!("could not read {}: {e}", file.display()))
+}
+
 /// Whether `url` names a schema registry (`http://`, `https://`).
 fn is_registry_url(url: &str) -> bool {
     let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
@@ -511,12 +532,8 @@ impl Config {
         }
         if let Some(file) = config.token_file.take() {
             let file = base.join(file);
-            let token = std::fs::read_to_string(&file).map_err(|e| PipelineError::Config {
-                message: format!(
-                    "config file {}: admin_token_file: could not read {}: {e}",
-                    path.display(),
-                    file.display()
-                ),
+            let token = read_token_file(&file).map_err(|problem| PipelineError::Config {
+                message: format!("config file {}: admin_token_file: {problem}", path.display()),
             })?;
             let first = token.lines().next().unwrap_or_default();
             if let Some(problem) = AdminToken::problem(first) {
@@ -678,12 +695,8 @@ impl Config {
             }
             (None, Some(file)) => {
                 let file = path.parent().unwrap_or(Path::new(".")).join(file);
-                let text = std::fs::read_to_string(&file).map_err(|e| {
-                    bad(format!(
-                        "admin_token_file: could not read {}: {e}",
-                        file.display()
-                    ))
-                })?;
+                let text = read_token_file(&file)
+                    .map_err(|problem| bad(format!("admin_token_file: {problem}")))?;
                 AdminToken::new(text.lines().next().unwrap_or_default())
             }
             (None, None) => None,
@@ -1085,15 +1098,37 @@ mod tests {
     fn admin_token_file_is_read_relative_to_the_config() {
         let dir = std::env::temp_dir().join(format!("evolve-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        let private = |file: &str, text: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            let file = dir.join(file);
+            std::fs::write(&file, text).unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
         std::fs::write(dir.join("admin.token"), "tok-123\nignored\n").unwrap();
         let path = dir.join("evolve.toml");
         std::fs::write(&path, "admin_token_file = \"admin.token\"\n").unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                dir.join("admin.token"),
+                std::fs::Permissions::from_mode(0o644),
+            )
+            .unwrap();
+        }
+        let e = Config::load(&path).unwrap_err();
+        assert!(
+            e.primary().contains("can be read by group or others (mode 0644); run chmod 0600"),
+            "{}",
+            e.primary()
+        );
+        assert!(!e.primary().contains("tok-123"), "{}", e.primary());
+        private("admin.token", "tok-123\nignored\n");
         let c = Config::load(&path).unwrap();
         assert_eq!(c.admin_token.unwrap().secret(), "tok-123");
         std::fs::write(&path, "admin_token_file = \"missing.token\"\n").unwrap();
         let e = Config::load(&path).unwrap_err();
         assert!(e.primary().contains("admin_token_file"), "{}", e.primary());
-        std::fs::write(dir.join("tab.token"), "tok\t123\n").unwrap();
+        private("tab.token", "tok\t123\n");
         std::fs::write(&path, "admin_token_file = \"tab.token\"\n").unwrap();
         let e = Config::load(&path).unwrap_err();
         assert!(

@@ -668,7 +668,13 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) `state_dir/pipeline.db`.
     pub fn open(state_dir: &Path) -> Result<Store> {
-        std::fs::create_dir_all(state_dir).map_err(|e| PipelineError::Store {
+        // Made private to its user when evolve creates it: the store holds
+        // upstream rows.
+        let mut dir = std::fs::DirBuilder::new();
+        dir.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut dir, 0o700);
+        dir.create(state_dir).map_err(|e| PipelineError::Store {
             context: format!("create state directory {}", state_dir.display()),
             message: format!(
                 "{e}; set state_dir in evolve.toml to a directory this user can create and write"

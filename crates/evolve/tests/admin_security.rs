@@ -223,6 +223,14 @@ async fn the_admin_token_guards_every_endpoint_but_metrics() {
     let sink = evolve_test::fresh_db("tok_sink").await;
     let dir = temp_dir("token");
     std::fs::write(dir.join("admin.token"), format!("{TOKEN}\n")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.join("admin.token"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+    }
     let config = write_config(
         &dir,
         &up.url,
