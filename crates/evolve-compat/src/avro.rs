@@ -45,6 +45,7 @@
 
 mod canonical;
 mod check;
+mod normalize;
 #[cfg(test)]
 mod tests;
 
@@ -90,7 +91,12 @@ pub fn parse(text: &str, references: &[Reference]) -> Result<AvroSchema, SchemaE
             Schema::parse_str_with_list(text, &reference_texts)
         }
     })?;
-    let (root, references) = parsed.map_err(|e| error(with_causes(&e)))?;
+    let (root, references) = parsed.map_err(|e| {
+        error(crate::explain_nesting(
+            with_causes(&e),
+            "define the inner named types in schemas it references instead",
+        ))
+    })?;
     Ok(AvroSchema { root, references })
 }
 
@@ -138,6 +144,17 @@ impl AvroSchema {
 /// differ in what they can read.
 pub fn canonical_form(schema: &AvroSchema) -> String {
     canonical::canonical_form(&schema.root, &named_types(schema))
+}
+
+/// The normalized text of an Avro schema `text` (with the `references`
+/// it was parsed with): the same text for every way of writing the same
+/// schema, as Avro Java's `Schema.toString()` sees them (full names,
+/// `{"type":"long"}` as `"long"`, one key order), keeping what that keeps
+/// (docs, defaults, aliases, orders, logical types, custom properties).
+/// Confluent compares Avro schemas this way. `None` when `text` is not
+/// JSON. See the `normalize` module for the exact rules.
+pub fn normalized_form(text: &str, references: &[Reference]) -> Option<String> {
+    normalize::normalized_form(text, references)
 }
 
 /// Every reason `reader` cannot read data written with `writer`, by the

@@ -83,6 +83,28 @@ pub struct SchemaError {
     pub missing_import: Option<String>,
 }
 
+/// How deeply JSON arrays and objects may nest in a schema text: serde_json's
+/// limit, which keeps its recursive parser off the end of the stack.
+pub const MAX_JSON_NESTING: usize = 128;
+
+/// serde_json's "recursion limit exceeded at line 1 column N", said in
+/// words with the limit and `way_out` (the same text otherwise).
+pub(crate) fn explain_nesting(message: String, way_out: &str) -> String {
+    const SERDE: &str = "recursion limit exceeded";
+    if !message.contains(SERDE) {
+        return message;
+    }
+    format!(
+        "{}; {way_out}",
+        message.replace(
+            SERDE,
+            &format!(
+                "the schema is nested deeper than {MAX_JSON_NESTING} levels of JSON objects and arrays, the parser's limit,"
+            )
+        )
+    )
+}
+
 /// Confluent Schema Registry's compatibility levels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

@@ -57,6 +57,32 @@ impl ApiError {
         ApiError::new(404, 40401, format!("Subject '{subject}' not found."))
     }
 
+    /// `DELETE /config/{subject}` of a subject without a configuration of
+    /// its own: 40401, as Confluent answers.
+    pub fn no_subject_config(subject: &str) -> ApiError {
+        ApiError::new(
+            404,
+            40401,
+            format!(
+                "Subject '{subject}' not found: it has no configuration of its own to delete; \
+                 GET /config/{subject}?defaultToGlobal=true shows the one that applies"
+            ),
+        )
+    }
+
+    /// `DELETE /mode/{subject}` of a subject without a mode of its own:
+    /// 40401, as Confluent answers.
+    pub fn no_subject_mode(subject: &str) -> ApiError {
+        ApiError::new(
+            404,
+            40401,
+            format!(
+                "Subject '{subject}' not found: it has no mode of its own to delete; \
+                 GET /mode/{subject}?defaultToGlobal=true shows the one that applies"
+            ),
+        )
+    }
+
     pub fn version_not_found(subject: &str, version: impl std::fmt::Display) -> ApiError {
         ApiError::new(
             404,

@@ -24,8 +24,8 @@ use crate::metrics::Metrics;
 use crate::record::{ConfigValue, RegistryMode, SchemaReference};
 use crate::service::Registry;
 use crate::state::{
-    DEFAULT_CONTEXT, SchemaInput, State, VersionSpec, canonical_subject, schema_type_field,
-    split_subject,
+    ConfigUpdate, DEFAULT_CONTEXT, SchemaInput, State, VersionSpec, canonical_subject,
+    schema_type_field, split_subject,
 };
 use crate::store::Storage;
 
@@ -67,23 +67,92 @@ type Params = Query<HashMap<String, String>>;
 /// `/contexts/{context}/` (Confluent's base context path) are answered as
 /// the same request about that context's subjects and ids.
 pub fn router(app: Arc<App>) -> Router {
-    let api = routes(app);
-    let inner = api.clone();
+    let api = routes(Arc::clone(&app));
+    let (inner, inner_app) = (api.clone(), Arc::clone(&app));
     Router::new()
         .route(
             "/contexts/{context}/{*rest}",
-            any(move |request: Request| in_context(inner.clone(), request)),
+            any(move |request: Request| in_context(inner.clone(), inner_app.clone(), request)),
         )
-        .fallback_service(api)
+        .fallback(move |request: Request| aliased(api.clone(), app.clone(), request))
+}
+
+/// Answers a request through `api`, its subject replaced by the subject's
+/// alias when it has one (see [`alias_path`]).
+async fn aliased(api: Router, app: Arc<App>, mut request: Request) -> Response {
+    let uri = request.uri();
+    let rewritten = alias_path(uri.path(), uri.query(), |subject| {
+        app.registry.read(|state| state.alias_of(subject))
+    });
+    if let Some(uri) = rewritten.and_then(|p| p.parse().ok()) {
+        *request.uri_mut() = uri;
+    }
+    match api.oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
+/// The path and query of a request whose subject has an `alias` in its
+/// configuration, with the alias in its place, as Confluent's alias
+/// filter rewrites them: the path segment after `subjects`
+/// (`/subjects/{s}/...`, `/compatibility/subjects/{s}/...`, every method)
+/// and the `subject` parameter of `/schemas/ids/...`. `None` when nothing
+/// changes. One level only: an alias's own alias is not followed.
+pub fn alias_path(
+    path: &str,
+    query: Option<&str>,
+    alias_of: impl Fn(&str) -> Option<String>,
+) -> Option<String> {
+    let mut changed = false;
+    let mut segments: Vec<String> = path.split('/').map(str::to_owned).collect();
+    if let Some(i) = segments.iter().position(|s| s == "subjects")
+        && let Some(segment) = segments.get_mut(i + 1)
+        && let Some(alias) = percent_decode(segment).and_then(|s| alias_of(&s))
+    {
+        *segment = encode_segment(&alias);
+        changed = true;
+    }
+    let mut query: Vec<String> = query
+        .filter(|q| !q.is_empty())
+        .map(|q| q.split('&').map(str::to_owned).collect())
+        .unwrap_or_default();
+    if path.starts_with("/schemas/ids/") {
+        for pair in &mut query {
+            if let Some(value) = pair.strip_prefix("subject=")
+                && let Some(alias) = percent_decode(value).and_then(|s| alias_of(&s))
+            {
+                *pair = format!("subject={}", encode_segment(&alias));
+                changed = true;
+            }
+        }
+    }
+    changed.then(|| {
+        let path = segments.join("/");
+        if query.is_empty() {
+            path
+        } else {
+            format!("{path}?{}", query.join("&"))
+        }
+    })
 }
 
 /// Answers a `/contexts/{context}/...` request through `api`, rewritten
-/// by [`context_path`]; 404 for a path it does not know.
-async fn in_context(api: Router, request: Request) -> Response {
+/// by [`context_path`] (and [`alias_path`]); 404 for a path it does not
+/// know.
+async fn in_context(api: Router, app: Arc<App>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let Some(path) = context_path(parts.uri.path(), parts.uri.query()) else {
         return ApiError::not_found_path(parts.uri.path()).into_response();
     };
+    let (bare, query) = match path.split_once('?') {
+        Some((bare, query)) => (bare, Some(query)),
+        None => (path.as_str(), None),
+    };
+    let path = alias_path(bare, query, |subject| {
+        app.registry.read(|state| state.alias_of(subject))
+    })
+    .unwrap_or(path.clone());
     let Ok(uri) = path.parse() else {
         return ApiError::not_found_path(parts.uri.path()).into_response();
     };
@@ -221,6 +290,7 @@ fn encode_segment(text: &str) -> String {
 fn routes(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(root))
+        .route("/schemas", get(list_schemas))
         .route("/schemas/types", get(schema_types))
         .route("/schemas/ids/{id}", get(schema_by_id))
         .route("/schemas/ids/{id}/schema", get(raw_schema_by_id))
@@ -358,10 +428,7 @@ pub fn decode_schema_body(bytes: &[u8], normalize: bool) -> Result<SchemaInput, 
     let body: Json = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("The request body is not valid JSON: {e}")))?;
     let mut input = schema_input(body)?;
-    if normalize {
-        let schema_type = crate::state::parse_schema_type(input.schema_type.as_deref())?;
-        input.schema = crate::state::normalize_text(schema_type, &input.schema);
-    }
+    input.normalize = normalize;
     Ok(input)
 }
 
@@ -453,6 +520,7 @@ fn schema_input(body: Json) -> Result<SchemaInput, ApiError> {
         version,
         metadata,
         rule_set,
+        normalize: false,
     };
     input.check_contract()?;
     Ok(input)
@@ -501,9 +569,11 @@ fn parse_id(text: &str) -> Result<u32, ApiError> {
         .ok_or_else(|| ApiError::schema_not_found(text))
 }
 
-/// A `PUT /config` body: `compatibility` (or `compatibilityLevel`) and the
-/// data-contract defaults and overrides, at least one of them.
-fn parse_config(body: &Json) -> Result<ConfigValue, ApiError> {
+/// A `PUT /config` body: `compatibility` (or `compatibilityLevel`), the
+/// data-contract defaults and overrides, and Confluent's other settings
+/// (`alias`, `normalize`, `validateFields`, `validateRules`,
+/// `compatibilityGroup`), at least one of them.
+fn parse_config(body: &Json) -> Result<ConfigUpdate, ApiError> {
     let Some(object) = body.as_object() else {
         return Err(ApiError::invalid_compatibility_level("(missing)"));
     };
@@ -519,19 +589,48 @@ fn parse_config(body: &Json) -> Result<ConfigValue, ApiError> {
         Some(other) => return Err(ApiError::invalid_compatibility_level(&other.to_string())),
     };
     let contract = ContractConfig::from_body(object)?;
-    if level.is_none() && contract.is_empty() {
-        return Err(ApiError::invalid_compatibility_level("(missing)"));
-    }
-    Ok(ConfigValue {
+    let text = |name: &str| -> Result<Option<Option<String>>, ApiError> {
+        match object.get(name) {
+            None => Ok(None),
+            Some(Json::Null) => Ok(Some(None)),
+            Some(Json::String(s)) => Ok(Some(Some(s.clone()))),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "Invalid config: \"{name}\" must be a string or null, not {other}"
+            ))),
+        }
+    };
+    let boolean = |name: &str| -> Result<Option<Option<bool>>, ApiError> {
+        match object.get(name) {
+            None => Ok(None),
+            Some(Json::Null) => Ok(Some(None)),
+            Some(Json::Bool(b)) => Ok(Some(Some(*b))),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "Invalid config: \"{name}\" must be true, false or null, not {other}"
+            ))),
+        }
+    };
+    let update = ConfigUpdate {
         compatibility: level,
         contract,
-    })
+        alias: text("alias")?,
+        normalize: boolean("normalize")?,
+        validate_fields: boolean("validateFields")?,
+        validate_rules: boolean("validateRules")?,
+        compatibility_group: text("compatibilityGroup")?,
+    };
+    if update.is_empty() {
+        return Err(ApiError::invalid_compatibility_level("(missing)"));
+    }
+    Ok(update)
 }
 
 /// A configuration as `GET /config` shows it (`level_key` is
 /// `compatibilityLevel`; a `PUT` answers with `compatibility`).
 fn config_json(config: &ConfigValue, level_key: &str) -> Json {
-    let mut out = serde_json::Map::new();
+    let mut out = match serde_json::to_value(&config.settings) {
+        Ok(Json::Object(settings)) => settings,
+        _ => serde_json::Map::new(),
+    };
     if let Some(level) = config.compatibility {
         out.insert(level_key.into(), json!(level.as_str()));
     }
@@ -654,28 +753,149 @@ async fn versions_of_id(
     ok(json!(versions))
 }
 
+/// The subjects `subjectPrefix` selects: none or `:*:`, every context's
+/// (Confluent's default); a prefix that names a context (`:.ctx:`), that
+/// context's; any other prefix, the default context's subjects that start
+/// with it.
+fn subjects_by_prefix(
+    state: &State,
+    prefix: Option<&str>,
+    deleted: bool,
+    deleted_only: bool,
+) -> Vec<String> {
+    let Some(prefix) = prefix.filter(|p| *p != ":*:") else {
+        return state.subject_names("", deleted, deleted_only);
+    };
+    let prefix = canonical_subject(prefix);
+    let in_context = prefix.starts_with(":.");
+    state
+        .subject_names(prefix, deleted, deleted_only)
+        .into_iter()
+        .filter(|name| in_context || split_subject(name).0 == DEFAULT_CONTEXT)
+        .collect()
+}
+
+/// The most `GET /schemas` answers at once, and its default (Confluent's
+/// `schema.search.default.limit` and `schema.search.max.limit`).
+pub const SCHEMA_SEARCH_LIMIT: usize = 1000;
+
+/// The `offset` and `limit` query parameters (Confluent 7.7.3+): how many
+/// items to skip, and how many to answer at most. A limit that is absent,
+/// zero or negative, or over `max`, is `max` (`None`: no limit).
+fn page(
+    params: &HashMap<String, String>,
+    max: Option<usize>,
+) -> Result<(usize, Option<usize>), ApiError> {
+    let number = |name: &str| -> Result<Option<i64>, ApiError> {
+        match params.get(name) {
+            None => Ok(None),
+            Some(text) => text.trim().parse::<i64>().map(Some).map_err(|_| {
+                ApiError::bad_request(format!(
+                    "Invalid {name} {text:?}: give a whole number of items"
+                ))
+            }),
+        }
+    };
+    let offset = number("offset")?.map_or(0, |o| usize::try_from(o).unwrap_or(0));
+    let limit = number("limit")?
+        .and_then(|l| usize::try_from(l).ok())
+        .filter(|l| *l > 0 && max.is_none_or(|m| *l <= m))
+        .or(max);
+    Ok((offset, limit))
+}
+
+/// `items` from `offset`, at most `limit` of them.
+fn paged<T>(items: impl IntoIterator<Item = T>, (offset, limit): (usize, Option<usize>)) -> Vec<T> {
+    items
+        .into_iter()
+        .skip(offset)
+        .take(limit.unwrap_or(usize::MAX))
+        .collect()
+}
+
 async fn list_subjects(
     AxumState(app): AxumState<Shared>,
     Query(params): Params,
 ) -> Result<Response, ApiError> {
-    let prefix = params.get("subjectPrefix").cloned();
+    let page = page(&params, None)?;
     let names = app.registry.read(|state| {
         let (deleted, deleted_only) = (flag(&params, "deleted"), flag(&params, "deletedOnly"));
-        // No prefix or `:*:` lists every context (Confluent's default); a
-        // prefix that names a context (`:.ctx:`) lists within it; any
-        // other prefix lists the default context's subjects.
-        let Some(prefix) = prefix.as_deref().filter(|p| *p != ":*:") else {
-            return state.subject_names("", deleted, deleted_only);
-        };
-        let prefix = canonical_subject(prefix);
-        let in_context = prefix.starts_with(":.");
-        state
-            .subject_names(prefix, deleted, deleted_only)
-            .into_iter()
-            .filter(|name| in_context || split_subject(name).0 == DEFAULT_CONTEXT)
-            .collect::<Vec<_>>()
+        let prefix = params.get("subjectPrefix").map(String::as_str);
+        paged(
+            subjects_by_prefix(state, prefix, deleted, deleted_only),
+            page,
+        )
     });
     ok(json!(names))
+}
+
+/// `GET /schemas` (Confluent 6.0+): the versions of the subjects
+/// `subjectPrefix` selects (as `GET /subjects` does), each as
+/// `GET /subjects/{s}/versions/{v}` shows it, by subject then version;
+/// `deleted` adds soft-deleted versions, `latestOnly` keeps each subject's
+/// newest, `ruleType` keeps the schemas with a rule of that type, then
+/// `offset` and `limit` (at most [`SCHEMA_SEARCH_LIMIT`]) page.
+async fn list_schemas(
+    AxumState(app): AxumState<Shared>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let page = page(&params, Some(SCHEMA_SEARCH_LIMIT))?;
+    let deleted = flag(&params, "deleted");
+    let latest_only = flag(&params, "latestOnly");
+    let rule_type = params.get("ruleType").filter(|t| !t.is_empty());
+    let schemas = app.registry.read(|state| {
+        let prefix = params.get("subjectPrefix").map(String::as_str);
+        let mut out = Vec::new();
+        for name in subjects_by_prefix(state, prefix, deleted, false) {
+            let Some(subject) = state.subject(&name) else {
+                continue;
+            };
+            let context = split_subject(&name).0;
+            let visible: Vec<(u32, u32)> = subject
+                .versions
+                .iter()
+                .filter(|(_, e)| deleted || !e.deleted)
+                .map(|(v, e)| (*v, e.id))
+                .collect();
+            let chosen = if latest_only {
+                &visible[visible.len().saturating_sub(1)..]
+            } else {
+                &visible[..]
+            };
+            for (version, id) in chosen {
+                let Ok(stored) = state.schema_in_use(context, *id) else {
+                    continue;
+                };
+                if let Some(wanted) = rule_type
+                    && !has_rule_of_type(stored.rule_set.as_ref(), wanted)
+                {
+                    continue;
+                }
+                let mut schema = serde_json::Map::new();
+                schema.insert("subject".into(), json!(name));
+                schema.insert("version".into(), json!(version));
+                schema.insert("id".into(), json!(id));
+                if schema_fields(state, context, *id, &params, &mut schema).is_ok() {
+                    out.push(Json::Object(schema));
+                }
+            }
+        }
+        paged(out, page)
+    });
+    ok(json!(schemas))
+}
+
+/// Whether a rule set has a rule whose `type` is `wanted` (Confluent's
+/// `hasRulesWithType`).
+fn has_rule_of_type(rule_set: Option<&Json>, wanted: &str) -> bool {
+    let Some(rule_set) = rule_set else {
+        return false;
+    };
+    ["migrationRules", "domainRules", "encodingRules"]
+        .iter()
+        .filter_map(|list| rule_set.get(list).and_then(Json::as_array))
+        .flatten()
+        .any(|rule| rule.get("type").and_then(Json::as_str) == Some(wanted))
 }
 
 async fn lookup(
@@ -744,15 +964,18 @@ async fn list_versions(
     Query(params): Params,
 ) -> Result<Response, ApiError> {
     let deleted = flag(&params, "deleted");
+    let page = page(&params, None)?;
     let versions = app
         .registry
         .read_fresh(|state| {
             let s = state.existing_subject(&subject, deleted)?;
-            Ok(s.versions
-                .iter()
-                .filter(|(_, e)| deleted || !e.deleted)
-                .map(|(v, _)| *v)
-                .collect::<Vec<u32>>())
+            Ok(paged(
+                s.versions
+                    .iter()
+                    .filter(|(_, e)| deleted || !e.deleted)
+                    .map(|(v, _)| *v),
+                page,
+            ))
         })
         .await?;
     ok(json!(versions))
@@ -843,12 +1066,20 @@ async fn check(
     body: Body,
 ) -> Result<Response, ApiError> {
     let input = read_schema_body(app, body, params, "Compatibility check").await?;
-    let messages = app
+    let verbose = flag(params, "verbose");
+    let messages = match app
         .registry
         .read_fresh(|state| state.check_compatibility(subject, version, &input))
-        .await?;
+        .await
+    {
+        Ok(messages) => messages,
+        // A schema that does not parse is not compatible; verbose says
+        // why, as Confluent answers.
+        Err(e) if verbose && e.error_code == 42201 => vec![e.message],
+        Err(e) => return Err(e),
+    };
     let mut out = json!({"is_compatible": messages.is_empty()});
-    if flag(params, "verbose") {
+    if verbose {
         out["messages"] = json!(messages);
     }
     ok(out)
@@ -887,17 +1118,10 @@ async fn get_config(
     let config = app
         .registry
         .read_fresh(|state| match state.subject_config(&subject) {
-            Some(mut config) => {
-                if to_global && config.compatibility.is_none() {
-                    config.compatibility = Some(state.compatibility(&subject));
-                }
-                Ok(config)
-            }
-            // The context's level, else the global one.
-            None if to_global => Ok(ConfigValue {
-                compatibility: Some(state.compatibility(&subject)),
-                contract: state.contract_in_scope(&subject).clone(),
-            }),
+            // Each field the subject's own, else its context's, else the
+            // global one.
+            _ if to_global => Ok(state.config_in_scope(&subject)),
+            Some(config) => Ok(config),
             None => Err(ApiError::subject_level_compatibility_not_configured(
                 &subject,
             )),
@@ -939,7 +1163,7 @@ async fn delete_global_config(AxumState(app): AxumState<Shared>) -> Result<Respo
         .registry
         .write(|state| state.delete_compatibility(None))
         .await?;
-    ok(json!({"compatibilityLevel": old.as_str()}))
+    ok(config_json(&old, "compatibilityLevel"))
 }
 
 async fn delete_config(
@@ -950,7 +1174,7 @@ async fn delete_config(
         .registry
         .write(|state| state.delete_compatibility(Some(&subject)))
         .await?;
-    ok(json!({"compatibilityLevel": old.as_str()}))
+    ok(config_json(&old, "compatibilityLevel"))
 }
 
 async fn get_global_mode(AxumState(app): AxumState<Shared>) -> Result<Response, ApiError> {

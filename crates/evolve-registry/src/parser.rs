@@ -4,21 +4,18 @@
 //! holds about twenty times the text of a large record), and the allocator
 //! keeps what a thread freed for that thread's later use. Parsed on every
 //! worker thread, a large schema would leave that much behind once per
-//! thread; parsed here, once for the process. The caller waits for the
-//! answer (parsing was always synchronous work on its thread), and parses
-//! itself should the thread be gone.
+//! thread; parsed here, once for the process. The same goes for the
+//! normalized form of an Avro schema, which reads the text into a tree of
+//! JSON values. The caller waits for the answer (parsing was always
+//! synchronous work on its thread), and does the work itself should the
+//! thread be gone.
 
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use evolve_compat::{Reference, Schema, SchemaError, SchemaType};
 
-struct Job {
-    schema_type: SchemaType,
-    text: String,
-    references: Vec<Reference>,
-    answer: Sender<Result<Schema, SchemaError>>,
-}
+type Job = Box<dyn FnOnce() + Send>;
 
 fn thread() -> Option<Sender<Job>> {
     static JOBS: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
@@ -28,9 +25,7 @@ fn thread() -> Option<Sender<Job>> {
             .name("evolve-registry-parser".into())
             .spawn(move || {
                 for job in receiver {
-                    let parsed = Schema::parse(job.schema_type, &job.text, &job.references);
-                    drop(job.text);
-                    let _ = job.answer.send(parsed);
+                    job();
                 }
             })
             .ok()
@@ -39,25 +34,37 @@ fn thread() -> Option<Sender<Job>> {
     jobs.as_ref()?.lock().ok().map(|s| s.clone())
 }
 
+/// Runs `work` on the parser thread and waits for its answer; runs it
+/// here when the thread is gone (or died on it).
+fn on_parser_thread<T: Send + 'static>(work: impl Fn() -> T + Send + Sync + 'static) -> T {
+    let work = Arc::new(work);
+    if let Some(jobs) = thread() {
+        let (answer, receive) = channel();
+        let remote = Arc::clone(&work);
+        let job: Job = Box::new(move || {
+            let _ = answer.send(remote());
+        });
+        if jobs.send(job).is_ok()
+            && let Ok(done) = receive.recv()
+        {
+            return done;
+        }
+    }
+    work()
+}
+
 /// [`Schema::parse`], on the parser thread.
 pub fn parse(
     schema_type: SchemaType,
     text: &str,
     references: &[Reference],
 ) -> Result<Schema, SchemaError> {
-    if let Some(jobs) = thread() {
-        let (answer, receive) = channel();
-        let job = Job {
-            schema_type,
-            text: text.to_owned(),
-            references: references.to_vec(),
-            answer,
-        };
-        if jobs.send(job).is_ok()
-            && let Ok(parsed) = receive.recv()
-        {
-            return parsed;
-        }
-    }
-    Schema::parse(schema_type, text, references)
+    let (text, references) = (text.to_owned(), references.to_vec());
+    on_parser_thread(move || Schema::parse(schema_type, &text, &references))
+}
+
+/// [`evolve_compat::avro::normalized_form`], on the parser thread.
+pub fn normalized_avro(text: &str, references: &[Reference]) -> Option<String> {
+    let (text, references) = (text.to_owned(), references.to_vec());
+    on_parser_thread(move || evolve_compat::avro::normalized_form(&text, &references))
 }

@@ -75,19 +75,61 @@ pub struct SchemaValue {
     pub deleted: bool,
 }
 
-/// A configuration: the compatibility level and the data-contract
-/// defaults and overrides, each optional.
+/// A configuration: the compatibility level, the data-contract defaults
+/// and overrides and the other settings, each optional.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConfigValue {
     pub compatibility: Option<Mode>,
     pub contract: ContractConfig,
+    pub settings: ConfigSettings,
 }
 
 impl From<Mode> for ConfigValue {
     fn from(level: Mode) -> ConfigValue {
         ConfigValue {
             compatibility: Some(level),
-            contract: ContractConfig::default(),
+            ..ConfigValue::default()
+        }
+    }
+}
+
+/// The settings Confluent 7.4.1 added to a configuration, in its field
+/// names: `alias` (the subject whose schemas a subject's reads and writes
+/// go to), `normalize` (registrations and lookups normalize as with
+/// `?normalize=true`), `validateFields`, `validateRules` and
+/// `compatibilityGroup` (the metadata property whose value splits a
+/// subject's versions into groups checked separately).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validate_fields: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validate_rules: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compatibility_group: Option<String>,
+}
+
+impl ConfigSettings {
+    pub fn is_empty(&self) -> bool {
+        *self == ConfigSettings::default()
+    }
+
+    /// Each setting's own value where it has one, else `fallback`'s.
+    pub fn or(&self, fallback: &ConfigSettings) -> ConfigSettings {
+        ConfigSettings {
+            alias: self.alias.clone().or_else(|| fallback.alias.clone()),
+            normalize: self.normalize.or(fallback.normalize),
+            validate_fields: self.validate_fields.or(fallback.validate_fields),
+            validate_rules: self.validate_rules.or(fallback.validate_rules),
+            compatibility_group: self
+                .compatibility_group
+                .clone()
+                .or_else(|| fallback.compatibility_group.clone()),
         }
     }
 }
@@ -205,6 +247,8 @@ struct RawContext {
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawConfig {
+    #[serde(flatten)]
+    settings: ConfigSettings,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     compatibility_level: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -310,6 +354,7 @@ impl Record {
         Some(match value {
             Value::Schema(v) => serde_json::to_string(v).unwrap_or_default(),
             Value::Config(config) => serde_json::to_string(&RawConfig {
+                settings: config.settings.clone(),
                 compatibility_level: config.compatibility.map(|m| m.as_str().to_owned()),
                 default_metadata: config.contract.default_metadata.clone(),
                 override_metadata: config.contract.override_metadata.clone(),
@@ -372,6 +417,7 @@ impl Record {
                         default_rule_set: raw.default_rule_set,
                         override_rule_set: raw.override_rule_set,
                     },
+                    settings: raw.settings,
                 })
             }
             Key::Mode { .. } => {
@@ -490,6 +536,23 @@ mod tests {
                         override_rule_set: Some(serde_json::json!({"domainRules": []})),
                         ..ContractConfig::default()
                     },
+                    settings: ConfigSettings::default(),
+                })),
+            },
+            Record {
+                key: Key::Config {
+                    subject: Some("t".into()),
+                },
+                value: Some(Value::Config(ConfigValue {
+                    compatibility: Some(Mode::Full),
+                    contract: ContractConfig::default(),
+                    settings: ConfigSettings {
+                        alias: Some("orders".into()),
+                        normalize: Some(true),
+                        validate_fields: Some(false),
+                        validate_rules: Some(true),
+                        compatibility_group: Some("major".into()),
+                    },
                 })),
             },
             Record {
@@ -557,6 +620,29 @@ mod tests {
             panic!("a schema value")
         };
         assert_eq!((v.metadata, v.rule_set), (None, None));
+        // A configuration as Confluent 7.4.1+ writes it: its settings are
+        // read, its `subject` field is not needed.
+        let config = Record::from_json(
+            r#"{"keytype":"CONFIG","subject":"s","magic":0}"#,
+            Some(
+                r#"{"subject":"s","alias":"orders","normalize":true,"validateFields":false,"compatibilityLevel":"FULL","compatibilityGroup":"major"}"#,
+            ),
+        )
+        .expect("a config record");
+        let Some(Value::Config(config)) = config.value else {
+            panic!("a config value")
+        };
+        assert_eq!(config.compatibility, Some(Mode::Full));
+        assert_eq!(
+            config.settings,
+            ConfigSettings {
+                alias: Some("orders".into()),
+                normalize: Some(true),
+                validate_fields: Some(false),
+                validate_rules: None,
+                compatibility_group: Some("major".into()),
+            }
+        );
     }
 
     #[test]

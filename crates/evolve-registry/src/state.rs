@@ -11,7 +11,9 @@ use sha2::{Digest, Sha256};
 
 use crate::contract::{ContractConfig, check_metadata, check_rule_set};
 use crate::error::ApiError;
-use crate::record::{ConfigValue, Key, Record, RegistryMode, SchemaReference, SchemaValue, Value};
+use crate::record::{
+    ConfigSettings, ConfigValue, Key, Record, RegistryMode, SchemaReference, SchemaValue, Value,
+};
 
 /// The compatibility level when none is configured (Confluent's default).
 pub const DEFAULT_COMPATIBILITY: Mode = Mode::Backward;
@@ -36,6 +38,21 @@ pub struct StoredSchema {
     /// names (the same schema with other metadata is another id).
     pub metadata: Option<serde_json::Value>,
     pub rule_set: Option<serde_json::Value>,
+    /// What it is found by: see [`Keys`].
+    pub keys: Keys,
+}
+
+/// The keys a schema is found by. `exact` hashes the text as written
+/// (without layout for the JSON formats) and answers a re-registration
+/// of the same text without parsing it; `key` hashes its normalized form
+/// (see [`State::keys`]), so that every way of writing one schema is one
+/// schema; `bare` is `key` without the data contract, for a lookup that
+/// names none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keys {
+    pub exact: DedupKey,
+    pub key: DedupKey,
+    pub bare: DedupKey,
 }
 
 /// One version of a subject.
@@ -51,6 +68,8 @@ pub struct Subject {
     pub compatibility: Option<Mode>,
     /// The subject's data-contract defaults and overrides.
     pub contract: ContractConfig,
+    /// Its alias, normalize and the other settings of its configuration.
+    pub settings: ConfigSettings,
     pub mode: Option<RegistryMode>,
 }
 
@@ -74,7 +93,7 @@ impl Subject {
 
     /// Whether the subject has a configuration record of its own.
     pub fn has_config(&self) -> bool {
-        self.compatibility.is_some() || !self.contract.is_empty()
+        self.compatibility.is_some() || !self.contract.is_empty() || !self.settings.is_empty()
     }
 }
 
@@ -93,6 +112,9 @@ pub struct SchemaInput {
     /// them.
     pub metadata: Option<serde_json::Value>,
     pub rule_set: Option<serde_json::Value>,
+    /// `?normalize=true`: a new schema is stored in its normalized form.
+    /// A configuration's `normalize` does the same without it.
+    pub normalize: bool,
 }
 
 impl SchemaInput {
@@ -105,6 +127,44 @@ impl SchemaInput {
             check_rule_set("ruleSet", r)?;
         }
         Ok(())
+    }
+}
+
+/// A `PUT /config` body: the fields it names. A setting given as JSON
+/// `null` is cleared (`Some(None)`), as Confluent clears it; the level and
+/// the data-contract fields are kept when absent or `null`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfigUpdate {
+    pub compatibility: Option<Mode>,
+    pub contract: ContractConfig,
+    pub alias: Option<Option<String>>,
+    pub normalize: Option<Option<bool>>,
+    pub validate_fields: Option<Option<bool>>,
+    pub validate_rules: Option<Option<bool>>,
+    pub compatibility_group: Option<Option<String>>,
+}
+
+impl ConfigUpdate {
+    /// Whether it names nothing at all.
+    pub fn is_empty(&self) -> bool {
+        *self == ConfigUpdate::default()
+    }
+
+    /// `old` with the settings this update names replaced.
+    fn settings_over(&self, old: &ConfigSettings) -> ConfigSettings {
+        fn pick<T: Clone>(new: &Option<Option<T>>, old: &Option<T>) -> Option<T> {
+            match new {
+                Some(value) => value.clone(),
+                None => old.clone(),
+            }
+        }
+        ConfigSettings {
+            alias: pick(&self.alias, &old.alias),
+            normalize: pick(&self.normalize, &old.normalize),
+            validate_fields: pick(&self.validate_fields, &old.validate_fields),
+            validate_rules: pick(&self.validate_rules, &old.validate_rules),
+            compatibility_group: pick(&self.compatibility_group, &old.compatibility_group),
+        }
     }
 }
 
@@ -178,8 +238,12 @@ pub fn qualify(context: &str, subject: &str) -> String {
 #[derive(Debug, Default)]
 struct Space {
     schemas: HashMap<u32, Arc<StoredSchema>>,
-    /// Dedup key → id: one id per distinct schema in the context.
+    /// Normalized key → id: one id per distinct schema in the context.
+    /// Two ids whose keys are equal (texts stored before keys were
+    /// normalized as they are now) both stay; the first one is found.
     ids: HashMap<DedupKey, u32>,
+    /// Exact key → id, for re-registrations of a text as written.
+    exact: HashMap<DedupKey, u32>,
     max_id: u32,
     /// How many versions (live or soft-deleted) use each id: whether an id
     /// is still served, without scanning every subject on a read.
@@ -199,6 +263,7 @@ pub struct State {
     subjects: BTreeMap<String, Subject>,
     compatibility: Option<Mode>,
     contract: ContractConfig,
+    settings: ConfigSettings,
     mode: Option<RegistryMode>,
     /// Parsed schemas by context and id, filled on use, bounded.
     parsed: Mutex<ParsedCache>,
@@ -265,16 +330,16 @@ fn release(uses: &mut HashMap<u32, usize>, id: u32) {
     }
 }
 
-/// The key on which ids are deduplicated: the SHA-256 of the type, the
-/// schema text with insignificant white space and object key order removed
-/// (for the JSON formats), the references, and the data contract's
-/// metadata and rule set when there are any (as Confluent's lookup key). Not Avro's Parsing Canonical
-/// Form, which drops defaults, aliases and doc: two schemas that differ
-/// there are different schemas to their users. A digest rather than the
-/// text itself, so that the state holds each schema's text once.
+/// A key schemas are found by: a SHA-256 of the type, a text of the
+/// schema, the references, and the data contract's metadata and rule set
+/// when there are any (as Confluent's lookup key). A digest rather than
+/// the text itself, so that the state holds each schema's text once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DedupKey([u8; 32]);
 
+/// The exact key of a schema: its text with insignificant white space and
+/// object key order removed for the JSON formats, as written otherwise
+/// (see [`Keys`]).
 pub fn dedup_key(
     schema_type: SchemaType,
     text: &str,
@@ -282,15 +347,35 @@ pub fn dedup_key(
     metadata: Option<&serde_json::Value>,
     rule_set: Option<&serde_json::Value>,
 ) -> DedupKey {
+    hash_key(
+        schema_type,
+        &exact_body(schema_type, text),
+        references,
+        metadata,
+        rule_set,
+    )
+}
+
+/// The text the exact key hashes.
+fn exact_body(schema_type: SchemaType, text: &str) -> String {
+    match schema_type {
+        SchemaType::Avro | SchemaType::Json => {
+            canonical_json(text).unwrap_or_else(|| text.trim().to_owned())
+        }
+        SchemaType::Protobuf => text.trim().to_owned(),
+    }
+}
+
+fn hash_key(
+    schema_type: SchemaType,
+    body: &str,
+    references: &[SchemaReference],
+    metadata: Option<&serde_json::Value>,
+    rule_set: Option<&serde_json::Value>,
+) -> DedupKey {
     let mut hasher = Sha256::new();
     hasher.update(format!("{schema_type:?}\u{0}"));
-    match schema_type {
-        SchemaType::Avro | SchemaType::Json => match canonical_json(text) {
-            Some(body) => hasher.update(body),
-            None => hasher.update(text.trim()),
-        },
-        SchemaType::Protobuf => hasher.update(text.trim()),
-    }
+    hasher.update(body);
     for r in references {
         hasher.update(format!(
             "\u{0}{}\u{1}{}\u{1}{}",
@@ -395,19 +480,6 @@ impl<'de> serde::de::Visitor<'de> for CanonicalVisitor {
     }
 }
 
-/// What `normalize=true` stores instead of the text as given: for Avro and
-/// JSON Schema the JSON without insignificant white space and with object
-/// keys sorted (so schemas that differ only in layout share one text);
-/// Protobuf texts are kept as they are.
-pub fn normalize_text(schema_type: SchemaType, text: &str) -> String {
-    match schema_type {
-        SchemaType::Avro | SchemaType::Json => serde_json::from_str::<serde_json::Value>(text)
-            .map(|v| v.to_string())
-            .unwrap_or_else(|_| text.to_owned()),
-        SchemaType::Protobuf => text.to_owned(),
-    }
-}
-
 pub fn parse_schema_type(text: Option<&str>) -> Result<SchemaType, ApiError> {
     match text.map(|t| t.trim().to_ascii_uppercase()).as_deref() {
         None | Some("AVRO") | Some("") => Ok(SchemaType::Avro),
@@ -500,11 +572,13 @@ impl State {
                     None => {
                         self.compatibility = config.compatibility;
                         self.contract = config.contract;
+                        self.settings = config.settings;
                     }
                     Some(s) => {
                         let entry = self.subject_entry(s);
                         entry.compatibility = config.compatibility;
                         entry.contract = config.contract;
+                        entry.settings = config.settings;
                     }
                 }
             }
@@ -559,11 +633,10 @@ impl State {
     fn apply_schema(&mut self, v: &SchemaValue) {
         let schema_type = parse_schema_type(v.schema_type.as_deref()).unwrap_or(SchemaType::Avro);
         let (context, _) = split_subject(&v.subject);
-        let space = self.spaces.entry(context.to_owned()).or_default();
         // Another version of a schema already stored (a soft delete, the
         // same schema in another subject) changes no key: no need to
-        // compute it again.
-        let known = space.schemas.get(&v.id).is_some_and(|stored| {
+        // compute them again (for Protobuf that is a compilation).
+        let known = self.schema(context, v.id).is_some_and(|stored| {
             stored.schema_type == schema_type
                 && stored.text == v.schema
                 && stored.references == v.references
@@ -571,14 +644,18 @@ impl State {
                 && stored.rule_set == v.rule_set
         });
         if !known {
-            let key = dedup_key(
+            let keys = self.keys(
+                context,
                 schema_type,
                 &v.schema,
                 &v.references,
                 v.metadata.as_ref(),
                 v.rule_set.as_ref(),
+                None,
             );
-            space.ids.entry(key).or_insert(v.id);
+            let space = self.spaces.entry(context.to_owned()).or_default();
+            space.ids.entry(keys.key).or_insert(v.id);
+            space.exact.entry(keys.exact).or_insert(v.id);
             space.schemas.entry(v.id).or_insert_with(|| {
                 Arc::new(StoredSchema {
                     schema_type,
@@ -586,9 +663,11 @@ impl State {
                     references: v.references.clone(),
                     metadata: v.metadata.clone(),
                     rule_set: v.rule_set.clone(),
+                    keys,
                 })
             });
         }
+        let space = self.spaces.entry(context.to_owned()).or_default();
         space.max_id = space.max_id.max(v.id);
         let replaced = self.subject_entry(&v.subject).versions.insert(
             v.version,
@@ -799,11 +878,48 @@ impl State {
             .unwrap_or(&self.contract)
     }
 
+    /// The settings (`normalize`, `compatibilityGroup`, ...) that apply to
+    /// `subject`: each one the subject's own, else its context's, else the
+    /// global one (Confluent merges a subject's configuration over the
+    /// global one field by field). `alias` is the subject's own only.
+    pub fn settings_in_scope(&self, subject: &str) -> ConfigSettings {
+        let mut settings = ConfigSettings::default();
+        for scope in self.scopes(subject) {
+            settings = settings.or(&scope.settings);
+        }
+        settings = settings.or(&self.settings);
+        settings.alias = self.subject(subject).and_then(|s| s.settings.alias.clone());
+        settings
+    }
+
+    /// Whether registrations in `subject` normalize without being asked:
+    /// a `normalize: true` configuration in scope.
+    pub fn normalize_in_scope(&self, subject: &str) -> bool {
+        self.settings_in_scope(subject).normalize == Some(true)
+    }
+
+    /// The subject `subject`'s reads and writes go to: its configuration's
+    /// `alias`, qualified within the subject's context when the alias is
+    /// not qualified itself (as Confluent's alias filter does), if it has
+    /// one.
+    pub fn alias_of(&self, subject: &str) -> Option<String> {
+        let subject = canonical_subject(subject);
+        let alias = self
+            .subjects
+            .get(subject)?
+            .settings
+            .alias
+            .as_deref()
+            .filter(|a| !a.is_empty())?;
+        Some(qualify(split_subject(subject).0, alias))
+    }
+
     /// The global configuration.
     pub fn global_config(&self) -> ConfigValue {
         ConfigValue {
             compatibility: Some(self.global_compatibility()),
             contract: self.contract.clone(),
+            settings: self.settings.clone(),
         }
     }
 
@@ -816,7 +932,18 @@ impl State {
         Some(ConfigValue {
             compatibility: s.compatibility,
             contract: s.contract.clone(),
+            settings: s.settings.clone(),
         })
+    }
+
+    /// The configuration that applies to `subject` (`defaultToGlobal`):
+    /// its own fields, else its context's, else the global ones.
+    pub fn config_in_scope(&self, subject: &str) -> ConfigValue {
+        ConfigValue {
+            compatibility: Some(self.compatibility(subject)),
+            contract: self.contract_in_scope(subject).clone(),
+            settings: self.settings_in_scope(subject),
+        }
     }
 
     /// The metadata and rule set a registration of `input` in `subject`
@@ -991,15 +1118,101 @@ impl State {
         Ok(schema)
     }
 
-    /// The id of an identical schema in `context`, if one was ever
-    /// registered there.
+    /// The keys of a schema given as `text` in `context` (see [`Keys`]).
+    /// The normalized key hashes, for Avro, Avro Java's `Schema.toString()`
+    /// in one spelling ([`evolve_compat::avro::normalized_form`]: full
+    /// names, `{"type":"long"}` as `"long"`, one key order; docs, defaults,
+    /// aliases, orders, logical types and custom properties kept, as
+    /// Confluent compares Avro schemas); for Protobuf, the compiled
+    /// descriptor ([`evolve_compat::protobuf::canonical_form`]: layout and
+    /// comments do not count, and a serialized descriptor is the same
+    /// schema as its `.proto` text); for JSON Schema, the JSON without
+    /// layout or key order. `parsed` saves compiling a Protobuf schema
+    /// again; a schema that no longer compiles keys on its text.
+    #[allow(clippy::too_many_arguments)]
+    pub fn keys(
+        &self,
+        context: &str,
+        schema_type: SchemaType,
+        text: &str,
+        references: &[SchemaReference],
+        metadata: Option<&serde_json::Value>,
+        rule_set: Option<&serde_json::Value>,
+        parsed: Option<&Schema>,
+    ) -> Keys {
+        let body = match schema_type {
+            SchemaType::Avro => {
+                let resolved = self
+                    .resolve_references(context, references)
+                    .unwrap_or_default();
+                crate::parser::normalized_avro(text, &resolved)
+                    .unwrap_or_else(|| exact_body(schema_type, text))
+            }
+            SchemaType::Json => exact_body(schema_type, text),
+            SchemaType::Protobuf => {
+                let compiled;
+                let schema = match parsed {
+                    Some(schema) => Some(schema),
+                    None => {
+                        compiled = self.parse(context, schema_type, text, references).ok();
+                        compiled.as_ref()
+                    }
+                };
+                match schema {
+                    Some(Schema::Protobuf(p)) => evolve_compat::protobuf::canonical_form(p),
+                    _ => format!("\u{0}text\u{0}{}", text.trim()),
+                }
+            }
+        };
+        Keys {
+            exact: dedup_key(schema_type, text, references, metadata, rule_set),
+            key: hash_key(schema_type, &body, references, metadata, rule_set),
+            bare: hash_key(schema_type, &body, references, None, None),
+        }
+    }
+
+    /// The id of a schema of normalized key `key` in `context`, if one was
+    /// ever registered there.
     pub fn id_of(&self, context: &str, key: &DedupKey) -> Option<u32> {
         self.spaces.get(context)?.ids.get(key).copied()
     }
 
+    /// The text a new schema is stored as: a Protobuf schema sent as a
+    /// serialized descriptor as the `.proto` text rendered from it (as
+    /// Confluent stores it); with `normalize`, the normalized form (Avro's
+    /// [`evolve_compat::avro::normalized_form`], JSON without layout, the
+    /// rendered `.proto` text); otherwise the text as given. A rendering
+    /// that would not compile back to the same schema keeps the text.
+    fn stored_text(
+        &self,
+        context: &str,
+        schema_type: SchemaType,
+        input: &SchemaInput,
+        parsed: &Schema,
+        normalize: bool,
+    ) -> String {
+        let references = || {
+            self.resolve_references(context, &input.references)
+                .unwrap_or_default()
+        };
+        let rendered = match (schema_type, parsed) {
+            (SchemaType::Protobuf, Schema::Protobuf(p))
+                if normalize || evolve_compat::protobuf::is_serialized(&input.schema) =>
+            {
+                evolve_compat::protobuf::render(p, &references())
+            }
+            (SchemaType::Avro, _) if normalize => {
+                crate::parser::normalized_avro(&input.schema, &references())
+            }
+            (SchemaType::Json, _) if normalize => canonical_json(&input.schema),
+            _ => None,
+        };
+        rendered.unwrap_or_else(|| input.schema.clone())
+    }
+
     // ---- writes ---------------------------------------------------------
 
-    fn check_writable(&self, subject: &str, import: bool) -> Result<RegistryMode, ApiError> {
+    fn check_writable(&self, subject: &str) -> Result<RegistryMode, ApiError> {
         let mode = self.mode(subject);
         match mode {
             RegistryMode::Readonly | RegistryMode::ReadonlyOverride => {
@@ -1007,17 +1220,38 @@ impl State {
                     "Subject {subject} is in read-only mode; PUT /mode/{subject} {{\"mode\":\"READWRITE\"}} to write"
                 )))
             }
-            RegistryMode::Readwrite if import => Err(ApiError::not_permitted(format!(
-                "Subject {subject} is not in import mode: an explicit id or version is accepted only in IMPORT mode"
-            ))),
             _ => Ok(mode),
         }
     }
 
-    /// A registration that appends nothing because the schema already is a
-    /// live version of `subject`, answered without parsing the schema: what
-    /// [`State::register`] would answer, or `None` when it has work to do
-    /// (or an error to report).
+    /// Whether `input` may be registered as a new version of `subject` in
+    /// its mode (Confluent's `checkRegisterMode`): not in READONLY or
+    /// READONLY_OVERRIDE; in IMPORT only with an explicit id (a new id
+    /// there would collide with the ids still to be imported); in
+    /// READWRITE only without an explicit id or version.
+    fn check_register_mode(
+        &self,
+        subject: &str,
+        input: &SchemaInput,
+    ) -> Result<RegistryMode, ApiError> {
+        let mode = self.check_writable(subject)?;
+        match mode {
+            RegistryMode::Import if input.id.is_none() => Err(ApiError::not_permitted(format!(
+                "Subject {subject} is not in read-write mode: in IMPORT mode a registration needs an explicit \"id\" (and \"version\"); give them, or PUT /mode/{subject} {{\"mode\":\"READWRITE\"}} to register new schemas"
+            ))),
+            RegistryMode::Readwrite if input.id.is_some() || input.version.is_some() => {
+                Err(ApiError::not_permitted(format!(
+                    "Subject {subject} is not in import mode: an explicit id or version is accepted only in IMPORT mode; PUT /mode/{subject} {{\"mode\":\"IMPORT\"}} first"
+                )))
+            }
+            _ => Ok(mode),
+        }
+    }
+
+    /// A registration that appends nothing because the schema is already
+    /// registered under `subject`, answered without parsing the schema
+    /// when its text is one already stored: what [`State::register`] would
+    /// answer, or `None` when it has work to do (or an error to report).
     pub fn existing_registration(
         &self,
         subject: &str,
@@ -1025,40 +1259,57 @@ impl State {
     ) -> Option<Registration> {
         let subject = canonical_subject(subject);
         validate_schema_subject(subject).ok()?;
-        let (context, _) = split_subject(subject);
-        let explicit = input.id.is_some() || input.version.is_some();
-        self.check_writable(subject, explicit).ok()?;
         let schema_type = parse_schema_type(input.schema_type.as_deref()).ok()?;
         input.check_contract().ok()?;
         let (metadata, rule_set) = self.effective_contract(subject, input);
-        let key = dedup_key(
+        let exact = dedup_key(
             schema_type,
             &input.schema,
             &input.references,
             metadata.as_ref(),
             rule_set.as_ref(),
         );
-        self.live_version(subject, input, self.id_of(context, &key))
+        self.registered(subject, input, |stored| stored.keys.exact == exact)
     }
 
-    fn live_version(
+    /// The live version of `subject` whose stored schema `matches`, as a
+    /// registration that appends nothing, when `input` asks for it: without
+    /// a version (and with its id, if it gives one), the newest such
+    /// version; with a version (an import), that version when it holds the
+    /// schema under the id given. This is Confluent's look-up before a
+    /// registration, which answers whatever the subject's mode, so that a
+    /// producer that registers its schema keeps working on a READONLY
+    /// subject and an import can be run again.
+    fn registered(
         &self,
         subject: &str,
         input: &SchemaInput,
-        existing_id: Option<u32>,
+        matches: impl Fn(&StoredSchema) -> bool,
     ) -> Option<Registration> {
-        let id = existing_id?;
-        let (version, _) = self
-            .subjects
-            .get(subject)?
-            .live()
-            .find(|(_, e)| e.id == id)?;
-        (input.version.is_none() && (input.id.is_none() || input.id == Some(id))).then(|| {
-            Registration {
-                id,
-                version,
-                records: Vec::new(),
-            }
+        let s = self.subjects.get(subject)?;
+        let (context, _) = split_subject(subject);
+        let holds = |e: &VersionEntry| {
+            !e.deleted
+                && self
+                    .schema(context, e.id)
+                    .is_some_and(|stored| matches(stored))
+        };
+        let (version, entry) = match input.version {
+            None => s
+                .versions
+                .iter()
+                .rev()
+                .find(|(_, e)| holds(e))
+                .filter(|(_, e)| input.id.is_none_or(|id| id == e.id))?,
+            Some(v) => s
+                .versions
+                .get_key_value(&v)
+                .filter(|(_, e)| holds(e) && input.id == Some(e.id))?,
+        };
+        Some(Registration {
+            id: entry.id,
+            version: *version,
+            records: Vec::new(),
         })
     }
 
@@ -1073,34 +1324,53 @@ impl State {
         let subject = canonical_subject(subject);
         validate_schema_subject(subject)?;
         let (context, _) = split_subject(subject);
-        let explicit = input.id.is_some() || input.version.is_some();
-        let mode = self.check_writable(subject, explicit)?;
         let schema_type = parse_schema_type(input.schema_type.as_deref())?;
         input.check_contract()?;
         let (metadata, rule_set) = self.effective_contract(subject, input);
-        let key = dedup_key(
+
+        // Already registered under the subject, as written: nothing to
+        // check or parse (it was valid when registered).
+        let exact = dedup_key(
             schema_type,
             &input.schema,
             &input.references,
             metadata.as_ref(),
             rule_set.as_ref(),
         );
-        let existing_id = self.id_of(context, &key);
-        let subject_state = self.subjects.get(subject);
-
-        // Already a live version of the subject: nothing to check or parse
-        // (it was valid when registered).
-        if let Some(registration) = self.live_version(subject, input, existing_id) {
+        if let Some(registration) = self.registered(subject, input, |s| s.keys.exact == exact) {
             return Ok(registration);
         }
         let new = Arc::new(self.parse(context, schema_type, &input.schema, &input.references)?);
+        let keys = self.keys(
+            context,
+            schema_type,
+            &input.schema,
+            &input.references,
+            metadata.as_ref(),
+            rule_set.as_ref(),
+            Some(&new),
+        );
+        // Or written another way.
+        if let Some(registration) = self.registered(subject, input, |s| s.keys.key == keys.key) {
+            return Ok(registration);
+        }
+        let mode = self.check_register_mode(subject, input)?;
+        let subject_state = self.subjects.get(subject);
+        let space = self.spaces.get(context);
+        // An id whose text is this one, else one of the same schema.
+        let existing_id = space.and_then(|s| {
+            s.exact
+                .get(&keys.exact)
+                .or_else(|| s.ids.get(&keys.key))
+                .copied()
+        });
 
-        let import = mode == RegistryMode::Import;
-        if !import {
+        if mode != RegistryMode::Import {
             let level = self.compatibility(subject);
             let live: Vec<(u32, VersionEntry)> = subject_state
                 .map(|s| s.live().rev().collect())
                 .unwrap_or_default();
+            let live = self.in_compatibility_group(subject, metadata.as_ref(), live);
             let previous = live
                 .iter()
                 .map(|(_, e)| self.parsed(context, e.id))
@@ -1115,10 +1385,10 @@ impl State {
         let id = match (input.id, existing_id) {
             (Some(wanted), _) => {
                 if let Some(stored) = self.schema(context, wanted)
-                    && stored_key(stored) != key
+                    && stored.keys.key != keys.key
                 {
-                    return Err(ApiError::id_mismatch(format!(
-                        "Overwrite new schema with id {wanted} is not permitted: id {wanted} is another schema"
+                    return Err(ApiError::not_permitted(format!(
+                        "Overwrite new schema with id {wanted} in context {context} is not permitted: id {wanted} is another schema; import this one under its own id"
                     )));
                 }
                 if let Some(other) = existing_id
@@ -1136,9 +1406,7 @@ impl State {
                 wanted
             }
             (None, Some(id)) => id,
-            (None, None) => self
-                .spaces
-                .get(context)
+            (None, None) => space
                 .map_or(0, |s| s.max_id)
                 .checked_add(1)
                 .filter(|id| *id <= MAX_VERSION)
@@ -1164,13 +1432,25 @@ impl State {
                 .filter(|v| *v <= MAX_VERSION)
                 .ok_or_else(|| ApiError::invalid_version("2^31"))?,
         };
+        // An id already stored keeps its text and references, so that every
+        // record of an id holds the same schema.
+        let (text, references) = match self.schema(context, id) {
+            Some(stored) => (stored.text.clone(), stored.references.clone()),
+            None => {
+                let normalize = input.normalize || self.normalize_in_scope(subject);
+                (
+                    self.stored_text(context, schema_type, input, &new, normalize),
+                    input.references.clone(),
+                )
+            }
+        };
         let value = SchemaValue {
             subject: subject.to_owned(),
             version,
             id,
-            schema: input.schema.clone(),
+            schema: text,
             schema_type: schema_type_field(schema_type).map(str::to_owned),
-            references: input.references.clone(),
+            references,
             metadata,
             rule_set,
             deleted: false,
@@ -1186,6 +1466,20 @@ impl State {
                 value: Some(Value::Context),
             });
         }
+        // Older soft-deleted versions of the same id go for good, as in
+        // Confluent: the subject then lists the schema once, as the new
+        // version.
+        for (old, entry) in subject_state.iter().flat_map(|s| s.versions.iter()) {
+            if entry.deleted && entry.id == id && *old < version {
+                records.push(Record {
+                    key: Key::Schema {
+                        subject: subject.to_owned(),
+                        version: *old,
+                    },
+                    value: None,
+                });
+            }
+        }
         records.push(Record {
             key: Key::Schema {
                 subject: subject.to_owned(),
@@ -1200,8 +1494,37 @@ impl State {
         })
     }
 
+    /// The versions among `versions` that a schema with `metadata` is
+    /// checked against: with a `compatibilityGroup` in scope, those whose
+    /// metadata property of that name has the same value (or is absent
+    /// alike), as Confluent checks; all of them otherwise.
+    fn in_compatibility_group(
+        &self,
+        subject: &str,
+        metadata: Option<&serde_json::Value>,
+        versions: Vec<(u32, VersionEntry)>,
+    ) -> Vec<(u32, VersionEntry)> {
+        let Some(group) = self.settings_in_scope(subject).compatibility_group else {
+            return versions;
+        };
+        let value = |m: Option<&serde_json::Value>| {
+            m.and_then(|m| m.get("properties"))
+                .and_then(|p| p.get(&group))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        let wanted = value(metadata);
+        let (context, _) = split_subject(canonical_subject(subject));
+        versions
+            .into_iter()
+            .filter(|(_, e)| {
+                value(self.schema(context, e.id).and_then(|s| s.metadata.as_ref())) == wanted
+            })
+            .collect()
+    }
+
     /// `POST /subjects/{subject}`: the version of `subject` that holds this
-    /// schema.
+    /// schema, however it is written (see [`State::keys`]).
     pub fn lookup(
         &self,
         subject: &str,
@@ -1213,44 +1536,35 @@ impl State {
         let s = self.existing_subject(subject, deleted)?;
         let schema_type = parse_schema_type(input.schema_type.as_deref())?;
         // Parsing validates the schema and its references (42201).
-        self.parse(context, schema_type, &input.schema, &input.references)?;
+        let parsed = self.parse(context, schema_type, &input.schema, &input.references)?;
         input.check_contract()?;
-        let key = dedup_key(
+        let keys = self.keys(
+            context,
             schema_type,
             &input.schema,
             &input.references,
             input.metadata.as_ref(),
             input.rule_set.as_ref(),
+            Some(&parsed),
         );
-        let visible = |e: &VersionEntry| deleted || !e.deleted;
-        if let Some(id) = self.id_of(context, &key)
-            && let Some((v, e)) = s
-                .versions
-                .iter()
-                .rev()
-                .find(|(_, e)| e.id == id && visible(e))
-        {
+        let find = |matches: &dyn Fn(&Keys) -> bool| {
+            s.versions.iter().rev().find(|(_, e)| {
+                (deleted || !e.deleted)
+                    && self
+                        .schema(context, e.id)
+                        .is_some_and(|stored| matches(&stored.keys))
+            })
+        };
+        if let Some((v, e)) = find(&|k| k.key == keys.key) {
             return Ok((e.id, *v));
         }
         // Without a data contract in the request, the newest version of
         // the same schema, whatever its metadata and rules.
-        if input.metadata.is_none() && input.rule_set.is_none() {
-            let bare = dedup_key(schema_type, &input.schema, &input.references, None, None);
-            let found = s.versions.iter().rev().find(|(_, e)| {
-                visible(e)
-                    && self.schema(context, e.id).is_some_and(|stored| {
-                        dedup_key(
-                            stored.schema_type,
-                            &stored.text,
-                            &stored.references,
-                            None,
-                            None,
-                        ) == bare
-                    })
-            });
-            if let Some((v, e)) = found {
-                return Ok((e.id, *v));
-            }
+        if input.metadata.is_none()
+            && input.rule_set.is_none()
+            && let Some((v, e)) = find(&|k| k.bare == keys.bare)
+        {
+            return Ok((e.id, *v));
         }
         Err(ApiError::schema_not_found("(the one given)"))
     }
@@ -1258,7 +1572,9 @@ impl State {
     /// `POST /compatibility/subjects/{subject}/versions[/{version}]`: every
     /// incompatibility, as sentences. With a version, the check runs
     /// against that version only (in the level's directions); without, as
-    /// registration would.
+    /// registration would. A subject without versions has nothing to be
+    /// incompatible with, for `latest` too (as Confluent 6.1+ answers);
+    /// a version number it does not have is 40402.
     pub fn check_compatibility(
         &self,
         subject: &str,
@@ -1269,13 +1585,24 @@ impl State {
         let (context, _) = split_subject(subject);
         let schema_type = parse_schema_type(input.schema_type.as_deref())?;
         let level = self.compatibility(subject);
+        let subject_state = self.subjects.get(subject);
         let against: Vec<(u32, VersionEntry)> = match version {
-            Some(spec) => vec![self.version(subject, spec, false)?],
-            None => match self.subjects.get(subject) {
-                Some(s) => s.live().rev().collect(),
-                None => Vec::new(),
-            },
+            Some(VersionSpec::Latest) => subject_state
+                .and_then(Subject::latest_live)
+                .into_iter()
+                .collect(),
+            Some(VersionSpec::Number(n)) => {
+                match subject_state.and_then(|s| s.versions.get(&n).filter(|e| !e.deleted)) {
+                    Some(e) => vec![(n, *e)],
+                    None => return Err(ApiError::version_not_found(subject, n)),
+                }
+            }
+            None => subject_state
+                .map(|s| s.live().rev().collect())
+                .unwrap_or_default(),
         };
+        let (metadata, _) = self.effective_contract(subject, input);
+        let against = self.in_compatibility_group(subject, metadata.as_ref(), against);
         let new = Arc::new(self.parse(context, schema_type, &input.schema, &input.references)?);
         let previous = against
             .iter()
@@ -1307,7 +1634,7 @@ impl State {
             Some(s) if !s.versions.is_empty() => s,
             _ => return Err(ApiError::subject_not_found(subject)),
         };
-        self.check_writable(subject, false)?;
+        self.check_writable(subject)?;
         if permanent {
             if s.is_live() {
                 return Err(ApiError::subject_not_soft_deleted(subject));
@@ -1378,7 +1705,7 @@ impl State {
             Some(s) if !s.versions.is_empty() => s,
             _ => return Err(ApiError::subject_not_found(subject)),
         };
-        self.check_writable(subject, false)?;
+        self.check_writable(subject)?;
         let (version, entry) = match spec {
             VersionSpec::Latest if permanent => {
                 s.versions.iter().next_back().map(|(v, e)| (*v, *e))
@@ -1436,23 +1763,30 @@ impl State {
     pub fn set_config(
         &self,
         subject: Option<&str>,
-        update: &ConfigValue,
+        update: &ConfigUpdate,
     ) -> Result<(ConfigValue, Vec<Record>), ApiError> {
         // `:.:` is the default context: the global setting.
         let subject = subject.map(canonical_subject).filter(|s| !s.is_empty());
         if let Some(s) = subject {
             validate_subject(s)?;
         }
-        let (old_level, old_contract) = match subject {
-            None => (self.compatibility, &self.contract),
+        if let Some(Some(alias)) = &update.alias {
+            validate_subject(alias).map_err(|e| {
+                ApiError::invalid_subject(format!("Invalid \"alias\": {}", e.message))
+            })?;
+        }
+        let empty = ConfigSettings::default();
+        let (old_level, old_contract, old_settings) = match subject {
+            None => (self.compatibility, &self.contract, &self.settings),
             Some(s) => match self.subjects.get(s) {
-                Some(state) => (state.compatibility, &state.contract),
-                None => (None, &ContractConfig::EMPTY),
+                Some(state) => (state.compatibility, &state.contract, &state.settings),
+                None => (None, &ContractConfig::EMPTY, &empty),
             },
         };
         let config = ConfigValue {
             compatibility: update.compatibility.or(old_level),
             contract: old_contract.updated_with(&update.contract),
+            settings: update.settings_over(old_settings),
         };
         Ok((
             config.clone(),
@@ -1465,21 +1799,25 @@ impl State {
         ))
     }
 
-    /// `DELETE /config[/{subject}]`: the level it had.
+    /// `DELETE /config[/{subject}]`: the configuration it had (a subject's
+    /// without a level of its own shows the global level). A subject
+    /// without a configuration of its own is 40401, as in Confluent.
     pub fn delete_compatibility(
         &self,
         subject: Option<&str>,
-    ) -> Result<(Mode, Vec<Record>), ApiError> {
+    ) -> Result<(ConfigValue, Vec<Record>), ApiError> {
         // `:.:` is the default context: the global setting.
         let subject = subject.map(canonical_subject).filter(|s| !s.is_empty());
         let old = match subject {
-            None => self.global_compatibility(),
-            Some(s) => match self.subjects.get(s) {
-                Some(state) if state.has_config() => state
-                    .compatibility
-                    .unwrap_or_else(|| self.global_compatibility()),
-                Some(_) => return Err(ApiError::subject_level_compatibility_not_configured(s)),
-                None => return Err(ApiError::subject_not_found(s)),
+            None => self.global_config(),
+            Some(s) => match self.subject_config(s) {
+                Some(mut config) => {
+                    config.compatibility = config
+                        .compatibility
+                        .or_else(|| Some(self.global_compatibility()));
+                    config
+                }
+                None => return Err(ApiError::no_subject_config(s)),
             },
         };
         Ok((
@@ -1541,12 +1879,12 @@ impl State {
         let subject = subject.map(canonical_subject).filter(|s| !s.is_empty());
         let old = match subject {
             None => self.global_mode(),
-            Some(s) => match self.subjects.get(s) {
-                Some(state) => state
-                    .mode
-                    .ok_or_else(|| ApiError::subject_level_mode_not_configured(s))?,
-                None => return Err(ApiError::subject_not_found(s)),
-            },
+            // No mode of its own is 40401, as in Confluent.
+            Some(s) => self
+                .subjects
+                .get(s)
+                .and_then(|state| state.mode)
+                .ok_or_else(|| ApiError::no_subject_mode(s))?,
         };
         Ok((
             old,
@@ -1558,17 +1896,6 @@ impl State {
             }],
         ))
     }
-}
-
-/// The dedup key of a stored schema.
-fn stored_key(stored: &StoredSchema) -> DedupKey {
-    dedup_key(
-        stored.schema_type,
-        &stored.text,
-        &stored.references,
-        stored.metadata.as_ref(),
-        stored.rule_set.as_ref(),
-    )
 }
 
 /// The engine's check over shared parsed schemas (no copies).

@@ -51,6 +51,10 @@ pub enum RegistryVerb {
         /// argon2 or bcrypt; see `evolve registry hash-password`).
         #[arg(long, value_name = "FILE")]
         users: Option<PathBuf>,
+        /// Serve a --listen address that is not loopback without --users
+        /// (behind a proxy or network policy that authenticates).
+        #[arg(long, conflicts_with = "users")]
+        no_auth: bool,
         /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
         #[arg(long, value_name = "FILE", requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -121,6 +125,7 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
             listen,
             store,
             users,
+            no_auth,
             tls_cert,
             tls_key,
             max_schema_bytes,
@@ -132,6 +137,13 @@ pub async fn run(args: RegistryArgs) -> anyhow::Result<()> {
             peer_ca,
             writer_eligible,
         } => {
+            // Anyone who reaches the port could register and delete
+            // schemas: off loopback, serving without users is said.
+            if users.is_none() && !no_auth && !listen.ip().is_loopback() {
+                anyhow::bail!(
+                    "--listen {listen} is not a loopback address and no --users file is given, so anyone who reaches it could register and delete schemas; pass --users FILE (see evolve registry hash-password), or --no-auth when a proxy or network policy in front authenticates"
+                );
+            }
             let users = match users {
                 Some(path) => {
                     let text = std::fs::read_to_string(&path)

@@ -423,6 +423,8 @@ fn store_errors_name_the_flag_and_are_said_once() {
     for flags in [
         vec!["--listen", port.as_str()],
         vec!["--listen", "127.0.0.1:0", "--allowed-host", ""],
+        // Off loopback without users: anyone could write.
+        vec!["--listen", "0.0.0.0:0"],
     ] {
         let out = Command::new(EVOLVE)
             .args(["registry", "serve"])
@@ -433,6 +435,14 @@ fn store_errors_name_the_flag_and_are_said_once() {
             .expect("serve");
         assert_eq!(out.status.code(), Some(1), "{flags:?}");
         assert!(!db.exists(), "{flags:?} left {}", db.display());
+        if flags[1] == "0.0.0.0:0" {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("is not a loopback address and no --users file is given")
+                    && stderr.contains("--no-auth"),
+                "{stderr}"
+            );
+        }
     }
 }
 

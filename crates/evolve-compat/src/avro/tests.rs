@@ -880,3 +880,119 @@ proptest! {
         }
     }
 }
+
+/// The normalized form, for schemas that parse.
+fn normalized(text: &str, references: &[Reference]) -> String {
+    parse(text, references).unwrap_or_else(|e| panic!("{e}\nin {text}"));
+    super::normalized_form(text, references).expect("JSON")
+}
+
+#[test]
+fn normalized_form_is_one_text_for_every_spelling_of_a_schema() {
+    let same = [
+        (
+            r#"{"type":"record","name":"com.x.Order","fields":[{"name":"id","type":{"type":"long"}}]}"#,
+            r#"{"type":"record","name":"Order","namespace":"com.x","fields":[{"name":"id","type":"long"}]}"#,
+        ),
+        (r#"{"type":"string"}"#, r#""string""#),
+        // Doc on a primitive is reserved and ignored by Avro Java.
+        (r#"{"type":"int","doc":"count"}"#, r#""int""#),
+        // Nested types inherit the namespace; uses resolve through it.
+        (
+            r#"{"type":"record","name":"a.R","fields":[{"name":"n","type":{"type":"record","name":"N","fields":[]}},{"name":"m","type":["null","N"]}]}"#,
+            r#"{"fields":[{"type":{"fields":[],"type":"record","name":"a.N"},"name":"n"},{"name":"m","type":["null","a.N"]}],"type":"record","name":"R","namespace":"a"}"#,
+        ),
+        // Ascending is the default order; aliases are a set.
+        (
+            r#"{"type":"record","name":"R","aliases":["B","A"],"fields":[{"name":"f","type":"int","order":"ascending","aliases":["y","x"]}]}"#,
+            r#"{"type":"record","name":"R","aliases":["A","B"],"fields":[{"name":"f","type":"int","aliases":["x","y"]}]}"#,
+        ),
+        // A qualified name ignores the namespace attribute.
+        (
+            r#"{"type":"enum","name":"x.E","namespace":"ignored","symbols":["A"]}"#,
+            r#"{"type":"enum","name":"E","namespace":"x","symbols":["A"]}"#,
+        ),
+    ];
+    for (a, b) in same {
+        assert_eq!(normalized(a, &[]), normalized(b, &[]), "{a}\n{b}");
+    }
+    assert_eq!(
+        normalized(same[0].1, &[]),
+        r#"{"name":"com.x.Order","type":"record","fields":[{"name":"id","type":"long"}]}"#
+    );
+    // What Schema.toString keeps makes another schema.
+    let base = r#"{"type":"record","name":"R","fields":[{"name":"f","type":"string"}]}"#;
+    let different = [
+        r#"{"type":"record","name":"R","doc":"d","fields":[{"name":"f","type":"string"}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"f","type":"string","default":""}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"f","type":"string","doc":"d"}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"f","type":"string","aliases":["g"]}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"f","type":"string","order":"descending"}]}"#,
+        r#"{"type":"record","name":"R","aliases":["Q"],"fields":[{"name":"f","type":"string"}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"f","type":{"type":"string","avro.java.string":"String"}}]}"#,
+        r#"{"type":"record","name":"R","fields":[{"name":"f","type":{"type":"string","logicalType":"uuid"}}]}"#,
+        r#"{"type":"record","name":"R","owner":"team","fields":[{"name":"f","type":"string"}]}"#,
+        r#"{"type":"record","name":"R","namespace":"n","fields":[{"name":"f","type":"string"}]}"#,
+    ];
+    let base_form = normalized(base, &[]);
+    for other in different {
+        assert_ne!(normalized(other, &[]), base_form, "{other}");
+    }
+    // A bare name resolves to the enclosing namespace only when a type of
+    // that full name exists (here in a reference); else to the null
+    // namespace, as Avro Java's `Names.get` (apache-avro refuses the
+    // latter, so it is normalized without parsing).
+    let money = Reference {
+        name: "a.Money".into(),
+        schema: r#"{"type":"fixed","name":"Money","namespace":"a","size":8}"#.into(),
+    };
+    assert_eq!(
+        normalized(
+            r#"{"type":"record","name":"a.R","fields":[{"name":"m","type":"Money"}]}"#,
+            std::slice::from_ref(&money)
+        ),
+        r#"{"name":"a.R","type":"record","fields":[{"name":"m","type":"a.Money"}]}"#
+    );
+    let bare = Reference {
+        name: "Money".into(),
+        schema: r#"{"type":"fixed","name":"Money","size":8}"#.into(),
+    };
+    assert_eq!(
+        super::normalized_form(
+            r#"{"type":"record","name":"a.R","fields":[{"name":"m","type":"Money"}]}"#,
+            std::slice::from_ref(&bare)
+        )
+        .expect("JSON"),
+        r#"{"name":"a.R","type":"record","fields":[{"name":"m","type":"Money"}]}"#
+    );
+    // A type of the null namespace nested in a namespaced record keeps
+    // saying so, and the normalized text parses back to the same form.
+    let nested = r#"{"type":"record","name":"R","namespace":"a","fields":[{"name":"i","type":{"type":"record","name":"Inner","namespace":"","fields":[]}}]}"#;
+    let form = normalized(nested, &[]);
+    assert_eq!(
+        form,
+        r#"{"name":"a.R","type":"record","fields":[{"name":"i","type":{"name":"Inner","namespace":"","type":"record","fields":[]}}]}"#
+    );
+    assert_eq!(normalized(&form, &[]), form);
+    for (a, _) in same {
+        let form = normalized(a, &[]);
+        assert_eq!(normalized(&form, &[]), form, "{a}");
+    }
+    assert_eq!(super::normalized_form("{", &[]), None);
+}
+
+#[test]
+fn nesting_beyond_the_parsers_limit_is_named() {
+    let mut text = r#""int""#.to_owned();
+    for i in 0..50 {
+        text =
+            format!(r#"{{"type":"record","name":"R{i}","fields":[{{"name":"f","type":{text}}}]}}"#);
+    }
+    let message = parse(&text, &[]).expect_err("too deep").message;
+    assert!(
+        message.contains("nested deeper than 128 levels of JSON objects and arrays"),
+        "{message}"
+    );
+    assert!(message.contains("schemas it references"), "{message}");
+    assert!(!message.contains("recursion limit"), "{message}");
+}

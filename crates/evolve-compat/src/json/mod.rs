@@ -139,8 +139,12 @@ fn is_annotation(keyword: &str) -> bool {
 /// `$ref` resolves to nothing, to something that is not a schema, or only
 /// to itself.
 pub fn parse(text: &str, references: &[Reference]) -> Result<JsonSchema, SchemaError> {
-    let root: Value =
-        serde_json::from_str(text).map_err(|e| error(format!("not valid JSON: {e}")))?;
+    let root: Value = serde_json::from_str(text).map_err(|e| {
+        error(crate::explain_nesting(
+            format!("not valid JSON: {e}"),
+            "move inner schemas into \"$defs\" and refer to them with \"$ref\"",
+        ))
+    })?;
     let mut docs = vec![make_doc(String::new(), root)?];
     for reference in references {
         let value: Value = serde_json::from_str(&reference.schema).map_err(|e| {

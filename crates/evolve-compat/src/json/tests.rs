@@ -1537,3 +1537,17 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn nesting_beyond_the_parsers_limit_is_named() {
+    let mut text = "{}".to_owned();
+    for _ in 0..70 {
+        text = format!(r#"{{"type":"object","properties":{{"a":{text}}}}}"#);
+    }
+    let message = parse_error(&text);
+    assert!(
+        message.contains("nested deeper than 128 levels of JSON objects and arrays"),
+        "{message}"
+    );
+    assert!(message.contains("$defs"), "{message}");
+}

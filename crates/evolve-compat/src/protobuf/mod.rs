@@ -2,10 +2,16 @@
 //! compatibility rules between two of them.
 //!
 //! [`parse`] compiles with protox from memory only: the main text, the
-//! texts of its references (Confluent `references`, one per import path)
-//! and the well-known types bundled with protox
-//! (`google/protobuf/timestamp.proto` and friends). Nothing is read from
-//! the file system.
+//! texts of its references (Confluent `references`, one per import path),
+//! the well-known types bundled with protox
+//! (`google/protobuf/timestamp.proto` and friends) and the imports
+//! Confluent bundles besides (`confluent/meta.proto`,
+//! `confluent/type/decimal.proto`, `google/type/date.proto` and the other
+//! `google/type` files; see [`bundled_imports`]). Nothing is read from the
+//! file system.
+//!
+//! [`render`] writes a compiled schema back as `.proto` text, which is what
+//! Confluent stores for a schema registered as a serialized descriptor.
 //!
 //! [`check`] ports the rules of Confluent's protobuf-provider diff
 //! (`SchemaDiff`, `MessageSchemaDiff`, `OneOfDiff`, `FieldSchemaDiff`)
@@ -13,7 +19,9 @@
 //! see the `diff` module for the rules and where they differ from
 //! Confluent's.
 
+mod bundled;
 mod diff;
+mod render;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -85,7 +93,11 @@ pub fn parse(text: &str, references: &[Reference]) -> Result<ProtobufSchema, Sch
 /// positions. Whitespace, comments and the spelling of type names
 /// (`Status` or `.acme.Order.Status`) do not change it; any change to a
 /// declaration, an import, an option or a resolved type does. The texts of
-/// the references are not part of it. Deterministic for a given
+/// the references are not part of it. A `.proto` text and the serialized
+/// descriptor of the same file (what Confluent's serializers send) have
+/// the same form: both are compiled descriptors, whose `json_name`s the
+/// pool fills in, and `syntax = "proto2"` is written as the absence of a
+/// syntax, as protox writes it. Deterministic for a given
 /// protox/prost-reflect version (it may change when they are upgraded).
 pub fn canonical_form(schema: &ProtobufSchema) -> String {
     let proto_descriptor = prost_reflect::prost_types::FileDescriptorProto::default().descriptor();
@@ -96,6 +108,12 @@ pub fn canonical_form(schema: &ProtobufSchema) -> String {
         Ok(mut message) => {
             message.clear_field_by_name("name");
             message.clear_field_by_name("source_code_info");
+            if message
+                .get_field_by_name("syntax")
+                .is_some_and(|s| s.as_str() == Some("proto2"))
+            {
+                message.clear_field_by_name("syntax");
+            }
             message.to_text_format_with_options(&FormatOptions::new().skip_unknown_fields(false))
         }
         // Cannot happen for an encoding prost-reflect produced itself;
@@ -104,6 +122,9 @@ pub fn canonical_form(schema: &ProtobufSchema) -> String {
             let mut proto = schema.file.file_descriptor_proto().clone();
             proto.name = None;
             proto.source_code_info = None;
+            if proto.syntax.as_deref() == Some("proto2") {
+                proto.syntax = None;
+            }
             proto
                 .encode_to_vec()
                 .iter()
@@ -121,11 +142,41 @@ pub fn serialized(schema: &ProtobufSchema) -> String {
     base64::engine::general_purpose::STANDARD.encode(schema.file.encode_to_vec())
 }
 
+/// The schema as `.proto` text, rendered from its compiled descriptor:
+/// what Confluent stores for a schema registered in the `serialized`
+/// format, and what `normalize` stores (no comments, one layout, fully
+/// qualified type names). `references` are those the schema was compiled
+/// with. `None` when the descriptor holds something the renderer does not
+/// write (groups, options it cannot name, editions) or when the rendered
+/// text does not compile back to the same [`canonical_form`]: the caller
+/// then keeps the text it has, so nothing is ever lost.
+pub fn render(schema: &ProtobufSchema, references: &[Reference]) -> Option<String> {
+    let text = render::render(&schema.file).ok()?;
+    let back = parse(&text, references).ok()?;
+    (canonical_form(&back) == canonical_form(schema)).then_some(text)
+}
+
+/// The import paths Confluent resolves without a reference and so does
+/// [`parse`], beside protox's `google/protobuf/*`: `confluent/meta.proto`,
+/// `confluent/type/decimal.proto`, `confluent/type/variant.proto` and
+/// Google's common types (`google/type/date.proto`, `money.proto`, ...).
+pub fn bundled_imports() -> impl Iterator<Item = &'static str> {
+    bundled::names()
+}
+
 /// Whether `text` is a schema in the `serialized` format (base64 of a
-/// `FileDescriptorProto`) rather than `.proto` source: only base64
-/// characters, no white space (a `.proto` text always has some), and bytes
-/// that decode as a descriptor.
-fn decode_serialized(text: &str) -> Option<prost_reflect::prost_types::FileDescriptorProto> {
+/// `FileDescriptorProto`, as Confluent's Python serializer sends it)
+/// rather than `.proto` source.
+pub fn is_serialized(text: &str) -> bool {
+    decode_serialized(text).is_some()
+}
+
+/// The bytes of the `FileDescriptorProto` when `text` is a schema in the
+/// `serialized` format (base64 of one) rather than `.proto` source: only
+/// base64 characters, no white space (a `.proto` text always has some),
+/// and bytes that decode as a descriptor. The bytes rather than the
+/// decoded struct, which would drop custom options (extension fields).
+fn decode_serialized(text: &str) -> Option<Vec<u8>> {
     use base64::Engine;
     let text = text.trim();
     if text.is_empty()
@@ -138,7 +189,8 @@ fn decode_serialized(text: &str) -> Option<prost_reflect::prost_types::FileDescr
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
         .ok()?;
-    prost_reflect::prost_types::FileDescriptorProto::decode(bytes.as_slice()).ok()
+    prost_reflect::prost_types::FileDescriptorProto::decode(bytes.as_slice()).ok()?;
+    Some(bytes)
 }
 
 /// Every reason `reader` cannot read data written with `writer`; empty
@@ -180,9 +232,9 @@ fn compile_error(err: &protox::Error, sources: &Sources) -> SchemaError {
     error(message.replace(['\r', '\n'], " "))
 }
 
-/// An import that is neither a reference nor a bundled well-known type,
-/// named first: `import "common.proto" not found (at schema.proto:2:1):
-/// it is not a bundled well-known type; pass it as a reference`. protox names it only in its `Display`
+/// An import that is neither a reference nor bundled, named first:
+/// `import "common.proto" not found (at schema.proto:2:1): it is neither
+/// given nor bundled (...); pass it as a reference`. protox names it only in its `Display`
 /// (`import 'common.proto' not found`), its position in its `Debug`.
 fn missing_import(err: &protox::Error) -> Option<SchemaError> {
     if !err.is_file_not_found() {
@@ -200,7 +252,7 @@ fn missing_import(err: &protox::Error) -> Option<SchemaError> {
     };
     let mut error = error(
         format!(
-            "import \"{name}\" not found{place}: it is not a bundled well-known type; pass it as a reference"
+            "import \"{name}\" not found{place}: it is neither given nor bundled (google/protobuf/*, google/type/*, confluent/*); pass it as a reference"
         )
         .replace(['\r', '\n'], " "),
     );
@@ -232,8 +284,10 @@ impl Sources {
     }
 }
 
-/// Serves the [`Sources`] and the bundled well-known types, all from
-/// memory; nothing is looked up on the file system.
+/// Serves the [`Sources`], then protox's well-known types, then the
+/// imports Confluent bundles ([`bundled`]), all from memory; nothing is
+/// looked up on the file system. A reference of a bundled name wins, as
+/// Confluent's references do.
 struct MemoryResolver {
     sources: Arc<Sources>,
     google: GoogleFileResolver,
@@ -243,10 +297,14 @@ impl FileResolver for MemoryResolver {
     fn open_file(&self, name: &str) -> Result<File, protox::Error> {
         match self.sources.text(name) {
             Some(text) => {
-                if let Some(proto) = decode_serialized(text) {
-                    let mut proto = proto;
-                    proto.name = Some(name.to_owned());
-                    return Ok(File::from_file_descriptor_proto(proto));
+                if let Some(mut bytes) = decode_serialized(text) {
+                    // The file is opened under the name it is imported by:
+                    // a `name` field appended last wins when decoded.
+                    bytes.push(0x0a);
+                    prost_reflect::prost::encoding::encode_varint(name.len() as u64, &mut bytes);
+                    bytes.extend_from_slice(name.as_bytes());
+                    return File::decode_file_descriptor_proto(bytes.as_slice())
+                        .map_err(protox::Error::new);
                 }
                 if let Some((line, column)) = too_deep(text) {
                     return Err(protox::Error::new(NestingTooDeep {
@@ -257,7 +315,13 @@ impl FileResolver for MemoryResolver {
                 }
                 File::from_source(name, text)
             }
-            None => self.google.open_file(name),
+            None => match self.google.open_file(name) {
+                Err(err) if err.is_file_not_found() => match bundled::source(name) {
+                    Some(text) => File::from_source(name, text),
+                    None => Err(err),
+                },
+                other => other,
+            },
         }
     }
 }

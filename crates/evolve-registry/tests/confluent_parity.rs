@@ -1,0 +1,729 @@
+//! Behaviour that Confluent Schema Registry's source defines and clients
+//! rely on: the look-up before a registration in any mode, one schema
+//! however it is written, Protobuf sent as a descriptor, the imports
+//! Confluent bundles, the compatibility endpoints' answers, the 7.4+
+//! configuration settings, `GET /schemas`, error codes and pagination.
+
+mod common;
+
+use common::{avro, registry};
+use evolve_registry::record::parse_export;
+use serde_json::json;
+
+fn proto(text: &str) -> serde_json::Value {
+    json!({"schemaType": "PROTOBUF", "schema": text})
+}
+
+#[tokio::test]
+async fn a_locked_subject_answers_a_schema_it_holds() {
+    let r = registry("locked").await;
+    for mode in ["READONLY", "READONLY_OVERRIDE"] {
+        let subject = format!("ro-{mode}");
+        let id = r.register(&subject, avro(json!("string"))).await;
+        r.ok(
+            "PUT",
+            &format!("/mode/{subject}"),
+            Some(json!({"mode": mode})),
+        )
+        .await;
+        let offset = r.offset();
+        // A producer that registers its schema keeps working, whatever the
+        // schema's spelling.
+        assert_eq!(r.register(&subject, avro(json!("string"))).await, id);
+        assert_eq!(
+            r.register(&subject, avro(json!({"type": "string"}))).await,
+            id
+        );
+        assert_eq!(r.offset(), offset, "{mode}: a re-registration appended");
+        let message = r
+            .call(
+                "POST",
+                &format!("/subjects/{subject}/versions"),
+                Some(avro(json!("int"))),
+            )
+            .await
+            .error(422, 42205);
+        assert!(message.contains("read-only"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn import_mode_is_idempotent_and_takes_only_explicit_ids() {
+    let r = registry("import").await;
+    r.ok("PUT", "/mode/imp", Some(json!({"mode": "IMPORT"})))
+        .await;
+    let bytes = json!({"schema": "\"bytes\"", "id": 100, "version": 1});
+    assert_eq!(r.register("imp", bytes.clone()).await, 100);
+    let offset = r.offset();
+    // The same import again: the same answer, nothing appended.
+    assert_eq!(r.register("imp", bytes).await, 100);
+    assert_eq!(r.register("imp", avro(json!("bytes"))).await, 100);
+    assert_eq!(r.offset(), offset);
+    // A new schema without an id would take an id an import may still
+    // need: refused, as Confluent's checkRegisterMode refuses it.
+    let message = r
+        .call(
+            "POST",
+            "/subjects/imp/versions",
+            Some(avro(json!("boolean"))),
+        )
+        .await
+        .error(422, 42205);
+    assert!(message.contains("not in read-write mode"), "{message}");
+    assert!(message.contains("\"id\""), "{message}");
+    // An id that is another schema's: 42205, as Confluent's
+    // checkIfSchemaWithIdExist.
+    let message = r
+        .call(
+            "POST",
+            "/subjects/imp/versions",
+            Some(json!({"schema": "\"double\"", "id": 100, "version": 2})),
+        )
+        .await
+        .error(422, 42205);
+    assert!(message.contains("id 100"), "{message}");
+    assert_eq!(r.offset(), offset);
+    assert_eq!(
+        r.register(
+            "imp",
+            json!({"schema": "\"double\"", "id": 101, "version": 2})
+        )
+        .await,
+        101
+    );
+}
+
+#[tokio::test]
+async fn an_avro_schema_is_one_schema_however_it_is_written() {
+    let r = registry("avro-forms").await;
+    let dotted = json!({"type": "record", "name": "com.x.Order",
+                        "fields": [{"name": "id", "type": {"type": "long"}}]});
+    let namespaced = json!({"type": "record", "name": "Order", "namespace": "com.x",
+                            "fields": [{"name": "id", "type": "long"}]});
+    let id = r.register("av", avro(dotted.clone())).await;
+    for normalize in ["", "?normalize=true"] {
+        let found = r
+            .ok(
+                "POST",
+                &format!("/subjects/av{normalize}"),
+                Some(avro(namespaced.clone())),
+            )
+            .await;
+        assert_eq!(
+            (found["id"].as_u64(), found["version"].as_u64()),
+            (Some(id), Some(1))
+        );
+        assert_eq!(
+            r.ok(
+                "POST",
+                &format!("/subjects/av/versions{normalize}"),
+                Some(avro(namespaced.clone()))
+            )
+            .await["id"],
+            id
+        );
+    }
+    assert_eq!(r.ok("GET", "/subjects/av/versions", None).await, json!([1]));
+    // The text is kept as first given.
+    assert_eq!(
+        r.ok("GET", &format!("/schemas/ids/{id}"), None).await["schema"],
+        dotted.to_string()
+    );
+    // Another subject gets the same id; a doc makes another schema.
+    assert_eq!(r.register("other", avro(namespaced.clone())).await, id);
+    let mut documented = namespaced.clone();
+    documented["doc"] = json!("an order");
+    assert_ne!(r.register("other", avro(documented)).await, id);
+    assert_eq!(
+        r.register("prim", avro(json!({"type": "string"}))).await,
+        r.register("prim", avro(json!("string"))).await
+    );
+    // Keys are computed again from the log on restart.
+    let path = r.path.clone();
+    drop(r);
+    let r = common::open_at(
+        path,
+        evolve_registry::service::Settings::default(),
+        evolve_registry::http::DEFAULT_MAX_BODY,
+    )
+    .await;
+    assert_eq!(
+        r.ok("POST", "/subjects/av", Some(avro(namespaced))).await["id"],
+        id
+    );
+}
+
+#[tokio::test]
+async fn ids_stored_before_keys_were_normalized_stay_apart() {
+    // Two ids whose texts are one schema now, as a log written before may
+    // hold them: both keep serving, each subject keeps its own, and a new
+    // subject gets the id of the text as written.
+    let export = [
+        (r#"{"keytype":"SCHEMA","subject":"a","version":1,"magic":1}"#,
+         r#"{"subject":"a","version":1,"id":1,"schema":"{\"type\":\"string\"}","deleted":false}"#),
+        (r#"{"keytype":"SCHEMA","subject":"b","version":1,"magic":1}"#,
+         r#"{"subject":"b","version":1,"id":2,"schema":"\"string\"","deleted":false}"#),
+    ]
+    .iter()
+    .map(|(k, v)| format!("{k}\t{v}"))
+    .collect::<Vec<_>>()
+    .join("\n");
+    let r = registry("old-keys").await;
+    r.app
+        .registry
+        .import(parse_export(&export).expect("export"), false)
+        .await
+        .expect("import");
+    let offset = r.offset();
+    assert_eq!(r.register("a", avro(json!("string"))).await, 1);
+    assert_eq!(r.register("b", avro(json!({"type": "string"}))).await, 2);
+    assert_eq!(r.offset(), offset, "a subject's own id was not found");
+    assert_eq!(
+        r.ok("POST", "/subjects/b", Some(avro(json!({"type": "string"}))))
+            .await["id"],
+        2
+    );
+    assert_eq!(r.register("c", avro(json!("string"))).await, 2);
+    assert_eq!(r.register("d", avro(json!({"type": "string"}))).await, 1);
+    assert_eq!(
+        r.ok("GET", "/schemas/ids/1", None).await["schema"],
+        r#"{"type":"string"}"#
+    );
+    assert_eq!(
+        r.ok("GET", "/schemas/ids/2", None).await["schema"],
+        r#""string""#
+    );
+}
+
+const PING: &str = "syntax = \"proto3\";\npackage audit2;\n\nmessage Ping {\n  int64 id = 1;\n  string note_text = 2;\n}\n";
+
+/// `PING` as Confluent's Python serializer sends it: the base64 of its
+/// `FileDescriptorProto` (no json_name).
+const PING_SERIALIZED: &str = "ChFhdWRpdDIvcGluZy5wcm90bxIGYXVkaXQyIiUKBFBpbmcSCgoCaWQYASABKAMSEQoJbm90ZV90ZXh0GAIgASgJYgZwcm90bzM=";
+
+#[tokio::test]
+async fn protobuf_layout_does_not_make_another_schema() {
+    let r = registry("proto-layout").await;
+    let id = r
+        .register(
+            "pw",
+            proto("syntax = \"proto3\";\nmessage M {\n  int32 a = 1;\n}\n"),
+        )
+        .await;
+    let one_line = proto("syntax = \"proto3\"; message M { int32 a = 1; } // same");
+    for normalize in ["", "?normalize=true"] {
+        let found = r
+            .ok(
+                "POST",
+                &format!("/subjects/pw{normalize}"),
+                Some(one_line.clone()),
+            )
+            .await;
+        assert_eq!(found["id"], id);
+        assert_eq!(
+            r.ok(
+                "POST",
+                &format!("/subjects/pw/versions{normalize}"),
+                Some(one_line.clone())
+            )
+            .await["id"],
+            id
+        );
+    }
+    assert_eq!(r.ok("GET", "/subjects/pw/versions", None).await, json!([1]));
+    // A real change is another schema.
+    let other = r
+        .register(
+            "pw",
+            proto("syntax = \"proto3\"; message M { int32 a = 1; int32 b = 2; }"),
+        )
+        .await;
+    assert_ne!(other, id);
+}
+
+#[tokio::test]
+async fn a_protobuf_descriptor_is_the_schema_its_text_is_and_is_stored_as_text() {
+    let r = registry("proto-descriptor").await;
+    // CI registers the .proto text; the serializer looks up and
+    // registers the descriptor.
+    let id = r.register("ping-value", proto(PING)).await;
+    let found = r
+        .ok("POST", "/subjects/ping-value", Some(proto(PING_SERIALIZED)))
+        .await;
+    assert_eq!(
+        (found["id"].as_u64(), found["version"].as_u64()),
+        (Some(id), Some(1))
+    );
+    assert_eq!(r.register("ping-value", proto(PING_SERIALIZED)).await, id);
+    assert_eq!(
+        r.ok("GET", "/subjects/ping-value/versions", None).await,
+        json!([1])
+    );
+
+    // Registered first as a descriptor: stored and served as the .proto
+    // text rendered from it, as Confluent stores it.
+    let fresh = registry("proto-descriptor-first").await;
+    let id = fresh.register("ping-value", proto(PING_SERIALIZED)).await;
+    let raw = fresh
+        .call("GET", &format!("/schemas/ids/{id}/schema"), None)
+        .await;
+    assert_eq!(raw.text, PING);
+    let serialized = fresh
+        .ok("GET", &format!("/schemas/ids/{id}?format=serialized"), None)
+        .await;
+    let again = serialized["schema"].as_str().expect("schema");
+    assert!(!again.contains(' '), "{again}");
+    assert_eq!(fresh.register("ping-value", proto(again)).await, id);
+    assert_eq!(fresh.register("ping-value", proto(PING)).await, id);
+
+    // normalize=true stores the rendered text of a .proto text too.
+    let commented =
+        "syntax = \"proto3\";\n// a comment\npackage audit3;   message Pong { string s = 1; }";
+    let id = fresh
+        .ok(
+            "POST",
+            "/subjects/pong/versions?normalize=true",
+            Some(proto(commented)),
+        )
+        .await["id"]
+        .as_u64()
+        .expect("id");
+    assert_eq!(
+        fresh
+            .call("GET", &format!("/schemas/ids/{id}/schema"), None)
+            .await
+            .text,
+        "syntax = \"proto3\";\npackage audit3;\n\nmessage Pong {\n  string s = 1;\n}\n"
+    );
+}
+
+#[tokio::test]
+async fn confluents_bundled_protobuf_imports_need_no_reference() {
+    let r = registry("proto-bundled").await;
+    r.register(
+        "dec-value",
+        proto("syntax = \"proto3\";\nimport \"confluent/type/decimal.proto\";\nmessage P { confluent.type.Decimal amount = 1; }\n"),
+    )
+    .await;
+    r.register(
+        "date-value",
+        proto("syntax = \"proto3\";\nimport \"google/type/date.proto\";\nimport \"google/type/money.proto\";\nimport \"confluent/meta.proto\";\n\
+               message P { google.type.Date d = 1 [(confluent.field_meta).tags = \"PII\"]; google.type.Money m = 2; }\n"),
+    )
+    .await;
+    let message = r
+        .call(
+            "POST",
+            "/subjects/x/versions",
+            Some(proto("syntax = \"proto3\";\nimport \"google/type/nope.proto\";\nmessage P { int32 a = 1; }\n")),
+        )
+        .await
+        .error(422, 42201);
+    assert!(message.contains("google/type/nope.proto"), "{message}");
+}
+
+#[tokio::test]
+async fn compatibility_checks_answer_as_confluent_does() {
+    let r = registry("compat-answers").await;
+    // No such subject: nothing to be incompatible with, for latest too.
+    for path in [
+        "/compatibility/subjects/brand-new/versions/latest",
+        "/compatibility/subjects/brand-new/versions",
+    ] {
+        assert_eq!(
+            r.ok("POST", path, Some(avro(json!("int")))).await,
+            json!({"is_compatible": true})
+        );
+    }
+    // A version number it does not have: 40402 (Confluent's
+    // versionNotFoundException), with or without the subject.
+    r.call(
+        "POST",
+        "/compatibility/subjects/brand-new/versions/3",
+        Some(avro(json!("int"))),
+    )
+    .await
+    .error(404, 40402);
+    r.register("s", avro(json!("int"))).await;
+    r.call(
+        "POST",
+        "/compatibility/subjects/s/versions/3",
+        Some(avro(json!("int"))),
+    )
+    .await
+    .error(404, 40402);
+    // An invalid schema with verbose: incompatible, and why.
+    let verdict = r
+        .ok(
+            "POST",
+            "/compatibility/subjects/s/versions/latest?verbose=true",
+            Some(json!({"schema": "{bad"})),
+        )
+        .await;
+    assert_eq!(verdict["is_compatible"], false);
+    let messages = verdict["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 1, "{verdict}");
+    assert!(
+        messages[0]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Invalid Avro schema")),
+        "{verdict}"
+    );
+    // Without verbose: still 42201.
+    r.call(
+        "POST",
+        "/compatibility/subjects/s/versions/latest",
+        Some(json!({"schema": "{bad"})),
+    )
+    .await
+    .error(422, 42201);
+}
+
+#[tokio::test]
+async fn config_settings_are_stored_echoed_and_applied() {
+    let r = registry("config-settings").await;
+    // Without a level: accepted.
+    assert_eq!(
+        r.ok("PUT", "/config/n-value", Some(json!({"normalize": true})))
+            .await,
+        json!({"normalize": true})
+    );
+    let all = json!({"compatibility": "FULL", "alias": "target", "validateFields": false,
+                     "validateRules": true, "compatibilityGroup": "major"});
+    assert_eq!(
+        r.ok("PUT", "/config/cfg", Some(all)).await,
+        json!({"compatibility": "FULL", "alias": "target", "validateFields": false,
+               "validateRules": true, "compatibilityGroup": "major"})
+    );
+    assert_eq!(
+        r.ok("GET", "/config/cfg", None).await,
+        json!({"compatibilityLevel": "FULL", "alias": "target", "validateFields": false,
+               "validateRules": true, "compatibilityGroup": "major"})
+    );
+    // Null clears a setting; absent keeps it.
+    assert_eq!(
+        r.ok("PUT", "/config/cfg", Some(json!({"validateRules": null})))
+            .await,
+        json!({"compatibility": "FULL", "alias": "target", "validateFields": false,
+               "compatibilityGroup": "major"})
+    );
+    r.call("PUT", "/config/cfg", Some(json!({"normalize": "yes"})))
+        .await
+        .error(400, 400);
+
+    // normalize in the subject's configuration: stored normalized, as with
+    // ?normalize=true.
+    let id = r
+        .register(
+            "n-value",
+            avro(json!({"namespace": "a", "name": "R", "type": "record", "fields": []})),
+        )
+        .await;
+    assert_eq!(
+        r.ok("GET", &format!("/schemas/ids/{id}"), None).await["schema"],
+        r#"{"name":"a.R","type":"record","fields":[]}"#
+    );
+    // The global one applies where a subject has none; defaultToGlobal
+    // shows it.
+    r.ok("PUT", "/config", Some(json!({"normalize": true})))
+        .await;
+    assert_eq!(
+        r.ok("GET", "/config/other?defaultToGlobal=true", None)
+            .await,
+        json!({"compatibilityLevel": "BACKWARD", "normalize": true})
+    );
+}
+
+#[tokio::test]
+async fn an_alias_reads_and_writes_the_subject_it_names() {
+    let r = registry("alias").await;
+    let id = r.register("orders-value", avro(json!("string"))).await;
+    r.ok(
+        "PUT",
+        "/config/orders",
+        Some(json!({"alias": "orders-value"})),
+    )
+    .await;
+    let latest = r.ok("GET", "/subjects/orders/versions/latest", None).await;
+    assert_eq!(
+        (latest["subject"].as_str(), latest["id"].as_u64()),
+        (Some("orders-value"), Some(id))
+    );
+    assert_eq!(
+        r.ok("POST", "/subjects/orders", Some(avro(json!("string"))))
+            .await["id"],
+        id
+    );
+    assert_eq!(
+        r.register("orders", avro(json!(["null", "string"]))).await,
+        id + 1
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects/orders-value/versions", None).await,
+        json!([1, 2])
+    );
+    assert_eq!(
+        r.ok("GET", &format!("/schemas/ids/{id}?subject=orders"), None)
+            .await["schema"],
+        "\"string\""
+    );
+    // The configuration itself is the alias's own.
+    assert_eq!(
+        r.ok("GET", "/config/orders", None).await,
+        json!({"alias": "orders-value"})
+    );
+    // An alias is qualified within its subject's context.
+    let team = r.register(":.team:money", avro(json!("long"))).await;
+    r.ok(
+        "PUT",
+        "/config/:.team:cash",
+        Some(json!({"alias": "money"})),
+    )
+    .await;
+    assert_eq!(
+        r.ok("GET", "/subjects/:.team:cash/versions/1", None).await["id"],
+        team
+    );
+    assert_eq!(
+        r.ok("GET", "/contexts/.team/subjects/cash/versions/1", None)
+            .await["subject"],
+        ":.team:money"
+    );
+}
+
+#[tokio::test]
+async fn compatibility_groups_check_only_versions_of_the_same_group() {
+    let r = registry("groups").await;
+    r.ok(
+        "PUT",
+        "/config/g",
+        Some(json!({"compatibility": "BACKWARD", "compatibilityGroup": "major"})),
+    )
+    .await;
+    let with_major = |schema: serde_json::Value, major: &str| json!({"schema": schema.to_string(), "metadata": {"properties": {"major": major}}});
+    r.register("g", with_major(json!("int"), "1")).await;
+    // Incompatible with version 1, but another group.
+    r.register("g", with_major(json!("string"), "2")).await;
+    // The same group is still checked.
+    r.call(
+        "POST",
+        "/subjects/g/versions",
+        Some(with_major(json!("boolean"), "2")),
+    )
+    .await
+    .error(409, 409);
+    assert_eq!(
+        r.ok(
+            "POST",
+            "/compatibility/subjects/g/versions/latest",
+            Some(with_major(json!("boolean"), "3"))
+        )
+        .await,
+        json!({"is_compatible": true})
+    );
+}
+
+#[tokio::test]
+async fn schemas_are_listed_with_prefix_latest_only_deleted_and_pages() {
+    let r = registry("list-schemas").await;
+    r.ok("PUT", "/config", Some(json!({"compatibility": "NONE"})))
+        .await;
+    r.register("ro-a", avro(json!("int"))).await;
+    r.register("ro-a", avro(json!("long"))).await;
+    r.register("ro-b", avro(json!("string"))).await;
+    r.register("other", avro(json!("bytes"))).await;
+    r.ok("DELETE", "/subjects/ro-a/versions/1", None).await;
+    let listed = |body: serde_json::Value| -> Vec<(String, u64)> {
+        body.as_array()
+            .expect("array")
+            .iter()
+            .map(|s| {
+                (
+                    s["subject"].as_str().expect("subject").to_owned(),
+                    s["version"].as_u64().expect("version"),
+                )
+            })
+            .collect()
+    };
+    let pairs = |items: &[(&str, u64)]| -> Vec<(String, u64)> {
+        items.iter().map(|(s, v)| (s.to_string(), *v)).collect()
+    };
+    let all = r.ok("GET", "/schemas", None).await;
+    assert_eq!(
+        listed(all.clone()),
+        pairs(&[("other", 1), ("ro-a", 2), ("ro-b", 1)])
+    );
+    assert_eq!(
+        all[1],
+        json!({"subject": "ro-a", "version": 2, "id": 2, "schema": "\"long\""})
+    );
+    assert_eq!(
+        listed(
+            r.ok("GET", "/schemas?subjectPrefix=ro&deleted=true", None)
+                .await
+        ),
+        pairs(&[("ro-a", 1), ("ro-a", 2), ("ro-b", 1)])
+    );
+    assert_eq!(
+        listed(
+            r.ok("GET", "/schemas?subjectPrefix=ro&latestOnly=true", None)
+                .await
+        ),
+        pairs(&[("ro-a", 2), ("ro-b", 1)])
+    );
+    assert_eq!(
+        listed(r.ok("GET", "/schemas?offset=1&limit=1", None).await),
+        pairs(&[("ro-a", 2)])
+    );
+    r.call("GET", "/schemas?limit=many", None)
+        .await
+        .error(400, 400);
+}
+
+#[tokio::test]
+async fn subjects_and_versions_are_paged() {
+    let r = registry("pages").await;
+    r.ok("PUT", "/config", Some(json!({"compatibility": "NONE"})))
+        .await;
+    for subject in ["a", "b", "c"] {
+        r.register(subject, avro(json!("int"))).await;
+    }
+    r.register("a", avro(json!("long"))).await;
+    r.register("a", avro(json!("string"))).await;
+    assert_eq!(
+        r.ok("GET", "/subjects?limit=2", None).await,
+        json!(["a", "b"])
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects?offset=1&limit=1", None).await,
+        json!(["b"])
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects?offset=2&limit=0", None).await,
+        json!(["c"])
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects/a/versions?offset=1&limit=1", None)
+            .await,
+        json!([2])
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects/a/versions?offset=1", None).await,
+        json!([2, 3])
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_setting_a_subject_does_not_have_is_40401() {
+    let r = registry("delete-none").await;
+    r.register("s", avro(json!("int"))).await;
+    let message = r.call("DELETE", "/config/s", None).await.error(404, 40401);
+    assert!(message.contains("defaultToGlobal"), "{message}");
+    r.call("DELETE", "/mode/s", None).await.error(404, 40401);
+    r.call("DELETE", "/mode/nobody", None)
+        .await
+        .error(404, 40401);
+    // Reads of an unset subject setting keep their own codes.
+    r.call("GET", "/config/s", None).await.error(404, 40408);
+    r.call("GET", "/mode/s", None).await.error(404, 40409);
+    // The deleted configuration is answered whole.
+    r.ok(
+        "PUT",
+        "/config/s",
+        Some(json!({"compatibility": "FULL", "normalize": true})),
+    )
+    .await;
+    assert_eq!(
+        r.ok("DELETE", "/config/s", None).await,
+        json!({"compatibilityLevel": "FULL", "normalize": true})
+    );
+}
+
+#[tokio::test]
+async fn schemas_nested_past_the_parsers_limit_are_refused_in_words() {
+    let r = registry("deep").await;
+    let mut avro_text = "\"int\"".to_owned();
+    for i in 0..50 {
+        avro_text = format!(
+            r#"{{"type":"record","name":"R{i}","fields":[{{"name":"f","type":{avro_text}}}]}}"#
+        );
+    }
+    let mut json_text = "{}".to_owned();
+    for _ in 0..70 {
+        json_text = format!(r#"{{"type":"object","properties":{{"a":{json_text}}}}}"#);
+    }
+    for body in [
+        json!({"schema": avro_text}),
+        json!({"schema": json_text, "schemaType": "JSON"}),
+    ] {
+        let message = r
+            .call("POST", "/subjects/deep/versions", Some(body))
+            .await
+            .error(422, 42201);
+        assert!(
+            message.contains("nested deeper than 128 levels"),
+            "{message}"
+        );
+        assert!(!message.contains("recursion limit"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn confluent_python_client_finds_protobuf_by_descriptor_and_produces_on_a_locked_subject() {
+    let served = common::serve_tcp("python-protobuf").await;
+    let summary = common::python_client("protobuf_and_modes.py", &[&served.url]).await;
+    assert_eq!(summary["new_subject_compatible"], true);
+    assert_eq!(
+        served
+            .registry
+            .ok("GET", "/subjects/ping-value/versions", None)
+            .await,
+        json!([1])
+    );
+    assert_eq!(
+        served.registry.ok("GET", "/mode/evt-value", None).await["mode"],
+        "READONLY"
+    );
+}
+
+#[test]
+fn alias_paths_replace_the_subject_segment_and_parameter() {
+    use evolve_registry::http::alias_path;
+    let alias = |s: &str| match s {
+        "orders" => Some("orders-value".to_owned()),
+        ":.team:cash" => Some(":.team:money".to_owned()),
+        _ => None,
+    };
+    assert_eq!(
+        alias_path("/subjects/orders/versions/latest", None, alias).as_deref(),
+        Some("/subjects/orders-value/versions/latest")
+    );
+    assert_eq!(
+        alias_path(
+            "/compatibility/subjects/orders/versions",
+            Some("verbose=true"),
+            alias
+        )
+        .as_deref(),
+        Some("/compatibility/subjects/orders-value/versions?verbose=true")
+    );
+    assert_eq!(
+        alias_path("/subjects/%3A.team%3Acash", None, alias).as_deref(),
+        Some("/subjects/%3A.team%3Amoney")
+    );
+    assert_eq!(
+        alias_path(
+            "/schemas/ids/3",
+            Some("subject=orders&format=serialized"),
+            alias
+        )
+        .as_deref(),
+        Some("/schemas/ids/3?subject=orders-value&format=serialized")
+    );
+    assert_eq!(alias_path("/subjects/other/versions", None, alias), None);
+    assert_eq!(alias_path("/config/orders", None, alias), None);
+    assert_eq!(
+        alias_path("/subjects", Some("subjectPrefix=orders"), alias),
+        None
+    );
+}
