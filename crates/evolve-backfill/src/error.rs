@@ -17,14 +17,17 @@ pub enum BackfillError {
         "backfill {job} is already running ({holder}); wait for it to finish, or stop it with 'evolve backfill cancel {job}'"
     )]
     Running { job: String, holder: String },
+    /// `way_out` is the last line: what to do before running it again
+    /// (it depends on why the batch failed).
     #[error(
-        "backfill {job} stopped: the batch of {table} keys {range} failed and was rolled back: {error}\n  fix the expression or those rows, then run it again to resume at that batch"
+        "backfill {job} stopped: the batch of {table} keys {range} failed and was rolled back: {error}\n  {way_out}"
     )]
     Batch {
         job: String,
         table: String,
         range: String,
         error: String,
+        way_out: String,
     },
     #[error(
         "{what} could not take its locks within {lock_timeout_ms} ms in {attempts} attempts; retry when the sessions holding locks on {table} are done, or raise --lock-timeout/--lock-retries"
@@ -34,6 +37,17 @@ pub enum BackfillError {
         table: String,
         attempts: u32,
         lock_timeout_ms: u64,
+    },
+    /// The last attempt `--lock-retries` allows was rolled back by a
+    /// deadlock or a serialization failure (`cause`).
+    #[error(
+        "{what} gave up: its last attempt (number {attempts}, as --lock-retries allows) was rolled back by a {cause}; retry when the sessions writing to {table} are done, or raise --lock-retries/--lock-retry-delay"
+    )]
+    Conflict {
+        what: String,
+        table: String,
+        attempts: u32,
+        cause: String,
     },
     #[error(
         "backfill {job} walked the whole table but {remaining} rows of {table} still need the change (written while it ran?); run it again, or make the writers set the column too"

@@ -15,7 +15,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::sql::{self, Assignment};
 use crate::throttle::{BatchSizer, Pause};
-use crate::worker::{self, describe_key, in_transaction, wait_while_throttled};
+use crate::worker::{self, describe_range, in_transaction, wait_while_throttled};
 use crate::{BackfillError, BackfillOptions, Event, JOBS_TABLE};
 
 /// One job as `evolve backfill status` shows it (also its JSON shape).
@@ -74,6 +74,11 @@ async fn ensure_jobs_table(client: &Client) -> Result<(), BackfillError> {
 /// Refuses evolve's table `table` (`what` in messages) when its owner
 /// could run code with the connecting role's privileges through it
 /// ([`evolve_pg::check_state_table`]).
+///
+/// A table made by another role that the connecting role may not read
+/// and write (the usual case when two ordinary roles take turns) is
+/// refused too, with the `GRANT` that lets it, rather than left to fail
+/// with a bare `permission denied` at the first write.
 pub(crate) async fn owned_state_table(
     client: &Client,
     table: &str,
@@ -86,7 +91,28 @@ pub(crate) async fn owned_state_table(
             evolve_pg::OwnerError::Refused(reason) => {
                 BackfillError::Usage(format!("{what} {table}: {reason}"))
             }
-        })
+        })?;
+    let row = client
+        .query_opt(
+            "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname),
+                    pg_get_userbyid(c.relowner)::text, current_user::text,
+                    has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE')
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.oid = to_regclass($1)",
+            &[&table],
+        )
+        .await?;
+    if let Some(r) = row {
+        let (name, owner, us, allowed): (String, String, String, bool) =
+            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+        if !allowed {
+            return Err(BackfillError::Usage(format!(
+                "{what} {name} belongs to role {owner}, and role {us} may not read and write it; have {owner} (or a superuser) run: GRANT SELECT, INSERT, UPDATE, DELETE ON {name} TO {}; or run evolve as {owner}",
+                evolve_pg::quote_ident(&us)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Runs (or resumes) a backfill to the end, then verifies it.
@@ -107,7 +133,12 @@ pub async fn run(
             "a backfill needs at least one --set \"column = expression\"".into(),
         ));
     }
-    let client = evolve_pg::connect(&opts.database_url, "evolve backfill").await?;
+    let client = worker::connect(
+        &opts.database_url,
+        "evolve backfill",
+        Some(opts.batches.lock_timeout),
+    )
+    .await?;
     let table = worker::resolve_table(&client, &spec.table).await?;
     let columns = worker::columns(&client, table.oid).await?;
     for a in &spec.set {
@@ -136,18 +167,34 @@ pub async fn run(
             )));
         }
     }
+    worker::refuse_row_security(&client, table.oid, &table.name, &format!("backfill {job}"))
+        .await?;
+    let what = format!("backfill {job}");
     let filter = spec.filter.as_deref();
     let first_sql = sql::batch_update(&table.name, &table.key, &spec.set, filter, true);
     let next_sql = sql::batch_update(&table.name, &table.key, &spec.set, filter, false);
     // Preparing checks the expressions against the table before any batch.
-    let first = client.prepare(&first_sql).await.map_err(|e| {
+    // It waits for the table's locks like a batch (a session holding the
+    // table in ACCESS EXCLUSIVE), so it runs under lock_timeout with the
+    // batches' retries.
+    let mut prepare =
+        async |c: &Client| Ok((c.prepare(&first_sql).await?, c.prepare(&next_sql).await?));
+    let (prepared, _) = in_transaction(
+        &client,
+        &what,
+        &table.name,
+        &opts.batches,
+        on_event,
+        &mut prepare,
+    )
+    .await?;
+    let (first, next) = prepared.map_err(|e| {
         BackfillError::Usage(format!(
             "backfill {job}: the --set/--where expressions do not work on {}: {}",
             table.name.plain(),
             evolve_pg::PgError::Query(e)
         ))
     })?;
-    let next = client.prepare(&next_sql).await?;
 
     ensure_jobs_table(&client).await?;
     let key = worker::lock_key("backfill", job);
@@ -239,141 +286,186 @@ pub async fn run(
         estimated_rows: table.estimated_rows,
     });
 
-    let progress = client
-        .prepare(&format!(
-            "UPDATE {JOBS_TABLE} SET last_key = $2, rows_done = rows_done + $3, batches = batches + 1,
-               keys_seen = keys_seen + $4, updated_at = now()
-             WHERE name = $1 RETURNING rows_done, batches, keys_seen"
-        ))
-        .await?;
-    let state_sql = client
-        .prepare(&format!("SELECT state FROM {JOBS_TABLE} WHERE name = $1"))
-        .await?;
-    let mut sizer = BatchSizer::new(
-        spec.batch.unwrap_or(opts.batches.batch),
-        opts.batches.batch_time,
-    );
-    let mut cancelled = false;
-    loop {
-        let mut requested = async |c: &Client| -> Result<Option<Pause>, BackfillError> {
-            let state: String = c.query_one(&state_sql, &[&job]).await?.try_get(0)?;
-            match state.as_str() {
-                "paused" => Ok(Some(Pause::Requested)),
-                "cancelled" => {
-                    cancelled = true;
-                    Ok(None)
+    // From here the job's row is this run's: whatever stops the run
+    // records why in it, so `status` does not show a dead run as running.
+    let walked: Result<i64, BackfillError> = async {
+        let progress = client
+            .prepare(&format!(
+                "UPDATE {JOBS_TABLE} SET last_key = $2, rows_done = rows_done + $3, batches = batches + 1,
+                   keys_seen = keys_seen + $4, updated_at = now()
+                 WHERE name = $1 RETURNING rows_done, batches, keys_seen"
+            ))
+            .await?;
+        let state_sql = client
+            .prepare(&format!("SELECT state FROM {JOBS_TABLE} WHERE name = $1"))
+            .await?;
+        let mut sizer = BatchSizer::new(
+            spec.batch.unwrap_or(opts.batches.batch),
+            opts.batches.batch_time,
+        );
+        let mut cancelled = false;
+        loop {
+            let mut requested = async |c: &Client| -> Result<Option<Pause>, BackfillError> {
+                let state: String = c.query_one(&state_sql, &[&job]).await?.try_get(0)?;
+                match state.as_str() {
+                    "paused" => Ok(Some(Pause::Requested)),
+                    "cancelled" => {
+                        cancelled = true;
+                        Ok(None)
+                    }
+                    _ => Ok(None),
                 }
-                _ => Ok(None),
+            };
+            wait_while_throttled(&client, job, &opts.batches, on_event, &mut requested).await?;
+            if cancelled {
+                let rows: i64 = client
+                    .query_one(
+                        &format!("SELECT rows_done FROM {JOBS_TABLE} WHERE name = $1"),
+                        &[&job],
+                    )
+                    .await?
+                    .try_get(0)?;
+                return Err(BackfillError::Cancelled {
+                    job: job.to_string(),
+                    rows_done: rows as u64,
+                });
             }
-        };
-        wait_while_throttled(&client, job, &opts.batches, on_event, &mut requested).await?;
-        if cancelled {
-            let rows: i64 = client
-                .query_one(
-                    &format!("SELECT rows_done FROM {JOBS_TABLE} WHERE name = $1"),
-                    &[&job],
-                )
-                .await?
-                .try_get(0)?;
-            return Err(BackfillError::Cancelled {
-                job: job.to_string(),
-                rows_done: rows as u64,
-            });
-        }
-        let size = sizer.size() as i64;
-        let batch_started = Instant::now();
-        let mut body = async |c: &Client| {
-            let row = match &last_key {
-                None => c.query_one(&first, &[&size]).await?,
-                Some(k) => c.query_one(&next, &[k, &size]).await?,
+            let size = sizer.size() as i64;
+            let batch_started = Instant::now();
+            let mut body = async |c: &Client| {
+                let row = match &last_key {
+                    None => c.query_one(&first, &[&size]).await?,
+                    Some(k) => c.query_one(&next, &[k, &size]).await?,
+                };
+                let updated: i64 = row.try_get(0)?;
+                let scanned: i64 = row.try_get(1)?;
+                let end: Option<Vec<Option<String>>> = row.try_get(2)?;
+                let totals = match &end {
+                    Some(end) => {
+                        let r = c
+                            .query_one(&progress, &[&job, end, &updated, &scanned])
+                            .await?;
+                        Some((
+                            r.try_get::<_, i64>(0)?,
+                            r.try_get::<_, i64>(1)?,
+                            r.try_get::<_, i64>(2)?,
+                        ))
+                    }
+                    None => None,
+                };
+                Ok((updated, scanned, end, totals))
             };
-            let updated: i64 = row.try_get(0)?;
-            let scanned: i64 = row.try_get(1)?;
-            let end: Option<Vec<Option<String>>> = row.try_get(2)?;
-            let totals = match &end {
-                Some(end) => {
-                    let r = c
-                        .query_one(&progress, &[&job, end, &updated, &scanned])
+            let (result, _) = in_transaction(
+                &client,
+                &what,
+                &table.name,
+                &opts.batches,
+                on_event,
+                &mut body,
+            )
+            .await?;
+            let (updated, scanned, end, totals) = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    let end_sql = sql::batch_end(&table.name, &table.key, last_key.is_none());
+                    let params: Vec<&(dyn ToSql + Sync)> = match &last_key {
+                        None => vec![&size],
+                        Some(k) => vec![k, &size],
+                    };
+                    let end: Option<Vec<Option<String>>> = client
+                        .query_one(&end_sql, &params)
+                        .await
+                        .ok()
+                        .and_then(|r| r.try_get(0).ok());
+                    let range = describe_range(last_key.as_deref(), end.as_deref());
+                    let way_out = batch_way_out(&e);
+                    let error = evolve_pg::PgError::Query(e).to_string();
+                    client
+                        .execute(
+                            &format!(
+                                "UPDATE {JOBS_TABLE} SET state = 'failed', error = $2, updated_at = now() WHERE name = $1"
+                            ),
+                            &[&job, &format!("keys {range}: {error}")],
+                        )
                         .await?;
-                    Some((
-                        r.try_get::<_, i64>(0)?,
-                        r.try_get::<_, i64>(1)?,
-                        r.try_get::<_, i64>(2)?,
-                    ))
+                    return Err(BackfillError::Batch {
+                        job: job.to_string(),
+                        table: table.name.plain(),
+                        range,
+                        error,
+                        way_out,
+                    });
                 }
-                None => None,
             };
-            Ok((updated, scanned, end, totals))
-        };
-        let (result, _) = in_transaction(
+            let Some((rows_done, batches, keys_seen)) = totals else {
+                break;
+            };
+            let took = batch_started.elapsed();
+            let next_size = sizer.observe(took, scanned as u64);
+            on_event(&Event::Batch {
+                job: job.to_string(),
+                batch: batches as u64,
+                rows: updated as u64,
+                scanned: scanned as u64,
+                rows_done: rows_done as u64,
+                keys_seen: keys_seen as u64,
+                next_size,
+                ms: took.as_millis() as u64,
+            });
+            last_key = end;
+            if scanned < size {
+                break;
+            }
+            tokio::time::sleep(opts.batches.nice_wait(took)).await;
+        }
+        // The verify query reads the whole table: under lock_timeout with
+        // the batches' retries, like them.
+        let verify_sql = sql::verify(&table.name, &spec.set, filter);
+        let mut verify = async |c: &Client| c.query_one(&verify_sql, &[]).await;
+        let (counted, _) = in_transaction(
             &client,
-            &format!("backfill {job}"),
+            &what,
             &table.name,
             &opts.batches,
             on_event,
-            &mut body,
+            &mut verify,
         )
         .await?;
-        let (updated, scanned, end, totals) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                let end_sql = sql::batch_end(&table.name, &table.key, last_key.is_none());
-                let params: Vec<&(dyn ToSql + Sync)> = match &last_key {
-                    None => vec![&size],
-                    Some(k) => vec![k, &size],
-                };
-                let end: Option<Vec<Option<String>>> = client
-                    .query_one(&end_sql, &params)
-                    .await
-                    .ok()
-                    .and_then(|r| r.try_get(0).ok());
-                let range = format!(
-                    "after {} up to {}",
-                    describe_key(last_key.as_deref()),
-                    describe_key(end.as_deref())
-                );
-                let error = evolve_pg::PgError::Query(e).to_string();
-                client
+        let remaining: i64 = counted
+            .map_err(|e| {
+                BackfillError::Usage(format!(
+                    "backfill {job} walked the whole table, but the query that counts the rows of {} still to change failed: {}; {}",
+                    table.name.plain(),
+                    evolve_pg::PgError::Query(e),
+                    "run it again to verify (the batches are done)"
+                ))
+            })?
+            .try_get(0)?;
+        Ok(remaining)
+    }
+    .await;
+    let remaining = match walked {
+        Ok(r) => r,
+        Err(e) => {
+            if !matches!(
+                e,
+                BackfillError::Cancelled { .. } | BackfillError::Batch { .. }
+            ) {
+                // Best effort: the connection may be what failed.
+                let first_line = e.to_string();
+                let _ = client
                     .execute(
                         &format!(
-                            "UPDATE {JOBS_TABLE} SET state = 'failed', error = $2, updated_at = now() WHERE name = $1"
+                            "UPDATE {JOBS_TABLE} SET state = 'failed', error = $2, updated_at = now()
+                             WHERE name = $1 AND state = 'running'"
                         ),
-                        &[&job, &format!("keys {range}: {error}")],
+                        &[&job, &first_line],
                     )
-                    .await?;
-                return Err(BackfillError::Batch {
-                    job: job.to_string(),
-                    table: table.name.plain(),
-                    range,
-                    error,
-                });
+                    .await;
             }
-        };
-        let Some((rows_done, batches, keys_seen)) = totals else {
-            break;
-        };
-        let took = batch_started.elapsed();
-        let next_size = sizer.observe(took, scanned as u64);
-        on_event(&Event::Batch {
-            job: job.to_string(),
-            batch: batches as u64,
-            rows: updated as u64,
-            scanned: scanned as u64,
-            rows_done: rows_done as u64,
-            keys_seen: keys_seen as u64,
-            next_size,
-            ms: took.as_millis() as u64,
-        });
-        last_key = end;
-        if scanned < size {
-            break;
+            return Err(e);
         }
-        tokio::time::sleep(opts.batches.nice_wait(took)).await;
-    }
-    let remaining: i64 = client
-        .query_one(&sql::verify(&table.name, &spec.set, filter), &[])
-        .await?
-        .try_get(0)?;
+    };
     let status = if remaining == 0 {
         client
             .execute(
@@ -419,6 +511,21 @@ pub async fn run(
             table: table.name.plain(),
             remaining: remaining as u64,
         }),
+    }
+}
+
+/// The last line of a failed batch's message: what to do before running
+/// it again. A cancelled statement (57014) says nothing about the rows:
+/// evolve's sessions run with `statement_timeout = 0`, so another session
+/// cancelled it (or a `statement_timeout` set inside the expression's
+/// functions); neither does a refusal by row-level security.
+fn batch_way_out(e: &tokio_postgres::Error) -> String {
+    if worker::is_row_security(e) {
+        "row-level security applies to the role on a table the batch reads: run it as a role with BYPASSRLS (or a superuser), or as that table's owner without FORCE ROW LEVEL SECURITY, to resume at that batch".to_string()
+    } else if e.code() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED) {
+        "the statement was cancelled (by pg_cancel_backend from another session, or a statement_timeout, which evolve sets to 0 in its own sessions), not failed on those rows: run it again to resume at that batch".to_string()
+    } else {
+        "fix the expression or those rows, then run it again to resume at that batch".to_string()
     }
 }
 
@@ -469,7 +576,7 @@ pub async fn status(
     database_url: &str,
     name: Option<&str>,
 ) -> Result<Vec<JobStatus>, BackfillError> {
-    let client = evolve_pg::connect(database_url, "evolve backfill").await?;
+    let client = worker::connect(database_url, "evolve backfill", None).await?;
     let jobs = job_status(&client, name).await?;
     if let (Some(name), true) = (name, jobs.is_empty()) {
         return Err(no_such_job(name));
@@ -491,7 +598,7 @@ async fn transition(
     to: &str,
     verb: &str,
 ) -> Result<JobStatus, BackfillError> {
-    let client = evolve_pg::connect(database_url, "evolve backfill").await?;
+    let client = worker::connect(database_url, "evolve backfill", None).await?;
     if !jobs_table_exists(&client).await? {
         return Err(no_such_job(name));
     }

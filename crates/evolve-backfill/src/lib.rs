@@ -10,10 +10,17 @@
 //! progress (last key, rows, batches) is written to `evolve_backfill_jobs`
 //! in the same transaction, so a run killed at any moment resumes at the
 //! next batch. A session advisory lock per job keeps two runs of one job
-//! apart. Before each batch the throttle reads `pg_stat_replication` and
+//! apart. A batch rolled back by a deadlock or a serialization failure is
+//! retried like one whose `lock_timeout` expired. Before each batch the throttle reads `pg_stat_replication` and
 //! `pg_replication_slots` and waits while a replica lags or a logical slot
 //! retains too much WAL; the batch size adapts to a target batch time. At
 //! the end a verify query counts the rows that still need the change.
+//!
+//! Both run in sessions that pin what would otherwise change their
+//! results: `row_security = off` (a table whose policies apply to the
+//! role is refused, never read in part), the settings that decide how a
+//! key reads as text ([`sql::PINNED_OUTPUT`]), `statement_timeout = 0`,
+//! and `lock_timeout` for every statement, not only the batches.
 //!
 //! A **rewrite** (`evolve rewrite`) changes a table's shape without
 //! holding ACCESS EXCLUSIVE for the copy: see [`rewrite`].
@@ -51,9 +58,13 @@ pub struct BatchOptions {
     /// Target duration of one batch; `None` keeps the size fixed.
     pub batch_time: Option<Duration>,
     pub limits: Limits,
-    /// `lock_timeout` of every batch transaction.
+    /// `lock_timeout` of every statement evolve runs: the batches, and
+    /// what takes the table's locks around them (preparing the batch
+    /// statements, the verify query, the swap).
     pub lock_timeout: Duration,
-    /// How many times a batch is retried after its lock_timeout expired.
+    /// How many times a batch (or such a statement) is retried after its
+    /// lock_timeout expired or the server rolled it back for a deadlock or
+    /// a serialization failure.
     pub lock_retries: u32,
     /// First wait before such a retry, doubled each time (at most 30 s).
     pub lock_retry_delay: Duration,

@@ -1,36 +1,54 @@
 //! `evolve rewrite`: a table's shape changed online.
 //!
+//! 0. **Refused** before anything runs: a partitioned table, a partition
+//!    and a table in an inheritance tree (one plain table cannot take
+//!    their place), and a table whose row-level security policies apply to
+//!    the role (the copy would see only some rows; evolve's sessions run
+//!    with `row_security = off`, see `worker::connect`).
 //! 1. **Setup**, one transaction: a shadow table `_evolve_rw_<oid>_new`
 //!    made `LIKE` the original (defaults, constraints, generated columns,
-//!    identity, storage, comments, statistics) with the `--alter` actions
-//!    applied and its primary key; a log table `_evolve_rw_<oid>_log`; and
-//!    a trigger on the original that writes the key of every row an
-//!    INSERT, UPDATE or DELETE touches into the log, in the writer's own
-//!    transaction (a TRUNCATE is refused while the rewrite runs). Its row
-//!    in `evolve_rewrites` is written in the same transaction.
+//!    identity, storage, compression, comments, statistics), with what
+//!    `LIKE` leaves out set by hand (reloptions, UNLOGGED, the tablespace,
+//!    per-column statistics targets and options), the `--alter` actions
+//!    applied and its primary key; `NOT VALID` checks are left off it (the
+//!    copy would fail on the old rows that break them) and added back in
+//!    the swap. Then a log table `_evolve_rw_<oid>_log` and a trigger on
+//!    the original that writes the key of every row an INSERT, UPDATE or
+//!    DELETE touches into the log, in the writer's own transaction (a
+//!    TRUNCATE is refused while the rewrite runs), with the output
+//!    settings pinned so the key reads back the same in evolve's session.
+//!    Its row in `evolve_rewrites` (with the original's columns) is
+//!    written in the same transaction.
 //! 2. **Copy** in key order, in throttled batches like a backfill, each
 //!    batch and its progress in one transaction; then the other indexes
-//!    and index-backed constraints are built on the shadow.
+//!    and index-backed constraints are built on the shadow, each in its
+//!    original's tablespace.
 //! 3. **Replay**: log entries are taken off the log in batches; for each
 //!    key the shadow's row is deleted and the original's current row (if
 //!    any) copied again, so the order of changes never matters.
 //! 4. **Swap**, one transaction under `lock_timeout` with retry: ACCESS
-//!    EXCLUSIVE on the original, the last of the log replayed, the
+//!    EXCLUSIVE on the original; refused if a column or an index was added
+//!    to it (or a column dropped or changed) since the shadow was made,
+//!    which the swap would undo; the last of the log replayed, the
 //!    dependents (views, materialized views, BEGIN ATOMIC functions)
 //!    captured and dropped by `evolve-migrate`'s rebuild, the original
 //!    renamed to `_evolve_rw_<oid>_old` and stripped of its triggers,
-//!    policies and foreign keys, the shadow renamed to the table's name
-//!    and given them (foreign keys in both directions `NOT VALID`),
-//!    indexes' names swapped, sequences moved (`OWNED BY`, identity
-//!    values), grants, owner, comment, row security, replica identity and
-//!    publications restored, dependents recreated.
-//! 5. **After**: materialized views refreshed, foreign keys validated, and
-//!    the old table dropped, unless `--keep-old`: then changes to the new
-//!    table keep being logged, and `--revert` replays them into the old
-//!    table and swaps back.
+//!    rules, policies and foreign keys, the shadow renamed to the table's
+//!    name and given them (foreign keys in both directions `NOT VALID`),
+//!    indexes' names swapped (their comments and their constraints'
+//!    follow), sequences moved (`OWNED BY`, identity values and names),
+//!    grants, owner, comment, row security, replica identity and
+//!    publications (with column lists and row filters) restored,
+//!    dependents recreated.
+//! 5. **After**: materialized views refreshed, the foreign keys that were
+//!    valid validated (one that was `NOT VALID` stays so), and the old
+//!    table dropped, unless `--keep-old`: then changes to the new table
+//!    keep being logged, and `--revert` replays them into the old table
+//!    and swaps back.
 //!
 //! A run stopped at any moment leaves either the state before a step or
 //! after it: the next run reads `evolve_rewrites` and goes on from there.
+//! Until the swap, `--abort` removes it all, whatever became of the table.
 
 use std::time::Instant;
 
@@ -149,6 +167,126 @@ fn has_word(text: &str, word: &str) -> bool {
     })
 }
 
+/// Refuses a table the swap cannot replace by one plain table: a
+/// partitioned table (the new one would be a plain table without its
+/// partitions), a partition (swapping it would detach it from its parent,
+/// whose rows it holds) and a table in an inheritance tree (parent: the
+/// children would stay attached to the old table and be read twice;
+/// child: it would leave its parent).
+async fn refuse_structure(
+    c: &Client,
+    oid: u32,
+    table: &QualifiedName,
+) -> Result<(), BackfillError> {
+    let r = c
+        .query_one(
+            "SELECT c.relkind::text, c.relispartition,
+                    (SELECT string_agg(i.inhparent::regclass::text, ', ' ORDER BY i.inhseqno)
+                     FROM pg_inherits i WHERE i.inhrelid = c.oid),
+                    (SELECT string_agg(i.inhrelid::regclass::text, ', ' ORDER BY i.inhrelid::regclass::text)
+                     FROM pg_inherits i WHERE i.inhparent = c.oid)
+             FROM pg_class c WHERE c.oid = $1",
+            &[&oid],
+        )
+        .await?;
+    let (kind, partition, parents, children): (String, bool, Option<String>, Option<String>) =
+        (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+    let reason = if kind == "p" {
+        "it is a partitioned table, and a rewrite makes one plain table in its place (its partitions would be dropped); change it with a plain ALTER TABLE, which changes every partition".to_string()
+    } else if partition {
+        format!(
+            "it is a partition of {}, and swapping it would take it (and its rows) out of that table; a partition's columns follow its parent's: change {0} with a plain ALTER TABLE",
+            parents.unwrap_or_default()
+        )
+    } else if let Some(parents) = parents {
+        format!(
+            "it inherits from {parents}, and the new table would not; change it with a plain ALTER TABLE"
+        )
+    } else if let Some(children) = children {
+        format!(
+            "tables inherit from it ({children}) and would stay with the old table; change it with a plain ALTER TABLE, which changes them too"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(err(table, reason))
+}
+
+/// The columns of a table as name and facts, alternately: what a swap
+/// needs to be unchanged since the table it swaps in was made (position,
+/// type, collation, NOT NULL, generated), so that a column added, dropped,
+/// retyped or re-added meanwhile is found before the swap would undo it.
+async fn column_signature(c: &Client, oid: u32) -> Result<Vec<String>, tokio_postgres::Error> {
+    let rows = c
+        .query(
+            "SELECT attname::text,
+                    format('#%s type %s(%s) collation %s%s%s', attnum, atttypid, atttypmod, attcollation,
+                           CASE WHEN attnotnull THEN ' not null' ELSE '' END,
+                           CASE WHEN attgenerated <> '' THEN ' generated' ELSE '' END)
+             FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped
+             ORDER BY attnum",
+            &[&oid],
+        )
+        .await?;
+    let mut out = Vec::with_capacity(rows.len() * 2);
+    for r in rows {
+        out.push(r.try_get(0)?);
+        out.push(r.try_get(1)?);
+    }
+    Ok(out)
+}
+
+/// What changed between two [`column_signature`]s, in words (`added
+/// extra; changed v`), or `None` when nothing did.
+fn column_drift(recorded: &[String], now: &[String]) -> Option<String> {
+    let pairs = |s: &[String]| -> Vec<(String, String)> {
+        s.chunks(2)
+            .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or_default()))
+            .collect()
+    };
+    let (was, is) = (pairs(recorded), pairs(now));
+    let names = |v: Vec<&(String, String)>| {
+        v.iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let added: Vec<_> = is
+        .iter()
+        .filter(|(n, _)| !was.iter().any(|(w, _)| w == n))
+        .collect();
+    let dropped: Vec<_> = was
+        .iter()
+        .filter(|(n, _)| !is.iter().any(|(i, _)| i == n))
+        .collect();
+    let changed: Vec<_> = is
+        .iter()
+        .filter(|(n, f)| was.iter().any(|(w, g)| w == n && g != f))
+        .collect();
+    let mut parts = Vec::new();
+    for (word, list) in [("added", added), ("dropped", dropped), ("changed", changed)] {
+        if !list.is_empty() {
+            parts.push(format!("{word} {}", names(list)));
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// The command that finishes a rewrite of `table` with these `--alter`s:
+/// what messages tell the user to run.
+fn finish_command(table: &QualifiedName, alters: &[String]) -> String {
+    let mut out = format!("evolve rewrite {}", shell_word(&table.shown()));
+    for a in alters {
+        out.push_str(&format!(" --alter {}", shell_word(a)));
+    }
+    out
+}
+
+/// `evolve rewrite TABLE --abort` for `table`.
+fn abort_command(table: &QualifiedName) -> String {
+    format!("evolve rewrite {} --abort", shell_word(&table.shown()))
+}
+
 async fn ensure_state_table(client: &Client) -> Result<String, BackfillError> {
     let schema: Option<String> = client
         .query_one("SELECT current_schema()::text", &[])
@@ -176,12 +314,36 @@ async fn ensure_state_table(client: &Client) -> Result<String, BackfillError> {
                index_pairs text[] NOT NULL DEFAULT '{{}}',
                after_swap text[] NOT NULL DEFAULT '{{}}',
                started_at timestamptz NOT NULL DEFAULT now(),
-               updated_at timestamptz NOT NULL DEFAULT now());
+               updated_at timestamptz NOT NULL DEFAULT now(),
+               columns text[],
+               deferred text[] NOT NULL DEFAULT '{{}}');
              COMMIT",
             key = worker::lock_key("rewrite", "")
         ))
         .await?;
     crate::job::owned_state_table(client, &state, "rewrite state table").await?;
+    // A table made by an earlier evolve lacks the later columns.
+    let missing: bool = client
+        .query_one(
+            "SELECT count(*) < 2 FROM pg_attribute
+             WHERE attrelid = to_regclass($1) AND attname IN ('columns', 'deferred') AND NOT attisdropped",
+            &[&state],
+        )
+        .await?
+        .try_get(0)?;
+    if missing {
+        let upgrade = format!(
+            "ALTER TABLE {state} ADD COLUMN IF NOT EXISTS columns text[],
+               ADD COLUMN IF NOT EXISTS deferred text[] NOT NULL DEFAULT '{{}}'"
+        );
+        client.batch_execute(&upgrade).await.map_err(|e| {
+            BackfillError::Usage(format!(
+                "rewrite state table {state} was made by an earlier evolve and cannot be brought up to date: {}; have its owner run: {}",
+                evolve_pg::PgError::Query(e),
+                upgrade.split_whitespace().collect::<Vec<_>>().join(" ")
+            ))
+        })?;
+    }
     Ok(state)
 }
 
@@ -194,6 +356,13 @@ struct StateRow {
     rows_copied: i64,
     batches: i64,
     index_pairs: Vec<String>,
+    /// [`column_signature`] of the table the next swap swaps out, as it
+    /// was when the table swapped in was made (none: recorded by an
+    /// earlier evolve, not checked).
+    columns: Option<Vec<String>>,
+    /// Run in the swap right after the renames, on the new table: the
+    /// `NOT VALID` checks the copy had to do without.
+    deferred: Vec<String>,
 }
 
 impl Rewrite<'_> {
@@ -202,7 +371,8 @@ impl Rewrite<'_> {
             .client
             .query_opt(
                 &format!(
-                    "SELECT table_oid, alters, keep_old, phase, last_key, rows_copied, batches, index_pairs
+                    "SELECT table_oid, alters, keep_old, phase, last_key, rows_copied, batches, index_pairs,
+                            columns, deferred
                      FROM {} WHERE table_name = $1",
                     self.state
                 ),
@@ -219,6 +389,8 @@ impl Rewrite<'_> {
                 rows_copied: r.try_get(5)?,
                 batches: r.try_get(6)?,
                 index_pairs: r.try_get(7)?,
+                columns: r.try_get(8)?,
+                deferred: r.try_get(9)?,
             })
         })
         .transpose()
@@ -270,26 +442,34 @@ impl Rewrite<'_> {
         check_alters(&self.opts.alters).map_err(BackfillError::Usage)?;
         let n = names(&table.name.schema, table.oid);
         let t = &table.name;
-        let reloptions: Vec<String> = self
-            .client
-            .query_one(
-                "SELECT coalesce(reloptions::text[], '{}') FROM pg_class WHERE oid = $1",
-                &[&table.oid],
-            )
-            .await?
-            .try_get(0)?;
-        let pk: (u32, String, String) = {
+        // What `LIKE` does not carry over: options, persistence and
+        // tablespace (an UNLOGGED table stays unlogged, a table and its
+        // indexes stay where they were put).
+        let (reloptions, persistence, tablespace): (Vec<String>, String, String) = {
             let r = self
                 .client
                 .query_one(
-                    "SELECT i.indexrelid, c.relname::text, pg_get_constraintdef(k.oid)
+                    "SELECT coalesce(c.reloptions::text[], '{}'), c.relpersistence::text,
+                            coalesce((SELECT spcname::text FROM pg_tablespace WHERE oid = c.reltablespace), '')
+                     FROM pg_class c WHERE c.oid = $1",
+                    &[&table.oid],
+                )
+                .await?;
+            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)
+        };
+        let pk: (u32, String, String, String) = {
+            let r = self
+                .client
+                .query_one(
+                    "SELECT i.indexrelid, c.relname::text, pg_get_constraintdef(k.oid),
+                            coalesce((SELECT spcname::text FROM pg_tablespace WHERE oid = c.reltablespace), '')
                      FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                      JOIN pg_constraint k ON k.conindid = i.indexrelid AND k.contype = 'p'
                      WHERE i.indrelid = $1 AND i.indisprimary",
                     &[&table.oid],
                 )
                 .await?;
-            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)
+            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)
         };
         let alter_list = self.opts.alters.join(", ");
         let alters = self.opts.alters.clone();
@@ -309,13 +489,34 @@ impl Rewrite<'_> {
                     return Ok(Err(e.to_string()));
                 }
             }
+            c.query_one(
+                "SELECT set_config('default_tablespace', $1, true)",
+                &[&tablespace],
+            )
+            .await?;
             c.batch_execute(&format!(
-                "CREATE TABLE {shadow} (LIKE {t} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED
+                "CREATE {unlogged}TABLE {shadow} (LIKE {t} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING GENERATED
                    INCLUDING IDENTITY INCLUDING STORAGE INCLUDING COMMENTS INCLUDING COMPRESSION
                    INCLUDING STATISTICS)",
+                unlogged = if persistence == "u" { "UNLOGGED " } else { "" },
                 shadow = n.shadow
             ))
             .await?;
+            // Per-column statistics targets and options (n_distinct), which
+            // LIKE does not copy; before the --alter, which may set them.
+            for r in c
+                .query(
+                    "SELECT format('ALTER TABLE %s ALTER COLUMN %I SET STATISTICS %s', $2::text, attname, attstattarget)
+                     FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attstattarget >= 0
+                     UNION ALL
+                     SELECT format('ALTER TABLE %s ALTER COLUMN %I SET (%s)', $2::text, attname, array_to_string(attoptions, ', '))
+                     FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attoptions IS NOT NULL",
+                    &[&table.oid, &n.shadow.to_string()],
+                )
+                .await?
+            {
+                c.batch_execute(&r.try_get::<_, String>(0)?).await?;
+            }
             // The replay updates rows the copy brought over, which
             // PostgreSQL refuses for a GENERATED ALWAYS identity column;
             // the shadow's are BY DEFAULT until the swap makes them ALWAYS
@@ -352,7 +553,56 @@ impl Rewrite<'_> {
                     text.replace(&n.shadow.name, &t.name)
                 )));
             }
+            // LIKE makes a NOT VALID check valid, and the copy would then
+            // fail on the old rows that break it: the shadow does without
+            // it, and the swap adds it back NOT VALID (with its comment),
+            // as the new shape has it (the --alter may have changed it).
+            let mut deferred: Vec<String> = Vec::new();
+            let saved: String = c
+                .query_one("SELECT current_setting('search_path')", &[])
+                .await?
+                .try_get(0)?;
+            c.batch_execute("SELECT set_config('search_path', '', true)")
+                .await?;
+            let not_valid = c
+                .query(
+                    "SELECT s.conname::text, pg_get_constraintdef(s.oid), obj_description(o.oid, 'pg_constraint')
+                     FROM pg_constraint s JOIN pg_constraint o ON o.conrelid = $1 AND o.conname = s.conname
+                                                             AND o.contype = 'c' AND NOT o.convalidated
+                     WHERE s.conrelid = to_regclass($2) AND s.contype = 'c'",
+                    &[&table.oid, &n.shadow.to_string()],
+                )
+                .await?;
+            c.query_one("SELECT set_config('search_path', $1, true)", &[&saved])
+                .await?;
+            for r in not_valid {
+                let name: String = r.try_get(0)?;
+                let def: String = r.try_get(1)?;
+                let comment: Option<String> = r.try_get(2)?;
+                c.batch_execute(&format!(
+                    "ALTER TABLE {} DROP CONSTRAINT {}",
+                    n.shadow,
+                    quote_ident(&name)
+                ))
+                .await?;
+                deferred.push(format!(
+                    "ALTER TABLE {t} ADD CONSTRAINT {} {def} NOT VALID",
+                    quote_ident(&name)
+                ));
+                if let Some(comment) = comment {
+                    deferred.push(format!(
+                        "COMMENT ON CONSTRAINT {} ON {t} IS {}",
+                        quote_ident(&name),
+                        quote_literal(&comment)
+                    ));
+                }
+            }
             let shadow_pk = format!("_evolve_rw_{}", pk.0);
+            c.query_one(
+                "SELECT set_config('default_tablespace', $1, true)",
+                &[&pk.3],
+            )
+            .await?;
             if let Err(e) = c
                 .execute(
                     &format!(
@@ -410,12 +660,20 @@ impl Rewrite<'_> {
                 fname = n.function,
             ))
             .await?;
+            let signature = column_signature(c, table.oid).await?;
             c.execute(
                 &format!(
-                    "INSERT INTO {state} (table_name, table_oid, alters, keep_old, phase, index_pairs)
-                     VALUES ($1, $2, $3, false, 'copy', $4)"
+                    "INSERT INTO {state} (table_name, table_oid, alters, keep_old, phase, index_pairs, columns, deferred)
+                     VALUES ($1, $2, $3, false, 'copy', $4, $5, $6)"
                 ),
-                &[&t.shown(), &table.oid, &alters, &vec![pk.1.clone(), shadow_pk.clone()]],
+                &[
+                    &t.shown(),
+                    &table.oid,
+                    &alters,
+                    &vec![pk.1.clone(), shadow_pk.clone()],
+                    &signature,
+                    &deferred,
+                ],
             )
             .await?;
             Ok(Ok(()))
@@ -441,34 +699,41 @@ impl Rewrite<'_> {
         on_event: &mut dyn FnMut(&Event),
     ) -> Result<(), BackfillError> {
         let n = names(&table.name.schema, row.oid);
-        let shadow_oid = self
-            .oid_of(&n.shadow)
-            .await?
-            .ok_or_else(|| err(&table.name, "its shadow table is missing; run 'evolve rewrite' again after removing the row from evolve_rewrites"))?;
-        let columns = self.copy_columns(table.oid, shadow_oid).await?;
-        let first = self
-            .client
-            .prepare(&sql::copy_batch(&table.name, &n.shadow, &table.key, &columns, true))
-            .await
-            .map_err(|e| {
-                err(
-                    &table.name,
-                    format!(
-                        "its rows cannot be copied into the new shape (a type change that needs USING?): {}",
-                        evolve_pg::PgError::Query(e)
-                    ),
-                )
-            })?;
-        let next = self
-            .client
-            .prepare(&sql::copy_batch(
+        let shadow_oid = self.oid_of(&n.shadow).await?.ok_or_else(|| {
+            err(
                 &table.name,
-                &n.shadow,
-                &table.key,
-                &columns,
-                false,
-            ))
-            .await?;
+                format!(
+                    "its shadow table {} is missing; give the rewrite up with: {}, then run it again",
+                    n.shadow.shown(),
+                    abort_command(&table.name)
+                ),
+            )
+        })?;
+        let columns = self.copy_columns(table.oid, shadow_oid).await?;
+        // Preparing waits for the table's locks like a batch does.
+        let first_sql = sql::copy_batch(&table.name, &n.shadow, &table.key, &columns, true);
+        let next_sql = sql::copy_batch(&table.name, &n.shadow, &table.key, &columns, false);
+        let mut prepare = async |c: &Client| -> Result<_, tokio_postgres::Error> {
+            Ok((c.prepare(&first_sql).await?, c.prepare(&next_sql).await?))
+        };
+        let (prepared, _) = in_transaction(
+            &self.client,
+            &self.what(),
+            &table.name,
+            &self.opts.batches,
+            on_event,
+            &mut prepare,
+        )
+        .await?;
+        let (first, next) = prepared.map_err(|e| {
+            err(
+                &table.name,
+                format!(
+                    "its rows cannot be copied into the new shape (a type change that needs USING?): {}",
+                    evolve_pg::PgError::Query(e)
+                ),
+            )
+        })?;
         let progress = self
             .client
             .prepare(&format!(
@@ -531,7 +796,8 @@ impl Rewrite<'_> {
                 &mut body,
             )
             .await?;
-            let (copied, scanned, end, totals) = result?;
+            let (copied, scanned, end, totals) =
+                result.map_err(|e| worker::row_security_error(e, &table.name, &what))?;
             let Some((done, batches)) = totals else { break };
             keys_seen += scanned as u64;
             let took = started.elapsed();
@@ -571,7 +837,8 @@ impl Rewrite<'_> {
             .query(
                 "SELECT i.indexrelid, ic.relname::text, pg_get_indexdef(i.indexrelid),
                         k.oid IS NOT NULL, pg_get_constraintdef(k.oid),
-                        quote_ident(ic.relname), quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+                        quote_ident(ic.relname), quote_ident(n.nspname) || '.' || quote_ident(c.relname),
+                        coalesce((SELECT spcname::text FROM pg_tablespace WHERE oid = ic.reltablespace), '')
                  FROM pg_index i
                  JOIN pg_class ic ON ic.oid = i.indexrelid
                  JOIN pg_class c ON c.oid = i.indrelid
@@ -592,6 +859,7 @@ impl Rewrite<'_> {
             let constraint_def: Option<String> = r.try_get(4)?;
             let quoted_name: String = r.try_get(5)?;
             let quoted_table: String = r.try_get(6)?;
+            let tablespace: String = r.try_get(7)?;
             let shadow_name = format!("_evolve_rw_{index_oid}");
             pairs.push(name.clone());
             pairs.push(shadow_name.clone());
@@ -636,7 +904,16 @@ impl Rewrite<'_> {
                     n.shadow
                 )
             };
-            let mut body = async |c: &Client| c.batch_execute(&statement).await;
+            // In the original index's tablespace (pg_get_indexdef leaves it
+            // out; default_tablespace '' is the database's).
+            let mut body = async |c: &Client| {
+                c.query_one(
+                    "SELECT set_config('default_tablespace', $1, true)",
+                    &[&tablespace],
+                )
+                .await?;
+                c.batch_execute(&statement).await
+            };
             let (result, _) = in_transaction(
                 &self.client,
                 &self.what(),
@@ -709,7 +986,7 @@ impl Rewrite<'_> {
                 &mut body,
             )
             .await?;
-            let taken = result?;
+            let taken = result.map_err(|e| worker::row_security_error(e, from, &self.what()))?;
             let took = started.elapsed();
             sizer.observe(took, taken);
             on_event(&Event::Replayed {
@@ -815,6 +1092,45 @@ async fn capture_moved(
             ));
         }
     }
+    // Rules: their definitions name the table, which after the renames is
+    // the new one.
+    for r in c
+        .query(
+            "SELECT r.rulename::text, pg_get_ruledef(r.oid), r.ev_enabled::text,
+                    obj_description(r.oid, 'pg_rewrite')
+             FROM pg_rewrite r WHERE r.ev_class = $1 AND r.rulename <> '_RETURN'
+             ORDER BY r.rulename",
+            &[&from_oid],
+        )
+        .await?
+    {
+        let name: String = r.try_get(0)?;
+        let def: String = r.try_get(1)?;
+        let enabled: String = r.try_get(2)?;
+        let comment: Option<String> = r.try_get(3)?;
+        m.strip
+            .push(format!("DROP RULE {} ON {swapped_out}", quote_ident(&name)));
+        m.after.push(def);
+        let state = match enabled.as_str() {
+            "D" => Some("DISABLE"),
+            "R" => Some("ENABLE REPLICA"),
+            "A" => Some("ENABLE ALWAYS"),
+            _ => None,
+        };
+        if let Some(s) = state {
+            m.after.push(format!(
+                "ALTER TABLE {table} {s} RULE {}",
+                quote_ident(&name)
+            ));
+        }
+        if let Some(comment) = comment {
+            m.after.push(format!(
+                "COMMENT ON RULE {} ON {table} IS {}",
+                quote_ident(&name),
+                quote_literal(&comment)
+            ));
+        }
+    }
     // Policies and row security.
     for r in c
         .query(
@@ -855,8 +1171,7 @@ async fn capture_moved(
                           FROM pg_attribute att, aclexplode(att.attacl) a
                           WHERE att.attrelid = c.oid AND att.attnum > 0 AND NOT att.attisdropped
                             AND att.attacl IS NOT NULL),
-                    array(SELECT quote_ident(p.pubname) FROM pg_publication_rel pr
-                          JOIN pg_publication p ON p.oid = pr.prpubid WHERE pr.prrelid = c.oid)
+                    current_setting('server_version_num')::int >= 150000
              FROM pg_class c WHERE c.oid = $1",
             &[&from_oid, &table.to_string()],
         )
@@ -868,7 +1183,7 @@ async fn capture_moved(
     let replident_index: Option<String> = r.try_get(5)?;
     let grants: Vec<String> = r.try_get(6)?;
     let column_grants: Vec<String> = r.try_get(7)?;
-    let publications: Vec<String> = r.try_get(8)?;
+    let pg15: bool = r.try_get(8)?;
     m.after.push(format!(
         "ALTER TABLE {table} OWNER TO {}",
         quote_ident(&owner)
@@ -901,11 +1216,49 @@ async fn capture_moved(
         )),
         _ => {}
     }
-    for p in publications {
+    // Publications, with the column list and row filter each publishes
+    // the table with (PostgreSQL 15 on).
+    let publications = if pg15 {
+        "SELECT quote_ident(p.pubname),
+                CASE WHEN pr.prattrs IS NULL THEN ''
+                     ELSE ' (' || (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord)
+                                   FROM unnest(pr.prattrs::int2[]) WITH ORDINALITY AS k(attnum, ord)
+                                   JOIN pg_attribute a ON a.attrelid = pr.prrelid AND a.attnum = k.attnum) || ')'
+                END || coalesce(' WHERE (' || pg_get_expr(pr.prqual, pr.prrelid) || ')', '')
+         FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+         WHERE pr.prrelid = $1 ORDER BY p.pubname"
+    } else {
+        "SELECT quote_ident(p.pubname), ''
+         FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+         WHERE pr.prrelid = $1 ORDER BY p.pubname"
+    };
+    for r in c.query(publications, &[&from_oid]).await? {
+        let p: String = r.try_get(0)?;
+        let how: String = r.try_get(1)?;
         m.strip
             .push(format!("ALTER PUBLICATION {p} DROP TABLE {swapped_out}"));
         m.after
-            .push(format!("ALTER PUBLICATION {p} ADD TABLE {table}"));
+            .push(format!("ALTER PUBLICATION {p} ADD TABLE {table}{how}"));
+    }
+    // Comments on indexes and on the constraints they back: after the
+    // index names are exchanged, the names the table swapped out had
+    // belong to the indexes (and constraints) of the one swapped in.
+    for r in c
+        .query(
+            "SELECT format('COMMENT ON INDEX %s IS %L', i.indexrelid::regclass::text, d.description)
+             FROM pg_index i JOIN pg_description d ON d.classoid = 'pg_class'::regclass
+                                                  AND d.objoid = i.indexrelid AND d.objsubid = 0
+             WHERE i.indrelid = $1
+             UNION ALL
+             SELECT format('COMMENT ON CONSTRAINT %I ON %s IS %L', k.conname, $2::text, d.description)
+             FROM pg_constraint k JOIN pg_description d ON d.classoid = 'pg_constraint'::regclass
+                                                       AND d.objoid = k.oid AND d.objsubid = 0
+             WHERE k.conrelid = $1 AND k.contype IN ('p', 'u', 'x')",
+            &[&from_oid, &table.to_string()],
+        )
+        .await?
+    {
+        m.after.push(r.try_get(0)?);
     }
     // Identity columns that are GENERATED ALWAYS on the table swapped out
     // are again on the one swapped in; the table swapped out, which a
@@ -931,13 +1284,30 @@ async fn capture_moved(
             quote_ident(&column)
         ));
     }
-    // Owned sequences (serial columns) move; identity values carry over.
+    // Owned sequences (serial columns) move; identity values carry over,
+    // and identity sequences exchange names, so the new table's is called
+    // what the old one's was (not after the shadow).
     for r in c
         .query(
             "SELECT d.objid::regclass::text, a.attname::text, a.attidentity <> '',
                     (SELECT format_type(s.seqtypid, NULL) FROM pg_sequence s WHERE s.seqrelid = d.objid),
                     (SELECT format_type(b.atttypid, NULL) FROM pg_attribute b
-                     WHERE b.attrelid = $2 AND b.attname = a.attname AND NOT b.attisdropped)
+                     WHERE b.attrelid = $2 AND b.attname = a.attname AND NOT b.attisdropped),
+                    (SELECT relname::text FROM pg_class WHERE oid = d.objid),
+                    (SELECT t.objid::regclass::text FROM pg_depend t
+                     JOIN pg_attribute b ON b.attrelid = t.refobjid AND b.attnum = t.refobjsubid
+                     WHERE t.classid = 'pg_class'::regclass AND t.refclassid = 'pg_class'::regclass
+                       AND t.refobjid = $2 AND t.deptype = 'i' AND b.attname = a.attname
+                       AND (SELECT relkind FROM pg_class WHERE oid = t.objid) = 'S'),
+                    (SELECT c2.relname::text FROM pg_depend t
+                     JOIN pg_attribute b ON b.attrelid = t.refobjid AND b.attnum = t.refobjsubid
+                     JOIN pg_class c2 ON c2.oid = t.objid
+                     WHERE t.classid = 'pg_class'::regclass AND t.refclassid = 'pg_class'::regclass
+                       AND t.refobjid = $2 AND t.deptype = 'i' AND b.attname = a.attname
+                       AND c2.relkind = 'S'),
+                    (SELECT quote_ident(n.nspname) FROM pg_class s JOIN pg_namespace n ON n.oid = s.relnamespace
+                     WHERE s.oid = d.objid),
+                    d.objid
              FROM pg_depend d JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
              WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
                AND d.refobjid = $1 AND d.deptype IN ('a', 'i')
@@ -955,6 +1325,21 @@ async fn capture_moved(
                 quote_literal(&table.to_string()),
                 quote_literal(&column)
             ));
+            let seq_name: String = r.try_get(5)?;
+            let to_seq: Option<String> = r.try_get(6)?;
+            let to_seq_name: Option<String> = r.try_get(7)?;
+            let seq_schema: String = r.try_get(8)?;
+            let seq_oid: u32 = r.try_get(9)?;
+            if let (Some(to_seq), Some(to_seq_name)) = (to_seq, to_seq_name) {
+                let tmp = format!("_evolve_rw_seq_{seq_oid}");
+                m.after.push(format!(
+                    "ALTER SEQUENCE {seq} RENAME TO {tmp_q}; ALTER SEQUENCE {to_seq} RENAME TO {name};
+                     ALTER SEQUENCE {seq_schema}.{tmp_q} RENAME TO {to_name}",
+                    tmp_q = quote_ident(&tmp),
+                    name = quote_ident(&seq_name),
+                    to_name = quote_ident(&to_seq_name),
+                ));
+            }
         } else {
             m.after.push(format!(
                 "ALTER SEQUENCE {seq} OWNED BY {table}.{}",
@@ -971,11 +1356,13 @@ async fn capture_moved(
             }
         }
     }
-    // Foreign keys: outgoing (self-references included) and incoming.
+    // Foreign keys: outgoing (self-references included) and incoming. One
+    // that was NOT VALID stays so (its old rows may break it); the others
+    // are validated after the commit.
     for r in c
         .query(
             "SELECT k.conname::text, k.conrelid::regclass::text, pg_get_constraintdef(k.oid),
-                    k.conrelid = $1
+                    k.conrelid = $1, k.convalidated, obj_description(k.oid, 'pg_constraint')
              FROM pg_constraint k
              WHERE k.contype = 'f' AND (k.conrelid = $1 OR k.confrelid = $1)
              ORDER BY k.conrelid, k.conname",
@@ -987,6 +1374,8 @@ async fn capture_moved(
         let on: String = r.try_get(1)?;
         let def: String = r.try_get(2)?;
         let outgoing: bool = r.try_get(3)?;
+        let validated: bool = r.try_get(4)?;
+        let comment: Option<String> = r.try_get(5)?;
         let target = if outgoing {
             table.to_string()
         } else {
@@ -1008,10 +1397,19 @@ async fn capture_moved(
             "ALTER TABLE {target} ADD CONSTRAINT {} {def} NOT VALID",
             quote_ident(&name)
         ));
-        m.validate.push(format!(
-            "ALTER TABLE {target} VALIDATE CONSTRAINT {}",
-            quote_ident(&name)
-        ));
+        if let Some(comment) = comment {
+            m.after.push(format!(
+                "COMMENT ON CONSTRAINT {} ON {target} IS {}",
+                quote_ident(&name),
+                quote_literal(&comment)
+            ));
+        }
+        if validated {
+            m.validate.push(format!(
+                "ALTER TABLE {target} VALIDATE CONSTRAINT {}",
+                quote_ident(&name)
+            ));
+        }
     }
     Ok(m)
 }
@@ -1035,6 +1433,20 @@ struct SwapPlan<'a> {
     capture_after: bool,
     /// The phase recorded with the swap.
     phase: &'a str,
+    /// [`column_signature`] `from` must still have (see [`StateRow`]).
+    columns_before: Option<&'a [String]>,
+    /// Run right after the renames (see [`StateRow`]).
+    deferred: &'a [String],
+    /// What to do when `from` changed since `to` was made.
+    changed_way_out: String,
+}
+
+/// Why a swap did not happen.
+enum NoSwap {
+    /// It failed and rolled back; the generic way out follows.
+    Failed(String),
+    /// `from` changed since `to` was made: the whole message.
+    Changed(String),
 }
 
 impl Rewrite<'_> {
@@ -1053,10 +1465,40 @@ impl Rewrite<'_> {
         let what = self.what();
         let mut rebuilt_names = Vec::new();
         let mut lock_ms = 0;
-        let mut body = async |c: &Client| -> Result<Result<(), String>, tokio_postgres::Error> {
+        let mut body = async |c: &Client| -> Result<Result<(), NoSwap>, tokio_postgres::Error> {
             c.batch_execute(&format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", p.from))
                 .await?;
             let locked = Instant::now();
+            // Under the lock nothing changes `from` any more: a column or an
+            // index added since `to` was made would be lost by the swap.
+            let mut changed = Vec::new();
+            if let Some(before) = p.columns_before
+                && let Some(drift) = column_drift(before, &column_signature(c, p.from_oid).await?)
+            {
+                changed.push(format!("its columns changed ({drift})"));
+            }
+            let unpaired: Vec<String> = c
+                .query(
+                    "SELECT quote_ident(ic.relname) FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+                     WHERE i.indrelid = $1 AND NOT (ic.relname = ANY ($2)) ORDER BY 1",
+                    &[&p.from_oid, &p.index_pairs],
+                )
+                .await?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+            if p.phase == "swapped" && !unpaired.is_empty() {
+                changed.push(format!("index {} was created on it", unpaired.join(", ")));
+            }
+            if !changed.is_empty() {
+                c.batch_execute("ROLLBACK").await?;
+                return Ok(Err(NoSwap::Changed(format!(
+                    "{} after {} was made, which does not have that; nothing was swapped: {}",
+                    changed.join(" and "),
+                    p.to.shown(),
+                    p.changed_way_out
+                ))));
+            }
             while replay_batch(c, p.from, p.to, p.log, p.key, p.columns, 10_000).await? > 0 {}
             let plan = match evolve_migrate::plan_targets(c, &what, vec![p.from.to_string()], false)
                 .await
@@ -1067,7 +1509,7 @@ impl Rewrite<'_> {
                 }
                 Err(e) => {
                     c.batch_execute("ROLLBACK").await?;
-                    return Ok(Err(e.to_string()));
+                    return Ok(Err(NoSwap::Failed(e.to_string())));
                 }
             };
             let own = format!(" on {}", p.from.shown());
@@ -1126,7 +1568,7 @@ impl Rewrite<'_> {
                 ))
                 .await?;
             }
-            for s in moved.strip.iter().chain(&moved.after) {
+            for s in p.deferred.iter().chain(&moved.strip).chain(&moved.after) {
                 c.batch_execute(s).await?;
             }
             for (d, sql) in plan.creates() {
@@ -1138,12 +1580,12 @@ impl Rewrite<'_> {
                         return Err(e);
                     }
                     c.batch_execute("ROLLBACK").await?;
-                    return Ok(Err(format!(
+                    return Ok(Err(NoSwap::Failed(format!(
                         "{} {} cannot be recreated on the new shape: {}",
                         d.kind.as_str(),
                         d.name,
                         evolve_pg::PgError::Query(e)
-                    )));
+                    ))));
                 }
             }
             if p.capture_after {
@@ -1172,12 +1614,21 @@ impl Rewrite<'_> {
                 .collect();
             c.query_one("SELECT set_config('search_path', $1, true)", &[&saved])
                 .await?;
+            // What a --revert must find unchanged on the table now swapped in.
+            let signature = column_signature(c, to_oid).await?;
             c.execute(
                 &format!(
-                    "UPDATE {state} SET phase = $2, after_swap = $3, keep_old = $4, updated_at = now()
+                    "UPDATE {state} SET phase = $2, after_swap = $3, keep_old = $4, columns = $5,
+                       deferred = '{{}}', updated_at = now()
                      WHERE table_name = $1"
                 ),
-                &[&table.shown(), &p.phase, &after, &p.capture_after],
+                &[
+                    &table.shown(),
+                    &p.phase,
+                    &after,
+                    &p.capture_after,
+                    &signature,
+                ],
             )
             .await?;
             rebuilt_names = dependents.iter().map(|d| d.name.clone()).collect();
@@ -1194,12 +1645,15 @@ impl Rewrite<'_> {
         )
         .await?;
         let abort = format!(
-            "; the table is unchanged and its changes are still captured: fix that and run evolve rewrite again, or drop the shadow with: evolve rewrite {} --abort",
-            shell_word(&table.shown())
+            "; the table is unchanged and its changes are still captured: fix that and run evolve rewrite again, or drop the shadow with: {}",
+            abort_command(table)
         );
         match result {
             Ok(Ok(())) => {}
-            Ok(Err(reason)) => return Err(err(table, format!("the swap failed: {reason}{abort}"))),
+            Ok(Err(NoSwap::Failed(reason))) => {
+                return Err(err(table, format!("the swap failed: {reason}{abort}")));
+            }
+            Ok(Err(NoSwap::Changed(reason))) => return Err(err(table, reason)),
             Err(e) => {
                 return Err(err(
                     table,
@@ -1217,10 +1671,15 @@ impl Rewrite<'_> {
     }
 
     /// Step 5: what the swap left for after its commit (validations,
-    /// refreshes, ANALYZE), then the cleanup. Each is idempotent.
+    /// refreshes, ANALYZE), then the cleanup. Each is idempotent, so a
+    /// failure is fixed and `finish` (the command that runs them again)
+    /// goes on from there. They run with `row_security` on, as they would
+    /// anywhere else: a materialized view's owner sees through its
+    /// policies what it would see in a plain REFRESH.
     async fn after_swap(
         &self,
         drop: &[QualifiedName],
+        finish: &str,
         on_event: &mut dyn FnMut(&Event),
     ) -> Result<(), BackfillError> {
         on_event(&Event::Phase {
@@ -1239,7 +1698,10 @@ impl Rewrite<'_> {
             .await?
             .try_get(0)?;
         for s in &statements {
-            let mut body = async |c: &Client| c.batch_execute(s).await;
+            let mut body = async |c: &Client| {
+                c.batch_execute(&format!("SET LOCAL row_security = on; {s}"))
+                    .await
+            };
             let (result, _) = in_transaction(
                 &self.client,
                 &self.what(),
@@ -1253,7 +1715,7 @@ impl Rewrite<'_> {
                 err(
                     &self.table,
                     format!(
-                        "after the swap, {s} failed: {}",
+                        "the new table is in place, but after the swap {s} failed: {}\n  fix that, then finish with: {finish}",
                         evolve_pg::PgError::Query(e)
                     ),
                 )
@@ -1294,8 +1756,17 @@ impl Rewrite<'_> {
     }
 }
 
-async fn start(opts: &RewriteOptions) -> Result<Rewrite<'_>, BackfillError> {
-    let client = evolve_pg::connect(&opts.database_url, "evolve rewrite").await?;
+/// Connects, finds the table and takes the rewrite's lock. With
+/// `missing_ok`, a table that no longer exists is named as typed (in the
+/// first schema of the search_path when no schema is given), so that
+/// `--abort` can still remove what a rewrite of it left.
+async fn start(opts: &RewriteOptions, missing_ok: bool) -> Result<Rewrite<'_>, BackfillError> {
+    let client = worker::connect(
+        &opts.database_url,
+        "evolve rewrite",
+        Some(opts.batches.lock_timeout),
+    )
+    .await?;
     let state = ensure_state_table(&client).await?;
     let (schema, name) = QualifiedName::parse_user(&opts.table).map_err(BackfillError::Usage)?;
     let regclass = match &schema {
@@ -1311,13 +1782,22 @@ async fn start(opts: &RewriteOptions) -> Result<Rewrite<'_>, BackfillError> {
         .await?
         .map(|r| Ok::<_, tokio_postgres::Error>((r.try_get(0)?, r.try_get(1)?)))
         .transpose()?;
-    let Some((schema, name)) = found else {
-        return Err(BackfillError::Usage(format!(
-            "table {:?} does not exist; name it as table or schema.table (the search_path applies)",
-            opts.table
-        )));
+    let table = match (found, missing_ok) {
+        (Some((schema, name)), _) => QualifiedName::new(schema, name),
+        (None, true) => {
+            let current: Option<String> = client
+                .query_one("SELECT current_schema()::text", &[])
+                .await?
+                .try_get(0)?;
+            QualifiedName::new(schema.or(current).unwrap_or_default(), name)
+        }
+        (None, false) => {
+            return Err(BackfillError::Usage(format!(
+                "table {:?} does not exist; name it as table or schema.table (the search_path applies)",
+                opts.table
+            )));
+        }
     };
-    let table = QualifiedName::new(schema, name);
     let key = worker::lock_key("rewrite", &table.shown());
     if let Err(holder) = worker::lock(&client, key).await? {
         return Err(err(
@@ -1339,10 +1819,11 @@ pub async fn run(
     on_event: &mut dyn FnMut(&Event),
 ) -> Result<(), BackfillError> {
     check_alters(&opts.alters).map_err(BackfillError::Usage)?;
-    let rw = start(opts).await?;
+    let rw = start(opts, false).await?;
     let mut row = rw.state_row().await?;
     if let Some(r) = &row {
         let n = names(&rw.table.schema, r.oid);
+        let swapped = r.phase != "copy" && r.phase != "replay";
         match r.phase.as_str() {
             "done" if r.keep_old && rw.oid_of(&n.old).await?.is_some() => {
                 return Err(err(
@@ -1363,19 +1844,44 @@ pub async fn run(
                     .await?;
                 row = None;
             }
-            _ if r.alters != opts.alters => {
+            "reverted" => {
                 return Err(err(
                     &rw.table,
                     format!(
-                        "a rewrite with other --alter ({}) is under way; run it with the same --alter to finish it",
-                        r.alters.join("; ")
+                        "it was swapped back by --revert, which has not finished; finish it with: evolve rewrite --revert {}",
+                        shell_word(&rw.table.shown())
                     ),
+                ));
+            }
+            _ if r.alters != opts.alters => {
+                let finish = finish_command(&rw.table, &r.alters);
+                return Err(err(
+                    &rw.table,
+                    if swapped {
+                        format!(
+                            "a rewrite with other --alter ({}) has swapped already; finish it with: {finish}",
+                            r.alters.join("; ")
+                        )
+                    } else {
+                        format!(
+                            "a rewrite with other --alter ({}) is under way; finish it with: {finish}, or give it up with: {}",
+                            r.alters.join("; "),
+                            abort_command(&rw.table)
+                        )
+                    },
                 ));
             }
             _ => {}
         }
     }
     let table = worker::resolve_table(&rw.client, &rw.table.to_string()).await?;
+    let before_swap = row
+        .as_ref()
+        .is_none_or(|r| r.phase == "copy" || r.phase == "replay");
+    if before_swap {
+        refuse_structure(&rw.client, table.oid, &rw.table).await?;
+        worker::refuse_row_security(&rw.client, table.oid, &rw.table, &rw.what()).await?;
+    }
     let row = match row {
         Some(r) => r,
         None => {
@@ -1386,6 +1892,24 @@ pub async fn run(
         }
     };
     let n = names(&rw.table.schema, row.oid);
+    let changed_way_out = format!(
+        "give the rewrite up with: {}, then run it again",
+        abort_command(&rw.table)
+    );
+    // A column added (or dropped, retyped) since the shadow was made, e.g.
+    // between a killed run and this one: the copy would go on without it.
+    if before_swap
+        && let Some(before) = &row.columns
+        && let Some(drift) = column_drift(before, &column_signature(&rw.client, table.oid).await?)
+    {
+        return Err(err(
+            &rw.table,
+            format!(
+                "its columns changed ({drift}) after {} was made, which does not have that; nothing was swapped: {changed_way_out}",
+                n.shadow.shown()
+            ),
+        ));
+    }
     if row.phase == "copy" {
         rw.copy(&table, &row, on_event).await?;
     }
@@ -1394,10 +1918,16 @@ pub async fn run(
         .await?
         .ok_or_else(|| err(&rw.table, "its state row vanished"))?;
     if row.phase == "replay" {
-        let shadow_oid = rw
-            .oid_of(&n.shadow)
-            .await?
-            .ok_or_else(|| err(&rw.table, "its shadow table is missing"))?;
+        let shadow_oid = rw.oid_of(&n.shadow).await?.ok_or_else(|| {
+            err(
+                &rw.table,
+                format!(
+                    "its shadow table {} is missing; give the rewrite up with: {}, then run it again",
+                    n.shadow.shown(),
+                    abort_command(&rw.table)
+                ),
+            )
+        })?;
         let columns = rw.copy_columns(table.oid, shadow_oid).await?;
         rw.replay(
             &table.name,
@@ -1421,6 +1951,9 @@ pub async fn run(
                 index_pairs: &row.index_pairs,
                 capture_after: opts.keep_old,
                 phase: "swapped",
+                columns_before: row.columns.as_deref(),
+                deferred: &row.deferred,
+                changed_way_out,
             },
             on_event,
         )
@@ -1436,7 +1969,8 @@ pub async fn run(
         } else {
             vec![n.old.clone(), n.log.clone(), n.function.clone()]
         };
-        rw.after_swap(&drop, on_event).await?;
+        rw.after_swap(&drop, &finish_command(&rw.table, &row.alters), on_event)
+            .await?;
         rw.set_phase("done").await?;
     }
     on_event(&Event::Phase {
@@ -1452,7 +1986,7 @@ pub async fn revert(
     opts: &RewriteOptions,
     on_event: &mut dyn FnMut(&Event),
 ) -> Result<(), BackfillError> {
-    let rw = start(opts).await?;
+    let rw = start(opts, false).await?;
     let Some(row) = rw.state_row().await? else {
         return Err(err(
             &rw.table,
@@ -1460,9 +1994,11 @@ pub async fn revert(
         ));
     };
     let n = names(&rw.table.schema, row.oid);
+    let finish = format!("evolve rewrite --revert {}", shell_word(&rw.table.shown()));
     if row.phase == "reverted" {
         rw.after_swap(
             &[n.shadow.clone(), n.log.clone(), n.function.clone()],
+            &finish,
             on_event,
         )
         .await?;
@@ -1490,6 +2026,8 @@ pub async fn revert(
         ));
     };
     let current = worker::resolve_table(&rw.client, &rw.table.to_string()).await?;
+    refuse_structure(&rw.client, current.oid, &rw.table).await?;
+    worker::refuse_row_security(&rw.client, current.oid, &rw.table, &rw.what()).await?;
     let columns = rw.copy_columns(current.oid, old_oid).await?;
     rw.replay(
         &current.name,
@@ -1513,12 +2051,19 @@ pub async fn revert(
             index_pairs: &row.index_pairs,
             capture_after: false,
             phase: "reverted",
+            columns_before: row.columns.as_deref(),
+            deferred: &[],
+            changed_way_out: format!(
+                "undo that change and run --revert again, or keep the new table and drop what the rewrite kept: DROP FUNCTION {}() CASCADE; DROP TABLE {}, {}",
+                n.function, n.old, n.log
+            ),
         },
         on_event,
     )
     .await?;
     rw.after_swap(
         &[n.shadow.clone(), n.log.clone(), n.function.clone()],
+        &finish,
         on_event,
     )
     .await?;
@@ -1537,11 +2082,15 @@ pub async fn revert(
 
 /// Gives up a rewrite that has not swapped yet: the capture triggers,
 /// the shadow, the log and the state row are dropped in one transaction.
+/// Nothing about the table is checked first (its columns, its row
+/// security, whether it still exists): giving up must always be possible
+/// before the swap. The capture function goes with `CASCADE`, which takes
+/// its triggers wherever they are (on the table renamed meanwhile too).
 pub async fn abort(
     opts: &RewriteOptions,
     on_event: &mut dyn FnMut(&Event),
 ) -> Result<(), BackfillError> {
-    let rw = start(opts).await?;
+    let rw = start(opts, true).await?;
     let Some(row) = rw.state_row().await? else {
         return Err(err(
             &rw.table,
@@ -1549,19 +2098,21 @@ pub async fn abort(
         ));
     };
     if row.phase != "copy" && row.phase != "replay" {
-        return Err(err(
-            &rw.table,
-            format!(
-                "its rewrite has swapped already (phase {}); finish it with: evolve rewrite {}{}",
-                row.phase,
-                shell_word(&rw.table.shown()),
-                if row.keep_old {
-                    " (or swap back with --revert)"
-                } else {
-                    ""
-                }
+        let table = shell_word(&rw.table.shown());
+        let reason = match row.phase.as_str() {
+            "done" if row.keep_old => format!(
+                "its rewrite is done and kept the old table, so there is nothing to abort; swap back with: evolve rewrite --revert {table}"
             ),
-        ));
+            "done" => "its rewrite is done, so there is nothing to abort".to_string(),
+            "reverted" => format!(
+                "it was swapped back by --revert, so there is nothing to abort; finish that with: evolve rewrite --revert {table}"
+            ),
+            phase => format!(
+                "its rewrite has swapped already (phase {phase}), so there is no shadow table to drop; finish it with: {}",
+                finish_command(&rw.table, &row.alters)
+            ),
+        };
+        return Err(err(&rw.table, reason));
     }
     let n = names(&rw.table.schema, row.oid);
     let table = rw.table.clone();
@@ -1571,7 +2122,7 @@ pub async fn abort(
             "DROP TRIGGER IF EXISTS {trigger} ON {table};
              DROP TRIGGER IF EXISTS {trigger_t} ON {table};
              DROP TABLE IF EXISTS {shadow}; DROP TABLE IF EXISTS {log};
-             DROP FUNCTION IF EXISTS {function}()",
+             DROP FUNCTION IF EXISTS {function}() CASCADE",
             trigger = quote_ident(TRIGGER),
             trigger_t = quote_ident(&format!("{TRIGGER}_truncate")),
             shadow = n.shadow,
@@ -1605,7 +2156,26 @@ pub async fn abort(
 
 #[cfg(test)]
 mod tests {
-    use super::check_alters;
+    use super::{QualifiedName, check_alters, column_drift, finish_command};
+
+    #[test]
+    fn column_changes_are_named() {
+        let sig = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let was = sig(&["id", "#1 int", "v", "#2 int", "w", "#3 text"]);
+        assert_eq!(column_drift(&was, &was), None);
+        let now = sig(&["id", "#1 int", "v", "#2 bigint", "extra", "#4 text"]);
+        assert_eq!(
+            column_drift(&was, &now).as_deref(),
+            Some("added extra; dropped w; changed v")
+        );
+        assert_eq!(
+            finish_command(
+                &QualifiedName::new("public", "child"),
+                &["ALTER COLUMN id TYPE bigint".to_string()]
+            ),
+            "evolve rewrite public.child --alter 'ALTER COLUMN id TYPE bigint'"
+        );
+    }
 
     #[test]
     fn alters_that_a_rewrite_cannot_express_are_refused() {

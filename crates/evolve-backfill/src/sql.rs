@@ -2,10 +2,26 @@
 //! read from the catalog (pure: no I/O). Identifiers are always quoted;
 //! key values travel as one bound `text[]` parameter and are cast back to
 //! each key column's type, so any key type and any number of key columns
-//! work the same way. Expressions (`--set`, `--where`) are the user's SQL,
-//! spliced in parentheses as a migration file's text would be.
+//! work the same way. That text reads back as the same key only because
+//! every session that writes it pins how values print ([`PINNED_OUTPUT`]).
+//! Expressions (`--set`, `--where`) are the user's SQL, spliced in
+//! parentheses as a migration file's text would be.
 
-use evolve_pg::{QualifiedName, dollar_quote, quote_ident};
+use evolve_pg::{QualifiedName, dollar_quote, quote_ident, quote_literal};
+
+/// The settings that decide how a key is written as text, and the values
+/// evolve pins wherever a key is turned into text: its own sessions
+/// (`worker::connect`) and the capture function, whatever the writer's
+/// session says. With them the text reads back as the same value in any
+/// session: ISO dates whatever the writer's `DateStyle` (only the output
+/// format is pinned, so the day/month order of input stays the user's),
+/// floats to their last bit, `postgres` intervals, hex bytea.
+pub const PINNED_OUTPUT: [(&str, &str); 4] = [
+    ("DateStyle", "ISO"),
+    ("IntervalStyle", "postgres"),
+    ("extra_float_digits", "3"),
+    ("bytea_output", "hex"),
+];
 
 /// One primary-key column: its name and its type as `format_type` prints
 /// it (already valid SQL, qualified and quoted where needed).
@@ -271,6 +287,11 @@ pub fn identity_by_default(table: &QualifiedName, columns: &[String]) -> String 
 /// key, and the old one too when a DELETE or an UPDATE of the key itself
 /// leaves it behind. A TRUNCATE (the statement trigger) is refused with
 /// the way out, since the log cannot record it row by row.
+///
+/// The function carries [`PINNED_OUTPUT`] as `SET` clauses: the key is
+/// written as text in the writer's session, and the replay reads it back
+/// in evolve's, so a writer's `DateStyle = 'SQL, DMY'` or
+/// `extra_float_digits = 0` must not change that text.
 pub fn capture_function(
     function: &QualifiedName,
     log: &QualifiedName,
@@ -304,8 +325,12 @@ pub fn capture_function(
         old = of("OLD"),
         new = of("NEW"),
     );
+    let settings: String = PINNED_OUTPUT
+        .iter()
+        .map(|(name, value)| format!(" SET {name} = {}", quote_literal(value)))
+        .collect();
     format!(
-        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS {}",
+        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql{settings} AS {}",
         dollar_quote(&body)
     )
 }
@@ -413,6 +438,21 @@ mod tests {
         assert!(
             only_key.contains(r#"ON CONFLICT ("a") DO NOTHING"#),
             "{only_key}"
+        );
+    }
+
+    #[test]
+    fn the_capture_function_pins_how_keys_are_written() {
+        let f = capture_function(
+            &QualifiedName::new("public", "f"),
+            &QualifiedName::new("public", "log"),
+            &key(&[("d", "date")]),
+        );
+        assert!(
+            f.contains(
+                "LANGUAGE plpgsql SET DateStyle = 'ISO' SET IntervalStyle = 'postgres' SET extra_float_digits = '3' SET bytea_output = 'hex' AS"
+            ),
+            "{f}"
         );
     }
 

@@ -42,6 +42,16 @@ pub enum Pause {
     /// The previous attempt waited for its locks until `lock_timeout`
     /// expired; the next waits before trying again.
     LockWait { attempt: u32, wait_ms: u64 },
+    /// The previous attempt was rolled back by the server to break a
+    /// deadlock (`cause` `deadlock`, SQLSTATE 40P01) or because it could
+    /// not be serialized with another transaction (`serialization_failure`,
+    /// 40001); nothing of it was kept, so it is tried again after a wait,
+    /// like a lock wait and counted with it.
+    Conflict {
+        cause: String,
+        attempt: u32,
+        wait_ms: u64,
+    },
     /// `evolve backfill pause` asked for it.
     Requested,
 }
@@ -68,6 +78,16 @@ impl std::fmt::Display for Pause {
             Pause::LockWait { attempt, wait_ms } => write!(
                 f,
                 "attempt {attempt} waited for its locks until lock_timeout; waiting {} before the next",
+                millis(*wait_ms)
+            ),
+            Pause::Conflict {
+                cause,
+                attempt,
+                wait_ms,
+            } => write!(
+                f,
+                "attempt {attempt} was rolled back by a {}; waiting {} before the next",
+                cause.replace('_', " "),
                 millis(*wait_ms)
             ),
             Pause::Requested => write!(f, "paused by 'evolve backfill pause'"),

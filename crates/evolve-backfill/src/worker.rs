@@ -1,14 +1,125 @@
-//! What backfills and rewrites share: the table's catalog facts, the
-//! throttle's reading of the server, batch transactions under
-//! `lock_timeout` with retry, and per-job advisory locks.
+//! What backfills and rewrites share: their sessions' settings, the
+//! table's catalog facts, the throttle's reading of the server, batch
+//! transactions under `lock_timeout` with retry, and per-job advisory
+//! locks.
 
 use std::time::{Duration, Instant};
 
 use evolve_pg::{Client, QualifiedName, SessionInfo};
 
-use crate::sql::KeyColumn;
+use crate::sql::{self, KeyColumn};
 use crate::throttle::{Observed, Pause, decide};
 use crate::{BackfillError, BatchOptions, Event};
+
+/// Opens one of evolve's backfill or rewrite sessions and pins what it
+/// must not inherit from the connection string, the role or the database
+/// (`SET` in the session beats them all):
+///
+/// - `row_security = off`: a table whose policies apply to the role would
+///   otherwise be read through them, and a backfill would skip the rows
+///   they hide (and verify without them) or a rewrite leave them behind.
+///   Off, PostgreSQL refuses such a query instead of filtering it; such
+///   tables are refused before anything runs ([`refuse_row_security`]).
+/// - the output settings of [`sql::PINNED_OUTPUT`]: keys travel between
+///   statements, runs and sessions as text, which must read back as the
+///   same value (`extra_float_digits = 0` would round float keys; a
+///   `SQL, DMY` date would read back as another day).
+/// - `statement_timeout = 0`: batches are bounded by `--batch` and
+///   `--batch-time`, and the verify query must read the whole table; a
+///   database's `statement_timeout` would otherwise cancel them.
+/// - `lock_timeout` (`Some`: `--lock-timeout`): every statement that takes
+///   a lock gives up in time, not only the batches (preparing a batch
+///   waits for the table's locks too).
+pub(crate) async fn connect(
+    url: &str,
+    application_name: &str,
+    lock_timeout: Option<Duration>,
+) -> Result<Client, BackfillError> {
+    let client = evolve_pg::connect(url, application_name).await?;
+    let mut settings = String::from("SET row_security = off; SET statement_timeout = 0;");
+    for (name, value) in sql::PINNED_OUTPUT {
+        settings.push_str(&format!(
+            " SET {name} = {};",
+            evolve_pg::quote_literal(value)
+        ));
+    }
+    if let Some(t) = lock_timeout {
+        settings.push_str(&format!(" SET lock_timeout = {};", t.as_millis().max(1)));
+    }
+    client.batch_execute(&settings).await?;
+    Ok(client)
+}
+
+/// Refuses a table whose row-level security policies apply to the
+/// connecting role: evolve's sessions run with `row_security = off`, so
+/// every query on it would fail (rather than quietly see only some rows).
+/// `what` starts the message (`backfill j`, `rewrite of public.t`).
+pub(crate) async fn refuse_row_security(
+    client: &Client,
+    oid: u32,
+    table: &QualifiedName,
+    what: &str,
+) -> Result<(), BackfillError> {
+    let r = client
+        .query_one(
+            "SELECT row_security_active(c.oid), current_user::text,
+                    pg_has_role(c.relowner, 'USAGE'), c.relforcerowsecurity
+             FROM pg_class c WHERE c.oid = $1",
+            &[&oid],
+        )
+        .await?;
+    let (active, user, owner, force): (bool, String, bool, bool) =
+        (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+    if !active {
+        return Ok(());
+    }
+    let table = table.shown();
+    let way_out = if owner && force {
+        format!(
+            "run it as a role with BYPASSRLS (or a superuser), or run ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY first (the owner then bypasses the policies) and FORCE again after"
+        )
+    } else {
+        "run it as a role with BYPASSRLS (or a superuser), or as the table's owner (without FORCE ROW LEVEL SECURITY)".to_string()
+    };
+    Err(BackfillError::Usage(format!(
+        "{what}: the row-level security policies of {table} apply to role {user}{}, so evolve would not see every row; {way_out}",
+        if force {
+            " (FORCE ROW LEVEL SECURITY)"
+        } else {
+            ""
+        },
+    )))
+}
+
+/// Whether `e` is PostgreSQL refusing a query that row-level security
+/// would have filtered (42501 under `row_security = off`).
+pub(crate) fn is_row_security(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+        && e.as_db_error()
+            .is_some_and(|d| d.message().contains("row-level security"))
+}
+
+/// `e` as an error of `what` on `table`: when row-level security came to
+/// apply after the checks at the start (policies forced meanwhile), the
+/// refusal with its way out rather than the server's bare 42501.
+pub(crate) fn row_security_error(
+    e: tokio_postgres::Error,
+    table: &QualifiedName,
+    what: &str,
+) -> BackfillError {
+    if !is_row_security(&e) {
+        return e.into();
+    }
+    BackfillError::Usage(format!(
+        "{what}: row-level security now applies to its role on {} ({}), so it stopped rather than see only some rows; nothing was lost: run it as a role with BYPASSRLS (or a superuser), or as the table's owner without FORCE ROW LEVEL SECURITY, to go on",
+        table.shown(),
+        evolve_pg::PgError::Query(e)
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+    ))
+}
 
 /// A table as the catalog describes it.
 #[derive(Clone, Debug)]
@@ -84,10 +195,24 @@ pub(crate) async fn resolve_table(client: &Client, text: &str) -> Result<Table, 
     if estimated_rows == 0 {
         // Never analysed (or empty): count, which is cheap for a table
         // the statistics have not caught up with yet.
-        estimated_rows = client
+        // The estimate only sizes the progress bar: a lock held on the
+        // table (lock_timeout) or a table the role may not read in full
+        // (row security, refused by the caller with its reasons) leaves it
+        // unknown rather than stopping here.
+        estimated_rows = match client
             .query_one(&format!("SELECT count(*) FROM {qualified}"), &[])
-            .await?
-            .try_get(0)?;
+            .await
+        {
+            Ok(r) => r.try_get(0)?,
+            Err(e)
+                if evolve_pg::is_lock_timeout(&e)
+                    || e.code()
+                        == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
+            {
+                0
+            }
+            Err(e) => return Err(e.into()),
+        };
     }
     Ok(Table {
         oid,
@@ -195,11 +320,26 @@ pub(crate) async fn wait_while_throttled(
     }
 }
 
+/// Why an attempt that failed with `e` may simply be tried again: its
+/// `lock_timeout` expired (`lock_timeout`), or the server rolled it back to
+/// break a deadlock (`deadlock`) or because it could not be serialized
+/// (`serialization_failure`). Nothing of such an attempt is kept.
+pub(crate) fn retry_cause(e: &tokio_postgres::Error) -> Option<&'static str> {
+    use tokio_postgres::error::SqlState;
+    match e.code() {
+        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => Some("lock_timeout"),
+        Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED => Some("deadlock"),
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE => Some("serialization_failure"),
+        _ => None,
+    }
+}
+
 /// Runs `body` in one transaction under `lock_timeout`. When the timeout
-/// expires the transaction is rolled back, the pause reported, and `body`
-/// tried again after a backoff, up to `lock_retries` times. Any other
-/// error rolls back and is returned as `Ok(Err(e))` for the caller to
-/// describe.
+/// expires, or the server rolls the transaction back for a deadlock or a
+/// serialization failure, the transaction is rolled back, the pause
+/// reported, and `body` tried again after a backoff, up to `lock_retries`
+/// times in all. Any other error rolls back and is returned as
+/// `Ok(Err(e))` for the caller to describe.
 pub(crate) async fn in_transaction<T>(
     client: &Client,
     what: &str,
@@ -224,23 +364,37 @@ pub(crate) async fn in_transaction<T>(
             Err(e) => {
                 // After a failed COMMIT the transaction is already gone.
                 let _ = client.batch_execute("ROLLBACK").await;
-                if !evolve_pg::is_lock_timeout(&e) {
+                let Some(cause) = retry_cause(&e) else {
                     return Ok((Err(e), attempt));
-                }
+                };
                 if attempt > opts.lock_retries {
-                    return Err(BackfillError::LockTimeout {
-                        what: what.to_string(),
-                        table: table.plain(),
-                        attempts: attempt,
-                        lock_timeout_ms: opts.lock_timeout.as_millis() as u64,
+                    return Err(if cause == "lock_timeout" {
+                        BackfillError::LockTimeout {
+                            what: what.to_string(),
+                            table: table.plain(),
+                            attempts: attempt,
+                            lock_timeout_ms: opts.lock_timeout.as_millis() as u64,
+                        }
+                    } else {
+                        BackfillError::Conflict {
+                            what: what.to_string(),
+                            table: table.plain(),
+                            attempts: attempt,
+                            cause: cause.replace('_', " "),
+                        }
                     });
                 }
                 let wait = crate::with_jitter(crate::backoff(opts.lock_retry_delay, attempt));
-                let pause = Pause::LockWait {
-                    attempt,
-                    wait_ms: wait.as_millis() as u64,
+                let wait_ms = wait.as_millis() as u64;
+                let pause = match cause {
+                    "lock_timeout" => Pause::LockWait { attempt, wait_ms },
+                    _ => Pause::Conflict {
+                        cause: cause.to_string(),
+                        attempt,
+                        wait_ms,
+                    },
                 };
-                tracing::info!(what, reason = %pause, "lock wait");
+                tracing::info!(what, reason = %pause, "retry");
                 on_event(&Event::Paused {
                     job: what.to_string(),
                     message: pause.to_string(),
@@ -281,9 +435,22 @@ pub(crate) async fn lock(client: &Client, key: i64) -> Result<Result<(), String>
             return Ok(Ok(()));
         }
         if Instant::now() >= deadline {
+            // The pid and the program, not the query: that is the other
+            // run's batch statement, a screenful that says nothing more.
             let holder = holder(client, key)
                 .await?
-                .map(|h| h.to_string())
+                .map(|h| {
+                    format!(
+                        "pid {}, {}, {}",
+                        h.pid,
+                        if h.application_name.is_empty() {
+                            "no application_name"
+                        } else {
+                            &h.application_name
+                        },
+                        h.state
+                    )
+                })
                 .unwrap_or_else(|| "another session".into());
             return Ok(Err(holder));
         }
@@ -313,21 +480,60 @@ pub(crate) async fn holder(
     Ok(evolve_pg::sessions(client, &pids).await?.into_iter().next())
 }
 
-/// A key for messages: `(7)`, `('eu', 42)`; `the start` for none.
-pub(crate) fn describe_key(key: Option<&[Option<String>]>) -> String {
-    match key {
-        None => "the start".to_string(),
-        Some(parts) => format!(
-            "({})",
-            parts
-                .iter()
-                .map(|p| match p.as_deref() {
-                    None => "NULL".to_string(),
-                    Some(v) if v.parse::<f64>().is_ok() => v.to_string(),
-                    Some(v) => evolve_pg::quote_literal(v),
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+/// A key for messages: `(7)`, `('eu', 42)`.
+pub(crate) fn describe_key(parts: &[Option<String>]) -> String {
+    format!(
+        "({})",
+        parts
+            .iter()
+            .map(|p| match p.as_deref() {
+                None => "NULL".to_string(),
+                Some(v) if v.parse::<f64>().is_ok() => v.to_string(),
+                Some(v) => evolve_pg::quote_literal(v),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// The keys of a batch for messages: after the previous batch's last key
+/// (none for the first batch) up to the batch's own last key (none when
+/// it could not be read): `after (50) up to (60)`, `from the first up to
+/// (10)`, `after (49000)`.
+pub(crate) fn describe_range(
+    after: Option<&[Option<String>]>,
+    end: Option<&[Option<String>]>,
+) -> String {
+    let start = match after {
+        Some(k) => format!("after {}", describe_key(k)),
+        None => "from the first".to_string(),
+    };
+    match end {
+        Some(k) => format!("{start} up to {}", describe_key(k)),
+        None => start,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_range;
+
+    #[test]
+    fn ranges_read_as_words_whichever_end_is_known() {
+        let k = |v: &str| vec![Some(v.to_string())];
+        assert_eq!(
+            describe_range(Some(&k("50")), Some(&k("60"))),
+            "after (50) up to (60)"
+        );
+        assert_eq!(
+            describe_range(None, Some(&k("10"))),
+            "from the first up to (10)"
+        );
+        assert_eq!(describe_range(Some(&k("49000")), None), "after (49000)");
+        assert_eq!(describe_range(None, None), "from the first");
+        assert_eq!(
+            describe_range(Some(&[Some("eu".into()), None]), None),
+            "after ('eu', NULL)"
+        );
     }
 }

@@ -57,10 +57,12 @@ pub struct BatchArgs {
     /// e.g. 1GB or 512MB.
     #[arg(long, value_parser = parse_bytes)]
     pub max_slot_wal: Option<u64>,
-    /// lock_timeout of every batch transaction.
+    /// lock_timeout of every statement: the batches, preparing them, the
+    /// verify query, a rewrite's swap.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub lock_timeout: Duration,
-    /// How many times a batch is retried after its lock_timeout expired.
+    /// How many times a batch is retried after its lock_timeout expired,
+    /// a deadlock or a serialization failure.
     #[arg(long, default_value_t = 5)]
     pub lock_retries: u32,
     /// First wait before such a retry, doubled each time (at most 30s).
@@ -342,22 +344,33 @@ fn line(text: &str) {
     let _ = stdout.flush();
 }
 
+/// One job as one line of the table: the state starred while a run holds
+/// the job's lock (a paused job's run waits, `paused*`), and a stored
+/// error's detail and hint lines joined onto that line.
 fn job_line(j: &JobStatus) -> String {
+    let state = if j.running {
+        format!("{}*", j.state)
+    } else {
+        j.state.clone()
+    };
     format!(
         "{:<24} {:<28} {:<10} {:>12} {:>8} {}{}",
         j.name,
         j.table,
-        if j.running && j.state == "running" {
-            "running*"
-        } else {
-            &j.state
-        },
+        state,
         j.rows_done,
         j.batches,
         j.updated_at,
         j.error
             .as_ref()
-            .map(|e| format!("  {e}"))
+            .map(|e| format!(
+                "  {}",
+                e.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ))
             .unwrap_or_default()
     )
 }
@@ -373,7 +386,7 @@ fn print_jobs(out: &Out, jobs: &[JobStatus]) -> anyhow::Result<()> {
             for j in jobs {
                 out.text(&job_line(j))?;
             }
-            if jobs.iter().any(|j| j.running && j.state == "running") {
+            if jobs.iter().any(|j| j.running) {
                 out.text("(* a run holds the job's lock now)")?;
             }
             Ok(())
@@ -504,5 +517,40 @@ mod tests {
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("200ms"), Ok(Duration::from_millis(200)));
         assert!(parse_duration("soon").is_err());
+    }
+
+    fn job(state: &str, running: bool, error: Option<&str>) -> JobStatus {
+        JobStatus {
+            name: "j".into(),
+            table: "public.t".into(),
+            state: state.into(),
+            running,
+            rows_done: 1,
+            batches: 1,
+            keys_seen: 1,
+            started_at: "s".into(),
+            updated_at: "u".into(),
+            finished_at: None,
+            error: error.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_job_is_one_line_starred_while_a_run_holds_it() {
+        assert!(job_line(&job("paused", true, None)).contains(" paused* "));
+        assert!(job_line(&job("running", true, None)).contains(" running* "));
+        assert!(job_line(&job("failed", false, None)).contains(" failed "));
+        let line = job_line(&job(
+            "failed",
+            false,
+            Some(
+                "keys after (1) up to (2): ERROR 23514: no\n  detail: Failing row\n  hint: fix it",
+            ),
+        ));
+        assert!(!line.contains('\n'), "{line}");
+        assert!(
+            line.ends_with("ERROR 23514: no; detail: Failing row; hint: fix it"),
+            "{line}"
+        );
     }
 }

@@ -229,6 +229,45 @@ async fn a_failing_expression_stops_naming_the_key_range_and_resumes_there_once_
         count(&c, "SELECT count(*) FROM m WHERE q = 1000 / d").await,
         100
     );
+    // The first batch failing: its range starts at the first key. A
+    // failure whose error has detail lines stays one line of `status`.
+    c.batch_execute(
+        "CREATE TABLE m2 (id int PRIMARY KEY, d int, q int CHECK (q < 500));
+         INSERT INTO m2 SELECT i, i, NULL FROM generate_series(1, 30) i;",
+    )
+    .await
+    .unwrap();
+    assert_refused(
+        &evolve(
+            &db.url,
+            &[
+                "backfill",
+                "run",
+                "--table",
+                "m2",
+                "--set",
+                "q = 1000 / d",
+                "--name",
+                "m2q",
+                "--batch",
+                "10",
+                FIXED[0],
+                FIXED[1],
+            ],
+        ),
+        &[
+            "the batch of public.m2 keys from the first up to (10) failed",
+            "violates check constraint",
+            "detail: Failing row contains",
+        ],
+    );
+    let status = text(&evolve(&db.url, &["backfill", "status"]).stdout);
+    let lines: Vec<&str> = status.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and one line per job: {status}");
+    assert!(
+        lines[2].contains("m2q") && lines[2].contains("; detail: Failing row contains"),
+        "{status}"
+    );
 }
 
 #[tokio::test]
@@ -274,9 +313,17 @@ async fn two_runs_of_one_job_never_overlap_and_pause_resume_cancel_reach_a_run()
     assert_refused(
         &second,
         &[
-            "backfill job is already running",
+            "backfill job is already running (pid ",
+            ", evolve backfill, ",
             "evolve backfill cancel job",
         ],
+    );
+    // The other run is named by its pid and program, not by its batch
+    // statement.
+    let stderr = text(&second.stderr);
+    assert!(
+        !stderr.contains("WITH batch") && stderr.len() < 300,
+        "{stderr}"
     );
     // Pause while the batch waits; it commits, then the run waits.
     let paused = evolve(&db.url, &["backfill", "pause", "job", "--format", "json"]);
@@ -288,6 +335,11 @@ async fn two_runs_of_one_job_never_overlap_and_pause_resume_cancel_reach_a_run()
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status[0]["state"], "paused");
     assert_eq!(status[0]["running"], true);
+    let table = text(&evolve(&db.url, &["backfill", "status", "job"]).stdout);
+    assert!(
+        table.contains(" paused* ") && table.contains("(* a run holds the job's lock now)"),
+        "a paused job whose run waits is starred: {table}"
+    );
     assert_eq!(status[0]["batches"], 1, "one batch before the pause");
     assert_eq!(
         count(&c, "SELECT count(*) FROM p WHERE b IS NOT NULL").await,
@@ -566,4 +618,222 @@ async fn quoted_names_and_timestamp_numeric_keys_round_trip() {
         .await,
         500
     );
+}
+
+/// The database's URL as role `role` (the test cluster trusts every
+/// loopback login).
+fn url_as(url: &str, role: &str) -> String {
+    url.replacen("postgres@", &format!("{role}@"), 1)
+}
+
+/// `url` with `options` (libpq's `-c name=value` settings, encoded).
+fn with_options(url: &str, options: &str) -> String {
+    format!(
+        "{url}{}options={options}",
+        if url.contains('?') { "&" } else { "?" }
+    )
+}
+
+/// A table whose policies apply to the role (its owner, under FORCE ROW
+/// LEVEL SECURITY) would be backfilled only where they let the role see,
+/// and verified the same way: refused before anything runs.
+#[tokio::test]
+async fn a_table_whose_policies_apply_to_the_role_is_refused_not_filtered() {
+    let db = evolve_test::fresh_db("bf_rls").await;
+    let c = connect(&db.url).await;
+    let role = format!("evolve_bf_rls_{}", std::process::id());
+    c.batch_execute(&format!(
+        "CREATE ROLE {role} LOGIN;
+         GRANT CREATE ON SCHEMA public TO {role};
+         SET ROLE {role};
+         CREATE TABLE ten (id int PRIMARY KEY, t text, u text);
+         INSERT INTO ten SELECT g, CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END, NULL FROM generate_series(1, 1000) g;
+         ALTER TABLE ten ENABLE ROW LEVEL SECURITY;
+         ALTER TABLE ten FORCE ROW LEVEL SECURITY;
+         CREATE POLICY only_a ON ten USING (t = 'a');
+         RESET ROLE;"
+    ))
+    .await
+    .unwrap();
+    let out = evolve(
+        &url_as(&db.url, &role),
+        &["backfill", "run", "--table", "ten", "--set", "u = upper(t)"],
+    );
+    assert_refused(
+        &out,
+        &[
+            "backfill ten.u: the row-level security policies of public.ten apply to role",
+            "BYPASSRLS",
+        ],
+    );
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM ten WHERE u IS NOT NULL").await,
+        0
+    );
+    // Without FORCE the owner bypasses the policies: every row.
+    c.batch_execute("ALTER TABLE ten NO FORCE ROW LEVEL SECURITY")
+        .await
+        .unwrap();
+    let out = evolve(
+        &url_as(&db.url, &role),
+        &["backfill", "run", "--table", "ten", "--set", "u = upper(t)"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM ten WHERE u = upper(t)").await,
+        1000
+    );
+}
+
+/// The last key of a batch is kept as text between batches and between
+/// runs: a session with `extra_float_digits = 0` (float keys one ulp
+/// apart would print alike) or `DateStyle = 'SQL, DMY'` (05/01 read back
+/// as May 1 by the next run) must not make a backfill skip rows.
+#[tokio::test]
+async fn keys_kept_as_text_read_back_the_same_in_any_session() {
+    let db = evolve_test::fresh_db("bf_keytext").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE fk (k float8 PRIMARY KEY, a int, b int);
+         INSERT INTO fk SELECT 1 + g * 2.220446049250313e-16, g, NULL FROM generate_series(0, 999) g;
+         CREATE TABLE daily (d date PRIMARY KEY, a int, b int);
+         INSERT INTO daily SELECT date '2026-01-01' + g, g, NULL FROM generate_series(0, 399) g;",
+    )
+    .await
+    .unwrap();
+    let out = evolve(
+        &with_options(&db.url, "-c%20extra_float_digits%3D0"),
+        &[
+            "backfill", "run", "--table", "fk", "--set", "b = a", "--batch", "37", FIXED[0],
+            FIXED[1],
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(count(&c, "SELECT count(*) FROM fk WHERE b = a").await, 1000);
+
+    // Killed under one DateStyle, resumed under another.
+    let args = [
+        "backfill", "run", "--table", "daily", "--set", "b = a", "--name", "daily", "--batch",
+        "10", FIXED[0], FIXED[1], "--nice", "2", "--format", "json",
+    ];
+    let mut run = Background::start(&with_options(&db.url, "-c%20DateStyle%3DSQL%2CDMY"), &args);
+    run.wait_for("2nd batch", |v| v["type"] == "batch" && v["batch"] == 2);
+    run.kill();
+    let out = evolve(&db.url, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM daily WHERE b = a").await,
+        400
+    );
+}
+
+/// A `statement_timeout` set on the database would cancel the verify
+/// query (which reads the whole table) or a long batch: evolve's sessions
+/// run without one. A batch cancelled anyway (pg_cancel_backend) says so,
+/// not that the rows are wrong.
+#[tokio::test]
+async fn a_database_statement_timeout_does_not_stop_a_backfill_and_a_cancel_says_so() {
+    let db = evolve_test::fresh_db("bf_timeout").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(&format!(
+        "CREATE FUNCTION slow(int) RETURNS int LANGUAGE sql AS 'SELECT $1 FROM pg_sleep(0.001)';
+         CREATE TABLE s (id int PRIMARY KEY, a int, b int, c int);
+         INSERT INTO s SELECT g, g, NULL, NULL FROM generate_series(1, 300) g;
+         ALTER DATABASE {} SET statement_timeout = '100ms';",
+        db.name
+    ))
+    .await
+    .unwrap();
+    let out = evolve(
+        &db.url,
+        &[
+            "backfill",
+            "run",
+            "--table",
+            "s",
+            "--set",
+            "b = slow(a)",
+            "--batch",
+            "10",
+            FIXED[0],
+            FIXED[1],
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("verify: 0 rows left"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(count(&c, "SELECT count(*) FROM s WHERE b = a").await, 300);
+
+    let holder = connect(&db.url).await;
+    holder
+        .batch_execute("BEGIN; SELECT * FROM s WHERE id = 5 FOR UPDATE")
+        .await
+        .unwrap();
+    let run = Background::start(
+        &db.url,
+        &[
+            "backfill",
+            "run",
+            "--table",
+            "s",
+            "--set",
+            "c = a",
+            "--name",
+            "cancelled",
+            "--batch",
+            "10",
+            FIXED[0],
+            FIXED[1],
+            "--lock-timeout",
+            "60s",
+        ],
+    );
+    let waiting = "SELECT pid FROM pg_stat_activity WHERE application_name = 'evolve backfill' AND wait_event_type = 'Lock' AND datname = current_database()";
+    let pid: i32 = loop {
+        if let Some(r) = c.query_opt(waiting, &[]).await.unwrap() {
+            break r.get(0);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    c.execute("SELECT pg_cancel_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    let (status, _, stderr) = run.finish();
+    holder.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("keys from the first up to (10)")
+            && stderr.contains("the statement was cancelled")
+            && stderr.contains("statement_timeout")
+            && stderr.contains("run it again to resume at that batch")
+            && !stderr.contains("fix the expression"),
+        "{stderr}"
+    );
+    let out = evolve(
+        &db.url,
+        &[
+            "backfill",
+            "run",
+            "--table",
+            "s",
+            "--set",
+            "c = a",
+            "--name",
+            "cancelled",
+            "--batch",
+            "10",
+            FIXED[0],
+            FIXED[1],
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(count(&c, "SELECT count(*) FROM s WHERE c = a").await, 300);
 }

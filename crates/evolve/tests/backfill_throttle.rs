@@ -5,6 +5,8 @@
 
 mod backfill_support;
 
+use std::time::Duration;
+
 use backfill_support::{Background, assert_refused, connect, count, events, evolve, text};
 
 #[tokio::test]
@@ -366,5 +368,220 @@ async fn nice_waits_a_multiple_of_each_batch_before_the_next() {
         text(&refused.stderr).contains("\"101\" is not a ratio from 0 to 100"),
         "{}",
         text(&refused.stderr)
+    );
+}
+
+/// Waits until a session of `application_name` waits for a lock.
+async fn until_waiting(c: &tokio_postgres::Client, application_name: &str) {
+    let sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock' AND datname = current_database()";
+    while c
+        .query_one(sql, &[&application_name])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A batch the server rolls back to break a deadlock is tried again like
+/// one whose lock_timeout expired, and the pause says why.
+#[tokio::test]
+async fn a_batch_chosen_as_a_deadlock_victim_is_retried() {
+    let db = evolve_test::fresh_db("bf_deadlock").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE l (id int PRIMARY KEY, a int, b int);
+         INSERT INTO l SELECT i, i, NULL FROM generate_series(1, 300) i;",
+    )
+    .await
+    .unwrap();
+    // The holder never runs the deadlock check itself (60 s), so the
+    // backfill's session (1 s) is the one the server rolls back.
+    let holder = connect(&db.url).await;
+    holder
+        .batch_execute(
+            "SET deadlock_timeout = '60s'; BEGIN; SELECT * FROM l WHERE id = 50 FOR UPDATE",
+        )
+        .await
+        .unwrap();
+    let run = Background::start(
+        &db.url,
+        &[
+            "backfill",
+            "run",
+            "--table",
+            "l",
+            "--set",
+            "b = a",
+            "--batch",
+            "100",
+            "--batch-time",
+            "0",
+            "--lock-timeout",
+            "60s",
+            "--lock-retry-delay",
+            "10ms",
+            "--format",
+            "json",
+        ],
+    );
+    until_waiting(&c, "evolve backfill").await;
+    // The first batch holds rows 1 to 49 and waits for 50; the holder now
+    // waits for row 10: a deadlock.
+    holder
+        .batch_execute("UPDATE l SET a = a WHERE id = 10")
+        .await
+        .unwrap();
+    holder.batch_execute("COMMIT").await.unwrap();
+    let (status, lines, stderr) = run.finish();
+    assert!(status.success(), "{stderr}");
+    let paused = events(&lines, "paused");
+    assert_eq!(paused.len(), 1, "{lines:?}");
+    assert_eq!(paused[0]["reason"], "conflict");
+    assert_eq!(paused[0]["cause"], "deadlock");
+    assert_eq!(paused[0]["attempt"], 1);
+    assert!(
+        paused[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("rolled back by a deadlock"),
+        "{}",
+        paused[0]
+    );
+    assert_eq!(events(&lines, "finished")[0]["rows_done"], 300);
+    assert_eq!(count(&c, "SELECT count(*) FROM l WHERE b = a").await, 300);
+}
+
+/// Under REPEATABLE READ (the database's default here), a batch that
+/// finds a row updated since its snapshot fails with a serialization
+/// failure: tried again with a new snapshot, and given up after
+/// --lock-retries with a message that says so.
+#[tokio::test]
+async fn a_serialization_failure_is_retried_and_given_up_after_the_last_retry() {
+    let db = evolve_test::fresh_db("bf_serialize").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(&format!(
+        "CREATE TABLE l (id int PRIMARY KEY, a int, b int);
+         INSERT INTO l SELECT i, i, NULL FROM generate_series(1, 300) i;
+         ALTER DATABASE {} SET default_transaction_isolation = 'repeatable read';",
+        db.name
+    ))
+    .await
+    .unwrap();
+    let args = |retries: &'static str| {
+        vec![
+            "backfill",
+            "run",
+            "--table",
+            "l",
+            "--set",
+            "b = a",
+            "--name",
+            "rr",
+            "--batch",
+            "100",
+            "--batch-time",
+            "0",
+            "--lock-timeout",
+            "60s",
+            "--lock-retries",
+            retries,
+            "--lock-retry-delay",
+            "10ms",
+            "--format",
+            "json",
+        ]
+    };
+    for retries in ["1", "0"] {
+        let holder = connect(&db.url).await;
+        holder
+            .batch_execute("BEGIN; UPDATE l SET a = a WHERE id = 150")
+            .await
+            .unwrap();
+        let run = Background::start(&db.url, &args(retries));
+        until_waiting(&c, "evolve backfill").await;
+        holder.batch_execute("COMMIT").await.unwrap();
+        let (status, lines, stderr) = run.finish();
+        if retries == "1" {
+            assert!(status.success(), "{stderr}");
+            let paused = events(&lines, "paused");
+            assert_eq!(paused.len(), 1, "{lines:?}");
+            assert_eq!(paused[0]["reason"], "conflict");
+            assert_eq!(paused[0]["cause"], "serialization_failure");
+            assert_eq!(count(&c, "SELECT count(*) FROM l WHERE b = a").await, 300);
+            c.batch_execute("UPDATE l SET b = NULL").await.unwrap();
+        } else {
+            assert_eq!(status.code(), Some(1), "{stderr}");
+            assert!(
+                stderr.contains(
+                    "backfill rr gave up: its last attempt (number 1, as --lock-retries allows) was rolled back by a serialization failure"
+                ) && stderr.contains("public.l"),
+                "{stderr}"
+            );
+        }
+    }
+}
+
+/// Preparing the batch statements takes the table's locks too: under
+/// --lock-timeout with the batches' retries, not waiting for as long as
+/// another session holds the table.
+#[tokio::test]
+async fn a_table_locked_before_the_first_batch_is_given_up_after_lock_timeout() {
+    let db = evolve_test::fresh_db("bf_preplock").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE l (id int PRIMARY KEY, a int, b int);
+         INSERT INTO l SELECT i, i, NULL FROM generate_series(1, 300) i;",
+    )
+    .await
+    .unwrap();
+    let holder = connect(&db.url).await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE l IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    // Released after 15 s at the latest.
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        holder.batch_execute("COMMIT").await.unwrap();
+        holder
+    });
+    let url = db.url.clone();
+    let started = std::time::Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        evolve(
+            &url,
+            &[
+                "backfill",
+                "run",
+                "--table",
+                "l",
+                "--set",
+                "b = a",
+                "--name",
+                "once",
+                "--lock-timeout",
+                "200ms",
+                "--lock-retries",
+                "1",
+                "--lock-retry-delay",
+                "10ms",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    release.abort();
+    assert_refused(
+        &out,
+        &["backfill once could not take its locks within 200 ms in 2 attempts"],
+    );
+    assert!(took < Duration::from_secs(10), "gave up after {took:?}");
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM l WHERE b IS NOT NULL").await,
+        0
     );
 }
