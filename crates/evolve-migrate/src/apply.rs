@@ -7,8 +7,12 @@
 //! retried with backoff; a second connection watches the running statement
 //! and names the sessions that block it.
 //!
-//! A file marked `-- evolve:no-transaction` runs one statement at a time in
-//! autocommit. Its history row is written first with `success = false` and
+//! A file marked `-- evolve:no-transaction` (or `executeInTransaction=false`
+//! in its script configuration, or whose every statement PostgreSQL refuses
+//! in a transaction, as Flyway decides) runs one statement at a time in
+//! autocommit. `COPY ... FROM STDIN` sends the rows that follow it in the
+//! file through the COPY protocol, so a file holding one runs statement by
+//! statement in its transaction. Its history row is written first with `success = false` and
 //! a progress row counts the statements done, so a failure (or a crash)
 //! leaves a record that the next `apply` resumes from. Before it re-runs a
 //! `CREATE INDEX CONCURRENTLY`, it drops the INVALID index a failed build of
@@ -38,6 +42,7 @@ pub(crate) async fn run(
 ) -> Result<ApplyReport, MigrateError> {
     let started = Instant::now();
     let connected = connect(opts).await?;
+    connected.refuse_beside_flyway(opts).await?;
     let files = connected.load(opts).await?;
     let crate::Connected {
         client,
@@ -51,6 +56,7 @@ pub(crate) async fn run(
 
     if apply_opts.dry_run {
         // Reads only: no lock, no history table created, no baseline.
+        crate::bootstrap::refuse_non_empty(opts, apply_opts, &client, &history).await?;
         let baseline = match &apply_opts.baseline_on_migrate {
             Some(v) if crate::bootstrap::baseline_due(opts, &client, &history).await? => {
                 Some(crate::bootstrap::baseline_row(v, apply_opts))
@@ -303,6 +309,7 @@ async fn plan_steps<'a>(
     rows.extend(baseline.cloned());
     let progress = history.progress(client).await?;
     let plan = Plan::new(files, &rows, &progress);
+    check_target(&plan, step_opts)?;
     if !apply_opts.skip_validation {
         check(&plan, step_opts)?;
     }
@@ -327,6 +334,7 @@ async fn refuse_unrunnable(
     let rows = history.rows(client).await?;
     let progress = history.progress(client).await?;
     let plan = Plan::new(files, &rows, &progress);
+    check_target(&plan, step_opts)?;
     let Ok(steps) = plan.steps(step_opts, &progress) else {
         // Said by the run's own planning, after validation's callbacks.
         return Ok(());
@@ -398,6 +406,27 @@ fn check_fits(
     Ok(())
 }
 
+/// A target version that no migration has (no file, no history row) is a
+/// typo more often than not: refused, as Flyway refuses it ("No migration
+/// with a target version ... could be found").
+fn check_target(plan: &Plan<'_>, opts: &StepOptions) -> Result<(), MigrateError> {
+    let Some(target) = &opts.target else {
+        return Ok(());
+    };
+    let known = plan.migrations.iter().any(|m| {
+        m.version
+            .as_deref()
+            .and_then(|v| evolve_core::migration::Version::parse(v).ok())
+            .is_some_and(|v| v == *target)
+    });
+    if known {
+        return Ok(());
+    }
+    Err(MigrateError::Usage(format!(
+        "no migration has target version {target} (no file, no history row), as Flyway requires of a target; give --target (or flyway.target) the version of a migration, or latest"
+    )))
+}
+
 fn check(plan: &Plan<'_>, opts: &StepOptions) -> Result<(), MigrateError> {
     let problems = plan.problems(opts);
     if problems.is_empty() {
@@ -407,18 +436,31 @@ fn check(plan: &Plan<'_>, opts: &StepOptions) -> Result<(), MigrateError> {
     }
 }
 
-/// Whether `file` runs outside a transaction: it says so, or `mixed` lets
-/// a file with a statement PostgreSQL refuses in a transaction run as
-/// Flyway runs it then, without one.
-fn no_transaction(file: &MigrationFile, mixed: bool) -> bool {
+/// Whether `file` runs outside a transaction, as Flyway decides it: the
+/// file says so (`-- evolve:no-transaction`, or `executeInTransaction=false`
+/// in its script configuration), every statement of it is one PostgreSQL
+/// refuses in a transaction (Flyway runs such a file without one, `mixed`
+/// or not), or `mixed` lets a file that mixes both kinds run without one.
+/// `executeInTransaction=true` keeps it in one whatever it holds.
+pub(crate) fn no_transaction(file: &MigrationFile, mixed: bool) -> bool {
+    if file
+        .config
+        .as_ref()
+        .is_some_and(|c| c.execute_in_transaction == Some(true))
+    {
+        return false;
+    }
+    script_no_transaction(&file.parsed, mixed)
+}
+
+/// [`no_transaction`] for a script without a configuration file.
+pub(crate) fn script_no_transaction(script: &evolve_core::migration::Script, mixed: bool) -> bool {
     use evolve_core::migration::StatementKind;
-    file.parsed.directives.no_transaction
-        || (mixed
-            && file
-                .parsed
-                .statements
-                .iter()
-                .any(|s| s.kind == StatementKind::NonTransactional))
+    let statements = &script.statements;
+    let non_transactional = |s: &Statement| s.kind == StatementKind::NonTransactional;
+    script.directives.no_transaction
+        || (!statements.is_empty() && statements.iter().all(non_transactional))
+        || (mixed && statements.iter().any(non_transactional))
 }
 
 /// Whether `group` can put every step in one transaction: yes when all of
@@ -441,25 +483,36 @@ fn group_transaction(steps: &[Step<'_>], mixed: bool) -> Result<bool, MigrateErr
 }
 
 /// A transactional file may not end its own transaction, nor contain a
-/// statement PostgreSQL refuses inside one.
+/// statement PostgreSQL refuses inside one (which, without `mixed`, means
+/// it mixes such statements with others, as Flyway refuses it).
 fn check_runnable(file: &MigrationFile, mixed: bool) -> Result<(), MigrateError> {
     if no_transaction(file, mixed) {
         return Ok(());
     }
     use evolve_core::migration::StatementKind;
+    let forced = file
+        .config
+        .as_ref()
+        .filter(|c| c.execute_in_transaction == Some(true));
     for s in &file.parsed.statements {
-        let reason = match s.kind {
-            StatementKind::TransactionControl => format!(
+        let reason = match (&s.kind, forced) {
+            (StatementKind::TransactionControl, _) => format!(
                 "line {}: {} would end the transaction that evolve runs the file in; remove it, or make '-- evolve:no-transaction' the first line",
                 s.line,
                 first_words(&s.text)
             ),
-            StatementKind::NonTransactional => format!(
-                "line {}: {} cannot run inside a transaction; make '-- evolve:no-transaction' the first line of the file, or set mixed = true (--mixed) to run such files outside a transaction",
+            (StatementKind::NonTransactional, Some(config)) => format!(
+                "line {}: {} cannot run inside a transaction, and {} says executeInTransaction=true; set it to false",
+                s.line,
+                first_words(&s.text),
+                config.script
+            ),
+            (StatementKind::NonTransactional, None) => format!(
+                "line {}: {} cannot run inside a transaction, and the file also holds statements that run in one, a mix Flyway refuses too; move it to a file of its own, make '-- evolve:no-transaction' the first line, or set mixed = true (--mixed) to run such files outside a transaction",
                 s.line,
                 first_words(&s.text)
             ),
-            StatementKind::Other => continue,
+            (StatementKind::Other, _) => continue,
         };
         return Err(MigrateError::Script {
             script: file.script.clone(),
@@ -469,9 +522,59 @@ fn check_runnable(file: &MigrationFile, mixed: bool) -> Result<(), MigrateError>
     Ok(())
 }
 
+/// The first words of a statement for a message: its keywords upper-cased,
+/// names as written (PostgreSQL folds an unquoted name to lower case, so
+/// upper-casing it would name another object).
 fn first_words(text: &str) -> String {
-    let words: Vec<&str> = text.split_whitespace().take(4).collect();
-    words.join(" ").to_uppercase()
+    const KEYWORDS: [&str; 36] = [
+        "abort",
+        "all",
+        "alter",
+        "analyze",
+        "begin",
+        "cluster",
+        "commit",
+        "concurrently",
+        "create",
+        "database",
+        "detach",
+        "discard",
+        "drop",
+        "end",
+        "exists",
+        "full",
+        "if",
+        "index",
+        "not",
+        "on",
+        "partition",
+        "prepare",
+        "prepared",
+        "reindex",
+        "release",
+        "rollback",
+        "savepoint",
+        "schema",
+        "start",
+        "system",
+        "table",
+        "tablespace",
+        "transaction",
+        "unique",
+        "vacuum",
+        "work",
+    ];
+    text.split_whitespace()
+        .take(4)
+        .map(|w| {
+            if KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(w)) {
+                w.to_uppercase()
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Where a file failed.
@@ -519,6 +622,9 @@ struct Runner<'o> {
     /// The coordination of the file running now, recorded with its
     /// history row.
     coordinating: Vec<coordinate::TablePlan>,
+    /// Under `group`: the `applied` events of the group, said once it has
+    /// committed (a failure rolls every one of them back).
+    deferred: Vec<Event>,
 }
 
 /// Where a statement of a transaction comes from.
@@ -580,6 +686,7 @@ impl<'o> Runner<'o> {
             allow_breaking_contract: Vec::new(),
             pipeline_timeout: crate::DEFAULT_PIPELINE_TIMEOUT,
             coordinating: Vec::new(),
+            deferred: Vec::new(),
         })
     }
 
@@ -624,6 +731,9 @@ impl<'o> Runner<'o> {
             self.client
                 .batch_execute(&format!("COMMIT; {}", self.reset))
                 .await?;
+            for e in std::mem::take(&mut self.deferred) {
+                on_event(e);
+            }
             for (file, plan) in &rebuilt {
                 self.after_rebuild(file, plan, on_event).await?;
             }
@@ -846,7 +956,7 @@ impl<'o> Runner<'o> {
             }
             attempts
         };
-        on_event(Event::Applied {
+        let applied = Event::Applied {
             script: file.script.clone(),
             version: file.version().map(|v| v.as_str().to_string()),
             description: file.name.description.clone(),
@@ -855,7 +965,12 @@ impl<'o> Runner<'o> {
             attempts,
             resumed_at_statement: step.resume.as_ref().map(|r| r.statements_done + 1),
             out_of_order: step.out_of_order,
-        });
+        };
+        if self.group {
+            self.deferred.push(applied);
+        } else {
+            on_event(applied);
+        }
         Ok(())
     }
 
@@ -904,6 +1019,7 @@ impl<'o> Runner<'o> {
                 directives: file.parsed.directives.clone(),
                 statements: Vec::new(),
             },
+            config: file.config.clone(),
         })
     }
 
@@ -992,6 +1108,38 @@ impl<'o> Runner<'o> {
             error,
             blockers: Vec::new(),
         };
+        if file.parsed.statements.iter().any(|s| s.copy_data.is_some()) {
+            // COPY's rows go through the COPY protocol, which a batch of
+            // simple queries cannot carry: one statement at a time.
+            if !self.group {
+                self.client
+                    .batch_execute(&self.begin_sql)
+                    .await
+                    .map_err(at_start)?;
+            }
+            let first = file.parsed.statements.first();
+            let (line, column) = first.map(|s| (s.line, s.column)).unwrap_or((1, 1));
+            self.each_callbacks_in_transaction("beforeEachMigrate", line, column)
+                .await?;
+            for stmt in &file.parsed.statements {
+                if let Err(w) = self.execute_statement(stmt).await {
+                    let within = position_in(&w.error, &stmt.text).unwrap_or(0);
+                    let (line, column) = locate(file, stmt, within);
+                    return Err(Failure {
+                        line,
+                        column,
+                        statement: Some(stmt.text.clone()),
+                        context: None,
+                        error: w.error,
+                        blockers: w.blockers,
+                    });
+                }
+            }
+            let end = file_end(file);
+            self.each_callbacks_in_transaction("afterEachMigrate", end.0, end.1)
+                .await?;
+            return self.record_and_commit(file, started).await;
+        }
         // One round trip for the whole file: BEGIN, SET LOCAL and every
         // statement as one simple query. PostgreSQL still runs them one at a
         // time (each parsed-analysed just before it runs, so DDL is visible
@@ -1097,7 +1245,11 @@ impl<'o> Runner<'o> {
                 &[
                     &version,
                     &file.name.description,
-                    &TYPE_SQL,
+                    &if file.is_baseline() {
+                        crate::history::TYPE_SQL_BASELINE
+                    } else {
+                        TYPE_SQL
+                    },
                     &file.script,
                     &file.checksum,
                     &self.opts.installed_by,
@@ -1213,7 +1365,7 @@ impl<'o> Runner<'o> {
         self.each_callbacks_in_transaction("beforeEachMigrate", line, column)
             .await?;
         for stmt in &file.parsed.statements {
-            if let Err(w) = self.execute_watched(&stmt.text).await {
+            if let Err(w) = self.execute_statement(stmt).await {
                 let within = position_in(&w.error, &stmt.text).unwrap_or(0);
                 let (line, column) = locate(file, stmt, within);
                 return Err(Failure {
@@ -1336,7 +1488,8 @@ impl<'o> Runner<'o> {
         }
         for m in plan.to_refresh() {
             let refresh_ms =
-                crate::refresh::refresh_recorded(&self.client, &m.name, &m.refresh_sql()).await?;
+                crate::refresh::refresh_recorded(&self.client, &m.log_name, &m.refresh_sql())
+                    .await?;
             on_event(Event::Refreshed {
                 name: m.name.clone(),
                 refresh_ms,
@@ -1426,6 +1579,39 @@ impl<'o> Runner<'o> {
             }
             Ok(())
         };
+        self.watch(exec).await
+    }
+
+    /// Runs one statement of a file: `COPY ... FROM STDIN` with its rows
+    /// (sent as Flyway sends them, through the COPY protocol), anything
+    /// else as a simple query; watched as [`Runner::execute_watched`].
+    async fn execute_statement(&self, stmt: &Statement) -> Result<(), Watched> {
+        let Some(data) = &stmt.copy_data else {
+            return self.execute_watched(&stmt.text).await;
+        };
+        let exec = async {
+            use futures_util::SinkExt;
+            let sink = self
+                .client
+                .copy_in::<_, std::io::Cursor<Vec<u8>>>(stmt.text.as_str())
+                .await
+                .map_err(|e| (e, 0))?;
+            futures_util::pin_mut!(sink);
+            sink.send(std::io::Cursor::new(data.clone().into_bytes()))
+                .await
+                .map_err(|e| (e, 0))?;
+            sink.finish().await.map_err(|e| (e, 0))?;
+            Ok(())
+        };
+        self.watch(exec).await
+    }
+
+    /// Awaits `exec`; while it runs longer than a moment, asks the monitor
+    /// connection who blocks it, so a lock timeout can name them.
+    async fn watch(
+        &self,
+        exec: impl std::future::Future<Output = Result<(), (tokio_postgres::Error, usize)>>,
+    ) -> Result<(), Watched> {
         tokio::pin!(exec);
         let mut blockers = Vec::new();
         let mut delay = Duration::from_millis(50);
@@ -1464,7 +1650,13 @@ impl<'o> Runner<'o> {
                     return Err(MigrateError::Script {
                         script: file.script.clone(),
                         reason: format!(
-                            "the {done} statements that already ran were edited since; undo or finish them by hand, then run 'evolve migrate repair' to remove the failed row"
+                            "{} since; undo or finish {} by hand, then run 'evolve migrate repair' to remove the failed row",
+                            if done == 1 {
+                                "the statement that already ran was edited".to_string()
+                            } else {
+                                format!("the {done} statements that already ran were edited")
+                            },
+                            if done == 1 { "it" } else { "them" }
                         ),
                     });
                 }
@@ -1502,7 +1694,7 @@ impl<'o> Runner<'o> {
                     self.drop_invalid_index(file, schema.as_deref(), &name, on_event)
                         .await?;
                 }
-                match self.execute_watched(&stmt.text).await {
+                match self.execute_statement(stmt).await {
                     Ok(()) => break,
                     Err(w) => {
                         let within = position_in(&w.error, &stmt.text).unwrap_or(0);
@@ -1515,9 +1707,20 @@ impl<'o> Runner<'o> {
                             error: w.error,
                             blockers: w.blockers,
                         };
+                        let done = match i {
+                            0 if statements.len() == 1 => "its statement was not applied".into(),
+                            0 => format!("none of its {} statements was applied", statements.len()),
+                            1 => format!(
+                                "statement 1 of {} is applied and recorded",
+                                statements.len()
+                            ),
+                            _ => format!(
+                                "statements 1 to {i} of {} are applied and recorded",
+                                statements.len()
+                            ),
+                        };
                         let outcome = format!(
-                            "this file runs outside a transaction: statements 1 to {i} of {} are applied and recorded; fix the cause and run 'evolve migrate apply' to resume at statement {} (line {})",
-                            statements.len(),
+                            "this file runs outside a transaction: {done}; fix the cause and run 'evolve migrate apply' to resume at statement {} (line {})",
                             i + 1,
                             stmt.line
                         );
@@ -1735,6 +1938,16 @@ fn file_end(file: &MigrationFile) -> (u32, u32) {
 fn backoff(base: Duration, attempt: u32) -> Duration {
     let exp = base.saturating_mul(1 << attempt.saturating_sub(1).min(16));
     crate::with_jitter(exp.min(Duration::from_secs(30)))
+}
+
+/// `n` with its noun: `1 statement`, `2 statements` (`one` and `many` are
+/// the noun's forms).
+pub(crate) fn count(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
 }
 
 fn excerpt(s: &str) -> String {

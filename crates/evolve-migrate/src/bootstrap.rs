@@ -104,15 +104,29 @@ fn schemas_to_check(opts: &Options, history: &History) -> Vec<String> {
     }
 }
 
+/// evolve's own state tables, which other verbs (`evolve refresh`,
+/// `evolve backfill`, `evolve rewrite`) create where they run: not the
+/// user's schema, so they do not make it non-empty.
+const STATE_TABLES: [&str; 3] = [
+    "evolve_refresh_log",
+    "evolve_backfill_jobs",
+    "evolve_rewrites",
+];
+
 /// Those of `schemas` that hold something, by Flyway's test: a table,
 /// view, sequence, type or function that no extension owns (evolve's
-/// companion tables of the history do not count).
+/// companion tables of the history and its [`STATE_TABLES`] do not count).
 async fn non_empty(
     client: &Client,
     schemas: &[String],
     history: &History,
 ) -> Result<Vec<String>, MigrateError> {
-    let companions = vec![history.progress.name.clone(), history.rebuilt.name.clone()];
+    let companions = vec![
+        history.progress.name.clone(),
+        history.rebuilt.name.clone(),
+        history.pipeline.name.clone(),
+    ];
+    let own: Vec<String> = STATE_TABLES.iter().map(|t| t.to_string()).collect();
     let rows = client
         .query(
             "SELECT n.nspname::text FROM pg_namespace n
@@ -122,6 +136,7 @@ async fn non_empty(
                  WHERE c.relnamespace = n.oid AND d.objid IS NULL
                    AND c.relkind IN ('r', 'v', 'S', 't')
                    AND NOT (n.nspname = $2 AND c.relname::text = ANY($3))
+                   AND NOT c.relname::text = ANY($4)
                UNION ALL
                  SELECT t.oid FROM pg_type t
                  LEFT JOIN pg_depend d ON d.objid = t.oid AND d.deptype = 'e'
@@ -132,7 +147,7 @@ async fn non_empty(
                  LEFT JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
                  WHERE p.pronamespace = n.oid AND d.objid IS NULL
              )",
-            &[&schemas, &history.table.schema, &companions],
+            &[&schemas, &history.table.schema, &companions, &own],
         )
         .await?;
     let found: Vec<String> = rows
@@ -159,6 +174,38 @@ pub(crate) async fn baseline_due(
     }
     let schemas = schemas_to_check(opts, history);
     Ok(!non_empty(client, &schemas, history).await?.is_empty())
+}
+
+/// Flyway's guard before migrating (see
+/// [`ApplyOptions::require_history_or_empty`]): no history table, no
+/// baselineOnMigrate, and a schema holding something is refused, naming
+/// the schemas and the ways out.
+pub(crate) async fn refuse_non_empty(
+    opts: &Options,
+    apply_opts: &ApplyOptions,
+    client: &Client,
+    history: &History,
+) -> Result<(), MigrateError> {
+    if !apply_opts.require_history_or_empty
+        || apply_opts.baseline_on_migrate.is_some()
+        || history.exists(client).await?
+    {
+        return Ok(());
+    }
+    let schemas = schemas_to_check(opts, history);
+    let non_empty = non_empty(client, &schemas, history).await?;
+    if non_empty.is_empty() {
+        return Ok(());
+    }
+    Err(MigrateError::History {
+        table: history.table.plain(),
+        reason: format!(
+            "does not exist, but schema{} {} already hold{} tables, views, types or functions (Flyway refuses this too: \"Found non-empty schema(s) but no schema history table\"), and running the files over them could create what is there again; run 'evolve migrate baseline --version V' first (files at or below V never run; --version 0 runs every file), set baselineOnMigrate = true, or pass --history-table if the history lives elsewhere",
+            if non_empty.len() == 1 { "" } else { "s" },
+            non_empty.join(", "),
+            if non_empty.len() == 1 { "s" } else { "" },
+        ),
+    })
 }
 
 /// The baseline row baselineOnMigrate writes, as `--dry-run` assumes it.
@@ -194,7 +241,10 @@ pub(crate) async fn prepare(
     on_event: &mut dyn FnMut(Event),
 ) -> Result<(), MigrateError> {
     let created = create_schemas(opts, client, history).await?;
-    if !created.is_empty() {
+    if created.is_empty() {
+        // Created schemas come with the history table, as in Flyway.
+        refuse_non_empty(opts, apply_opts, client, history).await?;
+    } else {
         if history.ensure(client).await? {
             on_event(Event::HistoryCreated {
                 table: history.table.plain(),

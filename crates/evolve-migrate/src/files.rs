@@ -35,14 +35,31 @@ pub struct MigrationFile {
     /// The text that runs, placeholders replaced.
     pub text: String,
     pub parsed: Script,
+    /// Flyway's script configuration file beside it (`<file>.conf`): its
+    /// path below the migrations directory and its `executeInTransaction`.
+    /// `false` is also set as the `no-transaction` directive; `true` keeps
+    /// the file in a transaction whatever it holds.
+    pub config: Option<ScriptConfig>,
+}
+
+/// The settings of a migration's script configuration file
+/// (`V2__x.sql.conf`) that evolve honours.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptConfig {
+    /// Its path below the migrations directory, for messages.
+    pub script: String,
+    pub execute_in_transaction: Option<bool>,
 }
 
 impl MigrationFile {
+    /// The version of a versioned or baseline migration.
     pub fn version(&self) -> Option<&Version> {
-        match &self.name.kind {
-            MigrationKind::Versioned(v) => Some(v),
-            MigrationKind::Repeatable => None,
-        }
+        self.name.kind.version()
+    }
+
+    /// Whether this is a baseline migration (`B<version>__...`).
+    pub fn is_baseline(&self) -> bool {
+        matches!(self.name.kind, MigrationKind::Baseline(_))
     }
 }
 
@@ -65,6 +82,10 @@ pub struct CallbackFile {
 pub struct MigrationSet {
     pub versioned: BTreeMap<Version, MigrationFile>,
     pub repeatable: BTreeMap<String, MigrationFile>,
+    /// Flyway's baseline migrations (`B<version>__...`), by version: on an
+    /// empty database the highest one runs instead of the versioned
+    /// migrations up to its version.
+    pub baseline: BTreeMap<Version, MigrationFile>,
     /// Per event, the one without a description first, then by
     /// description (compared as Java compares strings).
     pub callbacks: Vec<CallbackFile>,
@@ -116,9 +137,16 @@ impl MigrationSet {
                     set.add_callback(file)?;
                     continue;
                 }
+                Some(Named::Undo) => {
+                    tracing::warn!(
+                        "migration {script} is an undo migration, which evolve does not run (nor does Flyway Community); it is skipped, write a new versioned migration to revert a change"
+                    );
+                    continue;
+                }
                 Some(Named::Migration(name)) => name,
             };
             name.script = script.clone();
+            let config = read_script_config(&path, &script)?;
             let bytes = read_regular(&path)?;
             let mut checksum = flyway_checksum(&bytes).map_err(|e| MigrateError::Script {
                 script: script.clone(),
@@ -129,6 +157,17 @@ impl MigrationSet {
                 script: script.clone(),
                 reason: format!("{e}; save the file as UTF-8"),
             })?;
+            let replacing;
+            let placeholders = match config.placeholder_replacement {
+                Some(replace) => {
+                    replacing = Placeholders {
+                        replace: replace && placeholders.replace,
+                        ..placeholders.clone()
+                    };
+                    &replacing
+                }
+                None => placeholders,
+            };
             let text = placeholders
                 .replace(&raw, built_ins, &file_name)
                 .map_err(|m| MigrateError::Placeholder {
@@ -142,10 +181,29 @@ impl MigrationSet {
                     reason: e.to_string(),
                 })?;
             }
-            let parsed = parse_script(&text).map_err(|e| MigrateError::Script {
+            let mut parsed = parse_script(&text).map_err(|e| MigrateError::Script {
                 script: script.clone(),
                 reason: e.to_string(),
             })?;
+            let config = config.settings;
+            if config
+                .as_ref()
+                .is_some_and(|c| c.execute_in_transaction == Some(false))
+            {
+                parsed.directives.no_transaction = true;
+            }
+            if let Some(c) = &config
+                && c.execute_in_transaction == Some(true)
+                && parsed.directives.no_transaction
+            {
+                return Err(MigrateError::Script {
+                    script: script.clone(),
+                    reason: format!(
+                        "starts with '-- evolve:no-transaction', and {} says executeInTransaction=true; remove one of the two",
+                        c.script
+                    ),
+                });
+            }
             let file = MigrationFile {
                 name,
                 script,
@@ -153,6 +211,7 @@ impl MigrationSet {
                 checksum,
                 text,
                 parsed,
+                config,
             };
             match file.name.kind.clone() {
                 MigrationKind::Versioned(v) => {
@@ -164,6 +223,16 @@ impl MigrationSet {
                         });
                     }
                     set.versioned.insert(v, file);
+                }
+                MigrationKind::Baseline(v) => {
+                    if let Some(other) = set.baseline.get(&v) {
+                        return Err(MigrateError::DuplicateVersion {
+                            version: v.to_string(),
+                            first: other.script.clone(),
+                            second: file.script,
+                        });
+                    }
+                    set.baseline.insert(v, file);
                 }
                 MigrationKind::Repeatable => {
                     let key = file.name.description.clone();
@@ -207,10 +276,99 @@ impl MigrationSet {
         self.callbacks.iter().filter(move |c| c.event == event)
     }
 
-    /// The highest version among the files.
+    /// The highest version among the files (baseline migrations
+    /// included).
     pub fn latest_version(&self) -> Option<&Version> {
-        self.versioned.keys().next_back()
+        self.versioned
+            .keys()
+            .next_back()
+            .into_iter()
+            .chain(self.baseline.keys().next_back())
+            .max()
     }
+}
+
+/// What a script configuration file says.
+#[derive(Default)]
+struct ScriptConfigRead {
+    settings: Option<ScriptConfig>,
+    placeholder_replacement: Option<bool>,
+}
+
+/// Reads Flyway's script configuration file of the migration at `path`
+/// (`<file>.conf` beside it), when there is one: `executeInTransaction`
+/// and `placeholderReplacement` are honoured, `encoding` must be UTF-8
+/// (evolve reads no other), `shouldExecute` is refused (whether the file
+/// runs at all cannot be guessed), and every other key is named in a
+/// warning, since a file's setting that is dropped in silence changes how
+/// it runs.
+fn read_script_config(path: &Path, script: &str) -> Result<ScriptConfigRead, MigrateError> {
+    let mut conf_path = path.as_os_str().to_owned();
+    conf_path.push(".conf");
+    let conf_path = PathBuf::from(conf_path);
+    let conf_script = format!("{script}.conf");
+    match std::fs::symlink_metadata(&conf_path) {
+        Err(_) => return Ok(ScriptConfigRead::default()),
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            return Err(refuse(
+                &conf_path,
+                "is not a regular file; evolve reads a script configuration only from a regular file, replace it with one or remove it",
+            ));
+        }
+    }
+    let bytes = read_regular(&conf_path)?;
+    let text = String::from_utf8(bytes).map_err(|e| MigrateError::Script {
+        script: conf_script.clone(),
+        reason: format!("{e}; save the file as UTF-8"),
+    })?;
+    let mut read = ScriptConfigRead::default();
+    let mut settings = ScriptConfig {
+        script: conf_script.clone(),
+        execute_in_transaction: None,
+    };
+    let boolean = |key: &str, value: &str| match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(MigrateError::Script {
+            script: conf_script.clone(),
+            reason: format!("{key} is {value:?}; write true or false"),
+        }),
+    };
+    for (key, value) in crate::flyway_config::parse_conf(&text) {
+        match key.as_str() {
+            "executeInTransaction" => {
+                settings.execute_in_transaction = Some(boolean(&key, &value)?);
+            }
+            "placeholderReplacement" => {
+                read.placeholder_replacement = Some(boolean(&key, &value)?);
+            }
+            "encoding" if value.trim().eq_ignore_ascii_case("UTF-8") => {}
+            "encoding" => {
+                return Err(MigrateError::Script {
+                    script: conf_script.clone(),
+                    reason: format!(
+                        "encoding is {value:?}, and evolve reads migrations as UTF-8 only; convert {script} to UTF-8 and remove the key"
+                    ),
+                });
+            }
+            // Running a file its configuration says to skip (or skipping
+            // one it says to run) would be worse than stopping.
+            "shouldExecute" => {
+                return Err(MigrateError::Script {
+                    script: conf_script.clone(),
+                    reason: format!(
+                        "shouldExecute is not supported by evolve, which cannot tell whether {script} should run; remove the key, or move {script} out of the migrations directory if it must not run"
+                    ),
+                });
+            }
+            _ => tracing::warn!(
+                "script configuration {conf_script}: key {key} is not supported by evolve; it is ignored"
+            ),
+        }
+    }
+    read.settings = Some(settings);
+    Ok(read)
 }
 
 /// Reads a callback file, replacing its placeholders; refuses the events
@@ -252,6 +410,15 @@ fn load_callback(
         script: script.clone(),
         reason: e.to_string(),
     })?;
+    if let Some(copy) = parsed.statements.iter().find(|s| s.copy_data.is_some()) {
+        return Err(MigrateError::Script {
+            script,
+            reason: format!(
+                "line {}: evolve runs COPY ... FROM STDIN with its rows in migrations only, not in callbacks; move the rows into a migration, or load them with INSERT",
+                copy.line
+            ),
+        });
+    }
     Ok(CallbackFile {
         event,
         description: name.description,

@@ -12,6 +12,13 @@ use std::path::PathBuf;
 pub struct FlywayConfig {
     /// `url` (JDBC) with `user` and `password`, as a `postgres://` URL.
     pub database_url: Option<String>,
+    /// Why `url` cannot be used (a JDBC parameter without a libpq
+    /// equivalent): the caller refuses the run when it would connect with
+    /// it, naming where it came from.
+    pub database_url_error: Option<String>,
+    /// Where `url` came from (the configuration file, or `FLYWAY_URL`),
+    /// for messages; set by the caller, which knows.
+    pub url_source: Option<String>,
     /// The first `filesystem:` location.
     pub dir: Option<PathBuf>,
     /// `table`, in `defaultSchema` (else the first of `schemas`).
@@ -48,6 +55,10 @@ pub struct FlywayConfig {
     pub repeatable_sql_migration_prefix: Option<String>,
     pub sql_migration_separator: Option<String>,
     pub sql_migration_suffixes: Option<Vec<String>>,
+    pub baseline_migration_prefix: Option<String>,
+    /// `ignoreMigrationPatterns`: `validate` accepts pending migrations
+    /// with `*:pending` (`versioned:pending`, `repeatable:pending`).
+    pub ignore_pending: Option<crate::IgnorePending>,
     /// `pipeline` (evolve's own key, outside `flyway.`): the admin API
     /// of the pipeline `apply` coordinates with, as `--pipeline` gives it.
     pub pipeline: Option<String>,
@@ -101,10 +112,122 @@ pub fn parse_conf(text: &str) -> Vec<(String, String)> {
     out
 }
 
+/// Flyway's expansion of environment variables in a `flyway.conf`: every
+/// `${NAME}` (`NAME` of letters, digits and `_`) in the file's text is
+/// replaced by the variable's value before the properties are read, as
+/// Flyway's `ConfigUtils` does. An unset variable reads as empty, as in
+/// Flyway, and is named in a warning (with its line), so that an empty
+/// value never passes unnoticed. `lookup` reads the environment.
+pub fn expand_conf_env(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> (String, Vec<String>) {
+    let mut out = String::with_capacity(text.len());
+    let mut warnings = Vec::new();
+    let mut rest = text;
+    let mut consumed = 0;
+    while let Some(at) = rest.find("${") {
+        let after = &rest[at + 2..];
+        let name_len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        if name_len == 0 || !after[name_len..].starts_with('}') {
+            out.push_str(&rest[..at + 2]);
+            consumed += at + 2;
+            rest = after;
+            continue;
+        }
+        let name = &after[..name_len];
+        out.push_str(&rest[..at]);
+        match lookup(name) {
+            Some(value) => out.push_str(&value),
+            None => {
+                let line = 1 + text[..consumed + at].matches('\n').count();
+                warnings.push(format!(
+                    "line {line}: environment variable {name} is not set, so ${{{name}}} reads as empty, as Flyway reads it; set {name}"
+                ));
+            }
+        }
+        let used = at + 2 + name_len + 1;
+        consumed += used;
+        rest = &rest[used..];
+    }
+    out.push_str(rest);
+    (out, warnings)
+}
+
+/// Flyway's property resolvers in a `flyway.toml` value: `${env.NAME}` is
+/// the environment variable `NAME` (unset: an error, as in Flyway),
+/// `$${...}` stands for `${...}` as written, and a value that is all
+/// `!{...}` is taken verbatim. Other resolvers (`${vault.x}`,
+/// `${localSecret.x}`, ...) are refused: evolve cannot resolve them, and
+/// using the text as it is would connect or migrate with the wrong value.
+fn resolve_toml_value(
+    key: &str,
+    value: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    let trimmed = value.trim();
+    if trimmed.len() >= 3 && trimmed.starts_with("!{") && trimmed.ends_with('}') {
+        return Ok(trimmed[2..trimmed.len() - 1].to_string());
+    }
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find("${") {
+        let escaped = at > 0 && rest[..at].ends_with('$');
+        let after = &rest[at + 2..];
+        let Some(end) = after.find('}') else {
+            break;
+        };
+        let inner = &after[..end];
+        let Some((resolver, name)) = inner.split_once('.') else {
+            out.push_str(&rest[..at + 2]);
+            rest = after;
+            continue;
+        };
+        if escaped {
+            out.push_str(&rest[..at - 1]);
+            out.push_str(&rest[at..at + 2 + end + 1]);
+        } else {
+            out.push_str(&rest[..at]);
+            let name = name.trim();
+            if !resolver.trim().eq_ignore_ascii_case("env") {
+                return Err(format!(
+                    "{key} uses resolver {}, which evolve does not have (it resolves ${{env.NAME}} only); put the value in the file, or pass it with a FLYWAY_* variable or a flag",
+                    resolver.trim()
+                ));
+            }
+            match lookup(name) {
+                Some(v) => out.push_str(&v),
+                None => {
+                    return Err(format!(
+                        "{key} reads environment variable {name}, which is not set (Flyway refuses it too); set {name}"
+                    ));
+                }
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// `flyway.toml`: the `[flyway]` table (with `[flyway.placeholders]`), and
-/// `url`, `user` and `password` of `[environments.<name>]`, the environment
-/// being `flyway.environment` (default `default`).
+/// the settings of `[environments.<name>]`, the environment being
+/// `flyway.environment` (default `default`). `${env.NAME}` in a value is
+/// resolved from the process environment (see [`parse_toml_with`]).
 pub fn parse_toml(text: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    parse_toml_with(text, &|name| std::env::var(name).ok())
+}
+
+/// [`parse_toml`] with `lookup` reading the environment: `${env.NAME}` in
+/// a value is `NAME`'s value (an unset one is an error naming the key, as
+/// Flyway refuses it), `$${env.NAME}` is the text `${env.NAME}`, and other
+/// resolvers are refused.
+pub fn parse_toml_with(
+    text: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
     let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError {
         line: e
             .span()
@@ -143,6 +266,21 @@ pub fn parse_toml(text: &str) -> Result<Vec<(String, String)>, ConfigError> {
                 }
             }
         }
+    }
+    let line_of = |key: &str| {
+        let last = key.rsplit('.').next().unwrap_or(key);
+        text.lines()
+            .position(|l| l.trim_start().starts_with(last))
+            .map_or(1, |i| i + 1)
+    };
+    for (key, value) in &mut out {
+        if key.starts_with("environments.") {
+            continue;
+        }
+        *value = resolve_toml_value(key, value, lookup).map_err(|reason| ConfigError {
+            line: line_of(key),
+            reason,
+        })?;
     }
     Ok(out)
 }
@@ -338,6 +476,30 @@ impl FlywayConfig {
                     Ok(v) => c.sql_migration_prefix = Some(v),
                     Err(w) => c.warnings.push(w),
                 },
+                "baselineMigrationPrefix" => match not_empty(key, value) {
+                    Ok(v) => c.baseline_migration_prefix = Some(v),
+                    Err(w) => c.warnings.push(w),
+                },
+                "ignoreMigrationPatterns" => {
+                    let mut ignore = crate::IgnorePending::default();
+                    for pattern in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                        match pattern.to_ascii_lowercase().as_str() {
+                            "*:pending" => {
+                                ignore.versioned = true;
+                                ignore.repeatable = true;
+                            }
+                            "versioned:pending" => ignore.versioned = true,
+                            "repeatable:pending" => ignore.repeatable = true,
+                            // evolve's validate accepts future migrations
+                            // always, as this default of Flyway's does.
+                            "*:future" => {}
+                            _ => c.warnings.push(format!(
+                                "{key}: pattern {pattern} is not supported by evolve (it knows *:pending, versioned:pending, repeatable:pending and *:future); it is ignored"
+                            )),
+                        }
+                    }
+                    c.ignore_pending = Some(ignore);
+                }
                 "repeatableSqlMigrationPrefix" => match not_empty(key, value) {
                     Ok(v) => c.repeatable_sql_migration_prefix = Some(v),
                     Err(w) => c.warnings.push(w),
@@ -392,7 +554,11 @@ impl FlywayConfig {
         if let Some(url) = url {
             match jdbc_to_postgres(&url, user.as_deref(), password.as_deref()) {
                 Ok(u) => c.database_url = Some(u),
-                Err(w) => c.warnings.push(w),
+                Err(JdbcError::NotPostgres) => c.warnings.push(
+                    "flyway.url is not a jdbc:postgresql:// URL; it is ignored, pass --database-url"
+                        .into(),
+                ),
+                Err(JdbcError::Parameter(reason)) => c.database_url_error = Some(reason),
             }
         }
         c
@@ -415,6 +581,9 @@ impl FlywayConfig {
         }
         if let Some(s) = &self.sql_migration_suffixes {
             n.suffixes = s.clone();
+        }
+        if let Some(p) = &self.baseline_migration_prefix {
+            n.baseline_prefix = p.clone();
         }
         n
     }
@@ -447,6 +616,9 @@ impl FlywayConfig {
         if let Some(c) = self.create_schemas {
             opts.create_schemas = c;
         }
+        if let Some(ignore) = self.ignore_pending {
+            opts.ignore_pending = ignore;
+        }
     }
 
     /// Applies baselineOnMigrate (at baselineVersion, default 1, with
@@ -467,24 +639,140 @@ impl FlywayConfig {
     }
 }
 
+/// Why a `flyway.url` cannot be used.
+enum JdbcError {
+    /// Not `jdbc:postgresql://`: ignored with a warning.
+    NotPostgres,
+    /// A parameter evolve cannot honour: the run is refused when it would
+    /// connect with this URL.
+    Parameter(String),
+}
+
 /// `jdbc:postgresql://host:port/db?params` with a user and password as a
-/// `postgres://` URL.
+/// `postgres://` URL. The PostgreSQL JDBC driver's parameters that have a
+/// libpq equivalent are mapped to it (`currentSchema` to the session's
+/// `search_path`, `ApplicationName`, `connectTimeout`/`loginTimeout`,
+/// `ssl` and `sslmode`, `sslrootcert`, `sslcert`, `sslkey`, `options`,
+/// `user`, `password`, `tcpKeepAlive`, `targetServerType` any/primary);
+/// any other is refused rather than dropped, since the connection would
+/// not be the one Flyway opens.
 fn jdbc_to_postgres(
     url: &str,
     user: Option<&str>,
     password: Option<&str>,
-) -> Result<String, String> {
+) -> Result<String, JdbcError> {
     let Some(rest) = url.strip_prefix("jdbc:postgresql://") else {
-        return Err(
-            "flyway.url is not a jdbc:postgresql:// URL; it is ignored, pass --database-url".into(),
-        );
+        return Err(JdbcError::NotPostgres);
     };
     let auth = match (user, password) {
         (Some(u), Some(p)) => format!("{}:{}@", encode(u), encode(p)),
         (Some(u), None) => format!("{}@", encode(u)),
         _ => String::new(),
     };
-    Ok(format!("postgres://{auth}{rest}"))
+    let (base, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let mut params: Vec<(String, String)> = Vec::new();
+    let mut ssl: Option<String> = None;
+    let mut sslmode: Option<String> = None;
+    let mut options: Vec<String> = Vec::new();
+    let refuse = |name: &str, why: &str| {
+        JdbcError::Parameter(format!(
+            "flyway.url has JDBC parameter {name}, {why}; remove it from flyway.url (or pass --database-url)"
+        ))
+    };
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = decode(value);
+        match name {
+            "currentSchema" => {
+                // libpq's options: spaces and backslashes escaped.
+                let path = value.replace('\\', "\\\\").replace(' ', "\\ ");
+                options.push(format!("-c search_path={path}"));
+            }
+            "options" => options.push(value),
+            "ApplicationName" => params.push(("application_name".into(), value)),
+            "connectTimeout" | "loginTimeout" => {
+                params.push(("connect_timeout".into(), value));
+            }
+            "ssl" => ssl = Some(value),
+            "sslmode" => sslmode = Some(value),
+            "sslrootcert" | "sslcert" | "sslkey" | "user" | "password" => {
+                params.push((name.to_string(), value));
+            }
+            "tcpKeepAlive" => match value.as_str() {
+                "true" => params.push(("keepalives".into(), "1".into())),
+                "false" => params.push(("keepalives".into(), "0".into())),
+                _ => return Err(refuse(name, "whose value is not true or false")),
+            },
+            "targetServerType" => match value.as_str() {
+                "any" => params.push(("target_session_attrs".into(), "any".into())),
+                "primary" | "master" => {
+                    params.push(("target_session_attrs".into(), "read-write".into()));
+                }
+                _ => {
+                    return Err(refuse(
+                        name,
+                        "whose value has no libpq equivalent evolve applies (any and primary do)",
+                    ));
+                }
+            },
+            other => {
+                return Err(refuse(
+                    other,
+                    "which has no libpq equivalent evolve applies",
+                ));
+            }
+        }
+    }
+    // pgjdbc: sslmode wins; else ssl=true (or a bare ssl) is verify-full.
+    match (sslmode, ssl) {
+        (Some(mode), _) => params.push(("sslmode".into(), mode)),
+        (None, Some(ssl)) if ssl.is_empty() || ssl.eq_ignore_ascii_case("true") => {
+            params.push(("sslmode".into(), "verify-full".into()));
+        }
+        (None, Some(ssl)) if ssl.eq_ignore_ascii_case("false") => {}
+        (None, Some(_)) => return Err(refuse("ssl", "whose value is not true or false")),
+        (None, None) => {}
+    }
+    if !options.is_empty() {
+        params.push(("options".into(), options.join(" ")));
+    }
+    let mut out = format!("postgres://{auth}{base}");
+    for (i, (k, v)) in params.iter().enumerate() {
+        out.push(if i == 0 { '?' } else { '&' });
+        out.push_str(k);
+        out.push('=');
+        out.push_str(&encode(v));
+    }
+    Ok(out)
+}
+
+/// A JDBC URL parameter's value, percent-decoded (left as it is when it is
+/// not valid percent-encoding).
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(b) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
 }
 
 fn encode(s: &str) -> String {
@@ -666,5 +954,122 @@ mod tests {
         );
         assert_eq!(opts.schemas, ["d", "s"]);
         assert!(opts.naming.is_default());
+    }
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "APP_OWNER" => Some("team-billing".into()),
+            "DB" => Some("shop".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn conf_files_expand_environment_variables_as_flyway() {
+        let (text, warnings) = expand_conf_env(
+            "flyway.url=jdbc:postgresql://h/${DB}\nflyway.placeholders.owner=${APP_OWNER}\nflyway.user=${NO_SUCH}x\nflyway.initSql=SELECT '${flyway:user}', '${not closed'\n",
+            &env,
+        );
+        assert_eq!(
+            text,
+            "flyway.url=jdbc:postgresql://h/shop\nflyway.placeholders.owner=team-billing\nflyway.user=x\nflyway.initSql=SELECT '${flyway:user}', '${not closed'\n"
+        );
+        assert_eq!(
+            warnings,
+            [
+                "line 3: environment variable NO_SUCH is not set, so ${NO_SUCH} reads as empty, as Flyway reads it; set NO_SUCH"
+            ]
+        );
+        let c = FlywayConfig::from_pairs(&parse_conf(&text));
+        assert_eq!(c.database_url.as_deref(), Some("postgres://x@h/shop"));
+        assert_eq!(c.placeholders["owner"], "team-billing");
+    }
+
+    #[test]
+    fn toml_files_resolve_env_as_flyway() {
+        let text = "[environments.default]\nurl = \"jdbc:postgresql://h/${env.DB}\"\n[flyway.placeholders]\nowner = \"${env.APP_OWNER}\"\nkept = \"$${env.APP_OWNER}\"\nverbatim = \"!{${env.X}}\"\nplain = \"${flyway:user}\"\n";
+        let c = FlywayConfig::from_pairs(&parse_toml_with(text, &env).expect("resolves"));
+        assert_eq!(c.database_url.as_deref(), Some("postgres://h/shop"));
+        assert_eq!(c.placeholders["owner"], "team-billing");
+        assert_eq!(c.placeholders["kept"], "${env.APP_OWNER}");
+        assert_eq!(c.placeholders["verbatim"], "${env.X}");
+        assert_eq!(c.placeholders["plain"], "${flyway:user}");
+        let e = parse_toml_with("[flyway.placeholders]\nowner = \"${env.NO_SUCH}\"\n", &env)
+            .expect_err("unset");
+        assert_eq!(e.line, 2);
+        assert_eq!(
+            e.reason,
+            "flyway.placeholders.owner reads environment variable NO_SUCH, which is not set (Flyway refuses it too); set NO_SUCH"
+        );
+        let e = parse_toml_with("[environments.default]\npassword = \"${vault.pw}\"\n", &env)
+            .expect_err("vault");
+        assert!(
+            e.reason
+                .starts_with("flyway.password uses resolver vault, which evolve does not have"),
+            "{}",
+            e.reason
+        );
+    }
+
+    #[test]
+    fn jdbc_parameters_map_to_libpq_or_are_refused() {
+        let c = FlywayConfig::from_pairs(&pairs(&[
+            (
+                "flyway.url",
+                "jdbc:postgresql://h:5432/d?currentSchema=app,public&ApplicationName=my%20app&connectTimeout=7&ssl=true&tcpKeepAlive=false&targetServerType=primary",
+            ),
+            ("flyway.user", "u"),
+        ]));
+        assert_eq!(c.warnings, Vec::<String>::new());
+        assert_eq!(c.database_url_error, None);
+        assert_eq!(
+            c.database_url.as_deref(),
+            Some(
+                "postgres://u@h:5432/d?application_name=my%20app&connect_timeout=7&keepalives=0&target_session_attrs=read-write&sslmode=verify-full&options=-c%20search_path%3Dapp%2Cpublic"
+            )
+        );
+        let c = FlywayConfig::from_pairs(&pairs(&[(
+            "flyway.url",
+            "jdbc:postgresql://h/d?sslmode=require&ssl=true&currentSchema=my%20schema",
+        )]));
+        assert_eq!(
+            c.database_url.as_deref(),
+            Some("postgres://h/d?sslmode=require&options=-c%20search_path%3Dmy%5C%20schema")
+        );
+        let c = FlywayConfig::from_pairs(&pairs(&[(
+            "flyway.url",
+            "jdbc:postgresql://h/d?prepareThreshold=0",
+        )]));
+        assert_eq!(c.database_url, None);
+        assert_eq!(
+            c.database_url_error.as_deref(),
+            Some(
+                "flyway.url has JDBC parameter prepareThreshold, which has no libpq equivalent evolve applies; remove it from flyway.url (or pass --database-url)"
+            )
+        );
+    }
+
+    #[test]
+    fn ignore_migration_patterns_for_pending() {
+        let c = FlywayConfig::from_pairs(&pairs(&[(
+            "flyway.ignoreMigrationPatterns",
+            "*:future, repeatable:pending,*:missing",
+        )]));
+        assert_eq!(
+            c.ignore_pending,
+            Some(crate::IgnorePending {
+                versioned: false,
+                repeatable: true
+            })
+        );
+        assert_eq!(
+            c.warnings,
+            [
+                "flyway.ignoreMigrationPatterns: pattern *:missing is not supported by evolve (it knows *:pending, versioned:pending, repeatable:pending and *:future); it is ignored"
+            ]
+        );
+        let mut opts = crate::Options::new("postgres://h/d", "m");
+        c.configure(&mut opts);
+        assert!(opts.ignore_pending.repeatable && !opts.ignore_pending.versioned);
     }
 }

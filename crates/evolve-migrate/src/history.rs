@@ -24,6 +24,8 @@ use crate::MigrateError;
 /// Flyway's `type` for SQL migrations, versioned and repeatable alike.
 pub const TYPE_SQL: &str = "SQL";
 pub const TYPE_BASELINE: &str = "BASELINE";
+/// Flyway's type of a baseline migration (`B<version>__...`) that ran.
+pub const TYPE_SQL_BASELINE: &str = "SQL_BASELINE";
 /// Written by `repair` for an applied migration whose file was removed.
 pub const TYPE_DELETE: &str = "DELETE";
 /// Flyway records schema creation with this type; it is not a migration.

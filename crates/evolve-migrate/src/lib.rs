@@ -41,10 +41,12 @@ use serde::Serialize;
 pub use callbacks::EVENTS as CALLBACK_EVENTS;
 pub use deps::{Dependent, DependentKind, DepsReport, to_dot, to_mermaid};
 pub use error::MigrateError;
-pub use files::{CallbackFile, MigrationFile, MigrationSet, Symlinks};
-pub use flyway_config::{ConfigError, FlywayConfig, from_env, parse_conf, parse_toml};
+pub use files::{CallbackFile, MigrationFile, MigrationSet, ScriptConfig, Symlinks};
+pub use flyway_config::{
+    ConfigError, FlywayConfig, expand_conf_env, from_env, parse_conf, parse_toml, parse_toml_with,
+};
 pub use history::{BASELINE_DESCRIPTION, History, HistoryRow};
-pub use lock::lock_key;
+pub use lock::{flyway_lock_key, lock_key};
 pub use lockplan::{
     Held, LockPlan, PlannedLock, PlannedRebuild, PlannedStatement, ProbeLock, ProbeResult,
     check_contracts, lock_plan, probe_lock_plan,
@@ -100,7 +102,8 @@ pub struct Options {
     pub lock_wait_limit: Option<Duration>,
     /// Flyway's default schema (`defaultSchema`, else the first of
     /// `schemas`): put first on the search_path of the session that runs
-    /// migrations and callbacks, as Flyway puts it.
+    /// migrations and callbacks, as Flyway puts it. Without it, the schema
+    /// of `history_table` (when it names one) is put first.
     pub default_schema: Option<String>,
     /// Flyway's schemas, the default schema first: `apply` and `baseline`
     /// create the missing ones (unless `create_schemas` is false) and
@@ -109,6 +112,21 @@ pub struct Options {
     pub schemas: Vec<String>,
     /// Flyway's `createSchemas`.
     pub create_schemas: bool,
+    /// Flyway's `ignoreMigrationPatterns` `*:pending`: `validate` accepts
+    /// pending migrations (by default it fails on them, as Flyway's does).
+    pub ignore_pending: IgnorePending,
+    /// Where `database_url` came from (`--database-url`, `flyway.url in
+    /// flyway.conf`, ...), named in a connection error's way out.
+    pub database_url_given: &'static str,
+}
+
+/// Which pending migrations `validate` accepts (Flyway's
+/// `ignoreMigrationPatterns` `versioned:pending`, `repeatable:pending`,
+/// `*:pending`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IgnorePending {
+    pub versioned: bool,
+    pub repeatable: bool,
 }
 
 impl Options {
@@ -133,6 +151,8 @@ impl Options {
             default_schema: None,
             schemas: Vec::new(),
             create_schemas: true,
+            ignore_pending: IgnorePending::default(),
+            database_url_given: "--database-url",
         }
     }
 }
@@ -173,6 +193,15 @@ pub struct ApplyOptions {
     /// Flyway's `validateOnMigrate = false`: apply without refusing edited
     /// or missing applied files (and without the validate callbacks).
     pub skip_validation: bool,
+    /// Flyway's guard: refuse to migrate when the history table does not
+    /// exist yet but the schemas hold objects (Flyway: "Found non-empty
+    /// schema(s) ... but no schema history table"), unless
+    /// `baseline_on_migrate` baselines them. Files written for an empty
+    /// database would otherwise run again over what is there. The binary
+    /// sets it, as Flyway's migrate does; library callers that apply to
+    /// databases they set up themselves (a demo, a rollout's nodes) may
+    /// leave it off.
+    pub require_history_or_empty: bool,
     /// `--pipeline URL`: before each file, the pipeline that ingests this
     /// database moves the interfaces off the columns the file drops,
     /// retypes or renames (see [`coordinate`]).
@@ -487,7 +516,10 @@ pub(crate) async fn open(opts: &Options, application_name: &str) -> Result<Clien
     let mut wait = Duration::from_secs(1);
     let mut attempt: u32 = 1;
     let client = loop {
-        match evolve_pg::connect(&opts.database_url, application_name).await {
+        let connected = evolve_pg::connect(&opts.database_url, application_name)
+            .await
+            .map_err(|e| e.given_by(opts.database_url_given));
+        match connected {
             Ok(client) => break client,
             Err(e @ evolve_pg::PgError::Connect { .. })
                 if attempt <= opts.connect_retries && transient(&e) =>
@@ -665,7 +697,14 @@ async fn session_settings(
             sets.push((row.try_get(0)?, row.try_get(1)?));
         }
     }
-    if let Some(schema) = &opts.default_schema {
+    // Flyway's default schema: `defaultSchema` (or the first of `schemas`),
+    // else the schema `--history-table` names, which is where Flyway,
+    // configured with that table, would keep it and run migrations.
+    if let Some(schema) = opts
+        .default_schema
+        .as_ref()
+        .or(opts.history_table.0.as_ref())
+    {
         let path: String = client
             .query_one("SHOW search_path", &[])
             .await?
@@ -701,6 +740,34 @@ async fn session_settings(
 }
 
 impl Connected {
+    /// Refuses to go on with evolve's default history table when it does
+    /// not exist but Flyway's does in the same schema: the database is
+    /// migrated by Flyway, and evolve would start a second history beside
+    /// it (and run every file again).
+    pub(crate) async fn refuse_beside_flyway(&self, opts: &Options) -> Result<(), MigrateError> {
+        if opts.history_table != (None, DEFAULT_HISTORY_TABLE.to_string())
+            || self.history.exists(&self.client).await?
+        {
+            return Ok(());
+        }
+        let flyway = History::resolve(
+            &self.client,
+            Some(&self.history.table.schema),
+            "flyway_schema_history",
+        )
+        .await?;
+        if flyway.exists(&self.client).await.unwrap_or(false) {
+            return Err(MigrateError::History {
+                table: self.history.table.plain(),
+                reason: format!(
+                    "does not exist, but Flyway's history {} does: this database is migrated by Flyway; pass --history-table flyway_schema_history (or run evolve where its flyway.conf or flyway.toml is) to continue that history",
+                    flyway.table.plain()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The migrations of `opts.dir`, placeholders replaced with the values
     /// of this connection.
     pub(crate) async fn load(&self, opts: &Options) -> Result<MigrationSet, MigrateError> {
@@ -764,6 +831,7 @@ pub async fn refresh_status(database_url: &str) -> Result<Vec<MatviewStatus>, Mi
 /// `evolve migrate status`.
 pub async fn status(opts: &Options) -> Result<StatusReport, MigrateError> {
     let c = connect(opts).await?;
+    c.refuse_beside_flyway(opts).await?;
     let files = c.load(opts).await?;
     callbacks::around(
         &c.client,
@@ -792,10 +860,12 @@ pub async fn status(opts: &Options) -> Result<StatusReport, MigrateError> {
 }
 
 /// `evolve migrate validate`: fails when an applied file was edited or is
-/// missing, a migration failed, or a pending file sorts before an applied
-/// one.
+/// missing, a migration failed or is pending (as Flyway's validate fails;
+/// see [`Options::ignore_pending`]), or a pending file sorts before an
+/// applied one.
 pub async fn validate(opts: &Options) -> Result<ValidateReport, MigrateError> {
     let c = connect(opts).await?;
+    c.refuse_beside_flyway(opts).await?;
     let files = c.load(opts).await?;
     callbacks::around(
         &c.client,
@@ -804,7 +874,7 @@ pub async fn validate(opts: &Options) -> Result<ValidateReport, MigrateError> {
         "beforeValidate",
         "afterValidate",
         "afterValidateError",
-        validate_loaded(&c, &files),
+        validate_loaded(&c, &files, opts),
     )
     .await
 }
@@ -812,6 +882,7 @@ pub async fn validate(opts: &Options) -> Result<ValidateReport, MigrateError> {
 async fn validate_loaded(
     c: &Connected,
     files: &MigrationSet,
+    opts: &Options,
 ) -> Result<ValidateReport, MigrateError> {
     let rows = c.history.rows(&c.client).await?;
     let progress = c.history.progress(&c.client).await?;
@@ -826,11 +897,45 @@ async fn validate_loaded(
         ));
     }
     for m in plan.failed() {
+        let resumable = m.statements_done.is_some() && m.kind != Kind::Repeatable;
+        let way_out = if m.kind == Kind::Repeatable {
+            "run 'evolve migrate apply' to run it again, or run 'evolve migrate repair' to remove the failed row"
+        } else if resumable {
+            "run 'evolve migrate apply' to resume it, or fix it by hand and run 'evolve migrate repair'"
+        } else {
+            "evolve has no record of how far it got, so apply cannot resume it; make sure its effects are complete or undone, then run 'evolve migrate repair' to remove the failed row"
+        };
         problems.push(format!(
-            "migration {} failed{}; run 'evolve migrate apply' to resume it, or fix it by hand and run 'evolve migrate repair'",
+            "migration {} failed{}; {way_out}",
             m.script,
-            m.note.as_deref().map(|n| format!(" ({n})")).unwrap_or_default()
+            m.note
+                .as_deref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
         ));
+    }
+    // Pending migrations fail validation, as in Flyway, unless its
+    // ignoreMigrationPatterns lets them be.
+    let ignore = opts.ignore_pending;
+    for m in &plan.migrations {
+        let ignored = match m.kind {
+            Kind::Repeatable => ignore.repeatable,
+            Kind::Versioned | Kind::Baseline => ignore.versioned,
+        };
+        if ignored {
+            continue;
+        }
+        match m.state {
+            State::Pending => problems.push(format!(
+                "migration {} is pending (not applied yet); run 'evolve migrate apply', or set ignoreMigrationPatterns = *:pending to validate without applying it",
+                m.script
+            )),
+            State::Outdated => problems.push(format!(
+                "repeatable migration {} changed since it last ran; run 'evolve migrate apply' to run it again, or set ignoreMigrationPatterns = *:pending to validate without it",
+                m.script
+            )),
+            _ => {}
+        }
     }
     if !problems.is_empty() {
         return Err(MigrateError::Invalid { problems });
@@ -861,6 +966,7 @@ pub async fn baseline(
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ChangeReport, MigrateError> {
     let c = connect(opts).await?;
+    c.refuse_beside_flyway(opts).await?;
     let files = if opts.dir.is_dir() {
         c.load(opts).await?
     } else {
@@ -897,6 +1003,30 @@ async fn baseline_row(
     description: Option<&str>,
 ) -> Result<ChangeReport, MigrateError> {
     let rows = c.history.rows(&c.client).await?;
+    let description = description.unwrap_or(BASELINE_DESCRIPTION);
+    // Flyway's rule: the same baseline again is done already; another one
+    // is refused.
+    if let Some(row) = rows.iter().find(|r| r.kind == history::TYPE_BASELINE) {
+        let same_version = row
+            .version
+            .as_deref()
+            .and_then(|v| Version::parse(v).ok())
+            .is_some_and(|v| v == *version);
+        if same_version && row.description == description {
+            return Ok(ChangeReport {
+                history_table: c.history.table.plain(),
+                changed: 0,
+            });
+        }
+        return Err(MigrateError::History {
+            table: c.history.table.plain(),
+            reason: format!(
+                "is already baselined at version {} ({:?}), so it cannot be baselined at version {version} ({description:?}); baseline it at that version and description again (nothing to do), or leave it as it is",
+                row.version.as_deref().unwrap_or_default(),
+                row.description
+            ),
+        });
+    }
     if let Some(row) = rows.iter().find(|r| r.kind != history::TYPE_SCHEMA) {
         return Err(MigrateError::History {
             table: c.history.table.plain(),
@@ -906,7 +1036,6 @@ async fn baseline_row(
             ),
         });
     }
-    let description = description.unwrap_or(BASELINE_DESCRIPTION);
     c.client
         .query_one(
             &c.history.insert_sql(),
@@ -937,6 +1066,7 @@ pub async fn repair(
     on_event: &mut dyn FnMut(Event),
 ) -> Result<ChangeReport, MigrateError> {
     let c = connect(opts).await?;
+    c.refuse_beside_flyway(opts).await?;
     let files = c.load(opts).await?;
     let _lock = lock::acquire(opts, &c.history.table, on_event).await?;
     if !c.history.exists(&c.client).await? {
@@ -1022,7 +1152,9 @@ async fn repair_rows(
                 .await?;
                 RepairAction::RealignedChecksum
             }
-            State::MissingFile | State::Future => {
+            // A future migration is left alone, as Flyway's repair leaves it:
+            // the newer files that applied it still hold it.
+            State::MissingFile => {
                 tx.query_one(
                     &history.insert_sql(),
                     &[
@@ -1153,6 +1285,7 @@ fn next_version(files: &MigrationSet, rows: &[HistoryRow]) -> String {
     files
         .versioned
         .keys()
+        .chain(files.baseline.keys())
         .cloned()
         .chain(recorded)
         .max()

@@ -28,7 +28,7 @@ use std::path::PathBuf;
 
 use evolve_core::migration::effects::{self, Action, Effects, LockMode, RelKind, RelName};
 use evolve_core::migration::{Script, StatementKind, line_col, parse_script};
-use evolve_pg::{Client, quote_ident};
+use evolve_pg::{Client, quote_ident, shell_word};
 use serde::Serialize;
 
 use crate::plan::{Plan, StepOptions};
@@ -125,6 +125,9 @@ pub struct PlannedStatement {
     pub(crate) concurrently: bool,
     #[serde(skip)]
     pub(crate) file_index: usize,
+    /// The rows of a `COPY ... FROM STDIN`, which the probe sends.
+    #[serde(skip)]
+    pub(crate) copy_rows: Option<String>,
 }
 
 /// `evolve plan` output.
@@ -189,6 +192,8 @@ struct PlanFile {
     script: String,
     parsed: Script,
     skip: usize,
+    /// Whether `apply` runs it outside a transaction.
+    no_transaction: bool,
 }
 
 /// `evolve plan`: `files` (in that order) or, when empty, the migrations
@@ -249,6 +254,7 @@ async fn plan_on(
                 script: s.file.script.clone(),
                 parsed: s.file.parsed.clone(),
                 skip: s.resume.map(|r| r.statements_done).unwrap_or(0),
+                no_transaction: crate::apply::no_transaction(s.file, false),
             })
             .collect::<Vec<_>>()
     } else {
@@ -264,6 +270,7 @@ async fn plan_on(
             })?;
             out.push(PlanFile {
                 script: path.display().to_string(),
+                no_transaction: crate::apply::script_no_transaction(&parsed, false),
                 parsed,
                 skip: 0,
             });
@@ -303,9 +310,9 @@ async fn plan_on(
                 script: file.script.clone(),
                 line: stmt.line,
                 sql: stmt.text.clone(),
-                no_transaction: file.parsed.directives.no_transaction
-                    || stmt.kind == StatementKind::NonTransactional,
-                file_no_transaction: file.parsed.directives.no_transaction,
+                copy_rows: stmt.copy_data.clone(),
+                no_transaction: file.no_transaction || stmt.kind == StatementKind::NonTransactional,
+                file_no_transaction: file.no_transaction,
                 rebuild_off: file.parsed.directives.rebuild_dependents_off,
                 fx,
             });
@@ -399,6 +406,7 @@ struct Item {
     script: String,
     line: u32,
     sql: String,
+    copy_rows: Option<String>,
     no_transaction: bool,
     file_no_transaction: bool,
     rebuild_off: bool,
@@ -841,6 +849,31 @@ fn plain(key: &Key) -> String {
     format!("{}.{}", key.0, key.1)
 }
 
+/// The table `key` as an argument of a printed command line: written so
+/// that PostgreSQL reads it back as the same table (`public."Orders"`, a
+/// part quoted where it must be; `evolve rewrite` and `evolve change`
+/// resolve it with `to_regclass`), then quoted for the shell, so that a
+/// pasted command neither names another table nor runs what a name holds.
+fn table_arg(key: &Key) -> String {
+    shell_word(&evolve_pg::QualifiedName::new(key.0.clone(), key.1.clone()).shown())
+}
+
+/// A column as an argument of a printed command line: quoted as
+/// PostgreSQL needs it (`evolve change` folds an unquoted one to lower
+/// case), then for the shell.
+fn column_arg(column: &str) -> String {
+    let mut chars = column.chars();
+    let bare = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if bare {
+        shell_word(column)
+    } else {
+        shell_word(&quote_ident(column))
+    }
+}
+
 fn magnitude(seconds: f64) -> &'static str {
     if seconds < 1.0 {
         "under a second"
@@ -909,6 +942,7 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
             rebuild_sql: (Vec::new(), Vec::new()),
             concurrently: item.fx.concurrently,
             file_index: item.file_index,
+            copy_rows: item.copy_rows.clone(),
         };
         // The main table: the first one locked.
         let mut main: Option<(Key, Option<CatalogRel>, Option<String>)> = None;
@@ -1215,18 +1249,22 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                         Ok(note) => st.notes.push(note),
                         Err(reason) => {
                             rewrite_reasons.push(reason);
-                            let t = plain(&sim.key(table));
+                            let t = table_arg(&sim.key(table));
                             if matches!(old.typname.as_str(), "int4" | "int2")
                                 && new.typname == "int8"
                             {
                                 st.advice.push(format!(
-                                    "evolve rewrite {t} --alter 'ALTER COLUMN {} TYPE bigint' copies the table online (shadow table, captured changes, batched copy) and swaps it in a short transaction",
-                                    quote_ident(column)
+                                    "evolve rewrite {t} --alter {} copies the table online (shadow table, captured changes, batched copy) and swaps it in a short transaction",
+                                    shell_word(&format!(
+                                        "ALTER COLUMN {} TYPE bigint",
+                                        quote_ident(column)
+                                    ))
                                 ));
                             } else {
                                 st.advice.push(format!(
-                                    "expand/contract: evolve change change-type {t} {column} '{}' adds a new column kept in step by a trigger, backfills it in batches and switches over, with no long lock",
-                                    effects::one_line(type_text)
+                                    "expand/contract: evolve change change-type {t} {} {} adds a new column kept in step by a trigger, backfills it in batches and switches over, with no long lock",
+                                    column_arg(column),
+                                    shell_word(&effects::one_line(type_text))
                                 ));
                             }
                         }
@@ -1279,9 +1317,10 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                             "no valid CHECK ({column} IS NOT NULL) exists, so every row is read under ACCESS EXCLUSIVE"
                         ));
                         st.advice.push(format!(
-                            "add CHECK ({} IS NOT NULL) NOT VALID, VALIDATE it in a later migration (SHARE UPDATE EXCLUSIVE: reads and writes go on), then SET NOT NULL skips the scan; evolve change set-not-null {} {column} writes these files",
+                            "add CHECK ({} IS NOT NULL) NOT VALID, VALIDATE it in a later migration (SHARE UPDATE EXCLUSIVE: reads and writes go on), then SET NOT NULL skips the scan; evolve change set-not-null {} {} writes these files",
                             quote_ident(column),
-                            plain(&sim.key(table))
+                            table_arg(&sim.key(table)),
+                            column_arg(column)
                         ));
                     }
                 }

@@ -14,7 +14,7 @@
 
 use evolve_core::migration::{
     CALLBACK_EVENTS, CallbackName, MigrationKind, MigrationName, NameError, Version,
-    parse_callback_name, parse_file_name,
+    is_undo_file_name, parse_callback_name, parse_file_name,
 };
 
 /// The longest description Flyway's history table stores.
@@ -29,6 +29,8 @@ pub struct Naming {
     pub versioned_prefix: String,
     /// `repeatableSqlMigrationPrefix` (`R`).
     pub repeatable_prefix: String,
+    /// `baselineMigrationPrefix` (`B`).
+    pub baseline_prefix: String,
     /// `sqlMigrationSeparator` (`__`).
     pub separator: String,
     /// `sqlMigrationSuffixes` (`.sql`), in the order they are tried.
@@ -40,6 +42,7 @@ impl Default for Naming {
         Naming {
             versioned_prefix: "V".into(),
             repeatable_prefix: "R".into(),
+            baseline_prefix: "B".into(),
             separator: "__".into(),
             suffixes: vec![".sql".into()],
         }
@@ -51,6 +54,10 @@ impl Default for Naming {
 pub enum Named {
     Migration(MigrationName),
     Callback(CallbackName),
+    /// One of Flyway's undo migrations (`U<version>__...`), which evolve
+    /// does not run (nor does Flyway Community): the caller warns and goes
+    /// on.
+    Undo,
 }
 
 impl Naming {
@@ -88,6 +95,9 @@ impl Naming {
             if let Some(c) = parse_callback_name(file_name) {
                 return Ok(Some(Named::Callback(c)));
             }
+            if is_undo_file_name(file_name) {
+                return Ok(Some(Named::Undo));
+            }
             return parse_file_name(file_name)
                 .map(|m| m.map(Named::Migration))
                 .map_err(|e| e.to_string());
@@ -102,13 +112,8 @@ impl Naming {
         }) else {
             return Ok(None);
         };
-        let (stem, found) = file_name.split_at(file_name.len() - suffix.len());
-        if found != suffix {
-            return Err(format!(
-                "migration file name {file_name:?} does not end in {suffix:?} in that letter case; rename it to {:?}",
-                format!("{stem}{suffix}")
-            ));
-        }
+        // The suffix in any letter case, as Flyway matches it.
+        let stem = &file_name[..file_name.len() - suffix.len()];
         let chars = file_name.chars().count();
         if chars > MAX_FILE_NAME_CHARS {
             return Err(format!(
@@ -127,7 +132,16 @@ impl Naming {
                 self.versioned_prefix, self.repeatable_prefix
             )
         };
-        let (prefix, kind) = self.prefix_of(stem).ok_or_else(unknown)?;
+        let Some((prefix, kind)) = self.prefix_of(stem) else {
+            let undo = stem.strip_prefix('U').is_some_and(|rest| {
+                Version::parse(rest.split_once(sep).map_or(rest, |(v, _)| v)).is_ok()
+            });
+            return if undo {
+                Ok(Some(Named::Undo))
+            } else {
+                Err(unknown())
+            };
+        };
         let rest = &stem[prefix.len()..];
         let (before, description) = match rest.find(sep) {
             Some(at) => (&rest[..at], Some(&rest[at + sep.len()..])),
@@ -153,13 +167,7 @@ impl Naming {
                 }
                 MigrationKind::Repeatable
             }
-            Prefix::Versioned => {
-                if description.is_none() {
-                    return Err(format!(
-                        "migration file name {file_name:?} has no {sep:?} between version and description; name it like {}1{sep}add_users{suffix}",
-                        self.versioned_prefix
-                    ));
-                }
+            Prefix::Versioned | Prefix::Baseline => {
                 let version = Version::parse(before).map_err(|e| {
                     let problem = match e {
                         NameError::InvalidVersion { problem, .. } => problem.to_string(),
@@ -170,7 +178,11 @@ impl Naming {
                         self.versioned_prefix, self.versioned_prefix
                     )
                 })?;
-                MigrationKind::Versioned(version)
+                if matches!(kind, Prefix::Baseline) {
+                    MigrationKind::Baseline(version)
+                } else {
+                    MigrationKind::Versioned(version)
+                }
             }
         };
         let description = description.unwrap_or_default().replace('_', " ");
@@ -194,6 +206,7 @@ impl Naming {
         let mut prefixes: Vec<(&str, Prefix)> = vec![
             (self.versioned_prefix.as_str(), Prefix::Versioned),
             (self.repeatable_prefix.as_str(), Prefix::Repeatable),
+            (self.baseline_prefix.as_str(), Prefix::Baseline),
         ];
         prefixes.extend(CALLBACK_EVENTS.iter().map(|e| (*e, Prefix::Callback(e))));
         // Stable: ties keep the order above.
@@ -206,6 +219,7 @@ impl Naming {
 enum Prefix {
     Versioned,
     Repeatable,
+    Baseline,
     Callback(&'static str),
 }
 
@@ -217,6 +231,7 @@ mod tests {
         Naming {
             versioned_prefix: "M".into(),
             repeatable_prefix: "Rep".into(),
+            baseline_prefix: "B".into(),
             separator: "-".into(),
             suffixes: vec![".pgsql".into(), ".ddl".into()],
         }
@@ -228,7 +243,9 @@ mod tests {
             Ok(Some(Named::Migration(m))) => match m.kind {
                 MigrationKind::Versioned(v) => format!("V {} {:?}", v.as_str(), m.description),
                 MigrationKind::Repeatable => format!("R {:?}", m.description),
+                MigrationKind::Baseline(v) => format!("B {} {:?}", v.as_str(), m.description),
             },
+            Ok(Some(Named::Undo)) => "undo".to_string(),
             Ok(Some(Named::Callback(c))) => format!("callback {} {:?}", c.event, c.description),
             Err(e) => format!("error: {e}"),
         };
@@ -251,21 +268,17 @@ mod tests {
         check(&n, "V1__old.sql", "skip");
         check(&n, "M1-x.pgsql~", "skip");
         check(&n, ".M1-x.pgsql", "skip");
-        check(
-            &n,
-            "M1-x.PGSQL",
-            "error: migration file name \"M1-x.PGSQL\" does not end in \".pgsql\" in that letter case; rename it to \"M1-x.pgsql\"",
-        );
+        // Suffixes match in any letter case, as in Flyway.
+        check(&n, "M1-x.PGSQL", "V 1 \"x\"");
+        check(&n, "B3-base.pgsql", "B 3 \"base\"");
+        check(&n, "U3-undo.pgsql", "undo");
         check(
             &n,
             "V1-x.pgsql",
             "error: migration file name \"V1-x.pgsql\" does not start with \"M\" (versioned) or \"Rep\" (repeatable), the prefixes the Flyway configuration sets; name it like M1-add_users.pgsql or Rep-refresh_views.pgsql, or move it out of the migrations directory",
         );
-        check(
-            &n,
-            "M1_x.pgsql",
-            "error: migration file name \"M1_x.pgsql\" has no \"-\" between version and description; name it like M1-add_users.pgsql",
-        );
+        // No separator: the rest is the version, the description empty.
+        check(&n, "M1.pgsql", "V 1 \"\"");
         check(
             &n,
             "Rep1-x.pgsql",
@@ -304,6 +317,8 @@ mod tests {
         check(&n, "V1__add_users.sql", "V 1 \"add users\"");
         check(&n, "beforeMigrate.sql", "callback beforeMigrate None");
         check(&n, "README.md", "skip");
-        assert!(n.parse("U1__undo.sql").is_err());
+        check(&n, "U1__undo.sql", "undo");
+        check(&n, "B2__base.sql", "B 2 \"base\"");
+        check(&n, "V1.SQL", "V 1 \"\"");
     }
 }

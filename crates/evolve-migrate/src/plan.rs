@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use crate::files::{MigrationFile, MigrationSet};
 use crate::history::{
-    HistoryRow, Progress, TYPE_BASELINE, TYPE_DELETE, TYPE_SCHEMA, TYPE_SQL, is_java_migration,
+    HistoryRow, Progress, TYPE_BASELINE, TYPE_DELETE, TYPE_SCHEMA, TYPE_SQL, TYPE_SQL_BASELINE,
+    is_java_migration,
 };
 
 /// The state of one migration. Serialized in kebab-case
@@ -28,8 +29,9 @@ pub enum State {
     /// Applied, but the file is gone.
     MissingFile,
     /// Applied, the file is gone and its version is above every file's: a
-    /// newer set of files applied it (Flyway's FUTURE_SUCCESS). Valid;
-    /// `repair` marks it deleted.
+    /// newer set of files applied it (Flyway's FUTURE_SUCCESS). Valid, and
+    /// `repair` leaves it alone, as Flyway's does: the newer files still
+    /// have it, and a row marked deleted would make them run it again.
     Future,
     /// Pending, but sorts before an applied version; `apply` refuses unless
     /// `--out-of-order`.
@@ -41,7 +43,8 @@ pub enum State {
     /// A repeatable migration whose file changed since it last ran; `apply`
     /// runs it again.
     Outdated,
-    /// Removed from the history by `repair` after its file was deleted.
+    /// Marked deleted by `repair` after its file was deleted (a repeatable
+    /// file that comes back is pending again).
     Deleted,
 }
 
@@ -170,11 +173,22 @@ impl<'a> Plan<'a> {
             .iter()
             .filter_map(|(v, rows)| rows.last().map(|r| (v, *r)))
             .collect();
+        // Flyway's baseline migrations: on a database without any versioned
+        // row (a fresh one), the highest `B` file runs instead of the
+        // versioned files up to its version; once it ran (`SQL_BASELINE`),
+        // it marks a baseline as a `BASELINE` row does.
+        let fresh = effective.values().all(|r| r.kind == TYPE_DELETE);
+        let pending_baseline = if fresh {
+            files.baseline.keys().next_back().cloned()
+        } else {
+            None
+        };
         let baseline = effective
             .iter()
-            .filter(|(_, r)| r.kind == TYPE_BASELINE && r.success)
+            .filter(|(_, r)| (r.kind == TYPE_BASELINE || r.kind == TYPE_SQL_BASELINE) && r.success)
             .map(|(v, _)| (*v).clone())
-            .max();
+            .max()
+            .or_else(|| pending_baseline.clone());
         let current_version = effective
             .iter()
             .filter(|(_, r)| r.success && r.kind != TYPE_DELETE)
@@ -182,21 +196,47 @@ impl<'a> Plan<'a> {
             .max();
 
         let mut versions: Vec<&Version> = files.versioned.keys().collect();
+        versions.extend(files.baseline.keys());
         versions.extend(effective.keys().copied());
         versions.sort();
         versions.dedup();
         for v in versions {
             let file = files.versioned.get(v);
+            let bfile = files.baseline.get(v);
             let row = effective.get(v).copied();
-            let mut s = versioned_status(
-                v,
-                file,
-                row,
-                baseline.as_ref(),
-                current_version.as_ref(),
-                files.latest_version(),
-                progress,
-            );
+            let mut s = match (row, bfile) {
+                // The baseline migration that ran, or runs now.
+                (Some(row), _) if row.kind == TYPE_SQL_BASELINE => baseline_migration_status(
+                    v,
+                    bfile,
+                    file,
+                    Some(row),
+                    files.latest_version(),
+                    progress,
+                ),
+                (None, Some(_)) if pending_baseline.as_ref() == Some(v) => {
+                    baseline_migration_status(v, bfile, file, None, None, progress)
+                }
+                // A baseline migration that does not run: the database has
+                // a history (or a higher one runs).
+                (None, Some(b)) if file.is_none() => {
+                    let mut s = from_file(b, State::BelowBaseline, Kind::Baseline);
+                    s.history_type = TYPE_SQL_BASELINE.to_string();
+                    s.note = Some(
+                        "a baseline migration, which runs only on a database without versioned migrations, instead of the files up to its version".into(),
+                    );
+                    s
+                }
+                _ => versioned_status(
+                    v,
+                    file,
+                    row,
+                    baseline.as_ref(),
+                    current_version.as_ref(),
+                    files.latest_version(),
+                    progress,
+                ),
+            };
             if s.state == State::Deleted
                 && let Some(rows) = by_version.get(v)
             {
@@ -292,6 +332,16 @@ impl<'a> Plan<'a> {
         self.migrations.iter().filter(|m| m.state == State::Failed)
     }
 
+    /// The file of a versioned or baseline migration.
+    fn file_of(&self, m: &MigrationStatus) -> Option<&'a MigrationFile> {
+        let v = Version::parse(m.version.as_deref()?).ok()?;
+        if m.kind == Kind::Baseline {
+            self.files.baseline.get(&v)
+        } else {
+            self.files.versioned.get(&v)
+        }
+    }
+
     /// What `apply` runs, in order: resumed failures, pending versioned
     /// files up to the target, then repeatable files that are new or changed.
     pub fn steps(
@@ -303,13 +353,8 @@ impl<'a> Plan<'a> {
         for m in &self.migrations {
             let in_target = |v: &Version| opts.target.as_ref().is_none_or(|t| v <= t);
             match (m.kind, m.state) {
-                (Kind::Versioned, State::Failed) => {
-                    let Some(file) = m
-                        .version
-                        .as_deref()
-                        .and_then(|v| Version::parse(v).ok())
-                        .and_then(|v| self.files.versioned.get(&v))
-                    else {
+                (Kind::Versioned | Kind::Baseline, State::Failed) => {
+                    let Some(file) = self.file_of(m) else {
                         return Err(format!(
                             "migration {} failed on an earlier run and its file is gone; run 'evolve migrate repair' to remove the failed row",
                             m.script
@@ -332,7 +377,7 @@ impl<'a> Plan<'a> {
                         out_of_order: false,
                     });
                 }
-                (Kind::Versioned, State::Pending | State::IgnoredOutOfOrder) => {
+                (Kind::Versioned | Kind::Baseline, State::Pending | State::IgnoredOutOfOrder) => {
                     let Some(v) = m.version.as_deref().and_then(|v| Version::parse(v).ok()) else {
                         continue;
                     };
@@ -342,7 +387,7 @@ impl<'a> Plan<'a> {
                     if m.state == State::IgnoredOutOfOrder && !opts.out_of_order {
                         continue;
                     }
-                    if let Some(file) = self.files.versioned.get(&v) {
+                    if let Some(file) = self.file_of(m) {
                         steps.push(Step {
                             file,
                             resume: None,
@@ -423,7 +468,7 @@ fn from_file(file: &MigrationFile, state: State, kind: Kind) -> MigrationStatus 
         installed_by: None,
         applied_at: None,
         execution_time_ms: None,
-        no_transaction: file.parsed.directives.no_transaction,
+        no_transaction: crate::apply::no_transaction(file, false),
         phase: file.parsed.directives.phase.map(|p| p.as_str().to_string()),
         backfill_job: file.parsed.directives.backfill.clone(),
         statements_done: None,
@@ -497,8 +542,8 @@ fn versioned_status(
                 .map(|p| p.statements_done);
             if let (Some(done), Some(f)) = (s.statements_done, file) {
                 s.note = Some(format!(
-                    "stopped after {done} of {} statements; apply resumes it",
-                    f.parsed.statements.len()
+                    "stopped after {done} of {}; apply resumes it",
+                    crate::apply::count(f.parsed.statements.len(), "statement", "statements")
                 ));
             }
             s
@@ -547,6 +592,66 @@ fn versioned_status(
     }
 }
 
+/// A baseline migration (`B<version>__...`): `bfile` its file, `file` a
+/// versioned file of the same version (which it stands for), `row` its
+/// `SQL_BASELINE` row when it ran (`None`: it runs now, on a fresh
+/// database).
+fn baseline_migration_status(
+    v: &Version,
+    bfile: Option<&MigrationFile>,
+    file: Option<&MigrationFile>,
+    row: Option<&HistoryRow>,
+    latest_file: Option<&Version>,
+    progress: &[Progress],
+) -> MigrationStatus {
+    let mut s = match (bfile, row) {
+        (Some(b), None) => from_file(b, State::Pending, Kind::Baseline),
+        (Some(b), Some(row)) if !row.success => {
+            let mut s = merged(b, row, State::Failed, Kind::Baseline);
+            s.statements_done = progress
+                .iter()
+                .find(|p| p.installed_rank == row.installed_rank)
+                .map(|p| p.statements_done);
+            s
+        }
+        (Some(b), Some(row)) => {
+            let differs = row.checksum != Some(b.checksum);
+            // Flyway's state of a baseline migration that ran: BASELINE.
+            let mut s = merged(
+                b,
+                row,
+                if differs {
+                    State::Edited
+                } else {
+                    State::Baseline
+                },
+                Kind::Baseline,
+            );
+            if differs {
+                s.note = Some(format!(
+                    "checksum {} recorded, {} on disk",
+                    row.checksum
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "none".into()),
+                    b.checksum
+                ));
+            }
+            s
+        }
+        (None, Some(row)) if !row.success => from_row(row, State::Failed, Kind::Baseline),
+        (None, Some(row)) if latest_file.is_some_and(|l| v > l) => {
+            from_row(row, State::Future, Kind::Baseline)
+        }
+        (None, Some(row)) => from_row(row, State::MissingFile, Kind::Baseline),
+        (None, None) => unreachable!("a baseline migration comes from a file or a row"),
+    };
+    s.history_type = TYPE_SQL_BASELINE.to_string();
+    if let (Some(f), None) = (file, &s.note) {
+        s.note = Some(format!("{} is covered by the baseline migration", f.script));
+    }
+    s
+}
+
 fn repeatable_status(
     description: &str,
     file: Option<&MigrationFile>,
@@ -554,6 +659,14 @@ fn repeatable_status(
 ) -> MigrationStatus {
     match (file, row) {
         (Some(file), None) => from_file(file, State::Pending, Kind::Repeatable),
+        // Marked deleted by repair, and the file is back: Flyway runs it
+        // again, whatever its checksum.
+        (Some(file), Some(row)) if row.kind == TYPE_DELETE => {
+            let mut s = from_file(file, State::Pending, Kind::Repeatable);
+            s.note =
+                Some("marked deleted by repair; its file is back, so apply runs it again".into());
+            s
+        }
         (Some(file), Some(row)) if !row.success => {
             merged(file, row, State::Failed, Kind::Repeatable)
         }

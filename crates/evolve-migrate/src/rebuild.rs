@@ -43,6 +43,11 @@ pub struct Captured {
     create_sql: Vec<String>,
     #[serde(skip)]
     qualified: String,
+    /// Its key in `evolve_refresh_log`: `schema.name`, a part quoted where
+    /// it must be ([`evolve_pg::QualifiedName::shown`]), as `evolve
+    /// refresh` keys it.
+    #[serde(skip)]
+    pub(crate) log_name: String,
 }
 
 impl Captured {
@@ -372,6 +377,7 @@ async fn capture(
         drop_sql: format!("DROP {object} {qualified}"),
         create_sql,
         qualified,
+        log_name: evolve_pg::QualifiedName::new(schema, rel).shown(),
     })
 }
 
@@ -454,6 +460,7 @@ async fn capture_other(
         drop_sql: row.try_get(0)?,
         create_sql: row.try_get(1)?,
         qualified: String::new(),
+        log_name: String::new(),
     })
 }
 
@@ -505,7 +512,7 @@ pub async fn estimates(
                 .query_opt(
                     "SELECT duration_ms::int8 FROM evolve_refresh_log
                      WHERE matview = $1 ORDER BY finished_at DESC LIMIT 1",
-                    &[&m.name],
+                    &[&m.log_name],
                 )
                 .await?
                 .map(|r| r.try_get(0))

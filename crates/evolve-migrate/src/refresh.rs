@@ -8,7 +8,10 @@
 //! reading); any other plainly. Each is analysed afterwards.
 //!
 //! PostgreSQL does not record refresh times, so evolve records each refresh
-//! in `evolve_refresh_log` (in the connection's current schema) and
+//! in `evolve_refresh_log` (in the connection's current schema), keyed by
+//! the matview's name as [`QualifiedName::shown`] writes it (`public.daily`,
+//! `"x.y".mv`: a part quoted where it must be, so two matviews never share
+//! a record, and names that need no quotes keep the plain form), and
 //! `--status` reports, per matview, its last refresh and whether something
 //! it reads was refreshed after it started: a monthly view refreshed before
 //! its daily input is stale, which nothing else would tell you.
@@ -138,7 +141,7 @@ fn layered(all: &BTreeMap<u32, Matview>) -> Result<Vec<u32>, MigrateError> {
                 "materialized views read each other in a cycle; refresh them by name".into(),
             ));
         }
-        ready.sort_by_key(|m| m.name.plain());
+        ready.sort_by_key(|m| m.name.shown());
         for m in ready {
             done.insert(m.oid);
             order.push(m.oid);
@@ -170,7 +173,7 @@ async fn ensure_log(client: &Client) -> Result<(), MigrateError> {
 }
 
 /// Runs `refresh_sql` (a `REFRESH MATERIALIZED VIEW`) for the materialized view
-/// `name` (`schema.name`, as `--status` shows it) and records it in the log,
+/// `name` (as `--status` shows it, [`QualifiedName::shown`]) and records it in the log,
 /// as `evolve refresh` does: the rebuild's refreshes after a migration, so
 /// that `--status` knows them too. The refresh's failure is an error; the
 /// record is best effort (a role that may not create the log table still
@@ -257,7 +260,7 @@ pub async fn refresh(
                     "INSERT INTO {LOG_TABLE} VALUES ($1, $2::text::timestamptz, clock_timestamp(), $3, $4)"
                 ),
                 &[
-                    &m.name.plain(),
+                    &m.name.shown(),
                     &started_at,
                     &concurrently,
                     &i32::try_from(duration_ms).unwrap_or(i32::MAX),
@@ -265,7 +268,7 @@ pub async fn refresh(
             )
             .await?;
         let r = Refreshed {
-            name: m.name.plain(),
+            name: m.name.shown(),
             concurrently,
             duration_ms,
         };
@@ -305,12 +308,12 @@ pub async fn status(client: &Client) -> Result<Vec<MatviewStatus>, MigrateError>
     let mut out = Vec::new();
     for oid in layered(&all)? {
         let m = &all[&oid];
-        let name = m.name.plain();
+        let name = m.name.shown();
         let mine = last.get(&name);
         let reads: Vec<String> = m
             .reads
             .iter()
-            .filter_map(|r| all.get(r).map(|x| x.name.plain()))
+            .filter_map(|r| all.get(r).map(|x| x.name.shown()))
             .collect();
         let stale_because: Vec<String> = match mine {
             Some((started, _, _)) => reads

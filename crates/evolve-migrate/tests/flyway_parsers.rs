@@ -68,7 +68,13 @@ proptest! {
         version in "[0-9]{1,3}(\\.[0-9]{1,3})?",
         description in "[a-z_]{0,10}",
     ) {
-        let naming = Naming { versioned_prefix, repeatable_prefix, separator, suffixes };
+        let naming = Naming {
+            versioned_prefix,
+            repeatable_prefix,
+            baseline_prefix: "B".into(),
+            separator,
+            suffixes,
+        };
         let _ = naming.parse(&name);
         let _ = naming.is_candidate(name.as_bytes());
         // The name `migrate new` gives is read back as that version, unless

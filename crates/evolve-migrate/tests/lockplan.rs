@@ -739,3 +739,62 @@ async fn the_probe_copies_the_schema_without_locking_the_real_tables() {
     assert!(rebuilt.contains(&"app.open_orders"), "{rebuilt:?}");
     assert!(retype.probe.as_ref().is_some_and(|p| p.rewrites));
 }
+
+/// The commands the advice prints name tables and columns as PostgreSQL
+/// reads them back (`public."Orders"`, not `public.orders`) and are quoted
+/// for the shell, so a pasted line neither names another table nor runs
+/// what a name holds.
+#[tokio::test]
+async fn advice_commands_quote_names_for_postgresql_and_the_shell() {
+    let setup = r#"
+        CREATE TABLE "Orders" (id int, "Status" text);
+        CREATE TABLE "o$(touch /tmp/x)" (id int, s text);
+        ANALYZE;
+    "#;
+    let file = r#"ALTER TABLE "Orders" ALTER COLUMN id TYPE bigint;
+ALTER TABLE "Orders" ALTER COLUMN "Status" SET NOT NULL;
+ALTER TABLE "o$(touch /tmp/x)" ALTER COLUMN id TYPE bigint;
+ALTER TABLE "o$(touch /tmp/x)" ALTER COLUMN s TYPE int USING length(s);"#;
+    let plan = plan(setup, file, false).await;
+    let advice: Vec<&str> = plan
+        .statements
+        .iter()
+        .flat_map(|s| s.advice.iter().map(String::as_str))
+        .collect();
+    let find = |start: &str| {
+        advice
+            .iter()
+            .copied()
+            .find(|a| a.contains(start))
+            .unwrap_or_else(|| panic!("no advice with {start}: {advice:?}"))
+    };
+    assert!(
+        find(r#"evolve rewrite 'public."Orders"' --alter 'ALTER COLUMN "id" TYPE bigint' copies"#)
+            .starts_with("evolve rewrite")
+    );
+    find(r#"evolve change set-not-null 'public."Orders"' '"Status"' writes these files"#);
+    find(r#"evolve rewrite 'public."o$(touch /tmp/x)"' --alter 'ALTER COLUMN "id" TYPE bigint'"#);
+    find(r#"evolve change change-type 'public."o$(touch /tmp/x)"' s int adds"#);
+}
+
+/// COPY ... FROM STDIN is planned and probed with its rows.
+#[tokio::test]
+async fn copy_from_stdin_is_planned_and_probed() {
+    let plan = plan(
+        SETUP,
+        "COPY t (id, c, txt) FROM STDIN;\n5001\t7\tx\n\\.",
+        false,
+    )
+    .await;
+    let st = plan.statements.last().expect("a statement");
+    assert_eq!(st.sql, "COPY t (id, c, txt) FROM STDIN");
+    let probe = st.probe.as_ref().expect("probed");
+    assert_eq!(probe.error, None);
+    assert!(
+        probe
+            .locks
+            .iter()
+            .any(|l| l.relation == "public.t" && l.mode == RowExclusive),
+        "{probe:?}"
+    );
+}

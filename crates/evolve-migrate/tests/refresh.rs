@@ -119,3 +119,49 @@ async fn status_shows_a_layer_refreshed_before_its_input_as_stale() {
     let status = evolve_migrate::refresh_status(&url).await.expect("status");
     assert!(status.iter().all(|m| m.stale == Some(false)), "{status:?}");
 }
+
+/// Two matviews whose unquoted names would read the same, `"x.y".mv` and
+/// `x."y.mv"`, are refreshed, logged and reported apart: evolve keys them
+/// by the quoted name (names that need no quotes keep the plain form).
+#[tokio::test]
+async fn names_that_read_alike_unquoted_are_kept_apart() {
+    let db = evolve_test::fresh_db("refresh_quoted").await;
+    let client = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
+    client
+        .batch_execute(
+            r#"CREATE SCHEMA "x.y"; CREATE SCHEMA x;
+               CREATE MATERIALIZED VIEW "x.y".mv AS SELECT 1 AS one;
+               CREATE MATERIALIZED VIEW x."y.mv" AS SELECT 2 AS two;
+               CREATE MATERIALIZED VIEW "Plain" AS SELECT 3 AS three;"#,
+        )
+        .await
+        .expect("schema");
+    let done = refresh(&db.url, &[r#""x.y".mv"#]).await;
+    let names: Vec<&str> = done.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, [r#""x.y".mv"#]);
+    let status = evolve_migrate::refresh_status(&db.url)
+        .await
+        .expect("status");
+    let seen: Vec<(String, bool)> = status
+        .iter()
+        .map(|m| (m.name.clone(), m.last_refresh.is_some()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (r#""x.y".mv"#.to_string(), true),
+            (r#"public."Plain""#.to_string(), false),
+            (r#"x."y.mv""#.to_string(), false),
+        ]
+    );
+    let logged: Vec<String> = client
+        .query("SELECT matview FROM evolve_refresh_log", &[])
+        .await
+        .expect("log")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(logged, [r#""x.y".mv"#]);
+}

@@ -533,7 +533,10 @@ impl Config {
         if let Some(file) = config.token_file.take() {
             let file = base.join(file);
             let token = read_token_file(&file).map_err(|problem| PipelineError::Config {
-                message: format!("config file {}: admin_token_file: {problem}", path.display()),
+                message: format!(
+                    "config file {}: admin_token_file: {problem}",
+                    path.display()
+                ),
             })?;
             let first = token.lines().next().unwrap_or_default();
             if let Some(problem) = AdminToken::problem(first) {
@@ -1117,7 +1120,8 @@ mod tests {
         }
         let e = Config::load(&path).unwrap_err();
         assert!(
-            e.primary().contains("can be read by group or others (mode 0644); run chmod 0600"),
+            e.primary()
+                .contains("can be read by group or others (mode 0644); run chmod 0600"),
             "{}",
             e.primary()
         );

@@ -299,9 +299,11 @@ pub enum MigrateVerb {
     },
     /// Apply pending migrations in order.
     Apply {
-        /// Apply versioned migrations up to and including this version.
-        #[arg(long, value_parser = parse_version)]
-        target: Option<Version>,
+        /// Apply versioned migrations up to and including this version
+        /// (one a file or the history has), or `latest` (every one, the
+        /// default).
+        #[arg(long, value_parser = parse_target)]
+        target: Option<Target>,
         /// Print what would run; run nothing.
         #[arg(long)]
         dry_run: bool,
@@ -367,9 +369,10 @@ pub enum MigrateVerb {
         #[command(flatten)]
         retry: RetryArgs,
     },
-    /// Fail if an applied file was edited or is missing, a migration failed,
-    /// a pending file sorts before an applied one, or a file has a version
-    /// that repair marked deleted.
+    /// Fail if an applied file was edited or is missing, a migration failed
+    /// or is pending (as Flyway's validate; ignoreMigrationPatterns =
+    /// *:pending lets pending ones be), a pending file sorts before an
+    /// applied one, or a file has a version that repair marked deleted.
     Validate {
         #[command(flatten)]
         db: DatabaseArgs,
@@ -428,6 +431,30 @@ fn parse_phase(s: &str) -> Result<evolve_core::migration::Phase, String> {
 
 fn parse_version(s: &str) -> Result<Version, String> {
     Version::parse(s).map_err(|e| e.to_string())
+}
+
+/// What `--target` and `flyway.target` name: a version, or `latest`.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Latest,
+    Version(Version),
+}
+
+/// Flyway's targets evolve runs: a version, or `latest`. Flyway's
+/// `current`, `next` and `<version>?` are refused by name.
+fn parse_target(s: &str) -> Result<Target, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("latest") {
+        return Ok(Target::Latest);
+    }
+    if t.eq_ignore_ascii_case("current") || t.eq_ignore_ascii_case("next") || t.ends_with('?') {
+        return Err(format!(
+            "target {t} is one of Flyway's targets evolve does not support (it runs a version or latest); give a version, or latest"
+        ));
+    }
+    Version::parse(t)
+        .map(Target::Version)
+        .map_err(|e| e.to_string())
 }
 
 /// Parses a duration as evolve writes them everywhere (`3s`, `500ms`,
@@ -628,12 +655,14 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
         } => {
             let (opts, flyway) = options(&db, &files, Some(&lock), Some(&retry))?;
             let target = match (target, &flyway.target) {
-                (Some(t), _) => Some(t),
-                (None, Some(t)) if t != "latest" => Some(
-                    Version::parse(t)
-                        .map_err(|e| anyhow::anyhow!("Flyway setting flyway.target: {e}"))?,
-                ),
-                _ => None,
+                (Some(t), _) => t,
+                (None, Some(t)) => parse_target(t)
+                    .map_err(|e| anyhow::anyhow!("Flyway setting flyway.target: {e}"))?,
+                (None, None) => Target::Latest,
+            };
+            let target = match target {
+                Target::Latest => None,
+                Target::Version(v) => Some(v),
             };
             let mut apply_opts = ApplyOptions {
                 target,
@@ -643,6 +672,9 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                 group: group || flyway.group == Some(true),
                 mixed: mixed || flyway.mixed == Some(true),
                 until_phase,
+                // Flyway's migrate refuses schemas with objects but no
+                // history; baseline (or baselineOnMigrate) is the way out.
+                require_history_or_empty: true,
                 backfill: Some(std::sync::Arc::new(crate::change::runner(
                     &opts.database_url,
                     backfill,
@@ -675,7 +707,17 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
         }
         MigrateVerb::Validate { db, files } => {
             let report = evolve_migrate::validate(&options(&db, &files, None, None)?.0).await?;
-            out.validated(&report)
+            if out.format() == Format::Json {
+                return out.validated(&report);
+            }
+            let applied = match report.applied {
+                1 => "1 applied migration matches its file".to_string(),
+                n => format!("{n} applied migrations match their files"),
+            };
+            out.text(&format!(
+                "{}: {applied}; {} pending",
+                report.history_table, report.pending
+            ))
         }
         MigrateVerb::Baseline {
             version,
@@ -725,7 +767,9 @@ fn symlinks(files: &DirArgs) -> evolve_migrate::Symlinks {
 }
 
 /// Flyway's configuration: `file`, else `./flyway.toml` or `./flyway.conf`
-/// when present, then the `FLYWAY_*` variables. Each key evolve does not
+/// when present, then the `FLYWAY_*` variables. Environment variables in
+/// the file are expanded as Flyway expands them (`${NAME}` in a
+/// flyway.conf, `${env.NAME}` in a flyway.toml). Each key evolve does not
 /// apply is named in a warning on stderr.
 fn flyway_settings(file: Option<&std::path::Path>) -> anyhow::Result<evolve_migrate::FlywayConfig> {
     let file = file.map(PathBuf::from).or_else(|| {
@@ -735,6 +779,8 @@ fn flyway_settings(file: Option<&std::path::Path>) -> anyhow::Result<evolve_migr
             .find(|p| p.is_file())
     });
     let mut pairs = Vec::new();
+    let mut warnings = Vec::new();
+    let lookup = |name: &str| std::env::var(name).ok();
     if let Some(path) = &file {
         let text = std::fs::read_to_string(path).with_context(|| {
             format!(
@@ -743,8 +789,10 @@ fn flyway_settings(file: Option<&std::path::Path>) -> anyhow::Result<evolve_migr
             )
         })?;
         let parsed = if path.extension().is_some_and(|e| e == "toml") {
-            evolve_migrate::parse_toml(&text)
+            evolve_migrate::parse_toml_with(&text, &lookup)
         } else {
+            let (text, unset) = evolve_migrate::expand_conf_env(&text, &lookup);
+            warnings.extend(unset);
             Ok(evolve_migrate::parse_conf(&text))
         };
         pairs = parsed.map_err(|e| {
@@ -753,10 +801,23 @@ fn flyway_settings(file: Option<&std::path::Path>) -> anyhow::Result<evolve_migr
     }
     let env = evolve_migrate::from_env(std::env::vars());
     let present = file.is_some() || !env.is_empty();
+    let url_source = if env.iter().any(|(k, _)| k == "flyway.url") {
+        Some("FLYWAY_URL".to_string())
+    } else {
+        file.as_ref()
+            .filter(|_| pairs.iter().any(|(k, _)| k == "flyway.url"))
+            .map(|p| format!("flyway.url in {}", p.display()))
+    };
     pairs.extend(env);
     let mut config = evolve_migrate::FlywayConfig::from_pairs(&pairs);
+    config.url_source = url_source;
     if present && config.history_table.is_none() {
         config.history_table = Some("flyway_schema_history".into());
+    }
+    if let Some(path) = &file {
+        for w in &warnings {
+            eprintln!("warning: Flyway configuration {}: {w}", path.display());
+        }
     }
     for w in &config.warnings {
         eprintln!("warning: Flyway configuration: {w}");
@@ -773,6 +834,16 @@ pub(crate) fn options(
     retry: Option<&RetryArgs>,
 ) -> anyhow::Result<(Options, evolve_migrate::FlywayConfig)> {
     let flyway = flyway_settings(db.flyway_config.as_deref())?;
+    let source = flyway
+        .url_source
+        .clone()
+        .unwrap_or_else(|| "flyway.url".into());
+    if db.database_url.is_none()
+        && let Some(error) = &flyway.database_url_error
+    {
+        bail!("Flyway configuration {source}: {error}");
+    }
+    let from_flyway = db.database_url.is_none() && flyway.database_url.is_some();
     let Some(url) = db
         .database_url
         .clone()
@@ -796,6 +867,10 @@ pub(crate) fn options(
         .or(flyway.dir.clone())
         .unwrap_or_else(|| PathBuf::from("migrations"));
     let mut opts = Options::new(url, dir);
+    if from_flyway {
+        // Named in a connection error's way out; one string per run.
+        opts.database_url_given = Box::leak(source.into_boxed_str());
+    }
     opts.history_table = (schema, name);
     opts.symlinks = symlinks(files);
     let p = &mut opts.placeholders;

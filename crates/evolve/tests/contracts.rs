@@ -209,6 +209,19 @@ async fn consumers_views_matviews_and_subscribers_are_found_and_breaking_files_r
     let migrations = env.dir.join("migrations");
     std::fs::create_dir_all(&migrations).unwrap();
     let db = env.up_db.url.clone();
+    // The upstream holds its tables and no history: adopted at version 0
+    // first, as `apply` (like Flyway) refuses a non-empty schema without
+    // history.
+    let out = support::evolve(&[
+        "migrate",
+        "baseline",
+        "--version",
+        "0",
+        "--database-url",
+        &db,
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
     let refuse = |file: &'static str, sql: &'static str, names: &'static [&'static str]| {
         let (migrations, db, admin) = (migrations.clone(), db.clone(), admin.clone());
         async move {

@@ -1017,8 +1017,21 @@ async fn flyway_conf_init_sql() {
             .await
             .expect("schema");
     }
-    p.conf(&by_evolve.url, &keys);
-    let (_, stderr) = p.evolve_ok(&["migrate", "apply"]);
+    // In a flyway.conf, `${marker}` would be the environment variable
+    // `marker` (Flyway expands `${NAME}` in the file before reading it):
+    // evolve gets initSql from FLYWAY_INIT_SQL here, Flyway's driver from
+    // its properties, neither expanded.
+    p.conf(&by_evolve.url, &keys[1..]);
+    let mut shared = std::fs::read_to_string(p.root.join("shared.conf")).expect("shared");
+    shared.push_str(&format!("{}={}\n", keys[0].0, keys[0].1));
+    std::fs::write(p.root.join("shared.conf"), shared).expect("write shared.conf");
+    let out = evolve_in(
+        &p.root,
+        &[("FLYWAY_INIT_SQL", keys[0].1)],
+        &["migrate", "apply"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("warning"), "{stderr}");
     p.flyway(fw, &by_flyway.url, "migrate");
     let table = "app_data.flyway_schema_history";

@@ -671,7 +671,7 @@ async fn a_state_table_of_another_role_names_the_grant() {
             &format!(
                 "rewrite state table public.evolve_rewrites belongs to role {first}, and role {second} may not read and write it"
             ),
-            &format!("GRANT SELECT, INSERT, UPDATE, DELETE ON public.evolve_rewrites TO"),
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON public.evolve_rewrites TO",
         ],
     );
     c.batch_execute(&format!(

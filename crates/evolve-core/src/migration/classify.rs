@@ -69,6 +69,8 @@ pub(crate) struct Head<'a> {
     count: usize,
     /// The last significant token.
     last: Option<Token<'a>>,
+    /// Whether the words `FROM STDIN` follow each other somewhere.
+    from_stdin: bool,
 }
 
 impl<'a> Head<'a> {
@@ -80,7 +82,16 @@ impl<'a> Head<'a> {
             self.tokens.push(token);
         }
         self.count += 1;
+        if token.is_word("stdin") && self.last.is_some_and(|t| t.is_word("from")) {
+            self.from_stdin = true;
+        }
         self.last = Some(token);
+    }
+
+    /// `COPY ... FROM STDIN ...`: its data follows the statement in the
+    /// script, as psql and Flyway read it.
+    pub(crate) fn is_copy_from_stdin(&self) -> bool {
+        self.from_stdin && self.word(0, "copy")
     }
 
     /// The head of a statement given as text.

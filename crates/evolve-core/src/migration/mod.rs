@@ -6,6 +6,8 @@
 //!   version order ([`parse_file_name`], [`Version`]);
 //! - `R__<description>.sql`: a repeatable migration, applied again whenever its
 //!   checksum changes;
+//! - `B<version>__<description>.sql`: a baseline migration, run on an empty
+//!   database instead of the versioned migrations up to its version;
 //! - `<event>.sql` and `<event>__<description>.sql`: Flyway's SQL callbacks
 //!   ([`parse_callback_name`]), not migrations.
 //!
@@ -74,8 +76,8 @@ pub use alter::{AlterAction, BlockedAlter, blocked_alters};
 pub use checksum::{EncodingError, flyway_checksum};
 pub use lines::line_col;
 pub use name::{
-    CALLBACK_EVENTS, CallbackName, MigrationKind, MigrationName, NameError, parse_callback_name,
-    parse_file_name,
+    CALLBACK_EVENTS, CallbackName, MigrationKind, MigrationName, NameError, is_undo_file_name,
+    parse_callback_name, parse_file_name,
 };
 pub use script::{
     Directives, MAX_NESTING, Phase, Script, ScriptError, Statement, StatementKind, parse_script,

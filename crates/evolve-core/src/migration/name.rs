@@ -19,6 +19,20 @@ pub enum MigrationKind {
     /// `R__<description>.sql`: applied after the versioned migrations, and
     /// again whenever its checksum changes.
     Repeatable,
+    /// `B<version>__<description>.sql`: Flyway's baseline migration, run on
+    /// an empty database instead of the versioned migrations up to its
+    /// version (recorded as `SQL_BASELINE`).
+    Baseline(Version),
+}
+
+impl MigrationKind {
+    /// The version of a versioned or baseline migration.
+    pub fn version(&self) -> Option<&Version> {
+        match self {
+            MigrationKind::Versioned(v) | MigrationKind::Baseline(v) => Some(v),
+            MigrationKind::Repeatable => None,
+        }
+    }
 }
 
 /// A parsed migration file name.
@@ -61,14 +75,6 @@ pub enum NameError {
         /// What is wrong with it.
         problem: &'static str,
     },
-    /// A `V` file without the `__` that ends the version.
-    #[error(
-        "migration file name {file:?} has no \"__\" between version and description; name it like V1__add_users.sql"
-    )]
-    MissingSeparator {
-        /// The file name.
-        file: String,
-    },
     /// An `R` file that does not start with `R__`.
     #[error(
         "repeatable migration file name {file:?} does not start with \"R__\" (repeatable migrations have no version); name it like R__refresh_views.sql"
@@ -77,31 +83,13 @@ pub enum NameError {
         /// The file name.
         file: String,
     },
-    /// A Flyway undo migration (`U<version>__<description>.sql`).
+    /// A `.sql` file whose name starts with none of `V`, `R` and `B`.
     #[error(
-        "migration file {file:?} is an undo migration, and undo migrations are not supported; delete it and write a new versioned migration that reverts the change"
-    )]
-    UndoNotSupported {
-        /// The file name.
-        file: String,
-    },
-    /// A `.sql` file whose name starts with neither `V` nor `R`.
-    #[error(
-        "migration file name {file:?} does not start with V (versioned) or R (repeatable); name it like V1__add_users.sql or R__refresh_views.sql, or move it out of the migrations directory"
+        "migration file name {file:?} does not start with V (versioned), R (repeatable) or B (baseline); name it like V1__add_users.sql or R__refresh_views.sql, or move it out of the migrations directory"
     )]
     UnknownPrefix {
         /// The file name.
         file: String,
-    },
-    /// A file ending in `.SQL`, `.Sql`, ...
-    #[error(
-        "migration file name {file:?} does not end in lower-case \".sql\"; rename it to {renamed:?}"
-    )]
-    SuffixCase {
-        /// The file name.
-        file: String,
-        /// The same name with a lower-case `.sql`.
-        renamed: String,
     },
     /// A description longer than the history table can store.
     #[error(
@@ -142,11 +130,16 @@ fn abbreviate(file: &str) -> String {
 /// that `__` and `.sql` with '_' replaced by ' ' (Flyway's rule), and `script`
 /// is the file name as given. `file_name` is a bare name, not a path.
 ///
+/// `B<version>__<description>.sql` is a baseline migration (Flyway 9+). As
+/// in Flyway, the suffix matches in any letter case (`V2__x.SQL`), and a
+/// versioned name without `__` has an empty description (`V1.sql`).
+///
 /// Returns `Ok(None)` for files that are not migrations at all: names that do
-/// not end in `.sql` (in any letter case) and hidden files (starting with
-/// '.'). Every other `.sql` name must be a valid migration name: an unknown
-/// prefix, a missing `__`, a bad version, a `U` undo file, an upper-case
-/// `.SQL`, a description longer than 200 characters or a name longer than
+/// not end in `.sql` (in any letter case), hidden files (starting with '.'),
+/// callbacks, and Flyway's undo files (`U<version>__...`, see
+/// [`is_undo_file_name`]), which Flyway Community does not run either. Every
+/// other `.sql` name must be a valid migration name: an unknown prefix, a bad
+/// version, a description longer than 200 characters or a name longer than
 /// 1000 characters is an error, so a misnamed migration is never silently
 /// skipped.
 pub fn parse_file_name(file_name: &str) -> Result<Option<MigrationName>, NameError> {
@@ -164,18 +157,13 @@ pub fn parse_file_name(file_name: &str) -> Result<Option<MigrationName>, NameErr
             chars,
         });
     }
-    let (stem, suffix) = file_name.split_at(stem_len);
-    if suffix != SUFFIX {
-        return Err(NameError::SuffixCase {
-            file: file(),
-            renamed: format!("{stem}{SUFFIX}"),
-        });
-    }
+    // The suffix in any letter case, as Flyway matches it (`V1__x.SQL`).
+    let stem = &file_name[..stem_len];
 
-    let (kind, description) = if let Some(rest) = stem.strip_prefix('V') {
-        let Some((version, description)) = rest.split_once(SEPARATOR) else {
-            return Err(NameError::MissingSeparator { file: file() });
-        };
+    // Flyway's rule: the version ends at the first separator; without one
+    // the whole rest is the version and the description is empty (`V1.sql`).
+    let versioned = |rest: &str| {
+        let (version, description) = rest.split_once(SEPARATOR).unwrap_or((rest, ""));
         let version = Version::parse(version).map_err(|e| match e {
             NameError::InvalidVersion { version, problem } => NameError::BadVersion {
                 file: file(),
@@ -184,14 +172,23 @@ pub fn parse_file_name(file_name: &str) -> Result<Option<MigrationName>, NameErr
             },
             other => other,
         })?;
+        Ok::<_, NameError>((version, description.to_owned()))
+    };
+    let (kind, description) = if let Some(rest) = stem.strip_prefix('V') {
+        let (version, description) = versioned(rest)?;
         (MigrationKind::Versioned(version), description)
+    } else if let Some(rest) = stem.strip_prefix('B') {
+        let (version, description) = versioned(rest)?;
+        (MigrationKind::Baseline(version), description)
     } else if let Some(rest) = stem.strip_prefix('R') {
         let Some(description) = rest.strip_prefix(SEPARATOR) else {
             return Err(NameError::RepeatableWithoutSeparator { file: file() });
         };
-        (MigrationKind::Repeatable, description)
-    } else if stem.starts_with('U') {
-        return Err(NameError::UndoNotSupported { file: file() });
+        (MigrationKind::Repeatable, description.to_owned())
+    } else if is_undo_file_name(file_name) {
+        // Flyway Community skips undo files, as files it does not
+        // recognise; the caller says so (see `is_undo_file_name`).
+        return Ok(None);
     } else if callback_event(stem).is_some() {
         return Ok(None);
     } else {
@@ -211,6 +208,21 @@ pub fn parse_file_name(file_name: &str) -> Result<Option<MigrationName>, NameErr
         description,
         script: file(),
     }))
+}
+
+/// Whether `file_name` is one of Flyway's undo migrations,
+/// `U<version>[__<description>].sql`: evolve, like Flyway Community, does
+/// not run them, and callers say that they are skipped (an undo file is
+/// written on purpose, so it is named rather than refused).
+pub fn is_undo_file_name(file_name: &str) -> bool {
+    let Some(stem_len) = sql_stem_len(file_name) else {
+        return false;
+    };
+    let Some(rest) = file_name[..stem_len].strip_prefix('U') else {
+        return false;
+    };
+    let version = rest.split_once(SEPARATOR).map_or(rest, |(v, _)| v);
+    Version::parse(version).is_ok()
 }
 
 /// The events of Flyway's SQL callbacks, as its callback file names spell
@@ -280,7 +292,7 @@ pub struct CallbackName {
 /// Parses a Flyway SQL callback file name (a bare name, not a path);
 /// `None` when the name is not one.
 pub fn parse_callback_name(file_name: &str) -> Option<CallbackName> {
-    let stem = file_name.strip_suffix(SUFFIX)?;
+    let stem = &file_name[..sql_stem_len(file_name)?];
     let event = callback_event(stem)?;
     let description = stem
         .split_once(SEPARATOR)
@@ -393,15 +405,12 @@ mod tests {
         check(
             "V1_add.sql",
             Fails(
-                "migration file name \"V1_add.sql\" has no \"__\" between version and description; name it like V1__add_users.sql",
+                "migration file name \"V1_add.sql\" has an invalid version \"1_add\": it contains something other than digits, '.' and '_'; name it like V1__add_users.sql or V2024_01_01.1__add_users.sql",
             ),
         );
-        check(
-            "V1.sql",
-            Fails(
-                "migration file name \"V1.sql\" has no \"__\" between version and description; name it like V1__add_users.sql",
-            ),
-        );
+        // Flyway's names: no separator, no description.
+        check("V1.sql", V("1", ""));
+        check("V1.2.sql", V("1.2", ""));
         check(
             "V__x.sql",
             Fails(
@@ -426,10 +435,16 @@ mod tests {
                 "migration file name \"V-1__x.sql\" has an invalid version \"-1\": it contains something other than digits, '.' and '_'; name it like V1__add_users.sql or V2024_01_01.1__add_users.sql",
             ),
         );
+        // Undo files are skipped (the caller warns), as Flyway Community
+        // skips them.
+        check("U1__drop_users.sql", Skip);
+        check("U1.sql", Skip);
+        assert!(is_undo_file_name("U1.1__drop_users.sql"));
+        assert!(!is_undo_file_name("Users.sql"));
         check(
-            "U1__drop_users.sql",
+            "Users.sql",
             Fails(
-                "migration file \"U1__drop_users.sql\" is an undo migration, and undo migrations are not supported; delete it and write a new versioned migration that reverts the change",
+                "migration file name \"Users.sql\" does not start with V (versioned), R (repeatable) or B (baseline); name it like V1__add_users.sql or R__refresh_views.sql, or move it out of the migrations directory",
             ),
         );
         check(
@@ -441,21 +456,18 @@ mod tests {
         check(
             "v1__x.sql",
             Fails(
-                "migration file name \"v1__x.sql\" does not start with V (versioned) or R (repeatable); name it like V1__add_users.sql or R__refresh_views.sql, or move it out of the migrations directory",
+                "migration file name \"v1__x.sql\" does not start with V (versioned), R (repeatable) or B (baseline); name it like V1__add_users.sql or R__refresh_views.sql, or move it out of the migrations directory",
             ),
         );
         check(
             "001_init.sql",
             Fails(
-                "migration file name \"001_init.sql\" does not start with V (versioned) or R (repeatable); name it like V1__add_users.sql or R__refresh_views.sql, or move it out of the migrations directory",
+                "migration file name \"001_init.sql\" does not start with V (versioned), R (repeatable) or B (baseline); name it like V1__add_users.sql or R__refresh_views.sql, or move it out of the migrations directory",
             ),
         );
-        check(
-            "V1__x.SQL",
-            Fails(
-                "migration file name \"V1__x.SQL\" does not end in lower-case \".sql\"; rename it to \"V1__x.sql\"",
-            ),
-        );
+        // The suffix in any letter case, as Flyway reads it.
+        check("V1__x.SQL", V("1", "x"));
+        check("R__x.Sql", R("x"));
         check("V1__line\nbreak.sql", V("1", "line\nbreak"));
     }
 
@@ -467,7 +479,7 @@ mod tests {
         check(
             "beforeMigrat.sql",
             Fails(
-                "migration file name \"beforeMigrat.sql\" does not start with V (versioned) or R (repeatable); name it like V1__add_users.sql or R__refresh_views.sql, or move it out of the migrations directory",
+                "migration file name \"beforeMigrat.sql\" does not start with V (versioned), R (repeatable) or B (baseline); name it like V1__add_users.sql or R__refresh_views.sql, or move it out of the migrations directory",
             ),
         );
         assert_eq!(
@@ -484,7 +496,10 @@ mod tests {
                 description: None
             })
         );
-        assert_eq!(parse_callback_name("beforeValidate.SQL"), None);
+        assert_eq!(
+            parse_callback_name("beforeValidate.SQL").map(|c| c.event),
+            Some("beforeValidate")
+        );
         assert_eq!(parse_callback_name("beforevalidate.sql"), None);
         assert_eq!(parse_callback_name("V1__x.sql"), None);
     }

@@ -119,6 +119,10 @@ pub struct Statement {
     pub column: u32,
     /// Whether it controls transactions, must run outside one, or neither.
     pub kind: StatementKind,
+    /// For `COPY ... FROM STDIN`, the rows that follow it in the script (as
+    /// psql and Flyway read them): the lines after the one the statement
+    /// ends on, up to the line `\.`, line terminators included.
+    pub copy_data: Option<String>,
 }
 
 /// How a statement relates to transactions.
@@ -204,6 +208,14 @@ pub enum ScriptError {
         line: u32,
         /// 1-based column (in characters) of its `/*`.
         column: u32,
+    },
+    /// `COPY ... FROM STDIN` whose data never ends.
+    #[error(
+        "the COPY ... FROM STDIN at line {line} has no line \"\\.\" after its data, so the rest of the file would be read as rows; end the data with a line holding only \\."
+    )]
+    UnterminatedCopy {
+        /// 1-based line of the statement.
+        line: u32,
     },
     /// A script larger than the parser can address.
     #[error(
@@ -358,6 +370,9 @@ struct Pending<'a> {
 }
 
 /// Splits `text` at every `;` outside `bodies` and reads the directives.
+/// The data of a `COPY ... FROM STDIN` (the lines after the statement, up
+/// to `\.`) is taken as it is and never lexed: rows are not SQL, and a
+/// quote in one would swallow the rest of the file.
 fn split(text: &str, bodies: &[Range<usize>]) -> Result<Script, ScriptError> {
     let mut directives = Directives::default();
     let mut statements = Vec::new();
@@ -367,61 +382,82 @@ fn split(text: &str, bodies: &[Range<usize>]) -> Result<Script, ScriptError> {
     let mut pending: Option<Pending<'_>> = None;
     let mut seen_statement = false;
     let mut bodies = bodies.iter().peekable();
+    let mut start = 0;
 
-    for token in lex(text) {
-        match token.kind {
-            TokenKind::LineComment => {
-                let Some(name) = directive_name(token.text) else {
-                    continue;
-                };
-                // `-- evolve:ignore[-file] RULE` is for `evolve lint`, anywhere.
-                if name.split_whitespace().next().is_some_and(|w| {
-                    w.eq_ignore_ascii_case("ignore") || w.eq_ignore_ascii_case("ignore-file")
-                }) {
-                    continue;
+    'segments: loop {
+        for token in lex(&text[start..]) {
+            let token = Token {
+                offset: token.offset + start,
+                ..token
+            };
+            match token.kind {
+                TokenKind::LineComment => {
+                    let Some(name) = directive_name(token.text) else {
+                        continue;
+                    };
+                    // `-- evolve:ignore[-file] RULE` is for `evolve lint`, anywhere.
+                    if name.split_whitespace().next().is_some_and(|w| {
+                        w.eq_ignore_ascii_case("ignore") || w.eq_ignore_ascii_case("ignore-file")
+                    }) {
+                        continue;
+                    }
+                    cursor.advance_to(token.offset);
+                    let (line, _) = cursor.position();
+                    let name = name.to_owned();
+                    if seen_statement {
+                        return Err(ScriptError::LateDirective { name, line });
+                    }
+                    match name.as_str() {
+                        NO_TRANSACTION => directives.no_transaction = true,
+                        POPULATE_IN_TRANSACTION => directives.populate_in_transaction = true,
+                        REBUILD_DEPENDENTS_OFF => directives.rebuild_dependents_off = true,
+                        _ => match name.split_once(char::is_whitespace) {
+                            Some((PHASE, value)) if Phase::parse(value).is_some() => {
+                                directives.phase = Phase::parse(value);
+                            }
+                            Some((BACKFILL, job)) if !job.trim().is_empty() => {
+                                directives.backfill = Some(job.trim().to_owned());
+                            }
+                            _ => return Err(ScriptError::UnknownDirective { name, line }),
+                        },
+                    }
                 }
-                cursor.advance_to(token.offset);
-                let (line, _) = cursor.position();
-                let name = name.to_owned();
-                if seen_statement {
-                    return Err(ScriptError::LateDirective { name, line });
+                TokenKind::BlockComment { terminated: false } => {
+                    let (line, column) = line_col(text, token.offset);
+                    return Err(ScriptError::UnterminatedComment { line, column });
                 }
-                match name.as_str() {
-                    NO_TRANSACTION => directives.no_transaction = true,
-                    POPULATE_IN_TRANSACTION => directives.populate_in_transaction = true,
-                    REBUILD_DEPENDENTS_OFF => directives.rebuild_dependents_off = true,
-                    _ => match name.split_once(char::is_whitespace) {
-                        Some((PHASE, value)) if Phase::parse(value).is_some() => {
-                            directives.phase = Phase::parse(value);
-                        }
-                        Some((BACKFILL, job)) if !job.trim().is_empty() => {
-                            directives.backfill = Some(job.trim().to_owned());
-                        }
-                        _ => return Err(ScriptError::UnknownDirective { name, line }),
-                    },
+                _ if token.is_trivia() => {}
+                TokenKind::Semi if !in_body(&mut bodies, token.offset) => {
+                    let Some(done) = pending.take() else {
+                        continue;
+                    };
+                    let copy = done.head.is_copy_from_stdin();
+                    let mut statement = finish(text, done, &mut cursor);
+                    if copy {
+                        let (data, next) =
+                            copy_data(text, token.end()).ok_or(ScriptError::UnterminatedCopy {
+                                line: statement.line,
+                            })?;
+                        statement.copy_data = Some(data.to_owned());
+                        statements.push(statement);
+                        start = next;
+                        continue 'segments;
+                    }
+                    statements.push(statement);
                 }
-            }
-            TokenKind::BlockComment { terminated: false } => {
-                let (line, column) = line_col(text, token.offset);
-                return Err(ScriptError::UnterminatedComment { line, column });
-            }
-            _ if token.is_trivia() => {}
-            TokenKind::Semi if !in_body(&mut bodies, token.offset) => {
-                if let Some(done) = pending.take() {
-                    statements.push(finish(text, done, &mut cursor));
+                _ => {
+                    seen_statement = true;
+                    pending
+                        .get_or_insert_with(|| Pending {
+                            start: token.offset,
+                            end: token.offset,
+                            head: Head::default(),
+                        })
+                        .push(token);
                 }
-            }
-            _ => {
-                seen_statement = true;
-                pending
-                    .get_or_insert_with(|| Pending {
-                        start: token.offset,
-                        end: token.offset,
-                        head: Head::default(),
-                    })
-                    .push(token);
             }
         }
+        break;
     }
     if let Some(done) = pending.take() {
         statements.push(finish(text, done, &mut cursor));
@@ -430,6 +466,23 @@ fn split(text: &str, bodies: &[Range<usize>]) -> Result<Script, ScriptError> {
         directives,
         statements,
     })
+}
+
+/// The data of a `COPY ... FROM STDIN` whose `;` ends at `after`: the lines
+/// after the rest of that line, up to the line `\.` (white space around it
+/// allowed, as Flyway reads it); and where the script goes on after that
+/// line. `None` when no such line comes.
+fn copy_data(text: &str, after: usize) -> Option<(&str, usize)> {
+    let data_start = after + text[after..].find('\n')? + 1;
+    let mut at = data_start;
+    while at < text.len() {
+        let end = text[at..].find('\n').map_or(text.len(), |i| at + i + 1);
+        if text[at..end].trim() == "\\." {
+            return Some((&text[data_start..at], end));
+        }
+        at = end;
+    }
+    None
 }
 
 impl<'a> Pending<'a> {
@@ -461,6 +514,7 @@ fn finish(text: &str, pending: Pending<'_>, cursor: &mut LineCursor<'_>) -> Stat
         line,
         column,
         kind: classify::classify(&pending.head),
+        copy_data: None,
     }
 }
 

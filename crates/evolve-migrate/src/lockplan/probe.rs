@@ -326,7 +326,7 @@ async fn run_rolled_back(
         }
     }
     if error.is_none()
-        && let Err(e) = probe.batch_execute(&st.sql).await
+        && let Err(e) = run_statement(probe, st).await
     {
         error = Some(describe(&e));
     }
@@ -343,18 +343,45 @@ async fn run_rolled_back(
 
 /// The statement for real on the scratch copy, with the rebuild around it.
 async fn apply_committed(probe: &Client, st: &PlannedStatement) -> Result<(), String> {
-    let mut sql = vec!["BEGIN".to_string()];
-    sql.extend(st.rebuild_sql.0.iter().cloned());
-    sql.push(st.sql.clone());
-    sql.extend(st.rebuild_sql.1.iter().cloned());
-    sql.push("COMMIT".into());
-    for s in &sql {
+    let fail = |e: tokio_postgres::Error| async move {
+        let _ = probe.batch_execute("ROLLBACK").await;
+        Err(describe(&e))
+    };
+    let mut before = vec!["BEGIN".to_string()];
+    before.extend(st.rebuild_sql.0.iter().cloned());
+    for s in &before {
         if let Err(e) = probe.batch_execute(s).await {
-            let _ = probe.batch_execute("ROLLBACK").await;
-            return Err(describe(&e));
+            return fail(e).await;
+        }
+    }
+    if let Err(e) = run_statement(probe, st).await {
+        return fail(e).await;
+    }
+    let mut after = st.rebuild_sql.1.clone();
+    after.push("COMMIT".into());
+    for s in &after {
+        if let Err(e) = probe.batch_execute(s).await {
+            return fail(e).await;
         }
     }
     Ok(())
+}
+
+/// Runs the statement itself: `COPY ... FROM STDIN` with its rows through
+/// the COPY protocol (a simple query cannot carry them), anything else as
+/// a simple query.
+async fn run_statement(probe: &Client, st: &PlannedStatement) -> Result<(), tokio_postgres::Error> {
+    let Some(rows) = &st.copy_rows else {
+        return probe.batch_execute(&st.sql).await;
+    };
+    use futures_util::SinkExt;
+    let sink = probe
+        .copy_in::<_, std::io::Cursor<Vec<u8>>>(st.sql.as_str())
+        .await?;
+    futures_util::pin_mut!(sink);
+    sink.send(std::io::Cursor::new(rows.clone().into_bytes()))
+        .await?;
+    sink.finish().await.map(|_| ())
 }
 
 /// A statement that runs outside a transaction: a second session holds
@@ -383,7 +410,7 @@ async fn run_outside(
             blocker.batch_execute("ROLLBACK").await?;
         }
     }
-    let run = probe.batch_execute(&st.sql);
+    let run = run_statement(probe, st);
     tokio::pin!(run);
     let mut seen: Option<Vec<(u32, LockMode)>> = None;
     let mut finished: Option<Result<(), tokio_postgres::Error>> = None;

@@ -41,6 +41,9 @@ fn render(input: &str) -> String {
             "{}:{} {:?} {:?}\n",
             s.line, s.column, s.kind, s.text
         ));
+        if let Some(data) = &s.copy_data {
+            out.push_str(&format!("data {data:?}\n"));
+        }
     }
     out
 }
@@ -506,5 +509,43 @@ fn phase_and_backfill_directives() {
     check(
         "-- evolve:phase later\nselect 1",
         r#"error: unknown directive "-- evolve:phase later" on line 1; the known directives are "-- evolve:no-transaction", "-- evolve:populate-in-transaction", "-- evolve:rebuild-dependents off", "-- evolve:phase expand|backfill|switch|contract" and "-- evolve:backfill NAME""#,
+    );
+}
+
+#[test]
+fn copy_from_stdin_data_is_not_sql() {
+    // The rows run to the line `\.`; a quote or a comment opener in them
+    // is data, and the statements after them are split as ever.
+    check(
+        "create table t(i int, s text);\ncopy t (i, s) from stdin;\n1\tit's\n2\t/* no comment\n\\.\nselect 1;\n",
+        r#"
+        1:1 Other "create table t(i int, s text)"
+        2:1 Other "copy t (i, s) from stdin"
+        data "1\tit's\n2\t/* no comment\n"
+        6:1 Other "select 1"
+        "#,
+    );
+    // Options after STDIN, the rest of the statement's line skipped, CRLF
+    // and white space around the terminator, no rows at all.
+    check(
+        "COPY t FROM STDIN WITH (FORMAT csv); -- rows\r\n1,a\r\n  \\.  \r\nCOPY t FROM STDIN;\n\\.\n",
+        r#"
+        1:1 Other "COPY t FROM STDIN WITH (FORMAT csv)"
+        data "1,a\r\n"
+        4:1 Other "COPY t FROM STDIN"
+        data ""
+        "#,
+    );
+    // Not from STDIN: an ordinary statement.
+    check(
+        "copy t from '/tmp/x';\nselect 2;",
+        r#"
+        1:1 Other "copy t from '/tmp/x'"
+        2:1 Other "select 2"
+        "#,
+    );
+    check(
+        "copy t from stdin;\n1\n2\n",
+        "error: the COPY ... FROM STDIN at line 1 has no line \"\\.\" after its data, so the rest of the file would be read as rows; end the data with a line holding only \\.",
     );
 }

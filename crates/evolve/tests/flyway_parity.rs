@@ -1,0 +1,812 @@
+//! `evolve migrate` beside the real Flyway (13.12.1) where the two once
+//! parted: each case runs both tools on databases of their own (or one
+//! after the other on one), and compares what they wrote and said.
+//! Cases that need no Flyway (environment variables in Flyway's files,
+//! JDBC parameters, messages) check evolve against what Flyway's source
+//! does.
+
+#[path = "../../evolve-migrate/tests/flyway/mod.rs"]
+mod flyway;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::Value;
+use tokio_postgres::Client;
+
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+fn temp_dir(hint: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "evolve-parity-{}-{}-{hint}",
+        std::process::id(),
+        DIRS.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    dir
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(name), text).expect("write");
+}
+
+/// `evolve ARGS` in `cwd` with `env`, no DATABASE_URL inherited.
+fn evolve_in(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_evolve"));
+    cmd.args(args).current_dir(cwd).env_remove("DATABASE_URL");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run evolve")
+}
+
+/// `evolve migrate VERB --dir DIR ARGS` on `url` and flyway_schema_history.
+fn evolve(url: &str, dir: &Path, verb: &str, args: &[&str]) -> Output {
+    let mut full = vec!["migrate", verb];
+    let dir = dir.display().to_string();
+    if verb != "baseline" {
+        full.extend(["--dir", dir.as_str()]);
+    }
+    full.extend(["--history-table", "flyway_schema_history"]);
+    full.extend(args);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_evolve"));
+    cmd.args(&full).env("DATABASE_URL", url);
+    cmd.output().expect("run evolve")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn evolve_ok(url: &str, dir: &Path, verb: &str, args: &[&str]) -> (String, String) {
+    let out = evolve(url, dir, verb, args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "evolve migrate {verb} {args:?} failed:\n{stdout}{stderr}"
+    );
+    (stdout, stderr)
+}
+
+fn evolve_err(url: &str, dir: &Path, verb: &str, args: &[&str]) -> String {
+    let out = evolve(url, dir, verb, args);
+    assert!(
+        !out.status.success(),
+        "evolve migrate {verb} {args:?} succeeded:\n{}",
+        text(&out.stdout)
+    );
+    text(&out.stderr)
+}
+
+async fn connect(url: &str) -> Client {
+    evolve_pg::connect(url, "evolve test")
+        .await
+        .expect("connect")
+}
+
+/// Every column but installed_on and execution_time, in installed order.
+async fn history_of(url: &str, table: &str) -> Vec<Vec<String>> {
+    connect(url)
+        .await
+        .query(
+            &format!(
+                "SELECT installed_rank::text, coalesce(version, '<null>'), description, type, script,
+                        coalesce(checksum::text, '<null>'), installed_by, success::text
+                 FROM {table} h ORDER BY h.installed_rank"
+            ),
+            &[],
+        )
+        .await
+        .expect("read history")
+        .iter()
+        .map(|r| (0..8).map(|i| r.get::<_, String>(i)).collect())
+        .collect()
+}
+
+async fn history(url: &str) -> Vec<Vec<String>> {
+    history_of(url, "flyway_schema_history").await
+}
+
+async fn scalar(url: &str, sql: &str) -> String {
+    connect(url)
+        .await
+        .query_one(&format!("SELECT ({sql})::text"), &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get::<_, Option<String>>(0)
+        .unwrap_or_default()
+}
+
+type Line = (Option<String>, String, String, Option<i64>, String);
+
+/// `evolve migrate status` as (version, description, Flyway's type,
+/// checksum, Flyway's state), sorted.
+fn evolve_status(url: &str, dir: &Path) -> Vec<Line> {
+    let (stdout, _) = evolve_ok(url, dir, "status", &["--format", "json"]);
+    let report: Value = serde_json::from_str(&stdout).expect("status is JSON");
+    let mut lines: Vec<Line> = report["migrations"]
+        .as_array()
+        .expect("migrations")
+        .iter()
+        .map(|m| {
+            let state = match m["state"].as_str().expect("state") {
+                "applied" => "SUCCESS",
+                "pending" => "PENDING",
+                "failed" => "FAILED",
+                "baseline" => "BASELINE",
+                "below-baseline" => "BELOW_BASELINE",
+                "ignored-out-of-order" => "IGNORED",
+                "outdated" => "OUTDATED",
+                "missing-file" => "MISSING_SUCCESS",
+                "future" => "FUTURE_SUCCESS",
+                "deleted" => "DELETED",
+                other => panic!("state {other}"),
+            };
+            (
+                m["version"].as_str().map(str::to_string),
+                m["description"].as_str().expect("description").to_string(),
+                m["history_type"].as_str().expect("type").to_string(),
+                m["checksum"].as_i64(),
+                state.to_string(),
+            )
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// `flyway info` in the same shape, superseded runs and files at the
+/// baseline's version (evolve notes them on the baseline's line) left out.
+fn flyway_info(fw: &flyway::Flyway, url: &str, dir: &Path) -> Vec<Line> {
+    let mut lines: Vec<Line> = fw
+        .ok(url, dir, &[], "info")
+        .rows()
+        .iter()
+        .filter(|r| r["state"] != "SUPERSEDED" && r["state"] != "BASELINE_IGNORED")
+        .map(|r| {
+            (
+                r["version"].as_str().map(str::to_string),
+                r["description"].as_str().expect("description").to_string(),
+                r["type"].as_str().expect("type").to_string(),
+                r["checksum"].as_i64(),
+                r["state"].as_str().expect("state").to_string(),
+            )
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Both tools on a database each, the same files: the same history.
+async fn same_history(
+    fw: &flyway::Flyway,
+    hint: &str,
+    dir: &Path,
+    config: &[(&str, &str)],
+) -> (String, String) {
+    let by_evolve = evolve_test::fresh_db(&format!("ev_{hint}")).await;
+    let by_flyway = evolve_test::fresh_db(&format!("fw_{hint}")).await;
+    fw.ok(&by_flyway.url, dir, config, "migrate");
+    evolve_ok(&by_evolve.url, dir, "apply", &[]);
+    let ev = history(&by_evolve.url).await;
+    assert_eq!(ev, history(&by_flyway.url).await, "histories differ");
+    (by_evolve.url.clone(), by_flyway.url.clone())
+}
+
+/// Flyway's file names (`V1.sql`, a `.SQL` suffix) and an undo file,
+/// which both skip (evolve says so on stderr).
+#[tokio::test]
+async fn names_and_undo_files() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("names");
+    write(&dir, "V1.sql", "CREATE TABLE a (i int);\n");
+    write(&dir, "V2__B.SQL", "CREATE TABLE b (i int);\n");
+    write(&dir, "U2__b.sql", "DROP TABLE b;\n");
+    let (ev, _) = same_history(fw, "names", &dir, &[]).await;
+    assert_eq!(history(&ev).await.len(), 2);
+    assert_eq!(flyway_info(fw, &ev, &dir), evolve_status(&ev, &dir));
+    write(&dir, "V3__c.sql", "CREATE TABLE c (i int);\n");
+    let (_, stderr) = evolve_ok(&ev, &dir, "apply", &[]);
+    assert!(
+        stderr.contains("migration U2__b.sql is an undo migration, which evolve does not run (nor does Flyway Community); it is skipped"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file of `CREATE INDEX CONCURRENTLY` only runs outside a transaction
+/// in both (mixed = false); `COPY ... FROM STDIN` loads its rows in both;
+/// a script configuration file's `executeInTransaction=false` lets a new
+/// enum value be used in the same file in both.
+#[tokio::test]
+async fn concurrent_indexes_copy_and_script_configuration() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("statements");
+    write(
+        &dir,
+        "V1__a.sql",
+        "CREATE TABLE a (i int, s text);\nCREATE TYPE mood AS ENUM ('a');\n",
+    );
+    write(
+        &dir,
+        "V2__idx.sql",
+        "CREATE INDEX CONCURRENTLY a_i ON a (i);\n",
+    );
+    write(
+        &dir,
+        "V3__copy.sql",
+        "COPY a (i, s) FROM STDIN;\n1\tit's\n2\tb\n\\.\nINSERT INTO a VALUES (3, 'c');\n",
+    );
+    write(
+        &dir,
+        "V4__add.sql",
+        "ALTER TYPE mood ADD VALUE 'b';\nCREATE TABLE m (x mood DEFAULT 'b');\n",
+    );
+    write(&dir, "V4__add.sql.conf", "executeInTransaction=false\n");
+    // Flyway's transactional lock would make its own CREATE INDEX
+    // CONCURRENTLY wait for ever.
+    let lock = [("flyway.postgresql.transactional.lock", "false")];
+    let (ev, fwu) = same_history(fw, "statements", &dir, &lock).await;
+    for url in [&ev, &fwu] {
+        assert_eq!(
+            scalar(url, "SELECT string_agg(s, ',' ORDER BY i) FROM a").await,
+            "it's,b,c"
+        );
+        assert_eq!(
+            scalar(
+                url,
+                "SELECT count(*) FROM pg_indexes WHERE indexname = 'a_i'"
+            )
+            .await,
+            "1"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Baseline migrations: on an empty database both run the `B` file
+/// instead of the versioned files up to its version, record it as
+/// `SQL_BASELINE`, agree on every state, and continue each other.
+#[tokio::test]
+async fn baseline_migrations() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("bfiles");
+    write(&dir, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    write(&dir, "V2__b.sql", "CREATE TABLE b (i int);\n");
+    write(
+        &dir,
+        "B2__base.sql",
+        "CREATE TABLE a (i int);\nCREATE TABLE b (i int);\n",
+    );
+    write(&dir, "V3__c.sql", "CREATE TABLE c (i int);\n");
+    let (ev, fwu) = same_history(fw, "bfiles", &dir, &[]).await;
+    let types: Vec<String> = history(&ev).await.iter().map(|r| r[3].clone()).collect();
+    assert_eq!(types, ["SQL_BASELINE", "SQL"]);
+    write(&dir, "V4__d.sql", "CREATE TABLE d (i int);\n");
+    evolve_ok(&fwu, &dir, "apply", &[]);
+    fw.ok(&ev, &dir, &[], "migrate");
+    assert_eq!(history(&ev).await, history(&fwu).await);
+    for url in [&ev, &fwu] {
+        fw.ok(url, &dir, &[], "validate");
+        evolve_ok(url, &dir, "validate", &[]);
+        assert_eq!(flyway_info(fw, url, &dir), evolve_status(url, &dir));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A repeatable migration marked deleted by repair runs again when its
+/// file comes back (Flyway's info says PENDING, so does evolve's status).
+#[tokio::test]
+async fn a_deleted_repeatable_that_comes_back_is_pending_in_both() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("rdeleted");
+    write(
+        &dir,
+        "R__v.sql",
+        "CREATE OR REPLACE VIEW rv AS SELECT 1 AS x;\n",
+    );
+    let db = evolve_test::fresh_db("ev_rdeleted").await;
+    evolve_ok(&db.url, &dir, "apply", &[]);
+    std::fs::remove_file(dir.join("R__v.sql")).expect("rm");
+    evolve_ok(&db.url, &dir, "repair", &[]);
+    connect(&db.url)
+        .await
+        .batch_execute("DROP VIEW rv")
+        .await
+        .expect("drop");
+    write(
+        &dir,
+        "R__v.sql",
+        "CREATE OR REPLACE VIEW rv AS SELECT 1 AS x;\n",
+    );
+    // Flyway lists the history's rows too (the run it deleted, the DELETE
+    // row); evolve one line per repeatable, its state now.
+    let pending: Vec<Line> = flyway_info(fw, &db.url, &dir)
+        .into_iter()
+        .filter(|l| l.4 == "PENDING")
+        .collect();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending, evolve_status(&db.url, &dir));
+    evolve_ok(&db.url, &dir, "apply", &[]);
+    assert_eq!(scalar(&db.url, "SELECT to_regclass('rv')").await, "rv");
+    fw.ok(&db.url, &dir, &[], "validate");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// repair leaves a future migration alone in both: the newer files run
+/// nothing again afterwards.
+#[tokio::test]
+async fn repair_of_a_future_migration_writes_nothing_in_either() {
+    let Some(fw) = flyway::flyway() else { return };
+    let new = temp_dir("future_new");
+    let old = temp_dir("future_old");
+    write(&new, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    write(&new, "V2__b.sql", "CREATE TABLE b (i int);\n");
+    write(&old, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    let (ev, fwu) = same_history(fw, "future", &new, &[]).await;
+    evolve_ok(&ev, &old, "repair", &[]);
+    fw.ok(&fwu, &old, &[], "repair");
+    assert_eq!(history(&ev).await, history(&fwu).await);
+    assert_eq!(history(&ev).await.len(), 2);
+    fw.ok(&ev, &new, &[], "migrate");
+    evolve_ok(&fwu, &new, "validate", &[]);
+    assert_eq!(history(&ev).await.len(), 2);
+    let _ = std::fs::remove_dir_all(&new);
+    let _ = std::fs::remove_dir_all(&old);
+}
+
+/// A schema that holds objects but no history: Flyway refuses to migrate
+/// it, and so does evolve, with baseline as the way out; a database
+/// Flyway migrated is not migrated again into evolve's default table.
+#[tokio::test]
+async fn a_non_empty_schema_without_history() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("nonempty");
+    write(
+        &dir,
+        "V1__a.sql",
+        "CREATE TABLE IF NOT EXISTS a (i int);\nINSERT INTO a VALUES (1);\n",
+    );
+    let by_evolve = evolve_test::fresh_db("ev_nonempty").await;
+    let by_flyway = evolve_test::fresh_db("fw_nonempty").await;
+    for db in [&by_evolve, &by_flyway] {
+        connect(&db.url)
+            .await
+            .batch_execute("CREATE TABLE legacy (i int)")
+            .await
+            .expect("legacy");
+    }
+    let outcome = fw.run(&by_flyway.url, &dir, &[], &["migrate"]).remove(0);
+    assert!(
+        !outcome.ok()
+            && outcome
+                .error()
+                .contains("Found non-empty schema(s) \"public\" but no schema history table"),
+        "{outcome:?}"
+    );
+    let stderr = evolve_err(&by_evolve.url, &dir, "apply", &[]);
+    assert!(
+        stderr.starts_with("error: history table public.flyway_schema_history: does not exist, but schema public already holds tables, views, types or functions")
+            && stderr.contains("'evolve migrate baseline --version V'"),
+        "{stderr}"
+    );
+    assert!(evolve_err(&by_evolve.url, &dir, "apply", &["--dry-run"]).contains("already holds"));
+    // The way out, in both: baseline at 0, then every file runs.
+    evolve_ok(&by_evolve.url, &dir, "baseline", &["--version", "0"]);
+    evolve_ok(&by_evolve.url, &dir, "apply", &[]);
+    let zero = [("flyway.baselineVersion", "0")];
+    fw.ok(&by_flyway.url, &dir, &zero, "baseline");
+    fw.ok(&by_flyway.url, &dir, &zero, "migrate");
+    assert_eq!(history(&by_evolve.url).await, history(&by_flyway.url).await);
+
+    // evolve without --history-table on the database Flyway migrated.
+    let out = Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args(["migrate", "apply", "--dir"])
+        .arg(&dir)
+        .env("DATABASE_URL", &by_flyway.url)
+        .output()
+        .expect("run evolve");
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr),
+        "error: history table public.evolve_schema_history: does not exist, but Flyway's history public.flyway_schema_history does: this database is migrated by Flyway; pass --history-table flyway_schema_history (or run evolve where its flyway.conf or flyway.toml is) to continue that history\n"
+    );
+    assert_eq!(scalar(&by_flyway.url, "SELECT count(*) FROM a").await, "1");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--history-table app.flyway_schema_history` makes `app` the default
+/// schema, first on the search_path, as Flyway's `schemas = app` does.
+#[tokio::test]
+async fn the_history_tables_schema_is_the_default_schema() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("defschema");
+    write(&dir, "V1__t1.sql", "CREATE TABLE t1 (i int);\n");
+    let db = evolve_test::fresh_db("ev_defschema").await;
+    fw.ok(&db.url, &dir, &[("flyway.schemas", "app")], "migrate");
+    write(
+        &dir,
+        "V2__t2.sql",
+        "CREATE TABLE t2 (i int);\nCOMMENT ON TABLE t2 IS '${flyway:defaultSchema}';\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args([
+            "migrate",
+            "apply",
+            "--history-table",
+            "app.flyway_schema_history",
+            "--dir",
+        ])
+        .arg(&dir)
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .expect("run evolve");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        scalar(&db.url, "SELECT obj_description('app.t2'::regclass)").await,
+        "app"
+    );
+    assert_eq!(scalar(&db.url, "SELECT to_regclass('public.t2')").await, "");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Targets: one no migration has is refused by both; `latest` is every
+/// one.
+#[tokio::test]
+async fn targets() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("targets");
+    for n in 1..=3 {
+        write(
+            &dir,
+            &format!("V{n}__t{n}.sql"),
+            &format!("CREATE TABLE t{n} (i int);\n"),
+        );
+    }
+    let db = evolve_test::fresh_db("ev_targets").await;
+    let outcome = fw
+        .run(&db.url, &dir, &[("flyway.target", "2.5")], &["migrate"])
+        .remove(0);
+    assert!(
+        outcome
+            .error()
+            .starts_with("No migration with a target version 2.5 could be found"),
+        "{outcome:?}"
+    );
+    let stderr = evolve_err(&db.url, &dir, "apply", &["--target", "2.5"]);
+    assert_eq!(
+        stderr,
+        "error: no migration has target version 2.5 (no file, no history row), as Flyway requires of a target; give --target (or flyway.target) the version of a migration, or latest\n"
+    );
+    let stderr = evolve_err(&db.url, &dir, "apply", &["--target", "next"]);
+    assert!(
+        stderr.contains("target next is one of Flyway's targets evolve does not support"),
+        "{stderr}"
+    );
+    evolve_ok(&db.url, &dir, "apply", &["--target", "latest"]);
+    assert_eq!(history(&db.url).await.len(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// validate fails on a pending migration in both, unless
+/// ignoreMigrationPatterns has `*:pending`; a second baseline at the same
+/// version does nothing in both.
+#[tokio::test]
+async fn validate_of_pending_migrations_and_a_second_baseline() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("validate");
+    write(&dir, "V1__a.sql", "SELECT 1;\n");
+    let db = evolve_test::fresh_db("ev_validate").await;
+    evolve_ok(&db.url, &dir, "apply", &[]);
+    let (stdout, _) = evolve_ok(&db.url, &dir, "validate", &[]);
+    assert_eq!(
+        stdout,
+        "public.flyway_schema_history: 1 applied migration matches its file; 0 pending\n"
+    );
+    write(&dir, "V2__b.sql", "SELECT 2;\n");
+    assert!(!fw.run(&db.url, &dir, &[], &["validate"])[0].ok());
+    let stderr = evolve_err(&db.url, &dir, "validate", &[]);
+    assert!(
+        stderr.starts_with("error: migration V2__b.sql is pending (not applied yet)"),
+        "{stderr}"
+    );
+    fw.ok(
+        &db.url,
+        &dir,
+        &[("flyway.ignoreMigrationPatterns", "*:pending")],
+        "validate",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args([
+            "migrate",
+            "validate",
+            "--history-table",
+            "flyway_schema_history",
+            "--dir",
+        ])
+        .arg(&dir)
+        .env("DATABASE_URL", &db.url)
+        .env("FLYWAY_IGNORE_MIGRATION_PATTERNS", "*:pending")
+        .output()
+        .expect("run evolve");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let by_evolve = evolve_test::fresh_db("ev_baseline2").await;
+    let by_flyway = evolve_test::fresh_db("fw_baseline2").await;
+    fw.run(&by_flyway.url, &dir, &[], &["baseline", "baseline"])
+        .iter()
+        .for_each(|o| {
+            o.expect_ok("baseline");
+        });
+    evolve_ok(&by_evolve.url, &dir, "baseline", &[]);
+    evolve_ok(&by_evolve.url, &dir, "baseline", &[]);
+    assert_eq!(history(&by_evolve.url).await, history(&by_flyway.url).await);
+    let stderr = evolve_err(&by_evolve.url, &dir, "baseline", &["--version", "2"]);
+    assert!(
+        stderr.contains("is already baselined at version 1"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A Flyway run in progress holds its advisory lock on the history table;
+/// evolve takes the same key, so it waits (or, with --no-wait, stops).
+#[tokio::test]
+async fn flyway_and_evolve_exclude_each_other() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("lock");
+    write(
+        &dir,
+        "V1__slow.sql",
+        "CREATE TABLE a (i int);\nSELECT pg_sleep(4);\n",
+    );
+    let db = evolve_test::fresh_db("ev_lock").await;
+    let (url, d) = (db.url.clone(), dir.clone());
+    let flyway = std::thread::spawn(move || fw.ok(&url, &d, &[], "migrate"));
+    let key = evolve_migrate::flyway_lock_key(&evolve_pg::QualifiedName::new(
+        "public",
+        "flyway_schema_history",
+    ));
+    let started = std::time::Instant::now();
+    loop {
+        let held = scalar(
+            &db.url,
+            &format!(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = {} AND objid = {}",
+                key >> 32,
+                key & 0xffff_ffff
+            ),
+        )
+        .await;
+        if held == "1" {
+            break;
+        }
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "Flyway never took its lock"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let stderr = evolve_err(&db.url, &dir, "apply", &["--no-wait"]);
+    assert!(
+        stderr.starts_with(
+            "error: another migration run holds the migration lock on public.flyway_schema_history"
+        ),
+        "{stderr}"
+    );
+    flyway.join().expect("flyway");
+    let (stdout, _) = evolve_ok(&db.url, &dir, "apply", &[]);
+    assert!(
+        stdout.contains("schema is up to date at version 1"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A failed row Flyway left, without evolve's progress record: validate
+/// says the real way out; under --group nothing is said applied when the
+/// group fails.
+#[tokio::test]
+async fn messages_after_failures() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("failed");
+    write(&dir, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    write(
+        &dir,
+        "V2__idx.sql",
+        "CREATE INDEX CONCURRENTLY a1 ON a (i);\nCREATE INDEX CONCURRENTLY a2 ON a (nosuch);\n",
+    );
+    let db = evolve_test::fresh_db("ev_failed").await;
+    let outcome = fw
+        .run(
+            &db.url,
+            &dir,
+            &[("flyway.postgresql.transactional.lock", "false")],
+            &["migrate"],
+        )
+        .remove(0);
+    assert!(!outcome.ok());
+    let stderr = evolve_err(&db.url, &dir, "validate", &[]);
+    assert_eq!(
+        stderr,
+        "error: migration V2__idx.sql failed; evolve has no record of how far it got, so apply cannot resume it; make sure its effects are complete or undone, then run 'evolve migrate repair' to remove the failed row\n"
+    );
+
+    let group = temp_dir("group");
+    write(&group, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    write(&group, "V2__b.sql", "INSERT INTO nosuch VALUES (1);\n");
+    let db = evolve_test::fresh_db("ev_group").await;
+    let out = evolve(&db.url, &group, "apply", &["--group"]);
+    assert!(!out.status.success());
+    assert!(
+        !text(&out.stdout).contains("applied V1"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stderr).contains("none of the pending migrations was applied"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&group);
+}
+
+/// A Flyway project: `flyway.conf` (or `flyway.toml`) beside `sql`.
+fn project(hint: &str) -> (PathBuf, PathBuf) {
+    let root = temp_dir(hint);
+    let sql = root.join("sql");
+    std::fs::create_dir_all(&sql).expect("mkdir");
+    (root, sql)
+}
+
+/// Environment variables in Flyway's files, as Flyway reads them:
+/// `${NAME}` in a flyway.conf (an unset one reads as empty, said in a
+/// warning), `${env.NAME}` in a flyway.toml (an unset one is an error).
+#[tokio::test]
+async fn environment_variables_in_flyway_conf_and_toml() {
+    let db = evolve_test::fresh_db("ev_conf_env").await;
+    let (root, sql) = project("conf_env");
+    write(
+        &sql,
+        "V1__t.sql",
+        "CREATE TABLE t (i int);\nCOMMENT ON TABLE t IS '${owner}';\n",
+    );
+    let jdbc = flyway::jdbc(&db.url);
+    let (hostport, dbname) = jdbc[0]
+        .1
+        .strip_prefix("jdbc:postgresql://")
+        .and_then(|r| r.split_once('/'))
+        .expect("jdbc url");
+    let user = jdbc[1].1.as_str();
+    write(
+        &root,
+        "flyway.conf",
+        &format!(
+            "flyway.url=jdbc:postgresql://${{EV_HOSTPORT}}/${{EV_DB}}\nflyway.user=${{EV_USER}}\nflyway.locations=filesystem:{}\nflyway.placeholders.owner=${{APP_OWNER}}\nflyway.placeholders.other=${{EV_UNSET_VARIABLE}}x\n",
+            sql.display()
+        ),
+    );
+    let env = [
+        ("EV_HOSTPORT", hostport),
+        ("EV_DB", dbname),
+        ("EV_USER", user),
+        ("APP_OWNER", "team-billing"),
+    ];
+    let out = evolve_in(&root, &env, &["migrate", "apply"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: Flyway configuration flyway.conf: line 5: environment variable EV_UNSET_VARIABLE is not set, so ${EV_UNSET_VARIABLE} reads as empty, as Flyway reads it; set EV_UNSET_VARIABLE"),
+        "{stderr}"
+    );
+    assert_eq!(
+        scalar(&db.url, "SELECT obj_description('t'::regclass)").await,
+        "team-billing"
+    );
+
+    std::fs::remove_file(root.join("flyway.conf")).expect("rm");
+    write(
+        &root,
+        "flyway.toml",
+        &format!(
+            "[environments.default]\nurl = \"jdbc:postgresql://${{env.EV_HOSTPORT}}/${{env.EV_DB}}\"\nuser = \"${{env.EV_USER}}\"\n\n[flyway]\nlocations = [\"filesystem:{}\"]\n\n[flyway.placeholders]\nowner = \"${{env.APP_OWNER}}\"\n",
+            sql.display()
+        ),
+    );
+    write(
+        &sql,
+        "V2__t2.sql",
+        "CREATE TABLE t2 (i int);\nCOMMENT ON TABLE t2 IS '${owner}';\n",
+    );
+    let ops = [env[0], env[1], env[2], ("APP_OWNER", "team-ops")];
+    let out = evolve_in(&root, &ops, &["migrate", "apply"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        scalar(&db.url, "SELECT obj_description('t2'::regclass)").await,
+        "team-ops"
+    );
+    let out = evolve_in(&root, &env[..3], &["migrate", "status"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr),
+        "error: Flyway configuration flyway.toml: line 9: flyway.placeholders.owner reads environment variable APP_OWNER, which is not set (Flyway refuses it too); set APP_OWNER; fix the file\n"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// flyway.url's JDBC parameters: those with a libpq equivalent apply
+/// (`currentSchema` places the history and the tables as in Flyway), any
+/// other is refused naming the file and the key, and a connection that
+/// fails names the file as where to look.
+#[tokio::test]
+async fn jdbc_parameters_of_flyway_url() {
+    let Some(fw) = flyway::flyway() else { return };
+    let by_evolve = evolve_test::fresh_db("ev_jdbc").await;
+    let by_flyway = evolve_test::fresh_db("fw_jdbc").await;
+    for db in [&by_evolve, &by_flyway] {
+        connect(&db.url)
+            .await
+            .batch_execute("CREATE SCHEMA app")
+            .await
+            .expect("schema");
+    }
+    let (root, sql) = project("jdbc");
+    write(&sql, "V1__t.sql", "CREATE TABLE t (i int);\n");
+    let url_of = |url: &str| {
+        format!(
+            "{}?currentSchema=app&ApplicationName=evolve-test&connectTimeout=5",
+            flyway::jdbc(url)[0].1
+        )
+    };
+    let conf = |url: &str| {
+        format!(
+            "flyway.url={url}\nflyway.user={}\nflyway.locations=filesystem:{}\n",
+            flyway::jdbc(&by_evolve.url)[1].1,
+            sql.display()
+        )
+    };
+    write(&root, "flyway.conf", &conf(&url_of(&by_evolve.url)));
+    let out = evolve_in(&root, &[], &["migrate", "apply"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    fw.ok(
+        &by_flyway.url,
+        &sql,
+        &[("flyway.url", &url_of(&by_flyway.url))],
+        "migrate",
+    );
+    let table = "app.flyway_schema_history";
+    let ev = history_of(&by_evolve.url, table).await;
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev, history_of(&by_flyway.url, table).await);
+    assert_eq!(
+        scalar(&by_evolve.url, "SELECT to_regclass('app.t')").await,
+        "app.t"
+    );
+
+    let bad = format!("{}?prepareThreshold=0", flyway::jdbc(&by_evolve.url)[0].1);
+    write(&root, "flyway.conf", &conf(&bad));
+    let out = evolve_in(&root, &[], &["migrate", "status"]);
+    assert_eq!(
+        text(&out.stderr),
+        "error: Flyway configuration flyway.url in flyway.conf: flyway.url has JDBC parameter prepareThreshold, which has no libpq equivalent evolve applies; remove it from flyway.url (or pass --database-url)\n"
+    );
+    let out = evolve_in(
+        &root,
+        &[("DATABASE_URL", &by_evolve.url)],
+        &["migrate", "status"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    write(
+        &root,
+        "flyway.conf",
+        &conf("jdbc:postgresql://127.0.0.1:1/nowhere"),
+    );
+    let out = evolve_in(&root, &[], &["migrate", "status"]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("error: could not connect to")
+            && stderr.contains("check flyway.url in flyway.conf and that the server is running"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
