@@ -29,7 +29,7 @@
 pub(crate) mod catalog;
 
 use evolve_core::migration::Phase;
-use evolve_pg::{QualifiedName, dollar_quote, quote_ident, quote_literal};
+use evolve_pg::{QualifiedName, dollar_quote, quote_ident, quote_literal, shell_word};
 
 /// Marks where a generated function body or `DO` block starts and ends.
 /// [`Gen::file`] replaces each pair with dollar quotes whose tag the body
@@ -1174,18 +1174,6 @@ impl<'a> Gen<'a> {
         files.push(self.file(Phase::Switch, switch));
         Ok(files)
     }
-}
-
-/// `text` as one word for a POSIX shell (single quotes).
-fn shell_word(text: &str) -> String {
-    if !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-.,/=".contains(c))
-    {
-        return text.to_string();
-    }
-    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 /// Words of `text` in lines of at most `width` characters.

@@ -245,15 +245,7 @@ fn job_args(job: &BackfillHandoff) -> Result<(evolve_backfill::Spec, Vec<String>
 
 fn shell_line(args: &[String]) -> String {
     args.iter()
-        .map(|a| {
-            if a.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-.,/".contains(c))
-            {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
+        .map(|a| evolve_pg::shell_word(a))
         .collect::<Vec<_>>()
         .join(" ")
 }
