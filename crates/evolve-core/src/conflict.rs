@@ -9,7 +9,9 @@
 //! replica has a [`Resolver`] for each type, from the resolvers PGD allows
 //! for it ([`ConflictType::allowed`]), defaulting as PGD does
 //! ([`ConflictType::default_resolver`]). `target_column_type_mismatch` is
-//! evolve's own: PGD casts silently where it can.
+//! evolve's own: PGD casts silently where it can, and a cast that changes
+//! values silently is a divergence an operator should be able to see (or
+//! refuse).
 //!
 //! PostgreSQL 18 logs conflicts under names of its own; those that mean
 //! the same as PGD's (`insert_exists`, `update_missing`, `delete_missing`,
@@ -29,7 +31,8 @@ pub enum ConflictType {
     TargetColumnMissing,
     /// The node's table has a column the upstream does not send.
     SourceColumnMissing,
-    /// A column's value does not convert to the node's type.
+    /// A column has another type (or modifier) on the node than the
+    /// upstream sends.
     TargetColumnTypeMismatch,
     /// An insert's key exists on the node.
     InsertExists,
@@ -64,7 +67,8 @@ pub enum Resolver {
     InsertOrSkip,
     /// As `insert_or_skip`, but a row that cannot be inserted halts.
     InsertOrError,
-    /// A transform of the replica computes the value.
+    /// The value is converted to the node's type, or a transform of the
+    /// replica computes the column.
     Transform,
 }
 
@@ -141,11 +145,12 @@ impl ConflictType {
     /// PGD's default. `target_table_missing` defaults in PGD to
     /// `skip_if_recently_dropped`, which only PGD's server can detect, so
     /// here to `error` (what community PostgreSQL does).
-    /// `target_column_type_mismatch` is ours: a type the node's assignment
-    /// cast converts to is no conflict at all (the value is applied, as
-    /// native replication applies it); one it does not is resolved by the
-    /// replica's transform of that column (`transform`, the default) and
-    /// halts when there is none, or always with `error`.
+    /// `target_column_type_mismatch` is ours: with `transform`, the
+    /// default, a built-in type the node's assignment cast converts to is
+    /// converted (as native replication converts it, and logged once per
+    /// match, so the difference is seen), and one it does not is computed
+    /// by the replica's transform of that column or halts; with `error`
+    /// any built-in type difference halts.
     pub fn default_resolver(self) -> Resolver {
         match self {
             ConflictType::TargetTableMissing => Resolver::Error,
@@ -324,17 +329,25 @@ impl TargetTable {
 }
 
 /// How a source column's type relates to a node column's, as the node's
-/// catalog says (the caller asks it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// catalog says (the caller asks it). `from` and `to` are the two types as
+/// the node prints them (with their modifiers), for messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TypeRelation {
     /// The same type and modifier.
     Same,
-    /// The text form converts by the node's assignment cast (binary
-    /// coercible or widening: `varchar(20)` to `text`, `integer` to
-    /// `bigint`); a value that does not fit still fails at apply.
-    Converts,
+    /// PostgreSQL's own types that differ in type or modifier, where the
+    /// node has an assignment (or implicit) cast from one to the other
+    /// (`integer` to `bigint`, `varchar(20)` to `text`, `numeric(10,2)` to
+    /// `numeric(12,2)`): a `target_column_type_mismatch`. The value is
+    /// converted and a value that does not fit fails at apply.
+    Converts { from: String, to: String },
+    /// A type of the upstream's own (an enum, a domain): its OID is the
+    /// upstream's, which the node's cannot be compared to, so it is no
+    /// conflict and its values go to the node type's input function as
+    /// text (an unknown label fails at apply).
+    UpstreamType,
     /// No assignment cast.
-    Incompatible,
+    Incompatible { from: String, to: String },
 }
 
 /// Where a node column's value comes from.
@@ -361,7 +374,11 @@ pub struct ColumnMatch {
     /// each row's value (`ignore`: dropped; `ignore_if_null`: dropped when
     /// NULL, a value halts).
     pub missing_on_target: Vec<(usize, Resolver)>,
-    /// The conflicts the match met, resolved (counted once per schema).
+    /// The conflicts the match met, resolved (counted once per schema):
+    /// `source_column_missing` per column filled by its default,
+    /// `target_column_type_mismatch` per column converted to another type
+    /// or computed by a transform for lack of a cast, and
+    /// `target_column_missing` per column dropped.
     pub conflicts: Vec<(ConflictType, String)>,
 }
 
@@ -389,6 +406,12 @@ impl fmt::Display for Halt {
 /// (`target_column_type_mismatch`); `transformed` names the node columns a
 /// transform of the replica computes, which need no source column and no
 /// type match. `relation` tells how two types relate on the node.
+///
+/// With `target_column_type_mismatch = 'transform'` a built-in type the
+/// node converts to is a conflict of the match (logged once per match by
+/// the apply); with `error` it halts, naming both types and the ways out.
+/// Types of the upstream's own ([`TypeRelation::UpstreamType`]) are never
+/// a conflict: their OIDs say nothing on the node.
 pub fn match_columns(
     source: &crate::change::TableSchema,
     target: &TargetTable,
@@ -427,13 +450,13 @@ pub fn match_columns(
         }
         if transformed.contains(&t.name.as_str()) {
             if let Some(i) = source.column(&t.name)
-                && relation(&source.columns[i], t) == TypeRelation::Incompatible
+                && let TypeRelation::Incompatible { from, to } = relation(&source.columns[i], t)
             {
                 if resolvers.get(ConflictType::TargetColumnTypeMismatch) == Resolver::Error {
                     return Err(Halt {
                         conflict: Some(ConflictType::TargetColumnTypeMismatch),
                         message: format!(
-                            "column \"{}\" of node table {table} has a type the upstream's values do not convert to, and target_column_type_mismatch is error: set it to transform to let the replica's transform compute the column, or change its type on the node",
+                            "column \"{}\" of node table {table} is {to}, which the upstream's {from} does not convert to, and target_column_type_mismatch is error: set it to transform to let the replica's transform compute the column, or change its type on the node",
                             t.name
                         ),
                     });
@@ -480,14 +503,32 @@ pub fn match_columns(
             values.push(ColumnValue::Default);
             continue;
         };
-        if relation(&source.columns[i], t) == TypeRelation::Incompatible {
-            return Err(Halt {
-                conflict: Some(ConflictType::TargetColumnTypeMismatch),
-                message: format!(
-                    "column \"{}\" of node table {table} has a type the upstream's values do not convert to: compute it with a transform of the replica, or change its type on the node",
-                    t.name
-                ),
-            });
+        match relation(&source.columns[i], t) {
+            TypeRelation::Same | TypeRelation::UpstreamType => {}
+            TypeRelation::Converts { from, to } => {
+                if resolvers.get(ConflictType::TargetColumnTypeMismatch) == Resolver::Error {
+                    return Err(Halt {
+                        conflict: Some(ConflictType::TargetColumnTypeMismatch),
+                        message: format!(
+                            "column \"{}\" of node table {table} is {to} and the upstream sends {from}, and target_column_type_mismatch is error: set it to transform to convert the values, or change the column's type on the node to {from}",
+                            t.name
+                        ),
+                    });
+                }
+                conflicts.push((
+                    ConflictType::TargetColumnTypeMismatch,
+                    format!("column \"{}\" converted from {from} to {to}", t.name),
+                ));
+            }
+            TypeRelation::Incompatible { from, to } => {
+                return Err(Halt {
+                    conflict: Some(ConflictType::TargetColumnTypeMismatch),
+                    message: format!(
+                        "column \"{}\" of node table {table} is {to}, which the upstream's {from} does not convert to by assignment cast: compute it with a transform of the replica, or change its type on the node",
+                        t.name
+                    ),
+                });
+            }
         }
         values.push(ColumnValue::Source(i));
     }
@@ -621,13 +662,22 @@ mod tests {
         }
     }
 
-    /// Same type OID: the same; 1043 to 25 (varchar to text) converts;
-    /// anything else does not.
+    /// Same type OID: the same; 1043 to 25 (varchar to text) and 23 to 20
+    /// (integer to bigint) convert; an OID of the upstream's own is not
+    /// compared; anything else does not convert.
     fn relation(s: &crate::change::ColumnSchema, t: &TargetColumn) -> TypeRelation {
+        let name = |oid| format!("type{oid}");
         match (s.type_oid, t.type_oid) {
             (a, b) if a == b => TypeRelation::Same,
-            (1043, 25) | (23, 20) => TypeRelation::Converts,
-            _ => TypeRelation::Incompatible,
+            (a, _) if a >= 16_384 => TypeRelation::UpstreamType,
+            (1043, 25) | (23, 20) => TypeRelation::Converts {
+                from: name(s.type_oid),
+                to: name(t.type_oid),
+            },
+            _ => TypeRelation::Incompatible {
+                from: name(s.type_oid),
+                to: name(t.type_oid),
+            },
         }
     }
 
@@ -671,15 +721,20 @@ mod tests {
             ]
         );
         assert_eq!(m.missing_on_target, vec![(2, Resolver::IgnoreIfNull)]);
-        // A type the assignment cast converts (varchar to text) is no
-        // conflict.
+        // A type the assignment cast converts (varchar to text) is a
+        // conflict, resolved by converting.
         let types: Vec<ConflictType> = m.conflicts.iter().map(|c| c.0).collect();
         assert_eq!(
             types,
             vec![
                 ConflictType::TargetColumnMissing,
+                ConflictType::TargetColumnTypeMismatch,
                 ConflictType::SourceColumnMissing
             ]
+        );
+        assert_eq!(
+            m.conflicts[1].1,
+            "column \"status\" converted from type1043 to type25"
         );
         // target_column_missing = error halts, naming the column.
         let mut strict = Resolvers::default();
@@ -743,6 +798,47 @@ mod tests {
         let h = match_columns(&source(), &t, &rs, &[], relation).unwrap_err();
         assert_eq!(h.conflict, None);
         assert!(h.message.contains("add a primary key"), "{h}");
+    }
+
+    /// With `error`, a built-in type difference the node converts halts,
+    /// naming the column, both types and the ways out; a type of the
+    /// upstream's own is never compared.
+    #[test]
+    fn a_type_difference_halts_under_error_and_converts_under_transform() {
+        let t = node(&[
+            ("id", 20, true, false, true),
+            ("status", 1043, false, false, false),
+            ("note", 25, false, false, false),
+        ]);
+        let m = match_columns(&source(), &t, &Resolvers::default(), &[], relation).unwrap();
+        assert_eq!(
+            m.conflicts,
+            vec![(
+                ConflictType::TargetColumnTypeMismatch,
+                "column \"id\" converted from type23 to type20".to_string()
+            )]
+        );
+        let mut strict = Resolvers::default();
+        strict
+            .set(ConflictType::TargetColumnTypeMismatch, Resolver::Error)
+            .unwrap();
+        let h = match_columns(&source(), &t, &strict, &[], relation).unwrap_err();
+        assert_eq!(h.conflict, Some(ConflictType::TargetColumnTypeMismatch));
+        assert_eq!(
+            h.message,
+            "column \"id\" of node table public.orders is type20 and the upstream sends type23, and target_column_type_mismatch is error: set it to transform to convert the values, or change the column's type on the node to type23"
+        );
+        // An enum of the upstream's (OID 16384 and above) is not compared.
+        let mut own = source();
+        own.columns[1].type_oid = 16_500;
+        let t = node(&[
+            ("id", 23, true, false, true),
+            ("status", 16_900, false, false, false),
+            ("note", 25, false, false, false),
+        ]);
+        let m = match_columns(&own, &t, &strict, &[], relation).unwrap();
+        assert!(m.conflicts.is_empty(), "{:?}", m.conflicts);
+        assert_eq!(m.values[1], ColumnValue::Source(1));
     }
 
     #[test]

@@ -15,14 +15,26 @@
 //! is one statement whose CTE reads the node's row before the change (for the
 //! conflict's `local_tuple`) and whose data-modifying part applies it, so
 //! a conflict costs no extra round trip. Values travel in their text form
-//! and are given to the node type's input function (`$n::text::type`),
-//! as native logical replication does.
+//! and are given to the node type's input function, as native logical
+//! replication does: cast to the type without its modifier
+//! (`$n::text::character varying`), the assignment to the column applying
+//! the modifier ([`NodeTable::type_names`]), so that a value that does not
+//! fit is refused, never cut to fit.
 //!
 //! What is logged: each row conflict once per row; `target_table_missing`
 //! once per row it skips; `target_column_missing` once per row whose
 //! non-NULL value was dropped (the divergence the resolver accepted);
-//! `source_column_missing` and converted types once per match (when the
-//! upstream's or the node's table changes).
+//! `source_column_missing` and converted types (`target_column_type_mismatch`)
+//! once per match (when the upstream's or the node's table changes). A halt
+//! is logged once, after its transaction is rolled back, when a conflict
+//! caused it: a resolver of a row conflict, a match that cannot be applied
+//! (`target_column_missing = 'error'`, a NOT NULL column the upstream does
+//! not send, a type the node does not convert), a non-NULL value under
+//! `ignore_if_null`, a unique violation other than the key
+//! (`multiple_unique_conflicts`), or a converted value the node refuses
+//! (`target_column_type_mismatch`). The halt itself is recorded on the
+//! node (`evolve_replica_progress`), whatever caused it, for `evolve
+//! replicate skip` and `evolve rollout` to read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -42,13 +54,25 @@ use crate::transform::Transform;
 
 mod set;
 
-/// The node's tables evolve writes, created when a replica starts.
+/// The node's tables evolve writes, created when a replica starts. A
+/// progress table of an earlier version gets the columns of a halt
+/// (`halted_lsn`, `halt`) only when it lacks them: `ALTER TABLE` needs its
+/// owner, and a role the owner granted the table to must still start.
 pub const NODE_SETUP: &str = "
 CREATE TABLE IF NOT EXISTS evolve_replica_progress (
     replica text PRIMARY KEY,
     lsn pg_lsn NOT NULL,
-    skip_lsn pg_lsn
+    skip_lsn pg_lsn,
+    halted_lsn pg_lsn,
+    halt text
 );
+DO $evolve$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'evolve_replica_progress'::regclass
+                     AND attname = 'halted_lsn' AND NOT attisdropped) THEN
+        ALTER TABLE evolve_replica_progress ADD COLUMN halted_lsn pg_lsn, ADD COLUMN halt text;
+    END IF;
+END $evolve$;
 CREATE TABLE IF NOT EXISTS evolve_conflict_history (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at timestamptz NOT NULL DEFAULT now(),
@@ -120,6 +144,16 @@ struct Target<'a> {
     matched: &'a ColumnMatch,
     transform: Option<&'a (Transform, Vec<String>)>,
     table: &'a str,
+    converted: &'a Arc<Vec<Converted>>,
+}
+
+/// A node column whose values are converted from another built-in type
+/// (a `target_column_type_mismatch` resolved by `transform`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Converted {
+    column: String,
+    from: String,
+    to: String,
 }
 
 /// How a transaction's statements are sent.
@@ -156,6 +190,9 @@ struct Step {
     /// The row's key as JSON, for messages and the history.
     key: Option<String>,
     kind: StepKind,
+    /// The node table's converted columns: a value the node refuses
+    /// (SQLSTATE class 22) is their `target_column_type_mismatch`.
+    converted: Arc<Vec<Converted>>,
 }
 
 enum StepKind {
@@ -201,6 +238,8 @@ struct Mapped {
     /// Its schema-level conflicts are to be logged (the first transaction
     /// that uses this match does).
     log_pending: bool,
+    /// The node columns converted from another type.
+    converted: Arc<Vec<Converted>>,
     /// When the node's catalog was read for it.
     read_at: std::time::Instant,
 }
@@ -243,6 +282,12 @@ pub struct Applier {
     /// The conflict that halted the last transaction, once logged
     /// ([`Applier::take_halt`]).
     halt: Option<(ConflictType, Resolver)>,
+    /// The conflict a match that cannot be applied met, for the row that
+    /// met it to log ([`Applier::plan_row`]).
+    match_halt: Option<Logged>,
+    /// The conflict that halted a copy's batch, for [`Applier::record_halt`]
+    /// once the copy's node transaction is rolled back.
+    load_halt: Option<Box<(Position, i64, Logged)>>,
     /// Groups are applied row by row until then (the set-based path met
     /// something only that path handles).
     set_off_until: Option<std::time::Instant>,
@@ -256,7 +301,9 @@ pub struct Applier {
     pub checked_again: u64,
 }
 
-/// The `detail` of a conflict whose resolver halted the replica.
+/// The `detail` of a conflict whose resolver halted the replica (a
+/// conflict of the match, or a value the node refused, says why after a
+/// colon).
 const HALTED: &str = "halted the replica";
 
 /// Replica `replica`'s position on the node and the transaction it is to
@@ -278,6 +325,30 @@ pub(crate) async fn stored_position(
             row.get::<_, Option<i64>>(1)
                 .map(|s| Position::from_u64(s as u64)),
         )
+    }))
+}
+
+/// The halt replica `replica` has recorded on the node, if it is halted:
+/// the upstream transaction's end position and the halt's message. A
+/// node whose progress table predates the halt columns has none.
+pub(crate) async fn recorded_halt(
+    client: &Client,
+    replica: &str,
+) -> Result<Option<(Position, String)>> {
+    let row = client
+        .query_opt(
+            "SELECT ((to_jsonb(p)->>'halted_lsn')::pg_lsn - '0/0')::int8, to_jsonb(p)->>'halt'
+             FROM evolve_replica_progress p WHERE replica = $1",
+            &[&replica],
+        )
+        .await
+        .map_err(|e| ReplicateError::node("read the replica's halt", &e))?;
+    Ok(row.and_then(|row| {
+        let lsn = row.get::<_, Option<i64>>(0)?;
+        Some((
+            Position::from_u64(lsn as u64),
+            row.get::<_, Option<String>>(1).unwrap_or_default(),
+        ))
     }))
 }
 
@@ -320,7 +391,9 @@ impl Logged {
 
     /// Whether its resolver halted the replica.
     fn halts(&self) -> bool {
-        self.detail.as_deref() == Some(HALTED)
+        self.detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with(HALTED))
     }
 }
 
@@ -355,6 +428,8 @@ impl Applier {
             skip: None,
             counts: BTreeMap::new(),
             halt: None,
+            match_halt: None,
+            load_halt: None,
             set_off_until: None,
             set_checked_until: None,
             groups: (0, 0),
@@ -428,9 +503,8 @@ impl Applier {
                     }
                     Err(e) => {
                         drop(tx);
-                        if let Some(halted) = attempt.halted.take() {
-                            self.record_halt(client, *halted).await;
-                        }
+                        self.record_halt(client, &e, attempt.halted.take(), true)
+                            .await;
                         return Err(e);
                     }
                 }
@@ -467,7 +541,14 @@ impl Applier {
                 .await
                 .map_err(|e| ReplicateError::node("begin a savepoint", &e))?;
             let mut attempt = Attempt::default();
-            if !self.write(&sp, &txn, mode, &mut attempt).await? {
+            let written = match self.write(&sp, &txn, mode, &mut attempt).await {
+                Ok(written) => written,
+                Err(e) => {
+                    self.load_halt = attempt.halted.take();
+                    return Err(e);
+                }
+            };
+            if !written {
                 sp.rollback()
                     .await
                     .map_err(|e| ReplicateError::node("roll back a savepoint", &e))?;
@@ -655,11 +736,13 @@ impl Applier {
         for (end, time, l) in std::mem::take(&mut attempt.logged) {
             self.log(&tx, end, time, l).await?;
         }
+        // A skip or a halt the position has passed is done with.
         tx.execute(
-            "INSERT INTO evolve_replica_progress (replica, lsn) VALUES ($1, $2::text::pg_lsn)
+            "INSERT INTO evolve_replica_progress AS p (replica, lsn) VALUES ($1, $2::text::pg_lsn)
              ON CONFLICT (replica) DO UPDATE SET lsn = EXCLUDED.lsn,
-                 skip_lsn = CASE WHEN evolve_replica_progress.skip_lsn <= EXCLUDED.lsn
-                                 THEN NULL ELSE evolve_replica_progress.skip_lsn END",
+                 skip_lsn = CASE WHEN p.skip_lsn <= EXCLUDED.lsn THEN NULL ELSE p.skip_lsn END,
+                 halted_lsn = CASE WHEN p.halted_lsn <= EXCLUDED.lsn THEN NULL ELSE p.halted_lsn END,
+                 halt = CASE WHEN p.halted_lsn <= EXCLUDED.lsn THEN NULL ELSE p.halt END",
             &[&self.replica, &last.to_string()],
         )
         .await
@@ -679,32 +762,86 @@ impl Applier {
         Ok(())
     }
 
-    /// Logs the conflict whose resolver halted the replica, in a node
-    /// transaction of its own (the halted one was rolled back), and counts
-    /// it: `evolve_conflict_history` and `SHOW REPLICAS` show each halt.
-    /// A failure to log is a warning; the halt is what the caller reports.
-    async fn record_halt(&mut self, client: &mut Client, (end, time, l): (Position, i64, Logged)) {
-        let key = (l.conflict, l.resolution);
-        let logged = async {
+    /// Records halt `e` on the node, in a node transaction of its own (the
+    /// halted one was rolled back): the transaction's end and the message
+    /// in the replica's progress row (`mark`; not for a copy's halt, which
+    /// no skip passes), which `evolve replicate skip` checks the LSN it is
+    /// given against and `evolve rollout` reports; and `conflict`, when a
+    /// conflict caused it, logged and counted: `evolve_conflict_history`
+    /// and `SHOW REPLICAS` show each halt. A halt the node has recorded
+    /// already (the same transaction, the same message: a retry, or a
+    /// restart, that met it again) is logged and counted once. A failure
+    /// to record is a warning; the halt is what the caller reports.
+    async fn record_halt(
+        &mut self,
+        client: &mut Client,
+        e: &ReplicateError,
+        conflict: Option<Box<(Position, i64, Logged)>>,
+        mark: bool,
+    ) {
+        let ReplicateError::Halted { lsn, message, .. } = e else {
+            return;
+        };
+        let recorded = async {
             let tx = client
                 .transaction()
                 .await
                 .map_err(|e| ReplicateError::node("begin a node transaction", &e))?;
-            self.log(&tx, end, time, l).await?;
+            let again = mark
+                && tx
+                    .query_opt(
+                        "SELECT 1 FROM evolve_replica_progress
+                         WHERE replica = $1 AND halted_lsn = $2::text::pg_lsn AND halt = $3
+                         FOR UPDATE",
+                        &[&self.replica, &lsn.to_string(), message],
+                    )
+                    .await
+                    .map_err(|e| ReplicateError::node("read the replica's halt", &e))?
+                    .is_some();
+            if again {
+                return Ok(None);
+            }
+            let mut logged = None;
+            if let Some(conflict) = conflict {
+                let (end, time, l) = *conflict;
+                logged = Some((l.conflict, l.resolution));
+                self.log(&tx, end, time, l).await?;
+            }
+            if mark {
+                tx.execute(
+                    "INSERT INTO evolve_replica_progress (replica, lsn, halted_lsn, halt)
+                     VALUES ($1, '0/0', $2::text::pg_lsn, $3)
+                     ON CONFLICT (replica) DO UPDATE
+                         SET halted_lsn = EXCLUDED.halted_lsn, halt = EXCLUDED.halt",
+                    &[&self.replica, &lsn.to_string(), message],
+                )
+                .await
+                .map_err(|e| ReplicateError::node("record the replica's halt", &e))?;
+            }
             tx.commit()
                 .await
-                .map_err(|e| ReplicateError::node("commit a node transaction", &e))
+                .map_err(|e| ReplicateError::node("commit a node transaction", &e))?;
+            Ok::<_, ReplicateError>(logged)
         }
         .await;
-        match logged {
-            Ok(()) => {
+        match recorded {
+            Ok(Some(key)) => {
                 *self.counts.entry(key).or_default() += 1;
                 self.halt = Some(key);
             }
+            Ok(None) => {}
             Err(e) => {
-                tracing::warn!(replica = %self.replica, error = %e, "the conflict that halted the replica could not be logged")
+                tracing::warn!(replica = %self.replica, error = %e, "the halt of the replica could not be recorded on the node")
             }
         }
+    }
+
+    /// Records the halt `e` of a copy's batch ([`Applier::load`]) once the
+    /// copy's node transaction is rolled back: its conflict, if one caused
+    /// it, is logged and counted.
+    pub(crate) async fn record_load_halt(&mut self, client: &mut Client, e: &ReplicateError) {
+        let conflict = self.load_halt.take();
+        self.record_halt(client, e, conflict, false).await;
     }
 
     fn halt(&self, txn: &Transaction, message: String) -> ReplicateError {
@@ -744,20 +881,22 @@ impl Applier {
                 .iter()
                 .flat_map(|t| t.sets.iter().map(|(c, _)| c.as_str()))
                 .collect();
+            let mut converted = Vec::new();
             let target = match node::table(client.client(), &schema.schema, &schema.name).await? {
                 None => None,
                 Some(node_table) => {
                     let mut relations = Vec::with_capacity(node_table.table.columns.len());
-                    for t in &node_table.table.columns {
+                    for (t, declared) in node_table.table.columns.iter().zip(&node_table.declared) {
                         let relation = match schema.column(&t.name) {
                             Some(i) => {
-                                node::relation(client.client(), &schema.columns[i], t).await?
+                                node::relation(client.client(), &schema.columns[i], t, declared)
+                                    .await?
                             }
                             None => TypeRelation::Same,
                         };
                         relations.push((t.name.clone(), relation));
                     }
-                    let matched = match_columns(
+                    let matched = match match_columns(
                         schema,
                         &node_table.table,
                         &self.resolvers,
@@ -766,10 +905,38 @@ impl Applier {
                             relations
                                 .iter()
                                 .find(|(name, _)| *name == t.name)
-                                .map_or(TypeRelation::Same, |(_, r)| *r)
+                                .map_or(TypeRelation::Same, |(_, r)| r.clone())
                         },
-                    )
-                    .map_err(|h| self.halt(txn, h.to_string()))?;
+                    ) {
+                        Ok(matched) => matched,
+                        Err(h) => {
+                            // The row that met it logs the conflict.
+                            self.match_halt = h.conflict.map(|conflict| Logged {
+                                conflict,
+                                resolution: self.resolvers.get(conflict),
+                                schema: schema.schema.clone(),
+                                table: schema.name.clone(),
+                                key: None,
+                                remote: None,
+                                local: None,
+                                detail: Some(format!("{HALTED}: {}", h.message)),
+                            });
+                            return Err(self.halt(txn, h.to_string()));
+                        }
+                    };
+                    for (n, value) in matched.values.iter().enumerate() {
+                        if let (
+                            ColumnValue::Source(_),
+                            Some((column, TypeRelation::Converts { from, to })),
+                        ) = (value, relations.get(n))
+                        {
+                            converted.push(Converted {
+                                column: column.clone(),
+                                from: from.clone(),
+                                to: to.clone(),
+                            });
+                        }
+                    }
                     if let Some(t) = &transform
                         && let Some(&k) = matched
                             .key
@@ -805,6 +972,7 @@ impl Applier {
                     target,
                     transform,
                     log_pending,
+                    converted: Arc::new(converted),
                     read_at: std::time::Instant::now(),
                 },
             );
@@ -842,8 +1010,24 @@ impl Applier {
     ) -> Result<Option<Step>> {
         let schema = Arc::clone(&change.table);
         let resolvers = self.resolvers.clone();
-        let mapped = self.mapped(tx, txn, id, &schema).await?;
+        let mapped = match self.mapped(tx, txn, id, &schema).await {
+            Ok(mapped) => mapped,
+            Err(e) => {
+                // A match that halts: its conflict, with the row that met
+                // it, is logged once the transaction is rolled back.
+                if let Some(mut l) = self.match_halt.take() {
+                    l.key = Some(json_of(&schema, &key_image(change), true).to_string());
+                    l.remote = change
+                        .new
+                        .as_ref()
+                        .map(|n| json_of(&schema, n, false).to_string());
+                    logged.push(l);
+                }
+                return Err(e);
+            }
+        };
         let transform = mapped.transform.clone();
+        let converted = Arc::clone(&mapped.converted);
         let Some((node, matched)) = mapped.target.clone() else {
             let resolver = resolvers.get(ConflictType::TargetTableMissing);
             let halts = resolver == Resolver::Error;
@@ -889,6 +1073,16 @@ impl Applier {
                 if let Some(Datum::Text(_)) = new.get(i) {
                     let column = &schema.columns[i].name;
                     if resolver == Resolver::IgnoreIfNull {
+                        logged.push(Logged {
+                            conflict: ConflictType::TargetColumnMissing,
+                            resolution: resolver,
+                            schema: schema.schema.clone(),
+                            table: schema.name.clone(),
+                            key: Some(json_of(&schema, &key_image(change), true).to_string()),
+                            remote: Some(json_of(&schema, new, false).to_string()),
+                            local: None,
+                            detail: Some(HALTED.into()),
+                        });
                         return Err(self.halt(
                             txn,
                             format!(
@@ -926,6 +1120,7 @@ impl Applier {
             matched: &matched,
             transform: transform.as_ref(),
             table: &table,
+            converted: &converted,
         };
         let step = match change.kind {
             ChangeKind::Truncate => Step {
@@ -934,6 +1129,7 @@ impl Applier {
                 table: table.clone(),
                 key: None,
                 kind: StepKind::Truncate,
+                converted: Arc::clone(&converted),
             },
             ChangeKind::Insert => {
                 let new = change.new.as_deref().unwrap_or(&[]);
@@ -1033,6 +1229,7 @@ impl Applier {
                         remote: json_of(&schema, new, false).to_string(),
                         names: (schema.schema.clone(), schema.name.clone()),
                     },
+                    converted: Arc::clone(&converted),
                 }
             }
             ChangeKind::Delete => {
@@ -1057,6 +1254,7 @@ impl Applier {
                         resolver: resolvers.get(ConflictType::DeleteMissing),
                         names: (schema.schema.clone(), schema.name.clone()),
                     },
+                    converted: Arc::clone(&converted),
                 }
             }
         };
@@ -1172,6 +1370,7 @@ impl Applier {
                 remote: json_of(schema, new, false).to_string(),
                 names: (schema.schema.clone(), schema.name.clone()),
             },
+            converted: Arc::clone(row.converted),
         })
     }
 
@@ -1321,10 +1520,10 @@ impl Applier {
         applied: &mut Applied,
         logged: &mut Vec<Logged>,
     ) -> Result<()> {
-        let rows = tx
-            .query(&step.statement, &refs(&step.params))
-            .await
-            .map_err(|e| self.node_refused(txn, &step.table, step.key.as_deref(), &e))?;
+        let rows = match tx.query(&step.statement, &refs(&step.params)).await {
+            Ok(rows) => rows,
+            Err(e) => return Err(self.node_refused(txn, step, &e, logged)),
+        };
         if self.outcome(txn, step, &rows, applied, logged)? == Outcome::Insert
             && let StepKind::Update {
                 insert: Some(insert),
@@ -1334,10 +1533,10 @@ impl Applier {
                 ..
             } = &step.kind
         {
-            let rows = tx
-                .query(&insert.statement, &refs(&insert.params))
-                .await
-                .map_err(|e| self.node_refused(txn, &insert.table, insert.key.as_deref(), &e))?;
+            let rows = match tx.query(&insert.statement, &refs(&insert.params)).await {
+                Ok(rows) => rows,
+                Err(e) => return Err(self.node_refused(txn, insert, &e, logged)),
+            };
             if self.outcome(txn, insert, &rows, applied, logged)? != Outcome::Filtered {
                 count(applied, ConflictType::UpdateMissing, *resolver);
                 logged.push(Logged {
@@ -1372,31 +1571,93 @@ impl Applier {
         )
     }
 
-    /// The node refused a row: a unique constraint other than the key
-    /// (`multiple_unique_conflicts`) or anything else; the replica halts
-    /// with the server's error.
+    /// The node refused `step`'s row: the replica halts with the
+    /// server's error. A unique constraint other than the key is
+    /// `multiple_unique_conflicts`, and a value the node does not take
+    /// (a data exception, SQLSTATE class 22) in a table with converted
+    /// columns is their `target_column_type_mismatch`: that conflict is
+    /// pushed to `logged`, to be logged as the halt's.
     fn node_refused(
         &self,
         txn: &Transaction,
-        table: &str,
-        key: Option<&str>,
+        step: &Step,
         e: &tokio_postgres::Error,
+        logged: &mut Vec<Logged>,
     ) -> ReplicateError {
+        let table = &step.table;
         let Some(db) = e.as_db_error() else {
             return ReplicateError::node(format!("apply to {table}"), e);
         };
-        let what = if db.code() == &tokio_postgres::error::SqlState::UNIQUE_VIOLATION {
-            " (multiple_unique_conflicts)"
+        let error = evolve_pg::describe_db_error(db, None).replace('\n', " ");
+        let conflict = if db.code() == &tokio_postgres::error::SqlState::UNIQUE_VIOLATION {
+            Some((
+                ConflictType::MultipleUniqueConflicts,
+                Resolver::Error,
+                String::new(),
+            ))
+        } else if db.code().code().starts_with("22") && !step.converted.is_empty() {
+            // The converted column whose type the error names, or all.
+            let named: Vec<&Converted> = step
+                .converted
+                .iter()
+                .filter(|c| db.message().contains(&c.to))
+                .collect();
+            let columns: Vec<String> = if named.is_empty() {
+                step.converted.iter().collect::<Vec<_>>()
+            } else {
+                named
+            }
+            .iter()
+            .map(|c| {
+                format!(
+                    "column \"{}\" converted from {} to {}",
+                    c.column, c.from, c.to
+                )
+            })
+            .collect();
+            Some((
+                ConflictType::TargetColumnTypeMismatch,
+                self.resolvers.get(ConflictType::TargetColumnTypeMismatch),
+                format!(": {}", columns.join(", ")),
+            ))
         } else {
-            ""
+            None
         };
-        let key = key.map_or(String::new(), |k| format!(" with key {k}"));
+        let remote = match &step.kind {
+            StepKind::Insert { remote, .. } | StepKind::Update { remote, .. } => {
+                Some(remote.clone())
+            }
+            _ => None,
+        };
+        let names = match &step.kind {
+            StepKind::Insert { names, .. }
+            | StepKind::Update { names, .. }
+            | StepKind::Delete { names, .. } => Some(names),
+            StepKind::Truncate => None,
+        };
+        let what = match (&conflict, names) {
+            (Some((c, resolution, columns)), Some(names)) => {
+                logged.push(Logged {
+                    conflict: *c,
+                    resolution: *resolution,
+                    schema: names.0.clone(),
+                    table: names.1.clone(),
+                    key: step.key.clone(),
+                    remote,
+                    local: None,
+                    detail: Some(format!("{HALTED}: {error}")),
+                });
+                format!(" ({c}{columns})")
+            }
+            _ => String::new(),
+        };
+        let key = step
+            .key
+            .as_deref()
+            .map_or(String::new(), |k| format!(" with key {k}"));
         self.halt(
             txn,
-            format!(
-                "the node refused a row of {table}{key}: {}{what}",
-                evolve_pg::describe_db_error(db, None).replace('\n', " ")
-            ),
+            format!("the node refused a row of {table}{key}: {error}{what}"),
         )
     }
 

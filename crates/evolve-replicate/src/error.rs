@@ -22,9 +22,12 @@ pub enum ReplicateError {
     },
     /// An upstream transaction cannot be applied: a conflict whose
     /// resolver is `error`, or the node refused a row. The replica halts
-    /// there until the cause is fixed or the transaction skipped.
+    /// there until the cause is fixed or the transaction skipped; under
+    /// the pipeline it tries again by itself
+    /// ([`crate::Replica::run_retrying`], every
+    /// [`crate::replica::HALT_RETRY_MAX`] at most).
     #[error(
-        "replica {replica} halted at the upstream transaction finished at {lsn}: {message}; fix the cause, or skip the transaction with `evolve replicate skip {replica} --lsn {lsn}`"
+        "replica {replica} halted at the upstream transaction finished at {lsn}: {message}; fix the cause (the pipeline tries the transaction again by itself, every 30 s at most), or skip the transaction with `evolve replicate skip {replica} --lsn {lsn}`"
     )]
     Halted {
         replica: String,

@@ -12,8 +12,17 @@ use crate::error::{ReplicateError, Result};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeTable {
     pub table: TargetTable,
-    /// Each column's type as `format_type` prints it, for casts.
+    /// Each column's type without its modifier (`character varying`,
+    /// `numeric`, `bpchar`, `"bit"`), the type values are cast to:
+    /// `$n::text::character varying`. The column's modifier is then
+    /// applied by the assignment to the column, which refuses a value that
+    /// does not fit (`value too long for type character varying(3)`) and
+    /// rounds a numeric scale, as the type's input function with the
+    /// column's modifier does in native logical replication. An explicit
+    /// cast to `character varying(3)` would silently cut the value to fit.
     pub type_names: Vec<String>,
+    /// Each column's type with its modifier, for messages.
+    pub declared: Vec<String>,
 }
 
 /// Reads table `schema.name` of the node, `None` when it has none. Its key
@@ -23,8 +32,9 @@ pub async fn table(client: &Client, schema: &str, name: &str) -> Result<Option<N
         .query(
             "SELECT a.attname::text, a.atttypid::oid::int8, a.atttypmod, a.attnotnull,
                     a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '',
-                    format_type(a.atttypid, a.atttypmod),
-                    coalesce(a.attnum = ANY (k.key), false)
+                    format_type(a.atttypid, -1),
+                    coalesce(a.attnum = ANY (k.key), false),
+                    format_type(a.atttypid, a.atttypmod)
              FROM pg_class c
              JOIN pg_namespace n ON n.oid = c.relnamespace
              JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -43,6 +53,7 @@ pub async fn table(client: &Client, schema: &str, name: &str) -> Result<Option<N
     }
     let mut columns = Vec::with_capacity(rows.len());
     let mut type_names = Vec::with_capacity(rows.len());
+    let mut declared = Vec::with_capacity(rows.len());
     for r in rows {
         columns.push(TargetColumn {
             name: r.get(0),
@@ -52,7 +63,10 @@ pub async fn table(client: &Client, schema: &str, name: &str) -> Result<Option<N
             has_default: r.get(4),
             key: r.get(6),
         });
+        // `format_type` with a modifier of -1 (not NULL) names the type
+        // itself: `bpchar`, not `character`, which would mean `char(1)`.
         type_names.push(r.get(5));
+        declared.push(r.get(7));
     }
     Ok(Some(NodeTable {
         table: TargetTable {
@@ -61,6 +75,7 @@ pub async fn table(client: &Client, schema: &str, name: &str) -> Result<Option<N
             columns,
         },
         type_names,
+        declared,
     }))
 }
 
@@ -94,41 +109,46 @@ pub async fn type_names(
 /// OIDs below this are PostgreSQL's own, the same on every server.
 const FIRST_USER_OID: u32 = 16_384;
 
-/// How an upstream column's type relates to a node column's: the same
-/// type and modifier; an assignment (or implicit) cast in the node's
-/// `pg_cast`, or the same type with another modifier (a length coercion);
-/// or neither. A type of the upstream's own (an enum, a domain) has an OID
-/// the node does not share: its text form is given to the node type's
-/// input function, and a value that does not parse halts at apply.
+/// How an upstream column's type relates to a node column's (`declared`:
+/// the node column's type as [`NodeTable::declared`] has it): the same
+/// type and modifier; PostgreSQL's own types that differ, with an
+/// assignment (or implicit) cast in the node's `pg_cast` or the same type
+/// with another modifier (a length coercion); or neither. A type of the
+/// upstream's own (an enum, a domain) has an OID the node does not share,
+/// so it is not compared: its text form is given to the node type's input
+/// function, and a value that does not parse halts at apply.
 pub async fn relation(
     client: &Client,
     source: &ColumnSchema,
     target: &TargetColumn,
+    declared: &str,
 ) -> Result<TypeRelation> {
-    if source.type_oid == target.type_oid {
-        return Ok(if source.typmod == target.typmod {
-            TypeRelation::Same
-        } else {
-            TypeRelation::Converts
-        });
+    if source.type_oid == target.type_oid && source.typmod == target.typmod {
+        return Ok(TypeRelation::Same);
     }
     if source.type_oid >= FIRST_USER_OID {
-        return Ok(TypeRelation::Converts);
+        return Ok(TypeRelation::UpstreamType);
     }
-    let castable: bool = client
+    let row = client
         .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_cast
-                            WHERE castsource = $1::int8::oid AND casttarget = $2::int8::oid
-                              AND castcontext IN ('a', 'i'))",
-            &[&i64::from(source.type_oid), &i64::from(target.type_oid)],
+            "SELECT $1::int8::oid = $2::int8::oid
+                    OR EXISTS (SELECT 1 FROM pg_cast
+                               WHERE castsource = $1::int8::oid AND casttarget = $2::int8::oid
+                                 AND castcontext IN ('a', 'i')),
+                    format_type($1::int8::oid, $3)",
+            &[
+                &i64::from(source.type_oid),
+                &i64::from(target.type_oid),
+                &source.typmod,
+            ],
         )
         .await
-        .map_err(|e| ReplicateError::node("read pg_cast", &e))?
-        .get(0);
-    Ok(if castable {
-        TypeRelation::Converts
+        .map_err(|e| ReplicateError::node("read pg_cast", &e))?;
+    let (from, to) = (row.get::<_, String>(1), declared.to_string());
+    Ok(if row.get::<_, bool>(0) {
+        TypeRelation::Converts { from, to }
     } else {
-        TypeRelation::Incompatible
+        TypeRelation::Incompatible { from, to }
     })
 }
 

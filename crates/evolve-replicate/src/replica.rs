@@ -77,6 +77,8 @@ pub struct Replica {
     /// Copy the tables into the node before streaming, unless the node
     /// has the replica's position already (`COPY DATA = true`).
     copy_first: bool,
+    /// Wakes a halted replica waiting to try again ([`Replica::retry_now`]).
+    wake: tokio::sync::Notify,
 }
 
 /// At most this many upstream transactions share one node transaction.
@@ -95,6 +97,21 @@ enum Work {
 
 /// The first wait after a transient failure; it doubles up to 10 s.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+
+/// The first wait before a halted replica tries its transaction again
+/// ([`Replica::run_retrying`]); it doubles up to [`HALT_RETRY_MAX`].
+const FIRST_HALT_RETRY: Duration = Duration::from_secs(1);
+
+/// The longest wait between two tries of a halted replica: a cause fixed
+/// on the node (a column added, a row removed) is seen within it, and
+/// within `evolve rollout`'s default catch-up time.
+pub const HALT_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Where a replica's node url comes from, for connection errors.
+const NODE_GIVEN: &str = "the replica's node connection in the pipeline's config";
+
+/// Where a replica's upstream url comes from, for connection errors.
+const UPSTREAM_GIVEN: &str = "the upstream connection in the pipeline's config";
 
 impl Replica {
     /// The replica's slot and publication name.
@@ -191,8 +208,21 @@ impl Replica {
         evolve_pg::connect(&spec.upstream, "evolve replicate")
             .await
             .map_err(|e| ReplicateError::Node {
-                context: format!("connect to the upstream of replica {}", spec.name),
-                message: e.to_string(),
+                context: format!(
+                    "connect to the upstream of replica {} (connection {})",
+                    spec.name, spec.upstream_connection
+                ),
+                message: e.given_by(UPSTREAM_GIVEN).to_string(),
+            })
+    }
+
+    /// A session on replica `name`'s node at `url`.
+    async fn node(url: &str, name: &str) -> Result<tokio_postgres::Client> {
+        evolve_pg::connect(url, "evolve replicate")
+            .await
+            .map_err(|e| ReplicateError::Node {
+                context: format!("connect to the node of replica {name}"),
+                message: e.given_by(NODE_GIVEN).to_string(),
             })
     }
 
@@ -235,19 +265,14 @@ impl Replica {
         exported: &evolve_pipeline::upstream::ExportedSnapshot,
     ) -> Result<CopyReport> {
         let at = Position::from_lsn(exported.consistent_point);
-        let up = evolve_pipeline::upstream::connect(&spec.name, connection).await?;
+        let up = evolve_pipeline::upstream::connect(&spec.upstream_connection, connection).await?;
         up.batch_execute(&format!(
             "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
             evolve_pg::quote_literal(&exported.snapshot_name)
         ))
         .await
         .map_err(|e| ReplicateError::node("start the snapshot transaction", &e))?;
-        let mut node = evolve_pg::connect(&spec.node, "evolve replicate")
-            .await
-            .map_err(|e| ReplicateError::Node {
-                context: format!("connect to the node of replica {}", spec.name),
-                message: e.to_string(),
-            })?;
+        let mut node = Self::node(&spec.node, &spec.name).await?;
         let mut applier = Applier::open(
             &node,
             &spec.name,
@@ -255,6 +280,29 @@ impl Replica {
             spec.transforms.clone(),
         )
         .await?;
+        let loaded = Self::load(spec, &up, &mut node, &mut applier, at).await;
+        if let Err(e) = &loaded {
+            // The copy's node transaction is rolled back: a conflict that
+            // halted it is logged now.
+            applier.record_load_halt(&mut node, e).await;
+        }
+        let report = loaded?;
+        up.batch_execute("COMMIT")
+            .await
+            .map_err(|e| ReplicateError::node("end the snapshot transaction", &e))?;
+        Ok(report)
+    }
+
+    /// Loads every table of the replica, read in `up`'s snapshot, into
+    /// the node in one node transaction that records `at` as the
+    /// replica's position.
+    async fn load(
+        spec: &ReplicaSpec,
+        up: &tokio_postgres::Client,
+        node: &mut tokio_postgres::Client,
+        applier: &mut Applier,
+        at: Position,
+    ) -> Result<CopyReport> {
         let mut tx = node
             .transaction()
             .await
@@ -264,7 +312,7 @@ impl Replica {
             ..CopyReport::default()
         };
         for (schema, table) in &spec.tables {
-            let (oid, table_schema) = crate::node::upstream_table(&up, schema, table).await?;
+            let (oid, table_schema) = crate::node::upstream_table(up, schema, table).await?;
             let columns: Vec<String> = table_schema
                 .columns
                 .iter()
@@ -319,9 +367,6 @@ impl Replica {
             report.add(&applied);
             report.tables += 1;
         }
-        up.batch_execute("COMMIT")
-            .await
-            .map_err(|e| ReplicateError::node("end the snapshot transaction", &e))?;
         applier.set_position(&tx, at).await?;
         tx.commit()
             .await
@@ -338,6 +383,7 @@ impl Replica {
                 ..ReplicaStatus::default()
             })),
             copy_first: false,
+            wake: tokio::sync::Notify::new(),
         }
     }
 
@@ -359,9 +405,49 @@ impl Replica {
         }
     }
 
+    /// As [`Replica::run`], but a halt does not end it: the replica stays
+    /// `halted` (with the error) and tries the halted transaction again
+    /// after a wait that doubles from 1 s up to [`HALT_RETRY_MAX`], or at
+    /// once when [`Replica::retry_now`] is called, each try reading the
+    /// node's catalog and the transaction to skip afresh; so a cause fixed
+    /// on the node (a column added, a default set, a row removed) or a
+    /// skip recorded with `evolve replicate skip` lets it go on by itself.
+    /// Each try that meets the same halt again logs nothing new
+    /// ([`Applier`] records a halt once). Ends when `stop` says so, or
+    /// with an error retrying cannot help that is not a halt (the
+    /// replica's slot or publication gone).
+    pub async fn run_retrying(&self, mut stop: watch::Receiver<bool>) -> Result<()> {
+        let mut wait = FIRST_HALT_RETRY;
+        loop {
+            let position = self.status().position;
+            match self.run(stop.clone()).await {
+                Err(ReplicateError::Halted { .. }) => {
+                    // A try that got further starts the waits over.
+                    if self.status().position != position {
+                        wait = FIRST_HALT_RETRY;
+                    }
+                }
+                other => return other,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.wake.notified() => {}
+                _ = stop.changed() => return Ok(()),
+            }
+            wait = (wait * 2).min(HALT_RETRY_MAX);
+        }
+    }
+
+    /// A halted replica under [`Replica::run_retrying`] tries again now
+    /// (a skip was recorded, or the catalog changed).
+    pub fn retry_now(&self) {
+        self.wake.notify_one();
+    }
+
     /// Applies the stream to the node until `stop`, retrying transient
     /// failures with backoff; a halt ends it with the error (the task does
-    /// not crash-loop: it waits to be told what to do).
+    /// not crash-loop: it waits to be told what to do, or
+    /// [`Replica::run_retrying`] tries again with backoff).
     pub async fn run(&self, mut stop: watch::Receiver<bool>) -> Result<()> {
         let mut backoff = FIRST_BACKOFF;
         loop {
@@ -371,7 +457,12 @@ impl Replica {
             match self.run_once(stop.clone()).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_permanent() => {
-                    tracing::error!(replica = %self.spec.name, error = %e, "replica halted");
+                    let again = self.status().error.as_deref() == Some(&e.to_string());
+                    if again {
+                        tracing::debug!(replica = %self.spec.name, error = %e, "replica halted again");
+                    } else {
+                        tracing::error!(replica = %self.spec.name, error = %e, "replica halted");
+                    }
                     self.set(|s| {
                         s.state = "halted".into();
                         s.error = Some(e.to_string());
@@ -397,12 +488,7 @@ impl Replica {
     async fn run_once(&self, stop: watch::Receiver<bool>) -> Result<()> {
         let spec = &self.spec;
         let slot = Self::slot_name(&spec.name);
-        let mut node = evolve_pg::connect(&spec.node, "evolve replicate")
-            .await
-            .map_err(|e| ReplicateError::Node {
-                context: format!("connect to the node of replica {}", spec.name),
-                message: e.to_string(),
-            })?;
+        let mut node = Self::node(&spec.node, &spec.name).await?;
         let mut applier = Applier::open(
             &node,
             &spec.name,
@@ -447,9 +533,13 @@ impl Replica {
             .map_err(|e| ReplicateError::stream(&spec.name, e))?;
         // What the node has is durable: the slot may release it.
         stream.confirm(applier.position());
+        // A halted replica trying again stays `halted` until it has applied
+        // something past its halt.
         self.set(|s| {
-            s.state = "running".into();
-            s.error = None;
+            if s.state != "halted" {
+                s.state = "running".into();
+                s.error = None;
+            }
             s.position = applier.position();
         });
         // The stream is read while the node applies the group before:
@@ -474,6 +564,10 @@ impl Replica {
                             }
                         };
                         self.set(|s| {
+                            if s.state == "halted" {
+                                s.state = "running".into();
+                                s.error = None;
+                            }
                             s.position = last;
                             for (k, n) in &applied.conflicts {
                                 *s.conflicts.entry(*k).or_default() += n;
@@ -599,26 +693,41 @@ impl Replica {
     }
 
     /// Skips the upstream transaction that finished at `lsn` on the node
-    /// (as `ALTER SUBSCRIPTION ... SKIP` does): the next run moves the
+    /// (as `ALTER SUBSCRIPTION ... SKIP` does): the next try moves the
     /// replica's position past it without applying it. As PostgreSQL's,
-    /// it refuses a position the replica has already applied.
+    /// it refuses a position the replica has already applied; and since a
+    /// skip is the way past a halt, it refuses any LSN but the one of the
+    /// transaction the replica is halted at, as the node records it
+    /// ([`Applier`] records each halt there): an LSN ahead, armed on a
+    /// replica that is not halted, would throw away whichever transaction
+    /// later happens to end there.
     pub async fn skip(node: &str, name: &str, lsn: Position) -> Result<()> {
-        let client = evolve_pg::connect(node, "evolve replicate")
-            .await
-            .map_err(|e| ReplicateError::Node {
-                context: format!("connect to the node of replica {name}"),
-                message: e.to_string(),
-            })?;
+        let client = Self::node(node, name).await?;
         crate::apply::setup_node(&client).await?;
+        let refuse = |message: String| ReplicateError::Node {
+            context: format!("replica {name} skip"),
+            message,
+        };
         if let Some((applied, _)) = crate::apply::stored_position(&client, name).await?
             && lsn <= applied
         {
-            return Err(ReplicateError::Node {
-                context: format!("replica {name} skip"),
-                message: format!(
-                    "the replica has applied the upstream up to {applied}, so the transaction finished at {lsn} is behind it; give the LSN its halt names (SHOW REPLICAS), which is later"
-                ),
-            });
+            return Err(refuse(format!(
+                "the replica has applied the upstream up to {applied}, so the transaction finished at {lsn} is behind it; give the LSN its halt names (SHOW REPLICAS), which is later"
+            )));
+        }
+        match crate::apply::recorded_halt(&client, name).await? {
+            None => {
+                return Err(refuse(
+                    "the replica is not halted (its node records no halt), so there is no transaction to skip; a skip is for the transaction a halt names (SHOW REPLICAS shows it)"
+                        .to_string(),
+                ));
+            }
+            Some((halted, _)) if halted != lsn => {
+                return Err(refuse(format!(
+                    "the replica is halted at the upstream transaction finished at {halted}, not at {lsn}; to skip it: evolve replicate skip {name} --lsn {halted}"
+                )));
+            }
+            Some(_) => {}
         }
         client
             .execute(

@@ -13,7 +13,19 @@
 //! | a new table | `target_table_missing = skip` | nothing |
 //! | a new column | `target_column_missing = ignore` | `source_column_missing = use_default_value`, and a default when NOT NULL |
 //! | a dropped column | the node's column NULL-able or with a default (a prior `DROP NOT NULL` or `SET DEFAULT`), `source_column_missing = use_default_value` | `target_column_missing = ignore` |
-//! | a type change | the node's type takes the new one by assignment cast, or a transform computes the column | the same, the other way |
+//! | a type change | the node's type takes the new one by assignment cast, its input function reads the new type's text (see below), and `target_column_type_mismatch` is not `error`; or a transform computes the column | the same, the other way |
+//!
+//! A type change is held against what the apply does with the values: it
+//! gives their text form to the node type's input function, as native
+//! logical replication does, so a value is never changed silently; an
+//! assignment cast would round `numeric` into `integer`. Among the pairs
+//! of PostgreSQL's own types that have an assignment cast, a few have
+//! values whose text the other's input refuses ([`refused_values`]:
+//! `numeric(10,2)` prints `5.00`, which `integer` does not read); a change
+//! that makes one of them is refused with the rows that would halt, and a
+//! transform that converts explicitly is the fix. And with
+//! `target_column_type_mismatch = 'error'` any difference of PostgreSQL's
+//! own types halts.
 //!
 //! The pure rules are [`findings`]; what they need from the node's catalog
 //! comes through [`NodeFacts`].
@@ -127,6 +139,86 @@ pub trait NodeFacts {
     /// Whether values of type `from` (as written, or the column's type on
     /// the other side) convert to the column's type by assignment cast.
     fn converts(&self, table: &(String, String), column: &str, type_text: &str) -> bool;
+    /// How the values of the column cross between the upstream and the
+    /// node while they differ, the side `ahead` migrated first (the new
+    /// type `type_text` and the node's column type before the change);
+    /// `None` when the node does not know one of the types.
+    fn conversion(
+        &self,
+        table: &(String, String),
+        column: &str,
+        type_text: &str,
+        ahead: Ahead,
+    ) -> Option<Conversion>;
+}
+
+/// The values of a column while the upstream and a node have it at
+/// different types: sent as `from`, applied to a column of type `to`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conversion {
+    pub from: String,
+    pub to: String,
+    /// `from` is one of PostgreSQL's own types, which the apply compares
+    /// with the node's (a `target_column_type_mismatch`); a type of the
+    /// upstream's own is not compared.
+    pub compared: bool,
+    /// The values whose text `to`'s input function refuses
+    /// ([`refused_values`]), when some are.
+    pub refused: Option<String>,
+}
+
+/// The values of type `from` whose text form the input function of type
+/// `to` refuses, among the pairs of PostgreSQL's own types with an
+/// assignment cast (`pg_cast` says nothing of text forms; these are the
+/// pairs whose output the other's input does not read): `None` when every
+/// value converts (a value too long or too large for `to` aside, which
+/// fails on any path). Types are `(OID, typmod)`.
+pub fn refused_values(from: (u32, i32), to: (u32, i32)) -> Option<String> {
+    const INT2: u32 = 21;
+    const INT4: u32 = 23;
+    const INT8: u32 = 20;
+    const FLOAT4: u32 = 700;
+    const FLOAT8: u32 = 701;
+    const NUMERIC: u32 = 1700;
+    const MONEY: u32 = 790;
+    const INTERVAL: u32 = 1186;
+    const TIME: u32 = 1083;
+    const INET: u32 = 869;
+    const CIDR: u32 = 650;
+    const MACADDR8: u32 = 774;
+    const MACADDR: u32 = 829;
+    // text, varchar, bpchar, name: any text is read.
+    const STRINGS: [u32; 4] = [25, 1043, 1042, 19];
+    let integer = |oid| [INT2, INT4, INT8].contains(&oid);
+    if from.0 == to.0 || STRINGS.contains(&to.0) {
+        return None;
+    }
+    match (from.0, to.0) {
+        (NUMERIC, t) if integer(t) => {
+            // numeric's typmod: ((precision << 16) | scale) + 4, the scale
+            // an 11-bit signed number.
+            let scale = (from.1 >= 4).then(|| (((from.1 - 4) & 0x7ff) ^ 1024) - 1024);
+            Some(match scale {
+                Some(scale) if scale > 0 => format!(
+                    "every value (numeric with scale {scale} prints {scale} decimal places, e.g. 5.{})",
+                    "0".repeat(scale as usize)
+                ),
+                _ => "values with a fractional part (e.g. 5.5)".to_string(),
+            })
+        }
+        (FLOAT4 | FLOAT8, t) if integer(t) => {
+            Some("values with a fractional part or an exponent (e.g. 5.5, 1e+20)".to_string())
+        }
+        (MONEY, _) => Some("every value (money prints a currency symbol, e.g. $5.00)".to_string()),
+        (INTERVAL, TIME) => {
+            Some("intervals of a day or more, or negative ones (e.g. 1 day 02:00:00)".to_string())
+        }
+        (INET, CIDR) => {
+            Some("addresses with bits set right of their mask (e.g. 10.1.2.3/24)".to_string())
+        }
+        (MACADDR8, MACADDR) => Some("every value (macaddr reads 6-byte addresses)".to_string()),
+        _ => None,
+    }
 }
 
 /// A replica as the check sees it.
@@ -140,7 +232,7 @@ pub struct ReplicaView {
 }
 
 /// Which side the rollout migrates first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Ahead {
     /// The upstream is migrated before the node.
     Upstream,
@@ -285,21 +377,57 @@ pub fn findings(
                 column,
                 type_text,
             },
-            _,
+            ahead,
         ) => {
-            if !transformed(table, column) && !facts.converts(table, column, type_text) {
+            if transformed(table, column) {
+                return out;
+            }
+            let transform_fix = |example: &str| {
+                format!(
+                    "CREATE TRANSFORM ... ON REPLICA {} FOR TABLE {} SET {column} = {example} (drop it once every node has the new type)",
+                    replica.name,
+                    at(table)
+                )
+            };
+            let conversion = facts.conversion(table, column, type_text, ahead);
+            if !facts.converts(table, column, type_text) {
                 refuse(
                     format!(
                         "column {}.{column} changes to {type_text}, which does not convert by assignment cast between the upstream and node {}",
                         at(table),
                         replica.node
                     ),
-                    format!(
-                        "CREATE TRANSFORM ... ON REPLICA {} FOR TABLE {} SET {column} = <expression over NEW>",
-                        replica.name,
-                        at(table)
-                    ),
+                    transform_fix("<expression over NEW>"),
                 );
+            } else if let Some(c) = conversion {
+                if c.compared && !want(ConflictType::TargetColumnTypeMismatch, Resolver::Error) {
+                    refuse(
+                        format!(
+                            "column {}.{column} reaches node {} as {} while it has {}, and target_column_type_mismatch is error, so every row of the table would halt the replica",
+                            at(table),
+                            replica.node,
+                            c.from,
+                            c.to
+                        ),
+                        resolver_fix(
+                            &replica.name,
+                            ConflictType::TargetColumnTypeMismatch,
+                            Resolver::Transform,
+                        ),
+                    );
+                } else if let Some(values) = &c.refused {
+                    refuse(
+                        format!(
+                            "column {}.{column} reaches node {} as {} while it has {}, and {}'s input function refuses the text of {values}: each row with such a value would halt the replica",
+                            at(table),
+                            replica.node,
+                            c.from,
+                            c.to,
+                            c.to
+                        ),
+                        transform_fix(&format!("NEW.{column}::{}", c.to)),
+                    );
+                }
             }
         }
     }
@@ -319,6 +447,30 @@ mod tests {
         fn converts(&self, _: &(String, String), _: &str, type_text: &str) -> bool {
             type_text != "boolean"
         }
+        /// `amount` was numeric(10,2); `integer` is the new type.
+        fn conversion(
+            &self,
+            _: &(String, String),
+            column: &str,
+            type_text: &str,
+            ahead: Ahead,
+        ) -> Option<Conversion> {
+            if column != "amount" {
+                return None;
+            }
+            let old = ((1700, (10 << 16) + 2 + 4), "numeric(10,2)");
+            let new = ((23, -1), type_text);
+            let (from, to) = match ahead {
+                Ahead::Upstream => (new, old),
+                Ahead::Node => (old, new),
+            };
+            Some(Conversion {
+                from: from.1.to_string(),
+                to: to.1.to_string(),
+                compared: true,
+                refused: refused_values(from.0, to.0),
+            })
+        }
     }
 
     fn replica(resolvers: Resolvers) -> ReplicaView {
@@ -337,6 +489,73 @@ mod tests {
         r.set(ConflictType::TargetColumnMissing, Resolver::Ignore)
             .unwrap();
         r
+    }
+
+    /// The pairs whose text the other type's input refuses, and the
+    /// values named.
+    #[test]
+    fn refused_values_name_the_rows_that_would_halt() {
+        let numeric = |p: i32, s: i32| (1700, (p << 16) + s + 4);
+        assert_eq!(
+            refused_values(numeric(10, 2), (23, -1)).as_deref(),
+            Some("every value (numeric with scale 2 prints 2 decimal places, e.g. 5.00)")
+        );
+        assert_eq!(
+            refused_values(numeric(10, 0), (20, -1)).as_deref(),
+            Some("values with a fractional part (e.g. 5.5)")
+        );
+        assert_eq!(
+            refused_values((1700, -1), (21, -1)).as_deref(),
+            Some("values with a fractional part (e.g. 5.5)")
+        );
+        assert!(refused_values((701, -1), (23, -1)).is_some());
+        assert!(refused_values((790, -1), (1700, -1)).is_some());
+        // Widening, the same type, and into text all read every value.
+        for (from, to) in [
+            ((23, -1), numeric(10, 2)),
+            ((23, -1), (20, -1)),
+            (numeric(10, 2), numeric(12, 2)),
+            (numeric(10, 2), (701, -1)),
+            ((1700, -1), (25, -1)),
+            ((1082, -1), (1114, -1)),
+        ] {
+            assert_eq!(refused_values(from, to), None, "{from:?} -> {to:?}");
+        }
+    }
+
+    /// numeric(10,2) into integer has an assignment cast, but the apply
+    /// gives the text `5.00` to integer's input, which refuses it: only
+    /// the direction that sends numeric to an integer column is refused,
+    /// with a transform as the fix; `error` refuses any direction.
+    #[test]
+    fn a_type_change_the_text_does_not_survive_is_refused() {
+        let t = ("public".to_string(), "load".to_string());
+        let change = Change::TypeChange {
+            table: t,
+            column: "amount".into(),
+            type_text: "integer".into(),
+        };
+        let f = findings(&change, &replica(window()), Ahead::Node, &Facts);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(
+            f[0].problem,
+            "column public.load.amount reaches node b as numeric(10,2) while it has integer, and integer's input function refuses the text of every value (numeric with scale 2 prints 2 decimal places, e.g. 5.00): each row with such a value would halt the replica"
+        );
+        assert_eq!(
+            f[0].fix,
+            "CREATE TRANSFORM ... ON REPLICA node_b FOR TABLE public.load SET amount = NEW.amount::integer (drop it once every node has the new type)"
+        );
+        assert!(findings(&change, &replica(window()), Ahead::Upstream, &Facts).is_empty());
+        let mut strict = window();
+        strict
+            .set(ConflictType::TargetColumnTypeMismatch, Resolver::Error)
+            .unwrap();
+        let f = findings(&change, &replica(strict), Ahead::Upstream, &Facts);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(
+            f[0].fix,
+            "ALTER REPLICA node_b SET CONFLICT RESOLVER target_column_type_mismatch = 'transform'"
+        );
     }
 
     #[test]
@@ -553,21 +772,47 @@ pub enum RolloutError {
     Refused(Vec<Finding>),
     #[error("node {node}: {message}")]
     Node { node: String, message: String },
-    #[error(
-        "replica {replica} did not catch up within {timeout:?} after node {node} (it is at {at}, the marker at {marker}): the rollout stopped; run it again to continue with the next node once it has"
-    )]
+    #[error("{}", catch_up_message(.node, .replica, .at, .marker, .timeout, .halt.as_ref()))]
     CatchUp {
         node: String,
         replica: String,
         at: String,
         marker: String,
         timeout: std::time::Duration,
+        /// The halt the node records for the replica: the upstream
+        /// transaction's end and why.
+        halt: Option<(String, String)>,
     },
 }
 
+/// A replica that did not catch up: halted (why, and the ways past it), or
+/// only slow.
+fn catch_up_message(
+    node: &str,
+    replica: &str,
+    at: &str,
+    marker: &str,
+    timeout: &std::time::Duration,
+    halt: Option<&(String, String)>,
+) -> String {
+    match halt {
+        Some((lsn, why)) => format!(
+            "replica {replica} did not catch up within {timeout:?} after node {node}: it is halted at the upstream transaction finished at {lsn}: {why}; the rollout stopped: fix the cause (the replica tries again by itself, every {}s at most) or skip that transaction with `evolve replicate skip {replica} --lsn {lsn}`, then run the rollout again to continue with the next node",
+            crate::replica::HALT_RETRY_MAX.as_secs()
+        ),
+        None => format!(
+            "replica {replica} did not catch up within {timeout:?} after node {node} (it is at {at}, the marker at {marker}, and not halted): the rollout stopped; run it again to continue with the next node once it has (SHOW REPLICAS shows whether it runs)"
+        ),
+    }
+}
+
+/// A type change's column, for [`Facts`]: (table, column, new type).
+type ColumnChange = ((String, String), String, String);
+
 struct Facts {
     needs_value: std::collections::HashSet<((String, String), String)>,
-    converts: std::collections::HashSet<((String, String), String, String)>,
+    converts: std::collections::HashSet<ColumnChange>,
+    conversions: std::collections::HashMap<(ColumnChange, Ahead), Conversion>,
 }
 
 impl NodeFacts for Facts {
@@ -579,15 +824,40 @@ impl NodeFacts for Facts {
         self.converts
             .contains(&(table.clone(), column.to_string(), type_text.to_string()))
     }
+    fn conversion(
+        &self,
+        table: &(String, String),
+        column: &str,
+        type_text: &str,
+        ahead: Ahead,
+    ) -> Option<Conversion> {
+        self.conversions
+            .get(&(
+                (table.clone(), column.to_string(), type_text.to_string()),
+                ahead,
+            ))
+            .cloned()
+    }
 }
+
+/// Where a node's url comes from, for connection errors: `--nodes` names
+/// connections of the config (`--config`, `evolve.toml` by default).
+const NODE_GIVEN: &str = "the node's connection in the config (--config)";
 
 async fn connect(node: &str, url: &str) -> Result<tokio_postgres::Client, RolloutError> {
     evolve_pg::connect(url, "evolve rollout")
         .await
         .map_err(|e| RolloutError::Node {
             node: node.to_string(),
-            message: e.to_string(),
+            message: e.given_by(NODE_GIVEN).to_string(),
         })
+}
+
+/// `evolve migrate`'s options for the node at `url`.
+fn migrate_options(url: &str, dir: &std::path::Path) -> evolve_migrate::Options {
+    let mut opts = evolve_migrate::Options::new(url.to_string(), dir);
+    opts.database_url_given = NODE_GIVEN;
+    opts
 }
 
 fn node_error(node: &str, e: impl std::fmt::Display) -> RolloutError {
@@ -597,6 +867,9 @@ fn node_error(node: &str, e: impl std::fmt::Display) -> RolloutError {
     }
 }
 
+/// OIDs below this are PostgreSQL's own, the same on every server.
+const FIRST_USER_OID: u32 = 16_384;
+
 /// What the node's catalog says for `changes` (the type changes in both
 /// directions: the node's type from the new one, and the new one from the
 /// node's).
@@ -605,6 +878,7 @@ async fn facts(node: &str, url: &str, changes: &[Change]) -> Result<Facts, Rollo
     let mut facts = Facts {
         needs_value: Default::default(),
         converts: Default::default(),
+        conversions: Default::default(),
     };
     for change in changes {
         match change {
@@ -641,22 +915,63 @@ async fn facts(node: &str, url: &str, changes: &[Change]) -> Result<Facts, Rollo
                                 EXISTS (SELECT 1 FROM pg_cast
                                         WHERE casttarget = to_regtype($4) AND castsource = a.atttypid
                                           AND castcontext IN ('a', 'i'))
-                                OR to_regtype($4) = a.atttypid
+                                OR to_regtype($4) = a.atttypid,
+                                a.atttypid::int8, a.atttypmod, format_type(a.atttypid, a.atttypmod)
                          FROM pg_attribute a
                          JOIN pg_class c ON c.oid = a.attrelid
                          JOIN pg_namespace n ON n.oid = c.relnamespace
-                         WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3",
+                         WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3
+                           AND NOT a.attisdropped",
                         &[&table.0, &table.1, column, type_text],
                     )
                     .await
                     .map_err(|e| node_error(node, e))?;
-                if let Some(r) = row
-                    && r.get::<_, Option<bool>>(0) == Some(true)
+                let Some(r) = row else {
+                    continue;
+                };
+                let key = (table.clone(), column.clone(), type_text.clone());
+                if r.get::<_, Option<bool>>(0) == Some(true)
                     && r.get::<_, Option<bool>>(1) == Some(true)
                 {
-                    facts
-                        .converts
-                        .insert((table.clone(), column.clone(), type_text.clone()));
+                    facts.converts.insert(key.clone());
+                }
+                // The new type with its modifier, as the node reads it
+                // (to_regtype drops the modifier): the column type of a
+                // statement selecting a NULL of it, prepared, not run.
+                let Ok(statement) = client.prepare(&format!("SELECT NULL::{type_text}")).await
+                else {
+                    continue;
+                };
+                let Some(c) = statement.columns().first() else {
+                    continue;
+                };
+                let new = (c.type_().oid(), c.type_modifier());
+                let new_name: String = client
+                    .query_one(
+                        "SELECT format_type($1::int8::oid, $2)",
+                        &[&i64::from(new.0), &new.1],
+                    )
+                    .await
+                    .map_err(|e| node_error(node, e))?
+                    .get(0);
+                let old = (r.get::<_, i64>(2) as u32, r.get::<_, i32>(3));
+                let old_name: String = r.get(4);
+                // The upstream ahead sends the new type to the node's old
+                // column; a node ahead has the new type and is sent the
+                // old one.
+                for (ahead, (from, from_name), (to, to_name)) in [
+                    (Ahead::Upstream, (new, &new_name), (old, &old_name)),
+                    (Ahead::Node, (old, &old_name), (new, &new_name)),
+                ] {
+                    facts.conversions.insert(
+                        (key.clone(), ahead),
+                        Conversion {
+                            from: from_name.clone(),
+                            to: to_name.clone(),
+                            compared: from.0 < FIRST_USER_OID,
+                            refused: refused_values(from, to),
+                        },
+                    );
                 }
             }
             _ => {}
@@ -669,7 +984,7 @@ async fn facts(node: &str, url: &str, changes: &[Change]) -> Result<Facts, Rollo
 async fn pending_changes(spec: &RolloutSpec) -> Result<(usize, Vec<Change>), RolloutError> {
     let mut scripts = std::collections::BTreeSet::new();
     for (node, url) in &spec.nodes {
-        let status = evolve_migrate::status(&evolve_migrate::Options::new(url.clone(), &spec.dir))
+        let status = evolve_migrate::status(&migrate_options(url, &spec.dir))
             .await
             .map_err(|e| node_error(node, e))?;
         for m in status.migrations {
@@ -750,7 +1065,7 @@ pub async fn run(
             )
         })?;
     for (node, url) in &spec.nodes {
-        let opts = evolve_migrate::Options::new(url.clone(), &spec.dir);
+        let opts = migrate_options(url, &spec.dir);
         let pending = evolve_migrate::status(&opts)
             .await
             .map_err(|e| node_error(node, e))?
@@ -787,14 +1102,23 @@ pub async fn run(
         for (replica, node_url) in &spec.replicas {
             let client = connect(&replica.node, node_url).await?;
             loop {
-                let at: Option<String> = client
+                // The halt columns by name through to_jsonb: a progress
+                // table of an earlier version lacks them.
+                let row = client
                     .query_opt(
-                        "SELECT lsn::text FROM evolve_replica_progress WHERE replica = $1",
+                        "SELECT lsn::text, to_jsonb(p)->>'halted_lsn', to_jsonb(p)->>'halt'
+                         FROM evolve_replica_progress p WHERE replica = $1",
                         &[&replica.name],
                     )
                     .await
-                    .map_err(|e| node_error(&replica.node, e))?
-                    .map(|r| r.get(0));
+                    .map_err(|e| node_error(&replica.node, e))?;
+                let at: Option<String> = row.as_ref().map(|r| r.get(0));
+                let halt: Option<(String, String)> = row.as_ref().and_then(|r| {
+                    Some((
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                    ))
+                });
                 let done: bool = client
                     .query_one(
                         "SELECT coalesce($1::text::pg_lsn > $2::text::pg_lsn, false)",
@@ -813,6 +1137,7 @@ pub async fn run(
                         at: at.unwrap_or_else(|| "0/0".into()),
                         marker,
                         timeout: spec.catchup_timeout,
+                        halt,
                     });
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;

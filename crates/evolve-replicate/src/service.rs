@@ -28,10 +28,13 @@
 //! (tables, connections, resolvers, transforms) are stopped and the new
 //! ones started, the others go on. `DROP REPLICA` stops the replica's
 //! task before it drops the slot and the publication upstream. A halted
-//! replica stays halted (no crash loop) until the catalog changes, the
-//! pipeline restarts, or `evolve replicate skip` records a transaction to
-//! skip on its node: the halted replicas' nodes are looked at every
-//! second for that, and a replica is restarted once per recorded skip.
+//! replica tries its transaction again by itself with backoff, reading
+//! the node's catalog afresh ([`Replica::run_retrying`]: every 30 s at
+//! most, so a cause fixed on the node is seen without anyone telling the
+//! pipeline), and at once when the catalog changes or `evolve replicate
+//! skip` records a transaction to skip on its node: the halted replicas'
+//! nodes are looked at every second for that, and a replica is woken once
+//! per recorded skip.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -299,12 +302,19 @@ impl ReplicaService {
             .running
             .iter()
             .filter(|(name, running)| {
-                // A halted task is tried again on every catalog change.
+                // A task that ended is started again on every catalog
+                // change.
                 running.task.is_finished()
                     || !matches!(wanted.get(*name), Some((Ok(spec), _)) if same(spec, &running.spec))
             })
             .map(|(name, _)| name.clone())
             .collect();
+        // A halted replica tries again on every catalog change.
+        for running in tasks.running.values() {
+            if running.replica.status().state == "halted" {
+                running.replica.retry_now();
+            }
+        }
         for name in stale {
             tasks.stop(&name).await;
         }
@@ -326,15 +336,16 @@ impl ReplicaService {
         }
     }
 
-    /// Restarts the halted replicas whose node has a transaction to skip
-    /// recorded (`evolve replicate skip`).
+    /// Wakes the halted replicas whose node has a transaction to skip
+    /// recorded (`evolve replicate skip`), so that they pass it now rather
+    /// than at their next try.
     async fn resume_skipped(&self) {
         let halted: Vec<(String, String)> = {
             let tasks = self.tasks.lock().await;
             tasks
                 .running
                 .iter()
-                .filter(|(_, r)| r.task.is_finished() && r.replica.status().state == "halted")
+                .filter(|(_, r)| r.replica.status().state == "halted")
                 .map(|(name, r)| (name.clone(), r.spec.node.clone()))
                 .collect()
         };
@@ -349,14 +360,16 @@ impl ReplicaService {
             let Some(running) = tasks.running.get(&name) else {
                 continue;
             };
-            if !running.task.is_finished() {
-                continue;
+            if running.task.is_finished() {
+                // A task that ended (not for a halt) is started again.
+                let (spec, copy) = (running.spec.clone(), running.copy);
+                tasks.stop(&name).await;
+                tasks.start(spec, copy);
+            } else {
+                running.replica.retry_now();
             }
-            let (spec, copy) = (running.spec.clone(), running.copy);
             tasks.skips_tried.insert(name.clone(), skip);
-            tasks.stop(&name).await;
-            tracing::info!(replica = %name, "a transaction to skip is recorded; replica restarted");
-            tasks.start(spec, copy);
+            tracing::info!(replica = %name, "a transaction to skip is recorded; replica tries again");
         }
     }
 
@@ -1060,8 +1073,9 @@ impl Tasks {
         let task = {
             let replica = Arc::clone(&replica);
             tokio::spawn(async move {
-                // A halt is logged and shown in its status.
-                let _ = replica.run(stop_rx).await;
+                // A halt is logged and shown in its status, and tried
+                // again; an error that retrying cannot help ends the task.
+                let _ = replica.run_retrying(stop_rx).await;
             })
         };
         tracing::info!(replica = %spec.name, "replica task started");

@@ -113,9 +113,11 @@ async fn a_node_at_another_schema_version_gets_every_row_by_its_resolvers() {
         (key("insert_exists", "update"), 1),
         (key("update_missing", "insert_or_skip"), 1),
         (key("delete_missing", "skip"), 1),
-        // Once per match: `region` filled by its default (`status` and
-        // `qty` convert by assignment cast: no conflict).
+        // Once per match: `region` filled by its default, and `status`
+        // and `qty` converted by assignment cast (varchar(20) to text,
+        // integer to bigint).
         (key("source_column_missing", "use_default_value"), 1),
+        (key("target_column_type_mismatch", "transform"), 2),
     ]
     .into_iter()
     .collect();
@@ -163,6 +165,9 @@ async fn a_node_at_another_schema_version_gets_every_row_by_its_resolvers() {
     *expected
         .get_mut(&key("source_column_missing", "use_default_value"))
         .unwrap() += 1;
+    *expected
+        .get_mut(&key("target_column_type_mismatch", "transform"))
+        .unwrap() += 2;
     assert_eq!(history(&node, "node_a").await, expected);
 }
 

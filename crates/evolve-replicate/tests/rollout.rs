@@ -252,3 +252,126 @@ async fn three_nodes_are_upgraded_one_at_a_time_while_replicating() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// numeric(10,2) into an integer column: `pg_cast` has an assignment cast,
+/// but the apply gives the text `5.00` to integer's input, which refuses
+/// it; the plan says so for the direction that sends numeric to the
+/// integer column, with the rows and a fix. A replica halted by a row its
+/// node refuses stops the rollout with its halt and the ways past it, and
+/// a node that cannot be reached is named by where its url comes from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_predicts_the_text_conversion_and_a_halt_stops_the_rollout_with_its_cause() {
+    let up_db = evolve_test::fresh_db("rollnum_a").await;
+    let b_db = evolve_test::fresh_db("rollnum_b").await;
+    let up = connect(&up_db.url).await;
+    let b = connect(&b_db.url).await;
+    up.batch_execute("CREATE TABLE load (id int PRIMARY KEY, amount numeric(10,2))")
+        .await
+        .unwrap();
+    // The node refuses amounts of 100 or more.
+    b.batch_execute(
+        "CREATE TABLE load (id int PRIMARY KEY, amount numeric(10,2) CHECK (amount < 100))",
+    )
+    .await
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("evolve-rollout-num-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("V1__amount_int.sql"),
+        "ALTER TABLE load ALTER COLUMN amount TYPE integer;\n",
+    )
+    .unwrap();
+    let view = ReplicaView {
+        name: "rep_num".into(),
+        node: "b".into(),
+        resolvers: Resolvers::default(),
+        transforms: Vec::new(),
+    };
+    let rollout_spec = |order: &[&str]| RolloutSpec {
+        dir: dir.clone(),
+        nodes: order
+            .iter()
+            .map(|n| {
+                let url = if *n == "a" { &up_db.url } else { &b_db.url };
+                (n.to_string(), url.clone())
+            })
+            .collect(),
+        upstream: "a".into(),
+        replicas: vec![(view.clone(), b_db.url.clone())],
+        catchup_timeout: Duration::from_secs(3),
+    };
+
+    // The node first: it gets integer while the upstream still sends
+    // numeric(10,2), every value of which would halt.
+    let (_, found) = rollout::check(&rollout_spec(&["b", "a"])).await.unwrap();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(
+        found[0].problem,
+        "column public.load.amount reaches node b as numeric(10,2) while it has integer, and integer's input function refuses the text of every value (numeric with scale 2 prints 2 decimal places, e.g. 5.00): each row with such a value would halt the replica"
+    );
+    assert_eq!(
+        found[0].fix,
+        "CREATE TRANSFORM ... ON REPLICA rep_num FOR TABLE public.load SET amount = NEW.amount::integer (drop it once every node has the new type)"
+    );
+    // The upstream first: integers into numeric(10,2) all convert.
+    let (_, found) = rollout::check(&rollout_spec(&["a", "b"])).await.unwrap();
+    assert!(found.is_empty(), "{found:#?}");
+
+    // A replica halted by a row its node refuses: the rollout stops after
+    // the upstream's migration with the halt, not only a position.
+    let replica = Arc::new(
+        Replica::create(ReplicaSpec {
+            name: "rep_num".into(),
+            upstream: up_db.url.clone(),
+            upstream_connection: "a".into(),
+            node: b_db.url.clone(),
+            tables: vec![("public".into(), "load".into())],
+            resolvers: Resolvers::default(),
+            transforms: Vec::new(),
+        })
+        .await
+        .unwrap(),
+    );
+    up.batch_execute("INSERT INTO load VALUES (1, 500)")
+        .await
+        .unwrap();
+    let halt = run(replica, &up, &b, "rep_num")
+        .await
+        .expect("the replica halts");
+    let evolve_replicate::ReplicateError::Halted { lsn, .. } = &halt else {
+        panic!("not a halt: {halt}");
+    };
+    let e = rollout::run(&rollout_spec(&["a", "b"]), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RolloutError::CatchUp { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "replica rep_num did not catch up within 3s after node a: it is halted at the upstream transaction finished at {lsn}: the node refused a row of \"public\".\"load\" with key {{\"id\":\"1\"}}: ERROR 23514: new row for relation \"load\" violates check constraint \"load_amount_check\""
+        )) && text.ends_with(&format!(
+            "; the rollout stopped: fix the cause (the replica tries again by itself, every 30s at most) or skip that transaction with `evolve replicate skip rep_num --lsn {lsn}`, then run the rollout again to continue with the next node"
+        )),
+        "{text}"
+    );
+
+    // A node nobody listens on: the way out names the config, which
+    // `evolve rollout` reads its urls from.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut dead = rollout_spec(&["a", "b"]);
+    dead.nodes[1].1 = format!("postgres://postgres@127.0.0.1:{closed}/nowhere");
+    dead.replicas[0].1 = dead.nodes[1].1.clone();
+    let e = rollout::check(&dead).await.unwrap_err().to_string();
+    assert!(
+        e.starts_with("node b: ")
+            && e.contains("check the node's connection in the config (--config)")
+            && !e.contains("--database-url"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,8 +1,9 @@
 //! `evolve replicate`: what is done to a replica from outside the running
 //! pipeline. `skip` records, on the replica's node, the upstream
-//! transaction a halted replica is to skip ([`Replica::skip`]); the
-//! running pipeline sees it within a second and restarts the replica,
-//! which moves past exactly that transaction.
+//! transaction a halted replica is to skip ([`Replica::skip`], which
+//! refuses any LSN but the one of the transaction the node records the
+//! replica halted at); the running pipeline sees it within a second and
+//! wakes the replica, which moves past exactly that transaction.
 
 use std::path::PathBuf;
 
@@ -24,7 +25,8 @@ pub enum ReplicateVerb {
     /// Skip the upstream transaction a halted replica stopped at, as
     /// ALTER SUBSCRIPTION ... SKIP does: the replica moves past it without
     /// applying any of it. The LSN is the one its halt names (SHOW
-    /// REPLICAS shows it).
+    /// REPLICAS shows it); any other, or a replica that is not halted, is
+    /// refused.
     Skip {
         /// The replica.
         name: String,

@@ -628,6 +628,34 @@ async fn replicas_and_transforms_through_evolve_sql() {
         (&Value::from("ignore_if_null"), &Value::from(true))
     );
     wait_state(&admin, "node_b", "running").await;
+    // A replica that is not halted has no transaction to skip: an LSN
+    // ahead is refused, not armed for whatever transaction ends there.
+    let out = evolve(&[
+        "replicate",
+        "skip",
+        "node_b",
+        "--lsn",
+        "FF/FFFFFF",
+        "--config",
+        &config_arg,
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains(
+            "the replica is not halted (its node records no halt), so there is no transaction to skip"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        rows(
+            &node,
+            "SELECT skip_lsn FROM evolve_replica_progress WHERE replica = 'node_b'"
+        )
+        .await,
+        vec!["()".to_string()]
+    );
     // With ignore_if_null a note the node cannot hold halts the replica.
     up.batch_execute("INSERT INTO orders VALUES (3, 'lost', 'a note the node lacks')")
         .await
@@ -722,6 +750,60 @@ async fn replicas_and_transforms_through_evolve_sql() {
         &["(1,new)", "(2,shipped)", "(4,after)"],
     )
     .await;
+
+    // ------------------------- a halt the node's fix ends, nobody telling
+    up.batch_execute("INSERT INTO orders VALUES (10, 'noted', 'a note')")
+        .await
+        .unwrap();
+    let row = wait_state(&admin, "node_b", "halted").await;
+    let error = row["error"].as_str().unwrap().to_string();
+    assert!(
+        error.contains("fix the cause (the pipeline tries the transaction again by itself"),
+        "{error}"
+    );
+    // The halt is logged once and counted, however often it is tried.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        rows(
+            &node,
+            "SELECT conflict_type, resolution, key::text FROM evolve_conflict_history
+             WHERE replica = 'node_b' AND detail LIKE 'halted the replica%' ORDER BY id"
+        )
+        .await,
+        vec![
+            r#"(target_column_missing,ignore_if_null,"{""id"": ""3""}")"#.to_string(),
+            r#"(target_column_missing,ignore_if_null,"{""id"": ""10""}")"#.to_string()
+        ]
+    );
+    // Another LSN than the halt's is refused, naming the halt's.
+    let out = evolve(&[
+        "replicate",
+        "skip",
+        "node_b",
+        "--lsn",
+        "FF/FFFFFF",
+        "--config",
+        &config_arg,
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr)
+            .contains("not at FF/FFFFFF; to skip it: evolve replicate skip node_b --lsn "),
+        "{}",
+        text(&out.stderr)
+    );
+    // The node gets the column: the replica applies the row by itself.
+    node.batch_execute("ALTER TABLE orders ADD COLUMN note text")
+        .await
+        .unwrap();
+    wait_rows(
+        &node,
+        "SELECT id, note FROM orders WHERE id = 10",
+        &["(10,\"a note\")"],
+    )
+    .await;
+    wait_state(&admin, "node_b", "running").await;
 
     // ------------------------------------- DROP SOURCE while a replica reads it
     let stderr = sql_err(

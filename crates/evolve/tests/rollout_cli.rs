@@ -35,13 +35,19 @@ async fn a_rolling_upgrade_of_three_nodes() {
     )
     .unwrap();
     let config = dir.join("evolve.toml");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     std::fs::write(
         &config,
         format!(
             "state_dir = \"state\"\nadmin_listen = \"127.0.0.1:0\"\n\
              [connections.node_a]\nurl = \"{}\"\n\
              [connections.node_b]\nurl = \"{}\"\n\
-             [connections.node_c]\nurl = \"{}\"\n",
+             [connections.node_c]\nurl = \"{}\"\n\
+             [connections.node_dead]\nurl = \"postgres://postgres@127.0.0.1:{closed}/nowhere\"\n",
             a_db.url, b_db.url, c_db.url
         ),
     )
@@ -79,6 +85,28 @@ async fn a_rolling_upgrade_of_three_nodes() {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         evolve(&refs).await
     };
+
+    // A node that cannot be reached is named with where its url comes
+    // from: the config, not a --database-url the rollout does not have.
+    let out = evolve(&[
+        "rollout",
+        "--config",
+        config_arg,
+        "--dir",
+        migrations.to_str().unwrap(),
+        "--nodes",
+        "node_a,node_b,node_c,node_dead",
+        "--plan",
+    ])
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("node node_dead: could not connect to ")
+            && stderr.contains("check the node's connection in the config (--config)")
+            && !stderr.contains("--database-url"),
+        "{stderr}"
+    );
 
     // The default target_column_missing (ignore_if_null) would halt both
     // replicas at the first row with a region: refused, each fix named.

@@ -386,7 +386,14 @@ impl Applier {
     ) -> Result<Option<Table>> {
         let schema = Arc::clone(&change.table);
         let resolvers = self.resolvers.clone();
-        let mapped = self.mapped(tx, txn, id, &schema).await?;
+        let mapped = match self.mapped(tx, txn, id, &schema).await {
+            Ok(mapped) => mapped,
+            Err(e) => {
+                // The row-by-row path meets the halt again and logs it.
+                self.match_halt = None;
+                return Err(e);
+            }
+        };
         if mapped.transform.is_some() {
             return Ok(None);
         }
