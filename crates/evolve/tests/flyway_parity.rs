@@ -573,8 +573,14 @@ async fn flyway_and_evolve_exclude_each_other() {
     loop {
         let held = scalar(
             &db.url,
+            // Flyway takes its key around each of its steps (creating
+            // the history table, then each migration): it must be held
+            // while V1 runs, not only by a short step before it.
             &format!(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = {} AND objid = {}",
+                "SELECT count(*) FROM pg_locks l \
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.classid = {} AND l.objid = {} \
+                 AND EXISTS (SELECT FROM pg_stat_activity a \
+                             WHERE a.state = 'active' AND a.query LIKE 'SELECT pg_sleep(4)%')",
                 key >> 32,
                 key & 0xffff_ffff
             ),
