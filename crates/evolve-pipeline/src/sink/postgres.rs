@@ -268,8 +268,14 @@ impl Statements {
                  SELECT 1 / (count(*) = cardinality($1::text[]))::int FROM u",
                 targets.table
             )),
+            // `= ANY` of an array is an index condition whatever the
+            // table's statistics say; `IN (SELECT ... FROM unnest(...))`
+            // was planned as a join, and over a table whose statistics
+            // said it was empty (an initial load cut short, then
+            // analyzed) as a nested loop testing every row against every
+            // key: minutes for a few thousand deletes.
             prepare(format!(
-                "DELETE FROM {} WHERE key IN (SELECT k::jsonb FROM unnest($1::text[]) AS u(k))",
+                "DELETE FROM {} WHERE key = ANY ($1::text[]::jsonb[])",
                 targets.table
             )),
             prepare(format!(
@@ -425,6 +431,17 @@ impl Sink for PostgresSink {
         .await
         .map_err(fail("record the position"))?;
         tx.commit().await.map_err(fail("commit the initial load"))?;
+        // Statistics for the rows just loaded: those of a load cut short
+        // (autovacuum's ANALYZE of its dead rows says the table is empty)
+        // would plan the next writes as scans of the whole table. Best
+        // effort: a table of another owner is skipped with a warning.
+        if let Err(e) = self
+            .client
+            .batch_execute(&format!("ANALYZE {}", self.targets.table))
+            .await
+        {
+            tracing::debug!(sink = %self.name, error = %e, "could not analyze the sink's table after its initial load");
+        }
         // Counted; the statements are prepared again, if need be, at the
         // next write.
         self.inserted += written;
