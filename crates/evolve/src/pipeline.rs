@@ -738,6 +738,16 @@ pub async fn status(args: StatusArgs, out: &Out) -> anyhow::Result<()> {
     }
 }
 
+/// The stalled table replacement `o` reads, if it reads one: a
+/// replacement hydrates from its table, so it never will.
+fn stalled_table_of<'a>(report: &'a StatusReport, o: &ObjectReport) -> Option<&'a ObjectReport> {
+    let table = o.table.as_deref().filter(|_| o.replacement_for.is_some())?;
+    report
+        .objects
+        .iter()
+        .find(|t| t.kind == "table" && t.name == table && t.state == "stalled")
+}
+
 /// `evolve status --wait-hydrated NAME`: polls `/status` until the table
 /// or replacement `name` is hydrated (Ok), it is stalled, or `timeout`
 /// passes (errors, exit 1).
@@ -785,6 +795,17 @@ async fn wait_hydrated(
                 "{} is stalled: {}; create a new table version that matches upstream",
                 noun(stalled),
                 stalled.error.as_deref().unwrap_or_default()
+            );
+        }
+        if let Some((o, table)) = objects
+            .iter()
+            .find_map(|o| stalled_table_of(&report, o).map(|t| (o, t)))
+        {
+            bail!(
+                "{} reads table \"{}\", which is stalled: {}; drop the replacement and the table, then create a new table version that matches upstream",
+                noun(o),
+                table.name,
+                table.error.as_deref().unwrap_or_default()
             );
         }
         let hydrated = |o: &&ObjectReport| match o.replacement_for {
@@ -1281,6 +1302,39 @@ pub async fn subscribe(args: SubscribeArgs, out: &Out) -> anyhow::Result<ExitCod
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--wait-hydrated` of a replacement whose table is stalled stops at
+    /// once instead of waiting out its timeout.
+    #[test]
+    fn a_replacement_of_a_stalled_table_is_said_at_once() {
+        let object = |kind: &str, name: &str, state: &str| ObjectReport {
+            kind: kind.into(),
+            name: name.into(),
+            state: state.into(),
+            ..ObjectReport::default()
+        };
+        let mut replacement = object("materialized view", "s_json_v2", "hydrating");
+        replacement.table = Some("s_v2".into());
+        replacement.replacement_for = Some("s_json".into());
+        let mut report = StatusReport {
+            objects: vec![
+                object("table", "s_v1", "running"),
+                object("table", "s_v2", "stalled"),
+                replacement.clone(),
+            ],
+        };
+        assert_eq!(
+            stalled_table_of(&report, &replacement).map(|t| t.name.as_str()),
+            Some("s_v2")
+        );
+        report.objects[1].state = "snapshotting".into();
+        assert!(stalled_table_of(&report, &replacement).is_none());
+        // A view that is not a replacement is not waited on this way.
+        let mut view = object("materialized view", "s_json", "running");
+        view.table = Some("s_v1".into());
+        report.objects[0].state = "stalled".into();
+        assert!(stalled_table_of(&report, &view).is_none());
+    }
 
     #[test]
     fn sql_wait_goes_to_each_apply_without_one() {
