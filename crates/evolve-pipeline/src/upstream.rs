@@ -124,9 +124,32 @@ pub async fn inspect_table(
     let relkind: String = row.get(1);
     let replident: String = row.get(2);
     if relkind != "r" {
-        return Err(PipelineError::UpstreamTableNotFound {
-            reference: format!("{reference} (relkind '{relkind}', not an ordinary table)"),
-            source_name: source.to_string(),
+        let (what, way_out) = match relkind.as_str() {
+            "p" => (
+                "a partitioned table".to_string(),
+                "its changes are published per partition: create a table version of each partition (REFERENCE the partition)",
+            ),
+            "v" => ("a view".to_string(), "reference the tables it reads"),
+            "m" => (
+                "a materialized view".to_string(),
+                "reference the tables it reads",
+            ),
+            "f" => (
+                "a foreign table".to_string(),
+                "reference the table on its own server, through a source there",
+            ),
+            other => (
+                format!("a relation of kind '{other}'"),
+                "reference an ordinary table",
+            ),
+        };
+        return Err(PipelineError::Refused {
+            sqlstate: "42809",
+            primary: format!(
+                "upstream relation \"{reference}\" of source \"{source}\" is {what}, which logical replication does not stream as a table; {way_out}"
+            ),
+            detail: None,
+            hint: None,
         });
     }
     let key_query = match replident.as_str() {

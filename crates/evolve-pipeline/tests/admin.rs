@@ -356,6 +356,35 @@ CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jso
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["code"], "42P01", "{body}");
     assert!(body["error"]["hint"].is_string(), "{body}");
+    // A partitioned table or a view: named for what it is, with the way
+    // out.
+    up.batch_execute(
+        "CREATE TABLE parted (id int, r int, PRIMARY KEY (id, r)) PARTITION BY LIST (r);
+         CREATE TABLE parted_1 PARTITION OF parted FOR VALUES IN (1);
+         CREATE VIEW orders_view AS SELECT * FROM orders;",
+    )
+    .await
+    .unwrap();
+    for (reference, what) in [
+        (
+            "public.parted",
+            "is a partitioned table, which logical replication does not stream as a table; its changes are published per partition",
+        ),
+        (
+            "public.orders_view",
+            "is a view, which logical replication does not stream as a table; reference the tables it reads",
+        ),
+    ] {
+        let (status, body) = sql(
+            &app,
+            &format!("CREATE TABLE t_v1 FROM SOURCE {src} (REFERENCE {reference})"),
+        )
+        .await;
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(body["error"]["code"], "42809", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(what), "{message}");
+    }
     let (status, body) = sql(
         &app,
         "CREATE MATERIALIZED VIEW v AS SELECT coalesce(jsonb_strip_nulls(to_jsonb(t)), '{}'::jsonb) AS data FROM orders_v9 t",
