@@ -738,6 +738,14 @@ pub async fn status(args: StatusArgs, out: &Out) -> anyhow::Result<()> {
     }
 }
 
+/// The `ts` of a subscription line (`{"type":...,"ts":"0/16B3748",...}`).
+fn line_ts(line: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(line).ok()?;
+    let start = text.find("\"ts\":\"")? + 6;
+    let len = text[start..].find('"')?;
+    Some(text[start..start + len].to_string())
+}
+
 /// The stalled table replacement `o` reads, if it reads one: a
 /// replacement hydrates from its table, so it never will.
 fn stalled_table_of<'a>(report: &'a StatusReport, o: &ObjectReport) -> Option<&'a ObjectReport> {
@@ -1256,6 +1264,8 @@ pub async fn subscribe(args: SubscribeArgs, out: &Out) -> anyhow::Result<ExitCod
     }
     let mut body = response.into_body();
     let mut pending: Vec<u8> = Vec::new();
+    // The last position sent, to resume from when the stream ends.
+    let mut last_ts: Option<String> = None;
     loop {
         let frame = tokio::select! {
             _ = &mut shutdown => return Ok(ExitCode::SUCCESS),
@@ -1263,13 +1273,25 @@ pub async fn subscribe(args: SubscribeArgs, out: &Out) -> anyhow::Result<ExitCod
         };
         let data = match frame {
             None => {
-                // The pipeline ended the stream (it stopped).
+                // The pipeline ended the stream (it stopped): said, and not
+                // a success, so that whatever runs the subscriber knows
+                // the changes stopped and where to take them up again.
                 if !pending.is_empty() {
                     let mut stdout = std::io::stdout().lock();
                     stdout.write_all(&pending)?;
                     stdout.flush()?;
                 }
-                return Ok(ExitCode::SUCCESS);
+                let resume = match &last_ts {
+                    Some(ts) => format!(
+                        "run evolve subscribe again with --as-of {ts} to go on where it stopped"
+                    ),
+                    None => "run evolve subscribe again once it runs".to_string(),
+                };
+                eprintln!(
+                    "ERROR:  the pipeline at {} ended the stream of \"{}\" (it stopped); {resume}",
+                    admin.url, args.name
+                );
+                return Ok(ExitCode::FAILURE);
             }
             Some(Err(e)) => bail!("the stream from {} broke off: {e}", admin.url),
             Some(Ok(frame)) => match frame.into_data() {
@@ -1282,6 +1304,14 @@ pub async fn subscribe(args: SubscribeArgs, out: &Out) -> anyhow::Result<ExitCod
             continue;
         };
         let lines: Vec<u8> = pending.drain(..=end).collect();
+        if let Some(ts) = lines
+            .split(|b| *b == b'\n')
+            .rev()
+            .filter(|line| line.starts_with(br#"{"type":"progress""#))
+            .find_map(line_ts)
+        {
+            last_ts = Some(ts);
+        }
         {
             let mut stdout = std::io::stdout().lock();
             stdout.write_all(&lines)?;
@@ -1302,6 +1332,20 @@ pub async fn subscribe(args: SubscribeArgs, out: &Out) -> anyhow::Result<ExitCod
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subscription_lines_give_their_position() {
+        assert_eq!(
+            line_ts(br#"{"type":"progress","ts":"0/16B3748"}"#).as_deref(),
+            Some("0/16B3748")
+        );
+        assert_eq!(
+            line_ts(br#"{"type":"change","ts":"1/A","diff":1,"data":{"ts":"x"}}"#).as_deref(),
+            Some("1/A")
+        );
+        assert_eq!(line_ts(b"not json"), None);
+        assert_eq!(line_ts(b""), None);
+    }
 
     /// `--wait-hydrated` of a replacement whose table is stalled stops at
     /// once instead of waiting out its timeout.
