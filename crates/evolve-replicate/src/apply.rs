@@ -98,18 +98,31 @@ pub async fn setup_node(client: &Client) -> Result<()> {
         .batch_execute(NODE_SETUP)
         .await
         .map_err(|e| ReplicateError::node("create evolve's tables on the node", &e))?;
-    for table in ["evolve_replica_progress", "evolve_conflict_history"] {
+    node_tables_owned(client)
+        .await
+        .map_err(|(table, e)| match e {
+            evolve_pg::OwnerError::Database(e) => {
+                ReplicateError::node(format!("check the owner of {table} on the node"), &e)
+            }
+            evolve_pg::OwnerError::Refused(reason) => ReplicateError::Node {
+                context: format!("table {table} on the node"),
+                message: reason,
+            },
+        })
+}
+
+/// The tables [`NODE_SETUP`] creates.
+pub const NODE_TABLES: [&str; 2] = ["evolve_replica_progress", "evolve_conflict_history"];
+
+/// Checks the owner of each of [`NODE_TABLES`] that is there
+/// ([`evolve_pg::check_state_table`]); the first refused, with why.
+pub(crate) async fn node_tables_owned(
+    client: &Client,
+) -> std::result::Result<(), (&'static str, evolve_pg::OwnerError)> {
+    for table in NODE_TABLES {
         evolve_pg::check_state_table(client, table)
             .await
-            .map_err(|e| match e {
-                evolve_pg::OwnerError::Database(e) => {
-                    ReplicateError::node(format!("check the owner of {table} on the node"), &e)
-                }
-                evolve_pg::OwnerError::Refused(reason) => ReplicateError::Node {
-                    context: format!("table {table} on the node"),
-                    message: reason,
-                },
-            })?;
+            .map_err(|e| (table, e))?;
     }
     Ok(())
 }

@@ -1136,26 +1136,19 @@ async fn check_node(node: &Client, replica: &str, connection: &str) -> Result<()
         .batch_execute(&format!("BEGIN; {}; ROLLBACK", crate::apply::NODE_SETUP))
         .await;
     let Err(e) = tried else {
-        for table in ["evolve_replica_progress", "evolve_conflict_history"] {
-            match evolve_pg::check_state_table(node, table).await {
-                Ok(()) => {}
-                Err(evolve_pg::OwnerError::Refused(reason)) => {
-                    return Err(refused(
-                        "42501",
-                        format!("table {table} on the node of replica \"{replica}\": {reason}"),
-                        None,
-                        None,
-                    ));
-                }
-                Err(evolve_pg::OwnerError::Database(e)) => {
-                    return Err(database(
-                        format!("check the owner of {table} on the node of replica {replica}"),
-                        &e,
-                    ));
-                }
-            }
-        }
-        return Ok(());
+        return match crate::apply::node_tables_owned(node).await {
+            Ok(()) => Ok(()),
+            Err((table, evolve_pg::OwnerError::Refused(reason))) => Err(refused(
+                "42501",
+                format!("table {table} on the node of replica \"{replica}\": {reason}"),
+                None,
+                None,
+            )),
+            Err((table, evolve_pg::OwnerError::Database(e))) => Err(database(
+                format!("check the owner of {table} on the node of replica {replica}"),
+                &e,
+            )),
+        };
     };
     let _ = node.batch_execute("ROLLBACK").await;
     match e.as_db_error() {
