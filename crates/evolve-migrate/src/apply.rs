@@ -52,6 +52,7 @@ pub(crate) async fn run(
     let step_opts = StepOptions {
         target: apply_opts.target.clone(),
         out_of_order: apply_opts.out_of_order,
+        ignore: opts.ignore_patterns,
     };
 
     if apply_opts.dry_run {

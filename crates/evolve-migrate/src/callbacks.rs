@@ -6,8 +6,10 @@
 //! As in Flyway, a callback of a verb's own events (`beforeMigrate`,
 //! `afterValidate`, ...) runs in a transaction of its own, or statement by
 //! statement outside one when it holds a statement PostgreSQL refuses in a
-//! transaction. `beforeEachMigrate` and `afterEachMigrate` run inside the
-//! migration's transaction, so they roll back with a migration that fails.
+//! transaction or its script configuration file (`beforeMigrate.sql.conf`)
+//! says `executeInTransaction=false` (`true` keeps it in one).
+//! `beforeEachMigrate` and `afterEachMigrate` run inside the migration's
+//! transaction, so they roll back with a migration that fails.
 
 use evolve_core::migration::{Statement, StatementKind, line_col};
 use evolve_pg::{Client, describe_db_error};
@@ -40,9 +42,13 @@ pub const EVENTS: [&str; 21] = [
     "afterInfoError",
 ];
 
-/// Whether a callback can run in a transaction: none of its statements
-/// ends one or must run outside one.
+/// Whether a callback runs in a transaction: as its script configuration
+/// says, else when none of its statements ends one or must run outside
+/// one.
 fn transactional(file: &CallbackFile) -> bool {
+    if let Some(in_transaction) = file.config.as_ref().and_then(|c| c.execute_in_transaction) {
+        return in_transaction;
+    }
     file.parsed
         .statements
         .iter()
@@ -60,26 +66,29 @@ pub(crate) async fn run(
 ) -> Result<(), MigrateError> {
     for file in files.callbacks_of(event) {
         if transactional(file) {
-            let mut sql = String::from("BEGIN");
-            let mut starts = Vec::with_capacity(file.parsed.statements.len());
+            // Statement by statement, so that a failure names its line
+            // (an error without a position, such as a division by zero,
+            // tells nothing of which statement of a batch failed).
+            client.batch_execute("BEGIN").await?;
             for stmt in &file.parsed.statements {
-                sql.push_str(";\n");
-                starts.push(sql.len());
-                sql.push_str(&stmt.text);
+                if let Err(e) = client.batch_execute(&stmt.text).await {
+                    let _ = client.batch_execute(&format!("ROLLBACK; {reset}")).await;
+                    let within = crate::apply::position_in(&e, &stmt.text).unwrap_or(0);
+                    return Err(failed(
+                        file,
+                        Some((stmt, within)),
+                        &e,
+                        "its transaction was rolled back; fix it and run again",
+                    ));
+                }
             }
-            sql.push_str(";\nCOMMIT; ");
-            sql.push_str(reset);
-            if let Err(e) = client.batch_execute(&sql).await {
+            if let Err(e) = client.batch_execute(&format!("COMMIT; {reset}")).await {
                 let _ = client.batch_execute(&format!("ROLLBACK; {reset}")).await;
-                let at = crate::apply::position_in(&e, &sql).and_then(|at| {
-                    let i = starts.iter().rposition(|&start| start <= at)?;
-                    Some((&file.parsed.statements[i], at - starts[i]))
-                });
                 return Err(failed(
                     file,
-                    at,
+                    None,
                     &e,
-                    "its transaction was rolled back; fix it and run again",
+                    "its transaction was rolled back at its commit; fix it and run again",
                 ));
             }
         } else {

@@ -9,6 +9,7 @@
 //! named like a migration). A refused file is never read, so its content
 //! never reaches a message.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -46,7 +47,9 @@ pub struct MigrationFile {
 /// (`V2__x.sql.conf`) that evolve honours.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScriptConfig {
-    /// Its path below the migrations directory, for messages.
+    /// Its path below the migrations directory, for messages (or
+    /// `flyway.executeInTransaction` for a callback that has no file and
+    /// follows that setting).
     pub script: String,
     pub execute_in_transaction: Option<bool>,
 }
@@ -74,6 +77,11 @@ pub struct CallbackFile {
     /// The text that runs, placeholders replaced.
     pub text: String,
     pub parsed: Script,
+    /// Flyway's script configuration file beside it
+    /// (`beforeMigrate.sql.conf`), read as for a migration:
+    /// `executeInTransaction` decides whether a callback of a verb's own
+    /// events runs in a transaction of its own.
+    pub config: Option<ScriptConfig>,
 }
 
 /// The migrations of a directory, versioned sorted by version and
@@ -157,18 +165,8 @@ impl MigrationSet {
                 script: script.clone(),
                 reason: format!("{e}; save the file as UTF-8"),
             })?;
-            let replacing;
-            let placeholders = match config.placeholder_replacement {
-                Some(replace) => {
-                    replacing = Placeholders {
-                        replace: replace && placeholders.replace,
-                        ..placeholders.clone()
-                    };
-                    &replacing
-                }
-                None => placeholders,
-            };
-            let text = placeholders
+            let text = config
+                .placeholders(placeholders)
                 .replace(&raw, built_ins, &file_name)
                 .map_err(|m| MigrateError::Placeholder {
                     script: script.clone(),
@@ -276,6 +274,31 @@ impl MigrationSet {
         self.callbacks.iter().filter(move |c| c.event == event)
     }
 
+    /// Flyway's `executeInTransaction = false`: every migration and
+    /// callback whose script configuration file does not say otherwise
+    /// runs outside a transaction, statement by statement.
+    pub fn execute_outside_transactions(&mut self) {
+        let own = |c: &Option<ScriptConfig>| c.as_ref().and_then(|c| c.execute_in_transaction);
+        for file in self
+            .versioned
+            .values_mut()
+            .chain(self.repeatable.values_mut())
+            .chain(self.baseline.values_mut())
+        {
+            if own(&file.config).is_none() {
+                file.parsed.directives.no_transaction = true;
+            }
+        }
+        for callback in &mut self.callbacks {
+            if own(&callback.config).is_none() {
+                callback.config = Some(ScriptConfig {
+                    script: "flyway.executeInTransaction".into(),
+                    execute_in_transaction: Some(false),
+                });
+            }
+        }
+    }
+
     /// The highest version among the files (baseline migrations
     /// included).
     pub fn latest_version(&self) -> Option<&Version> {
@@ -295,13 +318,26 @@ struct ScriptConfigRead {
     placeholder_replacement: Option<bool>,
 }
 
-/// Reads Flyway's script configuration file of the migration at `path`
-/// (`<file>.conf` beside it), when there is one: `executeInTransaction`
-/// and `placeholderReplacement` are honoured, `encoding` must be UTF-8
-/// (evolve reads no other), `shouldExecute` is refused (whether the file
-/// runs at all cannot be guessed), and every other key is named in a
-/// warning, since a file's setting that is dropped in silence changes how
-/// it runs.
+impl ScriptConfigRead {
+    /// The placeholder settings of its script: `placeholderReplacement`
+    /// can turn replacement off for it (never on when it is off overall).
+    fn placeholders<'a>(&self, placeholders: &'a Placeholders) -> Cow<'a, Placeholders> {
+        match self.placeholder_replacement {
+            Some(replace) => Cow::Owned(Placeholders {
+                replace: replace && placeholders.replace,
+                ..placeholders.clone()
+            }),
+            None => Cow::Borrowed(placeholders),
+        }
+    }
+}
+
+/// Reads Flyway's script configuration file of the migration or callback
+/// at `path` (`<file>.conf` beside it), when there is one:
+/// `executeInTransaction` and `placeholderReplacement` are honoured,
+/// `encoding` must be UTF-8 (evolve reads no other), `shouldExecute` is
+/// refused (whether the file runs at all cannot be guessed), and any other
+/// key is refused, as Flyway refuses it.
 fn read_script_config(path: &Path, script: &str) -> Result<ScriptConfigRead, MigrateError> {
     let mut conf_path = path.as_os_str().to_owned();
     conf_path.push(".conf");
@@ -362,17 +398,25 @@ fn read_script_config(path: &Path, script: &str) -> Result<ScriptConfigRead, Mig
                     ),
                 });
             }
-            _ => tracing::warn!(
-                "script configuration {conf_script}: key {key} is not supported by evolve; it is ignored"
-            ),
+            // Flyway refuses the file too ("Unknown configuration
+            // property"): a misspelt executeInTransaction would otherwise
+            // run the script in a transaction its author meant to avoid.
+            _ => {
+                return Err(MigrateError::Script {
+                    script: conf_script.clone(),
+                    reason: format!(
+                        "{key} is not a script configuration setting (Flyway refuses it too); correct it to executeInTransaction, placeholderReplacement or encoding, or remove it"
+                    ),
+                });
+            }
         }
     }
     read.settings = Some(settings);
     Ok(read)
 }
 
-/// Reads a callback file, replacing its placeholders; refuses the events
-/// evolve does not run.
+/// Reads a callback file and its script configuration file, replacing its
+/// placeholders; refuses the events evolve does not run.
 fn load_callback(
     path: &Path,
     script: String,
@@ -393,13 +437,15 @@ fn load_callback(
             ),
         });
     };
+    let config = read_script_config(path, &script)?;
     let bytes = read_regular(path)?;
     let raw = String::from_utf8(bytes).map_err(|e| MigrateError::Script {
         script: script.clone(),
         reason: format!("{e}; save the file as UTF-8"),
     })?;
     let file_name = script.rsplit('/').next().unwrap_or_default().to_string();
-    let text = placeholders
+    let text = config
+        .placeholders(placeholders)
         .replace(&raw, built_ins, &file_name)
         .map_err(|m| MigrateError::Placeholder {
             script: script.clone(),
@@ -425,6 +471,7 @@ fn load_callback(
         script,
         text,
         parsed,
+        config: config.settings,
     })
 }
 

@@ -44,6 +44,13 @@ pub struct FlywayConfig {
     pub mixed: Option<bool>,
     pub baseline_on_migrate: Option<bool>,
     pub validate_on_migrate: Option<bool>,
+    /// `failOnMissingLocations`: a location that does not exist is an
+    /// error (true) or read as empty with a warning (false, the default).
+    pub fail_on_missing_locations: Option<bool>,
+    /// `executeInTransaction`: false runs every migration and callback
+    /// outside a transaction, unless its script configuration says
+    /// otherwise.
+    pub execute_in_transaction: Option<bool>,
     /// `initSql`: run on every connection.
     pub init_sql: Option<String>,
     pub connect_retries: Option<u32>,
@@ -56,9 +63,9 @@ pub struct FlywayConfig {
     pub sql_migration_separator: Option<String>,
     pub sql_migration_suffixes: Option<Vec<String>>,
     pub baseline_migration_prefix: Option<String>,
-    /// `ignoreMigrationPatterns`: `validate` accepts pending migrations
-    /// with `*:pending` (`versioned:pending`, `repeatable:pending`).
-    pub ignore_pending: Option<crate::IgnorePending>,
+    /// `ignoreMigrationPatterns`: the states `validate` (and `apply`'s
+    /// check) accept, replacing Flyway's default `*:future`.
+    pub ignore_patterns: Option<crate::IgnorePatterns>,
     /// `pipeline` (evolve's own key, outside `flyway.`): the admin API
     /// of the pipeline `apply` coordinates with, as `--pipeline` gives it.
     pub pipeline: Option<String>,
@@ -367,6 +374,35 @@ fn not_empty(key: &str, value: &str) -> Result<String, String> {
     }
 }
 
+/// One of Flyway's `ignoreMigrationPatterns` (`<type>:<state>`, each
+/// part trimmed and compared without regard to case): the types and the
+/// states it names, or `None` when it is not one.
+fn ignore_pattern(pattern: &str) -> Option<(crate::ByType, &'static [&'static str])> {
+    const STATES: [&str; 4] = ["pending", "missing", "ignored", "future"];
+    let (kind, state) = pattern.split_once(':')?;
+    let types = match kind.trim().to_ascii_lowercase().as_str() {
+        "*" => crate::ByType::ALL,
+        "versioned" => crate::ByType {
+            versioned: true,
+            repeatable: false,
+        },
+        "repeatable" => crate::ByType {
+            versioned: false,
+            repeatable: true,
+        },
+        _ => return None,
+    };
+    let state = state.trim().to_ascii_lowercase();
+    let states: &'static [&'static str] = match state.as_str() {
+        "*" => &STATES,
+        s => STATES
+            .iter()
+            .position(|x| *x == s)
+            .map(|i| &STATES[i..=i])?,
+    };
+    Some((types, states))
+}
+
 /// Keys of Flyway's that evolve accepts and has nothing to do for, given
 /// the value that matches evolve's own behaviour.
 const SAME_AS_EVOLVE: [(&str, &str); 2] = [("encoding", "UTF-8"), ("cleanDisabled", "true")];
@@ -447,6 +483,12 @@ impl FlywayConfig {
                 "mixed" => set_bool(&mut c.mixed, &mut c.warnings),
                 "baselineOnMigrate" => set_bool(&mut c.baseline_on_migrate, &mut c.warnings),
                 "validateOnMigrate" => set_bool(&mut c.validate_on_migrate, &mut c.warnings),
+                "executeInTransaction" => {
+                    set_bool(&mut c.execute_in_transaction, &mut c.warnings)
+                }
+                "failOnMissingLocations" => {
+                    set_bool(&mut c.fail_on_missing_locations, &mut c.warnings)
+                }
                 "createSchemas" => set_bool(&mut c.create_schemas, &mut c.warnings),
                 "initSql" => {
                     c.init_sql = Some(value.clone()).filter(|v| !v.trim().is_empty());
@@ -481,24 +523,27 @@ impl FlywayConfig {
                     Err(w) => c.warnings.push(w),
                 },
                 "ignoreMigrationPatterns" => {
-                    let mut ignore = crate::IgnorePending::default();
+                    let mut ignore = crate::IgnorePatterns::NONE;
                     for pattern in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                        match pattern.to_ascii_lowercase().as_str() {
-                            "*:pending" => {
-                                ignore.versioned = true;
-                                ignore.repeatable = true;
+                        match ignore_pattern(pattern) {
+                            Some((types, states)) => {
+                                for state in states {
+                                    let slot = match *state {
+                                        "pending" => &mut ignore.pending,
+                                        "missing" => &mut ignore.missing,
+                                        "ignored" => &mut ignore.ignored,
+                                        _ => &mut ignore.future,
+                                    };
+                                    slot.versioned |= types.versioned;
+                                    slot.repeatable |= types.repeatable;
+                                }
                             }
-                            "versioned:pending" => ignore.versioned = true,
-                            "repeatable:pending" => ignore.repeatable = true,
-                            // evolve's validate accepts future migrations
-                            // always, as this default of Flyway's does.
-                            "*:future" => {}
-                            _ => c.warnings.push(format!(
-                                "{key}: pattern {pattern} is not supported by evolve (it knows *:pending, versioned:pending, repeatable:pending and *:future); it is ignored"
+                            None => c.warnings.push(format!(
+                                "{key}: pattern {pattern} is not one of Flyway's (<type>:<state>, type *, versioned or repeatable, state *, pending, missing, ignored or future); it is ignored"
                             )),
                         }
                     }
-                    c.ignore_pending = Some(ignore);
+                    c.ignore_patterns = Some(ignore);
                 }
                 "repeatableSqlMigrationPrefix" => match not_empty(key, value) {
                     Ok(v) => c.repeatable_sql_migration_prefix = Some(v),
@@ -592,7 +637,8 @@ impl FlywayConfig {
     /// naming, initSql, connectRetries (and connectRetriesInterval),
     /// lockRetryCount (as a limit of the wait for the migration lock: one
     /// second a retry, -1 without limit), the default schema and the
-    /// schemas, createSchemas.
+    /// schemas, createSchemas, ignoreMigrationPatterns,
+    /// failOnMissingLocations, executeInTransaction.
     pub fn configure(&self, opts: &mut crate::Options) {
         opts.naming = self.naming();
         opts.init_sql = self.init_sql.clone();
@@ -616,8 +662,14 @@ impl FlywayConfig {
         if let Some(c) = self.create_schemas {
             opts.create_schemas = c;
         }
-        if let Some(ignore) = self.ignore_pending {
-            opts.ignore_pending = ignore;
+        if let Some(ignore) = self.ignore_patterns {
+            opts.ignore_patterns = ignore;
+        }
+        if let Some(fail) = self.fail_on_missing_locations {
+            opts.fail_on_missing_dir = fail;
+        }
+        if let Some(in_transaction) = self.execute_in_transaction {
+            opts.execute_in_transaction = in_transaction;
         }
     }
 
@@ -1050,26 +1102,53 @@ mod tests {
     }
 
     #[test]
-    fn ignore_migration_patterns_for_pending() {
+    fn ignore_migration_patterns() {
+        use crate::{ByType, IgnorePatterns};
         let c = FlywayConfig::from_pairs(&pairs(&[(
             "flyway.ignoreMigrationPatterns",
-            "*:future, repeatable:pending,*:missing",
+            "*:future, repeatable:pending,*:MISSING , versioned:ignored,x:pending,*:failed",
         )]));
+        let versioned = ByType {
+            versioned: true,
+            repeatable: false,
+        };
+        let repeatable = ByType {
+            versioned: false,
+            repeatable: true,
+        };
         assert_eq!(
-            c.ignore_pending,
-            Some(crate::IgnorePending {
-                versioned: false,
-                repeatable: true
+            c.ignore_patterns,
+            Some(IgnorePatterns {
+                pending: repeatable,
+                missing: ByType::ALL,
+                ignored: versioned,
+                future: ByType::ALL,
             })
         );
         assert_eq!(
             c.warnings,
             [
-                "flyway.ignoreMigrationPatterns: pattern *:missing is not supported by evolve (it knows *:pending, versioned:pending, repeatable:pending and *:future); it is ignored"
+                "flyway.ignoreMigrationPatterns: pattern x:pending is not one of Flyway's (<type>:<state>, type *, versioned or repeatable, state *, pending, missing, ignored or future); it is ignored",
+                "flyway.ignoreMigrationPatterns: pattern *:failed is not one of Flyway's (<type>:<state>, type *, versioned or repeatable, state *, pending, missing, ignored or future); it is ignored"
             ]
         );
         let mut opts = crate::Options::new("postgres://h/d", "m");
+        assert_eq!(opts.ignore_patterns, IgnorePatterns::default());
         c.configure(&mut opts);
-        assert!(opts.ignore_pending.repeatable && !opts.ignore_pending.versioned);
+        assert_eq!(opts.ignore_patterns.missing, ByType::ALL);
+        // A list without *:future replaces Flyway's default, *:future.
+        let c =
+            FlywayConfig::from_pairs(&pairs(&[("flyway.ignoreMigrationPatterns", "versioned:*")]));
+        assert_eq!(
+            c.ignore_patterns,
+            Some(IgnorePatterns {
+                pending: versioned,
+                missing: versioned,
+                ignored: versioned,
+                future: versioned,
+            })
+        );
+        let c = FlywayConfig::from_pairs(&pairs(&[("flyway.ignoreMigrationPatterns", "")]));
+        assert_eq!(c.ignore_patterns, Some(IgnorePatterns::NONE));
     }
 }

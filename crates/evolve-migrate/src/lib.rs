@@ -112,21 +112,88 @@ pub struct Options {
     pub schemas: Vec<String>,
     /// Flyway's `createSchemas`.
     pub create_schemas: bool,
-    /// Flyway's `ignoreMigrationPatterns` `*:pending`: `validate` accepts
-    /// pending migrations (by default it fails on them, as Flyway's does).
-    pub ignore_pending: IgnorePending,
+    /// Flyway's `ignoreMigrationPatterns`: the states `validate` (and the
+    /// check `apply` makes first) accept; by default future migrations
+    /// only, as Flyway's `*:future`.
+    pub ignore_patterns: IgnorePatterns,
     /// Where `database_url` came from (`--database-url`, `flyway.url in
     /// flyway.conf`, ...), named in a connection error's way out.
     pub database_url_given: &'static str,
+    /// Flyway's `failOnMissingLocations`: when `dir` does not exist, fail
+    /// (true) or, as Flyway does by default, warn and read no files, so
+    /// that every applied version is `future` and `status` still lists
+    /// the history (false).
+    pub fail_on_missing_dir: bool,
+    /// Flyway's `executeInTransaction`: with false, every migration and
+    /// callback runs outside a transaction unless its script
+    /// configuration file says `executeInTransaction=true`.
+    pub execute_in_transaction: bool,
 }
 
-/// Which pending migrations `validate` accepts (Flyway's
-/// `ignoreMigrationPatterns` `versioned:pending`, `repeatable:pending`,
-/// `*:pending`).
+/// Flyway's `ignoreMigrationPatterns` (`<type>:<state>`, type `*`,
+/// `versioned` or `repeatable`, state `*`, `pending`, `missing`,
+/// `ignored` or `future`): which migrations in which state `validate`
+/// accepts, and the check `apply` makes first. The default is Flyway's
+/// `*:future`; a list given in the configuration replaces it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IgnorePatterns {
+    /// Pending files, and repeatable files changed since they ran.
+    pub pending: ByType,
+    /// Applied migrations whose file is gone (`missing-file`).
+    pub missing: ByType,
+    /// Pending files below the applied version (`ignored-out-of-order`);
+    /// `apply` leaves them, unless out of order.
+    pub ignored: ByType,
+    /// Applied versions above every file's (`future`).
+    pub future: ByType,
+}
+
+impl Default for IgnorePatterns {
+    fn default() -> IgnorePatterns {
+        IgnorePatterns {
+            pending: ByType::NONE,
+            missing: ByType::NONE,
+            ignored: ByType::NONE,
+            future: ByType::ALL,
+        }
+    }
+}
+
+impl IgnorePatterns {
+    /// Nothing ignored: a list that names no pattern.
+    pub const NONE: IgnorePatterns = IgnorePatterns {
+        pending: ByType::NONE,
+        missing: ByType::NONE,
+        ignored: ByType::NONE,
+        future: ByType::NONE,
+    };
+}
+
+/// One state of [`IgnorePatterns`], for versioned (and baseline) and for
+/// repeatable migrations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IgnorePending {
+pub struct ByType {
     pub versioned: bool,
     pub repeatable: bool,
+}
+
+impl ByType {
+    pub const NONE: ByType = ByType {
+        versioned: false,
+        repeatable: false,
+    };
+    pub const ALL: ByType = ByType {
+        versioned: true,
+        repeatable: true,
+    };
+
+    /// Whether migrations of `kind` are ignored.
+    pub fn of(self, kind: Kind) -> bool {
+        match kind {
+            Kind::Repeatable => self.repeatable,
+            Kind::Versioned | Kind::Baseline => self.versioned,
+        }
+    }
 }
 
 impl Options {
@@ -151,8 +218,10 @@ impl Options {
             default_schema: None,
             schemas: Vec::new(),
             create_schemas: true,
-            ignore_pending: IgnorePending::default(),
+            ignore_patterns: IgnorePatterns::default(),
             database_url_given: "--database-url",
+            fail_on_missing_dir: false,
+            execute_in_transaction: true,
         }
     }
 }
@@ -793,13 +862,27 @@ impl Connected {
         } else {
             BuiltIns::default()
         };
-        MigrationSet::load_named(
+        if !opts.fail_on_missing_dir
+            && std::fs::symlink_metadata(&opts.dir)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            tracing::warn!(
+                "migrations directory {} does not exist, so there are no migrations to read (Flyway skips a missing location too); create it, pass --dir, or set failOnMissingLocations = true to make this an error",
+                opts.dir.display()
+            );
+            return Ok(MigrationSet::default());
+        }
+        let mut set = MigrationSet::load_named(
             &opts.dir,
             opts.symlinks,
             &opts.naming,
             &opts.placeholders,
             &built_ins,
-        )
+        )?;
+        if !opts.execute_in_transaction {
+            set.execute_outside_transactions();
+        }
+        Ok(set)
     }
 }
 
@@ -861,7 +944,7 @@ pub async fn status(opts: &Options) -> Result<StatusReport, MigrateError> {
 
 /// `evolve migrate validate`: fails when an applied file was edited or is
 /// missing, a migration failed or is pending (as Flyway's validate fails;
-/// see [`Options::ignore_pending`]), or a pending file sorts before an
+/// see [`Options::ignore_patterns`]), or a pending file sorts before an
 /// applied one.
 pub async fn validate(opts: &Options) -> Result<ValidateReport, MigrateError> {
     let c = connect(opts).await?;
@@ -887,7 +970,10 @@ async fn validate_loaded(
     let rows = c.history.rows(&c.client).await?;
     let progress = c.history.progress(&c.client).await?;
     let plan = Plan::new(files, &rows, &progress);
-    let mut problems = plan.problems(&StepOptions::default());
+    let mut problems = plan.problems(&StepOptions {
+        ignore: opts.ignore_patterns,
+        ..StepOptions::default()
+    });
     let next = next_version(files, &rows);
     for m in plan.deleted_on_disk() {
         problems.push(format!(
@@ -916,13 +1002,8 @@ async fn validate_loaded(
     }
     // Pending migrations fail validation, as in Flyway, unless its
     // ignoreMigrationPatterns lets them be.
-    let ignore = opts.ignore_pending;
     for m in &plan.migrations {
-        let ignored = match m.kind {
-            Kind::Repeatable => ignore.repeatable,
-            Kind::Versioned | Kind::Baseline => ignore.versioned,
-        };
-        if ignored {
+        if opts.ignore_patterns.pending.of(m.kind) {
             continue;
         }
         match m.state {

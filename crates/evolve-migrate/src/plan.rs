@@ -28,8 +28,9 @@ pub enum State {
     Edited,
     /// Applied, but the file is gone.
     MissingFile,
-    /// Applied, the file is gone and its version is above every file's: a
-    /// newer set of files applied it (Flyway's FUTURE_SUCCESS). Valid, and
+    /// Applied, the file is gone and its version is above every file's
+    /// (or there are no versioned files at all): a newer set of files
+    /// applied it (Flyway's FUTURE_SUCCESS). Valid, and
     /// `repair` leaves it alone, as Flyway's does: the newer files still
     /// have it, and a row marked deleted would make them run it again.
     Future,
@@ -144,6 +145,9 @@ pub struct Resume {
 pub struct StepOptions {
     pub target: Option<Version>,
     pub out_of_order: bool,
+    /// Flyway's `ignoreMigrationPatterns`: the states that are no
+    /// problem.
+    pub ignore: crate::IgnorePatterns,
 }
 
 impl<'a> Plan<'a> {
@@ -276,8 +280,9 @@ impl<'a> Plan<'a> {
     }
 
     /// Problems that make `validate` fail and `apply` refuse: edited or
-    /// missing applied files, failed migrations (for validate), and pending
-    /// files that sort before applied ones.
+    /// missing applied files, pending files that sort before applied ones,
+    /// and future migrations, each unless `ignoreMigrationPatterns`
+    /// (`for_apply.ignore`) lets it be.
     pub fn problems(&self, for_apply: &StepOptions) -> Vec<String> {
         let mut out = Vec::new();
         let latest = self
@@ -285,6 +290,7 @@ impl<'a> Plan<'a> {
             .as_ref()
             .map(|v| v.as_str().to_string())
             .unwrap_or_default();
+        let ignore = &for_apply.ignore;
         for m in &self.migrations {
             let name = &m.script;
             match m.state {
@@ -292,11 +298,18 @@ impl<'a> Plan<'a> {
                     "migration {name} was edited after it was applied ({}); restore the file or run 'evolve migrate repair'",
                     m.note.as_deref().unwrap_or("checksum differs")
                 )),
-                State::MissingFile => out.push(format!(
-                    "migration {name} was applied but its file is missing; restore it, or run 'evolve migrate repair' to mark it deleted"
+                State::MissingFile if !ignore.missing.of(m.kind) => out.push(format!(
+                    "migration {name} was applied but its file is missing; restore it, run 'evolve migrate repair' to mark it deleted, or set ignoreMigrationPatterns = *:missing"
                 )),
-                State::IgnoredOutOfOrder if !for_apply.out_of_order => out.push(format!(
-                    "migration {name} is pending but sorts before applied version {latest}; give it a version above {latest}, or apply it with --out-of-order"
+                State::IgnoredOutOfOrder
+                    if !for_apply.out_of_order && !ignore.ignored.of(m.kind) =>
+                {
+                    out.push(format!(
+                        "migration {name} is pending but sorts before applied version {latest}; give it a version above {latest}, apply it with --out-of-order, or set ignoreMigrationPatterns = *:ignored to leave it"
+                    ))
+                }
+                State::Future if !ignore.future.of(m.kind) => out.push(format!(
+                    "migration {name} was applied, and its version is above every file's (a future migration), which ignoreMigrationPatterns does not list; add *:future to it (Flyway's default), or restore the newer files"
                 )),
                 _ => {}
             }
@@ -573,7 +586,9 @@ fn versioned_status(
             }
             s
         }
-        (None, Some(row)) if latest_file.is_some_and(|l| v > l) => {
+        // As in Flyway, a directory without versioned files makes every
+        // applied version one of the future.
+        (None, Some(row)) if latest_file.is_none_or(|l| v > l) => {
             let mut s = from_row(row, State::Future, Kind::Versioned);
             s.note = Some("above every file's version: applied by a newer set of files".into());
             s
@@ -639,7 +654,7 @@ fn baseline_migration_status(
             s
         }
         (None, Some(row)) if !row.success => from_row(row, State::Failed, Kind::Baseline),
-        (None, Some(row)) if latest_file.is_some_and(|l| v > l) => {
+        (None, Some(row)) if latest_file.is_none_or(|l| v > l) => {
             from_row(row, State::Future, Kind::Baseline)
         }
         (None, Some(row)) => from_row(row, State::MissingFile, Kind::Baseline),

@@ -721,3 +721,406 @@ async fn group_and_mixed_as_flyway() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&mixed_dir);
 }
+
+/// Options of evolve for `dir` on `url`, with Flyway's history table.
+fn flyway_opts(url: &str, dir: &Path) -> Options {
+    let mut opts = Options::new(url.to_string(), dir);
+    opts.history_table = (None, "flyway_schema_history".into());
+    opts
+}
+
+/// `(script, state)` of every row of Flyway's `info`.
+fn flyway_states(outcome: &flyway::Outcome) -> Vec<(String, String)> {
+    outcome
+        .expect_ok("info")
+        .rows()
+        .iter()
+        .map(|r| {
+            (
+                r["script"].as_str().unwrap_or_default().to_string(),
+                r["state"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `(script, state)` of evolve's `status`, with Flyway's names of the
+/// states.
+async fn evolve_states(opts: &Options) -> Vec<(String, String)> {
+    use evolve_migrate::State;
+    let mut out: Vec<(String, String)> = evolve_migrate::status(opts)
+        .await
+        .expect("status")
+        .migrations
+        .into_iter()
+        .map(|m| {
+            let state = match m.state {
+                State::Applied => "SUCCESS",
+                State::Future => "FUTURE_SUCCESS",
+                State::MissingFile => "MISSING_SUCCESS",
+                State::Pending => "PENDING",
+                State::IgnoredOutOfOrder => "IGNORED",
+                other => other.as_str(),
+            };
+            (m.script, state.to_string())
+        })
+        .collect();
+    // Flyway lists by version, repeatable migrations last; so does evolve.
+    out.sort_by_key(|(script, _)| script.starts_with('R'));
+    out
+}
+
+/// A script configuration file beside a callback is read as Flyway reads
+/// it: `executeInTransaction=false` runs the callback outside a
+/// transaction, so its statements before a failing one stay;
+/// `placeholderReplacement=false` leaves its placeholders. A callback
+/// that fails in its transaction names the line of the failing statement,
+/// as Flyway does, and rolls back in both tools.
+#[tokio::test]
+async fn callback_script_configuration_as_flyway() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("callback_conf");
+    std::fs::write(dir.join("V1__a.sql"), "CREATE TABLE a (id int);\n").expect("write");
+    std::fs::write(
+        dir.join("beforeMigrate.sql"),
+        "CREATE TABLE IF NOT EXISTS cb_a (id int);\nSELECT 1/0;\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("beforeMigrate.sql.conf"),
+        "executeInTransaction=false\n",
+    )
+    .expect("write");
+    let fw = evolve_test::fresh_db("fw_cbconf").await;
+    let ev = evolve_test::fresh_db("ev_cbconf").await;
+    let fw_client = evolve_pg::connect(&fw.url, "t").await.expect("connect");
+    let ev_client = evolve_pg::connect(&ev.url, "t").await.expect("connect");
+    let opts = flyway_opts(&ev.url, &dir);
+    let apply =
+        || async { evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {}).await };
+
+    // Outside a transaction: cb_a stays although the callback failed.
+    let outcome = flyway.run(&fw.url, &dir, &[], &["migrate"]).remove(0);
+    assert!(
+        !outcome.ok() && outcome.error().contains("Line       : 2"),
+        "{}",
+        outcome.error()
+    );
+    let err = apply().await.expect_err("the callback fails").to_string();
+    assert_eq!(
+        err,
+        "callback beforeMigrate.sql failed at line 2, column 1: ERROR 22012: division by zero\n  it runs outside a transaction: its statements before statement 2 stay applied; fix it and run again"
+    );
+    assert!(exists(&fw_client, "cb_a").await);
+    assert!(exists(&ev_client, "cb_a").await);
+
+    // In a transaction (no configuration file): rolled back, line 2 named.
+    std::fs::remove_file(dir.join("beforeMigrate.sql.conf")).expect("rm");
+    std::fs::write(
+        dir.join("beforeMigrate.sql"),
+        "CREATE TABLE cb_b (id int);\nSELECT 1/0;\n",
+    )
+    .expect("write");
+    let outcome = flyway.run(&fw.url, &dir, &[], &["migrate"]).remove(0);
+    assert!(
+        !outcome.ok() && outcome.error().contains("Line       : 2"),
+        "{}",
+        outcome.error()
+    );
+    let err = apply().await.expect_err("the callback fails").to_string();
+    assert_eq!(
+        err,
+        "callback beforeMigrate.sql failed at line 2, column 1: ERROR 22012: division by zero\n  its transaction was rolled back; fix it and run again"
+    );
+    assert!(!exists(&fw_client, "cb_b").await);
+    assert!(!exists(&ev_client, "cb_b").await);
+
+    // placeholderReplacement=false: the text stays as written.
+    std::fs::remove_file(dir.join("beforeMigrate.sql")).expect("rm");
+    std::fs::write(
+        dir.join("afterMigrate.sql"),
+        "CREATE TABLE kept AS SELECT '${not_replaced}'::text AS v;\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("afterMigrate.sql.conf"),
+        "placeholderReplacement=false\n",
+    )
+    .expect("write");
+    flyway.ok(&fw.url, &dir, &[], "migrate");
+    apply().await.expect("apply");
+    let select = "SELECT v FROM kept";
+    assert_eq!(table_text(&fw_client, select).await, ["${not_replaced}"]);
+    assert_eq!(
+        table_text(&ev_client, select).await,
+        table_text(&fw_client, select).await
+    );
+    assert_eq!(history(&ev_client).await, history(&fw_client).await);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A key Flyway does not know in a script configuration file (a misspelt
+/// `executeInTransaction`) stops both tools before anything runs.
+#[tokio::test]
+async fn an_unknown_script_configuration_key_is_refused_as_in_flyway() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("conf_key");
+    std::fs::write(dir.join("V1__a.sql"), "CREATE TABLE a (id int);\n").expect("write");
+    std::fs::write(dir.join("V2__b.sql"), "CREATE TABLE b (id int);\n").expect("write");
+    std::fs::write(dir.join("V2__b.sql.conf"), "executeInTranscation=false\n").expect("write");
+    let fw = evolve_test::fresh_db("fw_confkey").await;
+    let ev = evolve_test::fresh_db("ev_confkey").await;
+    let outcome = flyway.run(&fw.url, &dir, &[], &["migrate"]).remove(0);
+    assert_eq!(
+        outcome.error(),
+        "Unknown configuration property: executeInTranscation. Please check your script config files"
+    );
+    let err = evolve_migrate::apply(
+        &flyway_opts(&ev.url, &dir),
+        &ApplyOptions::default(),
+        &mut |_| {},
+    )
+    .await
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        err,
+        "migration V2__b.sql.conf: executeInTranscation is not a script configuration setting (Flyway refuses it too); correct it to executeInTransaction, placeholderReplacement or encoding, or remove it"
+    );
+    let ev_client = evolve_pg::connect(&ev.url, "t").await.expect("connect");
+    assert!(!exists(&ev_client, "a").await, "nothing ran");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without any migration file, Flyway's `info` says FUTURE_SUCCESS of
+/// every applied version (and MISSING_SUCCESS of a repeatable one), and so
+/// does evolve's `status`; validate fails on the repeatable one only. A
+/// location that does not exist reads as empty in both (Flyway logs it),
+/// unless failOnMissingLocations.
+#[tokio::test]
+async fn without_files_applied_versions_are_future_as_in_flyway() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("no_files");
+    std::fs::write(dir.join("V1__a.sql"), "CREATE TABLE a (id int);\n").expect("write");
+    std::fs::write(dir.join("V2.sql"), "CREATE TABLE b (id int);\n").expect("write");
+    std::fs::write(
+        dir.join("R__v.sql"),
+        "CREATE OR REPLACE VIEW v AS SELECT 1 AS one;\n",
+    )
+    .expect("write");
+    let fw = evolve_test::fresh_db("fw_nofiles").await;
+    let ev = evolve_test::fresh_db("ev_nofiles").await;
+    flyway.ok(&fw.url, &dir, &[], "migrate");
+    let mut opts = flyway_opts(&ev.url, &dir);
+    evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect("apply");
+    for name in ["V1__a.sql", "V2.sql", "R__v.sql"] {
+        std::fs::remove_file(dir.join(name)).expect("rm");
+    }
+    let expected = [
+        ("V1__a.sql", "FUTURE_SUCCESS"),
+        ("V2.sql", "FUTURE_SUCCESS"),
+        ("R__v.sql", "MISSING_SUCCESS"),
+    ]
+    .map(|(a, b)| (a.to_string(), b.to_string()));
+    let missing = "migration R__v.sql was applied but its file is missing; restore it, run 'evolve migrate repair' to mark it deleted, or set ignoreMigrationPatterns = *:missing";
+    for exists in [true, false] {
+        if !exists {
+            std::fs::remove_dir(&dir).expect("rmdir");
+        }
+        let outcomes = flyway.run(&fw.url, &dir, &[], &["info", "validate"]);
+        assert_eq!(
+            flyway_states(&outcomes[0]),
+            expected,
+            "directory exists: {exists}"
+        );
+        assert_eq!(
+            outcomes[1].error(),
+            "Detected applied migration not resolved locally: v.\nIf you removed this migration intentionally, run repair to mark the migration as deleted."
+        );
+        assert_eq!(
+            evolve_states(&opts).await,
+            expected,
+            "directory exists: {exists}"
+        );
+        let err = evolve_migrate::validate(&opts)
+            .await
+            .expect_err("the repeatable is missing")
+            .to_string();
+        assert_eq!(err, missing);
+    }
+    let fail = [("flyway.failOnMissingLocations", "true")];
+    let outcome = flyway.run(&fw.url, &dir, &fail, &["info"]).remove(0);
+    assert!(
+        outcome
+            .error()
+            .starts_with("Failed to find filesystem location"),
+        "{}",
+        outcome.error()
+    );
+    opts.fail_on_missing_dir = true;
+    let err = evolve_migrate::status(&opts)
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.starts_with(&format!(
+            "migrations directory {} cannot be read",
+            dir.display()
+        )),
+        "{err}"
+    );
+}
+
+/// Flyway's ignoreMigrationPatterns: `*:missing` and `*:ignored` let
+/// validate and migrate pass over a deleted file and a file below the
+/// applied version (which stays unapplied); a list without `*:future`
+/// makes a future migration a failure, as in Flyway.
+#[tokio::test]
+async fn ignore_migration_patterns_as_flyway() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("ignore_patterns");
+    for (name, table) in [("V1__a.sql", "a"), ("V2__b.sql", "b"), ("V3__c.sql", "c")] {
+        std::fs::write(dir.join(name), format!("CREATE TABLE {table} (id int);\n")).expect("write");
+    }
+    let fw = evolve_test::fresh_db("fw_ignore").await;
+    let ev = evolve_test::fresh_db("ev_ignore").await;
+    flyway.ok(&fw.url, &dir, &[], "migrate");
+    let mut opts = flyway_opts(&ev.url, &dir);
+    let apply = |opts: &Options| {
+        let opts = opts.clone();
+        async move { evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {}).await }
+    };
+    apply(&opts).await.expect("apply");
+    std::fs::remove_file(dir.join("V2__b.sql")).expect("rm");
+    std::fs::write(dir.join("V2_5__bb.sql"), "CREATE TABLE bb (id int);\n").expect("write");
+
+    // Flyway's default, *:future: both refuse.
+    let outcomes = flyway.run(&fw.url, &dir, &[], &["validate", "migrate"]);
+    assert!(!outcomes[0].ok() && !outcomes[1].ok());
+    let err = apply(&opts).await.expect_err("refused").to_string();
+    assert_eq!(
+        err,
+        "migration V2__b.sql was applied but its file is missing; restore it, run 'evolve migrate repair' to mark it deleted, or set ignoreMigrationPatterns = *:missing\nmigration V2_5__bb.sql is pending but sorts before applied version 3; give it a version above 3, apply it with --out-of-order, or set ignoreMigrationPatterns = *:ignored to leave it"
+    );
+
+    // *:missing,*:ignored: both validate and migrate, V2.5 stays pending.
+    let patterns = [("flyway.ignoreMigrationPatterns", "*:missing,*:ignored")];
+    let config = evolve_migrate::FlywayConfig::from_pairs(
+        &patterns.map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    config.configure(&mut opts);
+    let outcomes = flyway.run(&fw.url, &dir, &patterns, &["validate", "migrate", "info"]);
+    outcomes[0].expect_ok("validate");
+    outcomes[1].expect_ok("migrate");
+    assert_eq!(outcomes[1].0["executed"], 0);
+    evolve_migrate::validate(&opts).await.expect("valid");
+    assert_eq!(apply(&opts).await.expect("apply").applied, 0);
+    // (Flyway lists the ignored file after the applied ones.)
+    let sorted = |mut v: Vec<(String, String)>| {
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(evolve_states(&opts).await),
+        sorted(flyway_states(&outcomes[2]))
+    );
+    let ev_client = evolve_pg::connect(&ev.url, "t").await.expect("connect");
+    let fw_client = evolve_pg::connect(&fw.url, "t").await.expect("connect");
+    assert_eq!(history(&ev_client).await, history(&fw_client).await);
+
+    // V3 gone too: it is future, which *:missing,*:ignored does not list.
+    std::fs::remove_file(dir.join("V3__c.sql")).expect("rm");
+    let outcome = flyway
+        .run(&fw.url, &dir, &patterns, &["validate"])
+        .remove(0);
+    assert!(
+        outcome
+            .error()
+            .starts_with("Detected applied migration not resolved locally: 3."),
+        "{}",
+        outcome.error()
+    );
+    let err = evolve_migrate::validate(&opts)
+        .await
+        .expect_err("future")
+        .to_string();
+    assert_eq!(
+        err,
+        "migration V3__c.sql was applied, and its version is above every file's (a future migration), which ignoreMigrationPatterns does not list; add *:future to it (Flyway's default), or restore the newer files"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Flyway's `executeInTransaction = false`: every migration and callback
+/// runs outside a transaction (a file that mixes `CREATE INDEX
+/// CONCURRENTLY` with other statements is no longer refused), so a
+/// failing file keeps its statements before the failure and is recorded
+/// as failed, in both tools alike.
+#[tokio::test]
+async fn execute_in_transaction_false_as_flyway() {
+    let Some(flyway) = flyway::flyway() else {
+        return;
+    };
+    let dir = temp_dir("no_tx");
+    std::fs::write(
+        dir.join("V1__a.sql"),
+        "CREATE TABLE a (id int);\nCREATE INDEX CONCURRENTLY a_id ON a (id);\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("V2__b.sql"),
+        "CREATE TABLE b (id int);\nSELECT 1/0;\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("afterMigrateError.sql"),
+        "CREATE TABLE IF NOT EXISTS cb (id int);\nSELECT 1/0;\n",
+    )
+    .expect("write");
+    let fw = evolve_test::fresh_db("fw_notx").await;
+    let ev = evolve_test::fresh_db("ev_notx").await;
+    let config = [
+        ("flyway.executeInTransaction", "false"),
+        ("flyway.postgresql.transactional.lock", "false"),
+    ];
+    let outcome = flyway.run(&fw.url, &dir, &config, &["migrate"]).remove(0);
+    assert!(
+        outcome
+            .error()
+            .starts_with("Error while executing afterMigrateError callback"),
+        "{}",
+        outcome.error()
+    );
+    let mut opts = flyway_opts(&ev.url, &dir);
+    evolve_migrate::FlywayConfig::from_pairs(&[(
+        "flyway.executeInTransaction".to_string(),
+        "false".to_string(),
+    )])
+    .configure(&mut opts);
+    let err = evolve_migrate::apply(&opts, &ApplyOptions::default(), &mut |_| {})
+        .await
+        .expect_err("the callback fails")
+        .to_string();
+    assert!(
+        err.starts_with("callback afterMigrateError.sql failed at line 2, column 1: ERROR 22012: division by zero\n  it runs outside a transaction"),
+        "{err}"
+    );
+    let fw_client = evolve_pg::connect(&fw.url, "t").await.expect("connect");
+    let ev_client = evolve_pg::connect(&ev.url, "t").await.expect("connect");
+    for table in ["a_id", "b", "cb"] {
+        assert!(exists(&fw_client, table).await, "{table} in Flyway's");
+        assert!(exists(&ev_client, table).await, "{table} in evolve's");
+    }
+    assert_eq!(history(&ev_client).await, history(&fw_client).await);
+    let _ = std::fs::remove_dir_all(&dir);
+}

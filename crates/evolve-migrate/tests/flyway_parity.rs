@@ -435,10 +435,7 @@ async fn validate_fails_on_pending_migrations_unless_ignored() {
         err,
         "migration V2__b.sql is pending (not applied yet); run 'evolve migrate apply', or set ignoreMigrationPatterns = *:pending to validate without applying it\nmigration R__r.sql is pending (not applied yet); run 'evolve migrate apply', or set ignoreMigrationPatterns = *:pending to validate without applying it"
     );
-    f.opts.ignore_pending = evolve_migrate::IgnorePending {
-        versioned: true,
-        repeatable: true,
-    };
+    f.opts.ignore_patterns.pending = evolve_migrate::ByType::ALL;
     let report = evolve_migrate::validate(&f.opts).await.expect("ignored");
     assert_eq!((report.applied, report.pending), (1, 2));
 

@@ -46,11 +46,11 @@ pub async fn run(args: &LintArgs, out: &Out) -> anyhow::Result<ExitCode> {
         return list_rules(out);
     }
     let config = read_config(args.config.as_deref())?;
-    let loaded = load(args)?;
+    let passes = load(args)?;
     let catalog = match &args.database_url {
         Some(url) => {
             let mut tables = std::collections::BTreeSet::new();
-            for (_, text, _) in &loaded {
+            for (_, text, _) in passes.iter().flatten() {
                 tables.extend(lint::names_in(text));
             }
             let tables: Vec<String> = tables.into_iter().collect();
@@ -62,7 +62,10 @@ pub async fn run(args: &LintArgs, out: &Out) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let findings = lint_loaded(&loaded, &config, catalog.as_ref())?;
+    let mut findings = Vec::new();
+    for loaded in &passes {
+        findings.extend(lint_loaded(loaded, &config, catalog.as_ref())?);
+    }
     out.lint(&findings)?;
     let errors = findings.iter().filter(|f| f.level == Level::Error).count();
     Ok(if errors > 0 {
@@ -111,9 +114,13 @@ fn read_config(path: Option<&Path>) -> anyhow::Result<Config> {
 
 type Loaded = Vec<(String, String, evolve_core::migration::Script)>;
 
-/// Files in the order they apply: a directory as `migrate` reads it, or the
-/// files given, in the order given.
-fn load(args: &LintArgs) -> anyhow::Result<Loaded> {
+/// The files to lint, in passes: the rules follow what the files of one
+/// pass create, in the order they apply. A directory as `migrate` reads
+/// it gives one pass per baseline migration (`B<version>__...`, each run
+/// on an empty database, so each read on its own), then one of the
+/// versioned files and the repeatable ones after them; files given are one
+/// pass, in the order given.
+fn load(args: &LintArgs) -> anyhow::Result<Vec<Loaded>> {
     if args.files.is_empty() {
         let symlinks = if args.follow_symlinks {
             evolve_migrate::Symlinks::Follow
@@ -121,12 +128,16 @@ fn load(args: &LintArgs) -> anyhow::Result<Loaded> {
             evolve_migrate::Symlinks::WithinDir
         };
         let set = evolve_migrate::MigrationSet::load(&args.dir, symlinks)?;
-        return Ok(set
-            .versioned
-            .into_values()
-            .chain(set.repeatable.into_values())
-            .map(|f| (f.script, f.text, f.parsed))
-            .collect());
+        let entry = |f: evolve_migrate::MigrationFile| (f.script, f.text, f.parsed);
+        let mut passes: Vec<Loaded> = set.baseline.into_values().map(|f| vec![entry(f)]).collect();
+        passes.push(
+            set.versioned
+                .into_values()
+                .chain(set.repeatable.into_values())
+                .map(entry)
+                .collect(),
+        );
+        return Ok(passes);
     }
     let mut v = Vec::new();
     for path in &args.files {
@@ -135,7 +146,7 @@ fn load(args: &LintArgs) -> anyhow::Result<Loaded> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         v.push((path.display().to_string(), text, parsed));
     }
-    Ok(v)
+    Ok(vec![v])
 }
 
 fn lint_loaded(

@@ -306,10 +306,17 @@ fn millis(ms: u64) -> String {
     }
 }
 
+/// `V2 add index`, `R views`; a file without a description (`V1.sql`) is
+/// `V1`, with no space after it.
 fn label(version: &Option<String>, description: &str) -> String {
-    match version {
-        Some(v) => format!("V{v} {description}"),
-        None => format!("R {description}"),
+    let kind = match version {
+        Some(v) => format!("V{v}"),
+        None => "R".to_string(),
+    };
+    if description.is_empty() {
+        kind
+    } else {
+        format!("{kind} {description}")
     }
 }
 
