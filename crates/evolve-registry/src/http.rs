@@ -1,7 +1,7 @@
 //! The REST API: Confluent Schema Registry's routes, content types and
 //! errors, over a [`Registry`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -753,26 +753,50 @@ async fn versions_of_id(
     ok(json!(versions))
 }
 
-/// The subjects `subjectPrefix` selects: none or `:*:`, every context's
-/// (Confluent's default); a prefix that names a context (`:.ctx:`), that
-/// context's; any other prefix, the default context's subjects that start
-/// with it.
+/// The subjects `subjectPrefix` selects: none, an empty one or `:*:`,
+/// every context's (Confluent's default); a prefix that names a context
+/// (`:.ctx:`), that context's (`:.:`, the default context's); any other
+/// prefix, the default context's subjects that start with it.
 fn subjects_by_prefix(
     state: &State,
     prefix: Option<&str>,
     deleted: bool,
     deleted_only: bool,
 ) -> Vec<String> {
-    let Some(prefix) = prefix.filter(|p| *p != ":*:") else {
-        return state.subject_names("", deleted, deleted_only);
+    let names = match prefix {
+        Some(p) if !p.is_empty() && p != ":*:" => canonical_subject(p),
+        _ => "",
     };
-    let prefix = canonical_subject(prefix);
-    let in_context = prefix.starts_with(":.");
     state
-        .subject_names(prefix, deleted, deleted_only)
+        .subject_names(names, deleted, deleted_only)
         .into_iter()
-        .filter(|name| in_context || split_subject(name).0 == DEFAULT_CONTEXT)
+        .filter(|name| selected_by_prefix(name, prefix))
         .collect()
+}
+
+/// Whether `subjectPrefix` (see [`subjects_by_prefix`]) selects the subject
+/// `name`.
+fn selected_by_prefix(name: &str, prefix: Option<&str>) -> bool {
+    let prefix = match prefix {
+        Some(p) if !p.is_empty() && p != ":*:" => canonical_subject(p),
+        _ => return true,
+    };
+    name.starts_with(prefix)
+        && (prefix.starts_with(":.") || split_subject(name).0 == DEFAULT_CONTEXT)
+}
+
+/// `GET /schemas?aliases=true`: the subjects whose configuration has an
+/// `alias` and that `subjectPrefix` selects, by the subject the alias
+/// names (qualified in the aliasing subject's context), as Confluent's
+/// `getAliases` collects them.
+fn aliases_by_target(state: &State, prefix: Option<&str>) -> BTreeMap<String, Vec<String>> {
+    let mut by_target: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (subject, target) in state.aliases() {
+        if selected_by_prefix(&subject, prefix) {
+            by_target.entry(target).or_default().push(subject);
+        }
+    }
+    by_target
 }
 
 /// The most `GET /schemas` answers at once, and its default (Confluent's
@@ -834,7 +858,10 @@ async fn list_subjects(
 /// `GET /subjects/{s}/versions/{v}` shows it, by subject then version;
 /// `deleted` adds soft-deleted versions, `latestOnly` keeps each subject's
 /// newest, `ruleType` keeps the schemas with a rule of that type, then
-/// `offset` and `limit` (at most [`SCHEMA_SEARCH_LIMIT`]) page.
+/// `offset` and `limit` (at most [`SCHEMA_SEARCH_LIMIT`]) page. With
+/// `aliases=true` (Confluent 7.6+), the subjects that the aliases of the
+/// selected subjects name are listed too (whatever their names), and each
+/// version of a subject that aliases name carries them in `aliases`.
 async fn list_schemas(
     AxumState(app): AxumState<Shared>,
     Query(params): Params,
@@ -845,8 +872,17 @@ async fn list_schemas(
     let rule_type = params.get("ruleType").filter(|t| !t.is_empty());
     let schemas = app.registry.read(|state| {
         let prefix = params.get("subjectPrefix").map(String::as_str);
+        let aliases = if flag(&params, "aliases") {
+            aliases_by_target(state, prefix)
+        } else {
+            BTreeMap::new()
+        };
+        let mut names = subjects_by_prefix(state, prefix, deleted, false);
+        names.extend(aliases.keys().cloned());
+        names.sort();
+        names.dedup();
         let mut out = Vec::new();
-        for name in subjects_by_prefix(state, prefix, deleted, false) {
+        for name in names {
             let Some(subject) = state.subject(&name) else {
                 continue;
             };
@@ -875,6 +911,9 @@ async fn list_schemas(
                 schema.insert("subject".into(), json!(name));
                 schema.insert("version".into(), json!(version));
                 schema.insert("id".into(), json!(id));
+                if let Some(by) = aliases.get(&name) {
+                    schema.insert("aliases".into(), json!(by));
+                }
                 if schema_fields(state, context, *id, &params, &mut schema).is_ok() {
                     out.push(Json::Object(schema));
                 }

@@ -9,12 +9,12 @@
 //! append them at the offset they computed against; when another instance
 //! appended first, they catch up and compute again.
 
-use std::sync::RwLock;
+use std::sync::{RwLock, Weak};
 use std::time::Duration;
 
 use crate::error::ApiError;
 use crate::record::Record;
-use crate::state::State;
+use crate::state::{State, StoredSchema};
 use crate::store::{Log, StoreError};
 
 /// How many times a write recomputes after losing a race before it gives
@@ -82,12 +82,16 @@ impl<L: Log> Registry<L> {
         if records.is_empty() {
             return Ok(());
         }
-        let mut state = self.state.write().map_err(|_| poisoned())?;
-        for (offset, record) in &records {
-            if *offset > state.offset {
-                state.apply(*offset, record);
+        let uncomputed = {
+            let mut state = self.state.write().map_err(|_| poisoned())?;
+            for (offset, record) in &records {
+                if *offset > state.offset {
+                    state.apply(*offset, record);
+                }
             }
-        }
+            state.take_uncomputed()
+        };
+        compute_keys_in_background(uncomputed);
         Ok(())
     }
 
@@ -147,6 +151,8 @@ impl<L: Log> Registry<L> {
                         state.apply(offset + 1 + i as i64, record);
                     }
                 }
+                // What this write added is keyed when next looked up.
+                drop(state.take_uncomputed());
                 return Ok(answer);
             }
         }
@@ -173,6 +179,26 @@ impl<L: Log> Registry<L> {
         .await?;
         Ok(count)
     }
+}
+
+/// Computes, on a thread of its own, the normalized keys of the schemas
+/// the state read without them (see [`crate::state::StoredSchema::keys`]),
+/// so that the first registration after a start does not wait for them
+/// all. A schema the state no longer holds is skipped; a registration that
+/// needs a key first computes it itself (each key is computed once).
+fn compute_keys_in_background(schemas: Vec<Weak<StoredSchema>>) {
+    if schemas.is_empty() {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("evolve-registry-keys".into())
+        .spawn(move || {
+            for schema in schemas {
+                if let Some(schema) = schema.upgrade() {
+                    schema.keys();
+                }
+            }
+        });
 }
 
 fn poisoned() -> ApiError {

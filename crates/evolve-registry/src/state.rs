@@ -4,7 +4,7 @@
 //! them), so every instance sharing a log computes the same state.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use evolve_compat::{Mode, Reference, Schema, SchemaType};
 use sha2::{Digest, Sha256};
@@ -29,7 +29,7 @@ pub const MAX_VERSION: u32 = i32::MAX as u32;
 pub const PARSED_CACHE_TEXT_BYTES: usize = 4 * 1024 * 1024;
 
 /// A schema as stored under an id.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct StoredSchema {
     pub schema_type: SchemaType,
     pub text: String,
@@ -38,8 +38,60 @@ pub struct StoredSchema {
     /// names (the same schema with other metadata is another id).
     pub metadata: Option<serde_json::Value>,
     pub rule_set: Option<serde_json::Value>,
-    /// What it is found by: see [`Keys`].
-    pub keys: Keys,
+    /// What it is found by (see [`Keys`]), computed when first needed
+    /// (see [`StoredSchema::keys`]).
+    exact: OnceLock<DedupKey>,
+    normalized: OnceLock<(DedupKey, DedupKey)>,
+    /// The text the keys are computed from: the record's, when the schema
+    /// is served as another (a Protobuf descriptor read back as text).
+    keyed_text: Option<String>,
+}
+
+impl StoredSchema {
+    /// The exact key (see [`Keys`]).
+    pub fn exact_key(&self) -> DedupKey {
+        *self.exact.get_or_init(|| {
+            dedup_key(
+                self.schema_type,
+                self.keyed_text.as_deref().unwrap_or(&self.text),
+                &self.references,
+                self.metadata.as_ref(),
+                self.rule_set.as_ref(),
+            )
+        })
+    }
+
+    /// Its keys. Those of a schema without references depend on nothing
+    /// but the schema, so they are computed on first use rather than when
+    /// the log is replayed: normalizing every Avro schema and compiling
+    /// every Protobuf one would make a registry with many schemas slow to
+    /// start (see `tests/replay_cost.rs`). Those of a schema with
+    /// references are computed when the record is read, as the references
+    /// resolve then.
+    pub fn keys(&self) -> Keys {
+        let (key, bare) = *self.normalized.get_or_init(|| {
+            let keys = compute_keys(
+                self.schema_type,
+                self.keyed_text.as_deref().unwrap_or(&self.text),
+                &self.references,
+                Some(&[]),
+                self.metadata.as_ref(),
+                self.rule_set.as_ref(),
+                None,
+            );
+            (keys.key, keys.bare)
+        });
+        Keys {
+            exact: self.exact_key(),
+            key,
+            bare,
+        }
+    }
+
+    /// Whether its keys are computed yet.
+    pub fn keys_computed(&self) -> bool {
+        self.exact.get().is_some() && self.normalized.get().is_some()
+    }
 }
 
 /// The keys a schema is found by. `exact` hashes the text as written
@@ -238,16 +290,26 @@ pub fn qualify(context: &str, subject: &str) -> String {
 #[derive(Debug, Default)]
 struct Space {
     schemas: HashMap<u32, Arc<StoredSchema>>,
-    /// Normalized key → id: one id per distinct schema in the context.
-    /// Two ids whose keys are equal (texts stored before keys were
-    /// normalized as they are now) both stay; the first one is found.
-    ids: HashMap<DedupKey, u32>,
-    /// Exact key → id, for re-registrations of a text as written.
-    exact: HashMap<DedupKey, u32>,
+    /// Keys → ids, filled when first needed (see [`IdIndex`]).
+    ids: Mutex<IdIndex>,
     max_id: u32,
     /// How many versions (live or soft-deleted) use each id: whether an id
     /// is still served, without scanning every subject on a read.
     uses: HashMap<u32, usize>,
+}
+
+/// The ids of a context by key. `ids`, by normalized key: one id per
+/// distinct schema in the context; two ids whose keys are equal (texts
+/// stored before keys were normalized as they are now) both stay, the
+/// first one read is found. `exact`, by exact key, for re-registrations
+/// of a text as written. Schemas read since the index was last used wait
+/// in `pending`, in the order they were read, until a look-up needs the
+/// index ([`State::id_index`]).
+#[derive(Debug, Default)]
+struct IdIndex {
+    ids: HashMap<DedupKey, u32>,
+    exact: HashMap<DedupKey, u32>,
+    pending: Vec<(u32, Arc<StoredSchema>)>,
 }
 
 /// The registry's state at one log offset.
@@ -267,6 +329,9 @@ pub struct State {
     mode: Option<RegistryMode>,
     /// Parsed schemas by context and id, filled on use, bounded.
     parsed: Mutex<ParsedCache>,
+    /// Schemas read whose normalized keys wait to be computed, for
+    /// [`State::take_uncomputed`].
+    uncomputed: Vec<Weak<StoredSchema>>,
 }
 
 /// Parsed schemas by id, at most [`PARSED_CACHE_TEXT_BYTES`] of their
@@ -480,6 +545,44 @@ impl<'de> serde::de::Visitor<'de> for CanonicalVisitor {
     }
 }
 
+/// The keys of a schema given as `text` (see [`State::keys`]), its
+/// references resolved as `resolved` (`None` when they do not resolve).
+fn compute_keys(
+    schema_type: SchemaType,
+    text: &str,
+    references: &[SchemaReference],
+    resolved: Option<&[Reference]>,
+    metadata: Option<&serde_json::Value>,
+    rule_set: Option<&serde_json::Value>,
+    parsed: Option<&Schema>,
+) -> Keys {
+    let body = match schema_type {
+        SchemaType::Avro => crate::parser::normalized_avro(text, resolved.unwrap_or_default())
+            .unwrap_or_else(|| exact_body(schema_type, text)),
+        SchemaType::Json => exact_body(schema_type, text),
+        SchemaType::Protobuf => {
+            let compiled;
+            let schema = match (parsed, resolved) {
+                (Some(schema), _) => Some(schema),
+                (None, Some(resolved)) => {
+                    compiled = crate::parser::parse(schema_type, text, resolved).ok();
+                    compiled.as_ref()
+                }
+                (None, None) => None,
+            };
+            match schema {
+                Some(Schema::Protobuf(p)) => evolve_compat::protobuf::canonical_form(p),
+                _ => format!("\u{0}text\u{0}{}", text.trim()),
+            }
+        }
+    };
+    Keys {
+        exact: dedup_key(schema_type, text, references, metadata, rule_set),
+        key: hash_key(schema_type, &body, references, metadata, rule_set),
+        bare: hash_key(schema_type, &body, references, None, None),
+    }
+}
+
 pub fn parse_schema_type(text: Option<&str>) -> Result<SchemaType, ApiError> {
     match text.map(|t| t.trim().to_ascii_uppercase()).as_deref() {
         None | Some("AVRO") | Some("") => Ok(SchemaType::Avro),
@@ -635,37 +738,67 @@ impl State {
         let (context, _) = split_subject(&v.subject);
         // Another version of a schema already stored (a soft delete, the
         // same schema in another subject) changes no key: no need to
-        // compute them again (for Protobuf that is a compilation).
+        // compute them again (for Protobuf that is a compilation). A
+        // record of a Protobuf schema kept as its serialized descriptor
+        // is that schema too (see `protobuf_text`).
         let known = self.schema(context, v.id).is_some_and(|stored| {
             stored.schema_type == schema_type
-                && stored.text == v.schema
                 && stored.references == v.references
                 && stored.metadata == v.metadata
                 && stored.rule_set == v.rule_set
+                && (stored.text == v.schema
+                    || stored.exact_key()
+                        == dedup_key(
+                            schema_type,
+                            &v.schema,
+                            &v.references,
+                            v.metadata.as_ref(),
+                            v.rule_set.as_ref(),
+                        ))
         });
         if !known {
-            let keys = self.keys(
-                context,
-                schema_type,
-                &v.schema,
-                &v.references,
-                v.metadata.as_ref(),
-                v.rule_set.as_ref(),
-                None,
-            );
-            let space = self.spaces.entry(context.to_owned()).or_default();
-            space.ids.entry(keys.key).or_insert(v.id);
-            space.exact.entry(keys.exact).or_insert(v.id);
-            space.schemas.entry(v.id).or_insert_with(|| {
-                Arc::new(StoredSchema {
+            let (text, parsed) = self.protobuf_text(context, schema_type, v);
+            let (exact, normalized) = (OnceLock::new(), OnceLock::new());
+            // References resolve against the log as it is at this record,
+            // and a compiled descriptor is at hand: the keys now. Any
+            // other schema's keys depend on it alone: when first needed.
+            if !v.references.is_empty() || parsed.is_some() {
+                let keys = self.keys(
+                    context,
                     schema_type,
-                    text: v.schema.clone(),
-                    references: v.references.clone(),
-                    metadata: v.metadata.clone(),
-                    rule_set: v.rule_set.clone(),
-                    keys,
-                })
+                    &v.schema,
+                    &v.references,
+                    v.metadata.as_ref(),
+                    v.rule_set.as_ref(),
+                    parsed.as_ref(),
+                );
+                let _ = exact.set(keys.exact);
+                let _ = normalized.set((keys.key, keys.bare));
+            }
+            let keyed_text = text.is_some().then(|| v.schema.clone());
+            let stored = Arc::new(StoredSchema {
+                schema_type,
+                text: text.unwrap_or_else(|| v.schema.clone()),
+                references: v.references.clone(),
+                metadata: v.metadata.clone(),
+                rule_set: v.rule_set.clone(),
+                exact,
+                normalized,
+                keyed_text,
             });
+            if !stored.keys_computed() {
+                self.uncomputed.push(Arc::downgrade(&stored));
+            }
+            let space = self.spaces.entry(context.to_owned()).or_default();
+            // The record's keys go into the index even when the id keeps
+            // an earlier schema (an import that reused an id).
+            space
+                .ids
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pending
+                .push((v.id, Arc::clone(&stored)));
+            space.schemas.entry(v.id).or_insert(stored);
         }
         let space = self.spaces.entry(context.to_owned()).or_default();
         space.max_id = space.max_id.max(v.id);
@@ -681,6 +814,39 @@ impl State {
             release(&mut space.uses, old.id);
         }
         *space.uses.entry(v.id).or_default() += 1;
+    }
+
+    /// The `.proto` text a Protobuf record kept as a serialized descriptor
+    /// (base64 of a `FileDescriptorProto`) is served as, with the schema
+    /// compiled for its keys. Registrations have stored such schemas as
+    /// the text rendered from the descriptor, as Confluent stores them;
+    /// logs written before that (or imported from a registry that kept the
+    /// descriptor) still hold the descriptor, which reads back as the same
+    /// text. `(None, None)` for any other record; `(None, parsed)` when
+    /// the rendering would not compile back to the same schema.
+    fn protobuf_text(
+        &self,
+        context: &str,
+        schema_type: SchemaType,
+        v: &SchemaValue,
+    ) -> (Option<String>, Option<Schema>) {
+        if schema_type != SchemaType::Protobuf || !evolve_compat::protobuf::is_serialized(&v.schema)
+        {
+            return (None, None);
+        }
+        let Ok(parsed) = self.parse(context, schema_type, &v.schema, &v.references) else {
+            return (None, None);
+        };
+        let text = match &parsed {
+            Schema::Protobuf(p) => {
+                let references = self
+                    .resolve_references(context, &v.references)
+                    .unwrap_or_default();
+                evolve_compat::protobuf::render(p, &references)
+            }
+            _ => None,
+        };
+        (text, Some(parsed))
     }
 
     // ---- reads ----------------------------------------------------------
@@ -898,6 +1064,80 @@ impl State {
         self.settings_in_scope(subject).normalize == Some(true)
     }
 
+    /// Whether registrations, lookups and compatibility checks in `subject`
+    /// validate field names (Confluent's `validateFields`, off unless a
+    /// configuration in scope turns it on): a JSON Schema may not have a
+    /// top-level property whose name starts with `$$`, and a schema may
+    /// not have a top-level field named in its metadata's
+    /// `confluent:reserved` property, nor drop a name the latest version
+    /// reserved. IMPORT mode takes schemas as they are.
+    pub fn validate_fields_in_scope(&self, subject: &str) -> bool {
+        self.settings_in_scope(subject).validate_fields == Some(true)
+    }
+
+    /// 42201 when `validateFields` is on for `subject`, which is not in
+    /// IMPORT mode, and the JSON Schema `text` has a top-level property
+    /// whose name starts with `$$` (Confluent's
+    /// `JsonSchema.validate(strict)`).
+    fn check_field_names(
+        &self,
+        subject: &str,
+        schema_type: SchemaType,
+        text: &str,
+    ) -> Result<(), ApiError> {
+        if schema_type != SchemaType::Json
+            || !self.validate_fields_in_scope(subject)
+            || self.mode(subject) == RegistryMode::Import
+        {
+            return Ok(());
+        }
+        match reserved_json_property(text) {
+            Some(name) => Err(ApiError::invalid_schema(format!(
+                "Invalid JSON Schema: #/properties/{name}: Field names cannot start with $$ prefix (validateFields is on for subject '{subject}'); rename the property, or PUT /config/{subject} {{\"validateFields\":false}}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// With `validateFields` on, what Confluent reports beside the
+    /// incompatibilities (`validateReservedFields`): each name the
+    /// `previous` version's metadata reserves (`confluent:reserved`, a
+    /// comma-separated list) that `metadata` no longer does, and each name
+    /// `metadata` reserves that `new` has as a top-level field.
+    #[allow(clippy::too_many_arguments)]
+    fn reserved_field_errors(
+        &self,
+        context: &str,
+        new: &Schema,
+        text: &str,
+        references: &[SchemaReference],
+        metadata: Option<&serde_json::Value>,
+        previous: Option<&StoredSchema>,
+    ) -> Vec<String> {
+        let reserved = reserved_fields(metadata);
+        let mut errors: Vec<String> = previous
+            .map(|p| reserved_fields(p.metadata.as_ref()))
+            .unwrap_or_default()
+            .difference(&reserved)
+            .map(|name| {
+                format!(
+                    "The new schema has reserved field {name} removed from its metadata which is present in the old schema's metadata."
+                )
+            })
+            .collect();
+        if !reserved.is_empty() {
+            let resolved = || {
+                self.resolve_references(context, references)
+                    .unwrap_or_default()
+            };
+            let fields = top_level_fields(new, text, resolved);
+            errors.extend(reserved.intersection(&fields).map(|name| {
+                format!("The new schema has field that conflicts with the reserved field {name}.")
+            }));
+        }
+        errors
+    }
+
     /// The subject `subject`'s reads and writes go to: its configuration's
     /// `alias`, qualified within the subject's context when the alias is
     /// not qualified itself (as Confluent's alias filter does), if it has
@@ -912,6 +1152,16 @@ impl State {
             .as_deref()
             .filter(|a| !a.is_empty())?;
         Some(qualify(split_subject(subject).0, alias))
+    }
+
+    /// Every subject (or context, `:.ctx:`) whose configuration has an
+    /// alias, with the subject the alias names (see [`State::alias_of`]),
+    /// by subject.
+    pub fn aliases(&self) -> Vec<(String, String)> {
+        self.subjects
+            .keys()
+            .filter_map(|name| Some((name.clone(), self.alias_of(name)?)))
+            .collect()
     }
 
     /// The global configuration.
@@ -1140,41 +1390,45 @@ impl State {
         rule_set: Option<&serde_json::Value>,
         parsed: Option<&Schema>,
     ) -> Keys {
-        let body = match schema_type {
-            SchemaType::Avro => {
-                let resolved = self
-                    .resolve_references(context, references)
-                    .unwrap_or_default();
-                crate::parser::normalized_avro(text, &resolved)
-                    .unwrap_or_else(|| exact_body(schema_type, text))
-            }
-            SchemaType::Json => exact_body(schema_type, text),
-            SchemaType::Protobuf => {
-                let compiled;
-                let schema = match parsed {
-                    Some(schema) => Some(schema),
-                    None => {
-                        compiled = self.parse(context, schema_type, text, references).ok();
-                        compiled.as_ref()
-                    }
-                };
-                match schema {
-                    Some(Schema::Protobuf(p)) => evolve_compat::protobuf::canonical_form(p),
-                    _ => format!("\u{0}text\u{0}{}", text.trim()),
-                }
-            }
-        };
-        Keys {
-            exact: dedup_key(schema_type, text, references, metadata, rule_set),
-            key: hash_key(schema_type, &body, references, metadata, rule_set),
-            bare: hash_key(schema_type, &body, references, None, None),
-        }
+        let resolved = self.resolve_references(context, references).ok();
+        compute_keys(
+            schema_type,
+            text,
+            references,
+            resolved.as_deref(),
+            metadata,
+            rule_set,
+            parsed,
+        )
     }
 
     /// The id of a schema of normalized key `key` in `context`, if one was
     /// ever registered there.
     pub fn id_of(&self, context: &str, key: &DedupKey) -> Option<u32> {
-        self.spaces.get(context)?.ids.get(key).copied()
+        self.id_index(self.spaces.get(context)?)
+            .ids
+            .get(key)
+            .copied()
+    }
+
+    /// The normalized key → id index of `space`, with the keys of the
+    /// schemas read since it was last used computed and added, in the
+    /// order they were read.
+    fn id_index<'s>(&self, space: &'s Space) -> MutexGuard<'s, IdIndex> {
+        let mut index = space.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        for (id, schema) in std::mem::take(&mut index.pending) {
+            let keys = schema.keys();
+            index.ids.entry(keys.key).or_insert(id);
+            index.exact.entry(keys.exact).or_insert(id);
+        }
+        index
+    }
+
+    /// The schemas read since the last call whose normalized keys are not
+    /// computed yet, for the registry to compute them off the requests'
+    /// path (see [`StoredSchema::keys`]).
+    pub fn take_uncomputed(&mut self) -> Vec<Weak<StoredSchema>> {
+        std::mem::take(&mut self.uncomputed)
     }
 
     /// The text a new schema is stored as: a Protobuf schema sent as a
@@ -1228,7 +1482,9 @@ impl State {
     /// its mode (Confluent's `checkRegisterMode`): not in READONLY or
     /// READONLY_OVERRIDE; in IMPORT only with an explicit id (a new id
     /// there would collide with the ids still to be imported); in
-    /// READWRITE only without an explicit id or version.
+    /// READWRITE only without an explicit id. An explicit version in
+    /// READWRITE is checked later, by [`State::register`]: it must be the
+    /// subject's next one.
     fn check_register_mode(
         &self,
         subject: &str,
@@ -1239,11 +1495,9 @@ impl State {
             RegistryMode::Import if input.id.is_none() => Err(ApiError::not_permitted(format!(
                 "Subject {subject} is not in read-write mode: in IMPORT mode a registration needs an explicit \"id\" (and \"version\"); give them, or PUT /mode/{subject} {{\"mode\":\"READWRITE\"}} to register new schemas"
             ))),
-            RegistryMode::Readwrite if input.id.is_some() || input.version.is_some() => {
-                Err(ApiError::not_permitted(format!(
-                    "Subject {subject} is not in import mode: an explicit id or version is accepted only in IMPORT mode; PUT /mode/{subject} {{\"mode\":\"IMPORT\"}} first"
-                )))
-            }
+            RegistryMode::Readwrite if input.id.is_some() => Err(ApiError::not_permitted(format!(
+                "Subject {subject} is not in import mode: an explicit \"id\" is accepted only in IMPORT mode; leave \"id\" out, or PUT /mode/{subject} {{\"mode\":\"IMPORT\"}} first"
+            ))),
             _ => Ok(mode),
         }
     }
@@ -1261,6 +1515,8 @@ impl State {
         validate_schema_subject(subject).ok()?;
         let schema_type = parse_schema_type(input.schema_type.as_deref()).ok()?;
         input.check_contract().ok()?;
+        self.check_field_names(subject, schema_type, &input.schema)
+            .ok()?;
         let (metadata, rule_set) = self.effective_contract(subject, input);
         let exact = dedup_key(
             schema_type,
@@ -1269,7 +1525,7 @@ impl State {
             metadata.as_ref(),
             rule_set.as_ref(),
         );
-        self.registered(subject, input, |stored| stored.keys.exact == exact)
+        self.registered(subject, input, |stored| stored.exact_key() == exact)
     }
 
     /// The live version of `subject` whose stored schema `matches`, as a
@@ -1326,6 +1582,8 @@ impl State {
         let (context, _) = split_subject(subject);
         let schema_type = parse_schema_type(input.schema_type.as_deref())?;
         input.check_contract()?;
+        // Before the look-up, as Confluent validates the schema first.
+        self.check_field_names(subject, schema_type, &input.schema)?;
         let (metadata, rule_set) = self.effective_contract(subject, input);
 
         // Already registered under the subject, as written: nothing to
@@ -1337,7 +1595,7 @@ impl State {
             metadata.as_ref(),
             rule_set.as_ref(),
         );
-        if let Some(registration) = self.registered(subject, input, |s| s.keys.exact == exact) {
+        if let Some(registration) = self.registered(subject, input, |s| s.exact_key() == exact) {
             return Ok(registration);
         }
         let new = Arc::new(self.parse(context, schema_type, &input.schema, &input.references)?);
@@ -1351,7 +1609,7 @@ impl State {
             Some(&new),
         );
         // Or written another way.
-        if let Some(registration) = self.registered(subject, input, |s| s.keys.key == keys.key) {
+        if let Some(registration) = self.registered(subject, input, |s| s.keys().key == keys.key) {
             return Ok(registration);
         }
         let mode = self.check_register_mode(subject, input)?;
@@ -1359,9 +1617,11 @@ impl State {
         let space = self.spaces.get(context);
         // An id whose text is this one, else one of the same schema.
         let existing_id = space.and_then(|s| {
-            s.exact
+            let index = self.id_index(s);
+            index
+                .exact
                 .get(&keys.exact)
-                .or_else(|| s.ids.get(&keys.key))
+                .or_else(|| index.ids.get(&keys.key))
                 .copied()
         });
 
@@ -1370,14 +1630,28 @@ impl State {
             let live: Vec<(u32, VersionEntry)> = subject_state
                 .map(|s| s.live().rev().collect())
                 .unwrap_or_default();
+            let validate_fields = self.validate_fields_in_scope(subject);
+            let mut details = Vec::new();
+            if validate_fields {
+                let latest = live.first().and_then(|(_, e)| self.schema(context, e.id));
+                details = self.reserved_field_errors(
+                    context,
+                    &new,
+                    &input.schema,
+                    &input.references,
+                    metadata.as_ref(),
+                    latest.map(|s| &**s),
+                );
+            }
             let live = self.in_compatibility_group(subject, metadata.as_ref(), live);
             let previous = live
                 .iter()
                 .map(|(_, e)| self.parsed(context, e.id))
                 .collect::<Result<Vec<Arc<Schema>>, ApiError>>()?;
             let findings = check(level, &new, &previous);
-            if !findings.is_empty() {
-                let details = describe_findings(&findings, &live, level);
+            details.extend(describe_findings(&findings, &live, level));
+            if !details.is_empty() {
+                details.push(verdict_settings(validate_fields, level));
                 return Err(ApiError::incompatible(incompatible_code, subject, &details));
             }
         }
@@ -1385,7 +1659,7 @@ impl State {
         let id = match (input.id, existing_id) {
             (Some(wanted), _) => {
                 if let Some(stored) = self.schema(context, wanted)
-                    && stored.keys.key != keys.key
+                    && stored.keys().key != keys.key
                 {
                     return Err(ApiError::not_permitted(format!(
                         "Overwrite new schema with id {wanted} in context {context} is not permitted: id {wanted} is another schema; import this one under its own id"
@@ -1416,6 +1690,25 @@ impl State {
             .and_then(|s| s.versions.keys().next_back().copied())
             .unwrap_or(0);
         let version = match input.version {
+            // Outside IMPORT an explicit version must be the one the
+            // subject would take next (Confluent 7.4+; refused with 42201
+            // after the compatibility check, as there).
+            Some(v) if mode != RegistryMode::Import => {
+                let next = max_version + 1;
+                if next > MAX_VERSION {
+                    return Err(ApiError::invalid_version("2^31"));
+                }
+                if v != next {
+                    let at = match max_version {
+                        0 => "has no versions".to_owned(),
+                        n => format!("is at version {n}"),
+                    };
+                    return Err(ApiError::invalid_schema(format!(
+                        "Version is not one more than previous version: subject '{subject}' {at}, and \"version\": {v} was given; give \"version\": {next}, or leave \"version\" out"
+                    )));
+                }
+                v
+            }
             Some(v) => {
                 if !(1..=MAX_VERSION).contains(&v) {
                     return Err(ApiError::invalid_version(&v.to_string()));
@@ -1537,6 +1830,7 @@ impl State {
         let schema_type = parse_schema_type(input.schema_type.as_deref())?;
         // Parsing validates the schema and its references (42201).
         let parsed = self.parse(context, schema_type, &input.schema, &input.references)?;
+        self.check_field_names(subject, schema_type, &input.schema)?;
         input.check_contract()?;
         let keys = self.keys(
             context,
@@ -1552,7 +1846,7 @@ impl State {
                 (deleted || !e.deleted)
                     && self
                         .schema(context, e.id)
-                        .is_some_and(|stored| matches(&stored.keys))
+                        .is_some_and(|stored| matches(&stored.keys()))
             })
         };
         if let Some((v, e)) = find(&|k| k.key == keys.key) {
@@ -1602,8 +1896,25 @@ impl State {
                 .unwrap_or_default(),
         };
         let (metadata, _) = self.effective_contract(subject, input);
-        let against = self.in_compatibility_group(subject, metadata.as_ref(), against);
         let new = Arc::new(self.parse(context, schema_type, &input.schema, &input.references)?);
+        self.check_field_names(subject, schema_type, &input.schema)?;
+        let validate_fields = self.validate_fields_in_scope(subject);
+        let mut messages = Vec::new();
+        if validate_fields {
+            // The newest of the versions checked against.
+            let latest = against
+                .first()
+                .and_then(|(_, e)| self.schema(context, e.id));
+            messages = self.reserved_field_errors(
+                context,
+                &new,
+                &input.schema,
+                &input.references,
+                metadata.as_ref(),
+                latest.map(|s| &**s),
+            );
+        }
+        let against = self.in_compatibility_group(subject, metadata.as_ref(), against);
         let previous = against
             .iter()
             .map(|(_, e)| self.parsed(context, e.id))
@@ -1620,7 +1931,11 @@ impl State {
             level
         };
         let findings = check(effective, &new, &previous);
-        Ok(describe_findings(&findings, &against, level))
+        messages.extend(describe_findings(&findings, &against, level));
+        if !messages.is_empty() {
+            messages.push(verdict_settings(validate_fields, level));
+        }
+        Ok(messages)
     }
 
     /// `DELETE /subjects/{subject}[?permanent=true]`: the versions deleted.
@@ -1937,6 +2252,143 @@ fn describe_findings(
         .collect()
 }
 
+/// The last detail of an incompatible verdict, as Confluent 7.5+ adds
+/// it: `{validateFields: 'false', compatibility: 'BACKWARD'}`.
+fn verdict_settings(validate_fields: bool, level: Mode) -> String {
+    format!(
+        "{{validateFields: '{validate_fields}', compatibility: '{}'}}",
+        level.as_str()
+    )
+}
+
+/// The metadata property whose value, a comma-separated list, names the
+/// fields a schema reserves (Confluent's `ParsedSchema.RESERVED`).
+pub const RESERVED_FIELDS_PROPERTY: &str = "confluent:reserved";
+
+/// The names `metadata` reserves (see [`RESERVED_FIELDS_PROPERTY`]).
+fn reserved_fields(metadata: Option<&serde_json::Value>) -> BTreeSet<String> {
+    metadata
+        .and_then(|m| m.get("properties"))
+        .and_then(|p| p.get(RESERVED_FIELDS_PROPERTY))
+        .and_then(serde_json::Value::as_str)
+        .map(|list| {
+            list.split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The top-level field names of a schema, as Confluent's
+/// `hasTopLevelField` sees them: an Avro record's fields (a top-level name
+/// of a record from `references` counts as that record), the keys of a
+/// JSON Schema's top-level `properties`, the fields of a Protobuf file's
+/// top-level messages outside a `oneof`.
+fn top_level_fields(
+    schema: &Schema,
+    text: &str,
+    references: impl FnOnce() -> Vec<Reference>,
+) -> BTreeSet<String> {
+    let names = |fields: Option<&serde_json::Value>| -> BTreeSet<String> {
+        fields
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.get("name")?.as_str().map(str::to_owned))
+            .collect()
+    };
+    match schema {
+        Schema::Avro(_) => {
+            let Ok(root) = serde_json::from_str::<serde_json::Value>(text) else {
+                return BTreeSet::new();
+            };
+            let named = match &root {
+                serde_json::Value::String(name) => Some(name.clone()),
+                serde_json::Value::Object(o) => match o.get("type").and_then(|t| t.as_str()) {
+                    Some("record" | "error") => return names(o.get("fields")),
+                    Some(name) => Some(name.to_owned()),
+                    None => None,
+                },
+                _ => None,
+            };
+            let Some(named) = named else {
+                return BTreeSet::new();
+            };
+            references()
+                .iter()
+                .filter_map(|r| serde_json::from_str::<serde_json::Value>(&r.schema).ok())
+                .find(|r| avro_full_name(r).as_deref() == Some(named.as_str()))
+                .map(|record| names(record.get("fields")))
+                .unwrap_or_default()
+        }
+        Schema::Json(_) => serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|root| {
+                Some(
+                    root.get("properties")?
+                        .as_object()?
+                        .keys()
+                        .cloned()
+                        .collect(),
+                )
+            })
+            .unwrap_or_default(),
+        Schema::Protobuf(p) => p
+            .file()
+            .messages()
+            .flat_map(|message| {
+                message
+                    .fields()
+                    .filter(|f| f.containing_oneof().is_none_or(|o| o.is_synthetic()))
+                    .map(|f| f.name().to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+    }
+}
+
+/// The full name of a record defined at the top of an Avro text.
+fn avro_full_name(schema: &serde_json::Value) -> Option<String> {
+    if !matches!(schema.get("type")?.as_str()?, "record" | "error") {
+        return None;
+    }
+    let name = schema.get("name")?.as_str()?;
+    Some(match schema.get("namespace").and_then(|n| n.as_str()) {
+        Some(namespace) if !name.contains('.') && !namespace.is_empty() => {
+            format!("{namespace}.{name}")
+        }
+        _ => name.to_owned(),
+    })
+}
+
+/// The first top-level property of a JSON Schema whose name starts with
+/// `$$`, when the schema is an object schema (what Confluent's JSON Schema
+/// library loads as one: `type` absent or `object`, and no `$ref`,
+/// `allOf`, `anyOf` or `oneOf` beside `properties`).
+fn reserved_json_property(text: &str) -> Option<String> {
+    let root: serde_json::Value = serde_json::from_str(text).ok()?;
+    let object = root.as_object()?;
+    if ["$ref", "allOf", "anyOf", "oneOf"]
+        .iter()
+        .any(|k| object.contains_key(*k))
+    {
+        return None;
+    }
+    match object.get("type") {
+        None => {}
+        Some(t) if t.as_str() == Some("object") => {}
+        Some(_) => return None,
+    }
+    object
+        .get("properties")?
+        .as_object()?
+        .keys()
+        .find(|name| name.starts_with("$$"))
+        .cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1995,6 +2447,79 @@ mod tests {
         assert_eq!(qualify(".", "money"), "money");
         assert!(validate_subject(":.:x").is_ok());
         assert!(validate_schema_subject(":.team:").is_err());
+    }
+
+    fn schema_record(
+        subject: &str,
+        id: u32,
+        schema: &str,
+        references: Vec<SchemaReference>,
+    ) -> Record {
+        Record {
+            key: Key::Schema {
+                subject: subject.into(),
+                version: 1,
+            },
+            value: Some(Value::Schema(SchemaValue {
+                subject: subject.into(),
+                version: 1,
+                id,
+                schema: schema.into(),
+                schema_type: None,
+                references,
+                metadata: None,
+                rule_set: None,
+                deleted: false,
+            })),
+        }
+    }
+
+    #[test]
+    fn keys_are_computed_when_first_needed_and_found_in_read_order() {
+        let mut state = State::new();
+        let money = r#"{"type":"record","name":"Money","fields":[{"name":"cents","type":"long"}]}"#;
+        let order =
+            r#"{"type":"record","name":"Order","fields":[{"name":"total","type":"Money"}]}"#;
+        let reference = SchemaReference {
+            name: "Money".into(),
+            subject: "money".into(),
+            version: 1,
+        };
+        // Ids 2 and 3 are one schema written two ways.
+        state.apply(1, &schema_record("money", 1, money, Vec::new()));
+        state.apply(
+            2,
+            &schema_record("a", 2, r#"{"type":"string"}"#, Vec::new()),
+        );
+        state.apply(3, &schema_record("b", 3, r#""string""#, Vec::new()));
+        state.apply(
+            4,
+            &schema_record("order", 4, order, vec![reference.clone()]),
+        );
+        assert_eq!(state.take_uncomputed().len(), 3);
+        let stored = |id| Arc::clone(state.schema(DEFAULT_CONTEXT, id).expect("stored"));
+        // Replay computed the keys of the schema with references only.
+        assert!(!stored(1).keys_computed() && !stored(2).keys_computed());
+        assert!(stored(4).keys_computed());
+        // Computed later, they are what they would have been then.
+        for id in 1..=4 {
+            let s = stored(id);
+            let eager = state.keys(
+                DEFAULT_CONTEXT,
+                s.schema_type,
+                &s.text,
+                &s.references,
+                None,
+                None,
+                None,
+            );
+            assert_eq!(s.keys(), eager, "id {id}");
+        }
+        assert_eq!(stored(2).keys().key, stored(3).keys().key);
+        // The first id read of a schema is the one found.
+        assert_eq!(state.id_of(DEFAULT_CONTEXT, &stored(3).keys().key), Some(2));
+        let order_key = stored(4).keys().key;
+        assert_eq!(state.id_of(DEFAULT_CONTEXT, &order_key), Some(4));
     }
 
     #[test]

@@ -123,6 +123,12 @@ async fn incompatible_schemas_are_refused_with_every_reason() {
         "{message}"
     );
     assert!(message.contains("qty"), "{message}");
+    // Confluent 7.5+ ends the details with the settings they were found
+    // under.
+    assert!(
+        message.ends_with(", {validateFields: 'false', compatibility: 'BACKWARD'}]"),
+        "{message}"
+    );
     assert_eq!(r.offset(), offset, "a refused schema was stored");
 
     // The check endpoints say the same without registering.
@@ -136,8 +142,12 @@ async fn incompatible_schemas_are_refused_with_every_reason() {
     assert_eq!(verdict["is_compatible"], false);
     assert_eq!(
         verdict["messages"].as_array().map(Vec::len),
-        Some(1),
+        Some(2),
         "{verdict}"
+    );
+    assert_eq!(
+        verdict["messages"][1],
+        "{validateFields: 'false', compatibility: 'BACKWARD'}"
     );
     let quiet = r
         .ok(

@@ -6,8 +6,11 @@
 
 mod common;
 
-use common::{avro, registry};
-use evolve_registry::record::parse_export;
+use common::{avro, open_at, registry};
+use evolve_registry::http::DEFAULT_MAX_BODY;
+use evolve_registry::record::{Value, parse_export};
+use evolve_registry::service::Settings;
+use evolve_registry::store::{Log, SqliteLog};
 use serde_json::json;
 
 fn proto(text: &str) -> serde_json::Value {
@@ -91,6 +94,95 @@ async fn import_mode_is_idempotent_and_takes_only_explicit_ids() {
         .await,
         101
     );
+}
+
+#[tokio::test]
+async fn an_explicit_version_in_readwrite_must_be_the_next_one() {
+    // Confluent 7.4+ (KafkaSchemaRegistry.register): outside IMPORT an
+    // explicit version is accepted when it is the subject's next version
+    // (soft-deleted versions count), else 422 with 42201 "Version is not
+    // one more than previous version", after the compatibility check.
+    let r = registry("explicit-version").await;
+    let record =
+        |fields: serde_json::Value| avro(json!({"type": "record", "name": "R", "fields": fields}));
+    let with_version = |body: serde_json::Value, version: u64| {
+        let mut body = body;
+        body["version"] = json!(version);
+        body
+    };
+    let v1 = record(json!([{"name": "a", "type": "int"}]));
+    let message = r
+        .call(
+            "POST",
+            "/subjects/ev/versions",
+            Some(with_version(v1.clone(), 2)),
+        )
+        .await
+        .error(422, 42201);
+    assert!(
+        message.starts_with("Version is not one more than previous version"),
+        "{message}"
+    );
+    assert!(message.contains("\"version\": 1"), "{message}");
+    let id1 = r.register("ev", with_version(v1.clone(), 1)).await;
+
+    let v2 = record(json!([{"name": "a", "type": "int"},
+                           {"name": "b", "type": "int", "default": 0}]));
+    let message = r
+        .call(
+            "POST",
+            "/subjects/ev/versions",
+            Some(with_version(v2.clone(), 3)),
+        )
+        .await
+        .error(422, 42201);
+    assert!(message.contains("is at version 1"), "{message}");
+    assert!(message.contains("\"version\": 2"), "{message}");
+    // An incompatible schema is 409 whatever its version, as the check
+    // comes first.
+    let incompatible = record(json!([{"name": "c", "type": "string"}]));
+    r.call(
+        "POST",
+        "/subjects/ev/versions",
+        Some(with_version(incompatible, 7)),
+    )
+    .await
+    .error(409, 409);
+    let id2 = r.register("ev", with_version(v2.clone(), 2)).await;
+    assert_ne!(id1, id2);
+    assert_eq!(
+        r.ok("GET", "/subjects/ev/versions", None).await,
+        json!([1, 2])
+    );
+
+    // With a version the look-up is skipped (Confluent 7.7+): the latest
+    // schema sent again as version 3 is a third version of the same id.
+    assert_eq!(r.register("ev", with_version(v2.clone(), 3)).await, id2);
+    assert_eq!(
+        r.ok("GET", "/subjects/ev/versions", None).await,
+        json!([1, 2, 3])
+    );
+    // A soft-deleted version still counts.
+    r.ok("DELETE", "/subjects/ev/versions/3", None).await;
+    r.call(
+        "POST",
+        "/subjects/ev/versions",
+        Some(with_version(v2.clone(), 3)),
+    )
+    .await
+    .error(422, 42201);
+    assert_eq!(r.register("ev", with_version(v2, 4)).await, id2);
+
+    // An explicit id stays IMPORT's.
+    let message = r
+        .call(
+            "POST",
+            "/subjects/ev/versions",
+            Some(json!({"schema": "\"string\"", "id": 50})),
+        )
+        .await
+        .error(422, 42205);
+    assert!(message.contains("not in import mode"), "{message}");
 }
 
 #[tokio::test]
@@ -298,6 +390,63 @@ async fn a_protobuf_descriptor_is_the_schema_its_text_is_and_is_stored_as_text()
 }
 
 #[tokio::test]
+async fn protobuf_records_kept_as_descriptors_read_back_as_text() {
+    // A log written before registrations stored the rendered text (or
+    // imported from a registry that kept the descriptor): the record
+    // holds the base64 descriptor, here in a version and in a later
+    // soft-deleted version of the same id.
+    let path = common::temp_path("proto-old-records");
+    let records = parse_export(&format!(
+        "{}\t{}\n{}\t{}\n",
+        r#"{"keytype":"SCHEMA","subject":"ping-value","version":1,"magic":1}"#,
+        json!({"subject": "ping-value", "version": 1, "id": 1, "schemaType": "PROTOBUF",
+               "schema": PING_SERIALIZED, "deleted": false}),
+        r#"{"keytype":"SCHEMA","subject":"ping-copy","version":1,"magic":1}"#,
+        json!({"subject": "ping-copy", "version": 1, "id": 1, "schemaType": "PROTOBUF",
+               "schema": PING_SERIALIZED, "deleted": true}),
+    ))
+    .expect("export");
+    let log = SqliteLog::open(&path).expect("sqlite log");
+    assert!(log.append(0, &records).await.expect("append"));
+    drop(log);
+
+    // Replayed at start: served as the .proto text, as Confluent serves it.
+    let r = open_at(path, Settings::default(), DEFAULT_MAX_BODY).await;
+    assert_eq!(
+        r.call("GET", "/schemas/ids/1/schema", None).await.text,
+        PING
+    );
+    assert_eq!(r.ok("GET", "/schemas/ids/1", None).await["schema"], PING);
+    assert_eq!(
+        r.ok("GET", "/subjects/ping-value/versions/1", None).await["schema"],
+        PING
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects/ping-copy/versions/1?deleted=true", None)
+            .await["schema"],
+        PING
+    );
+    // Still one schema, however it is sent, and the descriptor on request.
+    let offset = r.offset();
+    assert_eq!(r.register("ping-value", proto(PING_SERIALIZED)).await, 1);
+    assert_eq!(r.register("ping-value", proto(PING)).await, 1);
+    assert_eq!(r.offset(), offset);
+    let serialized = r.ok("GET", "/schemas/ids/1?format=serialized", None).await;
+    assert!(
+        evolve_compat::protobuf::is_serialized(serialized["schema"].as_str().expect("schema")),
+        "{serialized}"
+    );
+    // A record written for that id (here a soft delete) carries the text.
+    r.ok("DELETE", "/subjects/ping-value/versions/1", None)
+        .await;
+    let log = r.app.registry.log().read_after(offset).await.expect("read");
+    let Some(Value::Schema(written)) = &log[0].1.value else {
+        panic!("a schema record: {log:?}")
+    };
+    assert_eq!(written.schema, PING);
+}
+
+#[tokio::test]
 async fn confluents_bundled_protobuf_imports_need_no_reference() {
     let r = registry("proto-bundled").await;
     r.register(
@@ -432,6 +581,145 @@ async fn config_settings_are_stored_echoed_and_applied() {
             .await,
         json!({"compatibilityLevel": "BACKWARD", "normalize": true})
     );
+}
+
+#[tokio::test]
+async fn validate_fields_refuses_dollar_properties_and_reserved_fields() {
+    // Confluent 7.5+: validateFields (in the subject's configuration, or
+    // the global one) makes JsonSchema.validate(strict) refuse top-level
+    // properties named $$..., and isCompatibleWithPrevious report the
+    // fields the metadata's confluent:reserved names.
+    let r = registry("validate-fields").await;
+    let dollars = json!({"schemaType": "JSON", "schema": json!({
+        "type": "object", "properties": {"id": {"type": "integer"}, "$$meta": {"type": "string"}}
+    }).to_string()});
+    // Off by default: stored as it is.
+    r.register("js-off", dollars.clone()).await;
+    r.ok("PUT", "/config/js", Some(json!({"validateFields": true})))
+        .await;
+    for path in [
+        "/subjects/js/versions",
+        "/compatibility/subjects/js/versions",
+    ] {
+        let message = r
+            .call("POST", path, Some(dollars.clone()))
+            .await
+            .error(422, 42201);
+        assert!(
+            message.contains("#/properties/$$meta: Field names cannot start with $$ prefix"),
+            "{message}"
+        );
+        assert!(message.contains("validateFields"), "{message}");
+    }
+    // Even a schema the subject already holds, as Confluent validates
+    // before it looks the schema up.
+    r.ok(
+        "PUT",
+        "/config/js-off",
+        Some(json!({"validateFields": true})),
+    )
+    .await;
+    r.call("POST", "/subjects/js-off/versions", Some(dollars.clone()))
+        .await
+        .error(422, 42201);
+    r.call("POST", "/subjects/js-off", Some(dollars.clone()))
+        .await
+        .error(422, 42201);
+
+    // Avro field names are checked whatever the setting: Avro's own rule.
+    let message = r
+        .call(
+            "POST",
+            "/subjects/avro-off/versions",
+            Some(avro(json!({"type": "record", "name": "R",
+                             "fields": [{"name": "$$meta", "type": "int"}]}))),
+        )
+        .await
+        .error(422, 42201);
+    assert!(message.contains("$$meta"), "{message}");
+
+    // Reserved fields, for every schema type.
+    r.ok("PUT", "/config", Some(json!({"validateFields": true})))
+        .await;
+    let reserving = |names: &str| json!({"properties": {"confluent:reserved": names}});
+    let record = |fields: serde_json::Value, metadata: serde_json::Value| {
+        json!({
+            "schema": json!({"type": "record", "name": "User", "fields": fields}).to_string(),
+            "metadata": metadata,
+        })
+    };
+    let id = json!({"name": "id", "type": "long"});
+    let ssn = json!({"name": "ssn", "type": "string", "default": ""});
+    let email = json!({"name": "email", "type": "string", "default": ""});
+    r.register("users", record(json!([id]), reserving("ssn, secret")))
+        .await;
+    // A field the metadata reserves (the latest version's metadata is
+    // inherited when the request has none).
+    let conflict = json!({"schema": json!({"type": "record", "name": "User",
+                                           "fields": [id, ssn]}).to_string()});
+    let message = r
+        .call("POST", "/subjects/users/versions", Some(conflict.clone()))
+        .await
+        .error(409, 409);
+    assert!(
+        message.contains("The new schema has field that conflicts with the reserved field ssn."),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("{validateFields: 'true', compatibility: 'BACKWARD'}]"),
+        "{message}"
+    );
+    let verdict = r
+        .ok(
+            "POST",
+            "/compatibility/subjects/users/versions/latest?verbose=true",
+            Some(conflict),
+        )
+        .await;
+    assert_eq!(
+        verdict,
+        json!({"is_compatible": false, "messages": [
+            "The new schema has field that conflicts with the reserved field ssn.",
+            "{validateFields: 'true', compatibility: 'BACKWARD'}",
+        ]})
+    );
+    // A reserved name dropped from the metadata.
+    let message = r
+        .call(
+            "POST",
+            "/subjects/users/versions",
+            Some(record(json!([id, email]), reserving("ssn"))),
+        )
+        .await
+        .error(409, 409);
+    assert!(
+        message.contains("The new schema has reserved field secret removed from its metadata which is present in the old schema's metadata."),
+        "{message}"
+    );
+    // Keeping the reservations and the reserved names out is fine.
+    r.register("users", record(json!([id, email]), reserving("secret,ssn")))
+        .await;
+
+    // JSON Schema's top-level properties and Protobuf's top-level message
+    // fields are fields too.
+    let json_ssn = json!({"schemaType": "JSON", "metadata": reserving("ssn"),
+        "schema": json!({"type": "object", "properties": {"ssn": {"type": "string"}}}).to_string()});
+    r.call("POST", "/subjects/json-users/versions", Some(json_ssn))
+        .await
+        .error(409, 409);
+    let proto_ssn = json!({"schemaType": "PROTOBUF", "metadata": reserving("ssn"),
+        "schema": "syntax = \"proto3\";\nmessage User {\n  int64 id = 1;\n  string ssn = 2;\n}\n"});
+    r.call(
+        "POST",
+        "/subjects/proto-users/versions",
+        Some(proto_ssn.clone()),
+    )
+    .await
+    .error(409, 409);
+    // Off again: no check.
+    r.ok("PUT", "/config", Some(json!({"validateFields": false})))
+        .await;
+    r.register("proto-users", proto_ssn).await;
 }
 
 #[tokio::test]
@@ -578,6 +866,118 @@ async fn schemas_are_listed_with_prefix_latest_only_deleted_and_pages() {
     r.call("GET", "/schemas?limit=many", None)
         .await
         .error(400, 400);
+}
+
+#[tokio::test]
+async fn schemas_are_listed_with_the_subjects_aliases_name() {
+    // Confluent 7.6+ (allVersionsIncludingAliasesWithSubjectPrefix): with
+    // aliases=true, the configurations that subjectPrefix selects and that
+    // have an alias add the subject each alias names, and every version of
+    // such a subject lists the subjects that alias it.
+    let r = registry("list-aliases").await;
+    r.ok("PUT", "/config", Some(json!({"compatibility": "NONE"})))
+        .await;
+    r.register("orders-value", avro(json!("int"))).await;
+    r.register("orders-value", avro(json!("long"))).await;
+    r.register("payments-value", avro(json!("string"))).await;
+    r.register(":.team:money", avro(json!("bytes"))).await;
+    for (subject, alias) in [
+        ("orders", "orders-value"),
+        ("ordering", "orders-value"),
+        ("alias-of-pay", "payments-value"),
+        (":.team:cash", "money"),
+    ] {
+        r.ok(
+            "PUT",
+            &format!("/config/{subject}"),
+            Some(json!({"alias": alias})),
+        )
+        .await;
+    }
+    let listed = |body: serde_json::Value| -> Vec<(String, u64, serde_json::Value)> {
+        body.as_array()
+            .expect("array")
+            .iter()
+            .map(|s| {
+                (
+                    s["subject"].as_str().expect("subject").to_owned(),
+                    s["version"].as_u64().expect("version"),
+                    s.get("aliases").cloned().unwrap_or(json!(null)),
+                )
+            })
+            .collect()
+    };
+    let row = |subject: &str, version: u64, aliases: serde_json::Value| {
+        (subject.to_owned(), version, aliases)
+    };
+    assert_eq!(
+        listed(
+            r.ok("GET", "/schemas?subjectPrefix=orders&aliases=true", None)
+                .await
+        ),
+        vec![
+            row("orders-value", 1, json!(["orders"])),
+            row("orders-value", 2, json!(["orders"])),
+        ]
+    );
+    // Both aliases when the prefix selects both configurations.
+    let both = r
+        .ok(
+            "GET",
+            "/schemas?subjectPrefix=ord&aliases=true&latestOnly=true",
+            None,
+        )
+        .await;
+    assert_eq!(
+        listed(both.clone()),
+        vec![row("orders-value", 2, json!(["ordering", "orders"]))]
+    );
+    assert_eq!(both[0]["schema"], "\"long\"");
+    // A subject the prefix does not select is listed for its alias.
+    assert_eq!(
+        listed(
+            r.ok("GET", "/schemas?subjectPrefix=alias&aliases=true", None)
+                .await
+        ),
+        vec![row("payments-value", 1, json!(["alias-of-pay"]))]
+    );
+    assert_eq!(
+        r.ok("GET", "/schemas?subjectPrefix=alias", None).await,
+        json!([])
+    );
+    // Without the parameter, no aliases.
+    assert_eq!(
+        listed(r.ok("GET", "/schemas?subjectPrefix=orders", None).await),
+        vec![
+            row("orders-value", 1, json!(null)),
+            row("orders-value", 2, json!(null)),
+        ]
+    );
+    // An alias is qualified in its subject's context.
+    assert_eq!(
+        listed(
+            r.ok("GET", "/schemas?subjectPrefix=:.team:&aliases=true", None)
+                .await
+        ),
+        vec![row(":.team:money", 1, json!([":.team:cash"]))]
+    );
+    // An empty prefix is no prefix: every context, as Confluent's default.
+    assert_eq!(
+        listed(
+            r.ok("GET", "/schemas?subjectPrefix=&aliases=true", None)
+                .await
+        ),
+        vec![
+            row(":.team:money", 1, json!([":.team:cash"])),
+            row("orders-value", 1, json!(["ordering", "orders"])),
+            row("orders-value", 2, json!(["ordering", "orders"])),
+            row("payments-value", 1, json!(["alias-of-pay"])),
+        ]
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects?subjectPrefix=", None).await,
+        json!([":.team:money", "orders-value", "payments-value"])
+    );
 }
 
 #[tokio::test]
