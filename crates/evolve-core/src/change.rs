@@ -55,6 +55,11 @@ pub struct ColumnSchema {
     /// Part of the key that identifies the row (the primary key or the
     /// replica identity's index).
     pub key: bool,
+    /// The column's number where the source knows it (PostgreSQL's
+    /// `attnum`, looked up when the schema arrives); `None` otherwise.
+    /// A column dropped and re-added under its name has a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attnum: Option<i16>,
 }
 
 /// An upstream table's identity and columns at one position. Shared by
@@ -143,12 +148,14 @@ mod tests {
                     type_oid: 23,
                     typmod: -1,
                     key: true,
+                    attnum: None,
                 },
                 ColumnSchema {
                     name: "note".into(),
                     type_oid: 25,
                     typmod: -1,
                     key: false,
+                    attnum: None,
                 },
             ],
         })

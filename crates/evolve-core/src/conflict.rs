@@ -630,6 +630,7 @@ mod tests {
             type_oid,
             typmod: -1,
             key,
+            attnum: None,
         };
         crate::change::TableSchema {
             schema: "public".into(),

@@ -22,6 +22,18 @@
 //!    document differs;
 //! 4. `DROP TABLE <old version>` when nothing else reads it.
 //!
+//! A renamed upstream table is followed by OID and needs nothing; once
+//! it also shows column or type drift, the next version references the
+//! table under its name now (unless another table took the pinned name,
+//! as in a renaming cut-over, which the next version then reads).
+//!
+//! Interrupted flows finish: a new version that stalls before its
+//! replacement is applied (the upstream changed again while it hydrated)
+//! is dropped with its replacement, and the flow starts again from the
+//! upstream as it is then; earlier versions of the interface's table that
+//! nothing reads (an absorb killed between its APPLY and its DROP TABLE)
+//! are dropped.
+//!
 //! Readers never see an error: the interface serves the old version until
 //! the swap and the new one from the swap on. A step that fails is logged
 //! and retried at a later poll (after [`RETRY_AFTER`]). Only replacements
@@ -169,6 +181,37 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
         if pending.name != replacement_name(interface, &pending.table) {
             return Ok(()); // an operator's replacement
         }
+        // The upstream changed again while the new version hydrated: it
+        // stalled before it was applied, and would never be. Start over
+        // from the upstream as it is now (at the next poll).
+        if let Some(stalled) = tables
+            .iter()
+            .find(|t| t.name == pending.table && t.state == TableState::Stalled)
+            && !pending.applying
+        {
+            pipeline.drop_interface(&pending.name)?;
+            let readers = pipeline
+                .interfaces()?
+                .iter()
+                .any(|i| i.table == stalled.name)
+                || pipeline
+                    .replacements()?
+                    .iter()
+                    .any(|r| r.table == stalled.name);
+            if !readers {
+                pipeline.drop_table(&stalled.name).await?;
+            }
+            tracing::info!(
+                materialized_view = %interface,
+                replacement = %pending.name,
+                table = %stalled.name,
+                "absorb: table \"{}\" stalled before replacement \"{}\" was applied ({}); dropped both, to start again from the upstream as it is now",
+                stalled.name,
+                pending.name,
+                stalled.error.as_deref().unwrap_or("no reason recorded")
+            );
+            return Ok(());
+        }
         let hydrated = tables
             .iter()
             .any(|t| t.name == pending.table && t.state == TableState::Running);
@@ -204,13 +247,23 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
         }
         return Ok(());
     }
+    drop_left_versions(pipeline, interface, &current.table, &tables).await?;
     let Some(row) = rows.iter().find(|r| r.table == current.table) else {
         return Ok(());
     };
-    if !matches!(
-        row.signal,
-        Signal::ColumnDrift | Signal::TypeDrift | Signal::Stalled
-    ) {
+    // A renamed upstream table is followed (by OID) and is no reason by
+    // itself; with column or type changes, the next version references it
+    // under its name now.
+    let renamed_with_drift = row.signal == Signal::TableRenamed
+        && (!row.added_upstream.is_empty()
+            || !row.dropped_upstream.is_empty()
+            || !row.type_changed.is_empty());
+    if !renamed_with_drift
+        && !matches!(
+            row.signal,
+            Signal::ColumnDrift | Signal::TypeDrift | Signal::Stalled
+        )
+    {
         return Ok(());
     }
     let Some(old) = tables.iter().find(|t| t.name == current.table) else {
@@ -235,19 +288,22 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
         text: keep(false),
         kafka: old.kafka.as_ref().map(|k| k.spec()),
     };
-    let spec = match pipeline.create_table(&spec).await {
-        Ok(_) => spec,
-        // An excluded or text column that is gone upstream now.
-        Err(crate::PipelineError::BadColumn { .. }) => {
-            let spec = TableSpec {
-                exclude: Vec::new(),
-                text: Vec::new(),
-                ..spec
-            };
-            pipeline.create_table(&spec).await?;
-            spec
+    // The table under the pinned name, which is another table after a
+    // renaming cut-over (`a` to `a_old`, `a_new` to `a`); else, when the
+    // upstream table was renamed, the table itself under its name now.
+    let spec = match (create_next(pipeline, spec.clone()).await, &row.renamed_to) {
+        (Err(crate::PipelineError::UpstreamTableNotFound { .. }), Some(now)) => {
+            create_next(
+                pipeline,
+                TableSpec {
+                    schema: now.schema.clone(),
+                    table: now.table.clone(),
+                    ..spec
+                },
+            )
+            .await?
         }
-        Err(e) => return Err(e),
+        (other, _) => other?,
     };
     tracing::info!(
         materialized_view = %interface,
@@ -276,6 +332,75 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
     Ok(())
 }
 
+/// Creates the next version `spec`; an excluded or text column that is
+/// gone upstream now is dropped from its options rather than refused.
+async fn create_next(pipeline: &Pipeline, spec: TableSpec) -> Result<TableSpec> {
+    match pipeline.create_table(&spec).await {
+        Ok(_) => Ok(spec),
+        Err(crate::PipelineError::BadColumn { .. }) => {
+            let spec = TableSpec {
+                exclude: Vec::new(),
+                text: Vec::new(),
+                ..spec
+            };
+            pipeline.create_table(&spec).await?;
+            Ok(spec)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A version name's stem and number: `orders_v3` is (`orders`, 3), and a
+/// name without a `_vN` suffix is its own stem's version 1 (what
+/// [`next_version`] counts from).
+fn version_of(name: &str) -> (&str, u64) {
+    match name.rfind("_v") {
+        Some(at) if at + 2 < name.len() && name[at + 2..].bytes().all(|b| b.is_ascii_digit()) => {
+            (&name[..at], name[at + 2..].parse().unwrap_or(u64::MAX))
+        }
+        _ => (name, 1),
+    }
+}
+
+/// Drops the earlier versions of `interface`'s table `current` that
+/// nothing reads: what the drop step of an absorb that was interrupted
+/// after its swap (the process killed right after APPLY) left ingesting.
+/// An earlier version is a table of the same source and upstream table
+/// whose name is `current`'s stem with a lower version number.
+async fn drop_left_versions(
+    pipeline: &Pipeline,
+    interface: &str,
+    current: &str,
+    tables: &[crate::store::TableInfo],
+) -> Result<()> {
+    let Some(now) = tables.iter().find(|t| t.name == current) else {
+        return Ok(());
+    };
+    let (stem, n) = version_of(current);
+    for old in tables.iter().filter(|t| {
+        t.name != now.name
+            && t.source == now.source
+            && t.upstream_schema == now.upstream_schema
+            && t.upstream_table == now.upstream_table
+            && version_of(&t.name).0 == stem
+            && version_of(&t.name).1 < n
+    }) {
+        let readers = pipeline.interfaces()?.iter().any(|i| i.table == old.name)
+            || pipeline.replacements()?.iter().any(|r| r.table == old.name);
+        if readers {
+            continue;
+        }
+        pipeline.drop_table(&old.name).await?;
+        tracing::info!(
+            materialized_view = %interface,
+            table = %old.name,
+            "absorb: dropped the old table \"{}\", which an earlier absorb of materialized view \"{interface}\" had replaced by \"{current}\" but not dropped",
+            old.name
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,5 +417,9 @@ mod tests {
             replacement_name("orders_json", "orders_v3"),
             "orders_json_absorb_v3"
         );
+        assert_eq!(version_of("orders_v3"), ("orders", 3));
+        assert_eq!(version_of("orders"), ("orders", 1));
+        assert_eq!(version_of("orders_vx"), ("orders_vx", 1));
+        assert_eq!(version_of("a_v2_v10"), ("a_v2", 10));
     }
 }

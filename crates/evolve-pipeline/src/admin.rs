@@ -434,7 +434,9 @@ fn sqlstate(e: &PipelineError) -> &'static str {
         PipelineError::SinkShape { .. } => "42809",
         PipelineError::Connect { .. } => "08006",
         PipelineError::Database { .. } | PipelineError::Replication { .. } => "58000",
-        PipelineError::SlotLost { .. } | PipelineError::BinlogPurged { .. } => "55000",
+        PipelineError::SlotLost { .. }
+        | PipelineError::BinlogPurged { .. }
+        | PipelineError::StateBehind { .. } => "55000",
         PipelineError::Document { .. } | PipelineError::Store { .. } => "XX000",
         PipelineError::Refused { sqlstate, .. } => sqlstate,
     }

@@ -22,7 +22,7 @@ use rusqlite::params;
 use crate::bus::Change;
 use crate::doc::splice_members;
 use crate::error::{PipelineError, Result};
-use crate::store::{Store, TableInfo, TableState, TrackedReplacement};
+use crate::store::{ColumnInfo, Store, TableInfo, TableState, TrackedReplacement};
 use crate::upstream::document_columns;
 
 /// A table as the stream applies to it.
@@ -117,40 +117,60 @@ impl TableRuntime {
     }
 
     /// Maps the pinned columns onto the columns of the table's schema as
-    /// the source sent it, by name. An error (a pinned column missing or of
-    /// another type, or a key column no longer in the key) means the table
-    /// must stall.
+    /// the source sent it, by name. An error means the table must stall: a
+    /// pinned column missing or of another type; one whose number the
+    /// source knows and that is not the pinned one (dropped and re-added
+    /// under its name, or names swapped by renames: its values are not the
+    /// pinned column's); a type modifier changed in a way that changes
+    /// stored values ([`typmod_changes_values`]: rows the upstream
+    /// rewrote without a change to decode); or a key column no longer in
+    /// the key.
     pub fn on_schema(&mut self, schema: &TableSchema) -> std::result::Result<(), String> {
-        let find = |name: &str, type_oid: u32| -> std::result::Result<usize, String> {
+        let reference = self.info.reference();
+        let find = |pinned: &ColumnInfo| -> std::result::Result<usize, String> {
+            let name = &pinned.name;
             let at = schema.column(name).ok_or_else(|| {
                 format!(
-                    "column \"{name}\" of upstream table \"{}\" was dropped or renamed",
-                    self.info.reference()
+                    "column \"{name}\" of upstream table \"{reference}\" was dropped or renamed"
                 )
             })?;
-            let found = schema.columns[at].type_oid;
-            if found != type_oid {
+            let found = &schema.columns[at];
+            if found.type_oid != pinned.type_oid {
                 return Err(format!(
-                    "column \"{name}\" of upstream table \"{}\" changed type (OID {type_oid} to {found})",
-                    self.info.reference()
+                    "column \"{name}\" of upstream table \"{reference}\" changed type (OID {} to {})",
+                    pinned.type_oid, found.type_oid
+                ));
+            }
+            if let Some(attnum) = found.attnum
+                && attnum != pinned.attnum
+            {
+                return Err(format!(
+                    "column \"{name}\" of upstream table \"{reference}\" is no longer the column pinned (attnum {} is now {attnum}): it was dropped and re-added, or renamed in place of another, so its values are not the pinned column's",
+                    pinned.attnum
+                ));
+            }
+            if typmod_changes_values(pinned.type_oid, pinned.typmod, found.typmod) {
+                return Err(format!(
+                    "column \"{name}\" of upstream table \"{reference}\" changed type from {} to {}, which rewrote its stored values without changes to stream",
+                    pinned.type_name,
+                    typmod_shown(found.type_oid, found.typmod)
                 ));
             }
             Ok(at)
         };
         let mut doc = Vec::new();
         for c in self.info.document_columns() {
-            doc.push(find(&c.name, c.type_oid)?);
+            doc.push(find(c)?);
         }
         let mut key = Vec::new();
         for c in self.info.key_columns() {
-            let at = find(&c.name, c.type_oid)?;
+            let at = find(c)?;
             // Updates and deletes identify rows by the replica identity's
             // columns; the pinned key must be among them.
             if !schema.columns[at].key {
                 return Err(format!(
                     "the replica identity of upstream table \"{}\" no longer includes key column \"{}\", so its updates and deletes cannot be matched to documents",
-                    self.info.reference(),
-                    c.name
+                    reference, c.name
                 ));
             }
             key.push(at);
@@ -729,6 +749,68 @@ impl Txn {
 /// The net effect of one upstream transaction, table-driven, against an
 /// in-memory store: what the table's documents become and which feed
 /// entries (key, old, new) the interface gets.
+/// Whether changing a column of type `type_oid` from type modifier `from`
+/// to `to` can change the values it stores, and so their documents: the
+/// upstream rewrites the table for such a change, and the rewrite reaches
+/// no change stream. Lengths of `varchar` and `varbit` only constrain
+/// (values that fit are kept as they are); a `numeric`'s precision only
+/// constrains while its scale is kept, and dropping the modifier keeps
+/// every value; a time type's fractional precision raised or dropped
+/// keeps every value. Any other change (a scale, a lowered precision,
+/// `char(n)`'s padding, `bit(n)`, an interval's fields, types evolve does
+/// not know) counts as changing values.
+pub fn typmod_changes_values(type_oid: u32, from: i32, to: i32) -> bool {
+    const VARCHAR: u32 = 1043;
+    const VARBIT: u32 = 1562;
+    const NUMERIC: u32 = 1700;
+    const TIMES: [u32; 4] = [1083, 1114, 1184, 1266];
+    if from == to || type_oid == VARCHAR || type_oid == VARBIT {
+        return false;
+    }
+    match type_oid {
+        NUMERIC => to != -1 && (from == -1 || numeric_scale(from) != numeric_scale(to)),
+        t if TIMES.contains(&t) => to != -1 && (from == -1 || to < from),
+        _ => true,
+    }
+}
+
+/// A `numeric` type modifier's scale (PostgreSQL keeps it in the low 11
+/// bits, signed, of `typmod - 4`).
+fn numeric_scale(typmod: i32) -> i32 {
+    let low = (typmod - 4) & 0x7ff;
+    if low & 0x400 != 0 { low - 0x800 } else { low }
+}
+
+/// How PostgreSQL names type `type_oid` with modifier `typmod`, for the
+/// types whose modifier [`typmod_changes_values`] reads; others by OID and
+/// modifier.
+fn typmod_shown(type_oid: u32, typmod: i32) -> String {
+    let n = |m: i32| {
+        if typmod < 0 {
+            String::new()
+        } else {
+            format!("({m})")
+        }
+    };
+    match type_oid {
+        1700 if typmod < 0 => "numeric".into(),
+        1700 => format!(
+            "numeric({},{})",
+            ((typmod - 4) >> 16) & 0xffff,
+            numeric_scale(typmod)
+        ),
+        1042 => format!("character{}", n(typmod - 4)),
+        1043 => format!("character varying{}", n(typmod - 4)),
+        1560 => format!("bit{}", n(typmod)),
+        1562 => format!("bit varying{}", n(typmod)),
+        1083 => format!("time{} without time zone", n(typmod)),
+        1266 => format!("time{} with time zone", n(typmod)),
+        1114 => format!("timestamp{} without time zone", n(typmod)),
+        1184 => format!("timestamp{} with time zone", n(typmod)),
+        _ => format!("type OID {type_oid} with modifier {typmod}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use evolve_core::change::{Bytes, ColumnSchema};
@@ -775,6 +857,7 @@ mod tests {
             type_oid,
             typmod: -1,
             key,
+            attnum: None,
         };
         table
             .on_schema(&TableSchema {
@@ -1002,5 +1085,68 @@ mod tests {
         assert!(!tables[0].applies(Position::ZERO));
         assert!(tables[0].applies(Position::from_u64(1)));
         assert!(tables[0].applies(Position::from_u64(2)));
+    }
+
+    #[test]
+    fn typmod_changes_that_rewrite_values_are_told_apart() {
+        let numeric = |p: i32, s: i32| ((p << 16) | (s & 0x7ff)) + 4;
+        // varchar and varbit lengths only constrain.
+        assert!(!typmod_changes_values(1043, 14, 24));
+        assert!(!typmod_changes_values(1043, 24, -1));
+        assert!(!typmod_changes_values(1562, 8, 4));
+        // numeric: the scale counts, the precision does not.
+        assert!(!typmod_changes_values(1700, numeric(10, 2), numeric(14, 2)));
+        assert!(!typmod_changes_values(1700, numeric(10, 2), -1));
+        assert!(typmod_changes_values(1700, numeric(10, 2), numeric(12, 4)));
+        assert!(typmod_changes_values(1700, -1, numeric(12, 4)));
+        assert!(typmod_changes_values(1700, numeric(5, -2), numeric(5, 2)));
+        assert_eq!(numeric_scale(numeric(5, -2)), -2);
+        assert_eq!(typmod_shown(1700, numeric(12, 4)), "numeric(12,4)");
+        // Fractional seconds: raised or dropped keeps values, lowered
+        // rounds them.
+        for t in [1083, 1114, 1184, 1266] {
+            assert!(!typmod_changes_values(t, 3, 6));
+            assert!(!typmod_changes_values(t, 3, -1));
+            assert!(typmod_changes_values(t, 6, 0));
+            assert!(typmod_changes_values(t, -1, 3));
+        }
+        // char(n) pads, bit(n) is exact, intervals and unknown types count.
+        assert!(typmod_changes_values(1042, 9, 14));
+        assert!(typmod_changes_values(1560, 3, 5));
+        assert!(typmod_changes_values(1186, 0x7fff0000, -1));
+        assert!(typmod_changes_values(16_400, 1, 2));
+        assert!(!typmod_changes_values(16_400, 1, 1));
+        assert_eq!(typmod_shown(1042, 14), "character(10)");
+        assert_eq!(typmod_shown(1114, 0), "timestamp(0) without time zone");
+    }
+
+    #[test]
+    fn a_known_attnum_other_than_the_pinned_one_is_refused() {
+        let (_store, mut tables, _) = setup();
+        let col = |name: &str, type_oid, key, attnum| ColumnSchema {
+            name: name.into(),
+            type_oid,
+            typmod: -1,
+            key,
+            attnum,
+        };
+        let schema = |qty: Option<i16>| TableSchema {
+            schema: "public".into(),
+            name: "t".into(),
+            columns: vec![
+                col("id", 23, true, Some(1)),
+                col("note", 25, false, Some(2)),
+                col("qty", 23, false, qty),
+            ],
+        };
+        assert_eq!(tables[0].on_schema(&schema(Some(3))), Ok(()));
+        assert_eq!(tables[0].on_schema(&schema(None)), Ok(()));
+        let error = tables[0].on_schema(&schema(Some(4))).unwrap_err();
+        assert!(
+            error.starts_with(
+                "column \"qty\" of upstream table \"public.t\" is no longer the column pinned (attnum 3 is now 4)"
+            ),
+            "{error}"
+        );
     }
 }

@@ -172,6 +172,15 @@ pub struct Drift {
     /// Re-added or renamed columns, a renamed or dropped upstream table;
     /// sentences joined by `; `.
     pub detail: Option<String>,
+    /// The upstream table's name now, when it was renamed.
+    pub renamed_to: Option<UpstreamName>,
+}
+
+/// An upstream table's schema and name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamName {
+    pub schema: String,
+    pub table: String,
 }
 
 /// One upstream column as the catalog has it now.
@@ -233,6 +242,9 @@ pub struct DriftRow {
     pub error: Option<String>,
     /// See [`Drift::detail`].
     pub detail: Option<String>,
+    /// See [`Drift::renamed_to`]; left out when not renamed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renamed_to: Option<UpstreamName>,
 }
 
 /// The answer to `GET /drift`.
@@ -290,6 +302,7 @@ impl DriftRow {
                 None
             },
             detail: drift.detail,
+            renamed_to: drift.renamed_to,
         }
     }
 
@@ -306,6 +319,7 @@ impl DriftRow {
             type_changed: Vec::new(),
             error: Some(error),
             detail: None,
+            renamed_to: None,
         }
     }
 }
@@ -321,6 +335,7 @@ pub fn compare(table: &TableInfo, upstream: &Upstream) -> Option<Drift> {
     let mut dropped = Vec::new();
     let mut type_changed = Vec::new();
     let mut table_signal = None;
+    let mut renamed_to = None;
     let reference = table.reference();
     match upstream {
         Upstream::Missing { recreated_oid } => {
@@ -343,6 +358,10 @@ pub fn compare(table: &TableInfo, upstream: &Upstream) -> Option<Drift> {
         } => {
             if *schema != table.upstream_schema || *name != table.upstream_table {
                 table_signal = Some(Signal::TableRenamed);
+                renamed_to = Some(UpstreamName {
+                    schema: schema.clone(),
+                    table: name.clone(),
+                });
                 details.push(format!(
                     "upstream table \"{reference}\" was renamed to \"{schema}.{name}\""
                 ));
@@ -424,6 +443,7 @@ pub fn compare(table: &TableInfo, upstream: &Upstream) -> Option<Drift> {
         dropped_upstream: dropped,
         type_changed,
         detail: (!details.is_empty()).then(|| details.join("; ")),
+        renamed_to,
     })
 }
 
@@ -562,6 +582,7 @@ mod tests {
             dropped_upstream: Vec::new(),
             type_changed: Vec::new(),
             detail: None,
+            renamed_to: None,
         }
     }
 

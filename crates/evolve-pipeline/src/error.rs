@@ -150,6 +150,19 @@ pub enum PipelineError {
         /// What the server says about it.
         detail: String,
     },
+    /// The upstream confirmed a position past everything the state
+    /// directory applied or asked it to confirm: the state is older than
+    /// the upstream's record of it (restored from a backup, or copied), and
+    /// the changes between are gone upstream.
+    #[error("{}", render(self))]
+    StateBehind {
+        /// The source.
+        source_name: String,
+        /// The upstream's confirmed position.
+        upstream: String,
+        /// The furthest position the state knows.
+        state: String,
+    },
     /// A MySQL source's binlog no longer holds the position its stream must
     /// resume from (the files were purged, or it is another server's).
     #[error("{}", render(self))]
@@ -262,6 +275,13 @@ impl PipelineError {
             } => format!(
                 "replication slot \"{slot}\" of source \"{source_name}\" is missing or invalidated"
             ),
+            PipelineError::StateBehind {
+                source_name,
+                upstream,
+                state,
+            } => format!(
+                "the state of source \"{source_name}\" ends at {state}, but its upstream confirmed {upstream}: the state directory is older than the upstream's record of it"
+            ),
             PipelineError::BinlogPurged {
                 source_name,
                 needed,
@@ -342,6 +362,9 @@ impl PipelineError {
             PipelineError::SlotLost { .. } => Some(
                 "The stream cannot resume without loss: drop the source's tables and the source, then create them again.".into(),
             ),
+            PipelineError::StateBehind { .. } => Some(
+                "Was it restored from a backup, or copied from another pipeline? The changes between are gone from the upstream, so resuming would lose them: restore the state directory that goes with the upstream, or drop the source's tables and the source, then create them again.".into(),
+            ),
             PipelineError::BinlogPurged { .. } => Some(
                 "The stream cannot resume without loss: drop the source's tables and the source, then create them again (their snapshots start from the binlog the server has); keep binlogs longer (binlog_expire_logs_seconds) so that a stopped pipeline can catch up.".into(),
             ),
@@ -380,7 +403,9 @@ impl PipelineError {
     /// connections and server shutdowns are transient.
     pub fn is_permanent(&self) -> bool {
         match self {
-            PipelineError::SlotLost { .. } | PipelineError::BinlogPurged { .. } => true,
+            PipelineError::SlotLost { .. }
+            | PipelineError::BinlogPurged { .. }
+            | PipelineError::StateBehind { .. } => true,
             PipelineError::Replication { message, .. } => {
                 server_sqlstate(message).is_some_and(permanent_sqlstate)
             }

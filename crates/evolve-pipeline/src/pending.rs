@@ -3,7 +3,8 @@
 //!
 //! A record is a table's schema or one of its row changes, whatever the
 //! source: `0x00 0x01`, then `S` and the schema (its qualified name and
-//! each column's name, type OID, type modifier and key flag) or `W` and
+//! each column's name, type OID, type modifier, flags (key; attnum
+//! follows) and attnum when known) or `W` and
 //! the row (its kind, then the old and new images, each absent or a count
 //! of values: NULL, unchanged, missing, or text with its length), or `X`
 //! and why the source could not read a record for the table. Integers
@@ -57,7 +58,12 @@ pub fn encode_schema(schema: &TableSchema) -> Vec<u8> {
         put_str(&mut out, &c.name);
         put_u32(&mut out, c.type_oid);
         out.extend_from_slice(&c.typmod.to_be_bytes());
-        out.push(u8::from(c.key));
+        // Bit 0: a key column; bit 1: its attnum follows (records
+        // written before attnums were kept have neither bit 1 nor one).
+        out.push(u8::from(c.key) | (u8::from(c.attnum.is_some()) << 1));
+        if let Some(attnum) = c.attnum {
+            out.extend_from_slice(&attnum.to_be_bytes());
+        }
     }
     out
 }
@@ -113,12 +119,19 @@ pub fn decode(bytes: Bytes) -> Result<Record, String> {
                 let name = r.string()?;
                 let type_oid = r.u32()?;
                 let typmod = r.u32()? as i32;
-                let key = r.u8()? != 0;
+                let flags = r.u8()?;
+                let attnum = if flags & 2 != 0 {
+                    let b = r.take(2)?;
+                    Some(i16::from_be_bytes([b[0], b[1]]))
+                } else {
+                    None
+                };
                 columns.push(ColumnSchema {
                     name,
                     type_oid,
                     typmod,
-                    key,
+                    key: flags & 1 != 0,
+                    attnum,
                 });
             }
             Record::Schema(TableSchema {
@@ -247,12 +260,14 @@ mod tests {
                     type_oid: 20,
                     typmod: -1,
                     key: true,
+                    attnum: None,
                 },
                 ColumnSchema {
                     name: "note".into(),
                     type_oid: 1043,
                     typmod: 24,
                     key: false,
+                    attnum: Some(3),
                 },
             ],
         }

@@ -75,6 +75,10 @@ pub struct Pipeline {
     /// and write in one store call.
     catalog: tokio::sync::Mutex<()>,
     changed: Arc<Notify>,
+    /// How many times [`Pipeline::run`] has stopped its tasks for a
+    /// catalog change (each task of the catalog before it has ended once
+    /// it counts one more); `None` while no engine runs in this process.
+    restarts: watch::Sender<Option<u64>>,
     status: StatusBoard,
     bus: Bus,
     drift: DriftBoard,
@@ -227,7 +231,7 @@ pub(crate) fn check_output_schema(
 
 /// The slot name of source `name`: `evolve_` and the name when that is a
 /// valid slot name, else a sanitized name with a hash.
-fn slot_name(name: &str) -> String {
+pub(crate) fn slot_name(name: &str) -> String {
     let clean: String = name
         .chars()
         .map(|c| match c.to_ascii_lowercase() {
@@ -259,6 +263,7 @@ impl Pipeline {
             store: Mutex::new(store),
             catalog: tokio::sync::Mutex::new(()),
             changed: Arc::new(Notify::new()),
+            restarts: watch::Sender::new(None),
             status: StatusBoard::default(),
             bus: Bus::default(),
             drift: DriftBoard::default(),
@@ -279,6 +284,24 @@ impl Pipeline {
 
     fn catalog_changed(&self) {
         self.changed.notify_one();
+    }
+
+    /// [`Pipeline::catalog_changed`], then waits (up to 30 s) until the
+    /// engine running in this process has stopped every task of the
+    /// catalog as it was: an object dropped has no task left working on it
+    /// when this returns.
+    async fn catalog_changed_and_settled(&self) {
+        let mut restarts = self.restarts.subscribe();
+        let Some(before) = *restarts.borrow_and_update() else {
+            self.catalog_changed();
+            return;
+        };
+        self.catalog_changed();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(30),
+            restarts.wait_for(|n| n.is_none_or(|n| n > before)),
+        )
+        .await;
     }
 
     // ------------------------------------------------------------ verbs
@@ -322,7 +345,7 @@ impl Pipeline {
             });
         }
         let client = upstream::connect(connection, conn).await?;
-        preflight::first_failure(&preflight::upstream(&client, publication).await?)?;
+        preflight::first_failure(&preflight::upstream(&client, publication, None).await?)?;
         let slot = slot_name(name);
         if upstream::slot_status(&client, &slot).await?.is_some() {
             return Err(PipelineError::SlotExists { slot });
@@ -351,6 +374,11 @@ impl Pipeline {
         }
         // The source's stream finds the slot free.
         upstream::wait_slot_released(&client, &slot).await?;
+        // Where the slot starts: the source's stream must never find it
+        // confirmed past what the state knows.
+        let confirmed = upstream::slot_status(&client, &slot)
+            .await?
+            .map_or(Position::ZERO, |s| Position::from_lsn(s.confirmed_flush));
         let info = SourceInfo {
             name: name.to_string(),
             connection: connection.to_string(),
@@ -362,7 +390,7 @@ impl Pipeline {
             drop_error: None,
             kind: SourceKind::Postgres,
         };
-        self.with_store(|s| s.insert_source(&info))?;
+        self.with_store(|s| s.insert_source_confirmed(&info, confirmed))?;
         self.catalog_changed();
         Ok(info)
     }
@@ -542,8 +570,19 @@ impl Pipeline {
             let upstream =
                 upstream::inspect_table(&client, &source.name, &spec.schema, &spec.table).await?;
             preflight::first_failure(
-                &preflight::upstream_table(&client, &source.publication, &spec.schema, &spec.table)
-                    .await?,
+                &preflight::upstream_table(
+                    &client,
+                    &preflight::PlannedTable {
+                        source: source.name.clone(),
+                        connection: source.connection.clone(),
+                        publication: source.publication.clone(),
+                        schema: spec.schema.clone(),
+                        table: spec.table.clone(),
+                        exclude: spec.exclude.clone(),
+                        existing: false,
+                    },
+                )
+                .await?,
             )?;
             (upstream, Some(client))
         };
@@ -1167,7 +1206,9 @@ impl Pipeline {
                 name: name.to_string(),
             })?;
         self.with_store(|s| s.delete_sink(name))?;
-        self.catalog_changed();
+        // Its task may be writing a transaction (and its progress): the
+        // progress record goes once the task has stopped.
+        self.catalog_changed_and_settled().await;
         if sink.kind == SinkKind::Kafka {
             if let Ok(conn) = self.config.connection(&sink.connection) {
                 let _ = sink::forget_kafka(&sink.connection, conn, name).await;
@@ -1478,6 +1519,7 @@ impl Pipeline {
         // Snapshot copies outlive the restarts: a catalog change must not
         // start a long copy over.
         let mut hydrators: HashMap<i64, Hydrator> = HashMap::new();
+        self.restarts.send_replace(Some(0));
         let result = loop {
             let (stop_tx, stop_rx) = watch::channel(false);
             let mut tasks = JoinSet::new();
@@ -1493,6 +1535,8 @@ impl Pipeline {
             };
             let _ = stop_tx.send(true);
             while tasks.join_next().await.is_some() {}
+            self.restarts
+                .send_modify(|n| *n = Some(n.map_or(1, |n| n + 1)));
             match restart {
                 Ok(true) => continue,
                 Ok(false) => break Ok(()),
@@ -1503,6 +1547,7 @@ impl Pipeline {
             let _ = hydrator.stop.send(true);
             let _ = hydrator.task.await;
         }
+        self.restarts.send_replace(None);
         result
     }
 

@@ -115,8 +115,14 @@ async fn ident(client: &Client, names: &[&str]) -> Result<String> {
     Ok(out.join("."))
 }
 
-/// What an upstream needs for a source streaming `publication`.
-pub async fn upstream(client: &Client, publication: &str) -> Result<Vec<Check>> {
+/// What an upstream needs for a source streaming `publication`; with
+/// `new_slot`, the slot a source still to be created would make, which
+/// must not exist yet.
+pub async fn upstream(
+    client: &Client,
+    publication: &str,
+    new_slot: Option<&str>,
+) -> Result<Vec<Check>> {
     let (role, database) = whoami(client).await?;
     let mut checks = Vec::new();
     // WAL senders are counted with pg_stat_get_wal_senders(), which lists
@@ -202,7 +208,11 @@ pub async fn upstream(client: &Client, publication: &str) -> Result<Vec<Check>> 
     });
     let existing = client
         .query_opt(
-            "SELECT p.puballtables, pg_get_userbyid(p.pubowner)::text \
+            "SELECT p.puballtables, pg_get_userbyid(p.pubowner)::text, \
+                    array_remove(ARRAY[CASE WHEN NOT p.pubinsert THEN 'insert' END, \
+                                       CASE WHEN NOT p.pubupdate THEN 'update' END, \
+                                       CASE WHEN NOT p.pubdelete THEN 'delete' END, \
+                                       CASE WHEN NOT p.pubtruncate THEN 'truncate' END], NULL) \
              FROM pg_publication p WHERE p.pubname = $1",
             &[&publication],
         )
@@ -211,6 +221,14 @@ pub async fn upstream(client: &Client, publication: &str) -> Result<Vec<Check>> 
     let publication_q = ident(client, &[publication]).await?;
     let subject = format!("publication {publication_q}");
     checks.push(match existing {
+        Some(row) if !row.get::<_, Vec<String>>(2).is_empty() => Check::fail(
+            subject,
+            format!(
+                "publication {publication_q} does not publish {}, so those changes would never reach the pipeline",
+                row.get::<_, Vec<String>>(2).join(", ")
+            ),
+            format!("ALTER PUBLICATION {publication_q} SET (publish = 'insert, update, delete, truncate');"),
+        ),
         Some(row) => {
             let (all, owner): (bool, String) = (row.get(0), row.get(1));
             Check::pass(
@@ -233,18 +251,41 @@ pub async fn upstream(client: &Client, publication: &str) -> Result<Vec<Check>> 
             ),
         ),
     });
+    if let Some(slot) = new_slot {
+        let taken = client
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .map_err(db_error("the replication slots"))?
+            .is_some();
+        let subject = format!("replication slot {slot}");
+        checks.push(if taken {
+            Check::fail(
+                subject,
+                format!(
+                    "replication slot {slot} exists upstream already, so CREATE SOURCE would fail: another pipeline may own it"
+                ),
+                format!(
+                    "name the source otherwise, or if nothing uses the slot: SELECT pg_drop_replication_slot('{slot}');"
+                ),
+            )
+        } else {
+            Check::pass(subject, format!("replication slot {slot} is free"))
+        });
+    }
     Ok(checks)
 }
 
-/// What upstream table `schema.table` needs to be read by a source
-/// streaming `publication`: `SELECT`, and membership of the publication
-/// or ownership (so that the role can add it).
-pub async fn upstream_table(
-    client: &Client,
-    publication: &str,
-    schema: &str,
-    table: &str,
-) -> Result<Vec<Check>> {
+/// What upstream table `t.schema.t.table` needs to be read by a source
+/// streaming `t.publication`: `SELECT`; membership of the publication, or
+/// ownership so that the role can add it (for a table not created yet);
+/// and a publication that sends every change of it
+/// ([`crate::upstream::PublishedTable::gap`]).
+pub async fn upstream_table(client: &Client, t: &PlannedTable) -> Result<Vec<Check>> {
+    let (publication, schema, table) =
+        (t.publication.as_str(), t.schema.as_str(), t.table.as_str());
     let (role, _) = whoami(client).await?;
     let name = ident(client, &[schema, table]).await?;
     let subject = format!("table {schema}.{table}");
@@ -257,15 +298,28 @@ pub async fn upstream_table(
                     OR EXISTS (SELECT 1 FROM pg_publication_tables t \
                                WHERE t.pubname = $3 AND t.schemaname = $1 AND t.tablename = $2), \
                     EXISTS (SELECT 1 FROM pg_publication p WHERE p.pubname = $3), \
-                    has_schema_privilege(n.oid, 'USAGE') \
+                    has_schema_privilege(n.oid, 'USAGE'), c.oid \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
             &[&schema, &table, &publication],
         )
         .await
         .map_err(db_error("the upstream table"))?;
+    // A missing table, a view or a partitioned table, a table without a
+    // key: what CREATE TABLE would refuse (it names each itself).
+    if let Err(e) = crate::upstream::inspect_table(client, &t.source, schema, table).await {
+        if matches!(e, PipelineError::Database { .. }) {
+            return Err(e);
+        }
+        let fix = e.hint().unwrap_or_else(|| match &e {
+            PipelineError::UpstreamTableNotFound { .. } => {
+                "create the table upstream first, or fix the REFERENCE".to_string()
+            }
+            _ => "REFERENCE an ordinary table with a primary key".to_string(),
+        });
+        return Ok(vec![Check::fail(subject, e.primary(), fix)]);
+    }
     let Some(row) = row else {
-        // CREATE TABLE names the missing table itself.
         return Ok(Vec::new());
     };
     let (select, owns, owner, member, exists, usage): (bool, bool, String, bool, bool, bool) = (
@@ -297,11 +351,27 @@ pub async fn upstream_table(
             format!("GRANT SELECT ON {name} TO {role};"),
         )
     }];
+    let oid: u32 = row.get(6);
     let publication_q = ident(client, &[publication]).await?;
+    let gap = crate::upstream::publication_gaps(client, publication, &[oid])
+        .await?
+        .into_iter()
+        .find_map(|p| p.gap(false, |c| !t.exclude.iter().any(|x| x == c)));
+    if let Some((problem, fix)) = gap {
+        checks.push(Check::fail(subject.clone(), problem, fix));
+    }
     checks.push(if member {
         Check::pass(
             subject,
             format!("{name} is in publication {publication_q}"),
+        )
+    } else if t.existing {
+        Check::fail(
+            subject,
+            format!(
+                "{name} is not in publication {publication_q}, so its changes do not reach the stream (its table stalls, since it missed them)"
+            ),
+            format!("ALTER PUBLICATION {publication_q} ADD TABLE {name}; then a new version of the table through a replacement"),
         )
     } else if owns {
         Check::pass(
@@ -394,10 +464,10 @@ pub async fn sink(client: &Client, schema: &str, table: &str) -> Result<Vec<Chec
 /// statements not run yet.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
-    /// `(connection, publication)` of each source.
-    pub sources: Vec<(String, String)>,
-    /// `(connection, publication, schema, table)` of each table.
-    pub tables: Vec<(String, String, String, String)>,
+    /// Each source.
+    pub sources: Vec<PlannedSource>,
+    /// Each table.
+    pub tables: Vec<PlannedTable>,
     /// `(connection, schema, table)` of each sink; `(connection, "",
     /// topic)` of a Kafka sink.
     pub sinks: Vec<(String, String, String)>,
@@ -419,17 +489,28 @@ impl Plan {
     ) -> Plan {
         let mut plan = Plan::default();
         for s in sources {
-            plan.sources
-                .push((s.connection.clone(), s.publication.clone()));
+            plan.sources.push(PlannedSource {
+                connection: s.connection.clone(),
+                publication: s.publication.clone(),
+                new_slot: None,
+            });
         }
         for t in tables {
             if let Some(s) = sources.iter().find(|s| s.name == t.source) {
-                plan.tables.push((
-                    s.connection.clone(),
-                    s.publication.clone(),
-                    t.upstream_schema.clone(),
-                    t.upstream_table.clone(),
-                ));
+                plan.tables.push(PlannedTable {
+                    source: s.name.clone(),
+                    connection: s.connection.clone(),
+                    publication: s.publication.clone(),
+                    schema: t.upstream_schema.clone(),
+                    table: t.upstream_table.clone(),
+                    exclude: t
+                        .columns
+                        .iter()
+                        .filter(|c| c.excluded && !c.key)
+                        .map(|c| c.name.clone())
+                        .collect(),
+                    existing: true,
+                });
             }
         }
         for k in sinks {
@@ -471,8 +552,12 @@ impl Plan {
                         .push((s.connection.clone(), format!("CREATE SOURCE {}", s.name)));
                     if s.kind == evolve_core::control::SourceKind::Postgres {
                         named.push((s.name.clone(), s.connection.clone(), s.publication.clone()));
-                        self.sources
-                            .push((s.connection.clone(), s.publication.clone()));
+                        let new = !sources.iter().any(|c| c.name == s.name);
+                        self.sources.push(PlannedSource {
+                            connection: s.connection.clone(),
+                            publication: s.publication.clone(),
+                            new_slot: new.then(|| crate::pipeline::slot_name(&s.name)),
+                        });
                     }
                 }
                 Statement::CreateTable(t) if !all_sources.contains(&t.source) => {
@@ -492,12 +577,15 @@ impl Plan {
                     if let Some((_, connection, publication)) =
                         named.iter().rev().find(|(name, _, _)| *name == t.source)
                     {
-                        self.tables.push((
-                            connection.clone(),
-                            publication.clone(),
-                            t.reference.schema.clone(),
-                            t.reference.name.clone(),
-                        ));
+                        self.tables.push(PlannedTable {
+                            source: t.source.clone(),
+                            connection: connection.clone(),
+                            publication: publication.clone(),
+                            schema: t.reference.schema.clone(),
+                            table: t.reference.name.clone(),
+                            exclude: t.exclude_columns.clone(),
+                            existing: false,
+                        });
                     }
                 }
                 Statement::CreateSink(k) => {
@@ -522,6 +610,37 @@ impl Plan {
         self.tables.dedup();
         self.sinks.dedup();
     }
+}
+
+/// A source `evolve pipeline check` checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlannedSource {
+    /// Its connection.
+    pub connection: String,
+    /// Its publication.
+    pub publication: String,
+    /// The slot it would create, for a source only statements create (a
+    /// slot of that name upstream makes CREATE SOURCE fail).
+    pub new_slot: Option<String>,
+}
+
+/// A table `evolve pipeline check` checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlannedTable {
+    /// Its source.
+    pub source: String,
+    /// Its source's connection.
+    pub connection: String,
+    /// Its source's publication.
+    pub publication: String,
+    /// The upstream table.
+    pub schema: String,
+    pub table: String,
+    /// Upstream columns it does not read (EXCLUDE COLUMNS, less the key).
+    pub exclude: Vec<String>,
+    /// In the catalog already (not only in statements): its upstream
+    /// table must be in the publication, since nothing adds it any more.
+    pub existing: bool,
 }
 
 /// The checks of one connection.
@@ -582,7 +701,7 @@ pub async fn run(config: &crate::config::Config, plan: &Plan) -> Report {
             .map(|(c, _)| evolve_pg::describe_target(&c))
             .unwrap_or_else(|_| connection.redacted());
         let mut used_as = Vec::new();
-        if plan.sources.iter().any(|s| &s.0 == name) {
+        if plan.sources.iter().any(|s| &s.connection == name) {
             used_as.push("source");
         }
         if plan.sinks.iter().any(|s| &s.0 == name) {
@@ -614,11 +733,11 @@ pub async fn run(config: &crate::config::Config, plan: &Plan) -> Report {
             Ok(client) => {
                 checks.push(Check::pass("connection", format!("connected as {target}")));
                 let mut all = Vec::new();
-                for (_, publication) in plan.sources.iter().filter(|s| &s.0 == name) {
-                    all.push(upstream(&client, publication).await);
+                for s in plan.sources.iter().filter(|s| &s.connection == name) {
+                    all.push(upstream(&client, &s.publication, s.new_slot.as_deref()).await);
                 }
-                for (_, publication, schema, table) in plan.tables.iter().filter(|t| &t.0 == name) {
-                    all.push(upstream_table(&client, publication, schema, table).await);
+                for t in plan.tables.iter().filter(|t| &t.connection == name) {
+                    all.push(upstream_table(&client, t).await);
                 }
                 for (_, schema, table) in plan.sinks.iter().filter(|s| &s.0 == name) {
                     all.push(sink(&client, schema, table).await);

@@ -766,10 +766,16 @@ impl Store {
 
     /// Inserts a source.
     pub fn insert_source(&self, s: &SourceInfo) -> Result<()> {
+        self.insert_source_confirmed(s, s.applied_lsn)
+    }
+
+    /// Inserts a source whose upstream has confirmed `confirmed` (a new
+    /// slot's `confirmed_flush_lsn`; see [`Store::confirmed_lsn`]).
+    pub fn insert_source_confirmed(&self, s: &SourceInfo, confirmed: Position) -> Result<()> {
         self.conn
             .execute(
-                "INSERT INTO sources (name, connection, publication, publication_created, slot, applied_lsn, kind) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO sources (name, connection, publication, publication_created, slot, applied_lsn, kind, confirmed_lsn) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     s.name,
                     s.connection,
@@ -777,7 +783,8 @@ impl Store {
                     s.publication_created,
                     s.slot,
                     s.applied_lsn.to_sql(),
-                    s.kind.as_str()
+                    s.kind.as_str(),
+                    confirmed.to_sql()
                 ],
             )
             .map_err(|e| PipelineError::store("insert source", e))?;
@@ -789,8 +796,8 @@ impl Store {
     pub fn insert_source_resuming(&self, s: &SourceInfo, resume_state: Option<&str>) -> Result<()> {
         self.conn
             .execute(
-                "INSERT INTO sources (name, connection, publication, publication_created, slot, applied_lsn, kind, resume_state) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO sources (name, connection, publication, publication_created, slot, applied_lsn, kind, resume_state, confirmed_lsn) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?6)",
                 params![
                     s.name,
                     s.connection,
@@ -803,6 +810,39 @@ impl Store {
                 ],
             )
             .map_err(|e| PipelineError::store("insert source", e))?;
+        Ok(())
+    }
+
+    /// The furthest position source `source` asked its upstream to
+    /// confirm, or its applied position if that is further: recorded
+    /// before a confirmation past the applied position is sent (an idle
+    /// stream confirms the WAL position that holds nothing for it), so the
+    /// upstream's confirmed position is never past it. `None` for a source
+    /// of an older store that has not confirmed past its applied position
+    /// since: its confirmations were not recorded.
+    pub fn confirmed_lsn(&self, source: &str) -> Result<Option<Position>> {
+        self.conn
+            .query_row(
+                "SELECT CASE WHEN confirmed_lsn IS NULL THEN NULL \
+                        ELSE max(confirmed_lsn, applied_lsn) END \
+                 FROM sources WHERE name = ?1",
+                [source],
+                |r| r.get::<_, Option<i64>>(0),
+            )
+            .map(|p| p.map(Position::from_sql))
+            .map_err(|e| PipelineError::store("read confirmed position", e))
+    }
+
+    /// Records that source `source` asks its upstream to confirm `upto`
+    /// ([`Store::confirmed_lsn`]), before it does.
+    pub fn record_confirmed(&self, source: &str, upto: Position) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE sources SET confirmed_lsn = ?2 \
+                 WHERE name = ?1 AND (confirmed_lsn IS NULL OR confirmed_lsn < ?2)",
+                params![source, upto.to_sql()],
+            )
+            .map_err(|e| PipelineError::store("record confirmed position", e))?;
         Ok(())
     }
 
@@ -1907,6 +1947,10 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     // state), written with it; NULL for the sources of an older store and
     // for sources whose positions need none.
     ("sources", "resume_state", "TEXT"),
+    // The furthest position the source asked its upstream to confirm
+    // (see [`Store::confirmed_lsn`]); NULL for the sources of an older
+    // store, whose confirmations were not recorded.
+    ("sources", "confirmed_lsn", "INTEGER"),
     // A Kafka table's registry, envelope and pinned reader schema (JSON);
     // NULL for the tables of other sources.
     ("tables", "kafka", "TEXT"),
@@ -2616,6 +2660,7 @@ mod tests {
                         type_oid: 23,
                         typmod: -1,
                         key: *c == "id",
+                        attnum: None,
                     })
                     .collect(),
             })

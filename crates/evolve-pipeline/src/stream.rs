@@ -168,7 +168,24 @@ async fn apply_stream<C: ChangeStream, S>(
     let mut deferral = Deferral::default();
     // Records a stalled table could not read since it stalled, by table.
     let mut undecodable: HashMap<usize, u64> = HashMap::new();
+    // The upstream must not have confirmed more than this store knows.
+    let mut recorded = Recorded {
+        upto: store.confirmed_lsn(&name)?,
+        at: None,
+    };
+    if let Some(upstream) = stream.upstream_confirmed()
+        && let Some(known) = recorded.upto
+        && upstream > known.max(applied)
+    {
+        return Err(PipelineError::StateBehind {
+            source_name: name.clone(),
+            upstream: upstream.to_string(),
+            state: known.max(applied).to_string(),
+        });
+    }
     let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut gap_check = tokio::time::interval(GAP_CHECK);
+    gap_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ctx.status.set(ObjectKind::Source, &name, "running", None);
     loop {
         tokio::select! {
@@ -181,7 +198,8 @@ async fn apply_stream<C: ChangeStream, S>(
                 // only), confirm what the sinks have committed, and let the
                 // source send it before leaving.
                 flush(ctx, store, &name, &mut group, applied, resume.as_deref(), &mut stored)?;
-                stream.confirm(ack_target(ctx, stored, txn.is_none(), idle));
+                let target = ack_target(ctx, stored, txn.is_none(), idle);
+                confirm(store, &name, &mut stream, target, stored, &mut recorded)?;
                 if applied > stored {
                     record_applied(store, &name, applied, resume.as_deref())?;
                 }
@@ -208,7 +226,8 @@ async fn apply_stream<C: ChangeStream, S>(
                     record_applied(store, &name, applied, resume.as_deref())?;
                     stored = applied;
                 }
-                stream.confirm(ack_target(ctx, stored, txn.is_none(), idle));
+                let target = ack_target(ctx, stored, txn.is_none(), idle);
+                confirm(store, &name, &mut stream, target, stored, &mut recorded)?;
                 let now_micros = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_micros() as i64);
@@ -221,16 +240,29 @@ async fn apply_stream<C: ChangeStream, S>(
                             horizon = horizon.min(*rx.borrow());
                         }
                     }
-                    let hydrated = tables.iter().any(|t| {
-                        t.interfaces.contains(&interface)
-                            && matches!(t.info.state, TableState::Running | TableState::Stalled)
-                    });
-                    store.prune_feed_retained(
-                        interface,
-                        horizon,
-                        committed_before,
-                        hydrated.then_some(stored),
-                    )?;
+                    // Where the interface's feed starts, once its table
+                    // is hydrated: not before the table's snapshot.
+                    let start = tables
+                        .iter()
+                        .filter(|t| {
+                            t.interfaces.contains(&interface)
+                                && matches!(t.info.state, TableState::Running | TableState::Stalled)
+                        })
+                        .map(|t| t.info.snapshot_lsn.unwrap_or(Position::ZERO).max(stored))
+                        .max();
+                    store.prune_feed_retained(interface, horizon, committed_before, start)?;
+                }
+            }
+            _ = gap_check.tick(), if txn.is_none() => {
+                let running: Vec<usize> = (0..tables.len())
+                    .filter(|&t| tables[t].info.state == TableState::Running)
+                    .collect();
+                for (oid, problem) in find_gaps(&mut stream, &tables, &running).await {
+                    for &t in by_oid.get(&oid).map_or(&[][..], Vec::as_slice) {
+                        if tables[t].info.state == TableState::Running {
+                            stall(&ctx.status, store, &mut tables[t], problem.clone())?;
+                        }
+                    }
                 }
             }
             event = stream.next() => match event? {
@@ -250,7 +282,29 @@ async fn apply_stream<C: ChangeStream, S>(
                     if at.is_some() && !skip {
                         txn_schemas.push((table, Arc::clone(&schema)));
                     }
-                    on_schema(ctx, store, &mut tables, &by_oid, &mut deferral, table, schema, at)?;
+                    // A column a running table reads is missing: the
+                    // upstream's settings may be why (a column list), and
+                    // then they are the reason it stalls with.
+                    let lacking: Vec<usize> = by_oid
+                        .get(&table)
+                        .map_or(&[][..], Vec::as_slice)
+                        .iter()
+                        .copied()
+                        .filter(|&t| {
+                            tables[t].info.state == TableState::Running
+                                && read_columns(&tables[t]).iter().any(|c| schema.column(c).is_none())
+                        })
+                        .collect();
+                    let gap = if lacking.is_empty() {
+                        None
+                    } else {
+                        find_gaps(&mut stream, &tables, &lacking)
+                            .await
+                            .into_iter()
+                            .find(|(oid, _)| *oid == table)
+                            .map(|(_, problem)| problem)
+                    };
+                    on_schema(ctx, store, &mut tables, &by_oid, &mut deferral, table, schema, at, gap)?;
                 }
                 SourceEvent::Row { table, change } => {
                     if change.kind != ChangeKind::Truncate {
@@ -465,6 +519,48 @@ fn flush<S>(
 }
 
 /// The position to confirm to the slot (see [`confirmable`]).
+/// The furthest position recorded as asked to be confirmed
+/// ([`Store::confirmed_lsn`]), and when it was last recorded here.
+struct Recorded {
+    upto: Option<Position>,
+    at: Option<std::time::Instant>,
+}
+
+/// How often a confirmation past the stored applied position is
+/// recorded (and so sent) at most.
+const RECORD_CONFIRMED_EVERY: Duration = Duration::from_secs(1);
+
+/// Confirms `target` to the stream. A target past `stored`, the applied
+/// position in the store (an idle stream's WAL position), is recorded in
+/// the store before it is sent, at most every
+/// [`RECORD_CONFIRMED_EVERY`] (in between, the last recorded one is
+/// sent), so the upstream never confirms more than the store knows.
+fn confirm<C: ChangeStream>(
+    store: &Store,
+    name: &str,
+    stream: &mut C,
+    target: Position,
+    stored: Position,
+    recorded: &mut Recorded,
+) -> Result<()> {
+    let known = recorded.upto.unwrap_or(Position::ZERO).max(stored);
+    let target = if target <= known {
+        target
+    } else if recorded
+        .at
+        .is_none_or(|at| at.elapsed() >= RECORD_CONFIRMED_EVERY)
+    {
+        store.record_confirmed(name, target)?;
+        recorded.upto = Some(target);
+        recorded.at = Some(std::time::Instant::now());
+        target
+    } else {
+        known
+    };
+    stream.confirm(target);
+    Ok(())
+}
+
 fn ack_target<S>(
     ctx: &SourceContext<S>,
     applied: Position,
@@ -544,6 +640,49 @@ fn stall(
     Ok(())
 }
 
+/// How often the source is asked for gaps its events do not show
+/// ([`ChangeStream::gaps`]).
+const GAP_CHECK: Duration = Duration::from_secs(5);
+
+/// The columns table `t` reads of its upstream table: its document and
+/// key columns.
+fn read_columns(t: &TableRuntime) -> Vec<String> {
+    t.info
+        .columns
+        .iter()
+        .filter(|c| !c.excluded || c.key)
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+/// The source's gaps ([`ChangeStream::gaps`]) for tables `which`; a
+/// failure to ask is logged, and asked again at the next check.
+async fn find_gaps<C: ChangeStream>(
+    stream: &mut C,
+    tables: &[TableRuntime],
+    which: &[usize],
+) -> Vec<(u32, String)> {
+    if which.is_empty() {
+        return Vec::new();
+    }
+    let mut asked: Vec<(u32, Vec<String>)> = Vec::new();
+    for &t in which {
+        let oid = tables[t].info.upstream_oid;
+        let columns = read_columns(&tables[t]);
+        match asked.iter_mut().find(|(o, _)| *o == oid) {
+            Some((_, all)) => all.extend(columns),
+            None => asked.push((oid, columns)),
+        }
+    }
+    match stream.gaps(&asked).await {
+        Ok(gaps) => gaps,
+        Err(e) => {
+            tracing::warn!(error = %e.primary(), "could not read the upstream's publication settings");
+            Vec::new()
+        }
+    }
+}
+
 /// A table's schema from the source, in the transaction committed at
 /// `at`: each of the source's tables reading it maps its pinned columns
 /// onto it, and a running table whose columns no longer match stalls,
@@ -561,6 +700,7 @@ fn on_schema<S>(
     oid: u32,
     schema: Arc<TableSchema>,
     at: Option<Position>,
+    gap: Option<String>,
 ) -> Result<()> {
     for &t in by_oid.get(&oid).map_or(&[][..], Vec::as_slice) {
         deferral.schema_kept.remove(&t);
@@ -568,7 +708,12 @@ fn on_schema<S>(
             && tables[t].info.state == TableState::Running
             && at.is_none_or(|at| tables[t].applies(at))
         {
-            stall(&ctx.status, store, &mut tables[t], problem)?;
+            stall(
+                &ctx.status,
+                store,
+                &mut tables[t],
+                gap.clone().unwrap_or(problem),
+            )?;
         }
     }
     deferral.schemas.insert(oid, schema);
@@ -987,12 +1132,14 @@ mod tests {
                     type_oid: 23,
                     typmod: -1,
                     key: true,
+                    attnum: None,
                 },
                 ColumnSchema {
                     name: "note".into(),
                     type_oid: 25,
                     typmod: -1,
                     key: false,
+                    attnum: None,
                 },
             ],
         });

@@ -70,7 +70,9 @@
 //! every sink has committed them and they are older (by upstream commit
 //! time) than `retain_history` in `evolve.toml` (ten minutes by default);
 //! the horizon is the highest position pruned, and also no earlier than
-//! where the feed of the interface starts (its table's snapshot). An
+//! where the feed of the interface starts (recorded once its first table
+//! runs; an APPLY REPLACEMENT since does not move it, since the feed goes
+//! on through the swap). An
 //! `as_of` before it is refused ([`SubscribeError::TooOld`]); one after `P`
 //! too ([`SubscribeError::Ahead`]), after waiting up to a second for `P`
 //! to be recorded (the store records positions of transactions that
@@ -835,7 +837,11 @@ impl Job {
                 });
             }
             // No horizon recorded yet: where the feed starts is not known.
-            let horizon = horizon.map_or(at, |h| Position::from_u64(h as u64).max(snapshot));
+            // Once recorded (when the interface's first table runs), it
+            // bounds the feed alone: a swap since then replaced the table
+            // (and its snapshot point) but not the interface's feed, which
+            // goes on through the swap.
+            let horizon = horizon.map_or(at, |h| Position::from_u64(h as u64));
             if as_of < horizon {
                 return Err(SubscribeError::TooOld {
                     interface: self.name.clone(),

@@ -754,6 +754,7 @@ mod tests {
                         type_oid: if i == 0 { 23 } else { 25 },
                         typmod: -1,
                         key: i == 0,
+                        attnum: None,
                     })
                     .collect(),
             };

@@ -27,6 +27,11 @@ pub const SESSION_SETTINGS: &[(&str, &str)] = &[
 /// Opens an ordinary session on `connection` (named `name` in messages),
 /// with [`SESSION_SETTINGS`].
 pub async fn connect(name: &str, connection: &Connection) -> Result<Client> {
+    connect_as(name, connection, "evolve-pipeline").await
+}
+
+/// [`connect`] under `application_name` `application`.
+pub async fn connect_as(name: &str, connection: &Connection, application: &str) -> Result<Client> {
     let kind = connection.kind();
     if kind != crate::config::ConnectionKind::Postgres {
         return Err(PipelineError::Refused {
@@ -43,7 +48,7 @@ pub async fn connect(name: &str, connection: &Connection) -> Result<Client> {
             hint: None,
         });
     }
-    let client = evolve_pg::connect(connection.url(), "evolve-pipeline")
+    let client = evolve_pg::connect(connection.url(), application)
         .await
         .map_err(|e| connect_error(name, connection, &e.to_string()))?;
     let mut sql = String::new();
@@ -306,6 +311,191 @@ pub async fn add_to_publication(
             })?;
     }
     Ok(())
+}
+
+/// What publication `publication` does to the changes of one upstream
+/// table, as [`publication_gaps`] reads it from the catalog.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PublishedTable {
+    /// The table's OID.
+    pub oid: u32,
+    /// `schema.table`, quoted where needed (by the server's `quote_ident`).
+    pub name: String,
+    /// The publication's name, quoted where needed.
+    pub publication: String,
+    /// In the publication (listed, or through `FOR ALL TABLES`, `FOR
+    /// TABLES IN SCHEMA` or a partitioned parent).
+    pub member: bool,
+    /// A partition published as its partitioned ancestor in the
+    /// publication (`publish_via_partition_root`).
+    pub as_root: bool,
+    /// Operations the publication does not publish (`insert`, `update`,
+    /// `delete`, `truncate`).
+    pub unpublished_operations: Vec<&'static str>,
+    /// The table's row filter (`WHERE`), PostgreSQL 15 and later.
+    pub row_filter: Option<String>,
+    /// Columns a column list leaves out, PostgreSQL 15 and later: each
+    /// name, and as `quote_ident` writes it.
+    pub unpublished_columns: Vec<(String, String)>,
+}
+
+impl PublishedTable {
+    /// Why changes of this table the pipeline needs would not reach the
+    /// stream, and the way out: the first of a partition published as its
+    /// root, a table not in the publication (when `membership` counts:
+    /// CREATE TABLE adds it itself), operations not published, a row
+    /// filter, or a column list without a column `needs` says is read.
+    /// `None` when every change arrives.
+    pub fn gap(&self, membership: bool, needs: impl Fn(&str) -> bool) -> Option<(String, String)> {
+        let p = &self.publication;
+        let t = &self.name;
+        let readd = format!(
+            "BEGIN; ALTER PUBLICATION {p} DROP TABLE {t}; ALTER PUBLICATION {p} ADD TABLE {t}; COMMIT;"
+        );
+        if self.as_root {
+            return Some((
+                format!(
+                    "publication {p} publishes partition {t} as its partitioned root (publish_via_partition_root), so no change reaches a table over the partition"
+                ),
+                format!("ALTER PUBLICATION {p} SET (publish_via_partition_root = false);"),
+            ));
+        }
+        if !self.member && membership {
+            return Some((
+                format!(
+                    "upstream table {t} is not in publication {p} (it was removed from it), so its changes do not reach the stream"
+                ),
+                format!("ALTER PUBLICATION {p} ADD TABLE {t};"),
+            ));
+        }
+        if !self.unpublished_operations.is_empty() {
+            return Some((
+                format!(
+                    "publication {p} does not publish {} of {t}, so those changes never reach the stream",
+                    self.unpublished_operations.join(", ")
+                ),
+                format!(
+                    "ALTER PUBLICATION {p} SET (publish = 'insert, update, delete, truncate');"
+                ),
+            ));
+        }
+        if let Some(filter) = &self.row_filter {
+            return Some((
+                format!(
+                    "publication {p} publishes only the rows of {t} WHERE {filter}, and the interface needs every row"
+                ),
+                readd,
+            ));
+        }
+        let hidden: Vec<&str> = self
+            .unpublished_columns
+            .iter()
+            .filter(|(c, _)| needs(c))
+            .map(|(_, shown)| shown.as_str())
+            .collect();
+        if !hidden.is_empty() {
+            return Some((
+                format!(
+                    "publication {p} publishes {t} with a column list that leaves out {}, which the table reads",
+                    hidden.join(", ")
+                ),
+                format!("{readd} (or EXCLUDE COLUMNS those columns in a new table version)"),
+            ));
+        }
+        None
+    }
+}
+
+/// What publication `publication` does to the changes of the tables with
+/// OIDs `oids`, from the catalog as it is now; tables that no longer
+/// exist are left out, and so is everything when the publication does not
+/// exist (the stream says so itself).
+pub async fn publication_gaps(
+    client: &Client,
+    publication: &str,
+    oids: &[u32],
+) -> Result<Vec<PublishedTable>> {
+    let read =
+        |e: tokio_postgres::Error| PipelineError::database("read the publication's settings", &e);
+    let Some(p) = client
+        .query_opt(
+            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot, \
+                    current_setting('server_version_num')::int >= 150000, quote_ident(pubname) \
+             FROM pg_catalog.pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(read)?
+    else {
+        return Ok(Vec::new());
+    };
+    let operations: Vec<&'static str> = ["insert", "update", "delete", "truncate"]
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !p.get::<_, bool>(*i))
+        .map(|(_, op)| op)
+        .collect();
+    let via_root: bool = p.get(4);
+    let lists: bool = p.get(5);
+    let shown: String = p.get(6);
+    // Row filters and column lists (and their columns in
+    // pg_publication_tables) came with PostgreSQL 15.
+    let (filter, listed) = if lists {
+        (
+            "pt.rowfilter",
+            "ARRAY(SELECT x.v FROM pg_catalog.pg_attribute a, \
+                     unnest(ARRAY[a.attname::text, quote_ident(a.attname)]) WITH ORDINALITY x(v, i) \
+                   WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                     AND a.attgenerated = '' AND pt.tablename IS NOT NULL \
+                     AND NOT (a.attname = ANY (pt.attnames)) ORDER BY a.attnum, x.i)",
+        )
+    } else {
+        ("NULL::text", "ARRAY[]::text[]")
+    };
+    let rows = client
+        .query(
+            &format!(
+                "SELECT c.oid, quote_ident(n.nspname) || '.' || quote_ident(c.relname), \
+                        c.relispartition AND EXISTS ( \
+                          SELECT 1 FROM pg_catalog.pg_partition_ancestors(c.oid) a \
+                          JOIN pg_catalog.pg_class ac ON ac.oid = a.relid \
+                          JOIN pg_catalog.pg_namespace an ON an.oid = ac.relnamespace \
+                          JOIN pg_catalog.pg_publication_tables apt ON apt.pubname = $1 \
+                            AND apt.schemaname = an.nspname AND apt.tablename = ac.relname \
+                          WHERE a.relid <> c.oid), \
+                        pt.tablename IS NOT NULL, {filter}, {listed} \
+                 FROM unnest($2::oid[]) AS o(oid) \
+                 JOIN pg_catalog.pg_class c ON c.oid = o.oid \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 LEFT JOIN pg_catalog.pg_publication_tables pt \
+                   ON pt.pubname = $1 AND pt.schemaname = n.nspname AND pt.tablename = c.relname"
+            ),
+            &[&publication, &oids],
+        )
+        .await
+        .map_err(read)?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            // A partition whose published ancestor stands for it.
+            let under_root: bool = r.get(2);
+            PublishedTable {
+                oid: r.get(0),
+                name: r.get(1),
+                member: r.get(3),
+                as_root: via_root && under_root,
+                unpublished_operations: operations.clone(),
+                publication: shown.clone(),
+                row_filter: r.get(4),
+                // Each name, then as quoted.
+                unpublished_columns: r
+                    .get::<_, Vec<String>>(5)
+                    .chunks_exact(2)
+                    .map(|pair| (pair[0].clone(), pair[1].clone()))
+                    .collect(),
+            }
+        })
+        .collect())
 }
 
 /// Removes `schema.table` from `publication` if it is a member.

@@ -104,6 +104,7 @@ fn orders(source: &str, signal: Signal) -> DriftRow {
         type_changed: Vec::new(),
         error: None,
         detail: None,
+        renamed_to: None,
     }
 }
 
@@ -290,6 +291,10 @@ async fn drift_follows_the_upstream_catalog() {
         table: "memos_v1".into(),
         upstream: "public.memos".into(),
         detail: Some("upstream table \"public.memos\" was renamed to \"public.memos_old\"".into()),
+        renamed_to: Some(evolve_pipeline::drift::UpstreamName {
+            schema: "public".into(),
+            table: "memos_old".into(),
+        }),
         ..orders(&source, Signal::TableRenamed)
     };
     let steady = DriftRow {
@@ -338,4 +343,312 @@ async fn drift_follows_the_upstream_catalog() {
             "{row:?}"
         );
     }
+}
+
+/// Schema changes the stream's column names alone do not show stall the
+/// table at the next row change, before any of its rows is applied: a
+/// column dropped and re-added under its name (the last column, so the
+/// Relation message lists the same names in the same order), names
+/// swapped by renames, and type modifiers whose change rewrote stored
+/// values (a numeric scale, a lowered timestamp precision). Modifier
+/// changes that keep every value (a longer varchar, a numeric precision
+/// at the same scale, a raised timestamp precision) keep the table
+/// running, and its rows keep coming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reused_names_and_rewriting_typmods_stall() {
+    let db = evolve_test::fresh_db("drift_reuse").await;
+    let up = connect(&db.url).await;
+    up.batch_execute(
+        "CREATE TABLE readded (id int PRIMARY KEY, body text, tail text);
+         CREATE TABLE swapped (id int PRIMARY KEY, x text, y text);
+         CREATE TABLE scaled (id int PRIMARY KEY, amount numeric(10,2));
+         CREATE TABLE rounded (id int PRIMARY KEY, at timestamp(6));
+         CREATE TABLE widened (id int PRIMARY KEY, code varchar(10), amount numeric(10,2),
+                               at timestamp(3));
+         INSERT INTO readded VALUES (1, 'b', 'old tail');
+         INSERT INTO swapped VALUES (1, 'x1', 'y1');
+         INSERT INTO scaled VALUES (1, 1.5);
+         INSERT INTO rounded VALUES (1, '2026-01-01 00:00:00.123456');
+         INSERT INTO widened VALUES (1, 'c', 1.5, '2026-01-01 00:00:00.123');",
+    )
+    .await
+    .unwrap();
+    let state = StateDir(std::env::temp_dir().join(format!(
+        "evolve-drift-reuse-{}-{}",
+        std::process::id(),
+        db.name
+    )));
+    let _ = std::fs::remove_dir_all(&state.0);
+    let source = format!("src_{}", db.name);
+    let pipeline = Arc::new(
+        Pipeline::open(Config::new(&state.0).with_connection("up", db.url.clone())).unwrap(),
+    );
+    pipeline
+        .create_source(&source, "up", "evolve_pub")
+        .await
+        .unwrap();
+    let names = ["readded", "swapped", "scaled", "rounded", "widened"];
+    for upstream in names {
+        pipeline
+            .create_table(&TableSpec {
+                name: format!("{upstream}_v1"),
+                source: source.clone(),
+                schema: "public".into(),
+                table: upstream.into(),
+                ..TableSpec::default()
+            })
+            .await
+            .unwrap();
+    }
+    pipeline
+        .create_interface("readded_json", "readded_v1")
+        .unwrap();
+    let running = Running::start(pipeline.clone());
+    for upstream in names {
+        wait_state(
+            &pipeline,
+            &format!("{upstream}_v1"),
+            TableState::Running,
+            CONVERGE,
+        )
+        .await;
+    }
+    // A row change of each before the DDL: the stream has sent each
+    // table's Relation message once already.
+    up.batch_execute(
+        "INSERT INTO readded VALUES (2, 'b', 'old tail');
+         INSERT INTO swapped VALUES (2, 'x2', 'y2');
+         INSERT INTO scaled VALUES (2, 2.5);
+         INSERT INTO rounded VALUES (2, '2026-01-02 00:00:00.5');
+         INSERT INTO widened VALUES (2, 'c', 2.5, '2026-01-02 00:00:00.5');",
+    )
+    .await
+    .unwrap();
+    for upstream in names {
+        wait_documents(&pipeline, &format!("{upstream}_v1"), 2).await;
+    }
+
+    up.batch_execute(
+        "ALTER TABLE readded DROP COLUMN tail; ALTER TABLE readded ADD COLUMN tail text;
+         ALTER TABLE swapped RENAME COLUMN x TO t; ALTER TABLE swapped RENAME COLUMN y TO x;
+         ALTER TABLE swapped RENAME COLUMN t TO y;
+         ALTER TABLE scaled ALTER COLUMN amount TYPE numeric(12,4);
+         ALTER TABLE rounded ALTER COLUMN at TYPE timestamp(0);
+         ALTER TABLE widened ALTER COLUMN code TYPE varchar(20),
+                             ALTER COLUMN amount TYPE numeric(14,2),
+                             ALTER COLUMN at TYPE timestamp(6);
+         INSERT INTO readded VALUES (3, 'b', 'new tail');
+         UPDATE swapped SET x = 'x3' WHERE id = 1;
+         INSERT INTO scaled VALUES (3, 3.5);
+         INSERT INTO rounded VALUES (3, '2026-01-03 00:00:00');
+         INSERT INTO widened VALUES (3, 'twenty characters!!', 3.5, '2026-01-03 00:00:00.123456');",
+    )
+    .await
+    .unwrap();
+    let reasons = [
+        (
+            "readded_v1",
+            "column \"tail\" of upstream table \"public.readded\" is no longer the column pinned (attnum 3 is now 4)",
+        ),
+        (
+            "swapped_v1",
+            "column \"x\" of upstream table \"public.swapped\" is no longer the column pinned (attnum 2 is now 3)",
+        ),
+        (
+            "scaled_v1",
+            "column \"amount\" of upstream table \"public.scaled\" changed type from numeric(10,2) to numeric(12,4)",
+        ),
+        (
+            "rounded_v1",
+            "column \"at\" of upstream table \"public.rounded\" changed type from timestamp(6) without time zone to timestamp(0) without time zone",
+        ),
+    ];
+    for (table, reason) in reasons {
+        wait_state(&pipeline, table, TableState::Stalled, CONVERGE).await;
+        let error = table_state(&pipeline, table).1.unwrap_or_default();
+        assert!(error.starts_with(reason), "{table}: {error}");
+        // Stalled before the row change: the documents are the two rows
+        // from before the DDL, unchanged.
+        assert_eq!(pipeline.document_count(table).unwrap(), 2, "{table}");
+    }
+    wait_documents(&pipeline, "widened_v1", 3).await;
+    assert_eq!(table_state(&pipeline, "widened_v1").0, TableState::Running);
+    let docs: Vec<String> = pipeline
+        .documents("readded_json")
+        .unwrap()
+        .into_iter()
+        .map(|(_, doc)| String::from_utf8(doc).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2, "{docs:?}");
+    assert!(docs.iter().all(|d| d.contains("old tail")), "{docs:?}");
+    running.stop().await;
+}
+
+/// Publication settings that keep changes from the stream stall the
+/// tables they hide, with the setting and the way out, at the next check
+/// (every 5 s) or at the next schema that lacks a read column: a table
+/// removed from the publication, a row filter, a column list, a partition
+/// published as its root, and operations not published. CREATE TABLE
+/// refuses such a table, and `pipeline check` fails a table removed from
+/// the publication.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publication_settings_that_hide_changes_stall() {
+    let db = evolve_test::fresh_db("drift_pub").await;
+    let up = connect(&db.url).await;
+    up.batch_execute(
+        "CREATE TABLE removed (id int PRIMARY KEY, v int);
+         CREATE TABLE filtered (id int PRIMARY KEY, v int);
+         CREATE TABLE listed (id int PRIMARY KEY, v int, w int);
+         CREATE TABLE parts (id int PRIMARY KEY, v int) PARTITION BY RANGE (id);
+         CREATE TABLE parts_1 PARTITION OF parts FOR VALUES FROM (0) TO (1000);
+         CREATE TABLE deletes (id int PRIMARY KEY, v int);
+         INSERT INTO removed VALUES (1, 1);
+         INSERT INTO filtered VALUES (1, 1);
+         INSERT INTO listed VALUES (1, 1, 1);
+         INSERT INTO parts VALUES (1, 1);
+         INSERT INTO deletes VALUES (1, 1);",
+    )
+    .await
+    .unwrap();
+    let state = StateDir(std::env::temp_dir().join(format!(
+        "evolve-drift-pub-{}-{}",
+        std::process::id(),
+        db.name
+    )));
+    let _ = std::fs::remove_dir_all(&state.0);
+    let source = format!("src_{}", db.name);
+    let config = Config::new(&state.0).with_connection("up", db.url.clone());
+    let pipeline = Arc::new(Pipeline::open(config.clone()).unwrap());
+    pipeline
+        .create_source(&source, "up", "evo_pub")
+        .await
+        .unwrap();
+    let names = ["removed", "filtered", "listed", "parts_1", "deletes"];
+    for upstream in names {
+        pipeline
+            .create_table(&TableSpec {
+                name: format!("{upstream}_v1"),
+                source: source.clone(),
+                schema: "public".into(),
+                table: upstream.into(),
+                ..TableSpec::default()
+            })
+            .await
+            .unwrap();
+    }
+    let running = Running::start(pipeline.clone());
+    for upstream in names {
+        wait_state(
+            &pipeline,
+            &format!("{upstream}_v1"),
+            TableState::Running,
+            CONVERGE,
+        )
+        .await;
+    }
+
+    up.batch_execute(
+        "ALTER PUBLICATION evo_pub DROP TABLE removed;
+         BEGIN;
+         ALTER PUBLICATION evo_pub DROP TABLE filtered;
+         ALTER PUBLICATION evo_pub ADD TABLE filtered WHERE (id > 10);
+         COMMIT;
+         BEGIN;
+         ALTER PUBLICATION evo_pub DROP TABLE listed;
+         ALTER PUBLICATION evo_pub ADD TABLE listed (id, w);
+         COMMIT;
+         INSERT INTO listed VALUES (2, 2, 2);
+         ALTER PUBLICATION evo_pub ADD TABLE parts;
+         ALTER PUBLICATION evo_pub SET (publish_via_partition_root = true);",
+    )
+    .await
+    .unwrap();
+    let reasons = [
+        (
+            "removed_v1",
+            "upstream table public.removed is not in publication evo_pub (it was removed from it), so its changes do not reach the stream; way out: ALTER PUBLICATION evo_pub ADD TABLE public.removed; then a new version of the table through a replacement",
+        ),
+        (
+            "filtered_v1",
+            "publication evo_pub publishes only the rows of public.filtered WHERE (id > 10), and the interface needs every row; way out: BEGIN; ALTER PUBLICATION evo_pub DROP TABLE public.filtered; ALTER PUBLICATION evo_pub ADD TABLE public.filtered; COMMIT;",
+        ),
+        (
+            "listed_v1",
+            "publication evo_pub publishes public.listed with a column list that leaves out v, which the table reads",
+        ),
+        (
+            "parts_1_v1",
+            "publication evo_pub publishes partition public.parts_1 as its partitioned root (publish_via_partition_root), so no change reaches a table over the partition",
+        ),
+    ];
+    for (table, reason) in reasons {
+        wait_state(&pipeline, table, TableState::Stalled, CONVERGE).await;
+        let error = table_state(&pipeline, table).1.unwrap_or_default();
+        assert!(error.starts_with(reason), "{table}: {error}");
+        assert_eq!(pipeline.document_count(table).unwrap(), 1, "{table}");
+    }
+    assert_eq!(table_state(&pipeline, "deletes_v1").0, TableState::Running);
+
+    // Deletes not published: the last running table stalls too.
+    up.batch_execute("ALTER PUBLICATION evo_pub SET (publish = 'insert, update')")
+        .await
+        .unwrap();
+    wait_state(&pipeline, "deletes_v1", TableState::Stalled, CONVERGE).await;
+    let error = table_state(&pipeline, "deletes_v1").1.unwrap_or_default();
+    assert!(
+        error.starts_with(
+            "publication evo_pub does not publish delete, truncate of public.deletes, so those changes never reach the stream"
+        ),
+        "{error}"
+    );
+    running.stop().await;
+
+    // A new version over a filtered table is refused, naming the filter.
+    up.batch_execute(
+        "ALTER PUBLICATION evo_pub SET (publish = 'insert, update, delete, truncate')",
+    )
+    .await
+    .unwrap();
+    let refused = pipeline
+        .create_table(&TableSpec {
+            name: "filtered_v2".into(),
+            source: source.clone(),
+            schema: "public".into(),
+            table: "filtered".into(),
+            ..TableSpec::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("publishes only the rows of public.filtered WHERE (id > 10)"),
+        "{refused}"
+    );
+    // `pipeline check` fails the table removed from the publication.
+    let plan = evolve_pipeline::preflight::Plan::from_catalog(
+        &pipeline.sources().unwrap(),
+        &pipeline.tables().unwrap(),
+        &[],
+    );
+    let report = evolve_pipeline::preflight::run(&config, &plan).await;
+    let failed: Vec<String> = report
+        .connections
+        .iter()
+        .flat_map(|c| &c.checks)
+        .filter(|c| !c.ok)
+        .map(|c| c.message.clone())
+        .collect();
+    assert!(
+        failed
+            .iter()
+            .any(|m| m == "public.removed is not in publication evo_pub, so its changes do not reach the stream (its table stalls, since it missed them)"),
+        "{failed:?}"
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|m| m.contains("column list that leaves out v")),
+        "{failed:?}"
+    );
 }

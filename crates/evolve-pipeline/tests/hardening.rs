@@ -217,7 +217,7 @@ async fn create_source_drops_its_slot_and_publication_when_only_the_stream_probe
     let pipeline = Pipeline::open(config).unwrap();
     {
         let client = connect(&url).await;
-        let checks = evolve_pipeline::preflight::upstream(&client, "probe_pub")
+        let checks = evolve_pipeline::preflight::upstream(&client, "probe_pub", None)
             .await
             .unwrap();
         assert!(checks.iter().all(|c| c.ok), "the checks pass: {checks:?}");
@@ -662,4 +662,181 @@ async fn client_sessions(up: &tokio_postgres::Client, db: &str) -> i64 {
     .await
     .unwrap()
     .get(0)
+}
+
+/// The upstream confirmed position of the source's slot.
+async fn slot_confirmed(up: &tokio_postgres::Client, source: &str) -> i64 {
+    up.query_one(
+        "SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots WHERE slot_name = $1",
+        &[&format!("evolve_{source}")],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// A state directory restored from a backup is behind the slot, whose
+/// changes after the backup are gone: the source stops with the reason
+/// instead of resuming with a gap. A restart of the state that goes with
+/// the slot, after an idle stream confirmed WAL past its last change,
+/// resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_restored_from_a_backup_stops_instead_of_losing_changes() {
+    let env = env("behind").await;
+    let up = connect(&env.up.url).await;
+    up.batch_execute("CREATE TABLE b (id int PRIMARY KEY); CREATE TABLE elsewhere (id int)")
+        .await
+        .unwrap();
+    let start = async || {
+        let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+        let router = evolve_pipeline::admin::router(pipeline.clone());
+        (pipeline.clone(), router, Running::start(pipeline))
+    };
+    let documents = async |pipeline: &Pipeline, n: u64| {
+        wait_until(
+            &format!("{n} documents"),
+            Duration::from_secs(30),
+            async || pipeline.document_count("b_v1").unwrap() == n,
+        )
+        .await;
+    };
+    {
+        let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+        create_all(&pipeline, &env.source, &["b"]).await;
+    }
+    let (pipeline, _, running) = start().await;
+    up.batch_execute("INSERT INTO b VALUES (1)").await.unwrap();
+    documents(&pipeline, 1).await;
+    running.stop().await;
+    drop(pipeline);
+    let backup = env.state.with_extension("backup");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&env.state)
+        .arg(&backup)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+
+    // Two more rows, then WAL that holds nothing for the source: the idle
+    // stream confirms past its last change.
+    let (pipeline, router, running) = start().await;
+    up.batch_execute("INSERT INTO b VALUES (2), (3)")
+        .await
+        .unwrap();
+    documents(&pipeline, 3).await;
+    up.batch_execute("INSERT INTO elsewhere VALUES (1)")
+        .await
+        .unwrap();
+    let after: i64 = up
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0')::bigint", &[])
+        .await
+        .unwrap()
+        .get(0);
+    wait_until(
+        "the idle stream to confirm past its last change",
+        Duration::from_secs(30),
+        async || slot_confirmed(&up, &env.source).await >= after,
+    )
+    .await;
+    running.stop().await;
+    drop((pipeline, router));
+
+    // The state that goes with the slot resumes.
+    let (pipeline, router, running) = start().await;
+    up.batch_execute("INSERT INTO b VALUES (4)").await.unwrap();
+    documents(&pipeline, 4).await;
+    assert_eq!(
+        object(&router, "source", &env.source).await["state"],
+        "running"
+    );
+    running.stop().await;
+    drop((pipeline, router));
+
+    // The backup does not.
+    std::fs::remove_dir_all(&env.state).unwrap();
+    std::fs::rename(&backup, &env.state).unwrap();
+    let (pipeline, router, running) = start().await;
+    wait_until(
+        "the restored source stops",
+        Duration::from_secs(30),
+        async || {
+            let o = object(&router, "source", &env.source).await;
+            o["state"] == "stalled" && o["error"].as_str().unwrap_or("").contains("not retried")
+        },
+    )
+    .await;
+    let o = object(&router, "source", &env.source).await;
+    let error = o["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("the state of source \"{}\" ends at ", env.source))
+            && error.contains("the state directory is older than the upstream's record of it"),
+        "{error}"
+    );
+    assert_eq!(pipeline.document_count("b_v1").unwrap(), 1);
+    running.stop().await;
+}
+
+/// `pipeline check` of statements not run yet fails what CREATE SOURCE and
+/// CREATE TABLE would refuse: a slot of the source's name that exists
+/// already, a REFERENCE to a table that does not exist, a partitioned
+/// table, and a table without a key; a plain table passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_check_fails_what_the_statements_would_be_refused() {
+    let env = env("check_refusals").await;
+    let up = connect(&env.up.url).await;
+    let taken = format!("{}_new", env.source);
+    up.batch_execute(&format!(
+        "CREATE TABLE fine (id int PRIMARY KEY);
+         CREATE TABLE parted (id int PRIMARY KEY) PARTITION BY RANGE (id);
+         CREATE TABLE keyless (v int);"
+    ))
+    .await
+    .unwrap();
+    up.batch_execute(&format!(
+        "SELECT pg_create_logical_replication_slot('evolve_{taken}', 'pgoutput')"
+    ))
+    .await
+    .unwrap();
+    let statements = evolve_core::control::parse(&format!(
+        "CREATE SOURCE {taken} FROM POSTGRES CONNECTION up (PUBLICATION 'evolve_pub');
+         CREATE TABLE fine_v1 FROM SOURCE {taken} (REFERENCE public.fine);
+         CREATE TABLE missing_v1 FROM SOURCE {taken} (REFERENCE public.missing);
+         CREATE TABLE parted_v1 FROM SOURCE {taken} (REFERENCE public.parted);
+         CREATE TABLE keyless_v1 FROM SOURCE {taken} (REFERENCE public.keyless);"
+    ))
+    .unwrap();
+    let mut plan = evolve_pipeline::preflight::Plan::default();
+    plan.add_statements(&statements, &[]);
+    let report = evolve_pipeline::preflight::run(&env.config, &plan).await;
+    let failed: Vec<(String, String)> = report
+        .connections
+        .iter()
+        .flat_map(|c| &c.checks)
+        .filter(|c| !c.ok)
+        .map(|c| (c.subject.clone(), c.message.clone()))
+        .collect();
+    up.batch_execute(&format!(
+        "SELECT pg_drop_replication_slot('evolve_{taken}')"
+    ))
+    .await
+    .unwrap();
+    let subjects: Vec<&str> = failed.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        subjects,
+        [
+            format!("replication slot evolve_{taken}").as_str(),
+            "table public.missing",
+            "table public.parted",
+            "table public.keyless",
+        ],
+        "{failed:#?}"
+    );
+    assert!(
+        failed[0].1.contains("exists upstream already"),
+        "{failed:?}"
+    );
+    assert!(failed[1].1.contains("public.missing"), "{failed:?}");
+    assert!(failed[2].1.contains("is a partitioned table"), "{failed:?}");
+    assert!(failed[3].1.contains("public.keyless"), "{failed:?}");
 }

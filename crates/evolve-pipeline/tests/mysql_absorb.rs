@@ -975,6 +975,7 @@ async fn drift_follows_the_upstream_catalog_and_binlog() {
         type_changed: Vec::new(),
         error: None,
         detail: None,
+        renamed_to: None,
     };
 
     // A column added upstream; a column added FIRST moves every ordinal,

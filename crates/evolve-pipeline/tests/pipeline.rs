@@ -1375,3 +1375,49 @@ async fn a_sink_that_falls_behind_the_bus_reads_the_feed_and_loses_nothing() {
     );
     running.stop().await;
 }
+
+/// DROP SINK returns once the sink's task has stopped: under a steady
+/// load, no write reaches the sink table after it returns, and its
+/// progress record stays gone (a write still in flight would have
+/// recorded it again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_sink_returns_once_its_writes_have_stopped() {
+    let env = env("drop_sink_settles").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute("CREATE TABLE w (id int PRIMARY KEY, n int)")
+        .await
+        .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["w"]).await;
+    audit_sink(&sink, "w_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_all_running(&pipeline, CONVERGE).await;
+    let writing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let writer = {
+        let url = env.up.url.clone();
+        let writing = writing.clone();
+        tokio::spawn(async move {
+            let up = connect(&url).await;
+            let mut i = 0;
+            while writing.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                up.execute("INSERT INTO w VALUES ($1, 0)", &[&i])
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    wait_until("the sink to write under load", CONVERGE, async || {
+        audit_count(&sink, "w_json").await > 200
+    })
+    .await;
+    pipeline.drop_sink("w_sink").await.unwrap();
+    let written = audit_count(&sink, "w_json").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    writing.store(false, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    assert_eq!(audit_count(&sink, "w_json").await, written);
+    assert_eq!(progress_of(&sink, "w_sink").await, None);
+    running.stop().await;
+}

@@ -519,6 +519,108 @@ async fn absorb_auto_runs_the_flows_itself() {
     running.stop().await;
 }
 
+/// ABSORB = 'auto' finishes flows that were interrupted: an old version
+/// left ingesting after its swap (the process killed between APPLY and
+/// DROP TABLE) is dropped, and a new version that stalled before its
+/// replacement was applied (the upstream changed again while it
+/// hydrated) is dropped with its replacement and made again from the
+/// upstream as it is now, then applied. A renamed upstream table with a
+/// column added is absorbed under its new name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absorb_auto_finishes_interrupted_flows() {
+    let env = env("absorb_interrupted").await;
+    let up = connect(&env.up.url).await;
+    let sink = connect(&env.sink.url).await;
+    up.batch_execute(
+        "CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL, note text);
+         INSERT INTO orders SELECT i, 'open', CASE WHEN i % 4 = 0 THEN 'n' END
+         FROM generate_series(1, 200) i;",
+    )
+    .await
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["orders"]).await;
+    audit_sink(&sink, "orders_json").await;
+    let running = Running::start(pipeline.clone());
+    wait_writes(&sink, "orders_json", 200).await;
+
+    // The swap to v2 as the controller makes it, without its DROP TABLE.
+    pipeline
+        .create_table(&spec("orders_v2", &env.source, "orders", &[]))
+        .await
+        .unwrap();
+    pipeline
+        .create_replacement("orders_json_absorb_v2", "orders_json", "orders_v2")
+        .unwrap();
+    wait_state(&pipeline, "orders_v2", TableState::Running, CONVERGE).await;
+    pipeline
+        .apply_replacement("orders_json", "orders_json_absorb_v2", APPLY_WAIT)
+        .await
+        .unwrap();
+    assert_eq!(pipeline.tables().unwrap().len(), 2);
+    pipeline.set_absorb("orders_json", true).unwrap();
+    wait_reads(&pipeline, "orders_v2").await;
+    // Same documents: the swap wrote nothing.
+    assert_eq!(audit_count(&sink, "orders_json").await, 200);
+
+    // A next version hydrated by hand under the controller's names, then
+    // an unplanned drop upstream that stalls it and the current version.
+    pipeline.set_absorb("orders_json", false).unwrap();
+    pipeline
+        .create_table(&spec("orders_v3", &env.source, "orders", &[]))
+        .await
+        .unwrap();
+    pipeline
+        .create_replacement("orders_json_absorb_v3", "orders_json", "orders_v3")
+        .unwrap();
+    wait_state(&pipeline, "orders_v3", TableState::Running, CONVERGE).await;
+    up.batch_execute(
+        "ALTER TABLE orders DROP COLUMN note;
+         UPDATE orders SET status = 'paid' WHERE id = 1;",
+    )
+    .await
+    .unwrap();
+    wait_state(&pipeline, "orders_v3", TableState::Stalled, CONVERGE).await;
+    wait_state(&pipeline, "orders_v2", TableState::Stalled, CONVERGE).await;
+    pipeline.set_absorb("orders_json", true).unwrap();
+    // orders_v3 and its replacement go, a new orders_v3 is made from the
+    // table without `note`, applied, and orders_v2 dropped.
+    wait_reads(&pipeline, "orders_v3").await;
+    assert!(pipeline.replacements().unwrap().is_empty());
+    let v3 = pipeline
+        .tables()
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == "orders_v3")
+        .unwrap();
+    assert_eq!(v3.state, TableState::Running);
+    assert!(!v3.columns.iter().any(|c| c.name == "note"), "{v3:?}");
+    // The 50 rows with a note and row 1 changed.
+    wait_writes(&sink, "orders_json", 200 + 51).await;
+    wait_equal(&up, &sink, "orders", "orders_json", CONVERGE).await;
+
+    // The upstream table renamed and a column added: the next version
+    // follows the table under its new name; 20 rows have a value.
+    up.batch_execute(
+        "ALTER TABLE orders RENAME TO orders_renamed;
+         ALTER TABLE orders_renamed ADD COLUMN region text;
+         UPDATE orders_renamed SET region = 'eu' WHERE id % 10 = 0;",
+    )
+    .await
+    .unwrap();
+    wait_reads(&pipeline, "orders_v4").await;
+    let v4 = pipeline
+        .tables()
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == "orders_v4")
+        .unwrap();
+    assert_eq!(v4.reference(), "public.orders_renamed");
+    wait_writes(&sink, "orders_json", 251 + 20).await;
+    wait_equal(&up, &sink, "orders_renamed", "orders_json", CONVERGE).await;
+    running.stop().await;
+}
+
 /// Flow 6: TRUNCATE, replica identity changes and a rename upstream each
 /// have a defined outcome.
 /// - TRUNCATE: every document of the table is deleted (one sink write per

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use evolve_pipeline::Pipeline;
+use evolve_pipeline::{Pipeline, TableSpec, TableState};
 use evolve_pipeline::Position;
 use evolve_pipeline::subscribe::{self, SubscribeError, SubscribeOptions, Subscription};
 use serde_json::Value;
@@ -577,6 +577,86 @@ async fn as_of_a_past_position() {
         .await
         .unwrap();
     assert_eq!(next(&mut now).await, Some(Line::Progress(applied)));
+    running.stop().await;
+}
+
+/// `as_of` a position before APPLY REPLACEMENT: the interface's feed goes
+/// on through the swap, so the changes after it are the old table's, the
+/// swap's (exactly the keys whose documents differ), and the new table's,
+/// as a live subscriber received them; with a snapshot, the documents as
+/// they were before the swap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_of_before_a_swap() {
+    let (env, up, pipeline) = setup("sub_as_of_swap", 30, None).await;
+    let running = Running::start(pipeline.clone());
+    wait_all_running(&pipeline, CONVERGE).await;
+    let mut live = subscribe::subscribe(&pipeline, "t_json", opts(false, None))
+        .await
+        .unwrap();
+    up.batch_execute("UPDATE t SET n = 1 WHERE id <= 3")
+        .await
+        .unwrap();
+    let applied = converged(&up, &pipeline, "t").await;
+    let Some(Line::Progress(t)) = read_until(&mut live, applied).await.pop() else {
+        unreachable!()
+    };
+    let docs_at_t = documents(&pipeline, "t_json");
+
+    up.batch_execute("UPDATE t SET n = 2 WHERE id = 4")
+        .await
+        .unwrap();
+    converged(&up, &pipeline, "t").await;
+    // A version without `note`: 20 of the 30 rows have one.
+    pipeline
+        .create_table(&TableSpec {
+            name: "t_v2".into(),
+            source: env.source.clone(),
+            schema: "public".into(),
+            table: "t".into(),
+            exclude: vec!["note".into()],
+            ..TableSpec::default()
+        })
+        .await
+        .unwrap();
+    pipeline
+        .create_replacement("t_json_v2", "t_json", "t_v2")
+        .unwrap();
+    wait_state(&pipeline, "t_v2", TableState::Running, CONVERGE).await;
+    pipeline
+        .apply_replacement("t_json", "t_json_v2", Duration::from_secs(30))
+        .await
+        .unwrap();
+    up.batch_execute("UPDATE t SET n = 3 WHERE id = 5")
+        .await
+        .unwrap();
+    wait_until("the change after the swap", CONVERGE, async || {
+        documents(&pipeline, "t_json")
+            .get(r#"{"id":5}"#)
+            .is_some_and(|d| d["n"] == 3)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let applied = pipeline.sources().unwrap()[0].applied_lsn;
+    let later = read_until(&mut live, applied).await;
+    // 1 + 1 changes of one row each (-1 and +1), the swap's 20 keys, and
+    // the change after it.
+    assert_eq!(changes(&later).len(), 2 + 2 * 20 + 2, "{later:?}");
+
+    let mut replay = subscribe::subscribe(&pipeline, "t_json", opts(false, Some(t)))
+        .await
+        .unwrap();
+    let replayed = read_until(&mut replay, applied).await;
+    assert_eq!(changes(&replayed), changes(&later));
+
+    let mut past = subscribe::subscribe(&pipeline, "t_json", opts(true, Some(t)))
+        .await
+        .unwrap();
+    let snapshot = read_until(&mut past, t).await;
+    let mut map = BTreeMap::new();
+    apply(&mut map, &snapshot);
+    assert_eq!(map, docs_at_t, "the documents as they were at {t}");
+    apply(&mut map, &read_until(&mut past, applied).await);
+    assert_eq!(map, documents(&pipeline, "t_json"));
     running.stop().await;
 }
 

@@ -195,6 +195,7 @@ pub async fn upstream_table(
             type_oid: r.get::<_, i64>(2) as u32,
             typmod: r.get(3),
             key: r.get(4),
+            attnum: None,
         })
         .collect();
     Ok((

@@ -43,6 +43,7 @@ fn schema() -> Arc<TableSchema> {
         type_oid,
         typmod: -1,
         key,
+        attnum: None,
     };
     Arc::new(TableSchema {
         schema: "public".into(),

@@ -1541,6 +1541,7 @@ mod tests {
             type_changed: Vec::new(),
             error: None,
             detail: None,
+            renamed_to: None,
         }
     }
 

@@ -736,6 +736,7 @@ impl Reader {
                 type_oid: f.type_oid,
                 typmod: f.typmod,
                 key: false,
+                attnum: None,
             })
             .collect();
         let upsert = kafka.envelope != "none";
@@ -745,6 +746,7 @@ impl Reader {
             type_oid: key.map_or(3802, |c| c.type_oid),
             typmod: -1,
             key: true,
+            attnum: None,
         });
         Ok(Reader {
             oid: table.upstream_oid,

@@ -52,8 +52,10 @@
 //!
 //! **Schemas.** Before a table's first row in a stream, and again whenever
 //! its columns change, the stream sends [`SourceEvent::Schema`] with the
-//! table's columns (name, type, type modifier, which are the key) as of
-//! that point; every row carries that schema. Tables are identified by a
+//! table's columns (name, type, type modifier, which are the key, and the
+//! column's number where the source knows it, so that a column dropped
+//! and re-added under its name is told apart) as of that point; every row
+//! carries that schema. Tables are identified by a
 //! number that the source keeps stable across renames
 //! ([`crate::store::TableInfo::upstream_oid`]): PostgreSQL's OIDs; MySQL
 //! keeps the id a table had under its first name and follows renames
@@ -208,6 +210,32 @@ pub trait ChangeStream: Send {
     fn resume_state(&self, end: Position) -> Option<String> {
         let _ = end;
         None
+    }
+
+    /// The position the upstream has confirmed for this stream (and will
+    /// not send again), where it keeps one: PostgreSQL's slot's
+    /// `confirmed_flush_lsn` when the stream opened. The engine refuses
+    /// to go on when it is past everything its store applied or confirmed
+    /// (a state directory restored from a backup). `None` by default.
+    fn upstream_confirmed(&self) -> Option<Position> {
+        None
+    }
+
+    /// Why the upstream keeps changes of `tables` (each an upstream
+    /// table's id and the columns a table version reads of it) from this
+    /// stream, by table, from its settings as they are now: what no event
+    /// shows (PostgreSQL: a table removed from the publication, a row
+    /// filter, a column list, operations not published, a partition
+    /// published as its root). The engine asks between transactions,
+    /// every few seconds and when a schema lacks a column a table reads,
+    /// and stalls each table named with the reason, which says the way
+    /// out. None by default.
+    fn gaps(
+        &mut self,
+        tables: &[(u32, Vec<String>)],
+    ) -> impl Future<Output = Result<Vec<(u32, String)>>> + Send {
+        let _ = tables;
+        std::future::ready(Ok(Vec::new()))
     }
 
     /// Ends the stream, making sure the last confirmation reached the

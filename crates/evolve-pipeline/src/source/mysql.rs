@@ -1224,6 +1224,7 @@ fn catalog_schema(database: &str, table: &str, columns: &[CatalogColumn]) -> Arc
                 type_oid: if c.type_oid == 0 { TEXT } else { c.type_oid },
                 typmod: c.typmod,
                 key: c.key,
+                attnum: None,
             })
             .collect(),
     })

@@ -107,7 +107,11 @@ impl Source for PostgresSource {
             .map_err(|e| upstream::replication_connect_error(name, &self.connection, &e))?;
         Ok(PostgresStream {
             name: name.clone(),
+            connection_name: self.source.connection.clone(),
+            publication: self.source.publication.clone(),
             connection: self.connection.clone(),
+            catalog: None,
+            unnumbered: false,
             repl,
             decoder: Decoder::default(),
             queue: VecDeque::new(),
@@ -169,7 +173,16 @@ impl Source for PostgresSource {
 /// A slot's stream.
 pub struct PostgresStream {
     name: String,
+    connection_name: String,
+    publication: String,
     connection: Connection,
+    /// A session for catalog lookups (`application_name`
+    /// `evolve-pipeline-stream`), opened at the first Relation message or
+    /// publication check ([`PostgresStream::number_columns`],
+    /// [`ChangeStream::gaps`]).
+    catalog: Option<tokio_postgres::Client>,
+    /// The queue holds schemas whose columns are not numbered yet.
+    unnumbered: bool,
     repl: ReplicationClient,
     decoder: Decoder,
     /// Events decoded and not yet taken (a truncate of several tables).
@@ -183,6 +196,12 @@ pub struct PostgresStream {
 impl ChangeStream for PostgresStream {
     async fn next(&mut self) -> Result<SourceEvent> {
         loop {
+            // Before any event of the queue is taken: a call cancelled
+            // while numbering left it to this one.
+            if self.unnumbered {
+                self.number_columns().await?;
+                self.unnumbered = false;
+            }
             if let Some(event) = self.queue.pop_front() {
                 return Ok(event);
             }
@@ -221,6 +240,10 @@ impl ChangeStream for PostgresStream {
                             source_name: self.name.clone(),
                             message,
                         })?;
+                    self.unnumbered = self
+                        .queue
+                        .iter()
+                        .any(|e| matches!(e, SourceEvent::Schema { .. }));
                 }
                 ReplicationEvent::Message {
                     prefix, content, ..
@@ -244,6 +267,32 @@ impl ChangeStream for PostgresStream {
                 _ => {}
             }
         }
+    }
+
+    /// The publication's settings now ([`upstream::publication_gaps`]).
+    async fn gaps(&mut self, tables: &[(u32, Vec<String>)]) -> Result<Vec<(u32, String)>> {
+        let publication = self.publication.clone();
+        let client = self.catalog().await?;
+        let oids: Vec<u32> = tables.iter().map(|(oid, _)| *oid).collect();
+        let found = upstream::publication_gaps(client, &publication, &oids).await?;
+        Ok(found
+            .iter()
+            .filter_map(|t| {
+                let (_, columns) = tables.iter().find(|(oid, _)| *oid == t.oid)?;
+                let (problem, fix) =
+                    t.gap(true, |c| columns.iter().any(|n| n == c))?;
+                Some((
+                    t.oid,
+                    format!(
+                        "{problem}; way out: {fix} then a new version of the table through a replacement (ABSORB = 'auto' makes both)"
+                    ),
+                ))
+            })
+            .collect())
+    }
+
+    fn upstream_confirmed(&self) -> Option<Position> {
+        Some(self.started_at)
     }
 
     fn confirm(&mut self, upto: Position) {
@@ -272,6 +321,76 @@ impl ChangeStream for PostgresStream {
             }
         }
         let _ = repl.shutdown().await;
+    }
+}
+
+impl PostgresStream {
+    /// Gives the columns of each schema just decoded their `attnum`
+    /// (pgoutput's Relation message names columns without numbers), so
+    /// that a column dropped and re-added under its name, or names swapped
+    /// by renames, is not taken for the pinned column. The numbers are the
+    /// catalog's now, which may be later than the message: a column
+    /// re-added after it shows its new number early, and the table stalls
+    /// at this schema rather than at the re-add (it must stall at one of
+    /// them; none of its rows after the stall is applied either way). A
+    /// table gone from the catalog keeps names only. Run by
+    /// [`ChangeStream::next`] before it hands out a queued event, again
+    /// when a cancelled call was numbering (numbering twice is harmless).
+    async fn number_columns(&mut self) -> Result<()> {
+        for i in 0..self.queue.len() {
+            let SourceEvent::Schema { table, schema } = &self.queue[i] else {
+                continue;
+            };
+            let (oid, schema) = (*table, Arc::clone(schema));
+            let attnums = self.attnums(oid).await?;
+            if attnums.is_empty() {
+                continue;
+            }
+            let mut numbered = (*schema).clone();
+            for c in &mut numbered.columns {
+                c.attnum = attnums.get(&c.name).copied();
+            }
+            let numbered = Arc::new(numbered);
+            self.decoder.schemas.insert(oid, Arc::clone(&numbered));
+            if let SourceEvent::Schema { schema, .. } = &mut self.queue[i] {
+                *schema = numbered;
+            }
+        }
+        Ok(())
+    }
+
+    /// The session for catalog lookups, opened (again) when needed.
+    async fn catalog(&mut self) -> Result<&tokio_postgres::Client> {
+        if self.catalog.as_ref().is_none_or(|c| c.is_closed()) {
+            self.catalog = Some(
+                upstream::connect_as(
+                    &self.connection_name,
+                    &self.connection,
+                    "evolve-pipeline-stream",
+                )
+                .await?,
+            );
+        }
+        self.catalog
+            .as_ref()
+            .ok_or_else(|| PipelineError::Replication {
+                source_name: self.name.clone(),
+                message: "no catalog session".into(),
+            })
+    }
+
+    /// Table `oid`'s columns by name and `attnum`, from the catalog.
+    async fn attnums(&mut self, oid: u32) -> Result<HashMap<String, i16>> {
+        let client = self.catalog().await?;
+        let rows = client
+            .query(
+                "SELECT attname::text, attnum FROM pg_catalog.pg_attribute \
+                 WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
+                &[&oid],
+            )
+            .await
+            .map_err(|e| PipelineError::database("read an upstream table's column numbers", &e))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 }
 
@@ -379,6 +498,7 @@ fn table_schema(relation: &evolve_pgoutput::Relation<'_>) -> TableSchema {
                 type_oid: c.type_oid,
                 typmod: c.type_modifier,
                 key: c.is_key(),
+                attnum: None,
             })
             .collect(),
     }

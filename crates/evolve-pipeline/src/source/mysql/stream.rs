@@ -907,6 +907,7 @@ fn map_table(
             type_oid,
             typmod,
             key: keys.contains(&(i as u64)),
+            attnum: None,
         });
         convs.push(conv);
     }
