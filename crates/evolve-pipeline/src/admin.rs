@@ -80,8 +80,9 @@
 //! answers within 3 s, `lag_bytes` (WAL written upstream that the pipeline
 //! has not applied) and `retained_wal_bytes` (WAL the slot keeps), with a
 //! `warning` past 1 GiB, plus `lag_seconds` (how far behind its upstream
-//! commit the latest transaction was applied; 0 when none was applied in
-//! the last 10 s) and `rows_per_second` (row changes applied, over the
+//! commit the latest transaction was applied, or the age of a large one it
+//! is still receiving; 0 when none was applied in the last 10 s and none is
+//! being received) and `rows_per_second` (row changes applied, over the
 //! last 10 s); tables add `source`, `reference`, `rows_copied` (by the
 //! snapshot), `rows_per_second` while copying, and `documents`;
 //! materialized views `table` and `documents`, and the state `stale` with

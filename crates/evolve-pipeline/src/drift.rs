@@ -518,6 +518,7 @@ mod tests {
             excluded: false,
             as_text: false,
             key: attnum == 1,
+            labels: None,
         }
     }
 
@@ -872,6 +873,10 @@ mod tests {
                 detail: Some(
                     "upstream table \"public.orders\" was renamed to \"archive.orders_old\"".into()
                 ),
+                renamed_to: Some(UpstreamName {
+                    schema: "archive".into(),
+                    table: "orders_old".into(),
+                }),
                 ..drift(Signal::TableRenamed)
             })
         );

@@ -35,6 +35,9 @@ pub struct StatusBoard {
 struct Freshness {
     commits: HashMap<String, VecDeque<(Position, i64)>>,
     sinks: HashMap<String, SinkFreshness>,
+    /// The upstream commit time of the large transaction each source is
+    /// receiving ([`StatusBoard::source_receiving`]).
+    receiving: HashMap<String, i64>,
 }
 
 /// What a sink last committed.
@@ -157,14 +160,41 @@ impl StatusBoard {
     }
 
     /// How far behind its upstream commit a source applied its latest
-    /// transaction, in seconds; 0 when it applied none in the last 10 s.
+    /// transaction, in seconds, or the age of the large transaction it is
+    /// receiving when that is more; 0 when it applied none in the last
+    /// 10 s and receives none.
     pub fn lag_seconds(&self, name: &str) -> Option<f64> {
+        let receiving = self.receiving_for(name);
         let rates = self.rates.lock().unwrap_or_else(|p| p.into_inner());
-        let rate = rates.get(&(ObjectKind::Source, name.to_string()))?;
-        Some(match rate.last_delay {
-            Some((micros, at)) if at.elapsed() <= RATE_WINDOW => micros as f64 / 1e6,
-            _ => 0.0,
-        })
+        let rate = rates.get(&(ObjectKind::Source, name.to_string()));
+        if rate.is_none() && receiving.is_none() {
+            return None;
+        }
+        let applied = match rate.and_then(|r| r.last_delay) {
+            Some((micros, at)) if at.elapsed() <= RATE_WINDOW => micros,
+            _ => 0,
+        };
+        Some(applied.max(receiving.unwrap_or(0)) as f64 / 1e6)
+    }
+
+    /// Source `source` is receiving a large transaction committed upstream
+    /// at `commit_micros`, not applied yet (`None` once it is): its age
+    /// counts in the lag of the source and of its sinks meanwhile, which
+    /// would otherwise show the last transaction applied before it.
+    pub fn source_receiving(&self, source: &str, commit_micros: Option<i64>) {
+        let mut f = self.freshness.lock().unwrap_or_else(|p| p.into_inner());
+        match commit_micros {
+            Some(at) => f.receiving.insert(source.to_string(), at),
+            None => f.receiving.remove(source),
+        };
+    }
+
+    /// The age in microseconds of the transaction `source` is receiving.
+    fn receiving_for(&self, source: &str) -> Option<i64> {
+        let f = self.freshness.lock().unwrap_or_else(|p| p.into_inner());
+        f.receiving
+            .get(source)
+            .map(|at| unix_micros().saturating_sub(*at).max(0))
     }
 
     /// Source `source` applied the transaction at `pos`, committed
@@ -220,12 +250,16 @@ impl StatusBoard {
     pub fn sink_lag_seconds(&self, sink: &str) -> Option<f64> {
         let f = self.freshness.lock().unwrap_or_else(|p| p.into_inner());
         let s = f.sinks.get(sink)?;
-        let pending = f.commits.get(&s.source).and_then(|commits| {
-            let i = commits.partition_point(|(p, _)| *p <= s.position);
-            commits
-                .get(i)
-                .map(|(_, at)| unix_micros().saturating_sub(*at).max(0))
-        });
+        let pending = f
+            .commits
+            .get(&s.source)
+            .and_then(|commits| {
+                let i = commits.partition_point(|(p, _)| *p <= s.position);
+                commits.get(i).map(|(_, at)| *at)
+            })
+            // A large transaction the source is receiving is behind it.
+            .or_else(|| f.receiving.get(&s.source).copied())
+            .map(|at| unix_micros().saturating_sub(at).max(0));
         let last = s
             .last_delay
             .filter(|(_, at)| at.elapsed() <= RATE_WINDOW)
@@ -293,6 +327,32 @@ mod tests {
         assert!((1.0..1.5).contains(&lag), "{lag}");
         board.source_committed("src", Position::from_u64(30), unix_micros());
         board.sink_committed("snk", "src", Position::from_u64(30), true);
+        assert!(board.sink_lag_seconds("snk").unwrap() < 0.5);
+    }
+
+    #[test]
+    fn a_large_transaction_being_received_counts_in_the_lag() {
+        let board = StatusBoard::default();
+        assert_eq!(board.lag_seconds("src"), None);
+        // Applied 1 s after its commit, just now.
+        board.count(
+            ObjectKind::Source,
+            "src",
+            1,
+            Some(unix_micros() - 1_000_000),
+        );
+        let lag = board.lag_seconds("src").unwrap();
+        assert!((0.9..2.0).contains(&lag), "{lag}");
+        board.sink_committed("snk", "src", Position::from_u64(10), false);
+        // Receiving one committed 30 s ago: the source and its sink are
+        // 30 s behind until it is applied.
+        board.source_receiving("src", Some(unix_micros() - 30_000_000));
+        let lag = board.lag_seconds("src").unwrap();
+        assert!((29.0..31.0).contains(&lag), "{lag}");
+        let lag = board.sink_lag_seconds("snk").unwrap();
+        assert!((29.0..31.0).contains(&lag), "{lag}");
+        board.source_receiving("src", None);
+        assert!(board.lag_seconds("src").unwrap() < 2.0);
         assert!(board.sink_lag_seconds("snk").unwrap() < 0.5);
     }
 }

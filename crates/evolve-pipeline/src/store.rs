@@ -120,6 +120,11 @@ pub struct ColumnInfo {
     pub as_text: bool,
     /// Part of the key (primary key or replica identity index).
     pub key: bool,
+    /// An enum column's labels when it was pinned, in their sort order:
+    /// renaming one upstream changes documents without a row change.
+    /// `None` for other types, and for tables pinned before labels were
+    /// kept.
+    pub labels: Option<Vec<String>>,
 }
 
 /// The lifecycle of a table.
@@ -296,6 +301,7 @@ impl ColumnInfo {
             excluded: false,
             as_text: false,
             key,
+            labels: None,
         }
     }
 }
@@ -2139,6 +2145,7 @@ fn columns_to_json(columns: &[ColumnInfo]) -> String {
                 "excluded": c.excluded,
                 "as_text": c.as_text,
                 "key": c.key,
+                "labels": c.labels,
             })
         })
         .collect();
@@ -2160,6 +2167,16 @@ fn columns_from_json(text: &str) -> Option<Vec<ColumnInfo>> {
             excluded: c.get("excluded")?.as_bool()?,
             as_text: c.get("as_text")?.as_bool()?,
             key: c.get("key")?.as_bool()?,
+            labels: match c.get("labels") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(labels) => Some(
+                    labels
+                        .as_array()?
+                        .iter()
+                        .map(|l| l.as_str().map(str::to_string))
+                        .collect::<Option<Vec<_>>>()?,
+                ),
+            },
         });
     }
     Some(out)
@@ -2267,6 +2284,7 @@ mod tests {
                 excluded: false,
                 as_text: false,
                 key: true,
+                labels: None,
             }],
             state: TableState::Pending,
             error: None,

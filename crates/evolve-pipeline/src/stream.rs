@@ -187,6 +187,8 @@ async fn apply_stream<C: ChangeStream, S>(
     let mut gap_check = tokio::time::interval(GAP_CHECK);
     gap_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ctx.status.set(ObjectKind::Source, &name, "running", None);
+    // A transaction a stream that failed was receiving comes again.
+    ctx.status.source_receiving(&name, None);
     loop {
         tokio::select! {
             // In this order: the tick is never starved by a busy stream,
@@ -257,11 +259,11 @@ async fn apply_stream<C: ChangeStream, S>(
                 let running: Vec<usize> = (0..tables.len())
                     .filter(|&t| tables[t].info.state == TableState::Running)
                     .collect();
-                for (oid, problem) in find_gaps(&mut stream, &tables, &running).await {
-                    for &t in by_oid.get(&oid).map_or(&[][..], Vec::as_slice) {
-                        if tables[t].info.state == TableState::Running {
-                            stall(&ctx.status, store, &mut tables[t], problem.clone())?;
-                        }
+                for (name, problem) in find_gaps(&mut stream, &tables, &running).await {
+                    if let Some(t) = tables.iter().position(|t| t.info.name == name)
+                        && tables[t].info.state == TableState::Running
+                    {
+                        stall(&ctx.status, store, &mut tables[t], problem)?;
                     }
                 }
             }
@@ -292,23 +294,18 @@ async fn apply_stream<C: ChangeStream, S>(
                         .copied()
                         .filter(|&t| {
                             tables[t].info.state == TableState::Running
-                                && read_columns(&tables[t]).iter().any(|c| schema.column(c).is_none())
+                                && read_columns(&tables[t]).any(|c| schema.column(c).is_none())
                         })
                         .collect();
-                    let gap = if lacking.is_empty() {
-                        None
-                    } else {
-                        find_gaps(&mut stream, &tables, &lacking)
-                            .await
-                            .into_iter()
-                            .find(|(oid, _)| *oid == table)
-                            .map(|(_, problem)| problem)
-                    };
-                    on_schema(ctx, store, &mut tables, &by_oid, &mut deferral, table, schema, at, gap)?;
+                    let gaps = find_gaps(&mut stream, &tables, &lacking).await;
+                    on_schema(ctx, store, &mut tables, &by_oid, &mut deferral, table, schema, at, &gaps)?;
                 }
                 SourceEvent::Row { table, change } => {
                     if change.kind != ChangeKind::Truncate {
                         txn_rows += 1;
+                        if txn_rows == RECEIVING_ROWS {
+                            ctx.status.source_receiving(&name, Some(commit_time));
+                        }
                     }
                     // A long transaction does not keep the store locked:
                     // the group before it is committed, and its reads run
@@ -334,6 +331,9 @@ async fn apply_stream<C: ChangeStream, S>(
                     }
                 }
                 SourceEvent::Commit { end } => {
+                    if txn_rows >= RECEIVING_ROWS {
+                        ctx.status.source_receiving(&name, None);
+                    }
                     if let Some(mut t) = txn.take()
                         && !skip
                         && end > applied
@@ -413,6 +413,10 @@ fn record_applied(
         .map_err(|e| PipelineError::store("record applied position", e))?;
     Ok(())
 }
+
+/// Rows after which a transaction being received counts in the lag
+/// figures ([`StatusBoard::source_receiving`]).
+const RECEIVING_ROWS: u64 = 1_000;
 
 /// At most this many upstream transactions share one store commit.
 const GROUP_TRANSACTIONS: usize = 1_000;
@@ -646,13 +650,12 @@ const GAP_CHECK: Duration = Duration::from_secs(5);
 
 /// The columns table `t` reads of its upstream table: its document and
 /// key columns.
-fn read_columns(t: &TableRuntime) -> Vec<String> {
+fn read_columns(t: &TableRuntime) -> impl Iterator<Item = &str> {
     t.info
         .columns
         .iter()
         .filter(|c| !c.excluded || c.key)
-        .map(|c| c.name.clone())
-        .collect()
+        .map(|c| c.name.as_str())
 }
 
 /// The source's gaps ([`ChangeStream::gaps`]) for tables `which`; a
@@ -661,19 +664,11 @@ async fn find_gaps<C: ChangeStream>(
     stream: &mut C,
     tables: &[TableRuntime],
     which: &[usize],
-) -> Vec<(u32, String)> {
+) -> Vec<(String, String)> {
     if which.is_empty() {
         return Vec::new();
     }
-    let mut asked: Vec<(u32, Vec<String>)> = Vec::new();
-    for &t in which {
-        let oid = tables[t].info.upstream_oid;
-        let columns = read_columns(&tables[t]);
-        match asked.iter_mut().find(|(o, _)| *o == oid) {
-            Some((_, all)) => all.extend(columns),
-            None => asked.push((oid, columns)),
-        }
-    }
+    let asked: Vec<&crate::store::TableInfo> = which.iter().map(|&t| &tables[t].info).collect();
     match stream.gaps(&asked).await {
         Ok(gaps) => gaps,
         Err(e) => {
@@ -700,7 +695,7 @@ fn on_schema<S>(
     oid: u32,
     schema: Arc<TableSchema>,
     at: Option<Position>,
-    gap: Option<String>,
+    gaps: &[(String, String)],
 ) -> Result<()> {
     for &t in by_oid.get(&oid).map_or(&[][..], Vec::as_slice) {
         deferral.schema_kept.remove(&t);
@@ -708,12 +703,9 @@ fn on_schema<S>(
             && tables[t].info.state == TableState::Running
             && at.is_none_or(|at| tables[t].applies(at))
         {
-            stall(
-                &ctx.status,
-                store,
-                &mut tables[t],
-                gap.clone().unwrap_or(problem),
-            )?;
+            let gap = gaps.iter().find(|(name, _)| *name == tables[t].info.name);
+            let problem = gap.map_or(problem, |(_, gap)| gap.clone());
+            stall(&ctx.status, store, &mut tables[t], problem)?;
         }
     }
     deferral.schemas.insert(oid, schema);

@@ -87,10 +87,17 @@
 //!
 //! Any number of subscriptions may run; each has its own store connection
 //! and its place on the bus, and the pipeline never waits for one. A
-//! subscription more than [`bus::CAPACITY`] transactions behind the bus is
-//! cut off: an `error` line with code `53400` ends it, and its hint names
-//! the last progress position it sent, from which a new subscription can
-//! resume with `as_of`. At most [`LINES_BUFFERED`] lines wait for the
+//! subscription more than [`bus::CAPACITY`] transactions behind the bus
+//! goes on sending what it has (a snapshot from its read transaction, the
+//! transaction whose lines it is sending) while the reader takes lines,
+//! then reads what it missed from the change feed (after its last
+//! progress line, as `as_of` would) and follows the bus again. It is cut
+//! off when the reader takes nothing for [`READER_STUCK`] while it is
+//! behind, when the feed no longer holds its last progress position, or
+//! when it falls behind again without a progress line since it last read
+//! the feed: an `error` line with code `53400` ends it, and its hint
+//! names the last progress position it sent, from which a new
+//! subscription can resume with `as_of`. At most [`LINES_BUFFERED`] lines wait for the
 //! reader; a snapshot is read from the store as the reader takes it (the
 //! read transaction stays open meanwhile) rather than held in memory.
 //! Dropping the [`Subscription`] ends it.
@@ -142,6 +149,10 @@ const AHEAD_GRACE: Duration = Duration::from_secs(1);
 /// How often a sender blocked on a slow reader checks whether it fell
 /// behind.
 const LAG_CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// How long a subscription behind the bus waits for a reader that takes
+/// nothing before it stops sending.
+pub const READER_STUCK: Duration = Duration::from_secs(5);
 
 /// What to send before the live changes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -397,8 +408,9 @@ enum CatchUp {
     Done,
     /// The reader went away.
     ReaderGone,
-    /// The reader fell behind the bus by this many transactions.
-    Lagged(usize),
+    /// The subscription is this many transactions behind the bus and the
+    /// reader took nothing for [`READER_STUCK`].
+    Stuck(usize),
     /// The store failed.
     Failed(PipelineError),
 }
@@ -425,7 +437,8 @@ enum Event {
 /// Why sending stopped.
 enum Stop {
     ReaderGone,
-    Lagged(usize),
+    /// Behind the bus by this many transactions, the reader taking nothing.
+    Stuck(usize),
     Failed(PipelineError),
 }
 
@@ -502,10 +515,54 @@ impl Follower {
         }
     }
 
+    /// Follows from `start` ([`Follower::follow_from`]); a subscription
+    /// that falls behind the bus at the end of a transaction reads what it
+    /// missed from the change feed, after its last progress line, and
+    /// follows again, as a subscription `as_of` that position would. It
+    /// is cut off when it fell behind in the middle of a transaction's
+    /// lines, when the feed no longer holds that position, or when it has
+    /// sent no progress since it last read the feed (a reader that takes
+    /// nothing).
+    async fn follow(mut self, start: Start, catch_up: JoinHandle<Blocking>) {
+        let mut next = Some((start, catch_up));
+        let mut read_feed_at: Option<Position> = None;
+        while let Some((start, catch_up)) = next.take() {
+            let Some((behind, sent, boundary)) = self.follow_from(start, catch_up).await else {
+                return;
+            };
+            // The reader has everything up to the feed's start too.
+            let last_progress = sent.or(read_feed_at);
+            if !boundary || last_progress.is_none() || last_progress == read_feed_at {
+                return self.cut_off(behind, last_progress).await;
+            }
+            self.opts = SubscribeOptions {
+                snapshot: false,
+                as_of: last_progress,
+            };
+            match self.begin().await {
+                Ok(Begun::Ready(start, catch_up)) => {
+                    tracing::debug!(
+                        materialized_view = %self.name,
+                        behind,
+                        "subscriber fell behind the bus; reading the change feed after its last progress"
+                    );
+                    read_feed_at = last_progress;
+                    next = Some((start, catch_up));
+                }
+                _ => return self.cut_off(behind, last_progress).await,
+            }
+        }
+    }
+
     /// Waits for the lines up to `P` to be sent, then sends the bus's
     /// transactions after `P` until the reader goes, falls behind, or the
-    /// interface is dropped.
-    async fn follow(self, start: Start, catch_up: JoinHandle<Blocking>) {
+    /// interface is dropped. Falling behind returns how far, the last
+    /// progress position sent, and whether it was at a transaction's end.
+    async fn follow_from(
+        &self,
+        start: Start,
+        catch_up: JoinHandle<Blocking>,
+    ) -> Option<(usize, Option<Position>, bool)> {
         let Ok((mut bus, mut store, result, mut last_progress)) = catch_up.await else {
             let line = error_line(
                 "XX000",
@@ -514,15 +571,19 @@ impl Follower {
                 None,
             );
             let _ = self.out.send(line).await;
-            return;
+            return None;
         };
         match result {
             CatchUp::Done => {}
-            CatchUp::ReaderGone => return,
-            CatchUp::Lagged(behind) => return self.cut_off(behind, last_progress).await,
-            CatchUp::Failed(e) => return self.fail(&e).await,
+            CatchUp::ReaderGone => return None,
+            CatchUp::Stuck(behind) => return Some((behind, last_progress, false)),
+            CatchUp::Failed(e) => {
+                self.fail(&e).await;
+                return None;
+            }
         }
         let mut progressed = Instant::now();
+        let mut accepted_at = Instant::now();
         // A position past the last progress line, of transactions that
         // did not change the interface.
         let mut unsent: Option<Position> = None;
@@ -532,12 +593,11 @@ impl Follower {
         loop {
             let behind = bus.len();
             if behind > bus::CAPACITY {
-                drop(bus);
-                return self.cut_off(behind, last_progress).await;
+                return Some((behind, last_progress, true));
             }
             let event = tokio::select! {
                 biased;
-                _ = self.out.closed() => return,
+                _ = self.out.closed() => return None,
                 _ = check.tick() => Event::Check,
                 _ = tokio::time::sleep_until(progressed + PROGRESS_EVERY), if unsent.is_some() => {
                     Event::ProgressDue
@@ -558,9 +618,12 @@ impl Follower {
                                 format!("{} \"{}\" was dropped", ObjectKind::Interface, self.name);
                             let line = error_line("42704", &message, None, None);
                             let _ = self.out.send(line).await;
-                            return;
+                            return None;
                         }
-                        Err(e) => return self.fail(&e).await,
+                        Err(e) => {
+                            self.fail(&e).await;
+                            return None;
+                        }
                     }
                 }
                 Event::ProgressDue => unsent.take(),
@@ -589,23 +652,19 @@ impl Follower {
                     Some(committed.pos)
                 }
                 Event::Received(Err(broadcast::error::RecvError::Lagged(missed))) => {
-                    drop(bus);
-                    let behind = missed as usize + bus::CAPACITY;
-                    return self.cut_off(behind, last_progress).await;
+                    return Some((missed as usize + bus::CAPACITY, last_progress, true));
                 }
-                Event::Received(Err(broadcast::error::RecvError::Closed)) => return,
+                Event::Received(Err(broadcast::error::RecvError::Closed)) => return None,
             };
             if let Some(pos) = progress {
                 lines.push(progress_line(pos));
             }
             for line in lines {
-                match send_live(&self.out, &bus, line).await {
+                match send_live(&self.out, &bus, line, &mut accepted_at).await {
                     Ok(()) => {}
-                    Err(Stop::Lagged(behind)) => {
-                        drop(bus);
-                        return self.cut_off(behind, last_progress).await;
-                    }
-                    Err(_) => return,
+                    // The reader is stuck: cut off, wherever it is.
+                    Err(Stop::Stuck(behind)) => return Some((behind, last_progress, false)),
+                    Err(_) => return None,
                 }
             }
             if progress.is_some() {
@@ -640,21 +699,31 @@ impl Follower {
     }
 }
 
-/// Sends a live line, giving up when the reader went away or the
-/// subscription fell behind the bus while it waited for the reader.
-async fn send_live(out: &mpsc::Sender<Bytes>, bus: &BusReceiver, line: Bytes) -> Result<(), Stop> {
+/// Sends a live line, giving up when the reader went away, or when the
+/// subscription is behind the bus and the reader has taken nothing for
+/// [`READER_STUCK`] (since `accepted_at`, which a line taken moves).
+async fn send_live(
+    out: &mpsc::Sender<Bytes>,
+    bus: &BusReceiver,
+    line: Bytes,
+    accepted_at: &mut Instant,
+) -> Result<(), Stop> {
+    let since = *accepted_at;
     let lagging = async {
         loop {
             tokio::time::sleep(LAG_CHECK_EVERY).await;
             let behind = bus.len();
-            if behind > bus::CAPACITY {
+            if behind > bus::CAPACITY && since.elapsed() >= READER_STUCK {
                 return behind;
             }
         }
     };
     tokio::select! {
-        sent = out.send(line) => sent.map_err(|_| Stop::ReaderGone),
-        behind = lagging => Err(Stop::Lagged(behind)),
+        sent = out.send(line) => {
+            *accepted_at = Instant::now();
+            sent.map_err(|_| Stop::ReaderGone)
+        }
+        behind = lagging => Err(Stop::Stuck(behind)),
     }
 }
 
@@ -726,6 +795,7 @@ impl Job {
             bus: &bus,
             handle: &self.handle,
             last_progress: None,
+            accepted_at: std::time::Instant::now(),
         };
         let result = self.read_and_send(&store.conn, &mut sender, found);
         let last_progress = sender.last_progress;
@@ -758,7 +828,8 @@ impl Job {
         match self.send_start(&tx, &start, sender) {
             Ok(()) => CatchUp::Done,
             Err(Stop::ReaderGone) => CatchUp::ReaderGone,
-            Err(Stop::Lagged(behind)) => CatchUp::Lagged(behind),
+            // Only a stuck reader stops the sending.
+            Err(Stop::Stuck(behind)) => CatchUp::Stuck(behind),
             Err(Stop::Failed(e)) => CatchUp::Failed(e),
         }
     }
@@ -971,19 +1042,27 @@ struct Sender<'a> {
     bus: &'a BusReceiver,
     handle: &'a Handle,
     last_progress: Option<Position>,
+    /// When the reader last took a line: falling behind the bus stops the
+    /// sending only once the reader has taken nothing for
+    /// [`READER_STUCK`] (what the bus sends meanwhile is read from the
+    /// change feed afterwards).
+    accepted_at: std::time::Instant,
 }
 
 impl Sender<'_> {
     fn send(&mut self, line: Bytes) -> Result<(), Stop> {
         let line = match self.out.try_send(line) {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                self.sent();
+                return Ok(());
+            }
             Err(mpsc::error::TrySendError::Closed(_)) => return Err(Stop::ReaderGone),
             Err(mpsc::error::TrySendError::Full(line)) => line,
         };
         loop {
             let behind = self.bus.len();
-            if behind > bus::CAPACITY {
-                return Err(Stop::Lagged(behind));
+            if behind > bus::CAPACITY && self.accepted_at.elapsed() >= READER_STUCK {
+                return Err(Stop::Stuck(behind));
             }
             let reserved = self
                 .handle
@@ -991,12 +1070,17 @@ impl Sender<'_> {
             match reserved {
                 Ok(Ok(permit)) => {
                     permit.send(line);
+                    self.sent();
                     return Ok(());
                 }
                 Ok(Err(_)) => return Err(Stop::ReaderGone),
                 Err(_) => {}
             }
         }
+    }
+
+    fn sent(&mut self) {
+        self.accepted_at = std::time::Instant::now();
     }
 
     /// A progress line at `ts`, unless the last one was at `ts` already.

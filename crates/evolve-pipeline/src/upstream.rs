@@ -10,7 +10,7 @@ use tokio_postgres::Client;
 
 use crate::config::Connection;
 use crate::error::{PipelineError, Result};
-use crate::store::ColumnInfo;
+use crate::store::{ColumnInfo, TableInfo};
 
 /// The session settings under which every text value is read, both by COPY
 /// and by the walsender's output plugin: what `evolve_core::document`
@@ -228,7 +228,27 @@ pub async fn inspect_table(
             kind,
             excluded: false,
             as_text: false,
+            labels: None,
         });
+    }
+    // Enum labels, pinned: renaming one changes documents without a row
+    // change.
+    let labels = client
+        .query(
+            "SELECT a.attname::text, \
+                    ARRAY(SELECT e.enumlabel::text FROM pg_enum e \
+                          WHERE e.enumtypid = a.atttypid ORDER BY e.enumsortorder) \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND t.typtype = 'e'",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| PipelineError::database("read the upstream table's enum labels", &e))?;
+    for row in labels {
+        let name: String = row.get(0);
+        if let Some(c) = columns.iter_mut().find(|c| c.name == name) {
+            c.labels = Some(row.get(1));
+        }
     }
     Ok(UpstreamTable {
         oid,
@@ -404,6 +424,66 @@ impl PublishedTable {
         }
         None
     }
+}
+
+/// Why the documents of table versions `tables` no longer match their
+/// upstream rows without a row change to stream, by table version name:
+/// a label of a pinned enum column that the enum no longer has (renamed
+/// with `ALTER TYPE ... RENAME VALUE`), from the catalog as it is now.
+pub async fn relabeled_enums(
+    client: &Client,
+    tables: &[&TableInfo],
+) -> Result<Vec<(String, String)>> {
+    let types: Vec<u32> = tables
+        .iter()
+        .flat_map(|t| t.columns.iter())
+        .filter(|c| c.labels.is_some() && (!c.excluded || c.key))
+        .map(|c| c.type_oid)
+        .collect();
+    if types.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = client
+        .query(
+            "SELECT t.oid, format_type(t.oid, NULL), \
+                    ARRAY(SELECT e.enumlabel::text FROM pg_enum e \
+                          WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) \
+             FROM pg_type t WHERE t.oid = ANY($1::oid[])",
+            &[&types],
+        )
+        .await
+        .map_err(|e| PipelineError::database("read the upstream enums' labels", &e))?;
+    let mut out = Vec::new();
+    for t in tables {
+        for c in t.columns.iter().filter(|c| !c.excluded || c.key) {
+            let Some(pinned) = &c.labels else { continue };
+            let Some(now) = rows.iter().find(|r| r.get::<_, u32>(0) == c.type_oid) else {
+                continue;
+            };
+            let labels: Vec<String> = now.get(2);
+            let gone: Vec<String> = pinned
+                .iter()
+                .filter(|l| !labels.contains(l))
+                .map(|l| quote_literal(l))
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            let type_name: String = now.get(1);
+            out.push((
+                t.name.clone(),
+                format!(
+                    "enum type {type_name} of column \"{}\" of upstream table \"{}\" no longer has the value{} {} (renamed with ALTER TYPE ... RENAME VALUE), which documents still show; way out: a new version of the table through a replacement (ABSORB = 'auto' makes both)",
+                    c.name,
+                    t.reference(),
+                    if gone.len() == 1 { "" } else { "s" },
+                    gone.join(", ")
+                ),
+            ));
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// What publication `publication` does to the changes of the tables with

@@ -488,7 +488,8 @@ async fn reused_names_and_rewriting_typmods_stall() {
 /// tables they hide, with the setting and the way out, at the next check
 /// (every 5 s) or at the next schema that lacks a read column: a table
 /// removed from the publication, a row filter, a column list, a partition
-/// published as its root, and operations not published. CREATE TABLE
+/// published as its root, operations not published, and an enum value
+/// renamed (a value added is nothing). CREATE TABLE
 /// refuses such a table, and `pipeline check` fails a table removed from
 /// the publication.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -502,6 +503,9 @@ async fn publication_settings_that_hide_changes_stall() {
          CREATE TABLE parts (id int PRIMARY KEY, v int) PARTITION BY RANGE (id);
          CREATE TABLE parts_1 PARTITION OF parts FOR VALUES FROM (0) TO (1000);
          CREATE TABLE deletes (id int PRIMARY KEY, v int);
+         CREATE TYPE mood AS ENUM ('ok', 'sad');
+         CREATE TABLE moods (id int PRIMARY KEY, m mood);
+         INSERT INTO moods VALUES (1, 'sad');
          INSERT INTO removed VALUES (1, 1);
          INSERT INTO filtered VALUES (1, 1);
          INSERT INTO listed VALUES (1, 1, 1);
@@ -523,7 +527,9 @@ async fn publication_settings_that_hide_changes_stall() {
         .create_source(&source, "up", "evo_pub")
         .await
         .unwrap();
-    let names = ["removed", "filtered", "listed", "parts_1", "deletes"];
+    let names = [
+        "removed", "filtered", "listed", "parts_1", "deletes", "moods",
+    ];
     for upstream in names {
         pipeline
             .create_table(&TableSpec {
@@ -559,7 +565,9 @@ async fn publication_settings_that_hide_changes_stall() {
          COMMIT;
          INSERT INTO listed VALUES (2, 2, 2);
          ALTER PUBLICATION evo_pub ADD TABLE parts;
-         ALTER PUBLICATION evo_pub SET (publish_via_partition_root = true);",
+         ALTER PUBLICATION evo_pub SET (publish_via_partition_root = true);
+         ALTER TYPE mood ADD VALUE 'glad';
+         ALTER TYPE mood RENAME VALUE 'sad' TO 'blue';",
     )
     .await
     .unwrap();
@@ -579,6 +587,10 @@ async fn publication_settings_that_hide_changes_stall() {
         (
             "parts_1_v1",
             "publication evo_pub publishes partition public.parts_1 as its partitioned root (publish_via_partition_root), so no change reaches a table over the partition",
+        ),
+        (
+            "moods_v1",
+            "enum type mood of column \"m\" of upstream table \"public.moods\" no longer has the value 'sad' (renamed with ALTER TYPE ... RENAME VALUE), which documents still show",
         ),
     ];
     for (table, reason) in reasons {

@@ -786,11 +786,11 @@ async fn pipeline_check_fails_what_the_statements_would_be_refused() {
     let env = env("check_refusals").await;
     let up = connect(&env.up.url).await;
     let taken = format!("{}_new", env.source);
-    up.batch_execute(&format!(
+    up.batch_execute(
         "CREATE TABLE fine (id int PRIMARY KEY);
          CREATE TABLE parted (id int PRIMARY KEY) PARTITION BY RANGE (id);
-         CREATE TABLE keyless (v int);"
-    ))
+         CREATE TABLE keyless (v int);",
+    )
     .await
     .unwrap();
     up.batch_execute(&format!(

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use evolve_pipeline::{Pipeline, TableSpec, TableState};
 use evolve_pipeline::Position;
 use evolve_pipeline::subscribe::{self, SubscribeError, SubscribeOptions, Subscription};
+use evolve_pipeline::{Pipeline, TableSpec, TableState};
 use serde_json::Value;
 use tokio_postgres::Client;
 
@@ -851,8 +851,8 @@ async fn as_of_out_of_range_is_refused() {
 }
 
 /// A subscriber that never reads is cut off once it is more than the
-/// bus's capacity behind, while the sink keeps committing and a reading
-/// subscriber keeps receiving.
+/// bus's capacity behind and has taken nothing for `READER_STUCK`, while
+/// the sink keeps committing and a reading subscriber keeps receiving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_does_not_read_is_cut_off() {
     let (env, up, pipeline) = setup("sub_slow", 10, None).await;
@@ -907,8 +907,9 @@ async fn a_subscriber_that_does_not_read_is_cut_off() {
     apply(&mut map, &lines);
     assert_eq!(map, documents(&pipeline, "t_json"));
 
-    // The one that never read: what was buffered, then the error, then
-    // the end.
+    // The one that never read, left behind for longer than a reader may
+    // take nothing: what was buffered, then the error, then the end.
+    tokio::time::sleep(subscribe::READER_STUCK + Duration::from_secs(2)).await;
     let mut received = Vec::new();
     let error = loop {
         match next(&mut slow).await {
@@ -949,6 +950,63 @@ async fn a_subscriber_that_does_not_read_is_cut_off() {
         "the hint names the last progress position: {}",
         error.2
     );
+    running.stop().await;
+}
+
+/// A subscriber more than the bus's capacity behind while it still reads
+/// (a snapshot of a busy view taken slowly, a reader that paused for a
+/// moment) is not cut off: once it took what it was sending it reads what
+/// it missed from the change feed and follows on, each change exactly
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_pauses_catches_up_from_the_feed() {
+    let (_env, up, pipeline) = setup("sub_pause", 2000, None).await;
+    let running = Running::start(pipeline.clone());
+    wait_all_running(&pipeline, CONVERGE).await;
+    let mut snap = subscribe::subscribe(&pipeline, "t_json", opts(true, None))
+        .await
+        .unwrap();
+    let mut plain = subscribe::subscribe(&pipeline, "t_json", opts(false, None))
+        .await
+        .unwrap();
+    // Both read slowly (a line each 10 ms) while the bus runs past them.
+    let transactions = subscribe_capacity() + 300;
+    let mut script = String::new();
+    for i in 0..transactions {
+        script.push_str(&format!(
+            "BEGIN; UPDATE t SET n = n + 1 WHERE id = {}; COMMIT;\n",
+            i % 2000 + 1
+        ));
+    }
+    let writer = tokio::spawn(async move {
+        up.batch_execute(&script).await.unwrap();
+        up
+    });
+    let (mut snap_lines, mut plain_lines) = (Vec::new(), Vec::new());
+    while !writer.is_finished() {
+        snap_lines.push(next(&mut snap).await.unwrap());
+        plain_lines.push(next(&mut plain).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let up = writer.await.unwrap();
+    let applied = converged(&up, &pipeline, "t").await;
+    assert!(
+        snap_lines.len() < 2000,
+        "the bus ran past the snapshot while it was read ({} lines read)",
+        snap_lines.len()
+    );
+    snap_lines.extend(read_until(&mut snap, applied).await);
+    plain_lines.extend(read_until(&mut plain, applied).await);
+
+    // The snapshot: every document once, then -1 and +1 per update.
+    assert_eq!(changes(&snap_lines).len(), 2000 + 2 * transactions);
+    let mut map = BTreeMap::new();
+    apply(&mut map, &snap_lines);
+    assert_eq!(map, documents(&pipeline, "t_json"));
+    // The plain one: the updates, each once and in order.
+    assert_eq!(changes(&plain_lines).len(), 2 * transactions);
+    let ts: Vec<Position> = plain_lines.iter().filter_map(Line::ts).collect();
+    assert!(ts.windows(2).all(|w| w[0] <= w[1]), "in order");
     running.stop().await;
 }
 

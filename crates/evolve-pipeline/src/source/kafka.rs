@@ -459,6 +459,7 @@ fn pinned(
             excluded: false,
             as_text: false,
             key: false,
+            labels: None,
         })
         .collect();
     columns.push(key_column(envelope, columns.len()));
@@ -497,6 +498,7 @@ fn key_column(envelope: evolve_core::control::TableEnvelope, fields: usize) -> C
         excluded: true,
         as_text: false,
         key: true,
+        labels: None,
     }
 }
 

@@ -221,19 +221,19 @@ pub trait ChangeStream: Send {
         None
     }
 
-    /// Why the upstream keeps changes of `tables` (each an upstream
-    /// table's id and the columns a table version reads of it) from this
-    /// stream, by table, from its settings as they are now: what no event
-    /// shows (PostgreSQL: a table removed from the publication, a row
-    /// filter, a column list, operations not published, a partition
-    /// published as its root). The engine asks between transactions,
+    /// Why the documents of table versions `tables` (running, of this
+    /// source) stop matching their upstream rows without an event to show
+    /// it, by table version name, from the upstream as it is now
+    /// (PostgreSQL: a table removed from the publication, a row filter, a
+    /// column list, operations not published, a partition published as its
+    /// root, an enum value renamed). The engine asks between transactions,
     /// every few seconds and when a schema lacks a column a table reads,
     /// and stalls each table named with the reason, which says the way
     /// out. None by default.
     fn gaps(
         &mut self,
-        tables: &[(u32, Vec<String>)],
-    ) -> impl Future<Output = Result<Vec<(u32, String)>>> + Send {
+        tables: &[&TableInfo],
+    ) -> impl Future<Output = Result<Vec<(String, String)>>> + Send {
         let _ = tables;
         std::future::ready(Ok(Vec::new()))
     }

@@ -997,6 +997,7 @@ pub async fn inspect_table(
             excluded: false,
             as_text: false,
             key: c.key,
+            labels: None,
         });
     }
     if !columns.iter().any(|c| c.key) {

@@ -42,6 +42,9 @@ impl PostgresSource {
     }
 }
 
+/// How long [`PostgresStream::wait_visible`] waits at most.
+const VISIBLE_WAIT: Duration = Duration::from_secs(10);
+
 fn to_wire(pos: Position) -> pgwire_replication::Lsn {
     pgwire_replication::Lsn::from_u64(pos.lsn().0)
 }
@@ -112,6 +115,7 @@ impl Source for PostgresSource {
             connection: self.connection.clone(),
             catalog: None,
             unnumbered: false,
+            xid: None,
             repl,
             decoder: Decoder::default(),
             queue: VecDeque::new(),
@@ -183,6 +187,9 @@ pub struct PostgresStream {
     catalog: Option<tokio_postgres::Client>,
     /// The queue holds schemas whose columns are not numbered yet.
     unnumbered: bool,
+    /// The transaction being decoded (its xid), and whether catalog
+    /// sessions see it yet ([`PostgresStream::wait_visible`]).
+    xid: Option<(u32, bool)>,
     repl: ReplicationClient,
     decoder: Decoder,
     /// Events decoded and not yet taken (a truncate of several tables).
@@ -224,10 +231,11 @@ impl ChangeStream for PostgresStream {
             match event {
                 ReplicationEvent::Begin {
                     final_lsn,
+                    xid,
                     commit_time_micros,
-                    ..
                 } => {
                     self.in_transaction = true;
+                    self.xid = Some((xid, false));
                     return Ok(SourceEvent::Begin {
                         commit: from_wire(final_lsn),
                         commit_time_micros: unix_micros(commit_time_micros),
@@ -255,6 +263,7 @@ impl ChangeStream for PostgresStream {
                 }
                 ReplicationEvent::Commit { end_lsn, .. } => {
                     self.in_transaction = false;
+                    self.xid = None;
                     return Ok(SourceEvent::Commit {
                         end: from_wire(end_lsn),
                     });
@@ -269,26 +278,43 @@ impl ChangeStream for PostgresStream {
         }
     }
 
-    /// The publication's settings now ([`upstream::publication_gaps`]).
-    async fn gaps(&mut self, tables: &[(u32, Vec<String>)]) -> Result<Vec<(u32, String)>> {
+    /// The publication's settings now ([`upstream::publication_gaps`]),
+    /// including those of the transaction being decoded, and enum values
+    /// renamed since a table pinned them ([`upstream::relabeled_enums`]).
+    async fn gaps(&mut self, tables: &[&TableInfo]) -> Result<Vec<(String, String)>> {
+        self.wait_visible().await?;
         let publication = self.publication.clone();
         let client = self.catalog().await?;
-        let oids: Vec<u32> = tables.iter().map(|(oid, _)| *oid).collect();
+        let mut oids: Vec<u32> = tables.iter().map(|t| t.upstream_oid).collect();
+        oids.sort_unstable();
+        oids.dedup();
         let found = upstream::publication_gaps(client, &publication, &oids).await?;
-        Ok(found
-            .iter()
-            .filter_map(|t| {
-                let (_, columns) = tables.iter().find(|(oid, _)| *oid == t.oid)?;
-                let (problem, fix) =
-                    t.gap(true, |c| columns.iter().any(|n| n == c))?;
-                Some((
-                    t.oid,
+        let mut gaps = Vec::new();
+        for table in tables {
+            let Some(published) = found.iter().find(|p| p.oid == table.upstream_oid) else {
+                continue;
+            };
+            let reads = |c: &str| {
+                table
+                    .columns
+                    .iter()
+                    .any(|p| p.name == c && (!p.excluded || p.key))
+            };
+            if let Some((problem, fix)) = published.gap(true, reads) {
+                gaps.push((
+                    table.name.clone(),
                     format!(
                         "{problem}; way out: {fix} then a new version of the table through a replacement (ABSORB = 'auto' makes both)"
                     ),
-                ))
-            })
-            .collect())
+                ));
+            }
+        }
+        for (name, problem) in upstream::relabeled_enums(client, tables).await? {
+            if !gaps.iter().any(|(n, _)| *n == name) {
+                gaps.push((name, problem));
+            }
+        }
+        Ok(gaps)
     }
 
     fn upstream_confirmed(&self) -> Option<Position> {
@@ -337,6 +363,7 @@ impl PostgresStream {
     /// [`ChangeStream::next`] before it hands out a queued event, again
     /// when a cancelled call was numbering (numbering twice is harmless).
     async fn number_columns(&mut self) -> Result<()> {
+        self.wait_visible().await?;
         for i in 0..self.queue.len() {
             let SourceEvent::Schema { table, schema } = &self.queue[i] else {
                 continue;
@@ -377,6 +404,50 @@ impl PostgresStream {
                 source_name: self.name.clone(),
                 message: "no catalog session".into(),
             })
+    }
+
+    /// Waits until the catalog session sees the transaction being decoded:
+    /// its commit record reaches the stream as soon as it is flushed,
+    /// which can be a moment before the committing session makes it
+    /// visible to others, and the catalog as it was before it (the column
+    /// numbers before a DDL, a publication before its change) would be
+    /// taken for the catalog after it. The xid is widened to 64 bits with
+    /// the epoch of the session's snapshot.
+    async fn wait_visible(&mut self) -> Result<()> {
+        let Some((xid, false)) = self.xid else {
+            return Ok(());
+        };
+        let deadline = tokio::time::Instant::now() + VISIBLE_WAIT;
+        loop {
+            let client = self.catalog().await?;
+            let visible: bool = client
+                .query_one(
+                    "WITH s AS (SELECT pg_current_snapshot() AS snap), \
+                          m AS (SELECT snap, pg_snapshot_xmax(snap)::text::bigint AS xmax FROM s) \
+                     SELECT pg_visible_in_snapshot( \
+                              (((xmax >> 32) - CASE WHEN $1 >= (xmax & 4294967295) THEN 1 ELSE 0 END) \
+                                 * 4294967296 + $1)::text::xid8, snap) \
+                     FROM m",
+                    &[&i64::from(xid)],
+                )
+                .await
+                .map_err(|e| PipelineError::database("wait for a decoded transaction's visibility", &e))?
+                .get(0);
+            if visible {
+                self.xid = Some((xid, true));
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(PipelineError::Replication {
+                    source_name: self.name.clone(),
+                    message: format!(
+                        "transaction {xid}, decoded from the slot, is still not visible to other sessions after {} s",
+                        VISIBLE_WAIT.as_secs()
+                    ),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Table `oid`'s columns by name and `attnum`, from the catalog.
