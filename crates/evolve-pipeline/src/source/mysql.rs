@@ -186,7 +186,11 @@
 //! Character data in utf8mb4, utf8mb3 and ascii is sent as is, latin1
 //! (MySQL's cp1252) is converted to UTF-8; other charsets are refused at
 //! `CREATE TABLE`. Zero dates (`0000-00-00`) have no PostgreSQL value
-//! and are sent as NULL, as Debezium does. MariaDB's JSON, UUID, INET4
+//! and are sent as NULL, as Debezium does; so are the other dates MySQL
+//! may store and PostgreSQL has not (a zero year, month or day,
+//! `2024-00-15`, and a day past its month's end with
+//! `ALLOW_INVALID_DATES`), in DATE, DATETIME and TIMESTAMP columns alike.
+//! MariaDB's JSON, UUID, INET4
 //! and INET6 reach the binlog as plain strings (`longtext`, fixed binary
 //! strings of 16, 4 and 16 bytes): the stream knows them from the
 //! catalog, read when it starts. The binlog drops trailing zero bytes of
@@ -220,7 +224,17 @@
 //!   new` remove `old`; `ALTER TABLE ... RENAME TO` and `RENAME TABLE`
 //!   move the table to its new name, unless the same statement gives its
 //!   name to another table; that, `DROP TABLE` and `CREATE OR REPLACE
-//!   TABLE` remove it. The stream
+//!   TABLE` (also the `... SELECT` form, whose statement comes inside
+//!   the event group that logs the new table's rows) remove it, and `DROP
+//!   DATABASE` every table of the database. A statement that removes or
+//!   replaces rows without logging them (`ALTER TABLE ... TRUNCATE`,
+//!   `DROP`, `EXCHANGE` or `CONVERT PARTITION`, `IMPORT TABLESPACE`), and
+//!   a write logged as its text by a session whose `binlog_format` is
+//!   `STATEMENT` or `MIXED` (`INSERT`, `REPLACE`, `UPDATE`, `DELETE`, `LOAD
+//!   DATA`), stall the tables they write
+//!   ([`SourceEvent::Undecodable`], with the way out): evolve cannot tell
+//!   which rows changed (every table of the source, for a multi-table
+//!   write whose tables this reading cannot tell). The stream
 //!   reads only these forms out of a statement (`parse_ddl`: a tokenizer
 //!   that knows comments, quoting and MySQL's executable comments, not a
 //!   grammar), so a statement it does not know is never an error: it is
@@ -257,7 +271,9 @@
 //! | `TRUNCATE TABLE` | every document of the table is deleted (one change per row downstream); the table goes on |
 //! | `RENAME TABLE a TO b`, `ALTER TABLE a RENAME TO b` | the table goes on, reading `db.b`, after restarts too; drift `table_renamed`: `upstream table "db.a" was renamed to "db.b"` |
 //! | `RENAME TABLE a TO a_old, a_new TO a` (the cut-over of gh-ost and pt-online-schema-change) | the table stalls: `upstream table "db.a" was dropped or replaced by another table of that name; ...`; a version over `db.a` recovers with a minimal diff, which `ABSORB = 'auto'` runs by itself |
-//! | `DROP TABLE`, `CREATE OR REPLACE TABLE` | the table stalls: `upstream table "db.a" was dropped or replaced by another table of that name; ...`; a table re-created under the name is not merged into it |
+//! | `DROP TABLE`, `CREATE OR REPLACE TABLE` (`... SELECT` too), `DROP DATABASE` | the table stalls: `upstream table "db.a" was dropped or replaced by another table of that name; ...`; a table re-created under the name is not merged into it |
+//! | `ALTER TABLE ... TRUNCATE`, `DROP`, `EXCHANGE` or `CONVERT PARTITION`, `IMPORT TABLESPACE` | the table stalls: `ALTER TABLE ... TRUNCATE PARTITION at ... removed or replaced rows of upstream table "db.a" without logging them as rows, ...` (`tests/mysql_statements.rs`) |
+//! | a write by a session with `binlog_format` `STATEMENT` or `MIXED` | the tables it writes stall: `the UPDATE at ... was logged as a statement, not as the rows it changed: ...; set binlog_format = 'ROW' upstream ...` (`tests/mysql_statements.rs`) |
 //!
 //! A renamed table is followed as PostgreSQL's are by their OIDs: the
 //! binlog names tables, so the new name goes into the schema history with
@@ -2046,11 +2062,84 @@ mod tests {
             d("/*!40000 ALTER TABLE orders DROP COLUMN a */"),
             [columns(t("shop", "orders"), &["a"])]
         );
+        // Rows changed without row events: the partition and tablespace
+        // clauses, before the columns and a rename of the same statement.
+        let rows = |tables: &[(&str, &str)], statement: &'static str| Ddl::Rows {
+            tables: tables.iter().map(|(d, n)| t(d, n)).collect(),
+            statement,
+        };
+        assert_eq!(
+            d("ALTER TABLE p TRUNCATE PARTITION p0, p1"),
+            [rows(&[("shop", "p")], "ALTER TABLE ... TRUNCATE PARTITION")]
+        );
+        assert_eq!(
+            d("ALTER TABLE p DROP PARTITION IF EXISTS p0"),
+            [rows(&[("shop", "p")], "ALTER TABLE ... DROP PARTITION")]
+        );
+        assert_eq!(
+            d("ALTER TABLE p EXCHANGE PARTITION p0 WITH TABLE other.swap WITHOUT VALIDATION"),
+            [rows(
+                &[("shop", "p"), ("other", "swap")],
+                "ALTER TABLE ... EXCHANGE PARTITION"
+            )]
+        );
+        assert_eq!(
+            d("ALTER TABLE p CONVERT PARTITION p0 TO TABLE p0_old"),
+            [rows(&[("shop", "p")], "ALTER TABLE ... CONVERT PARTITION")]
+        );
+        assert_eq!(
+            d("ALTER TABLE p CONVERT TABLE q TO PARTITION p2 VALUES LESS THAN (30)"),
+            [
+                rows(
+                    &[("shop", "p")],
+                    "ALTER TABLE ... CONVERT TABLE ... TO PARTITION"
+                ),
+                Ddl::Gone {
+                    table: t("shop", "q"),
+                    to: None
+                }
+            ]
+        );
+        assert_eq!(
+            d("ALTER TABLE p IMPORT TABLESPACE"),
+            [rows(&[("shop", "p")], "ALTER TABLE ... IMPORT TABLESPACE")]
+        );
+        for nothing in [
+            "ALTER TABLE p REORGANIZE PARTITION p0 INTO (PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (10))",
+            "ALTER TABLE p ADD PARTITION (PARTITION p9 VALUES LESS THAN (90))",
+            "ALTER TABLE p REMOVE PARTITIONING",
+            "ALTER TABLE p ALGORITHM=INSTANT, ADD COLUMN x int",
+        ] {
+            assert_eq!(d(nothing), [], "{nothing}");
+        }
+        assert_eq!(
+            d("ALTER TABLE orders DROP COLUMN a, RENAME TO orders_old, ALGORITHM=INSTANT"),
+            [
+                columns(t("shop", "orders"), &["a"]),
+                Ddl::Gone {
+                    table: t("shop", "orders"),
+                    to: Some(t("shop", "orders_old"))
+                }
+            ]
+        );
+        // A database's tables go with it.
+        for sql in [
+            "DROP DATABASE shop2",
+            "drop schema if exists `shop2`",
+            "CREATE OR REPLACE DATABASE shop2",
+        ] {
+            assert_eq!(
+                d(sql),
+                [Ddl::Database {
+                    database: "shop2".into()
+                }],
+                "{sql}"
+            );
+        }
         for nothing in [
             "DROP TEMPORARY TABLE t",
             "CREATE TABLE t (id int)",
             "CREATE TABLE IF NOT EXISTS t (a int)",
-            "DROP DATABASE shop",
             "ALTER DATABASE shop CHARACTER SET utf8mb4",
             "ALTER TABLE",
             "GRANT SELECT ON *.* TO x",
@@ -2060,6 +2149,57 @@ mod tests {
         ] {
             assert_eq!(d(nothing), [], "{nothing}");
         }
+    }
+
+    #[test]
+    fn writes_logged_as_statements_name_the_tables_they_write() {
+        let w = |sql: &str| statement_rows(sql, "shop");
+        let one = |kind: &'static str, d: &str, t: &str| {
+            Some(StatementRows {
+                kind,
+                tables: Some(vec![(d.to_string(), t.to_string())]),
+            })
+        };
+        let unknown = |kind: &'static str| Some(StatementRows { kind, tables: None });
+        assert_eq!(w("INSERT INTO a VALUES (1)"), one("INSERT", "shop", "a"));
+        assert_eq!(
+            w("/* app */ insert low_priority ignore `my db`.`a``b` (x) SELECT 1"),
+            one("INSERT", "my db", "a`b")
+        );
+        assert_eq!(w("REPLACE b SET x = 1"), one("REPLACE", "shop", "b"));
+        assert_eq!(
+            w("UPDATE other.t AS x SET n = 1 WHERE id = 2"),
+            one("UPDATE", "other", "t")
+        );
+        assert_eq!(w("UPDATE IGNORE t x SET n = 1"), one("UPDATE", "shop", "t"));
+        assert_eq!(w("DELETE FROM t WHERE id = 1"), one("DELETE", "shop", "t"));
+        assert_eq!(w("DELETE QUICK FROM t"), one("DELETE", "shop", "t"));
+        assert_eq!(
+            w("LOAD DATA INFILE '/tmp/x' IGNORE INTO TABLE t FIELDS TERMINATED BY ','"),
+            one("LOAD DATA", "shop", "t")
+        );
+        // Several tables: which of them changed is not for this reading.
+        assert_eq!(
+            w("UPDATE a JOIN b ON a.id = b.id SET a.n = b.n"),
+            unknown("UPDATE")
+        );
+        assert_eq!(w("UPDATE a, b SET a.n = 1"), unknown("UPDATE"));
+        assert_eq!(w("DELETE a FROM a JOIN b USING (id)"), unknown("DELETE"));
+        assert_eq!(w("DELETE FROM a USING a JOIN b"), unknown("DELETE"));
+        for nothing in [
+            "BEGIN",
+            "SAVEPOINT x",
+            "ROLLBACK TO SAVEPOINT x",
+            "SELECT 1",
+            "CREATE TABLE t (id int)",
+            "LOAD INDEX INTO CACHE t",
+            "",
+        ] {
+            assert_eq!(w(nothing), None, "{nothing}");
+        }
+        // A long statement is read from its head.
+        let long = format!("INSERT INTO t VALUES {}", "(1, 'x'),".repeat(100_000));
+        assert_eq!(w(&long), one("INSERT", "shop", "t"));
     }
 
     /// `name` as MySQL quotes an identifier: in backticks, a backtick in
@@ -2132,6 +2272,7 @@ mod tests {
         fn statement_readers_never_panic(sql in "\\PC{0,160}") {
             let _ = parse_ddl(&sql, "shop");
             let _ = truncated_table(&sql, "shop");
+            let _ = statement_rows(&sql, "shop");
         }
 
         #[test]
@@ -2148,6 +2289,7 @@ mod tests {
             }
             let _ = parse_ddl(&sql, "shop");
             let _ = truncated_table(&sql, "shop");
+            let _ = statement_rows(&sql, "shop");
         }
 
         /// Any identifier, quoted as MySQL quotes it, comes back as it was.
@@ -2201,6 +2343,30 @@ mod tests {
         assert_eq!(
             value_text(Value::Date(0, 0, 0, 0, 0, 0, 0), &Conv::Date).unwrap(),
             None
+        );
+        // Dates PostgreSQL does not have are NULL, as zero dates are.
+        for (y, m, d) in [
+            (2024, 0, 15),
+            (2024, 2, 0),
+            (2023, 2, 29),
+            (2024, 4, 31),
+            (0, 1, 1),
+        ] {
+            for conv in [Conv::Date, Conv::DateTime, Conv::Timestamp { epoch: false }] {
+                assert_eq!(
+                    value_text(Value::Date(y, m, d, 10, 0, 0, 0), &conv).unwrap(),
+                    None,
+                    "{y}-{m}-{d} {conv:?}"
+                );
+            }
+        }
+        assert_eq!(
+            text(Value::Date(2000, 2, 29, 0, 0, 0, 0), &Conv::Date),
+            "2000-02-29"
+        );
+        assert_eq!(
+            text(Value::Date(1, 1, 1, 0, 0, 0, 0), &Conv::Date),
+            "0001-01-01"
         );
         assert_eq!(
             text(

@@ -126,6 +126,16 @@ pub(super) enum Ddl {
         table: (String, String),
         to: Option<(String, String)>,
     },
+    /// Every table of `database` dropped (`DROP DATABASE`, `CREATE OR
+    /// REPLACE DATABASE`).
+    Database { database: String },
+    /// Rows of `tables` removed or replaced by `statement` (`ALTER TABLE
+    /// ... TRUNCATE PARTITION`, say), which the binlog logs as the
+    /// statement only, never as the rows it changed.
+    Rows {
+        tables: Vec<(String, String)>,
+        statement: &'static str,
+    },
 }
 
 /// A cursor over a statement's tokens.
@@ -213,10 +223,15 @@ impl<'a> Tokens<'a> {
 /// What `sql` (a statement the binlog logged as text, run in database
 /// `default`) does to columns and tables: `ALTER TABLE` with `DROP
 /// [COLUMN]`, `CHANGE [COLUMN]` to another name, `RENAME COLUMN` or
-/// `RENAME [TO]`; `RENAME TABLE`; `DROP TABLE`; `CREATE OR REPLACE
-/// TABLE`. Anything else, and anything this reading does not recognize,
-/// is nothing: the next table map shows added and retyped columns in any
-/// case.
+/// `RENAME [TO]`, and the partition and tablespace clauses that remove or
+/// replace rows without logging them (`TRUNCATE`, `DROP`, `EXCHANGE` and
+/// `CONVERT PARTITION`, `CONVERT TABLE ... TO PARTITION`, `IMPORT`);
+/// `RENAME TABLE`; `DROP TABLE`; `CREATE OR REPLACE TABLE`; `DROP
+/// DATABASE` and `CREATE OR REPLACE DATABASE` (and their `SCHEMA`
+/// spellings). Anything else, and anything this reading does not
+/// recognize, is nothing: the next table map shows added and retyped
+/// columns in any case. Within one `ALTER TABLE`, the rows come first,
+/// then the columns, then a rename.
 pub(super) fn parse_ddl(sql: &str, default: &str) -> Vec<Ddl> {
     let tokens = tokens(sql);
     let mut t = Tokens {
@@ -237,12 +252,38 @@ pub(super) fn parse_ddl(sql: &str, default: &str) -> Vec<Ddl> {
         t.wait();
         let mut removed = Vec::new();
         let mut renamed = None;
+        // Tables whose rows change unlogged, and tables that go.
+        let mut rows: Option<(&'static str, Vec<(String, String)>)> = None;
+        let mut gone = Vec::new();
         for clause in t.clauses() {
             let mut c = Tokens {
                 tokens: clause,
                 at: 0,
             };
-            if c.take("drop") {
+            if c.is(0, "truncate") && c.is(1, "partition") {
+                rows.get_or_insert(("ALTER TABLE ... TRUNCATE PARTITION", Vec::new()));
+            } else if c.is(0, "drop") && c.is(1, "partition") {
+                rows.get_or_insert(("ALTER TABLE ... DROP PARTITION", Vec::new()));
+            } else if c.is(0, "exchange") && c.is(1, "partition") {
+                c.at += 2;
+                let with = c.name().is_some() && c.take("with") && c.take("table");
+                let other = if with { c.table(default) } else { None };
+                let (_, tables) =
+                    rows.get_or_insert(("ALTER TABLE ... EXCHANGE PARTITION", Vec::new()));
+                tables.extend(other);
+            } else if c.is(0, "convert") && c.is(1, "partition") {
+                rows.get_or_insert(("ALTER TABLE ... CONVERT PARTITION", Vec::new()));
+            } else if c.is(0, "convert") && c.is(1, "table") {
+                // Rows of another table move into a partition of this one,
+                // and that table is gone.
+                c.at += 2;
+                if let Some(other) = c.table(default) {
+                    gone.push(other);
+                }
+                rows.get_or_insert(("ALTER TABLE ... CONVERT TABLE ... TO PARTITION", Vec::new()));
+            } else if c.is(0, "import") {
+                rows.get_or_insert(("ALTER TABLE ... IMPORT TABLESPACE", Vec::new()));
+            } else if c.take("drop") {
                 const NOT_COLUMNS: &[&str] = &[
                     "primary",
                     "index",
@@ -287,13 +328,22 @@ pub(super) fn parse_ddl(sql: &str, default: &str) -> Vec<Ddl> {
                 }
             }
         }
+        if let Some((statement, mut tables)) = rows {
+            tables.insert(0, table.clone());
+            out.push(Ddl::Rows { tables, statement });
+        }
+        out.extend(gone.into_iter().map(|table| Ddl::Gone { table, to: None }));
+        if !removed.is_empty() {
+            out.push(Ddl::Columns {
+                table: table.clone(),
+                removed,
+            });
+        }
         if let Some(to) = renamed {
             out.push(Ddl::Gone {
                 table,
                 to: Some(to),
             });
-        } else if !removed.is_empty() {
-            out.push(Ddl::Columns { table, removed });
         }
     } else if t.take("rename") {
         if !(t.take("table") || t.take("tables")) {
@@ -328,6 +378,13 @@ pub(super) fn parse_ddl(sql: &str, default: &str) -> Vec<Ddl> {
             });
         }
     } else if t.take("drop") {
+        if t.take("database") || t.take("schema") {
+            t.if_exists();
+            if let Some(database) = t.name() {
+                out.push(Ddl::Database { database });
+            }
+            return out;
+        }
         if t.take("temporary") || !t.take("table") {
             return out;
         }
@@ -342,6 +399,12 @@ pub(super) fn parse_ddl(sql: &str, default: &str) -> Vec<Ddl> {
             }
         }
     } else if t.take("create") && t.take("or") && t.take("replace") {
+        if t.take("database") || t.take("schema") {
+            if let Some(database) = t.name() {
+                out.push(Ddl::Database { database });
+            }
+            return out;
+        }
         if t.take("temporary") || !t.take("table") {
             return out;
         }
@@ -350,6 +413,86 @@ pub(super) fn parse_ddl(sql: &str, default: &str) -> Vec<Ddl> {
         }
     }
     out
+}
+
+/// A statement that changes rows, logged as its text rather than as the
+/// rows it changed (the session that ran it had `binlog_format`
+/// `STATEMENT` or `MIXED`): `kind` names it (`UPDATE`), `tables` are the
+/// tables it writes when this reading can tell (`INSERT`, `REPLACE` and
+/// `LOAD DATA` into one table, a single-table `UPDATE` or `DELETE`), `None`
+/// when it cannot (a multi-table `UPDATE` or `DELETE`, a form it does not
+/// know).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct StatementRows {
+    pub(super) kind: &'static str,
+    pub(super) tables: Option<Vec<(String, String)>>,
+}
+
+/// The row change `sql` (run in database `default`) makes, when it is one
+/// (see [`StatementRows`]); `None` for any other statement. Reads the
+/// statement's first few thousand characters only: the table comes
+/// before the values.
+pub(super) fn statement_rows(sql: &str, default: &str) -> Option<StatementRows> {
+    let head = sql.char_indices().nth(4096).map_or(sql, |(i, _)| &sql[..i]);
+    let tokens = tokens(head);
+    let mut t = Tokens {
+        tokens: &tokens,
+        at: 0,
+    };
+    let skip = |t: &mut Tokens<'_>, words: &[&str]| while words.iter().any(|w| t.take(w)) {};
+    // What may follow a single table's name (and its alias).
+    const AFTER: &[&str] = &["set", "where", "order", "limit", "returning", "partition"];
+    let single = |t: &mut Tokens<'_>| -> Option<(String, String)> {
+        let table = t.table(default)?;
+        // An alias: `UPDATE t AS x SET`, `UPDATE t x SET`.
+        if t.take("as") || (t.peek(0).is_some() && !AFTER.iter().any(|w| t.is(0, w))) {
+            t.name();
+        }
+        Some(table)
+    };
+    let (kind, tables) = if t.is(0, "insert") || t.is(0, "replace") {
+        let kind = if t.take("insert") {
+            "INSERT"
+        } else {
+            "REPLACE"
+        };
+        t.at = 1;
+        skip(
+            &mut t,
+            &["low_priority", "delayed", "high_priority", "ignore"],
+        );
+        t.take("into");
+        (kind, t.table(default).map(|table| vec![table]))
+    } else if t.take("update") {
+        skip(&mut t, &["low_priority", "ignore"]);
+        let table = single(&mut t).filter(|_| t.is(0, "set"));
+        ("UPDATE", table.map(|table| vec![table]))
+    } else if t.take("delete") {
+        skip(&mut t, &["low_priority", "quick", "ignore"]);
+        let table = if t.take("from") {
+            single(&mut t).filter(|_| t.peek(0).is_none() || AFTER[1..].iter().any(|w| t.is(0, w)))
+        } else {
+            None
+        };
+        ("DELETE", table.map(|table| vec![table]))
+    } else if t.take("load") {
+        if !(t.take("data") || t.take("xml")) {
+            return None;
+        }
+        let mut table = None;
+        while let Some(token) = t.peek(0) {
+            t.at += 1;
+            if matches!(token, Token::Word(w) if w.eq_ignore_ascii_case("into")) && t.take("table")
+            {
+                table = t.table(default);
+                break;
+            }
+        }
+        ("LOAD DATA", table.map(|table| vec![table]))
+    } else {
+        return None;
+    };
+    Some(StatementRows { kind, tables })
 }
 
 pub(super) fn quote_ident(name: &str) -> String {

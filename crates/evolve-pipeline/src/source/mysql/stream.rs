@@ -365,14 +365,32 @@ impl MysqlStream {
                     }
                 } else if (word == "COMMIT" || word == "ROLLBACK") && self.in_transaction {
                     self.push_commit(log_pos)?;
-                } else if !self.in_transaction {
+                } else if let Some(rows) = statement_rows(&sql, &query.schema()) {
+                    // Row-based logging never logs these as text.
+                    let at = self.event_at(&header);
+                    let inside = self.in_transaction;
+                    self.on_statement_rows(rows, &at, header.timestamp(), log_pos)?;
+                    if !inside {
+                        self.finish_group()?;
+                    }
+                } else if self.in_transaction {
+                    // DDL within an event group that also logs rows
+                    // (`CREATE OR REPLACE TABLE ... SELECT`): the table it
+                    // replaces is gone before the new one's rows.
+                    let ddl = parse_ddl(&sql, &query.schema());
+                    if !ddl.is_empty() {
+                        let at = self.event_at(&header);
+                        self.on_ddl(ddl, &at, header.timestamp(), log_pos)?;
+                    }
+                } else {
                     let default = query.schema();
                     if let Some((database, table)) = truncated_table(&sql, &default) {
                         self.on_truncate(&database, &table, header.timestamp(), log_pos)?;
                     } else {
                         let ddl = parse_ddl(&sql, &default);
                         if !ddl.is_empty() {
-                            self.on_ddl(ddl, header.timestamp(), log_pos)?;
+                            let at = self.event_at(&header);
+                            self.on_ddl(ddl, &at, header.timestamp(), log_pos)?;
                         }
                     }
                     // A statement outside a transaction is an event group
@@ -520,17 +538,40 @@ impl MysqlStream {
     }
 
     /// A DDL statement that drops or renames columns of a table the
-    /// catalog reads, or drops or renames the table: a transaction of its
-    /// own, at the statement's position, with the table's schema after it
-    /// (see the module docs, "Schema changes").
-    fn on_ddl(&mut self, ddl: Vec<Ddl>, timestamp: u32, log_pos: u32) -> Result<()> {
+    /// catalog reads, drops or renames the table (or its database), or
+    /// changes its rows without logging them (a partition truncated): a
+    /// transaction of its own at the statement's position (`at` names it
+    /// in errors), or part of the one it is in (`CREATE OR REPLACE TABLE
+    /// ... SELECT`), with the table's schema after it (see the module
+    /// docs, "Schema changes"), or the table's stall.
+    fn on_ddl(&mut self, ddl: Vec<Ddl>, at: &str, timestamp: u32, log_pos: u32) -> Result<()> {
+        // Each table's schema after the changes so far, in the order
+        // they came: a statement's changes apply one after the other.
         let mut schemas: Vec<(u32, TableSchema)> = Vec::new();
+        let mut stalls: Vec<(u32, String)> = Vec::new();
+        fn set(schemas: &mut Vec<(u32, TableSchema)>, oid: u32, schema: TableSchema) {
+            match schemas.iter_mut().find(|(o, _)| *o == oid) {
+                Some((_, s)) => *s = schema,
+                None => schemas.push((oid, schema)),
+            }
+        }
         for change in ddl {
+            let current = |schemas: &Vec<(u32, TableSchema)>, oid: u32| -> Option<TableSchema> {
+                schemas
+                    .iter()
+                    .find(|(o, _)| *o == oid)
+                    .map(|(_, s)| s.clone())
+                    .or_else(|| {
+                        self.schemas
+                            .get(&oid)
+                            .or_else(|| self.base.get(&oid))
+                            .map(|s| (**s).clone())
+                    })
+            };
             match change {
                 Ddl::Columns { table, removed } => {
                     for oid in self.ids_of(&table.0, &table.1) {
-                        let Some(before) = self.schemas.get(&oid).or_else(|| self.base.get(&oid))
-                        else {
+                        let Some(before) = current(&schemas, oid) else {
                             continue;
                         };
                         // Sent even when `before` lacks the columns
@@ -543,14 +584,7 @@ impl MysqlStream {
                             .filter(|c| !removed.iter().any(|r| r.eq_ignore_ascii_case(&c.name)))
                             .cloned()
                             .collect();
-                        schemas.push((
-                            oid,
-                            TableSchema {
-                                schema: before.schema.clone(),
-                                name: before.name.clone(),
-                                columns,
-                            },
-                        ));
+                        set(&mut schemas, oid, TableSchema { columns, ..before });
                     }
                 }
                 // Renamed on its own: followed. Its ids move to the new
@@ -562,17 +596,15 @@ impl MysqlStream {
                 } => {
                     let oids = self.names.remove(&table).unwrap_or_default();
                     for &oid in &oids {
-                        if let Some(before) = self.schemas.get(&oid).or_else(|| self.base.get(&oid))
+                        if let Some(before) = current(&schemas, oid)
                             && !before.columns.is_empty()
                         {
-                            schemas.push((
-                                oid,
-                                TableSchema {
-                                    schema: to.0.clone(),
-                                    name: to.1.clone(),
-                                    columns: before.columns.clone(),
-                                },
-                            ));
+                            let schema = TableSchema {
+                                schema: to.0.clone(),
+                                name: to.1.clone(),
+                                columns: before.columns,
+                            };
+                            set(&mut schemas, oid, schema);
                         }
                     }
                     let ids = self.names.entry(to).or_default();
@@ -588,19 +620,47 @@ impl MysqlStream {
                 // is not read under these ids.
                 Ddl::Gone { table, to: None } => {
                     for oid in self.names.remove(&table).unwrap_or_default() {
-                        schemas.push((
-                            oid,
-                            TableSchema {
-                                schema: table.0.clone(),
-                                name: table.1.clone(),
-                                columns: Vec::new(),
-                            },
-                        ));
+                        set(&mut schemas, oid, gone_schema(&table));
+                    }
+                }
+                // Every table of the database is gone with it.
+                Ddl::Database { database } => {
+                    let mut dropped: Vec<(String, String)> = self
+                        .names
+                        .keys()
+                        .filter(|(db, _)| *db == database)
+                        .cloned()
+                        .collect();
+                    dropped.sort();
+                    for table in dropped {
+                        for oid in self.names.remove(&table).unwrap_or_default() {
+                            set(&mut schemas, oid, gone_schema(&table));
+                        }
+                    }
+                }
+                // Rows changed that the binlog does not show: the table
+                // cannot follow them.
+                Ddl::Rows { tables, statement } => {
+                    for (database, table) in tables {
+                        for oid in self.ids_of(&database, &table) {
+                            stalls.push((
+                                oid,
+                                format!(
+                                    "{statement} at {at} removed or replaced rows of upstream table \"{database}.{table}\" without logging them as rows, so evolve cannot tell which; create the table again (a new table version's snapshot reads the table as it is)"
+                                ),
+                            ));
+                        }
                     }
                 }
             }
         }
         let mut events = Vec::new();
+        for (oid, problem) in stalls {
+            events.push(SourceEvent::Undecodable {
+                table: oid,
+                problem,
+            });
+        }
         for (oid, schema) in schemas {
             let schema = Arc::new(schema);
             self.schemas.insert(oid, Arc::clone(&schema));
@@ -612,11 +672,74 @@ impl MysqlStream {
         if events.is_empty() {
             return Ok(());
         }
+        if self.in_transaction {
+            self.queue.extend(events);
+            return Ok(());
+        }
         self.begin(timestamp)?;
         self.queue.extend(events);
         self.push_commit(log_pos)
     }
 
+    /// A statement that changed rows was logged as its text (`rows`), not
+    /// as the rows it changed: every table of the source it may have
+    /// written stalls at it, rather than missing its changes. A part of the
+    /// transaction it is in, or a transaction of its own.
+    fn on_statement_rows(
+        &mut self,
+        rows: StatementRows,
+        at: &str,
+        timestamp: u32,
+        log_pos: u32,
+    ) -> Result<()> {
+        let mut oids: Vec<u32> = match &rows.tables {
+            Some(tables) => tables
+                .iter()
+                .flat_map(|(database, table)| self.ids_of(database, table))
+                .collect(),
+            None => self.wanted.keys().copied().collect(),
+        };
+        oids.sort_unstable();
+        oids.dedup();
+        if oids.is_empty() {
+            return Ok(());
+        }
+        let which = if rows.tables.is_some() {
+            ""
+        } else {
+            " (evolve cannot tell which tables it wrote, so every table of the source stalls)"
+        };
+        let problem = format!(
+            "the {} at {at} was logged as a statement, not as the rows it changed{which}: the session that ran it had binlog_format STATEMENT or MIXED; set binlog_format = 'ROW' upstream (SET GLOBAL binlog_format = 'ROW' and in the server's configuration file; sessions keep theirs until they reconnect), then create the table again (a new table version's snapshot reads the table as it is)",
+            rows.kind
+        );
+        let inside = self.in_transaction;
+        if !inside {
+            self.begin(timestamp)?;
+        }
+        for table in oids {
+            self.queue.push_back(SourceEvent::Undecodable {
+                table,
+                problem: problem.clone(),
+            });
+        }
+        if !inside {
+            self.push_commit(log_pos)?;
+        }
+        Ok(())
+    }
+}
+
+/// The schema without columns that says `table` is gone.
+fn gone_schema(table: &(String, String)) -> TableSchema {
+    TableSchema {
+        schema: table.0.clone(),
+        name: table.1.clone(),
+        columns: Vec::new(),
+    }
+}
+
+impl MysqlStream {
     fn on_table_map(&mut self, map: TableMapEvent<'static>) -> Result<()> {
         let id = map.table_id();
         if let Some((known, mapped)) = self.maps.get(&id)

@@ -351,6 +351,23 @@ pub(super) fn datetime_text(
     out
 }
 
+/// Whether year `y`, month `m`, day `d` is a date PostgreSQL has. MySQL
+/// stores dates with a zero year, month or day (`2024-00-15`, `0000-00-00`)
+/// unless `sql_mode` has `NO_ZERO_IN_DATE` and `NO_ZERO_DATE`, and days
+/// past their month's end (`2024-02-31`) with `ALLOW_INVALID_DATES`; they
+/// are sent as NULL, as zero dates are.
+fn real_date(y: u16, m: u8, d: u8) -> bool {
+    let leap = y.is_multiple_of(4) && (!y.is_multiple_of(100) || y.is_multiple_of(400));
+    let days = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    y != 0 && (1..=days).contains(&d)
+}
+
 fn int_text(value: &Value) -> Option<String> {
     match value {
         Value::Int(i) => Some(i.to_string()),
@@ -407,13 +424,13 @@ pub(super) fn value_text(
             .into_bytes()
         }
         Conv::Date => match value {
-            Value::Date(0, 0, 0, ..) => return Ok(None),
+            Value::Date(y, m, d, ..) if !real_date(y, m, d) => return Ok(None),
             Value::Date(y, m, d, ..) => format!("{y:04}-{m:02}-{d:02}").into_bytes(),
             Value::Bytes(b) => b,
             other => return Err(unexpected(&other)),
         },
         Conv::DateTime => match value {
-            Value::Date(0, 0, 0, ..) => return Ok(None),
+            Value::Date(y, m, d, ..) if !real_date(y, m, d) => return Ok(None),
             Value::Date(y, mo, d, h, mi, s, us) => {
                 let (mo, d, h, mi, s) = (mo.into(), d.into(), h.into(), mi.into(), s.into());
                 datetime_text(y.into(), mo, d, h, mi, s, us, b"")
@@ -436,7 +453,7 @@ pub(super) fn value_text(
             datetime_text(y, mo, d, t / 3600, t % 3600 / 60, t % 60, micros, b"+00")
         }
         Conv::Timestamp { epoch: false } => match value {
-            Value::Date(0, 0, 0, ..) => return Ok(None),
+            Value::Date(y, m, d, ..) if !real_date(y, m, d) => return Ok(None),
             Value::Date(y, mo, d, h, mi, s, us) => {
                 let (mo, d, h, mi, s) = (mo.into(), d.into(), h.into(), mi.into(), s.into());
                 datetime_text(y.into(), mo, d, h, mi, s, us, b"+00")
