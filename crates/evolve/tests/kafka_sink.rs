@@ -844,3 +844,178 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// An admin client of the shared broker.
+async fn admin() -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker().await.bootstrap())
+        .create()
+        .unwrap()
+}
+
+/// Runs one admin request of the shared broker and checks each answer.
+macro_rules! admin_ok {
+    ($call:ident, $arg:expr) => {
+        for r in admin()
+            .await
+            .$call($arg, &rdkafka::admin::AdminOptions::new())
+            .await
+            .unwrap()
+        {
+            r.unwrap();
+        }
+    };
+}
+
+/// Waits until sink `name` is retrying with an error that contains
+/// `needle`; that error.
+async fn wait_sink_error(admin: &str, name: &str, needle: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let sink = object(admin, "sink", name).await.unwrap();
+        if let Some(error) = sink["error"].as_str()
+            && sink["state"] == "retrying"
+            && error.contains(needle)
+        {
+            return error.to_string();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "sink {name} not retrying with {needle:?} after 90 s: {sink}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Partitions added to the topic: the keys stay on the partition they
+/// were loaded into (a key's tombstone lands beside its value, so the
+/// compacted topic drops it), across a restart. The topic deleted under
+/// the running sink, then created again empty: the sink stops, retrying,
+/// with the way out, instead of writing only the later changes into a
+/// topic that lost the rest; DROP SINK and CREATE SINK write it anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_repartitioned_or_deleted_under_the_sink_loses_no_key() {
+    use rdkafka::admin::{NewPartitions, NewTopic, TopicReplication};
+    let env = env("kafka_topic_lost").await;
+    with_kafka(&env).await;
+    env.up
+        .batch_execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL, total numeric(10,2));
+             INSERT INTO orders SELECT i, 'c' || i, i FROM generate_series(1, 50) i;",
+        )
+        .await
+        .unwrap();
+    let mut pipeline = Pipeline::start(&env.config);
+    let topic = "orders_topic_lost";
+    setup(
+        &env,
+        &pipeline.url,
+        "src_topic_lost",
+        &format!("CREATE SINK lost FROM orders_json INTO KAFKA CONNECTION k (TOPIC '{topic}');"),
+    )
+    .await;
+    wait_records(topic, 50).await;
+    admin_ok!(create_partitions, &[NewPartitions::new(topic, 3)]);
+    pipeline.terminate();
+    let pipeline = Pipeline::start(&env.config);
+    let url = pipeline.url.clone();
+    wait_all_running(&url).await;
+    env.up
+        .batch_execute("DELETE FROM orders WHERE id <= 20")
+        .await
+        .unwrap();
+    let all = wait_records(topic, 70).await;
+    assert!(
+        all.iter().all(|r| r.partition == 0),
+        "records on other partitions than the load's: {:?}",
+        all.iter()
+            .filter(|r| r.partition != 0)
+            .map(|r| (r.partition, r.key_text()))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(duplicates(&all), 0);
+    assert_eq!(folded(&all), upstream(&env).await);
+
+    admin_ok!(delete_topics, &[topic]);
+    env.up
+        .batch_execute("UPDATE orders SET total = 0 WHERE id = 21")
+        .await
+        .unwrap();
+    let error = wait_sink_error(&url, "lost", "does not exist").await;
+    assert!(
+        error.starts_with(&format!(
+            "ERROR: Kafka topic \"{topic}\" of sink \"lost\" does not exist, though the sink wrote the interface into it up to "
+        )) && error.ends_with("DROP SINK and CREATE SINK to write the interface anew"),
+        "{error}"
+    );
+    assert!(!error.contains('\n'), "{error}");
+    // Created again (by an operator, or a broker that creates topics on
+    // first use): empty, which the sink tells from its own topic.
+    admin_ok!(
+        create_topics,
+        &[NewTopic::new(topic, 1, TopicReplication::Fixed(1))]
+    );
+    wait_sink_error(&url, "lost", "is empty from its start").await;
+    assert!(records(topic).await.is_empty());
+    sql_ok(
+        &url,
+        &[
+            "-c",
+            &format!(
+                "DROP SINK lost; CREATE SINK lost FROM orders_json INTO KAFKA CONNECTION k (TOPIC '{topic}');"
+            ),
+        ],
+    )
+    .await;
+    let anew = wait_records(topic, 30).await;
+    assert_eq!(folded(&anew), upstream(&env).await);
+    drop(pipeline);
+}
+
+/// A document larger than the topic takes: the sink retries with one line
+/// naming the key, its size and the way out; raising the topic's
+/// `max.message.bytes` (past the 1,000,000 bytes librdkafka sends by
+/// default) lets it through, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_larger_than_the_topic_takes_names_the_way_out() {
+    use rdkafka::admin::{AlterConfig, ResourceSpecifier};
+    let env = env("kafka_large").await;
+    with_kafka(&env).await;
+    env.up
+        .batch_execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL, total numeric(10,2));
+             INSERT INTO orders SELECT i, 'c' || i, i FROM generate_series(1, 10) i;",
+        )
+        .await
+        .unwrap();
+    let pipeline = Pipeline::start(&env.config);
+    let url = pipeline.url.clone();
+    let topic = "orders_large";
+    setup(
+        &env,
+        &url,
+        "src_large",
+        &format!("CREATE SINK large FROM orders_json INTO KAFKA CONNECTION k (TOPIC '{topic}');"),
+    )
+    .await;
+    wait_records(topic, 10).await;
+    env.up
+        .batch_execute("INSERT INTO orders VALUES (11, repeat('x', 1100000), 1)")
+        .await
+        .unwrap();
+    let error = wait_sink_error(&url, "large", "max.message.bytes").await;
+    assert!(
+        error.starts_with(r#"ERROR: sink "large" cannot write its record for key {"id":11} (1100"#)
+            && error.contains(&format!("into Kafka topic \"{topic}\", which takes smaller records; it retries: raise the topic's max.message.bytes above 1100")),
+        "{error}"
+    );
+    assert!(!error.contains('\n'), "{error}");
+    admin_ok!(
+        alter_configs,
+        &[AlterConfig::new(ResourceSpecifier::Topic(topic)).set("max.message.bytes", "2000000")]
+    );
+    let all = wait_records(topic, 11).await;
+    assert_eq!(duplicates(&all), 0);
+    assert_eq!(folded(&all), upstream(&env).await);
+    drop(pipeline);
+}

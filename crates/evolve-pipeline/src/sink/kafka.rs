@@ -9,7 +9,9 @@
 //! `enable.idempotence`) writes each [`Sink::write`] (consecutive upstream
 //! transactions) and each [`Sink::load`] as one Kafka transaction: the data
 //! records, then one record of the progress topic (key = the sink's name,
-//! value = `{"position":"0/16B3748"}`), committed together. A
+//! value = `{"position":"0/16B3748","partitions":1,"written":true}`: the
+//! position, the partition count the keys are spread over, and whether
+//! the sink has written a record into its topic), committed together. A
 //! `read_committed` consumer of the topic sees every upstream transaction
 //! whole, once, in commit order per key; [`Sink::position`] is the value of
 //! the sink's last record in the progress topic, read to its end by such a
@@ -18,7 +20,15 @@
 //!
 //! Records: key = the interface key (the key document's JSON), partition
 //! by the murmur2 hash of the key (Java's default partitioner, so every
-//! record of a key lands on one partition, in order), header
+//! record of a key lands on one partition, in order) over the partition
+//! count the sink loaded into, which its progress records keep:
+//! partitions added to the topic later stay empty, since spreading the
+//! keys over them would move a key's later records (its tombstone among
+//! them) to another partition than its earlier ones. A topic that is gone,
+//! that has fewer partitions than that, or that is empty though the sink
+//! wrote records into it (deleted and created again) stops the sink,
+//! retrying, with the way out, rather than have it write only the later
+//! changes into a topic that lost the rest. Header
 //! `evolve-position` = the upstream transaction's position (LSN notation).
 //! `ENVELOPE UPSERT`: value = the document; a delete is a tombstone (no
 //! value). `ENVELOPE DEBEZIUM`: value = `{"before":..,"after":..,"op":..}`
@@ -50,12 +60,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
+use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Header, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::registry::Registry;
@@ -86,7 +97,72 @@ const PROGRESS_READ_TIMEOUT: Duration = Duration::from_secs(120);
 /// The header with the upstream transaction's position.
 const POSITION_HEADER: &str = "evolve-position";
 
-type Producer_ = ThreadedProducer<DefaultProducerContext>;
+type Producer_ = ThreadedProducer<Deliveries>;
+
+/// The largest record the producer sends (librdkafka's `message.max.bytes`,
+/// 1,000,000 by default): the topic's `max.message.bytes` decides which
+/// records it takes, so that raising it is the way to write larger
+/// documents. Under the broker's `socket.request.max.bytes` (100 MiB).
+const MAX_RECORD_BYTES: usize = 100_000_000;
+
+/// A record too large for its topic, the first of a transaction.
+#[derive(Debug)]
+struct TooLarge {
+    /// The record's key, as text, cut to 100 characters.
+    key: String,
+    /// The record's key and value, in bytes.
+    bytes: usize,
+}
+
+/// The producer's context: remembers the first record refused for its
+/// size (by the brokers, or by the producer past [`MAX_RECORD_BYTES`]), so
+/// that the failed transaction's error names it and the way out.
+#[derive(Default)]
+struct Deliveries {
+    too_large: std::sync::Mutex<Option<TooLarge>>,
+}
+
+impl Deliveries {
+    fn refused(&self, key: Option<&[u8]>, bytes: usize) {
+        let mut too_large = self
+            .too_large
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if too_large.is_none() {
+            *too_large = Some(TooLarge {
+                // Under FORMAT AVRO the key document follows the wire
+                // header and its length, whose control bytes are left out.
+                key: String::from_utf8_lossy(key.unwrap_or_default())
+                    .chars()
+                    .filter(|c| !c.is_control() && *c != char::REPLACEMENT_CHARACTER)
+                    .take(100)
+                    .collect(),
+                bytes,
+            });
+        }
+    }
+
+    fn take(&self) -> Option<TooLarge> {
+        self.too_large
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), m)) =
+            result
+        {
+            self.refused(m.key(), m.key_len() + m.payload_len());
+        }
+    }
+}
 
 /// The librdkafka settings of connection `name`: brokers, TLS, SASL.
 pub(crate) fn client_config(name: &str, connection: &Connection) -> Result<ClientConfig> {
@@ -206,6 +282,18 @@ pub(crate) async fn ensure_topics(
     topic: &str,
 ) -> Result<()> {
     let missing = missing_topics(connection_name, connection, vec![topic.to_string()]).await?;
+    create_topics(connection_name, connection, sink, topic, &missing).await
+}
+
+/// Creates `missing` (the data topic `topic` of `sink` with the broker's
+/// defaults, the progress topic with one compacted partition).
+async fn create_topics(
+    connection_name: &str,
+    connection: &Connection,
+    sink: &str,
+    topic: &str,
+    missing: &[String],
+) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
@@ -286,10 +374,14 @@ fn producer(connection_name: &str, connection: &Connection, sink: &str) -> Resul
             TRANSACTION_TIMEOUT.as_millis().to_string(),
         )
         .set("message.timeout.ms", "300000")
+        .set("message.max.bytes", MAX_RECORD_BYTES.to_string())
         .set("linger.ms", "5")
-        .set("partitioner", "murmur2_random");
+        // evolve creates the topics it writes: a topic deleted under a
+        // running sink must not come back empty from a metadata request
+        // on a broker that creates topics on first use.
+        .set("allow.auto.create.topics", "false");
     config
-        .create()
+        .create_with_context(Deliveries::default())
         .map_err(|e| kafka_error(format!("create the Kafka producer of sink \"{sink}\""), e))
 }
 
@@ -342,7 +434,13 @@ fn send(producer: &Producer_, mut record: BaseRecord<'_, [u8], [u8]>) -> Result<
                 record = r;
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err((e, _)) => return Err(kafka_error("queue a Kafka record".into(), e)),
+            Err((e, r)) => {
+                if let KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge) = e {
+                    let bytes = r.key.map_or(0, <[u8]>::len) + r.payload.map_or(0, <[u8]>::len);
+                    producer.context().refused(r.key, bytes);
+                }
+                return Err(kafka_error("queue a Kafka record".into(), e));
+            }
         }
     }
 }
@@ -356,6 +454,9 @@ struct Encoding {
     envelope: KafkaEnvelope,
     /// `FORMAT AVRO`: the key and value schemas' ids.
     avro: Option<(u32, u32)>,
+    /// The partitions the keys are spread over (see [`partition`]); known
+    /// once [`Sink::position`] has read the sink's progress.
+    partitions: i32,
 }
 
 impl Encoding {
@@ -402,6 +503,11 @@ pub(crate) struct KafkaSink {
     target: KafkaTarget,
     producer: Arc<Producer_>,
     encoding: Encoding,
+    /// The topic did not exist when the sink opened: it is created when
+    /// the sink has no position, else the sink stops.
+    topic_missing: bool,
+    /// Whether the sink has committed a record into its topic.
+    written: bool,
 }
 
 impl KafkaSink {
@@ -418,7 +524,23 @@ impl KafkaSink {
                 message: "a Kafka sink without a topic: the state store is damaged".into(),
             });
         };
-        ensure_topics(&sink.connection, connection, &sink.name, &target.topic).await?;
+        // The progress topic is created here; the data topic when the
+        // sink's progress says it has never been written (`position`).
+        let missing =
+            missing_topics(&sink.connection, connection, vec![target.topic.clone()]).await?;
+        let topic_missing = missing.contains(&target.topic);
+        let progress_missing: Vec<String> = missing
+            .into_iter()
+            .filter(|t| t == PROGRESS_TOPIC)
+            .collect();
+        create_topics(
+            &sink.connection,
+            connection,
+            &sink.name,
+            &target.topic,
+            &progress_missing,
+        )
+        .await?;
         let avro = match (&target.registry, registry) {
             (Some(name), Some(registry)) => {
                 Some(register_avro_schemas(name, registry, &sink.interface, &target).await?)
@@ -427,13 +549,13 @@ impl KafkaSink {
         };
         let producer = Arc::new(producer(&sink.connection, connection, &sink.name)?);
         let p = producer.clone();
-        let (name, topic) = (sink.name.clone(), target.topic.clone());
+        let name = sink.name.clone();
         blocking("start the Kafka producer", move || {
             // Connected first: librdkafka asks for the transaction
             // coordinator through a broker that is up, and a producer that
             // has none yet looks again only 500 ms later.
             p.client()
-                .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
+                .fetch_metadata(Some(PROGRESS_TOPIC), METADATA_TIMEOUT)
                 .map_err(|e| {
                     kafka_error(format!("connect the Kafka producer of sink \"{name}\""), e)
                 })?;
@@ -452,11 +574,165 @@ impl KafkaSink {
             encoding: Encoding {
                 envelope: target.envelope,
                 avro,
+                partitions: 0,
             },
             target,
             producer,
+            topic_missing,
+            written: false,
         })
     }
+
+    /// The number of partitions of the sink's topic (0 when it does not
+    /// exist), and whether every one of them is empty from its start
+    /// (its end offset 0: nothing was ever written into it).
+    async fn topic_partitions(&self) -> Result<(i32, bool)> {
+        let config = client_config(&self.connection_name, &self.connection)?;
+        let (name, topic) = (self.name.clone(), self.target.topic.clone());
+        blocking("read the Kafka sink's topic", move || {
+            let fail = |e: KafkaError| {
+                kafka_error(
+                    format!("read the partitions of topic \"{topic}\" of sink \"{name}\""),
+                    e,
+                )
+            };
+            let consumer: BaseConsumer = config.create().map_err(fail)?;
+            let metadata = consumer
+                .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
+                .map_err(fail)?;
+            let partitions = metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none())
+                .map_or(0, |t| t.partitions().len() as i32);
+            let mut never_written = true;
+            for p in 0..partitions {
+                let (_, high) = consumer
+                    .fetch_watermarks(&topic, p, METADATA_TIMEOUT)
+                    .map_err(fail)?;
+                never_written &= high == 0;
+            }
+            Ok((partitions, never_written))
+        })
+        .await
+    }
+
+    /// The sink stops at `problem` with its topic: one line, with the way
+    /// out.
+    fn topic_lost(&self, problem: String) -> PipelineError {
+        PipelineError::Refused {
+            sqlstate: "55000",
+            primary: format!(
+                "Kafka topic \"{}\" of sink \"{}\" {problem}; the sink waits rather than write only later changes into it: DROP SINK and CREATE SINK to write the interface anew",
+                self.target.topic, self.name
+            ),
+            detail: None,
+            hint: None,
+        }
+    }
+
+    /// Checks the sink's topic against its progress (see the module's
+    /// documentation), creates it when the sink has never written, and
+    /// sets the partitions the keys are spread over.
+    async fn check_topic(&mut self, progress: Option<Progress>) -> Result<()> {
+        let (mut partitions, never_written) = self.topic_partitions().await?;
+        if let Some(p) = &progress {
+            if partitions == 0 {
+                return Err(self.topic_lost(format!(
+                    "does not exist, though the sink wrote the interface into it up to {}",
+                    p.position
+                )));
+            }
+            if let Some(pinned) = p.partitions
+                && partitions < pinned
+            {
+                return Err(self.topic_lost(format!(
+                    "has {partitions} partition(s), fewer than the {pinned} the sink spread its keys over: it was deleted and created again"
+                )));
+            }
+            if p.written && never_written {
+                return Err(self.topic_lost(format!(
+                    "is empty from its start, though the sink wrote the interface into it up to {}: it was deleted and created again",
+                    p.position
+                )));
+            }
+        } else if partitions == 0 || self.topic_missing {
+            create_topics(
+                &self.connection_name,
+                &self.connection,
+                &self.name,
+                &self.target.topic,
+                std::slice::from_ref(&self.target.topic),
+            )
+            .await?;
+            let deadline = Instant::now() + OPERATION_TIMEOUT;
+            while partitions == 0 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                partitions = self.topic_partitions().await?.0;
+            }
+            if partitions == 0 {
+                return Err(kafka_error(
+                    format!(
+                        "create Kafka topic \"{}\" of sink \"{}\"",
+                        self.target.topic, self.name
+                    ),
+                    format!(
+                        "it has no partitions {}s after it was created; retried",
+                        OPERATION_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+        }
+        let pinned = progress
+            .as_ref()
+            .and_then(|p| p.partitions)
+            .unwrap_or(partitions);
+        if partitions > pinned {
+            tracing::warn!(
+                sink = self.name,
+                topic = self.target.topic,
+                "Kafka topic \"{}\" has {partitions} partitions; sink \"{}\" keeps each key on its partition among the first {pinned}, which it loaded into (DROP SINK and CREATE SINK into a new topic to spread the keys over more)",
+                self.target.topic,
+                self.name
+            );
+        }
+        self.encoding.partitions = pinned;
+        self.written = progress.is_some_and(|p| p.written);
+        Ok(())
+    }
+}
+
+/// Java's `Utils.murmur2` (what Kafka's default partitioner hashes a key
+/// with, and librdkafka's `murmur2` partitioners).
+fn murmur2(data: &[u8]) -> u32 {
+    const M: u32 = 0x5bd1_e995;
+    let mut h: u32 = 0x9747_b28c ^ data.len() as u32;
+    let mut chunks = data.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M) ^ k;
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        for (i, b) in rest.iter().enumerate().rev() {
+            h ^= u32::from(*b) << (8 * i);
+        }
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
+}
+
+/// The partition of a record with key `key` among `partitions`, as Java's
+/// default partitioner picks it: the positive part of the key's murmur2
+/// hash, modulo the count.
+fn partition(key: &[u8], partitions: i32) -> i32 {
+    ((murmur2(key) & 0x7fff_ffff) % partitions.max(1) as u32) as i32
 }
 
 /// One field of an Avro record as `FORMAT AVRO` writes it.
@@ -591,21 +867,47 @@ fn debezium(before: Option<&[u8]>, after: Option<&[u8]>, op: &str) -> Vec<u8> {
     v
 }
 
-/// The progress record's value for position `at`.
-fn progress_value(at: Position) -> Vec<u8> {
-    format!("{{\"position\":\"{at}\"}}").into_bytes()
+/// What a progress record says of its sink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Progress {
+    /// The upstream position the topic holds the interface up to.
+    position: Position,
+    /// The partitions the keys are spread over; `None` in a record of an
+    /// evolve that did not write it (the topic's count then).
+    partitions: Option<i32>,
+    /// Whether the sink has written a record into its topic (`false` in a
+    /// record of an evolve that did not write it).
+    written: bool,
 }
 
-/// The position in a progress record's value.
-fn parse_progress(value: &[u8]) -> Option<Position> {
+/// The progress record's value for position `at`.
+fn progress_value(at: Position, partitions: i32, written: bool) -> Vec<u8> {
+    format!("{{\"position\":\"{at}\",\"partitions\":{partitions},\"written\":{written}}}")
+        .into_bytes()
+}
+
+/// What a progress record's value says.
+fn parse_progress(value: &[u8]) -> Option<Progress> {
     let v: serde_json::Value = serde_json::from_slice(value).ok()?;
-    v.get("position")?.as_str()?.parse().ok()
+    Some(Progress {
+        position: v.get("position")?.as_str()?.parse().ok()?,
+        partitions: match v.get("partitions") {
+            None => None,
+            Some(n) => Some(
+                n.as_i64()
+                    .and_then(|n| i32::try_from(n).ok())
+                    .filter(|n| *n > 0)?,
+            ),
+        },
+        written: v.get("written").and_then(serde_json::Value::as_bool) == Some(true),
+    })
 }
 
 /// Queues one record to `topic`, with its position header.
 fn send_record(
     producer: &Producer_,
     topic: &str,
+    partitions: i32,
     key: &[u8],
     value: Option<&[u8]>,
     pos: &str,
@@ -615,6 +917,7 @@ fn send_record(
         value: Some(pos.as_bytes()),
     });
     let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+        .partition(partition(key, partitions))
         .key(key)
         .headers(headers);
     if let Some(value) = value {
@@ -646,6 +949,7 @@ fn send_changes(
         send_record(
             producer,
             topic,
+            encoding.partitions,
             &encoding.key(&e.key),
             value.as_deref(),
             &shown,
@@ -664,14 +968,27 @@ fn send_documents(
 ) -> Result<()> {
     for (key, doc) in chunk {
         let value = encoding.value(None, Some(doc), "r");
-        send_record(producer, topic, &encoding.key(key), value.as_deref(), at)?;
+        send_record(
+            producer,
+            topic,
+            encoding.partitions,
+            &encoding.key(key),
+            value.as_deref(),
+            at,
+        )?;
     }
     Ok(())
 }
 
-/// Queues sink `name`'s progress record for `at`.
-fn send_progress(producer: &Producer_, name: &str, at: Position) -> Result<()> {
-    let value = progress_value(at);
+/// Queues sink `name`'s progress record for `at` (see [`Progress`]).
+fn send_progress(
+    producer: &Producer_,
+    name: &str,
+    at: Position,
+    partitions: i32,
+    written: bool,
+) -> Result<()> {
+    let value = progress_value(at, partitions, written);
     send(
         producer,
         BaseRecord::<[u8], [u8]>::to(PROGRESS_TOPIC)
@@ -689,8 +1006,27 @@ impl Sink for KafkaSink {
     const CATCH_UP_BATCH: usize = 100_000;
 
     /// The value of the sink's last record in the progress topic, read to
-    /// its end with `read_committed`.
+    /// its end with `read_committed`, once the topic is checked against it.
     async fn position(&mut self) -> Result<Option<Position>> {
+        let progress = self.progress().await?;
+        self.check_topic(progress).await?;
+        Ok(progress.map(|p| p.position))
+    }
+
+    /// One transaction: every document, then the position.
+    async fn load(&mut self, docs: &mut Documents) -> Result<u64> {
+        self.load_all(docs).await
+    }
+
+    async fn write(&mut self, entries: Vec<FeedEntry>, at: Position) -> Result<()> {
+        self.write_changes(entries, at).await
+    }
+}
+
+impl KafkaSink {
+    /// The sink's last record in the progress topic, read to its end with
+    /// `read_committed`.
+    async fn progress(&mut self) -> Result<Option<Progress>> {
         let mut config = client_config(&self.connection_name, &self.connection)?;
         config
             .set("group.id", format!("evolve-sink-{}", self.name))
@@ -724,7 +1060,7 @@ impl Sink for KafkaSink {
             // tombstone: the sink was dropped), or, at an offset, a value
             // that is not a position. That last is refused rather than
             // read as none, which would write the whole interface again.
-            let mut position: std::result::Result<Option<Position>, i64> = Ok(None);
+            let mut position: std::result::Result<Option<Progress>, i64> = Ok(None);
             loop {
                 if Instant::now() > deadline {
                     return Err(kafka_error(
@@ -762,8 +1098,36 @@ impl Sink for KafkaSink {
         .await
     }
 
-    /// One transaction: every document, then the position.
-    async fn load(&mut self, docs: &mut Documents) -> Result<u64> {
+    /// `e`, or when a record of the failed transaction was too large for
+    /// the topic, that record and the way out.
+    fn explain(&self, e: PipelineError) -> PipelineError {
+        let Some(record) = self.producer.context().take() else {
+            return e;
+        };
+        let topic = &self.target.topic;
+        PipelineError::Refused {
+            sqlstate: "54000",
+            primary: format!(
+                "sink \"{}\" cannot write its record for key {} ({} bytes) into Kafka topic \"{topic}\", which takes smaller records; it retries: raise the topic's max.message.bytes above {} (kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config max.message.bytes=...), or DROP SINK",
+                self.name,
+                record.key,
+                record.bytes,
+                record.bytes + 100,
+            ),
+            detail: None,
+            hint: None,
+        }
+    }
+
+    /// [`Sink::load`].
+    async fn load_all(&mut self, docs: &mut Documents) -> Result<u64> {
+        self.producer.context().take();
+        let loaded = self.load_documents(docs).await;
+        loaded.map_err(|e| self.explain(e))
+    }
+
+    /// [`KafkaSink::load_all`].
+    async fn load_documents(&mut self, docs: &mut Documents) -> Result<u64> {
         let at = docs.at();
         let at_text = at.to_string();
         let p = self.producer.clone();
@@ -788,8 +1152,9 @@ impl Sink for KafkaSink {
                 .await?;
             }
             let (p, name) = (self.producer.clone(), self.name.clone());
+            let (partitions, written) = (self.encoding.partitions, self.written || written > 0);
             blocking("commit the Kafka sink's load", move || {
-                send_progress(&p, &name, at)?;
+                send_progress(&p, &name, at, partitions, written)?;
                 commit(&p, TRANSACTION_TIMEOUT).map_err(|e| {
                     kafka_error(format!("commit the initial load of sink \"{name}\""), e)
                 })
@@ -806,20 +1171,24 @@ impl Sink for KafkaSink {
             .await;
             return Err(e);
         }
+        self.written |= written > 0;
         Ok(written)
     }
 
-    async fn write(&mut self, entries: Vec<FeedEntry>, at: Position) -> Result<()> {
+    /// [`Sink::write`].
+    async fn write_changes(&mut self, entries: Vec<FeedEntry>, at: Position) -> Result<()> {
+        self.producer.context().take();
         let (p, topic, name, encoding) = (
             self.producer.clone(),
             self.target.topic.clone(),
             self.name.clone(),
             self.encoding,
         );
+        let written = self.written || !entries.is_empty();
         blocking("write to the Kafka sink", move || {
             transact(&p, OPERATION_TIMEOUT, |p| {
                 send_changes(p, &topic, encoding, &entries)?;
-                send_progress(p, &name, at)
+                send_progress(p, &name, at, encoding.partitions, written)
             })
             .map_err(|e| match e {
                 PipelineError::Database { context, message } => PipelineError::Database {
@@ -830,6 +1199,9 @@ impl Sink for KafkaSink {
             })
         })
         .await
+        .map_err(|e| self.explain(e))?;
+        self.written = written;
+        Ok(())
     }
 }
 
@@ -883,9 +1255,61 @@ mod tests {
             br#"{"before":{"id":1},"after":null,"op":"d"}"#
         );
         let at = Position::from_u64(0x16B_3748);
-        assert_eq!(progress_value(at), br#"{"position":"0/16B3748"}"#);
-        assert_eq!(parse_progress(&progress_value(at)), Some(at));
+        assert_eq!(
+            progress_value(at, 3, true),
+            br#"{"position":"0/16B3748","partitions":3,"written":true}"#
+        );
+        assert_eq!(
+            parse_progress(&progress_value(at, 3, true)),
+            Some(Progress {
+                position: at,
+                partitions: Some(3),
+                written: true
+            })
+        );
+        // What an evolve that did not record partitions wrote.
+        assert_eq!(
+            parse_progress(br#"{"position":"0/16B3748"}"#),
+            Some(Progress {
+                position: at,
+                partitions: None,
+                written: false
+            })
+        );
+        assert_eq!(
+            parse_progress(br#"{"position":"0/1","partitions":0}"#),
+            None
+        );
         assert_eq!(parse_progress(b"garbage"), None);
+    }
+
+    #[test]
+    fn keys_are_partitioned_as_javas_default_partitioner_does() {
+        // Kafka's own test vectors for `Utils.murmur2`.
+        for (key, hash) in [
+            (&b"21"[..], -973_932_308),
+            (b"foobar", -790_332_482),
+            (b"a-little-bit-long-string", -985_981_536),
+            (b"a-little-bit-longer-string", -1_486_304_829),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58_897_971,
+            ),
+            (b"abc", 479_470_107),
+        ] {
+            assert_eq!(
+                murmur2(key) as i32,
+                hash,
+                "{}",
+                String::from_utf8_lossy(key)
+            );
+        }
+        // Where librdkafka's murmur2 partitioner put these keys in a topic
+        // of 3 partitions.
+        for (id, p) in [(1, 0), (2, 1), (3, 0), (4, 2), (5, 2)] {
+            assert_eq!(partition(format!("{{\"id\":{id}}}").as_bytes(), 3), p);
+        }
+        assert_eq!(partition(b"anything", 1), 0);
     }
 
     #[test]
