@@ -530,6 +530,9 @@ const PROBE_LOCKS: &str = "SELECT format('%s %s %s', c.oid::regclass, l.mode,
        -- the TOAST tables of system catalogs (pg_statistic's, which the
        -- planner reads) and their indexes have system OIDs
        AND NOT (n.nspname = 'pg_toast' AND c.oid < 16384)
+       -- a composite type's relation holds no rows, and reading the type
+       -- (its attributes, for the scratch copy) locks it for a moment
+       AND c.relkind <> 'c'
      UNION ALL
      SELECT format('backend %s waits for a lock (%s)', a.pid, a.wait_event)
      FROM pg_stat_activity a

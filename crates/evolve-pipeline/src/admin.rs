@@ -437,6 +437,7 @@ fn sqlstate(e: &PipelineError) -> &'static str {
         PipelineError::Database { .. } | PipelineError::Replication { .. } => "58000",
         PipelineError::SlotLost { .. }
         | PipelineError::BinlogPurged { .. }
+        | PipelineError::OffsetsLost { .. }
         | PipelineError::StateBehind { .. } => "55000",
         PipelineError::Document { .. } | PipelineError::Store { .. } => "XX000",
         PipelineError::Refused { sqlstate, .. } => sqlstate,

@@ -163,6 +163,17 @@ pub enum PipelineError {
         /// The furthest position the state knows.
         state: String,
     },
+    /// A Kafka source's topic no longer holds the offsets its stream must
+    /// resume from: records removed by retention or compaction before the
+    /// source read them, or a topic deleted and created again (its end is
+    /// before where the source has read).
+    #[error("{}", render(self))]
+    OffsetsLost {
+        /// The source.
+        source_name: String,
+        /// Which partition, and what it holds now.
+        detail: String,
+    },
     /// A MySQL source's binlog no longer holds the position its stream must
     /// resume from (the files were purged, or it is another server's).
     #[error("{}", render(self))]
@@ -282,6 +293,9 @@ impl PipelineError {
             } => format!(
                 "the state of source \"{source_name}\" ends at {state}, but its upstream confirmed {upstream}: the state directory is older than the upstream's record of it"
             ),
+            PipelineError::OffsetsLost { source_name, .. } => format!(
+                "the Kafka topic of source \"{source_name}\" no longer holds the offsets the source must resume from"
+            ),
             PipelineError::BinlogPurged {
                 source_name,
                 needed,
@@ -331,6 +345,7 @@ impl PipelineError {
             PipelineError::Database { message, .. } => Some(message.clone()),
             PipelineError::SlotLost { detail, .. } => Some(detail.clone()),
             PipelineError::BinlogPurged { detail, .. } => Some(detail.clone()),
+            PipelineError::OffsetsLost { detail, .. } => Some(detail.clone()),
             PipelineError::SinkShape { problem, .. } => Some(problem.clone()),
             PipelineError::Refused { detail, .. } => detail.clone(),
             _ => None,
@@ -364,6 +379,9 @@ impl PipelineError {
             ),
             PipelineError::StateBehind { .. } => Some(
                 "Was it restored from a backup, or copied from another pipeline? The changes between are gone from the upstream, so resuming would lose them: restore the state directory that goes with the upstream, or drop the source's tables and the source, then create them again.".into(),
+            ),
+            PipelineError::OffsetsLost { .. } => Some(
+                "The stream cannot resume without loss: drop the source's tables and the source, then create them again (their snapshots start from what the topic holds); keep records longer (retention.ms) so that a stopped pipeline can catch up.".into(),
             ),
             PipelineError::BinlogPurged { .. } => Some(
                 "The stream cannot resume without loss: drop the source's tables and the source, then create them again (their snapshots start from the binlog the server has); keep binlogs longer (binlog_expire_logs_seconds) so that a stopped pipeline can catch up.".into(),
@@ -405,6 +423,7 @@ impl PipelineError {
         match self {
             PipelineError::SlotLost { .. }
             | PipelineError::BinlogPurged { .. }
+            | PipelineError::OffsetsLost { .. }
             | PipelineError::StateBehind { .. } => true,
             PipelineError::Replication { message, .. } => {
                 server_sqlstate(message).is_some_and(permanent_sqlstate)

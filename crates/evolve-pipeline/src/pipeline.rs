@@ -1509,12 +1509,16 @@ impl Pipeline {
     // -------------------------------------------------------------- run
 
     /// Runs the engine, every source, snapshot and sink, until `shutdown`
-    /// completes. Failures of one object are retried with backoff and
-    /// reported in [`status`](Self::status); catalog changes restart the
+    /// completes; refused while another engine runs on the same state
+    /// directory ([`Store::lock_engine`]). Failures of one object are
+    /// retried with backoff and reported in [`status`](Self::status);
+    /// catalog changes restart the
     /// tasks. The controllers that drive the façade (absorb, drift polls)
     /// are not started here: [`crate::absorb::run_with`] runs them beside
     /// the engine.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        // One engine per state directory, for as long as this one runs.
+        let _engine = Store::lock_engine(&self.config.state_dir)?;
         tokio::pin!(shutdown);
         // Snapshot copies outlive the restarts: a catalog change must not
         // start a long copy over.

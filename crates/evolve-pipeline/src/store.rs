@@ -673,6 +673,59 @@ pub struct Store {
 
 impl Store {
     /// Opens (creating if needed) `state_dir/pipeline.db`.
+    /// Takes the engine lock of `state_dir` (`engine.lock`: an exclusive
+    /// advisory lock, which the operating system drops with the process,
+    /// SIGKILL included), held as long as the file returned is: one engine
+    /// per state directory, since two would stream the same slot and write
+    /// the same sinks against each other. The lock file holds the process
+    /// id, for the refusal's message.
+    pub fn lock_engine(state_dir: &Path) -> Result<std::fs::File> {
+        use std::io::{Read, Seek, Write};
+        let path = state_dir.join("engine.lock");
+        let io = |what: &str, e: std::io::Error| PipelineError::Store {
+            context: format!("{what} {}", path.display()),
+            message: e.to_string(),
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io("open", e))?;
+        match file.try_lock() {
+            Ok(()) => {
+                file.set_len(0).map_err(|e| io("write", e))?;
+                file.rewind().map_err(|e| io("write", e))?;
+                write!(file, "{}", std::process::id()).map_err(|e| io("write", e))?;
+                Ok(file)
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                let pid = pid.trim();
+                Err(PipelineError::Refused {
+                    sqlstate: "55006",
+                    primary: format!(
+                        "state directory {} is in use by another running pipeline{}",
+                        state_dir.display(),
+                        if pid.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (process {pid})")
+                        }
+                    ),
+                    detail: None,
+                    hint: Some(
+                        "Stop that evolve pipeline run first, or give this one a state_dir of its own; two would stream the same slot and write the same sinks."
+                            .into(),
+                    ),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(io("lock", e)),
+        }
+    }
+
     pub fn open(state_dir: &Path) -> Result<Store> {
         // Made private to its user when evolve creates it: the store holds
         // upstream rows.

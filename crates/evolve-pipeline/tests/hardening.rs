@@ -840,3 +840,38 @@ async fn pipeline_check_fails_what_the_statements_would_be_refused() {
     assert!(failed[2].1.contains("is a partitioned table"), "{failed:?}");
     assert!(failed[3].1.contains("public.keyless"), "{failed:?}");
 }
+
+/// One engine per state directory: a second run on it is refused, naming
+/// the process that holds it, and succeeds once the first has stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_engine_on_the_same_state_directory_is_refused() {
+    let state = std::env::temp_dir().join(format!("evolve-engine-lock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let config = evolve_pipeline::Config::new(&state);
+    let first = Arc::new(Pipeline::open(config.clone()).unwrap());
+    let running = Running::start(first.clone());
+    let second = Pipeline::open(config.clone()).unwrap();
+    let refused = async {
+        loop {
+            match second.run(std::future::ready(())).await {
+                Err(e) => return e,
+                // The first had not taken the lock yet.
+                Ok(()) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    };
+    let e = tokio::time::timeout(Duration::from_secs(10), refused)
+        .await
+        .expect("the second engine is refused");
+    assert_eq!(
+        e.primary(),
+        format!(
+            "state directory {} is in use by another running pipeline (process {})",
+            state.display(),
+            std::process::id()
+        )
+    );
+    running.stop().await;
+    second.run(std::future::ready(())).await.unwrap();
+    let _ = std::fs::remove_dir_all(&state);
+}

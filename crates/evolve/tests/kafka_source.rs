@@ -790,6 +790,58 @@ async fn sigkill_while_records_stream_applies_each_record_once() {
     wait_all_running(&pipeline.url).await;
 }
 
+/// A topic deleted and created again while the pipeline was stopped ends
+/// before the offset the source had read: the source stops, not retried,
+/// naming the partition and the way out, rather than skipping the new
+/// topic's records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_created_again_behind_the_source_stops_it() {
+    let env = env("kafka_source_recreated").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    let pipeline = one_table(&env, &bootstrap, &url, "ka", 1).await;
+    let first: Vec<Produced> = (1..=20)
+        .map(|i| (format!("o{i}"), Some(order(i, i))))
+        .collect();
+    produce(&bootstrap, "ka_orders", &url, V1, &first).await;
+    wait_writes(&env.sink, 21).await;
+    drop(pipeline);
+    python(
+        vec!["delete-topic".into(), bootstrap.clone(), "ka_orders".into()],
+        String::new(),
+    )
+    .await;
+    // Deleting is asynchronous in the broker: create until it takes.
+    let again: Vec<Produced> = (100..103)
+        .map(|i| (format!("o{i}"), Some(order(i, i))))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    topic(&bootstrap, "ka_orders", 1).await;
+    produce(&bootstrap, "ka_orders", &url, V1, &again).await;
+    let pipeline = Pipeline::start(&env.config);
+    let start = Instant::now();
+    let source = loop {
+        let o = object(&pipeline.url, "source", "ka").await;
+        if let Some(o) = o.filter(|o| o["state"] == "stalled") {
+            break o;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the source did not stop"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let error = source["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the Kafka topic of source \"ka\" no longer holds the offsets")
+            && error
+                .contains("Partition 0 of topic \"ka_orders\" ends at offset 3, before offset 21")
+            && error.contains("not retried"),
+        "{error}"
+    );
+    // Nothing of the new topic was applied.
+    assert_eq!(audit_count(&env.sink).await, 21);
+}
+
 /// Partitions added to a running table's topic are read without a
 /// restart: records keyed into the new partitions reach the sink, each
 /// once, and a restart afterwards reads none of them again.

@@ -1403,6 +1403,7 @@ impl Source for KafkaSource {
         let topic = self.topic().to_string();
         let group = format!("evolve-{}", self.source.slot);
         let start = offsets.clone();
+        let source_name = self.source.name.clone();
         let assigned = blocking(move || {
             let consumer = consumer(&name, &connection, &group)?;
             let marks = watermarks(&name, &connection, &consumer, &topic)?;
@@ -1410,14 +1411,26 @@ impl Source for KafkaSource {
             for (p, low, high) in &marks {
                 let offset = match start.0.get(p) {
                     Some(o) if *o < *low => {
-                        return Err(PipelineError::Replication {
-                            source_name: name.clone(),
-                            message: format!(
-                                "partition {p} of topic \"{topic}\" no longer holds offset {o} (it starts at {low} now: retention or compaction removed records the source had not read)"
+                        return Err(PipelineError::OffsetsLost {
+                            source_name: source_name.clone(),
+                            detail: format!(
+                                "Partition {p} of topic \"{topic}\" no longer holds offset {o}: it starts at {low} now, so retention or compaction removed records the source had not read."
                             ),
                         });
                     }
-                    Some(o) => Offset::Offset((*o).min(*high)),
+                    // Its end is before where the source has read: not
+                    // the records the source read (the topic was deleted
+                    // and created again, or lost records), and which of
+                    // them are new cannot be told.
+                    Some(o) if *o > *high => {
+                        return Err(PipelineError::OffsetsLost {
+                            source_name: source_name.clone(),
+                            detail: format!(
+                                "Partition {p} of topic \"{topic}\" ends at offset {high}, before offset {o} that the source has read up to: the topic was deleted and created again, or lost records, and which of its records are new cannot be told."
+                            ),
+                        });
+                    }
+                    Some(o) => Offset::Offset(*o),
                     None => Offset::Beginning,
                 };
                 list.add_partition_offset(&topic, *p, offset)

@@ -61,6 +61,12 @@ def create_topic(bootstrap, topic, partitions):
                 raise
 
 
+def delete_topic(bootstrap, topic):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.delete_topics([topic]).values():
+        f.result(30)
+
+
 def add_partitions(bootstrap, topic, partitions):
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_partitions([NewPartitions(topic, int(partitions))])
@@ -164,6 +170,8 @@ def main():
         create_topic(*args)
     elif command == "partitions":
         add_partitions(*args)
+    elif command == "delete-topic":
+        delete_topic(*args)
     elif command == "compatibility":
         set_compatibility(*args)
     elif command == "register":
