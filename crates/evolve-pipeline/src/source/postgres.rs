@@ -42,6 +42,9 @@ impl PostgresSource {
     }
 }
 
+/// The `application_name` of a stream's catalog session.
+const CATALOG_APPLICATION: &str = "evolve-pipeline-stream";
+
 /// How long [`PostgresStream::wait_visible`] waits at most.
 const VISIBLE_WAIT: Duration = Duration::from_secs(10);
 
@@ -108,12 +111,20 @@ impl Source for PostgresSource {
         let repl = ReplicationClient::connect(config)
             .await
             .map_err(|e| upstream::replication_connect_error(name, &self.connection, &e))?;
+        // Opened now rather than at the first Relation message, so that
+        // the stream's first schema is not held up by a connection.
+        let catalog = upstream::connect_as(
+            &self.source.connection,
+            &self.connection,
+            CATALOG_APPLICATION,
+        )
+        .await?;
         Ok(PostgresStream {
             name: name.clone(),
             connection_name: self.source.connection.clone(),
             publication: self.source.publication.clone(),
             connection: self.connection.clone(),
-            catalog: None,
+            catalog: Some(catalog),
             unnumbered: false,
             xid: None,
             repl,
@@ -181,9 +192,9 @@ pub struct PostgresStream {
     publication: String,
     connection: Connection,
     /// A session for catalog lookups (`application_name`
-    /// `evolve-pipeline-stream`), opened at the first Relation message or
-    /// publication check ([`PostgresStream::number_columns`],
-    /// [`ChangeStream::gaps`]).
+    /// `evolve-pipeline-stream`, opened with the stream and again when it
+    /// failed): column numbers and publication checks
+    /// ([`PostgresStream::number_columns`], [`ChangeStream::gaps`]).
     catalog: Option<tokio_postgres::Client>,
     /// The queue holds schemas whose columns are not numbered yet.
     unnumbered: bool,
@@ -390,12 +401,8 @@ impl PostgresStream {
     async fn catalog(&mut self) -> Result<&tokio_postgres::Client> {
         if self.catalog.as_ref().is_none_or(|c| c.is_closed()) {
             self.catalog = Some(
-                upstream::connect_as(
-                    &self.connection_name,
-                    &self.connection,
-                    "evolve-pipeline-stream",
-                )
-                .await?,
+                upstream::connect_as(&self.connection_name, &self.connection, CATALOG_APPLICATION)
+                    .await?,
             );
         }
         self.catalog
