@@ -280,6 +280,12 @@ pub struct ReferencedSchema {
 }
 
 impl ColumnInfo {
+    /// Whether the table reads it from upstream: a document column, or a
+    /// key column (excluded from the document or not).
+    pub fn is_read(&self) -> bool {
+        !self.excluded || self.key
+    }
+
     /// A column for the engine's unit tests: no type modifier, not null
     /// when it is a key column, neither excluded nor read as text.
     #[cfg(test)]

@@ -654,7 +654,7 @@ fn read_columns(t: &TableRuntime) -> impl Iterator<Item = &str> {
     t.info
         .columns
         .iter()
-        .filter(|c| !c.excluded || c.key)
+        .filter(|c| c.is_read())
         .map(|c| c.name.as_str())
 }
 

@@ -437,7 +437,7 @@ pub async fn relabeled_enums(
     let types: Vec<u32> = tables
         .iter()
         .flat_map(|t| t.columns.iter())
-        .filter(|c| c.labels.is_some() && (!c.excluded || c.key))
+        .filter(|c| c.labels.is_some() && c.is_read())
         .map(|c| c.type_oid)
         .collect();
     if types.is_empty() {
@@ -455,7 +455,7 @@ pub async fn relabeled_enums(
         .map_err(|e| PipelineError::database("read the upstream enums' labels", &e))?;
     let mut out = Vec::new();
     for t in tables {
-        for c in t.columns.iter().filter(|c| !c.excluded || c.key) {
+        for c in t.columns.iter().filter(|c| c.is_read()) {
             let Some(pinned) = &c.labels else { continue };
             let Some(now) = rows.iter().find(|r| r.get::<_, u32>(0) == c.type_oid) else {
                 continue;

@@ -305,12 +305,7 @@ impl ChangeStream for PostgresStream {
             let Some(published) = found.iter().find(|p| p.oid == table.upstream_oid) else {
                 continue;
             };
-            let reads = |c: &str| {
-                table
-                    .columns
-                    .iter()
-                    .any(|p| p.name == c && (!p.excluded || p.key))
-            };
+            let reads = |c: &str| table.columns.iter().any(|p| p.name == c && p.is_read());
             if let Some((problem, fix)) = published.gap(true, reads) {
                 gaps.push((
                     table.name.clone(),
