@@ -26,10 +26,15 @@
 //! 3. **Replay**: log entries are taken off the log in batches; for each
 //!    key the shadow's row is deleted and the original's current row (if
 //!    any) copied again, so the order of changes never matters.
-//! 4. **Swap**, one transaction under `lock_timeout` with retry: ACCESS
-//!    EXCLUSIVE on the original; refused if a column or an index was added
-//!    to it (or a column dropped or changed) since the shadow was made,
-//!    which the swap would undo; the last of the log replayed, the
+//! 4. **Swap**: first the indexes created on the original since step 2
+//!    (or between runs) are built on the shadow, and the shadow's copies
+//!    of indexes dropped from it are dropped. Then one transaction under
+//!    `lock_timeout` with retry: ACCESS EXCLUSIVE on the original; refused
+//!    if a column was added to it (or dropped or changed) since the shadow
+//!    was made, which the swap would undo; if an index was created or
+//!    dropped after the shadow's were brought up to date, the transaction
+//!    rolls back and they are brought up to date again (at most
+//!    `INDEX_CHANGE_TRIES` times); the last of the log replayed, the
 //!    dependents (views, materialized views, BEGIN ATOMIC functions)
 //!    captured and dropped by `evolve-migrate`'s rebuild, the original
 //!    renamed to `_evolve_rw_<oid>_old` and stripped of its triggers,
@@ -70,6 +75,11 @@ pub struct RewriteOptions {
     pub keep_old: bool,
     pub batches: BatchOptions,
 }
+
+/// How many times the swap is tried again after an index was created on
+/// the table or dropped from it between building the shadow's indexes
+/// and the swap's lock.
+const INDEX_CHANGE_TRIES: u32 = 5;
 
 /// The state table, in the first schema of the search_path.
 pub const STATE_TABLE: &str = "evolve_rewrites";
@@ -851,6 +861,41 @@ impl Rewrite<'_> {
             )
             .await?;
         let mut pairs: Vec<String> = Vec::new();
+        // The copies of indexes dropped from the original since they were
+        // built (between runs, or while the log was replayed) go too: the
+        // swap would otherwise bring them back under their copies' names.
+        let current: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                r.try_get::<_, u32>(0)
+                    .map(|oid| format!("_evolve_rw_{oid}"))
+            })
+            .collect::<Result<_, _>>()?;
+        let stale = self
+            .client
+            .query(
+                "SELECT c.relname::text, k.oid IS NOT NULL
+                 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                 LEFT JOIN pg_constraint k ON k.conindid = i.indexrelid AND k.conrelid = i.indrelid
+                 WHERE i.indrelid = $1 AND NOT i.indisprimary
+                   AND c.relname ~ '^_evolve_rw_[0-9]+$' AND NOT (c.relname = ANY ($2))",
+                &[&shadow_oid, &current],
+            )
+            .await?;
+        for r in stale {
+            let name: String = r.try_get(0)?;
+            let constraint: bool = r.try_get(1)?;
+            let statement = if constraint {
+                format!(
+                    "ALTER TABLE {} DROP CONSTRAINT {}",
+                    n.shadow,
+                    quote_ident(&name)
+                )
+            } else {
+                format!("DROP INDEX {}", QualifiedName::new(&n.shadow.schema, name))
+            };
+            self.client.batch_execute(&statement).await?;
+        }
         for r in rows {
             let index_oid: u32 = r.try_get(0)?;
             let name: String = r.try_get(1)?;
@@ -936,8 +981,7 @@ impl Rewrite<'_> {
         self.client
             .execute(
                 &format!(
-                    "UPDATE {} SET index_pairs = index_pairs || $2 WHERE table_name = $1
-                       AND NOT index_pairs @> $2",
+                    "UPDATE {} SET index_pairs = index_pairs[1:2] || $2 WHERE table_name = $1",
                     self.state
                 ),
                 &[&table.name.shown(), &pairs],
@@ -1447,15 +1491,21 @@ enum NoSwap {
     Failed(String),
     /// `from` changed since `to` was made: the whole message.
     Changed(String),
+    /// An index was created on `from` or dropped from it since `to`'s
+    /// indexes were built: what changed.
+    Indexes(String),
 }
 
 impl Rewrite<'_> {
     /// Step 4, one transaction, retried when its lock_timeout expires.
+    /// `Ok(Some(what))` when nothing was swapped because an index was
+    /// created on `from` or dropped from it since `to`'s indexes were
+    /// built (only checked for the swap in, `p.phase == "swapped"`).
     async fn swap(
         &self,
         p: &SwapPlan<'_>,
         on_event: &mut dyn FnMut(&Event),
-    ) -> Result<(), BackfillError> {
+    ) -> Result<Option<String>, BackfillError> {
         on_event(&Event::Phase {
             table: self.table.shown(),
             phase: "swap".into(),
@@ -1487,9 +1537,6 @@ impl Rewrite<'_> {
                 .iter()
                 .map(|r| r.try_get(0))
                 .collect::<Result<_, _>>()?;
-            if p.phase == "swapped" && !unpaired.is_empty() {
-                changed.push(format!("index {} was created on it", unpaired.join(", ")));
-            }
             if !changed.is_empty() {
                 c.batch_execute("ROLLBACK").await?;
                 return Ok(Err(NoSwap::Changed(format!(
@@ -1498,6 +1545,35 @@ impl Rewrite<'_> {
                     p.to.shown(),
                     p.changed_way_out
                 ))));
+            }
+            // An index created on `from` or dropped from it since `to`'s
+            // indexes were built: built or dropped there first (outside
+            // this lock), then the swap is tried again.
+            if p.phase == "swapped" {
+                let gone: Vec<String> = c
+                    .query(
+                        "SELECT quote_ident(x.name) FROM unnest($2::text[]) WITH ORDINALITY x(name, i)
+                         WHERE x.i % 2 = 1 AND NOT EXISTS (
+                           SELECT FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+                           WHERE i.indrelid = $1 AND ic.relname = x.name)
+                         ORDER BY x.i",
+                        &[&p.from_oid, &p.index_pairs],
+                    )
+                    .await?
+                    .iter()
+                    .map(|r| r.try_get(0))
+                    .collect::<Result<_, _>>()?;
+                let mut what = Vec::new();
+                if !unpaired.is_empty() {
+                    what.push(format!("index {} was created on it", unpaired.join(", ")));
+                }
+                if !gone.is_empty() {
+                    what.push(format!("index {} was dropped from it", gone.join(", ")));
+                }
+                if !what.is_empty() {
+                    c.batch_execute("ROLLBACK").await?;
+                    return Ok(Err(NoSwap::Indexes(what.join(" and "))));
+                }
             }
             while replay_batch(c, p.from, p.to, p.log, p.key, p.columns, 10_000).await? > 0 {}
             let plan = match evolve_migrate::plan_targets(c, &what, vec![p.from.to_string()], false)
@@ -1654,6 +1730,7 @@ impl Rewrite<'_> {
                 return Err(err(table, format!("the swap failed: {reason}{abort}")));
             }
             Ok(Err(NoSwap::Changed(reason))) => return Err(err(table, reason)),
+            Ok(Err(NoSwap::Indexes(what))) => return Ok(Some(what)),
             Err(e) => {
                 return Err(err(
                     table,
@@ -1667,7 +1744,7 @@ impl Rewrite<'_> {
             ms: lock_ms,
             rebuilt: rebuilt_names,
         });
-        Ok(())
+        Ok(None)
     }
 
     /// Step 5: what the swap left for after its commit (validations,
@@ -1938,26 +2015,50 @@ pub async fn run(
             on_event,
         )
         .await?;
-        rw.swap(
-            &SwapPlan {
-                from: &table.name,
-                from_oid: table.oid,
-                to: &n.shadow,
-                from_new_name: &n.old.name,
-                log: &n.log,
-                function: &n.function,
-                key: &table.key,
-                columns: &columns,
-                index_pairs: &row.index_pairs,
-                capture_after: opts.keep_old,
-                phase: "swapped",
-                columns_before: row.columns.as_deref(),
-                deferred: &row.deferred,
-                changed_way_out,
-            },
-            on_event,
-        )
-        .await?;
+        // Indexes created on the table or dropped from it while the
+        // rewrite ran (or between runs) are built on the shadow or dropped
+        // from it before the swap, and again if one changes before the
+        // swap's lock is taken.
+        let mut tries = 0;
+        loop {
+            rw.build_indexes(&table, &n, shadow_oid, on_event).await?;
+            let row = rw
+                .state_row()
+                .await?
+                .ok_or_else(|| err(&rw.table, "its state row vanished"))?;
+            let changed = rw
+                .swap(
+                    &SwapPlan {
+                        from: &table.name,
+                        from_oid: table.oid,
+                        to: &n.shadow,
+                        from_new_name: &n.old.name,
+                        log: &n.log,
+                        function: &n.function,
+                        key: &table.key,
+                        columns: &columns,
+                        index_pairs: &row.index_pairs,
+                        capture_after: opts.keep_old,
+                        phase: "swapped",
+                        columns_before: row.columns.as_deref(),
+                        deferred: &row.deferred,
+                        changed_way_out: changed_way_out.clone(),
+                    },
+                    on_event,
+                )
+                .await?;
+            let Some(what) = changed else { break };
+            tries += 1;
+            if tries == INDEX_CHANGE_TRIES {
+                return Err(err(
+                    &rw.table,
+                    format!(
+                        "{what} each time its indexes were brought to {} ({tries} times); nothing was swapped: run evolve rewrite again once its indexes stop changing",
+                        n.shadow.shown()
+                    ),
+                ));
+            }
+        }
     }
     let row = rw
         .state_row()
@@ -2038,7 +2139,8 @@ pub async fn revert(
         on_event,
     )
     .await?;
-    rw.swap(
+    let changed = rw
+        .swap(
         &SwapPlan {
             from: &current.name,
             from_oid: current.oid,
@@ -2061,6 +2163,9 @@ pub async fn revert(
         on_event,
     )
     .await?;
+    if let Some(what) = changed {
+        return Err(err(&rw.table, format!("{what}; nothing was swapped back")));
+    }
     rw.after_swap(
         &[n.shadow.clone(), n.log.clone(), n.function.clone()],
         &finish,

@@ -8,7 +8,7 @@
 
 mod backfill_support;
 
-use backfill_support::{Background, assert_refused, connect, count, evolve, text};
+use backfill_support::{Background, assert_refused, connect, count, events, evolve, text};
 use tokio_postgres::Client;
 
 async fn scalar_text(c: &Client, sql: &str) -> Option<String> {
@@ -343,6 +343,130 @@ async fn a_column_added_while_a_rewrite_is_under_way_is_never_swapped_away() {
     assert_eq!(
         scalar_text(&c, "SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'dd'::regclass AND attnum > 0 AND NOT attisdropped").await.as_deref(),
         Some("id integer, v bigint, extra text, extra2 integer")
+    );
+    assert_no_leftovers(&c).await;
+}
+
+/// Indexes created on the table or dropped from it while a rewrite runs,
+/// or between a killed run and the next, are built on the new table or
+/// left off it: the swap neither loses a new index nor brings a dropped
+/// one back.
+#[tokio::test]
+async fn indexes_created_or_dropped_while_a_rewrite_runs_are_carried_over() {
+    let db = evolve_test::fresh_db("rw_indexes").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE ix (id int PRIMARY KEY, v int, w int, u int);
+         CREATE INDEX ix_w ON ix (w);
+         CREATE INDEX ix_u ON ix (u);
+         INSERT INTO ix SELECT g, g, g % 100, g FROM generate_series(1, 20000) g;",
+    )
+    .await
+    .unwrap();
+    let indexes = async |c: &Client| {
+        scalar_text(
+            c,
+            "SELECT string_agg(c.relname || ' ' || i.indisvalid || ' ' || pg_get_indexdef(i.indexrelid), '; ' ORDER BY c.relname)
+             FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'ix'::regclass",
+        )
+        .await
+        .unwrap_or_default()
+    };
+    let args = [
+        "rewrite",
+        "ix",
+        "--alter",
+        "ALTER COLUMN v TYPE bigint",
+        "--batch",
+        "500",
+        "--batch-time",
+        "0",
+        "--format",
+        "json",
+    ];
+    // A session that reads the table keeps the swap's lock waiting, so
+    // the indexes change after the shadow's were built.
+    let reader = connect(&db.url).await;
+    let hold = async || {
+        reader
+            .batch_execute("BEGIN; LOCK TABLE ix IN ACCESS SHARE MODE")
+            .await
+            .unwrap();
+    };
+    // 1. Between a killed run and the next: one index created, one dropped.
+    hold().await;
+    let mut run = Background::start(&db.url, &[&args[..], &["--lock-timeout", "200ms"]].concat());
+    run.wait_for("the swap", |v| v["type"] == "phase" && v["phase"] == "swap");
+    run.kill();
+    reader
+        .batch_execute("CREATE INDEX ix_v ON ix (v); DROP INDEX ix_w; COMMIT;")
+        .await
+        .unwrap();
+    let expected = checksum(&c, "ix", "id").await;
+    let out = evolve(&db.url, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(checksum(&c, "ix", "id").await, expected);
+    assert_eq!(
+        indexes(&c).await,
+        "ix_pkey true CREATE UNIQUE INDEX ix_pkey ON public.ix USING btree (id); \
+         ix_u true CREATE INDEX ix_u ON public.ix USING btree (u); \
+         ix_v true CREATE INDEX ix_v ON public.ix USING btree (v)"
+    );
+    assert_eq!(
+        scalar_text(&c, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'ix'::regclass AND attname = 'v'").await.as_deref(),
+        Some("bigint")
+    );
+    assert_no_leftovers(&c).await;
+
+    // 2. While the swap waits for its lock: it finds them under the lock,
+    // rolls back, brings the new table's indexes up to date and swaps.
+    let args = [
+        "rewrite",
+        "ix",
+        "--alter",
+        "ALTER COLUMN u TYPE bigint",
+        "--lock-timeout",
+        "200ms",
+        "--lock-retries",
+        "50",
+        "--format",
+        "json",
+    ];
+    hold().await;
+    let mut run = Background::start(&db.url, &args);
+    run.wait_for("the swap", |v| v["type"] == "phase" && v["phase"] == "swap");
+    reader
+        .batch_execute(
+            "CREATE UNIQUE INDEX ix_w_id ON ix (w, id); DROP INDEX ix_v;
+             UPDATE ix SET w = w + 1 WHERE id % 1000 = 0; COMMIT;",
+        )
+        .await
+        .unwrap();
+    let (status, lines, stderr) = run.finish();
+    assert!(status.success(), "{stderr}");
+    let swaps = events(&lines, "phase")
+        .iter()
+        .filter(|v| v["phase"] == "swap")
+        .count();
+    assert_eq!(
+        swaps, 2,
+        "the swap rolled back once for the indexes: {lines:?}"
+    );
+    let expected_rows = count(
+        &c,
+        "SELECT count(*) FROM ix WHERE id % 1000 = 0 AND w = id % 100 + 1",
+    )
+    .await;
+    assert_eq!(expected_rows, 20);
+    assert_eq!(
+        indexes(&c).await,
+        "ix_pkey true CREATE UNIQUE INDEX ix_pkey ON public.ix USING btree (id); \
+         ix_u true CREATE INDEX ix_u ON public.ix USING btree (u); \
+         ix_w_id true CREATE UNIQUE INDEX ix_w_id ON public.ix USING btree (w, id)"
+    );
+    assert_eq!(
+        scalar_text(&c, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'ix'::regclass AND attname = 'u'").await.as_deref(),
+        Some("bigint")
     );
     assert_no_leftovers(&c).await;
 }
