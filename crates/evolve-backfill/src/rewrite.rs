@@ -1906,9 +1906,9 @@ pub async fn run(
                 return Err(err(
                     &rw.table,
                     format!(
-                        "the previous rewrite kept the old table {}; drop that table first, or swap back with: evolve rewrite --revert {}",
+                        "the previous rewrite kept the old table {}; keep the new table for good with: evolve rewrite --drop-old {table}, or swap back with: evolve rewrite --revert {table}",
                         n.old.shown(),
-                        shell_word(&rw.table.shown())
+                        table = shell_word(&rw.table.shown())
                     ),
                 ));
             }
@@ -2156,8 +2156,8 @@ pub async fn revert(
             columns_before: row.columns.as_deref(),
             deferred: &[],
             changed_way_out: format!(
-                "undo that change and run --revert again, or keep the new table and drop what the rewrite kept: DROP FUNCTION {}() CASCADE; DROP TABLE {}, {}",
-                n.function, n.old, n.log
+                "undo that change and run --revert again, or keep the new table for good with: evolve rewrite --drop-old {}",
+                shell_word(&rw.table.shown())
             ),
         },
         on_event,
@@ -2185,6 +2185,90 @@ pub async fn revert(
     Ok(())
 }
 
+/// Keeps the new table of a finished `--keep-old` rewrite for good: the
+/// capture of its changes (the function, and with `CASCADE` its
+/// triggers), the old table, the log and the state row are dropped in one
+/// transaction.
+pub async fn drop_old(
+    opts: &RewriteOptions,
+    on_event: &mut dyn FnMut(&Event),
+) -> Result<(), BackfillError> {
+    let rw = start(opts, true).await?;
+    let Some(row) = rw.state_row().await? else {
+        return Err(err(
+            &rw.table,
+            "no rewrite of it is recorded in evolve_rewrites, so there is no old table to drop",
+        ));
+    };
+    let table = shell_word(&rw.table.shown());
+    let refused = match (row.phase.as_str(), row.keep_old) {
+        ("done", true) => None,
+        ("done", false) => Some(
+            "its rewrite ran without --keep-old, so its old table was dropped after the swap"
+                .to_string(),
+        ),
+        ("reverted", _) => Some(format!(
+            "it was swapped back by --revert, so the old table is the table now; finish that with: evolve rewrite --revert {table}"
+        )),
+        ("copy" | "replay", _) => Some(format!(
+            "its rewrite has not swapped yet (phase {}), so there is no old table; finish it with: {}, or give it up with: {}",
+            row.phase,
+            finish_command(&rw.table, &row.alters),
+            abort_command(&rw.table)
+        )),
+        (phase, _) => Some(format!(
+            "its rewrite has swapped but not finished (phase {phase}); finish it first with: {}",
+            finish_command(&rw.table, &row.alters)
+        )),
+    };
+    if let Some(reason) = refused {
+        return Err(err(&rw.table, reason));
+    }
+    let n = names(&rw.table.schema, row.oid);
+    let state = rw.state.clone();
+    let shown = rw.table.shown();
+    let mut body = async |c: &Client| {
+        c.batch_execute(&format!(
+            "DROP FUNCTION IF EXISTS {function}() CASCADE;
+             DROP TABLE IF EXISTS {old}; DROP TABLE IF EXISTS {log}",
+            function = n.function,
+            old = n.old,
+            log = n.log,
+        ))
+        .await?;
+        c.execute(
+            &format!("DELETE FROM {state} WHERE table_name = $1"),
+            &[&shown],
+        )
+        .await?;
+        Ok(())
+    };
+    let (result, _) = in_transaction(
+        &rw.client,
+        &rw.what(),
+        &rw.table,
+        &opts.batches,
+        on_event,
+        &mut body,
+    )
+    .await?;
+    result.map_err(|e: tokio_postgres::Error| {
+        err(
+            &rw.table,
+            format!(
+                "its old table {} could not be dropped: {}; nothing was dropped",
+                n.old.shown(),
+                evolve_pg::PgError::Query(e)
+            ),
+        )
+    })?;
+    on_event(&Event::Phase {
+        table: rw.table.shown(),
+        phase: "old table dropped".into(),
+    });
+    Ok(())
+}
+
 /// Gives up a rewrite that has not swapped yet: the capture triggers,
 /// the shadow, the log and the state row are dropped in one transaction.
 /// Nothing about the table is checked first (its columns, its row
@@ -2206,7 +2290,7 @@ pub async fn abort(
         let table = shell_word(&rw.table.shown());
         let reason = match row.phase.as_str() {
             "done" if row.keep_old => format!(
-                "its rewrite is done and kept the old table, so there is nothing to abort; swap back with: evolve rewrite --revert {table}"
+                "its rewrite is done and kept the old table, so there is nothing to abort; swap back with: evolve rewrite --revert {table}, or keep the new table for good with: evolve rewrite --drop-old {table}"
             ),
             "done" => "its rewrite is done, so there is nothing to abort".to_string(),
             "reverted" => format!(

@@ -179,7 +179,7 @@ pub struct RewriteArgs {
     #[arg(
         long = "alter",
         value_name = "ACTION",
-        required_unless_present_any = ["revert", "abort"]
+        required_unless_present_any = ["revert", "abort", "drop_old"]
     )]
     pub alter: Vec<String>,
     /// Keep the old table (and keep recording changes for --revert).
@@ -192,6 +192,10 @@ pub struct RewriteArgs {
     /// log and triggers.
     #[arg(long, conflicts_with_all = ["revert", "keep_old"])]
     pub abort: bool,
+    /// Keep the new table of a finished --keep-old rewrite for good: stop
+    /// recording its changes and drop the old table.
+    #[arg(long, conflicts_with_all = ["revert", "keep_old", "abort"])]
+    pub drop_old: bool,
     #[command(flatten)]
     pub batches: BatchArgs,
     #[command(flatten)]
@@ -492,6 +496,8 @@ pub async fn rewrite(args: RewriteArgs, out: &mut Out) -> anyhow::Result<()> {
         evolve_backfill::rewrite::revert(&opts, &mut |e| reporter.event(e)).await
     } else if args.abort {
         evolve_backfill::rewrite::abort(&opts, &mut |e| reporter.event(e)).await
+    } else if args.drop_old {
+        evolve_backfill::rewrite::drop_old(&opts, &mut |e| reporter.event(e)).await
     } else {
         evolve_backfill::rewrite::run(&opts, &mut |e| reporter.event(e)).await
     };

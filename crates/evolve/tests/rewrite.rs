@@ -549,6 +549,89 @@ async fn keep_old_then_revert_swaps_back_with_every_later_write() {
     assert_eq!(count(&c, "SELECT count(*) FROM evolve_rewrites").await, 0);
 }
 
+/// `--drop-old` keeps the new table of a `--keep-old` rewrite for good:
+/// the capture stops, the old table and the log go, and a revert that a
+/// column change blocks names it.
+#[tokio::test]
+async fn drop_old_keeps_the_new_table_and_stops_the_capture() {
+    let db = evolve_test::fresh_db("rw_drop_old").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE k (id int PRIMARY KEY, v int);
+         INSERT INTO k SELECT i, i FROM generate_series(1, 1000) i;",
+    )
+    .await
+    .unwrap();
+    let refused = evolve(&db.url, &["rewrite", "k", "--drop-old"]);
+    assert_refused(&refused, &["no rewrite of it is recorded"]);
+    let out = evolve(
+        &db.url,
+        &[
+            "rewrite",
+            "k",
+            "--alter",
+            "ALTER COLUMN id TYPE bigint",
+            "--keep-old",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    c.batch_execute("INSERT INTO k VALUES (1001, 1); ALTER TABLE k ADD COLUMN extra text")
+        .await
+        .unwrap();
+    let log_rows = || async {
+        count(
+            &c,
+            "SELECT count(*) FROM pg_class WHERE relname LIKE '\\_evolve\\_rw\\_%\\_log'",
+        )
+        .await
+    };
+    assert_eq!(log_rows().await, 1);
+    // The column added to the new table blocks a revert, which names the
+    // way to keep the new table.
+    assert_refused(
+        &evolve(&db.url, &["rewrite", "k", "--revert"]),
+        &["added extra", "evolve rewrite --drop-old public.k"],
+    );
+    // So does a second rewrite.
+    assert_refused(
+        &evolve(
+            &db.url,
+            &["rewrite", "k", "--alter", "ALTER COLUMN v TYPE bigint"],
+        ),
+        &["kept the old table", "evolve rewrite --drop-old public.k"],
+    );
+    let out = evolve(&db.url, &["rewrite", "k", "--drop-old"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("rewrite public.k: old table dropped"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_no_leftovers(&c).await;
+    assert_eq!(count(&c, "SELECT count(*) FROM evolve_rewrites").await, 0);
+    assert_eq!(
+        count(
+            &c,
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'k'::regclass AND NOT tgisinternal"
+        )
+        .await,
+        0,
+        "no trigger records the table's changes any more"
+    );
+    assert_eq!(count(&c, "SELECT count(*) FROM k").await, 1001);
+    assert_eq!(
+        scalar_text(&c, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'k'::regclass AND attname = 'id'").await.as_deref(),
+        Some("bigint")
+    );
+    // And the table can be rewritten again.
+    let out = evolve(
+        &db.url,
+        &["rewrite", "k", "--alter", "ALTER COLUMN v TYPE bigint"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_no_leftovers(&c).await;
+}
+
 #[tokio::test]
 async fn bad_input_is_one_line_and_leaves_nothing_behind() {
     let db = evolve_test::fresh_db("rw_bad").await;
