@@ -120,10 +120,13 @@ pub struct ColumnInfo {
     pub as_text: bool,
     /// Part of the key (primary key or replica identity index).
     pub key: bool,
-    /// An enum column's labels when it was pinned, in their sort order:
-    /// renaming one upstream changes documents without a row change.
-    /// `None` for other types, and for tables pinned before labels were
-    /// kept.
+    /// The labels of the enums a column's type is or holds (an array's
+    /// elements, a domain's base type, a composite's attributes, a range's
+    /// subtype, at any depth) when it was pinned, by enum and then in each
+    /// enum's sort order: renaming one upstream changes documents without
+    /// a row change. `None` for types without an enum, and for tables
+    /// pinned before labels were kept (before arrays, domains, composites
+    /// and ranges of enums were: those are `None` too).
     pub labels: Option<Vec<String>>,
 }
 

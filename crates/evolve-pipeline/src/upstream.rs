@@ -233,21 +233,16 @@ pub async fn inspect_table(
     }
     // Enum labels, pinned: renaming one changes documents without a row
     // change.
+    let types: Vec<u32> = columns.iter().map(|c| c.type_oid).collect();
     let labels = client
-        .query(
-            "SELECT a.attname::text, \
-                    ARRAY(SELECT e.enumlabel::text FROM pg_enum e \
-                          WHERE e.enumtypid = a.atttypid ORDER BY e.enumsortorder) \
-             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
-             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND t.typtype = 'e'",
-            &[&oid],
-        )
+        .query(ENUM_LABELS, &[&types])
         .await
         .map_err(|e| PipelineError::database("read the upstream table's enum labels", &e))?;
     for row in labels {
-        let name: String = row.get(0);
-        if let Some(c) = columns.iter_mut().find(|c| c.name == name) {
-            c.labels = Some(row.get(1));
+        let type_oid: u32 = row.get(0);
+        let found: Vec<String> = row.get(2);
+        for c in columns.iter_mut().filter(|c| c.type_oid == type_oid) {
+            c.labels = Some(found.clone());
         }
     }
     Ok(UpstreamTable {
@@ -426,6 +421,39 @@ impl PublishedTable {
     }
 }
 
+/// For each type OID in `$1` that is an enum or holds one (an array's
+/// elements, a domain's base type, a composite type's attributes, a
+/// range's subtype, a multirange's range, at any depth): the OID,
+/// `format_type`, the labels of every enum it holds, by enum OID and
+/// then in the enum's sort order, and whether it is an enum itself.
+/// Types without an enum have no row.
+/// Pinned with a table ([`ColumnInfo::labels`]), compared by
+/// [`relabeled_enums`].
+const ENUM_LABELS: &str = "\
+    WITH RECURSIVE r(root, t) AS ( \
+      SELECT o, o FROM unnest($1::oid[]) AS o \
+      UNION \
+      SELECT r.root, x.t FROM r \
+      JOIN pg_catalog.pg_type ty ON ty.oid = r.t \
+      CROSS JOIN LATERAL ( \
+        SELECT ty.typelem WHERE ty.typelem <> 0 AND ty.typlen = -1 \
+        UNION ALL SELECT ty.typbasetype WHERE ty.typtype = 'd' \
+        UNION ALL SELECT a.atttypid FROM pg_catalog.pg_attribute a \
+          WHERE ty.typtype = 'c' AND a.attrelid = ty.typrelid AND a.attnum > 0 AND NOT a.attisdropped \
+        UNION ALL SELECT g.rngsubtype FROM pg_catalog.pg_range g \
+          WHERE ty.typtype = 'r' AND g.rngtypid = ty.oid \
+        UNION ALL SELECT g.rngtypid FROM pg_catalog.pg_range g \
+          WHERE ty.typtype = 'm' AND g.rngmultitypid = ty.oid \
+      ) AS x(t) \
+    ) \
+    SELECT o.root, format_type(o.root, NULL), \
+           ARRAY(SELECT e.enumlabel::text FROM r AS r2 \
+                 JOIN pg_catalog.pg_enum e ON e.enumtypid = r2.t \
+                 WHERE r2.root = o.root ORDER BY e.enumtypid, e.enumsortorder), \
+           EXISTS (SELECT FROM pg_catalog.pg_enum e WHERE e.enumtypid = o.root) \
+    FROM (SELECT DISTINCT root FROM r \
+          WHERE EXISTS (SELECT FROM pg_catalog.pg_enum e WHERE e.enumtypid = r.t)) AS o";
+
 /// Why the documents of table versions `tables` no longer match their
 /// upstream rows without a row change to stream, by table version name:
 /// a label of a pinned enum column that the enum no longer has (renamed
@@ -444,13 +472,7 @@ pub async fn relabeled_enums(
         return Ok(Vec::new());
     }
     let rows = client
-        .query(
-            "SELECT t.oid, format_type(t.oid, NULL), \
-                    ARRAY(SELECT e.enumlabel::text FROM pg_enum e \
-                          WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) \
-             FROM pg_type t WHERE t.oid = ANY($1::oid[])",
-            &[&types],
-        )
+        .query(ENUM_LABELS, &[&types])
         .await
         .map_err(|e| PipelineError::database("read the upstream enums' labels", &e))?;
     let mut out = Vec::new();
@@ -470,12 +492,23 @@ pub async fn relabeled_enums(
                 continue;
             }
             let type_name: String = now.get(1);
+            let what = if now.get::<_, bool>(3) {
+                format!(
+                    "enum type {type_name} of column \"{}\" of upstream table \"{}\" no longer has",
+                    c.name,
+                    t.reference()
+                )
+            } else {
+                format!(
+                    "type {type_name} of column \"{}\" of upstream table \"{}\" holds an enum that no longer has",
+                    c.name,
+                    t.reference()
+                )
+            };
             out.push((
                 t.name.clone(),
                 format!(
-                    "enum type {type_name} of column \"{}\" of upstream table \"{}\" no longer has the value{} {} (renamed with ALTER TYPE ... RENAME VALUE), which documents still show; way out: a new version of the table through a replacement (ABSORB = 'auto' makes both)",
-                    c.name,
-                    t.reference(),
+                    "{what} the value{} {} (renamed with ALTER TYPE ... RENAME VALUE), which documents still show; way out: a new version of the table through a replacement (ABSORB = 'auto' makes both)",
                     if gone.len() == 1 { "" } else { "s" },
                     gone.join(", ")
                 ),

@@ -489,7 +489,8 @@ async fn reused_names_and_rewriting_typmods_stall() {
 /// (every 5 s) or at the next schema that lacks a read column: a table
 /// removed from the publication, a row filter, a column list, a partition
 /// published as its root, operations not published, and an enum value
-/// renamed (a value added is nothing). CREATE TABLE
+/// renamed, in a column of the enum or of an array, a domain or a
+/// composite type that holds it (a value added is nothing). CREATE TABLE
 /// refuses such a table, and `pipeline check` fails a table removed from
 /// the publication.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -506,6 +507,17 @@ async fn publication_settings_that_hide_changes_stall() {
          CREATE TYPE mood AS ENUM ('ok', 'sad');
          CREATE TABLE moods (id int PRIMARY KEY, m mood);
          INSERT INTO moods VALUES (1, 'sad');
+         CREATE TYPE hue AS ENUM ('red', 'green');
+         CREATE TABLE hues (id int PRIMARY KEY, h hue[]);
+         INSERT INTO hues VALUES (1, '{red,green}');
+         CREATE TYPE size AS ENUM ('s', 'm');
+         CREATE DOMAIN size_d AS size;
+         CREATE TABLE sizes (id int PRIMARY KEY, s size_d);
+         INSERT INTO sizes VALUES (1, 's');
+         CREATE TYPE tone AS ENUM ('lo', 'hi');
+         CREATE TYPE pitch AS (t tone, n int);
+         CREATE TABLE pitches (id int PRIMARY KEY, p pitch);
+         INSERT INTO pitches VALUES (1, ROW('lo', 1));
          INSERT INTO removed VALUES (1, 1);
          INSERT INTO filtered VALUES (1, 1);
          INSERT INTO listed VALUES (1, 1, 1);
@@ -528,7 +540,7 @@ async fn publication_settings_that_hide_changes_stall() {
         .await
         .unwrap();
     let names = [
-        "removed", "filtered", "listed", "parts_1", "deletes", "moods",
+        "removed", "filtered", "listed", "parts_1", "deletes", "moods", "hues", "sizes", "pitches",
     ];
     for upstream in names {
         pipeline
@@ -567,7 +579,10 @@ async fn publication_settings_that_hide_changes_stall() {
          ALTER PUBLICATION evo_pub ADD TABLE parts;
          ALTER PUBLICATION evo_pub SET (publish_via_partition_root = true);
          ALTER TYPE mood ADD VALUE 'glad';
-         ALTER TYPE mood RENAME VALUE 'sad' TO 'blue';",
+         ALTER TYPE mood RENAME VALUE 'sad' TO 'blue';
+         ALTER TYPE hue RENAME VALUE 'red' TO 'crimson';
+         ALTER TYPE size RENAME VALUE 's' TO 'small';
+         ALTER TYPE tone RENAME VALUE 'lo' TO 'low';",
     )
     .await
     .unwrap();
@@ -591,6 +606,18 @@ async fn publication_settings_that_hide_changes_stall() {
         (
             "moods_v1",
             "enum type mood of column \"m\" of upstream table \"public.moods\" no longer has the value 'sad' (renamed with ALTER TYPE ... RENAME VALUE), which documents still show",
+        ),
+        (
+            "hues_v1",
+            "type hue[] of column \"h\" of upstream table \"public.hues\" holds an enum that no longer has the value 'red' (renamed with ALTER TYPE ... RENAME VALUE), which documents still show",
+        ),
+        (
+            "sizes_v1",
+            "type size_d of column \"s\" of upstream table \"public.sizes\" holds an enum that no longer has the value 's' (renamed with ALTER TYPE ... RENAME VALUE)",
+        ),
+        (
+            "pitches_v1",
+            "type pitch of column \"p\" of upstream table \"public.pitches\" holds an enum that no longer has the value 'lo' (renamed with ALTER TYPE ... RENAME VALUE)",
         ),
     ];
     for (table, reason) in reasons {
