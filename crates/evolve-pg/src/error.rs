@@ -9,9 +9,11 @@ pub enum PgError {
     BadUrl { url: String, reason: String },
     /// The server could not be reached or refused us. `given` names
     /// where the connection string came from (`--database-url` unless a
-    /// caller says otherwise with [`PgError::given_by`]).
+    /// caller says otherwise with [`PgError::given_by`]); the way out
+    /// follows the server's refusal ([`connect_way_out`]).
     #[error(
-        "could not connect to {target}: {reason}; check {given} and that the server is running"
+        "could not connect to {target}: {reason}; {}",
+        connect_way_out(reason, given)
     )]
     Connect {
         target: String,
@@ -37,6 +39,31 @@ pub enum PgError {
     /// a chain printed in full would say it twice ("...: db error").
     #[error("{}", describe(.0))]
     Query(tokio_postgres::Error),
+}
+
+/// The way out of a failed connection whose error reads `reason`
+/// (`ERROR 28P01: ...` when the server refused it), for a connection
+/// string that `given` supplied: a refused password names the places a
+/// password comes from, an unknown role or a missing `pg_hba.conf` line
+/// the user and the server's configuration, an unknown database its name;
+/// anything else (no answer, a refused TCP connection) the string and the
+/// server.
+pub fn connect_way_out(reason: &str, given: &str) -> String {
+    let code = reason
+        .strip_prefix("ERROR ")
+        .or_else(|| reason.strip_prefix("FATAL "))
+        .and_then(|r| r.split(':').next())
+        .unwrap_or("");
+    match code {
+        "28P01" => format!(
+            "check the password: the one in {given}, else PGPASSWORD or the password file (~/.pgpass)"
+        ),
+        "28000" => format!(
+            "check the user in {given}, and that the server's pg_hba.conf lets it connect from here"
+        ),
+        "3D000" => format!("check the database name in {given}"),
+        _ => format!("check {given} and that the server is running"),
+    }
 }
 
 /// The form a connection string like `url` takes, for a way out.
@@ -135,7 +162,28 @@ pub fn is_lock_timeout(e: &tokio_postgres::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::char_position;
+    use super::{char_position, connect_way_out};
+
+    #[test]
+    fn a_refused_login_names_what_to_check() {
+        let way_out = |reason| connect_way_out(reason, "DATABASE_URL");
+        assert!(
+            way_out("FATAL 28P01: password authentication failed for user \"app\"")
+                .starts_with("check the password: the one in DATABASE_URL, else PGPASSWORD")
+        );
+        assert!(
+            way_out("FATAL 28000: no pg_hba.conf entry for host \"127.0.0.1\"")
+                .contains("pg_hba.conf lets it connect")
+        );
+        assert_eq!(
+            way_out("FATAL 3D000: database \"shop\" does not exist"),
+            "check the database name in DATABASE_URL"
+        );
+        assert_eq!(
+            way_out("error connecting to server: Connection refused (os error 111)"),
+            "check DATABASE_URL and that the server is running"
+        );
+    }
 
     #[test]
     fn positions_count_characters_and_lines() {

@@ -35,7 +35,7 @@ mod sources;
 pub mod tls;
 mod x509;
 
-pub use error::{PgError, describe_db_error, is_lock_timeout, sqlstate};
+pub use error::{PgError, connect_way_out, describe_db_error, is_lock_timeout, sqlstate};
 pub use ident::{QualifiedName, dollar_quote, quote_ident, quote_literal, shell_word};
 pub use owner::{OwnerError, check_state_table};
 pub use session::{SessionInfo, blocking_sessions, describe_sessions, sessions};

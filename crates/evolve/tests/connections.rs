@@ -209,6 +209,22 @@ async fn migrate_finds_passwords_where_psql_does() {
         1,
         "{stderr}"
     );
+    // Its way out names where passwords come from, not the server's state.
+    assert!(
+        stderr.contains(
+            "check the password: the one in --database-url, else PGPASSWORD or the password file (~/.pgpass)"
+        ) && !stderr.contains("that the server is running"),
+        "{stderr}"
+    );
+    // An unknown database names the name to check. (An unknown role is
+    // refused as a wrong password under SCRAM, which hides whether it exists.)
+    let missing_db = migrate_status(&url.replace(&format!("/{}", db.name), "/no_such_db"));
+    let out = home.run(&args(&missing_db), &[("PGPASSWORD", APP_PASSWORD)]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("3D000") && stderr.contains("check the database name in --database-url"),
+        "{stderr}"
+    );
 
     // PGPASSFILE, mode 0600: the first line that matches wins.
     let pgpass = format!(
