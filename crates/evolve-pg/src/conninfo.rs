@@ -67,7 +67,12 @@ pub(crate) fn parse(s: &str) -> Result<Params, String> {
     for (key, value) in pairs {
         if !is_known(&key) {
             return Err(if is_name(&key) {
-                format!("unknown parameter \"{key}\"")
+                match closest_key(&key) {
+                    Some(known) => {
+                        format!("unknown parameter \"{key}\"; did you mean \"{known}\"?")
+                    }
+                    None => format!("unknown parameter \"{key}\""),
+                }
             } else {
                 "a parameter name is not valid".into()
             });
@@ -79,6 +84,54 @@ pub(crate) fn parse(s: &str) -> Result<Params, String> {
         }
     }
     Ok(params)
+}
+
+/// The known parameter `key` is most likely a misspelling of: the one
+/// within two edits (a letter added, dropped, changed or two swapped), if
+/// exactly one is nearest.
+fn closest_key(key: &str) -> Option<&'static str> {
+    let mut best: Option<(usize, &'static str)> = None;
+    let mut tie = false;
+    for &known in KEYS {
+        let d = edit_distance(key, known);
+        if d > 2 {
+            continue;
+        }
+        match best {
+            Some((b, _)) if d > b => {}
+            Some((b, _)) if d == b => tie = true,
+            _ => {
+                best = Some((d, known));
+                tie = false;
+            }
+        }
+    }
+    best.filter(|_| !tie).map(|(_, k)| k)
+}
+
+/// Optimal string alignment distance between `a` and `b` (insertions,
+/// deletions, substitutions and adjacent transpositions), by bytes.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// `key` is a parameter evolve accepts.
@@ -550,7 +603,15 @@ mod tests {
             "a parameter name is not valid",
         );
         check_err("password='apppw", "a quoted value has no closing quote");
-        check_err("password=apppw hots=h", "unknown parameter \"hots\"");
+        check_err(
+            "password=apppw hots=h",
+            "unknown parameter \"hots\"; did you mean \"host\"?",
+        );
+        check_err(
+            "postgres://h/db?sslmod=require",
+            "unknown parameter \"sslmod\"; did you mean \"sslmode\"?",
+        );
+        check_err("postgres://h/db?colour=red", "unknown parameter \"colour\"");
         check_err("= x", "a \"=\" has no parameter name before it");
         check_err(
             "postgres://app:ap%ZZpw@h/db",

@@ -5,7 +5,10 @@ use tokio_postgres::error::{DbError, ErrorPosition, SqlState};
 #[non_exhaustive]
 pub enum PgError {
     /// The connection string could not be parsed.
-    #[error("connection string {url} is not valid: {reason}; {}", form_of(url))]
+    #[error(
+        "connection string {url} is not valid: {reason}{}",
+        form_hint(url, reason)
+    )]
     BadUrl { url: String, reason: String },
     /// The server could not be reached or refused us. `given` names
     /// where the connection string came from (`--database-url` unless a
@@ -63,6 +66,16 @@ pub fn connect_way_out(reason: &str, given: &str) -> String {
         ),
         "3D000" => format!("check the database name in {given}"),
         _ => format!("check {given} and that the server is running"),
+    }
+}
+
+/// The way out after `reason`, unless it carries its own (after a `;`):
+/// the form a connection string like `url` takes.
+fn form_hint(url: &str, reason: &str) -> String {
+    if reason.contains("; ") {
+        String::new()
+    } else {
+        format!("; {}", form_of(url))
     }
 }
 
@@ -207,5 +220,11 @@ mod tests {
         assert!(bad("host=h sslmode=bogus").ends_with(
             "; use key=value pairs, e.g. host=db.example port=5432 dbname=shop user=app"
         ));
+        let own = super::PgError::BadUrl {
+            url: "host=h".into(),
+            reason: "unknown parameter \"hots\"; did you mean \"host\"?".into(),
+        }
+        .to_string();
+        assert!(own.ends_with("did you mean \"host\"?"), "{own}");
     }
 }

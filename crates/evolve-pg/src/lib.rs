@@ -169,6 +169,15 @@ fn read_params(url: &str, params: &conninfo::Params) -> Result<(Config, TlsSetti
         .filter_map(|&k| Some((k, params.get(k)?.clone())))
         .collect();
     let settings = TlsSettings::from_params(tls_params).map_err(bad)?;
+    if let Some(ports) = params.get("port") {
+        for port in ports.split(',') {
+            if !port.trim().is_empty() && !port.trim().parse::<u16>().is_ok_and(|p| p > 0) {
+                return Err(bad(format!(
+                    "port \"{port}\" is not a port number; use one from 1 to 65535 (PostgreSQL's default is 5432)"
+                )));
+            }
+        }
+    }
     let config =
         Config::from_str(&conninfo::to_key_value(params)).map_err(|e| bad(error_text(&e)))?;
     Ok((config, settings))
@@ -253,4 +262,28 @@ pub(crate) fn error_text(e: &tokio_postgres::Error) -> String {
 
 fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_url;
+
+    /// Values a connection string cannot have are named with the way out.
+    #[test]
+    fn bad_values_name_their_way_out() {
+        let e = |url: &str| check_url(url).unwrap_err().to_string();
+        assert_eq!(
+            e("postgres://app:secret@h:99999/db"),
+            "connection string postgres://app:***@h:99999/db is not valid: port \"99999\" is not a port number; use one from 1 to 65535 (PostgreSQL's default is 5432)"
+        );
+        assert!(
+            e("host=h sslmode=bogus").ends_with(
+                "sslmode \"bogus\" is not one of disable, allow, prefer, require, verify-ca, verify-full; use one of them (require encrypts, verify-full also checks the server's certificate and name)"
+            ),
+            "{}",
+            e("host=h sslmode=bogus")
+        );
+        assert!(e("postgres://h/db?sslmod=require").ends_with("did you mean \"sslmode\"?"));
+        assert!(check_url("host=a,b port=5432,5433 dbname=x").is_ok());
+    }
 }

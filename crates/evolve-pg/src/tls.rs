@@ -204,7 +204,10 @@ impl TlsSettings {
                 "sslmode" => {
                     settings.mode = SslMode::parse(&value).ok_or_else(|| {
                         let all: Vec<&str> = SslMode::ALL.iter().map(|m| m.as_str()).collect();
-                        format!("sslmode \"{value}\" is not one of {}", all.join(", "))
+                        format!(
+                            "sslmode \"{value}\" is not one of {}; use one of them (require encrypts, verify-full also checks the server's certificate and name)",
+                            all.join(", ")
+                        )
                     })?;
                 }
                 "sslrootcert" => settings.root_cert = path,
@@ -706,7 +709,7 @@ mod tests {
         let e = settings(&[("sslmode", "verify")]).unwrap_err();
         assert_eq!(
             e,
-            "sslmode \"verify\" is not one of disable, allow, prefer, require, verify-ca, verify-full"
+            "sslmode \"verify\" is not one of disable, allow, prefer, require, verify-ca, verify-full; use one of them (require encrypts, verify-full also checks the server's certificate and name)"
         );
         let e = settings(&[("sslmode", "verify-full")]).unwrap_err();
         assert!(
