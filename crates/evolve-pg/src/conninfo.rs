@@ -93,7 +93,7 @@ fn closest_key(key: &str) -> Option<&'static str> {
     let mut best: Option<(usize, &'static str)> = None;
     let mut tie = false;
     for &known in KEYS {
-        let d = edit_distance(key, known);
+        let d = strsim::osa_distance(key, known);
         if d > 2 {
             continue;
         }
@@ -107,31 +107,6 @@ fn closest_key(key: &str) -> Option<&'static str> {
         }
     }
     best.filter(|_| !tie).map(|(_, k)| k)
-}
-
-/// Optimal string alignment distance between `a` and `b` (insertions,
-/// deletions, substitutions and adjacent transpositions), by bytes.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for j in 0..=b.len() {
-        d[0][j] = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            d[i][j] = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
-            }
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 /// `key` is a parameter evolve accepts.
