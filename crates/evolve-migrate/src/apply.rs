@@ -124,6 +124,7 @@ pub(crate) async fn run(
                 script: step.file.script.clone(),
                 version: step.file.version().map(|v| v.as_str().to_string()),
                 description: step.file.name.description.clone(),
+                kind: step.file.kind(),
                 statements: step.file.parsed.statements.len(),
                 transaction: !no_transaction(step.file, apply_opts.mixed),
                 resume_at_statement: step.resume.as_ref().map(|r| r.statements_done + 1),
@@ -409,9 +410,9 @@ fn check_fits(
 
 /// A target version that no migration has (no file, no history row) is a
 /// typo more often than not: refused, as Flyway refuses it ("No migration
-/// with a target version ... could be found").
+/// with a target version ... could be found"), unless written `V?`.
 fn check_target(plan: &Plan<'_>, opts: &StepOptions) -> Result<(), MigrateError> {
-    let Some(target) = &opts.target else {
+    let crate::Target::Version(target) = &opts.target else {
         return Ok(());
     };
     let known = plan.migrations.iter().any(|m| {
@@ -424,7 +425,7 @@ fn check_target(plan: &Plan<'_>, opts: &StepOptions) -> Result<(), MigrateError>
         return Ok(());
     }
     Err(MigrateError::Usage(format!(
-        "no migration has target version {target} (no file, no history row), as Flyway requires of a target; give --target (or flyway.target) the version of a migration, or latest"
+        "no migration has target version {target} (no file, no history row), as Flyway requires of a target; give --target (or flyway.target) the version of a migration, {target}? to go up to it all the same, or latest, current or next"
     )))
 }
 
@@ -961,6 +962,7 @@ impl<'o> Runner<'o> {
             script: file.script.clone(),
             version: file.version().map(|v| v.as_str().to_string()),
             description: file.name.description.clone(),
+            kind: file.kind(),
             statements: file.parsed.statements.len(),
             execution_time_ms: started.elapsed().as_millis() as u64,
             attempts,

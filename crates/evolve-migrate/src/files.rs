@@ -64,6 +64,15 @@ impl MigrationFile {
     pub fn is_baseline(&self) -> bool {
         matches!(self.name.kind, MigrationKind::Baseline(_))
     }
+
+    /// Versioned, repeatable or baseline, as `status` says it.
+    pub fn kind(&self) -> crate::Kind {
+        match self.name.kind {
+            MigrationKind::Baseline(_) => crate::Kind::Baseline,
+            MigrationKind::Repeatable => crate::Kind::Repeatable,
+            MigrationKind::Versioned(_) => crate::Kind::Versioned,
+        }
+    }
 }
 
 /// A Flyway SQL callback: `<event>.sql` or `<event>__<description>.sql`.

@@ -71,6 +71,10 @@ pub struct FlywayConfig {
     pub pipeline: Option<String>,
     /// Keys evolve does not apply, each with why: one warning per key.
     pub warnings: Vec<String>,
+    /// Settings Flyway refuses (an `ignoreMigrationPatterns` entry that is
+    /// not a pattern), each with the way out: the caller refuses the run,
+    /// naming the first, before anything is applied.
+    pub errors: Vec<String>,
 }
 
 /// A configuration file evolve cannot read.
@@ -374,12 +378,21 @@ fn not_empty(key: &str, value: &str) -> Result<String, String> {
     }
 }
 
+/// The forms of an `ignoreMigrationPatterns` entry, as a refusal names
+/// them.
+const IGNORE_PATTERN_FORMS: &str = "<type>:<state>, type *, versioned or repeatable, state *, pending, missing, ignored or future (e.g. *:pending, repeatable:missing)";
+
 /// One of Flyway's `ignoreMigrationPatterns` (`<type>:<state>`, each
 /// part trimmed and compared without regard to case): the types and the
-/// states it names, or `None` when it is not one.
-fn ignore_pattern(pattern: &str) -> Option<(crate::ByType, &'static [&'static str])> {
+/// states it names, or what is wrong with it (Flyway refuses such a
+/// pattern: "Invalid pattern", "Invalid migration type", "Invalid
+/// migration state").
+fn ignore_pattern(pattern: &str) -> Result<(crate::ByType, &'static [&'static str]), String> {
     const STATES: [&str; 4] = ["pending", "missing", "ignored", "future"];
-    let (kind, state) = pattern.split_once(':')?;
+    let mut parts = pattern.split(':');
+    let (Some(kind), Some(state), None) = (parts.next(), parts.next(), parts.next()) else {
+        return Err("is not of the form <type>:<state>".into());
+    };
     let types = match kind.trim().to_ascii_lowercase().as_str() {
         "*" => crate::ByType::ALL,
         "versioned" => crate::ByType {
@@ -390,7 +403,12 @@ fn ignore_pattern(pattern: &str) -> Option<(crate::ByType, &'static [&'static st
             versioned: false,
             repeatable: true,
         },
-        _ => return None,
+        _ => {
+            return Err(format!(
+                "has type {:?}, which is not a migration type",
+                kind.trim()
+            ));
+        }
     };
     let state = state.trim().to_ascii_lowercase();
     let states: &'static [&'static str] = match state.as_str() {
@@ -398,9 +416,42 @@ fn ignore_pattern(pattern: &str) -> Option<(crate::ByType, &'static [&'static st
         s => STATES
             .iter()
             .position(|x| *x == s)
-            .map(|i| &STATES[i..=i])?,
+            .map(|i| &STATES[i..=i])
+            .ok_or_else(|| format!("has state {s:?}, which is not a state it can name"))?,
     };
-    Some((types, states))
+    Ok((types, states))
+}
+
+/// `ignoreMigrationPatterns`' value: the states it lets be, or the refusal
+/// of its first invalid entry. Entries are separated by commas and
+/// trimmed; an empty value names none, and a trailing comma is no entry
+/// (as in Flyway), but an empty entry between two others is refused, as
+/// Flyway refuses it.
+fn ignore_patterns(key: &str, value: &str) -> Result<crate::IgnorePatterns, String> {
+    let mut ignore = crate::IgnorePatterns::NONE;
+    let mut entries: Vec<&str> = value.split(',').collect();
+    while entries.last().is_some_and(|e| e.trim().is_empty()) {
+        entries.pop();
+    }
+    for pattern in entries {
+        let pattern = pattern.trim();
+        let (types, states) = ignore_pattern(pattern).map_err(|why| {
+            format!(
+                "{key}: pattern {pattern:?} {why} (Flyway refuses it too); write {IGNORE_PATTERN_FORMS}"
+            )
+        })?;
+        for state in states {
+            let slot = match *state {
+                "pending" => &mut ignore.pending,
+                "missing" => &mut ignore.missing,
+                "ignored" => &mut ignore.ignored,
+                _ => &mut ignore.future,
+            };
+            slot.versioned |= types.versioned;
+            slot.repeatable |= types.repeatable;
+        }
+    }
+    Ok(ignore)
 }
 
 /// Keys of Flyway's that evolve accepts and has nothing to do for, given
@@ -522,29 +573,10 @@ impl FlywayConfig {
                     Ok(v) => c.baseline_migration_prefix = Some(v),
                     Err(w) => c.warnings.push(w),
                 },
-                "ignoreMigrationPatterns" => {
-                    let mut ignore = crate::IgnorePatterns::NONE;
-                    for pattern in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                        match ignore_pattern(pattern) {
-                            Some((types, states)) => {
-                                for state in states {
-                                    let slot = match *state {
-                                        "pending" => &mut ignore.pending,
-                                        "missing" => &mut ignore.missing,
-                                        "ignored" => &mut ignore.ignored,
-                                        _ => &mut ignore.future,
-                                    };
-                                    slot.versioned |= types.versioned;
-                                    slot.repeatable |= types.repeatable;
-                                }
-                            }
-                            None => c.warnings.push(format!(
-                                "{key}: pattern {pattern} is not one of Flyway's (<type>:<state>, type *, versioned or repeatable, state *, pending, missing, ignored or future); it is ignored"
-                            )),
-                        }
-                    }
-                    c.ignore_patterns = Some(ignore);
-                }
+                "ignoreMigrationPatterns" => match ignore_patterns(key, value) {
+                    Ok(ignore) => c.ignore_patterns = Some(ignore),
+                    Err(e) => c.errors.push(e),
+                },
                 "repeatableSqlMigrationPrefix" => match not_empty(key, value) {
                     Ok(v) => c.repeatable_sql_migration_prefix = Some(v),
                     Err(w) => c.warnings.push(w),
@@ -638,8 +670,10 @@ impl FlywayConfig {
     /// lockRetryCount (as a limit of the wait for the migration lock: one
     /// second a retry, -1 without limit), the default schema and the
     /// schemas, createSchemas, ignoreMigrationPatterns,
-    /// failOnMissingLocations, executeInTransaction.
+    /// failOnMissingLocations, executeInTransaction; and the first setting
+    /// Flyway refuses, as [`crate::Options::refused_setting`].
     pub fn configure(&self, opts: &mut crate::Options) {
+        opts.refused_setting = self.errors.first().map(|e| format!("Flyway setting {e}"));
         opts.naming = self.naming();
         opts.init_sql = self.init_sql.clone();
         if let Some(n) = self.connect_retries {
@@ -1106,7 +1140,7 @@ mod tests {
         use crate::{ByType, IgnorePatterns};
         let c = FlywayConfig::from_pairs(&pairs(&[(
             "flyway.ignoreMigrationPatterns",
-            "*:future, repeatable:pending,*:MISSING , versioned:ignored,x:pending,*:failed",
+            "*:future, repeatable:pending,*:MISSING , versioned:ignored,",
         )]));
         let versioned = ByType {
             versioned: true,
@@ -1125,13 +1159,8 @@ mod tests {
                 future: ByType::ALL,
             })
         );
-        assert_eq!(
-            c.warnings,
-            [
-                "flyway.ignoreMigrationPatterns: pattern x:pending is not one of Flyway's (<type>:<state>, type *, versioned or repeatable, state *, pending, missing, ignored or future); it is ignored",
-                "flyway.ignoreMigrationPatterns: pattern *:failed is not one of Flyway's (<type>:<state>, type *, versioned or repeatable, state *, pending, missing, ignored or future); it is ignored"
-            ]
-        );
+        assert_eq!(c.warnings, Vec::<String>::new());
+        assert_eq!(c.errors, Vec::<String>::new());
         let mut opts = crate::Options::new("postgres://h/d", "m");
         assert_eq!(opts.ignore_patterns, IgnorePatterns::default());
         c.configure(&mut opts);
@@ -1150,5 +1179,53 @@ mod tests {
         );
         let c = FlywayConfig::from_pairs(&pairs(&[("flyway.ignoreMigrationPatterns", "")]));
         assert_eq!(c.ignore_patterns, Some(IgnorePatterns::NONE));
+    }
+
+    /// Flyway refuses an entry that is not `<type>:<state>` ("Invalid
+    /// pattern", "Invalid migration type", "Invalid migration state");
+    /// evolve once warned and ran on.
+    #[test]
+    fn an_invalid_ignore_migration_pattern_is_refused() {
+        let forms = "write <type>:<state>, type *, versioned or repeatable, state *, pending, missing, ignored or future (e.g. *:pending, repeatable:missing)";
+        for (value, why) in [
+            (
+                "*:bogus",
+                "pattern \"*:bogus\" has state \"bogus\", which is not a state it can name",
+            ),
+            ("foo", "pattern \"foo\" is not of the form <type>:<state>"),
+            (
+                "*:future, x:pending",
+                "pattern \"x:pending\" has type \"x\", which is not a migration type",
+            ),
+            (
+                "*:failed",
+                "pattern \"*:failed\" has state \"failed\", which is not a state it can name",
+            ),
+            (
+                "*:future,,*:missing",
+                "pattern \"\" is not of the form <type>:<state>",
+            ),
+            (
+                "*:*:*",
+                "pattern \"*:*:*\" is not of the form <type>:<state>",
+            ),
+        ] {
+            let c = FlywayConfig::from_pairs(&pairs(&[("flyway.ignoreMigrationPatterns", value)]));
+            assert_eq!(
+                c.errors,
+                [format!(
+                    "flyway.ignoreMigrationPatterns: {why} (Flyway refuses it too); {forms}"
+                )],
+                "{value}"
+            );
+            assert_eq!(c.ignore_patterns, None, "{value}");
+            let mut opts = crate::Options::new("postgres://h/d", "m");
+            c.configure(&mut opts);
+            assert_eq!(
+                opts.refused_setting,
+                Some(format!("Flyway setting {}", c.errors[0])),
+                "{value}"
+            );
+        }
     }
 }

@@ -53,7 +53,7 @@ pub use lockplan::{
 };
 pub use naming::{Named, Naming};
 pub use placeholders::{BuiltIns, Placeholders};
-pub use plan::{Kind, MigrationStatus, Plan, State, StepOptions};
+pub use plan::{Kind, MigrationStatus, Plan, State, StepOptions, Target};
 pub use rebuild::{Captured, RebuildPlan, plan_targets};
 pub use refresh::{MatviewStatus, Refreshed};
 
@@ -128,6 +128,11 @@ pub struct Options {
     /// callback runs outside a transaction unless its script
     /// configuration file says `executeInTransaction=true`.
     pub execute_in_transaction: bool,
+    /// A setting of the Flyway configuration that Flyway refuses (an
+    /// `ignoreMigrationPatterns` entry that is not a pattern), with the way
+    /// out: every verb that connects refuses to run, before anything is
+    /// read or applied (set by [`FlywayConfig::configure`]).
+    pub refused_setting: Option<String>,
 }
 
 /// Flyway's `ignoreMigrationPatterns` (`<type>:<state>`, type `*`,
@@ -222,6 +227,7 @@ impl Options {
             database_url_given: "--database-url",
             fail_on_missing_dir: false,
             execute_in_transaction: true,
+            refused_setting: None,
         }
     }
 }
@@ -229,7 +235,9 @@ impl Options {
 /// Options of `apply`.
 #[derive(Clone, Debug, Default)]
 pub struct ApplyOptions {
-    pub target: Option<Version>,
+    /// Flyway's `target`: how far the versioned migrations go (default:
+    /// latest).
+    pub target: Target,
     pub out_of_order: bool,
     pub dry_run: bool,
     /// Recreate rebuilt materialized views WITH DATA inside the file's
@@ -324,6 +332,9 @@ pub enum Event {
         script: String,
         version: Option<String>,
         description: String,
+        /// `versioned`, `repeatable` or `baseline` (a `B` file, recorded as
+        /// Flyway's `SQL_BASELINE`).
+        kind: Kind,
         statements: usize,
         execution_time_ms: u64,
         attempts: u32,
@@ -336,6 +347,8 @@ pub enum Event {
         script: String,
         version: Option<String>,
         description: String,
+        /// As [`Event::Applied`]'s.
+        kind: Kind,
         statements: usize,
         transaction: bool,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -563,6 +576,9 @@ pub(crate) struct Connected {
 }
 
 pub(crate) async fn connect(opts: &Options) -> Result<Connected, MigrateError> {
+    if let Some(refused) = &opts.refused_setting {
+        return Err(MigrateError::Usage(refused.clone()));
+    }
     let client = open(opts, "evolve migrate").await?;
     let (setup, reset) = session_settings(&client, opts).await?;
     if !setup.is_empty() {

@@ -121,6 +121,9 @@ pub struct Plan<'a> {
     pub migrations: Vec<MigrationStatus>,
     /// Highest applied version (or the baseline), if any.
     pub current_version: Option<Version>,
+    /// Highest version in the history, failed or not (not one `repair`
+    /// marked deleted): what Flyway's target `current` stands for.
+    pub last_applied: Option<Version>,
     pub(crate) files: &'a MigrationSet,
 }
 
@@ -140,10 +143,77 @@ pub struct Resume {
     pub done_checksum: i32,
 }
 
+/// Flyway's `target`: how far `apply` takes the versioned migrations.
+/// Repeatable migrations run whatever it is, as in Flyway.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// `latest`: every pending version (the default).
+    #[default]
+    Latest,
+    /// `current`: none beyond the highest version in the history (a
+    /// failed one included, as Flyway counts it); a database without one
+    /// gets no versioned migration.
+    Current,
+    /// `next`: the first pending version only (under out-of-order, the
+    /// first pending file even below the applied version).
+    Next,
+    /// `<version>`: up to and including it; a file or a history row must
+    /// have it (Flyway's "No migration with a target version").
+    Version(Version),
+    /// `<version>?`: up to and including it, which no migration need have.
+    AtMost(Version),
+}
+
+impl Target {
+    /// The forms a target is written in, as a refusal names them.
+    pub const FORMS: &'static str =
+        "a version (2.1), a version no migration need have (2.1?), latest, current or next";
+
+    /// A target as Flyway reads `target` (`latest`, `current` and `next`
+    /// without regard to case; a trailing `?` lets the version be one no
+    /// migration has, and changes nothing of the others, as in Flyway).
+    pub fn parse(s: &str) -> Result<Target, String> {
+        let t = s.trim();
+        let (version, optional) = match t.strip_suffix('?') {
+            Some(v) => (v.trim_end(), true),
+            None => (t, false),
+        };
+        for (name, target) in [
+            ("latest", Target::Latest),
+            ("current", Target::Current),
+            ("next", Target::Next),
+        ] {
+            if version.eq_ignore_ascii_case(name) {
+                return Ok(target);
+            }
+        }
+        match Version::parse(version) {
+            Ok(v) if optional => Ok(Target::AtMost(v)),
+            Ok(v) => Ok(Target::Version(v)),
+            Err(_) => Err(format!(
+                "target {t:?} is not a target; give {}",
+                Target::FORMS
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Latest => f.write_str("latest"),
+            Target::Current => f.write_str("current"),
+            Target::Next => f.write_str("next"),
+            Target::Version(v) => write!(f, "{v}"),
+            Target::AtMost(v) => write!(f, "{v}?"),
+        }
+    }
+}
+
 /// Options that change what apply would run.
 #[derive(Clone, Debug, Default)]
 pub struct StepOptions {
-    pub target: Option<Version>,
+    pub target: Target,
     pub out_of_order: bool,
     /// Flyway's `ignoreMigrationPatterns`: the states that are no
     /// problem.
@@ -196,6 +266,11 @@ impl<'a> Plan<'a> {
         let current_version = effective
             .iter()
             .filter(|(_, r)| r.success && r.kind != TYPE_DELETE)
+            .map(|(v, _)| (*v).clone())
+            .max();
+        let last_applied = effective
+            .iter()
+            .filter(|(_, r)| r.kind != TYPE_DELETE)
             .map(|(v, _)| (*v).clone())
             .max();
 
@@ -275,6 +350,7 @@ impl<'a> Plan<'a> {
         Plan {
             migrations,
             current_version,
+            last_applied,
             files,
         }
     }
@@ -363,8 +439,14 @@ impl<'a> Plan<'a> {
         progress: &[Progress],
     ) -> Result<Vec<Step<'a>>, String> {
         let mut steps = Vec::new();
+        // The highest version that runs; `None` inside: none does.
+        let bound: Option<Option<&Version>> = match &opts.target {
+            Target::Latest | Target::Next => None,
+            Target::Current => Some(self.last_applied.as_ref()),
+            Target::Version(v) | Target::AtMost(v) => Some(Some(v)),
+        };
         for m in &self.migrations {
-            let in_target = |v: &Version| opts.target.as_ref().is_none_or(|t| v <= t);
+            let in_target = |v: &Version| bound.is_none_or(|b| b.is_some_and(|t| v <= t));
             match (m.kind, m.state) {
                 (Kind::Versioned | Kind::Baseline, State::Failed) => {
                     let Some(file) = self.file_of(m) else {
@@ -427,6 +509,19 @@ impl<'a> Plan<'a> {
                     }
                 }
                 _ => {}
+            }
+        }
+        if opts.target == Target::Next {
+            // The first pending version, in order; failed ones resumed are
+            // no pending ones.
+            let next = steps
+                .iter()
+                .filter(|s| s.resume.is_none())
+                .filter_map(|s| s.file.version())
+                .next()
+                .cloned();
+            if let Some(next) = next {
+                steps.retain(|s| s.resume.is_some() || s.file.version().is_none_or(|v| *v <= next));
             }
         }
         // Repeatables run after every versioned migration.
@@ -717,5 +812,43 @@ fn repeatable_status(
         (None, None) => {
             unreachable!("repeatable {description:?} comes from a file or a row")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Version {
+        Version::parse(s).expect("version")
+    }
+
+    /// Flyway's targets read as Flyway reads them; evolve once refused
+    /// `current`, `next` and `<version>?`.
+    #[test]
+    fn targets_parse_as_flyway_reads_them() {
+        for (text, target) in [
+            ("latest", Target::Latest),
+            (" LATEST ", Target::Latest),
+            ("current", Target::Current),
+            ("Current", Target::Current),
+            ("next", Target::Next),
+            ("next?", Target::Next),
+            ("2.1", Target::Version(v("2.1"))),
+            ("2.1?", Target::AtMost(v("2.1"))),
+        ] {
+            assert_eq!(Target::parse(text), Ok(target), "{text}");
+        }
+        for text in ["", "?", "soon", "2.x", "current version"] {
+            assert_eq!(
+                Target::parse(text),
+                Err(format!(
+                    "target {:?} is not a target; give a version (2.1), a version no migration need have (2.1?), latest, current or next",
+                    text.trim()
+                )),
+                "{text}"
+            );
+        }
+        assert_eq!(Target::AtMost(v("2.1")).to_string(), "2.1?");
     }
 }

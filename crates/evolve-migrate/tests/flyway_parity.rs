@@ -401,13 +401,13 @@ async fn a_target_no_migration_has_is_refused() {
         );
     }
     let target = |v: &str| ApplyOptions {
-        target: Some(evolve_core::migration::Version::parse(v).expect("version")),
+        target: evolve_migrate::Target::parse(v).expect("target"),
         ..ApplyOptions::default()
     };
     let err = f.apply_err(&target("2.5")).await;
     assert_eq!(
         err,
-        "no migration has target version 2.5 (no file, no history row), as Flyway requires of a target; give --target (or flyway.target) the version of a migration, or latest"
+        "no migration has target version 2.5 (no file, no history row), as Flyway requires of a target; give --target (or flyway.target) the version of a migration, 2.5? to go up to it all the same, or latest, current or next"
     );
     assert_eq!(
         f.count("SELECT count(*) FROM pg_class WHERE relname = 'evolve_schema_history'")

@@ -385,7 +385,7 @@ async fn target_and_dry_run() {
         "a dry run writes nothing"
     );
 
-    let target = Some(Version::parse("2").expect("version"));
+    let target = evolve_migrate::Target::Version(Version::parse("2").expect("version"));
     let (r, _) = f
         .apply_with(&ApplyOptions {
             target,

@@ -92,7 +92,8 @@ pub enum Command {
     Compat(crate::compat::CompatArgs),
     /// A schema registry speaking Confluent Schema Registry's REST API.
     Registry(crate::registry::RegistryArgs),
-    /// Change data capture from PostgreSQL into a stable JSON interface.
+    /// Change data capture from PostgreSQL, MySQL/MariaDB or Kafka into a
+    /// stable JSON interface.
     Pipeline(crate::pipeline::PipelineArgs),
     /// Run control statements (CREATE SOURCE, SHOW TABLES, ...) against a
     /// running pipeline.
@@ -142,8 +143,8 @@ pub enum Command {
     /// retypes beyond a consumer's cast, a field a consumer reads.
     Contracts(crate::contracts::ContractsArgs),
     /// A tour against throwaway PostgreSQL clusters it starts and removes:
-    /// the pipeline absorbing upstream schema changes (the default), or
-    /// `evolve demo migrate`.
+    /// the pipeline absorbing upstream schema changes (the default),
+    /// `evolve demo migrate`, `evolve demo mysql` or `evolve demo kafka`.
     ///
     /// The pipeline tour needs nothing but the PostgreSQL server package.
     /// It starts an upstream and a sink cluster, puts an `orders` table
@@ -300,10 +301,12 @@ pub enum MigrateVerb {
     /// Apply pending migrations in order.
     Apply {
         /// Apply versioned migrations up to and including this version
-        /// (one a file or the history has), or `latest` (every one, the
-        /// default).
+        /// (one a file or the history has; `2.1?`: which none need have),
+        /// `latest` (every one, the default), `current` (none beyond the
+        /// applied version) or `next` (the first pending one), as Flyway's
+        /// target; repeatable migrations run whatever it is.
         #[arg(long, value_parser = parse_target)]
-        target: Option<Target>,
+        target: Option<evolve_migrate::Target>,
         /// Print what would run; run nothing.
         #[arg(long)]
         dry_run: bool,
@@ -433,28 +436,11 @@ fn parse_version(s: &str) -> Result<Version, String> {
     Version::parse(s).map_err(|e| e.to_string())
 }
 
-/// What `--target` and `flyway.target` name: a version, or `latest`.
-#[derive(Clone, Debug)]
-pub enum Target {
-    Latest,
-    Version(Version),
-}
-
-/// Flyway's targets evolve runs: a version, or `latest`. Flyway's
-/// `current`, `next` and `<version>?` are refused by name.
-fn parse_target(s: &str) -> Result<Target, String> {
-    let t = s.trim();
-    if t.eq_ignore_ascii_case("latest") {
-        return Ok(Target::Latest);
-    }
-    if t.eq_ignore_ascii_case("current") || t.eq_ignore_ascii_case("next") || t.ends_with('?') {
-        return Err(format!(
-            "target {t} is one of Flyway's targets evolve does not support (it runs a version or latest); give a version, or latest"
-        ));
-    }
-    Version::parse(t)
-        .map(Target::Version)
-        .map_err(|e| e.to_string())
+/// What `--target` and `flyway.target` name, as Flyway reads `target`: a
+/// version, `<version>?`, `latest`, `current` or `next`
+/// ([`evolve_migrate::Target::parse`]).
+fn parse_target(s: &str) -> Result<evolve_migrate::Target, String> {
+    evolve_migrate::Target::parse(s)
 }
 
 /// Parses a duration as evolve writes them everywhere (`3s`, `500ms`,
@@ -554,30 +540,41 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate(args) => migrate(args, out).await,
         Command::Change(args) => crate::change::run(args, out).await,
-        Command::Backfill(args) => crate::backfill::run(args, out).await,
-        Command::Rewrite(args) => crate::backfill::rewrite(args, out).await,
+        Command::Backfill(args) => crate::backfill::run(args, out)
+            .await
+            .map_err(with_url_origin),
+        Command::Rewrite(args) => crate::backfill::rewrite(args, out)
+            .await
+            .map_err(with_url_origin),
         Command::Deps(args) => {
+            let origin = url_origin(args.database_url.is_some());
             let Some(url) = args.database_url.or_else(libpq_environment) else {
                 bail!(
                     "no database given; pass --database-url postgres://user@host/db, or set DATABASE_URL or libpq's PGHOST/PGDATABASE/PGSERVICE as for psql"
                 );
             };
-            let report = evolve_migrate::dependents(&url, &args.target).await?;
+            let report = evolve_migrate::dependents(&url, &args.target)
+                .await
+                .map_err(|e| from_origin(e, origin))?;
             Out::new(args.format).deps(&report)
         }
         Command::Refresh(args) => {
+            let origin = url_origin(args.database_url.is_some());
             let Some(url) = args.database_url.or_else(libpq_environment) else {
                 bail!(
                     "no database given; pass --database-url postgres://user@host/db, or set DATABASE_URL or libpq's PGHOST/PGDATABASE/PGSERVICE as for psql"
                 );
             };
             if args.status {
-                let status = evolve_migrate::refresh_status(&url).await?;
+                let status = evolve_migrate::refresh_status(&url)
+                    .await
+                    .map_err(|e| from_origin(e, origin))?;
                 return out.refresh_status(&status);
             }
             let mut events = out.clone();
             evolve_migrate::refresh_matviews(&url, &args.names, &mut |r| events.refreshed(r))
-                .await?;
+                .await
+                .map_err(|e| from_origin(e, origin))?;
             Ok(())
         }
         Command::Demo(args) => crate::demo::run(args, out).await,
@@ -658,11 +655,7 @@ async fn migrate(args: MigrateArgs, out: &mut Out) -> anyhow::Result<()> {
                 (Some(t), _) => t,
                 (None, Some(t)) => parse_target(t)
                     .map_err(|e| anyhow::anyhow!("Flyway setting flyway.target: {e}"))?,
-                (None, None) => Target::Latest,
-            };
-            let target = match target {
-                Target::Latest => None,
-                Target::Version(v) => Some(v),
+                (None, None) => evolve_migrate::Target::Latest,
             };
             let mut apply_opts = ApplyOptions {
                 target,
@@ -825,6 +818,73 @@ fn flyway_settings(file: Option<&std::path::Path>) -> anyhow::Result<evolve_migr
     Ok(config)
 }
 
+/// Where the connection string clap read for `--database-url` came from:
+/// the flag when the command line has it, else the `DATABASE_URL`
+/// variable clap fell back on. A connection error's way out names it, so
+/// that someone who exported a wrong `DATABASE_URL` is not sent looking
+/// for a flag they never typed.
+pub(crate) fn database_url_origin(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> &'static str {
+    let flag = args.into_iter().skip(1).any(|a| {
+        let a = a.to_string_lossy();
+        a == "--database-url" || a.starts_with("--database-url=")
+    });
+    if flag {
+        "--database-url"
+    } else {
+        "DATABASE_URL"
+    }
+}
+
+/// What a connection error's way out names for a connection string that
+/// was `given` by `--database-url` or `DATABASE_URL` (else libpq's
+/// variables gave it).
+pub(crate) fn url_origin(given: bool) -> &'static str {
+    if given {
+        database_url_origin(std::env::args_os())
+    } else {
+        "the PG* environment variables (PGHOST, PGPORT, PGUSER, PGDATABASE, PGSERVICE)"
+    }
+}
+
+/// `e` of a command whose library connects on its own and names
+/// `--database-url` in a connection error's way out whatever gave the
+/// string: with the way out naming `DATABASE_URL` or libpq's variables
+/// when the flag was not typed.
+fn with_url_origin(e: anyhow::Error) -> anyhow::Error {
+    // The ways out evolve_pg::connect_way_out writes.
+    const WAYS_OUT: [&str; 3] = [
+        "; check --database-url and that the server is running",
+        "; check the password: the one in --database-url,",
+        " in --database-url",
+    ];
+    let set = std::env::var_os("DATABASE_URL").is_some_and(|v| !v.is_empty());
+    let origin = url_origin(set);
+    let mut message = e.to_string();
+    if let Some(cause) = e.chain().nth(1) {
+        message = format!("{message}: {cause}");
+    }
+    if origin == "--database-url" || !WAYS_OUT.iter().any(|w| message.contains(w)) {
+        return e;
+    }
+    anyhow::anyhow!(message.replace("--database-url", origin))
+}
+
+/// `e`, whose connection error (if it is one) names `origin` as where the
+/// connection string came from.
+pub(crate) fn from_origin(
+    e: evolve_migrate::MigrateError,
+    origin: &'static str,
+) -> evolve_migrate::MigrateError {
+    match e {
+        evolve_migrate::MigrateError::Pg(pg) => {
+            evolve_migrate::MigrateError::Pg(pg.given_by(origin))
+        }
+        other => other,
+    }
+}
+
 /// The library's options from the flags a verb has, then Flyway's
 /// configuration; the others keep their defaults.
 pub(crate) fn options(
@@ -870,6 +930,8 @@ pub(crate) fn options(
     if from_flyway {
         // Named in a connection error's way out; one string per run.
         opts.database_url_given = Box::leak(source.into_boxed_str());
+    } else {
+        opts.database_url_given = url_origin(db.database_url.is_some());
     }
     opts.history_table = (schema, name);
     opts.symlinks = symlinks(files);

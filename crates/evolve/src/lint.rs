@@ -57,6 +57,7 @@ pub async fn run(args: &LintArgs, out: &Out) -> anyhow::Result<ExitCode> {
             Some(
                 evolve_migrate::lint_catalog::lint_catalog(url, &tables)
                     .await
+                    .map_err(|e| crate::cli::from_origin(e, crate::cli::url_origin(true)))
                     .context("cannot read the catalog for evolve lint --database-url")?,
             )
         }

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::Path;
 
 use evolve_migrate::{
-    ApplyReport, ChangeReport, DepsReport, Event, MatviewStatus, MigrationStatus, Refreshed,
+    ApplyReport, ChangeReport, DepsReport, Event, Kind, MatviewStatus, MigrationStatus, Refreshed,
     RepairAction, StatusReport, ValidateReport,
 };
 use serde::Serialize;
@@ -306,12 +306,14 @@ fn millis(ms: u64) -> String {
     }
 }
 
-/// `V2 add index`, `R views`; a file without a description (`V1.sql`) is
+/// `V2 add index`, `R views`, `B5 base` (a baseline migration, as its
+/// `B5__base.sql` names it); a file without a description (`V1.sql`) is
 /// `V1`, with no space after it.
-fn label(version: &Option<String>, description: &str) -> String {
-    let kind = match version {
-        Some(v) => format!("V{v}"),
-        None => "R".to_string(),
+fn label(kind: Kind, version: &Option<String>, description: &str) -> String {
+    let kind = match (kind, version) {
+        (Kind::Baseline, Some(v)) => format!("B{v}"),
+        (_, Some(v)) => format!("V{v}"),
+        (_, None) => "R".to_string(),
     };
     if description.is_empty() {
         kind
@@ -353,6 +355,7 @@ pub fn event_text(e: &Event) -> String {
         Event::Applied {
             version,
             description,
+            kind,
             statements,
             execution_time_ms,
             attempts,
@@ -362,7 +365,7 @@ pub fn event_text(e: &Event) -> String {
         } => {
             let mut s = format!(
                 "applied {} ({statements} statement{}, {})",
-                label(version, description),
+                label(*kind, version, description),
                 plural(*statements),
                 millis(*execution_time_ms)
             );
@@ -380,6 +383,7 @@ pub fn event_text(e: &Event) -> String {
         Event::WouldApply {
             version,
             description,
+            kind,
             statements,
             transaction,
             resume_at_statement,
@@ -387,7 +391,7 @@ pub fn event_text(e: &Event) -> String {
         } => {
             let mut s = format!(
                 "would apply {} ({statements} statement{}, {})",
-                label(version, description),
+                label(*kind, version, description),
                 plural(*statements),
                 if *transaction {
                     "in one transaction"

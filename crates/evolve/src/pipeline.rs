@@ -81,6 +81,7 @@ impl AdminArg {
     pub(crate) fn resolve_as(&self, flag: &str) -> anyhow::Result<AdminUrl> {
         let (listen, token) = match &self.config {
             Some(path) => {
+                config_exists(path)?;
                 let (listen, token) = Config::load_admin(path).map_err(|e| pipeline_error(&e))?;
                 (
                     Some((listen, path.display().to_string())),
@@ -106,6 +107,9 @@ impl AdminArg {
             (None, None) => (DEFAULT_ADMIN.to_string(), "--admin".to_string()),
         };
         let mut admin = AdminUrl::parse(&url, &given)?;
+        if self.admin.is_none() && self.config.is_none() {
+            admin.way_out = default_config_elsewhere();
+        }
         admin.token = std::env::var("EVOLVE_ADMIN_TOKEN")
             .ok()
             .filter(|t| !t.trim().is_empty())
@@ -120,6 +124,25 @@ impl AdminArg {
         }
         Ok(admin)
     }
+}
+
+/// When a client was given neither `--admin` nor `--config` and the
+/// directory has the `evolve.toml` that `evolve pipeline run` reads by
+/// default, listening elsewhere than the clients' default address: the
+/// way out that names it (someone who ran the pipeline here with
+/// `admin_listen = "127.0.0.1:7801"` and typed `evolve status` would
+/// otherwise be asked whether the pipeline runs, which it does).
+fn default_config_elsewhere() -> Option<String> {
+    let path = Path::new("evolve.toml");
+    let (listen, _) = Config::load_admin(path).ok()?;
+    let default = DEFAULT_ADMIN
+        .strip_prefix("http://")
+        .unwrap_or(DEFAULT_ADMIN);
+    (listen != default).then(|| {
+        format!(
+            "evolve.toml here has admin_listen = {listen:?}: pass --config evolve.toml (or --admin http://{listen})"
+        )
+    })
 }
 
 #[derive(Debug, Args)]
@@ -195,6 +218,33 @@ pub(crate) fn pipeline_error(e: &PipelineError) -> anyhow::Error {
     anyhow::anyhow!(message)
 }
 
+/// Refuses a config file that is not there with the way out, before the
+/// loader's bare "No such file or directory": a first `evolve pipeline run`
+/// in a directory without `evolve.toml` is the usual way to meet it.
+pub(crate) fn config_exists(path: &Path) -> anyhow::Result<()> {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "config file {} does not exist; write one with state_dir, admin_listen and a \
+             [connections.NAME] url for each server (see \"Running it\" in the README's \
+             pipeline section), or name yours with --config FILE",
+            path.display()
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// [`Config::load`] with [`config_exists`]'s way out.
+pub(crate) fn load_config(path: &Path) -> anyhow::Result<Config> {
+    config_exists(path)?;
+    Config::load(path).map_err(|e| pipeline_error(&e))
+}
+
+/// [`Config::load_lenient`] with [`config_exists`]'s way out.
+pub(crate) fn load_config_lenient(path: &Path) -> anyhow::Result<Config> {
+    config_exists(path)?;
+    Config::load_lenient(path).map_err(|e| pipeline_error(&e))
+}
+
 // ------------------------------------------------------------------ run
 
 pub async fn run(args: PipelineArgs, out: &Out) -> anyhow::Result<()> {
@@ -202,7 +252,16 @@ pub async fn run(args: PipelineArgs, out: &Out) -> anyhow::Result<()> {
         PipelineVerb::Run { config } => config,
         PipelineVerb::Check { config, file } => return check(&config, file.as_deref(), out).await,
     };
-    let config = Config::load(&path).map_err(|e| pipeline_error(&e))?;
+    let config = load_config(&path)?;
+    if config.admin_listen.contains("://") {
+        // Said before the loopback check, which would call it "not a
+        // loopback address" and ask for a token.
+        bail!(
+            "admin_listen in {} is {:?}, a URL; it is the address the pipeline listens on, HOST:PORT, e.g. 127.0.0.1:7800",
+            path.display(),
+            without_credentials(&config.admin_listen)
+        );
+    }
     evolve_pipeline::access::check_listen(&config).map_err(|e| pipeline_error(&e))?;
     let listen = config.admin_listen.clone();
     let state_dir = config.state_dir.clone();
@@ -226,6 +285,11 @@ pub async fn run(args: PipelineArgs, out: &Out) -> anyhow::Result<()> {
             .map_err(|e| pipeline_error(&e))?,
     );
     let pipeline = Arc::new(Pipeline::open(config).map_err(|e| pipeline_error(&e))?);
+    // The engine takes the state directory's lock once it runs; a second
+    // pipeline on the same directory is refused then. Ask first, so that
+    // it is refused before it says it is listening (the lock is let go at
+    // once and taken again by the engine).
+    drop(evolve_pipeline::store::Store::lock_engine(&state_dir).map_err(|e| pipeline_error(&e))?);
     {
         let mut stdout = std::io::stdout().lock();
         writeln!(
@@ -251,7 +315,7 @@ pub async fn run(args: PipelineArgs, out: &Out) -> anyhow::Result<()> {
 /// `evolve pipeline check`.
 async fn check(path: &Path, file: Option<&Path>, out: &Out) -> anyhow::Result<()> {
     use evolve_pipeline::preflight;
-    let config = Config::load(path).map_err(|e| pipeline_error(&e))?;
+    let config = load_config(path)?;
     let catalog = config.state_dir.join("pipeline.db");
     let (sources, tables, sinks) = if catalog.exists() {
         let pipeline = Pipeline::open(config.clone()).map_err(|e| pipeline_error(&e))?;
@@ -354,6 +418,9 @@ pub(crate) struct AdminUrl {
     prefix: String,
     /// The bearer token, if the API needs one.
     token: Option<String>,
+    /// The way out when the API cannot be reached, instead of asking
+    /// whether the pipeline runs (see [`AdminArg::resolve_as`]).
+    way_out: Option<String>,
 }
 
 /// `url` with any user information masked: an admin URL is echoed in
@@ -405,12 +472,17 @@ impl AdminUrl {
             authority: authority.to_string(),
             prefix: path.trim_end_matches('/').to_string(),
             token: None,
+            way_out: None,
         })
     }
 
     fn unreachable(&self, why: impl std::fmt::Display) -> anyhow::Error {
+        let way_out = self
+            .way_out
+            .as_deref()
+            .unwrap_or("is `evolve pipeline run` running?");
         anyhow::anyhow!(
-            "cannot reach the pipeline's admin API at {} ({why}); is `evolve pipeline run` running?",
+            "cannot reach the pipeline's admin API at {} ({why}); {way_out}",
             self.url
         )
     }

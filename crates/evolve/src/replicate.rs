@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use evolve_pipeline::{Config, Position};
+use evolve_pipeline::Position;
 use evolve_replicate::Replica;
 
 use crate::output::Out;
@@ -48,8 +48,7 @@ pub async fn run(args: ReplicateArgs, out: &Out) -> anyhow::Result<()> {
                     "--lsn {lsn:?} is not an LSN; write it as PostgreSQL does, e.g. 0/16B3748 (the replica's halt names it)"
                 )
             })?;
-            let config =
-                Config::load_lenient(&config).map_err(|e| crate::pipeline::pipeline_error(&e))?;
+            let config = crate::pipeline::load_config_lenient(&config)?;
             let node = evolve_replicate::service::node_url(&config, &name)
                 .map_err(|e| crate::pipeline::pipeline_error(&e))?;
             Replica::skip(&node, &name, position)

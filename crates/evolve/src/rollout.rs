@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use evolve_pipeline::Config;
 use evolve_replicate::catalog::Catalog;
 use evolve_replicate::rollout::{self, ReplicaView, RolloutSpec, Step};
 
@@ -46,8 +45,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 pub async fn run(args: RolloutArgs, out: &Out) -> anyhow::Result<()> {
-    let config =
-        Config::load_lenient(&args.config).map_err(|e| crate::pipeline::pipeline_error(&e))?;
+    let config = crate::pipeline::load_config_lenient(&args.config)?;
     let url = |name: &str| -> anyhow::Result<String> {
         Ok(config
             .connection(name)

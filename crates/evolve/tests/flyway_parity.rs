@@ -296,6 +296,292 @@ async fn baseline_migrations() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `apply` names a baseline migration as its `B` file does (`B1 base
+/// line`, kind `baseline` in JSON), not as a versioned one (`V1`, as it
+/// once did); `status` lists it as Flyway's `info` does: the B file's
+/// script and description, type `SQL_BASELINE`, state `BASELINE`.
+#[tokio::test]
+async fn a_baseline_migration_prints_as_its_b_file() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("bprint");
+    write(&dir, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    write(&dir, "B1__base_line.sql", "CREATE TABLE a (i int);\n");
+    write(&dir, "V2__b.sql", "CREATE TABLE b (i int);\n");
+    let db = evolve_test::fresh_db("ev_bprint").await;
+    let (stdout, _) = evolve_ok(&db.url, &dir, "apply", &["--dry-run"]);
+    assert!(
+        stdout.starts_with(
+            "would apply B1 base line (1 statement, in one transaction)\nwould apply V2 b (1 statement, in one transaction)\n"
+        ),
+        "{stdout}"
+    );
+    let (stdout, _) = evolve_ok(&db.url, &dir, "apply", &["--dry-run", "--format", "json"]);
+    let kinds: Vec<(String, String)> = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON line"))
+        .filter(|e| e["type"] == "would_apply")
+        .map(|e| {
+            (
+                e["script"].as_str().expect("script").to_string(),
+                e["kind"].as_str().expect("kind").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("B1__base_line.sql".to_string(), "baseline".to_string()),
+            ("V2__b.sql".to_string(), "versioned".to_string())
+        ]
+    );
+    let (stdout, _) = evolve_ok(&db.url, &dir, "apply", &[]);
+    let applied: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("applied "))
+        .map(|l| l.split(" (").next().unwrap_or(l))
+        .collect();
+    assert_eq!(applied, ["applied B1 base line", "applied V2 b"]);
+    let (stdout, _) = evolve_ok(&db.url, &dir, "status", &["--format", "json"]);
+    let report: Value = serde_json::from_str(&stdout).expect("status is JSON");
+    let b = report["migrations"]
+        .as_array()
+        .expect("migrations")
+        .iter()
+        .find(|m| m["version"] == "1")
+        .expect("version 1")
+        .clone();
+    let info = fw.ok(&db.url, &dir, &[], "info").rows();
+    let fb = info
+        .iter()
+        .find(|r| r["script"] == "B1__base_line.sql")
+        .expect("Flyway lists the B file");
+    assert_eq!(
+        (
+            &b["script"],
+            &b["description"],
+            &b["history_type"],
+            &b["state"],
+            &b["type"]
+        ),
+        (
+            &fb["script"],
+            &fb["description"],
+            &fb["type"],
+            &Value::from("baseline"),
+            &Value::from("baseline")
+        )
+    );
+    assert_eq!(fb["state"], "BASELINE");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An `ignoreMigrationPatterns` entry that is not `<type>:<state>` is
+/// refused by both before anything runs; evolve once warned and applied.
+/// evolve says it in one line naming the entry, what is wrong and the
+/// forms, from a flyway.conf and from FLYWAY_IGNORE_MIGRATION_PATTERNS.
+#[tokio::test]
+async fn an_invalid_ignore_migration_pattern_is_refused_by_both() {
+    let Some(fw) = flyway::flyway() else { return };
+    let (root, sql) = project("ignore_invalid");
+    write(&sql, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    let by_evolve = evolve_test::fresh_db("ev_ignore_invalid").await;
+    let by_flyway = evolve_test::fresh_db("fw_ignore_invalid").await;
+    let jdbc = flyway::jdbc(&by_evolve.url);
+    let forms = "write <type>:<state>, type *, versioned or repeatable, state *, pending, missing, ignored or future (e.g. *:pending, repeatable:missing)";
+    for (pattern, flyway_says, why) in [
+        (
+            "*:bogus",
+            "Invalid migration state 'bogus'",
+            "pattern \"*:bogus\" has state \"bogus\", which is not a state it can name",
+        ),
+        (
+            "foo",
+            "Invalid pattern 'foo'",
+            "pattern \"foo\" is not of the form <type>:<state>",
+        ),
+        (
+            "*:future,x:pending",
+            "Invalid migration type 'x'",
+            "pattern \"x:pending\" has type \"x\", which is not a migration type",
+        ),
+    ] {
+        let outcome = fw
+            .run(
+                &by_flyway.url,
+                &sql,
+                &[("flyway.ignoreMigrationPatterns", pattern)],
+                &["migrate"],
+            )
+            .remove(0);
+        assert!(
+            !outcome.ok() && outcome.error().starts_with(flyway_says),
+            "{outcome:?}"
+        );
+        let expected = format!(
+            "error: Flyway setting flyway.ignoreMigrationPatterns: {why} (Flyway refuses it too); {forms}\n"
+        );
+        write(
+            &root,
+            "flyway.conf",
+            &format!(
+                "flyway.url={}\nflyway.user={}\nflyway.locations=filesystem:{}\nflyway.ignoreMigrationPatterns={pattern}\n",
+                jdbc[0].1,
+                jdbc[1].1,
+                sql.display()
+            ),
+        );
+        let out = evolve_in(&root, &[], &["migrate", "apply"]);
+        assert!(!out.status.success(), "{pattern}: {}", text(&out.stdout));
+        assert_eq!(text(&out.stderr), expected, "{pattern}");
+        std::fs::remove_file(root.join("flyway.conf")).expect("rm");
+        let dir = sql.display().to_string();
+        let out = evolve_in(
+            &root,
+            &[
+                ("DATABASE_URL", by_evolve.url.as_str()),
+                ("FLYWAY_IGNORE_MIGRATION_PATTERNS", pattern),
+            ],
+            &["migrate", "apply", "--dir", &dir],
+        );
+        assert!(!out.status.success(), "{pattern}: {}", text(&out.stdout));
+        assert_eq!(text(&out.stderr), expected, "{pattern}");
+        for url in [&by_evolve.url, &by_flyway.url] {
+            assert_eq!(
+                scalar(url, "SELECT count(*) FROM pg_class WHERE relname IN ('a', 'flyway_schema_history', 'evolve_schema_history')").await,
+                "0",
+                "{pattern}: nothing is applied"
+            );
+        }
+    }
+    // A trailing comma is no entry, in both.
+    let fine = [(
+        "flyway.ignoreMigrationPatterns",
+        "*:future, REPEATABLE:missing,",
+    )];
+    fw.ok(&by_flyway.url, &sql, &fine, "migrate");
+    let dir = sql.display().to_string();
+    let out = evolve_in(
+        &root,
+        &[
+            ("DATABASE_URL", by_evolve.url.as_str()),
+            ("FLYWAY_IGNORE_MIGRATION_PATTERNS", fine[0].1),
+        ],
+        &[
+            "migrate",
+            "apply",
+            "--dir",
+            &dir,
+            "--history-table",
+            "flyway_schema_history",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(history(&by_evolve.url).await, history(&by_flyway.url).await);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Placeholders of a `.conf` file (`flyway.placeholders.NAME`, a name in
+/// another case in the files), with Flyway's default placeholders, in a
+/// migration, a repeatable and a callback; then `placeholderReplacement =
+/// false` from a `.conf` named with `--flyway-config`: evolve, reading the
+/// files, leaves what Flyway, reading the same keys, leaves.
+#[tokio::test]
+async fn placeholders_of_a_flyway_conf_as_flyway() {
+    let Some(fw) = flyway::flyway() else { return };
+    let (root, sql) = project("conf_placeholders");
+    write(
+        &sql,
+        "V1__a.sql",
+        "CREATE TABLE ${tname} (i int);\nCREATE TABLE info (k text, v text);\nINSERT INTO info VALUES ('v1', '${flyway:defaultSchema}|${flyway:user}|${flyway:filename}|${flyway:table}|${flyway:environment}|${TName}|${owner}');\n",
+    );
+    write(
+        &sql,
+        "R__r.sql",
+        "INSERT INTO info VALUES ('r', '${tname} ${flyway:filename}');\n",
+    );
+    write(
+        &sql,
+        "afterMigrate.sql",
+        "INSERT INTO info VALUES ('after', '${tname} ${flyway:filename}');\n",
+    );
+    let by_evolve = evolve_test::fresh_db("ev_conf_placeholders").await;
+    let by_flyway = evolve_test::fresh_db("fw_conf_placeholders").await;
+    let jdbc = flyway::jdbc(&by_evolve.url);
+    let keys = |extra: &str| {
+        format!(
+            "flyway.locations=filesystem:{}\nflyway.placeholders.tname=from_conf\nflyway.placeholders.Owner = team a\n{extra}",
+            sql.display()
+        )
+    };
+    let info = |url: String| async move {
+        connect(&url)
+            .await
+            .query("SELECT k || '=' || v FROM info ORDER BY k, v", &[])
+            .await
+            .expect("info")
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+    };
+    for (phase, extra, evolve_args) in [
+        ("replaced", "", vec!["migrate", "apply"]),
+        (
+            "left",
+            "flyway.placeholderReplacement=false\n",
+            vec!["migrate", "apply", "--flyway-config", "settings.conf"],
+        ),
+    ] {
+        if phase == "left" {
+            write(
+                &sql,
+                "V2__raw.sql",
+                "INSERT INTO info VALUES ('v2', '${tname} ${flyway:user}');\n",
+            );
+        }
+        let shared = keys(extra);
+        write(&root, "shared.conf", &shared);
+        let conf = format!(
+            "flyway.url={}\nflyway.user={}\n{shared}",
+            jdbc[0].1, jdbc[1].1
+        );
+        let _ = std::fs::remove_file(root.join("flyway.conf"));
+        let name = if phase == "left" {
+            "settings.conf"
+        } else {
+            "flyway.conf"
+        };
+        write(&root, name, &conf);
+        let arg = format!("@{}", root.join("shared.conf").display());
+        fw.ok(&by_flyway.url, &sql, &[(arg.as_str(), "")], "migrate");
+        let out = evolve_in(&root, &[], &evolve_args);
+        assert!(out.status.success(), "{phase}: {}", text(&out.stderr));
+        assert_eq!(
+            history(&by_evolve.url).await,
+            history(&by_flyway.url).await,
+            "{phase}"
+        );
+        assert_eq!(
+            info(by_evolve.url.clone()).await,
+            info(by_flyway.url.clone()).await,
+            "{phase}"
+        );
+    }
+    let rows = info(by_evolve.url.clone()).await;
+    assert!(
+        rows.contains(
+            &"v1=public|postgres|V1__a.sql|flyway_schema_history|default|from_conf|team a"
+                .to_string()
+        ) && rows.contains(&"v2=${tname} ${flyway:user}".to_string())
+            && rows.contains(&"r=${tname} ${flyway:filename}".to_string()),
+        "{rows:?}"
+    );
+    assert_eq!(
+        scalar(&by_evolve.url, "SELECT to_regclass('public.from_conf')").await,
+        "from_conf"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// A repeatable migration marked deleted by repair runs again when its
 /// file comes back (Flyway's info says PENDING, so does evolve's status).
 #[tokio::test]
@@ -478,16 +764,167 @@ async fn targets() {
     let stderr = evolve_err(&db.url, &dir, "apply", &["--target", "2.5"]);
     assert_eq!(
         stderr,
-        "error: no migration has target version 2.5 (no file, no history row), as Flyway requires of a target; give --target (or flyway.target) the version of a migration, or latest\n"
-    );
-    let stderr = evolve_err(&db.url, &dir, "apply", &["--target", "next"]);
-    assert!(
-        stderr.contains("target next is one of Flyway's targets evolve does not support"),
-        "{stderr}"
+        "error: no migration has target version 2.5 (no file, no history row), as Flyway requires of a target; give --target (or flyway.target) the version of a migration, 2.5? to go up to it all the same, or latest, current or next\n"
     );
     evolve_ok(&db.url, &dir, "apply", &["--target", "latest"]);
     assert_eq!(history(&db.url).await.len(), 3);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Flyway's targets `current` (nothing beyond the applied version, the
+/// repeatables still run), `next` (the first pending version only) and
+/// `<version>?` (a version no migration has), from `--target`, a
+/// flyway.conf and a flyway.toml: each step leaves the history Flyway's
+/// leaves. evolve once refused all three ("one of Flyway's targets evolve
+/// does not support"). A target that is none of Flyway's forms is refused
+/// by both, evolve in one line naming it and the forms.
+#[tokio::test]
+async fn targets_current_next_and_optional_as_flyway() {
+    let Some(fw) = flyway::flyway() else { return };
+    let (root, sql) = project("target_current");
+    for n in 1..=4 {
+        write(
+            &sql,
+            &format!("V{n}__t{n}.sql"),
+            &format!("CREATE TABLE t{n} (i int);\n"),
+        );
+    }
+    write(
+        &sql,
+        "R__v.sql",
+        "CREATE OR REPLACE VIEW v AS SELECT 1 AS x;\n",
+    );
+    let by_evolve = evolve_test::fresh_db("ev_target_current").await;
+    let by_flyway = evolve_test::fresh_db("fw_target_current").await;
+    let jdbc = flyway::jdbc(&by_evolve.url);
+    let steps: [(&str, &str, Option<&str>); 8] = [
+        // On an empty database: no version, the repeatable runs.
+        ("current", "--target", None),
+        ("1", "--target", None),
+        (
+            "current",
+            "--target",
+            Some("CREATE OR REPLACE VIEW v AS SELECT 2 AS x;\n"),
+        ),
+        ("NEXT", "--target", None),
+        ("2.5?", "--target", None),
+        (
+            "current",
+            "flyway.conf",
+            Some("CREATE OR REPLACE VIEW v AS SELECT 3 AS x;\n"),
+        ),
+        ("next", "flyway.toml", None),
+        ("latest", "--target", None),
+    ];
+    let mut applied_versions = Vec::new();
+    for (target, how, repeatable) in steps {
+        if let Some(text) = repeatable {
+            write(&sql, "R__v.sql", text);
+        }
+        fw.ok(
+            &by_flyway.url,
+            &sql,
+            &[("flyway.target", target)],
+            "migrate",
+        );
+        let _ = std::fs::remove_file(root.join("flyway.conf"));
+        let _ = std::fs::remove_file(root.join("flyway.toml"));
+        let out = match how {
+            "flyway.conf" => {
+                write(
+                    &root,
+                    "flyway.conf",
+                    &format!(
+                        "flyway.url={}\nflyway.user={}\nflyway.locations=filesystem:{}\nflyway.target={target}\n",
+                        jdbc[0].1,
+                        jdbc[1].1,
+                        sql.display()
+                    ),
+                );
+                evolve_in(&root, &[], &["migrate", "apply"])
+            }
+            "flyway.toml" => {
+                write(
+                    &root,
+                    "flyway.toml",
+                    &format!(
+                        "[environments.default]\nurl = \"{}\"\nuser = \"{}\"\n\n[flyway]\nlocations = [\"filesystem:{}\"]\ntarget = \"{target}\"\n",
+                        jdbc[0].1,
+                        jdbc[1].1,
+                        sql.display()
+                    ),
+                );
+                evolve_in(&root, &[], &["migrate", "apply"])
+            }
+            _ => evolve(&by_evolve.url, &sql, "apply", &["--target", target]),
+        };
+        assert!(
+            out.status.success(),
+            "target {target} ({how}):\n{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let ev = history(&by_evolve.url).await;
+        assert_eq!(ev, history(&by_flyway.url).await, "target {target} ({how})");
+        applied_versions.push(
+            ev.iter()
+                .filter(|r| r[1] != "<null>")
+                .map(|r| r[1].clone())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
+    assert_eq!(
+        applied_versions,
+        ["", "1", "1", "1,2", "1,2", "1,2", "1,2,3", "1,2,3,4"]
+    );
+    let repeatable_runs = history(&by_evolve.url)
+        .await
+        .iter()
+        .filter(|r| r[4] == "R__v.sql")
+        .count();
+    assert_eq!(repeatable_runs, 3);
+
+    // Neither takes a target that is none of Flyway's forms.
+    let _ = std::fs::remove_file(root.join("flyway.toml"));
+    let outcome = fw
+        .run(
+            &by_flyway.url,
+            &sql,
+            &[("flyway.target", "soon")],
+            &["migrate"],
+        )
+        .remove(0);
+    assert!(
+        outcome.error().contains("Invalid version: soon"),
+        "{outcome:?}"
+    );
+    let forms =
+        "give a version (2.1), a version no migration need have (2.1?), latest, current or next";
+    let stderr = evolve_err(&by_evolve.url, &sql, "apply", &["--target", "soon"]);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: invalid value 'soon' for '--target <TARGET>': target \"soon\" is not a target; {forms}\n"
+        )),
+        "{stderr}"
+    );
+    write(
+        &root,
+        "flyway.conf",
+        &format!(
+            "flyway.url={}\nflyway.user={}\nflyway.locations=filesystem:{}\nflyway.target=soon\n",
+            jdbc[0].1,
+            jdbc[1].1,
+            sql.display()
+        ),
+    );
+    let out = evolve_in(&root, &[], &["migrate", "apply"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr),
+        format!("error: Flyway setting flyway.target: target \"soon\" is not a target; {forms}\n")
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// validate fails on a pending migration in both, unless
