@@ -361,6 +361,19 @@ impl PipelineError {
             PipelineError::HasDependents { .. } => {
                 Some("Drop the dependent objects first.".into())
             }
+            PipelineError::UnknownObject { kind, .. } => Some(match kind {
+                ObjectKind::Source => {
+                    "SHOW SOURCES lists the sources there are; CREATE SOURCE makes one.".into()
+                }
+                ObjectKind::Table => {
+                    "SHOW TABLES lists the tables there are; CREATE TABLE ... FROM SOURCE makes one."
+                        .into()
+                }
+                ObjectKind::Interface => "SHOW MATERIALIZED VIEWS lists the materialized views there are; CREATE MATERIALIZED VIEW makes one.".into(),
+                ObjectKind::Sink => {
+                    "SHOW SINKS lists the sinks there are; CREATE SINK makes one.".into()
+                }
+            }),
             PipelineError::UpstreamTableNotFound { .. } => Some(
                 "Check the spelling, and that the source's connection reaches the right database (REFERENCE schema.table).".into(),
             ),

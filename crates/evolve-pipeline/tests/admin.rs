@@ -340,6 +340,10 @@ CREATE MATERIALIZED VIEW orders_json AS SELECT coalesce(jsonb_strip_nulls(to_jso
     assert_eq!(error["code"], "42704", "{body}");
     assert_eq!(error["message"], "source \"nope\" does not exist");
     assert_eq!(
+        error["hint"],
+        "SHOW SOURCES lists the sources there are; CREATE SOURCE makes one."
+    );
+    assert_eq!(
         error["statement"],
         "CREATE TABLE orders_v1 FROM SOURCE nope (REFERENCE public.orders)"
     );
