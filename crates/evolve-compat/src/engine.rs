@@ -15,8 +15,25 @@ pub enum Schema {
 
 impl Schema {
     /// Parses `text` as a schema of type `schema_type`, with the schemas it
-    /// references.
+    /// references, as a new schema: what [`Schema::new_schema_error`]
+    /// answers is an error too.
     pub fn parse(
+        schema_type: SchemaType,
+        text: &str,
+        references: &[Reference],
+    ) -> Result<Schema, SchemaError> {
+        let schema = Schema::parse_stored(schema_type, text, references)?;
+        match schema.new_schema_error() {
+            Some(e) => Err(e.clone()),
+            None => Ok(schema),
+        }
+    }
+
+    /// Parses a schema that was accepted before (read back from a store,
+    /// taken by an earlier release): as [`Schema::parse`], but what only
+    /// new schemas are refused for ([`Schema::new_schema_error`]) is not
+    /// an error, so that what was stored keeps working.
+    pub fn parse_stored(
         schema_type: SchemaType,
         text: &str,
         references: &[Reference],
@@ -24,8 +41,19 @@ impl Schema {
         Ok(match schema_type {
             SchemaType::Avro => Schema::Avro(avro::parse(text, references)?),
             SchemaType::Protobuf => Schema::Protobuf(protobuf::parse(text, references)?),
-            SchemaType::Json => Schema::Json(json::parse(text, references)?),
+            SchemaType::Json => Schema::Json(json::parse_stored(text, references)?),
         })
+    }
+
+    /// Why this schema, which parses, is refused when offered as a new
+    /// one: for a JSON Schema, a pattern of its own that Java's
+    /// `java.util.regex` refuses ([`json::JsonSchema::java_pattern_error`]);
+    /// never for Avro and Protobuf.
+    pub fn new_schema_error(&self) -> Option<&SchemaError> {
+        match self {
+            Schema::Json(s) => s.java_pattern_error(),
+            Schema::Avro(_) | Schema::Protobuf(_) => None,
+        }
     }
 
     pub fn schema_type(&self) -> SchemaType {

@@ -189,6 +189,65 @@ pub fn check_rule_set(field: &str, value: &Json) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The metadata property Confluent (7.4+) stamps with a schema's version
+/// in its subject (`Metadata.CONFLUENT_VERSION`).
+pub const CONFLUENT_VERSION: &str = "confluent:version";
+
+/// The `confluent:version` property of `metadata`, as written.
+pub fn confluent_version(metadata: Option<&Json>) -> Option<&str> {
+    metadata?
+        .get("properties")?
+        .get(CONFLUENT_VERSION)?
+        .as_str()
+}
+
+/// The `confluent:version` property as a number, as Confluent's
+/// `getConfluentVersionNumber` reads it (`Integer.parseInt`; `None` when
+/// absent or not an int).
+pub fn confluent_version_number(metadata: Option<&Json>) -> Option<i32> {
+    confluent_version(metadata)?.parse().ok()
+}
+
+/// `metadata` with `confluent:version` set to `version` (Confluent's
+/// `Metadata.setConfluentVersion`: the metadata created when there is
+/// none).
+pub fn with_confluent_version(metadata: Option<&Json>, version: &str) -> Json {
+    let mut out = metadata
+        .and_then(Json::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let mut properties = out
+        .get("properties")
+        .and_then(Json::as_object)
+        .cloned()
+        .unwrap_or_default();
+    properties.insert(
+        CONFLUENT_VERSION.to_owned(),
+        Json::String(version.to_owned()),
+    );
+    out.insert("properties".to_owned(), Json::Object(properties));
+    Json::Object(out)
+}
+
+/// `metadata` without `confluent:version` (Confluent's
+/// `Metadata.removeConfluentVersion`). Parts left empty are dropped, and
+/// metadata left with nothing is none: Confluent's `Metadata` holds an
+/// absent part as an empty one, so `{"properties": {}}` and no metadata
+/// compare equal there.
+pub fn without_confluent_version(metadata: Option<&Json>) -> Option<Json> {
+    let mut out = metadata?.as_object()?.clone();
+    if let Some(properties) = out.get_mut("properties").and_then(Json::as_object_mut) {
+        properties.remove(CONFLUENT_VERSION);
+    }
+    out.retain(|_, part| match part {
+        Json::Object(o) => !o.is_empty(),
+        Json::Array(a) => !a.is_empty(),
+        Json::Null => false,
+        _ => true,
+    });
+    (!out.is_empty()).then_some(Json::Object(out))
+}
+
 /// Confluent's `mergeMetadata(a, b)`: `b` over `a`.
 pub fn merge_metadata(a: Option<&Json>, b: Option<&Json>) -> Option<Json> {
     let (a, b) = match (a, b) {

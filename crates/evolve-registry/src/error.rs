@@ -45,6 +45,24 @@ impl ApiError {
         ApiError::new(404, 404, format!("HTTP 404 Not Found: no endpoint {path}"))
     }
 
+    /// A path or query parameter that Confluent declares as a Java `int`
+    /// (an id, `offset`, `limit`) but that is not one: Jersey cannot
+    /// convert it and answers 404 before the resource runs (JAX-RS maps a
+    /// `@PathParam` or `@QueryParam` conversion failure to
+    /// `NotFoundException`; rest-utils' `WebApplicationExceptionMapper`
+    /// sends the status as the `error_code` and "HTTP 404 Not Found" as the
+    /// message). The message starts with Confluent's and says which
+    /// parameter was refused.
+    pub fn param_not_found(name: &str, text: &str) -> ApiError {
+        ApiError::new(
+            404,
+            404,
+            format!(
+                "HTTP 404 Not Found: {name} {text:?} is not a whole number between -2^31 and 2^31-1"
+            ),
+        )
+    }
+
     pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
         ApiError::new(
             405,

@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::record::{ConfigValue, RegistryMode, SchemaReference};
 use crate::service::Registry;
 use crate::state::{
-    ConfigUpdate, DEFAULT_CONTEXT, SchemaInput, State, VersionSpec, canonical_subject,
+    ConfigUpdate, DEFAULT_CONTEXT, SchemaInput, State, VersionSpec, canonical_subject, java_trim,
     schema_type_field, split_subject,
 };
 use crate::store::Storage;
@@ -562,11 +562,19 @@ fn schema_fields(
     Ok(())
 }
 
+/// A schema id in a path, as Jersey converts Confluent's `Integer id`
+/// path parameter (`Integer.valueOf`, no trimming, an optional sign):
+/// anything that is not a Java `int` is 404 with error_code 404, before
+/// the resource runs; an `int` that no schema has (0 and negative ones
+/// included) is 40403, from the resource (`Errors.schemaNotFoundException`).
 fn parse_id(text: &str) -> Result<u32, ApiError> {
-    text.parse::<u32>()
+    let id = text
+        .parse::<i32>()
+        .map_err(|_| ApiError::param_not_found("id", text))?;
+    u32::try_from(id)
         .ok()
         .filter(|id| *id >= 1)
-        .ok_or_else(|| ApiError::schema_not_found(text))
+        .ok_or_else(|| ApiError::schema_not_found(id))
 }
 
 /// A `PUT /config` body: `compatibility` (or `compatibilityLevel`), the
@@ -660,9 +668,19 @@ async fn schema_types() -> Result<Response, ApiError> {
     ok(json!(["JSON", "PROTOBUF", "AVRO"]))
 }
 
-async fn contexts(AxumState(app): AxumState<Shared>) -> Result<Response, ApiError> {
+/// `GET /contexts`, with Confluent's `contextPrefix`, `offset` and `limit`
+/// (`ContextsResource.listContexts`: filtered by prefix, then paged).
+async fn contexts(
+    AxumState(app): AxumState<Shared>,
+    Query(params): Params,
+) -> Result<Response, ApiError> {
+    let page = page(&params, None)?;
+    let prefix = params.get("contextPrefix").map_or("", String::as_str);
     let names = app.registry.read(|state| state.context_names());
-    ok(json!(names))
+    ok(json!(paged(
+        names.into_iter().filter(|n| n.starts_with(prefix)),
+        page
+    )))
 }
 
 async fn schema_by_id(
@@ -714,6 +732,7 @@ async fn subjects_of_id(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let deleted = flag(&params, "deleted");
+    let page = page(&params, None)?;
     let subjects = app
         .registry
         .read_fresh(|state| {
@@ -725,7 +744,7 @@ async fn subjects_of_id(
                 .map(|(s, _)| s)
                 .collect();
             subjects.dedup();
-            Ok(subjects)
+            Ok(paged(subjects, page))
         })
         .await?;
     ok(json!(subjects))
@@ -738,16 +757,19 @@ async fn versions_of_id(
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let deleted = flag(&params, "deleted");
+    let page = page(&params, None)?;
     let versions = app
         .registry
         .read_fresh(|state| {
             let context = state.context_of_id(id, params.get("subject").map(String::as_str));
             state.schema_in_use(&context, id)?;
-            Ok(state
-                .versions_of_id(&context, id, deleted)
-                .into_iter()
-                .map(|(subject, version)| json!({"subject": subject, "version": version}))
-                .collect::<Vec<_>>())
+            Ok(paged(
+                state
+                    .versions_of_id(&context, id, deleted)
+                    .into_iter()
+                    .map(|(subject, version)| json!({"subject": subject, "version": version})),
+                page,
+            ))
         })
         .await?;
     ok(json!(versions))
@@ -803,25 +825,34 @@ fn aliases_by_target(state: &State, prefix: Option<&str>) -> BTreeMap<String, Ve
 /// `schema.search.default.limit` and `schema.search.max.limit`).
 pub const SCHEMA_SEARCH_LIMIT: usize = 1000;
 
+/// A query parameter that Confluent declares as a Java `int` with a
+/// default (`offset`, `limit`), read as Jersey's `PrimitiveValueOfExtractor`
+/// reads it: absent, or empty once trimmed, is the default (`None`);
+/// otherwise `Integer.valueOf` of the text as sent (no trimming, an
+/// optional sign), and anything else is 404 with error_code 404 (JAX-RS's
+/// `NotFoundException` for a query parameter it cannot convert).
+fn int_param(params: &HashMap<String, String>, name: &str) -> Result<Option<i32>, ApiError> {
+    match params.get(name) {
+        None => Ok(None),
+        Some(text) if java_trim(text).is_empty() => Ok(None),
+        Some(text) => text
+            .parse::<i32>()
+            .map(Some)
+            .map_err(|_| ApiError::param_not_found(name, text)),
+    }
+}
+
 /// The `offset` and `limit` query parameters (Confluent 7.7.3+): how many
 /// items to skip, and how many to answer at most. A limit that is absent,
-/// zero or negative, or over `max`, is `max` (`None`: no limit).
+/// zero or negative, or over `max`, is `max` (`None`: no limit), as
+/// Confluent's `normalizeLimit`. A negative offset skips nothing (Confluent
+/// passes it to `Stream.skip`, which throws: a 500 not worth copying).
 fn page(
     params: &HashMap<String, String>,
     max: Option<usize>,
 ) -> Result<(usize, Option<usize>), ApiError> {
-    let number = |name: &str| -> Result<Option<i64>, ApiError> {
-        match params.get(name) {
-            None => Ok(None),
-            Some(text) => text.trim().parse::<i64>().map(Some).map_err(|_| {
-                ApiError::bad_request(format!(
-                    "Invalid {name} {text:?}: give a whole number of items"
-                ))
-            }),
-        }
-    };
-    let offset = number("offset")?.map_or(0, |o| usize::try_from(o).unwrap_or(0));
-    let limit = number("limit")?
+    let offset = int_param(params, "offset")?.map_or(0, |o| usize::try_from(o).unwrap_or(0));
+    let limit = int_param(params, "limit")?
         .and_then(|l| usize::try_from(l).ok())
         .filter(|l| *l > 0 && max.is_none_or(|m| *l <= m))
         .or(max);
@@ -862,14 +893,28 @@ async fn list_subjects(
 /// `aliases=true` (Confluent 7.6+), the subjects that the aliases of the
 /// selected subjects name are listed too (whatever their names), and each
 /// version of a subject that aliases name carries them in `aliases`.
+/// Confluent 8.x's association filters (`resourceType`, `associationType`,
+/// `lifecycle`) are taken too: evolve keeps no associations, so with any
+/// of them a schema is listed only when `lifecycle=NONE` ("no
+/// association") is among the lifecycles asked for, as Confluent answers
+/// for subjects without associations. `format` is not a parameter of this
+/// route in Confluent, and is ignored.
 async fn list_schemas(
     AxumState(app): AxumState<Shared>,
     Query(params): Params,
+    Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
     let page = page(&params, Some(SCHEMA_SEARCH_LIMIT))?;
     let deleted = flag(&params, "deleted");
     let latest_only = flag(&params, "latestOnly");
-    let rule_type = params.get("ruleType").filter(|t| !t.is_empty());
+    let rule_type = params.get("ruleType").filter(|t| !t.is_empty()).cloned();
+    let rule_type = rule_type.as_ref();
+    let unassociated = association_filter(&pairs)?;
+    if unassociated == Some(false) {
+        return ok(json!([]));
+    }
+    let mut params = params;
+    params.remove("format");
     let schemas = app.registry.read(|state| {
         let prefix = params.get("subjectPrefix").map(String::as_str);
         let aliases = if flag(&params, "aliases") {
@@ -922,6 +967,41 @@ async fn list_schemas(
         paged(out, page)
     });
     ok(json!(schemas))
+}
+
+/// `GET /schemas`'s association filters (Confluent 8.x,
+/// `SchemasResource.getSchemas`): `None` when the request names none of
+/// `resourceType`, `associationType` (repeatable) and `lifecycle`
+/// (repeatable: `NONE`, `STRONG`, `WEAK`); otherwise whether a schema
+/// without associations is listed, which is when `NONE` is among the
+/// lifecycles. A lifecycle that is not one of the three is 404, as JAX-RS
+/// answers a query parameter its enum cannot take.
+fn association_filter(pairs: &[(String, String)]) -> Result<Option<bool>, ApiError> {
+    let mut filtered = false;
+    let mut none = false;
+    for (name, value) in pairs {
+        match name.as_str() {
+            "resourceType" | "associationType" => filtered = true,
+            "lifecycle" => {
+                filtered = true;
+                match value.as_str() {
+                    "NONE" => none = true,
+                    "STRONG" | "WEAK" => {}
+                    _ => {
+                        return Err(ApiError::new(
+                            404,
+                            404,
+                            format!(
+                                "HTTP 404 Not Found: lifecycle {value:?} is not one of NONE, STRONG and WEAK"
+                            ),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(filtered.then_some(none))
 }
 
 /// Whether a rule set has a rule whose `type` is `wanted` (Confluent's
@@ -1071,13 +1151,17 @@ async fn raw_schema_of_version(
 async fn referenced_by(
     AxumState(app): AxumState<Shared>,
     Path((subject, version)): Path<(String, String)>,
+    Query(params): Params,
 ) -> Result<Response, ApiError> {
     let spec = VersionSpec::parse(&version)?;
+    // Confluent 7.7.3+ pages these too (`getReferencedBy`, limit by
+    // `schema.search.*.limit`).
+    let page = page(&params, Some(SCHEMA_SEARCH_LIMIT))?;
     let ids = app
         .registry
         .read_fresh(|state| {
             let (version, _) = state.version(&subject, spec, false)?;
-            Ok(state.referenced_by(&subject, version))
+            Ok(paged(state.referenced_by(&subject, version), page))
         })
         .await?;
     ok(json!(ids))

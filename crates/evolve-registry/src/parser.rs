@@ -53,14 +53,17 @@ fn on_parser_thread<T: Send + 'static>(work: impl Fn() -> T + Send + Sync + 'sta
     work()
 }
 
-/// [`Schema::parse`], on the parser thread.
+/// [`Schema::parse_stored`], on the parser thread: the registry reads
+/// every schema, stored or offered, as a stored one, and asks
+/// [`Schema::new_schema_error`] itself of the schemas it would store anew
+/// (see `State::check_new_schema`).
 pub fn parse(
     schema_type: SchemaType,
     text: &str,
     references: &[Reference],
 ) -> Result<Schema, SchemaError> {
     let (text, references) = (text.to_owned(), references.to_vec());
-    on_parser_thread(move || Schema::parse(schema_type, &text, &references))
+    on_parser_thread(move || Schema::parse_stored(schema_type, &text, &references))
 }
 
 /// [`evolve_compat::avro::normalized_form`], on the parser thread.

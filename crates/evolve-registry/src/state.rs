@@ -9,7 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use evolve_compat::{Mode, Reference, Schema, SchemaType};
 use sha2::{Digest, Sha256};
 
-use crate::contract::{ContractConfig, check_metadata, check_rule_set};
+use crate::contract::{
+    ContractConfig, check_metadata, check_rule_set, confluent_version, confluent_version_number,
+    with_confluent_version, without_confluent_version,
+};
 use crate::error::ApiError;
 use crate::record::{
     ConfigSettings, ConfigValue, Key, Record, RegistryMode, SchemaReference, SchemaValue, Value,
@@ -237,18 +240,33 @@ pub enum VersionSpec {
 }
 
 impl VersionSpec {
-    /// `latest`, `-1` or 1..2^31-1; anything else is 42202.
+    /// `latest` (in any case), `-1` or 1..2^31-1, around white space;
+    /// anything else is 42202, as Confluent's `VersionId(String)` reads a
+    /// version: `trim().toLowerCase()` compared with `latest`, else
+    /// `Integer.parseInt(trim())` (a sign is allowed: `+3` is 3), and a
+    /// number below 1 other than -1 refused. The error names the text as
+    /// given when it is not a number, and the number otherwise (`-02` is
+    /// named `-2`).
     pub fn parse(text: &str) -> Result<VersionSpec, ApiError> {
-        if text == "latest" || text == "-1" {
+        let trimmed = java_trim(text);
+        if trimmed.to_lowercase() == "latest" {
             return Ok(VersionSpec::Latest);
         }
-        match text.parse::<u32>() {
-            Ok(n) if (1..=MAX_VERSION).contains(&n) && !text.starts_with('+') => {
-                Ok(VersionSpec::Number(n))
-            }
-            _ => Err(ApiError::invalid_version(text)),
+        match trimmed.parse::<i32>() {
+            Err(_) => Err(ApiError::invalid_version(text)),
+            Ok(-1) => Ok(VersionSpec::Latest),
+            Ok(n) => match u32::try_from(n) {
+                Ok(n) if n >= 1 => Ok(VersionSpec::Number(n)),
+                _ => Err(ApiError::invalid_version(&n.to_string())),
+            },
         }
     }
+}
+
+/// `text` without what Java's `String.trim` removes at either end: every
+/// character up to U+0020 (space and the control characters).
+pub fn java_trim(text: &str) -> &str {
+    text.trim_matches(|c: char| c <= ' ')
 }
 
 /// The default context, which unqualified subjects and ids belong to.
@@ -556,7 +574,22 @@ fn compute_keys(
     rule_set: Option<&serde_json::Value>,
     parsed: Option<&Schema>,
 ) -> Keys {
-    let body = match schema_type {
+    let body = key_body(schema_type, text, resolved, parsed);
+    Keys {
+        exact: dedup_key(schema_type, text, references, metadata, rule_set),
+        key: hash_key(schema_type, &body, references, metadata, rule_set),
+        bare: hash_key(schema_type, &body, references, None, None),
+    }
+}
+
+/// The text a schema's normalized key hashes (see [`State::keys`]).
+fn key_body(
+    schema_type: SchemaType,
+    text: &str,
+    resolved: Option<&[Reference]>,
+    parsed: Option<&Schema>,
+) -> String {
+    match schema_type {
         SchemaType::Avro => crate::parser::normalized_avro(text, resolved.unwrap_or_default())
             .unwrap_or_else(|| exact_body(schema_type, text)),
         SchemaType::Json => exact_body(schema_type, text),
@@ -575,11 +608,90 @@ fn compute_keys(
                 _ => format!("\u{0}text\u{0}{}", text.trim()),
             }
         }
-    };
-    Keys {
-        exact: dedup_key(schema_type, text, references, metadata, rule_set),
-        key: hash_key(schema_type, &body, references, metadata, rule_set),
-        bare: hash_key(schema_type, &body, references, None, None),
+    }
+}
+
+/// A schema as a look-up compares it with the versions of a subject:
+/// Confluent's `ParsedSchema.canLookup` (`canLookupIgnoringVersion`),
+/// where a `confluent:version` in the metadata of one side only does not
+/// count (a schema sent without it finds the version that was stamped
+/// with it), except that a version sent with it finds only the version of
+/// that number; with it on both sides, or on neither, the schemas must be
+/// the same, metadata included. `body` is the normalized key's text, or
+/// `None` to compare exact keys only (no parsing needed).
+struct Probe<'a> {
+    schema_type: SchemaType,
+    exact_body: String,
+    body: Option<String>,
+    references: &'a [SchemaReference],
+    metadata: Option<&'a serde_json::Value>,
+    rule_set: Option<&'a serde_json::Value>,
+    /// The keys with `metadata` as it is.
+    keys: (DedupKey, Option<DedupKey>),
+    /// The keys without `confluent:version`, computed when first needed.
+    unversioned: std::cell::OnceCell<(DedupKey, Option<DedupKey>)>,
+}
+
+impl<'a> Probe<'a> {
+    fn new(
+        schema_type: SchemaType,
+        text: &str,
+        body: Option<String>,
+        references: &'a [SchemaReference],
+        metadata: Option<&'a serde_json::Value>,
+        rule_set: Option<&'a serde_json::Value>,
+    ) -> Probe<'a> {
+        let mut probe = Probe {
+            schema_type,
+            exact_body: exact_body(schema_type, text),
+            body,
+            references,
+            metadata,
+            rule_set,
+            keys: (DedupKey([0; 32]), None),
+            unversioned: std::cell::OnceCell::new(),
+        };
+        probe.keys = probe.keys_with(metadata);
+        probe
+    }
+
+    fn keys_with(&self, metadata: Option<&serde_json::Value>) -> (DedupKey, Option<DedupKey>) {
+        let hash = |body: &str| {
+            hash_key(
+                self.schema_type,
+                body,
+                self.references,
+                metadata,
+                self.rule_set,
+            )
+        };
+        (hash(&self.exact_body), self.body.as_deref().map(hash))
+    }
+
+    /// Whether `stored`, version `version` of the subject looked in, is
+    /// this schema.
+    fn finds(&self, stored: &StoredSchema, version: u32) -> bool {
+        let theirs = confluent_version_number(stored.metadata.as_ref());
+        let keys = match (confluent_version_number(self.metadata), theirs) {
+            (None, Some(_)) => {
+                // Compared as if sent with the stored version's stamp.
+                let stamp = confluent_version(stored.metadata.as_ref()).unwrap_or_default();
+                self.keys_with(Some(&with_confluent_version(self.metadata, stamp)))
+            }
+            (Some(mine), None) => {
+                if i64::from(mine) != i64::from(version) {
+                    return false;
+                }
+                *self.unversioned.get_or_init(|| {
+                    self.keys_with(without_confluent_version(self.metadata).as_ref())
+                })
+            }
+            _ => self.keys,
+        };
+        match keys {
+            (exact, None) => stored.exact_key() == exact,
+            (_, Some(key)) => stored.keys().key == key,
+        }
     }
 }
 
@@ -1314,7 +1426,10 @@ impl State {
     }
 
     /// Parses a schema with its references (subjects of `context`); 42201
-    /// when it is not valid.
+    /// when it is not valid. Stored schemas and offered ones alike: what
+    /// only a schema stored anew is refused for (a JSON Schema pattern
+    /// Java refuses) is [`State::check_new_schema`]'s, so that a schema an
+    /// earlier release stored keeps parsing.
     pub fn parse(
         &self,
         context: &str,
@@ -1336,6 +1451,39 @@ impl State {
                 e.message
             ))
         })
+    }
+
+    /// 42201 when `parsed`, offered to `context`, is one that Confluent
+    /// refuses although it parses ([`Schema::new_schema_error`]: a JSON
+    /// Schema pattern Java's `java.util.regex` refuses), unless the context
+    /// already stores the same schema (`bare`: its key without metadata
+    /// and rules, see [`Keys`]): a schema an earlier release of evolve took
+    /// is still found, re-registered and checked as it was. Stored schemas
+    /// are never asked ([`State::parsed`]).
+    pub fn check_new_schema(
+        &self,
+        context: &str,
+        parsed: &Schema,
+        bare: impl FnOnce() -> DedupKey,
+    ) -> Result<(), ApiError> {
+        let Some(e) = parsed.new_schema_error() else {
+            return Ok(());
+        };
+        let bare = bare();
+        let stored = self.spaces.get(context).is_some_and(|space| {
+            space
+                .schemas
+                .values()
+                .any(|s| s.schema_type == parsed.schema_type() && s.keys().bare == bare)
+        });
+        if stored {
+            return Ok(());
+        }
+        Err(ApiError::invalid_schema(format!(
+            "Invalid {}: {}",
+            parsed.schema_type().noun(),
+            e.message
+        )))
     }
 
     /// The parsed schema under `id` in `context`, cached (see
@@ -1518,18 +1666,85 @@ impl State {
         self.check_field_names(subject, schema_type, &input.schema)
             .ok()?;
         let (metadata, rule_set) = self.effective_contract(subject, input);
-        let exact = dedup_key(
+        let stamp = self.version_stamp(subject, input, metadata.as_ref());
+        let probes = self.registration_probes(
+            subject,
             schema_type,
-            &input.schema,
-            &input.references,
-            metadata.as_ref(),
-            rule_set.as_ref(),
+            input,
+            (metadata.as_ref(), rule_set.as_ref()),
+            stamp.is_some(),
+            None,
         );
-        self.registered(subject, input, |stored| stored.exact_key() == exact)
+        probes
+            .iter()
+            .find_map(|p| self.registered(subject, input, |s, v| p.finds(s, v)))
     }
 
-    /// The live version of `subject` whose stored schema `matches`, as a
-    /// registration that appends nothing, when `input` asks for it: without
+    /// The version a new registration of `input` in `subject` stamps into
+    /// its metadata's `confluent:version` (Confluent 7.4+,
+    /// `maybeSetMetadataRuleSet`): outside IMPORT mode, when the request
+    /// gives a `version` or the metadata it would be stored with (the
+    /// request's, else the latest version's, between the configuration's
+    /// defaults and overrides) already has the property, the subject's
+    /// next version (the highest, soft-deleted ones included, plus one).
+    fn version_stamp(
+        &self,
+        subject: &str,
+        input: &SchemaInput,
+        metadata: Option<&serde_json::Value>,
+    ) -> Option<u32> {
+        if self.mode(subject) == RegistryMode::Import
+            || (input.version.is_none() && confluent_version(metadata).is_none())
+        {
+            return None;
+        }
+        let max = self
+            .subjects
+            .get(subject)
+            .and_then(|s| s.versions.keys().next_back().copied())
+            .unwrap_or(0);
+        Some(max.saturating_add(1))
+    }
+
+    /// The look-ups before a registration, in Confluent's order: the schema
+    /// as sent (`registerOrForward`'s `lookUpSchemaUnderSubject`, skipped
+    /// when a configuration in scope has data-contract defaults or
+    /// overrides), then the schema with the metadata and rule set it would
+    /// be stored with (`contract`; `register`'s own look-up), unless that
+    /// metadata is `stamped` with the new version's `confluent:version`,
+    /// which no version of the subject can match. `body`: see [`Probe`].
+    fn registration_probes<'a>(
+        &self,
+        subject: &str,
+        schema_type: SchemaType,
+        input: &'a SchemaInput,
+        contract: (Option<&'a serde_json::Value>, Option<&'a serde_json::Value>),
+        stamped: bool,
+        body: Option<&str>,
+    ) -> Vec<Probe<'a>> {
+        let mut probes = Vec::new();
+        let probe = |metadata, rule_set| {
+            Probe::new(
+                schema_type,
+                &input.schema,
+                body.map(str::to_owned),
+                &input.references,
+                metadata,
+                rule_set,
+            )
+        };
+        if self.contract_in_scope(subject).is_empty() {
+            probes.push(probe(input.metadata.as_ref(), input.rule_set.as_ref()));
+        }
+        if !stamped {
+            probes.push(probe(contract.0, contract.1));
+        }
+        probes
+    }
+
+    /// The live version of `subject` whose stored schema `matches` (given
+    /// the schema and the version number), as a registration that appends
+    /// nothing, when `input` asks for it: without
     /// a version (and with its id, if it gives one), the newest such
     /// version; with a version (an import), that version when it holds the
     /// schema under the id given. This is Confluent's look-up before a
@@ -1540,27 +1755,27 @@ impl State {
         &self,
         subject: &str,
         input: &SchemaInput,
-        matches: impl Fn(&StoredSchema) -> bool,
+        matches: impl Fn(&StoredSchema, u32) -> bool,
     ) -> Option<Registration> {
         let s = self.subjects.get(subject)?;
         let (context, _) = split_subject(subject);
-        let holds = |e: &VersionEntry| {
+        let holds = |v: u32, e: &VersionEntry| {
             !e.deleted
                 && self
                     .schema(context, e.id)
-                    .is_some_and(|stored| matches(stored))
+                    .is_some_and(|stored| matches(stored, v))
         };
         let (version, entry) = match input.version {
             None => s
                 .versions
                 .iter()
                 .rev()
-                .find(|(_, e)| holds(e))
+                .find(|(v, e)| holds(**v, e))
                 .filter(|(_, e)| input.id.is_none_or(|id| id == e.id))?,
             Some(v) => s
                 .versions
                 .get_key_value(&v)
-                .filter(|(_, e)| holds(e) && input.id == Some(e.id))?,
+                .filter(|(_, e)| holds(v, e) && input.id == Some(e.id))?,
         };
         Some(Registration {
             id: entry.id,
@@ -1585,33 +1800,70 @@ impl State {
         // Before the look-up, as Confluent validates the schema first.
         self.check_field_names(subject, schema_type, &input.schema)?;
         let (metadata, rule_set) = self.effective_contract(subject, input);
+        let stamp = self.version_stamp(subject, input, metadata.as_ref());
 
         // Already registered under the subject, as written: nothing to
         // check or parse (it was valid when registered).
-        let exact = dedup_key(
-            schema_type,
-            &input.schema,
-            &input.references,
-            metadata.as_ref(),
-            rule_set.as_ref(),
-        );
-        if let Some(registration) = self.registered(subject, input, |s| s.exact_key() == exact) {
+        let probes = |body| {
+            self.registration_probes(
+                subject,
+                schema_type,
+                input,
+                (metadata.as_ref(), rule_set.as_ref()),
+                stamp.is_some(),
+                body,
+            )
+        };
+        if let Some(registration) = probes(None)
+            .iter()
+            .find_map(|p| self.registered(subject, input, |s, v| p.finds(s, v)))
+        {
             return Ok(registration);
         }
         let new = Arc::new(self.parse(context, schema_type, &input.schema, &input.references)?);
-        let keys = self.keys(
-            context,
+        let body = key_body(
             schema_type,
             &input.schema,
-            &input.references,
-            metadata.as_ref(),
-            rule_set.as_ref(),
+            self.resolve_references(context, &input.references)
+                .ok()
+                .as_deref(),
             Some(&new),
         );
         // Or written another way.
-        if let Some(registration) = self.registered(subject, input, |s| s.keys().key == keys.key) {
+        if let Some(registration) = probes(Some(&body))
+            .iter()
+            .find_map(|p| self.registered(subject, input, |s, v| p.finds(s, v)))
+        {
             return Ok(registration);
         }
+        // What is stored: the metadata stamped with the new version when
+        // Confluent stamps it.
+        let metadata = match stamp {
+            Some(version) => Some(with_confluent_version(
+                metadata.as_ref(),
+                &version.to_string(),
+            )),
+            None => metadata,
+        };
+        let keys = Keys {
+            exact: dedup_key(
+                schema_type,
+                &input.schema,
+                &input.references,
+                metadata.as_ref(),
+                rule_set.as_ref(),
+            ),
+            key: hash_key(
+                schema_type,
+                &body,
+                &input.references,
+                metadata.as_ref(),
+                rule_set.as_ref(),
+            ),
+            bare: hash_key(schema_type, &body, &input.references, None, None),
+        };
+        // Not already registered: a schema stored anew, checked as one.
+        self.check_new_schema(context, &new, || keys.bare)?;
         let mode = self.check_register_mode(subject, input)?;
         let subject_state = self.subjects.get(subject);
         let space = self.spaces.get(context);
@@ -1832,34 +2084,47 @@ impl State {
         let parsed = self.parse(context, schema_type, &input.schema, &input.references)?;
         self.check_field_names(subject, schema_type, &input.schema)?;
         input.check_contract()?;
-        let keys = self.keys(
-            context,
+        let body = key_body(
             schema_type,
             &input.schema,
-            &input.references,
-            input.metadata.as_ref(),
-            input.rule_set.as_ref(),
+            self.resolve_references(context, &input.references)
+                .ok()
+                .as_deref(),
             Some(&parsed),
         );
-        let find = |matches: &dyn Fn(&Keys) -> bool| {
-            s.versions.iter().rev().find(|(_, e)| {
+        let find = |matches: &dyn Fn(&StoredSchema, u32) -> bool| {
+            s.versions.iter().rev().find(|(v, e)| {
                 (deleted || !e.deleted)
                     && self
                         .schema(context, e.id)
-                        .is_some_and(|stored| matches(&stored.keys()))
+                        .is_some_and(|stored| matches(stored, **v))
             })
         };
-        if let Some((v, e)) = find(&|k| k.key == keys.key) {
+        // As Confluent's canLookup: a confluent:version on one side only
+        // does not count (see [`Probe`]).
+        let probe = Probe::new(
+            schema_type,
+            &input.schema,
+            Some(body.clone()),
+            &input.references,
+            input.metadata.as_ref(),
+            input.rule_set.as_ref(),
+        );
+        if let Some((v, e)) = find(&|stored, v| probe.finds(stored, v)) {
             return Ok((e.id, *v));
         }
         // Without a data contract in the request, the newest version of
         // the same schema, whatever its metadata and rules.
+        let bare = hash_key(schema_type, &body, &input.references, None, None);
         if input.metadata.is_none()
             && input.rule_set.is_none()
-            && let Some((v, e)) = find(&|k| k.bare == keys.bare)
+            && let Some((v, e)) = find(&|stored, _| stored.keys().bare == bare)
         {
             return Ok((e.id, *v));
         }
+        // Not found: 42201 for a schema Confluent would not take, as its
+        // look-up parses the schema first (a stored one is found above).
+        self.check_new_schema(context, &parsed, || bare)?;
         Err(ApiError::schema_not_found("(the one given)"))
     }
 
@@ -1897,6 +2162,13 @@ impl State {
         };
         let (metadata, _) = self.effective_contract(subject, input);
         let new = Arc::new(self.parse(context, schema_type, &input.schema, &input.references)?);
+        // As registration would answer: a schema the context stores is
+        // not refused for what only new ones are.
+        self.check_new_schema(context, &new, || {
+            let resolved = self.resolve_references(context, &input.references).ok();
+            let body = key_body(schema_type, &input.schema, resolved.as_deref(), Some(&new));
+            hash_key(schema_type, &body, &input.references, None, None)
+        })?;
         self.check_field_names(subject, schema_type, &input.schema)?;
         let validate_fields = self.validate_fields_in_scope(subject);
         let mut messages = Vec::new();
@@ -2364,22 +2636,14 @@ fn avro_full_name(schema: &serde_json::Value) -> Option<String> {
 }
 
 /// The first top-level property of a JSON Schema whose name starts with
-/// `$$`, when the schema is an object schema (what Confluent's JSON Schema
-/// library loads as one: `type` absent or `object`, and no `$ref`,
-/// `allOf`, `anyOf` or `oneOf` beside `properties`).
+/// `$$`, when Confluent's JSON Schema library loads the root as an
+/// `ObjectSchema`, the only case `JsonSchema.validate(strict)` checks
+/// (json-schema-provider/.../json/JsonSchema.java).
 fn reserved_json_property(text: &str) -> Option<String> {
     let root: serde_json::Value = serde_json::from_str(text).ok()?;
     let object = root.as_object()?;
-    if ["$ref", "allOf", "anyOf", "oneOf"]
-        .iter()
-        .any(|k| object.contains_key(*k))
-    {
+    if !loads_as_object_schema(object) {
         return None;
-    }
-    match object.get("type") {
-        None => {}
-        Some(t) if t.as_str() == Some("object") => {}
-        Some(_) => return None,
     }
     object
         .get("properties")?
@@ -2389,9 +2653,281 @@ fn reserved_json_property(text: &str) -> Option<String> {
         .cloned()
 }
 
+/// Whether Confluent loads the JSON Schema object `schema` as an
+/// `ObjectSchema`. Confluent loads drafts 2019-09 and 2020-12 (its
+/// `SpecificationVersion.getFromUrl` of `$schema`, a trailing `#`
+/// ignored) with json-sKema and translates the result
+/// (`SchemaTranslator`); every other schema with Everit's `SchemaLoader`
+/// (draft 7 unless `$schema` names draft 4 or 6).
+fn loads_as_object_schema(schema: &serde_json::Map<String, serde_json::Value>) -> bool {
+    let dialect = schema
+        .get("$schema")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    let url = dialect.strip_suffix('#').unwrap_or(dialect);
+    let modern = ["http", "https"].iter().any(|scheme| {
+        [
+            "://json-schema.org/draft/2019-09/schema",
+            "://json-schema.org/draft/2020-12/schema",
+        ]
+        .iter()
+        .any(|rest| url == format!("{scheme}{rest}"))
+    });
+    if modern {
+        translated_as_object_schema(schema)
+    } else {
+        everit_object_schema(schema, dialect)
+    }
+}
+
+/// Everit's `SchemaLoader.loadSchemaObject`: a `$ref` makes the schema a
+/// reference whatever else it has; otherwise each extractor in turn
+/// (`enum`; `allOf`, `anyOf`, `oneOf` one each; `not`; `const` after
+/// draft 4; `type`, whose object, array, number and string types take
+/// their keywords; then the keywords no type took, sniffed by kind, and
+/// `if`/`then`/`else` from draft 7) adds a schema, and the root is the
+/// one schema added, or an `allOf` of several. It is an `ObjectSchema`
+/// when exactly one schema is added and it is one: `"type": "object"`,
+/// or object keywords without a `type`.
+fn everit_object_schema(
+    schema: &serde_json::Map<String, serde_json::Value>,
+    dialect: &str,
+) -> bool {
+    if schema.contains_key("$ref") {
+        return false;
+    }
+    // Everit's SpecificationVersion.lookupByMetaSchemaUrl (a prefix), else
+    // the draft 7 Confluent asks for (`draftV7Support`).
+    let draft = [("draft-04", 4), ("draft-06", 6), ("draft-07", 7)]
+        .iter()
+        .find(|(name, _)| {
+            ["http", "https"].iter().any(|scheme| {
+                dialect.starts_with(&format!("{scheme}://json-schema.org/{name}/schema"))
+            })
+        })
+        .map_or(7, |(_, n)| *n);
+    let mut object_keywords = vec![
+        "properties",
+        "required",
+        "minProperties",
+        "maxProperties",
+        "dependencies",
+        "patternProperties",
+        "additionalProperties",
+    ];
+    let mut array_keywords = vec![
+        "items",
+        "additionalItems",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+    ];
+    if draft >= 6 {
+        object_keywords.push("propertyNames");
+        array_keywords.push("contains");
+    }
+    let number_keywords = [
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+    ];
+    let string_keywords = ["minLength", "maxLength", "pattern", "format"];
+    let has = |k: &str| schema.contains_key(k);
+
+    let mut others = 0;
+    let mut objects = 0;
+    others += ["enum", "allOf", "anyOf", "oneOf", "not"]
+        .iter()
+        .filter(|k| has(k))
+        .count();
+    if draft > 4 && has("const") {
+        others += 1;
+    }
+    // The kinds `type` names take their keywords from the sniffer.
+    let mut taken: Vec<&str> = Vec::new();
+    match schema.get("type") {
+        None => {}
+        Some(serde_json::Value::String(t)) => {
+            if t == "object" {
+                objects += 1;
+            } else {
+                others += 1;
+            }
+            taken.push(t);
+        }
+        Some(serde_json::Value::Array(types)) => {
+            // An anyOf of the types.
+            others += 1;
+            taken.extend(types.iter().filter_map(serde_json::Value::as_str));
+        }
+        // Not a type Everit loads: the schema is refused before this.
+        Some(_) => return false,
+    }
+    let sniffed = |kind: &[&str], keywords: &[&str]| {
+        !kind.iter().any(|k| taken.contains(k)) && keywords.iter().any(|k| has(k))
+    };
+    if sniffed(&["array"], &array_keywords) {
+        others += 1;
+    }
+    if sniffed(&["object"], &object_keywords) {
+        objects += 1;
+    }
+    if sniffed(&["integer", "number"], &number_keywords) {
+        others += 1;
+    }
+    if sniffed(&["string"], &string_keywords) {
+        others += 1;
+    }
+    if draft >= 7 && ["if", "then", "else"].iter().any(|k| has(k)) {
+        others += 1;
+    }
+    objects == 1 && others == 0
+}
+
+/// Confluent's `SchemaTranslator` over a json-sKema schema (2019-09,
+/// 2020-12): each keyword that validates becomes an Everit schema, object
+/// keywords an `ObjectSchema` each, merged into one; anything else joins
+/// them in a generated `allOf`. The root is an `ObjectSchema` when every
+/// keyword that validates is an object one (`format`, `readOnly` and
+/// `writeOnly` are ignored; annotations and unknown keywords are not
+/// schemas).
+fn translated_as_object_schema(schema: &serde_json::Map<String, serde_json::Value>) -> bool {
+    const OBJECT: [&str; 10] = [
+        "properties",
+        "required",
+        "minProperties",
+        "maxProperties",
+        "patternProperties",
+        "additionalProperties",
+        "propertyNames",
+        "dependentRequired",
+        "dependentSchemas",
+        "unevaluatedProperties",
+    ];
+    const OTHER: [&str; 30] = [
+        "$ref",
+        "$dynamicRef",
+        "$recursiveRef",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "enum",
+        "const",
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "unevaluatedItems",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+    ];
+    let mut objects = OBJECT.iter().filter(|k| schema.contains_key(**k)).count();
+    match schema.get("type") {
+        None => {}
+        Some(serde_json::Value::String(t)) if t == "object" => objects += 1,
+        Some(_) => return false,
+    }
+    objects > 0 && !OTHER.iter().any(|k| schema.contains_key(*k))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use serde_json::json;
+
+    /// `$$` properties are refused exactly when Confluent loads the root
+    /// as an `ObjectSchema` (Everit's extractors; json-sKema and
+    /// `SchemaTranslator` for 2019-09 and 2020-12).
+    #[test]
+    fn dollar_properties_count_only_in_what_confluent_loads_as_an_object_schema() {
+        let d7 = "http://json-schema.org/draft-07/schema#";
+        let d6 = "http://json-schema.org/draft-06/schema#";
+        let d4 = "http://json-schema.org/draft-04/schema#";
+        let d2020 = "https://json-schema.org/draft/2020-12/schema";
+        let cases: &[(serde_json::Value, bool)] = &[
+            (json!({"type": "object"}), true),
+            (json!({}), true),
+            (json!({"title": "t", "description": "d", "$id": "x"}), true),
+            (json!({"required": ["a"]}), true),
+            (json!({"type": "object", "$schema": d7}), true),
+            // Anything that adds a schema beside the object one makes an
+            // allOf (Everit's loadSchemaObject).
+            (json!({"minLength": 1}), false),
+            (json!({"format": "email"}), false),
+            (json!({"type": "object", "enum": [{}]}), false),
+            (json!({"type": "object", "not": {"required": ["x"]}}), false),
+            (json!({"type": "object", "const": {}}), false),
+            (json!({"type": "object", "const": {}, "$schema": d4}), true),
+            (json!({"type": "object", "if": {}, "then": {}}), false),
+            (json!({"type": "object", "if": {}, "$schema": d6}), true),
+            (json!({"type": "object", "items": {}}), false),
+            (json!({"type": "object", "allOf": [{}]}), false),
+            (json!({"type": "object", "$ref": "#/definitions/x"}), false),
+            (json!({"type": ["object"]}), false),
+            (json!({"type": ["object", "null"]}), false),
+            (json!({"type": "string"}), false),
+            (json!({"type": "integer", "minimum": 1}), false),
+            // The type's kind takes its keywords from the sniffer.
+            (
+                json!({"type": "object", "additionalProperties": false}),
+                true,
+            ),
+            (json!({"type": "string", "propertyNames": {}}), false),
+            // Draft 2020-12: format and readOnly are ignored, annotations
+            // are not schemas, other keywords join an allOf.
+            (
+                json!({"$schema": d2020, "type": "object", "format": "x", "readOnly": true}),
+                true,
+            ),
+            (
+                json!({"$schema": d2020, "properties": {}, "dependentRequired": {}}),
+                true,
+            ),
+            (
+                json!({"$schema": format!("{d2020}#"), "type": "object", "minLength": 1}),
+                false,
+            ),
+            (
+                json!({"$schema": d2020, "type": "object", "$ref": "#/$defs/x"}),
+                false,
+            ),
+            (
+                json!({"$schema": d2020, "title": "t", "examples": [{}], "x-custom": 1}),
+                true,
+            ),
+        ];
+        for (schema, refused) in cases {
+            let mut schema = schema.clone();
+            let object = schema.as_object_mut().expect("object");
+            let properties = object
+                .entry("properties")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+                .expect("properties");
+            properties.insert("ok".into(), json!({}));
+            properties.insert("$$meta".into(), json!({}));
+            let found = reserved_json_property(&schema.to_string());
+            assert_eq!(found.as_deref(), refused.then_some("$$meta"), "{schema}");
+        }
+    }
 
     #[test]
     fn canonical_json_prints_what_serde_json_values_print() {

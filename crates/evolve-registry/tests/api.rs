@@ -619,7 +619,8 @@ async fn bad_input_gets_the_right_code_and_stores_nothing() {
         ("GET", "/subjects/s/versions/0", None, 422, 42202),
         ("GET", "/subjects/s/versions/2147483648", None, 422, 42202),
         ("DELETE", "/subjects/s/versions/-2", None, 422, 42202),
-        ("GET", "/schemas/ids/abc", None, 404, 40403),
+        ("GET", "/schemas/ids/abc", None, 404, 404),
+        ("GET", "/schemas/ids/0", None, 404, 40403),
         // A path segment that is not UTF-8: axum's refusal, as JSON.
         ("GET", "/subjects/%ff%fe/versions", None, 400, 400),
         ("GET", "/no/such/route", None, 404, 404),

@@ -156,8 +156,16 @@ async fn an_explicit_version_in_readwrite_must_be_the_next_one() {
     );
 
     // With a version the look-up is skipped (Confluent 7.7+): the latest
-    // schema sent again as version 3 is a third version of the same id.
-    assert_eq!(r.register("ev", with_version(v2.clone(), 3)).await, id2);
+    // schema sent again as version 3 is a third version. Its metadata is
+    // stamped with "confluent:version": "3" (maybeSetMetadataRuleSet), so
+    // it is not the schema of id2 (stamped "2"): a new id, as Confluent's
+    // MD5 look-up (metadata included) finds none.
+    let id3 = r.register("ev", with_version(v2.clone(), 3)).await;
+    assert_ne!(id3, id2);
+    assert_eq!(
+        r.ok("GET", "/subjects/ev/versions/3", None).await["metadata"],
+        json!({"properties": {"confluent:version": "3"}})
+    );
     assert_eq!(
         r.ok("GET", "/subjects/ev/versions", None).await,
         json!([1, 2, 3])
@@ -171,7 +179,10 @@ async fn an_explicit_version_in_readwrite_must_be_the_next_one() {
     )
     .await
     .error(422, 42201);
-    assert_eq!(r.register("ev", with_version(v2, 4)).await, id2);
+    let id4 = r.register("ev", with_version(v2.clone(), 4)).await;
+    assert!(![id1, id2, id3].contains(&id4), "{id4}");
+    // Without a version, v2 is found whatever its stamp.
+    assert_eq!(r.register("ev", v2).await, id4);
 
     // An explicit id stays IMPORT's.
     let message = r
@@ -865,7 +876,166 @@ async fn schemas_are_listed_with_prefix_latest_only_deleted_and_pages() {
     );
     r.call("GET", "/schemas?limit=many", None)
         .await
-        .error(400, 400);
+        .error(404, 404);
+}
+
+#[tokio::test]
+async fn parameters_that_are_not_numbers_answer_as_jersey_does() {
+    // Confluent declares ids, offsets and limits as Java ints: JAX-RS
+    // answers one it cannot convert with 404 / error_code 404 ("HTTP 404
+    // Not Found") before the resource runs. Versions are Strings that
+    // Confluent's VersionId reads: 422 / 42202 for anything but an int or
+    // "latest" (RestApiTest.testCompatibilityInvalidVersion).
+    let r = registry("not-numbers").await;
+    let id = r.register("s", avro(json!("int"))).await;
+    assert_eq!(id, 1);
+    for path in [
+        "/schemas/ids/abc",
+        "/schemas/ids/abc/schema",
+        "/schemas/ids/abc/subjects",
+        "/schemas/ids/abc/versions",
+        // Past a Java int (a u32 would take it).
+        "/schemas/ids/4294967295",
+        "/schemas/ids/%201",
+        "/subjects?limit=abc",
+        "/subjects?offset=x",
+        "/subjects?limit=%205",
+        "/subjects/s/versions?limit=1.5",
+        "/schemas?offset=one",
+        "/schemas/ids/1/subjects?limit=abc",
+        "/schemas/ids/1/versions?offset=abc",
+        "/subjects/s/versions/1/referencedby?limit=abc",
+        "/contexts?limit=abc",
+        "/subjects?limit=2147483648",
+    ] {
+        let message = r.call("GET", path, None).await.error(404, 404);
+        assert!(
+            message.starts_with("HTTP 404 Not Found"),
+            "{path}: {message}"
+        );
+    }
+    // Ints that name no schema are the resource's 40403.
+    for (path, named) in [("/schemas/ids/0", "0"), ("/schemas/ids/-3", "-3")] {
+        let message = r.call("GET", path, None).await.error(404, 40403);
+        assert_eq!(message, format!("Schema {named} not found"));
+    }
+    // What Java's Integer.valueOf and VersionId take.
+    assert_eq!(
+        r.ok("GET", "/schemas/ids/+1", None).await["schema"],
+        "\"int\""
+    );
+    for version in ["LATEST", "Latest", "+1", "%201%20", "-1", "%20latest"] {
+        let got = r
+            .ok("GET", &format!("/subjects/s/versions/{version}"), None)
+            .await;
+        assert_eq!(got["version"], 1, "{version}");
+    }
+    // An empty parameter is the default.
+    assert_eq!(
+        r.ok("GET", "/subjects?limit=&offset=", None).await,
+        json!(["s"])
+    );
+    for (version, named) in [
+        ("abc", "abc"),
+        ("-02", "-2"),
+        ("0", "0"),
+        ("2147483648", "2147483648"),
+    ] {
+        let message = r
+            .call("GET", &format!("/subjects/s/versions/{version}"), None)
+            .await
+            .error(422, 42202);
+        assert!(
+            message.contains(&format!("'{named}'")),
+            "{version}: {message}"
+        );
+    }
+    r.call(
+        "POST",
+        "/compatibility/subjects/s/versions/earliest",
+        Some(avro(json!("int"))),
+    )
+    .await
+    .error(422, 42202);
+    // The id routes and contexts page as Confluent's do.
+    r.register("t", avro(json!("int"))).await;
+    assert_eq!(
+        r.ok("GET", "/schemas/ids/1/subjects?offset=1", None).await,
+        json!(["t"])
+    );
+    assert_eq!(
+        r.ok("GET", "/schemas/ids/1/versions?limit=1", None).await,
+        json!([{"subject": "s", "version": 1}])
+    );
+    r.register(":.team:u", avro(json!("int"))).await;
+    assert_eq!(r.ok("GET", "/contexts", None).await, json!([".", ".team"]));
+    assert_eq!(
+        r.ok("GET", "/contexts?contextPrefix=.t", None).await,
+        json!([".team"])
+    );
+    assert_eq!(
+        r.ok("GET", "/contexts?offset=1&limit=1", None).await,
+        json!([".team"])
+    );
+}
+
+#[tokio::test]
+async fn schemas_take_confluents_association_filters() {
+    // Confluent 8.x SchemasResource.getSchemas: resourceType,
+    // associationType and lifecycle filter by associations; a subject
+    // without associations (evolve keeps none) is listed only for
+    // lifecycle=NONE. format is not a parameter of /schemas.
+    let r = registry("schemas-assoc").await;
+    r.register("a", avro(json!("int"))).await;
+    r.register(
+        "p",
+        proto("syntax = \"proto3\";\nmessage M { int32 x = 1; }\n"),
+    )
+    .await;
+    let subjects = |v: serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .expect("array")
+            .iter()
+            .map(|s| s["subject"].as_str().expect("subject").to_owned())
+            .collect()
+    };
+    assert_eq!(subjects(r.ok("GET", "/schemas", None).await), ["a", "p"]);
+    for query in [
+        "resourceType=topic",
+        "associationType=value",
+        "lifecycle=STRONG",
+        "lifecycle=WEAK&lifecycle=STRONG",
+        "resourceType=",
+    ] {
+        assert_eq!(
+            r.ok("GET", &format!("/schemas?{query}"), None).await,
+            json!([]),
+            "{query}"
+        );
+    }
+    for query in [
+        "lifecycle=NONE",
+        "lifecycle=STRONG&lifecycle=NONE&resourceType=topic",
+    ] {
+        assert_eq!(
+            subjects(r.ok("GET", &format!("/schemas?{query}"), None).await),
+            ["a", "p"],
+            "{query}"
+        );
+    }
+    let message = r
+        .call("GET", "/schemas?lifecycle=none", None)
+        .await
+        .error(404, 404);
+    assert!(message.contains("lifecycle"), "{message}");
+    let listed = r.ok("GET", "/schemas?format=serialized", None).await;
+    assert!(
+        listed[1]["schema"]
+            .as_str()
+            .expect("schema")
+            .contains("message M"),
+        "{listed}"
+    );
 }
 
 #[tokio::test]
@@ -1125,5 +1295,245 @@ fn alias_paths_replace_the_subject_segment_and_parameter() {
     assert_eq!(
         alias_path("/subjects", Some("subjectPrefix=orders"), alias),
         None
+    );
+}
+
+#[tokio::test]
+async fn confluent_version_is_stamped_and_ignored_by_lookups() {
+    // Confluent 7.4+ (AbstractSchemaRegistry.maybeSetMetadataRuleSet): a
+    // registration that gives a version, or whose metadata (the request's,
+    // else the latest version's) has confluent:version, stores the new
+    // version in that property; look-ups (ParsedSchema.canLookup) do not
+    // count the property when only one side has it.
+    let r = registry("confluent-version").await;
+    r.ok("PUT", "/config", Some(json!({"compatibility": "NONE"})))
+        .await;
+    let r = &r;
+    let metadata = |subject: &str, version: u32| {
+        let path = format!("/subjects/{subject}/versions/{version}");
+        async move { r.ok("GET", &path, None).await["metadata"].clone() }
+    };
+    let stamp = |v: &str| json!({"properties": {"confluent:version": v}});
+    let int = avro(json!("int"));
+    let mut first = int.clone();
+    first["version"] = json!(1);
+    let id1 = r.register("s", first).await;
+    assert_eq!(metadata("s", 1).await, stamp("1"));
+    // The same schema without version or metadata is the version stamped.
+    let offset = r.offset();
+    assert_eq!(r.register("s", int.clone()).await, id1);
+    assert_eq!(r.offset(), offset, "a re-registration appended");
+    // A new schema inherits the stamp, restamped with its version.
+    let id2 = r.register("s", avro(json!("long"))).await;
+    assert_ne!(id2, id1);
+    assert_eq!(metadata("s", 2).await, stamp("2"));
+    // The first schema again is still version 1 (the latest's stamp, 2,
+    // does not make it another schema).
+    assert_eq!(r.register("s", int.clone()).await, id1);
+    assert_eq!(r.offset(), offset + 1);
+    // Look-ups: without the property, the version is found; with it, only
+    // the version of that number.
+    let found = r.ok("POST", "/subjects/s", Some(int.clone())).await;
+    assert_eq!(
+        (found["version"].clone(), found["id"].clone()),
+        (json!(1), json!(id1))
+    );
+    let mut with = int.clone();
+    with["metadata"] = stamp("1");
+    assert_eq!(
+        r.ok("POST", "/subjects/s", Some(with.clone())).await["version"],
+        1
+    );
+    with["metadata"] = stamp("2");
+    r.call("POST", "/subjects/s", Some(with))
+        .await
+        .error(404, 40403);
+
+    // A subject never stamped: no property is added, and a look-up that
+    // names the version it finds matches.
+    r.register("plain", int.clone()).await;
+    assert_eq!(metadata("plain", 1).await, json!(null));
+    let mut named = int.clone();
+    named["metadata"] = stamp("1");
+    assert_eq!(
+        r.ok("POST", "/subjects/plain", Some(named.clone())).await["version"],
+        1
+    );
+    named["metadata"] = stamp("3");
+    r.call("POST", "/subjects/plain", Some(named))
+        .await
+        .error(404, 40403);
+    // Other metadata without the property is stored as given.
+    let mut owned = avro(json!("string"));
+    owned["metadata"] = json!({"properties": {"owner": "x"}});
+    r.register("plain", owned).await;
+    assert_eq!(
+        metadata("plain", 2).await,
+        json!({"properties": {"owner": "x"}})
+    );
+
+    // IMPORT takes the schema as sent: no stamp.
+    r.ok("PUT", "/mode/imp", Some(json!({"mode": "IMPORT"})))
+        .await;
+    r.register(
+        "imp",
+        json!({"schema": "\"bytes\"", "id": 500, "version": 1}),
+    )
+    .await;
+    assert_eq!(metadata("imp", 1).await, json!(null));
+}
+
+#[tokio::test]
+async fn json_schema_patterns_java_refuses_are_refused_and_others_kept() {
+    // Confluent compiles every pattern with java.util.regex while the
+    // schema loads (Everit's JavaUtilRegexpFactory): a PatternSyntaxException
+    // is 42201. Patterns Java takes are registered, even those evolve's
+    // own matcher cannot run (lookaround, backreferences).
+    let r = registry("json-patterns").await;
+    let json_schema =
+        |schema: serde_json::Value| json!({"schemaType": "JSON", "schema": schema.to_string()});
+    for (schema, pattern, at) in [
+        (
+            json!({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2,1}$"}}}),
+            "^[A-Z]{2,1}$",
+            "#/properties/code/pattern",
+        ),
+        (
+            json!({"type": "object", "patternProperties": {"x(": {"type": "string"}}}),
+            "x(",
+            "#/patternProperties/x(",
+        ),
+    ] {
+        let message = r
+            .call("POST", "/subjects/p/versions", Some(json_schema(schema)))
+            .await
+            .error(422, 42201);
+        assert!(message.contains(&format!("{pattern:?}")), "{message}");
+        assert!(message.contains(at), "{message}");
+        assert!(message.contains("java.util.regex"), "{message}");
+    }
+    let password = json!({"type": "object", "properties": {
+        "password": {"type": "string", "pattern": "^(?=.*\\d)(?=.*[a-z]).{8,}$"},
+        "twice": {"type": "string", "pattern": "^(a+)\\1$"},
+        "letters": {"type": "string", "pattern": "^\\p{L}+$"}
+    }});
+    r.register("p", json_schema(password)).await;
+}
+
+#[tokio::test]
+async fn json_schemas_stored_with_patterns_java_refuses_keep_working() {
+    // A log an earlier release wrote, before patterns Java refuses were
+    // refused: the JSON Schema of legacy-value (id 1) has one. What is
+    // stored is read as it was; only schemas stored anew are checked.
+    let path = common::temp_path("json-patterns-stored");
+    let legacy = json!({"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{2,1}$"},
+        "n": {"type": "integer"}
+    }});
+    let records = parse_export(&format!(
+        "{}\t{}\n",
+        r#"{"keytype":"SCHEMA","subject":"legacy-value","version":1,"magic":1}"#,
+        json!({"subject": "legacy-value", "version": 1, "id": 1, "schemaType": "JSON",
+               "schema": legacy.to_string(), "deleted": false}),
+    ))
+    .expect("export");
+    let log = SqliteLog::open(&path).expect("sqlite log");
+    assert!(log.append(0, &records).await.expect("append"));
+    drop(log);
+    let r = open_at(path, Settings::default(), DEFAULT_MAX_BODY).await;
+    let json_schema =
+        |schema: &serde_json::Value| json!({"schemaType": "JSON", "schema": schema.to_string()});
+    // The same schema written another way (pretty-printed, keys moved).
+    let legacy_again = json!({"schemaType": "JSON", "schema": serde_json::to_string_pretty(
+        &json!({"properties": {
+            "n": {"type": "integer"},
+            "code": {"pattern": "^[A-Z]{2,1}$", "type": "string"}
+        }, "type": "object"})
+    ).expect("text")});
+
+    // Served, found, re-registered and checked as before.
+    assert_eq!(
+        r.ok("GET", "/subjects/legacy-value/versions/1", None).await["schema"],
+        legacy.to_string()
+    );
+    let found = r
+        .ok("POST", "/subjects/legacy-value", Some(legacy_again.clone()))
+        .await;
+    assert_eq!(
+        (found["id"].clone(), found["version"].clone()),
+        (json!(1), json!(1))
+    );
+    let offset = r.offset();
+    assert_eq!(r.register("legacy-value", json_schema(&legacy)).await, 1);
+    assert_eq!(r.register("legacy-value", legacy_again.clone()).await, 1);
+    assert_eq!(r.offset(), offset, "a re-registration appended");
+    assert_eq!(
+        r.ok(
+            "POST",
+            "/compatibility/subjects/legacy-value/versions/latest",
+            Some(legacy_again.clone())
+        )
+        .await,
+        json!({"is_compatible": true})
+    );
+    // The same schema under another subject is the stored one.
+    assert_eq!(r.register("legacy-copy", legacy_again).await, 1);
+
+    // A new version, checked against the stored one (BACKWARD): the
+    // pattern dropped, which relaxes it.
+    let fixed = json!({"type": "object", "properties": {
+        "code": {"type": "string"},
+        "n": {"type": "integer"}
+    }});
+    assert_eq!(
+        r.ok(
+            "POST",
+            "/compatibility/subjects/legacy-value/versions/latest",
+            Some(json_schema(&fixed))
+        )
+        .await,
+        json!({"is_compatible": true})
+    );
+    let id2 = r.register("legacy-value", json_schema(&fixed)).await;
+    assert_ne!(id2, 1);
+    assert_eq!(
+        r.ok("GET", "/subjects/legacy-value/versions", None).await,
+        json!([1, 2])
+    );
+    // A schema referencing the stored one is checked on its own patterns.
+    let referring = json!({"schemaType": "JSON", "schema": r#"{"$ref":"legacy.json"}"#,
+        "references": [{"name": "legacy.json", "subject": "legacy-value", "version": 1}]});
+    r.register("referring-value", referring).await;
+
+    // A schema not stored yet with a pattern Java refuses is refused
+    // (42201) by registration, the compatibility check and the look-up,
+    // the old pattern kept in a new version included.
+    let kept = json!({"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{2,1}$"},
+        "n": {"type": "integer"},
+        "m": {"type": "integer"}
+    }});
+    for (method, path) in [
+        ("POST", "/subjects/legacy-value/versions"),
+        ("POST", "/subjects/fresh-value/versions"),
+        (
+            "POST",
+            "/compatibility/subjects/legacy-value/versions/latest",
+        ),
+        ("POST", "/subjects/legacy-value"),
+    ] {
+        let message = r
+            .call(method, path, Some(json_schema(&kept)))
+            .await
+            .error(422, 42201);
+        assert!(message.contains("\"^[A-Z]{2,1}$\""), "{path}: {message}");
+        assert!(
+            message.contains("#/properties/code/pattern"),
+            "{path}: {message}"
+        );
+    }
+    assert_eq!(
+        r.ok("GET", "/subjects/legacy-value/versions", None).await,
+        json!([1, 2])
     );
 }

@@ -103,9 +103,17 @@ pub fn run(args: CompatArgs, out: &Out) -> anyhow::Result<ExitCode> {
             schema: read(&PathBuf::from(file))?,
         });
     }
-    let parse = |path: &PathBuf| -> anyhow::Result<Schema> {
+    // The new schema as a registry would accept it; the earlier versions
+    // as it reads what it stored (a JSON Schema pattern Java refuses is
+    // refused only in a schema offered as new).
+    let parse = |path: &PathBuf, new: bool| -> anyhow::Result<Schema> {
         let text = read(path)?;
-        Schema::parse(schema_type, &text, &refs).map_err(|e| {
+        let parsed = if new {
+            Schema::parse(schema_type, &text, &refs)
+        } else {
+            Schema::parse_stored(schema_type, &text, &refs)
+        };
+        parsed.map_err(|e| {
             let hint = match &e.missing_import {
                 Some(name) => format!(" with --reference {name}=FILE"),
                 None => String::new(),
@@ -113,8 +121,11 @@ pub fn run(args: CompatArgs, out: &Out) -> anyhow::Result<ExitCode> {
             Unusable(format!("{}: {e}{hint}", path.display())).into()
         })
     };
-    let new_schema = parse(&new)?;
-    let previous = old.iter().map(parse).collect::<anyhow::Result<Vec<_>>>()?;
+    let new_schema = parse(&new, true)?;
+    let previous = old
+        .iter()
+        .map(|p| parse(p, false))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let findings = evolve_compat::check(mode, &new_schema, &previous);
     let compatible = findings.is_empty();
     match out.format() {

@@ -471,6 +471,26 @@ fn compat_check_exits_0_1_or_2() {
     assert_eq!(json["findings"][0]["against"], v0.display().to_string());
     assert_eq!(json["findings"][0]["direction"], "forward");
 
+    // A JSON Schema pattern Java refuses: refused in the new schema, taken
+    // in an earlier version (stored before, as a registry reads it back).
+    let java_bad = write(
+        "bad_pattern.json",
+        r#"{"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{2,1}$"}}}"#,
+    );
+    let fixed = write(
+        "fixed.json",
+        r#"{"type":"object","properties":{"code":{"type":"string"}}}"#,
+    );
+    let out = compat(&["--type", "json"], &fixed, &java_bad);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = compat(&["--type", "json"], &java_bad, &fixed);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("is not a regular expression Confluent accepts"),
+        "{}",
+        text(&out.stderr)
+    );
+
     let out = compat(&["--type", "avro"], &broken, &v1);
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);

@@ -19,6 +19,7 @@
 //! [`parse`], never fetched.
 
 mod check;
+mod java_regex;
 mod regex;
 #[cfg(test)]
 mod tests;
@@ -45,6 +46,10 @@ struct Inner {
     /// (document, anchor name) → JSON pointer, from `$anchor` and from
     /// draft-07 `"$id": "#name"`.
     anchors: HashMap<(usize, String), String>,
+    /// The first `pattern` or `patternProperties` name of the schema
+    /// itself (not of its references) that Java's `java.util.regex`
+    /// refuses (see [`JsonSchema::java_pattern_error`]).
+    java_pattern_error: Option<SchemaError>,
 }
 
 #[derive(Debug)]
@@ -130,15 +135,33 @@ fn is_annotation(keyword: &str) -> bool {
     ANNOTATIONS.contains(&keyword)
 }
 
-/// Parses a JSON Schema (draft-07 when `$schema` is absent; 2019-09 and
-/// 2020-12 understood). `references` are the schemas a `$ref` may name by
-/// [`Reference::name`] (Confluent's `references`).
+/// Parses a JSON Schema offered as a new one (draft-07 when `$schema` is
+/// absent; 2019-09 and 2020-12 understood). `references` are the schemas a
+/// `$ref` may name by [`Reference::name`] (Confluent's `references`).
 ///
 /// Errors: the text is not JSON; it is not an object or boolean schema; a
 /// known keyword has the wrong type (`"type": 5`, `"required": "a"`); a
 /// `$ref` resolves to nothing, to something that is not a schema, or only
-/// to itself.
+/// to itself; a `pattern` or `patternProperties` name of the schema itself
+/// is one Java's `java.util.regex` refuses (Confluent compiles each one
+/// with it when it loads the schema), see
+/// [`JsonSchema::java_pattern_error`]. A schema accepted before, read back
+/// from where it is stored, is read with [`parse_stored`] instead, which
+/// does not refuse it for its patterns.
 pub fn parse(text: &str, references: &[Reference]) -> Result<JsonSchema, SchemaError> {
+    let schema = parse_stored(text, references)?;
+    match schema.java_pattern_error() {
+        Some(e) => Err(e.clone()),
+        None => Ok(schema),
+    }
+}
+
+/// Parses a JSON Schema that was accepted before (a registry's stored
+/// schema, one that earlier releases of evolve took): as [`parse`], except
+/// that a pattern Java refuses is not an error, only reported by
+/// [`JsonSchema::java_pattern_error`]. Such a pattern is treated as any
+/// pattern the checker's matcher cannot run.
+pub fn parse_stored(text: &str, references: &[Reference]) -> Result<JsonSchema, SchemaError> {
     let root: Value = serde_json::from_str(text).map_err(|e| {
         error(crate::explain_nesting(
             format!("not valid JSON: {e}"),
@@ -160,15 +183,24 @@ pub fn parse(text: &str, references: &[Reference]) -> Result<JsonSchema, SchemaE
         ids: HashMap::new(),
         anchors: HashMap::new(),
         refs: Vec::new(),
+        java_pattern_error: None,
     };
     for (index, doc) in docs.iter().enumerate() {
         walker.schema(index, doc, &doc.root, "", 0)?;
     }
     let Walker {
-        ids, anchors, refs, ..
+        ids,
+        anchors,
+        refs,
+        java_pattern_error,
     } = walker;
     let schema = JsonSchema {
-        inner: Arc::new(Inner { docs, ids, anchors }),
+        inner: Arc::new(Inner {
+            docs,
+            ids,
+            anchors,
+            java_pattern_error,
+        }),
     };
     // Chains share their tails (`a -> b -> c`, `b -> c`): each `$ref` is
     // followed once, not once per chain it is part of.
@@ -350,6 +382,17 @@ fn last_segment(uri: &str) -> &str {
 }
 
 impl JsonSchema {
+    /// Why a new schema is refused although it parses: the first
+    /// `pattern` or `patternProperties` name of the schema itself (its
+    /// references are not looked at) that Java's `java.util.regex`
+    /// refuses, as Confluent refuses it (it compiles each one with Java
+    /// when it loads the schema). [`parse`] answers it as its error;
+    /// [`parse_stored`] keeps the schema and leaves the question to the
+    /// caller (a registry asks it only of schemas it does not store yet).
+    pub fn java_pattern_error(&self) -> Option<&SchemaError> {
+        self.inner.java_pattern_error.as_ref()
+    }
+
     fn docs(&self) -> &[Doc] {
         &self.inner.docs
     }
@@ -479,6 +522,9 @@ struct Walker {
     ids: HashMap<String, (usize, String)>,
     anchors: HashMap<(usize, String), String>,
     refs: Vec<(usize, String)>,
+    /// The first pattern of the schema itself (document 0) that Java
+    /// refuses.
+    java_pattern_error: Option<SchemaError>,
 }
 
 /// How deep subschemas may nest (the JSON parser already stops at 128
@@ -526,6 +572,36 @@ impl Walker {
                 return Err(wrong(keyword, expected, v));
             }
             let child = |segment: &str| format!("{pointer}/{}", escape_token(segment));
+            // Patterns Java refuses: Confluent compiles every one with
+            // java.util.regex while it loads the schema (see java_regex).
+            // Noted for the schema itself, the first one only; references
+            // were accepted on their own.
+            let patterns: Vec<(&str, String)> = match (keyword.as_str(), v) {
+                _ if index != 0 || self.java_pattern_error.is_some() => Vec::new(),
+                ("pattern", Value::String(p)) => vec![(p.as_str(), child(keyword))],
+                ("patternProperties", Value::Object(entries)) => entries
+                    .keys()
+                    .map(|p| {
+                        (
+                            p.as_str(),
+                            format!("{}/{}", child(keyword), escape_token(p)),
+                        )
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for (p, at) in patterns {
+                if let Some(reason) = java_regex::java_syntax_error(p) {
+                    self.java_pattern_error = Some(error(format!(
+                        "the pattern {p:?} at {}#{at} is not a regular expression Confluent accepts: \
+                         Java's java.util.regex, which compiles it when the schema is loaded, \
+                         refuses it ({reason}); correct the pattern (a character meant literally \
+                         is escaped with \\)",
+                        doc.name
+                    )));
+                    break;
+                }
+            }
             match keyword.as_str() {
                 "$ref" => {
                     if !v.is_string() {

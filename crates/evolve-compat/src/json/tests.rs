@@ -1551,3 +1551,45 @@ fn nesting_beyond_the_parsers_limit_is_named() {
     );
     assert!(message.contains("$defs"), "{message}");
 }
+
+#[test]
+fn patterns_java_refuses_refuse_new_schemas_but_not_stored_ones() {
+    use crate::{Schema, SchemaType};
+    let bad = r#"{"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{2,1}$"}},"patternProperties":{"^x":{}}}"#;
+    // Offered as new: refused, naming the first pattern Java refuses.
+    let message = parse_error(bad);
+    assert!(message.contains(r#""^[A-Z]{2,1}$""#), "{message}");
+    assert!(message.contains("#/properties/code/pattern"), "{message}");
+    assert!(message.contains("java.util.regex"), "{message}");
+    assert!(Schema::parse(SchemaType::Json, bad, &[]).is_err());
+    // Read back as stored: kept, with the reason still told.
+    let stored = super::parse_stored(bad, &[]).expect("a stored schema parses");
+    let reason = stored.java_pattern_error().expect("the pattern is noted");
+    assert!(
+        reason.message.contains("#/properties/code/pattern"),
+        "{reason}"
+    );
+    let any = Schema::parse_stored(SchemaType::Json, bad, &[]).expect("parses");
+    assert_eq!(any.new_schema_error(), Some(reason));
+    // A stored schema still takes part in checks: dropping the pattern
+    // relaxes it.
+    let fixed = schema(
+        r#"{"type":"object","properties":{"code":{"type":"string"}},"patternProperties":{"^x":{}}}"#,
+    );
+    assert!(fixed.java_pattern_error().is_none());
+    assert_eq!(compat(&fixed, &stored), []);
+    // Structural errors are errors either way.
+    assert!(super::parse_stored(r#"{"type":5,"pattern":"("}"#, &[]).is_err());
+    // A reference was accepted on its own: its patterns are not the new
+    // schema's.
+    let references = [Reference {
+        name: "common.json".into(),
+        schema: r#"{"type":"string","pattern":"a{2,1}"}"#.into(),
+    }];
+    let referring = parse(r#"{"$ref":"common.json"}"#, &references).expect("parses");
+    assert!(referring.java_pattern_error().is_none());
+    // Patterns Java takes are never noted.
+    let good = super::parse_stored(r#"{"type":"string","pattern":"^(?=.*\\d).{8,}$"}"#, &[])
+        .expect("parses");
+    assert!(good.java_pattern_error().is_none());
+}
