@@ -579,7 +579,7 @@ impl Pipeline {
                         schema: spec.schema.clone(),
                         table: spec.table.clone(),
                         exclude: spec.exclude.clone(),
-                        existing: false,
+                        pinned: None,
                     },
                 )
                 .await?,

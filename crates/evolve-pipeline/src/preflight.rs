@@ -360,12 +360,23 @@ pub async fn upstream_table(client: &Client, t: &PlannedTable) -> Result<Vec<Che
     if let Some((problem, fix)) = gap {
         checks.push(Check::fail(subject.clone(), problem, fix));
     }
+    // An enum value renamed since the table pinned its labels: its
+    // documents still show the old one (the running stream stalls it).
+    if let Some(pinned) = &t.pinned {
+        for (_, problem) in crate::upstream::relabeled_enums(client, &[pinned]).await? {
+            let (problem, fix) = problem
+                .split_once("; way out: ")
+                .map(|(p, f)| (p.to_string(), f.to_string()))
+                .unwrap_or((problem, String::new()));
+            checks.push(Check::fail(subject.clone(), problem, fix));
+        }
+    }
     checks.push(if member {
         Check::pass(
             subject,
             format!("{name} is in publication {publication_q}"),
         )
-    } else if t.existing {
+    } else if t.pinned.is_some() {
         Check::fail(
             subject,
             format!(
@@ -509,7 +520,7 @@ impl Plan {
                         .filter(|c| c.excluded && !c.key)
                         .map(|c| c.name.clone())
                         .collect(),
-                    existing: true,
+                    pinned: Some(t.clone()),
                 });
             }
         }
@@ -584,7 +595,7 @@ impl Plan {
                             schema: t.reference.schema.clone(),
                             table: t.reference.name.clone(),
                             exclude: t.exclude_columns.clone(),
-                            existing: false,
+                            pinned: None,
                         });
                     }
                 }
@@ -638,9 +649,11 @@ pub struct PlannedTable {
     pub table: String,
     /// Upstream columns it does not read (EXCLUDE COLUMNS, less the key).
     pub exclude: Vec<String>,
-    /// In the catalog already (not only in statements): its upstream
-    /// table must be in the publication, since nothing adds it any more.
-    pub existing: bool,
+    /// The table as the catalog pins it, when it is there already (not
+    /// only in statements): its upstream table must be in the publication,
+    /// since nothing adds it any more, and its enums must still have the
+    /// labels it pinned.
+    pub pinned: Option<crate::store::TableInfo>,
 }
 
 /// The checks of one connection.
