@@ -990,6 +990,37 @@ impl Rewrite<'_> {
         Ok(())
     }
 
+    /// Runs `drops` and deletes the table's state row, in one transaction
+    /// under `lock_timeout` with retry: the server's error, if they failed
+    /// (and nothing was dropped).
+    async fn drop_with_state(
+        &self,
+        drops: &str,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<Result<(), tokio_postgres::Error>, BackfillError> {
+        let state = &self.state;
+        let shown = self.table.shown();
+        let mut body = async |c: &Client| {
+            c.batch_execute(drops).await?;
+            c.execute(
+                &format!("DELETE FROM {state} WHERE table_name = $1"),
+                &[&shown],
+            )
+            .await?;
+            Ok(())
+        };
+        let (result, _) = in_transaction(
+            &self.client,
+            &self.what(),
+            &self.table,
+            &self.opts.batches,
+            on_event,
+            &mut body,
+        )
+        .await?;
+        Ok(result)
+    }
+
     /// Step 3: replays the log from `from` onto `to` until less than one
     /// batch was left.
     async fn replay(
@@ -2225,34 +2256,19 @@ pub async fn drop_old(
         return Err(err(&rw.table, reason));
     }
     let n = names(&rw.table.schema, row.oid);
-    let state = rw.state.clone();
-    let shown = rw.table.shown();
-    let mut body = async |c: &Client| {
-        c.batch_execute(&format!(
-            "DROP FUNCTION IF EXISTS {function}() CASCADE;
-             DROP TABLE IF EXISTS {old}; DROP TABLE IF EXISTS {log}",
-            function = n.function,
-            old = n.old,
-            log = n.log,
-        ))
-        .await?;
-        c.execute(
-            &format!("DELETE FROM {state} WHERE table_name = $1"),
-            &[&shown],
+    let result = rw
+        .drop_with_state(
+            &format!(
+                "DROP FUNCTION IF EXISTS {function}() CASCADE;
+                 DROP TABLE IF EXISTS {old}; DROP TABLE IF EXISTS {log}",
+                function = n.function,
+                old = n.old,
+                log = n.log,
+            ),
+            on_event,
         )
         .await?;
-        Ok(())
-    };
-    let (result, _) = in_transaction(
-        &rw.client,
-        &rw.what(),
-        &rw.table,
-        &opts.batches,
-        on_event,
-        &mut body,
-    )
-    .await?;
-    result.map_err(|e: tokio_postgres::Error| {
+    result.map_err(|e| {
         err(
             &rw.table,
             format!(
@@ -2304,38 +2320,22 @@ pub async fn abort(
         return Err(err(&rw.table, reason));
     }
     let n = names(&rw.table.schema, row.oid);
-    let table = rw.table.clone();
-    let state = rw.state.clone();
-    let mut body = async |c: &Client| {
-        c.batch_execute(&format!(
+    rw.drop_with_state(
+        &format!(
             "DROP TRIGGER IF EXISTS {trigger} ON {table};
              DROP TRIGGER IF EXISTS {trigger_t} ON {table};
              DROP TABLE IF EXISTS {shadow}; DROP TABLE IF EXISTS {log};
              DROP FUNCTION IF EXISTS {function}() CASCADE",
             trigger = quote_ident(TRIGGER),
             trigger_t = quote_ident(&format!("{TRIGGER}_truncate")),
+            table = rw.table,
             shadow = n.shadow,
             log = n.log,
             function = n.function,
-        ))
-        .await?;
-        c.execute(
-            &format!("DELETE FROM {state} WHERE table_name = $1"),
-            &[&table.shown()],
-        )
-        .await?;
-        Ok(())
-    };
-    let (result, _) = in_transaction(
-        &rw.client,
-        &rw.what(),
-        &rw.table,
-        &opts.batches,
+        ),
         on_event,
-        &mut body,
     )
-    .await?;
-    result?;
+    .await??;
     on_event(&Event::Phase {
         table: rw.table.shown(),
         phase: "aborted".into(),
