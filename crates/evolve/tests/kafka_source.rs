@@ -2197,3 +2197,332 @@ fn demo_kafka_tours_the_kafka_table_with_exact_counts() {
     let last = stdout.lines().last().unwrap_or_default();
     assert!(last.starts_with("all 9 checks passed in "), "{stdout}");
 }
+
+/// Runs `code` with `python3 -c` and `args` (after the script name);
+/// panics with its stderr when it fails.
+async fn python_code(code: &'static str, args: Vec<String>) {
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(code)
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "python3 -c: {}", text(&out.stderr));
+    })
+    .await
+    .unwrap();
+}
+
+/// Produces one record without a key, its value the bytes of `hex`
+/// (none: a tombstone without a key).
+const KEYLESS: &str = r#"
+import sys
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1]})
+p.produce(sys.argv[2], key=None, value=bytes.fromhex(sys.argv[3]) if len(sys.argv) > 3 else None)
+if p.flush(30):
+    raise SystemExit("not delivered")
+"#;
+
+/// Waits until source `name` shows `state`; returns its status.
+async fn wait_source(admin: &str, name: &str, state: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let o = object(admin, "source", name).await;
+        if let Some(o) = o.clone().filter(|o| o["state"] == state) {
+            return o;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "source {name} is not {state} after 60 s: {o:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A tombstone for a key the table never had changes nothing (no sink
+/// write, the table runs on); a record without a key under ENVELOPE
+/// UPSERT stalls its table at that record, naming it, and a table
+/// created afterwards over the same topic stalls in its snapshot the
+/// same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tombstone_of_an_unknown_key_is_nothing_and_a_keyless_record_stalls() {
+    let env = env("kafka_source_keys").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    let pipeline = one_table(&env, &bootstrap, &url, "kn", 1).await;
+    // Offsets 1 and 2.
+    let records: Vec<Produced> = vec![("never".into(), None), ("o1".into(), Some(order(1, 1)))];
+    produce(&bootstrap, "kn_orders", &url, V1, &records).await;
+    let mut all = vec![("o0".to_string(), Some(order(0, 0)))];
+    all.extend(records);
+    let fields = ["id", "customer", "qty"];
+    wait_docs(&env, "public.orders_json", &fold(&all, &fields)).await;
+    wait_writes(&env.sink, 2).await;
+    assert_eq!(
+        table_status(&pipeline.url, "kn_v1").await["state"],
+        "running"
+    );
+
+    // Offset 3: order 9 in the wire format (id 1), without a key.
+    python_code(
+        KEYLESS,
+        vec![
+            bootstrap.clone(),
+            "kn_orders".into(),
+            "00000000011204633906".into(),
+        ],
+    )
+    .await;
+    let stalled = wait_state(&pipeline.url, "kn_v1", "stalled").await;
+    let error = stalled["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("record at partition 0 offset 3 has no key, which ENVELOPE UPSERT"),
+        "{stalled}"
+    );
+    assert_eq!(audit_count(&env.sink).await, 2);
+    // A table created now reads the keyless record in its snapshot.
+    sql_ok(
+        &pipeline.url,
+        &[
+            "-c",
+            "CREATE TABLE kn_v2 FROM SOURCE kn FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr;",
+        ],
+    )
+    .await;
+    let stalled = wait_state(&pipeline.url, "kn_v2", "stalled").await;
+    assert!(
+        stalled["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("record at partition 0 offset 3 has no key"),
+        "{stalled}"
+    );
+    assert_eq!(
+        wait_source(&pipeline.url, "kn", "running").await["state"],
+        "running"
+    );
+}
+
+/// A topic deleted under a running source: the source notices within
+/// its partition check (5 s) and retries, saying the topic does not
+/// exist; created again, its producer writing more records than the
+/// source had read, it is not read from the old offsets (which would
+/// skip its first records): the last record the source read is not at
+/// its offset any more, so the source stops with the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_deleted_while_streaming_is_not_read_from_the_old_offsets() {
+    let env = env("kafka_source_deleted").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    let pipeline = one_table(&env, &bootstrap, &url, "kx", 1).await;
+    let first: Vec<Produced> = (1..=20)
+        .map(|i| (format!("o{i}"), Some(order(i, i))))
+        .collect();
+    produce(&bootstrap, "kx_orders", &url, V1, &first).await;
+    wait_writes(&env.sink, 21).await;
+    python(
+        vec!["delete-topic".into(), bootstrap.clone(), "kx_orders".into()],
+        String::new(),
+    )
+    .await;
+    let gone = wait_source(&pipeline.url, "kx", "retrying").await;
+    assert!(
+        gone["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("deleted") || e.contains("does not exist")),
+        "{gone}"
+    );
+    topic(&bootstrap, "kx_orders", 1).await;
+    let again: Vec<Produced> = (100..140)
+        .map(|i| (format!("o{i}"), Some(order(i, i))))
+        .collect();
+    produce(&bootstrap, "kx_orders", &url, V1, &again).await;
+    // The retry that finds the topic again finds it empty (ends before
+    // offset 21) or holding the new records (another record at 20).
+    let source = wait_source(&pipeline.url, "kx", "stalled").await;
+    let error = source["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the Kafka topic of source \"kx\" no longer holds the offsets")
+            && (error.contains(
+                "Partition 0 of topic \"kx_orders\" holds another record at offset 20 than the one the source read there"
+            ) || error.contains("Partition 0 of topic \"kx_orders\" ends at offset"))
+            && error.contains("not retried"),
+        "{error}"
+    );
+    // Nothing of the new topic was applied.
+    assert_eq!(audit_count(&env.sink).await, 21);
+    drop(pipeline);
+
+    // Restarted once the new topic holds more records than the source
+    // read: the record at offset 20 tells the topics apart.
+    let pipeline = Pipeline::start(&env.config);
+    let source = wait_source(&pipeline.url, "kx", "stalled").await;
+    let error = source["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(
+            "Partition 0 of topic \"kx_orders\" holds another record at offset 20 than the one the source read there"
+        ),
+        "{error}"
+    );
+    assert_eq!(audit_count(&env.sink).await, 21);
+}
+
+/// A topic deleted while the pipeline is stopped and created again with
+/// fewer partitions (a topic's partitions are never removed otherwise):
+/// the source stops naming the partition that is gone, rather than
+/// reading the new partition 0 from the old one's offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_created_again_with_fewer_partitions_stops_the_source() {
+    let env = env("kafka_source_fewer").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    let pipeline = one_table(&env, &bootstrap, &url, "kw", 3).await;
+    let first: Vec<Produced> = (1..=30)
+        .map(|i| (format!("o{i}"), Some(order(i, i))))
+        .collect();
+    produce(&bootstrap, "kw_orders", &url, V1, &first).await;
+    wait_writes(&env.sink, 31).await;
+    drop(pipeline);
+    python(
+        vec!["delete-topic".into(), bootstrap.clone(), "kw_orders".into()],
+        String::new(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    topic(&bootstrap, "kw_orders", 1).await;
+    // More records in partition 0 than the source read from the old one.
+    let again: Vec<Produced> = (100..160)
+        .map(|i| (format!("o{i}"), Some(order(i, i))))
+        .collect();
+    produce(&bootstrap, "kw_orders", &url, V1, &again).await;
+    let pipeline = Pipeline::start(&env.config);
+    let source = wait_source(&pipeline.url, "kw", "stalled").await;
+    let error = source["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the Kafka topic of source \"kw\" no longer holds the offsets")
+            && error.contains("has 1 partition")
+            && error.contains("not retried"),
+        "{error}"
+    );
+    assert_eq!(audit_count(&env.sink).await, 31);
+}
+
+/// SIGKILL of `evolve pipeline run` while a table's snapshot is read and
+/// its sink loads it, with records streaming in meanwhile: each key's
+/// document reaches the sink once (the load is one sink transaction, and
+/// a killed snapshot is copied again from the start), none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_snapshot_and_its_load_writes_each_document_once() {
+    const KEYS: i64 = 20_000;
+    let env = env("kafka_source_kill_load").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "kl_orders", 3).await;
+    let before: Vec<Produced> = (0..KEYS)
+        .map(|i| (format!("o{i}"), Some(order(i, 1))))
+        .collect();
+    for chunk in before.chunks(5_000) {
+        produce(&bootstrap, "kl_orders", &url, V1, chunk).await;
+    }
+    let mut pipeline = start_kafka_table(
+        &env,
+        "kl",
+        "kl_orders",
+        "FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    )
+    .await;
+    let after: Vec<Produced> = (0..300)
+        .map(|i| (format!("o{}", KEYS + i), Some(order(KEYS + i, 2))))
+        .collect();
+    let writer = {
+        let (bootstrap, url, after) = (bootstrap.clone(), url.clone(), after.clone());
+        tokio::spawn(async move {
+            for chunk in after.chunks(50) {
+                produce(&bootstrap, "kl_orders", &url, V1, chunk).await;
+            }
+        })
+    };
+    for wait in [200u64, 700, 1_200] {
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        drop(pipeline); // SIGKILL
+        pipeline = Pipeline::start(&env.config);
+    }
+    writer.await.unwrap();
+    let mut all = before;
+    all.extend(after);
+    wait_docs(
+        &env,
+        "public.orders_json",
+        &fold(&all, &["id", "customer", "qty"]),
+    )
+    .await;
+    wait_writes(&env.sink, KEYS + 300).await;
+    wait_all_running(&pipeline.url).await;
+}
+
+/// `GET /schemas/ids/{id}` requests the registry at `url` answered.
+async fn id_requests(url: &str) -> u64 {
+    let body = curl_get(&format!("{}/metrics", url.trim_end_matches('/'))).await;
+    body.lines()
+        .filter(|l| {
+            l.starts_with("evolve_registry_requests_total{")
+                && l.contains("method=\"GET\"")
+                && l.contains("route=\"/schemas/ids/{id}\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A GET with curl; the body.
+async fn curl_get(url: &str) -> String {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new("curl").args(["-sf", &url]).output().unwrap();
+        assert!(out.status.success(), "curl {url}: {}", text(&out.stderr));
+        text(&out.stdout)
+    })
+    .await
+    .unwrap()
+}
+
+/// A keyed table pinned with `SUBJECT` over a topic of two record types:
+/// its snapshot asks the registry once for each writer schema id (the
+/// first pass tells the types apart by them, and decoding reuses them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_tables_snapshot_fetches_each_writer_schema_once() {
+    let env = env("kafka_source_subject_ids").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "ksi_events", 1).await;
+    let produce = |schema: &'static str, records: Vec<Produced>| {
+        let args = [
+            "produce-topic-record",
+            &bootstrap,
+            "ksi_events",
+            &url,
+            schema,
+        ];
+        let args = args.map(String::from).to_vec();
+        async move { produce_lines(args, &records).await }
+    };
+    let order = |id: i64| json!({"id": id, "customer": format!("c{id}")});
+    let payment = |id: i64, cents: i64| json!({"order": id, "cents": cents});
+    produce(
+        SHOP_ORDER,
+        vec![("o1".into(), Some(order(1))), ("o2".into(), Some(order(2)))],
+    )
+    .await;
+    produce(PAYMENT, vec![("p1".into(), Some(payment(1, 500)))]).await;
+    let pipeline = start_kafka_table(
+        &env,
+        "ksi",
+        "ksi_events",
+        "FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr SUBJECT 'ksi_events-shop.Order'",
+    )
+    .await;
+    let key = |k: &str| json!({"@key": k}).to_string();
+    let keyed: BTreeMap<String, Value> = [(key("o1"), order(1)), (key("o2"), order(2))].into();
+    wait_docs(&env, "public.orders_json", &keyed).await;
+    wait_state(&pipeline.url, "ksi_v1", "running").await;
+    // The Order and the Payment writer schemas: two ids, each asked for
+    // once by the snapshot (the stream has read no record yet).
+    assert_eq!(id_requests(&url).await, 2);
+}

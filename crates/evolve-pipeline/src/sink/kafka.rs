@@ -24,7 +24,12 @@
 //! count the sink loaded into, which its progress records keep:
 //! partitions added to the topic later stay empty, since spreading the
 //! keys over them would move a key's later records (its tombstone among
-//! them) to another partition than its earlier ones. A topic that is gone,
+//! them) to another partition than its earlier ones. A progress record of
+//! an earlier evolve has no count: its producer spread keys by murmur2
+//! over the topic's count when it wrote, so the count is the smallest
+//! that places the last records of every partition where they are
+//! (`legacy_partitions`), and partitions added before the first restart
+//! on this release move no key. A topic that is gone,
 //! that has fewer partitions than that, or that is empty though the sink
 //! wrote records into it (deleted and created again) stops the sink,
 //! retrying, with the way out, rather than have it write only the later
@@ -130,11 +135,9 @@ impl Deliveries {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if too_large.is_none() {
             *too_large = Some(TooLarge {
-                // Under FORMAT AVRO the key document follows the wire
-                // header and its length, whose control bytes are left out.
-                key: String::from_utf8_lossy(key.unwrap_or_default())
+                key: String::from_utf8_lossy(key_document(key.unwrap_or_default()))
                     .chars()
-                    .filter(|c| !c.is_control() && *c != char::REPLACEMENT_CHARACTER)
+                    .filter(|c| !c.is_control())
                     .take(100)
                     .collect(),
                 bytes,
@@ -148,6 +151,34 @@ impl Deliveries {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
     }
+}
+
+/// The key document of a record key the sink wrote: the key itself
+/// (`FORMAT JSON`: JSON text, which never starts with a zero byte), or
+/// under `FORMAT AVRO` the string of its `Key` record, after the wire
+/// header and the string's length (a zig-zag varint, whose bytes can be
+/// printable: 40, a 20-byte key's, is `(`).
+fn key_document(key: &[u8]) -> &[u8] {
+    let Some(mut rest) = key.strip_prefix(&[0]).and_then(|k| k.get(4..)) else {
+        return key;
+    };
+    let mut z: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let Some((&b, tail)) = rest.split_first() else {
+            return key;
+        };
+        rest = tail;
+        z |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            let n = (z >> 1) as i64 ^ -((z & 1) as i64);
+            return if usize::try_from(n).ok() == Some(rest.len()) {
+                rest
+            } else {
+                key
+            };
+        }
+    }
+    key
 }
 
 impl ClientContext for Deliveries {}
@@ -683,10 +714,18 @@ impl KafkaSink {
                 ));
             }
         }
-        let pinned = progress
-            .as_ref()
-            .and_then(|p| p.partitions)
-            .unwrap_or(partitions);
+        let pinned = match &progress {
+            Some(Progress {
+                partitions: Some(pinned),
+                ..
+            }) => *pinned,
+            // Partitions may have been added since the earlier evolve
+            // wrote: its records tell over how many it spread the keys.
+            Some(Progress {
+                partitions: None, ..
+            }) => self.legacy_partitions(partitions).await?,
+            None => partitions,
+        };
         if partitions > pinned {
             tracing::warn!(
                 sink = self.name,
@@ -700,6 +739,107 @@ impl KafkaSink {
         self.written = progress.is_some_and(|p| p.written);
         Ok(())
     }
+}
+
+/// How many records at the end of each partition tell over how many
+/// partitions an earlier evolve spread the keys ([`KafkaSink::legacy_partitions`]).
+const LEGACY_TAIL: i64 = 1_000;
+
+impl KafkaSink {
+    /// The partition count an earlier evolve, whose progress records do
+    /// not keep it, spread the topic's keys over (`now`: the topic's
+    /// partitions). Its producer placed each key by murmur2 over the
+    /// topic's count when it wrote, so partitions added since (before the
+    /// first restart on this evolve) would move keys if the keys were
+    /// spread over them: the count is the smallest that places the last
+    /// [`LEGACY_TAIL`] records of every partition where they are. Records
+    /// that no count places (other writers, or partitions added while the
+    /// earlier evolve wrote) make the sink wait with the way out.
+    async fn legacy_partitions(&self, now: i32) -> Result<i32> {
+        let mut config = client_config(&self.connection_name, &self.connection)?;
+        config
+            .set("group.id", format!("evolve-sink-{}", self.name))
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .set("fetch.wait.max.ms", "10");
+        let (name, topic) = (self.name.clone(), self.target.topic.clone());
+        let placed: Vec<(i32, u32)> = blocking("read the Kafka sink's topic", move || {
+            let fail = |e: KafkaError| {
+                kafka_error(
+                    format!("read the records of topic \"{topic}\" of sink \"{name}\""),
+                    e,
+                )
+            };
+            let consumer: BaseConsumer = config.create().map_err(fail)?;
+            let mut list = rdkafka::TopicPartitionList::new();
+            let mut open = std::collections::HashSet::new();
+            for p in 0..now {
+                let (low, high) = consumer
+                    .fetch_watermarks(&topic, p, METADATA_TIMEOUT)
+                    .map_err(fail)?;
+                if high > low {
+                    list.add_partition_offset(
+                        &topic,
+                        p,
+                        rdkafka::Offset::Offset(low.max(high - LEGACY_TAIL)),
+                    )
+                    .map_err(fail)?;
+                    open.insert(p);
+                }
+            }
+            let mut placed = Vec::new();
+            if open.is_empty() {
+                return Ok(placed);
+            }
+            consumer.assign(&list).map_err(fail)?;
+            let deadline = Instant::now() + PROGRESS_READ_TIMEOUT;
+            while !open.is_empty() {
+                if Instant::now() > deadline {
+                    return Err(kafka_error(
+                        format!("read the records of topic \"{topic}\" of sink \"{name}\""),
+                        format!(
+                            "their end was not reached in {}s; retried",
+                            PROGRESS_READ_TIMEOUT.as_secs()
+                        ),
+                    ));
+                }
+                match consumer.poll(Duration::from_millis(200)) {
+                    None => {}
+                    Some(Err(KafkaError::PartitionEOF(p))) => {
+                        open.remove(&p);
+                    }
+                    Some(Err(e)) => return Err(fail(e)),
+                    Some(Ok(m)) => {
+                        if let Some(key) = m.key() {
+                            placed.push((m.partition(), murmur2(key) & 0x7fff_ffff));
+                        }
+                    }
+                }
+            }
+            Ok(placed)
+        })
+        .await?;
+        spread_count(&placed, now).ok_or_else(|| PipelineError::Refused {
+                sqlstate: "55000",
+                primary: format!(
+                    "Kafka topic \"{}\" of sink \"{}\" has {now} partitions, and the sink's progress record, written by an earlier evolve, does not say over how many it spread the keys (its records fit no count: partitions were added while it wrote, or others wrote into the topic); the sink waits rather than move keys to other partitions: DROP SINK and CREATE SINK to write the interface anew",
+                    self.target.topic, self.name
+                ),
+                detail: None,
+                hint: None,
+            })
+    }
+}
+
+/// The smallest partition count up to `now` that places every record of
+/// `placed` (partition, positive murmur2 hash of its key) where it is;
+/// `now` when there is no record.
+fn spread_count(placed: &[(i32, u32)], now: i32) -> Option<i32> {
+    let Some(least) = placed.iter().map(|(p, _)| p + 1).max() else {
+        return Some(now);
+    };
+    (least..=now).find(|k| placed.iter().all(|(p, hash)| hash % *k as u32 == *p as u32))
 }
 
 /// Java's `Utils.murmur2` (what Kafka's default partitioner hashes a key
@@ -1208,6 +1348,55 @@ impl KafkaSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The key a "record too large" error names is the key document,
+    /// whatever its length: under `FORMAT AVRO` no byte of the wire
+    /// header or of the string's length shows (a 20-byte key's length is
+    /// 40 zig-zagged, `(`).
+    #[test]
+    fn a_refused_records_key_is_its_document_without_the_avro_framing() {
+        for doc in [
+            r#"{"id":"0123456789"}"#.to_string(),
+            r#"{"id":7}"#.to_string(),
+            format!(r#"{{"id":"{}"}}"#, "x".repeat(200)),
+        ] {
+            for (id, format) in [(1u32, "avro"), (0x4142_4344, "avro"), (0, "json")] {
+                let key = if format == "avro" {
+                    avro_value(id, &[AvroField::String(doc.as_bytes())])
+                } else {
+                    doc.as_bytes().to_vec()
+                };
+                let deliveries = Deliveries::default();
+                deliveries.refused(Some(&key), 10);
+                let shown = deliveries.take().unwrap().key;
+                let want: String = doc.chars().take(100).collect();
+                assert_eq!(shown, want, "{format} key with schema id {id}");
+            }
+        }
+    }
+
+    /// An earlier evolve's records tell the count it spread the keys
+    /// over: the smallest that places each where it is.
+    #[test]
+    fn the_partition_count_of_an_earlier_evolves_records() {
+        let keys: Vec<Vec<u8>> = (0..40)
+            .map(|i| format!("{{\"id\":{i}}}").into_bytes())
+            .collect();
+        let placed = |count: i32| -> Vec<(i32, u32)> {
+            keys.iter()
+                .map(|k| (partition(k, count), murmur2(k) & 0x7fff_ffff))
+                .collect()
+        };
+        assert_eq!(spread_count(&[], 6), Some(6));
+        assert_eq!(spread_count(&placed(1), 3), Some(1));
+        assert_eq!(spread_count(&placed(3), 6), Some(3));
+        assert_eq!(spread_count(&placed(6), 6), Some(6));
+        // Keys over two counts (partitions added while it wrote), or a
+        // record no count places: none.
+        let mut mixed = placed(2);
+        mixed.extend(placed(5).into_iter().filter(|(p, _)| *p >= 2));
+        assert_eq!(spread_count(&mixed, 5), None);
+    }
 
     #[test]
     fn avro_records_are_avros_binary_encoding_behind_the_wire_header() {

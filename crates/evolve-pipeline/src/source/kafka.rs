@@ -27,6 +27,19 @@
 //! are assigned within `PARTITION_CHECK` of their creation, from their
 //! beginning, as a reopened stream would read them.
 //!
+//! A topic deleted and created again is not the topic the offsets are
+//! of, and reading it from them would skip its first records. Offsets say
+//! so only when the new topic ends before them, or lacks a partition
+//! read; so the resume state also keeps a fingerprint of the last
+//! record read in each partition (`"@last"`), and a reopened stream reads
+//! that record again first (`verify_last`): another record there stops
+//! the source ([`PipelineError::OffsetsLost`]). While the stream runs,
+//! the partition check notices a topic gone (or with fewer partitions)
+//! and fails the stream, which reopens once the topic is back, checked
+//! so. A topic deleted, created again and written past the offsets
+//! between two checks goes unnoticed: Kafka's topic ids would tell, and
+//! rdkafka's metadata does not show them.
+//!
 //! # Snapshots
 //!
 //! A table's snapshot is the topic read from its beginning up to the
@@ -178,28 +191,74 @@ pub fn value_subject(topic: &str) -> String {
     format!("{topic}-value")
 }
 
-/// The next offset of each partition.
+/// The next offset of each partition (`.0`), and the fingerprint of
+/// the record before it, the last one the source read there (`.1`; none
+/// in states stored before fingerprints, or for a partition the source
+/// has read nothing of). JSON: `{"0": 1200, "1": 980, "@last": {"0":
+/// "9b1f03a2c4d5e6f7"}}`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Offsets(pub BTreeMap<i32, i64>);
+pub struct Offsets(pub BTreeMap<i32, i64>, pub BTreeMap<i32, u64>);
+
+/// The key of [`Offsets`]' fingerprints in its JSON form.
+const LAST_KEY: &str = "@last";
 
 impl Offsets {
     pub fn to_json(&self) -> String {
-        let map: serde_json::Map<String, serde_json::Value> = self
+        let mut map: serde_json::Map<String, serde_json::Value> = self
             .0
             .iter()
             .map(|(p, o)| (p.to_string(), serde_json::Value::from(*o)))
             .collect();
+        if !self.1.is_empty() {
+            let last: serde_json::Map<String, serde_json::Value> = self
+                .1
+                .iter()
+                .map(|(p, f)| (p.to_string(), serde_json::Value::from(format!("{f:016x}"))))
+                .collect();
+            map.insert(LAST_KEY.into(), serde_json::Value::Object(last));
+        }
         serde_json::Value::Object(map).to_string()
     }
 
     pub fn from_json(text: &str) -> Option<Offsets> {
         let value: serde_json::Value = serde_json::from_str(text).ok()?;
-        let mut out = BTreeMap::new();
+        let mut out = Offsets::default();
         for (p, o) in value.as_object()? {
-            out.insert(p.parse().ok()?, o.as_i64()?);
+            if p == LAST_KEY {
+                for (p, f) in o.as_object()? {
+                    out.1
+                        .insert(p.parse().ok()?, u64::from_str_radix(f.as_str()?, 16).ok()?);
+                }
+                continue;
+            }
+            out.0.insert(p.parse().ok()?, o.as_i64()?);
         }
-        Some(Offsets(out))
+        Some(out)
     }
+}
+
+/// What tells one record from another at the same offset of a topic
+/// deleted and created again: FNV-1a over its timestamp, key and value
+/// (each length-prefixed; stable across releases, unlike std's hasher).
+fn fingerprint(raw: &Raw) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(&raw.timestamp_millis.unwrap_or(i64::MIN).to_le_bytes());
+    for part in [&raw.key, &raw.value] {
+        match part {
+            Some(bytes) => {
+                eat(&(bytes.len() as u64).to_le_bytes());
+                eat(bytes);
+            }
+            None => eat(&u64::MAX.to_le_bytes()),
+        }
+    }
+    hash
 }
 
 fn kafka_error(connection: &str, context: &str, e: impl std::fmt::Display) -> PipelineError {
@@ -281,7 +340,10 @@ pub async fn check_topic(name: &str, connection: &Connection, topic: &str) -> Re
     blocking(move || {
         let consumer = consumer(&name, &connection, "evolve-check")?;
         let marks = watermarks(&name, &connection, &consumer, &topic)?;
-        Ok(Offsets(marks.into_iter().map(|(p, _, h)| (p, h)).collect()))
+        Ok(Offsets(
+            marks.into_iter().map(|(p, _, h)| (p, h)).collect(),
+            BTreeMap::new(),
+        ))
     })
     .await
 }
@@ -368,7 +430,9 @@ pub async fn pin_reader(
     let mut record_type = None;
     let fields = match format {
         TableFormat::Json => {
-            evolve_compat::json::parse(&latest.schema, &compat_references(&references))
+            // Schemas a registry holds already are read as stored ones: a
+            // pattern Java refuses is refused only when a schema is new.
+            evolve_compat::json::parse_stored(&latest.schema, &compat_references(&references))
                 .map_err(|e| refused(format!("not a JSON Schema evolve can read: {e}")))?;
             if table.subject.is_some() {
                 record_type = Some(json::title(&latest.schema).ok_or_else(|| {
@@ -682,7 +746,7 @@ impl Reader {
         let debezium = TableEnvelope::parse(&kafka.envelope) == Some(TableEnvelope::Debezium);
         let (format, fields) = match TableFormat::parse(&kafka.format).unwrap_or_default() {
             TableFormat::Json => {
-                let schema = evolve_compat::json::parse(&kafka.schema, &references)
+                let schema = evolve_compat::json::parse_stored(&kafka.schema, &references)
                     .map_err(|e| bad(e.to_string()))?;
                 let fields = json::reader_columns(&kafka.schema, debezium).map_err(bad)?;
                 (ReaderFormat::Json(schema), fields)
@@ -992,7 +1056,7 @@ impl Writers {
                 references
                     .and_then(|references| {
                         if schema_type == "JSON" {
-                            return evolve_compat::json::parse(
+                            return evolve_compat::json::parse_stored(
                                 &found.schema,
                                 &compat_references(&references),
                             )
@@ -1407,6 +1471,24 @@ impl Source for KafkaSource {
         let assigned = blocking(move || {
             let consumer = consumer(&name, &connection, &group)?;
             let marks = watermarks(&name, &connection, &consumer, &topic)?;
+            // A partition the source read that the topic no longer has:
+            // partitions are never removed, so the topic was deleted and
+            // created again with fewer.
+            if let Some((p, o)) = start
+                .0
+                .iter()
+                .find(|(p, o)| **o > 0 && !marks.iter().any(|(q, _, _)| q == *p))
+            {
+                return Err(PipelineError::OffsetsLost {
+                    source_name: source_name.clone(),
+                    detail: format!(
+                        "Topic \"{topic}\" has {} partition{}, and the source has read partition {p} up to offset {o}: the topic was deleted and created again, and which of its records are new cannot be told.",
+                        marks.len(),
+                        if marks.len() == 1 { "" } else { "s" }
+                    ),
+                });
+            }
+            let mut checks = Vec::new();
             let mut list = TopicPartitionList::new();
             for (p, low, high) in &marks {
                 let offset = match start.0.get(p) {
@@ -1433,9 +1515,15 @@ impl Source for KafkaSource {
                     Some(o) => Offset::Offset(*o),
                     None => Offset::Beginning,
                 };
+                if let (Some(o), Some(f)) = (start.0.get(p), start.1.get(p))
+                    && *o > *low
+                {
+                    checks.push((*p, *o, *f));
+                }
                 list.add_partition_offset(&topic, *p, offset)
                     .map_err(|e| kafka_error(&name, "assign partitions", e))?;
             }
+            verify_last(&name, &connection, &group, &topic, &source_name, &checks)?;
             consumer
                 .assign(&list)
                 .map_err(|e| kafka_error(&name, "assign partitions", e))?;
@@ -1496,23 +1584,12 @@ impl Source for KafkaSource {
         // type's, told by their writer schemas, fetched as the first pass
         // meets their ids.
         let ours: Option<Ours> = match (&reader.record_type, upsert) {
-            (Some(wanted), true) => {
-                let mut fetched = Writers::new(&self.registries)?;
-                let (registry, wanted) = (reader.registry.clone(), wanted.clone());
-                let runtime = tokio::runtime::Handle::current();
-                Some(Box::new(move |value: &[u8]| {
-                    let Some((id, datum)) = wire(value) else {
-                        // Decoding reports it.
-                        return Ok(true);
-                    };
-                    runtime.block_on(fetched.fetch(&registry, id))?;
-                    Ok(match fetched.cached(&registry, id) {
-                        Some(Ok(writer)) => writer.is_type(datum, &wanted),
-                        // An id that cannot be read: decoding reports it.
-                        _ => true,
-                    })
-                }))
-            }
+            (Some(wanted), true) => Some(Ours {
+                writers: Writers::new(&self.registries)?,
+                registry: reader.registry.clone(),
+                wanted: wanted.clone(),
+                runtime: tokio::runtime::Handle::current(),
+            }),
             _ => None,
         };
         let group = format!("evolve-{}-snapshot", self.source.slot);
@@ -1564,12 +1641,38 @@ impl Source for KafkaSource {
 /// How many records a snapshot's reader hands over at a time.
 const SNAPSHOT_CHUNK: usize = 5_000;
 
-/// Whether a record value is of the record type a snapshot's table reads
-/// (a table pinned with `SUBJECT`).
-type Ours = Box<dyn FnMut(&[u8]) -> Result<bool> + Send>;
+/// Which record values are of the record type a snapshot's table reads
+/// (a table pinned with `SUBJECT`), by their writer schemas, fetched
+/// through the runtime's handle as the first pass meets their ids; they
+/// go to the snapshot's decoding afterwards ([`SnapshotChunk::Writers`]),
+/// so the registry is asked once per id.
+struct Ours {
+    writers: Writers,
+    registry: String,
+    wanted: String,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Ours {
+    fn is_ours(&mut self, value: &[u8]) -> Result<bool> {
+        let Some((id, datum)) = wire(value) else {
+            // Decoding reports it.
+            return Ok(true);
+        };
+        self.runtime
+            .block_on(self.writers.fetch(&self.registry, id))?;
+        Ok(match self.writers.cached(&self.registry, id) {
+            Some(Ok(writer)) => writer.is_type(datum, &self.wanted),
+            // An id that cannot be read: decoding reports it.
+            _ => true,
+        })
+    }
+}
 
 /// What a snapshot's reader thread hands to [`KafkaSnapshot`].
 enum SnapshotChunk {
+    /// The writer schemas the first pass fetched (see [`Ours`]).
+    Writers(Writers),
     Records(Vec<Raw>),
     /// Every record is handed over.
     End,
@@ -1624,7 +1727,7 @@ fn read_until(
     scan(&consumer, name, topic, &ends, |m| {
         match (m.key(), m.payload()) {
             (Some(key), Some(value)) => {
-                if ours.as_mut().map_or(Ok(true), |ours| ours(value))? {
+                if ours.as_mut().map_or(Ok(true), |ours| ours.is_ours(value))? {
                     live.set(key, (m.partition(), m.offset()))?;
                 }
             }
@@ -1637,6 +1740,13 @@ fn read_until(
         Ok(!out.is_closed())
     })?;
     if out.is_closed() {
+        return Ok(());
+    }
+    if let Some(ours) = ours
+        && out
+            .blocking_send(Ok(SnapshotChunk::Writers(ours.writers)))
+            .is_err()
+    {
         return Ok(());
     }
     if let Some(raw) = keyless {
@@ -1749,6 +1859,78 @@ fn scan(
         .map_err(|e| kafka_error(name, "unassign partitions", e))
 }
 
+/// Checks that the record before each offset of `checks` (partition,
+/// stored offset, fingerprint) is still the one the source read there:
+/// a topic deleted and created again may hold as many records as the
+/// source had read, or more, and reading it from the old offsets would
+/// skip its first records. A record compacted away since, or a
+/// partition that answers nothing within [`METADATA_TIMEOUT`], is not
+/// checked.
+fn verify_last(
+    name: &str,
+    connection: &Connection,
+    group: &str,
+    topic: &str,
+    source_name: &str,
+    checks: &[(i32, i64, u64)],
+) -> Result<()> {
+    if checks.is_empty() {
+        return Ok(());
+    }
+    let consumer = consumer(name, connection, group)?;
+    let mut list = TopicPartitionList::new();
+    let mut open: HashMap<i32, (i64, u64)> = HashMap::new();
+    for (p, o, f) in checks {
+        list.add_partition_offset(topic, *p, Offset::Offset(o - 1))
+            .map_err(|e| kafka_error(name, "assign partitions", e))?;
+        open.insert(*p, (*o, *f));
+    }
+    consumer
+        .assign(&list)
+        .map_err(|e| kafka_error(name, "assign partitions", e))?;
+    let deadline = Instant::now() + METADATA_TIMEOUT;
+    while !open.is_empty() && Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let Some((o, f)) = open.remove(&m.partition()) else {
+                    continue;
+                };
+                if m.offset() == o - 1 && fingerprint(&Raw::of(&m)) != f {
+                    return Err(PipelineError::OffsetsLost {
+                        source_name: source_name.to_string(),
+                        detail: format!(
+                            "Partition {} of topic \"{topic}\" holds another record at offset {} than the one the source read there: the topic was deleted and created again, and which of its records are new cannot be told.",
+                            m.partition(),
+                            o - 1
+                        ),
+                    });
+                }
+            }
+            Some(Err(e)) => {
+                return Err(kafka_error(name, &format!("read topic \"{topic}\""), e));
+            }
+            None => {
+                // A record compacted away with nothing after it (a
+                // tombstone past delete.retention.ms): the consumer's
+                // position moved past it, and there is nothing to check.
+                if let Ok(positions) = consumer.position() {
+                    for e in positions.elements() {
+                        if let Offset::Offset(at) = e.offset()
+                            && open.get(&e.partition()).is_some_and(|(o, _)| at >= *o)
+                        {
+                            open.remove(&e.partition());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if !open.is_empty() {
+        tracing::warn!(source = source_name, topic, partitions = ?open.keys().collect::<Vec<_>>(), "could not read the last records the source read, to check that the topic is the one it read");
+    }
+    Ok(())
+}
+
 /// The consumer's thread: polls and hands records to the stream until the
 /// stream is gone.
 fn poll_loop(
@@ -1771,9 +1953,22 @@ fn poll_loop(
             unclocked = 0;
             if checked.elapsed() >= PARTITION_CHECK {
                 checked = Instant::now();
-                if let Err(e) = assign_new_partitions(&consumer, topic, &mut partitions) {
-                    // Looked for again at the next check; reading goes on.
-                    tracing::debug!(source = name, topic, error = %e, "could not look for new partitions");
+                match assign_new_partitions(&consumer, topic, &mut partitions) {
+                    Ok(None) => {}
+                    Ok(Some(gone)) => {
+                        // The stream reopens, and checks the topic it
+                        // finds then against what it read.
+                        let _ = tx.blocking_send(Err(kafka_error(
+                            name,
+                            &format!("read topic \"{topic}\""),
+                            gone,
+                        )));
+                        return;
+                    }
+                    Err(e) => {
+                        // Looked for again at the next check; reading goes on.
+                        tracing::debug!(source = name, topic, error = %e, "could not look for new partitions");
+                    }
                 }
             }
         }
@@ -1797,29 +1992,47 @@ fn poll_loop(
 /// from its beginning, as a reopened stream reads a partition its stored
 /// offsets do not name: their records come after the transactions already
 /// delivered, and their offsets go into the next ones' resume states.
+/// `Some` says why the stream must reopen instead: the topic is gone, or
+/// has fewer partitions than it read (deleted and created again).
 fn assign_new_partitions(
     consumer: &BaseConsumer,
     topic: &str,
     partitions: &mut HashSet<i32>,
-) -> KafkaResult<()> {
+) -> KafkaResult<Option<String>> {
     let metadata = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT)?;
+    let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(None);
+    };
+    if let Some(code) = found.error() {
+        if code == rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART {
+            return Ok(Some(
+                "the topic was deleted while the source read it".to_string(),
+            ));
+        }
+        return Ok(None);
+    }
+    let now = found.partitions().len();
+    if now < partitions.len() {
+        return Ok(Some(format!(
+            "the topic has {now} partitions now, fewer than the {} the source read: it was deleted and created again",
+            partitions.len()
+        )));
+    }
     let mut list = TopicPartitionList::new();
     let mut added = Vec::new();
-    for t in metadata.topics().iter().filter(|t| t.name() == topic) {
-        for p in t.partitions() {
-            if !partitions.contains(&p.id()) {
-                list.add_partition_offset(topic, p.id(), Offset::Beginning)?;
-                added.push(p.id());
-            }
+    for p in found.partitions() {
+        if !partitions.contains(&p.id()) {
+            list.add_partition_offset(topic, p.id(), Offset::Beginning)?;
+            added.push(p.id());
         }
     }
     if added.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     consumer.incremental_assign(&list)?;
     tracing::info!(topic, partitions = ?added, "reading partitions added to the topic");
     partitions.extend(added);
-    Ok(())
+    Ok(None)
 }
 
 /// A Kafka source's stream.
@@ -1985,6 +2198,13 @@ impl ChangeStream for KafkaStream {
                 }
                 self.offsets.0.insert(raw.partition, raw.offset + 1);
             }
+            // Each partition's last record, to check a reopened topic by.
+            let mut fingerprinted = HashSet::new();
+            for raw in batch.iter().rev() {
+                if fingerprinted.insert(raw.partition) {
+                    self.offsets.1.insert(raw.partition, fingerprint(raw));
+                }
+            }
             self.queue.push_back(SourceEvent::Commit { end: next });
             tracing::debug!(
                 source = %self.source.name,
@@ -2036,6 +2256,11 @@ impl TableSnapshot for KafkaSnapshot {
             return Ok(false);
         }
         let raws = match self.chunks.recv().await {
+            Some(Ok(SnapshotChunk::Writers(fetched))) => {
+                self.writers.schemas.extend(fetched.schemas);
+                self.writers.versions.extend(fetched.versions);
+                return Ok(true);
+            }
             Some(Ok(SnapshotChunk::Records(raws))) => raws,
             Some(Ok(SnapshotChunk::End)) => {
                 self.ended = true;
@@ -2111,10 +2336,32 @@ mod tests {
 
     #[test]
     fn offsets_round_trip_and_the_wire_header_is_read() {
-        let o = Offsets(BTreeMap::from([(0, 12), (3, 7)]));
+        let o = Offsets(BTreeMap::from([(0, 12), (3, 7)]), BTreeMap::new());
         assert_eq!(o.to_json(), r#"{"0":12,"3":7}"#);
         assert_eq!(Offsets::from_json(&o.to_json()), Some(o));
         assert_eq!(Offsets::from_json("[1]"), None);
+        // With the fingerprints of the last records read.
+        let raw = |value: &[u8]| Raw {
+            partition: 0,
+            offset: 11,
+            timestamp_millis: Some(1_700_000_000_000),
+            key: Some(b"o1".to_vec()),
+            value: Some(value.to_vec()),
+        };
+        assert_ne!(fingerprint(&raw(b"a")), fingerprint(&raw(b"b")));
+        assert_eq!(fingerprint(&raw(b"a")), fingerprint(&raw(b"a")));
+        let o = Offsets(
+            BTreeMap::from([(0, 12), (3, 7)]),
+            BTreeMap::from([(0, fingerprint(&raw(b"a"))), (3, 7)]),
+        );
+        assert_eq!(
+            o.to_json(),
+            format!(
+                r#"{{"0":12,"3":7,"@last":{{"0":"{:016x}","3":"0000000000000007"}}}}"#,
+                fingerprint(&raw(b"a"))
+            )
+        );
+        assert_eq!(Offsets::from_json(&o.to_json()), Some(o));
         assert_eq!(wire(&[0, 0, 0, 1, 2, 9, 9]), Some((258, &[9u8, 9][..])));
         assert_eq!(wire(&[1, 0, 0, 1, 2]), None);
         assert_eq!(wire(&[0, 0, 0]), None);

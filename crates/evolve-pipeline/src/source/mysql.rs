@@ -324,7 +324,14 @@
 //! a server that never had those transactions), and another server of the
 //! topology that has them can serve the stream (see "Failover"); for a
 //! file and offset, the file is gone. Otherwise the source's tables and
-//! the source are created again. Lost connections, restarts and timeouts
+//! the source are created again. A user who lost REPLICATION SLAVE (MariaDB
+//! answers the binlog dump with error 1045, "Access denied ... (using
+//! password: YES)", which reads as a wrong password and is not one;
+//! MySQL with 1227), or whose password the server refuses when the stream
+//! connects (1045: changed upstream, or the user dropped), is permanent
+//! too: the error names the account and the GRANT, or the connection whose
+//! url to fix, and the source resumes at its position once restarted.
+//! Lost connections, restarts and timeouts
 //! (a heartbeat is asked for every second) are transient: the engine
 //! reopens the stream from the last applied position.
 //!
@@ -654,19 +661,59 @@ fn target(connection: &Connection) -> String {
 
 /// A session on connection `name`.
 pub async fn connect(name: &str, connection: &Connection) -> Result<Conn> {
-    let conn = Conn::new(opts(name, connection)?)
+    Conn::new(opts(name, connection)?)
         .await
-        .map_err(|e| PipelineError::Connect {
-            connection: name.to_string(),
-            target: target(connection),
-            // The operating system's words once, not wrapped twice in
-            // "Input/output error".
-            reason: match &e {
-                mysql_async::Error::Io(mysql_async::IoError::Io(io)) => io.to_string(),
-                other => other.to_string(),
-            },
-        })?;
-    Ok(conn)
+        .map_err(|e| connect_error(name, connection, e))
+}
+
+/// Connection `name` could not be opened.
+fn connect_error(name: &str, connection: &Connection, e: mysql_async::Error) -> PipelineError {
+    PipelineError::Connect {
+        connection: name.to_string(),
+        target: target(connection),
+        // The operating system's words once, not wrapped twice in
+        // "Input/output error".
+        reason: match &e {
+            mysql_async::Error::Io(mysql_async::IoError::Io(io)) => io.to_string(),
+            other => other.to_string(),
+        },
+    }
+}
+
+/// Source `source`'s stream session on connection `name`: [`connect`],
+/// except that a server refusing the user (error 1045 when connecting: a
+/// password changed upstream, a user dropped) stops the source, naming
+/// the connection and the way out, instead of being retried forever.
+async fn stream_session(source: &str, name: &str, connection: &Connection) -> Result<Conn> {
+    match Conn::new(opts(name, connection)?).await {
+        Ok(conn) => Ok(conn),
+        Err(mysql_async::Error::Server(server))
+            if server.code == stream::ER_ACCESS_DENIED_ERROR =>
+        {
+            let said = server.message.trim().trim_end_matches('.');
+            Err(PipelineError::Replication {
+                source_name: source.to_string(),
+                message: format!(
+                    "the server refused the user of connection \"{name}\" ({}): {said}; its password changed upstream or the user is gone: put the user's current password in connection \"{name}\"'s url in the config file, or create the user again upstream (SQLSTATE 28000)",
+                    target(connection)
+                ),
+            })
+        }
+        Err(e) => Err(connect_error(name, connection, e)),
+    }
+}
+
+/// The session's user as GRANT names it: `'evolve'@'%'`.
+async fn current_account(conn: &mut Conn) -> Result<String> {
+    let user: Option<String> = conn
+        .query_first("SELECT CURRENT_USER()")
+        .await
+        .map_err(|e| query_error("read the session's user (CURRENT_USER())", e))?;
+    let user = user.unwrap_or_default();
+    Ok(match user.rsplit_once('@') {
+        Some((u, h)) => format!("'{u}'@'{h}'"),
+        None => format!("'{user}'"),
+    })
 }
 
 fn query_error(what: &str, e: mysql_async::Error) -> PipelineError {
@@ -898,16 +945,9 @@ pub async fn check_server(
         missing.push("LOCK TABLES");
     }
     if !missing.is_empty() {
-        let user: Option<String> = conn
-            .query_first("SELECT CURRENT_USER()")
+        let quoted = current_account(&mut conn)
             .await
-            .ok()
-            .flatten();
-        let user = user.unwrap_or_default();
-        let quoted = match user.rsplit_once('@') {
-            Some((u, h)) => format!("'{u}'@'{h}'"),
-            None => format!("'{user}'"),
-        };
+            .unwrap_or_else(|_| "''".into());
         return Err(PipelineError::Refused {
             sqlstate: "42501",
             primary: format!(
@@ -1599,7 +1639,8 @@ impl MysqlSource {
         schemas: HashMap<u32, Arc<TableSchema>>,
     ) -> Result<MysqlStream> {
         let name = &self.source.name;
-        let mut conn = connect(&self.source.connection, &self.connection).await?;
+        let mut conn = stream_session(name, &self.source.connection, &self.connection).await?;
+        let account = current_account(&mut conn).await?;
         let flavor = gtid_flavor(&mut conn).await?;
         let start = self.start(&mut conn, flavor, from, state).await?;
         let charsets: HashMap<u16, String> = conn
@@ -1665,7 +1706,7 @@ impl MysqlSource {
                 let binlog = conn
                     .get_binlog_stream(request)
                     .await
-                    .map_err(|e| stream_error(name, &needed, false, e))?;
+                    .map_err(|e| stream_error(name, &needed, &account, false, e))?;
                 (binlog, file, seq, offset, needed, None)
             }
             Start::Gtid(state) => {
@@ -1690,7 +1731,7 @@ impl MysqlSource {
                         }
                         conn.get_binlog_stream(BinlogStreamRequest::new(id))
                             .await
-                            .map_err(|e| stream_error(name, &needed, true, e))?
+                            .map_err(|e| stream_error(name, &needed, &account, true, e))?
                     }
                     GtidState::MySql(set) => {
                         let request = BinlogStreamRequest::new(id)
@@ -1698,7 +1739,7 @@ impl MysqlSource {
                             .with_gtid_set(mysql_sids(set)?);
                         conn.get_binlog_stream(request)
                             .await
-                            .map_err(|e| stream_error(name, &needed, true, e))?
+                            .map_err(|e| stream_error(name, &needed, &account, true, e))?
                     }
                 };
                 let track = GtidTrack { state, group: None };
@@ -1713,6 +1754,7 @@ impl MysqlSource {
             described: false,
             last_end: offset,
             needed,
+            account,
             gtid,
             commit_states: VecDeque::new(),
             delivered: None,

@@ -31,6 +31,8 @@ pub struct MysqlStream {
     pub(super) last_end: u32,
     /// Where the stream was opened, as errors name it.
     pub(super) needed: String,
+    /// The session's user, quoted as GRANT names it (`'evolve'@'%'`).
+    pub(super) account: String,
     /// GTID positions: the state after the last event group and the group
     /// being read. `None`: file and offset positions.
     pub(super) gtid: Option<GtidTrack>,
@@ -141,13 +143,71 @@ const MARIADB_GTID_EVENT: u8 = 162;
 /// does not have, come with it too).
 const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
 
-/// A binlog stream's error; `by_gtid`: it was opened after a GTID state.
+/// ER_ACCESS_DENIED_ERROR. After the session was authenticated, it is
+/// MariaDB's answer to a binlog dump by a user without REPLICATION SLAVE
+/// ("Access denied for user ... (using password: YES)", which reads as a
+/// wrong password and is not one); when connecting, a password or user
+/// the server no longer has.
+pub(super) const ER_ACCESS_DENIED_ERROR: u16 = 1045;
+
+/// ER_SPECIFIC_ACCESS_DENIED_ERROR: "you need (at least one of) the ...
+/// privilege(s)", MySQL's answer to a binlog dump without REPLICATION
+/// SLAVE.
+const ER_SPECIFIC_ACCESS_DENIED_ERROR: u16 = 1227;
+
+/// The privilege a 1227 message names (`you need (at least one of) the
+/// REPLICATION SLAVE privilege(s)`), if it names one in plain words; of
+/// several (any one will do), REPLICATION SLAVE when it is one of them,
+/// else the first.
+fn needed_privilege(message: &str) -> Option<&str> {
+    let after = &message[message.find("the ")? + "the ".len()..];
+    let named = after[..after.find(" privilege")?].trim();
+    let mut each = named.split(',').map(str::trim);
+    let privilege = if each.clone().any(|p| p == "REPLICATION SLAVE") {
+        "REPLICATION SLAVE"
+    } else {
+        each.next()?
+    };
+    (!privilege.is_empty()
+        && privilege
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b == b' ' || b == b'_'))
+    .then_some(privilege)
+}
+
+/// A binlog dump the server refused for the user's privileges: permanent
+/// (SQLSTATE 42501), naming the account and the GRANT. `account` is the
+/// session's `CURRENT_USER()`, quoted (`'evolve'@'%'`).
+fn dump_denied(name: &str, account: &str, code: u16, message: &str) -> PipelineError {
+    let privilege = match code {
+        ER_SPECIFIC_ACCESS_DENIED_ERROR => needed_privilege(message).unwrap_or("REPLICATION SLAVE"),
+        _ => "REPLICATION SLAVE",
+    };
+    PipelineError::Replication {
+        source_name: name.to_string(),
+        message: format!(
+            "user {account} lacks {privilege}, which reading the binlog needs (the server refused the binlog dump with error {code}, access denied; the password was accepted): GRANT {privilege} ON *.* TO {account}; (SQLSTATE 42501)"
+        ),
+    }
+}
+
+/// A binlog stream's error; `by_gtid`: it was opened after a GTID state;
+/// `account`: the session's user, quoted, as GRANT names it.
 pub(super) fn stream_error(
     name: &str,
     needed: &str,
+    account: &str,
     by_gtid: bool,
     e: mysql_async::Error,
 ) -> PipelineError {
+    if let mysql_async::Error::Server(server) = &e
+        && matches!(
+            server.code,
+            ER_ACCESS_DENIED_ERROR | ER_SPECIFIC_ACCESS_DENIED_ERROR
+        )
+    {
+        return dump_denied(name, account, server.code, &server.message);
+    }
     if let mysql_async::Error::Server(server) = &e
         && server.code == ER_MASTER_FATAL_ERROR_READING_BINLOG
     {
@@ -1074,7 +1134,13 @@ impl ChangeStream for MysqlStream {
                 Ok(None) => return Err(self.fail("the server ended the binlog stream".into())),
                 Ok(Some(Err(e))) => {
                     let by_gtid = self.gtid.is_some();
-                    return Err(stream_error(&self.name, &self.needed, by_gtid, e));
+                    return Err(stream_error(
+                        &self.name,
+                        &self.needed,
+                        &self.account,
+                        by_gtid,
+                        e,
+                    ));
                 }
                 Ok(Some(Ok(event))) => event,
             };
@@ -1102,5 +1168,56 @@ impl ChangeStream for MysqlStream {
         // to the server, which a dead connection never answers: bounded, as
         // the contract asks.
         let _ = tokio::time::timeout(Duration::from_secs(3), self.binlog.close()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_binlog_dump_names_the_privilege_and_the_grant() {
+        assert_eq!(
+            needed_privilege(
+                "Access denied; you need (at least one of) the REPLICATION SLAVE privilege(s) for this operation"
+            ),
+            Some("REPLICATION SLAVE")
+        );
+        assert_eq!(needed_privilege("Access denied for user 'x'@'%'"), None);
+        assert_eq!(
+            needed_privilege(
+                "Access denied; you need (at least one of) the SUPER, REPLICATION SLAVE privilege(s) for this operation"
+            ),
+            Some("REPLICATION SLAVE")
+        );
+        assert_eq!(
+            needed_privilege(
+                "Access denied; you need (at least one of) the BINLOG MONITOR privilege(s) for this operation"
+            ),
+            Some("BINLOG MONITOR")
+        );
+        for (code, message) in [
+            (
+                1045,
+                "Access denied for user 'r'@'localhost' (using password: YES)",
+            ),
+            (
+                1227,
+                "Access denied; you need (at least one of) the REPLICATION SLAVE privilege(s) for this operation",
+            ),
+        ] {
+            let e = dump_denied("s", "'r'@'%'", code, message);
+            assert!(e.is_permanent(), "{e}");
+            let shown = e.to_string();
+            assert!(
+                shown.contains("user 'r'@'%' lacks REPLICATION SLAVE"),
+                "{shown}"
+            );
+            assert!(
+                shown.contains("GRANT REPLICATION SLAVE ON *.* TO 'r'@'%';"),
+                "{shown}"
+            );
+            assert!(!shown.contains("using password"), "{shown}");
+        }
     }
 }
