@@ -589,13 +589,15 @@ async fn subscribe_through_the_binary() {
     };
     assert_eq!(status.code(), Some(0), "{status:?}");
 
-    // A materialized view that does not exist: exit 1, one line.
+    // A materialized view that does not exist: exit 1, the error and its
+    // hint, as psql prints them.
     let out = evolve(&["subscribe", "missing", "--admin", &admin]).await;
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert_eq!(
         stderr,
-        "ERROR:  materialized view \"missing\" does not exist\n"
+        "ERROR:  materialized view \"missing\" does not exist\n\
+         HINT:  SHOW MATERIALIZED VIEWS lists the materialized views there are; CREATE MATERIALIZED VIEW makes one.\n"
     );
     assert_eq!(text(&out.stdout), "");
 
