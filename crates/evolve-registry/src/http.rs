@@ -60,7 +60,32 @@ pub struct App {
 }
 
 type Shared = Arc<App>;
-type Params = Query<HashMap<String, String>>;
+/// A request's query parameters, each by its first value: Jersey reads a
+/// single-valued `@QueryParam` with `MultivaluedMap.getFirst`, so
+/// `?deleted=true&deleted=false` is `deleted=true` in Confluent, where a
+/// map built by axum's `Query` would keep the last value.
+struct Params(HashMap<String, String>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Params {
+    type Rejection = axum::extract::rejection::QueryRejection;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Params, Self::Rejection> {
+        let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state).await?;
+        Ok(Params(first_values(pairs)))
+    }
+}
+
+/// Each name's first value, as Jersey's `getFirst` reads it.
+fn first_values(pairs: Vec<(String, String)>) -> HashMap<String, String> {
+    let mut params = HashMap::with_capacity(pairs.len());
+    for (name, value) in pairs {
+        params.entry(name).or_insert(value);
+    }
+    params
+}
 
 /// The router with every route, the `Host` and `Origin` checks, basic auth
 /// (when users are configured), metrics and access logs. Requests under
@@ -492,10 +517,19 @@ fn schema_input(body: Json) -> Result<SchemaInput, ApiError> {
             ))
         })?,
     };
+    // A negative version is the next one, stamped (see
+    // `SchemaInput::next_version`); a negative id is none, as Confluent's
+    // `schemaId < 0`; 0 is none for both.
+    let next_version = object
+        .get("version")
+        .and_then(Json::as_i64)
+        .is_some_and(|v| (i64::from(i32::MIN)..0).contains(&v));
     let number = |name: &str| -> Result<Option<u32>, ApiError> {
         match object.get(name) {
             None | Some(Json::Null) => Ok(None),
-            Some(Json::Number(n)) if n.as_i64() == Some(-1) || n.as_i64() == Some(0) => Ok(None),
+            Some(Json::Number(n)) if n.as_i64() == Some(0) => Ok(None),
+            Some(Json::Number(_)) if name == "version" && next_version => Ok(None),
+            Some(Json::Number(n)) if n.as_i64() == Some(-1) => Ok(None),
             Some(Json::Number(n)) => n
                 .as_u64()
                 .and_then(|n| u32::try_from(n).ok())
@@ -518,6 +552,7 @@ fn schema_input(body: Json) -> Result<SchemaInput, ApiError> {
         references,
         id,
         version,
+        next_version,
         metadata,
         rule_set,
         normalize: false,
@@ -560,6 +595,63 @@ fn schema_fields(
         out.insert("ruleSet".into(), rule_set.clone());
     }
     Ok(())
+}
+
+/// The fields Confluent 8.x adds to a version it reads from its store
+/// (`SchemaValue.toSchemaEntity`): the schema's `guid` (see
+/// [`crate::guid`]) and whether the version is soft-deleted (`deleted`,
+/// `false` included, as Jackson's `NON_EMPTY` writes it). Confluent's `ts`
+/// is the Kafka timestamp of the version's record, which evolve's logs do
+/// not keep: it is left out, as Confluent leaves out a field it has no
+/// value for.
+fn version_fields(
+    state: &State,
+    context: &str,
+    id: u32,
+    deleted: bool,
+    out: &mut serde_json::Map<String, Json>,
+) -> Result<(), ApiError> {
+    let stored = state.schema_in_use(context, id)?;
+    out.insert("guid".into(), json!(stored.guid()));
+    out.insert("deleted".into(), json!(deleted));
+    Ok(())
+}
+
+/// The version `GET /schemas/ids/{id}` reads the schema from, as
+/// Confluent's `schemaKeyById` picks it: the version of the subject the
+/// `subject` parameter names when that subject holds the id, else one of
+/// the context's versions that hold it (a live one first; Confluent takes
+/// whichever its map gives first).
+fn version_of_id(
+    state: &State,
+    context: &str,
+    id: u32,
+    subject: Option<&str>,
+) -> Option<(String, u32, bool)> {
+    let with_state = |(name, version): (String, u32)| {
+        let deleted = state
+            .subject(&name)
+            .and_then(|s| s.versions.get(&version))
+            .is_some_and(|e| e.deleted);
+        (name, version, deleted)
+    };
+    let all: Vec<(String, u32, bool)> = state
+        .versions_of_id(context, id, true)
+        .into_iter()
+        .map(with_state)
+        .collect();
+    let named = subject
+        .map(canonical_subject)
+        .filter(|s| !split_subject(s).1.is_empty());
+    if let Some(named) = named
+        && let Some(found) = all.iter().rev().find(|(name, _, _)| name == named)
+    {
+        return Some(found.clone());
+    }
+    all.iter()
+        .find(|(_, _, deleted)| !deleted)
+        .or(all.first())
+        .cloned()
 }
 
 /// A schema id in a path, as Jersey converts Confluent's `Integer id`
@@ -672,7 +764,7 @@ async fn schema_types() -> Result<Response, ApiError> {
 /// (`ContextsResource.listContexts`: filtered by prefix, then paged).
 async fn contexts(
     AxumState(app): AxumState<Shared>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let page = page(&params, None)?;
     let prefix = params.get("contextPrefix").map_or("", String::as_str);
@@ -686,15 +778,28 @@ async fn contexts(
 async fn schema_by_id(
     AxumState(app): AxumState<Shared>,
     Path(id): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let body = app
         .registry
         .read_fresh(|state| {
-            let context = state.context_of_id(id, params.get("subject").map(String::as_str));
+            let subject = params.get("subject").map(String::as_str);
+            let context = state.context_of_id(id, subject);
             let mut out = serde_json::Map::new();
             schema_fields(state, &context, id, &params, &mut out)?;
+            // Confluent 8.x (`KafkaSchemaRegistry.get(id, subject, ...)`):
+            // the guid and `deleted` of the version the schema is read
+            // from, and, when the request names a `subject`, that
+            // version's subject and number (`new SchemaString(schema)`).
+            let found = version_of_id(state, &context, id, subject);
+            if let Some((name, version, deleted)) = found {
+                if subject.is_some() {
+                    out.insert("subject".into(), json!(name));
+                    out.insert("version".into(), json!(version));
+                }
+                version_fields(state, &context, id, deleted, &mut out)?;
+            }
             Ok(Json::Object(out))
         })
         .await?;
@@ -704,7 +809,7 @@ async fn schema_by_id(
 async fn raw_schema_by_id(
     AxumState(app): AxumState<Shared>,
     Path(id): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let text = app
@@ -728,7 +833,7 @@ fn raw(text: String) -> Response {
 async fn subjects_of_id(
     AxumState(app): AxumState<Shared>,
     Path(id): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let deleted = flag(&params, "deleted");
@@ -753,7 +858,7 @@ async fn subjects_of_id(
 async fn versions_of_id(
     AxumState(app): AxumState<Shared>,
     Path(id): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
     let deleted = flag(&params, "deleted");
@@ -870,7 +975,7 @@ fn paged<T>(items: impl IntoIterator<Item = T>, (offset, limit): (usize, Option<
 
 async fn list_subjects(
     AxumState(app): AxumState<Shared>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let page = page(&params, None)?;
     let names = app.registry.read(|state| {
@@ -901,7 +1006,7 @@ async fn list_subjects(
 /// route in Confluent, and is ignored.
 async fn list_schemas(
     AxumState(app): AxumState<Shared>,
-    Query(params): Params,
+    Params(params): Params,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
     let page = page(&params, Some(SCHEMA_SEARCH_LIMIT))?;
@@ -932,18 +1037,18 @@ async fn list_schemas(
                 continue;
             };
             let context = split_subject(&name).0;
-            let visible: Vec<(u32, u32)> = subject
+            let visible: Vec<(u32, u32, bool)> = subject
                 .versions
                 .iter()
                 .filter(|(_, e)| deleted || !e.deleted)
-                .map(|(v, e)| (*v, e.id))
+                .map(|(v, e)| (*v, e.id, e.deleted))
                 .collect();
             let chosen = if latest_only {
                 &visible[visible.len().saturating_sub(1)..]
             } else {
                 &visible[..]
             };
-            for (version, id) in chosen {
+            for (version, id, soft_deleted) in chosen {
                 let Ok(stored) = state.schema_in_use(context, *id) else {
                     continue;
                 };
@@ -959,7 +1064,9 @@ async fn list_schemas(
                 if let Some(by) = aliases.get(&name) {
                     schema.insert("aliases".into(), json!(by));
                 }
-                if schema_fields(state, context, *id, &params, &mut schema).is_ok() {
+                if schema_fields(state, context, *id, &params, &mut schema).is_ok()
+                    && version_fields(state, context, *id, *soft_deleted, &mut schema).is_ok()
+                {
                     out.push(Json::Object(schema));
                 }
             }
@@ -1020,7 +1127,7 @@ fn has_rule_of_type(rule_set: Option<&Json>, wanted: &str) -> bool {
 async fn lookup(
     AxumState(app): AxumState<Shared>,
     Path(subject): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
     body: Body,
 ) -> Result<Response, ApiError> {
     let input = read_schema_body(&app, body, &params, "Lookup").await?;
@@ -1043,7 +1150,7 @@ async fn lookup(
 async fn register(
     AxumState(app): AxumState<Shared>,
     Path(subject): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
     body: Body,
 ) -> Result<Response, ApiError> {
     let input = read_schema_body(&app, body, &params, "Register").await?;
@@ -1067,7 +1174,7 @@ async fn register(
 async fn delete_subject(
     AxumState(app): AxumState<Shared>,
     Path(subject): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let permanent = flag(&params, "permanent");
     let versions = app
@@ -1080,19 +1187,34 @@ async fn delete_subject(
 async fn list_versions(
     AxumState(app): AxumState<Shared>,
     Path(subject): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
+    // Confluent's `listVersions` (SubjectVersionsResource): `deleted` adds
+    // the soft-deleted versions, `deletedOnly` lists only those (over
+    // `deleted`), `deletedAsNegative` lists every version with the
+    // soft-deleted ones negated (over both; LookupFilter.DELETED_AS_NEGATIVE,
+    // in order of their absolute values); a subject with soft-deleted
+    // versions only exists for `deleted` and `deletedOnly`
+    // (`hasSubjects(subject, deleted || deletedOnly)`).
     let deleted = flag(&params, "deleted");
+    let deleted_only = flag(&params, "deletedOnly");
+    let as_negative = flag(&params, "deletedAsNegative");
     let page = page(&params, None)?;
     let versions = app
         .registry
         .read_fresh(|state| {
-            let s = state.existing_subject(&subject, deleted)?;
+            let s = state.existing_subject(&subject, deleted || deleted_only)?;
             Ok(paged(
-                s.versions
-                    .iter()
-                    .filter(|(_, e)| deleted || !e.deleted)
-                    .map(|(v, _)| *v),
+                s.versions.iter().filter_map(|(v, e)| {
+                    let v = i64::from(*v);
+                    if as_negative {
+                        Some(if e.deleted { -v } else { v })
+                    } else if deleted_only {
+                        e.deleted.then_some(v)
+                    } else {
+                        (deleted || !e.deleted).then_some(v)
+                    }
+                }),
                 page,
             ))
         })
@@ -1103,7 +1225,7 @@ async fn list_versions(
 async fn get_version(
     AxumState(app): AxumState<Shared>,
     Path((subject, version)): Path<(String, String)>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let spec = VersionSpec::parse(&version)?;
     let deleted = flag(&params, "deleted");
@@ -1115,13 +1237,9 @@ async fn get_version(
             out.insert("subject".into(), json!(subject));
             out.insert("version".into(), json!(version));
             out.insert("id".into(), json!(entry.id));
-            schema_fields(
-                state,
-                split_subject(&subject).0,
-                entry.id,
-                &params,
-                &mut out,
-            )?;
+            let context = split_subject(&subject).0;
+            schema_fields(state, context, entry.id, &params, &mut out)?;
+            version_fields(state, context, entry.id, entry.deleted, &mut out)?;
             Ok(Json::Object(out))
         })
         .await?;
@@ -1131,7 +1249,7 @@ async fn get_version(
 async fn raw_schema_of_version(
     AxumState(app): AxumState<Shared>,
     Path((subject, version)): Path<(String, String)>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let spec = VersionSpec::parse(&version)?;
     let deleted = flag(&params, "deleted");
@@ -1151,17 +1269,30 @@ async fn raw_schema_of_version(
 async fn referenced_by(
     AxumState(app): AxumState<Shared>,
     Path((subject, version)): Path<(String, String)>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let spec = VersionSpec::parse(&version)?;
     // Confluent 7.7.3+ pages these too (`getReferencedBy`, limit by
     // `schema.search.*.limit`).
     let page = page(&params, Some(SCHEMA_SEARCH_LIMIT))?;
+    // Confluent's `getReferencedBy` finds the version with soft-deleted
+    // versions included (`getSchemaByVersion(..., true)`; `latest` is
+    // still the newest live one, as `get` reads it), and `deleted` adds
+    // the schemas whose referencing versions are all soft-deleted.
+    let deleted = flag(&params, "deleted");
     let ids = app
         .registry
         .read_fresh(|state| {
-            let (version, _) = state.version(&subject, spec, false)?;
-            Ok(paged(state.referenced_by(&subject, version), page))
+            let s = state.existing_subject(&subject, true)?;
+            let version = match spec {
+                VersionSpec::Latest => s.latest_live().map(|(v, _)| v),
+                VersionSpec::Number(n) => s.versions.contains_key(&n).then_some(n),
+            }
+            .ok_or_else(|| match spec {
+                VersionSpec::Latest => ApiError::version_not_found(&subject, "latest"),
+                VersionSpec::Number(n) => ApiError::version_not_found(&subject, n),
+            })?;
+            Ok(paged(state.referenced_by(&subject, version, deleted), page))
         })
         .await?;
     ok(json!(ids))
@@ -1170,7 +1301,7 @@ async fn referenced_by(
 async fn delete_version(
     AxumState(app): AxumState<Shared>,
     Path((subject, version)): Path<(String, String)>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let spec = VersionSpec::parse(&version)?;
     let permanent = flag(&params, "permanent");
@@ -1211,7 +1342,7 @@ async fn check(
 async fn check_latest(
     AxumState(app): AxumState<Shared>,
     Path(subject): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
     body: Body,
 ) -> Result<Response, ApiError> {
     check(&app, &subject, None, &params, body).await
@@ -1220,7 +1351,7 @@ async fn check_latest(
 async fn check_version(
     AxumState(app): AxumState<Shared>,
     Path((subject, version)): Path<(String, String)>,
-    Query(params): Params,
+    Params(params): Params,
     body: Body,
 ) -> Result<Response, ApiError> {
     let spec = VersionSpec::parse(&version)?;
@@ -1235,7 +1366,7 @@ async fn get_global_config(AxumState(app): AxumState<Shared>) -> Result<Response
 async fn get_config(
     AxumState(app): AxumState<Shared>,
     Path(subject): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let to_global = flag(&params, "defaultToGlobal");
     let config = app
@@ -1308,7 +1439,7 @@ async fn get_global_mode(AxumState(app): AxumState<Shared>) -> Result<Response, 
 async fn get_mode(
     AxumState(app): AxumState<Shared>,
     Path(subject): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
 ) -> Result<Response, ApiError> {
     let to_global = flag(&params, "defaultToGlobal");
     let mode = app
@@ -1339,7 +1470,7 @@ async fn put_mode_for(
 
 async fn put_global_mode(
     AxumState(app): AxumState<Shared>,
-    Query(params): Params,
+    Params(params): Params,
     body: Body,
 ) -> Result<Response, ApiError> {
     put_mode_for(&app, None, &params, body).await
@@ -1348,7 +1479,7 @@ async fn put_global_mode(
 async fn put_mode(
     AxumState(app): AxumState<Shared>,
     Path(subject): Path<String>,
-    Query(params): Params,
+    Params(params): Params,
     body: Body,
 ) -> Result<Response, ApiError> {
     put_mode_for(&app, Some(&subject), &params, body).await

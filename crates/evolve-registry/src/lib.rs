@@ -5,6 +5,7 @@
 //!   reading a Confluent or Karapace export.
 //! - [`contract`] (pure): data contracts' metadata and rule sets, and
 //!   the configuration's defaults and overrides merged on registration.
+//! - [`guid`] (pure): a schema's `guid`, Confluent 8.x's MD5 of it.
 //! - [`state`] (pure): the state a log replays into, and every operation
 //!   as a function from state to the records it appends.
 //! - [`store`]: the append-only log behind the [`store::Log`] trait, in
@@ -24,6 +25,7 @@ pub mod auth;
 pub mod contract;
 pub mod error;
 pub mod forward;
+pub mod guid;
 pub mod http;
 pub mod kafka;
 pub mod metrics;

@@ -48,6 +48,8 @@ pub struct StoredSchema {
     /// The text the keys are computed from: the record's, when the schema
     /// is served as another (a Protobuf descriptor read back as text).
     keyed_text: Option<String>,
+    /// Its `guid` (see [`crate::guid`]), computed when first shown.
+    guid: OnceLock<String>,
 }
 
 impl StoredSchema {
@@ -89,6 +91,19 @@ impl StoredSchema {
             key,
             bare,
         }
+    }
+
+    /// Its guid, as Confluent 8.x shows it: the MD5 of the record's text,
+    /// references and data contract (see [`crate::guid`]).
+    pub fn guid(&self) -> &str {
+        self.guid.get_or_init(|| {
+            crate::guid::schema_guid(
+                self.keyed_text.as_deref().unwrap_or(&self.text),
+                &self.references,
+                self.metadata.as_ref(),
+                self.rule_set.as_ref(),
+            )
+        })
     }
 
     /// Whether its keys are computed yet.
@@ -163,6 +178,13 @@ pub struct SchemaInput {
     pub id: Option<u32>,
     /// IMPORT mode only.
     pub version: Option<u32>,
+    /// `"version": -1` (any negative version): the subject's next version,
+    /// as Confluent's `register` reads `version <= 0` other than 0, with
+    /// its metadata stamped with `confluent:version` as for an explicit
+    /// version (`maybeSetMetadataRuleSet`: `version != 0`), looked up
+    /// against the latest live version only (`registerOrForward`'s
+    /// `isLatestVersion`).
+    pub next_version: bool,
     /// The data contract's `metadata` and `ruleSet`, as the request gives
     /// them.
     pub metadata: Option<serde_json::Value>,
@@ -676,15 +698,38 @@ impl<'a> Probe<'a> {
             (None, Some(_)) => {
                 // Compared as if sent with the stored version's stamp.
                 let stamp = confluent_version(stored.metadata.as_ref()).unwrap_or_default();
-                self.keys_with(Some(&with_confluent_version(self.metadata, stamp)))
+                let stamped = with_confluent_version(self.metadata, stamp);
+                if stored.metadata.as_ref() != Some(&stamped)
+                    && same_metadata(Some(&stamped), stored.metadata.as_ref())
+                {
+                    // The same metadata written with empty parts: the
+                    // schema compared under the stored version's.
+                    self.keys_with(stored.metadata.as_ref())
+                } else {
+                    self.keys_with(Some(&stamped))
+                }
             }
             (Some(mine), None) => {
                 if i64::from(mine) != i64::from(version) {
                     return false;
                 }
-                *self.unversioned.get_or_init(|| {
-                    self.keys_with(without_confluent_version(self.metadata).as_ref())
-                })
+                let unversioned = without_confluent_version(self.metadata);
+                if stored.metadata.is_some()
+                    && same_metadata(unversioned.as_ref(), stored.metadata.as_ref())
+                {
+                    // Confluent compares a version stored without metadata
+                    // as one with empty metadata
+                    // (`canLookupIgnoringVersion`'s `new Metadata(null,
+                    // null, null)`), and `Metadata` holds an absent part as
+                    // an empty one: metadata present but empty (`{}`,
+                    // `{"properties": {}}`) is the metadata left once
+                    // `confluent:version` is removed.
+                    self.keys_with(stored.metadata.as_ref())
+                } else {
+                    *self
+                        .unversioned
+                        .get_or_init(|| self.keys_with(unversioned.as_ref()))
+                }
             }
             _ => self.keys,
         };
@@ -693,6 +738,26 @@ impl<'a> Probe<'a> {
             (_, Some(key)) => stored.keys().key == key,
         }
     }
+}
+
+/// Whether two metadata are one as Confluent's `Metadata.equals` compares
+/// them (after `canLookupIgnoringVersion` made both present): an absent
+/// part (`tags`, `properties`, `sensitive`) is an empty one.
+fn same_metadata(a: Option<&serde_json::Value>, b: Option<&serde_json::Value>) -> bool {
+    let parts = |m: Option<&serde_json::Value>| {
+        let mut out = m
+            .and_then(serde_json::Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        out.retain(|_, part| match part {
+            serde_json::Value::Object(o) => !o.is_empty(),
+            serde_json::Value::Array(a) => !a.is_empty(),
+            serde_json::Value::Null => false,
+            _ => true,
+        });
+        out
+    };
+    parts(a) == parts(b)
 }
 
 pub fn parse_schema_type(text: Option<&str>) -> Result<SchemaType, ApiError> {
@@ -897,6 +962,7 @@ impl State {
                 exact,
                 normalized,
                 keyed_text,
+                guid: OnceLock::new(),
             });
             if !stored.keys_computed() {
                 self.uncomputed.push(Arc::downgrade(&stored));
@@ -1076,8 +1142,10 @@ impl State {
     }
 
     /// Ids of the live schemas that reference `subject` version `version`
-    /// (references resolve within the referencing schema's context).
-    pub fn referenced_by(&self, subject: &str, version: u32) -> Vec<u32> {
+    /// (references resolve within the referencing schema's context), and
+    /// with `deleted` those of soft-deleted versions too (Confluent's
+    /// `getReferencedBy(key, lookupDeletedSchema)`).
+    pub fn referenced_by(&self, subject: &str, version: u32, deleted: bool) -> Vec<u32> {
         let subject = canonical_subject(subject);
         let (context, _) = split_subject(subject);
         let mut ids = BTreeSet::new();
@@ -1085,7 +1153,7 @@ impl State {
             if split_subject(name).0 != context {
                 continue;
             }
-            for (_, e) in s.live() {
+            for e in s.versions.values().filter(|e| deleted || !e.deleted) {
                 if let Some(schema) = self.schema(context, e.id)
                     && schema.references.iter().any(|r| {
                         qualify(context, &r.subject) == subject
@@ -1694,7 +1762,9 @@ impl State {
         metadata: Option<&serde_json::Value>,
     ) -> Option<u32> {
         if self.mode(subject) == RegistryMode::Import
-            || (input.version.is_none() && confluent_version(metadata).is_none())
+            || (input.version.is_none()
+                && !input.next_version
+                && confluent_version(metadata).is_none())
         {
             return None;
         }
@@ -1766,6 +1836,14 @@ impl State {
                     .is_some_and(|stored| matches(stored, v))
         };
         let (version, entry) = match input.version {
+            // `"version": -1`: the latest live version only.
+            None if input.next_version => s
+                .versions
+                .iter()
+                .rev()
+                .find(|(_, e)| !e.deleted)
+                .filter(|(v, e)| holds(**v, e))
+                .filter(|(_, e)| input.id.is_none_or(|id| id == e.id))?,
             None => s
                 .versions
                 .iter()
@@ -2260,7 +2338,7 @@ impl State {
         }
         let live: Vec<u32> = s.live().map(|(v, _)| v).collect();
         for v in &live {
-            let by = self.referenced_by(subject, *v);
+            let by = self.referenced_by(subject, *v, false);
             if !by.is_empty() {
                 return Err(ApiError::reference_exists(subject, *v, &by));
             }
@@ -2317,7 +2395,7 @@ impl State {
         if entry.deleted {
             return Err(ApiError::version_soft_deleted(subject, version));
         }
-        let by = self.referenced_by(subject, version);
+        let by = self.referenced_by(subject, version, false);
         if !by.is_empty() {
             return Err(ApiError::reference_exists(subject, version, &by));
         }

@@ -323,9 +323,12 @@ async fn pg_session(url: &str, target: &str) -> Result<Client, StoreError> {
 /// the store (without its password) and `--storage`, the flag that names it.
 fn pg_connect_error(target: &str, e: &evolve_pg::PgError) -> String {
     let reason = match e {
-        evolve_pg::PgError::Connect { reason, .. } => {
-            format!("could not connect: {reason}; check --storage and that the server is running")
-        }
+        // The way out follows the server's refusal: a wrong password
+        // names the password, an unknown database its name.
+        evolve_pg::PgError::Connect { reason, .. } => format!(
+            "could not connect: {reason}; {}",
+            evolve_pg::connect_way_out(reason, "--storage")
+        ),
         evolve_pg::PgError::Tls { reason, .. } => format!("could not connect: {reason}"),
         // The message names the connection string itself.
         other => return format!("registry store: {}", one_line(&other.to_string())),
@@ -409,5 +412,45 @@ impl Log for PostgresLog {
 
     fn describe(&self) -> String {
         self.target.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pg_connect_error;
+
+    fn refused(reason: &str) -> String {
+        let e = evolve_pg::PgError::Connect {
+            target: "postgres://registry@db:5432/registry".into(),
+            reason: reason.into(),
+            given: "--database-url",
+        };
+        pg_connect_error("postgres://registry@db:5432/registry", &e)
+    }
+
+    #[test]
+    fn a_refused_connection_names_the_way_out_the_refusal_calls_for() {
+        let password = refused("ERROR 28P01: password authentication failed for user \"registry\"");
+        assert!(
+            password.contains("check the password: the one in --storage"),
+            "{password}"
+        );
+        assert!(!password.contains("server is running"), "{password}");
+        let database = refused("FATAL 3D000: database \"registry\" does not exist");
+        assert!(
+            database.contains("check the database name in --storage"),
+            "{database}"
+        );
+        let down = refused("Connection refused (os error 111)");
+        assert!(
+            down.ends_with("; check --storage and that the server is running"),
+            "{down}"
+        );
+        assert!(
+            down.starts_with(
+                "registry store postgres://registry@db:5432/registry: could not connect:"
+            ),
+            "{down}"
+        );
     }
 }

@@ -854,7 +854,10 @@ async fn schemas_are_listed_with_prefix_latest_only_deleted_and_pages() {
     );
     assert_eq!(
         all[1],
-        json!({"subject": "ro-a", "version": 2, "id": 2, "schema": "\"long\""})
+        // Confluent 8.x's guid (the MD5 of the schema, as a UUID) and
+        // `deleted`.
+        json!({"subject": "ro-a", "version": 2, "id": 2, "schema": "\"long\"",
+               "guid": "e1dd9a1e-f98b-451b-5369-0370b393966b", "deleted": false})
     );
     assert_eq!(
         listed(
@@ -1536,4 +1539,286 @@ async fn json_schemas_stored_with_patterns_java_refuses_keep_working() {
         r.ok("GET", "/subjects/legacy-value/versions", None).await,
         json!([1, 2])
     );
+}
+
+#[tokio::test]
+async fn versions_are_listed_deleted_only_or_deleted_as_negative() {
+    // Confluent 7.x/8.x `listVersions`: `deletedOnly` lists the soft-deleted
+    // versions only (over `deleted`), `deletedAsNegative` every version,
+    // the soft-deleted ones negated (over both).
+    let r = registry("versions-deleted").await;
+    r.ok("PUT", "/config", Some(json!({"compatibility": "NONE"})))
+        .await;
+    for schema in ["int", "long", "string"] {
+        r.register("dv", avro(json!(schema))).await;
+    }
+    r.ok("DELETE", "/subjects/dv/versions/2", None).await;
+    for (query, expected) in [
+        ("", json!([1, 3])),
+        ("?deleted=true", json!([1, 2, 3])),
+        ("?deletedOnly=true", json!([2])),
+        ("?deleted=true&deletedOnly=true", json!([2])),
+        ("?deletedAsNegative=true", json!([1, -2, 3])),
+        (
+            "?deletedAsNegative=true&deletedOnly=true",
+            json!([1, -2, 3]),
+        ),
+        ("?deletedAsNegative=true&offset=1&limit=1", json!([-2])),
+    ] {
+        assert_eq!(
+            r.ok("GET", &format!("/subjects/dv/versions{query}"), None)
+                .await,
+            expected,
+            "{query}"
+        );
+    }
+    // A subject whose versions are all soft-deleted exists for `deleted`
+    // and `deletedOnly` (`hasSubjects(subject, deleted || deletedOnly)`),
+    // not for `deletedAsNegative` alone.
+    r.ok("DELETE", "/subjects/dv", None).await;
+    assert_eq!(
+        r.ok("GET", "/subjects/dv/versions?deletedOnly=true", None)
+            .await,
+        json!([1, 2, 3])
+    );
+    assert_eq!(
+        r.ok(
+            "GET",
+            "/subjects/dv/versions?deletedAsNegative=true&deleted=true",
+            None
+        )
+        .await,
+        json!([-1, -2, -3])
+    );
+    r.call("GET", "/subjects/dv/versions?deletedAsNegative=true", None)
+        .await
+        .error(404, 40401);
+}
+
+#[tokio::test]
+async fn referencedby_finds_soft_deleted_versions_and_takes_deleted() {
+    // Confluent's `getReferencedBy` finds the version with soft-deleted
+    // versions included, and `deleted` adds referrers whose versions are
+    // all soft-deleted.
+    let r = registry("referencedby-deleted").await;
+    let money = json!({"type": "record", "name": "Money", "namespace": "shop",
+                       "fields": [{"name": "cents", "type": "long"}]});
+    r.register("money", avro(money)).await;
+    let order = json!({"type": "record", "name": "Order", "namespace": "shop",
+                       "fields": [{"name": "total", "type": "shop.Money"}]});
+    let id = r
+        .register(
+            "orders",
+            json!({"schema": order.to_string(),
+                   "references": [{"name": "shop.Money", "subject": "money", "version": 1}]}),
+        )
+        .await;
+    assert_eq!(
+        r.ok("GET", "/subjects/money/versions/1/referencedby", None)
+            .await,
+        json!([id])
+    );
+    r.ok("DELETE", "/subjects/orders/versions/1", None).await;
+    assert_eq!(
+        r.ok("GET", "/subjects/money/versions/1/referencedby", None)
+            .await,
+        json!([])
+    );
+    assert_eq!(
+        r.ok(
+            "GET",
+            "/subjects/money/versions/1/referencedby?deleted=true",
+            None
+        )
+        .await,
+        json!([id])
+    );
+    // The referenced version soft-deleted too: still found.
+    r.ok("DELETE", "/subjects/money/versions/1", None).await;
+    assert_eq!(
+        r.ok("GET", "/subjects/money/versions/1/referencedby", None)
+            .await,
+        json!([])
+    );
+    assert_eq!(
+        r.ok(
+            "GET",
+            "/subjects/money/versions/1/referencedby?deleted=true",
+            None
+        )
+        .await,
+        json!([id])
+    );
+    // `latest` is the newest live version, which there is none of: 40402
+    // (the subject exists, soft-deleted versions counted).
+    r.call("GET", "/subjects/money/versions/latest/referencedby", None)
+        .await
+        .error(404, 40402);
+    r.call("GET", "/subjects/money/versions/2/referencedby", None)
+        .await
+        .error(404, 40402);
+    r.call("GET", "/subjects/nobody/versions/1/referencedby", None)
+        .await
+        .error(404, 40401);
+}
+
+#[tokio::test]
+async fn a_repeated_query_parameter_is_read_by_its_first_value() {
+    // Jersey reads a single-valued @QueryParam with getFirst.
+    let r = registry("first-param").await;
+    r.ok("PUT", "/config", Some(json!({"compatibility": "NONE"})))
+        .await;
+    r.register("fp", avro(json!("int"))).await;
+    r.register("fp", avro(json!("long"))).await;
+    r.ok("DELETE", "/subjects/fp/versions/1", None).await;
+    assert_eq!(
+        r.ok(
+            "GET",
+            "/subjects/fp/versions?deleted=true&deleted=false",
+            None
+        )
+        .await,
+        json!([1, 2])
+    );
+    assert_eq!(
+        r.ok(
+            "GET",
+            "/subjects/fp/versions?deleted=false&deleted=true",
+            None
+        )
+        .await,
+        json!([2])
+    );
+    assert_eq!(
+        r.ok(
+            "GET",
+            "/subjects/fp/versions?deleted=true&limit=1&limit=2",
+            None
+        )
+        .await,
+        json!([1])
+    );
+}
+
+#[tokio::test]
+async fn schemas_carry_confluent_8s_guid_and_deleted() {
+    // Confluent 8.x (`SchemaValue.toSchemaEntity`): `guid` is the MD5 of
+    // the schema (text, references, data contract) as a UUID, the same in
+    // every subject and context; `deleted` whether the version read is
+    // soft-deleted. `/schemas/ids/{id}?subject=` also names the version.
+    let r = registry("guid").await;
+    r.ok("PUT", "/config", Some(json!({"compatibility": "NONE"})))
+        .await;
+    // printf '"long"' | md5sum: e1dd9a1ef98b451b53690370b393966b
+    let long_guid = "e1dd9a1e-f98b-451b-5369-0370b393966b";
+    r.register("ga", avro(json!("int"))).await;
+    let id = r.register("ga", avro(json!("long"))).await;
+    assert_eq!(r.register("gb", avro(json!("long"))).await, id);
+    let by_id = r.ok("GET", &format!("/schemas/ids/{id}"), None).await;
+    assert_eq!(by_id["guid"], json!(long_guid), "{by_id}");
+    assert_eq!(by_id["deleted"], json!(false), "{by_id}");
+    assert!(by_id.get("subject").is_none(), "{by_id}");
+    assert_eq!(
+        r.ok("GET", &format!("/schemas/ids/{id}?subject=gb"), None)
+            .await,
+        json!({"schema": "\"long\"", "subject": "gb", "version": 1,
+               "guid": long_guid, "deleted": false})
+    );
+    let version = r.ok("GET", "/subjects/ga/versions/2", None).await;
+    assert_eq!(version["guid"], json!(long_guid), "{version}");
+    assert_eq!(version["deleted"], json!(false), "{version}");
+    // Another context: another id, the same guid.
+    r.register(":.other:gc", avro(json!("long"))).await;
+    assert_eq!(
+        r.ok("GET", "/subjects/:.other:gc/versions/1", None).await["guid"],
+        json!(long_guid)
+    );
+    // A soft-deleted version says so.
+    r.ok("DELETE", "/subjects/ga/versions/1", None).await;
+    let deleted = r
+        .ok("GET", "/subjects/ga/versions/1?deleted=true", None)
+        .await;
+    assert_eq!(deleted["deleted"], json!(true), "{deleted}");
+    let listed = r
+        .ok("GET", "/schemas?subjectPrefix=ga&deleted=true", None)
+        .await;
+    assert_eq!(listed[0]["deleted"], json!(true), "{listed}");
+    assert_eq!(listed[1]["deleted"], json!(false), "{listed}");
+    // The data contract counts: the same text with metadata is another
+    // guid.
+    r.register(
+        "gd",
+        json!({"schema": "\"long\"", "metadata": {"properties": {"owner": "x"}}}),
+    )
+    .await;
+    let with_metadata = r.ok("GET", "/subjects/gd/versions/1", None).await;
+    assert_ne!(with_metadata["guid"], json!(long_guid), "{with_metadata}");
+}
+
+#[tokio::test]
+async fn version_minus_one_registers_the_next_version_stamped() {
+    // Confluent's register: a version <= 0 other than 0 is the next
+    // version, stamped with confluent:version (maybeSetMetadataRuleSet:
+    // `version != 0`), and looked up against the latest version only
+    // (registerOrForward's isLatestVersion).
+    let r = registry("version-minus-one").await;
+    r.ok("PUT", "/config", Some(json!({"compatibility": "NONE"})))
+        .await;
+    let id1 = r.register("nv", avro(json!("int"))).await;
+    let latest = |schema: &str| json!({"schema": format!("\"{schema}\""), "version": -1});
+    let id2 = r.register("nv", latest("long")).await;
+    assert_eq!(
+        r.ok("GET", "/subjects/nv/versions/2", None).await["metadata"],
+        json!({"properties": {"confluent:version": "2"}})
+    );
+    // The latest version sent again: found, nothing new.
+    let offset = r.offset();
+    assert_eq!(r.register("nv", latest("long")).await, id2);
+    assert_eq!(r.offset(), offset);
+    // An older version's schema is not the latest: a new version, stamped
+    // (so not id1, whose metadata has no stamp).
+    let id3 = r.register("nv", latest("int")).await;
+    assert!(![id1, id2].contains(&id3), "{id3}");
+    assert_eq!(
+        r.ok("GET", "/subjects/nv/versions/3", None).await["metadata"],
+        json!({"properties": {"confluent:version": "3"}})
+    );
+    assert_eq!(
+        r.ok("GET", "/subjects/nv/versions", None).await,
+        json!([1, 2, 3])
+    );
+}
+
+#[tokio::test]
+async fn empty_metadata_is_no_metadata_to_a_versioned_look_up() {
+    // canLookupIgnoringVersion: a schema sent with confluent:version N
+    // finds version N stored without it, its metadata compared with the
+    // property removed, and Confluent's Metadata holds an absent part as
+    // an empty one: `{"properties": {}}` stored is what is left.
+    let r = registry("empty-metadata").await;
+    let id = r
+        .register(
+            "em",
+            json!({"schema": "\"int\"", "metadata": {"properties": {}}}),
+        )
+        .await;
+    let stamped = json!({"schema": "\"int\"",
+                         "metadata": {"properties": {"confluent:version": "1"}}});
+    let found = r.ok("POST", "/subjects/em", Some(stamped.clone())).await;
+    assert_eq!(
+        (found["id"].as_u64(), found["version"].as_u64()),
+        (Some(id), Some(1))
+    );
+    let offset = r.offset();
+    assert_eq!(r.register("em", stamped).await, id);
+    assert_eq!(r.offset(), offset, "a new version was registered");
+    // Another version number still finds nothing.
+    r.call(
+        "POST",
+        "/subjects/em",
+        Some(json!({"schema": "\"int\"",
+                    "metadata": {"properties": {"confluent:version": "2"}}})),
+    )
+    .await
+    .error(404, 40403);
 }
