@@ -502,6 +502,17 @@ async fn the_readme_runs_as_printed_for_a_least_privilege_role() {
             // The admin API's security, not the servers' privileges: see
             // admin_security.rs.
             ["curl", ..] => continue,
+            // The replicator's password, as the README sets it (its `...`
+            // is the password the test's role has).
+            ["export", assignment, ..] => {
+                let (name, value) = assignment
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("the README's `$ {command}` sets nothing"));
+                shell.env.retain(|(n, _)| n != name);
+                shell
+                    .env
+                    .push((name.to_string(), value.trim_matches('\'').to_string()));
+            }
             _ => panic!("the README's `$ {command}`: what does it do?"),
         }
         ran.push(command.clone());
