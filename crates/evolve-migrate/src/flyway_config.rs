@@ -4,7 +4,7 @@
 //! dropped in silence.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The Flyway settings evolve applies; `None` where the configuration is
 /// silent.
@@ -66,6 +66,10 @@ pub struct FlywayConfig {
     /// `ignoreMigrationPatterns`: the states `validate` (and `apply`'s
     /// check) accept, replacing Flyway's default `*:future`.
     pub ignore_patterns: Option<crate::IgnorePatterns>,
+    /// `environment`: the `[environments.<name>]` of a flyway.toml that
+    /// applies, and the value of `${flyway:environment}` (`default` when
+    /// unset).
+    pub environment: Option<String>,
     /// `pipeline` (evolve's own key, outside `flyway.`): the admin API
     /// of the pipeline `apply` coordinates with, as `--pipeline` gives it.
     pub pipeline: Option<String>,
@@ -223,6 +227,104 @@ fn resolve_toml_value(
     Ok(out)
 }
 
+/// The Flyway configuration files to read, in order: a later file's
+/// settings override an earlier one's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfigFiles {
+    pub files: Vec<PathBuf>,
+    /// Files named but not read, each with why.
+    pub warnings: Vec<String>,
+}
+
+fn is_toml(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "toml")
+}
+
+/// Which configuration files to read, as Flyway's command line picks them
+/// (its configuration precedence): `explicit` is `--flyway-config`
+/// (Flyway's `-configFiles`), `listed` the value of `FLYWAY_CONFIG_FILES`
+/// (comma-separated), `defaults` the files read when they exist, lowest
+/// precedence first. Flyway reads files of one kind: those of `explicit`,
+/// else those `listed` (naming both kinds there is refused, as Flyway
+/// refuses it), else `.toml` when a default one exists, else `.conf`. The
+/// default files of that kind come first, then the listed ones, then
+/// `explicit`; `explicit` replaces the default files (evolve reads
+/// `--flyway-config` instead of `./flyway.toml`), and a file of the other
+/// kind, listed or a default one that exists, is named in a warning, not
+/// read (Flyway ignores it).
+/// Whether a listed file exists is the reader's to find: one that does
+/// not is an error there.
+pub fn config_files(
+    explicit: Option<&Path>,
+    listed: Option<&str>,
+    defaults: &[PathBuf],
+    exists: &dyn Fn(&Path) -> bool,
+) -> Result<ConfigFiles, String> {
+    let listed: Vec<PathBuf> = listed
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    let kind_of = |toml: bool| if toml { ".toml" } else { ".conf" };
+    let mut out = ConfigFiles::default();
+    let (toml, from_defaults) = match explicit {
+        Some(e) => (is_toml(e), false),
+        None => {
+            let (tomls, confs): (Vec<&PathBuf>, Vec<&PathBuf>) =
+                listed.iter().partition(|p| is_toml(p));
+            if !tomls.is_empty() && !confs.is_empty() {
+                let names = |l: &[&PathBuf]| {
+                    l.iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                return Err(format!(
+                    "FLYWAY_CONFIG_FILES names both .toml files ({}) and .conf files ({}), which Flyway refuses too (\"Using both TOML configuration and CONF configuration is not supported\"); name files of one kind",
+                    names(&tomls),
+                    names(&confs)
+                ));
+            }
+            let toml = if listed.is_empty() {
+                defaults.iter().any(|d| is_toml(d) && exists(d))
+            } else {
+                !tomls.is_empty()
+            };
+            (toml, true)
+        }
+    };
+    if from_defaults {
+        for d in defaults.iter().filter(|d| exists(d)) {
+            if is_toml(d) == toml {
+                out.files.push(d.clone());
+            } else {
+                out.warnings.push(format!(
+                    "{} is not read: Flyway reads configuration files of one kind, here the {} ones, and ignores it too; move its settings into a {} file",
+                    d.display(),
+                    kind_of(toml),
+                    kind_of(toml)
+                ));
+            }
+        }
+    }
+    for file in listed {
+        if is_toml(&file) == toml {
+            out.files.push(file);
+        } else {
+            out.warnings.push(format!(
+                "FLYWAY_CONFIG_FILES names {}, a {} file, which is not read beside the {} file --flyway-config names (Flyway reads configuration files of one kind, and ignores it too); convert it, or name it with --flyway-config",
+                file.display(),
+                kind_of(!toml),
+                kind_of(toml)
+            ));
+        }
+    }
+    out.files.extend(explicit.map(Path::to_path_buf));
+    Ok(out)
+}
+
 /// `flyway.toml`: the `[flyway]` table (with `[flyway.placeholders]`), and
 /// the settings of `[environments.<name>]`, the environment being
 /// `flyway.environment` (default `default`). `${env.NAME}` in a value is
@@ -239,15 +341,40 @@ pub fn parse_toml_with(
     text: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<(String, String)>, ConfigError> {
-    let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError {
+    parse_toml_in(text, None, lookup)
+}
+
+fn toml_table(text: &str) -> Result<toml::Table, ConfigError> {
+    text.parse().map_err(|e: toml::de::Error| ConfigError {
         line: e
             .span()
             .map(|s| 1 + text[..s.start.min(text.len())].matches('\n').count())
             .unwrap_or(1),
         reason: e.message().to_string(),
-    })?;
+    })
+}
+
+/// The `[flyway] environment` a flyway.toml sets, if it sets one.
+pub fn toml_environment(text: &str) -> Result<Option<String>, ConfigError> {
+    let doc = toml_table(text)?;
+    Ok(match doc.get("flyway").and_then(|f| f.get("environment")) {
+        Some(toml::Value::String(e)) => Some(e.clone()),
+        _ => None,
+    })
+}
+
+/// [`parse_toml_with`], the settings of `[environments.<environment>]`
+/// applying, when `environment` is given, whatever the file's own
+/// `[flyway] environment` says: Flyway picks the environment once all
+/// its configuration files and `FLYWAY_ENVIRONMENT` are merged.
+pub fn parse_toml_in(
+    text: &str,
+    environment: Option<&str>,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let doc = toml_table(text)?;
     let mut out = Vec::new();
-    let mut environment = "default".to_string();
+    let mut own = "default".to_string();
     for (top, value) in &doc {
         match (top.as_str(), value) {
             ("flyway", toml::Value::Table(t)) => {
@@ -255,7 +382,7 @@ pub fn parse_toml_with(
                     if k == "environment"
                         && let toml::Value::String(e) = v
                     {
-                        environment = e.clone();
+                        own = e.clone();
                     }
                     flatten(&format!("flyway.{k}"), v, &mut out);
                 }
@@ -264,6 +391,7 @@ pub fn parse_toml_with(
             (other, _) => out.push((other.to_string(), toml_text(value))),
         }
     }
+    let environment = environment.map_or(own, str::to_string);
     if let Some(toml::Value::Table(envs)) = doc.get("environments") {
         for (name, env) in envs {
             let toml::Value::Table(env) = env else {
@@ -328,6 +456,10 @@ pub fn from_env(vars: impl IntoIterator<Item = (String, String)>) -> Vec<(String
         let Some(rest) = name.strip_prefix("FLYWAY_") else {
             continue;
         };
+        // The files to read, not a setting: see [`config_files`].
+        if rest == "CONFIG_FILES" {
+            continue;
+        }
         if let Some(p) = rest.strip_prefix("PLACEHOLDERS_") {
             out.push((format!("flyway.placeholders.{}", p.to_lowercase()), value));
             continue;
@@ -475,6 +607,15 @@ impl FlywayConfig {
         let mut default_schema = None;
         let mut settled: BTreeMap<String, String> = BTreeMap::new();
         for (key, value) in pairs {
+            // Placeholder names are matched without regard to case: a
+            // later `placeholders.NAME` replaces an earlier `name`.
+            if let Some(name) = key.strip_prefix("flyway.placeholders.") {
+                let lower = name.to_lowercase();
+                settled.retain(|k, _| {
+                    k.strip_prefix("flyway.placeholders.")
+                        .is_none_or(|n| n.to_lowercase() != lower)
+                });
+            }
             settled.insert(key.clone(), value.clone());
         }
         for (key, value) in &settled {
@@ -600,7 +741,13 @@ impl FlywayConfig {
                         c.sql_migration_suffixes = Some(suffixes);
                     }
                 }
-                "environment" | "driver" => {}
+                "environment" => {
+                    c.environment = Some(value.trim().to_string()).filter(|v| !v.is_empty());
+                }
+                "configFiles" => c.warnings.push(format!(
+                    "{key} is not read from a configuration file (Flyway reads it only from -configFiles and FLYWAY_CONFIG_FILES); list the files in FLYWAY_CONFIG_FILES, or name one with --flyway-config"
+                )),
+                "driver" => {}
                 other => match SAME_AS_EVOLVE.iter().find(|(name, _)| *name == other) {
                     Some((_, same)) if value.trim().eq_ignore_ascii_case(same) => {}
                     Some((_, same)) => c.warnings.push(format!(
@@ -674,6 +821,7 @@ impl FlywayConfig {
     /// Flyway refuses, as [`crate::Options::refused_setting`].
     pub fn configure(&self, opts: &mut crate::Options) {
         opts.refused_setting = self.errors.first().map(|e| format!("Flyway setting {e}"));
+        opts.placeholders.environment = self.environment.clone();
         opts.naming = self.naming();
         opts.init_sql = self.init_sql.clone();
         if let Some(n) = self.connect_retries {
@@ -1227,5 +1375,163 @@ mod tests {
                 "{value}"
             );
         }
+    }
+
+    fn paths(list: &[&str]) -> Vec<PathBuf> {
+        list.iter().map(PathBuf::from).collect()
+    }
+
+    /// `FLYWAY_CONFIG_FILES` and `flyway.configFiles` were once only
+    /// "not supported; it is ignored".
+    #[test]
+    fn config_files_are_picked_as_flyway_picks_them() {
+        let defaults = paths(&["flyway.conf", "flyway.toml"]);
+        let on_disk = |present: &'static [&'static str]| {
+            move |p: &Path| present.iter().any(|x| Path::new(x) == p)
+        };
+        let pick =
+            |explicit: Option<&str>, listed: Option<&str>, present: &'static [&'static str]| {
+                config_files(
+                    explicit.map(Path::new),
+                    listed,
+                    &defaults,
+                    &on_disk(present),
+                )
+            };
+        // Nothing listed: a default .toml wins over a .conf, which is
+        // named.
+        assert_eq!(
+            pick(None, None, &["flyway.conf", "flyway.toml"]),
+            Ok(ConfigFiles {
+                files: paths(&["flyway.toml"]),
+                warnings: vec!["flyway.conf is not read: Flyway reads configuration files of one kind, here the .toml ones, and ignores it too; move its settings into a .toml file".into()],
+            })
+        );
+        // The home directory's files, then the working directory's.
+        let home = paths(&[
+            "/h/flyway.conf",
+            "/h/flyway.toml",
+            "/h/flyway.user.toml",
+            "flyway.conf",
+            "flyway.toml",
+            "flyway.user.toml",
+        ]);
+        let files = |present: &'static [&'static str]| {
+            config_files(None, None, &home, &on_disk(present)).map(|c| c.files)
+        };
+        assert_eq!(
+            files(&["/h/flyway.conf", "flyway.conf"]),
+            Ok(paths(&["/h/flyway.conf", "flyway.conf"]))
+        );
+        assert_eq!(
+            files(&["/h/flyway.user.toml", "flyway.toml", "flyway.user.toml"]),
+            Ok(paths(&[
+                "/h/flyway.user.toml",
+                "flyway.toml",
+                "flyway.user.toml"
+            ]))
+        );
+        assert_eq!(
+            pick(None, Some(""), &["flyway.conf"]).map(|c| c.files),
+            Ok(paths(&["flyway.conf"]))
+        );
+        // Listed files come after the default file of their kind, in order.
+        assert_eq!(
+            pick(
+                None,
+                Some(" a.conf, b/c.conf ,"),
+                &["flyway.conf", "flyway.toml"]
+            )
+            .map(|c| c.files),
+            Ok(paths(&["flyway.conf", "a.conf", "b/c.conf"]))
+        );
+        assert_eq!(
+            pick(None, Some("x.toml,y.toml"), &["flyway.conf", "flyway.toml"]).map(|c| c.files),
+            Ok(paths(&["flyway.toml", "x.toml", "y.toml"]))
+        );
+        // Both kinds listed: refused, as Flyway refuses them.
+        let e = pick(None, Some("a.conf,x.toml"), &[]).unwrap_err();
+        assert!(
+            e.starts_with(
+                "FLYWAY_CONFIG_FILES names both .toml files (x.toml) and .conf files (a.conf)"
+            ),
+            "{e}"
+        );
+        // --flyway-config: instead of the default files, after the listed
+        // ones of its kind; the others are named, not read.
+        let c = pick(Some("my.conf"), Some("a.conf,x.toml"), &["flyway.conf"]).expect("picks");
+        assert_eq!(c.files, paths(&["a.conf", "my.conf"]));
+        assert_eq!(
+            c.warnings,
+            [
+                "FLYWAY_CONFIG_FILES names x.toml, a .toml file, which is not read beside the .conf file --flyway-config names (Flyway reads configuration files of one kind, and ignores it too); convert it, or name it with --flyway-config"
+            ]
+        );
+    }
+
+    #[test]
+    fn config_files_is_no_setting() {
+        assert_eq!(
+            from_env(pairs(&[("FLYWAY_CONFIG_FILES", "a.conf")])),
+            Vec::<(String, String)>::new()
+        );
+        let c = FlywayConfig::from_pairs(&pairs(&[("flyway.configFiles", "a.conf")]));
+        assert_eq!(
+            c.warnings,
+            [
+                "flyway.configFiles is not read from a configuration file (Flyway reads it only from -configFiles and FLYWAY_CONFIG_FILES); list the files in FLYWAY_CONFIG_FILES, or name one with --flyway-config"
+            ]
+        );
+    }
+
+    /// A later `placeholders.NAME` replaces an earlier `name`: the two
+    /// are one placeholder.
+    #[test]
+    fn placeholder_names_in_another_case_are_one() {
+        let c = FlywayConfig::from_pairs(&pairs(&[
+            ("flyway.placeholders.name", "first"),
+            ("flyway.placeholders.Other", "o"),
+            ("flyway.placeholders.NAME", "second"),
+        ]));
+        assert_eq!(
+            c.placeholders,
+            BTreeMap::from([
+                ("NAME".into(), "second".into()),
+                ("Other".into(), "o".into())
+            ])
+        );
+        let c = FlywayConfig::from_pairs(&pairs(&[
+            ("flyway.placeholders.NAME", "first"),
+            ("flyway.placeholders.name", "second"),
+        ]));
+        assert_eq!(
+            c.placeholders,
+            BTreeMap::from([("name".into(), "second".into())])
+        );
+    }
+
+    /// `${flyway:environment}` was `default` whatever `environment` said.
+    #[test]
+    fn the_environment_reaches_the_placeholders() {
+        let text = "[flyway]\nenvironment = \"staging\"\n[environments.default]\nuser = \"d\"\n[environments.staging]\nuser = \"s\"\nurl = \"jdbc:postgresql://h/db\"\n";
+        let c = FlywayConfig::from_pairs(&parse_toml(text).expect("parses"));
+        assert_eq!(c.environment.as_deref(), Some("staging"));
+        assert_eq!(c.database_url.as_deref(), Some("postgres://s@h/db"));
+        let mut opts = crate::Options::new("postgres://h/d", "m");
+        c.configure(&mut opts);
+        assert_eq!(opts.placeholders.environment.as_deref(), Some("staging"));
+        // Picked from outside the file (FLYWAY_ENVIRONMENT, another file).
+        let mut got = parse_toml_in(text, Some("default"), &|_| None).expect("parses");
+        got.push(("flyway.environment".into(), "default".into()));
+        let c = FlywayConfig::from_pairs(&got);
+        assert_eq!(c.environment.as_deref(), Some("default"));
+        assert_eq!(c.database_url, None);
+        assert!(
+            c.warnings
+                .contains(&"configuration key environments.staging.url is not a Flyway setting evolve knows; it is ignored".to_string()),
+            "{:?}",
+            c.warnings
+        );
+        assert_eq!(toml_environment(text), Ok(Some("staging".into())));
     }
 }

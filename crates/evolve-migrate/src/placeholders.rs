@@ -20,8 +20,13 @@ pub struct Placeholders {
     pub replace: bool,
     pub prefix: String,
     pub suffix: String,
-    /// User placeholders; names are matched without regard to case.
+    /// User placeholders; names are matched without regard to case, so
+    /// no two names here differ only in letter case (see
+    /// [`Placeholders::set`]).
     pub values: BTreeMap<String, String>,
+    /// Flyway's `environment`, the value of `${flyway:environment}`
+    /// (`default` when unset, as in Flyway).
+    pub environment: Option<String>,
 }
 
 impl Default for Placeholders {
@@ -31,6 +36,7 @@ impl Default for Placeholders {
             prefix: "${".into(),
             suffix: "}".into(),
             values: BTreeMap::new(),
+            environment: None,
         }
     }
 }
@@ -57,6 +63,16 @@ pub struct Missing {
 }
 
 impl Placeholders {
+    /// Sets placeholder `name` to `value`, replacing one whose name
+    /// differs only in letter case: Flyway matches names without regard
+    /// to case, so the two are one placeholder, and the later setting (a
+    /// flag over the configuration) is its value.
+    pub fn set(&mut self, name: &str, value: &str) {
+        let lower = name.to_lowercase();
+        self.values.retain(|k, _| k.to_lowercase() != lower);
+        self.values.insert(name.to_string(), value.to_string());
+    }
+
     /// `text` with every placeholder replaced; `file_name` is the value of
     /// `${flyway:filename}`.
     pub fn replace(
@@ -82,7 +98,8 @@ impl Placeholders {
                 break;
             };
             let name = &after[..len];
-            let value = match built_in(name, built_ins, file_name) {
+            let environment = self.environment.as_deref().unwrap_or("default");
+            let value = match built_in(name, built_ins, file_name, environment) {
                 Some(v) => v,
                 None => match values.get(&name.to_lowercase()) {
                     Some(v) => (*v).to_string(),
@@ -121,7 +138,7 @@ fn line_breaks(s: &str) -> u32 {
     n
 }
 
-fn built_in(name: &str, b: &BuiltIns, file_name: &str) -> Option<String> {
+fn built_in(name: &str, b: &BuiltIns, file_name: &str, environment: &str) -> Option<String> {
     let key = name.strip_prefix("flyway:")?.to_lowercase();
     Some(match key.as_str() {
         "defaultschema" => b.default_schema.clone(),
@@ -131,7 +148,7 @@ fn built_in(name: &str, b: &BuiltIns, file_name: &str) -> Option<String> {
         "filename" => file_name.to_string(),
         "table" => b.table.clone(),
         "workingdirectory" => b.working_directory.clone(),
-        "environment" => "default".to_string(),
+        "environment" => environment.to_string(),
         _ => return None,
     })
 }
@@ -199,6 +216,38 @@ mod tests {
         assert_eq!(
             p.replace("#[y]", &BuiltIns::default(), "f"),
             Ok("#[y]".into())
+        );
+    }
+
+    /// `--placeholder NAME=x` once lost to a configuration's `name`: both
+    /// were kept, and the one sorted last won.
+    #[test]
+    fn a_later_setting_replaces_a_name_in_another_case() {
+        let mut p = with(&[("name", "from_conf"), ("Other", "o")]);
+        p.set("NAME", "from_flag");
+        assert_eq!(
+            p.replace("${name} ${Name} ${other}", &BuiltIns::default(), "f"),
+            Ok("from_flag from_flag o".into())
+        );
+        assert_eq!(p.values.len(), 2, "{:?}", p.values);
+        p.set("NaMe", "last");
+        assert_eq!(
+            p.replace("${NAME}", &BuiltIns::default(), "f"),
+            Ok("last".into())
+        );
+    }
+
+    #[test]
+    fn the_environment_placeholder_follows_the_setting() {
+        let mut p = with(&[]);
+        assert_eq!(
+            p.replace("${flyway:environment}", &BuiltIns::default(), "f"),
+            Ok("default".into())
+        );
+        p.environment = Some("staging".into());
+        assert_eq!(
+            p.replace("${flyway:Environment}", &BuiltIns::default(), "f"),
+            Ok("staging".into())
         );
     }
 }

@@ -232,8 +232,10 @@ pub struct DatabaseArgs {
     #[arg(long)]
     pub history_table: Option<String>,
     /// Flyway configuration file (flyway.toml or flyway.conf) whose settings
-    /// apply where no flag is given [default: ./flyway.toml or
-    /// ./flyway.conf when present]; FLYWAY_* variables override it.
+    /// apply where no flag is given, after the files of its kind
+    /// FLYWAY_CONFIG_FILES lists [default: flyway.toml and flyway.user.toml
+    /// in the working directory, else flyway.conf there; not the home
+    /// directory's]; FLYWAY_* variables override it.
     #[arg(long, value_name = "FILE")]
     pub flyway_config: Option<PathBuf>,
 }
@@ -759,58 +761,104 @@ fn symlinks(files: &DirArgs) -> evolve_migrate::Symlinks {
     }
 }
 
-/// Flyway's configuration: `file`, else `./flyway.toml` or `./flyway.conf`
-/// when present, then the `FLYWAY_*` variables. Environment variables in
-/// the file are expanded as Flyway expands them (`${NAME}` in a
-/// flyway.conf, `${env.NAME}` in a flyway.toml). Each key evolve does not
-/// apply is named in a warning on stderr.
+/// Flyway's configuration files where no `--flyway-config` names one,
+/// lowest precedence first: `flyway.conf`, `flyway.toml` and
+/// `flyway.user.toml` in the working directory, the project's own. Flyway's
+/// command line also reads them from the home directory (and its
+/// installation's `conf/`); evolve does not: a `~/flyway.conf` kept for
+/// other projects would change every project evolve runs in (its
+/// database, and its history table, which a Flyway configuration makes
+/// `flyway_schema_history`). `FLYWAY_CONFIG_FILES` names such files
+/// explicitly.
+fn default_config_files() -> Vec<PathBuf> {
+    ["flyway.conf", "flyway.toml", "flyway.user.toml"]
+        .iter()
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// Flyway's configuration: the files [`evolve_migrate::config_files`]
+/// picks (`file`, else those of [`default_config_files`] that exist, with
+/// those `FLYWAY_CONFIG_FILES` lists), later files overriding
+/// earlier ones, then the `FLYWAY_*` variables. Environment variables in
+/// the files are expanded as Flyway expands them (`${NAME}` in a
+/// flyway.conf, `${env.NAME}` in a flyway.toml); in flyway.toml files the
+/// `[environments.<name>]` that applies is the one `FLYWAY_ENVIRONMENT`,
+/// else the last file's `[flyway] environment`, names. Each key evolve
+/// does not apply is named in a warning on stderr.
 fn flyway_settings(file: Option<&std::path::Path>) -> anyhow::Result<evolve_migrate::FlywayConfig> {
-    let file = file.map(PathBuf::from).or_else(|| {
-        ["flyway.toml", "flyway.conf"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-    });
-    let mut pairs = Vec::new();
-    let mut warnings = Vec::new();
+    let listed = std::env::var("FLYWAY_CONFIG_FILES").ok();
+    let picked =
+        evolve_migrate::config_files(file, listed.as_deref(), &default_config_files(), &|p| {
+            p.is_file()
+        })
+        .map_err(|e| anyhow::anyhow!("Flyway configuration: {e}"))?;
+    for w in &picked.warnings {
+        eprintln!("warning: Flyway configuration: {w}");
+    }
     let lookup = |name: &str| std::env::var(name).ok();
-    if let Some(path) = &file {
+    let mut texts = Vec::new();
+    for path in &picked.files {
         let text = std::fs::read_to_string(path).with_context(|| {
+            let way_out = if file.is_some_and(|f| f == path) {
+                "fix the path given to --flyway-config"
+            } else {
+                "fix FLYWAY_CONFIG_FILES, which names it"
+            };
             format!(
-                "Flyway configuration {} cannot be read; fix the path given to --flyway-config",
+                "Flyway configuration {} cannot be read; {way_out}",
                 path.display()
             )
         })?;
+        texts.push(text);
+    }
+    let fix = |path: &PathBuf, e: evolve_migrate::ConfigError| {
+        anyhow::anyhow!("Flyway configuration {}: {e}; fix the file", path.display())
+    };
+    // The environment of flyway.toml files is picked once they are all
+    // read, as Flyway picks it.
+    let mut environment = std::env::var("FLYWAY_ENVIRONMENT")
+        .ok()
+        .filter(|e| !e.is_empty());
+    if environment.is_none() {
+        for (path, text) in picked.files.iter().zip(&texts) {
+            if path.extension().is_some_and(|e| e == "toml")
+                && let Some(e) = evolve_migrate::toml_environment(text).map_err(|e| fix(path, e))?
+            {
+                environment = Some(e);
+            }
+        }
+    }
+    let mut pairs = Vec::new();
+    let mut url_file = None;
+    for (path, text) in picked.files.iter().zip(&texts) {
         let parsed = if path.extension().is_some_and(|e| e == "toml") {
-            evolve_migrate::parse_toml_with(&text, &lookup)
+            evolve_migrate::parse_toml_in(text, environment.as_deref(), &lookup)
+                .map_err(|e| fix(path, e))?
         } else {
-            let (text, unset) = evolve_migrate::expand_conf_env(&text, &lookup);
-            warnings.extend(unset);
-            Ok(evolve_migrate::parse_conf(&text))
+            let (text, unset) = evolve_migrate::expand_conf_env(text, &lookup);
+            for w in &unset {
+                eprintln!("warning: Flyway configuration {}: {w}", path.display());
+            }
+            evolve_migrate::parse_conf(&text)
         };
-        pairs = parsed.map_err(|e| {
-            anyhow::anyhow!("Flyway configuration {}: {e}; fix the file", path.display())
-        })?;
+        if parsed.iter().any(|(k, _)| k == "flyway.url") {
+            url_file = Some(path);
+        }
+        pairs.extend(parsed);
     }
     let env = evolve_migrate::from_env(std::env::vars());
-    let present = file.is_some() || !env.is_empty();
+    let present = !picked.files.is_empty() || !env.is_empty();
     let url_source = if env.iter().any(|(k, _)| k == "flyway.url") {
         Some("FLYWAY_URL".to_string())
     } else {
-        file.as_ref()
-            .filter(|_| pairs.iter().any(|(k, _)| k == "flyway.url"))
-            .map(|p| format!("flyway.url in {}", p.display()))
+        url_file.map(|p| format!("flyway.url in {}", p.display()))
     };
     pairs.extend(env);
     let mut config = evolve_migrate::FlywayConfig::from_pairs(&pairs);
     config.url_source = url_source;
     if present && config.history_table.is_none() {
         config.history_table = Some("flyway_schema_history".into());
-    }
-    if let Some(path) = &file {
-        for w in &warnings {
-            eprintln!("warning: Flyway configuration {}: {w}", path.display());
-        }
     }
     for w in &config.warnings {
         eprintln!("warning: Flyway configuration: {w}");
@@ -937,7 +985,10 @@ pub(crate) fn options(
     opts.symlinks = symlinks(files);
     let p = &mut opts.placeholders;
     p.values = flyway.placeholders.clone();
-    p.values.extend(files.placeholders.iter().cloned());
+    // A flag wins over the configuration, also for a name in another case.
+    for (name, value) in &files.placeholders {
+        p.set(name, value);
+    }
     if let Some(prefix) = files
         .placeholder_prefix
         .clone()

@@ -1253,3 +1253,225 @@ async fn jdbc_parameters_of_flyway_url() {
     );
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// `${flyway:environment}` was `default` whatever `flyway.environment`
+/// said. With a flyway.toml whose `[flyway] environment` is `staging`,
+/// evolve connects with `[environments.staging]` and writes what Flyway,
+/// on the environment `staging`, writes; `FLYWAY_ENVIRONMENT` picks
+/// another environment of the file, as it does for Flyway.
+#[tokio::test]
+async fn the_environment_placeholder_follows_flyway_environment() {
+    let Some(fw) = flyway::flyway() else { return };
+    let by_evolve = evolve_test::fresh_db("ev_environment").await;
+    let by_flyway = evolve_test::fresh_db("fw_environment").await;
+    let (root, sql) = project("environment");
+    write(
+        &sql,
+        "V1__env.sql",
+        "CREATE TABLE info AS SELECT '${flyway:environment}'::text AS v;\n",
+    );
+    let jdbc = flyway::jdbc(&by_evolve.url);
+    write(
+        &root,
+        "flyway.toml",
+        &format!(
+            "[flyway]\nenvironment = \"staging\"\nlocations = [\"filesystem:{}\"]\n\n[environments.default]\nurl = \"jdbc:postgresql://127.0.0.1:1/nowhere\"\n\n[environments.staging]\nurl = \"{}\"\nuser = \"{}\"\n",
+            sql.display(),
+            jdbc[0].1,
+            jdbc[1].1
+        ),
+    );
+    let out = evolve_in(&root, &[], &["migrate", "apply"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    fw.ok(
+        &by_flyway.url,
+        &sql,
+        &[("driver.environment", "staging")],
+        "migrate",
+    );
+    assert_eq!(history(&by_evolve.url).await, history(&by_flyway.url).await);
+    let value = "SELECT v FROM info";
+    assert_eq!(scalar(&by_evolve.url, value).await, "staging");
+    assert_eq!(scalar(&by_flyway.url, value).await, "staging");
+
+    // FLYWAY_ENVIRONMENT names another environment of the file.
+    let other = evolve_test::fresh_db("ev_environment_other").await;
+    let jdbc = flyway::jdbc(&other.url);
+    write(
+        &root,
+        "flyway.toml",
+        &format!(
+            "[flyway]\nenvironment = \"staging\"\nlocations = [\"filesystem:{}\"]\n\n[environments.staging]\nurl = \"jdbc:postgresql://127.0.0.1:1/nowhere\"\n\n[environments.other]\nurl = \"{}\"\nuser = \"{}\"\n",
+            sql.display(),
+            jdbc[0].1,
+            jdbc[1].1
+        ),
+    );
+    let out = evolve_in(
+        &root,
+        &[("FLYWAY_ENVIRONMENT", "other")],
+        &["migrate", "apply"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(scalar(&other.url, value).await, "other");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `FLYWAY_CONFIG_FILES` was only "not supported; it is ignored", and a
+/// `--placeholder NAME=...` lost to a file's `placeholders.name`. As
+/// Flyway's command line reads them (its `LegacyConfigurationManager`):
+/// `./flyway.conf`, then the listed files in order, then `FLYWAY_*`
+/// variables, then the command line, each over the ones before; a
+/// placeholder name in another case is the same placeholder (Flyway
+/// keeps both spellings and lets hash order pick one; evolve lets the
+/// later source win). Naming both kinds of file is refused, as Flyway
+/// refuses it, and so is a listed file that cannot be read.
+#[tokio::test]
+async fn flyway_config_files_and_placeholder_case() {
+    let db = evolve_test::fresh_db("ev_config_files").await;
+    let (root, sql) = project("config_files");
+    write(
+        &sql,
+        "V1__p.sql",
+        "CREATE TABLE info AS SELECT '${name}|${a}|${b}|${c}'::text AS v;\n",
+    );
+    let jdbc = flyway::jdbc(&db.url);
+    write(
+        &root,
+        "flyway.conf",
+        &format!(
+            "flyway.url={}\nflyway.user={}\nflyway.locations=filesystem:{}\nflyway.placeholders.name=from_conf\nflyway.placeholders.a=conf\nflyway.placeholders.b=conf\nflyway.placeholders.c=conf\n",
+            jdbc[0].1,
+            jdbc[1].1,
+            sql.display()
+        ),
+    );
+    write(
+        &root,
+        "extra.conf",
+        "flyway.placeholders.a=extra\nflyway.placeholders.B=extra\nflyway.placeholders.c=extra\n",
+    );
+    std::fs::create_dir_all(root.join("sub")).expect("mkdir");
+    write(
+        &root.join("sub"),
+        "more.conf",
+        "flyway.placeholders.b=more\n",
+    );
+    let out = evolve_in(
+        &root,
+        &[
+            ("FLYWAY_CONFIG_FILES", "extra.conf, sub/more.conf"),
+            ("FLYWAY_PLACEHOLDERS_C", "env"),
+        ],
+        &["migrate", "apply", "--placeholder", "NAME=from_flag"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("configFiles"), "{stderr}");
+    assert_eq!(
+        scalar(&db.url, "SELECT v FROM info").await,
+        "from_flag|extra|more|env"
+    );
+
+    for (listed, error) in [
+        (
+            "extra.conf,x.toml",
+            "error: Flyway configuration: FLYWAY_CONFIG_FILES names both .toml files (x.toml) and .conf files (extra.conf), which Flyway refuses too (\"Using both TOML configuration and CONF configuration is not supported\"); name files of one kind\n",
+        ),
+        (
+            "extra.conf,nope.conf",
+            "error: Flyway configuration nope.conf cannot be read; fix FLYWAY_CONFIG_FILES, which names it: No such file or directory (os error 2)\n",
+        ),
+    ] {
+        let out = evolve_in(
+            &root,
+            &[("FLYWAY_CONFIG_FILES", listed)],
+            &["migrate", "status"],
+        );
+        assert!(!out.status.success(), "{listed}");
+        assert_eq!(text(&out.stderr), error, "{listed}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Flyway's command line also reads `flyway.conf`, `flyway.toml` and
+/// `flyway.user.toml` in the home directory and `flyway.user.toml` in
+/// the working directory (`ConfigUtils.getDefaultTomlConfigFileLocations`).
+/// evolve reads the working directory's three, and never the home
+/// directory's: a `~/flyway.conf` kept for other projects would switch
+/// every project evolve runs in to Flyway's history table and settings.
+#[tokio::test]
+async fn flyway_user_toml_is_read_and_the_home_directory_is_not() {
+    let alone = evolve_test::fresh_db("ev_home_alone").await;
+    let db = evolve_test::fresh_db("ev_home_files").await;
+    let (root, sql) = project("home_files");
+    let home = temp_dir("home");
+    let jdbc = flyway::jdbc(&db.url);
+    write(&sql, "V1__plain.sql", "CREATE TABLE info0 (v text);\n");
+    write(
+        &home,
+        "flyway.conf",
+        "flyway.url=jdbc:postgresql://127.0.0.1:1/nowhere\nflyway.table=from_home\n",
+    );
+    let home_env = home.display().to_string();
+    let env = [("HOME", home_env.as_str())];
+    let sql_dir = sql.display().to_string();
+    let out = evolve_in(
+        &root,
+        &env,
+        &[
+            "migrate",
+            "apply",
+            "--database-url",
+            &alone.url,
+            "--dir",
+            &sql_dir,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        scalar(&alone.url, "SELECT count(*) FROM evolve_schema_history").await,
+        "1",
+        "the home directory's flyway.conf changed nothing"
+    );
+    assert!(
+        !text(&out.stderr).contains("from_home"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        scalar(&alone.url, "to_regclass('from_home') IS NULL").await,
+        "true"
+    );
+    std::fs::remove_file(sql.join("V1__plain.sql")).expect("rm");
+
+    // The connection in flyway.toml, the user in flyway.user.toml.
+    write(
+        &sql,
+        "V2__toml.sql",
+        "CREATE TABLE info2 AS SELECT '${a}|${b}'::text AS v;\n",
+    );
+    write(
+        &root,
+        "flyway.toml",
+        &format!(
+            "[environments.default]\nurl = \"{}\"\n\n[flyway]\nlocations = [\"filesystem:{}\"]\n\n[flyway.placeholders]\na = \"toml\"\nb = \"toml\"\n",
+            jdbc[0].1,
+            sql.display()
+        ),
+    );
+    write(
+        &root,
+        "flyway.user.toml",
+        &format!(
+            "[environments.default]\nuser = \"{}\"\n\n[flyway.placeholders]\nb = \"user\"\n",
+            jdbc[1].1
+        ),
+    );
+    let out = evolve_in(&root, &env, &["migrate", "apply"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(scalar(&db.url, "SELECT v FROM info2").await, "toml|user");
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(&home);
+}

@@ -12,6 +12,11 @@
 // output: {"command":...,"ok":...,"ms":...,...}, after one for the
 // configuration itself ("configure"; when Flyway refuses the configuration
 // it is the only one). Flyway's own log goes to standard error.
+//
+// driver.environment=NAME is no Flyway property: the connection
+// (flyway.url, flyway.user, flyway.password) becomes the environment NAME,
+// which is the current one, as a flyway.toml with `[flyway] environment`
+// and `[environments.NAME]` makes it.
 
 import java.io.FileInputStream;
 import java.io.InputStreamReader;
@@ -29,6 +34,7 @@ import org.flywaydb.core.api.output.MigrateResult;
 import org.flywaydb.core.api.output.RepairResult;
 import org.flywaydb.core.api.output.ValidateResult;
 import org.flywaydb.core.api.configuration.FluentConfiguration;
+import org.flywaydb.core.internal.configuration.models.EnvironmentModel;
 import org.flywaydb.database.postgresql.PostgreSQLConfigurationExtension;
 
 public class FlywayDriver {
@@ -60,9 +66,22 @@ public class FlywayDriver {
         long started = System.nanoTime();
         // Set through its extension: the property needs jackson-databind.
         String lock = config.remove("flyway.postgresql.transactional.lock");
+        String environment = config.remove("driver.environment");
+        EnvironmentModel env = null;
+        if (environment != null) {
+            env = new EnvironmentModel();
+            env.setUrl(config.remove("flyway.url"));
+            env.setUser(config.remove("flyway.user"));
+            env.setPassword(config.remove("flyway.password"));
+        }
         Flyway flyway;
         try {
             FluentConfiguration fluent = Flyway.configure().configuration(config);
+            if (env != null) {
+                Map<String, EnvironmentModel> envs = new LinkedHashMap<>();
+                envs.put(environment, env);
+                fluent = fluent.allEnvironments(envs).environment(environment);
+            }
             if (lock != null) {
                 fluent.getConfigurationExtension(PostgreSQLConfigurationExtension.class)
                         .setTransactionalLock(Boolean.parseBoolean(lock));
