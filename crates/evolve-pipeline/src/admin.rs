@@ -440,7 +440,9 @@ fn sqlstate(e: &PipelineError) -> &'static str {
         | PipelineError::OffsetsLost { .. }
         | PipelineError::StateBehind { .. } => "55000",
         PipelineError::Document { .. } | PipelineError::Store { .. } => "XX000",
-        PipelineError::Refused { sqlstate, .. } => sqlstate,
+        PipelineError::Refused { sqlstate, .. } | PipelineError::AccessDenied { sqlstate, .. } => {
+            sqlstate
+        }
     }
 }
 
@@ -864,6 +866,11 @@ pub struct ObjectReport {
     /// Rows a table's snapshot copied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows_copied: Option<u64>,
+    /// A Kafka table pinned with `SUBJECT`: the records of its topic's
+    /// other record types it left out (other tables' rows), by its
+    /// snapshot and its stream, since the pipeline started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped_records: Option<u64>,
     /// A table's or materialized view's current documents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub documents: Option<u64>,
@@ -969,6 +976,11 @@ pub async fn status(pipeline: &Pipeline) -> Result<StatusReport, PipelineError> 
             source: Some(t.source.clone()),
             reference: Some(t.reference()),
             rows_copied: Some(t.rows_copied),
+            skipped_records: t
+                .kafka
+                .as_ref()
+                .and_then(|k| k.record_type.as_ref())
+                .map(|_| pipeline.status_board().skipped(&t.name).unwrap_or(0)),
             rows_per_second: matches!(t.state, TableState::Pending | TableState::Snapshotting)
                 .then(|| {
                     pipeline
@@ -1114,6 +1126,16 @@ pub fn metrics_text(report: &StatusReport, statements_ok: u64, statements_failed
             .objects
             .iter()
             .filter_map(|o| Some((object(o), o.rows_copied?.to_string())))
+            .collect(),
+    );
+    family(
+        "evolve_pipeline_skipped_records_total",
+        "Records of other record types a Kafka table pinned with SUBJECT left out of its topic (other tables' rows), since the pipeline started.",
+        "counter",
+        report
+            .objects
+            .iter()
+            .filter_map(|o| Some((object(o), o.skipped_records?.to_string())))
             .collect(),
     );
     family(

@@ -228,6 +228,21 @@ pub enum PipelineError {
         /// The hint line.
         hint: Option<String>,
     },
+    /// The upstream refused one of the pipeline's sessions for its user:
+    /// a privilege the user lacks (SQLSTATE 42501) or a password or user
+    /// the server no longer has (28000). Permanent: it fails the same way
+    /// until someone grants the privilege or fixes the url.
+    #[error("{}", render(self))]
+    AccessDenied {
+        /// `42501` (a privilege) or `28000` (the login).
+        sqlstate: &'static str,
+        /// What was refused, naming the account or the connection.
+        primary: String,
+        /// What the server said.
+        detail: String,
+        /// The way out: the GRANT, or the url to fix.
+        hint: String,
+    },
     /// The embedded store failed.
     #[error("{}", render(self))]
     Store {
@@ -322,6 +337,7 @@ impl PipelineError {
                 format!("embedded store: {context}: {message}")
             }
             PipelineError::Refused { primary, .. } => primary.clone(),
+            PipelineError::AccessDenied { primary, .. } => primary.clone(),
         }
     }
 
@@ -348,6 +364,7 @@ impl PipelineError {
             PipelineError::OffsetsLost { detail, .. } => Some(detail.clone()),
             PipelineError::SinkShape { problem, .. } => Some(problem.clone()),
             PipelineError::Refused { detail, .. } => detail.clone(),
+            PipelineError::AccessDenied { detail, .. } => Some(detail.clone()),
             _ => None,
         }
     }
@@ -406,6 +423,7 @@ impl PipelineError {
                 "A sink table has exactly (key jsonb PRIMARY KEY, data jsonb NOT NULL); name a new table, or drop this one.".into(),
             ),
             PipelineError::Refused { hint, .. } => hint.clone(),
+            PipelineError::AccessDenied { hint, .. } => Some(hint.clone()),
             _ if self.is_missing_publication() => Some(
                 "PostgreSQL decodes each change with the catalog as it was when the change was written, so a change written while the publication was missing cannot be decoded, even once it exists again: drop the source's tables and the source, then create them again (their snapshots read the upstream as it is now).".into(),
             ),
@@ -437,7 +455,8 @@ impl PipelineError {
             PipelineError::SlotLost { .. }
             | PipelineError::BinlogPurged { .. }
             | PipelineError::OffsetsLost { .. }
-            | PipelineError::StateBehind { .. } => true,
+            | PipelineError::StateBehind { .. }
+            | PipelineError::AccessDenied { .. } => true,
             PipelineError::Replication { message, .. } => {
                 server_sqlstate(message).is_some_and(permanent_sqlstate)
             }

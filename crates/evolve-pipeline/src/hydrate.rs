@@ -54,7 +54,9 @@ pub(crate) struct HydrateContext<S> {
 /// failures. A row the encoder refuses fails every copy the same way, and
 /// each copy reads the whole table upstream again: the table stalls, as it
 /// does when a streamed row cannot be encoded, and keeps none of its
-/// partial copy.
+/// partial copy. An upstream that refuses the snapshot's user
+/// ([`PipelineError::AccessDenied`]) stalls it too, until the pipeline
+/// restarts.
 pub(crate) async fn run<S: Source>(mut ctx: HydrateContext<S>) {
     let (name, status, stop) = (ctx.table.name.clone(), ctx.status.clone(), ctx.stop.clone());
     let task = Task {
@@ -76,6 +78,14 @@ pub(crate) async fn run<S: Source>(mut ctx: HydrateContext<S>) {
                 }
                 Verdict::Stop { shown: problem }
             }
+            // The upstream refuses the snapshot's user (a privilege it
+            // lacks, a password it no longer takes): every copy would be
+            // refused the same way. The table is stalled until the
+            // pipeline restarts, and keeps nothing of this in the store,
+            // so a restart after the fix copies it.
+            PipelineError::AccessDenied { .. } => Verdict::Stop {
+                shown: format!("{e}\nnot retried: fix the cause, then restart the pipeline"),
+            },
             _ => Verdict::Retry,
         },
     )
@@ -171,6 +181,7 @@ async fn copy<S: Source>(ctx: &HydrateContext<S>) -> Result<u64> {
         }
     }
     let point = snapshot.position();
+    ctx.status.skipped_copied(&info.name, snapshot.skipped());
     snapshot.finish().await?;
     copied += batch.len() as u64;
     write_batch(&mut store, id, &batch, copied, Some(point))?;

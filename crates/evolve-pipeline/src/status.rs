@@ -26,6 +26,18 @@ pub struct StatusBoard {
     inner: Arc<Mutex<BTreeMap<(ObjectKind, String), ObjectStatus>>>,
     rates: Arc<Mutex<HashMap<(ObjectKind, String), Rate>>>,
     freshness: Arc<Mutex<Freshness>>,
+    skipped: Arc<Mutex<HashMap<String, Skipped>>>,
+}
+
+/// A table's records of other record types left out since the pipeline
+/// started (see [`StatusBoard::skipped`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Skipped {
+    /// By the table's last snapshot (a copy that starts again counts
+    /// again from zero).
+    copied: u64,
+    /// By the stream.
+    streamed: u64,
 }
 
 /// Upstream commit times, for the sinks' lag: each source's recent
@@ -265,6 +277,33 @@ impl StatusBoard {
             .filter(|(_, at)| at.elapsed() <= RATE_WINDOW)
             .map(|(micros, _)| micros);
         Some(pending.or(last).unwrap_or(0) as f64 / 1e6)
+    }
+
+    /// `records` more records that table `table`'s stream left out as
+    /// other tables' (a Kafka table pinned with `SUBJECT` skips the other
+    /// record types of its topic).
+    pub fn skipped_streamed(&self, table: &str, records: u64) {
+        let mut skipped = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
+        skipped.entry(table.to_string()).or_default().streamed += records;
+    }
+
+    /// Table `table`'s snapshot has left out `records` records as other
+    /// tables' so far (its copy's whole count: a copy started again
+    /// replaces it).
+    pub fn skipped_copied(&self, table: &str, records: u64) {
+        let mut skipped = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
+        skipped.entry(table.to_string()).or_default().copied = records;
+    }
+
+    /// The records table `table` left out as other tables' since the
+    /// pipeline started, by its snapshot and its stream; `None` when it
+    /// left out none.
+    pub fn skipped(&self, table: &str) -> Option<u64> {
+        let skipped = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
+        skipped
+            .get(table)
+            .map(|s| s.copied + s.streamed)
+            .filter(|n| *n > 0)
     }
 
     /// Every recorded state.

@@ -334,10 +334,18 @@ async fn apply_stream<C: ChangeStream, S>(
                     if txn_rows >= RECEIVING_ROWS {
                         ctx.status.source_receiving(&name, None);
                     }
+                    // Records of this transaction its tables left out as
+                    // other tables' (counted once it applies).
+                    let skipped = stream.take_skipped();
                     if let Some(mut t) = txn.take()
                         && !skip
                         && end > applied
                     {
+                        for (oid, n) in skipped {
+                            for &i in by_oid.get(&oid).map_or(&[][..], Vec::as_slice) {
+                                ctx.status.skipped_streamed(&tables[i].info.name, n);
+                            }
+                        }
                         let rows = t.rows.take();
                         let writes = !t.is_empty() || rows.as_ref().is_some_and(|r| !r.is_empty());
                         let changes = if !writes && txn_schemas.is_empty() {

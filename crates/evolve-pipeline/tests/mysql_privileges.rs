@@ -11,6 +11,10 @@ use std::time::Duration;
 
 use common::mysql::*;
 use common::*;
+use evolve_pipeline::drift::Signal;
+use evolve_pipeline::poll::drift;
+use evolve_pipeline::source::mysql::binlog_position;
+use evolve_pipeline::store::{SourceInfo, SourceKind, Store};
 use evolve_pipeline::{ObjectKind, Pipeline, TableState};
 use evolve_test::shared_mariadb;
 use mysql_async::prelude::Queryable;
@@ -19,19 +23,40 @@ const STATE: &str = "evolve-mysql-privileges-test";
 
 /// The source's state and error.
 fn source_status(pipeline: &Pipeline, source: &str) -> Option<(String, Option<String>)> {
+    object_status(pipeline, ObjectKind::Source, source)
+}
+
+/// An object's state and error on the status board.
+fn object_status(
+    pipeline: &Pipeline,
+    kind: ObjectKind,
+    name: &str,
+) -> Option<(String, Option<String>)> {
     pipeline
         .status()
         .into_iter()
-        .find(|s| s.kind == ObjectKind::Source && s.name == source)
+        .find(|s| s.kind == kind && s.name == name)
         .map(|s| (s.state, s.error))
 }
 
 /// Waits until the source shows `state` with an error containing
 /// `wanted`; returns the error.
 async fn wait_source(pipeline: &Pipeline, source: &str, state: &str, wanted: &str) -> String {
+    wait_object(pipeline, ObjectKind::Source, source, state, wanted).await
+}
+
+/// Waits until object `name` shows `state` with an error containing
+/// `wanted`; returns the error.
+async fn wait_object(
+    pipeline: &Pipeline,
+    kind: ObjectKind,
+    name: &str,
+    state: &str,
+    wanted: &str,
+) -> String {
     let start = std::time::Instant::now();
     loop {
-        if let Some((s, Some(error))) = source_status(pipeline, source)
+        if let Some((s, Some(error))) = object_status(pipeline, kind, name)
             && s == state
             && error.contains(wanted)
         {
@@ -39,11 +64,25 @@ async fn wait_source(pipeline: &Pipeline, source: &str, state: &str, wanted: &st
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "source {source} did not show {state} with \"{wanted}\" within 60 s: {:?}",
-            source_status(pipeline, source)
+            "{kind} {name} did not show {state} with \"{wanted}\" within 60 s: {:?}",
+            object_status(pipeline, kind, name)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A user `r_<n>` of the shared MariaDB with password `pw` and
+/// `privileges` on everything, and every privilege on database `db`.
+fn create_user(tag: &str, db: &str, privileges: &str) -> String {
+    let user = format!("r{tag}_{}", std::process::id());
+    shared_mariadb()
+        .client_sql(&format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY 'old_pw'; \
+             GRANT {privileges} ON *.* TO '{user}'@'%'; \
+             GRANT ALL ON `{db}`.* TO '{user}'@'%';"
+        ))
+        .unwrap();
+    user
 }
 
 /// Ends the binlog dump sessions of `user` (the stream reconnects, as it
@@ -178,4 +217,156 @@ async fn a_revoked_replication_grant_or_changed_password_stalls_the_source_with_
     running.stop().await;
     let _ = root.disconnect().await;
     let _ = server.client_sql(&format!("DROP USER '{user}'@'%'"));
+}
+
+/// A running source's metadata queries refused for a privilege: a source
+/// of a store written before GTID positions (a binlog file and offset)
+/// lists the binlog files when its stream opens (SHOW BINARY LOGS), which
+/// MariaDB answers with error 1227 for a user without BINLOG MONITOR.
+/// The source stalls naming BINLOG MONITOR and the GRANT instead of
+/// retrying forever, and resumes from its position once granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_binlog_monitor_stalls_the_source_naming_the_grant() {
+    let env = my_env(STATE, "mysql_monitor").await;
+    let db = env.my.name.clone();
+    let user = create_user("m", &db, "REPLICATION SLAVE, SELECT");
+    let port = shared_mariadb().port();
+    let url = format!("mysql://{user}:old_pw@127.0.0.1:{port}/{db}");
+    let mut root = my_conn(&env.my.url).await;
+    root.query_drop("CREATE TABLE p (id int PRIMARY KEY, n int NOT NULL)")
+        .await
+        .unwrap();
+    let (file, offset): (String, u64) = root
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .map(|row: mysql_async::Row| (row.get(0).unwrap(), row.get(1).unwrap()))
+        .unwrap();
+    let at = binlog_position(
+        file.rsplit_once('.').unwrap().1.parse().unwrap(),
+        u32::try_from(offset).unwrap(),
+    );
+    Store::open(&env.state)
+        .unwrap()
+        .insert_source_resuming(
+            &SourceInfo {
+                name: env.source.clone(),
+                connection: "my".into(),
+                publication: String::new(),
+                publication_created: false,
+                slot: format!("evolve_{}", env.source),
+                applied_lsn: at,
+                dropping: false,
+                drop_error: None,
+                kind: SourceKind::Mysql,
+            },
+            None,
+        )
+        .unwrap();
+    root.query_drop("INSERT INTO p VALUES (1, 1)")
+        .await
+        .unwrap();
+    let sink = connect(&env.sink.url).await;
+    let pipeline = pipeline_on(&env, &url, false).await;
+    create_chain(&pipeline, &env, "p").await;
+    let running = Running::start(pipeline.clone());
+    let error = wait_source(&pipeline, &env.source, "stalled", "BINLOG MONITOR").await;
+    assert!(
+        error.contains(&format!(
+            "user '{user}'@'%' lacks BINLOG MONITOR, which listing the binlog files (SHOW BINARY LOGS) needs"
+        )),
+        "{error}"
+    );
+    assert!(
+        error.contains(&format!("GRANT BINLOG MONITOR ON *.* TO '{user}'@'%';")),
+        "{error}"
+    );
+    assert!(error.contains("not retried"), "{error}");
+    assert!(!error.contains("GRANT SUPER"), "{error}");
+    running.stop().await;
+    drop(pipeline);
+
+    // Granted: the restarted source resumes at its position, nothing lost.
+    shared_mariadb()
+        .client_sql(&format!("GRANT BINLOG MONITOR ON *.* TO '{user}'@'%'"))
+        .unwrap();
+    root.query_drop("INSERT INTO p VALUES (2, 2)")
+        .await
+        .unwrap();
+    let pipeline = pipeline_on(&env, &url, false).await;
+    let running = Running::start(pipeline.clone());
+    wait_rows(&sink, 2).await;
+    wait_state(
+        &pipeline,
+        "p_v1",
+        TableState::Running,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        source_status(&pipeline, &env.source).map(|s| s.0),
+        Some("running".to_string())
+    );
+    running.stop().await;
+    let _ = root.disconnect().await;
+    let _ = shared_mariadb().client_sql(&format!("DROP USER '{user}'@'%'"));
+}
+
+/// A password changed upstream before a table's snapshot connects: the
+/// snapshot's session is refused at login, and the table stalls naming
+/// the connection whose url to fix (as the stream does), instead of
+/// retrying a connection error forever; the drift poll's session says
+/// the same. With the new password in the url the restarted pipeline
+/// copies the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_changed_before_a_snapshot_stalls_the_table_naming_the_connection() {
+    let env = my_env(STATE, "mysql_snapshot_pw").await;
+    let db = env.my.name.clone();
+    let user = create_user("s", &db, "REPLICATION SLAVE, BINLOG MONITOR, SELECT");
+    let port = shared_mariadb().port();
+    let url = |pw: &str| format!("mysql://{user}:{pw}@127.0.0.1:{port}/{db}");
+    let mut root = my_conn(&env.my.url).await;
+    root.query_drop("CREATE TABLE p (id int PRIMARY KEY, n int NOT NULL)")
+        .await
+        .unwrap();
+    root.query_drop("INSERT INTO p VALUES (1, 1)")
+        .await
+        .unwrap();
+    let sink = connect(&env.sink.url).await;
+    // Created with the old password; changed before the pipeline runs.
+    let pipeline = pipeline_on(&env, &url("old_pw"), true).await;
+    shared_mariadb()
+        .client_sql(&format!("ALTER USER '{user}'@'%' IDENTIFIED BY 'new_pw'"))
+        .unwrap();
+    let running = Running::start(pipeline.clone());
+    let error = wait_object(
+        &pipeline,
+        ObjectKind::Table,
+        "p_v1",
+        "stalled",
+        "the server refused the user of connection \"my\"",
+    )
+    .await;
+    assert!(error.contains(&format!("'{user}'")), "{error}");
+    assert!(error.contains("connection \"my\"'s url"), "{error}");
+    assert!(error.contains("not retried"), "{error}");
+    assert!(!error.contains("old_pw"), "the password leaked: {error}");
+    // The monitoring session of the drift poll.
+    let rows = drift(&pipeline, None).await.unwrap();
+    let row = rows.iter().find(|r| r.table == "p_v1").expect("p_v1's row");
+    assert_eq!(row.signal, Signal::Unknown, "{row:?}");
+    let said = row.error.as_deref().unwrap_or_default();
+    assert!(
+        said.contains("the server refused the user of connection \"my\""),
+        "{said}"
+    );
+    running.stop().await;
+    drop(pipeline);
+
+    let pipeline = pipeline_on(&env, &url("new_pw"), false).await;
+    let running = Running::start(pipeline.clone());
+    wait_rows(&sink, 1).await;
+    running.stop().await;
+    let _ = root.disconnect().await;
+    let _ = shared_mariadb().client_sql(&format!("DROP USER '{user}'@'%'"));
 }

@@ -2526,3 +2526,106 @@ async fn a_subject_tables_snapshot_fetches_each_writer_schema_once() {
     // once by the snapshot (the stream has read no record yet).
     assert_eq!(id_requests(&url).await, 2);
 }
+
+/// Waits until table `name` of the pipeline at `admin` shows `skipped`
+/// records of other types left out (`evolve status`'s `skipped_records`).
+async fn wait_skipped(admin: &str, name: &str, skipped: u64) {
+    let start = Instant::now();
+    loop {
+        let t = table_status(admin, name).await;
+        if t["skipped_records"] == skipped {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "table {name} does not show {skipped} skipped records after 60 s: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Tables pinned with `SUBJECT` over a topic of two record types count
+/// the records of the other type they leave out, in `evolve status` and
+/// the metrics: as many as the other type's records, from the snapshot
+/// (a keyed table's first pass, an appended table's decoding) and from
+/// the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_table_counts_the_other_types_records_it_skips() {
+    let env = env("kafka_source_skipped").await;
+    let (_registry, bootstrap, url) = kafka_env(&env).await;
+    topic(&bootstrap, "ksk_events", 1).await;
+    let produce = |schema: &'static str, records: Vec<Produced>| {
+        let args = [
+            "produce-topic-record",
+            &bootstrap,
+            "ksk_events",
+            &url,
+            schema,
+        ];
+        let args = args.map(String::from).to_vec();
+        async move { produce_lines(args, &records).await }
+    };
+    let order = |id: i64| json!({"id": id, "customer": format!("c{id}")});
+    let payment = |id: i64, cents: i64| json!({"order": id, "cents": cents});
+    // Read by the snapshots: two orders, three payments.
+    produce(
+        SHOP_ORDER,
+        vec![("o1".into(), Some(order(1))), ("o2".into(), Some(order(2)))],
+    )
+    .await;
+    produce(
+        PAYMENT,
+        vec![
+            ("p1".into(), Some(payment(1, 500))),
+            ("o1".into(), Some(payment(1, 900))),
+            ("p3".into(), Some(payment(3, 100))),
+        ],
+    )
+    .await;
+    let pipeline = start_kafka_table(
+        &env,
+        "ksk",
+        "ksk_events",
+        "FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr SUBJECT 'ksk_events-shop.Order'",
+    )
+    .await;
+    let admin = pipeline.url.clone();
+    sql_ok(
+        &admin,
+        &[
+            "-c",
+            "CREATE TABLE ksk_appended FROM SOURCE ksk FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr
+               SUBJECT 'ksk_events-shop.Order' ENVELOPE NONE;",
+        ],
+    )
+    .await;
+    let key = |k: &str| json!({"@key": k}).to_string();
+    let mut keyed: BTreeMap<String, Value> = [(key("o1"), order(1)), (key("o2"), order(2))].into();
+    wait_docs(&env, "public.orders_json", &keyed).await;
+    for table in ["ksk_v1", "ksk_appended"] {
+        wait_state(&admin, table, "running").await;
+        wait_skipped(&admin, table, 3).await;
+    }
+
+    // Streamed: two more payments and an order.
+    produce(
+        PAYMENT,
+        vec![
+            ("p4".into(), Some(payment(4, 200))),
+            ("o2".into(), Some(payment(2, 300))),
+        ],
+    )
+    .await;
+    produce(SHOP_ORDER, vec![("o3".into(), Some(order(3)))]).await;
+    keyed.insert(key("o3"), order(3));
+    wait_docs(&env, "public.orders_json", &keyed).await;
+    for table in ["ksk_v1", "ksk_appended"] {
+        wait_skipped(&admin, table, 5).await;
+    }
+    let metrics = curl_get(&format!("{}/metrics", admin.trim_end_matches('/'))).await;
+    for table in ["ksk_v1", "ksk_appended"] {
+        let line =
+            format!("evolve_pipeline_skipped_records_total{{kind=\"table\",name=\"{table}\"}} 5");
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+}

@@ -100,7 +100,13 @@
 //! and stores its record type (`KafkaTableInfo::record_type`): a record
 //! whose writer schema is of another type (an Avro record's full name, a
 //! JSON Schema's title, the Protobuf message its indexes name) is another
-//! table's and skipped, before any compatibility check. Keyed (`ENVELOPE
+//! table's and skipped, before any compatibility check, and counted: the
+//! stream hands the counts of each transaction to the engine with its
+//! commit (`ChangeStream::take_skipped`), the snapshot with its copy
+//! (`TableSnapshot::skipped`; a keyed snapshot's first pass counts the
+//! values it leaves out), and `evolve status` and `/metrics` show each
+//! table's total since the pipeline started (`skipped_records`,
+//! `evolve_pipeline_skipped_records_total`). Keyed (`ENVELOPE
 //! UPSERT`, `DEBEZIUM`), a key's row is its last record of the table's
 //! type, and a tombstone deletes the key (from every type's table): the
 //! snapshot's first pass tells the types apart by the values' writer
@@ -1115,6 +1121,10 @@ enum Decoded {
     Change(RowChange),
     /// Nothing (a tombstone under `ENVELOPE NONE`).
     Nothing,
+    /// Another record type's record, which a table pinned with `SUBJECT`
+    /// leaves to the other tables (counted, see
+    /// [`ChangeStream::take_skipped`]).
+    Skipped,
     /// The table cannot read it: why.
     Undecodable(String),
 }
@@ -1165,7 +1175,7 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
         && !writer.is_type(datum, wanted)
     {
         // Another type's record, another table's row.
-        return Ok(Decoded::Nothing);
+        return Ok(Decoded::Skipped);
     }
     let verdict = match reader.verdicts.get(&id) {
         Some(v) => v.clone(),
@@ -1553,6 +1563,7 @@ impl Source for KafkaSource {
             markers_sent: HashSet::new(),
             markers_checked: Instant::now() - MARKER_POLL,
             tables: self.tables.iter().map(|t| t.name.clone()).collect(),
+            skipped: HashMap::new(),
         })
     }
 
@@ -1589,6 +1600,7 @@ impl Source for KafkaSource {
                 registry: reader.registry.clone(),
                 wanted: wanted.clone(),
                 runtime: tokio::runtime::Handle::current(),
+                skipped: 0,
             }),
             _ => None,
         };
@@ -1634,6 +1646,7 @@ impl Source for KafkaSource {
             chunks,
             order,
             ended: false,
+            skipped: 0,
         })
     }
 }
@@ -1651,6 +1664,8 @@ struct Ours {
     registry: String,
     wanted: String,
     runtime: tokio::runtime::Handle,
+    /// The values found to be of another type.
+    skipped: u64,
 }
 
 impl Ours {
@@ -1661,11 +1676,15 @@ impl Ours {
         };
         self.runtime
             .block_on(self.writers.fetch(&self.registry, id))?;
-        Ok(match self.writers.cached(&self.registry, id) {
+        let ours = match self.writers.cached(&self.registry, id) {
             Some(Ok(writer)) => writer.is_type(datum, &self.wanted),
             // An id that cannot be read: decoding reports it.
             _ => true,
-        })
+        };
+        if !ours {
+            self.skipped += 1;
+        }
+        Ok(ours)
     }
 }
 
@@ -1673,6 +1692,8 @@ impl Ours {
 enum SnapshotChunk {
     /// The writer schemas the first pass fetched (see [`Ours`]).
     Writers(Writers),
+    /// The records of other types the first pass left out (see [`Ours`]).
+    Skipped(u64),
     Records(Vec<Raw>),
     /// Every record is handed over.
     End,
@@ -1743,9 +1764,12 @@ fn read_until(
         return Ok(());
     }
     if let Some(ours) = ours
-        && out
-            .blocking_send(Ok(SnapshotChunk::Writers(ours.writers)))
+        && (out
+            .blocking_send(Ok(SnapshotChunk::Skipped(ours.skipped)))
             .is_err()
+            || out
+                .blocking_send(Ok(SnapshotChunk::Writers(ours.writers)))
+                .is_err())
     {
         return Ok(());
     }
@@ -2061,6 +2085,9 @@ pub struct KafkaStream {
     /// The source's tables, by name: replacements of the interfaces over
     /// them are this stream's to deliver.
     tables: Vec<String>,
+    /// Records of the transaction being queued that each table (by
+    /// `upstream_oid`) skipped as another record type's.
+    skipped: HashMap<u32, u64>,
 }
 
 impl KafkaStream {
@@ -2188,6 +2215,7 @@ impl ChangeStream for KafkaStream {
                             change,
                         }),
                         Decoded::Nothing => {}
+                        Decoded::Skipped => *self.skipped.entry(reader.oid).or_default() += 1,
                         Decoded::Undecodable(problem) => {
                             self.queue.push_back(SourceEvent::Undecodable {
                                 table: reader.oid,
@@ -2226,6 +2254,12 @@ impl ChangeStream for KafkaStream {
         Some(self.offsets.to_json())
     }
 
+    fn take_skipped(&mut self) -> Vec<(u32, u64)> {
+        // A batch's records are counted as it is queued, and the next
+        // batch is read only once its commit is taken.
+        self.skipped.drain().collect()
+    }
+
     async fn close(self) {}
 }
 
@@ -2241,6 +2275,9 @@ pub struct KafkaSnapshot {
     /// Which value of a row each copied column takes.
     order: Vec<usize>,
     ended: bool,
+    /// Records of other record types left out (a table pinned with
+    /// `SUBJECT`), by the first pass or by decoding.
+    skipped: u64,
 }
 
 impl TableSnapshot for KafkaSnapshot {
@@ -2259,6 +2296,10 @@ impl TableSnapshot for KafkaSnapshot {
             Some(Ok(SnapshotChunk::Writers(fetched))) => {
                 self.writers.schemas.extend(fetched.schemas);
                 self.writers.versions.extend(fetched.versions);
+                return Ok(true);
+            }
+            Some(Ok(SnapshotChunk::Skipped(n))) => {
+                self.skipped += n;
                 return Ok(true);
             }
             Some(Ok(SnapshotChunk::Records(raws))) => raws,
@@ -2289,6 +2330,10 @@ impl TableSnapshot for KafkaSnapshot {
                     None => continue,
                 },
                 Decoded::Nothing => continue,
+                Decoded::Skipped => {
+                    self.skipped += 1;
+                    continue;
+                }
                 Decoded::Undecodable(problem) => {
                     return Err(PipelineError::Document {
                         table: self.table.clone(),
@@ -2306,6 +2351,10 @@ impl TableSnapshot for KafkaSnapshot {
             row(&values)?;
         }
         Ok(true)
+    }
+
+    fn skipped(&self) -> u64 {
+        self.skipped
     }
 
     async fn finish(self) -> Result<()> {
@@ -2654,7 +2703,7 @@ mod tests {
                     proptest::prop_assert_eq!(new.len(), reader.fields.len() + 1);
                 }
                 Ok(Decoded::Undecodable(why)) => proptest::prop_assert!(why.contains("offset 1"), "{}", why),
-                Ok(Decoded::Nothing) => proptest::prop_assert!(false, "nothing for a record with a value"),
+                Ok(Decoded::Nothing | Decoded::Skipped) => proptest::prop_assert!(false, "nothing for a record with a value"),
                 Err(e) => proptest::prop_assert!(false, "{}", e),
             }
         }
@@ -2727,7 +2776,7 @@ mod tests {
         let change = match decode(&mut reader, &writers, "orders", &raw).unwrap() {
             Decoded::Change(change) => change,
             Decoded::Undecodable(why) => panic!("{why}"),
-            Decoded::Nothing => panic!("nothing"),
+            Decoded::Nothing | Decoded::Skipped => panic!("nothing"),
         };
         let new = change.new.unwrap();
         assert_eq!(text(&new[0]), "1");
@@ -2790,7 +2839,7 @@ mod tests {
             let raw = fuzz_record(1, Some(b"k".to_vec()), &datum);
             match decode(&mut reader, &writers, "orders", &raw) {
                 Ok(Decoded::Change(_)) | Ok(Decoded::Undecodable(_)) => {}
-                Ok(Decoded::Nothing) => proptest::prop_assert!(false, "nothing for a record with a value"),
+                Ok(Decoded::Nothing | Decoded::Skipped) => proptest::prop_assert!(false, "nothing for a record with a value"),
                 Err(e) => proptest::prop_assert!(false, "{}", e),
             }
         }
@@ -2954,6 +3003,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             Decoded::Undecodable(why) => vec![why],
             Decoded::Nothing => Vec::new(),
+            Decoded::Skipped => vec!["skipped".to_string()],
         };
         let mut read = |raw: Raw| values(decode(&mut reader, &writers, "orders", &raw).unwrap());
         // Message index [0] as the single zero byte, a newer writer.

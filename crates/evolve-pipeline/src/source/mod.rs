@@ -238,6 +238,16 @@ pub trait ChangeStream: Send {
         std::future::ready(Ok(Vec::new()))
     }
 
+    /// The records of the transaction whose [`SourceEvent::Commit`]
+    /// [`ChangeStream::next`] just returned that the source read and left
+    /// out as another table's (a Kafka table pinned with `SUBJECT` skips
+    /// the records of its topic's other record types), by table, each
+    /// with its count; asked at each commit, and cleared by the asking.
+    /// None by default.
+    fn take_skipped(&mut self) -> Vec<(u32, u64)> {
+        Vec::new()
+    }
+
     /// Ends the stream, making sure the last confirmation reached the
     /// upstream (waiting a few seconds at most).
     fn close(self) -> impl Future<Output = ()> + Send;
@@ -253,6 +263,12 @@ pub trait TableSnapshot: Send {
     fn next_rows<F>(&mut self, row: F) -> impl Future<Output = Result<bool>> + Send
     where
         F: FnMut(&[Option<&[u8]>]) -> Result<()> + Send;
+
+    /// The records the snapshot has read so far and left out as another
+    /// table's (see [`ChangeStream::take_skipped`]). 0 by default.
+    fn skipped(&self) -> u64 {
+        0
+    }
 
     /// Ends the snapshot after its last row; an error means the copy is
     /// not complete.

@@ -331,6 +331,16 @@
 //! connects (1045: changed upstream, or the user dropped), is permanent
 //! too: the error names the account and the GRANT, or the connection whose
 //! url to fix, and the source resumes at its position once restarted.
+//! So is a query of the binlog's metadata refused for a privilege (error
+//! 1227, [`PipelineError::AccessDenied`]): `SHOW MASTER STATUS` and `SHOW
+//! BINARY LOGS` need REPLICATION CLIENT (MariaDB's BINLOG MONITOR), and
+//! the stream runs them when it opens at a file and offset, MySQL's
+//! snapshot when it reads its position; the error names the privilege
+//! the server's message asks for (never SUPER, which it offers as the
+//! other way) and the GRANT. Every session of a running source (the
+//! stream, a snapshot and its lock, the drift poll) takes a refused
+//! password as such (`session`), and a table whose snapshot is refused
+//! stalls until the pipeline restarts.
 //! Lost connections, restarts and timeouts
 //! (a heartbeat is asked for every second) are transient: the engine
 //! reopens the stream from the last applied position.
@@ -680,24 +690,19 @@ fn connect_error(name: &str, connection: &Connection, e: mysql_async::Error) -> 
     }
 }
 
-/// Source `source`'s stream session on connection `name`: [`connect`],
-/// except that a server refusing the user (error 1045 when connecting: a
-/// password changed upstream, a user dropped) stops the source, naming
-/// the connection and the way out, instead of being retried forever.
-async fn stream_session(source: &str, name: &str, connection: &Connection) -> Result<Conn> {
+/// A session of a running source (its stream, a snapshot, the drift
+/// poll) on connection `name`: [`connect`], except that a server refusing
+/// the user (error 1045 when connecting: a password changed upstream, a
+/// user dropped) is a permanent error naming the connection whose url to
+/// fix ([`PipelineError::AccessDenied`]), not a connection failure to
+/// retry forever.
+async fn session(name: &str, connection: &Connection) -> Result<Conn> {
     match Conn::new(opts(name, connection)?).await {
         Ok(conn) => Ok(conn),
         Err(mysql_async::Error::Server(server))
             if server.code == stream::ER_ACCESS_DENIED_ERROR =>
         {
-            let said = server.message.trim().trim_end_matches('.');
-            Err(PipelineError::Replication {
-                source_name: source.to_string(),
-                message: format!(
-                    "the server refused the user of connection \"{name}\" ({}): {said}; its password changed upstream or the user is gone: put the user's current password in connection \"{name}\"'s url in the config file, or create the user again upstream (SQLSTATE 28000)",
-                    target(connection)
-                ),
-            })
+            Err(login_refused(name, &target(connection), &server.message))
         }
         Err(e) => Err(connect_error(name, connection, e)),
     }
@@ -716,6 +721,24 @@ async fn current_account(conn: &mut Conn) -> Result<String> {
     })
 }
 
+/// A query of the binlog's metadata on `conn` failed with `e`: a refusal
+/// for the user's privileges is permanent, naming the privilege and the
+/// GRANT ([`metadata_denied`]; `what` says what needs it, as `reading the
+/// binlog position (SHOW MASTER STATUS)`); anything else is a
+/// [`query_error`].
+async fn metadata_error(conn: &mut Conn, what: &str, e: mysql_async::Error) -> PipelineError {
+    if let mysql_async::Error::Server(server) = &e {
+        // The session itself still works: it says who it is.
+        let account = current_account(conn)
+            .await
+            .unwrap_or_else(|_| "the connection's user".into());
+        if let Some(denied) = metadata_denied(&account, what, server.code, &server.message) {
+            return denied;
+        }
+    }
+    query_error(what, e)
+}
+
 fn query_error(what: &str, e: mysql_async::Error) -> PipelineError {
     PipelineError::Database {
         context: what.to_string(),
@@ -727,15 +750,17 @@ fn query_error(what: &str, e: mysql_async::Error) -> PipelineError {
 /// GTID set: `SHOW MASTER STATUS` (MySQL 8.4's `SHOW BINARY LOG
 /// STATUS`), which reads them together.
 async fn master_status(conn: &mut Conn) -> Result<(String, u32, Option<String>)> {
-    let what = "read the binlog position (SHOW MASTER STATUS)";
+    let what = "reading the binlog position (SHOW MASTER STATUS)";
     let row: Option<mysql_async::Row> = match conn.query_first("SHOW MASTER STATUS").await {
         Ok(row) => row,
         // ER_PARSE_ERROR: MySQL 8.4 has only the new name.
-        Err(mysql_async::Error::Server(e)) if e.code == 1064 => conn
-            .query_first("SHOW BINARY LOG STATUS")
-            .await
-            .map_err(|e| query_error(what, e))?,
-        Err(e) => return Err(query_error(what, e)),
+        Err(mysql_async::Error::Server(e)) if e.code == 1064 => {
+            match conn.query_first("SHOW BINARY LOG STATUS").await {
+                Ok(row) => row,
+                Err(e) => return Err(metadata_error(conn, what, e).await),
+            }
+        }
+        Err(e) => return Err(metadata_error(conn, what, e).await),
     };
     let row = row.ok_or_else(|| PipelineError::Refused {
         sqlstate: "55000",
@@ -787,10 +812,17 @@ async fn gtid_flavor(conn: &mut Conn) -> Result<Option<Flavor>> {
 /// gone, or the offset is not between two events).
 async fn mariadb_gtid_at(conn: &mut Conn, file: &str, offset: u32) -> Result<Option<GtidList>> {
     let what = || format!("map binlog position {file}:{offset} to GTIDs (BINLOG_GTID_POS)");
-    let text: Option<Option<String>> = conn
+    let text: Option<Option<String>> = match conn
         .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file, offset))
         .await
-        .map_err(|e| query_error(&what(), e))?;
+    {
+        Ok(text) => text,
+        Err(e) => {
+            let needs =
+                format!("mapping binlog position {file}:{offset} to GTIDs (BINLOG_GTID_POS)");
+            return Err(metadata_error(conn, &needs, e).await);
+        }
+    };
     match text.flatten() {
         None => Ok(None),
         Some(text) => GtidList::parse(&text)
@@ -1229,7 +1261,7 @@ pub async fn read_upstreams(
     tables: &[TableInfo],
     now: &HashMap<u32, Arc<TableSchema>>,
 ) -> Result<Vec<Upstream>> {
-    let mut conn = connect(name, connection).await?;
+    let mut conn = session(name, connection).await?;
     let mut out = Vec::with_capacity(tables.len());
     for table in tables {
         // Under the name the stream followed a renamed table to.
@@ -1577,7 +1609,7 @@ impl MysqlSource {
             });
         }
         let (seq, offset) = binlog_coordinates(from);
-        let logs: Vec<(String, u64)> = conn
+        let logs: std::result::Result<Vec<(String, u64)>, _> = conn
             .query_map("SHOW BINARY LOGS", |row: mysql_async::Row| {
                 (
                     row.get_opt::<String, _>(0)
@@ -1588,8 +1620,14 @@ impl MysqlSource {
                         .unwrap_or_default(),
                 )
             })
-            .await
-            .map_err(|e| query_error("list the binlog files (SHOW BINARY LOGS)", e))?;
+            .await;
+        let logs = match logs {
+            Ok(logs) => logs,
+            Err(e) => {
+                let what = "listing the binlog files (SHOW BINARY LOGS)";
+                return Err(metadata_error(conn, what, e).await);
+            }
+        };
         let needed = from.to_string();
         let Some((file, size)) = logs.iter().find(|(f, _)| file_seq(f) == Some(seq)).cloned()
         else {
@@ -1639,7 +1677,7 @@ impl MysqlSource {
         schemas: HashMap<u32, Arc<TableSchema>>,
     ) -> Result<MysqlStream> {
         let name = &self.source.name;
-        let mut conn = stream_session(name, &self.source.connection, &self.connection).await?;
+        let mut conn = session(&self.source.connection, &self.connection).await?;
         let account = current_account(&mut conn).await?;
         let flavor = gtid_flavor(&mut conn).await?;
         let start = self.start(&mut conn, flavor, from, state).await?;
@@ -1822,7 +1860,7 @@ impl Source for MysqlSource {
     }
 
     async fn snapshot(&self, table: &TableInfo) -> Result<MysqlSnapshot> {
-        let mut conn = connect(&self.source.connection, &self.connection).await?;
+        let mut conn = session(&self.source.connection, &self.connection).await?;
         for sql in [
             "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
             "SET time_zone = '+00:00'",
@@ -1838,7 +1876,7 @@ impl Source for MysqlSource {
                 .map_err(|e| query_error("start the snapshot transaction", e))?;
             mariadb_snapshot_position(&mut conn).await?
         } else {
-            let mut lock = connect(&self.source.connection, &self.connection).await?;
+            let mut lock = session(&self.source.connection, &self.connection).await?;
             let started = locked_start(
                 &mut conn,
                 &mut lock,

@@ -158,21 +158,74 @@ const ER_SPECIFIC_ACCESS_DENIED_ERROR: u16 = 1227;
 /// The privilege a 1227 message names (`you need (at least one of) the
 /// REPLICATION SLAVE privilege(s)`), if it names one in plain words; of
 /// several (any one will do), REPLICATION SLAVE when it is one of them,
-/// else the first.
+/// else the first that is not SUPER (which no one should grant for this:
+/// MySQL says `the SUPER, REPLICATION CLIENT privilege(s)`, MariaDB `the
+/// SUPER, BINLOG MONITOR privilege(s)`).
 fn needed_privilege(message: &str) -> Option<&str> {
     let after = &message[message.find("the ")? + "the ".len()..];
     let named = after[..after.find(" privilege")?].trim();
-    let mut each = named.split(',').map(str::trim);
-    let privilege = if each.clone().any(|p| p == "REPLICATION SLAVE") {
+    let each = || named.split(',').map(str::trim);
+    let privilege = if each().any(|p| p == "REPLICATION SLAVE") {
         "REPLICATION SLAVE"
     } else {
-        each.next()?
+        each().find(|p| *p != "SUPER").or_else(|| each().next())?
     };
     (!privilege.is_empty()
         && privilege
             .bytes()
             .all(|b| b.is_ascii_uppercase() || b == b' ' || b == b'_'))
     .then_some(privilege)
+}
+
+/// A query of the server's binlog metadata (`what`: `reading the binlog
+/// position (SHOW MASTER STATUS)`) that the server refused with `code`
+/// and `message`: when that is a refusal for the user's privileges (1227;
+/// 1045 in a session already authenticated), a permanent error naming the
+/// privilege and the GRANT for `account` (quoted, `'evolve'@'%'`). The
+/// privilege is the one the message names, else REPLICATION CLIENT (the
+/// one MySQL's SHOW MASTER STATUS and SHOW BINARY LOGS need; MariaDB calls
+/// it BINLOG MONITOR and names it).
+pub(super) fn metadata_denied(
+    account: &str,
+    what: &str,
+    code: u16,
+    message: &str,
+) -> Option<PipelineError> {
+    if !matches!(
+        code,
+        ER_ACCESS_DENIED_ERROR | ER_SPECIFIC_ACCESS_DENIED_ERROR
+    ) {
+        return None;
+    }
+    let privilege = match code {
+        ER_SPECIFIC_ACCESS_DENIED_ERROR => {
+            needed_privilege(message).unwrap_or("REPLICATION CLIENT")
+        }
+        _ => "REPLICATION CLIENT",
+    };
+    let said = message.trim().trim_end_matches('.');
+    Some(PipelineError::AccessDenied {
+        sqlstate: "42501",
+        primary: format!("user {account} lacks {privilege}, which {what} needs"),
+        detail: format!("The server refused it with error {code}: {said}."),
+        hint: format!("GRANT {privilege} ON *.* TO {account};"),
+    })
+}
+
+/// A session on connection `name` (`target`, without its password) that
+/// the server refused when it connected with `message` (error 1045: its
+/// password changed upstream, or the user is gone): permanent, naming the
+/// connection whose url to fix.
+pub(super) fn login_refused(name: &str, target: &str, message: &str) -> PipelineError {
+    let said = message.trim().trim_end_matches('.');
+    PipelineError::AccessDenied {
+        sqlstate: "28000",
+        primary: format!("the server refused the user of connection \"{name}\" ({target})"),
+        detail: format!("The server says: {said}."),
+        hint: format!(
+            "The user's password changed upstream or the user is gone: put the user's current password in connection \"{name}\"'s url in the config file, or create the user again upstream."
+        ),
+    }
 }
 
 /// A binlog dump the server refused for the user's privileges: permanent
@@ -1219,5 +1272,87 @@ mod tests {
             );
             assert!(!shown.contains("using password"), "{shown}");
         }
+    }
+
+    /// The metadata queries a running source makes (the binlog position,
+    /// its files, the GTID state there) refused for a privilege: MySQL's
+    /// and MariaDB's words for it, each a permanent error naming the
+    /// privilege (never SUPER) and the GRANT.
+    #[test]
+    fn a_refused_metadata_query_names_the_privilege_and_the_grant() {
+        for (code, message, privilege) in [
+            // MySQL 8.0, SHOW MASTER STATUS and SHOW BINARY LOGS without
+            // REPLICATION CLIENT.
+            (
+                1227,
+                "Access denied; you need (at least one of) the SUPER, REPLICATION CLIENT privilege(s) for this operation",
+                "REPLICATION CLIENT",
+            ),
+            // MySQL 8.4, SHOW BINARY LOG STATUS.
+            (
+                1227,
+                "Access denied; you need (at least one of) the REPLICATION CLIENT privilege(s) for this operation",
+                "REPLICATION CLIENT",
+            ),
+            // MariaDB 10.5 and later, SHOW MASTER STATUS, SHOW BINARY LOGS.
+            (
+                1227,
+                "Access denied; you need (at least one of) the SUPER, BINLOG MONITOR privilege(s) for this operation",
+                "BINLOG MONITOR",
+            ),
+            // Words evolve does not know: the privilege MySQL calls it by.
+            (
+                1227,
+                "Access denied; you need the right privileges",
+                "REPLICATION CLIENT",
+            ),
+            (
+                1045,
+                "Access denied for user 'r'@'localhost' (using password: YES)",
+                "REPLICATION CLIENT",
+            ),
+        ] {
+            let e = metadata_denied(
+                "'r'@'%'",
+                "reading the binlog position (SHOW MASTER STATUS)",
+                code,
+                message,
+            )
+            .unwrap_or_else(|| panic!("{code} {message}"));
+            assert!(e.is_permanent(), "{e}");
+            assert_eq!(
+                e.primary(),
+                format!(
+                    "user 'r'@'%' lacks {privilege}, which reading the binlog position (SHOW MASTER STATUS) needs"
+                )
+            );
+            assert_eq!(
+                e.hint().as_deref(),
+                Some(format!("GRANT {privilege} ON *.* TO 'r'@'%';").as_str())
+            );
+            assert!(e.detail().unwrap().contains(&code.to_string()), "{e}");
+        }
+        // Not a refusal: the caller reports it as the query's failure.
+        assert!(metadata_denied("'r'@'%'", "x", 1064, "You have an error").is_none());
+        assert!(metadata_denied("'r'@'%'", "x", 2013, "Lost connection").is_none());
+    }
+
+    /// A session refused at login (1045) names the connection whose url
+    /// to fix, permanently, and never a password.
+    #[test]
+    fn a_refused_login_names_the_connection_to_fix() {
+        let e = login_refused(
+            "my",
+            "mysql://r@db:3306/shop",
+            "Access denied for user 'r'@'10.0.0.2' (using password: YES)",
+        );
+        assert!(e.is_permanent(), "{e}");
+        assert_eq!(
+            e.primary(),
+            "the server refused the user of connection \"my\" (mysql://r@db:3306/shop)"
+        );
+        let shown = e.to_string();
+        assert!(shown.contains("connection \"my\"'s url"), "{shown}");
+        assert!(shown.contains("'r'@'10.0.0.2'"), "{shown}");
     }
 }
