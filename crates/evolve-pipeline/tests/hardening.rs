@@ -850,19 +850,23 @@ async fn a_second_engine_on_the_same_state_directory_is_refused() {
     let config = evolve_pipeline::Config::new(&state);
     let first = Arc::new(Pipeline::open(config.clone()).unwrap());
     let running = Running::start(first.clone());
+    // The first holds the lock once it wrote its process id into the lock
+    // file (a second engine started before that could take the lock
+    // first, and the first would be the one refused).
+    let lock = state.join("engine.lock");
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&lock).unwrap_or_default() != std::process::id().to_string() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the first engine took no lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let second = Pipeline::open(config.clone()).unwrap();
-    let refused = async {
-        loop {
-            match second.run(std::future::ready(())).await {
-                Err(e) => return e,
-                // The first had not taken the lock yet.
-                Ok(()) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
-    };
-    let e = tokio::time::timeout(Duration::from_secs(10), refused)
+    let e = second
+        .run(std::future::ready(()))
         .await
-        .expect("the second engine is refused");
+        .expect_err("the second engine is refused");
     assert_eq!(
         e.primary(),
         format!(
