@@ -999,11 +999,20 @@ fn note(o: &ObjectReport) -> String {
                 _ => format!("slot {slot}"),
             })
         }
-        "table" => parts.push(format!(
-            "{} of {}",
-            o.reference.as_deref().unwrap_or_default(),
-            o.source.as_deref().unwrap_or_default()
-        )),
+        "table" => {
+            parts.push(format!(
+                "{} of {}",
+                o.reference.as_deref().unwrap_or_default(),
+                o.source.as_deref().unwrap_or_default()
+            ));
+            // A SUBJECT table: its topic's records of other types.
+            if let Some(n) = o.skipped_records.filter(|n| *n > 0) {
+                parts.push(format!(
+                    "{n} record{} of other types skipped",
+                    if n == 1 { "" } else { "s" }
+                ));
+            }
+        }
         "materialized view" => {
             parts.push(format!("over {}", o.table.as_deref().unwrap_or_default()))
         }
@@ -1549,9 +1558,22 @@ mod tests {
                     source: Some("src".into()),
                     ..ObjectReport::default()
                 },
+                ObjectReport {
+                    kind: "table".into(),
+                    name: "orders_v1".into(),
+                    state: "running".into(),
+                    reference: Some("topic".into()),
+                    source: Some("ev".into()),
+                    skipped_records: Some(3),
+                    ..ObjectReport::default()
+                },
             ],
         };
         let text = status_text(&report);
+        assert!(
+            text.contains("topic of ev; 3 records of other types skipped"),
+            "{text}"
+        );
         assert!(
             text.contains("ERROR: could not connect to connection \"pg_conn\"; slot evolve_src retains 3 MiB of WAL"),
             "{text}"
