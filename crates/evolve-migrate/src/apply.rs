@@ -74,6 +74,19 @@ pub(crate) async fn run(
         )
         .await?;
         stop_at_phase(&mut steps, apply_opts, on_event);
+        // A statement the parser rejects would fail when it runs: said
+        // now, as `plan` says it.
+        let to_check: Vec<(&str, &evolve_core::migration::Script, usize)> = steps
+            .iter()
+            .map(|s| {
+                (
+                    s.file.script.as_str(),
+                    &s.file.parsed,
+                    s.resume.as_ref().map_or(0, |r| r.statements_done),
+                )
+            })
+            .collect();
+        crate::lockplan::check_syntax(&to_check)?;
         for step in &steps {
             if !no_transaction(step.file, apply_opts.mixed)
                 && !step.file.parsed.directives.rebuild_dependents_off

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use evolve_core::migration::effects::{self, Action, Effects, LockMode, RelKind, RelName};
-use evolve_core::migration::{Script, StatementKind, line_col, parse_script};
+use evolve_core::migration::{Script, Statement, StatementKind, line_col, parse_script};
 use evolve_pg::{Client, quote_ident, shell_word};
 use serde::Serialize;
 
@@ -288,23 +288,7 @@ async fn plan_on(
             if si < file.skip {
                 continue;
             }
-            let fx = fx.map_err(|e| {
-                let (line, column) = offset_position(&stmt.text, e.offset);
-                let line = stmt.line + line - 1;
-                let column = if line == stmt.line {
-                    stmt.column + column - 1
-                } else {
-                    column
-                };
-                MigrateError::Script {
-                    script: file.script.clone(),
-                    reason: format!(
-                        "line {line}, column {column}: {}: {}; fix the statement, nothing was planned or applied",
-                        e.message,
-                        effects::one_line(&stmt.text).chars().take(80).collect::<String>()
-                    ),
-                }
-            })?;
+            let fx = fx.map_err(|e| syntax_error(&file.script, stmt, &e))?;
             items.push(Item {
                 file_index: fi,
                 script: file.script.clone(),
@@ -373,6 +357,55 @@ fn offset_position(text: &str, offset: usize) -> (u32, u32) {
         offset -= 1;
     }
     line_col(text, offset)
+}
+
+/// A statement the parser rejects, as `plan` and `apply --dry-run` refuse
+/// it: the file, the line and column in it, the parser's message and the
+/// statement's start.
+fn syntax_error(script: &str, stmt: &Statement, e: &effects::SyntaxError) -> MigrateError {
+    let (line, column) = offset_position(&stmt.text, e.offset);
+    let line = stmt.line + line - 1;
+    let column = if line == stmt.line {
+        stmt.column + column - 1
+    } else {
+        column
+    };
+    MigrateError::Script {
+        script: script.to_string(),
+        reason: format!(
+            "line {line}, column {column}: {}: {}; fix the statement, nothing was planned or applied",
+            e.message,
+            effects::one_line(&stmt.text)
+                .chars()
+                .take(80)
+                .collect::<String>()
+        ),
+    }
+}
+
+/// The first statement of `files` (each a script's name, its statements
+/// and how many of them a resumed run skips) that the parser rejects, as
+/// [`syntax_error`] says it: what `apply --dry-run` checks, as `plan` does.
+pub(crate) fn check_syntax(files: &[(&str, &Script, usize)]) -> Result<(), MigrateError> {
+    let texts: Vec<Vec<String>> = files
+        .iter()
+        .map(|(_, script, skip)| {
+            script
+                .statements
+                .iter()
+                .skip(*skip)
+                .map(|s| s.text.clone())
+                .collect()
+        })
+        .collect();
+    for ((name, script, skip), analysed) in files.iter().zip(analyze_all(&texts)?) {
+        for (stmt, fx) in script.statements.iter().skip(*skip).zip(analysed) {
+            if let Err(e) = fx {
+                return Err(syntax_error(name, stmt, &e));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs the parser over every statement on a thread with a stack that

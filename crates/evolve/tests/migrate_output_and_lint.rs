@@ -77,6 +77,61 @@ async fn a_file_without_description_prints_without_a_double_space() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `apply --dry-run` refuses a statement the parser rejects (here two
+/// statements without the `;` between them), naming the file, the line
+/// and the column, as `plan` does: the real run would fail there. Nothing
+/// is applied, and a resumed file's statements already done are not read.
+#[tokio::test]
+async fn a_dry_run_refuses_a_statement_that_does_not_parse() {
+    let db = evolve_test::fresh_db("cli_dry_syntax").await;
+    let dir = temp_dir("dry_syntax");
+    std::fs::write(dir.join("V1__t.sql"), "CREATE TABLE t (id bigint);").expect("write");
+    std::fs::write(
+        dir.join("V2__columns.sql"),
+        "ALTER TABLE t ADD COLUMN a text\nALTER TABLE t ADD COLUMN b text;\n",
+    )
+    .expect("write");
+    let out = evolve(Some(&db.url), &dir, &["migrate", "apply", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("error: ")
+            && stderr.contains("V2__columns.sql")
+            && stderr.contains("line 1, column 32: missing comma"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        !text(&out.stdout).contains("would apply"),
+        "{}",
+        text(&out.stdout)
+    );
+    let status = evolve(
+        Some(&db.url),
+        &dir,
+        &["migrate", "status", "--format", "json"],
+    );
+    assert!(
+        !text(&status.stdout).contains("\"success\""),
+        "nothing applied: {}",
+        text(&status.stdout)
+    );
+    // Fixed, it would run.
+    std::fs::write(
+        dir.join("V2__columns.sql"),
+        "ALTER TABLE t ADD COLUMN a text;\nALTER TABLE t ADD COLUMN b text;\n",
+    )
+    .expect("write");
+    let out = evolve(Some(&db.url), &dir, &["migrate", "apply", "--dry-run"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("would apply V2 columns (2 statements, in one transaction)"),
+        "{}",
+        text(&out.stdout)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// `evolve lint` reads baseline migrations as it reads versioned ones, each
 /// on its own (it runs on an empty database), before the versioned files.
 #[test]
