@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use common::mysql::*;
 use common::*;
-use evolve_pipeline::source::mysql::{binlog_position, is_gtid_position, mariadb_position};
-use evolve_pipeline::store::{SourceKind, Store};
-use evolve_pipeline::{Config, Pipeline, SourceInfo, TableSpec};
+use evolve_pipeline::source::mysql::{is_gtid_position, mariadb_position};
+use evolve_pipeline::store::Store;
+use evolve_pipeline::{Config, Pipeline, TableSpec};
 use evolve_test::{MariaDb, MariaDbOptions};
 use mysql_async::prelude::Queryable;
 use tokio_postgres::Client;
@@ -368,33 +368,7 @@ async fn a_source_of_an_older_store_moves_from_its_file_position_to_gtids() {
         .await
         .unwrap();
     write(&mut my, 1, 30).await;
-    let (file, offset): (String, u64) = my
-        .query_first("SHOW MASTER STATUS")
-        .await
-        .unwrap()
-        .map(|row: mysql_async::Row| (row.get(0).unwrap(), row.get(1).unwrap()))
-        .unwrap();
-    let at = binlog_position(
-        file.rsplit_once('.').unwrap().1.parse().unwrap(),
-        u32::try_from(offset).unwrap(),
-    );
-    Store::open(&env.state)
-        .unwrap()
-        .insert_source_resuming(
-            &SourceInfo {
-                name: env.source.clone(),
-                connection: "my".into(),
-                publication: String::new(),
-                publication_created: false,
-                slot: format!("evolve_{}", env.source),
-                applied_lsn: at,
-                dropping: false,
-                drop_error: None,
-                kind: SourceKind::Mysql,
-            },
-            None,
-        )
-        .unwrap();
+    let at = source_at_file_position(&env, &mut my).await;
     // After the old position, before the pipeline starts: in the table's
     // snapshot and in the stream from the old position, applied once.
     write(&mut my, 31, 40).await;

@@ -13,8 +13,6 @@ use common::mysql::*;
 use common::*;
 use evolve_pipeline::drift::Signal;
 use evolve_pipeline::poll::drift;
-use evolve_pipeline::source::mysql::binlog_position;
-use evolve_pipeline::store::{SourceInfo, SourceKind, Store};
 use evolve_pipeline::{ObjectKind, Pipeline, TableState};
 use evolve_test::shared_mariadb;
 use mysql_async::prelude::Queryable;
@@ -236,33 +234,7 @@ async fn a_revoked_binlog_monitor_stalls_the_source_naming_the_grant() {
     root.query_drop("CREATE TABLE p (id int PRIMARY KEY, n int NOT NULL)")
         .await
         .unwrap();
-    let (file, offset): (String, u64) = root
-        .query_first("SHOW MASTER STATUS")
-        .await
-        .unwrap()
-        .map(|row: mysql_async::Row| (row.get(0).unwrap(), row.get(1).unwrap()))
-        .unwrap();
-    let at = binlog_position(
-        file.rsplit_once('.').unwrap().1.parse().unwrap(),
-        u32::try_from(offset).unwrap(),
-    );
-    Store::open(&env.state)
-        .unwrap()
-        .insert_source_resuming(
-            &SourceInfo {
-                name: env.source.clone(),
-                connection: "my".into(),
-                publication: String::new(),
-                publication_created: false,
-                slot: format!("evolve_{}", env.source),
-                applied_lsn: at,
-                dropping: false,
-                drop_error: None,
-                kind: SourceKind::Mysql,
-            },
-            None,
-        )
-        .unwrap();
+    source_at_file_position(&env, &mut root).await;
     root.query_drop("INSERT INTO p VALUES (1, 1)")
         .await
         .unwrap();

@@ -121,3 +121,41 @@ pub async fn wait_writes(sink: &tokio_postgres::Client, table: &str, expected: i
         "{table}: writes after settling"
     );
 }
+
+/// Stores `env`'s source as a store from before GTID positions had it:
+/// resuming at the server's binlog file and offset now (`SHOW MASTER
+/// STATUS` through `conn`). Its position.
+pub async fn source_at_file_position(
+    env: &MyEnv,
+    conn: &mut mysql_async::Conn,
+) -> evolve_pipeline::Position {
+    use mysql_async::prelude::Queryable;
+    let (file, offset): (String, u64) = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .map(|row: mysql_async::Row| (row.get(0).unwrap(), row.get(1).unwrap()))
+        .unwrap();
+    let at = evolve_pipeline::source::mysql::binlog_position(
+        file.rsplit_once('.').unwrap().1.parse().unwrap(),
+        u32::try_from(offset).unwrap(),
+    );
+    evolve_pipeline::store::Store::open(&env.state)
+        .unwrap()
+        .insert_source_resuming(
+            &evolve_pipeline::SourceInfo {
+                name: env.source.clone(),
+                connection: "my".into(),
+                publication: String::new(),
+                publication_created: false,
+                slot: format!("evolve_{}", env.source),
+                applied_lsn: at,
+                dropping: false,
+                drop_error: None,
+                kind: evolve_pipeline::store::SourceKind::Mysql,
+            },
+            None,
+        )
+        .unwrap();
+    at
+}
