@@ -107,9 +107,7 @@ impl AdminArg {
             (None, None) => (DEFAULT_ADMIN.to_string(), "--admin".to_string()),
         };
         let mut admin = AdminUrl::parse(&url, &given)?;
-        if self.admin.is_none() && self.config.is_none() {
-            admin.way_out = default_config_elsewhere();
-        }
+        admin.defaulted = self.admin.is_none() && self.config.is_none();
         admin.token = std::env::var("EVOLVE_ADMIN_TOKEN")
             .ok()
             .filter(|t| !t.trim().is_empty())
@@ -418,9 +416,10 @@ pub(crate) struct AdminUrl {
     prefix: String,
     /// The bearer token, if the API needs one.
     token: Option<String>,
-    /// The way out when the API cannot be reached, instead of asking
-    /// whether the pipeline runs (see [`AdminArg::resolve_as`]).
-    way_out: Option<String>,
+    /// Neither `--admin` nor `--config` was given: when the API cannot
+    /// be reached, an `evolve.toml` here that listens elsewhere is the way
+    /// out ([`default_config_elsewhere`], read only then).
+    defaulted: bool,
 }
 
 /// `url` with any user information masked: an admin URL is echoed in
@@ -472,15 +471,16 @@ impl AdminUrl {
             authority: authority.to_string(),
             prefix: path.trim_end_matches('/').to_string(),
             token: None,
-            way_out: None,
+            defaulted: false,
         })
     }
 
     fn unreachable(&self, why: impl std::fmt::Display) -> anyhow::Error {
         let way_out = self
-            .way_out
-            .as_deref()
-            .unwrap_or("is `evolve pipeline run` running?");
+            .defaulted
+            .then(default_config_elsewhere)
+            .flatten()
+            .unwrap_or_else(|| "is `evolve pipeline run` running?".to_string());
         anyhow::anyhow!(
             "cannot reach the pipeline's admin API at {} ({why}); {way_out}",
             self.url
