@@ -37,6 +37,17 @@ impl Db {
             ),
         }
     }
+
+    /// `e`, whose connection error (if it is one) names what gave the
+    /// connection string: the flag, `DATABASE_URL` or libpq's variables.
+    fn given(&self, e: evolve_backfill::BackfillError) -> evolve_backfill::BackfillError {
+        match e {
+            evolve_backfill::BackfillError::Pg(pg) => evolve_backfill::BackfillError::Pg(
+                pg.given_by(crate::cli::url_origin(self.database_url.is_some())),
+            ),
+            other => other,
+        }
+    }
 }
 
 /// How batches run and when they pause.
@@ -461,23 +472,31 @@ pub async fn run(args: BackfillArgs, out: &mut Out) -> anyhow::Result<()> {
             if let Some(bar) = &reporter.bar {
                 bar.finish_and_clear();
             }
-            result?;
+            result.map_err(|e| db.given(e))?;
             Ok(())
         }
         BackfillVerb::Status { name, db } => {
-            let jobs = evolve_backfill::status(db.url()?, name.as_deref()).await?;
+            let jobs = evolve_backfill::status(db.url()?, name.as_deref())
+                .await
+                .map_err(|e| db.given(e))?;
             print_jobs(out, &jobs)
         }
         BackfillVerb::Pause { name, db } => {
-            let j = evolve_backfill::pause(db.url()?, &name).await?;
+            let j = evolve_backfill::pause(db.url()?, &name)
+                .await
+                .map_err(|e| db.given(e))?;
             print_jobs(out, &[j])
         }
         BackfillVerb::Resume { name, db } => {
-            let j = evolve_backfill::resume(db.url()?, &name).await?;
+            let j = evolve_backfill::resume(db.url()?, &name)
+                .await
+                .map_err(|e| db.given(e))?;
             print_jobs(out, &[j])
         }
         BackfillVerb::Cancel { name, db } => {
-            let j = evolve_backfill::cancel(db.url()?, &name).await?;
+            let j = evolve_backfill::cancel(db.url()?, &name)
+                .await
+                .map_err(|e| db.given(e))?;
             print_jobs(out, &[j])
         }
     }
@@ -504,7 +523,7 @@ pub async fn rewrite(args: RewriteArgs, out: &mut Out) -> anyhow::Result<()> {
     if let Some(bar) = &reporter.bar {
         bar.finish_and_clear();
     }
-    result?;
+    result.map_err(|e| args.db.given(e))?;
     Ok(())
 }
 

@@ -542,12 +542,8 @@ async fn run_command(cli: Cli, out: &mut Out) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate(args) => migrate(args, out).await,
         Command::Change(args) => crate::change::run(args, out).await,
-        Command::Backfill(args) => crate::backfill::run(args, out)
-            .await
-            .map_err(with_url_origin),
-        Command::Rewrite(args) => crate::backfill::rewrite(args, out)
-            .await
-            .map_err(with_url_origin),
+        Command::Backfill(args) => crate::backfill::run(args, out).await,
+        Command::Rewrite(args) => crate::backfill::rewrite(args, out).await,
         Command::Deps(args) => {
             let origin = url_origin(args.database_url.is_some());
             let Some(url) = args.database_url.or_else(libpq_environment) else {
@@ -894,29 +890,6 @@ pub(crate) fn url_origin(given: bool) -> &'static str {
     } else {
         "the PG* environment variables (PGHOST, PGPORT, PGUSER, PGDATABASE, PGSERVICE)"
     }
-}
-
-/// `e` of a command whose library connects on its own and names
-/// `--database-url` in a connection error's way out whatever gave the
-/// string: with the way out naming `DATABASE_URL` or libpq's variables
-/// when the flag was not typed.
-fn with_url_origin(e: anyhow::Error) -> anyhow::Error {
-    // The ways out evolve_pg::connect_way_out writes.
-    const WAYS_OUT: [&str; 3] = [
-        "; check --database-url and that the server is running",
-        "; check the password: the one in --database-url,",
-        " in --database-url",
-    ];
-    let set = std::env::var_os("DATABASE_URL").is_some_and(|v| !v.is_empty());
-    let origin = url_origin(set);
-    let mut message = e.to_string();
-    if let Some(cause) = e.chain().nth(1) {
-        message = format!("{message}: {cause}");
-    }
-    if origin == "--database-url" || !WAYS_OUT.iter().any(|w| message.contains(w)) {
-        return e;
-    }
-    anyhow::anyhow!(message.replace("--database-url", origin))
 }
 
 /// `e`, whose connection error (if it is one) names `origin` as where the
