@@ -907,6 +907,7 @@ async fn replicas_and_transforms_through_evolve_sql() {
         pipeline.terminate().success(),
         "evolve pipeline run exited badly"
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `COPY DATA = true` with `ENABLED = false`: nothing is copied or
@@ -1068,4 +1069,5 @@ async fn copy_data_waits_for_enable_and_copies_through_the_resolvers() {
     );
     assert_eq!(replica_objects(&up).await, Vec::<String>::new());
     assert!(pipeline.terminate().success());
+    let _ = std::fs::remove_dir_all(&dir);
 }

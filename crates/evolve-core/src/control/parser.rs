@@ -232,7 +232,7 @@ impl Parser<'_> {
             if word.len() < 2 || word.len().abs_diff(keyword.len()) > limit {
                 continue;
             }
-            let distance = edit_distance(word.as_bytes(), keyword.as_bytes());
+            let distance = strsim::osa_distance(word, keyword);
             if distance > 0 && distance <= limit && best.is_none_or(|(d, _)| distance < d) {
                 best = Some((distance, keyword));
             }
@@ -1790,25 +1790,3 @@ fn list(expected: &[Expected]) -> String {
     }
 }
 
-/// Optimal string alignment distance (Levenshtein plus transpositions of
-/// adjacent characters), over bytes: both sides are ASCII keywords or folded
-/// words compared against them.
-pub(super) fn edit_distance(a: &[u8], b: &[u8]) -> usize {
-    let mut prev2: Vec<usize> = vec![0; b.len() + 1];
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur: Vec<usize> = vec![0; b.len() + 1];
-    for i in 1..=a.len() {
-        cur[0] = i;
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut d = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d = d.min(prev2[j - 2] + 1);
-            }
-            cur[j] = d;
-        }
-        std::mem::swap(&mut prev2, &mut prev);
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
-}
