@@ -229,13 +229,17 @@ impl ApiError {
         ApiError::new(422, 42205, message)
     }
 
+    /// Confluent's `RestReferenceExistsException`: its sentence names the
+    /// version by its `SchemaKey` (`{magic=1,keytype=SCHEMA,subject=S,version=V}`);
+    /// evolve adds the ids that refer to it.
     pub fn reference_exists(subject: &str, version: u32, by: &[u32]) -> ApiError {
         ApiError::new(
             422,
             42206,
             format!(
-                "One or more references exist to the schema {{subject={subject},version={version}}}: \
-                 schema ids {by:?} refer to it; delete those versions first"
+                "One or more references exist to the schema \
+                 {{magic=1,keytype=SCHEMA,subject={subject},version={version}}}. \
+                 Schema ids {by:?} refer to it; delete those versions first."
             ),
         )
     }

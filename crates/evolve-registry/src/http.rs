@@ -24,8 +24,8 @@ use crate::metrics::Metrics;
 use crate::record::{ConfigValue, RegistryMode, SchemaReference};
 use crate::service::Registry;
 use crate::state::{
-    ConfigUpdate, DEFAULT_CONTEXT, SchemaInput, State, VersionSpec, canonical_subject, java_trim,
-    schema_type_field, split_subject,
+    ConfigUpdate, DEFAULT_CONTEXT, SchemaInput, State, VersionEntry, VersionSpec,
+    canonical_subject, java_trim, schema_type_field, split_subject,
 };
 use crate::store::Storage;
 
@@ -599,21 +599,25 @@ fn schema_fields(
 
 /// The fields Confluent 8.x adds to a version it reads from its store
 /// (`SchemaValue.toSchemaEntity`): the schema's `guid` (see
-/// [`crate::guid`]) and whether the version is soft-deleted (`deleted`,
-/// `false` included, as Jackson's `NON_EMPTY` writes it). Confluent's `ts`
-/// is the Kafka timestamp of the version's record, which evolve's logs do
-/// not keep: it is left out, as Confluent leaves out a field it has no
+/// [`crate::guid`]), the version's registration time `ts` (epoch
+/// milliseconds; Confluent's is the Kafka timestamp of the version's
+/// record, `SchemaRegistryValue.getTimestamp`) and whether the version is
+/// soft-deleted (`deleted`, `false` included, as Jackson's `NON_EMPTY`
+/// writes it). A version whose record has no time (one written before
+/// evolve kept it) has no `ts`, as Confluent leaves out a field it has no
 /// value for.
 fn version_fields(
     state: &State,
     context: &str,
-    id: u32,
-    deleted: bool,
+    entry: VersionEntry,
     out: &mut serde_json::Map<String, Json>,
 ) -> Result<(), ApiError> {
-    let stored = state.schema_in_use(context, id)?;
+    let stored = state.schema_in_use(context, entry.id)?;
     out.insert("guid".into(), json!(stored.guid()));
-    out.insert("deleted".into(), json!(deleted));
+    if let Some(ts) = entry.ts {
+        out.insert("ts".into(), json!(ts));
+    }
+    out.insert("deleted".into(), json!(entry.deleted));
     Ok(())
 }
 
@@ -627,18 +631,18 @@ fn version_of_id(
     context: &str,
     id: u32,
     subject: Option<&str>,
-) -> Option<(String, u32, bool)> {
+) -> Option<(String, u32, VersionEntry)> {
     let with_state = |(name, version): (String, u32)| {
-        let deleted = state
+        let entry = state
             .subject(&name)
             .and_then(|s| s.versions.get(&version))
-            .is_some_and(|e| e.deleted);
-        (name, version, deleted)
+            .copied()?;
+        Some((name, version, entry))
     };
-    let all: Vec<(String, u32, bool)> = state
+    let all: Vec<(String, u32, VersionEntry)> = state
         .versions_of_id(context, id, true)
         .into_iter()
-        .map(with_state)
+        .filter_map(with_state)
         .collect();
     let named = subject
         .map(canonical_subject)
@@ -649,7 +653,7 @@ fn version_of_id(
         return Some(found.clone());
     }
     all.iter()
-        .find(|(_, _, deleted)| !deleted)
+        .find(|(_, _, entry)| !entry.deleted)
         .or(all.first())
         .cloned()
 }
@@ -793,12 +797,12 @@ async fn schema_by_id(
             // from, and, when the request names a `subject`, that
             // version's subject and number (`new SchemaString(schema)`).
             let found = version_of_id(state, &context, id, subject);
-            if let Some((name, version, deleted)) = found {
+            if let Some((name, version, entry)) = found {
                 if subject.is_some() {
                     out.insert("subject".into(), json!(name));
                     out.insert("version".into(), json!(version));
                 }
-                version_fields(state, &context, id, deleted, &mut out)?;
+                version_fields(state, &context, entry, &mut out)?;
             }
             Ok(Json::Object(out))
         })
@@ -1037,18 +1041,19 @@ async fn list_schemas(
                 continue;
             };
             let context = split_subject(&name).0;
-            let visible: Vec<(u32, u32, bool)> = subject
+            let visible: Vec<(u32, VersionEntry)> = subject
                 .versions
                 .iter()
                 .filter(|(_, e)| deleted || !e.deleted)
-                .map(|(v, e)| (*v, e.id, e.deleted))
+                .map(|(v, e)| (*v, *e))
                 .collect();
             let chosen = if latest_only {
                 &visible[visible.len().saturating_sub(1)..]
             } else {
                 &visible[..]
             };
-            for (version, id, soft_deleted) in chosen {
+            for (version, entry) in chosen {
+                let id = &entry.id;
                 let Ok(stored) = state.schema_in_use(context, *id) else {
                     continue;
                 };
@@ -1065,7 +1070,7 @@ async fn list_schemas(
                     schema.insert("aliases".into(), json!(by));
                 }
                 if schema_fields(state, context, *id, &params, &mut schema).is_ok()
-                    && version_fields(state, context, *id, *soft_deleted, &mut schema).is_ok()
+                    && version_fields(state, context, *entry, &mut schema).is_ok()
                 {
                     out.push(Json::Object(schema));
                 }
@@ -1154,21 +1159,77 @@ async fn register(
     body: Body,
 ) -> Result<Response, ApiError> {
     let input = read_schema_body(&app, body, &params, "Register").await?;
-    if let Some(existing) = app
+    let existing = app
         .registry
-        .read(|state| state.existing_registration(&subject, &input))
+        .read(|state| state.existing_registration(&subject, &input));
+    let (id, version) = match existing {
+        Some(existing) => (existing.id, existing.version),
+        None => {
+            let code = app.registry.settings.incompatible_code;
+            app.registry
+                .write(|state| {
+                    let r = state.register(&subject, &input, code)?;
+                    Ok(((r.id, r.version), r.records))
+                })
+                .await?
+        }
+    };
+    // A Protobuf schema sent as a serialized descriptor is answered in
+    // that form (see `registration_answer`).
+    let mut params = params;
+    if crate::state::parse_schema_type(input.schema_type.as_deref()).ok()
+        == Some(evolve_compat::SchemaType::Protobuf)
+        && evolve_compat::protobuf::is_serialized(&input.schema)
     {
-        return ok(json!({ "id": existing.id }));
+        params.insert("format".into(), "serialized".into());
     }
-    let code = app.registry.settings.incompatible_code;
-    let id = app
+    let answer = app
         .registry
-        .write(|state| {
-            let r = state.register(&subject, &input, code)?;
-            Ok((r.id, r.records))
-        })
-        .await?;
-    ok(json!({ "id": id }))
+        .read(|state| registration_answer(state, &subject, id, version, &params));
+    ok(answer)
+}
+
+/// What a registration answers, as Confluent 7.4.1+ does
+/// (`SubjectVersionsResource.register` answers `new
+/// RegisterSchemaResponse(result)`, Jackson `NON_EMPTY`): the `id`, the
+/// subject's `version` holding it, the schema as stored (`schema`,
+/// `schemaType`, `references`, `metadata`, `ruleSet`, with `format`), and
+/// since 8.0 its `guid`. `schemaType` is there for Avro too: Confluent's
+/// `Schema(subject, RegisterSchemaRequest)` sets `AVRO` when the request
+/// names no type. No `ts` or `deleted`: the `Schema` a registration
+/// returns is built from the request, not read from the store. A client
+/// that reads only `id` (Confluent's before 7.4.1) reads the same `id`.
+/// Should the version be gone already (a delete that came in between),
+/// the answer is `{"id": N}` alone.
+///
+/// One difference: a Protobuf schema sent as a serialized descriptor
+/// (base64 of a `FileDescriptorProto`, as confluent-kafka-python's
+/// serializer sends it) is answered as `format=serialized` gives it,
+/// where Confluent answers the `.proto` text. confluent-kafka-python
+/// (2.16) caches the answer's `schema` under the id, and its Protobuf
+/// deserializer, sharing the client, then reads that cached text as a
+/// descriptor and fails; answered in the form it sent, it reads what it
+/// read before 7.4.1, when it cached the schema it had sent.
+fn registration_answer(
+    state: &State,
+    subject: &str,
+    id: u32,
+    version: u32,
+    params: &HashMap<String, String>,
+) -> Json {
+    let context = split_subject(canonical_subject(subject)).0;
+    let mut out = serde_json::Map::new();
+    out.insert("id".into(), json!(id));
+    let mut fields = serde_json::Map::new();
+    if schema_fields(state, context, id, params, &mut fields).is_ok()
+        && let Ok(stored) = state.schema_in_use(context, id)
+    {
+        out.insert("version".into(), json!(version));
+        out.insert("guid".into(), json!(stored.guid()));
+        fields.entry("schemaType").or_insert_with(|| json!("AVRO"));
+        out.extend(fields);
+    }
+    Json::Object(out)
 }
 
 async fn delete_subject(
@@ -1239,7 +1300,7 @@ async fn get_version(
             out.insert("id".into(), json!(entry.id));
             let context = split_subject(&subject).0;
             schema_fields(state, context, entry.id, &params, &mut out)?;
-            version_fields(state, context, entry.id, entry.deleted, &mut out)?;
+            version_fields(state, context, entry, &mut out)?;
             Ok(Json::Object(out))
         })
         .await?;

@@ -141,7 +141,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::forward::{self, Forwarder, Takeover};
-use crate::record::Record;
+use crate::record::{Record, Value};
 use crate::store::{Log, StoreError};
 
 /// The topic when `--storage kafka://BROKERS` names none: Confluent's.
@@ -370,7 +370,23 @@ struct Tail {
 
 impl Tail {
     /// One record the reader met at Kafka `offset`.
+    #[cfg(test)]
     fn ingest(&mut self, target: &str, offset: i64, key: Option<&[u8]>, value: Option<&[u8]>) {
+        self.ingest_timed(target, offset, None, key, value);
+    }
+
+    /// One record the reader met at Kafka `offset`, with the record's
+    /// Kafka timestamp (epoch milliseconds): a schema version whose value
+    /// has no `ts` (Confluent's and Karapace's records) takes it, as
+    /// Confluent's reader sets it (`KafkaStoreMessageHandler.validateUpdate`).
+    fn ingest_timed(
+        &mut self,
+        target: &str,
+        offset: i64,
+        timestamp: Option<i64>,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) {
         if offset < self.read_to {
             // Accounted for already: this instance's own records, known
             // to end where the topic ends (see `claim`).
@@ -407,7 +423,12 @@ impl Tail {
             return;
         };
         match Record::from_json(key, value) {
-            Ok(record) => {
+            Ok(mut record) => {
+                if let Some(Value::Schema(v)) = &mut record.value
+                    && v.ts.is_none()
+                {
+                    v.ts = timestamp;
+                }
                 self.end += 1;
                 self.records.push_back(record);
             }
@@ -1085,7 +1106,13 @@ fn read_to_end(
         }
         match consumer.poll(Duration::from_millis(2)) {
             None => {}
-            Some(Ok(m)) => locked(tail).ingest(target, m.offset(), m.key(), m.payload()),
+            Some(Ok(m)) => locked(tail).ingest_timed(
+                target,
+                m.offset(),
+                m.timestamp().to_millis().filter(|ts| *ts >= 0),
+                m.key(),
+                m.payload(),
+            ),
             Some(Err(e)) => {
                 if matches!(
                     e.rdkafka_error_code(),

@@ -73,6 +73,14 @@ pub struct SchemaValue {
     pub rule_set: Option<serde_json::Value>,
     #[serde(default)]
     pub deleted: bool,
+    /// When the version was registered, in milliseconds since the Unix
+    /// epoch: Confluent 8.0+'s `ts` (`SchemaRegistryValue.getTimestamp`,
+    /// the Kafka timestamp of the version's record). evolve writes it into
+    /// the record's value; records written before it, and Confluent's
+    /// (which carry no `ts` in their value), have none, unless the Kafka
+    /// store reads them, which then takes the record's Kafka timestamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ts: Option<i64>,
 }
 
 /// A configuration: the compatibility level, the data-contract defaults
@@ -519,6 +527,7 @@ mod tests {
                     metadata: Some(serde_json::json!({"properties": {"owner": "shop"}})),
                     rule_set: Some(serde_json::json!({"domainRules": [{"name": "r"}]})),
                     deleted: false,
+                    ts: Some(1_700_000_000_123),
                 })),
             },
             Record {

@@ -130,6 +130,9 @@ pub struct Keys {
 pub struct VersionEntry {
     pub id: u32,
     pub deleted: bool,
+    /// Its registration time (epoch milliseconds), when its record has
+    /// one: Confluent 8.0+'s `ts`. See [`SchemaValue::ts`].
+    pub ts: Option<i64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -283,6 +286,13 @@ impl VersionSpec {
             },
         }
     }
+}
+
+/// Now, in milliseconds since the Unix epoch: a new version's `ts`.
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// `text` without what Java's `String.trim` removes at either end: every
@@ -985,6 +995,7 @@ impl State {
             VersionEntry {
                 id: v.id,
                 deleted: v.deleted,
+                ts: v.ts,
             },
         );
         let space = self.spaces.entry(context.to_owned()).or_default();
@@ -1117,8 +1128,13 @@ impl State {
             .collect()
     }
 
-    /// The version a request names: `latest` is the newest live one; a
-    /// soft-deleted version is found only with `deleted`.
+    /// The version a request names: `latest` is the newest live one,
+    /// `deleted` or not; a soft-deleted version is found by its number
+    /// only with `deleted`. As Confluent's `get(subject, version,
+    /// returnDeletedSchema)` (AbstractSchemaRegistry): `latest` (-1) is
+    /// `getLatestVersion`, which skips soft-deleted versions whatever
+    /// `returnDeletedSchema` says, so a subject whose versions are all
+    /// soft-deleted has no `latest` (40402 with `deleted`, 40401 without).
     pub fn version(
         &self,
         subject: &str,
@@ -1127,7 +1143,6 @@ impl State {
     ) -> Result<(u32, VersionEntry), ApiError> {
         let s = self.existing_subject(subject, deleted)?;
         let found = match spec {
-            VersionSpec::Latest if deleted => s.versions.iter().next_back().map(|(v, e)| (*v, *e)),
             VersionSpec::Latest => s.latest_live(),
             VersionSpec::Number(n) => s
                 .versions
@@ -1146,9 +1161,20 @@ impl State {
     /// with `deleted` those of soft-deleted versions too (Confluent's
     /// `getReferencedBy(key, lookupDeletedSchema)`).
     pub fn referenced_by(&self, subject: &str, version: u32, deleted: bool) -> Vec<u32> {
+        let ids: BTreeSet<u32> = self
+            .referrers(subject, version, deleted)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        ids.into_iter().collect()
+    }
+
+    /// The subjects and ids of the versions that reference `subject`
+    /// version `version`, as [`State::referenced_by`] selects them.
+    fn referrers(&self, subject: &str, version: u32, deleted: bool) -> Vec<(&str, u32)> {
         let subject = canonical_subject(subject);
         let (context, _) = split_subject(subject);
-        let mut ids = BTreeSet::new();
+        let mut found = Vec::new();
         for (name, s) in &self.subjects {
             if split_subject(name).0 != context {
                 continue;
@@ -1160,11 +1186,11 @@ impl State {
                             && self.resolve_reference_version(context, r) == Some(version)
                     })
                 {
-                    ids.insert(e.id);
+                    found.push((name.as_str(), e.id));
                 }
             }
         }
-        ids.into_iter().collect()
+        found
     }
 
     fn resolve_reference_version(&self, context: &str, r: &SchemaReference) -> Option<u32> {
@@ -2077,6 +2103,7 @@ impl State {
             metadata,
             rule_set,
             deleted: false,
+            ts: Some(now_millis()),
         };
         let mut records = Vec::new();
         // The first schema of a context names it, as Confluent's CONTEXT
@@ -2091,9 +2118,15 @@ impl State {
         }
         // Older soft-deleted versions of the same id go for good, as in
         // Confluent: the subject then lists the schema once, as the new
-        // version.
+        // version. Not one that a schema (soft-deleted ones included)
+        // still references: references name a subject and version, and
+        // Confluent's `register` (KafkaSchemaRegistry) skips those too.
         for (old, entry) in subject_state.iter().flat_map(|s| s.versions.iter()) {
-            if entry.deleted && entry.id == id && *old < version {
+            if entry.deleted
+                && entry.id == id
+                && *old < version
+                && self.referenced_by(subject, *old, true).is_empty()
+            {
                 records.push(Record {
                     key: Key::Schema {
                         subject: subject.to_owned(),
@@ -2300,10 +2333,31 @@ impl State {
             _ => return Err(ApiError::subject_not_found(subject)),
         };
         self.check_writable(subject)?;
-        if permanent {
-            if s.is_live() {
+        // As Confluent's `deleteSubject` (KafkaSchemaRegistry), version by
+        // version, oldest first: a version another subject references
+        // (`getReferencedBySubjects(key, permanentDelete)`, the subject's
+        // own versions left out; soft-deleted referrers count for a
+        // permanent delete) is 42206, and for a permanent delete a live
+        // one is 40405. A soft delete looks at the live versions only.
+        for (v, e) in &s.versions {
+            if !permanent && e.deleted {
+                continue;
+            }
+            let by: BTreeSet<u32> = self
+                .referrers(subject, *v, permanent)
+                .into_iter()
+                .filter(|(name, _)| *name != subject)
+                .map(|(_, id)| id)
+                .collect();
+            if !by.is_empty() {
+                let by: Vec<u32> = by.into_iter().collect();
+                return Err(ApiError::reference_exists(subject, *v, &by));
+            }
+            if permanent && !e.deleted {
                 return Err(ApiError::subject_not_soft_deleted(subject));
             }
+        }
+        if permanent {
             let versions: Vec<u32> = s.versions.keys().copied().collect();
             let mut records: Vec<Record> = versions
                 .iter()
@@ -2337,12 +2391,6 @@ impl State {
             return Err(ApiError::subject_soft_deleted(subject));
         }
         let live: Vec<u32> = s.live().map(|(v, _)| v).collect();
-        for v in &live {
-            let by = self.referenced_by(subject, *v, false);
-            if !by.is_empty() {
-                return Err(ApiError::reference_exists(subject, *v, &by));
-            }
-        }
         let max = s.versions.keys().next_back().copied().unwrap_or(0);
         Ok((
             live,
@@ -2371,10 +2419,11 @@ impl State {
             _ => return Err(ApiError::subject_not_found(subject)),
         };
         self.check_writable(subject)?;
+        // `latest` is the newest live version, permanent or not, as
+        // Confluent's `validateDeleteSchemaVersion` finds it (`get(subject,
+        // -1, true)` is `getLatestVersion`): a permanent delete of
+        // `latest` is 40407 unless the version is referenced.
         let (version, entry) = match spec {
-            VersionSpec::Latest if permanent => {
-                s.versions.iter().next_back().map(|(v, e)| (*v, *e))
-            }
             VersionSpec::Latest => s.latest_live(),
             VersionSpec::Number(n) => s.versions.get(&n).map(|e| (n, *e)),
         }
@@ -2386,18 +2435,24 @@ impl State {
             subject: subject.to_owned(),
             version,
         };
+        if !permanent && entry.deleted {
+            return Err(ApiError::version_soft_deleted(subject, version));
+        }
+        // As Confluent's `deleteSchemaVersion` (KafkaSchemaRegistry): the
+        // references are checked first, `getReferencedBy(key,
+        // permanentDelete)`, so a permanent delete also counts the
+        // referrers that are soft-deleted (they can be restored by
+        // registering them again, and would then name a version that is
+        // gone), and a referenced version is 42206 before it is 40407.
+        let by = self.referenced_by(subject, version, permanent);
+        if !by.is_empty() {
+            return Err(ApiError::reference_exists(subject, version, &by));
+        }
         if permanent {
             if !entry.deleted {
                 return Err(ApiError::version_not_soft_deleted(subject, version));
             }
             return Ok((version, vec![Record { key, value: None }]));
-        }
-        if entry.deleted {
-            return Err(ApiError::version_soft_deleted(subject, version));
-        }
-        let by = self.referenced_by(subject, version, false);
-        if !by.is_empty() {
-            return Err(ApiError::reference_exists(subject, version, &by));
         }
         let stored = self
             .schema(split_subject(subject).0, entry.id)
@@ -2412,6 +2467,9 @@ impl State {
             metadata: stored.metadata.clone(),
             rule_set: stored.rule_set.clone(),
             deleted: true,
+            // The registration time stays (Confluent shows the soft
+            // delete's record time instead: see the README).
+            ts: entry.ts,
         };
         Ok((
             version,
@@ -3084,6 +3142,7 @@ mod tests {
                 metadata: None,
                 rule_set: None,
                 deleted: false,
+                ts: None,
             })),
         }
     }

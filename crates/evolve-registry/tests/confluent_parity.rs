@@ -847,11 +847,15 @@ async fn schemas_are_listed_with_prefix_latest_only_deleted_and_pages() {
     let pairs = |items: &[(&str, u64)]| -> Vec<(String, u64)> {
         items.iter().map(|(s, v)| (s.to_string(), *v)).collect()
     };
-    let all = r.ok("GET", "/schemas", None).await;
+    let mut all = r.ok("GET", "/schemas", None).await;
     assert_eq!(
         listed(all.clone()),
         pairs(&[("other", 1), ("ro-a", 2), ("ro-b", 1)])
     );
+    // Confluent 8.x's registration time (see
+    // `registered_versions_carry_their_registration_time`).
+    let ts = all[1].as_object_mut().and_then(|o| o.remove("ts"));
+    assert!(ts.is_some_and(|ts| ts.is_i64()), "{all}");
     assert_eq!(
         all[1],
         // Confluent 8.x's guid (the MD5 of the schema, as a UUID) and
@@ -1718,9 +1722,13 @@ async fn schemas_carry_confluent_8s_guid_and_deleted() {
     assert_eq!(by_id["guid"], json!(long_guid), "{by_id}");
     assert_eq!(by_id["deleted"], json!(false), "{by_id}");
     assert!(by_id.get("subject").is_none(), "{by_id}");
+    let mut by_subject = r
+        .ok("GET", &format!("/schemas/ids/{id}?subject=gb"), None)
+        .await;
+    let ts = by_subject.as_object_mut().and_then(|o| o.remove("ts"));
+    assert!(ts.is_some_and(|ts| ts.is_i64()), "{by_subject}");
     assert_eq!(
-        r.ok("GET", &format!("/schemas/ids/{id}?subject=gb"), None)
-            .await,
+        by_subject,
         json!({"schema": "\"long\"", "subject": "gb", "version": 1,
                "guid": long_guid, "deleted": false})
     );
@@ -1821,4 +1829,297 @@ async fn empty_metadata_is_no_metadata_to_a_versioned_look_up() {
     )
     .await
     .error(404, 40403);
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+#[tokio::test]
+async fn registered_versions_carry_their_registration_time() {
+    // Confluent 8.0+ (`SchemaValue.toSchemaEntity`, `SchemaString`): `ts`,
+    // epoch milliseconds, on a version, on `/schemas/ids/{id}` and on
+    // `/schemas`. evolve stores it in the version's record.
+    let r = registry("ts").await;
+    let before = now_millis();
+    let id = r.register("t", avro(json!("string"))).await;
+    let after = now_millis();
+    let version = r.ok("GET", "/subjects/t/versions/1", None).await;
+    let ts = version["ts"].as_i64().expect("ts");
+    assert!(
+        (before..=after).contains(&ts),
+        "{ts} not in {before}..={after}"
+    );
+    let by_id = r.ok("GET", &format!("/schemas/ids/{id}"), None).await;
+    assert_eq!(by_id["ts"], json!(ts), "{by_id}");
+    let listed = r.ok("GET", "/schemas?subjectPrefix=t", None).await;
+    assert_eq!(listed[0]["ts"], json!(ts), "{listed}");
+    // A soft delete keeps the registration time.
+    r.ok("DELETE", "/subjects/t/versions/1", None).await;
+    let deleted = r
+        .ok("GET", "/subjects/t/versions/1?deleted=true", None)
+        .await;
+    assert_eq!(deleted["ts"], json!(ts), "{deleted}");
+    // It is in the log: a restart reads it back.
+    let path = r.path.clone();
+    drop(r);
+    let r = open_at(path, Settings::default(), DEFAULT_MAX_BODY).await;
+    let deleted = r
+        .ok("GET", "/subjects/t/versions/1?deleted=true", None)
+        .await;
+    assert_eq!(deleted["ts"], json!(ts), "{deleted}");
+
+    // A record without a time (written before evolve kept it, or
+    // Confluent's, whose values carry none) has no `ts`, as Confluent
+    // leaves out a field it has no value for.
+    let path = common::temp_path("ts-old-records");
+    let records = parse_export(&format!(
+        "{}\t{}\n",
+        r#"{"keytype":"SCHEMA","subject":"old","version":1,"magic":1}"#,
+        json!({"subject": "old", "version": 1, "id": 1, "schema": "\"string\"",
+               "deleted": false}),
+    ))
+    .expect("export");
+    let log = SqliteLog::open(&path).expect("sqlite log");
+    assert!(log.append(0, &records).await.expect("append"));
+    drop(log);
+    let r = open_at(path, Settings::default(), DEFAULT_MAX_BODY).await;
+    let old = r.ok("GET", "/subjects/old/versions/1", None).await;
+    assert!(old.get("ts").is_none(), "{old}");
+    assert_eq!(old["deleted"], json!(false), "{old}");
+}
+
+#[tokio::test]
+async fn latest_with_deleted_is_still_the_newest_live_version() {
+    // Confluent's `get(subject, version, returnDeletedSchema)`
+    // (AbstractSchemaRegistry): `latest` is `getLatestVersion`, which
+    // skips soft-deleted versions whatever `deleted` says.
+    let r = registry("latest-deleted").await;
+    r.ok("PUT", "/config/s", Some(json!({"compatibility": "NONE"})))
+        .await;
+    r.register("s", avro(json!("string"))).await;
+    r.register("s", avro(json!("int"))).await;
+    r.ok("DELETE", "/subjects/s/versions/2", None).await;
+    let latest = r
+        .ok("GET", "/subjects/s/versions/latest?deleted=true", None)
+        .await;
+    assert_eq!(latest["version"], json!(1), "{latest}");
+    assert_eq!(latest["deleted"], json!(false), "{latest}");
+    let minus_one = r
+        .ok("GET", "/subjects/s/versions/-1?deleted=true", None)
+        .await;
+    assert_eq!(minus_one["version"], json!(1), "{minus_one}");
+    let raw = r
+        .call(
+            "GET",
+            "/subjects/s/versions/latest/schema?deleted=true",
+            None,
+        )
+        .await;
+    assert_eq!(raw.text, "\"string\"");
+    // The soft-deleted version is still read by its number.
+    let two = r
+        .ok("GET", "/subjects/s/versions/2?deleted=true", None)
+        .await;
+    assert_eq!(two["deleted"], json!(true), "{two}");
+    // A permanent delete of `latest` names the newest live version too
+    // (`validateDeleteSchemaVersion`), which is not soft-deleted: 40407,
+    // and version 2 stays.
+    r.call("DELETE", "/subjects/s/versions/latest?permanent=true", None)
+        .await
+        .error(404, 40407);
+    r.ok("GET", "/subjects/s/versions/2?deleted=true", None)
+        .await;
+    // Every version soft-deleted: no `latest`, even with `deleted` (the
+    // subject exists then: 40402), and no subject without it (40401).
+    r.ok("DELETE", "/subjects/s/versions/1", None).await;
+    r.call("GET", "/subjects/s/versions/latest?deleted=true", None)
+        .await
+        .error(404, 40402);
+    r.call("GET", "/subjects/s/versions/latest", None)
+        .await
+        .error(404, 40401);
+}
+
+#[tokio::test]
+async fn a_version_a_soft_deleted_schema_references_is_not_deleted_for_good() {
+    // Confluent's `deleteSchemaVersion` and `deleteSubject`
+    // (KafkaSchemaRegistry) check `getReferencedBy(key, permanentDelete)`
+    // first: a permanent delete counts soft-deleted referrers, and 42206
+    // comes before 40407.
+    let r = registry("refs-permanent").await;
+    let money = json!({"type": "record", "name": "Money", "namespace": "shop",
+                       "fields": [{"name": "cents", "type": "long"}]});
+    let money_id = r.register("money", avro(money.clone())).await;
+    let order = json!({"type": "record", "name": "Order", "namespace": "shop",
+                       "fields": [{"name": "total", "type": "shop.Money"}]});
+    let order_body = json!({"schema": order.to_string(),
+        "references": [{"name": "shop.Money", "subject": "money", "version": 1}]});
+    let order_id = r.register("orders", order_body).await;
+    // A live version that is referenced: 42206 before 40407, in Confluent's
+    // words.
+    let message = r
+        .call("DELETE", "/subjects/money/versions/1?permanent=true", None)
+        .await
+        .error(422, 42206);
+    assert!(
+        message.starts_with(
+            "One or more references exist to the schema \
+             {magic=1,keytype=SCHEMA,subject=money,version=1}."
+        ),
+        "{message}"
+    );
+    assert!(message.contains(&format!("[{order_id}]")), "{message}");
+    // The referrer soft-deleted: a soft delete of what it references is
+    // taken (only live referrers count for it)...
+    r.ok("DELETE", "/subjects/orders/versions/1", None).await;
+    r.ok("DELETE", "/subjects/money/versions/1", None).await;
+    // ... a permanent one is not, of the version or of the subject.
+    let message = r
+        .call("DELETE", "/subjects/money/versions/1?permanent=true", None)
+        .await
+        .error(422, 42206);
+    assert!(message.contains("subject=money,version=1"), "{message}");
+    r.call("DELETE", "/subjects/money?permanent=true", None)
+        .await
+        .error(422, 42206);
+    // Registering the schema again makes a new version and keeps the
+    // soft-deleted one the referrer names (Confluent's `register` does not
+    // tombstone a referenced version).
+    assert_eq!(r.register("money", avro(money)).await, money_id);
+    assert_eq!(
+        r.ok("GET", "/subjects/money/versions?deleted=true", None)
+            .await,
+        json!([1, 2])
+    );
+    // Once the referrer is gone for good, so can the version be.
+    r.ok("DELETE", "/subjects/orders/versions/1?permanent=true", None)
+        .await;
+    assert_eq!(
+        r.ok("DELETE", "/subjects/money/versions/1?permanent=true", None)
+            .await,
+        json!(1)
+    );
+}
+
+#[tokio::test]
+async fn a_subject_soft_delete_ignores_references_from_the_subject_itself() {
+    // Confluent's `deleteSubject`: `getReferencedBySubjects` without the
+    // subject itself.
+    let r = registry("refs-self").await;
+    r.ok(
+        "PUT",
+        "/config/self",
+        Some(json!({"compatibility": "NONE"})),
+    )
+    .await;
+    let money = json!({"type": "record", "name": "Money", "namespace": "shop",
+                       "fields": [{"name": "cents", "type": "long"}]});
+    r.register("self", avro(money)).await;
+    let order = json!({"type": "record", "name": "Order", "namespace": "shop",
+                       "fields": [{"name": "total", "type": "shop.Money"}]});
+    r.register(
+        "self",
+        json!({"schema": order.to_string(),
+               "references": [{"name": "shop.Money", "subject": "self", "version": 1}]}),
+    )
+    .await;
+    assert_eq!(r.ok("DELETE", "/subjects/self", None).await, json!([1, 2]));
+    assert_eq!(
+        r.ok("DELETE", "/subjects/self?permanent=true", None).await,
+        json!([1, 2])
+    );
+}
+
+#[tokio::test]
+async fn registration_answers_the_version_as_confluent_8_does() {
+    // Confluent 7.4.1+ answers a registration with `new
+    // RegisterSchemaResponse(result)` (SubjectVersionsResource.register):
+    // id, version, schemaType (`AVRO` too), schema, references, metadata,
+    // ruleSet, and from 8.0 the guid; no `ts` or `deleted` (the schema is
+    // the request's, not one read from the store).
+    let r = registry("register-answer").await;
+    let reply = r
+        .ok(
+            "POST",
+            "/subjects/a/versions",
+            Some(avro(json!({"type": "string"}))),
+        )
+        .await;
+    let version = r.ok("GET", "/subjects/a/versions/1", None).await;
+    assert_eq!(
+        reply,
+        json!({"id": 1, "version": 1, "guid": version["guid"], "schemaType": "AVRO",
+               "schema": version["schema"]})
+    );
+    // The same schema again, however written: the same answer.
+    let again = r
+        .ok("POST", "/subjects/a/versions", Some(avro(json!("string"))))
+        .await;
+    assert_eq!(again, reply);
+    // Another subject: its own version.
+    r.register("b", avro(json!("bytes"))).await;
+    let b = r
+        .ok("POST", "/subjects/b/versions", Some(avro(json!("string"))))
+        .await;
+    assert_eq!(
+        (b["id"].clone(), b["version"].clone()),
+        (json!(1), json!(2))
+    );
+    // References and the data contract are there when the schema has them.
+    let order = json!({"type": "record", "name": "Order", "fields": [
+        {"name": "s", "type": "string"}]});
+    let answer = r
+        .ok(
+            "POST",
+            "/subjects/c/versions",
+            Some(json!({"schema": order.to_string(),
+                        "metadata": {"properties": {"owner": "shop"}}})),
+        )
+        .await;
+    assert_eq!(answer["schemaType"], json!("AVRO"), "{answer}");
+    assert_eq!(
+        answer["metadata"],
+        json!({"properties": {"owner": "shop"}}),
+        "{answer}"
+    );
+    assert!(answer.get("ts").is_none(), "{answer}");
+    assert!(answer.get("deleted").is_none(), "{answer}");
+    let proto_answer = r
+        .ok(
+            "POST",
+            "/subjects/p/versions",
+            Some(proto(
+                "syntax = \"proto3\";\nmessage Ping {\n  string id = 1;\n}\n",
+            )),
+        )
+        .await;
+    assert_eq!(
+        proto_answer["schemaType"],
+        json!("PROTOBUF"),
+        "{proto_answer}"
+    );
+    assert_eq!(proto_answer["version"], json!(1), "{proto_answer}");
+    let text = r.ok("GET", "/subjects/p/versions/1", None).await;
+    assert_eq!(proto_answer["schema"], text["schema"], "{proto_answer}");
+    // Sent as a serialized descriptor (as confluent-kafka-python sends
+    // it): answered in that form, which that client caches under the id
+    // and decodes as a descriptor.
+    let serialized = r
+        .ok(
+            "POST",
+            "/subjects/ping/versions",
+            Some(json!({"schemaType": "PROTOBUF", "schema": PING_SERIALIZED})),
+        )
+        .await;
+    let id = serialized["id"].as_u64().expect("id");
+    let descriptor = r
+        .ok("GET", &format!("/schemas/ids/{id}?format=serialized"), None)
+        .await;
+    assert_eq!(serialized["schema"], descriptor["schema"], "{serialized}");
+    let stored = r.ok("GET", "/subjects/ping/versions/1", None).await;
+    assert_ne!(serialized["schema"], stored["schema"], "{stored}");
 }

@@ -462,6 +462,9 @@ fn compacted(records: &[(String, Option<String>)]) -> Vec<(String, Option<String
 
 /// Writes `records` to a new topic as a plain (non-transactional)
 /// producer does, with the settings Confluent creates `_schemas` with.
+/// The Kafka timestamp [`write_topic`] gives its records.
+const CONFLUENT_RECORDS_TS: i64 = 1_700_000_000_000;
+
 async fn write_topic(
     kafka: &evolve_test::Kafka,
     topic: &str,
@@ -486,7 +489,12 @@ async fn write_topic(
             .create()
             .expect("producer");
         for (key, value) in &records {
-            let mut record = BaseRecord::<str, str>::to(&topic).partition(0).key(key);
+            // One Kafka timestamp for every record, so that a topic and
+            // its compacted copy, written later, read the same `ts`.
+            let mut record = BaseRecord::<str, str>::to(&topic)
+                .partition(0)
+                .key(key)
+                .timestamp(CONFLUENT_RECORDS_TS);
             if let Some(value) = value {
                 record = record.payload(value);
             }
@@ -637,6 +645,14 @@ async fn a_topic_written_in_confluents_format_is_served_unchanged_and_so_is_its_
         .await
         .error(404, 40403);
     assert_eq!(get("/subjects/late-value/versions/1").await["id"], 20);
+    // Confluent's records carry no `ts` in their value: a version's `ts`
+    // is its record's Kafka timestamp, as Confluent's reader sets it
+    // (`KafkaStoreMessageHandler.validateUpdate`).
+    assert_eq!(
+        get("/subjects/orders-value/versions/1").await["ts"],
+        json!(CONFLUENT_RECORDS_TS)
+    );
+
     // Config and mode records.
     assert_eq!(get("/config").await["compatibilityLevel"], "FULL");
     assert_eq!(

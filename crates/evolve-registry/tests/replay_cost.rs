@@ -64,6 +64,7 @@ fn version(subject: String, version: u32, id: u32, schema: String, protobuf: boo
             metadata: None,
             rule_set: None,
             deleted: false,
+            ts: None,
         })),
     }
 }
