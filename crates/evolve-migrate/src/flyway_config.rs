@@ -76,7 +76,9 @@ pub struct FlywayConfig {
     /// Keys evolve does not apply, each with why: one warning per key.
     pub warnings: Vec<String>,
     /// Settings Flyway refuses (an `ignoreMigrationPatterns` entry that is
-    /// not a pattern), each with the way out: the caller refuses the run,
+    /// not a pattern, `flyway.environment` in a .conf file) or that evolve
+    /// cannot honour as Flyway would (a `FLYWAY_CONFIG_FILE_ENCODING` other
+    /// than UTF-8), each with the way out: the caller refuses the run,
     /// naming the first, before anything is applied.
     pub errors: Vec<String>,
 }
@@ -122,9 +124,28 @@ pub fn parse_conf(text: &str) -> Vec<(String, String)> {
             .strip_prefix('=')
             .or_else(|| rest.strip_prefix(':'))
             .unwrap_or(rest);
+        // Flyway's .conf files have no environments: it refuses the key.
+        let key = if key == "flyway.environment" {
+            CONF_ENVIRONMENT
+        } else {
+            key
+        };
         out.push((key.to_string(), rest.trim().to_string()));
     }
     out
+}
+
+/// The key [`parse_conf`] gives `flyway.environment`, which Flyway refuses
+/// in a `.conf` file ("Unknown configuration property"): environments are
+/// a flyway.toml's. [`FlywayConfig::from_pairs`] makes it an error.
+pub const CONF_ENVIRONMENT: &str = "conf:flyway.environment";
+
+/// Why `flyway.environment=<value>` in a `.conf` file stops the run, and
+/// the way out (the caller puts the file's name before it).
+pub fn conf_environment_error(value: &str) -> String {
+    format!(
+        "flyway.environment={value} in a .conf file: Flyway refuses it (\"Unknown configuration property: flyway.environment\"), as environments exist only in flyway.toml; remove the line, or move the configuration to a flyway.toml with [flyway] environment = \"{value}\" and an [environments.{value}] table"
+    )
 }
 
 /// Flyway's expansion of environment variables in a `flyway.conf`: every
@@ -248,10 +269,10 @@ fn is_toml(path: &Path) -> bool {
 /// else those `listed` (naming both kinds there is refused, as Flyway
 /// refuses it), else `.toml` when a default one exists, else `.conf`. The
 /// default files of that kind come first, then the listed ones, then
-/// `explicit`; `explicit` replaces the default files (evolve reads
-/// `--flyway-config` instead of `./flyway.toml`), and a file of the other
-/// kind, listed or a default one that exists, is named in a warning, not
-/// read (Flyway ignores it).
+/// `explicit`, which adds to the default files as Flyway's `-configFiles`
+/// does (its settings override theirs); a file of the other kind, listed
+/// or a default one that exists, is named in a warning, not read (Flyway
+/// ignores it).
 /// Whether a listed file exists is the reader's to find: one that does
 /// not is an error there.
 pub fn config_files(
@@ -269,8 +290,8 @@ pub fn config_files(
         .collect();
     let kind_of = |toml: bool| if toml { ".toml" } else { ".conf" };
     let mut out = ConfigFiles::default();
-    let (toml, from_defaults) = match explicit {
-        Some(e) => (is_toml(e), false),
+    let toml = match explicit {
+        Some(e) => is_toml(e),
         None => {
             let (tomls, confs): (Vec<&PathBuf>, Vec<&PathBuf>) =
                 listed.iter().partition(|p| is_toml(p));
@@ -287,26 +308,28 @@ pub fn config_files(
                     names(&confs)
                 ));
             }
-            let toml = if listed.is_empty() {
+            if listed.is_empty() {
                 defaults.iter().any(|d| is_toml(d) && exists(d))
             } else {
                 !tomls.is_empty()
-            };
-            (toml, true)
+            }
         }
     };
-    if from_defaults {
-        for d in defaults.iter().filter(|d| exists(d)) {
-            if is_toml(d) == toml {
-                out.files.push(d.clone());
-            } else {
-                out.warnings.push(format!(
-                    "{} is not read: Flyway reads configuration files of one kind, here the {} ones, and ignores it too; move its settings into a {} file",
-                    d.display(),
-                    kind_of(toml),
-                    kind_of(toml)
-                ));
-            }
+    // The default files are read under --flyway-config too: Flyway's
+    // -configFiles adds to them, it does not replace them.
+    for d in defaults
+        .iter()
+        .filter(|d| exists(d) && explicit != Some(d.as_path()))
+    {
+        if is_toml(d) == toml {
+            out.files.push(d.clone());
+        } else {
+            out.warnings.push(format!(
+                "{} is not read: Flyway reads configuration files of one kind, here the {} ones, and ignores it too; move its settings into a {} file",
+                d.display(),
+                kind_of(toml),
+                kind_of(toml)
+            ));
         }
     }
     for file in listed {
@@ -325,8 +348,74 @@ pub fn config_files(
     Ok(out)
 }
 
+/// The prefix [`parse_toml_in`] gives the keys of the current environment's
+/// `[environments.<name>.flyway]` table: [`FlywayConfig::from_pairs`]
+/// applies them over every `flyway.*` setting of the files and of the
+/// `FLYWAY_*` variables, as Flyway prefers an environment's `flyway`
+/// settings to `[flyway]`'s (which the `FLYWAY_*` variables set).
+pub const ENVIRONMENT_FLYWAY: &str = "environment:flyway.";
+
+/// The settings an environment's `flyway` table holds in Flyway 13.12.1
+/// (the fields of its `FlywayEnvironmentModel`); any other key there is
+/// named in a warning and ignored.
+const ENVIRONMENT_FLYWAY_KEYS: [&str; 52] = [
+    "reportFilename",
+    "detectEncoding",
+    "encoding",
+    "placeholderPrefix",
+    "placeholderSuffix",
+    "placeholderSeparator",
+    "scriptPlaceholderPrefix",
+    "scriptPlaceholderSuffix",
+    "powershellExecutable",
+    "sqlMigrationPrefix",
+    "executeInTransaction",
+    "repeatableSqlMigrationPrefix",
+    "sqlMigrationSeparator",
+    "sqlMigrationSuffixes",
+    "cleanDisabled",
+    "communityDBSupportEnabled",
+    "locations",
+    "callbackLocations",
+    "jarDirs",
+    "table",
+    "tablespace",
+    "target",
+    "failOnMissingTarget",
+    "placeholderReplacement",
+    "ignoreMigrationPatterns",
+    "validateMigrationNaming",
+    "validateOnMigrate",
+    "baselineVersion",
+    "baselineDescription",
+    "baselineOnMigrate",
+    "outOfOrder",
+    "skipExecutingMigrations",
+    "callbacks",
+    "skipDefaultCallbacks",
+    "migrationResolvers",
+    "skipDefaultResolvers",
+    "mixed",
+    "group",
+    "installedBy",
+    "createSchemas",
+    "errorOverrides",
+    "dryRunOutput",
+    "stream",
+    "batch",
+    "outputQueryResults",
+    "lockRetryCount",
+    "kerberosConfigFile",
+    "failOnMissingLocations",
+    "loggers",
+    "placeholders",
+    "defaultSchema",
+    "reportEnabled",
+];
+
 /// `flyway.toml`: the `[flyway]` table (with `[flyway.placeholders]`), and
-/// the settings of `[environments.<name>]`, the environment being
+/// the settings of `[environments.<name>]` (its `flyway` table's keys
+/// prefixed [`ENVIRONMENT_FLYWAY`]), the environment being
 /// `flyway.environment` (default `default`). `${env.NAME}` in a value is
 /// resolved from the process environment (see [`parse_toml_with`]).
 pub fn parse_toml(text: &str) -> Result<Vec<(String, String)>, ConfigError> {
@@ -399,7 +488,16 @@ pub fn parse_toml_in(
             };
             for (k, v) in env {
                 if name == &environment {
-                    flatten(&format!("flyway.{k}"), v, &mut out);
+                    match (k.as_str(), v) {
+                        // `[environments.<name>.flyway]`: settings that
+                        // override `[flyway]`'s, wherever they are set.
+                        ("flyway", toml::Value::Table(t)) => {
+                            for (k, v) in t {
+                                flatten(&format!("{ENVIRONMENT_FLYWAY}{k}"), v, &mut out);
+                            }
+                        }
+                        _ => flatten(&format!("flyway.{k}"), v, &mut out),
+                    }
                 } else {
                     out.push((format!("environments.{name}.{k}"), toml_text(v)));
                 }
@@ -458,6 +556,12 @@ pub fn from_env(vars: impl IntoIterator<Item = (String, String)>) -> Vec<(String
         };
         // The files to read, not a setting: see [`config_files`].
         if rest == "CONFIG_FILES" {
+            continue;
+        }
+        // How to read the files, not a setting: only the variable says it
+        // (Flyway ignores `flyway.configFileEncoding` inside a file).
+        if rest == "CONFIG_FILE_ENCODING" {
+            out.push((name, value));
             continue;
         }
         if let Some(p) = rest.strip_prefix("PLACEHOLDERS_") {
@@ -606,7 +710,7 @@ impl FlywayConfig {
         let mut schemas: Option<String> = None;
         let mut default_schema = None;
         let mut settled: BTreeMap<String, String> = BTreeMap::new();
-        for (key, value) in pairs {
+        let settle = |settled: &mut BTreeMap<String, String>, key: String, value: &String| {
             // Placeholder names are matched without regard to case: a
             // later `placeholders.NAME` replaces an earlier `name`.
             if let Some(name) = key.strip_prefix("flyway.placeholders.") {
@@ -616,11 +720,53 @@ impl FlywayConfig {
                         .is_none_or(|n| n.to_lowercase() != lower)
                 });
             }
-            settled.insert(key.clone(), value.clone());
+            settled.insert(key, value.clone());
+        };
+        let (overrides, plain): (Vec<_>, Vec<_>) = pairs
+            .iter()
+            .partition(|(k, _)| k.starts_with(ENVIRONMENT_FLYWAY));
+        for (key, value) in plain {
+            settle(&mut settled, key.clone(), value);
+        }
+        // The current environment's `flyway` table overrides `[flyway]`
+        // and the `FLYWAY_*` variables, as in Flyway; its placeholders
+        // replace all others (Flyway takes the environment's placeholder
+        // map whole when it has one).
+        let mut misplaced = Vec::new();
+        if overrides
+            .iter()
+            .any(|(k, _)| k[ENVIRONMENT_FLYWAY.len()..].starts_with("placeholders."))
+        {
+            settled.retain(|k, _| !k.starts_with("flyway.placeholders."));
+        }
+        for (key, value) in overrides {
+            let k = &key[ENVIRONMENT_FLYWAY.len()..];
+            let top = k.split('.').next().unwrap_or(k);
+            if ENVIRONMENT_FLYWAY_KEYS.contains(&top) {
+                settle(&mut settled, format!("flyway.{k}"), value);
+            } else {
+                misplaced.push(k.to_string());
+            }
         }
         for (key, value) in &settled {
             if key == "pipeline" {
                 c.pipeline = Some(value.trim().to_string()).filter(|v| !v.is_empty());
+                continue;
+            }
+            if key == "FLYWAY_CONFIG_FILE_ENCODING" {
+                let encoding = value.trim();
+                let utf8 = ["UTF-8", "UTF8", "US-ASCII", "ASCII"]
+                    .iter()
+                    .any(|e| e.eq_ignore_ascii_case(encoding));
+                if !utf8 {
+                    c.errors.push(format!(
+                        "FLYWAY_CONFIG_FILE_ENCODING={value}: evolve reads Flyway configuration files as UTF-8 only, so it cannot read them as {value} as Flyway would; convert the .conf files to UTF-8 (iconv -f {encoding} -t UTF-8) and unset FLYWAY_CONFIG_FILE_ENCODING (a flyway.toml is UTF-8 in Flyway too)"
+                    ));
+                }
+                continue;
+            }
+            if key == CONF_ENVIRONMENT {
+                c.errors.push(conf_environment_error(value));
                 continue;
             }
             let Some(k) = key.strip_prefix("flyway.") else {
@@ -744,6 +890,9 @@ impl FlywayConfig {
                 "environment" => {
                     c.environment = Some(value.trim().to_string()).filter(|v| !v.is_empty());
                 }
+                "configFileEncoding" => c.warnings.push(format!(
+                    "{key} is not read from a configuration file (Flyway reads the files' encoding only from FLYWAY_CONFIG_FILE_ENCODING and -configFileEncoding); it is ignored, and the files are read as UTF-8"
+                )),
                 "configFiles" => c.warnings.push(format!(
                     "{key} is not read from a configuration file (Flyway reads it only from -configFiles and FLYWAY_CONFIG_FILES); list the files in FLYWAY_CONFIG_FILES, or name one with --flyway-config"
                 )),
@@ -763,6 +912,12 @@ impl FlywayConfig {
                     },
                 },
             }
+        }
+        let environment = c.environment.as_deref().unwrap_or("default");
+        for k in misplaced {
+            c.warnings.push(format!(
+                "environments.{environment}.flyway.{k} is not one of the settings Flyway reads from an environment's flyway table; it is ignored; set it in [flyway] or [environments.{environment}]"
+            ));
         }
         c.schemas = schemas
             .iter()
@@ -1457,16 +1612,28 @@ mod tests {
             ),
             "{e}"
         );
-        // --flyway-config: instead of the default files, after the listed
-        // ones of its kind; the others are named, not read.
+        // --flyway-config: after the default files and the listed ones of
+        // its kind, as Flyway's -configFiles adds to them (it once
+        // replaced the default files); the others are named, not read.
         let c = pick(Some("my.conf"), Some("a.conf,x.toml"), &["flyway.conf"]).expect("picks");
-        assert_eq!(c.files, paths(&["a.conf", "my.conf"]));
+        assert_eq!(c.files, paths(&["flyway.conf", "a.conf", "my.conf"]));
         assert_eq!(
             c.warnings,
             [
                 "FLYWAY_CONFIG_FILES names x.toml, a .toml file, which is not read beside the .conf file --flyway-config names (Flyway reads configuration files of one kind, and ignores it too); convert it, or name it with --flyway-config"
             ]
         );
+        let c = pick(Some("my.toml"), None, &["flyway.conf", "flyway.toml"]).expect("picks");
+        assert_eq!(c.files, paths(&["flyway.toml", "my.toml"]));
+        assert_eq!(
+            c.warnings,
+            [
+                "flyway.conf is not read: Flyway reads configuration files of one kind, here the .toml ones, and ignores it too; move its settings into a .toml file"
+            ]
+        );
+        // A default file named with --flyway-config is read once.
+        let c = pick(Some("flyway.toml"), None, &["flyway.toml"]).expect("picks");
+        assert_eq!(c.files, paths(&["flyway.toml"]));
     }
 
     #[test]
@@ -1533,5 +1700,104 @@ mod tests {
             c.warnings
         );
         assert_eq!(toml_environment(text), Ok(Some("staging".into())));
+    }
+
+    /// `[environments.<name>.flyway]` was once read as the unknown keys
+    /// `flyway.flyway.*`, each warned about and ignored.
+    #[test]
+    fn an_environments_flyway_table_overrides_flyway() {
+        let text = "[flyway]\nenvironment = \"staging\"\ntable = \"main_history\"\noutOfOrder = true\n[flyway.placeholders]\nowner = \"main\"\nother = \"kept?\"\n[environments.staging]\nurl = \"jdbc:postgresql://h/db\"\n[environments.staging.flyway]\ntable = \"staging_history\"\nschemas = [\"s\"]\n[environments.staging.flyway.placeholders]\nowner = \"staging\"\n[environments.other.flyway]\ntable = \"other_history\"\n";
+        let env = |_: &str| None;
+        let got = parse_toml_with(text, &env).expect("parses");
+        assert!(
+            got.contains(&(
+                format!("{ENVIRONMENT_FLYWAY}table"),
+                "staging_history".into()
+            )),
+            "{got:?}"
+        );
+        // FLYWAY_TABLE sets [flyway]'s table, which the environment's
+        // overrides, as in Flyway.
+        let mut pairs = got.clone();
+        pairs.push(("flyway.table".into(), "from_variable".into()));
+        let c = FlywayConfig::from_pairs(&pairs);
+        assert_eq!(c.history_table.as_deref(), Some("staging_history"));
+        assert_eq!(c.out_of_order, Some(true));
+        // The environment's placeholders replace [flyway]'s, as Flyway
+        // takes the environment's placeholder map whole.
+        assert_eq!(
+            c.placeholders,
+            BTreeMap::from([("owner".to_string(), "staging".to_string())])
+        );
+        assert!(
+            c.warnings.contains(&"environments.staging.flyway.schemas is not one of the settings Flyway reads from an environment's flyway table; it is ignored; set it in [flyway] or [environments.staging]".to_string()),
+            "{:?}",
+            c.warnings
+        );
+        assert!(
+            !c.warnings.iter().any(|w| w.contains("flyway.flyway")),
+            "{:?}",
+            c.warnings
+        );
+        // Under another environment, that one's flyway table applies and
+        // [flyway]'s placeholders stay.
+        let other = parse_toml_in(text, Some("other"), &env).expect("parses");
+        let c = FlywayConfig::from_pairs(&other);
+        assert_eq!(c.history_table.as_deref(), Some("other_history"));
+        assert_eq!(
+            c.placeholders.get("other").map(String::as_str),
+            Some("kept?")
+        );
+    }
+
+    /// `flyway.environment` in a .conf file was once taken as the
+    /// environment; Flyway refuses it ("Unknown configuration property").
+    #[test]
+    fn an_environment_in_a_conf_file_is_refused() {
+        let got = parse_conf("flyway.url=jdbc:postgresql://h/db\nflyway.environment=staging\n");
+        assert_eq!(got[1].0, CONF_ENVIRONMENT);
+        let c = FlywayConfig::from_pairs(&got);
+        assert_eq!(c.environment, None);
+        assert_eq!(
+            c.errors,
+            [
+                "flyway.environment=staging in a .conf file: Flyway refuses it (\"Unknown configuration property: flyway.environment\"), as environments exist only in flyway.toml; remove the line, or move the configuration to a flyway.toml with [flyway] environment = \"staging\" and an [environments.staging] table"
+            ]
+        );
+        // FLYWAY_ENVIRONMENT and a flyway.toml's environment still count.
+        let c = FlywayConfig::from_pairs(&from_env(pairs(&[("FLYWAY_ENVIRONMENT", "e")])));
+        assert_eq!((c.environment.as_deref(), c.errors.len()), (Some("e"), 0));
+    }
+
+    /// FLYWAY_CONFIG_FILE_ENCODING was once "not supported by evolve; it
+    /// is ignored", whatever it said.
+    #[test]
+    fn the_config_file_encoding_is_utf8_or_refused() {
+        for utf8 in ["UTF-8", "utf8", " US-ASCII "] {
+            let c = FlywayConfig::from_pairs(&from_env(pairs(&[(
+                "FLYWAY_CONFIG_FILE_ENCODING",
+                utf8,
+            )])));
+            assert_eq!((c.errors.len(), c.warnings.len()), (0, 0), "{utf8}: {c:?}");
+        }
+        let c = FlywayConfig::from_pairs(&from_env(pairs(&[(
+            "FLYWAY_CONFIG_FILE_ENCODING",
+            "ISO-8859-1",
+        )])));
+        assert_eq!(
+            c.errors,
+            [
+                "FLYWAY_CONFIG_FILE_ENCODING=ISO-8859-1: evolve reads Flyway configuration files as UTF-8 only, so it cannot read them as ISO-8859-1 as Flyway would; convert the .conf files to UTF-8 (iconv -f ISO-8859-1 -t UTF-8) and unset FLYWAY_CONFIG_FILE_ENCODING (a flyway.toml is UTF-8 in Flyway too)"
+            ]
+        );
+        // Inside a file Flyway ignores it.
+        let c = FlywayConfig::from_pairs(&pairs(&[("flyway.configFileEncoding", "UTF-16")]));
+        assert_eq!(c.errors.len(), 0);
+        assert_eq!(
+            c.warnings,
+            [
+                "flyway.configFileEncoding is not read from a configuration file (Flyway reads the files' encoding only from FLYWAY_CONFIG_FILE_ENCODING and -configFileEncoding); it is ignored, and the files are read as UTF-8"
+            ]
+        );
     }
 }

@@ -43,8 +43,9 @@ pub use deps::{Dependent, DependentKind, DepsReport, to_dot, to_mermaid};
 pub use error::MigrateError;
 pub use files::{CallbackFile, MigrationFile, MigrationSet, ScriptConfig, Symlinks};
 pub use flyway_config::{
-    ConfigError, ConfigFiles, FlywayConfig, config_files, expand_conf_env, from_env, parse_conf,
-    parse_toml, parse_toml_in, parse_toml_with, toml_environment,
+    CONF_ENVIRONMENT, ConfigError, ConfigFiles, FlywayConfig, conf_environment_error, config_files,
+    expand_conf_env, from_env, parse_conf, parse_toml, parse_toml_in, parse_toml_with,
+    toml_environment,
 };
 pub use history::{BASELINE_DESCRIPTION, History, HistoryRow};
 pub use lock::{flyway_lock_key, lock_key};

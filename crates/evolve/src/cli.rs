@@ -232,10 +232,11 @@ pub struct DatabaseArgs {
     #[arg(long)]
     pub history_table: Option<String>,
     /// Flyway configuration file (flyway.toml or flyway.conf) whose settings
-    /// apply where no flag is given, after the files of its kind
-    /// FLYWAY_CONFIG_FILES lists [default: flyway.toml and flyway.user.toml
-    /// in the working directory, else flyway.conf there; not the home
-    /// directory's]; FLYWAY_* variables override it.
+    /// apply where no flag is given, read last, after the working
+    /// directory's files of its kind (flyway.toml and flyway.user.toml, else
+    /// flyway.conf; not the home directory's) and those FLYWAY_CONFIG_FILES
+    /// lists, as Flyway's -configFiles adds to them; FLYWAY_* variables
+    /// override it.
     #[arg(long, value_name = "FILE")]
     pub flyway_config: Option<PathBuf>,
 }
@@ -757,8 +758,8 @@ fn symlinks(files: &DirArgs) -> evolve_migrate::Symlinks {
     }
 }
 
-/// Flyway's configuration files where no `--flyway-config` names one,
-/// lowest precedence first: `flyway.conf`, `flyway.toml` and
+/// Flyway's configuration files read before `FLYWAY_CONFIG_FILES`' and
+/// `--flyway-config`'s, lowest precedence first: `flyway.conf`, `flyway.toml` and
 /// `flyway.user.toml` in the working directory, the project's own. Flyway's
 /// command line also reads them from the home directory (and its
 /// installation's `conf/`); evolve does not: a `~/flyway.conf` kept for
@@ -774,8 +775,8 @@ fn default_config_files() -> Vec<PathBuf> {
 }
 
 /// Flyway's configuration: the files [`evolve_migrate::config_files`]
-/// picks (`file`, else those of [`default_config_files`] that exist, with
-/// those `FLYWAY_CONFIG_FILES` lists), later files overriding
+/// picks (those of [`default_config_files`] that exist, those
+/// `FLYWAY_CONFIG_FILES` lists, then `file`), later files overriding
 /// earlier ones, then the `FLYWAY_*` variables. Environment variables in
 /// the files are expanded as Flyway expands them (`${NAME}` in a
 /// flyway.conf, `${env.NAME}` in a flyway.toml); in flyway.toml files the
@@ -836,14 +837,34 @@ fn flyway_settings(file: Option<&std::path::Path>) -> anyhow::Result<evolve_migr
             for w in &unset {
                 eprintln!("warning: Flyway configuration {}: {w}", path.display());
             }
-            evolve_migrate::parse_conf(&text)
+            let parsed = evolve_migrate::parse_conf(&text);
+            if let Some((_, value)) = parsed
+                .iter()
+                .find(|(k, _)| k == evolve_migrate::CONF_ENVIRONMENT)
+            {
+                anyhow::bail!(
+                    "Flyway configuration {}: {}",
+                    path.display(),
+                    evolve_migrate::conf_environment_error(value)
+                );
+            }
+            parsed
         };
         if parsed.iter().any(|(k, _)| k == "flyway.url") {
             url_file = Some(path);
         }
         pairs.extend(parsed);
     }
-    let env = evolve_migrate::from_env(std::env::vars());
+    let mut env = evolve_migrate::from_env(std::env::vars());
+    // Flyway reads only .conf files in FLYWAY_CONFIG_FILE_ENCODING; a
+    // flyway.toml is UTF-8 whatever it says.
+    if !picked
+        .files
+        .iter()
+        .any(|p| p.extension().is_some_and(|e| e != "toml"))
+    {
+        env.retain(|(k, _)| k != "FLYWAY_CONFIG_FILE_ENCODING");
+    }
     let present = !picked.files.is_empty() || !env.is_empty();
     let url_source = if env.iter().any(|(k, _)| k == "flyway.url") {
         Some("FLYWAY_URL".to_string())

@@ -1475,3 +1475,274 @@ async fn flyway_user_toml_is_read_and_the_home_directory_is_not() {
     let _ = std::fs::remove_dir_all(&root);
     let _ = std::fs::remove_dir_all(&home);
 }
+
+/// `[environments.<name>.flyway]` was once warned about, key by key, as
+/// unknown and ignored. Flyway prefers its settings to `[flyway]`'s (and
+/// to the `FLYWAY_*` variables, which set `[flyway]`'s), and takes its
+/// placeholders whole: `[flyway.placeholders]` then has no say.
+#[tokio::test]
+async fn an_environments_flyway_table_overrides_flyway() {
+    let Some(fw) = flyway::flyway() else { return };
+    let by_evolve = evolve_test::fresh_db("ev_env_flyway").await;
+    let by_flyway = evolve_test::fresh_db("fw_env_flyway").await;
+    let (root, sql) = project("env_flyway");
+    write(&sql, "V1__t.sql", "CREATE TABLE ${tname} (i int);\n");
+    let jdbc = flyway::jdbc(&by_evolve.url);
+    write(
+        &root,
+        "flyway.toml",
+        &format!(
+            "[flyway]\nenvironment = \"staging\"\nlocations = [\"filesystem:{}\"]\ntable = \"main_history\"\n\n[flyway.placeholders]\ntname = \"from_main\"\nother = \"x\"\n\n[environments.staging]\nurl = \"{}\"\nuser = \"{}\"\n\n[environments.staging.flyway]\ntable = \"env_history\"\n\n[environments.staging.flyway.placeholders]\ntname = \"from_env\"\n",
+            sql.display(),
+            jdbc[0].1,
+            jdbc[1].1
+        ),
+    );
+    let out = evolve_in(
+        &root,
+        &[("FLYWAY_TABLE", "variable_history")],
+        &["migrate", "apply"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let config = [
+        ("driver.environment", "staging"),
+        ("flyway.table", "variable_history"),
+        ("flyway.placeholders.tname", "from_main"),
+        ("flyway.placeholders.other", "x"),
+        ("driver.env.flyway.table", "env_history"),
+        ("driver.env.flyway.placeholders.tname", "from_env"),
+    ];
+    fw.ok(&by_flyway.url, &sql, &config, "migrate");
+    assert_eq!(
+        history_of(&by_evolve.url, "env_history").await,
+        history_of(&by_flyway.url, "env_history").await
+    );
+    let tables = "SELECT concat_ws(',', to_regclass('env_history'), to_regclass('from_env'), to_regclass('main_history'), to_regclass('variable_history'), to_regclass('from_main'))";
+    assert_eq!(scalar(&by_evolve.url, tables).await, "env_history,from_env");
+    assert_eq!(scalar(&by_flyway.url, tables).await, "env_history,from_env");
+
+    // The environment's placeholders replace [flyway]'s: ${other} has no
+    // value in either.
+    write(&sql, "V2__o.sql", "CREATE TABLE ${other} (i int);\n");
+    let out = evolve_in(&root, &[], &["migrate", "apply"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("V2__o.sql") && stderr.contains("other"),
+        "{stderr}"
+    );
+    let outcome = fw
+        .run(&by_flyway.url, &sql, &config, &["migrate"])
+        .remove(0);
+    assert!(
+        !outcome.ok()
+            && outcome
+                .error()
+                .contains("No value provided for placeholder"),
+        "{}",
+        outcome.error()
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `flyway.environment` in a .conf file was once taken as the
+/// environment: Flyway refuses it ("Unknown configuration property"),
+/// environments being flyway.toml's; so does evolve, before anything runs.
+#[tokio::test]
+async fn an_environment_in_a_conf_file_is_refused_by_both() {
+    let Some(fw) = flyway::flyway() else { return };
+    let db = evolve_test::fresh_db("ev_conf_environment").await;
+    let (root, sql) = project("conf_environment");
+    write(&sql, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    let jdbc = flyway::jdbc(&db.url);
+    write(
+        &root,
+        "flyway.conf",
+        &format!(
+            "flyway.url={}\nflyway.user={}\nflyway.locations=filesystem:{}\nflyway.environment=staging\n",
+            jdbc[0].1,
+            jdbc[1].1,
+            sql.display()
+        ),
+    );
+    let outcome = fw.configure(
+        &db.url,
+        &sql,
+        &[(&format!("@{}", root.join("flyway.conf").display()), "")],
+    );
+    assert!(!outcome.ok());
+    assert!(
+        outcome
+            .error()
+            .starts_with("Unknown configuration property: flyway.environment"),
+        "{}",
+        outcome.error()
+    );
+    let out = evolve_in(&root, &[], &["migrate", "apply"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr),
+        "error: Flyway configuration flyway.conf: flyway.environment=staging in a .conf file: Flyway refuses it (\"Unknown configuration property: flyway.environment\"), as environments exist only in flyway.toml; remove the line, or move the configuration to a flyway.toml with [flyway] environment = \"staging\" and an [environments.staging] table\n"
+    );
+    assert_eq!(
+        scalar(&db.url, "to_regclass('flyway_schema_history')").await,
+        ""
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `--flyway-config FILE` once replaced `./flyway.conf`; Flyway's
+/// `-configFiles` adds to the working directory's file of its kind (its
+/// `LegacyConfigurationManager` loads the default files, then the
+/// `FLYWAY_CONFIG_FILES` ones, then `-configFiles`, each over the ones
+/// before; `ModernConfigurationManager` the same for flyway.toml). The
+/// driver, given both files in that order, stands for Flyway's command
+/// line, which is not among the jars.
+#[tokio::test]
+async fn flyway_config_adds_to_the_working_directorys_file() {
+    let Some(fw) = flyway::flyway() else { return };
+    let by_evolve = evolve_test::fresh_db("ev_config_adds").await;
+    let by_flyway = evolve_test::fresh_db("fw_config_adds").await;
+    let (root, sql) = project("config_adds");
+    write(
+        &sql,
+        "V1__p.sql",
+        "CREATE TABLE info AS SELECT '${a}|${b}'::text AS v;\n",
+    );
+    let conf = |url: &str| {
+        let jdbc = flyway::jdbc(url);
+        format!(
+            "flyway.url={}\nflyway.user={}\nflyway.locations=filesystem:{}\nflyway.table=project_history\nflyway.placeholders.a=from_default\nflyway.placeholders.b=from_default\n",
+            jdbc[0].1,
+            jdbc[1].1,
+            sql.display()
+        )
+    };
+    write(&root, "flyway.conf", &conf(&by_evolve.url));
+    // Flyway's copy, on its own database.
+    write(&root, "flyway-fw.conf", &conf(&by_flyway.url));
+    write(&root, "extra.conf", "flyway.placeholders.b=from_extra\n");
+    let out = evolve_in(
+        &root,
+        &[],
+        &["migrate", "apply", "--flyway-config", "extra.conf"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let conf = format!("@{}", root.join("flyway-fw.conf").display());
+    let extra = format!("@{}", root.join("extra.conf").display());
+    fw.ok(
+        &by_flyway.url,
+        &sql,
+        &[(conf.as_str(), ""), (extra.as_str(), "")],
+        "migrate",
+    );
+    assert_eq!(
+        history_of(&by_evolve.url, "project_history").await,
+        history_of(&by_flyway.url, "project_history").await
+    );
+    let value = "SELECT v FROM info";
+    assert_eq!(
+        scalar(&by_evolve.url, value).await,
+        "from_default|from_extra"
+    );
+    assert_eq!(
+        scalar(&by_flyway.url, value).await,
+        "from_default|from_extra"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// FLYWAY_CONFIG_FILE_ENCODING was once "not supported by evolve; it is
+/// ignored": Flyway reads .conf files in the encoding it names (a
+/// flyway.toml always as UTF-8). evolve reads UTF-8 only, so UTF-8 (or
+/// US-ASCII) passes in silence and another encoding is refused, with the
+/// way out, before anything runs.
+#[tokio::test]
+async fn the_config_file_encoding_is_utf8_or_refused() {
+    let db = evolve_test::fresh_db("ev_conf_encoding").await;
+    let (root, sql) = project("conf_encoding");
+    write(&sql, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    let jdbc = flyway::jdbc(&db.url);
+    write(
+        &root,
+        "flyway.conf",
+        &format!(
+            "flyway.url={}\nflyway.user={}\nflyway.locations=filesystem:{}\n",
+            jdbc[0].1,
+            jdbc[1].1,
+            sql.display()
+        ),
+    );
+    let out = evolve_in(
+        &root,
+        &[("FLYWAY_CONFIG_FILE_ENCODING", "ISO-8859-1")],
+        &["migrate", "apply"],
+    );
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr),
+        "error: Flyway setting FLYWAY_CONFIG_FILE_ENCODING=ISO-8859-1: evolve reads Flyway configuration files as UTF-8 only, so it cannot read them as ISO-8859-1 as Flyway would; convert the .conf files to UTF-8 (iconv -f ISO-8859-1 -t UTF-8) and unset FLYWAY_CONFIG_FILE_ENCODING (a flyway.toml is UTF-8 in Flyway too)\n"
+    );
+    let out = evolve_in(
+        &root,
+        &[("FLYWAY_CONFIG_FILE_ENCODING", "UTF-8")],
+        &["migrate", "apply"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    // A flyway.toml is UTF-8 whatever the variable says, in Flyway too:
+    // with no .conf file read, it stops nothing.
+    std::fs::remove_file(root.join("flyway.conf")).unwrap();
+    write(&sql, "V2__b.sql", "CREATE TABLE b (i int);\n");
+    write(
+        &root,
+        "flyway.toml",
+        &format!(
+            "[environments.default]\nurl = \"{}\"\nuser = \"{}\"\n[flyway]\nlocations = [\"filesystem:{}\"]\n",
+            jdbc[0].1,
+            jdbc[1].1,
+            sql.display()
+        ),
+    );
+    let out = evolve_in(
+        &root,
+        &[("FLYWAY_CONFIG_FILE_ENCODING", "ISO-8859-1")],
+        &["migrate", "apply"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(scalar(&db.url, "to_regclass('b')::text").await, "b");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Empty migrations (no bytes, only comments, only blank lines), as
+/// Flyway 13.12.1 runs them: applied without a word, each recorded as a
+/// `SQL` row (checksum 0 for a file of no bytes), versioned and
+/// repeatable alike; each tool continues the other's history.
+#[tokio::test]
+async fn empty_migrations_are_recorded_as_flyway_records_them() {
+    let Some(fw) = flyway::flyway() else { return };
+    let dir = temp_dir("empty");
+    write(&dir, "V1__empty.sql", "");
+    write(&dir, "V2__comments.sql", "-- nothing yet\n\n/* later */\n");
+    write(&dir, "V3__blank.sql", "  \n\n");
+    write(&dir, "V4__t.sql", "CREATE TABLE t (i int);\n");
+    write(&dir, "R__empty.sql", "");
+    let (ev, fwu) = same_history(fw, "empty", &dir, &[]).await;
+    let rows = history(&ev).await;
+    assert_eq!(rows.len(), 5);
+    assert_eq!(rows[0][5], "0");
+    assert_eq!(rows[4][4], "R__empty.sql");
+    assert_eq!(flyway_info(fw, &ev, &dir), evolve_status(&ev, &dir));
+    assert_eq!(flyway_info(fw, &fwu, &dir), evolve_status(&fwu, &dir));
+    fw.ok(&ev, &dir, &[], "validate");
+    evolve_ok(&fwu, &dir, "validate", &[]);
+    // No word of the empty files on stderr.
+    let db = evolve_test::fresh_db("ev_empty_quiet").await;
+    let (_, stderr) = evolve_ok(&db.url, &dir, "apply", &[]);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

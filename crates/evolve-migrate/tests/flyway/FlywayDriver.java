@@ -16,7 +16,10 @@
 // driver.environment=NAME is no Flyway property: the connection
 // (flyway.url, flyway.user, flyway.password) becomes the environment NAME,
 // which is the current one, as a flyway.toml with `[flyway] environment`
-// and `[environments.NAME]` makes it.
+// and `[environments.NAME]` makes it. With it, driver.env.flyway.KEY=VALUE
+// sets KEY of that environment's `flyway` table (a flyway.toml's
+// `[environments.NAME.flyway]`: settings overriding `[flyway]`'s), and
+// driver.env.flyway.placeholders.NAME=VALUE a placeholder there.
 
 import java.io.FileInputStream;
 import java.io.InputStreamReader;
@@ -27,6 +30,9 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.lang.reflect.Method;
+import java.util.Arrays;
+import java.util.HashMap;
 
 import org.flywaydb.core.Flyway;
 import org.flywaydb.core.api.MigrationInfo;
@@ -73,6 +79,19 @@ public class FlywayDriver {
             env.setUrl(config.remove("flyway.url"));
             env.setUser(config.remove("flyway.user"));
             env.setPassword(config.remove("flyway.password"));
+            Map<String, String> placeholders = null;
+            for (String key : new ArrayList<>(config.keySet())) {
+                if (!key.startsWith("driver.env.flyway.")) continue;
+                String name = key.substring("driver.env.flyway.".length());
+                String value = config.remove(key);
+                if (name.startsWith("placeholders.")) {
+                    if (placeholders == null) placeholders = new HashMap<>();
+                    placeholders.put(name.substring("placeholders.".length()), value);
+                } else {
+                    setOverride(env.getFlyway(), name, value);
+                }
+            }
+            if (placeholders != null) env.getFlyway().setPlaceholders(placeholders);
         }
         Flyway flyway;
         try {
@@ -151,6 +170,22 @@ public class FlywayDriver {
             }
         }
         out.flush();
+    }
+
+    /** Sets `name` of an environment's `flyway` table through its setter. */
+    static void setOverride(Object model, String name, String value) throws Exception {
+        String setter = "set" + Character.toUpperCase(name.charAt(0)) + name.substring(1);
+        for (Method m : model.getClass().getMethods()) {
+            if (!m.getName().equals(setter) || m.getParameterCount() != 1) continue;
+            Class<?> t = m.getParameterTypes()[0];
+            if (t == String.class) m.invoke(model, value);
+            else if (t == Boolean.class) m.invoke(model, Boolean.valueOf(value));
+            else if (t == Integer.class) m.invoke(model, Integer.valueOf(value));
+            else if (t == List.class) m.invoke(model, new ArrayList<>(Arrays.asList(value.split(","))));
+            else continue;
+            return;
+        }
+        throw new IllegalArgumentException("no environment flyway setting " + name);
     }
 
     static long ms(long since) {
