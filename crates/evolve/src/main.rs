@@ -40,6 +40,55 @@ fn default_log_filter(args: &cli::Cli) -> &'static str {
     }
 }
 
+/// Whether `args` runs a server (`evolve pipeline run`, `evolve registry
+/// serve`), whose log lines say when each thing happened.
+fn is_server(args: &cli::Cli) -> bool {
+    matches!(
+        &args.command,
+        cli::Command::Pipeline(pipeline::PipelineArgs {
+            verb: pipeline::PipelineVerb::Run { .. },
+        }) | cli::Command::Registry(registry::RegistryArgs {
+            verb: registry::RegistryVerb::Serve { .. },
+        })
+    )
+}
+
+/// Whether neither `--log-level` nor `EVOLVE_LOG` sets the filter.
+fn default_logging(args: &cli::Cli) -> bool {
+    args.log_level.is_none() && std::env::var("EVOLVE_LOG").map_or(true, |v| v.trim().is_empty())
+}
+
+/// The text log lines of a command that is not a server, at the default
+/// filter (warnings only): `warning: <message> <field>=<value> ...`, as
+/// the command's own warnings and errors are written, with no timestamp
+/// or module path. A filter set with `--log-level` or `EVOLVE_LOG` (to
+/// debug, say) gets tracing's full lines instead.
+struct Plain;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Plain
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let level = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            tracing::Level::INFO => "info",
+            tracing::Level::DEBUG => "debug",
+            tracing::Level::TRACE => "trace",
+        };
+        write!(writer, "{level}: ")?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
 /// The log filter: `--log-level`, else `EVOLVE_LOG`, else the command's
 /// default. Both take tracing's filter syntax; a bare word must be a
 /// level (`--log-level verbose` and `EVOLVE_LOG=verbose` are refused
@@ -94,6 +143,9 @@ fn main() -> ExitCode {
             .with_current_span(false)
             .with_span_list(false)
             .init(),
+        cli::LogFormat::Text if default_logging(&args) && !is_server(&args) => {
+            logs.event_format(Plain).init()
+        }
         cli::LogFormat::Text => {
             // Colour codes only for a terminal: a file or a pipe gets plain text.
             let colour = std::io::stderr().is_terminal()
