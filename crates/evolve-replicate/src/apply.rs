@@ -217,8 +217,9 @@ enum StepKind {
         remote: String,
         names: (String, String),
     },
-    /// Returns (rows updated, rows the filter let through); `insert` is the
-    /// planned insert for update_missing's insert resolvers.
+    /// Returns (rows updated, rows the filter let through, rows the
+    /// filter took off the node); `insert` is the planned insert for
+    /// update_missing's insert resolvers.
     Update {
         resolver: Resolver,
         complete: bool,
@@ -226,7 +227,8 @@ enum StepKind {
         remote: String,
         names: (String, String),
     },
-    /// Returns the rows deleted.
+    /// Returns (rows deleted, whether the transform's filter passes the
+    /// old row: 1 when there is none to ask).
     Delete {
         resolver: Resolver,
         names: (String, String),
@@ -312,7 +314,18 @@ pub struct Applier {
     /// Set-based groups written again, checked, after their unchecked
     /// write found a key otherwise than its first change expected.
     pub checked_again: u64,
+    /// The node refused to prepare a statement: its SQLSTATE and its
+    /// error in one line, for the row that needed it to halt with.
+    prepare_refused: Option<(String, String)>,
+    /// A statement met a node table other than the match read (a column
+    /// or table dropped, a type changed on the node since): the
+    /// transaction is tried once more with the node's catalog read again.
+    catalog_changed: std::sync::atomic::AtomicBool,
 }
+
+/// SQLSTATEs of a statement built for a node table as it no longer is:
+/// undefined column, undefined table, datatype mismatch.
+const CATALOG_CHANGED: [&str; 3] = ["42703", "42P01", "42804"];
 
 /// The `detail` of a conflict whose resolver halted the replica (a
 /// conflict of the match, or a value the node refused, says why after a
@@ -447,6 +460,8 @@ impl Applier {
             set_checked_until: None,
             groups: (0, 0),
             checked_again: 0,
+            prepare_refused: None,
+            catalog_changed: std::sync::atomic::AtomicBool::new(false),
         };
         applier.read_position(client).await?;
         Ok(applier)
@@ -488,7 +503,39 @@ impl Applier {
     /// the node refuses) the node transaction is rolled back and the
     /// transaction applied again one statement at a time, which gives the
     /// exact halt or the conflict's order.
+    ///
+    /// A statement that meets a node table other than the one its match
+    /// read (the node's schema changed while the replica applies: a column
+    /// or table dropped) does not halt: the node's catalog is read again
+    /// and the transaction tried once more, resolved for the node as it
+    /// now is.
     pub async fn apply(&mut self, client: &mut Client, txn: &Transaction) -> Result<Applied> {
+        self.catalog_changed
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        match self.apply_once(client, txn, true).await {
+            Err(_)
+                if self
+                    .catalog_changed
+                    .swap(false, std::sync::atomic::Ordering::Relaxed) =>
+            {
+                tracing::info!(replica = %self.replica, lsn = %txn.end, "the node's schema changed while applying: reading its catalog again");
+                self.refresh_matches();
+                self.statements.clear();
+                self.apply_once(client, txn, false).await
+            }
+            other => other,
+        }
+    }
+
+    /// [`Applier::apply`], once; `retry`: a halt the node's changed schema
+    /// caused is not recorded (the caller tries again).
+    async fn apply_once(
+        &mut self,
+        client: &mut Client,
+        txn: &Transaction,
+        retry: bool,
+    ) -> Result<Applied> {
+        self.prepare_refused = None;
         if txn.end <= self.position {
             return Ok(Applied {
                 skipped: true,
@@ -516,6 +563,13 @@ impl Applier {
                     }
                     Err(e) => {
                         drop(tx);
+                        if retry
+                            && self
+                                .catalog_changed
+                                .load(std::sync::atomic::Ordering::Relaxed)
+                        {
+                            return Err(e);
+                        }
                         self.record_halt(client, &e, attempt.halted.take(), true)
                             .await;
                         return Err(e);
@@ -624,6 +678,8 @@ impl Applier {
         }
         let one_by_one = pending.len() <= 1 || skipping;
         self.groups.1 += 1;
+        // What the set path's statements met is not this path's.
+        self.prepare_refused = None;
         if !one_by_one {
             let tx = client
                 .transaction()
@@ -687,6 +743,31 @@ impl Applier {
                 Ok(None) => {}
                 Err(e) => {
                     halted(&mut logged, attempt);
+                    // A statement the node refuses to prepare, for a
+                    // reason of its table, halts at this transaction (to
+                    // be fixed or skipped), not as a transient failure.
+                    // A value that is not text the node can read is this
+                    // transaction's, not a failure retrying helps.
+                    if matches!(&e, ReplicateError::Node { context, .. } if context == NOT_UTF8) {
+                        return Err(self.halt(
+                            txn,
+                            format!(
+                                "a value the upstream sent for {}.{} is not UTF-8 (an upstream database in SQL_ASCII stores bytes unconverted): correct the value upstream",
+                                quote_ident(&change.table.schema),
+                                quote_ident(&change.table.name)
+                            ),
+                        ));
+                    }
+                    if let Some((_, error)) = self.prepare_refused.take() {
+                        return Err(self.halt(
+                            txn,
+                            format!(
+                                "the node refused the statement that applies a row of {}.{}: {error}",
+                                quote_ident(&change.table.schema),
+                                quote_ident(&change.table.name)
+                            ),
+                        ));
+                    }
                     return Err(e);
                 }
             }
@@ -1001,10 +1082,20 @@ impl Applier {
         if let Some(s) = self.statements.get(&sql) {
             return Ok(s.clone());
         }
-        let s = client
-            .prepare(&sql)
-            .await
-            .map_err(|e| ReplicateError::node(format!("prepare {sql}"), &e))?;
+        let s = match client.prepare(&sql).await {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(db) = e.as_db_error() {
+                    let code = db.code().code().to_string();
+                    if CATALOG_CHANGED.contains(&code.as_str()) {
+                        self.catalog_changed
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    self.prepare_refused = Some((code, one_line(db)));
+                }
+                return Err(ReplicateError::node(format!("prepare {sql}"), &e));
+            }
+        };
         self.statements.insert(sql, s.clone());
         Ok(s)
     }
@@ -1150,11 +1241,21 @@ impl Applier {
             }
             ChangeKind::Update => {
                 let new = change.new.as_deref().unwrap_or(&[]);
-                let key_from = change
+                let old_key = change
                     .old
                     .as_deref()
-                    .filter(|old| key_values(&matched, old).is_some())
-                    .unwrap_or(new);
+                    .filter(|old| key_values(&matched, old).is_some());
+                // Found by the new image, the node's key must be part of
+                // the upstream's identity, which an update that does not
+                // change it keeps: a node key column besides it may have
+                // changed, and the new value would miss the node's row
+                // (and update_missing insert a second one).
+                if old_key.is_none()
+                    && let Some(column) = unidentified_key(&schema, &node, &matched)
+                {
+                    return Err(self.halt(txn, unidentified(&table, column, "an update")));
+                }
+                let key_from = old_key.unwrap_or(new);
                 let Some(key) = key_values(&matched, key_from) else {
                     return Err(self.halt(
                         txn,
@@ -1165,6 +1266,16 @@ impl Applier {
                 let mut sets = Vec::new();
                 for (n, value) in matched.values.iter().enumerate() {
                     let column = quote_ident(&node.table.columns[n].name);
+                    // A key column the update does not change is not
+                    // set: the row is found by it, and a key `GENERATED
+                    // ALWAYS AS IDENTITY` can only be updated to DEFAULT.
+                    if let Some(k) = matched.key.iter().position(|&k| k == n)
+                        && let ColumnValue::Source(i) = value
+                        && let Some(Datum::Text(t)) = new.get(*i)
+                        && key[k].as_deref() == Some(&t[..])
+                    {
+                        continue;
+                    }
                     match value {
                         ColumnValue::Source(i) => {
                             match new.get(*i) {
@@ -1197,24 +1308,38 @@ impl Applier {
                     None => (String::new(), "", "true".to_string()),
                 };
                 let cond = key_condition(&node, &matched, &key, &mut params)?;
-                let passed = if transform.is_some() {
-                    format!("(SELECT count(*) FROM \"new\" WHERE {filter})")
+                // A row the filter rejects after the update leaves the
+                // node (as PostgreSQL's row filters turn such an update
+                // into a delete): the node keeps no row the filter
+                // rejects, and none with its values from before.
+                let (passed, gone, removed) = if transform.is_some() {
+                    (
+                        format!("(SELECT count(*) FROM \"new\" WHERE {filter})"),
+                        format!(
+                            ", gone AS (DELETE FROM {table} t WHERE {cond} AND NOT EXISTS (SELECT 1 FROM \"new\" WHERE {filter}) RETURNING 1)"
+                        ),
+                        "(SELECT count(*) FROM gone)",
+                    )
                 } else {
-                    "1::int8".to_string()
+                    ("1::int8".to_string(), String::new(), "0::int8")
+                };
+                // Nothing the node has changed: touch nothing but find
+                // (and lock) the row; a key generated always as identity,
+                // or a generated column, may not even be set to itself.
+                let write = if sets.is_empty() {
+                    let also = if from_new.is_empty() { "" } else { ", \"new\"" };
+                    format!(
+                        "SELECT 1 FROM {table} AS t{also} WHERE {cond} AND {filter} FOR UPDATE OF t"
+                    )
+                } else {
+                    format!(
+                        "UPDATE {table} AS t SET {}{from_new} WHERE {cond} AND {filter} RETURNING 1",
+                        sets.join(", ")
+                    )
                 };
                 let sql = format!(
-                    "WITH {with_new}upd AS (UPDATE {table} AS t SET {}{from_new} WHERE {cond} AND {filter} RETURNING 1)
-                     SELECT (SELECT count(*) FROM upd), {passed}",
-                    if sets.is_empty() {
-                        // Nothing the node has changed: touch nothing but
-                        // find the row.
-                        format!(
-                            "{0} = t.{0}",
-                            quote_ident(&node.table.columns[matched.key[0]].name)
-                        )
-                    } else {
-                        sets.join(", ")
-                    }
+                    "WITH {with_new}upd AS ({write}){gone}
+                     SELECT (SELECT count(*) FROM upd), {passed}, {removed}"
                 );
                 let resolver = resolvers.get(ConflictType::UpdateMissing);
                 let complete = matched.values.iter().all(|v| match v {
@@ -1248,15 +1373,34 @@ impl Applier {
             ChangeKind::Delete => {
                 let old = change.old.as_deref().unwrap_or(&[]);
                 let Some(key) = key_values(&matched, old) else {
+                    if let Some(column) = unidentified_key(&schema, &node, &matched) {
+                        return Err(self.halt(txn, unidentified(&table, column, "a delete")));
+                    }
                     return Err(self.halt(
                         txn,
                         format!("a delete of {table} came without its key values"),
                     ));
                 };
                 let mut params: Vec<Option<String>> = Vec::new();
+                // With a filter and the whole old row (REPLICA IDENTITY
+                // FULL upstream), a row the filter rejects was never on
+                // the node: its delete is filtered, not delete_missing.
+                let mut with_old = String::new();
+                let mut passed = "1::int8".to_string();
+                if let Some((t, types)) = &transform
+                    && t.filter.is_some()
+                {
+                    let mut p = Vec::new();
+                    if let Ok(cte) = new_row(&schema, types, old, None, &mut p) {
+                        params = p;
+                        with_old = format!("{cte}, ");
+                        passed = format!("(SELECT count(*) FROM \"new\" WHERE {})", t.condition());
+                    }
+                }
                 let cond = key_condition(&node, &matched, &key, &mut params)?;
                 let sql = format!(
-                    "WITH del AS (DELETE FROM {table} t WHERE {cond} RETURNING 1) SELECT count(*) FROM del"
+                    "WITH {with_old}del AS (DELETE FROM {table} t WHERE {cond} RETURNING 1)
+                     SELECT (SELECT count(*) FROM del), {passed}"
                 );
                 Step {
                     statement: self.statement(tx, sql).await?,
@@ -1368,7 +1512,7 @@ impl Applier {
         };
         let sql = format!(
             "WITH {with_new}old AS (SELECT to_jsonb(t)::text AS j FROM {table} t WHERE {cond}),
-                  ins AS (INSERT INTO {table} AS t ({}) {source} ON CONFLICT ({}) {action} RETURNING 1)
+                  ins AS (INSERT INTO {table} AS t ({}) OVERRIDING SYSTEM VALUE {source} ON CONFLICT ({}) {action} RETURNING 1)
              SELECT (SELECT j FROM old), (SELECT count(*) FROM ins), {passed}",
             columns.join(", "),
             key_columns.join(", ")
@@ -1460,8 +1604,10 @@ impl Applier {
                     return Ok(Outcome::Done);
                 }
                 if int(1) == 0 {
-                    // The transform's filter dropped the row.
+                    // The transform's filter dropped the row (and took
+                    // the node's off, if it had one).
                     applied.filtered += 1;
+                    applied.rows += int(2) as u64;
                     return Ok(Outcome::Filtered);
                 }
                 if insert.is_some() {
@@ -1498,6 +1644,12 @@ impl Applier {
                 if int(0) > 0 {
                     applied.rows += 1;
                     return Ok(Outcome::Done);
+                }
+                if int(1) == 0 {
+                    // The transform's filter rejects the old row: it was
+                    // never on the node.
+                    applied.filtered += 1;
+                    return Ok(Outcome::Filtered);
                 }
                 let halts = *resolver == Resolver::Error;
                 logged.push(Logged::row(
@@ -1573,15 +1725,18 @@ impl Applier {
         txn: &Transaction,
         table: &str,
         t: &Transform,
-        column: &str,
+        why: &NewRow,
     ) -> ReplicateError {
-        self.halt(
-            txn,
-            format!(
+        let message = match why {
+            NewRow::Unsent(column) => format!(
                 "transform {} of {table} reads NEW, and an update left column \"{column}\" unsent (an unchanged TOASTed value): set REPLICA IDENTITY FULL on the upstream table so updates carry whole rows",
                 t.name
             ),
-        )
+            NewRow::NotUtf8 => format!(
+                "a value the upstream sent for {table} is not UTF-8 (an upstream database in SQL_ASCII stores bytes unconverted): correct the value upstream"
+            ),
+        };
+        self.halt(txn, message)
     }
 
     /// The node refused `step`'s row: the replica halts with the
@@ -1601,6 +1756,10 @@ impl Applier {
         let Some(db) = e.as_db_error() else {
             return ReplicateError::node(format!("apply to {table}"), e);
         };
+        if CATALOG_CHANGED.contains(&db.code().code()) {
+            self.catalog_changed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let error = evolve_pg::describe_db_error(db, None).replace('\n', " ");
         let conflict = if db.code() == &tokio_postgres::error::SqlState::UNIQUE_VIOLATION {
             Some((
@@ -1736,13 +1895,27 @@ fn schema_conflicts(
         .collect()
 }
 
+/// A node's error on one line: its words, detail and hint.
+fn one_line(db: &tokio_postgres::error::DbError) -> String {
+    evolve_pg::describe_db_error(db, None)
+        .split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn count(applied: &mut Applied, conflict: ConflictType, resolution: Resolver) {
     *applied.conflicts.entry((conflict, resolution)).or_default() += 1;
 }
 
+/// The context of [`text`]'s error, which a row's apply turns into a
+/// halt at its transaction.
+const NOT_UTF8: &str = "read an upstream value";
+
 fn text(t: &[u8]) -> Result<&str> {
     std::str::from_utf8(t).map_err(|_| ReplicateError::Node {
-        context: "read an upstream value".into(),
+        context: NOT_UTF8.into(),
         message: "the value is not UTF-8".into(),
     })
 }
@@ -1759,6 +1932,29 @@ fn key_image(change: &RowChange) -> Vec<Datum> {
         .clone()
         .or_else(|| change.new.clone())
         .unwrap_or_default()
+}
+
+/// A node key column that is not part of the upstream's replica identity
+/// (the upstream sends its old value only under REPLICA IDENTITY FULL).
+pub(crate) fn unidentified_key<'a>(
+    schema: &TableSchema,
+    node: &'a NodeTable,
+    matched: &ColumnMatch,
+) -> Option<&'a str> {
+    matched.key.iter().find_map(|&k| match matched.values[k] {
+        ColumnValue::Source(i) if !schema.columns.get(i).is_some_and(|c| c.key) => {
+            Some(node.table.columns[k].name.as_str())
+        }
+        _ => None,
+    })
+}
+
+/// The halt of `what` (an update, a delete) of a table whose node key
+/// has `column` besides the upstream's identity.
+fn unidentified(table: &str, column: &str, what: &str) -> String {
+    format!(
+        "{what} of {table} cannot name the node's row: the node's key column \"{column}\" is not part of the upstream's replica identity, so the upstream does not send its old value: key the node's table as the upstream's, or set REPLICA IDENTITY FULL on the upstream table"
+    )
 }
 
 /// The node key's values from `image`, `None` when one is not in it.
@@ -1825,6 +2021,14 @@ fn json_of(schema: &TableSchema, image: &[Datum], key_only: bool) -> serde_json:
     serde_json::Value::Object(object)
 }
 
+/// Why [`new_row`] cannot give `NEW`.
+enum NewRow {
+    /// The update did not send this column (an unchanged TOASTed value).
+    Unsent(String),
+    /// A value is not UTF-8.
+    NotUtf8,
+}
+
 /// `"new" AS (SELECT $n::text::type AS "column", ...)`: the upstream's
 /// row as a transform reads it (`NEW`), every column typed as the upstream
 /// sent it; a value the update did not send comes from `old` when it has
@@ -1835,7 +2039,7 @@ fn new_row(
     new: &[Datum],
     old: Option<&[Datum]>,
     params: &mut Vec<Option<String>>,
-) -> std::result::Result<String, String> {
+) -> std::result::Result<String, NewRow> {
     let mut columns = Vec::with_capacity(schema.columns.len());
     for (i, c) in schema.columns.iter().enumerate() {
         let value = match new.get(i) {
@@ -1843,9 +2047,14 @@ fn new_row(
             v => v,
         };
         params.push(match value {
-            Some(Datum::Text(t)) => Some(String::from_utf8_lossy(t).into_owned()),
+            // A value that is not UTF-8 is not changed to fit (the
+            // caller's check of the row's values halts on it).
+            Some(Datum::Text(t)) => match std::str::from_utf8(t) {
+                Ok(t) => Some(t.to_string()),
+                Err(_) => return Err(NewRow::NotUtf8),
+            },
             Some(Datum::Null) => None,
-            _ => return Err(c.name.clone()),
+            _ => return Err(NewRow::Unsent(c.name.clone())),
         });
         columns.push(format!(
             "${}::text::{} AS {}",

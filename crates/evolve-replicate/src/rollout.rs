@@ -41,6 +41,11 @@ pub enum Change {
     NewTable {
         table: (String, String),
     },
+    /// A table dropped (or renamed away): a node ahead of the upstream
+    /// lacks it while the upstream still sends it.
+    DroppedTable {
+        table: (String, String),
+    },
     NewColumn {
         table: (String, String),
         column: String,
@@ -73,62 +78,156 @@ pub fn changes(statement: &str) -> Vec<Change> {
             r.name.clone(),
         )
     };
+    let drops_table = statement
+        .trim_start()
+        .get(..10)
+        .is_some_and(|s| s.eq_ignore_ascii_case("drop table"));
     fx.actions
         .iter()
-        .filter_map(|a| match a {
-            Action::CreateRelation {
-                relation,
-                kind: RelKind::Table,
-                ..
-            } => Some(Change::NewTable {
+        .flat_map(|a| match a {
+            // A rename is a drop of the old name and a new one: the
+            // side not yet migrated sends (or has) the old name only.
+            Action::RenameColumn { table, from, to } => vec![
+                Change::DroppedColumn {
+                    table: name(table),
+                    column: from.clone(),
+                },
+                Change::NewColumn {
+                    table: name(table),
+                    column: to.clone(),
+                    needs_value: false,
+                },
+            ],
+            Action::RenameRelation { from, to } => {
+                let old = name(from);
+                vec![
+                    Change::DroppedTable { table: old.clone() },
+                    Change::NewTable {
+                        table: (old.0, to.clone()),
+                    },
+                ]
+            }
+            Action::DropRelation { relation, .. } if drops_table => vec![Change::DroppedTable {
                 table: name(relation),
-            }),
-            Action::AddColumn {
-                table,
-                column,
-                default,
-                identity,
-                serial,
-                generated_stored,
-                ..
-            } => Some(Change::NewColumn {
-                table: name(table),
-                column: column.clone(),
-                needs_value: default.is_none()
-                    && !identity
-                    && !serial
-                    && !generated_stored
-                    && is_not_null(statement, column),
-            }),
-            Action::DropColumn { table, column, .. } => Some(Change::DroppedColumn {
-                table: name(table),
-                column: column.clone(),
-            }),
-            Action::AlterType {
-                table,
-                column,
-                type_text,
-                ..
-            } => Some(Change::TypeChange {
-                table: name(table),
-                column: column.clone(),
-                type_text: type_text.clone(),
-            }),
-            _ => None,
+            }],
+            a => Vec::from_iter(one_change(a, &name, statement)),
         })
         .collect()
 }
 
-/// Whether `ADD COLUMN column ...` in `statement` says NOT NULL (the
-/// effects do not carry it).
+/// The change of an action that maps to one.
+fn one_change(
+    a: &Action,
+    name: &dyn Fn(&effects::RelName) -> (String, String),
+    statement: &str,
+) -> Option<Change> {
+    match a {
+        Action::CreateRelation {
+            relation,
+            kind: RelKind::Table,
+            ..
+        } => Some(Change::NewTable {
+            table: name(relation),
+        }),
+        Action::AddColumn {
+            table,
+            column,
+            default,
+            identity,
+            serial,
+            generated_stored,
+            ..
+        } => Some(Change::NewColumn {
+            table: name(table),
+            column: column.clone(),
+            needs_value: default.is_none()
+                && !identity
+                && !serial
+                && !generated_stored
+                && is_not_null(statement, column),
+        }),
+        Action::DropColumn { table, column, .. } => Some(Change::DroppedColumn {
+            table: name(table),
+            column: column.clone(),
+        }),
+        Action::AlterType {
+            table,
+            column,
+            type_text,
+            ..
+        } => Some(Change::TypeChange {
+            table: name(table),
+            column: column.clone(),
+            type_text: type_text.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// Whether `ADD [COLUMN] column ...` in `statement` says NOT NULL (the
+/// effects do not carry it): the column's definition is read from its
+/// name, as a whole word after `ADD` or `COLUMN` (not inside the table's
+/// name or another column's), to the next comma outside parentheses (not
+/// the one of `numeric(10,2)`).
 fn is_not_null(statement: &str, column: &str) -> bool {
     let lower = statement.to_ascii_lowercase();
-    let Some(at) = lower.find(&column.to_ascii_lowercase()) else {
-        return false;
-    };
-    let rest = &lower[at..];
-    let end = rest.find(',').unwrap_or(rest.len());
-    rest[..end].contains("not null")
+    let column = column.to_ascii_lowercase();
+    let quoted = format!("\"{}\"", column.replace('"', "\"\""));
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$';
+    let bytes = lower.as_bytes();
+    for name in [column.as_str(), quoted.as_str()] {
+        if name.is_empty() {
+            continue;
+        }
+        let mut from = 0;
+        while let Some(found) = lower[from..].find(name) {
+            let at = from + found;
+            from = at + name.len();
+            let before_ok = at == 0 || !word(bytes[at - 1]);
+            let after_ok = from >= bytes.len() || !word(bytes[from]);
+            let head = lower[..at].trim_end();
+            let after_add = head.ends_with(" add")
+                || head.ends_with(" column")
+                || head.ends_with(" if not exists");
+            if !(before_ok && after_ok && after_add) {
+                continue;
+            }
+            let mut depth = 0i32;
+            let mut end = lower.len();
+            for (i, c) in lower[from..].char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    ',' | ';' if depth <= 0 => {
+                        end = from + i;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            // The definition outside parentheses (not a CHECK's `IS NOT
+            // NULL`).
+            let mut outside = String::new();
+            let mut depth = 0i32;
+            for c in lower[from..end].chars() {
+                match c {
+                    '(' => {
+                        depth += 1;
+                        outside.push(' ');
+                    }
+                    ')' => {
+                        depth -= 1;
+                        outside.push(' ');
+                    }
+                    c if depth <= 0 => outside.push(c),
+                    _ => {}
+                }
+            }
+            let words: Vec<&str> = outside.split_whitespace().collect();
+            return words.windows(2).any(|w| w == ["not", "null"]);
+        }
+    }
+    false
 }
 
 /// What the check asks of a node's catalog.
@@ -296,6 +395,23 @@ pub fn findings(
             }
         }
         (Change::NewTable { .. }, Ahead::Node) => {}
+        (Change::DroppedTable { table }, Ahead::Node) => {
+            if want(ConflictType::TargetTableMissing, Resolver::Skip) {
+                refuse(
+                    format!(
+                        "table {} is gone from node {} while the upstream still sends it",
+                        at(table),
+                        replica.node
+                    ),
+                    resolver_fix(
+                        &replica.name,
+                        ConflictType::TargetTableMissing,
+                        Resolver::Skip,
+                    ),
+                );
+            }
+        }
+        (Change::DroppedTable { .. }, Ahead::Upstream) => {}
         (Change::NewColumn { table, column, .. }, Ahead::Upstream)
         | (Change::DroppedColumn { table, column }, Ahead::Node) => {
             if want(ConflictType::TargetColumnMissing, Resolver::Ignore) {
@@ -489,6 +605,118 @@ mod tests {
         r.set(ConflictType::TargetColumnMissing, Resolver::Ignore)
             .unwrap();
         r
+    }
+
+    /// A rename moves a column or table away from the name the side not
+    /// yet migrated has, and a dropped table is gone from a node ahead
+    /// while the upstream still sends it: the check sees them (before, it
+    /// said nothing would halt, and the replica halted mid-rollout at the
+    /// first row under the new name).
+    #[test]
+    fn renames_and_dropped_tables_are_checked() {
+        let t = ("public".to_string(), "orders".to_string());
+        assert_eq!(
+            changes("ALTER TABLE orders RENAME COLUMN note TO remark"),
+            [
+                Change::DroppedColumn {
+                    table: t.clone(),
+                    column: "note".into()
+                },
+                Change::NewColumn {
+                    table: t.clone(),
+                    column: "remark".into(),
+                    needs_value: false
+                },
+            ]
+        );
+        assert_eq!(
+            changes("ALTER TABLE orders RENAME TO purchases"),
+            [
+                Change::DroppedTable { table: t.clone() },
+                Change::NewTable {
+                    table: ("public".into(), "purchases".into())
+                },
+            ]
+        );
+        assert_eq!(
+            changes("DROP TABLE orders"),
+            [Change::DroppedTable { table: t.clone() }]
+        );
+        assert!(
+            changes("DROP VIEW orders_view")
+                .iter()
+                .all(|c| !matches!(c, Change::DroppedTable { .. }))
+        );
+        let defaults = replica(Resolvers::default());
+        let found = |statement: &str, ahead: Ahead, r: &ReplicaView| -> Vec<String> {
+            changes(statement)
+                .iter()
+                .flat_map(|c| findings(c, r, ahead, &Facts))
+                .map(|f| f.fix)
+                .collect()
+        };
+        // The upstream ahead sends `remark`, which the node lacks.
+        let fixes = found(
+            "ALTER TABLE orders RENAME COLUMN note TO remark",
+            Ahead::Upstream,
+            &defaults,
+        );
+        assert!(
+            fixes
+                .iter()
+                .any(|f| f.contains("target_column_missing = 'ignore'")),
+            "{fixes:?}"
+        );
+        // A node ahead has dropped the table the upstream still sends.
+        let fixes = found("DROP TABLE orders", Ahead::Node, &defaults);
+        assert_eq!(
+            fixes,
+            ["ALTER REPLICA node_b SET CONFLICT RESOLVER target_table_missing = 'skip'"]
+        );
+        assert!(found("DROP TABLE orders", Ahead::Node, &replica(window())).is_empty());
+        assert!(found("DROP TABLE orders", Ahead::Upstream, &defaults).is_empty());
+    }
+
+    /// NOT NULL is read from the new column's own definition: not from
+    /// the first place its name occurs (inside the table's name, `b` in
+    /// `table`), nor cut at the comma of `numeric(10,2)`. Before, both
+    /// said "nullable", and a node ahead got a NOT NULL column without a
+    /// default that the upstream does not send: every insert halted.
+    #[test]
+    fn not_null_is_read_from_the_columns_own_definition() {
+        let needs = |statement: &str| -> Vec<(String, bool)> {
+            changes(statement)
+                .into_iter()
+                .filter_map(|c| match c {
+                    Change::NewColumn {
+                        column,
+                        needs_value,
+                        ..
+                    } => Some((column, needs_value)),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(
+            needs("ALTER TABLE t ADD COLUMN a int, ADD COLUMN b int NOT NULL"),
+            [("a".to_string(), false), ("b".to_string(), true)]
+        );
+        assert_eq!(
+            needs("ALTER TABLE t ADD COLUMN amount numeric(10,2) NOT NULL"),
+            [("amount".to_string(), true)]
+        );
+        assert_eq!(
+            needs("ALTER TABLE orders_with_idx ADD COLUMN idx int, ADD COLUMN id int NOT NULL"),
+            [("idx".to_string(), false), ("id".to_string(), true)]
+        );
+        assert_eq!(
+            needs("ALTER TABLE t ADD \"Note\" text NOT NULL"),
+            [("Note".to_string(), true)]
+        );
+        assert_eq!(
+            needs("ALTER TABLE t ADD COLUMN n text NULL, ADD COLUMN m text CHECK (m IS NOT NULL)"),
+            [("n".to_string(), false), ("m".to_string(), false)]
+        );
     }
 
     /// The pairs whose text the other type's input refuses, and the

@@ -6,8 +6,11 @@
 //! NEW.status <> 'test'`: each `SET` computes a node column from `NEW`,
 //! the upstream's row with every column it sends, typed as the upstream
 //! types them (the upstream's own types as `text`); a row the `WHERE`
-//! filter rejects is dropped (inserts and updates; deletes find rows by
-//! key only). Apply order, as PGD documents it: columns are matched first
+//! filter rejects is dropped (inserts and updates, and deletes that
+//! carry the whole old row, REPLICA IDENTITY FULL upstream; other deletes
+//! find rows by key only), and an update after which the row no longer passes takes
+//! the node's row off, as PostgreSQL's row filters turn such an update
+//! into a delete: the node holds no row the filter rejects. Apply order, as PGD documents it: columns are matched first
 //! (a column a transform sets needs no upstream column and no type match),
 //! then the transform runs, then the node row is looked up, then conflicts
 //! are resolved. A transform may not set a key column. An expression the

@@ -539,7 +539,7 @@ impl Applier {
             format!("DO UPDATE SET {}", updates.join(", "))
         };
         let sql = format!(
-            "WITH w AS (INSERT INTO {} AS t ({}) SELECT {} FROM unnest({}) AS u({}) ON CONFLICT ({}) {action}
+            "WITH w AS (INSERT INTO {} AS t ({}) OVERRIDING SYSTEM VALUE SELECT {} FROM unnest({}) AS u({}) ON CONFLICT ({}) {action}
                         RETURNING t.xmax = 0 AS inserted)
              SELECT count(*) FILTER (WHERE inserted) FROM w",
             target(&t.node),
@@ -570,7 +570,7 @@ impl Applier {
             return Ok(None);
         };
         let sql = format!(
-            "WITH w AS (INSERT INTO {} ({}) SELECT {} FROM unnest({}) AS u({}) RETURNING 1)
+            "WITH w AS (INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {} FROM unnest({}) AS u({}) RETURNING 1)
              SELECT count(*) FROM w",
             target(&t.node),
             image.columns.join(", "),
@@ -788,12 +788,16 @@ fn fold(table: &mut Table, at: At, change: &RowChange) -> bool {
     };
     let new = change.new.as_deref();
     let old = change.old.as_deref();
+    // Found by its new image, an update names its node row only when the
+    // node's key is the upstream's identity (the row path halts on it).
+    let identified = super::unidentified_key(&table.schema, &table.node, &table.matched).is_none();
     let key = match change.kind {
         ChangeKind::Insert => new.and_then(key_of),
         ChangeKind::Update => match (old.and_then(key_of), new.and_then(key_of)) {
             (Some(o), Some(n)) if o != n => None,
             (Some(o), _) => Some(o),
-            (None, n) => n,
+            (None, n) if identified => n,
+            (None, _) => None,
         },
         ChangeKind::Delete => old.and_then(key_of),
         ChangeKind::Truncate => None,
