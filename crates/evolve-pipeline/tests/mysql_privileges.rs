@@ -342,3 +342,299 @@ async fn a_password_changed_before_a_snapshot_stalls_the_table_naming_the_connec
     let _ = root.disconnect().await;
     let _ = shared_mariadb().client_sql(&format!("DROP USER '{user}'@'%'"));
 }
+
+/// `(key, data)` of `p`'s rows upstream, as the sink's documents of them
+/// are: `{"id": .., "n": ..}` keyed by `{"id": ..}`.
+async fn upstream_docs(root: &mut mysql_async::Conn) -> Vec<(String, String)> {
+    let rows: Vec<(i32, i32)> = root.query("SELECT id, n FROM p").await.unwrap();
+    let mut docs: Vec<(String, String)> = rows
+        .into_iter()
+        .map(|(id, n)| {
+            (
+                format!("{{\"id\": {id}}}"),
+                format!("{{\"n\": {n}, \"id\": {id}}}"),
+            )
+        })
+        .collect();
+    docs.sort();
+    docs
+}
+
+/// A running source whose user may not read one of its tables: MariaDB
+/// refuses the snapshot's SELECT with error 1142 (no privilege on the
+/// table), then 1143 (SELECT on some of its columns only). Each time the
+/// table stalls with one line naming the user, the table and the exact
+/// GRANT, as `evolve status` shows it, instead of retrying forever; the
+/// source and its other tables keep streaming. Once granted, the restarted
+/// pipeline copies the table and joins the stream: every row arrives
+/// exactly once (a trigger counts the sink's writes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_the_user_may_not_select_stalls_naming_the_grant_and_resumes_once_granted() {
+    let env = my_env(STATE, "mysql_select").await;
+    let db = env.my.name.clone();
+    let server = shared_mariadb();
+    let user = format!("rsel_{}", std::process::id());
+    let port = server.port();
+    let url = format!("mysql://{user}:old_pw@127.0.0.1:{port}/{db}");
+    let mut root = my_conn(&env.my.url).await;
+    root.query_drop(
+        "CREATE TABLE p (id int PRIMARY KEY, n int NOT NULL); \
+         CREATE TABLE q (id int PRIMARY KEY, n int NOT NULL); \
+         INSERT INTO p VALUES (1, 1), (2, 2), (3, 3); \
+         INSERT INTO q VALUES (1, 1), (2, 2);",
+    )
+    .await
+    .unwrap();
+    // SELECT on q, nothing on p.
+    server
+        .client_sql(&format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY 'old_pw'; \
+             GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{user}'@'%'; \
+             GRANT SELECT ON `{db}`.q TO '{user}'@'%';"
+        ))
+        .unwrap();
+    let sink = connect(&env.sink.url).await;
+    // Created by a user who may read everything (CREATE SOURCE wants
+    // SELECT on the database); run by the restricted one.
+    {
+        let pipeline = pipeline_on(&env, &env.my.url, true).await;
+        create_chain(&pipeline, &env, "q").await;
+    }
+    audit_sink(&sink, "p_json").await;
+    let pipeline = pipeline_on(&env, &url, false).await;
+    let running = Running::start(pipeline.clone());
+
+    // 1142: SELECT denied on the table.
+    let error = wait_object(
+        &pipeline,
+        ObjectKind::Table,
+        "p_v1",
+        "stalled",
+        "lacks SELECT",
+    )
+    .await;
+    let first = error.lines().next().unwrap();
+    assert_eq!(
+        first,
+        format!(
+            "ERROR: user '{user}'@'%' lacks SELECT on table {db}.p, which its snapshot needs: run GRANT SELECT ON {db}.p TO '{user}'@'%';"
+        ),
+        "{error}"
+    );
+    assert!(error.contains("error 1142"), "{error}");
+    assert!(error.contains("not retried"), "{error}");
+    assert!(!error.contains("old_pw"), "the password leaked: {error}");
+    // What `evolve status` shows: the same line, and the table stays
+    // stalled, not retried.
+    let (state, shown) = object_status(&pipeline, ObjectKind::Table, "p_v1").unwrap();
+    assert_eq!(state, "stalled");
+    assert!(shown.unwrap().contains(first), "{first}");
+    // The drift poll, which `information_schema` hides the table from,
+    // says the same rather than calling it dropped.
+    let rows = drift(&pipeline, None).await.unwrap();
+    let row = rows.iter().find(|r| r.table == "p_v1").expect("p_v1's row");
+    assert_eq!(row.signal, Signal::Unknown, "{row:?}");
+    let said = row.error.as_deref().unwrap_or_default();
+    assert!(
+        said.contains(&format!("GRANT SELECT ON {db}.p TO '{user}'@'%';")),
+        "{said}"
+    );
+    // A new table version over it is refused the same way.
+    let refused = pipeline
+        .create_table(&spec(&env, "p_v2", "p", &[]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!(
+            "lacks SELECT on table {db}.p, which its snapshot needs: run GRANT SELECT ON {db}.p TO '{user}'@'%';"
+        )),
+        "{refused}"
+    );
+    assert!(refused.contains("create the table again"), "{refused}");
+    // The source and its other table go on.
+    root.query_drop("INSERT INTO q VALUES (3, 3)")
+        .await
+        .unwrap();
+    wait_until(
+        "q's 3 rows in the sink",
+        Duration::from_secs(60),
+        async || sink_rows(&sink, "q_json").await.len() == 3,
+    )
+    .await;
+    assert_eq!(
+        source_status(&pipeline, &env.source).map(|s| s.0),
+        Some("running".to_string())
+    );
+    // Changes while the table is stalled.
+    root.query_drop(
+        "INSERT INTO p VALUES (4, 4); UPDATE p SET n = 10 WHERE id = 1; \
+         DELETE FROM p WHERE id = 2; INSERT INTO p VALUES (5, 5);",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        object_status(&pipeline, ObjectKind::Table, "p_v1").map(|s| s.0),
+        Some("stalled".to_string())
+    );
+    assert_eq!(audit_count(&sink, "p_json").await, 0);
+    running.stop().await;
+    drop(pipeline);
+
+    // 1143: SELECT on one column only.
+    server
+        .client_sql(&format!("GRANT SELECT (id) ON `{db}`.p TO '{user}'@'%'"))
+        .unwrap();
+    let pipeline = pipeline_on(&env, &url, false).await;
+    let running = Running::start(pipeline.clone());
+    let error = wait_object(
+        &pipeline,
+        ObjectKind::Table,
+        "p_v1",
+        "stalled",
+        "lacks SELECT on columns",
+    )
+    .await;
+    assert!(
+        error.lines().next().unwrap().ends_with(&format!(
+            "lacks SELECT on columns of table {db}.p, which its snapshot needs: run GRANT SELECT ON {db}.p TO '{user}'@'%';"
+        )),
+        "{error}"
+    );
+    assert!(error.contains("error 1143"), "{error}");
+    root.query_drop("INSERT INTO p VALUES (6, 6); DELETE FROM p WHERE id = 4;")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running.stop().await;
+    drop(pipeline);
+
+    // Granted: the restarted pipeline copies the table and streams it on.
+    server
+        .client_sql(&format!("GRANT SELECT ON `{db}`.p TO '{user}'@'%'"))
+        .unwrap();
+    let pipeline = pipeline_on(&env, &url, false).await;
+    let running = Running::start(pipeline.clone());
+    wait_state(
+        &pipeline,
+        "p_v1",
+        TableState::Running,
+        Duration::from_secs(60),
+    )
+    .await;
+    root.query_drop("INSERT INTO p VALUES (7, 7); UPDATE p SET n = 11 WHERE id = 3;")
+        .await
+        .unwrap();
+    let want = upstream_docs(&mut root).await;
+    assert_eq!(want.len(), 5, "{want:?}");
+    wait_until(
+        "the sink to hold p's rows",
+        Duration::from_secs(60),
+        async || sink_rows(&sink, "p_json").await == want,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(sink_rows(&sink, "p_json").await, want);
+    // Each row written once: its copy (1, 3, 5, 6), or its insert (7),
+    // and 3's update; nothing before the grant, nothing twice.
+    let writes: Vec<(String, String, i64)> = sink
+        .query(
+            "SELECT op, key::text, count(*) FROM public.p_json_audit GROUP BY 1, 2 ORDER BY 2, 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let written = |op: &str, id: i32| (op.to_string(), format!("{{\"id\": {id}}}"), 1);
+    assert_eq!(
+        writes,
+        vec![
+            written("INSERT", 1),
+            written("INSERT", 3),
+            written("UPDATE", 3),
+            written("INSERT", 5),
+            written("INSERT", 6),
+            written("INSERT", 7),
+        ]
+    );
+    assert_eq!(
+        source_status(&pipeline, &env.source).map(|s| s.0),
+        Some("running".to_string())
+    );
+    running.stop().await;
+    let _ = root.disconnect().await;
+    let _ = server.client_sql(&format!("DROP USER '{user}'@'%'"));
+}
+
+/// A user without any privilege on the url's database: MariaDB refuses
+/// the login itself with error 1044, to every session of the source. The
+/// source stalls naming the user, the database and the GRANT (not a
+/// connection failure retried forever); once granted, the restarted
+/// pipeline copies the table and streams what was written meanwhile,
+/// each row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_database_stalls_the_source_naming_the_grant() {
+    let env = my_env(STATE, "mysql_nodb").await;
+    let db = env.my.name.clone();
+    let server = shared_mariadb();
+    let user = format!("rdb_{}", std::process::id());
+    let url = format!("mysql://{user}:old_pw@127.0.0.1:{}/{db}", server.port());
+    let mut root = my_conn(&env.my.url).await;
+    root.query_drop(
+        "CREATE TABLE p (id int PRIMARY KEY, n int NOT NULL); INSERT INTO p VALUES (1, 1);",
+    )
+    .await
+    .unwrap();
+    server
+        .client_sql(&format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY 'old_pw'; \
+             GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{user}'@'%';"
+        ))
+        .unwrap();
+    let sink = connect(&env.sink.url).await;
+    drop(pipeline_on(&env, &env.my.url, true).await);
+    audit_sink(&sink, "p_json").await;
+    let pipeline = pipeline_on(&env, &url, false).await;
+    let running = Running::start(pipeline.clone());
+    let error = wait_source(&pipeline, &env.source, "stalled", "lacks any privilege").await;
+    assert!(
+        error.contains(&format!(
+            "user '{user}'@'%' lacks any privilege on database {db}, which each session of connection \"my\" needs"
+        )),
+        "{error}"
+    );
+    assert!(
+        error.contains(&format!("run GRANT SELECT ON {db}.* TO '{user}'@'%';")),
+        "{error}"
+    );
+    assert!(error.contains("error 1044"), "{error}");
+    assert!(!error.contains("old_pw"), "the password leaked: {error}");
+    root.query_drop("INSERT INTO p VALUES (2, 2)")
+        .await
+        .unwrap();
+    running.stop().await;
+    drop(pipeline);
+
+    server
+        .client_sql(&format!("GRANT SELECT ON `{db}`.* TO '{user}'@'%'"))
+        .unwrap();
+    let pipeline = pipeline_on(&env, &url, false).await;
+    let running = Running::start(pipeline.clone());
+    wait_rows(&sink, 2).await;
+    root.query_drop("INSERT INTO p VALUES (3, 3)")
+        .await
+        .unwrap();
+    wait_rows(&sink, 3).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(audit_count(&sink, "p_json").await, 3);
+    assert_eq!(
+        source_status(&pipeline, &env.source).map(|s| s.0),
+        Some("running".to_string())
+    );
+    running.stop().await;
+    let _ = root.disconnect().await;
+    let _ = server.client_sql(&format!("DROP USER '{user}'@'%'"));
+}

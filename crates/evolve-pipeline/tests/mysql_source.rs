@@ -17,7 +17,7 @@ use common::mysql::*;
 use common::*;
 use evolve_pipeline::source::mysql::{is_gtid_position, mariadb_position};
 use evolve_pipeline::store::Store;
-use evolve_pipeline::{Config, Pipeline, TableSpec, TableState};
+use evolve_pipeline::{Config, Pipeline, Position, TableSpec, TableState};
 use evolve_test::{MariaDb, MariaDbOptions};
 use mysql_async::prelude::Queryable;
 use tokio_postgres::Client;
@@ -588,6 +588,28 @@ fn kill(child: &mut Guard, signal: i32) {
     child.0.wait().expect("reap the child");
 }
 
+/// Source `source`'s applied position and resume state in the state
+/// store of `state_dir`, as the next engine resumes from them: read while
+/// no engine runs there (the engine lock is taken, which fails while one
+/// does), in one statement, so one snapshot of the row: the two are
+/// always the pair one store transaction wrote, never a position of one
+/// commit with the state of another.
+fn stored_resume_point(state_dir: &std::path::Path, source: &str) -> (Position, String) {
+    let _engine = Store::lock_engine(state_dir)
+        .unwrap_or_else(|e| panic!("an engine still runs on the state directory: {e}"));
+    let db = rusqlite::Connection::open(state_dir.join("pipeline.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(30)).unwrap();
+    let (applied, state): (i64, Option<String>) = db
+        .query_row(
+            "SELECT applied_lsn, resume_state FROM sources WHERE name = ?1",
+            [source],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let state = state.unwrap_or_else(|| panic!("source {source} has no resume state"));
+    (Position::from_u64(applied as u64), state)
+}
+
 /// SIGKILL of the pipeline's process at several moments while MariaDB
 /// keeps writing, and one graceful stop (SIGTERM): after restarts from
 /// the stored GTID state, the sink equals the upstream and got every
@@ -595,7 +617,17 @@ fn kill(child: &mut Guard, signal: i32) {
 /// is the stored GTID state's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_resumes_from_the_binlog_position_without_loss_or_duplicates() {
-    let env = my_env(STATE, "mysql_crash").await;
+    // A server of its own: on the shared one, an XA transaction another
+    // test holds prepared (xa_transactions_reach_the_sink_at_their_commit_only
+    // holds one for seconds) is in this source's binlog too, and while it
+    // is prepared the resume state stored with each commit is the state
+    // before its prepare (see the source's "XA transactions"), not the
+    // applied position's own, which the check below compares exactly.
+    let server = tokio::task::spawn_blocking(|| MariaDb::start().unwrap())
+        .await
+        .unwrap();
+    let db = server.create_database("mysql_crash").unwrap();
+    let env = my_env_on(STATE, "mysql_crash", db).await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     my.query_drop("CREATE TABLE k (id int PRIMARY KEY, n int NOT NULL, pad varchar(60))")
@@ -683,13 +715,10 @@ async fn sigkill_under_load_resumes_from_the_binlog_position_without_loss_or_dup
         tokio::time::sleep(Duration::from_millis(delay)).await;
         kill(&mut child, signal);
         // What the restart resumes from: a GTID state, and the position
-        // it stands for, stored together.
-        {
-            let store = Store::open(&env.state).unwrap();
-            let applied = store.applied_lsn(&env.source).unwrap();
-            let state = store.resume_state(&env.source).unwrap().unwrap();
-            assert_eq!(mariadb_position(&state), Some(applied), "{state}");
-        }
+        // it stands for, stored together (no XA transaction is prepared
+        // on this server: the state is the position's own).
+        let (applied, state) = stored_resume_point(&env.state, &env.source);
+        assert_eq!(mariadb_position(&state), Some(applied), "{state}");
         tokio::time::sleep(Duration::from_millis(100)).await;
         child = start_child(&config_path);
     }
@@ -837,7 +866,14 @@ async fn create_source_refuses_statement_binlogs_and_missing_privileges() {
 /// Counted: one sink write per row change of each committed transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn xa_transactions_reach_the_sink_at_their_commit_only() {
-    let env = my_env(STATE, "my_xa").await;
+    // A server of its own: the XA transaction it holds prepared would be
+    // in every other test's binlog (moving their resume states back to
+    // before its prepare) and would make their CREATE SOURCE refuse.
+    let server = tokio::task::spawn_blocking(|| MariaDb::start().unwrap())
+        .await
+        .unwrap();
+    let db = server.create_database("my_xa").unwrap();
+    let env = my_env_on(STATE, "my_xa", db).await;
     let mut my = my_conn(&env.my.url).await;
     let sink = connect(&env.sink.url).await;
     my.query_drop(

@@ -340,7 +340,17 @@
 //! other way) and the GRANT. Every session of a running source (the
 //! stream, a snapshot and its lock, the drift poll) takes a refused
 //! password as such (`session`), and a table whose snapshot is refused
-//! stalls until the pipeline restarts.
+//! stalls until the pipeline restarts. So does a table the user may not
+//! read (error 1142, SELECT denied on the table; 1143, on some of its
+//! columns), and a source whose user has no privilege at all on the url's
+//! database (1044, at login): the error names the account, the table and
+//! the exact `GRANT SELECT ON db.table TO 'user'@'host';`
+//! (`select_denied`), and the restarted pipeline copies the table
+//! (the stream keeps its changes meanwhile, as it does during any copy).
+//! `information_schema` hides what the user may not read, so CREATE TABLE
+//! and the drift poll try a `SELECT ... LIMIT 0` of a table or columns it
+//! does not show, and report a refusal as such, not as a missing table
+//! or dropped columns.
 //! Lost connections, restarts and timeouts
 //! (a heartbeat is asked for every second) are transient: the engine
 //! reopens the stream from the last applied position.
@@ -696,13 +706,45 @@ fn connect_error(name: &str, connection: &Connection, e: mysql_async::Error) -> 
 /// user dropped) is a permanent error naming the connection whose url to
 /// fix ([`PipelineError::AccessDenied`]), not a connection failure to
 /// retry forever.
+///
+/// A user without any privilege on the url's database (error 1044 at
+/// login) is permanent too, naming the account and the GRANT
+/// ([`select_denied`]).
 async fn session(name: &str, connection: &Connection) -> Result<Conn> {
-    match Conn::new(opts(name, connection)?).await {
+    let opts = opts(name, connection)?;
+    match Conn::new(opts.clone()).await {
         Ok(conn) => Ok(conn),
         Err(mysql_async::Error::Server(server))
             if server.code == stream::ER_ACCESS_DENIED_ERROR =>
         {
             Err(login_refused(name, &target(connection), &server.message))
+        }
+        Err(mysql_async::Error::Server(server))
+            if server.code == stream::ER_DBACCESS_DENIED_ERROR =>
+        {
+            let database = opts.db_name().unwrap_or_default().to_string();
+            // The account as GRANT names it, from a session without the
+            // database (its host is the account's, not the client's).
+            let without: Opts = OptsBuilder::from_opts(opts).db_name(None::<String>).into();
+            let account = match Conn::new(without).await {
+                Ok(mut conn) => {
+                    let account = current_account(&mut conn).await;
+                    let _ = conn.disconnect().await;
+                    account.ok()
+                }
+                Err(_) => None,
+            }
+            .unwrap_or_else(|| "the connection's user".into());
+            let what = format!("each session of connection \"{name}\"");
+            Err(select_denied(
+                &account,
+                &database,
+                None,
+                &what,
+                server.code,
+                &server.message,
+            )
+            .unwrap_or_else(|| connect_error(name, connection, mysql_async::Error::Server(server))))
         }
         Err(e) => Err(connect_error(name, connection, e)),
     }
@@ -1040,6 +1082,26 @@ pub async fn inspect_table(
 ) -> Result<UpstreamTable> {
     let reference = format!("{database}.{table}");
     let mut conn = connect(name, connection).await?;
+    // The user's SELECT on the table, first: `information_schema` hides a
+    // table the user has no privilege on, which would read as missing.
+    let what = format!("read {reference} (SELECT)");
+    if let Err(e) = conn
+        .query_drop(format!(
+            "SELECT 1 FROM {} LIMIT 0",
+            quoted_table(database, table)
+        ))
+        .await
+        && read_denied(&e)
+    {
+        let mut refused = read_error(&mut conn, database, table, "its snapshot", &what, e).await;
+        // Nothing runs yet: the way out is the GRANT, then the statement.
+        if let PipelineError::AccessDenied { hint, .. } = &mut refused
+            && let Some(end) = hint.find(';')
+        {
+            *hint = format!("{} Then create the table again.", &hint[..=end]);
+        }
+        return Err(refused);
+    }
     let Some(found) = catalog_columns(&mut conn, database, table).await? else {
         return Err(PipelineError::UpstreamTableNotFound {
             reference,
@@ -1107,7 +1169,7 @@ pub async fn inspect_table(
         quoted_table(database, table)
     ))
     .await
-    .map_err(|e| query_error(&format!("read {reference} (SELECT)"), e))?;
+    .map_err(|e| query_error(&what, e))?;
     let _ = conn.disconnect().await;
     Ok(UpstreamTable {
         oid: table_id(database, table),
@@ -1272,6 +1334,33 @@ pub async fn read_upstreams(
                 (&s.schema, &s.name)
             });
         let columns = catalog_columns(&mut conn, database, table_name).await?;
+        // `information_schema` hides what the user may not read: a table
+        // or columns it hides are not dropped. Read them (none of their
+        // rows) to tell; refused, the poll names the GRANT.
+        let hidden: Vec<String> = table
+            .document_columns()
+            .filter(|c| {
+                !columns
+                    .as_ref()
+                    .is_some_and(|seen| seen.iter().any(|s| s.name == c.name))
+            })
+            .map(|c| quote_ident(&c.name))
+            .collect();
+        if !hidden.is_empty()
+            && let Err(e) = conn
+                .query_drop(format!(
+                    "SELECT {} FROM {} LIMIT 0",
+                    hidden.join(", "),
+                    quoted_table(database, table_name)
+                ))
+                .await
+            && read_denied(&e)
+        {
+            let what = format!("read {database}.{table_name} (SELECT)");
+            return Err(
+                read_error(&mut conn, database, table_name, "the drift poll", &what, e).await,
+            );
+        }
         out.push(match columns {
             None => Upstream::Missing {
                 recreated_oid: None,
@@ -1900,7 +1989,8 @@ impl Source for MysqlSource {
         );
         let what = format!("copy {}", table.reference());
         let (tx, rx) = mpsc::channel(2);
-        let task = tokio::spawn(copy_rows(conn, sql, convs, tx, what.clone()));
+        let upstream = (table.upstream_schema.clone(), table.upstream_table.clone());
+        let task = tokio::spawn(copy_rows(conn, sql, convs, tx, what.clone(), upstream));
         Ok(MysqlSnapshot { position, rx, task })
     }
 }

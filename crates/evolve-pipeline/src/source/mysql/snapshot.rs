@@ -103,6 +103,40 @@ pub(super) async fn locked_start(
     started
 }
 
+/// A read of table `database.table` on `conn` failed with `e` (`what`:
+/// `copy shop.orders`): a refusal for the user's privileges on it is
+/// permanent, naming the account (the session's `CURRENT_USER()`), the
+/// table, what needs it (`needs`: `its snapshot`) and the GRANT
+/// ([`select_denied`]); anything else is a [`query_error`].
+pub(super) async fn read_error(
+    conn: &mut Conn,
+    database: &str,
+    table: &str,
+    needs: &str,
+    what: &str,
+    e: mysql_async::Error,
+) -> PipelineError {
+    if let mysql_async::Error::Server(server) = &e
+        && read_denied(&e)
+    {
+        // The session itself still works: it says who it is.
+        let account = current_account(conn)
+            .await
+            .unwrap_or_else(|_| "the connection's user".into());
+        if let Some(denied) = select_denied(
+            &account,
+            database,
+            Some(table),
+            needs,
+            server.code,
+            &server.message,
+        ) {
+            return denied;
+        }
+    }
+    query_error(what, e)
+}
+
 /// How a snapshot's value of column `c` becomes text: from its PostgreSQL
 /// type (the binary protocol gives ENUM, SET and JSON as text, BINARY
 /// padded, TIMESTAMP in the session's UTC).
@@ -139,18 +173,29 @@ pub(super) fn snapshot_conv(c: &ColumnInfo) -> Conv {
 
 type Chunk = Vec<Vec<Option<Vec<u8>>>>;
 
-/// Reads the snapshot's rows and sends them in chunks; commits the
-/// snapshot transaction at the end.
+/// Reads the snapshot's rows of table `upstream` (database, table) and
+/// sends them in chunks; commits the snapshot transaction at the end. A
+/// read the server refuses for the user's privileges (SELECT on the table
+/// or a column of it, or the database) is [`select_denied`]: permanent,
+/// naming the GRANT, and sent as such (the table stalls rather than
+/// copying again and again).
 pub(super) async fn copy_rows(
     mut conn: Conn,
     sql: String,
     convs: Vec<Conv>,
     tx: mpsc::Sender<Result<Chunk>>,
     what: String,
+    upstream: (String, String),
 ) -> Result<()> {
     let fail = |e: mysql_async::Error| query_error(&what, e);
     let outcome: Result<()> = async {
-        let mut result = conn.exec_iter(sql.as_str(), ()).await.map_err(fail)?;
+        let mut result = match conn.exec_iter(sql.as_str(), ()).await {
+            Ok(result) => result,
+            Err(e) => {
+                let (database, table) = (&upstream.0, &upstream.1);
+                return Err(read_error(&mut conn, database, table, "its snapshot", &what, e).await);
+            }
+        };
         let mut chunk: Chunk = Vec::with_capacity(CHUNK_ROWS);
         while let Some(row) = result.next().await.map_err(fail)? {
             let values = row.unwrap();
@@ -180,12 +225,24 @@ pub(super) async fn copy_rows(
     }
     .await;
     if let Err(e) = &outcome {
-        let _ = tx
-            .send(Err(PipelineError::Database {
+        let sent = match e {
+            PipelineError::AccessDenied {
+                sqlstate,
+                primary,
+                detail,
+                hint,
+            } => PipelineError::AccessDenied {
+                sqlstate,
+                primary: primary.clone(),
+                detail: detail.clone(),
+                hint: hint.clone(),
+            },
+            _ => PipelineError::Database {
                 context: what.clone(),
                 message: e.primary(),
-            }))
-            .await;
+            },
+        };
+        let _ = tx.send(Err(sent)).await;
     }
     let _ = conn.disconnect().await;
     outcome

@@ -212,6 +212,92 @@ pub(super) fn metadata_denied(
     })
 }
 
+/// ER_DBACCESS_DENIED_ERROR: "Access denied for user ... to database ...",
+/// a user without any privilege on the connection's database (at login,
+/// or on a statement naming that database).
+pub(super) const ER_DBACCESS_DENIED_ERROR: u16 = 1044;
+
+/// ER_TABLEACCESS_DENIED_ERROR: "SELECT command denied to user ... for
+/// table ...".
+pub(super) const ER_TABLEACCESS_DENIED_ERROR: u16 = 1142;
+
+/// ER_COLUMNACCESS_DENIED_ERROR: "SELECT command denied to user ... for
+/// column ... in table ...".
+pub(super) const ER_COLUMNACCESS_DENIED_ERROR: u16 = 1143;
+
+/// A name as GRANT takes it: bare when it is a plain identifier, in
+/// backquotes otherwise.
+fn grant_ident(name: &str) -> String {
+    let plain = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
+        && !name.bytes().all(|b| b.is_ascii_digit());
+    if plain {
+        name.to_string()
+    } else {
+        quote_ident(name)
+    }
+}
+
+/// Whether `e` is the server refusing a read for the user's privileges on
+/// the table, a column of it, or its database (see [`select_denied`]).
+pub(super) fn read_denied(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(s) if matches!(
+        s.code,
+        ER_TABLEACCESS_DENIED_ERROR | ER_COLUMNACCESS_DENIED_ERROR | ER_DBACCESS_DENIED_ERROR
+    ))
+}
+
+/// A read of table `database.table` (`table` `None`: of database
+/// `database`, as a session that names it at login) that the server
+/// refused with `code` and `message` for the user's privileges: SELECT on
+/// the table (1142) or on one of its columns (1143), or any privilege on
+/// the database (1044). Permanent, naming the account (`account`, quoted
+/// as GRANT names it: `'evolve'@'%'`), the table, what needs it (`what`:
+/// `its snapshot`) and the exact GRANT; `None` for any other error.
+/// Retrying cannot help: the server answers the same until someone grants
+/// the privilege.
+pub(super) fn select_denied(
+    account: &str,
+    database: &str,
+    table: Option<&str>,
+    what: &str,
+    code: u16,
+    message: &str,
+) -> Option<PipelineError> {
+    let db = grant_ident(database);
+    let (lacks, on) = match (code, table) {
+        (ER_TABLEACCESS_DENIED_ERROR, Some(t)) => (
+            format!("SELECT on table {database}.{t}"),
+            format!("{db}.{}", grant_ident(t)),
+        ),
+        (ER_COLUMNACCESS_DENIED_ERROR, Some(t)) => (
+            format!("SELECT on columns of table {database}.{t}"),
+            format!("{db}.{}", grant_ident(t)),
+        ),
+        (ER_DBACCESS_DENIED_ERROR, Some(t)) => (
+            format!("any privilege on database {database} (table {database}.{t})"),
+            format!("{db}.*"),
+        ),
+        (ER_DBACCESS_DENIED_ERROR, None) => (
+            format!("any privilege on database {database}"),
+            format!("{db}.*"),
+        ),
+        _ => return None,
+    };
+    let said = message.trim().trim_end_matches('.');
+    let grant = format!("GRANT SELECT ON {on} TO {account};");
+    Some(PipelineError::AccessDenied {
+        sqlstate: "42501",
+        primary: format!("user {account} lacks {lacks}, which {what} needs: run {grant}"),
+        detail: format!("The server refused it with error {code}: {said}."),
+        hint: format!(
+            "{grant} Then restart the pipeline: it reads on from where it stopped, losing and repeating nothing."
+        ),
+    })
+}
+
 /// A session on connection `name` (`target`, without its password) that
 /// the server refused when it connected with `message` (error 1045: its
 /// password changed upstream, or the user is gone): permanent, naming the
@@ -1335,6 +1421,73 @@ mod tests {
         // Not a refusal: the caller reports it as the query's failure.
         assert!(metadata_denied("'r'@'%'", "x", 1064, "You have an error").is_none());
         assert!(metadata_denied("'r'@'%'", "x", 2013, "Lost connection").is_none());
+    }
+
+    /// A read of a table refused for the user's privileges (MariaDB's and
+    /// MySQL's words): permanent, one line naming the account, the table
+    /// and the exact GRANT; names quoted only where GRANT needs it.
+    #[test]
+    fn a_refused_select_names_the_table_and_the_grant() {
+        for (code, table, message, lacks, on) in [
+            (
+                1142,
+                Some("orders"),
+                "SELECT command denied to user 'r'@'localhost' for table `shop`.`orders`",
+                "SELECT on table shop.orders",
+                "shop.orders",
+            ),
+            (
+                1143,
+                Some("orders"),
+                "SELECT command denied to user 'r'@'localhost' for column 'total' in table 'orders'",
+                "SELECT on columns of table shop.orders",
+                "shop.orders",
+            ),
+            (
+                1044,
+                Some("orders"),
+                "Access denied for user 'r'@'%' to database 'shop'",
+                "any privilege on database shop (table shop.orders)",
+                "shop.*",
+            ),
+            (
+                1044,
+                None,
+                "Access denied for user 'r'@'%' to database 'shop'",
+                "any privilege on database shop",
+                "shop.*",
+            ),
+        ] {
+            let e = select_denied("'r'@'%'", "shop", table, "its snapshot", code, message)
+                .unwrap_or_else(|| panic!("{code} {message}"));
+            assert!(e.is_permanent(), "{e}");
+            assert_eq!(
+                e.primary(),
+                format!(
+                    "user 'r'@'%' lacks {lacks}, which its snapshot needs: run GRANT SELECT ON {on} TO 'r'@'%';"
+                )
+            );
+            assert!(
+                e.detail().unwrap().contains(&format!("error {code}")),
+                "{e}"
+            );
+            assert!(
+                e.hint()
+                    .unwrap()
+                    .starts_with(&format!("GRANT SELECT ON {on} TO 'r'@'%';")),
+                "{e}"
+            );
+        }
+        let e = select_denied("'r'@'%'", "my-shop", Some("1"), "x", 1142, "denied").unwrap();
+        assert!(
+            e.primary()
+                .ends_with("run GRANT SELECT ON `my-shop`.`1` TO 'r'@'%';"),
+            "{e}"
+        );
+        // Not a refusal of the read: the caller reports it as it is.
+        assert!(select_denied("'r'@'%'", "shop", Some("t"), "x", 1146, "no such table").is_none());
+        assert!(select_denied("'r'@'%'", "shop", None, "x", 1142, "denied").is_none());
+        assert!(select_denied("'r'@'%'", "shop", Some("t"), "x", 1045, "denied").is_none());
     }
 
     /// A session refused at login (1045) names the connection whose url
