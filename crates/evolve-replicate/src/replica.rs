@@ -238,7 +238,11 @@ impl Replica {
             .collect();
         client
             .batch_execute(&format!(
-                "CREATE PUBLICATION {} FOR TABLE {}",
+                // A partitioned table's changes under its own name, as
+                // the copy reads it (through the parent), not under the
+                // partition that holds each row, which the node need not
+                // have.
+                "CREATE PUBLICATION {} FOR TABLE {} WITH (publish_via_partition_root = true)",
                 quote_ident(slot),
                 tables.join(", ")
             ))

@@ -470,3 +470,63 @@ async fn count_and_sum(client: &Client) -> (i64, i64) {
         .unwrap();
     (r.get(0), r.get(1))
 }
+
+/// A partitioned upstream table is replicated as the one table it is
+/// (the copy reads it through its parent): its stream's changes arrive
+/// under the parent's name too, whichever partition holds the row, a row
+/// moved between partitions included, so a node with a plain table of
+/// that name gets every one, with no conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_table_streams_under_its_own_name() {
+    let up_db = evolve_test::fresh_db("rep_part_up").await;
+    let node_db = evolve_test::fresh_db("rep_part_node").await;
+    let up = connect(&up_db.url).await;
+    let node = connect(&node_db.url).await;
+    up.batch_execute(
+        "CREATE TABLE items (id int, region text, v int NOT NULL, PRIMARY KEY (id, region))
+           PARTITION BY LIST (region);
+         CREATE TABLE items_eu PARTITION OF items FOR VALUES IN ('eu');
+         CREATE TABLE items_us PARTITION OF items FOR VALUES IN ('us');
+         INSERT INTO items SELECT g, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END, g
+           FROM generate_series(1, 100) g;",
+    )
+    .await
+    .unwrap();
+    node.batch_execute(
+        "CREATE TABLE items (id int, region text, v int NOT NULL, PRIMARY KEY (id, region))",
+    )
+    .await
+    .unwrap();
+    let spec = ReplicaSpec {
+        name: "node_part".into(),
+        upstream: up_db.url.clone(),
+        upstream_connection: "up".into(),
+        node: node_db.url.clone(),
+        tables: vec![("public".into(), "items".into())],
+        resolvers: Resolvers::default(),
+        transforms: Vec::new(),
+    };
+    let (replica, report) = Replica::create_copying(spec).await.unwrap();
+    assert_eq!(report.rows, 100, "{report:?}");
+    // Inserts into both partitions, updates in place, deletes, and rows
+    // moved from one partition to the other.
+    up.batch_execute(
+        "INSERT INTO items SELECT g, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END, g
+           FROM generate_series(101, 150) g;
+         UPDATE items SET v = v + 1000 WHERE id <= 20;
+         DELETE FROM items WHERE id BETWEEN 21 AND 30;
+         UPDATE items SET region = 'us' WHERE region = 'eu' AND id BETWEEN 31 AND 40;",
+    )
+    .await
+    .unwrap();
+    run_until_caught_up(Arc::new(replica), &up, &node, "node_part").await;
+    let all = "SELECT id::text || region || v::text FROM items ORDER BY id, region";
+    let upstream = rows(&up, all).await;
+    assert_eq!(upstream.len(), 140);
+    assert_eq!(
+        rows(&node, all).await,
+        upstream,
+        "the node equals the upstream"
+    );
+    assert_eq!(history(&node, "node_part").await, BTreeMap::new());
+}
