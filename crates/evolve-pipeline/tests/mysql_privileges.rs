@@ -612,6 +612,17 @@ async fn a_user_without_the_database_stalls_the_source_naming_the_grant() {
     );
     assert!(error.contains("error 1044"), "{error}");
     assert!(!error.contains("old_pw"), "the password leaked: {error}");
+    // A new source of that user is refused with the same GRANT, not
+    // "check the url" (the url is right).
+    let refused = pipeline
+        .create_mysql_source("nodb_again", "my")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!("run GRANT SELECT ON {db}.* TO '{user}'@'%';")),
+        "{refused}"
+    );
     root.query_drop("INSERT INTO p VALUES (2, 2)")
         .await
         .unwrap();

@@ -681,9 +681,18 @@ fn target(connection: &Connection) -> String {
 
 /// A session on connection `name`.
 pub async fn connect(name: &str, connection: &Connection) -> Result<Conn> {
-    Conn::new(opts(name, connection)?)
-        .await
-        .map_err(|e| connect_error(name, connection, e))
+    let opts = opts(name, connection)?;
+    match Conn::new(opts.clone()).await {
+        Ok(conn) => Ok(conn),
+        // No privilege on the url's database: the GRANT, not "check the
+        // url" (the url is right).
+        Err(mysql_async::Error::Server(server))
+            if server.code == stream::ER_DBACCESS_DENIED_ERROR =>
+        {
+            Err(database_denied(name, connection, opts, server).await)
+        }
+        Err(e) => Err(connect_error(name, connection, e)),
+    }
 }
 
 /// Connection `name` could not be opened.
@@ -722,32 +731,44 @@ async fn session(name: &str, connection: &Connection) -> Result<Conn> {
         Err(mysql_async::Error::Server(server))
             if server.code == stream::ER_DBACCESS_DENIED_ERROR =>
         {
-            let database = opts.db_name().unwrap_or_default().to_string();
-            // The account as GRANT names it, from a session without the
-            // database (its host is the account's, not the client's).
-            let without: Opts = OptsBuilder::from_opts(opts).db_name(None::<String>).into();
-            let account = match Conn::new(without).await {
-                Ok(mut conn) => {
-                    let account = current_account(&mut conn).await;
-                    let _ = conn.disconnect().await;
-                    account.ok()
-                }
-                Err(_) => None,
-            }
-            .unwrap_or_else(|| "the connection's user".into());
-            let what = format!("each session of connection \"{name}\"");
-            Err(select_denied(
-                &account,
-                &database,
-                None,
-                &what,
-                server.code,
-                &server.message,
-            )
-            .unwrap_or_else(|| connect_error(name, connection, mysql_async::Error::Server(server))))
+            Err(database_denied(name, connection, opts, server).await)
         }
         Err(e) => Err(connect_error(name, connection, e)),
     }
+}
+
+/// Connection `name` was refused at login for its database (error 1044:
+/// the user has no privilege on the url's database): permanent, naming
+/// the account and the GRANT ([`select_denied`]).
+async fn database_denied(
+    name: &str,
+    connection: &Connection,
+    opts: Opts,
+    server: mysql_async::ServerError,
+) -> PipelineError {
+    let database = opts.db_name().unwrap_or_default().to_string();
+    // The account as GRANT names it, from a session without the
+    // database (its host is the account's, not the client's).
+    let without: Opts = OptsBuilder::from_opts(opts).db_name(None::<String>).into();
+    let account = match Conn::new(without).await {
+        Ok(mut conn) => {
+            let account = current_account(&mut conn).await;
+            let _ = conn.disconnect().await;
+            account.ok()
+        }
+        Err(_) => None,
+    }
+    .unwrap_or_else(|| "the connection's user".into());
+    let what = format!("each session of connection \"{name}\"");
+    select_denied(
+        &account,
+        &database,
+        None,
+        &what,
+        server.code,
+        &server.message,
+    )
+    .unwrap_or_else(|| connect_error(name, connection, mysql_async::Error::Server(server)))
 }
 
 /// The session's user as GRANT names it: `'evolve'@'%'`.
