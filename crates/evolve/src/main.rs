@@ -143,14 +143,16 @@ fn main() -> ExitCode {
             .with_current_span(false)
             .with_span_list(false)
             .init(),
-        cli::LogFormat::Text if default_logging(&args) && !is_server(&args) => {
-            logs.event_format(Plain).init()
-        }
         cli::LogFormat::Text => {
             // Colour codes only for a terminal: a file or a pipe gets plain text.
             let colour = std::io::stderr().is_terminal()
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-            logs.with_ansi(colour).init()
+            let logs = logs.with_ansi(colour);
+            if default_logging(&args) && !is_server(&args) {
+                logs.event_format(Plain).init()
+            } else {
+                logs.init()
+            }
         }
     }
     // One thread: evolve's work is round trips to PostgreSQL, and a

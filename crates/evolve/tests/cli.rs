@@ -570,4 +570,14 @@ fn demo_tours_the_pipeline_through_flows_1_2_4_and_5_with_exact_counts() {
         last.starts_with("all ") && last.contains(" checks passed in "),
         "{stdout}"
     );
+    // Flow 4's stall is logged as a warning line like the command's own,
+    // its fields without colour codes (stderr is not a terminal).
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("warning: table stalled table=orders_v")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "{stderr}");
 }
