@@ -41,10 +41,17 @@ pub enum Change {
     NewTable {
         table: (String, String),
     },
-    /// A table dropped (or renamed away): a node ahead of the upstream
-    /// lacks it while the upstream still sends it.
+    /// A table dropped: a node ahead of the upstream lacks it while the
+    /// upstream still sends it.
     DroppedTable {
         table: (String, String),
+    },
+    /// A table renamed: what dropping `from` and creating `to` would find,
+    /// and a replica of `from` replicates it as `to` from then on (a
+    /// publication follows the table, not its name).
+    RenamedTable {
+        from: (String, String),
+        to: (String, String),
     },
     NewColumn {
         table: (String, String),
@@ -100,12 +107,8 @@ pub fn changes(statement: &str) -> Vec<Change> {
             ],
             Action::RenameRelation { from, to } => {
                 let old = name(from);
-                vec![
-                    Change::DroppedTable { table: old.clone() },
-                    Change::NewTable {
-                        table: (old.0, to.clone()),
-                    },
-                ]
+                let new = (old.0.clone(), to.clone());
+                vec![Change::RenamedTable { from: old, to: new }]
             }
             Action::DropRelation { relation, .. } if drops_table => vec![Change::DroppedTable {
                 table: name(relation),
@@ -328,6 +331,9 @@ pub struct ReplicaView {
     pub node: String,
     pub resolvers: Resolvers,
     pub transforms: Vec<Transform>,
+    /// The upstream tables it replicates, as (schema, name); empty: not
+    /// known, and every table's change is checked.
+    pub tables: Vec<(String, String)>,
 }
 
 /// Which side the rollout migrates first.
@@ -378,6 +384,14 @@ pub fn findings(
     };
     let at = |t: &(String, String)| format!("{}.{}", t.0, t.1);
     match (change, ahead) {
+        (Change::RenamedTable { from, to }, ahead) => {
+            let dropped = Change::DroppedTable {
+                table: from.clone(),
+            };
+            let created = Change::NewTable { table: to.clone() };
+            out.extend(findings(&dropped, replica, ahead, facts));
+            out.extend(findings(&created, replica, ahead, facts));
+        }
         (Change::NewTable { table }, Ahead::Upstream) => {
             if want(ConflictType::TargetTableMissing, Resolver::Skip) {
                 refuse(
@@ -595,6 +609,7 @@ mod tests {
             node: "b".into(),
             resolvers,
             transforms: Vec::new(),
+            tables: Vec::new(),
         }
     }
 
@@ -612,6 +627,56 @@ mod tests {
     /// while the upstream still sends it: the check sees them (before, it
     /// said nothing would halt, and the replica halted mid-rollout at the
     /// first row under the new name).
+    /// A replica's publication lists its tables: a table it does not
+    /// replicate, or one created, sends it nothing, so the check found
+    /// problems the replica would never meet; a renamed table is followed
+    /// under its new name.
+    #[test]
+    fn only_the_replicas_tables_are_checked() {
+        let orders = ("public".to_string(), "orders".to_string());
+        let mut r = replica(Resolvers::default());
+        r.tables = vec![orders.clone()];
+        let all: Vec<Change> = [
+            "CREATE TABLE audit (id int)",
+            "ALTER TABLE audit ADD COLUMN note text",
+            "ALTER TABLE customers DROP COLUMN email",
+            "ALTER TABLE orders ADD COLUMN remark text",
+            "ALTER TABLE orders RENAME TO purchases",
+            "ALTER TABLE purchases ADD COLUMN total numeric",
+            "DROP TABLE customers",
+        ]
+        .iter()
+        .flat_map(|s| changes(s))
+        .collect();
+        let reached: Vec<String> = replicated(&all, &r.tables)
+            .iter()
+            .map(|c| format!("{c:?}"))
+            .collect();
+        assert_eq!(reached.len(), 3, "{reached:#?}");
+        assert!(reached[0].contains("remark"), "{reached:?}");
+        assert!(reached[1].contains("RenamedTable"), "{reached:?}");
+        assert!(reached[2].contains("total"), "{reached:?}");
+        // The upstream ahead: the findings are those of the replica's
+        // table only (its new column, and the renamed table the node
+        // lacks under its new name).
+        let found: Vec<Finding> = replicated(&all, &r.tables)
+            .into_iter()
+            .flat_map(|c| findings(c, &r, Ahead::Upstream, &Facts))
+            .collect();
+        assert!(
+            found
+                .iter()
+                .all(|f| !f.problem.contains("audit") && !f.problem.contains("customers")),
+            "{found:#?}"
+        );
+        assert!(
+            found.iter().any(|f| f.problem.contains("public.purchases")),
+            "{found:#?}"
+        );
+        // Unknown tables (an empty list): every change, as before.
+        assert_eq!(replicated(&all, &[]).len(), all.len());
+    }
+
     #[test]
     fn renames_and_dropped_tables_are_checked() {
         let t = ("public".to_string(), "orders".to_string());
@@ -631,12 +696,10 @@ mod tests {
         );
         assert_eq!(
             changes("ALTER TABLE orders RENAME TO purchases"),
-            [
-                Change::DroppedTable { table: t.clone() },
-                Change::NewTable {
-                    table: ("public".into(), "purchases".into())
-                },
-            ]
+            [Change::RenamedTable {
+                from: t.clone(),
+                to: ("public".into(), "purchases".into())
+            }]
         );
         assert_eq!(
             changes("DROP TABLE orders"),
@@ -1242,6 +1305,39 @@ async fn pending_changes(spec: &RolloutSpec) -> Result<(usize, Vec<Change>), Rol
     Ok((statements, changes))
 }
 
+/// The changes of `changes` (in order) that reach a replica of `tables`:
+/// its publication lists them (following a renamed one under its new
+/// name), so a table created, or one it does not replicate, sends it
+/// nothing. Empty `tables`: every change.
+pub fn replicated<'a>(changes: &'a [Change], tables: &[(String, String)]) -> Vec<&'a Change> {
+    if tables.is_empty() {
+        return changes.iter().collect();
+    }
+    let mut published: std::collections::BTreeSet<(String, String)> =
+        tables.iter().cloned().collect();
+    let mut out = Vec::new();
+    for change in changes {
+        let reaches = match change {
+            Change::NewTable { .. } => false,
+            Change::DroppedTable { table } => published.remove(table),
+            Change::RenamedTable { from, to } => {
+                let renamed = published.remove(from);
+                if renamed {
+                    published.insert(to.clone());
+                }
+                renamed
+            }
+            Change::NewColumn { table, .. }
+            | Change::DroppedColumn { table, .. }
+            | Change::TypeChange { table, .. } => published.contains(table),
+        };
+        if reaches {
+            out.push(change);
+        }
+    }
+    out
+}
+
 /// Checks the pending migrations against every replica: the findings
 /// (empty when the rollout may run) and the number of statements read.
 pub async fn check(spec: &RolloutSpec) -> Result<(usize, Vec<Finding>), RolloutError> {
@@ -1256,7 +1352,7 @@ pub async fn check(spec: &RolloutSpec) -> Result<(usize, Vec<Finding>), RolloutE
             Ahead::Node
         };
         let facts = facts(&replica.node, url, &changes).await?;
-        for change in &changes {
+        for change in replicated(&changes, &replica.tables) {
             out.extend(findings(change, replica, ahead, &facts));
         }
     }

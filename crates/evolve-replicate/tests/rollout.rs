@@ -59,6 +59,7 @@ async fn three_nodes_are_upgraded_one_at_a_time_while_replicating() {
         node: node.into(),
         resolvers,
         transforms: Vec::new(),
+        tables: Vec::new(),
     };
     let nodes = vec![
         ("a".to_string(), up_db.url.clone()),
@@ -287,6 +288,7 @@ async fn the_check_predicts_the_text_conversion_and_a_halt_stops_the_rollout_wit
         node: "b".into(),
         resolvers: Resolvers::default(),
         transforms: Vec::new(),
+        tables: Vec::new(),
     };
     let rollout_spec = |order: &[&str]| RolloutSpec {
         dir: dir.clone(),

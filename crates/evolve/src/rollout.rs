@@ -96,6 +96,7 @@ pub async fn run(args: RolloutArgs, out: &Out) -> anyhow::Result<()> {
                     .filter(|t| t.replica == r.name)
                     .map(|t| t.transform.clone())
                     .collect(),
+                tables: r.tables.clone(),
             },
             url(&r.node_connection)?,
         ));
