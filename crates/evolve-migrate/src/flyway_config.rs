@@ -1,7 +1,8 @@
 //! Flyway's configuration: `flyway.conf` (Java properties), `flyway.toml`
 //! and the `FLYWAY_*` environment variables, read into the settings evolve
 //! applies. A key evolve does not apply is named in a warning, never
-//! dropped in silence.
+//! dropped in silence; a key Flyway refuses (a misspelt one) is an error,
+//! as Flyway refuses the whole configuration.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -75,8 +76,9 @@ pub struct FlywayConfig {
     pub pipeline: Option<String>,
     /// Keys evolve does not apply, each with why: one warning per key.
     pub warnings: Vec<String>,
-    /// Settings Flyway refuses (an `ignoreMigrationPatterns` entry that is
-    /// not a pattern, `flyway.environment` in a .conf file) or that evolve
+    /// Settings Flyway refuses (a key it does not know, an
+    /// `ignoreMigrationPatterns` entry that is not a pattern,
+    /// `flyway.environment` in a .conf file) or that evolve
     /// cannot honour as Flyway would (a `FLYWAY_CONFIG_FILE_ENCODING` other
     /// than UTF-8), each with the way out: the caller refuses the run,
     /// naming the first, before anything is applied.
@@ -356,8 +358,9 @@ pub fn config_files(
 pub const ENVIRONMENT_FLYWAY: &str = "environment:flyway.";
 
 /// The settings an environment's `flyway` table holds in Flyway 13.12.1
-/// (the fields of its `FlywayEnvironmentModel`); any other key there is
-/// named in a warning and ignored.
+/// (the fields of its `FlywayEnvironmentModel`); any other key there (but
+/// a family of [`FLYWAY_KEY_FAMILIES`]) is refused, as Flyway refuses it
+/// ("Unknown: 'environments.staging.flyway.schemas'").
 const ENVIRONMENT_FLYWAY_KEYS: [&str; 52] = [
     "reportFilename",
     "detectEncoding",
@@ -412,6 +415,294 @@ const ENVIRONMENT_FLYWAY_KEYS: [&str; 52] = [
     "defaultSchema",
     "reportEnabled",
 ];
+
+/// The settings Flyway 13.12.1 accepts in a flyway.conf (after `flyway.`;
+/// also the names its `FLYWAY_*` variables stand for), any other one being
+/// refused ("Unknown configuration property: flyway.loactions"). From the
+/// jars: the keys `ClassicConfiguration.configure(Map)` of
+/// flyway-core-13.12.1.jar takes (its `ConfigUtils` constants), those
+/// flyway-commandline-13.12.1.jar's `LegacyConfigurationManager` takes
+/// (`configFiles`, `configFileEncoding`), `configurations` (the name
+/// `ConfigUtils.convertKey` gives `FLYWAY_CONFIGURATIONS`; in a
+/// flyway.conf Flyway refuses it, evolve only warns), and those of the
+/// `ConfigurationExtension`s in flyway-core: `baselineMigrationPrefix`, and
+/// the stubs of Redgate's (`licenseKey`, `email`, `token`,
+/// `offlinePermitPath`); last the Redgate-edition keys whose extensions
+/// ship only in Flyway's own download, `undoSqlMigrationPrefix` (a
+/// `ConfigUtils` constant) and `cherryPick`. Checked by running Flyway's
+/// command line (`ConfigurationManagerImpl`, with these jars) on
+/// flyway.conf files holding such keys and misspelt ones. The families
+/// under a prefix are [`FLYWAY_KEY_FAMILIES`].
+const FLYWAY_KEYS: [&str; 71] = [
+    "baselineDescription",
+    "baselineMigrationPrefix",
+    "baselineOnMigrate",
+    "baselineVersion",
+    "batch",
+    "callbackLocations",
+    "callbacks",
+    "cherryPick",
+    "cleanDisabled",
+    "communityDBSupportEnabled",
+    "configFileEncoding",
+    "configFiles",
+    "configurations",
+    "connectRetries",
+    "connectRetriesInterval",
+    "createSchemas",
+    "defaultSchema",
+    "detectEncoding",
+    "driver",
+    "dryRunOutput",
+    "email",
+    "encoding",
+    "errorOverrides",
+    "executeInTransaction",
+    "failOnMissingLocations",
+    "group",
+    "ignoreMigrationPatterns",
+    "initSql",
+    "installedBy",
+    "jarDirs",
+    "kerberosConfigFile",
+    "licenseKey",
+    "locations",
+    "lockRetryCount",
+    "loggers",
+    "mixed",
+    "offlinePermitPath",
+    "outOfOrder",
+    "outputLogsInJson",
+    "outputProgress",
+    "outputQueryResults",
+    "outputType",
+    "password",
+    "placeholderPrefix",
+    "placeholderReplacement",
+    "placeholderSeparator",
+    "placeholderSuffix",
+    "powershellExecutable",
+    "repeatableSqlMigrationPrefix",
+    "reportEnabled",
+    "reportFilename",
+    "resolvers",
+    "schemas",
+    "scriptPlaceholderPrefix",
+    "scriptPlaceholderSuffix",
+    "skipDefaultCallbacks",
+    "skipDefaultResolvers",
+    "skipExecutingMigrations",
+    "sqlMigrationPrefix",
+    "sqlMigrationSeparator",
+    "sqlMigrationSuffixes",
+    "stream",
+    "table",
+    "tablespace",
+    "target",
+    "token",
+    "undoSqlMigrationPrefix",
+    "url",
+    "user",
+    "validateMigrationNaming",
+    "validateOnMigrate",
+];
+
+/// The families of settings under a prefix Flyway accepts in a
+/// flyway.conf and a flyway.toml's `[flyway]`: placeholders, JDBC
+/// properties (in a flyway.conf), and the namespaces of configuration
+/// extensions: PostgreSQL's (flyway-database-postgresql-13.12.1.jar's
+/// `PostgreSQLConfigurationExtension`, `postgresql.transactional.*`), and
+/// those of plugins that ship in Flyway's download but not in these jars,
+/// named in flyway-core's `UnknownParameterModel` or Flyway's
+/// documentation (`oracle.*`, `sqlserver.*`, `vault.*`, `dapr.*`,
+/// `gcsm.*`, `check.*`), accepted whatever follows. `flyway.plugins.*`,
+/// deprecated in Flyway 11, is refused by 13.12.1, as evolve refuses it.
+const FLYWAY_KEY_FAMILIES: [&str; 9] = [
+    "placeholders.",
+    "jdbcProperties.",
+    "postgresql.transactional.",
+    "oracle.",
+    "sqlserver.",
+    "vault.",
+    "dapr.",
+    "gcsm.",
+    "check.",
+];
+
+/// The settings of a flyway.toml's `[flyway]` table that an environment's
+/// `flyway` table has not: the fields of flyway-core-13.12.1.jar's
+/// `FlywayModel` (and the keys of its configuration extensions, as in
+/// [`FLYWAY_KEYS`]). Any key of `[flyway]` that is neither one of these,
+/// one of [`ENVIRONMENT_FLYWAY_KEYS`] nor of a family is refused by Flyway
+/// ("Unknown: 'flyway.loactions'"): `url`, `user`, `schemas` and the other
+/// connection settings belong in `[environments.<name>]` there.
+const TOML_FLYWAY_ONLY_KEYS: [&str; 13] = [
+    "environment",
+    "outputType",
+    "outputProgress",
+    "outputLogsInJson",
+    "provisionMode",
+    "color",
+    "baselineMigrationPrefix",
+    "licenseKey",
+    "email",
+    "token",
+    "offlinePermitPath",
+    "undoSqlMigrationPrefix",
+    "cherryPick",
+];
+
+/// The settings of a flyway.toml's `[environments.<name>]` (the fields of
+/// flyway-core-13.12.1.jar's `EnvironmentModel`); Flyway warns about any
+/// other one ("Unknown parameters configured in Environment") and goes on.
+const ENVIRONMENT_KEYS: [&str; 13] = [
+    "url",
+    "user",
+    "password",
+    "driver",
+    "displayName",
+    "schemas",
+    "connectRetries",
+    "connectRetriesInterval",
+    "initSql",
+    "jdbcProperties",
+    "resolvers",
+    "provisioner",
+    "flyway",
+];
+
+/// The prefix [`parse_toml_in`] gives a key of a flyway.toml's `[flyway]`
+/// table that Flyway refuses there (`url`, a misspelt key):
+/// [`FlywayConfig::from_pairs`] makes it an error.
+pub const TOML_REFUSED: &str = "toml:flyway.";
+
+/// The prefix [`parse_toml_in`] gives a key Flyway accepts in a
+/// flyway.toml's `[flyway]` (or an environment's `flyway` table) but not
+/// in a flyway.conf (`color`, `failOnMissingTarget`), and evolve does not
+/// apply: a warning.
+const TOML_ONLY: &str = "toml:only:flyway.";
+
+/// The prefix [`parse_toml_in`] gives a key of the current environment
+/// that Flyway reads there but evolve does not (`displayName`,
+/// `resolvers`, `provisioner`), or that Flyway warns about and ignores.
+const ENVIRONMENT_OTHER: &str = "environment:other.";
+
+/// `name` (after `flyway.`) is a setting Flyway 13.12.1 accepts in a
+/// flyway.conf.
+fn is_flyway_key(name: &str) -> bool {
+    FLYWAY_KEYS.contains(&name)
+        || FLYWAY_KEY_FAMILIES
+            .iter()
+            .any(|f| name.strip_prefix(f).is_some_and(|rest| !rest.is_empty()))
+}
+
+/// `name` (after `flyway.`, a nested table's keys joined with `.`) is a
+/// setting Flyway 13.12.1 accepts in a flyway.toml's `[flyway]` table, or
+/// with `environment`, in an environment's `flyway` table.
+fn is_toml_flyway_key(name: &str, environment: bool) -> bool {
+    let top = name.split('.').next().unwrap_or(name);
+    ENVIRONMENT_FLYWAY_KEYS.contains(&top)
+        || (!environment && TOML_FLYWAY_ONLY_KEYS.contains(&top))
+        || (top != "jdbcProperties"
+            && FLYWAY_KEY_FAMILIES
+                .iter()
+                .any(|f| name.strip_prefix(f).is_some_and(|rest| !rest.is_empty())))
+}
+
+/// The known setting `name` is most likely a misspelling of: the one
+/// within two edits (letter case aside), if exactly one is nearest; a key
+/// of a family keeps what follows its first segment
+/// (`placeholder.owner`: `placeholders.owner`).
+fn nearest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let (top, rest) = match name.split_once('.') {
+        Some((top, rest)) => (top, Some(rest)),
+        None => (name, None),
+    };
+    let top = top.to_ascii_lowercase();
+    let mut best: Option<(usize, &str)> = None;
+    let mut tie = false;
+    for candidate in known {
+        let (ctop, family) = match candidate.split_once('.') {
+            Some((t, _)) => (t, true),
+            None => (candidate, false),
+        };
+        if family != rest.is_some() {
+            continue;
+        }
+        let d = strsim::osa_distance(&top, &ctop.to_ascii_lowercase());
+        if d > 2 {
+            continue;
+        }
+        match best {
+            Some((b, _)) if d > b => {}
+            Some((b, c)) if d == b => tie |= c != ctop,
+            _ => {
+                best = Some((d, ctop));
+                tie = false;
+            }
+        }
+    }
+    let (_, top) = best.filter(|_| !tie)?;
+    Some(match rest {
+        Some(rest) => format!("{top}.{rest}"),
+        None => top.to_string(),
+    })
+}
+
+/// Why `flyway.<name>` in a flyway.conf (or in a `FLYWAY_*` variable's
+/// place) stops the run: Flyway refuses it; with the setting meant, if
+/// one is near, and the way out.
+fn unknown_key_error(name: &str) -> String {
+    let known = FLYWAY_KEYS.iter().chain(&FLYWAY_KEY_FAMILIES).copied();
+    let hint = match nearest(name, known) {
+        Some(meant) => format!("did you mean flyway.{meant}? correct the key"),
+        None => "correct the key, or remove it".to_string(),
+    };
+    format!(
+        "flyway.{name}: Flyway knows no such setting and refuses the whole configuration (\"Unknown configuration property: flyway.{name}\"), so evolve runs nothing either; {hint}"
+    )
+}
+
+/// Why `name` in a flyway.toml's `[flyway]` table (or, with
+/// `environment`, in `[environments.<environment>.flyway]`) stops the
+/// run, and the way out.
+fn unknown_toml_key_error(name: &str, environment: Option<&str>) -> String {
+    let table = match environment {
+        Some(e) => format!("environments.{e}.flyway"),
+        None => "flyway".to_string(),
+    };
+    let top = name.split('.').next().unwrap_or(name);
+    let refused = format!(
+        "{name} in [{table}] of a flyway.toml: Flyway refuses it (\"Unknown: '{table}.{name}'\"), so evolve runs nothing either"
+    );
+    let env = environment.unwrap_or("<name>");
+    if ENVIRONMENT_KEYS.contains(&top) {
+        return format!(
+            "{refused}; it is a setting of an environment: move it to [environments.{env}]"
+        );
+    }
+    if environment.is_some() && TOML_FLYWAY_ONLY_KEYS.contains(&top) {
+        return format!("{refused}; move it to [flyway]");
+    }
+    let known = ENVIRONMENT_FLYWAY_KEYS
+        .iter()
+        .chain(if environment.is_some() {
+            &[][..]
+        } else {
+            &TOML_FLYWAY_ONLY_KEYS[..]
+        })
+        .copied()
+        .chain(
+            FLYWAY_KEY_FAMILIES
+                .iter()
+                .copied()
+                .filter(|f| *f != "jdbcProperties."),
+        );
+    match nearest(name, known) {
+        Some(meant) => format!("{refused}; did you mean {meant}? correct the key"),
+        None => format!("{refused}; correct the key, or remove it"),
+    }
+}
 
 /// `flyway.toml`: the `[flyway]` table (with `[flyway.placeholders]`), and
 /// the settings of `[environments.<name>]` (its `flyway` table's keys
@@ -473,7 +764,20 @@ pub fn parse_toml_in(
                     {
                         own = e.clone();
                     }
-                    flatten(&format!("flyway.{k}"), v, &mut out);
+                    let mut keys = Vec::new();
+                    flatten(&format!("flyway.{k}"), v, &mut keys);
+                    // A key Flyway refuses in [flyway] (`url`, a
+                    // misspelt one) is marked for `from_pairs` to refuse.
+                    for (key, value) in keys {
+                        let name = &key["flyway.".len()..];
+                        if !is_toml_flyway_key(name, false) {
+                            out.push((format!("{TOML_REFUSED}{name}"), value));
+                        } else if name == "environment" || is_flyway_key(name) {
+                            out.push((key, value));
+                        } else {
+                            out.push((format!("{TOML_ONLY}{name}"), value));
+                        }
+                    }
                 }
             }
             ("environments", toml::Value::Table(_)) => {}
@@ -496,7 +800,16 @@ pub fn parse_toml_in(
                                 flatten(&format!("{ENVIRONMENT_FLYWAY}{k}"), v, &mut out);
                             }
                         }
-                        _ => flatten(&format!("flyway.{k}"), v, &mut out),
+                        // The connection settings evolve reads.
+                        _ if ENVIRONMENT_KEYS.contains(&k.as_str())
+                            && !["displayName", "resolvers", "provisioner"]
+                                .contains(&k.as_str()) =>
+                        {
+                            flatten(&format!("flyway.{k}"), v, &mut out)
+                        }
+                        // Others, which Flyway reads (`displayName`) or
+                        // warns about and ignores (a misspelt key).
+                        _ => flatten(&format!("{ENVIRONMENT_OTHER}{k}"), v, &mut out),
                     }
                 } else {
                     out.push((format!("environments.{name}.{k}"), toml_text(v)));
@@ -568,6 +881,25 @@ pub fn from_env(vars: impl IntoIterator<Item = (String, String)>) -> Vec<(String
             out.push((format!("flyway.placeholders.{}", p.to_lowercase()), value));
             continue;
         }
+        // Read by Flyway's command line, not settings.
+        if FLYWAY_VARIABLES_NOT_SETTINGS.contains(&rest) {
+            continue;
+        }
+        // The names Flyway's `ConfigUtils.convertKey` (and PostgreSQL's
+        // configuration extension) give that the rule below does not.
+        let special = match rest {
+            "DRYRUN_OUTPUT" => Some("dryRunOutput".to_string()),
+            "COMMUNITY_DB_SUPPORT_DISABLED" => Some("communityDBSupportEnabled".to_string()),
+            "POSTGRESQL_TRANSACTIONAL_LOCK" => Some("postgresql.transactional.lock".to_string()),
+            _ => rest
+                .strip_prefix("JDBC_PROPERTIES_")
+                .filter(|p| !p.is_empty())
+                .map(|p| format!("jdbcProperties.{}", p.to_lowercase())),
+        };
+        if let Some(key) = special {
+            out.push((format!("flyway.{key}"), value));
+            continue;
+        }
         let mut key = String::new();
         for (i, word) in rest.split('_').enumerate() {
             let word = word.to_lowercase();
@@ -581,9 +913,56 @@ pub fn from_env(vars: impl IntoIterator<Item = (String, String)>) -> Vec<(String
                 }
             }
         }
-        out.push((format!("flyway.{key}"), value));
+        // Flyway ignores a variable that names no setting.
+        if key == "environment" || is_flyway_key(&key) {
+            out.push((format!("flyway.{key}"), value));
+        } else {
+            out.push((format!("{UNKNOWN_VARIABLE}{name}"), value));
+        }
     }
     out
+}
+
+/// The prefix [`from_env`] gives a `FLYWAY_*` variable that names no
+/// Flyway setting (`FLYWAY_LOACTIONS`): Flyway ignores it
+/// (`ConfigUtils.convertKey` has no name for it), so evolve only warns.
+const UNKNOWN_VARIABLE: &str = "variable:";
+
+/// `FLYWAY_*` variables Flyway's command line reads that are not
+/// settings (strings of flyway-core and flyway-commandline 13.12.1, and
+/// `FLYWAY_TELEMETRY_OPTOUT`), without the `FLYWAY_`: not warned about.
+const FLYWAY_VARIABLES_NOT_SETTINGS: [&str; 8] = [
+    "APP_DATA_FOLDER",
+    "CALLER",
+    "DO_NOT_REDACT_URL",
+    "LOG_DEBUG_CONFIGURATION_MAP",
+    "NATIVE_CONNECTORS",
+    "NEXT_MAJOR_VERSION",
+    "SSL_AUTOCONFIGURATION",
+    "TELEMETRY_OPTOUT",
+];
+
+/// The warning for `FLYWAY_<rest>`, a variable that names no setting.
+fn unknown_variable_warning(name: &str) -> String {
+    let rest = name.strip_prefix("FLYWAY_").unwrap_or(name);
+    let meant = nearest(
+        &rest.replace('_', "").to_ascii_lowercase(),
+        FLYWAY_KEYS.iter().copied(),
+    )
+    .map(|k| {
+        let mut v = String::from("FLYWAY_");
+        for c in k.chars() {
+            if c.is_ascii_uppercase() {
+                v.push('_');
+            }
+            v.push(c.to_ascii_uppercase());
+        }
+        format!("; did you mean {v}?")
+    })
+    .unwrap_or_default();
+    format!(
+        "environment variable {name} names no Flyway setting; it is ignored, as Flyway ignores it{meant}"
+    )
 }
 
 fn boolean(key: &str, value: &str) -> Result<bool, String> {
@@ -733,6 +1112,7 @@ impl FlywayConfig {
         // replace all others (Flyway takes the environment's placeholder
         // map whole when it has one).
         let mut misplaced = Vec::new();
+        let mut environment_other = Vec::new();
         if overrides
             .iter()
             .any(|(k, _)| k[ENVIRONMENT_FLYWAY.len()..].starts_with("placeholders."))
@@ -741,11 +1121,12 @@ impl FlywayConfig {
         }
         for (key, value) in overrides {
             let k = &key[ENVIRONMENT_FLYWAY.len()..];
-            let top = k.split('.').next().unwrap_or(k);
-            if ENVIRONMENT_FLYWAY_KEYS.contains(&top) {
+            if !is_toml_flyway_key(k, true) {
+                misplaced.push(k.to_string());
+            } else if is_flyway_key(k) {
                 settle(&mut settled, format!("flyway.{k}"), value);
             } else {
-                misplaced.push(k.to_string());
+                settle(&mut settled, format!("{TOML_ONLY}{k}"), value);
             }
         }
         for (key, value) in &settled {
@@ -767,6 +1148,24 @@ impl FlywayConfig {
             }
             if key == CONF_ENVIRONMENT {
                 c.errors.push(conf_environment_error(value));
+                continue;
+            }
+            if let Some(name) = key.strip_prefix(TOML_REFUSED) {
+                c.errors.push(unknown_toml_key_error(name, None));
+                continue;
+            }
+            if let Some(name) = key.strip_prefix(TOML_ONLY) {
+                c.warnings.push(format!(
+                    "flyway.{name} is not supported by evolve; it is ignored"
+                ));
+                continue;
+            }
+            if let Some(name) = key.strip_prefix(ENVIRONMENT_OTHER) {
+                environment_other.push(name.to_string());
+                continue;
+            }
+            if let Some(name) = key.strip_prefix(UNKNOWN_VARIABLE) {
+                c.warnings.push(unknown_variable_warning(name));
                 continue;
             }
             let Some(k) = key.strip_prefix("flyway.") else {
@@ -897,6 +1296,8 @@ impl FlywayConfig {
                     "{key} is not read from a configuration file (Flyway reads it only from -configFiles and FLYWAY_CONFIG_FILES); list the files in FLYWAY_CONFIG_FILES, or name one with --flyway-config"
                 )),
                 "driver" => {}
+                // Flyway refuses the whole configuration.
+                other if !is_flyway_key(other) => c.errors.push(unknown_key_error(other)),
                 other => match SAME_AS_EVOLVE.iter().find(|(name, _)| *name == other) {
                     Some((_, same)) if value.trim().eq_ignore_ascii_case(same) => {}
                     Some((_, same)) => c.warnings.push(format!(
@@ -915,9 +1316,22 @@ impl FlywayConfig {
         }
         let environment = c.environment.as_deref().unwrap_or("default");
         for k in misplaced {
-            c.warnings.push(format!(
-                "environments.{environment}.flyway.{k} is not one of the settings Flyway reads from an environment's flyway table; it is ignored; set it in [flyway] or [environments.{environment}]"
-            ));
+            c.errors.push(unknown_toml_key_error(&k, Some(environment)));
+        }
+        for k in environment_other {
+            let top = k.split('.').next().unwrap_or(&k);
+            if ENVIRONMENT_KEYS.contains(&top) {
+                c.warnings.push(format!(
+                    "environments.{environment}.{k} is not supported by evolve; it is ignored"
+                ));
+            } else {
+                let meant = nearest(&k, ENVIRONMENT_KEYS.iter().copied())
+                    .map(|m| format!("; did you mean {m}?"))
+                    .unwrap_or_default();
+                c.warnings.push(format!(
+                    "environments.{environment}.{k} is not a setting of a Flyway environment; it is ignored, as Flyway ignores it (with a warning){meant}"
+                ));
+            }
         }
         c.schemas = schemas
             .iter()
@@ -1262,7 +1676,7 @@ mod tests {
             ("flyway.group", "true"),
             ("flyway.mixed", "yes"),
             ("flyway.callbacks", "com.x.Y"),
-            ("flyway.foo", "bar"),
+            ("flyway.undoSqlMigrationPrefix", "U"),
             ("flyway.cleanDisabled", "false"),
             ("flyway.connectRetries", "-1"),
             ("flyway.sqlMigrationSeparator", ""),
@@ -1277,12 +1691,13 @@ mod tests {
                 "flyway.callbacks is not supported by evolve (evolve runs only the SQL callbacks of the migrations directory); it is ignored",
                 "flyway.cleanDisabled=false is not supported by evolve, which behaves as flyway.cleanDisabled=true; it is ignored",
                 "flyway.connectRetries is \"-1\", expected a whole number, 0 or more; the setting is ignored",
-                "flyway.foo is not supported by evolve; it is ignored",
                 "flyway.mixed is \"yes\", expected true or false; the setting is ignored",
                 "flyway.outOfOrder is \"perhaps\", expected true or false; the setting is ignored",
                 "flyway.sqlMigrationSeparator is empty, which names no files; the setting is ignored",
+                "flyway.undoSqlMigrationPrefix is not supported by evolve; it is ignored",
             ]
         );
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
         assert_eq!(c.group, Some(true));
         assert_eq!(
             c.database_url.as_deref(),
@@ -1729,10 +2144,13 @@ mod tests {
             c.placeholders,
             BTreeMap::from([("owner".to_string(), "staging".to_string())])
         );
-        assert!(
-            c.warnings.contains(&"environments.staging.flyway.schemas is not one of the settings Flyway reads from an environment's flyway table; it is ignored; set it in [flyway] or [environments.staging]".to_string()),
-            "{:?}",
-            c.warnings
+        // Flyway refuses `schemas` there: it is a setting of the
+        // environment itself.
+        assert_eq!(
+            c.errors,
+            [
+                "schemas in [environments.staging.flyway] of a flyway.toml: Flyway refuses it (\"Unknown: 'environments.staging.flyway.schemas'\"), so evolve runs nothing either; it is a setting of an environment: move it to [environments.staging]"
+            ]
         );
         assert!(
             !c.warnings.iter().any(|w| w.contains("flyway.flyway")),
@@ -1798,6 +2216,190 @@ mod tests {
             [
                 "flyway.configFileEncoding is not read from a configuration file (Flyway reads the files' encoding only from FLYWAY_CONFIG_FILE_ENCODING and -configFileEncoding); it is ignored, and the files are read as UTF-8"
             ]
+        );
+    }
+
+    /// A key Flyway 13.12.1 does not know (`flyway.loactions`) was once
+    /// "not supported by evolve; it is ignored", and evolve ran with the
+    /// default locations; Flyway refuses the whole configuration ("Unknown
+    /// configuration property: flyway.loactions").
+    #[test]
+    fn a_key_flyway_does_not_know_is_refused() {
+        let refused = |key: &str| {
+            let c = FlywayConfig::from_pairs(&pairs(&[(key, "x")]));
+            assert_eq!(c.errors.len(), 1, "{key}: {c:?}");
+            c.errors[0].clone()
+        };
+        assert_eq!(
+            refused("flyway.loactions"),
+            "flyway.loactions: Flyway knows no such setting and refuses the whole configuration (\"Unknown configuration property: flyway.loactions\"), so evolve runs nothing either; did you mean flyway.locations? correct the key"
+        );
+        // Flyway's keys are case-sensitive.
+        assert!(
+            refused("flyway.Locations").ends_with("did you mean flyway.locations? correct the key")
+        );
+        assert!(
+            refused("flyway.placeholder.owner")
+                .ends_with("did you mean flyway.placeholders.owner? correct the key")
+        );
+        assert!(refused("flyway.foo").ends_with("; correct the key, or remove it"));
+        // Refused by Flyway 13.12.1 too: the `plugins` namespace (gone
+        // since Flyway 11), a key of PostgreSQL's namespace it lacks,
+        // keys of a flyway.toml or an environment only, removed keys.
+        for key in [
+            "flyway.plugins.x",
+            "flyway.postgresql.foo",
+            "flyway.color",
+            "flyway.displayName",
+            "flyway.workingDirectory",
+            "flyway.cleanOnValidationError",
+            "flyway.placeholders",
+            "flyway.",
+        ] {
+            refused(key);
+        }
+        // A location that comes too is not applied.
+        let c = FlywayConfig::from_pairs(&pairs(&[
+            ("flyway.loactions", "filesystem:sql"),
+            ("flyway.table", "t"),
+        ]));
+        assert_eq!((c.errors.len(), c.dir.clone()), (1, None), "{c:?}");
+    }
+
+    /// Keys Flyway knows but evolve does not apply (Redgate's, another
+    /// database's, JDBC properties) stay warnings; placeholders of any
+    /// name are placeholders; a key outside `flyway.` Flyway ignores.
+    #[test]
+    fn a_key_flyway_knows_is_only_a_warning() {
+        let c = FlywayConfig::from_pairs(&pairs(&[
+            ("flyway.undoSqlMigrationPrefix", "U"),
+            ("flyway.cherryPick", "2"),
+            ("flyway.licenseKey", "k"),
+            ("flyway.dryRunOutput", "out.sql"),
+            ("flyway.postgresql.transactional.lock", "false"),
+            ("flyway.jdbcProperties.ssl", "true"),
+            ("flyway.sqlserver.kerberos.login.file", "f"),
+            ("flyway.vault.url", "u"),
+            ("flyway.placeholders.Any_Name", "v"),
+            ("flyway.configurations", "c"),
+            ("foo", "bar"),
+        ]));
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!(c.warnings.len(), 10, "{:?}", c.warnings);
+        assert!(
+            c.warnings.contains(
+                &"flyway.postgresql.transactional.lock is not supported by evolve; it is ignored"
+                    .to_string()
+            ),
+            "{:?}",
+            c.warnings
+        );
+        assert_eq!(
+            c.placeholders.get("Any_Name").map(String::as_str),
+            Some("v")
+        );
+    }
+
+    /// In a flyway.toml, `[flyway]` holds Flyway's `FlywayModel`: a
+    /// misspelt key and the connection settings (`url`, `schemas`, which
+    /// belong in `[environments.<name>]`) are refused, as Flyway refuses
+    /// them ("Unknown: 'flyway.url'"); an unknown key of the environment
+    /// Flyway only warns about.
+    #[test]
+    fn a_toml_key_flyway_does_not_know_is_refused() {
+        let env = |_: &str| None;
+        let config =
+            |text: &str| FlywayConfig::from_pairs(&parse_toml_with(text, &env).expect("parses"));
+        let base = "[environments.default]\nurl = \"jdbc:postgresql://h/db\"\n";
+        let c = config(&format!(
+            "{base}[flyway]\nloactions = [\"filesystem:sql\"]\n"
+        ));
+        assert_eq!(
+            c.errors,
+            [
+                "loactions in [flyway] of a flyway.toml: Flyway refuses it (\"Unknown: 'flyway.loactions'\"), so evolve runs nothing either; did you mean locations? correct the key"
+            ]
+        );
+        assert_eq!(c.dir, None);
+        let c = config(&format!(
+            "{base}[flyway]\nurl = \"jdbc:postgresql://h/other\"\n"
+        ));
+        assert_eq!(
+            c.errors,
+            [
+                "url in [flyway] of a flyway.toml: Flyway refuses it (\"Unknown: 'flyway.url'\"), so evolve runs nothing either; it is a setting of an environment: move it to [environments.<name>]"
+            ]
+        );
+        assert_eq!(c.database_url.as_deref(), Some("postgres://h/db"));
+        // The environment's flyway table: `environment` is [flyway]'s.
+        let c = config(&format!(
+            "{base}[environments.default.flyway]\nenvironment = \"x\"\nloactions = [\"a\"]\n"
+        ));
+        assert_eq!(
+            c.errors,
+            [
+                "environment in [environments.default.flyway] of a flyway.toml: Flyway refuses it (\"Unknown: 'environments.default.flyway.environment'\"), so evolve runs nothing either; move it to [flyway]",
+                "loactions in [environments.default.flyway] of a flyway.toml: Flyway refuses it (\"Unknown: 'environments.default.flyway.loactions'\"), so evolve runs nothing either; did you mean locations? correct the key",
+            ]
+        );
+        // What Flyway accepts there: its namespaces, placeholders, its own
+        // keys; in the environment, a key Flyway warns about.
+        let c = config(&format!(
+            "{base}uurl = \"x\"\ndisplayName = \"D\"\n[flyway]\nlocations = [\"filesystem:sql\"]\ncolor = \"never\"\nbaselineMigrationPrefix = \"B\"\n[flyway.placeholders]\nx = \"1\"\n[flyway.postgresql.transactional]\nlock = false\n[environments.default.flyway]\ntable = \"h\"\n[environments.other.flyway]\nschemas = [\"ignored\"]\n"
+        ));
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!(c.history_table.as_deref(), Some("h"));
+        assert!(
+            c.warnings.contains(
+                &"environments.default.uurl is not a setting of a Flyway environment; it is ignored, as Flyway ignores it (with a warning); did you mean url?"
+                    .to_string()
+            ),
+            "{:?}",
+            c.warnings
+        );
+        assert!(
+            c.warnings.contains(
+                &"environments.default.displayName is not supported by evolve; it is ignored"
+                    .to_string()
+            ),
+            "{:?}",
+            c.warnings
+        );
+    }
+
+    /// Flyway ignores a `FLYWAY_*` variable that names no setting (its
+    /// `ConfigUtils.convertKey` has no name for it): evolve warns and
+    /// goes on; the names it maps otherwise are Flyway's.
+    #[test]
+    fn an_unknown_flyway_variable_is_ignored_as_flyway_ignores_it() {
+        let got = from_env(pairs(&[
+            ("FLYWAY_LOACTIONS", "filesystem:sql"),
+            ("FLYWAY_TELEMETRY_OPTOUT", "true"),
+            ("FLYWAY_DRYRUN_OUTPUT", "o.sql"),
+            ("FLYWAY_POSTGRESQL_TRANSACTIONAL_LOCK", "false"),
+            ("FLYWAY_JDBC_PROPERTIES_SSL", "true"),
+            ("FLYWAY_LOCATIONS", "filesystem:migrations"),
+        ]));
+        assert_eq!(
+            got.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            [
+                "variable:FLYWAY_LOACTIONS",
+                "flyway.dryRunOutput",
+                "flyway.postgresql.transactional.lock",
+                "flyway.jdbcProperties.ssl",
+                "flyway.locations",
+            ]
+        );
+        let c = FlywayConfig::from_pairs(&got);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!(c.dir, Some(PathBuf::from("migrations")));
+        assert!(
+            c.warnings.contains(
+                &"environment variable FLYWAY_LOACTIONS names no Flyway setting; it is ignored, as Flyway ignores it; did you mean FLYWAY_LOCATIONS?"
+                    .to_string()
+            ),
+            "{:?}",
+            c.warnings
         );
     }
 }

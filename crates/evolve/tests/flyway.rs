@@ -1066,23 +1066,30 @@ async fn flyway_conf_init_sql() {
     let _ = std::fs::remove_dir_all(&p.root);
 }
 
-/// A key no Flyway knows: evolve names it in a warning and runs; Flyway
-/// refuses the configuration.
+/// A key no Flyway knows: Flyway refuses the configuration, and so does
+/// evolve (it once named the key in a warning and ran), before anything
+/// runs.
 #[tokio::test]
-async fn flyway_conf_unknown_key_is_a_warning() {
+async fn flyway_conf_unknown_key_is_refused_as_flyway_refuses_it() {
     let Some(fw) = flyway::flyway() else { return };
     let p = project("conf_foo");
     write(&p.sql, "V1__one.sql", &versioned(1));
     let db = evolve_test::fresh_db("ev_conf_foo").await;
     p.conf(&db.url, &[("flyway.foo", "bar")]);
-    let (_, stderr) = p.evolve_ok(&["migrate", "apply"]);
+    let out = p.evolve(&["migrate", "apply"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{stderr}");
     assert!(
-        stderr.contains(
-            "warning: Flyway configuration: flyway.foo is not supported by evolve; it is ignored"
-        ),
+        stderr.contains("\"Unknown configuration property: flyway.foo\""),
         "{stderr}"
     );
-    assert_eq!(history(&connect(&db.url).await).await.len(), 1);
+    let client = connect(&db.url).await;
+    let table: Option<String> = client
+        .query_one("SELECT to_regclass('flyway_schema_history')::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(table, None, "nothing ran");
     let shared = p.shared();
     let outcome = fw.configure(&db.url, &p.sql, &[(shared.as_str(), "")]);
     assert!(

@@ -1593,6 +1593,157 @@ async fn an_environment_in_a_conf_file_is_refused_by_both() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// A misspelt key (`flyway.loactions`) was once a warning, and evolve ran
+/// with its default locations; Flyway refuses the whole configuration
+/// ("Unknown configuration property: flyway.loactions"). Both refuse it
+/// now, before anything runs: no history table afterwards. Likewise a
+/// misspelt key in a flyway.toml's `[flyway]` (Flyway's command line
+/// refuses it, "Unknown: 'flyway.loactions'"; the driver reads no
+/// flyway.toml), while a misspelt `FLYWAY_*` variable Flyway ignores.
+#[tokio::test]
+async fn a_misspelt_key_is_refused_by_both() {
+    let Some(fw) = flyway::flyway() else { return };
+    let db = evolve_test::fresh_db("ev_misspelt_key").await;
+    let (root, sql) = project("misspelt_key");
+    write(&sql, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    let jdbc = flyway::jdbc(&db.url);
+    write(
+        &root,
+        "flyway.conf",
+        &format!(
+            "flyway.url={}\nflyway.user={}\nflyway.loactions=filesystem:{}\n",
+            jdbc[0].1,
+            jdbc[1].1,
+            sql.display()
+        ),
+    );
+    let outcome = fw.configure(
+        &db.url,
+        &sql,
+        &[(&format!("@{}", root.join("flyway.conf").display()), "")],
+    );
+    assert!(!outcome.ok());
+    assert!(
+        outcome
+            .error()
+            .starts_with("Unknown configuration property: flyway.loactions"),
+        "{}",
+        outcome.error()
+    );
+    let refusal = "error: Flyway setting flyway.loactions: Flyway knows no such setting and refuses the whole configuration (\"Unknown configuration property: flyway.loactions\"), so evolve runs nothing either; did you mean flyway.locations? correct the key\n";
+    for verb in [
+        &["migrate", "apply"][..],
+        &["migrate", "status"],
+        &["migrate", "validate"],
+    ] {
+        let out = evolve_in(&root, &[], verb);
+        assert!(!out.status.success(), "{verb:?}");
+        assert_eq!(text(&out.stderr), refusal, "{verb:?}");
+    }
+    assert_eq!(
+        scalar(&db.url, "to_regclass('flyway_schema_history')").await,
+        ""
+    );
+
+    std::fs::remove_file(root.join("flyway.conf")).expect("rm flyway.conf");
+    write(
+        &root,
+        "flyway.toml",
+        &format!(
+            "[environments.default]\nurl = \"{}\"\nuser = \"{}\"\n\n[flyway]\nloactions = [\"filesystem:{}\"]\n",
+            jdbc[0].1,
+            jdbc[1].1,
+            sql.display()
+        ),
+    );
+    let out = evolve_in(&root, &[], &["migrate", "apply"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        text(&out.stderr),
+        "error: Flyway setting loactions in [flyway] of a flyway.toml: Flyway refuses it (\"Unknown: 'flyway.loactions'\"), so evolve runs nothing either; did you mean locations? correct the key\n"
+    );
+    assert_eq!(
+        scalar(&db.url, "to_regclass('flyway_schema_history')").await,
+        ""
+    );
+
+    // FLYWAY_LOACTIONS names no setting: Flyway ignores it (its
+    // ConfigUtils.convertKey maps it to nothing), and so does evolve,
+    // saying so.
+    write(
+        &root,
+        "flyway.toml",
+        &format!(
+            "[environments.default]\nurl = \"{}\"\nuser = \"{}\"\n\n[flyway]\nlocations = [\"filesystem:{}\"]\n",
+            jdbc[0].1,
+            jdbc[1].1,
+            sql.display()
+        ),
+    );
+    let out = evolve_in(
+        &root,
+        &[("FLYWAY_LOACTIONS", "filesystem:elsewhere")],
+        &["migrate", "apply"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: Flyway configuration: environment variable FLYWAY_LOACTIONS names no Flyway setting; it is ignored, as Flyway ignores it; did you mean FLYWAY_LOCATIONS?"),
+        "{stderr}"
+    );
+    assert_eq!(scalar(&db.url, "to_regclass('a')").await, "a");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Keys Flyway knows but evolve does not apply stay warnings: both run
+/// the file the same way.
+#[tokio::test]
+async fn a_key_flyway_knows_but_evolve_does_not_apply_only_warns() {
+    let Some(fw) = flyway::flyway() else { return };
+    let by_evolve = evolve_test::fresh_db("ev_known_key").await;
+    let by_flyway = evolve_test::fresh_db("fw_known_key").await;
+    let (root, sql) = project("known_key");
+    write(&sql, "V1__a.sql", "CREATE TABLE a (i int);\n");
+    let keys = format!(
+        "flyway.locations=filesystem:{}\nflyway.validateMigrationNaming=false\nflyway.postgresql.transactional.lock=false\n",
+        sql.display()
+    );
+    // The driver names its database itself: shared.conf has no url.
+    write(&root, "shared.conf", &keys);
+    let jdbc = flyway::jdbc(&by_evolve.url);
+    write(
+        &root,
+        "flyway.conf",
+        &format!(
+            "flyway.url={}\nflyway.user={}\n{keys}",
+            jdbc[0].1, jdbc[1].1
+        ),
+    );
+    fw.ok(
+        &by_flyway.url,
+        &sql,
+        &[(&format!("@{}", root.join("shared.conf").display()), "")],
+        "migrate",
+    );
+    let out = evolve_in(&root, &[], &["migrate", "apply"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+    for key in [
+        "flyway.postgresql.transactional.lock",
+        "flyway.validateMigrationNaming",
+    ] {
+        assert!(
+            stderr.contains(&format!(
+                "warning: Flyway configuration: {key} is not supported by evolve; it is ignored"
+            )),
+            "{stderr}"
+        );
+    }
+    assert_eq!(history(&by_evolve.url).await, history(&by_flyway.url).await);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// `--flyway-config FILE` once replaced `./flyway.conf`; Flyway's
 /// `-configFiles` adds to the working directory's file of its kind (its
 /// `LegacyConfigurationManager` loads the default files, then the
