@@ -21,6 +21,13 @@
 //! the modifier ([`NodeTable::type_names`]), so that a value that does not
 //! fit is refused, never cut to fit.
 //!
+//! A transaction too large to hold in memory comes in [`Part`]s as the
+//! stream delivers it, applied row by row in one node transaction that
+//! its COMMIT commits with the position ([`Applier::begin_streamed`],
+//! [`Applier::apply_part`], [`Applier::commit_streamed`]); its conflicts
+//! are written as each part goes, and its halt is recorded at the end
+//! its COMMIT gives ([`Applier::streamed_halt`]).
+//!
 //! What is logged: each row conflict once per row; `target_table_missing`
 //! once per row it skips; `target_column_missing` once per row whose
 //! non-NULL value was dropped (the divergence the resolver accepted);
@@ -134,6 +141,57 @@ pub struct Transaction {
     pub end: Position,
     pub commit_time_micros: i64,
     pub rows: Vec<(u32, RowChange)>,
+}
+
+/// A part of an upstream transaction too large to hold in memory at once
+/// (the read loop hands one over each time the transaction it reads has
+/// gathered [`crate::Replica::part_rows`] rows): its rows in stream order,
+/// applied row by row inside the one node transaction opened at its first
+/// part ([`Applier::begin_streamed`]), which the last part, the upstream's
+/// COMMIT, commits with the replica's position.
+#[derive(Clone, Debug)]
+pub struct Part {
+    /// The transaction's commit position as its BEGIN gives it (where its
+    /// commit record starts, `final_lsn`); its end is known only at COMMIT.
+    pub commit: Position,
+    pub commit_time_micros: i64,
+    pub rows: Vec<(u32, RowChange)>,
+    /// On the last part: the transaction's end (the COMMIT's).
+    pub end: Option<Position>,
+}
+
+/// What becomes of a large transaction's parts, decided at its first
+/// part ([`Applier::begin_streamed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamedAs {
+    /// Applied in the node transaction.
+    Apply,
+    /// The node has it already: its parts are passed over.
+    Applied,
+    /// It is the transaction `evolve replicate skip` named: its parts are
+    /// passed over and its COMMIT moves the position past it.
+    Skip(Position),
+}
+
+/// A large upstream transaction applied part by part: what its node
+/// transaction has done so far. Its conflicts are written to
+/// `evolve_conflict_history` as each part is applied (so that memory
+/// does not grow with them), under the LSN `0/0` until COMMIT gives the
+/// transaction's end, which its node transaction then sets on them.
+pub struct Streamed {
+    commit: Position,
+    commit_time_micros: i64,
+    /// What becomes of its parts.
+    pub how: StreamedAs,
+    applied: Applied,
+    schemas_logged: std::collections::HashSet<u32>,
+    /// The first row its parts wrote to `evolve_conflict_history`.
+    first_logged: Option<i64>,
+    /// The conflict whose resolver halted a part, logged once the node
+    /// transaction is rolled back and the COMMIT gave the end.
+    halted: Option<Box<(Position, i64, Logged)>>,
+    /// Parts applied in its node transaction.
+    pub parts: u64,
 }
 
 /// What applying a transaction did.
@@ -717,6 +775,225 @@ impl Applier {
         Ok(total)
     }
 
+    /// Decides, at the first part of a large upstream transaction, what
+    /// becomes of it, before its end is known (only its COMMIT gives it).
+    ///
+    /// Already applied: the stream starts at the replica's position (the
+    /// node's, or the slot's confirmed position if that is later, and
+    /// never later than the node's: confirmation follows the node's commit),
+    /// and the server sends only transactions whose commit record starts
+    /// at or after that start. Commit records do not overlap in the WAL, so
+    /// a transaction whose commit record starts (`commit`, BEGIN's
+    /// `final_lsn`) before the position, the end of one the node
+    /// committed, ended at or before it: it is applied (this never happens
+    /// with PostgreSQL's stream and is checked all the same); one starting
+    /// at or after the position ends after it: it is not.
+    ///
+    /// To skip: `evolve replicate skip` arms only the halted transaction's
+    /// end `s`, and a halt is met at the first transaction not applied, so
+    /// the stream begins with it. A transaction whose commit record starts
+    /// before `s` ends at or before `s` (a later commit record would start
+    /// after `s`); being after the position, it is that one. A
+    /// transaction starting at or after `s` is after it. The COMMIT checks
+    /// that its end is `s` ([`Applier::commit_streamed`]).
+    pub fn begin_streamed(&self, first: &Part) -> Streamed {
+        let how = if first.commit < self.position {
+            StreamedAs::Applied
+        } else {
+            match self.skip {
+                Some(s) if first.commit < s => StreamedAs::Skip(s),
+                _ => StreamedAs::Apply,
+            }
+        };
+        if let StreamedAs::Skip(s) = how {
+            tracing::warn!(replica = %self.replica, lsn = %s, "skipping the upstream transaction as asked");
+        }
+        Streamed {
+            commit: first.commit,
+            commit_time_micros: first.commit_time_micros,
+            how,
+            applied: Applied::default(),
+            schemas_logged: std::collections::HashSet::new(),
+            first_logged: None,
+            halted: None,
+            parts: 0,
+        }
+    }
+
+    /// Applies a part's rows in the large transaction's node transaction
+    /// `tx`, row by row (pipelined, and again one statement at a time under
+    /// a savepoint when that meets anything but plain success, as
+    /// [`Applier::apply`] does for a whole transaction), its conflicts
+    /// written to the history in `tx`. A statement that meets a node table
+    /// other than its match read has the part tried once more (from its
+    /// savepoint) with the node's catalog read again. A halt's LSN is
+    /// unknown until the COMMIT ([`Applier::streamed_halt`]).
+    pub async fn apply_part(
+        &mut self,
+        tx: &mut tokio_postgres::Transaction<'_>,
+        s: &mut Streamed,
+        rows: Vec<(u32, RowChange)>,
+    ) -> Result<()> {
+        let txn = Transaction {
+            // Not known before the COMMIT.
+            end: Position::ZERO,
+            commit_time_micros: s.commit_time_micros,
+            rows,
+        };
+        self.catalog_changed
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        match self.part_once(tx, s, &txn).await {
+            Err(_)
+                if self
+                    .catalog_changed
+                    .swap(false, std::sync::atomic::Ordering::Relaxed) =>
+            {
+                tracing::info!(replica = %self.replica, commit = %s.commit, "the node's schema changed while applying: reading its catalog again");
+                self.refresh_matches();
+                self.statements.clear();
+                self.part_once(tx, s, &txn).await
+            }
+            other => other,
+        }
+    }
+
+    /// [`Applier::apply_part`], once.
+    async fn part_once(
+        &mut self,
+        tx: &mut tokio_postgres::Transaction<'_>,
+        s: &mut Streamed,
+        txn: &Transaction,
+    ) -> Result<()> {
+        s.halted = None;
+        for mode in [Mode::Pipelined, Mode::Sequential] {
+            self.prepare_refused = None;
+            let sp = tx
+                .savepoint("evolve_part")
+                .await
+                .map_err(|e| ReplicateError::node("begin a savepoint", &e))?;
+            let mut attempt = Attempt {
+                schemas_logged: s.schemas_logged.clone(),
+                ..Attempt::default()
+            };
+            match self.write(&sp, txn, mode, &mut attempt).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    sp.rollback()
+                        .await
+                        .map_err(|e| ReplicateError::node("roll back a savepoint", &e))?;
+                    continue;
+                }
+                Err(e) => {
+                    s.halted = attempt.halted.take();
+                    return Err(e);
+                }
+            }
+            for (end, time, l) in std::mem::take(&mut attempt.logged) {
+                let id = self.log(&sp, end, time, l).await?;
+                s.first_logged.get_or_insert(id);
+            }
+            sp.commit()
+                .await
+                .map_err(|e| ReplicateError::node("release a savepoint", &e))?;
+            s.schemas_logged = attempt.schemas_logged;
+            s.applied.rows += attempt.applied.rows;
+            s.applied.filtered += attempt.applied.filtered;
+            for (k, n) in attempt.applied.conflicts {
+                *s.applied.conflicts.entry(k).or_default() += n;
+            }
+            s.parts += 1;
+            return Ok(());
+        }
+        unreachable!("the sequential attempt either writes or fails")
+    }
+
+    /// The COMMIT of a large transaction that ended at `end`: in its node
+    /// transaction `tx` (none when the node has it already), its conflicts
+    /// get their LSN, the replica's position becomes `end`, and it commits
+    /// (the rows, their conflicts and the position at once, as for a
+    /// small one); a skipped one only moves the position.
+    pub async fn commit_streamed(
+        &mut self,
+        tx: Option<tokio_postgres::Transaction<'_>>,
+        s: Streamed,
+        end: Position,
+    ) -> Result<Applied> {
+        let skipped = Applied {
+            skipped: true,
+            ..Applied::default()
+        };
+        let Some(tx) = tx else {
+            return Ok(skipped);
+        };
+        if end <= self.position {
+            // What [`Applier::begin_streamed`] rules out: the node has it.
+            tx.rollback()
+                .await
+                .map_err(|e| ReplicateError::node("roll back a node transaction", &e))?;
+            return Ok(skipped);
+        }
+        if let StreamedAs::Skip(to_skip) = s.how {
+            if end != to_skip {
+                // Ruled out as well: nothing is lost, the node
+                // transaction is rolled back and the position stays.
+                drop(tx);
+                return Err(ReplicateError::Halted {
+                    replica: self.replica.clone(),
+                    lsn: end,
+                    message: format!(
+                        "the transaction to skip was to finish at {to_skip}, and the one that began before it finished at {end}: nothing was skipped"
+                    ),
+                });
+            }
+            let mut attempt = Attempt {
+                applied: skipped,
+                ..Attempt::default()
+            };
+            self.finish(tx, end, &mut attempt).await?;
+            self.skip = None;
+            return Ok(attempt.applied);
+        }
+        if let Some(first) = s.first_logged {
+            tx.execute(
+                "UPDATE evolve_conflict_history SET remote_lsn = $1::text::pg_lsn
+                 WHERE id >= $2 AND replica = $3 AND remote_lsn = '0/0'",
+                &[&end.to_string(), &first, &self.replica],
+            )
+            .await
+            .map_err(|e| ReplicateError::node("write evolve_conflict_history", &e))?;
+        }
+        let mut attempt = Attempt {
+            applied: s.applied,
+            schemas_logged: s.schemas_logged,
+            ..Attempt::default()
+        };
+        self.finish(tx, end, &mut attempt).await?;
+        Ok(attempt.applied)
+    }
+
+    /// The halt `e` a part of a large transaction met, once its node
+    /// transaction is rolled back and its COMMIT gave its `end`: the halt
+    /// at that LSN, recorded as [`Applier::apply`] records one (its
+    /// conflict logged and counted once, the halt in the progress row for
+    /// `evolve replicate skip`).
+    pub async fn streamed_halt(
+        &mut self,
+        client: &mut Client,
+        s: Streamed,
+        mut e: ReplicateError,
+        end: Position,
+    ) -> ReplicateError {
+        if let ReplicateError::Halted { lsn, .. } = &mut e {
+            *lsn = end;
+        }
+        let conflict = s.halted.map(|mut c| {
+            c.0 = end;
+            c
+        });
+        self.record_halt(client, &e, conflict, true).await;
+        e
+    }
+
     /// Writes `txn`'s rows in `tx`: true when done, false when a pipelined
     /// attempt met something only the sequential one handles.
     async fn write(
@@ -965,7 +1242,7 @@ impl Applier {
                 .tables
                 .get(&id)
                 .filter(|m| same_schema(m))
-                .map(|m| m.target.clone());
+                .map(|m| (m.target.clone(), m.log_pending));
             let transform = self
                 .transforms
                 .iter()
@@ -1057,8 +1334,11 @@ impl Applier {
                 }
                 None => None,
             };
-            // The same match as before logs nothing again.
-            let log_pending = previous.is_none_or(|p| p != target);
+            // The same match as before logs nothing again, unless what
+            // it was to log is not committed yet (read again in the middle
+            // of a large transaction, whose node transaction may still be
+            // rolled back).
+            let log_pending = previous.is_none_or(|(p, pending)| pending || p != target);
             self.tables.insert(
                 id,
                 Mapped {
@@ -1839,15 +2119,16 @@ impl Applier {
         end: Position,
         commit_time_micros: i64,
         l: Logged,
-    ) -> Result<()> {
+    ) -> Result<i64> {
         let time = commit_time_micros.to_string();
         let lsn = end.to_string();
-        tx.execute(
+        let row = tx.query_one(
             "INSERT INTO evolve_conflict_history
                  (replica, conflict_type, resolution, schema_name, table_name, key, remote_tuple,
                   local_tuple, remote_lsn, remote_commit_time, detail)
              VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::text::jsonb, $9::text::pg_lsn,
-                     to_timestamp($10::text::float8 / 1e6), $11)",
+                     to_timestamp($10::text::float8 / 1e6), $11)
+             RETURNING id",
             &[
                 &self.replica,
                 &l.conflict.name(),
@@ -1864,7 +2145,7 @@ impl Applier {
         )
         .await
         .map_err(|e| ReplicateError::node("write evolve_conflict_history", &e))?;
-        Ok(())
+        Ok(row.get(0))
     }
 }
 

@@ -13,7 +13,7 @@ use evolve_pipeline::source::{ChangeStream, Source, SourceEvent};
 use evolve_pipeline::{Connection, Position, SourceInfo};
 use tokio::sync::watch;
 
-use crate::apply::{Applier, Transaction};
+use crate::apply::{Applier, Part, StreamedAs, Transaction};
 use crate::error::{ReplicateError, Result};
 
 /// What a replica is.
@@ -45,6 +45,9 @@ pub struct ReplicaStatus {
     pub position: Position,
     /// Conflicts by type and resolution since the task started.
     pub conflicts: BTreeMap<(ConflictType, Resolver), u64>,
+    /// Parts of large upstream transactions applied in node transactions
+    /// that committed, since the task started ([`Replica::part_rows`]).
+    pub parts: u64,
 }
 
 /// What a replica's initial copy did.
@@ -79,6 +82,9 @@ pub struct Replica {
     copy_first: bool,
     /// Wakes a halted replica waiting to try again ([`Replica::retry_now`]).
     wake: tokio::sync::Notify,
+    /// An upstream transaction still open that has gathered this many
+    /// rows goes to the node in parts ([`PART_ROWS`]).
+    part_rows: usize,
 }
 
 /// At most this many upstream transactions share one node transaction.
@@ -88,9 +94,26 @@ const GROUP_ROWS: usize = 20_000;
 /// ... or once it has been open this long.
 const GROUP_AGE: Duration = Duration::from_millis(50);
 
+/// An upstream transaction that has gathered this many rows before its
+/// COMMIT is applied in parts of this many rows as they arrive, all in one
+/// node transaction committed at its COMMIT, rather than held whole: the
+/// read loop fills one part while at most two more are handed over and not
+/// yet applied (three when the COMMIT hands over the last), so an `UPDATE`
+/// of 50 million rows needs the memory of a few parts. It is
+/// [`GROUP_ROWS`], the most rows a group of small transactions hands the
+/// apply loop at once, so a part costs what a full group costs, and a
+/// transaction of up to that many rows goes in a group, set by set, as
+/// before; a part that large keeps the round trips and the savepoints (one
+/// per part, a subtransaction on the node) of a large transaction few.
+pub const PART_ROWS: usize = GROUP_ROWS;
+
 /// What the read loop hands the apply loop, in stream order.
 enum Work {
     Group(Vec<Transaction>),
+    /// A part of a large transaction: the first opens its node
+    /// transaction, the last (with its end) commits it, and nothing else
+    /// comes between them but [`Work::Refresh`].
+    Part(Part),
     /// Read the node's catalog again before the next row.
     Refresh,
 }
@@ -388,7 +411,15 @@ impl Replica {
             })),
             copy_first: false,
             wake: tokio::sync::Notify::new(),
+            part_rows: PART_ROWS,
         }
+    }
+
+    /// The replica, applying an upstream transaction in parts once it
+    /// has gathered `rows` rows ([`PART_ROWS`] unless set; at least 1).
+    pub fn part_rows(mut self, rows: usize) -> Replica {
+        self.part_rows = rows.max(1);
+        self
     }
 
     /// The replica, copying its tables into the node when its task
@@ -550,7 +581,9 @@ impl Replica {
         // groups go to the apply loop in order, and what it applied comes
         // back to be confirmed upstream.
         let (work_tx, mut work_rx) = tokio::sync::mpsc::unbounded_channel::<Work>();
-        let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel::<Position>();
+        // What the apply loop did with each piece of work: the position to
+        // confirm upstream, none for a part of a transaction not committed.
+        let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel::<Option<Position>>();
         let apply = async move {
             while let Some(work) = work_rx.recv().await {
                 match work {
@@ -577,8 +610,28 @@ impl Replica {
                                 *s.conflicts.entry(*k).or_default() += n;
                             }
                         });
-                        if done_tx.send(last).is_err() {
+                        if done_tx.send(Some(last)).is_err() {
                             break;
+                        }
+                    }
+                    Work::Part(first) => {
+                        let streamed = self
+                            .apply_streamed(&mut applier, &mut node, first, &mut work_rx, &done_tx)
+                            .await;
+                        match streamed {
+                            Ok(Some(end)) => {
+                                if done_tx.send(Some(end)).is_err() {
+                                    break;
+                                }
+                            }
+                            // Stopped before its COMMIT: rolled back.
+                            Ok(None) => break,
+                            Err(e) => {
+                                if let Some(halt) = applier.take_halt() {
+                                    self.set(|s| *s.conflicts.entry(halt).or_default() += 1);
+                                }
+                                return Err(e);
+                            }
                         }
                     }
                     // A rollout migrated a node: what it has now is read
@@ -597,18 +650,115 @@ impl Replica {
         read
     }
 
+    /// Applies a large upstream transaction from its `first` part to its
+    /// COMMIT, its parts taken from `work` as the read loop hands them over
+    /// (each one reported on `done`, with nothing to confirm), in one node
+    /// transaction opened here: each part row by row
+    /// ([`Applier::apply_part`]), and at the COMMIT the replica's position
+    /// written in that transaction and committed
+    /// ([`Applier::commit_streamed`]). Whether the node has it already,
+    /// or it is the one to skip, is decided at the first part
+    /// ([`Applier::begin_streamed`]). A halt rolls the node transaction
+    /// back at once; the parts left are passed over until the COMMIT gives
+    /// the transaction's end, the LSN the halt is recorded at
+    /// ([`Applier::streamed_halt`]). Its end once committed; `None` when
+    /// the read loop ended before the COMMIT (a stop, a failure of the
+    /// stream): the node transaction is rolled back and nothing of it is
+    /// confirmed upstream.
+    async fn apply_streamed(
+        &self,
+        applier: &mut Applier,
+        node: &mut tokio_postgres::Client,
+        first: Part,
+        work: &mut tokio::sync::mpsc::UnboundedReceiver<Work>,
+        done: &tokio::sync::mpsc::UnboundedSender<Option<Position>>,
+    ) -> Result<Option<Position>> {
+        let mut s = applier.begin_streamed(&first);
+        let mut tx = match s.how {
+            StreamedAs::Applied => None,
+            StreamedAs::Apply | StreamedAs::Skip(_) => Some(
+                node.transaction()
+                    .await
+                    .map_err(|e| ReplicateError::node("begin a node transaction", &e))?,
+            ),
+        };
+        let mut halted: Option<ReplicateError> = None;
+        let mut part = first;
+        let end = loop {
+            if s.how == StreamedAs::Apply
+                && halted.is_none()
+                && !part.rows.is_empty()
+                && let Some(open) = tx.as_mut()
+                && let Err(e) = applier
+                    .apply_part(open, &mut s, std::mem::take(&mut part.rows))
+                    .await
+            {
+                if !matches!(e, ReplicateError::Halted { .. }) {
+                    return Err(e);
+                }
+                // Rolled back now; the halt's LSN is the COMMIT's.
+                tx = None;
+                halted = Some(e);
+            }
+            if let Some(end) = part.end {
+                break end;
+            }
+            if done.send(None).is_err() {
+                return Ok(None);
+            }
+            part = loop {
+                match work.recv().await {
+                    Some(Work::Part(next)) => break next,
+                    Some(Work::Refresh) => applier.refresh_matches(),
+                    Some(Work::Group(_)) => {
+                        return Err(ReplicateError::Node {
+                            context: format!("apply to the node of replica {}", self.spec.name),
+                            message: "a group of transactions came inside a transaction still open"
+                                .into(),
+                        });
+                    }
+                    None => return Ok(None),
+                }
+            };
+        };
+        if let Some(e) = halted {
+            drop(tx);
+            return Err(applier.streamed_halt(node, s, e, end).await);
+        }
+        let parts = s.parts;
+        let applied = applier.commit_streamed(tx, s, end).await?;
+        self.set(|st| {
+            if st.state == "halted" {
+                st.state = "running".into();
+                st.error = None;
+            }
+            st.position = applier.position();
+            st.parts += parts;
+            for (k, n) in &applied.conflicts {
+                *st.conflicts.entry(*k).or_default() += n;
+            }
+        });
+        Ok(Some(end))
+    }
+
     /// Reads the stream into groups of committed transactions and hands
     /// them to the apply loop: at once while it is idle, and while it
     /// applies one group, the next is gathered up to its limits (then the
-    /// stream waits). Confirms upstream what the apply loop reports.
+    /// stream waits). A transaction that gathers [`Replica::part_rows`]
+    /// rows before its COMMIT is handed over in parts as they fill (after
+    /// the group before it), at most two in flight, so that memory holds a
+    /// few parts however large the transaction. Confirms upstream what the
+    /// apply loop reports: a transaction's end once the node committed it.
     async fn read<S: ChangeStream>(
         &self,
         stream: &mut S,
         mut stop: watch::Receiver<bool>,
         work: tokio::sync::mpsc::UnboundedSender<Work>,
-        mut done: tokio::sync::mpsc::UnboundedReceiver<Position>,
+        mut done: tokio::sync::mpsc::UnboundedReceiver<Option<Position>>,
     ) -> Result<()> {
-        let mut current: Option<Transaction> = None;
+        // The transaction being read: its rows not handed over yet, and
+        // whether parts of it were.
+        let mut current: Option<(Part, bool)> = None;
         let mut group: Vec<Transaction> = Vec::new();
         let mut group_rows = 0usize;
         let mut group_began = tokio::time::Instant::now();
@@ -621,6 +771,30 @@ impl Replica {
             let full = group.len() >= GROUP_TRANSACTIONS
                 || group_rows >= GROUP_ROWS
                 || (!group.is_empty() && group_began.elapsed() >= GROUP_AGE);
+            // The transaction being read has a part to hand over: the
+            // stream waits until it is.
+            let part_full = current
+                .as_ref()
+                .is_some_and(|(t, _)| t.rows.len() >= self.part_rows);
+            if part_full && in_flight < 2 {
+                if !group.is_empty() {
+                    // The transactions before it go first.
+                    work.send(Work::Group(std::mem::take(&mut group)))
+                        .map_err(|_| gone())?;
+                    group_rows = 0;
+                } else if let Some((t, parted)) = current.as_mut() {
+                    let part = Part {
+                        commit: t.commit,
+                        commit_time_micros: t.commit_time_micros,
+                        rows: std::mem::take(&mut t.rows),
+                        end: None,
+                    };
+                    work.send(Work::Part(part)).map_err(|_| gone())?;
+                    *parted = true;
+                }
+                in_flight += 1;
+                continue;
+            }
             let hand_off = !group.is_empty() && (in_flight == 0 || (full && in_flight < 2));
             if hand_off {
                 work.send(Work::Group(std::mem::take(&mut group)))
@@ -632,45 +806,65 @@ impl Replica {
             tokio::select! {
                 biased;
                 _ = stop.changed() => {
+                    // A transaction handed over in part is left to be
+                    // rolled back when this loop ends (the apply loop
+                    // reads no more work): only what the node committed
+                    // is confirmed.
                     if !group.is_empty() {
                         work.send(Work::Group(std::mem::take(&mut group))).map_err(|_| gone())?;
                         in_flight += 1;
                     }
                     while in_flight > 0 {
-                        let end = done.recv().await.ok_or_else(gone)?;
-                        stream.confirm(end);
+                        if let Some(end) = done.recv().await.ok_or_else(gone)? {
+                            stream.confirm(end);
+                        }
                         in_flight -= 1;
                     }
                     return Ok(());
                 }
                 end = done.recv() => {
-                    let end = end.ok_or_else(gone)?;
-                    stream.confirm(end);
+                    if let Some(end) = end.ok_or_else(gone)? {
+                        stream.confirm(end);
+                    }
                     in_flight -= 1;
                 }
-                event = stream.next(), if !full => match event.map_err(|e| ReplicateError::stream(&self.spec.name, e))? {
-                    SourceEvent::Begin { commit_time_micros, .. } => {
-                        current = Some(Transaction {
-                            end: Position::ZERO,
-                            commit_time_micros,
-                            rows: Vec::new(),
-                        });
+                event = stream.next(), if !full && !part_full => match event.map_err(|e| ReplicateError::stream(&self.spec.name, e))? {
+                    SourceEvent::Begin { commit, commit_time_micros } => {
+                        current = Some((
+                            Part {
+                                commit,
+                                commit_time_micros,
+                                rows: Vec::new(),
+                                end: None,
+                            },
+                            false,
+                        ));
                     }
                     SourceEvent::Row { table, change } => {
-                        if let Some(t) = current.as_mut() {
+                        if let Some((t, _)) = current.as_mut() {
                             t.rows.push((table, change));
                         }
                     }
-                    SourceEvent::Commit { end } => {
-                        if let Some(mut t) = current.take() {
-                            t.end = end;
+                    SourceEvent::Commit { end } => match current.take() {
+                        // Its last part commits it.
+                        Some((mut t, true)) => {
+                            t.end = Some(end);
+                            work.send(Work::Part(t)).map_err(|_| gone())?;
+                            in_flight += 1;
+                        }
+                        Some((t, false)) => {
                             if group.is_empty() {
                                 group_began = tokio::time::Instant::now();
                             }
                             group_rows += t.rows.len();
-                            group.push(t);
+                            group.push(Transaction {
+                                end,
+                                commit_time_micros: t.commit_time_micros,
+                                rows: t.rows,
+                            });
                         }
-                    }
+                        None => {}
+                    },
                     SourceEvent::Idle { upto } => {
                         if current.is_none() && group.is_empty() && in_flight == 0 {
                             stream.confirm(upto);

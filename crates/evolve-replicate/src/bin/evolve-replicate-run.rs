@@ -2,8 +2,10 @@
 //! halts or is killed. The crash tests start it as a child process and
 //! kill it with SIGKILL.
 //!
-//! Usage: `evolve-replicate-run [--copy] NAME UPSTREAM_URL NODE_URL SCHEMA.TABLE...`
-//! (`--copy`: the tables are copied first, as for `COPY DATA = true`).
+//! Usage: `evolve-replicate-run [--copy] [--part-rows N] NAME UPSTREAM_URL NODE_URL SCHEMA.TABLE...`
+//! (`--copy`: the tables are copied first, as for `COPY DATA = true`;
+//! `--part-rows`: a transaction of that many rows goes in parts,
+//! `Replica::part_rows`).
 
 use std::process::ExitCode;
 
@@ -17,9 +19,18 @@ async fn main() -> ExitCode {
     if copy {
         args.remove(0);
     }
+    let mut part_rows = None;
+    if args.first().is_some_and(|a| a == "--part-rows") {
+        part_rows = args.get(1).and_then(|n| n.parse::<usize>().ok());
+        if part_rows.is_none() {
+            eprintln!("--part-rows takes a number of rows");
+            return ExitCode::from(2);
+        }
+        args.drain(..2);
+    }
     let [name, upstream, node, tables @ ..] = args.as_slice() else {
         eprintln!(
-            "usage: evolve-replicate-run [--copy] NAME UPSTREAM_URL NODE_URL SCHEMA.TABLE..."
+            "usage: evolve-replicate-run [--copy] [--part-rows N] NAME UPSTREAM_URL NODE_URL SCHEMA.TABLE..."
         );
         return ExitCode::from(2);
     };
@@ -30,7 +41,7 @@ async fn main() -> ExitCode {
             None => ("public".to_string(), t.clone()),
         })
         .collect();
-    let replica = Replica::new(ReplicaSpec {
+    let mut replica = Replica::new(ReplicaSpec {
         name: name.clone(),
         upstream: upstream.clone(),
         upstream_connection: "upstream".into(),
@@ -40,6 +51,9 @@ async fn main() -> ExitCode {
         transforms: Vec::new(),
     })
     .copying(copy);
+    if let Some(rows) = part_rows {
+        replica = replica.part_rows(rows);
+    }
     // Never told to stop: it runs until it halts or is killed.
     let (_stop, stop_rx) = tokio::sync::watch::channel(false);
     match replica.run(stop_rx).await {
