@@ -1789,4 +1789,3 @@ fn list(expected: &[Expected]) -> String {
         Some((last, init)) => format!("{} or {last}", init.join(", ")),
     }
 }
-
