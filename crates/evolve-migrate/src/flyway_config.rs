@@ -706,7 +706,7 @@ fn unknown_toml_key_error(name: &str, environment: Option<&str>) -> String {
 
 /// `flyway.toml`: the `[flyway]` table (with `[flyway.placeholders]`), and
 /// the settings of `[environments.<name>]` (its `flyway` table's keys
-/// prefixed [`ENVIRONMENT_FLYWAY`]), the environment being
+/// prefixed `ENVIRONMENT_FLYWAY`), the environment being
 /// `flyway.environment` (default `default`). `${env.NAME}` in a value is
 /// resolved from the process environment (see [`parse_toml_with`]).
 pub fn parse_toml(text: &str) -> Result<Vec<(String, String)>, ConfigError> {

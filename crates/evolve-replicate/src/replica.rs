@@ -100,7 +100,7 @@ const GROUP_AGE: Duration = Duration::from_millis(50);
 /// read loop fills one part while at most two more are handed over and not
 /// yet applied (three when the COMMIT hands over the last), so an `UPDATE`
 /// of 50 million rows needs the memory of a few parts. It is
-/// [`GROUP_ROWS`], the most rows a group of small transactions hands the
+/// `GROUP_ROWS`, the most rows a group of small transactions hands the
 /// apply loop at once, so a part costs what a full group costs, and a
 /// transaction of up to that many rows goes in a group, set by set, as
 /// before; a part that large keeps the round trips and the savepoints (one
