@@ -169,6 +169,7 @@ pub async fn run(
     }
     worker::refuse_row_security(&client, table.oid, &table.name, &format!("backfill {job}"))
         .await?;
+    worker::check_limits(&client, &opts.batches, &format!("backfill {job}")).await?;
     let what = format!("backfill {job}");
     let filter = spec.filter.as_deref();
     let first_sql = sql::batch_update(&table.name, &table.key, &spec.set, filter, true);

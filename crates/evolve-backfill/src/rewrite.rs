@@ -2,7 +2,10 @@
 //!
 //! 0. **Refused** before anything runs: a partitioned table, a partition
 //!    and a table in an inheritance tree (one plain table cannot take
-//!    their place), and a table whose row-level security policies apply to
+//!    their place), a table with a generated column (the rebuild of what
+//!    reads the table does not carry them yet), before PostgreSQL 18 a
+//!    table a partitioned table references (its foreign key cannot be
+//!    added back `NOT VALID`), and a table whose row-level security policies apply to
 //!    the role (the copy would see only some rows; evolve's sessions run
 //!    with `row_security = off`, see `worker::connect`).
 //! 1. **Setup**, one transaction: a shadow table `_evolve_rw_<oid>_new`
@@ -20,12 +23,17 @@
 //!    Its row in `evolve_rewrites` (with the original's columns) is
 //!    written in the same transaction.
 //! 2. **Copy** in key order, in throttled batches like a backfill, each
-//!    batch and its progress in one transaction; then the other indexes
-//!    and index-backed constraints are built on the shadow, each in its
-//!    original's tablespace.
+//!    batch and its progress in one transaction (a row whose key the
+//!    shadow has is skipped; one that breaks another unique constraint
+//!    fails the batch, after one replay of the log in case a writer moved
+//!    the value); then the log is replayed, so that the shadow is the
+//!    table as of one moment, and the other indexes and index-backed
+//!    constraints are built on it, each in its original's tablespace.
 //! 3. **Replay**: log entries are taken off the log in batches; for each
 //!    key the shadow's row is deleted and the original's current row (if
-//!    any) copied again, so the order of changes never matters.
+//!    any) copied again, so the order of changes never matters (all the
+//!    batch's rows are deleted before any is inserted, and a batch that
+//!    still breaks a unique index is taken again with the whole log).
 //! 4. **Swap**: first the indexes created on the original since step 2
 //!    (or between runs) are built on the shadow, and the shadow's copies
 //!    of indexes dropped from it are dropped. Then one transaction under
@@ -125,6 +133,18 @@ fn names(schema: &str, oid: u32) -> Names {
 
 const TRIGGER: &str = "_evolve_rw_capture";
 
+/// Makes the capture triggers on `table` fire in every session, also
+/// under `session_replication_role = replica` (a subscription's apply
+/// worker, a data-only restore), whose writes would otherwise be lost by
+/// the swap.
+fn enable_always(table: &QualifiedName) -> String {
+    format!(
+        "ALTER TABLE {table} ENABLE ALWAYS TRIGGER {}; ALTER TABLE {table} ENABLE ALWAYS TRIGGER {}",
+        quote_ident(TRIGGER),
+        quote_ident(&format!("{TRIGGER}_truncate"))
+    )
+}
+
 fn err(table: &QualifiedName, reason: impl Into<String>) -> BackfillError {
     BackfillError::Rewrite {
         table: table.shown(),
@@ -194,13 +214,22 @@ async fn refuse_structure(
                     (SELECT string_agg(i.inhparent::regclass::text, ', ' ORDER BY i.inhseqno)
                      FROM pg_inherits i WHERE i.inhrelid = c.oid),
                     (SELECT string_agg(i.inhrelid::regclass::text, ', ' ORDER BY i.inhrelid::regclass::text)
-                     FROM pg_inherits i WHERE i.inhparent = c.oid)
+                     FROM pg_inherits i WHERE i.inhparent = c.oid),
+                    (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+                     FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0
+                       AND NOT a.attisdropped AND a.attgenerated <> ''),
+                    (SELECT string_agg(format('%I on %s', k.conname, k.conrelid::regclass), ', ' ORDER BY k.conname)
+                     FROM pg_constraint k JOIN pg_class r ON r.oid = k.conrelid
+                     WHERE k.confrelid = c.oid AND k.contype = 'f' AND k.conparentid = 0
+                       AND r.relkind = 'p' AND current_setting('server_version_num')::int < 180000)
              FROM pg_class c WHERE c.oid = $1",
             &[&oid],
         )
         .await?;
     let (kind, partition, parents, children): (String, bool, Option<String>, Option<String>) =
         (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+    let generated: Option<String> = r.try_get(4)?;
+    let partitioned_references: Option<String> = r.try_get(5)?;
     let reason = if kind == "p" {
         "it is a partitioned table, and a rewrite makes one plain table in its place (its partitions would be dropped); change it with a plain ALTER TABLE, which changes every partition".to_string()
     } else if partition {
@@ -215,6 +244,20 @@ async fn refuse_structure(
     } else if let Some(children) = children {
         format!(
             "tables inherit from it ({children}) and would stay with the old table; change it with a plain ALTER TABLE, which changes them too"
+        )
+    } else if let Some(fks) = partitioned_references {
+        // The swap re-adds foreign keys NOT VALID, which PostgreSQL before
+        // 18 refuses on a partitioned table; added valid, it would check
+        // every referencing row under the swap's lock.
+        format!(
+            "partitioned tables reference it (foreign key {fks}), and before PostgreSQL 18 a foreign key on a partitioned table cannot be added back NOT VALID, only checked row by row under the swap's lock; drop that foreign key first and add it back after the rewrite, or change the table with a plain ALTER TABLE"
+        )
+    } else if let Some(generated) = generated {
+        // The swap rebuilds what reads the table with evolve-migrate's
+        // rebuild, which does not rebuild generated columns yet (even the
+        // table's own, which the shadow has already).
+        format!(
+            "it has the generated column {generated}, which evolve rewrite cannot carry over to the new table yet; change it with a plain ALTER TABLE (under ACCESS EXCLUSIVE for the whole rewrite), or drop the generated column first and add it back after"
         )
     } else {
         return Ok(());
@@ -290,6 +333,25 @@ fn finish_command(table: &QualifiedName, alters: &[String]) -> String {
         out.push_str(&format!(" --alter {}", shell_word(a)));
     }
     out
+}
+
+/// Whether `e` is a unique or an exclusion constraint refusing a row.
+fn is_constraint_conflict(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+        || e.code() == Some(&SqlState::EXCLUSION_VIOLATION)
+}
+
+/// The server's error on one line (its detail, if any, after a colon), to
+/// sit inside a message that goes on with the way out.
+fn one_line(e: tokio_postgres::Error) -> String {
+    evolve_pg::PgError::Query(e)
+        .to_string()
+        .lines()
+        .map(|l| l.trim().trim_end_matches('.'))
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// `evolve rewrite TABLE --abort` for `table`.
@@ -662,7 +724,9 @@ impl Rewrite<'_> {
                  CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE OR DELETE ON {t}
                    FOR EACH ROW EXECUTE FUNCTION {fname}();
                  CREATE TRIGGER {trigger_t} BEFORE TRUNCATE ON {t}
-                   FOR EACH STATEMENT EXECUTE FUNCTION {fname}()",
+                   FOR EACH STATEMENT EXECUTE FUNCTION {fname}();
+                 {always}",
+                always = enable_always(t),
                 log = n.log,
                 function = sql::capture_function(&n.function, &n.log, &key),
                 trigger = quote_ident(TRIGGER),
@@ -768,6 +832,9 @@ impl Rewrite<'_> {
         let mut last_key = row.last_key.clone();
         let mut keys_seen = row.rows_copied as u64;
         let mut sizer = BatchSizer::new(self.opts.batches.batch, self.opts.batches.batch_time);
+        // Whether the batch at `last_key` met a unique or exclusion
+        // constraint of the shadow once already.
+        let mut caught_up = false;
         loop {
             wait_while_throttled(
                 &self.client,
@@ -806,8 +873,55 @@ impl Rewrite<'_> {
                 &mut body,
             )
             .await?;
-            let (copied, scanned, end, totals) =
-                result.map_err(|e| worker::row_security_error(e, &table.name, &what))?;
+            let (copied, scanned, end, totals) = match result {
+                Ok(r) => r,
+                Err(e) if worker::is_row_security(&e) => {
+                    return Err(worker::row_security_error(e, &table.name, &what));
+                }
+                Err(e) if !caught_up && is_constraint_conflict(&e) => {
+                    // The shadow may hold a unique value that a writer has
+                    // moved since to a row of this batch (the shadow's
+                    // unique constraints: an --alter's, or the indexes of
+                    // a run killed after the copy): replaying the log makes
+                    // the copied rows current, and the batch is tried once
+                    // more; a conflict then is in the rows themselves.
+                    caught_up = true;
+                    self.replay_log(
+                        &table.name,
+                        &n.shadow,
+                        &n.log,
+                        &table.key,
+                        &columns,
+                        on_event,
+                    )
+                    .await?;
+                    continue;
+                }
+                Err(e) => {
+                    // Where the failed batch would have ended, for the message.
+                    let end_sql = sql::batch_end(&table.name, &table.key, last_key.is_none());
+                    let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = match &last_key {
+                        None => vec![&size],
+                        Some(k) => vec![k, &size],
+                    };
+                    let end: Option<Vec<Option<String>>> = self
+                        .client
+                        .query_one(&end_sql, &params)
+                        .await
+                        .ok()
+                        .and_then(|r| r.try_get(0).ok());
+                    return Err(err(
+                        &table.name,
+                        format!(
+                            "the copy of its keys {} into the new shape failed and was rolled back: {}; fix those rows (or the --alter) and run it again to resume at that batch, or give the rewrite up with: {}",
+                            worker::describe_range(last_key.as_deref(), end.as_deref()),
+                            one_line(e),
+                            abort_command(&table.name)
+                        ),
+                    ));
+                }
+            };
+            caught_up = false;
             let Some((done, batches)) = totals else { break };
             keys_seen += scanned as u64;
             let took = started.elapsed();
@@ -828,6 +942,21 @@ impl Rewrite<'_> {
             }
             tokio::time::sleep(self.opts.batches.nice_wait(took)).await;
         }
+        // The batches copied rows as of different moments: a unique value
+        // moved meanwhile from a row copied early to one copied late is in
+        // the shadow twice. The log has the keys of every row changed since
+        // its copy, so replaying it to the end first (the last batch takes
+        // all the entries its snapshot sees) makes the shadow the table as
+        // of one moment, on which the unique indexes can be built.
+        self.replay_log(
+            &table.name,
+            &n.shadow,
+            &n.log,
+            &table.key,
+            &columns,
+            on_event,
+        )
+        .await?;
         self.build_indexes(table, &n, shadow_oid, on_event).await?;
         self.set_phase("replay").await
     }
@@ -972,8 +1101,9 @@ impl Rewrite<'_> {
                 err(
                     &table.name,
                     format!(
-                        "index {name} cannot be built on the new shape: {}",
-                        evolve_pg::PgError::Query(e)
+                        "index {name} cannot be built on the new shape: {}; fix that and run it again, or give the rewrite up with: {}",
+                        one_line(e),
+                        abort_command(&table.name)
                     ),
                 )
             })?;
@@ -1021,6 +1151,59 @@ impl Rewrite<'_> {
         Ok(result)
     }
 
+    /// Brings the capture of a rewrite set up by an earlier evolve up to
+    /// date: its function `SECURITY DEFINER` (writers without rights on
+    /// the log failed) and its triggers `ENABLE ALWAYS` (writes under
+    /// `session_replication_role = replica` were not captured). Changes
+    /// such writes made before this cannot be found again; the way out for
+    /// them is `--abort` and a new rewrite.
+    async fn current_capture(
+        &self,
+        table: &Table,
+        n: &Names,
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<(), BackfillError> {
+        let r = self
+            .client
+            .query_one(
+                "SELECT coalesce((SELECT p.prosecdef FROM pg_proc p WHERE p.oid = to_regprocedure($1 || '()')), true),
+                        coalesce((SELECT bool_and(t.tgenabled = 'A') FROM pg_trigger t
+                                  WHERE t.tgrelid = $2 AND t.tgname::text IN ($3::text, $3::text || '_truncate')), true)",
+                &[&n.function.to_string(), &table.oid, &TRIGGER],
+            )
+            .await?;
+        let (definer, always): (bool, bool) = (r.try_get(0)?, r.try_get(1)?);
+        if definer && always {
+            return Ok(());
+        }
+        let function = sql::capture_function(&n.function, &n.log, &table.key).replacen(
+            "CREATE FUNCTION",
+            "CREATE OR REPLACE FUNCTION",
+            1,
+        );
+        let upgrade = format!("{function}; {}", enable_always(&table.name));
+        let mut body = async |c: &Client| c.batch_execute(&upgrade).await;
+        let (result, _) = in_transaction(
+            &self.client,
+            &self.what(),
+            &table.name,
+            &self.opts.batches,
+            on_event,
+            &mut body,
+        )
+        .await?;
+        result.map_err(|e| {
+            err(
+                &table.name,
+                format!(
+                    "its change capture, set up by an earlier evolve, cannot be brought up to date: {}; give the rewrite up with: {}, then run it again",
+                    one_line(e),
+                    abort_command(&table.name)
+                ),
+            )
+        })
+    }
+
     /// Step 3: replays the log from `from` onto `to` until less than one
     /// batch was left.
     async fn replay(
@@ -1036,6 +1219,20 @@ impl Rewrite<'_> {
             table: self.table.shown(),
             phase: "replay".into(),
         });
+        self.replay_log(from, to, log, key, columns, on_event).await
+    }
+
+    /// Replays the log in batches until one takes less than a full batch,
+    /// that is every entry its snapshot saw.
+    async fn replay_log(
+        &self,
+        from: &QualifiedName,
+        to: &QualifiedName,
+        log: &QualifiedName,
+        key: &[KeyColumn],
+        columns: &[String],
+        on_event: &mut dyn FnMut(&Event),
+    ) -> Result<(), BackfillError> {
         // The batch adapts like the copy's; less than a full batch taken
         // means the log was drained to less than one batch.
         let mut sizer = BatchSizer::new(self.opts.batches.batch, self.opts.batches.batch_time);
@@ -1061,7 +1258,24 @@ impl Rewrite<'_> {
                 &mut body,
             )
             .await?;
-            let taken = result.map_err(|e| worker::row_security_error(e, from, &self.what()))?;
+            let taken = match result {
+                Ok(n) => n,
+                Err(e) if worker::is_row_security(&e) => {
+                    return Err(worker::row_security_error(e, from, &self.what()));
+                }
+                Err(e) => {
+                    return Err(err(
+                        &self.table,
+                        format!(
+                            "replaying the changes made to {} meanwhile into {} failed and was rolled back: {}; fix those rows (or the --alter) and run it again, or give the rewrite up with: {}",
+                            from.shown(),
+                            to.shown(),
+                            one_line(e),
+                            abort_command(&self.table)
+                        ),
+                    ));
+                }
+            };
             let took = started.elapsed();
             sizer.observe(took, taken);
             on_event(&Event::Replayed {
@@ -1077,7 +1291,15 @@ impl Rewrite<'_> {
 }
 
 /// Takes up to `size` entries off the log and makes `to` match `from` for
-/// their keys. Returns how many entries it took.
+/// their keys. Returns how many entries it took. Runs inside a
+/// transaction.
+///
+/// When those entries break one of `to`'s unique or exclusion constraints
+/// (a unique value moved to a row whose entry is further down the log:
+/// `to` still has it on the row it left), the batch is taken again with
+/// every entry of the log, which leaves `to` equal to `from` as of one
+/// snapshot (see [`sql::replay`]): a conflict then is a real one (an
+/// `--alter` that adds a constraint the rows break).
 async fn replay_batch(
     c: &Client,
     from: &QualifiedName,
@@ -1087,8 +1309,36 @@ async fn replay_batch(
     columns: &[String],
     size: i64,
 ) -> Result<u64, tokio_postgres::Error> {
-    let row = c
-        .query_one(&sql::replay(from, to, log, key, columns), &[&size])
+    // The key's types in `to`, which an --alter may have changed (integer
+    // to text): the logged keys are cast to them to find `to`'s rows.
+    let mut to_key = Vec::with_capacity(key.len());
+    for k in key {
+        let type_sql: Option<String> = c
+            .query_opt(
+                "SELECT format_type(atttypid, NULL) FROM pg_attribute
+                 WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped",
+                &[&to.to_string(), &k.name],
+            )
+            .await?
+            .map(|r| r.try_get(0))
+            .transpose()?;
+        to_key.push(KeyColumn {
+            name: k.name.clone(),
+            type_sql: type_sql.unwrap_or_else(|| k.type_sql.clone()),
+        });
+    }
+    let statement = sql::replay(from, to, log, key, &to_key, columns);
+    c.batch_execute("SAVEPOINT _evolve_rw_replay").await?;
+    let row = match c.query_one(&statement, &[&Some(size)]).await {
+        Ok(row) => row,
+        Err(e) if is_constraint_conflict(&e) => {
+            c.batch_execute("ROLLBACK TO SAVEPOINT _evolve_rw_replay")
+                .await?;
+            c.query_one(&statement, &[&None::<i64>]).await?
+        }
+        Err(e) => return Err(e),
+    };
+    c.batch_execute("RELEASE SAVEPOINT _evolve_rw_replay")
         .await?;
     Ok(row.try_get::<_, i64>(0)? as u64)
 }
@@ -1437,11 +1687,15 @@ async fn capture_moved(
     for r in c
         .query(
             "SELECT k.conname::text, k.conrelid::regclass::text, pg_get_constraintdef(k.oid),
-                    k.conrelid = $1, k.convalidated, obj_description(k.oid, 'pg_constraint')
+                    k.conrelid = $1, k.convalidated, obj_description(k.oid, 'pg_constraint'),
+                    k.conrelid = $2
              FROM pg_constraint k
              WHERE k.contype = 'f' AND (k.conrelid = $1 OR k.confrelid = $1)
+               -- A partitioned table's foreign key has a clone on each
+               -- partition, which goes and comes back with it.
+               AND k.conparentid = 0
              ORDER BY k.conrelid, k.conname",
-            &[&from_oid],
+            &[&from_oid, &to_oid],
         )
         .await?
     {
@@ -1451,7 +1705,12 @@ async fn capture_moved(
         let outgoing: bool = r.try_get(3)?;
         let validated: bool = r.try_get(4)?;
         let comment: Option<String> = r.try_get(5)?;
-        let target = if outgoing {
+        // A foreign key of the table swapped in that references the one
+        // swapped out (an --alter's `REFERENCES` the table itself): after
+        // the renames it references itself, under the table's name (its
+        // definition names the table, which is then the new one).
+        let from_swapped_in: bool = r.try_get(6)?;
+        let target = if outgoing || from_swapped_in {
             table.to_string()
         } else {
             on.clone()
@@ -1700,7 +1959,9 @@ impl Rewrite<'_> {
                     "CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE OR DELETE ON {table}
                        FOR EACH ROW EXECUTE FUNCTION {f}();
                      CREATE TRIGGER {trigger_t} BEFORE TRUNCATE ON {table}
-                       FOR EACH STATEMENT EXECUTE FUNCTION {f}()",
+                       FOR EACH STATEMENT EXECUTE FUNCTION {f}();
+                     {always}",
+                    always = enable_always(table),
                     trigger = quote_ident(TRIGGER),
                     trigger_t = quote_ident(&format!("{TRIGGER}_truncate")),
                     f = p.function
@@ -1989,6 +2250,7 @@ pub async fn run(
     if before_swap {
         refuse_structure(&rw.client, table.oid, &rw.table).await?;
         worker::refuse_row_security(&rw.client, table.oid, &rw.table, &rw.what()).await?;
+        worker::check_limits(&rw.client, &opts.batches, &rw.what()).await?;
     }
     let row = match row {
         Some(r) => r,
@@ -2017,6 +2279,9 @@ pub async fn run(
                 n.shadow.shown()
             ),
         ));
+    }
+    if before_swap {
+        rw.current_capture(&table, &n, on_event).await?;
     }
     if row.phase == "copy" {
         rw.copy(&table, &row, on_event).await?;
@@ -2160,6 +2425,8 @@ pub async fn revert(
     let current = worker::resolve_table(&rw.client, &rw.table.to_string()).await?;
     refuse_structure(&rw.client, current.oid, &rw.table).await?;
     worker::refuse_row_security(&rw.client, current.oid, &rw.table, &rw.what()).await?;
+    worker::check_limits(&rw.client, &opts.batches, &rw.what()).await?;
+    rw.current_capture(&current, &n, on_event).await?;
     let columns = rw.copy_columns(current.oid, old_oid).await?;
     rw.replay(
         &current.name,

@@ -185,6 +185,11 @@ pub fn verify(table: &QualifiedName, set: &[Assignment], filter: Option<&str>) -
 /// One copy batch of a rewrite: the next rows of `from` after the bound
 /// key, inserted into `to` (rows the log replay already put there are
 /// kept). Parameters and result row as [`batch_update`].
+///
+/// Only a row whose key `to` has already is skipped (`ON CONFLICT` on the
+/// key): a row that breaks another unique or exclusion constraint of
+/// `to` (one an `--alter` adds) fails the batch, where `ON CONFLICT DO
+/// NOTHING` without a target would leave the row out of the new table.
 pub fn copy_batch(
     from: &QualifiedName,
     to: &QualifiedName,
@@ -208,25 +213,45 @@ pub fn copy_batch(
     format!(
         "WITH batch AS MATERIALIZED (SELECT {cols} FROM {from}{after} ORDER BY {keys} LIMIT {limit}), \
          copied AS (INSERT INTO {to} ({cols}) OVERRIDING SYSTEM VALUE SELECT {cols} FROM batch \
-           ON CONFLICT DO NOTHING RETURNING 1) \
+           ON CONFLICT {tuple} DO NOTHING RETURNING 1) \
          SELECT (SELECT count(*) FROM copied)::int8, (SELECT count(*) FROM batch)::int8, \
            (SELECT {as_text} FROM batch ORDER BY {desc} LIMIT 1)",
         keys = quoted_list(key, ""),
+        tuple = key_tuple(key),
         as_text = key_as_text(key),
         desc = key_desc(key),
     )
 }
 
 /// One replay batch as a single statement: takes up to `$1` entries off
-/// the change log, oldest first, and makes `to` match `from` for their
-/// keys (each once): rows gone from `from` are deleted from `to`, the
-/// others inserted or, when `to` has them, updated in place. Returns one
-/// row: the entries taken.
+/// the change log, oldest first (all of them when `$1` is NULL), and makes
+/// `to` match `from` for their keys (each once): `to`'s rows of those keys
+/// are all deleted first, then `from`'s current rows of them inserted
+/// (the insert reads the delete's count before its first row, so the
+/// delete is done by then).
+/// Deleting before inserting matters for `to`'s unique indexes: writers
+/// may have exchanged unique values between two rows (or moved one from a
+/// deleted row to a new one), and an update in place of one row would
+/// meet the other's old value still there. Returns one row: the entries
+/// taken.
+///
+/// A batch of all the entries a snapshot sees leaves `to` equal to
+/// `from` as of that snapshot (every row changed since it was copied has
+/// an entry), so it can never break a unique index that `from` keeps; a
+/// batch of only some of them can, when the value's other row is in a
+/// later entry (see `rewrite::replay_batch`).
+///
+/// `key` has the key's types in `from` (the log's text is cast to them),
+/// `to_key` its types in `to` (without type modifiers, so a cast never
+/// truncates), to which the keys are cast again to find `to`'s rows: an
+/// `--alter` may have retyped the key to one the old type does not
+/// compare with (integer to text).
 pub fn replay(
     from: &QualifiedName,
     to: &QualifiedName,
     log: &QualifiedName,
     key: &[KeyColumn],
+    to_key: &[KeyColumn],
     columns: &[String],
 ) -> String {
     let cols = columns
@@ -239,8 +264,19 @@ pub fn replay(
         .enumerate()
         .map(|(i, k)| format!("(k[{}])::{} AS _k{}", i + 1, k.type_sql, i + 1))
         .collect();
-    let keys: Vec<String> = (1..=key.len()).map(|i| format!("keys._k{i}")).collect();
-    let keys = format!("({})", keys.join(", "));
+    let to_keys: Vec<String> = key
+        .iter()
+        .zip(to_key)
+        .enumerate()
+        .map(|(i, (k, t))| {
+            if k.type_sql == t.type_sql {
+                format!("keys._k{}", i + 1)
+            } else {
+                format!("keys._k{}::{}", i + 1, t.type_sql)
+            }
+        })
+        .collect();
+    let to_keys = format!("({})", to_keys.join(", "));
     let qualified = |alias: &str| format!("({})", quoted_list(key, &format!("{alias}.")));
     let updates: Vec<String> = columns
         .iter()
@@ -255,10 +291,10 @@ pub fn replay(
     format!(
         "WITH taken AS (DELETE FROM {log} WHERE id IN (SELECT id FROM {log} ORDER BY id LIMIT $1) RETURNING k), \
          keys AS (SELECT DISTINCT {casts} FROM taken), \
-         gone AS (DELETE FROM {to} t USING keys WHERE {t_key} = {keys} \
-           AND NOT EXISTS (SELECT FROM {from} f WHERE {f_key} = {keys}) RETURNING 1), \
+         gone AS (DELETE FROM {to} t USING keys WHERE {t_key} = {to_keys} RETURNING 1), \
          copied AS (INSERT INTO {to} ({cols}) OVERRIDING SYSTEM VALUE \
            SELECT {cols} FROM {from} f WHERE {f_key} IN (SELECT * FROM keys) \
+             AND (SELECT count(*) FROM gone) >= 0 \
            ON CONFLICT {tuple} {on_conflict} RETURNING 1) \
          SELECT (SELECT count(*) FROM taken)::int8, (SELECT count(*) FROM gone), (SELECT count(*) FROM copied)",
         casts = casts.join(", "),
@@ -292,6 +328,14 @@ pub fn identity_by_default(table: &QualifiedName, columns: &[String]) -> String 
 /// written as text in the writer's session, and the replay reads it back
 /// in evolve's, so a writer's `DateStyle = 'SQL, DMY'` or
 /// `extra_float_digits = 0` must not change that text.
+///
+/// It is `SECURITY DEFINER` (with `search_path` pinned to `pg_catalog,
+/// pg_temp`; every name in it is qualified): it runs in every writer's
+/// session, and an application role that may write the table has no
+/// rights on evolve's log, whose insert would otherwise fail every write
+/// while the rewrite runs. The triggers that call it are `ENABLE ALWAYS`
+/// (see `rewrite`), so writes under `session_replication_role = replica`
+/// are captured too.
 pub fn capture_function(
     function: &QualifiedName,
     log: &QualifiedName,
@@ -302,8 +346,10 @@ pub fn capture_function(
             .map(|k| format!("{rec}.{}", quote_ident(&k.name)))
             .collect()
     };
+    let as_text =
+        |rec: &str| -> Vec<String> { parts(rec).iter().map(|p| format!("{p}::text")).collect() };
     let of = |rec: &str| {
-        let texts: Vec<String> = parts(rec).iter().map(|p| format!("{p}::text")).collect();
+        let texts = as_text(rec);
         format!(
             "INSERT INTO {log} (k) VALUES (ARRAY[{}]);",
             texts.join(", ")
@@ -320,8 +366,11 @@ pub fn capture_function(
            IF TG_OP <> 'DELETE' THEN {new} END IF;\n\
            RETURN NULL;\n\
          END\n",
-        old_key = parts("OLD").join(", "),
-        new_key = parts("NEW").join(", "),
+        // Compared as text: the key type's own `=` may live in a schema
+        // outside the pinned search_path (citext), and a key whose text
+        // changed is at worst logged once more than needed.
+        old_key = as_text("OLD").join(", "),
+        new_key = as_text("NEW").join(", "),
         old = of("OLD"),
         new = of("NEW"),
     );
@@ -330,7 +379,9 @@ pub fn capture_function(
         .map(|(name, value)| format!(" SET {name} = {}", quote_literal(value)))
         .collect();
     format!(
-        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql{settings} AS {}",
+        "CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER \
+         SET search_path = pg_catalog, pg_temp{settings} AS {};\n\
+         REVOKE ALL ON FUNCTION {function}() FROM PUBLIC",
         dollar_quote(&body)
     )
 }
@@ -420,7 +471,13 @@ mod tests {
             &QualifiedName::new("public", "shadow"),
             &QualifiedName::new("public", "log"),
             &k,
+            &key(&[("a", "text"), ("b", "uuid")]),
             &["a".into(), "b".into(), "v".into()],
+        );
+        // The shadow's rows are found by the key cast to its own types.
+        assert!(
+            sql.contains(r#"WHERE (t."a", t."b") = (keys._k1::text, keys._k2) RETURNING 1"#),
+            "{sql}"
         );
         assert!(
             sql.contains("SELECT DISTINCT (k[1])::integer AS _k1, (k[2])::uuid AS _k2 FROM taken"),
@@ -434,10 +491,26 @@ mod tests {
             sql.contains(r#"WHERE (f."a", f."b") IN (SELECT * FROM keys)"#),
             "{sql}"
         );
-        let only_key = replay(&t(), &t(), &t(), &k[..1], &["a".into()]);
+        let only_key = replay(&t(), &t(), &t(), &k[..1], &k[..1], &["a".into()]);
         assert!(
             only_key.contains(r#"ON CONFLICT ("a") DO NOTHING"#),
             "{only_key}"
+        );
+    }
+
+    #[test]
+    fn the_copy_skips_only_rows_whose_key_is_there() {
+        let k = key(&[("a", "integer"), ("b", "text")]);
+        let sql = copy_batch(
+            &t(),
+            &QualifiedName::new("public", "shadow"),
+            &k,
+            &["a".into(), "b".into(), "v".into()],
+            false,
+        );
+        assert!(
+            sql.contains(r#"ON CONFLICT ("a", "b") DO NOTHING"#),
+            "{sql}"
         );
     }
 
@@ -450,7 +523,7 @@ mod tests {
         );
         assert!(
             f.contains(
-                "LANGUAGE plpgsql SET DateStyle = 'ISO' SET IntervalStyle = 'postgres' SET extra_float_digits = '3' SET bytea_output = 'hex' AS"
+                "LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET DateStyle = 'ISO' SET IntervalStyle = 'postgres' SET extra_float_digits = '3' SET bytea_output = 'hex' AS"
             ),
             "{f}"
         );

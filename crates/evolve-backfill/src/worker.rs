@@ -146,7 +146,11 @@ pub(crate) async fn resolve_table(client: &Client, text: &str) -> Result<Table, 
     let row = client
         .query_opt(
             "SELECT c.oid, n.nspname::text, c.relname::text, c.relkind::text,
-                    greatest(c.reltuples, 0)::int8
+                    CASE WHEN c.relkind = 'p'
+                         THEN (SELECT coalesce(sum(greatest(l.reltuples, 0)), 0)
+                               FROM pg_partition_tree(c.oid) t JOIN pg_class l ON l.oid = t.relid
+                               WHERE t.isleaf)
+                         ELSE greatest(c.reltuples, 0) END::int8
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE c.oid = to_regclass($1)",
             &[&regclass],
@@ -191,16 +195,21 @@ pub(crate) async fn resolve_table(client: &Client, text: &str) -> Result<Table, 
             qualified.plain()
         )));
     }
+    // A partitioned table has no statistics of its own: its leaves'.
     let mut estimated_rows: i64 = row.try_get(4)?;
     if estimated_rows == 0 {
-        // Never analysed (or empty): count, which is cheap for a table
-        // the statistics have not caught up with yet.
+        // Never analysed (or empty): count, at most a million rows, so
+        // that a big table the statistics have not caught up with is not
+        // read whole before the first batch just to size a progress bar.
         // The estimate only sizes the progress bar: a lock held on the
         // table (lock_timeout) or a table the role may not read in full
         // (row security, refused by the caller with its reasons) leaves it
         // unknown rather than stopping here.
         estimated_rows = match client
-            .query_one(&format!("SELECT count(*) FROM {qualified}"), &[])
+            .query_one(
+                &format!("SELECT count(*) FROM (SELECT FROM {qualified} LIMIT 1000000) s"),
+                &[],
+            )
             .await
         {
             Ok(r) => r.try_get(0)?,
@@ -237,6 +246,35 @@ pub(crate) async fn columns(
         .iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
         .collect::<Result<Vec<_>, tokio_postgres::Error>>()?)
+}
+
+/// Refuses limits the role cannot see the figures of. PostgreSQL shows
+/// `pg_stat_replication`'s lag columns only to superusers and members of
+/// `pg_read_all_stats` (to anyone else they are NULL, as if no replica
+/// were there), so `--max-lag` would never pause: refused before anything
+/// runs, with the grant that lets it work. `what` starts the message.
+pub(crate) async fn check_limits(
+    client: &Client,
+    opts: &BatchOptions,
+    what: &str,
+) -> Result<(), BackfillError> {
+    if opts.limits.max_lag.is_none() {
+        return Ok(());
+    }
+    let r = client
+        .query_one(
+            "SELECT pg_has_role('pg_read_all_stats', 'USAGE'), current_user::text",
+            &[],
+        )
+        .await?;
+    let (allowed, user): (bool, String) = (r.try_get(0)?, r.try_get(1)?);
+    if allowed {
+        return Ok(());
+    }
+    Err(BackfillError::Usage(format!(
+        "{what}: --max-lag cannot be honoured: role {user} may not read the replicas' replay lag (pg_stat_replication shows it only to members of pg_read_all_stats), so it would never pause; have a superuser run: GRANT pg_read_all_stats TO {}, or leave --max-lag out",
+        evolve_pg::quote_ident(&user)
+    )))
 }
 
 /// Reads what the throttle decides on; only what a limit is set for.
