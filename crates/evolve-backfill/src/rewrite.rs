@@ -2,12 +2,15 @@
 //!
 //! 0. **Refused** before anything runs: a partitioned table, a partition
 //!    and a table in an inheritance tree (one plain table cannot take
-//!    their place), a table with a generated column (the rebuild of what
-//!    reads the table does not carry them yet), before PostgreSQL 18 a
-//!    table a partitioned table references (its foreign key cannot be
-//!    added back `NOT VALID`), and a table whose row-level security policies apply to
-//!    the role (the copy would see only some rows; evolve's sessions run
-//!    with `row_security = off`, see `worker::connect`).
+//!    their place), before PostgreSQL 18 a table a partitioned table
+//!    references (its foreign key cannot be added back `NOT VALID`), and a
+//!    table whose row-level security policies apply to the role (the copy
+//!    would see only some rows; evolve's sessions run with `row_security =
+//!    off`, see `worker::connect`). So is an `--alter` PostgreSQL refuses
+//!    on the shadow, in particular a type change of a column a generated
+//!    column reads, named with both columns and the way out (the
+//!    generated column dropped and added back by the same rewrite, or its
+//!    expression dropped).
 //! 1. **Setup**, one transaction: a shadow table `_evolve_rw_<oid>_new`
 //!    made `LIKE` the original (defaults, constraints, generated columns,
 //!    identity, storage, compression, comments, statistics), with what
@@ -21,7 +24,13 @@
 //!    TRUNCATE is refused while the rewrite runs), with the output
 //!    settings pinned so the key reads back the same in evolve's session.
 //!    Its row in `evolve_rewrites` (with the original's columns) is
-//!    written in the same transaction.
+//!    written in the same transaction. Generated columns come with `LIKE
+//!    ... INCLUDING GENERATED` and are computed by the shadow itself: the
+//!    copy and the replay leave them out of their INSERTs (`OVERRIDING
+//!    SYSTEM VALUE` does not cover them; a generated key still bounds the
+//!    copy's batches), and the swap's rebuild
+//!    (`evolve_migrate::RebuildPlan::for_table_swap`) leaves the table's
+//!    own generated columns alone, as they go with the old table.
 //! 2. **Copy** in key order, in throttled batches like a backfill, each
 //!    batch and its progress in one transaction (a row whose key the
 //!    shadow has is skipped; one that breaks another unique constraint
@@ -215,9 +224,6 @@ async fn refuse_structure(
                      FROM pg_inherits i WHERE i.inhrelid = c.oid),
                     (SELECT string_agg(i.inhrelid::regclass::text, ', ' ORDER BY i.inhrelid::regclass::text)
                      FROM pg_inherits i WHERE i.inhparent = c.oid),
-                    (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
-                     FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0
-                       AND NOT a.attisdropped AND a.attgenerated <> ''),
                     (SELECT string_agg(format('%I on %s', k.conname, k.conrelid::regclass), ', ' ORDER BY k.conname)
                      FROM pg_constraint k JOIN pg_class r ON r.oid = k.conrelid
                      WHERE k.confrelid = c.oid AND k.contype = 'f' AND k.conparentid = 0
@@ -228,8 +234,7 @@ async fn refuse_structure(
         .await?;
     let (kind, partition, parents, children): (String, bool, Option<String>, Option<String>) =
         (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
-    let generated: Option<String> = r.try_get(4)?;
-    let partitioned_references: Option<String> = r.try_get(5)?;
+    let partitioned_references: Option<String> = r.try_get(4)?;
     let reason = if kind == "p" {
         "it is a partitioned table, and a rewrite makes one plain table in its place (its partitions would be dropped); change it with a plain ALTER TABLE, which changes every partition".to_string()
     } else if partition {
@@ -252,17 +257,105 @@ async fn refuse_structure(
         format!(
             "partitioned tables reference it (foreign key {fks}), and before PostgreSQL 18 a foreign key on a partitioned table cannot be added back NOT VALID, only checked row by row under the swap's lock; drop that foreign key first and add it back after the rewrite, or change the table with a plain ALTER TABLE"
         )
-    } else if let Some(generated) = generated {
-        // The swap rebuilds what reads the table with evolve-migrate's
-        // rebuild, which does not rebuild generated columns yet (even the
-        // table's own, which the shadow has already).
-        format!(
-            "it has the generated column {generated}, which evolve rewrite cannot carry over to the new table yet; change it with a plain ALTER TABLE (under ACCESS EXCLUSIVE for the whole rewrite), or drop the generated column first and add it back after"
-        )
     } else {
         return Ok(());
     };
     Err(err(table, reason))
+}
+
+/// A generated column of the table: its name and the `--alter` actions
+/// that drop it, add it back as it is, and make it a plain column.
+struct GeneratedColumn {
+    name: String,
+    drop: String,
+    add: String,
+    drop_expression: String,
+}
+
+/// The table's generated columns.
+async fn generated_columns(
+    c: &Client,
+    oid: u32,
+) -> Result<Vec<GeneratedColumn>, tokio_postgres::Error> {
+    c.query(
+        "SELECT a.attname::text, format('DROP COLUMN %I', a.attname),
+                format('ADD COLUMN %I %s GENERATED ALWAYS AS (%s) %s', a.attname,
+                       format_type(a.atttypid, a.atttypmod), pg_get_expr(d.adbin, d.adrelid),
+                       CASE a.attgenerated WHEN 's' THEN 'STORED' ELSE 'VIRTUAL' END),
+                format('ALTER COLUMN %I DROP EXPRESSION', a.attname)
+         FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+         WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> ''
+         ORDER BY a.attnum",
+        &[&oid],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(GeneratedColumn {
+            name: r.try_get(0)?,
+            drop: r.try_get(1)?,
+            add: r.try_get(2)?,
+            drop_expression: r.try_get(3)?,
+        })
+    })
+    .collect()
+}
+
+/// PostgreSQL's refusal to change the type of a column that a generated
+/// column reads (SQLSTATE 0A000, "cannot alter type of a column used by a
+/// generated column"): the column and the generated column, from its
+/// DETAIL (`Column "a" is used by generated column "g".`).
+fn retyped_under_generated(db: &tokio_postgres::error::DbError) -> Option<(String, String)> {
+    if db.code() != &tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED
+        || !db
+            .message()
+            .starts_with("cannot alter type of a column used by a generated column")
+    {
+        return None;
+    }
+    let detail = db.detail()?.strip_prefix("Column \"")?;
+    let (column, by) = detail.split_once("\" is used by generated column \"")?;
+    let by = by.trim_end_matches('.').strip_suffix('"')?;
+    Some((column.to_string(), by.to_string()))
+}
+
+/// The refusal of `alters`, which retype `column`, read by the generated
+/// column `by`, with the ways out: the same rewrite with `by` dropped and
+/// added back (PostgreSQL drops before it retypes and adds after, so the
+/// new table has it, computed from the new type, as its last column), or
+/// with its expression dropped (a plain column keeping its values).
+fn retype_refusal(
+    table: &QualifiedName,
+    alters: &[String],
+    column: &str,
+    by: &str,
+    generated: &[GeneratedColumn],
+) -> String {
+    let shown = alters
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut out = format!(
+        "--alter {shown} cannot be applied: it changes the type of column {column}, which the generated column {by} reads, and PostgreSQL cannot change the type of a column a generated column uses"
+    );
+    if let Some(g) = generated.iter().find(|g| g.name == by) {
+        let with = |extra: &[&String]| {
+            let mut all = alters.to_vec();
+            all.extend(extra.iter().map(|s| s.to_string()));
+            finish_command(table, &all)
+        };
+        out.push_str(&format!(
+            "; drop {by} and add it back in the same rewrite ({}: {by} then comes last among the columns), or make it a plain column that keeps its values ({})",
+            with(&[&g.drop, &g.add]),
+            with(&[&g.drop_expression]),
+        ));
+    } else {
+        out.push_str(&format!(
+            "; drop {by} in the same rewrite and add it back after"
+        ));
+    }
+    out
 }
 
 /// The columns of a table as name and facts, alternately: what a swap
@@ -551,7 +644,9 @@ impl Rewrite<'_> {
         let mut body = async |c: &Client| -> Result<Result<(), String>, tokio_postgres::Error> {
             // What reads the table must be something the swap can rebuild:
             // found out now, not after the copy.
-            match evolve_migrate::plan_targets(c, &what, vec![t.to_string()], false).await {
+            match evolve_migrate::RebuildPlan::for_table_swap(c, &what, vec![t.to_string()], false)
+                .await
+            {
                 Ok(_) => {}
                 Err(evolve_migrate::MigrateError::Pg(evolve_pg::PgError::Query(e))) => {
                     return Err(e);
@@ -606,24 +701,32 @@ impl Rewrite<'_> {
                 ))
                 .await?;
             }
+            // The generated columns as a `--alter` adds them, for the way
+            // out of PostgreSQL's refusal to retype a column one reads.
+            let generated = generated_columns(c, table.oid).await?;
             if let Err(e) = c
                 .execute(&format!("ALTER TABLE {} {alter_list}", n.shadow), &[])
                 .await
             {
-                if e.as_db_error().is_none() {
+                let Some(db) = e.as_db_error() else {
                     return Err(e);
-                }
-                let text = evolve_pg::PgError::Query(e).to_string();
+                };
+                let reason = match retyped_under_generated(db) {
+                    Some((column, by)) => retype_refusal(t, &alters, &column, &by, &generated),
+                    None => format!(
+                        "--alter {} cannot be applied: {}",
+                        alters
+                            .iter()
+                            .map(|a| format!("{a:?}"))
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                        evolve_pg::PgError::Query(e)
+                            .to_string()
+                            .replace(&n.shadow.name, &t.name)
+                    ),
+                };
                 c.batch_execute("ROLLBACK").await?;
-                return Ok(Err(format!(
-                    "--alter {} cannot be applied: {}",
-                    alters
-                        .iter()
-                        .map(|a| format!("{a:?}"))
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                    text.replace(&n.shadow.name, &t.name)
-                )));
+                return Ok(Err(reason));
             }
             // LIKE makes a NOT VALID check valid, and the copy would then
             // fail on the old rows that break it: the shadow does without
@@ -1866,8 +1969,13 @@ impl Rewrite<'_> {
                 }
             }
             while replay_batch(c, p.from, p.to, p.log, p.key, p.columns, 10_000).await? > 0 {}
-            let plan = match evolve_migrate::plan_targets(c, &what, vec![p.from.to_string()], false)
-                .await
+            let plan = match evolve_migrate::RebuildPlan::for_table_swap(
+                c,
+                &what,
+                vec![p.from.to_string()],
+                false,
+            )
+            .await
             {
                 Ok(plan) => plan,
                 Err(evolve_migrate::MigrateError::Pg(evolve_pg::PgError::Query(e))) => {

@@ -202,6 +202,18 @@ pub fn copy_batch(
         .map(|c| quote_ident(c))
         .collect::<Vec<_>>()
         .join(", ");
+    // The batch keeps the key for the bound even when it is not copied
+    // (a generated key, which `to` computes).
+    let selected = columns
+        .iter()
+        .map(|c| quote_ident(c))
+        .chain(
+            key.iter()
+                .filter(|k| !columns.contains(&k.name))
+                .map(|k| quote_ident(&k.name)),
+        )
+        .collect::<Vec<_>>()
+        .join(", ");
     let (after, limit) = if first {
         (String::new(), "$1")
     } else {
@@ -211,7 +223,7 @@ pub fn copy_batch(
         )
     };
     format!(
-        "WITH batch AS MATERIALIZED (SELECT {cols} FROM {from}{after} ORDER BY {keys} LIMIT {limit}), \
+        "WITH batch AS MATERIALIZED (SELECT {selected} FROM {from}{after} ORDER BY {keys} LIMIT {limit}), \
          copied AS (INSERT INTO {to} ({cols}) OVERRIDING SYSTEM VALUE SELECT {cols} FROM batch \
            ON CONFLICT {tuple} DO NOTHING RETURNING 1) \
          SELECT (SELECT count(*) FROM copied)::int8, (SELECT count(*) FROM batch)::int8, \
@@ -510,6 +522,25 @@ mod tests {
         );
         assert!(
             sql.contains(r#"ON CONFLICT ("a", "b") DO NOTHING"#),
+            "{sql}"
+        );
+    }
+
+    /// A generated key is not written (the new table computes it) but
+    /// still bounds the batch.
+    #[test]
+    fn a_key_left_out_of_the_copy_still_bounds_the_batch() {
+        let k = key(&[("id", "integer")]);
+        let sql = copy_batch(
+            &t(),
+            &QualifiedName::new("public", "shadow"),
+            &k,
+            &["a".into(), "v".into()],
+            false,
+        );
+        assert!(sql.contains(r#"(SELECT "a", "v", "id" FROM "#), "{sql}");
+        assert!(
+            sql.contains(r#"INSERT INTO "public"."shadow" ("a", "v") OVERRIDING SYSTEM VALUE SELECT "a", "v" FROM batch"#),
             "{sql}"
         );
     }

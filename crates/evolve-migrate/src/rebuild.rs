@@ -199,11 +199,57 @@ pub async fn plan_with(
 /// Captures the dependents of `targets` (`schema.table` or
 /// `schema.table.column`, quoted), for a change that `script` names in
 /// errors. Runs inside the transaction that will drop and recreate them.
+/// A generated column that reads a target is refused: the change would
+/// have to drop and re-add it, which this rebuild does not do.
 pub async fn plan_targets(
     client: &Client,
     script: &str,
     targets: Vec<String>,
     populate_in_transaction: bool,
+) -> Result<RebuildPlan, MigrateError> {
+    plan_targets_inner(client, script, targets, populate_in_transaction, false).await
+}
+
+impl RebuildPlan {
+    /// [`plan_targets`] for a change that puts a whole new table in the
+    /// place of each target table (`evolve rewrite`'s swap), where the new
+    /// table already has the target's own generated columns: those are
+    /// left out of the plan rather than refused (the caller drops them
+    /// with the old table). Only a generation expression that reads the
+    /// target's columns directly is left out (a generation expression
+    /// reads its own table's columns only, so it is the target's); a plain
+    /// default, or anything found further down, is refused as
+    /// [`plan_targets`] refuses it.
+    pub async fn for_table_swap(
+        client: &Client,
+        script: &str,
+        targets: Vec<String>,
+        populate_in_transaction: bool,
+    ) -> Result<RebuildPlan, MigrateError> {
+        plan_targets_inner(client, script, targets, populate_in_transaction, true).await
+    }
+}
+
+/// Whether the `pg_attrdef` entry `oid` is a generation expression (not a
+/// plain default).
+async fn is_generation_expression(client: &Client, oid: u32) -> Result<bool, MigrateError> {
+    Ok(client
+        .query_one(
+            "SELECT EXISTS (SELECT FROM pg_attrdef d
+                            JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+                            WHERE d.oid = $1 AND a.attgenerated <> '')",
+            &[&oid],
+        )
+        .await?
+        .try_get(0)?)
+}
+
+async fn plan_targets_inner(
+    client: &Client,
+    script: &str,
+    targets: Vec<String>,
+    populate_in_transaction: bool,
+    skip_own_generated: bool,
 ) -> Result<RebuildPlan, MigrateError> {
     if targets.is_empty() {
         return Ok(RebuildPlan::default());
@@ -231,6 +277,14 @@ pub async fn plan_targets(
                         found.push((d.name, d.depth, d.kind, d.oid));
                     }
                 }
+                // Depth 1: its expression reads the target table's columns,
+                // and a generation expression reads only its own table's,
+                // so the column belongs to the target (which the caller
+                // replaces by a table that has it already).
+                DependentKind::GeneratedColumn
+                    if skip_own_generated
+                        && d.depth == 1
+                        && is_generation_expression(client, d.oid).await? => {}
                 other => {
                     return Err(MigrateError::Script {
                         script: script.to_string(),

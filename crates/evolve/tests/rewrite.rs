@@ -677,15 +677,19 @@ async fn bad_input_is_one_line_and_leaves_nothing_behind() {
     );
     assert_refused(&rw(&["t", "--revert"]), &["nothing to revert"]);
     assert_refused(&rw(&["t", "--abort"]), &["nothing to abort"]);
-    // A generated column reading the table: refused before any copy.
+    // A type change of a column a generated column reads, which
+    // PostgreSQL refuses: refused before any copy, naming both.
     c.batch_execute(
         "CREATE TABLE g (id int PRIMARY KEY, a int, b int GENERATED ALWAYS AS (a + 1) STORED)",
     )
     .await
     .unwrap();
     assert_refused(
-        &rw(&["g", "--alter", "ALTER COLUMN id TYPE bigint"]),
-        &["generated column"],
+        &rw(&["g", "--alter", "ALTER COLUMN a TYPE bigint"]),
+        &[
+            "cannot be applied",
+            "column a, which the generated column b reads",
+        ],
     );
     assert_no_leftovers(&c).await;
     // A swap that cannot recreate a view (the column it reads is dropped)

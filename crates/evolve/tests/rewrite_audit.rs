@@ -4,12 +4,15 @@
 //! subscriber's apply worker, a data-only restore), unique values that
 //! move between rows while the rewrite runs, an `--alter` adding a unique
 //! constraint or a self-reference, a key retyped to text, rows the new
-//! shape cannot hold, foreign keys from partitioned tables, generated
-//! columns, and a capture set up by an earlier evolve. Each compares the
+//! shape cannot hold, foreign keys from partitioned tables, stored
+//! generated columns (and a retype one of them forbids), and a capture set
+//! up by an earlier evolve. Each compares the
 //! rows after the swap with the table's last committed rows.
 
 mod backfill_support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use backfill_support::{Background, connect, count, evolve, text};
@@ -386,17 +389,212 @@ async fn an_added_unique_constraint_survives_a_value_moved_during_the_copy() {
     );
 }
 
-/// A table with a generated column cannot be swapped yet (the rebuild of
-/// what reads the table refuses generated columns): refused before
-/// anything runs, in words about the rewrite (not about "the migration"),
-/// with the way out, and nothing left behind.
-#[tokio::test]
-async fn a_table_with_a_generated_column_is_refused_in_the_rewrites_words() {
+/// A table with stored generated columns (besides an identity column and
+/// a default) that a view reads, its key retyped int to bigint while a
+/// writer inserts, updates the columns the generation expression reads
+/// and deletes: the shadow has the generated column with the same
+/// expression, the copy and the replay leave it out of their INSERTs
+/// (PostgreSQL computes it), and the swap rebuilds the view without
+/// refusing the table's own generated column. Kept with `--keep-old`,
+/// changed again, and reverted: the same holds the other way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_with_a_stored_generated_column_is_rewritten_under_a_writer() {
     let db = evolve_test::fresh_db("rwa_generated").await;
     let c = connect(&db.url).await;
     c.batch_execute(
-        "CREATE TABLE gen (id int PRIMARY KEY, a int, g int GENERATED ALWAYS AS (a + 1) STORED);
-         INSERT INTO gen SELECT i, i FROM generate_series(1, 10) i;",
+        "CREATE TABLE gen (id int PRIMARY KEY, a int NOT NULL, b int DEFAULT 7,
+                           seq int GENERATED ALWAYS AS IDENTITY,
+                           g int GENERATED ALWAYS AS (a * 2 + b) STORED,
+                           h text GENERATED ALWAYS AS ('a' || a) STORED);
+         INSERT INTO gen (id, a, b) SELECT i, i, i % 5 FROM generate_series(1, 3000) i;
+         CREATE VIEW big_gen AS SELECT id, g, h FROM gen WHERE g > 100;",
+    )
+    .await
+    .unwrap();
+    let expressions = "SELECT string_agg(format('%s %s %s', a.attname, a.attgenerated, pg_get_expr(d.adbin, d.adrelid)), '; ' ORDER BY a.attnum)
+                       FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+                       WHERE a.attrelid = 'gen'::regclass";
+    let expressions0 = scalar_text(&c, expressions).await;
+    let max_seq0 = count(&c, "SELECT max(seq)::int8 FROM gen").await;
+    let oid0 = count(&c, "SELECT 'gen'::regclass::oid::int8").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(tokio::sync::Notify::new());
+    let writing = {
+        let (url, stop, started) = (db.url.clone(), Arc::clone(&stop), Arc::clone(&started));
+        tokio::spawn(async move {
+            let c = connect(&url).await;
+            started.notify_one();
+            let (mut delta, mut updates, mut inserts) = (0i64, 0i64, 0i64);
+            let mut failures = Vec::new();
+            let mut mine: Vec<i32> = Vec::new();
+            let mut i = 0i32;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                let op = match i % 3 {
+                    0 => c
+                        .execute(
+                            "INSERT INTO gen (id, a) VALUES ($1::int4 + 100000, $1)",
+                            &[&i],
+                        )
+                        .await
+                        .map(|n| {
+                            mine.push(i + 100000);
+                            inserts += n as i64;
+                            delta += n as i64;
+                        }),
+                    1 => c
+                        .execute(
+                            "UPDATE gen SET a = a + 1 WHERE id = $1::int4",
+                            &[&(i * 7 % 3000 + 1)],
+                        )
+                        .await
+                        .map(|n| updates += n as i64),
+                    _ => match mine.pop() {
+                        Some(id) => c
+                            .execute("DELETE FROM gen WHERE id = $1::int4", &[&id])
+                            .await
+                            .map(|n| delta -= n as i64),
+                        None => Ok(()),
+                    },
+                };
+                if let Err(e) = op {
+                    failures.push(evolve_pg::PgError::Query(e).to_string());
+                }
+            }
+            (delta, updates, inserts, failures)
+        })
+    };
+    started.notified().await;
+    let url = db.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut a = args("gen", "ALTER COLUMN id TYPE bigint");
+        a.push("--keep-old");
+        evolve(&url, &a)
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (delta, updates, inserts, failures) = writing.await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(failures.is_empty(), "no write failed: {failures:?}");
+    assert!(
+        updates > 0 && inserts > 0,
+        "the writer ran during the rewrite"
+    );
+    let lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    let rebuilt = &backfill_support::events(&lines, "swapped")[0]["rebuilt"];
+    assert_eq!(rebuilt, &serde_json::json!(["public.big_gen"]));
+    let replayed: u64 = backfill_support::events(&lines, "replayed")
+        .iter()
+        .map(|r| r["entries"].as_u64().unwrap())
+        .sum();
+    assert!(replayed > 0, "the writer's changes were replayed");
+
+    let check = async |c: &Client, id_type: &str| {
+        assert_eq!(
+            scalar_text(c, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'gen'::regclass AND attname = 'id'").await.as_deref(),
+            Some(id_type)
+        );
+        assert_eq!(count(c, "SELECT count(*) FROM gen").await, 3000 + delta);
+        assert_eq!(
+            count(
+                c,
+                "SELECT count(*) FROM gen WHERE g IS DISTINCT FROM a * 2 + b OR h IS DISTINCT FROM 'a' || a"
+            )
+            .await,
+            0,
+            "every generated value is the expression's"
+        );
+        assert_eq!(
+            scalar_text(c, expressions).await,
+            expressions0,
+            "the same generated columns, identity and default"
+        );
+        assert_eq!(
+            scalar_text(c, "SELECT attidentity::text FROM pg_attribute WHERE attrelid = 'gen'::regclass AND attname = 'seq'").await.as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            count(c, "SELECT count(*) FROM big_gen").await,
+            count(c, "SELECT count(*) FROM gen WHERE g > 100").await,
+            "the view reads the table in place"
+        );
+        assert_eq!(
+            count(
+                c,
+                "SELECT count(*) FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
+                 WHERE r.ev_class = 'big_gen'::regclass AND d.refobjid = 'gen'::regclass AND d.refobjsubid > 0"
+            )
+            .await,
+            3,
+            "id, g and h of the table in place"
+        );
+    };
+    check(&c, "bigint").await;
+    assert_ne!(count(&c, "SELECT 'gen'::regclass::oid::int8").await, oid0);
+    // The new table computes, defaults and numbers a new row.
+    let r = c
+        .query_one(
+            "INSERT INTO gen (id, a) VALUES (5000000, 1) RETURNING g::int8, b::int8, seq::int8",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((r.get::<_, i64>(0), r.get::<_, i64>(1)), (9, 7));
+    assert!(r.get::<_, i64>(2) > max_seq0);
+    let explicit = c
+        .execute("INSERT INTO gen (id, a, g) VALUES (5000001, 1, 3)", &[])
+        .await
+        .expect_err("a generated column stays generated");
+    assert_eq!(
+        explicit.code(),
+        Some(&tokio_postgres::error::SqlState::GENERATED_ALWAYS)
+    );
+    c.batch_execute("UPDATE gen SET a = a + 10 WHERE id <= 10; DELETE FROM gen WHERE id = 11")
+        .await
+        .unwrap();
+    let expected = checksum(&c, "gen").await;
+
+    let out = evolve(&db.url, &["rewrite", "gen", "--revert"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(count(&c, "SELECT 'gen'::regclass::oid::int8").await, oid0);
+    check(&c, "integer").await;
+    assert_eq!(checksum(&c, "gen").await, expected, "every row back");
+    assert_eq!(
+        count(
+            &c,
+            "SELECT count(*) FROM pg_class WHERE relname LIKE '\\_evolve\\_rw\\_%'"
+        )
+        .await,
+        0
+    );
+}
+
+/// PostgreSQL refuses to change the type of a column that a generated
+/// column reads ("cannot alter type of a column used by a generated
+/// column"), and so the `--alter` cannot be applied to the shadow: refused
+/// before anything runs, in the rewrite's words, naming both columns and
+/// the way out, nothing left behind. The way out (the generated column
+/// dropped and added back in the same rewrite) then works.
+#[tokio::test]
+async fn retyping_a_column_a_generated_column_reads_is_refused_naming_both() {
+    let db = evolve_test::fresh_db("rwa_generated_retype").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE gen (id int PRIMARY KEY, a int, g int GENERATED ALWAYS AS (a + 1) STORED, z int);
+         INSERT INTO gen (id, a, z) SELECT i, i, i FROM generate_series(1, 500) i;
+         CREATE VIEW gen_g AS SELECT id, g FROM gen;",
     )
     .await
     .unwrap();
@@ -404,8 +602,10 @@ async fn a_table_with_a_generated_column_is_refused_in_the_rewrites_words() {
     backfill_support::assert_refused(
         &out,
         &[
-            "rewrite of public.gen: it has the generated column g",
-            "plain ALTER TABLE",
+            "rewrite of public.gen: --alter \"ALTER COLUMN a TYPE bigint\" cannot be applied",
+            "the type of column a, which the generated column g reads",
+            "(evolve rewrite public.gen --alter 'ALTER COLUMN a TYPE bigint' --alter 'DROP COLUMN g' --alter 'ADD COLUMN g integer GENERATED ALWAYS AS ((a + 1)) STORED': g then comes last",
+            "(evolve rewrite public.gen --alter 'ALTER COLUMN a TYPE bigint' --alter 'ALTER COLUMN g DROP EXPRESSION')",
         ],
     );
     assert!(
@@ -420,6 +620,72 @@ async fn a_table_with_a_generated_column_is_refused_in_the_rewrites_words() {
         )
         .await,
         0
+    );
+    let mut a = args("gen", "ALTER COLUMN a TYPE bigint");
+    a.extend([
+        "--alter",
+        "DROP COLUMN g",
+        "--alter",
+        "ADD COLUMN g integer GENERATED ALWAYS AS ((a + 1)) STORED",
+    ]);
+    let out = evolve(&db.url, &a);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(
+        scalar_text(
+            &c,
+            "SELECT string_agg(format('%s %s%s', attname, format_type(atttypid, atttypmod), attgenerated), ', ' ORDER BY attnum)
+             FROM pg_attribute WHERE attrelid = 'gen'::regclass AND attnum > 0 AND NOT attisdropped"
+        )
+        .await
+        .as_deref(),
+        Some("id integer, a bigint, z integer, g integers")
+    );
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM gen WHERE g = a + 1 AND z = a").await,
+        500
+    );
+    assert_eq!(count(&c, "SELECT sum(g)::int8 FROM gen_g").await, 125_750);
+}
+
+/// A primary key that is itself a stored generated column: the copy's
+/// batches are bounded by it though it is not copied (the new table
+/// computes it), and changes that move a row's key (a write to the column
+/// it is computed from) are replayed. A run killed during its copy, rows
+/// changed, and the next run finishes with exactly the table's rows.
+#[tokio::test]
+async fn a_generated_primary_key_is_copied_and_replayed() {
+    let db = evolve_test::fresh_db("rwa_generated_key").await;
+    let c = connect(&db.url).await;
+    c.batch_execute(
+        "CREATE TABLE gk (a int NOT NULL, id int GENERATED ALWAYS AS (a * 10) STORED PRIMARY KEY, v int);
+         INSERT INTO gk (a, v) SELECT i, i FROM generate_series(1, 2000) i;",
+    )
+    .await
+    .unwrap();
+    kill_during_copy(&db.url, "gk", "ALTER COLUMN v TYPE bigint");
+    c.batch_execute(
+        "UPDATE gk SET a = a + 100000 WHERE a <= 5;
+         UPDATE gk SET v = -v WHERE a BETWEEN 1500 AND 1510;
+         DELETE FROM gk WHERE a = 1999;
+         INSERT INTO gk (a, v) VALUES (3000, 1);",
+    )
+    .await
+    .unwrap();
+    let expected = checksum(&c, "gk").await;
+    finish(&db.url, "gk", "ALTER COLUMN v TYPE bigint");
+    assert_eq!(checksum(&c, "gk").await, expected);
+    assert_eq!(
+        scalar_text(&c, "SELECT attgenerated::text || format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'gk'::regclass AND attname = 'id'").await.as_deref(),
+        Some("sinteger")
+    );
+    assert_eq!(
+        scalar_text(&c, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'gk'::regclass AND attname = 'v'").await.as_deref(),
+        Some("bigint")
     );
 }
 
