@@ -388,3 +388,67 @@ proptest! {
         assert_sound_split(&input)?;
     }
 }
+
+// ---------------------------------------------------------------- effects
+
+/// Fragments of the statements `evolve plan` analyses, glued at random:
+/// `effects::analyze` returns Ok or a syntax error, never panics.
+fn ddlish() -> impl Strategy<Value = String> {
+    let fragment = prop::sample::select(vec![
+        "alter table ",
+        "t ",
+        "s.t ",
+        "\"Odd\" ",
+        "attach partition ",
+        "detach partition ",
+        "concurrently ",
+        "finalize ",
+        "for values from (1) to (2) ",
+        "default ",
+        "partition of ",
+        "create table ",
+        "add constraint k ",
+        "primary key ",
+        "using index ",
+        "unique ",
+        "alter column c ",
+        "type ",
+        "varchar(10) ",
+        "numeric(10, 2) ",
+        "using c::text ",
+        "using ",
+        "cast(c as text) ",
+        "set (user_catalog_table = true) ",
+        "reindex ",
+        "index ",
+        "table ",
+        "truncate ",
+        "cascade ",
+        "do $$ begin end $$ ",
+        "select ",
+        "f() ",
+        "set_config('a', 'b', false) ",
+        "add column d ",
+        "default now() ",
+        ", ",
+        "(",
+        ")",
+        ";",
+        "'",
+        "\"",
+        ". ",
+    ]);
+    prop::collection::vec(fragment, 0..16).prop_map(|parts| parts.concat())
+}
+
+proptest! {
+    #[test]
+    fn effects_never_panic(input in ddlish()) {
+        let _ = evolve_core::migration::effects::analyze(&input);
+    }
+
+    #[test]
+    fn effects_never_panic_on_any_text(input in any::<String>()) {
+        let _ = evolve_core::migration::effects::analyze(&input);
+    }
+}

@@ -465,6 +465,24 @@ struct CatalogColumn {
     typname: String,
     type_display: String,
     not_null: bool,
+    /// The indexes that read the column (key, expression or predicate).
+    indexes: Vec<ColumnIndex>,
+    /// Tables whose foreign keys reference the column: a type change
+    /// re-adds those constraints under ACCESS EXCLUSIVE on each.
+    referenced_by: Vec<RelName>,
+}
+
+/// An index over a column, as `ALTER COLUMN ... TYPE` treats it: an index
+/// whose expression or predicate reads the column is always built anew; a
+/// key column's index is kept only when the new type gets the same
+/// operator class (`CheckIndexCompatible`).
+#[derive(Clone, Debug)]
+struct ColumnIndex {
+    name: String,
+    expression_or_predicate: bool,
+    am: u32,
+    opclass: u32,
+    opclass_default: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -505,6 +523,12 @@ struct Catalog {
     types_by_text: HashMap<String, TypeInfo>,
     types_by_oid: HashMap<u32, TypeInfo>,
     casts: HashMap<(u32, u32), String>,
+    /// (index access method, type) -> its default operator class (0: none).
+    default_opclass: HashMap<(u32, u32), u32>,
+    /// PRIMARY KEY USING INDEX: the index -> its key columns.
+    index_columns: HashMap<RelName, Vec<String>>,
+    /// Partitioned table as written -> its default partition.
+    default_partitions: HashMap<RelName, RelName>,
     volatility: HashMap<String, char>,
 }
 
@@ -572,7 +596,17 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
     let rows = client
         .query(
             "SELECT u.i::int8, c.oid, n.nspname::text, c.relname::text, c.relkind::text,
-                    c.reltuples::float8, pg_total_relation_size(c.oid),
+                    CASE WHEN c.relkind = 'p' THEN
+                        (SELECT CASE WHEN bool_or(l.reltuples < 0) THEN -1
+                                     ELSE coalesce(sum(l.reltuples), 0) END::float8
+                         FROM pg_partition_tree(c.oid) pt
+                         JOIN pg_class l ON l.oid = pt.relid
+                         WHERE pt.isleaf AND l.relkind = 'r')
+                    ELSE c.reltuples::float8 END,
+                    CASE WHEN c.relkind = 'p' THEN
+                        (SELECT coalesce(sum(pg_total_relation_size(pt.relid)), 0)::int8
+                         FROM pg_partition_tree(c.oid) pt)
+                    ELSE pg_total_relation_size(c.oid) END,
                     ix.indrelid, tn.nspname::text, t.relname::text,
                     t.reltuples::float8, pg_total_relation_size(t.oid)
              FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i)
@@ -636,7 +670,12 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
                 | Action::AlterType { table, .. }
                 | Action::SetNotNull { table, .. }
                 | Action::AlterColumnOther { table, .. }
-                | Action::ValidateConstraint { table, .. } => table,
+                | Action::ValidateConstraint { table, .. }
+                | Action::AddIndexConstraint {
+                    table,
+                    primary_key_index: Some(_),
+                    ..
+                } => table,
                 _ => continue,
             };
             if let Some(r) = rels.get(table)
@@ -664,11 +703,83 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
             typname: r.try_get(4)?,
             type_display: r.try_get(5)?,
             not_null: r.try_get(6)?,
+            indexes: Vec::new(),
+            referenced_by: Vec::new(),
         };
         if !old_types.contains(&col.type_oid) {
             old_types.push(col.type_oid);
         }
         columns.insert((r.try_get(0)?, r.try_get(1)?), col);
+    }
+    // The indexes over those columns: key columns with their operator
+    // class, and indexes whose expression or predicate reads the column.
+    let rows = client
+        .query(
+            "SELECT a.attrelid, a.attname::text, i.indexrelid::regclass::text,
+                    NOT k.key, ic.relam, coalesce(k.opclass, 0::oid),
+                    coalesce(oc.opcdefault, false)
+             FROM pg_attribute a
+             JOIN pg_index i ON i.indrelid = a.attrelid
+             JOIN pg_class ic ON ic.oid = i.indexrelid
+             CROSS JOIN LATERAL (
+                 SELECT true AS key, i.indclass[p.n - 1] AS opclass
+                 FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS p(att, n)
+                 WHERE p.att = a.attnum
+                 UNION ALL
+                 SELECT false, NULL::oid
+                 WHERE (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL)
+                   AND EXISTS (SELECT 1 FROM pg_depend d
+                               WHERE d.classid = 'pg_class'::regclass
+                                 AND d.objid = i.indexrelid
+                                 AND d.refclassid = 'pg_class'::regclass
+                                 AND d.refobjid = a.attrelid
+                                 AND d.refobjsubid = a.attnum)
+             ) k
+             LEFT JOIN pg_opclass oc ON oc.oid = k.opclass
+             WHERE a.attrelid = ANY($1) AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&oids],
+        )
+        .await?;
+    let fk_rows = client
+        .query(
+            "SELECT c.confrelid, a.attname::text, n.nspname::text, r.relname::text
+             FROM pg_constraint c
+             JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = ANY(c.confkey)
+             JOIN pg_class r ON r.oid = c.conrelid
+             JOIN pg_namespace n ON n.oid = r.relnamespace
+             WHERE c.contype = 'f' AND c.confrelid = ANY($1) AND c.conrelid <> c.confrelid
+             ORDER BY 3, 4",
+            &[&oids],
+        )
+        .await?;
+    for r in fk_rows {
+        let key: (u32, String) = (r.try_get(0)?, r.try_get(1)?);
+        let referencing = RelName {
+            schema: Some(r.try_get(2)?),
+            name: r.try_get(3)?,
+        };
+        if let Some(c) = columns.get_mut(&key)
+            && !c.referenced_by.contains(&referencing)
+        {
+            c.referenced_by.push(referencing);
+        }
+    }
+    let mut ams: Vec<u32> = Vec::new();
+    for r in rows {
+        let key: (u32, String) = (r.try_get(0)?, r.try_get(1)?);
+        let index = ColumnIndex {
+            name: r.try_get(2)?,
+            expression_or_predicate: r.try_get(3)?,
+            am: r.try_get(4)?,
+            opclass: r.try_get(5)?,
+            opclass_default: r.try_get(6)?,
+        };
+        if !ams.contains(&index.am) {
+            ams.push(index.am);
+        }
+        if let Some(c) = columns.get_mut(&key) {
+            c.indexes.push(index);
+        }
     }
     let rows = client
         .query(
@@ -691,6 +802,76 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
             fk_refs.insert((oid, name), r.try_get(5)?);
         } else if let Some(col) = effects::check_not_null_column(&r.try_get::<_, String>(4)?) {
             checks.push((oid, name, col, r.try_get(3)?));
+        }
+    }
+
+    // PRIMARY KEY USING INDEX: the index's key columns.
+    let mut pk_indexes: Vec<RelName> = Vec::new();
+    for item in items {
+        for a in &item.fx.actions {
+            if let Action::AddIndexConstraint {
+                primary_key_index: Some(i),
+                ..
+            } = a
+                && !pk_indexes.contains(i)
+            {
+                pk_indexes.push(i.clone());
+            }
+        }
+    }
+    let pk_texts: Vec<String> = pk_indexes.iter().map(quoted).collect();
+    let rows = client
+        .query(
+            "SELECT u.i::int8, array_agg(a.attname::text ORDER BY a.attnum)
+             FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i)
+             JOIN pg_index x ON x.indexrelid = to_regclass(u.name)
+             JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = ANY(x.indkey)
+             GROUP BY u.i",
+            &[&pk_texts],
+        )
+        .await?;
+    let mut index_columns = HashMap::new();
+    for r in rows {
+        let i: i64 = r.try_get(0)?;
+        if let Some(name) = usize::try_from(i - 1).ok().and_then(|i| pk_indexes.get(i)) {
+            index_columns.insert(name.clone(), r.try_get::<_, Vec<String>>(1)?);
+        }
+    }
+
+    // A partition added to a table with a default partition: that one is
+    // locked and read.
+    let mut parents: Vec<RelName> = Vec::new();
+    for item in items {
+        for a in &item.fx.actions {
+            if let Action::DefaultPartition { parent, .. } = a
+                && !parents.contains(parent)
+            {
+                parents.push(parent.clone());
+            }
+        }
+    }
+    let parent_texts: Vec<String> = parents.iter().map(quoted).collect();
+    let rows = client
+        .query(
+            "SELECT u.i::int8, n.nspname::text, d.relname::text
+             FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i)
+             JOIN pg_partitioned_table pp ON pp.partrelid = to_regclass(u.name)
+             JOIN pg_class d ON d.oid = pp.partdefid
+             JOIN pg_namespace n ON n.oid = d.relnamespace",
+            &[&parent_texts],
+        )
+        .await?;
+    let mut default_partitions = HashMap::new();
+    for r in rows {
+        let i: i64 = r.try_get(0)?;
+        if let Some(name) = usize::try_from(i - 1).ok().and_then(|i| parents.get(i)) {
+            default_partitions.insert(
+                name.clone(),
+                RelName {
+                    schema: Some(r.try_get(1)?),
+                    name: r.try_get(2)?,
+                },
+            );
         }
     }
 
@@ -780,6 +961,32 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
     for r in rows {
         casts.insert((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?);
     }
+    // The default operator class of each new type for each index access
+    // method in use: an exact match first, else one of a type the new type
+    // is binary-coercible to (or a domain's base type), as
+    // GetDefaultOpClass chooses.
+    let rows = client
+        .query(
+            "SELECT am.oid, ty.oid,
+                    (SELECT oc.oid FROM pg_opclass oc
+                     WHERE oc.opcmethod = am.oid AND oc.opcdefault
+                       AND (oc.opcintype = ty.oid
+                            OR oc.opcintype = (SELECT t.typbasetype FROM pg_type t
+                                               WHERE t.oid = ty.oid AND t.typtype = 'd')
+                            OR EXISTS (SELECT 1 FROM pg_cast k
+                                       WHERE k.castsource = ty.oid
+                                         AND k.casttarget = oc.opcintype
+                                         AND k.castmethod = 'b'))
+                     ORDER BY oc.opcintype = ty.oid DESC, oc.oid LIMIT 1)
+             FROM unnest($1::oid[]) AS am(oid) CROSS JOIN unnest($2::oid[]) AS ty(oid)",
+            &[&ams, &new_types],
+        )
+        .await?;
+    let mut default_opclass = HashMap::new();
+    for r in rows {
+        let oc: Option<u32> = r.try_get(2)?;
+        default_opclass.insert((r.try_get(0)?, r.try_get(1)?), oc.unwrap_or(0));
+    }
 
     // 4. The volatility of the functions new columns' defaults call.
     let rows = client
@@ -807,6 +1014,9 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
         types_by_text,
         types_by_oid,
         casts,
+        default_opclass,
+        index_columns,
+        default_partitions,
         volatility,
     })
 }
@@ -1159,6 +1369,13 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                             "a GENERATED ... STORED column is computed and written for every row"
                                 .into(),
                         );
+                    } else if new_type.is_some_and(|t| t.domain_constraints) {
+                        // PostgreSQL 15 checks the domain's constraints
+                        // against every row by rewriting the table, with
+                        // a default (even a constant one) or without.
+                        rewrite_reasons.push(format!(
+                            "domain {type_text} has constraints, checked for every row: PostgreSQL rewrites the table, with or without a default"
+                        ));
                     } else if let Some(d) = default {
                         let volatile: Vec<&String> = default_functions
                             .iter()
@@ -1185,10 +1402,6 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                                 effects::one_line(d)
                             ));
                         }
-                    } else if new_type.is_some_and(|t| t.domain_constraints) {
-                        rewrite_reasons.push(format!(
-                            "domain {type_text} has constraints, checked for every row"
-                        ));
                     }
                     if *checks_rows {
                         scan_reasons.push(
@@ -1278,8 +1491,61 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                     };
                     let decision =
                         type_change(&cat, &old, new, type_text, using.as_deref(), &time_zone);
+                    // Foreign keys of other tables that reference the
+                    // column are dropped and added again: ACCESS EXCLUSIVE
+                    // on each referencing table, whose rows are checked
+                    // again when the values change (a rewrite).
+                    if old.type_oid != new.oid || old.typmod != new_typmod_of(type_text, new) {
+                        for referencing in &old.referenced_by {
+                            let relation = plain(&sim.key(referencing));
+                            if let Some(l) = st.locks.iter_mut().find(|l| l.relation == relation) {
+                                l.mode = l.mode.max(LockMode::AccessExclusive);
+                            } else {
+                                st.locks.push(PlannedLock {
+                                    relation: relation.clone(),
+                                    mode: LockMode::AccessExclusive,
+                                    held,
+                                });
+                            }
+                            if decision.is_err() {
+                                scan_reasons.push(format!(
+                                    "the foreign key of {relation} that references {column} is added again and checks every row of {relation}"
+                                ));
+                            } else {
+                                st.notes.push(format!(
+                                    "the foreign key of {relation} that references {column} is added again: ACCESS EXCLUSIVE on {relation} (its rows are not checked again when the values keep their form)"
+                                ));
+                            }
+                        }
+                    }
                     match decision {
-                        Ok(note) => st.notes.push(note),
+                        Ok(note) => {
+                            st.notes.push(note);
+                            // No rewrite, but PostgreSQL builds anew every
+                            // index whose operator class does not carry
+                            // over, and every expression or partial index
+                            // on the column: each reads the whole table.
+                            let mut rebuilt: Vec<&str> = old
+                                .indexes
+                                .iter()
+                                .filter(|i| {
+                                    i.expression_or_predicate
+                                        || (old.type_oid != new.oid
+                                            && i.opclass_default
+                                            && cat.default_opclass.get(&(i.am, new.oid))
+                                                != Some(&i.opclass))
+                                })
+                                .map(|i| i.name.as_str())
+                                .collect();
+                            rebuilt.dedup();
+                            if !rebuilt.is_empty() {
+                                scan_reasons.push(format!(
+                                    "the table keeps its storage, but PostgreSQL builds index{} {} anew from every row under ACCESS EXCLUSIVE (an expression or partial index on {column}, or an operator class that does not carry over to {type_text})",
+                                    if rebuilt.len() == 1 { "" } else { "es" },
+                                    rebuilt.join(", ")
+                                ));
+                            }
+                        }
                         Err(reason) => {
                             rewrite_reasons.push(reason);
                             let t = table_arg(&sim.key(table));
@@ -1314,37 +1580,8 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                         }
                         return Err(fail(missing_column(table, column)));
                     }
-                    let oid = catalog_oid(&mut sim, table);
-                    let name = catalog_column(&mut sim, table, column);
-                    let added = sim.state(table).is_some_and(|t| t.added.contains(column));
-                    let already = !added
-                        && oid
-                            .and_then(|o| cat.columns.get(&(o, name.clone())))
-                            .is_some_and(|c| c.not_null);
-                    let in_plan = sim.state(table).and_then(|t| {
-                        t.not_null_checks
-                            .iter()
-                            .find(|(_, c, valid)| c == column && *valid)
-                            .cloned()
-                    });
-                    let in_catalog = oid.and_then(|o| {
-                        cat.checks
-                            .iter()
-                            .find(|(t, _, c, valid)| *t == o && *c == name && *valid)
-                            .cloned()
-                    });
-                    if already {
-                        st.notes
-                            .push(format!("{column} is already NOT NULL: nothing to check"));
-                    } else if let Some((n, _, _)) = in_plan {
-                        st.notes.push(format!(
-                            "CHECK constraint {} (validated earlier in this plan) proves {column} IS NOT NULL: no scan",
-                            n.unwrap_or_else(|| "(unnamed)".into())
-                        ));
-                    } else if let Some((_, n, _, _)) = in_catalog {
-                        st.notes.push(format!(
-                            "valid CHECK constraint {n} proves {column} IS NOT NULL: no scan"
-                        ));
+                    if let Some(note) = proven_not_null(&mut sim, table, column) {
+                        st.notes.push(note);
                     } else {
                         scan_reasons.push(format!(
                             "no valid CHECK ({column} IS NOT NULL) exists, so every row is read under ACCESS EXCLUSIVE"
@@ -1391,7 +1628,30 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                         );
                     }
                 }
-                Action::AddIndexConstraint { table, using_index } => {
+                Action::AddIndexConstraint {
+                    table,
+                    using_index,
+                    primary_key_index,
+                } => {
+                    // PRIMARY KEY USING INDEX sets the index's columns NOT
+                    // NULL, which reads every row unless that is proven.
+                    if let Some(index) = primary_key_index {
+                        match cat.index_columns.get(index).cloned() {
+                            Some(columns) => {
+                                for column in columns {
+                                    match proven_not_null(&mut sim, table, &column) {
+                                        Some(note) => st.notes.push(note),
+                                        None => scan_reasons.push(format!(
+                                            "PRIMARY KEY sets {column} NOT NULL, and no valid CHECK ({column} IS NOT NULL) exists, so every row is read under ACCESS EXCLUSIVE"
+                                        )),
+                                    }
+                                }
+                            }
+                            None => scan_reasons.push(format!(
+                                "PRIMARY KEY sets the columns of {index} NOT NULL; evolve cannot read them, so it assumes every row is read"
+                            )),
+                        }
+                    }
                     if !using_index {
                         scan_reasons.push("the constraint's index is built from every row".into());
                         st.advice.push(format!(
@@ -1431,6 +1691,25 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                     }
                 }
                 Action::Scan { reason, .. } => scan_reasons.push((*reason).to_string()),
+                Action::DefaultPartition { parent, scanned } => {
+                    if let Some(default) = cat.default_partitions.get(parent) {
+                        let key = sim.key(default);
+                        let relation = plain(&key);
+                        if !st.locks.iter().any(|l| l.relation == relation) {
+                            st.locks.push(PlannedLock {
+                                relation,
+                                mode: LockMode::AccessExclusive,
+                                held,
+                            });
+                        }
+                        if *scanned {
+                            scan_reasons.push(format!(
+                            "the default partition {} is read under ACCESS EXCLUSIVE to prove none of its rows belongs to the new partition (a CHECK constraint on it that excludes the new bound skips the scan)",
+                            plain(&key)
+                        ));
+                        }
+                    }
+                }
                 Action::Truncate { .. } => st
                     .notes
                     .push("TRUNCATE gives the table new, empty storage: instant".into()),
@@ -1487,6 +1766,47 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
     }
     rebuilds(client, items, &mut out, &rebuild_targets).await?;
     Ok(out)
+}
+
+/// Why `column` of `table` has no NULL (already NOT NULL, or a valid
+/// `CHECK (column IS NOT NULL)` in the catalog or validated earlier in the
+/// plan), so setting it NOT NULL reads no row; `None` when nothing proves
+/// it.
+fn proven_not_null(sim: &mut Sim<'_>, table: &RelName, column: &str) -> Option<String> {
+    let cat = sim.cat;
+    let oid = catalog_oid(sim, table);
+    let name = catalog_column(sim, table, column);
+    let added = sim.state(table).is_some_and(|t| t.added.contains(column));
+    let already = !added
+        && oid
+            .and_then(|o| cat.columns.get(&(o, name.clone())))
+            .is_some_and(|c| c.not_null);
+    let in_plan = sim.state(table).and_then(|t| {
+        t.not_null_checks
+            .iter()
+            .find(|(_, c, valid)| c == column && *valid)
+            .cloned()
+    });
+    let in_catalog = oid.and_then(|o| {
+        cat.checks
+            .iter()
+            .find(|(t, _, c, valid)| *t == o && *c == name && *valid)
+            .cloned()
+    });
+    if already {
+        Some(format!("{column} is already NOT NULL: nothing to check"))
+    } else if let Some((n, _, _)) = in_plan {
+        Some(format!(
+            "CHECK constraint {} (validated earlier in this plan) proves {column} IS NOT NULL: no scan",
+            n.unwrap_or_else(|| "(unnamed)".into())
+        ))
+    } else if let Some((_, n, _, _)) = in_catalog {
+        Some(format!(
+            "valid CHECK constraint {n} proves {column} IS NOT NULL: no scan"
+        ))
+    } else {
+        None
+    }
 }
 
 fn type_base(type_text: &str) -> String {
@@ -1561,6 +1881,14 @@ fn column_exists(sim: &mut Sim<'_>, table: &RelName, column: &str) -> bool {
         return false;
     }
     cat.columns.contains_key(&(oid, name))
+}
+
+/// The typmod `type_text` gives (`-2` when evolve cannot read it, which
+/// counts as a change).
+fn new_typmod_of(type_text: &str, new: &TypeInfo) -> i32 {
+    effects::type_modifiers(type_text)
+        .and_then(|m| effects::typmod(&new.typname, &m, type_text))
+        .unwrap_or(-2)
 }
 
 /// Ok(note) when the type change keeps the table's storage, Err(reason)

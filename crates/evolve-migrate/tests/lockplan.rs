@@ -801,3 +801,176 @@ async fn copy_from_stdin_is_planned_and_probed() {
         "{probe:?}"
     );
 }
+
+/// Found in the pre-release audit, each observed on PostgreSQL 15 with
+/// `pg_locks` and `pg_class.relfilenode` before and after.
+const AUDIT_SETUP: &str = r#"
+    CREATE DOMAIN pos AS int CHECK (VALUE > 0);
+    CREATE INDEX t_lower_v ON t (lower(v));
+    CREATE INDEX t_ts ON t (ts);
+    CREATE TABLE pt (id int, k int) PARTITION BY RANGE (k);
+    CREATE TABLE pt1 PARTITION OF pt FOR VALUES FROM (0) TO (10);
+    CREATE TABLE ptd PARTITION OF pt DEFAULT;
+    INSERT INTO pt SELECT i, 50 FROM generate_series(1, 500) i;
+    CREATE TABLE pt2 (id int, k int);
+    INSERT INTO pt2 SELECT i, 15 FROM generate_series(1, 500) i;
+    CREATE TABLE q (a int, b int);
+    INSERT INTO q SELECT i, i FROM generate_series(1, 500) i;
+    CREATE UNIQUE INDEX q_a ON q (a);
+    CREATE UNIQUE INDEX q_b ON q (b);
+    ALTER TABLE q ADD CONSTRAINT q_b_nn CHECK (b IS NOT NULL);
+    CREATE TABLE p2 (code varchar(10) PRIMARY KEY);
+    INSERT INTO p2 VALUES ('a');
+    CREATE TABLE t2 (id int, code varchar(10) REFERENCES p2);
+    INSERT INTO t2 SELECT i, 'a' FROM generate_series(1, 100) i;
+    CREATE TABLE r (p_id int REFERENCES p (id));
+    INSERT INTO r SELECT 1 + i % 100 FROM generate_series(1, 100) i;
+    ANALYZE;
+"#;
+
+async fn run_audit_cases(cases: &[Case]) {
+    for c in cases {
+        let plan = plan(&format!("{SETUP}{AUDIT_SETUP}"), c.sql, c.no_tx).await;
+        check_statement(&plan, c);
+    }
+}
+
+#[tokio::test]
+async fn audit_statements_that_scan_or_rewrite_more_than_their_text_says() {
+    run_audit_cases(&[
+        // A domain with a CHECK is checked by a rewrite, also with a
+        // constant default (relfilenode changes).
+        case("ALTER TABLE t ADD COLUMN d pos DEFAULT 5", T_AE, true, true),
+        // No table rewrite, but the expression index on v is built anew.
+        case(
+            "ALTER TABLE t ALTER COLUMN v TYPE varchar(40)",
+            T_AE,
+            false,
+            true,
+        ),
+        // USING v::text is the plain conversion: no rewrite (relfilenode
+        // kept); the expression index is still rebuilt.
+        case(
+            "ALTER TABLE t ALTER COLUMN v TYPE text USING v::text",
+            T_AE,
+            false,
+            true,
+        ),
+        // timestamp_ops does not carry over to timestamptz: t_ts is rebuilt.
+        case(
+            "SET TimeZone = 'UTC';\nALTER TABLE t ALTER COLUMN ts TYPE timestamptz",
+            T_AE,
+            false,
+            true,
+        ),
+        // ACCESS EXCLUSIVE on the partition attached while its rows are read.
+        case(
+            "ALTER TABLE pt ATTACH PARTITION pt2 FOR VALUES FROM (10) TO (20)",
+            &[
+                ("public.pt", ShareUpdateExclusive),
+                ("public.pt2", AccessExclusive),
+                ("public.ptd", AccessExclusive),
+            ],
+            false,
+            true,
+        ),
+        // The default partition is locked (and read when a partition is
+        // added: pg_stat_user_tables.seq_scan of ptd goes up by one).
+        case(
+            "ALTER TABLE pt DETACH PARTITION pt1",
+            &[
+                ("public.pt", AccessExclusive),
+                ("public.pt1", AccessExclusive),
+                ("public.ptd", AccessExclusive),
+            ],
+            false,
+            false,
+        ),
+        case(
+            "CREATE TABLE pt3 PARTITION OF pt FOR VALUES FROM (20) TO (30)",
+            &[
+                ("public.pt", AccessExclusive),
+                ("public.ptd", AccessExclusive),
+            ],
+            false,
+            true,
+        ),
+        // REINDEX INDEX rebuilds the index from every row.
+        case("REINDEX INDEX t_c", &[("public.t", Share)], false, true),
+        // A type change of a referenced column adds the foreign keys that
+        // reference it again: ACCESS EXCLUSIVE on the referencing table,
+        // whose rows are checked again (seq_scan of r goes up) when the
+        // values change, not when varchar widens (seq_scan of t2 stays).
+        case(
+            "ALTER TABLE p2 ALTER COLUMN code TYPE varchar(20)",
+            &[
+                ("public.p2", AccessExclusive),
+                ("public.t2", AccessExclusive),
+            ],
+            false,
+            false,
+        ),
+        case(
+            "ALTER TABLE p ALTER COLUMN id TYPE bigint",
+            &[("public.p", AccessExclusive), ("public.r", AccessExclusive)],
+            true,
+            true,
+        ),
+        // PRIMARY KEY USING INDEX sets a nullable column NOT NULL: a scan
+        // (pg_stat_user_tables.seq_scan goes up by one); none when a valid
+        // CHECK (b IS NOT NULL) proves it.
+        case(
+            "ALTER TABLE q ADD CONSTRAINT q_pk PRIMARY KEY USING INDEX q_a",
+            &[("public.q", AccessExclusive)],
+            false,
+            true,
+        ),
+        case(
+            "ALTER TABLE q ADD CONSTRAINT q_pk PRIMARY KEY USING INDEX q_b",
+            &[("public.q", AccessExclusive)],
+            false,
+            false,
+        ),
+    ])
+    .await;
+}
+
+/// A DO block can run anything (here a rewrite under ACCESS EXCLUSIVE):
+/// the plan must say it does not know, never "no locks".
+#[tokio::test]
+async fn audit_do_blocks_are_not_claimed_safe() {
+    let plan = plan(
+        SETUP,
+        "DO $$ BEGIN EXECUTE 'ALTER TABLE t ALTER COLUMN c TYPE bigint'; END $$",
+        false,
+    )
+    .await;
+    let st = plan.statements.last().expect("a statement");
+    assert!(!st.analysed, "DO block claimed analysed: {st:?}");
+    let probe = st.probe.as_ref().expect("probed");
+    assert!(
+        probe
+            .locks
+            .iter()
+            .any(|l| l.relation == "public.t" && l.mode == AccessExclusive),
+        "{probe:?}"
+    );
+}
+
+/// A statement on a partitioned table reads or rewrites every partition
+/// (observed on 15: ACCESS EXCLUSIVE on pt, pt1 and ptd for SET NOT NULL),
+/// but the parent's own size is 0: the plan said "instant".
+#[tokio::test]
+async fn audit_partitioned_table_size_counts_its_partitions() {
+    let plan = plan(
+        &format!("{SETUP}{AUDIT_SETUP}"),
+        "ALTER TABLE pt ALTER COLUMN k SET NOT NULL",
+        false,
+    )
+    .await;
+    let st = plan.statements.last().expect("a statement");
+    assert!(st.scans, "{:?}", st.notes);
+    assert!(st.table_bytes.is_some_and(|b| b > 0), "{st:?}");
+    assert_eq!(st.table_rows, Some(500), "{st:?}");
+    assert_ne!(st.locked_time, "instant", "{st:?}");
+}

@@ -221,6 +221,9 @@ pub enum Action {
     AddIndexConstraint {
         table: RelName,
         using_index: bool,
+        /// `PRIMARY KEY USING INDEX i`: the index whose columns PostgreSQL
+        /// sets NOT NULL, reading every row unless that is proven.
+        primary_key_index: Option<RelName>,
     },
     ValidateConstraint {
         table: RelName,
@@ -239,6 +242,14 @@ pub enum Action {
     /// The relation is emptied (new, empty storage; nothing is copied).
     Truncate {
         table: RelName,
+    },
+    /// A partition is added to or detached from `parent`: its default
+    /// partition, if it has one, is locked ACCESS EXCLUSIVE, and when one
+    /// is added (CREATE TABLE ... PARTITION OF, ATTACH PARTITION) also read
+    /// to prove none of its rows belongs to the new one.
+    DefaultPartition {
+        parent: RelName,
+        scanned: bool,
     },
     CreateFunction {
         /// Last name part, folded.
@@ -398,12 +409,16 @@ pub fn analyze(statement: &str) -> Result<Effects, SyntaxError> {
                     fx.lock(t, LockMode::ShareRowExclusive);
                 }
             }
-            if let Some(parent) = c
-                .partition_of()
-                .and_then(|p| first_path(p.syntax()))
-                .and_then(|p| RelName::parse(&p))
-            {
-                fx.lock(parent, LockMode::AccessExclusive);
+            if let Some(parent) = c.partition_of().and_then(|p| {
+                let w = words(&text(p.syntax()));
+                let at = w.iter().position(|w| w.upper == "OF")?;
+                name_at(&w, at + 1)
+            }) {
+                fx.lock(parent.clone(), LockMode::AccessExclusive);
+                fx.actions.push(Action::DefaultPartition {
+                    parent,
+                    scanned: true,
+                });
             }
             fx.actions.push(Action::CreateRelation {
                 relation: name,
@@ -486,6 +501,11 @@ pub fn analyze(statement: &str) -> Result<Effects, SyntaxError> {
                     fx.lock(name.clone(), LockMode::AccessExclusive);
                     fx.actions.push(Action::Truncate { table: name });
                 }
+            }
+            // CASCADE also empties (and locks) every table whose foreign
+            // keys reference these: which ones is in the catalog.
+            if has_words(statement, &["CASCADE"]) {
+                fx.known = false;
             }
         }
         ast::Stmt::Refresh(r) => {
@@ -623,16 +643,28 @@ pub fn analyze(statement: &str) -> Result<Effects, SyntaxError> {
             }
         }
         ast::Stmt::Set(_) | ast::Stmt::Reset(_) => set_time_zone(statement, &mut fx),
+        // A SELECT of a function can run any statement (a migration
+        // function): only the session settings and advisory locks are
+        // known to lock no relation.
+        ast::Stmt::Select(s) => {
+            fx.known = functions_called(s.syntax())
+                .iter()
+                .all(|f| HARMLESS_FUNCTIONS.contains(&f.as_str()));
+        }
+        // CASCADE drops the columns, defaults and views that use the type
+        // or function: what it locks is in the catalog, not the text.
+        ast::Stmt::DropFunction(_) | ast::Stmt::DropType(_) => {
+            fx.known = !has_words(statement, &["CASCADE"]);
+        }
+        // A DO block runs whatever it holds (EXECUTE included): unknown,
+        // never "no locks".
+        ast::Stmt::Do(_) => fx.known = false,
         ast::Stmt::CreateSchema(_)
         | ast::Stmt::CreateExtension(_)
         | ast::Stmt::CreateProcedure(_)
         | ast::Stmt::AlterType(_)
         | ast::Stmt::Grant(_)
         | ast::Stmt::Revoke(_)
-        | ast::Stmt::Select(_)
-        | ast::Stmt::DropFunction(_)
-        | ast::Stmt::DropType(_)
-        | ast::Stmt::Do(_)
         | ast::Stmt::Begin(_)
         | ast::Stmt::Commit(_)
         | ast::Stmt::Rollback(_)
@@ -641,6 +673,22 @@ pub fn analyze(statement: &str) -> Result<Effects, SyntaxError> {
     }
     Ok(fx)
 }
+
+/// Functions a migration's `SELECT` calls that lock no relation.
+const HARMLESS_FUNCTIONS: &[&str] = &[
+    "set_config",
+    "current_setting",
+    "pg_advisory_lock",
+    "pg_advisory_xact_lock",
+    "pg_advisory_unlock",
+    "pg_try_advisory_lock",
+    "pg_try_advisory_xact_lock",
+    "pg_sleep",
+    "now",
+    "version",
+    "current_database",
+    "current_user",
+];
 
 fn alter_table(a: &ast::AlterTable, fx: &mut Effects) {
     let Some(table) = a
@@ -706,11 +754,30 @@ fn alter_table(a: &ast::AlterTable, fx: &mut Effects) {
                 match c.option() {
                     Some(ast::AlterColumnOption::SetType(t)) => {
                         let type_text = t.ty().map(|t| text(t.syntax())).unwrap_or_default();
+                        // `USING col` and `USING col::newtype` (the very
+                        // type of the change) convert as if there were no
+                        // USING; a cast to another type is an expression.
+                        let same_type = |ty: Option<ast::Type>| {
+                            ty.is_some_and(|ty| {
+                                one_line(&text(ty.syntax()))
+                                    .eq_ignore_ascii_case(&one_line(&type_text))
+                            })
+                        };
                         let using = t
                             .using_expr()
                             .and_then(|u| u.expr())
-                            .map(|e| text(e.syntax()))
-                            .filter(|u| split_name(u).map(|(_, n)| n) != Some(col.clone()));
+                            .filter(|e| {
+                                let inner = match e {
+                                    ast::Expr::CastExpr(c) if same_type(c.ty()) => c.expr(),
+                                    ast::Expr::CastExpr(_) => return true,
+                                    e => Some(e.clone()),
+                                };
+                                inner.is_none_or(|i| {
+                                    split_name(&text(i.syntax())).map(|(_, n)| n)
+                                        != Some(col.clone())
+                                })
+                            })
+                            .map(|e| text(e.syntax()));
                         fx.actions.push(Action::AlterType {
                             table: table.clone(),
                             column: col,
@@ -800,15 +867,30 @@ fn alter_table(a: &ast::AlterTable, fx: &mut Effects) {
                         ShareRowExclusive
                     }
                     Some(
-                        ast::Constraint::UniqueConstraint(_)
+                        con @ (ast::Constraint::UniqueConstraint(_)
                         | ast::Constraint::PrimaryKeyConstraint(_)
-                        | ast::Constraint::ExcludeConstraint(_),
+                        | ast::Constraint::ExcludeConstraint(_)),
                     ) => {
                         let using_index = has_words(&action_text, &["USING", "INDEX"])
                             && !has_words(&action_text, &["USING", "INDEX", "TABLESPACE"]);
+                        let primary_key_index = if using_index
+                            && matches!(con, ast::Constraint::PrimaryKeyConstraint(_))
+                        {
+                            let w = words(&action_text);
+                            w.windows(2)
+                                .position(|p| p[0].upper == "USING" && p[1].upper == "INDEX")
+                                .and_then(|at| name_at(&w, at + 2))
+                                .map(|i| RelName {
+                                    schema: i.schema.or_else(|| table.schema.clone()),
+                                    name: i.name,
+                                })
+                        } else {
+                            None
+                        };
                         fx.actions.push(Action::AddIndexConstraint {
                             table: table.clone(),
                             using_index,
+                            primary_key_index,
                         });
                         AccessExclusive
                     }
@@ -828,6 +910,13 @@ fn alter_table(a: &ast::AlterTable, fx: &mut Effects) {
             | ast::AlterTableAction::EnableTrigger(_)
             | ast::AlterTableAction::EnableAlwaysTrigger(_)
             | ast::AlterTableAction::EnableReplicaTrigger(_) => ShareRowExclusive,
+            // Every storage parameter takes SHARE UPDATE EXCLUSIVE except
+            // user_catalog_table (reloptions.c).
+            ast::AlterTableAction::SetOptions(_) | ast::AlterTableAction::ResetOptions(_)
+                if has_words(&action_text, &["USER_CATALOG_TABLE"]) =>
+            {
+                AccessExclusive
+            }
             ast::AlterTableAction::SetOptions(_)
             | ast::AlterTableAction::ResetOptions(_)
             | ast::AlterTableAction::ClusterOn(_)
@@ -860,25 +949,55 @@ fn alter_table(a: &ast::AlterTable, fx: &mut Effects) {
                 });
                 AccessExclusive
             }
+            // The parent gets SHARE UPDATE EXCLUSIVE, the table attached
+            // ACCESS EXCLUSIVE while its rows are checked against the
+            // bound (and the parent's indexes are built on it).
             ast::AlterTableAction::AttachPartition(_) => {
-                fx.actions.push(Action::Scan {
-                    table: table.clone(),
-                    reason: "ATTACH PARTITION checks the partition's rows unless a matching CHECK constraint exists",
-                });
+                match partition_name(&action_text) {
+                    Some(partition) => {
+                        fx.lock(partition.clone(), AccessExclusive);
+                        fx.actions.push(Action::Scan {
+                            table: partition,
+                            reason: "ATTACH PARTITION reads the partition's rows under ACCESS EXCLUSIVE to check them against the bound (unless a valid CHECK implies it) and builds the parent's indexes on it",
+                        });
+                        fx.actions.push(Action::DefaultPartition {
+                            parent: table.clone(),
+                            scanned: true,
+                        });
+                    }
+                    None => fx.known = false,
+                }
                 ShareUpdateExclusive
             }
+            // The partition detached is locked like the parent.
             ast::AlterTableAction::DetachPartition(_) => {
-                if has_words(&action_text, &["CONCURRENTLY"]) {
+                let mode = if has_words(&action_text, &["CONCURRENTLY"]) {
                     fx.concurrently = true;
                     ShareUpdateExclusive
                 } else {
                     AccessExclusive
+                };
+                match partition_name(&action_text) {
+                    Some(partition) => fx.lock(partition, mode),
+                    None => fx.known = false,
                 }
+                fx.actions.push(Action::DefaultPartition {
+                    parent: table.clone(),
+                    scanned: false,
+                });
+                mode
             }
             _ => AccessExclusive,
         };
         fx.lock(table.clone(), mode);
     }
+}
+
+/// The table named after `ATTACH PARTITION` / `DETACH PARTITION`.
+fn partition_name(action_text: &str) -> Option<RelName> {
+    let words = words(action_text);
+    let at = words.iter().position(|w| w.upper == "PARTITION")?;
+    name_at(&words, at + 1)
 }
 
 fn add_column(table: &RelName, c: &ast::AddColumn, fx: &mut Effects) {
@@ -990,7 +1109,15 @@ fn reindex(statement: &str, fx: &mut Effects) {
             } else {
                 LockMode::Share
             };
-            fx.lock_with(name, mode, true);
+            fx.lock_with(name.clone(), mode, true);
+            fx.actions.push(Action::Scan {
+                table: name,
+                reason: if fx.concurrently {
+                    "REINDEX CONCURRENTLY builds the index anew from every row of its table"
+                } else {
+                    "REINDEX rebuilds the index from every row of its table, holding ACCESS EXCLUSIVE on the index: queries planned on the table wait, reads included"
+                },
+            });
         }
         "TABLE" => {
             let mode = if fx.concurrently {

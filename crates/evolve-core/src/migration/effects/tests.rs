@@ -166,9 +166,15 @@ fn type_changes_checks_and_constraints() {
             using: None
         }
     );
+    // `USING c::int` for `TYPE int` is the conversion PostgreSQL makes
+    // without USING; pg_cast then decides the rewrite.
     assert!(matches!(
         &actions("ALTER TABLE t ALTER c TYPE int USING c::int")[1],
-        Action::AlterType { using: Some(u), .. } if u == "c::int"
+        Action::AlterType { using: None, .. }
+    ));
+    assert!(matches!(
+        &actions("ALTER TABLE t ALTER c TYPE varchar(20) USING c::varchar(5)")[1],
+        Action::AlterType { using: Some(u), .. } if u == "c::varchar(5)"
     ));
     assert!(matches!(
         &actions("ALTER TABLE t ALTER c TYPE int USING c")[1],
@@ -325,4 +331,164 @@ fn typmods_and_length_coercions() {
         Some("Odd".into())
     );
     assert_eq!(check_not_null_column("CHECK ((c > 0))"), None);
+}
+
+/// A DO block, a procedure call or a SELECT of a function can run any DDL:
+/// its locks are unknown, never "none" (PostgreSQL runs `ALTER TABLE ...
+/// TYPE bigint` from a DO block under ACCESS EXCLUSIVE with a rewrite).
+#[test]
+fn code_that_runs_other_statements_is_not_analysed() {
+    for sql in [
+        "DO $$ BEGIN EXECUTE 'ALTER TABLE t ALTER COLUMN c TYPE bigint'; END $$",
+        "DO LANGUAGE plpgsql $$ BEGIN ALTER TABLE t ADD COLUMN u uuid DEFAULT gen_random_uuid(); END $$",
+        "SELECT migrate_orders()",
+        "SELECT public.migrate_orders(1, 'x')",
+        "SELECT * FROM migrate_orders()",
+        "CALL migrate_orders()",
+        "DROP TYPE mood CASCADE",
+        "DROP FUNCTION f() CASCADE",
+    ] {
+        assert!(!analyze(sql).expect("parses").known, "{sql} claimed known");
+    }
+    // Plain settings and a bare SELECT are still analysed (no locks).
+    for sql in [
+        "SELECT 1",
+        "SELECT set_config('lock_timeout', '1s', false)",
+        "SELECT pg_advisory_xact_lock(42)",
+        "DROP TYPE mood",
+        "DROP FUNCTION f()",
+    ] {
+        assert!(analyze(sql).expect("parses").known, "{sql} not analysed");
+    }
+}
+
+/// ATTACH PARTITION: SHARE UPDATE EXCLUSIVE on the parent, ACCESS
+/// EXCLUSIVE on the table attached, whose rows are read (observed on 15:
+/// `pt2 AccessExclusiveLock`, `pt SharedUpdateExclusiveLock`). DETACH
+/// locks the partition too.
+#[test]
+fn attach_and_detach_partition_lock_the_partition() {
+    let fx = analyze("ALTER TABLE pt ATTACH PARTITION pt2 FOR VALUES FROM (10) TO (20)").unwrap();
+    let mut got: Vec<(String, LockMode)> = fx
+        .locks
+        .iter()
+        .map(|l| (l.relation.to_string(), l.mode))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("pt".to_string(), ShareUpdateExclusive),
+            ("pt2".to_string(), AccessExclusive)
+        ]
+    );
+    assert!(
+        fx.actions
+            .iter()
+            .any(|a| matches!(a, Action::Scan { table, .. } if *table == rel("pt2"))),
+        "{:?}",
+        fx.actions
+    );
+    let mut got = locks("ALTER TABLE pt DETACH PARTITION pt1");
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("pt".to_string(), AccessExclusive),
+            ("pt1".to_string(), AccessExclusive)
+        ]
+    );
+    let mut got = locks("ALTER TABLE pt DETACH PARTITION app.pt1 CONCURRENTLY");
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("app.pt1".to_string(), ShareUpdateExclusive),
+            ("pt".to_string(), ShareUpdateExclusive)
+        ]
+    );
+}
+
+/// REINDEX INDEX reads the whole table to rebuild the index (observed on
+/// 15: SHARE on the table, ACCESS EXCLUSIVE on the index, new relfilenode).
+#[test]
+fn reindex_index_scans_its_table() {
+    for sql in ["REINDEX INDEX i", "REINDEX INDEX CONCURRENTLY i"] {
+        let fx = analyze(sql).unwrap();
+        assert!(
+            fx.actions.iter().any(|a| matches!(a, Action::Scan { .. })),
+            "{sql}: {:?}",
+            fx.actions
+        );
+    }
+}
+
+/// CREATE TABLE ... PARTITION OF takes ACCESS EXCLUSIVE on the parent
+/// (observed on 15); the plan predicted no lock at all.
+#[test]
+fn create_table_partition_of_locks_the_parent() {
+    for (sql, parent) in [
+        (
+            "CREATE TABLE pt3 PARTITION OF pt FOR VALUES FROM (20) TO (30)",
+            "pt",
+        ),
+        ("CREATE TABLE app.pd PARTITION OF app.pt DEFAULT", "app.pt"),
+    ] {
+        assert_eq!(
+            locks(sql),
+            vec![(parent.to_string(), AccessExclusive)],
+            "{sql}"
+        );
+    }
+}
+
+/// `SET (user_catalog_table = true)` takes ACCESS EXCLUSIVE (observed on
+/// 15), unlike fillfactor; TRUNCATE ... CASCADE empties tables the text
+/// does not name.
+#[test]
+fn user_catalog_table_and_truncate_cascade() {
+    assert_eq!(
+        locks("ALTER TABLE t SET (user_catalog_table = true)"),
+        vec![("t".to_string(), AccessExclusive)]
+    );
+    assert_eq!(
+        locks("ALTER TABLE t RESET (user_catalog_table)"),
+        vec![("t".to_string(), AccessExclusive)]
+    );
+    assert_eq!(
+        locks("ALTER TABLE t SET (fillfactor = 70, toast_tuple_target = 200)"),
+        vec![("t".to_string(), ShareUpdateExclusive)]
+    );
+    assert!(!analyze("TRUNCATE p CASCADE").unwrap().known);
+    assert!(analyze("TRUNCATE p").unwrap().known);
+}
+
+/// `USING v::text` is the plain conversion (no rewrite for varchar to
+/// text on PostgreSQL 15); only another expression computes values anew.
+#[test]
+fn using_the_column_cast_is_no_using() {
+    let using = |sql: &str| match &actions(sql)[1] {
+        Action::AlterType { using, .. } => using.clone(),
+        a => panic!("{a:?}"),
+    };
+    assert_eq!(
+        using("ALTER TABLE t ALTER COLUMN v TYPE text USING v::text"),
+        None
+    );
+    assert_eq!(
+        using("ALTER TABLE t ALTER COLUMN v TYPE text USING CAST(v AS text)"),
+        None
+    );
+    assert_eq!(
+        using("ALTER TABLE t ALTER COLUMN v TYPE text USING v"),
+        None
+    );
+    assert_eq!(
+        using("ALTER TABLE t ALTER COLUMN v TYPE text USING lower(v)"),
+        Some("lower(v)".into())
+    );
+    assert_eq!(
+        using("ALTER TABLE t ALTER COLUMN v TYPE int USING length(v)::int"),
+        Some("length(v)::int".into())
+    );
 }

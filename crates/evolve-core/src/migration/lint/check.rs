@@ -207,7 +207,7 @@ fn statement(model: &mut Model, f: &mut File<'_>, stmt: &ast::Stmt) {
             } else if !concurrently {
                 let target = r.reindex_target().and_then(|t| last_name(t.syntax()));
                 if !target.as_deref().is_some_and(|t| f.created.contains(t)) {
-                    f.push("require-concurrent-reindex", at, "REINDEX blocks writes to the table while the index is rebuilt; use REINDEX ... CONCURRENTLY (PostgreSQL 12+) in a file that starts with '-- evolve:no-transaction'".into());
+                    f.push("require-concurrent-reindex", at, "REINDEX blocks writes to the table while the index is rebuilt, and holds ACCESS EXCLUSIVE on the index, so reads that plan on the table wait too; use REINDEX ... CONCURRENTLY (PostgreSQL 12+) in a file that starts with '-- evolve:no-transaction'".into());
                 }
             }
         }
@@ -302,15 +302,27 @@ fn statement(model: &mut Model, f: &mut File<'_>, stmt: &ast::Stmt) {
             }
         }
         ast::Stmt::CreateDomain(d) => {
+            let name = d
+                .domain()
+                .and_then(|n| last_name(n.syntax()))
+                .unwrap_or_default();
+            // PostgreSQL adds a column of a domain with constraints (CHECK
+            // or NOT NULL) by rewriting the table, default or not.
+            if has_token(node, SyntaxKind::CHECK_KW) || has_token(node, SyntaxKind::NOT_KW) {
+                model.checked_domains.insert(name.clone());
+            }
             if has_token(node, SyntaxKind::CHECK_KW) {
-                let name = d
-                    .domain()
-                    .and_then(|n| last_name(n.syntax()))
-                    .unwrap_or_default();
                 f.push("ban-create-domain-with-constraint", at, format!("CREATE DOMAIN {name} with a CHECK: changing that check later has to scan every column of the domain, and it cannot be added NOT VALID; put the CHECK on the table columns instead"));
             }
         }
-        ast::Stmt::AlterDomain(_) => {
+        ast::Stmt::AlterDomain(d) => {
+            if (has_token(node, SyntaxKind::ADD_KW) && has_token(node, SyntaxKind::CONSTRAINT_KW)
+                || has_token(node, SyntaxKind::ADD_KW) && has_token(node, SyntaxKind::CHECK_KW)
+                || has_token(node, SyntaxKind::SET_KW) && has_token(node, SyntaxKind::NOT_KW))
+                && let Some(name) = d.domain_ref().and_then(|n| last_name(n.syntax()))
+            {
+                model.checked_domains.insert(name);
+            }
             if has_token(node, SyntaxKind::ADD_KW) && has_token(node, SyntaxKind::CONSTRAINT_KW)
                 || has_token(node, SyntaxKind::ADD_KW) && has_token(node, SyntaxKind::CHECK_KW)
             {
@@ -499,6 +511,8 @@ struct ColumnDef {
     unique: bool,
     references: bool,
     check_not_null: bool,
+    /// Any CHECK on the column: checked against every existing row.
+    check: bool,
 }
 
 fn column_def(
@@ -524,6 +538,7 @@ fn column_def(
         unique: false,
         references: false,
         check_not_null: false,
+        check: false,
     };
     for con in constraints.descendants().filter_map(ast::Constraint::cast) {
         match con {
@@ -539,6 +554,7 @@ fn column_def(
             ast::Constraint::UniqueConstraint(_) => c.unique = true,
             ast::Constraint::ReferencesConstraint(_) => c.references = true,
             ast::Constraint::CheckConstraint(k) => {
+                c.check = true;
                 if k.expr()
                     .is_some_and(|e| not_null_check(&e).as_deref() == Some(c.name.as_str()))
                 {
@@ -722,10 +738,15 @@ fn alter_action(
                     .default
                     .as_ref()
                     .and_then(|d| volatile_call(d, &model.functions));
+                let domain = base.rsplit('.').next().unwrap_or("").trim_matches('"');
                 let why = if c.generated {
                     Some("a stored generated or identity column fills every row".to_string())
                 } else if serial {
                     Some(format!("{base} fills every row from a sequence"))
+                } else if model.checked_domains.contains(domain) {
+                    Some(format!(
+                        "{domain} is a domain with constraints, which PostgreSQL checks against every row, with a default or without"
+                    ))
                 } else {
                     volatile.map(|v| format!("the default calls {v}, which is volatile, so every row gets its own value"))
                 };
@@ -739,6 +760,9 @@ fn alter_action(
                     f.push("adding-serial-primary-key-field", at, format!("ADD COLUMN {col} PRIMARY KEY builds the key's index under an ACCESS EXCLUSIVE lock on {table}; add the column, CREATE UNIQUE INDEX CONCURRENTLY, then ADD PRIMARY KEY USING INDEX"));
                 } else if c.unique {
                     f.push("disallowed-unique-constraint", at, format!("ADD COLUMN {col} UNIQUE builds its index under an ACCESS EXCLUSIVE lock on {table}; add the column, CREATE UNIQUE INDEX CONCURRENTLY, then ADD CONSTRAINT ... UNIQUE USING INDEX"));
+                }
+                if c.check {
+                    f.push("constraint-missing-not-valid", at, format!("ADD COLUMN {col} with a CHECK reads every row of {table} under an ACCESS EXCLUSIVE lock to check it (with a default or without); add the column, then ADD CONSTRAINT ... CHECK ... NOT VALID and VALIDATE CONSTRAINT in a later migration"));
                 }
                 if c.references {
                     f.push("adding-foreign-key-constraint", at, format!("ADD COLUMN {col} REFERENCES takes SHARE ROW EXCLUSIVE on {table} and the referenced table and checks every row; add the column, then ADD CONSTRAINT ... FOREIGN KEY ... NOT VALID and VALIDATE CONSTRAINT in a later migration"));

@@ -39,6 +39,9 @@ pub(crate) struct Model {
     /// From the catalog: function name -> whether one of that name is
     /// VOLATILE.
     pub functions: BTreeMap<String, bool>,
+    /// Domains with a CHECK or NOT NULL created or altered by the files:
+    /// a column of one is added by a rewrite.
+    pub checked_domains: BTreeSet<String>,
 }
 
 impl Model {

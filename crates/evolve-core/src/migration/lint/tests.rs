@@ -649,3 +649,82 @@ fn an_index_on_a_matview_created_in_the_file_is_no_risk() {
         &[],
     );
 }
+
+/// Found in the pre-release audit (PostgreSQL 15, relfilenode before and
+/// after): a column of a domain with a CHECK or NOT NULL is added by a
+/// rewrite, with or without a (constant) default; txid_current() is STABLE
+/// (`pg_proc.provolatile = 's'`), so its default is stored once, no rewrite.
+#[test]
+fn audit_domain_columns_rewrite_and_txid_current_is_stable() {
+    let rules = ["adding-field-with-default"];
+    let files = [
+        (
+            "V1__t.sql",
+            "CREATE TABLE t (id bigint PRIMARY KEY);\nCREATE DOMAIN pos AS int CHECK (VALUE > 0);\nCREATE DOMAIN plain_int AS int;",
+        ),
+        (
+            "V2__x.sql",
+            "ALTER TABLE t ADD COLUMN x bigint DEFAULT txid_current();\nALTER TABLE t ADD COLUMN d pos DEFAULT 5;\nALTER TABLE t ADD COLUMN e public.pos;\nALTER TABLE t ADD COLUMN f plain_int DEFAULT 1;",
+        ),
+    ];
+    assert_eq!(
+        render(run(&files, &Options::default()), &rules),
+        [
+            "V2__x.sql:2:15 adding-field-with-default",
+            "V2__x.sql:3:15 adding-field-with-default"
+        ]
+    );
+}
+
+/// REINDEX (not CONCURRENTLY) holds ACCESS EXCLUSIVE on the index, which
+/// every query planned on the table needs: reads wait too.
+#[test]
+fn audit_reindex_message_says_reads_wait() {
+    let findings = run(
+        &[("V1__r.sql", "REINDEX INDEX t_pkey;")],
+        &Options::default(),
+    );
+    let f = findings
+        .iter()
+        .find(|f| f.rule == "require-concurrent-reindex")
+        .expect("finding");
+    assert!(f.message.contains("reads"), "{}", f.message);
+}
+
+/// text, varchar and citext convert to each other without a rewrite
+/// (relfilenode unchanged on PostgreSQL 15): no alter-type-rewrite.
+#[test]
+fn audit_citext_text_is_no_rewrite() {
+    check(
+        &[
+            (
+                "V1__t.sql",
+                "CREATE TABLE t (id bigint PRIMARY KEY, a text, b citext, c varchar(10));",
+            ),
+            (
+                "V2__x.sql",
+                "ALTER TABLE t ALTER COLUMN a TYPE citext;\nALTER TABLE t ALTER COLUMN b TYPE text;\nALTER TABLE t ALTER COLUMN c TYPE citext;\nALTER TABLE t ALTER COLUMN a TYPE varchar(5);",
+            ),
+        ],
+        &["V2__x.sql:4:15 alter-type-rewrite"],
+    );
+}
+
+/// ADD COLUMN ... CHECK reads every row (pg_stat_user_tables.seq_scan goes
+/// up by one on PostgreSQL 15, default or not); on a table created in the
+/// same file it is fine.
+#[test]
+fn audit_add_column_with_check_scans() {
+    let rules = ["constraint-missing-not-valid"];
+    let files = [
+        ("V1__t.sql", "CREATE TABLE t (id bigint PRIMARY KEY);"),
+        (
+            "V2__x.sql",
+            "ALTER TABLE t ADD COLUMN x int CHECK (x > 0);\nCREATE TABLE u (id bigint PRIMARY KEY);\nALTER TABLE u ADD COLUMN y int CHECK (y > 0);",
+        ),
+    ];
+    assert_eq!(
+        render(run(&files, &Options::default()), &rules),
+        ["V2__x.sql:1:15 constraint-missing-not-valid"]
+    );
+}

@@ -89,6 +89,9 @@ pub(crate) fn rewrites(old: &str, new: &str, utc: bool) -> bool {
         }
         ("timestamp" | "timestamptz", "timestamp" | "timestamptz") if ob == nb => !widened(),
         ("cidr", "inet") => false,
+        // citext's casts to and from text and varchar are binary-coercible
+        // (CREATE CAST ... WITHOUT FUNCTION): no rewrite on PostgreSQL 15.
+        ("citext", "text" | "varchar") | ("text" | "varchar", "citext") if na.is_empty() => false,
         _ => true,
     }
 }
@@ -175,6 +178,9 @@ pub(crate) const NON_VOLATILE_FUNCTIONS: &[&str] = &[
     "numeric",
     "interval",
     "pg_catalog.now",
+    // STABLE in pg_proc: one value per transaction.
+    "txid_current",
+    "pg_current_xact_id",
 ];
 
 /// Functions known to be VOLATILE, named in the message.
@@ -189,6 +195,5 @@ pub(crate) const VOLATILE_FUNCTIONS: &[&str] = &[
     "clock_timestamp",
     "timeofday",
     "nextval",
-    "txid_current",
     "gen_random_bytes",
 ];
