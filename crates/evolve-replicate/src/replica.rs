@@ -168,6 +168,41 @@ impl Replica {
         Ok(Replica::new(spec))
     }
 
+    /// Makes the publication of a replica created by an earlier release
+    /// publish partitioned tables under their own names
+    /// (`publish_via_partition_root`, as [`Replica::create`] makes it now),
+    /// so that from here on their changes reach the node's table of that
+    /// name rather than halting on partitions it does not have. A failure
+    /// (the role no longer owns the publication) is logged, not fatal: the
+    /// replica runs as before.
+    async fn publish_via_root(spec: &ReplicaSpec, slot: &str) {
+        let upgrade = async {
+            let client = Self::upstream(spec).await?;
+            let via_root: Option<bool> = client
+                .query_opt(
+                    "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
+                    &[&slot],
+                )
+                .await
+                .map_err(|e| ReplicateError::node("read the replica's publication", &e))?
+                .map(|r| r.get(0));
+            if via_root == Some(false) {
+                client
+                    .batch_execute(&format!(
+                        "ALTER PUBLICATION {} SET (publish_via_partition_root = true)",
+                        quote_ident(slot)
+                    ))
+                    .await
+                    .map_err(|e| ReplicateError::node("alter the replica's publication", &e))?;
+                tracing::info!(replica = %spec.name, publication = slot, "the replica's publication now publishes partitioned tables under their own names");
+            }
+            Ok::<(), ReplicateError>(())
+        };
+        if let Err(e) = upgrade.await {
+            tracing::warn!(replica = %spec.name, error = %e, "the replica's publication could not be set to publish partitioned tables under their own names; a partitioned table's changes keep coming under its partitions' names");
+        }
+    }
+
     /// Creates the replica's publication upstream only: a replica with
     /// `COPY DATA = true` makes its slot when its task first starts
     /// ([`Replica::copying`]), with the snapshot its copy reads.
@@ -548,6 +583,7 @@ impl Replica {
             )
             .await?;
         }
+        Self::publish_via_root(spec, &slot).await;
         let source = PostgresSource::new(
             SourceInfo {
                 name: spec.name.clone(),

@@ -519,10 +519,59 @@ async fn a_partitioned_table_streams_under_its_own_name() {
     )
     .await
     .unwrap();
-    run_until_caught_up(Arc::new(replica), &up, &node, "node_part").await;
+    let replica = Arc::new(replica);
+    run_until_caught_up(replica.clone(), &up, &node, "node_part").await;
     let all = "SELECT id::text || region || v::text FROM items ORDER BY id, region";
     let upstream = rows(&up, all).await;
     assert_eq!(upstream.len(), 140);
+    assert_eq!(
+        rows(&node, all).await,
+        upstream,
+        "the node equals the upstream"
+    );
+    assert_eq!(history(&node, "node_part").await, BTreeMap::new());
+
+    // A replica created by an earlier release has a publication without
+    // publish_via_partition_root: its task sets it when it starts, and
+    // the changes made after that arrive under the table's own name.
+    let via_root =
+        "SELECT pubviaroot FROM pg_publication WHERE pubname = 'evolve_replica_node_part'";
+    up.batch_execute(
+        "ALTER PUBLICATION evolve_replica_node_part SET (publish_via_partition_root = false)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows(&up, via_root).await, ["(f)"]);
+    let (stop, task) = start(replica.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while rows(&up, via_root).await != ["(t)"] {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the publication was not set"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    up.batch_execute(
+        "INSERT INTO items SELECT g, CASE WHEN g % 2 = 0 THEN 'eu' ELSE 'us' END, g
+           FROM generate_series(151, 160) g;
+         UPDATE items SET v = v + 1 WHERE id BETWEEN 151 AND 155;",
+    )
+    .await
+    .unwrap();
+    let target = tick(&up).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !caught_up(&node, "node_part", &target).await {
+        assert!(
+            !task.is_finished() && tokio::time::Instant::now() < deadline,
+            "the replica did not catch up: {:?}",
+            replica.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.send(true).unwrap();
+    task.await.unwrap().unwrap();
+    let upstream = rows(&up, all).await;
+    assert_eq!(upstream.len(), 150);
     assert_eq!(
         rows(&node, all).await,
         upstream,
