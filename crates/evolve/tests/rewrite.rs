@@ -9,40 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use backfill_support::{Background, assert_refused, connect, count, events, evolve, text};
+use backfill_support::{
+    Background, assert_no_leftovers, assert_refused, connect, count, events, evolve, text,
+};
 use tokio_postgres::Client;
 
 async fn scalar_text(c: &Client, sql: &str) -> Option<String> {
     c.query_one(sql, &[]).await.expect(sql).get(0)
-}
-
-/// Everything a rewrite creates is gone.
-async fn assert_no_leftovers(c: &Client) {
-    assert_eq!(
-        count(
-            c,
-            "SELECT count(*) FROM pg_class WHERE relname LIKE '\\_evolve\\_rw\\_%'"
-        )
-        .await,
-        0,
-        "no shadow, log or old table, no index named by evolve"
-    );
-    assert_eq!(
-        count(
-            c,
-            "SELECT count(*) FROM pg_proc WHERE proname LIKE '\\_evolve\\_rw\\_%'"
-        )
-        .await,
-        0
-    );
-    assert_eq!(
-        count(
-            c,
-            "SELECT count(*) FROM pg_trigger WHERE tgname LIKE '\\_evolve\\_rw\\_%'"
-        )
-        .await,
-        0
-    );
 }
 
 #[derive(Default, Debug)]

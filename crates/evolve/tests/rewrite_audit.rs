@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use backfill_support::{Background, connect, count, evolve, text};
+use backfill_support::{Background, assert_no_leftovers, connect, count, evolve, text};
 use tokio_postgres::Client;
 
 async fn scalar_text(c: &Client, sql: &str) -> Option<String> {
@@ -571,14 +571,7 @@ async fn a_table_with_a_stored_generated_column_is_rewritten_under_a_writer() {
     assert_eq!(count(&c, "SELECT 'gen'::regclass::oid::int8").await, oid0);
     check(&c, "integer").await;
     assert_eq!(checksum(&c, "gen").await, expected, "every row back");
-    assert_eq!(
-        count(
-            &c,
-            "SELECT count(*) FROM pg_class WHERE relname LIKE '\\_evolve\\_rw\\_%'"
-        )
-        .await,
-        0
-    );
+    assert_no_leftovers(&c).await;
 }
 
 /// PostgreSQL refuses to change the type of a column that a generated
@@ -613,14 +606,7 @@ async fn retyping_a_column_a_generated_column_reads_is_refused_naming_both() {
         "{}",
         text(&out.stderr)
     );
-    assert_eq!(
-        count(
-            &c,
-            "SELECT count(*) FROM pg_class WHERE relname LIKE '\\_evolve\\_rw\\_%'"
-        )
-        .await,
-        0
-    );
+    assert_no_leftovers(&c).await;
     let mut a = args("gen", "ALTER COLUMN a TYPE bigint");
     a.extend([
         "--alter",
@@ -722,15 +708,7 @@ async fn a_foreign_key_from_a_partitioned_table_is_carried_over_or_refused_up_fr
                 "drop that foreign key first",
             ],
         );
-        assert_eq!(
-            count(
-                &c,
-                "SELECT count(*) FROM pg_class WHERE relname LIKE '\\_evolve\\_rw\\_%'"
-            )
-            .await,
-            0,
-            "nothing left behind"
-        );
+        assert_no_leftovers(&c).await;
     }
     assert_eq!(checksum(&c, "parent").await, expected);
     assert_eq!(
@@ -814,14 +792,7 @@ async fn a_self_reference_added_by_the_alter_references_the_new_table() {
             .is_err(),
         "the foreign key holds"
     );
-    assert_eq!(
-        count(
-            &c,
-            "SELECT count(*) FROM pg_class WHERE relname LIKE '\\_evolve\\_rw\\_%'"
-        )
-        .await,
-        0
-    );
+    assert_no_leftovers(&c).await;
 }
 
 /// A rewrite set up by an earlier evolve (capture function `SECURITY

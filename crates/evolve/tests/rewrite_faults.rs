@@ -8,30 +8,13 @@
 
 mod backfill_support;
 
-use backfill_support::{Background, assert_refused, connect, count, events, evolve, text};
+use backfill_support::{
+    Background, assert_no_leftovers, assert_refused, connect, count, events, evolve, text,
+};
 use tokio_postgres::Client;
 
 async fn scalar_text(c: &Client, sql: &str) -> Option<String> {
     c.query_one(sql, &[]).await.expect(sql).get(0)
-}
-
-/// Everything a rewrite creates is gone.
-async fn assert_no_leftovers(c: &Client) {
-    for (catalog, column) in [
-        ("pg_class", "relname"),
-        ("pg_proc", "proname"),
-        ("pg_trigger", "tgname"),
-    ] {
-        assert_eq!(
-            count(
-                c,
-                &format!("SELECT count(*) FROM {catalog} WHERE {column} LIKE '\\_evolve\\_rw\\_%'")
-            )
-            .await,
-            0,
-            "nothing of evolve's left in {catalog}"
-        );
-    }
 }
 
 /// md5 of `table`'s rows as text, in key order `key`.

@@ -171,3 +171,23 @@ pub async fn connect(url: &str) -> Client {
 pub async fn count(client: &Client, sql: &str) -> i64 {
     client.query_one(sql, &[]).await.expect(sql).get(0)
 }
+
+/// Everything a rewrite creates is gone: no shadow, log or old table, no
+/// index, function or trigger named by evolve.
+pub async fn assert_no_leftovers(c: &Client) {
+    for (catalog, column) in [
+        ("pg_class", "relname"),
+        ("pg_proc", "proname"),
+        ("pg_trigger", "tgname"),
+    ] {
+        assert_eq!(
+            count(
+                c,
+                &format!("SELECT count(*) FROM {catalog} WHERE {column} LIKE '\\_evolve\\_rw\\_%'")
+            )
+            .await,
+            0,
+            "nothing of evolve's left in {catalog}"
+        );
+    }
+}
