@@ -571,18 +571,28 @@ impl Applier {
         self.catalog_changed
             .store(false, std::sync::atomic::Ordering::Relaxed);
         match self.apply_once(client, txn, true).await {
-            Err(_)
-                if self
-                    .catalog_changed
-                    .swap(false, std::sync::atomic::Ordering::Relaxed) =>
-            {
-                tracing::info!(replica = %self.replica, lsn = %txn.end, "the node's schema changed while applying: reading its catalog again");
-                self.refresh_matches();
-                self.statements.clear();
+            Err(_) if self.reread_changed_catalog(&txn.end) => {
                 self.apply_once(client, txn, false).await
             }
             other => other,
         }
+    }
+
+    /// After a failed attempt at the transaction at `at`: whether one of
+    /// its statements met a node table other than the one its match read,
+    /// and if so the node's catalog is read again (matches and prepared
+    /// statements dropped), for the caller to try once more.
+    fn reread_changed_catalog(&mut self, at: &Position) -> bool {
+        if !self
+            .catalog_changed
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            return false;
+        }
+        tracing::info!(replica = %self.replica, lsn = %at, "the node's schema changed while applying: reading its catalog again");
+        self.refresh_matches();
+        self.statements.clear();
+        true
     }
 
     /// [`Applier::apply`], once; `retry`: a halt the node's changed schema
@@ -843,16 +853,7 @@ impl Applier {
         self.catalog_changed
             .store(false, std::sync::atomic::Ordering::Relaxed);
         match self.part_once(tx, s, &txn).await {
-            Err(_)
-                if self
-                    .catalog_changed
-                    .swap(false, std::sync::atomic::Ordering::Relaxed) =>
-            {
-                tracing::info!(replica = %self.replica, commit = %s.commit, "the node's schema changed while applying: reading its catalog again");
-                self.refresh_matches();
-                self.statements.clear();
-                self.part_once(tx, s, &txn).await
-            }
+            Err(_) if self.reread_changed_catalog(&s.commit) => self.part_once(tx, s, &txn).await,
             other => other,
         }
     }
