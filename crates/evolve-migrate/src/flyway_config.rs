@@ -590,10 +590,15 @@ const ENVIRONMENT_OTHER: &str = "environment:other.";
 /// `name` (after `flyway.`) is a setting Flyway 13.12.1 accepts in a
 /// flyway.conf.
 fn is_flyway_key(name: &str) -> bool {
-    FLYWAY_KEYS.contains(&name)
-        || FLYWAY_KEY_FAMILIES
-            .iter()
-            .any(|f| name.strip_prefix(f).is_some_and(|rest| !rest.is_empty()))
+    FLYWAY_KEYS.contains(&name) || in_key_family(name)
+}
+
+/// `name` is a key of one of [`FLYWAY_KEY_FAMILIES`] (something after the
+/// prefix).
+fn in_key_family(name: &str) -> bool {
+    FLYWAY_KEY_FAMILIES
+        .iter()
+        .any(|f| name.strip_prefix(f).is_some_and(|rest| !rest.is_empty()))
 }
 
 /// `name` (after `flyway.`, a nested table's keys joined with `.`) is a
@@ -603,10 +608,7 @@ fn is_toml_flyway_key(name: &str, environment: bool) -> bool {
     let top = name.split('.').next().unwrap_or(name);
     ENVIRONMENT_FLYWAY_KEYS.contains(&top)
         || (!environment && TOML_FLYWAY_ONLY_KEYS.contains(&top))
-        || (top != "jdbcProperties"
-            && FLYWAY_KEY_FAMILIES
-                .iter()
-                .any(|f| name.strip_prefix(f).is_some_and(|rest| !rest.is_empty())))
+        || (top != "jdbcProperties" && in_key_family(name))
 }
 
 /// The known setting `name` is most likely a misspelling of: the one
