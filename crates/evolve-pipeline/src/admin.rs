@@ -96,8 +96,11 @@
 //! the last 10 s, else 0). Connections appear by their name in `evolve.toml`, never as
 //! URLs. A [`StatementHandler`]'s objects follow ([`StatementHandler::status`]):
 //! replicas with `source`, `connection` (the node's), `applied_lsn` (the
-//! last transaction applied to the node) and `conflicts` (since the
-//! pipeline started, by conflict type, then resolution).
+//! last transaction applied to the node), `conflicts` (since the
+//! pipeline started, by conflict type, then resolution) and
+//! `large_transaction_parts` (parts of large upstream transactions
+//! applied to the node, each a savepoint of the transaction's one node
+//! transaction, since the pipeline started).
 //!
 //! # `GET /drift`
 //!
@@ -121,7 +124,8 @@
 //! `evolve_pipeline_lag_seconds`, `evolve_pipeline_rows_per_second`,
 //! `evolve_pipeline_retained_wal_bytes`, and
 //! `evolve_pipeline_statements_total` by result, and for replicas
-//! `evolve_pipeline_conflicts_total` by conflict type and resolution.
+//! `evolve_pipeline_conflicts_total` by conflict type and resolution and
+//! `evolve_pipeline_large_transaction_parts_total`.
 //!
 //! # `GET /subscribe/{name}`
 //!
@@ -894,6 +898,11 @@ pub struct ObjectReport {
     /// type and then resolution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflicts: Option<BTreeMap<String, BTreeMap<String, u64>>>,
+    /// Replicas: parts of large upstream transactions applied to the node
+    /// (each part a savepoint in the transaction's one node transaction),
+    /// counted when that commits, since the pipeline started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub large_transaction_parts: Option<u64>,
 }
 
 /// Every object with its state, from the catalog and the running tasks.
@@ -1203,6 +1212,16 @@ pub fn metrics_text(report: &StatusReport, statements_ok: u64, statements_failed
                         })
                     })
             })
+            .collect(),
+    );
+    family(
+        "evolve_pipeline_large_transaction_parts_total",
+        "Parts of large upstream transactions a replica applied to its node (savepoints of one node transaction each), since the pipeline started.",
+        "counter",
+        report
+            .objects
+            .iter()
+            .filter_map(|o| Some((object(o), o.large_transaction_parts?.to_string())))
             .collect(),
     );
     family(

@@ -82,8 +82,8 @@ struct Tasks {
     held: HashSet<String>,
     /// Why a replica has no task (a connection missing from the config).
     problems: HashMap<String, String>,
-    /// Conflicts counted by the replica's earlier tasks in this process.
-    carried: HashMap<String, Conflicts>,
+    /// What the replica's earlier tasks in this process counted.
+    carried: HashMap<String, Counted>,
     /// The skip a halted replica was last restarted for, so that a skip
     /// that does not get it past its halt restarts it once, not forever.
     skips_tried: HashMap<String, String>,
@@ -101,12 +101,29 @@ struct Running {
 /// Conflicts by type and resolution.
 type Conflicts = BTreeMap<(ConflictType, Resolver), u64>;
 
+/// What a replica's tasks counted since the pipeline started: conflicts,
+/// and parts of large upstream transactions applied to the node.
+#[derive(Clone, Debug, Default)]
+struct Counted {
+    conflicts: Conflicts,
+    parts: u64,
+}
+
+impl Counted {
+    fn add(&mut self, status: &crate::replica::ReplicaStatus) {
+        for (k, n) in &status.conflicts {
+            *self.conflicts.entry(*k).or_default() += n;
+        }
+        self.parts += status.parts;
+    }
+}
+
 /// A replica as `SHOW REPLICAS` and `/status` show it.
 struct Shown {
     info: ReplicaInfo,
     state: String,
     position: Option<String>,
-    conflicts: Conflicts,
+    counted: Counted,
     error: Option<String>,
 }
 
@@ -848,13 +865,11 @@ impl ReplicaService {
         Ok(replicas
             .into_iter()
             .map(|info| {
-                let mut conflicts = tasks.carried.get(&info.name).cloned().unwrap_or_default();
+                let mut counted = tasks.carried.get(&info.name).cloned().unwrap_or_default();
                 let (state, position, error) = match tasks.running.get(&info.name) {
                     Some(running) => {
                         let status = running.replica.status();
-                        for (k, n) in &status.conflicts {
-                            *conflicts.entry(*k).or_default() += n;
-                        }
+                        counted.add(&status);
                         (
                             status.state.clone(),
                             Some(status.position.to_string()),
@@ -875,7 +890,7 @@ impl ReplicaService {
                     info,
                     state,
                     position,
-                    conflicts,
+                    counted,
                     error,
                 }
             })
@@ -895,7 +910,7 @@ impl ReplicaService {
                     r.info.table_list().into(),
                     r.state.into(),
                     r.position.map(Value::from).unwrap_or(Value::Null),
-                    r.conflicts.values().sum::<u64>().into(),
+                    r.counted.conflicts.values().sum::<u64>().into(),
                     r.error.map(Value::from).unwrap_or(Value::Null),
                 ]
             })
@@ -929,7 +944,7 @@ impl ReplicaService {
             .into_iter()
             .map(|r| {
                 let mut by_type: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-                for ((c, res), n) in &r.conflicts {
+                for ((c, res), n) in &r.counted.conflicts {
                     *by_type
                         .entry(c.name().to_string())
                         .or_default()
@@ -945,6 +960,7 @@ impl ReplicaService {
                     source: Some(r.info.source.clone()),
                     applied_lsn: r.position,
                     conflicts: Some(by_type),
+                    large_transaction_parts: Some(r.counted.parts),
                     ..ObjectReport::default()
                 }
             })
@@ -1103,10 +1119,10 @@ impl Tasks {
             task.abort();
             let _ = task.await;
         }
-        let carried = self.carried.entry(name.to_string()).or_default();
-        for (k, n) in running.replica.status().conflicts {
-            *carried.entry(k).or_default() += n;
-        }
+        self.carried
+            .entry(name.to_string())
+            .or_default()
+            .add(&running.replica.status());
     }
 }
 

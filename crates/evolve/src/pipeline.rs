@@ -1039,6 +1039,9 @@ fn note(o: &ObjectReport) -> String {
             } else {
                 format!("conflicts: {}", conflicts.join(", "))
             });
+            if let Some(n) = o.large_transaction_parts.filter(|n| *n > 0) {
+                parts.push(format!("{n} parts of large transactions"));
+            }
         }
         _ => {}
     }

@@ -566,6 +566,47 @@ async fn replicas_and_transforms_through_evolve_sql() {
         "{metrics}"
     );
 
+    // ------------------------------- a large transaction goes in parts
+    // Over 20,000 rows (`PART_ROWS`) in one upstream transaction reach the
+    // node in parts (savepoints of one node transaction), and `/status`,
+    // `/metrics` and `evolve status` count them. The rows are taken away again by a
+    // second large transaction.
+    up.batch_execute(
+        "INSERT INTO orders SELECT g, 'bulk', NULL FROM generate_series(1000, 21000) g",
+    )
+    .await
+    .unwrap();
+    wait_rows(&node, "SELECT count(*) FROM orders", &["(20003)"]).await;
+    up.batch_execute("DELETE FROM orders WHERE id >= 1000")
+        .await
+        .unwrap();
+    wait_rows(&node, "SELECT count(*) FROM orders", &["(2)"]).await;
+    let replica = support::object(&admin, "replica", "node_b")
+        .await
+        .expect("replica node_b in /status");
+    let parts = replica["large_transaction_parts"].as_u64().unwrap_or(0);
+    assert!(
+        parts >= 2,
+        "both large transactions went in parts: {replica}"
+    );
+    let out = std::process::Command::new("curl")
+        .args(["-sS", &format!("{admin}/metrics")])
+        .output()
+        .expect("run curl (installed by cargo xtask test)");
+    let metrics = text(&out.stdout);
+    assert!(
+        metrics.contains(&format!(
+            "evolve_pipeline_large_transaction_parts_total{{kind=\"replica\",name=\"node_b\"}} {parts}"
+        )),
+        "{metrics}"
+    );
+    let out = evolve(&["status", "--admin", &admin]).await;
+    assert!(
+        text(&out.stdout).contains(&format!("{parts} parts of large transactions")),
+        "{}",
+        text(&out.stdout)
+    );
+
     // ------------------------------------- a restart keeps the catalog
     assert!(
         pipeline.terminate().success(),
