@@ -11,10 +11,20 @@ use tokio_postgres::Client;
 use crate::MigrateError;
 
 /// Relations (tables, partitioned tables, materialized views) named in
-/// `$1`, the first on the search path for each name.
+/// `$1`, the first on the search path for each name. A partitioned table
+/// has no storage of its own: its size and rows are its partitions'
+/// (leaves at any depth; rows -1 when none was ever analyzed).
 const RELATIONS: &str = "
 SELECT DISTINCT ON (c.relname) c.oid, c.relname, c.relkind = 'm',
-       c.reltuples::float8, pg_relation_size(c.oid)::int8
+       CASE WHEN c.relkind <> 'p' THEN c.reltuples::float8 ELSE
+         (SELECT coalesce(CASE WHEN bool_and(l.reltuples < 0) THEN -1
+                               ELSE sum(greatest(l.reltuples, 0)) END, 0)::float8
+          FROM pg_partition_tree(c.oid) t JOIN pg_class l ON l.oid = t.relid
+          WHERE t.isleaf) END,
+       CASE WHEN c.relkind <> 'p' THEN pg_relation_size(c.oid)::int8 ELSE
+         (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)::int8
+          FROM pg_partition_tree(c.oid) t WHERE t.isleaf) END,
+       c.relkind = 'p'
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = ANY($1) AND c.relkind IN ('r', 'p', 'm')
@@ -92,6 +102,7 @@ pub async fn catalog_facts(
             name.clone(),
             TableFacts {
                 matview: r.try_get(2)?,
+                partitioned: r.try_get(5)?,
                 // -1 means never vacuumed or analyzed.
                 rows: (rows >= 0.0).then_some(rows as u64),
                 bytes: u64::try_from(bytes).unwrap_or(0),

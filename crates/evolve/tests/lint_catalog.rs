@@ -123,3 +123,57 @@ ALTER TABLE orders ADD COLUMN r float8 DEFAULT random();
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A partitioned table has no storage of its own (`pg_relation_size` of
+/// the parent is 0): its size is its partitions', so an index build on it
+/// is not taken for one on an empty table; and CREATE INDEX CONCURRENTLY
+/// on it is refused by PostgreSQL, which the lint says before the
+/// migration runs. An empty partitioned table still needs no finding.
+#[tokio::test]
+async fn a_partitioned_table_is_as_large_as_its_partitions() {
+    let db = evolve_test::fresh_db("lint_partitioned").await;
+    let client = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
+    client
+        .batch_execute(
+            "CREATE TABLE events (id bigint, x bigint) PARTITION BY RANGE (id);
+             CREATE TABLE events_low PARTITION OF events FOR VALUES FROM (0) TO (100)
+               PARTITION BY RANGE (id);
+             CREATE TABLE events_low_a PARTITION OF events_low FOR VALUES FROM (0) TO (50);
+             INSERT INTO events SELECT g, g FROM generate_series(0, 49) g;
+             CREATE TABLE quiet (id bigint, x bigint) PARTITION BY RANGE (id);
+             CREATE TABLE quiet_a PARTITION OF quiet FOR VALUES FROM (0) TO (100);",
+        )
+        .await
+        .expect("schema");
+    let dir = std::env::temp_dir().join(format!("evolve-lint-partitioned-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("V9__change.sql"),
+        "-- evolve:no-transaction
+CREATE INDEX IF NOT EXISTS events_x ON events (x);
+CREATE INDEX IF NOT EXISTS quiet_x ON quiet (x);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS events_y ON events (x);
+",
+    )
+    .unwrap();
+    let found = lint(&dir, Some(&db.url));
+    assert_eq!(
+        found,
+        [
+            "2:require-concurrent-index-creation",
+            "4:concurrent-index-on-partitioned-table",
+        ]
+    );
+    // What the lint says of line 4 is what PostgreSQL does.
+    let refused = client
+        .batch_execute("CREATE INDEX CONCURRENTLY events_y ON events (x)")
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{refused:?}").contains("cannot create index on partitioned table"),
+        "{refused:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -624,7 +624,10 @@ fn create_table(model: &mut Model, f: &mut File<'_>, t: &ast::CreateTable) {
     if !f.in_tx && t.if_not_exists().is_none() {
         f.push("prefer-robust-stmts", at, format!("CREATE TABLE {name} in a no-transaction file fails when the file is rerun after a later statement failed; write CREATE TABLE IF NOT EXISTS {name}"));
     }
-    let mut table = Table::default();
+    let mut table = Table {
+        partitioned: t.partition_by().is_some(),
+        ..Table::default()
+    };
     let mut seen: Vec<(String, usize)> = Vec::new();
     if let Some(args) = t.table_arg_list() {
         for arg in args.args() {
@@ -669,6 +672,17 @@ fn create_index(model: &mut Model, f: &mut File<'_>, i: &ast::CreateIndex) {
         .and_then(|r| last_name(r.syntax()))
         .unwrap_or_default();
     let empty = is_new(model, f, &table);
+    let relation = i.table_relation_name();
+    let only = relation.as_ref().and_then(|r| r.only_token()).is_some();
+    if model.tables.get(&table).is_some_and(|t| t.partitioned) {
+        if i.concurrently_token().is_some() {
+            f.push("concurrent-index-on-partitioned-table", at, format!("CREATE INDEX CONCURRENTLY on {table} fails: PostgreSQL cannot build an index on a partitioned table concurrently; {PARTITIONED_INDEX}"));
+        } else if !only && !empty {
+            f.push("require-concurrent-index-creation", at, format!("CREATE INDEX on partitioned table {table} holds a SHARE lock on it and on every partition, blocking writes to all of them while each partition's index builds, and CONCURRENTLY is refused on a partitioned table; {PARTITIONED_INDEX}"));
+            f.strong_lock(at, &format!("CREATE INDEX on {table}"));
+        }
+        return;
+    }
     if i.concurrently_token().is_some() {
         if f.in_tx {
             f.push("ban-concurrent-index-creation-in-transaction", at, format!("CREATE INDEX CONCURRENTLY on {table} cannot run inside a transaction and this file runs in one; start the file with '-- evolve:no-transaction' (evolve migrate then drops an INVALID index a failed build left before building it again)"));
@@ -678,6 +692,9 @@ fn create_index(model: &mut Model, f: &mut File<'_>, i: &ast::CreateIndex) {
         f.strong_lock(at, &format!("CREATE INDEX on {table}"));
     }
 }
+
+/// How an index reaches a partitioned table without blocking writes.
+const PARTITIONED_INDEX: &str = "create it with CREATE INDEX ... ON ONLY (an invalid index, nothing built), build each partition's index with CREATE INDEX CONCURRENTLY in a file that starts with '-- evolve:no-transaction', then ALTER INDEX ... ATTACH PARTITION each of them (the parent's index becomes valid once every partition has one attached)";
 
 /// Whether `table` is known to be empty: created in this file, or empty in
 /// the catalog.

@@ -182,6 +182,12 @@ pub const RULES: &[Rule] = &[
         "CREATE INDEX without CONCURRENTLY blocks writes to an existing table while it builds",
     ),
     rule(
+        "concurrent-index-on-partitioned-table",
+        E,
+        true,
+        "CREATE INDEX CONCURRENTLY on a partitioned table fails",
+    ),
+    rule(
         "require-concurrent-index-deletion",
         W,
         true,
@@ -500,6 +506,9 @@ pub struct TableFacts {
     pub readers: BTreeMap<String, BTreeSet<String>>,
     /// Whether it is a materialized view.
     pub matview: bool,
+    /// Whether it is a partitioned table; `rows` and `bytes` are then its
+    /// partitions'.
+    pub partitioned: bool,
 }
 
 /// What to lint with.

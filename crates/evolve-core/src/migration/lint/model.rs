@@ -17,6 +17,8 @@ pub(crate) struct Table {
     pub pending_checks: BTreeMap<String, String>,
     /// From the catalog: the table is empty.
     pub empty: bool,
+    /// A partitioned table (from the catalog, or `PARTITION BY`).
+    pub partitioned: bool,
     /// From the catalog: column -> views that read it.
     pub readers: BTreeMap<String, BTreeSet<String>>,
 }
@@ -72,6 +74,7 @@ impl Model {
                     .collect(),
                 not_null_ok: t.not_null.clone(),
                 empty: t.bytes == 0,
+                partitioned: t.partitioned,
                 readers: t.readers.clone(),
                 ..Table::default()
             };

@@ -568,6 +568,68 @@ fn the_catalog_gives_types_checks_sizes_and_readers() {
     );
 }
 
+/// A partitioned table has no storage of its own, so its size is its
+/// partitions'; an index on it cannot be built CONCURRENTLY (PostgreSQL
+/// refuses), and the way without a write lock is ON ONLY, each partition
+/// concurrently, then ATTACH.
+#[test]
+fn an_index_on_a_partitioned_table() {
+    let mut catalog = CatalogFacts::default();
+    catalog.tables.insert(
+        "events".into(),
+        TableFacts {
+            partitioned: true,
+            bytes: 1 << 30,
+            rows: Some(10_000_000),
+            ..TableFacts::default()
+        },
+    );
+    catalog.tables.insert(
+        "events_2026".into(),
+        TableFacts {
+            bytes: 1 << 30,
+            rows: Some(10_000_000),
+            ..TableFacts::default()
+        },
+    );
+    let found = run(
+        &[(
+            "V9",
+            "-- evolve:no-transaction\nCREATE INDEX i ON public.events (a);\nCREATE INDEX CONCURRENTLY j ON public.events (a);\nCREATE INDEX k ON ONLY public.events (a);\nCREATE INDEX CONCURRENTLY IF NOT EXISTS k_2026 ON public.events_2026 (a);\nALTER INDEX public.k ATTACH PARTITION public.k_2026;",
+        )],
+        &Options {
+            config: None,
+            catalog: Some(&catalog),
+        },
+    );
+    let got: Vec<(u32, &str)> = found
+        .iter()
+        .filter(|f| {
+            !f.rule.starts_with("require-") || f.rule == "require-concurrent-index-creation"
+        })
+        .map(|f| (f.line, f.rule))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (2, "require-concurrent-index-creation"),
+            (3, "concurrent-index-on-partitioned-table"),
+        ]
+    );
+    assert!(found[0].message.contains("ON ONLY"), "{}", found[0].message);
+    assert!(!found[0].message.contains("use CREATE INDEX CONCURRENTLY"));
+    // A partitioned table made by the files is known as one without the
+    // catalog: its concurrent build fails as well; an empty one needs no
+    // finding for a plain build.
+    check_all(
+        &[(
+            "V1",
+            "CREATE TABLE public.p (id bigint, a bigint) PARTITION BY RANGE (id);\nCREATE INDEX i ON public.p (a);\nCREATE INDEX CONCURRENTLY j ON public.p (a);",
+        )],
+        &["V1:3:1 concurrent-index-on-partitioned-table"],
+    );
+}
+
 #[test]
 fn ignore_comments_and_levels() {
     check_all(
