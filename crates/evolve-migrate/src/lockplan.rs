@@ -55,6 +55,27 @@ pub struct PlannedLock {
     pub relation: String,
     pub mode: LockMode,
     pub held: Held,
+    /// `relation` is a partition (at any level) of this partitioned table,
+    /// which the statement names and reaches through.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition_of: Option<String>,
+    /// The partition is locked only if the statement's rows reach it (an
+    /// `INSERT` routes rows to it, an `UPDATE` or `DELETE` does not prune
+    /// it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub if_reached: bool,
+}
+
+impl PlannedLock {
+    fn new(relation: String, mode: LockMode, held: Held) -> PlannedLock {
+        PlannedLock {
+            relation,
+            mode,
+            held,
+            partition_of: None,
+            if_reached: false,
+        }
+    }
 }
 
 /// A dependent `apply` drops and recreates around the statement.
@@ -529,6 +550,9 @@ struct Catalog {
     index_columns: HashMap<RelName, Vec<String>>,
     /// Partitioned table as written -> its default partition.
     default_partitions: HashMap<RelName, RelName>,
+    /// Partitioned table's oid -> its partitions at every level, as
+    /// (schema, name), parents before their partitions.
+    partitions: HashMap<u32, Vec<Key>>,
     volatility: HashMap<String, char>,
 }
 
@@ -619,8 +643,12 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
         )
         .await?;
     let mut rels = HashMap::new();
+    let mut partitioned: Vec<u32> = Vec::new();
     for r in rows {
         let i: i64 = r.try_get(0)?;
+        if r.try_get::<_, String>(4)? == "p" {
+            partitioned.push(r.try_get(1)?);
+        }
         let Some(name) = usize::try_from(i - 1).ok().and_then(|i| names.get(i)) else {
             continue;
         };
@@ -657,6 +685,34 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
                 index_table,
             },
         );
+    }
+
+    // The partitions of the partitioned tables named, at every level: a
+    // statement that reaches them locks them too.
+    let mut partitions: HashMap<u32, Vec<Key>> = HashMap::new();
+    if !partitioned.is_empty() {
+        let rows = client
+            .query(
+                "SELECT p.oid, n.nspname::text, c.relname::text
+                 FROM unnest($1::oid[]) AS p(oid)
+                 CROSS JOIN LATERAL pg_partition_tree(p.oid) t
+                 JOIN pg_class c ON c.oid = t.relid
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE t.level > 0
+                 ORDER BY p.oid, t.level, n.nspname, c.relname",
+                &[&partitioned],
+            )
+            .await?;
+        for r in rows {
+            partitions
+                .entry(r.try_get(0)?)
+                .or_default()
+                .push((r.try_get(1)?, r.try_get(2)?));
+        }
+        // A partitioned table without partitions is still one.
+        for oid in partitioned {
+            partitions.entry(oid).or_default();
+        }
     }
 
     // 2. Columns and constraints of the tables whose columns are touched.
@@ -1017,6 +1073,7 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
         default_opclass,
         index_columns,
         default_partitions,
+        partitions,
         volatility,
     })
 }
@@ -1147,6 +1204,8 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
     let mut last_file = usize::MAX;
     // Columns whose dependents the rebuild machinery must look at.
     let mut rebuild_targets: Vec<(usize, u32, String, String)> = Vec::new();
+    // Partitions created by earlier statements of the plan, by parent.
+    let mut new_partitions: HashMap<Key, Vec<Key>> = HashMap::new();
     for (idx, item) in items.iter().enumerate() {
         if item.file_index != last_file {
             // apply ends every file with RESET ALL.
@@ -1244,11 +1303,27 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                 continue;
             }
             let created_in = sim.tables.get(&key).and_then(|t| t.created_in.clone());
-            st.locks.push(PlannedLock {
-                relation: plain(&key),
-                mode: lock.mode,
-                held,
-            });
+            st.locks
+                .push(PlannedLock::new(plain(&key), lock.mode, held));
+            if let Some(partition) = lock.partitions {
+                let parent = plain(&key);
+                let mut partitions: Vec<Key> = match (&created_in, &rel) {
+                    (None, Some(r)) => cat.partitions.get(&r.oid).cloned().unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                partitions.extend(new_partitions.get(&key).into_iter().flatten().cloned());
+                for p in partitions {
+                    // Dropped by an earlier statement of the plan.
+                    if sim.tables.get(&p).is_some_and(|t| t.dropped) {
+                        continue;
+                    }
+                    st.locks.push(PlannedLock {
+                        partition_of: Some(parent.clone()),
+                        if_reached: partition.reached_only,
+                        ..PlannedLock::new(plain(&p), partition.mode, held)
+                    });
+                }
+            }
             if main.is_none() {
                 main = Some((
                     key,
@@ -1282,6 +1357,18 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                     if exists && *if_not_exists {
                         continue;
                     }
+                    // CREATE TABLE ... PARTITION OF: later statements on
+                    // the parent reach it.
+                    if *kind == RelKind::Table {
+                        for a in &item.fx.actions {
+                            if let Action::DefaultPartition { parent, .. } = a {
+                                new_partitions
+                                    .entry(sim.key(parent))
+                                    .or_default()
+                                    .push(key.clone());
+                            }
+                        }
+                    }
                     sim.tables.insert(
                         key,
                         TableState {
@@ -1289,7 +1376,31 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                             ..TableState::default()
                         },
                     );
+                    let partitioned = main
+                        .as_ref()
+                        .and_then(|m| m.1.as_ref())
+                        .is_some_and(|r| cat.partitions.contains_key(&r.oid));
                     if *kind == RelKind::Index
+                        && partitioned
+                        && let Some((key, _, None)) = &main
+                        && (item.fx.concurrently || !empty)
+                        && item
+                            .fx
+                            .locks
+                            .first()
+                            .is_some_and(|l| l.partitions.is_some())
+                    {
+                        st.advice.push(format!(
+                            "{refused}{table} is partitioned: create the index with CREATE INDEX ... ON ONLY {table} (an invalid index, nothing built), build each partition's with CREATE INDEX CONCURRENTLY in a file marked -- evolve:no-transaction, then ALTER INDEX ... ATTACH PARTITION each of them (the parent's index becomes valid once every partition has one)",
+                            refused = if item.fx.concurrently {
+                                "PostgreSQL refuses CREATE INDEX CONCURRENTLY on a partitioned table; "
+                            } else {
+                                ""
+                            },
+                            table = plain(key)
+                        ));
+                    } else if *kind == RelKind::Index
+                        && !partitioned
                         && let Some((key, _, created)) = &main
                         && created.is_none()
                         && !item.fx.concurrently
@@ -1501,11 +1612,11 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                             if let Some(l) = st.locks.iter_mut().find(|l| l.relation == relation) {
                                 l.mode = l.mode.max(LockMode::AccessExclusive);
                             } else {
-                                st.locks.push(PlannedLock {
-                                    relation: relation.clone(),
-                                    mode: LockMode::AccessExclusive,
+                                st.locks.push(PlannedLock::new(
+                                    relation.clone(),
+                                    LockMode::AccessExclusive,
                                     held,
-                                });
+                                ));
                             }
                             if decision.is_err() {
                                 scan_reasons.push(format!(
@@ -1675,11 +1786,11 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                         && let Some(oid) = catalog_oid(&mut sim, table)
                         && let Some(referenced) = cat.fk_refs.get(&(oid, name.clone()))
                     {
-                        st.locks.push(PlannedLock {
-                            relation: referenced.clone(),
-                            mode: LockMode::RowShare,
+                        st.locks.push(PlannedLock::new(
+                            referenced.clone(),
+                            LockMode::RowShare,
                             held,
-                        });
+                        ));
                     }
                 }
                 Action::Rewrite { reason, .. } => {
@@ -1696,11 +1807,11 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                         let key = sim.key(default);
                         let relation = plain(&key);
                         if !st.locks.iter().any(|l| l.relation == relation) {
-                            st.locks.push(PlannedLock {
+                            st.locks.push(PlannedLock::new(
                                 relation,
-                                mode: LockMode::AccessExclusive,
+                                LockMode::AccessExclusive,
                                 held,
-                            });
+                            ));
                         }
                         if *scanned {
                             scan_reasons.push(format!(
@@ -2046,11 +2157,7 @@ async fn rebuilds(
                 Ok(plan) => {
                     for (c, _) in plan.drops() {
                         if c.materialized || matches!(c.kind, crate::DependentKind::View) {
-                            st.locks.push(PlannedLock {
-                                relation: c.name.clone(),
-                                mode: LockMode::AccessExclusive,
-                                held,
-                            });
+                            st.locks.push(PlannedLock::new(c.name.clone(), LockMode::AccessExclusive, held));
                         }
                     }
                     st.rebuild_sql = (

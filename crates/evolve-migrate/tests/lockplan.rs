@@ -974,3 +974,175 @@ async fn audit_partitioned_table_size_counts_its_partitions() {
     assert_eq!(st.table_rows, Some(500), "{st:?}");
     assert_ne!(st.locked_time, "instant", "{st:?}");
 }
+
+/// A statement on a partitioned table that reaches its partitions locks
+/// each of them, at every level, as PostgreSQL 15 does (observed in
+/// `pg_locks` by the probe, which must agree): the changes of columns and
+/// constraints, DROP, TRUNCATE, LOCK, row triggers and index builds do;
+/// `ONLY` and changes of the parent alone (its name, owner, replica
+/// identity) do not; DML locks the partitions its rows reach. Before,
+/// every such plan listed the parent alone and its probe disagreed.
+#[tokio::test]
+async fn audit_partitioned_statements_lock_their_partitions() {
+    use LockMode::RowExclusive;
+    let setup = format!(
+        "{SETUP}{AUDIT_SETUP}
+         CREATE TABLE ptsub PARTITION OF pt FOR VALUES FROM (20) TO (40) PARTITION BY RANGE (k);
+         CREATE TABLE ptsub_a PARTITION OF ptsub FOR VALUES FROM (20) TO (30);
+         ALTER TABLE pt ADD CONSTRAINT pt_pos CHECK (id > 0) NOT VALID;
+         CREATE FUNCTION trg() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';"
+    );
+    // (relation, mode, locked only if its rows reach it)
+    type Locks = Vec<(&'static str, LockMode, bool)>;
+    let every = |parent: LockMode, each: LockMode| -> Locks {
+        vec![
+            ("public.pt", parent, false),
+            ("public.pt1", each, false),
+            ("public.ptd", each, false),
+            ("public.ptsub", each, false),
+            ("public.ptsub_a", each, false),
+        ]
+    };
+    let cases: Vec<(&str, Locks)> = vec![
+        (
+            "ALTER TABLE pt ALTER COLUMN k SET NOT NULL",
+            every(AccessExclusive, AccessExclusive),
+        ),
+        (
+            "ALTER TABLE pt ADD COLUMN z int",
+            every(AccessExclusive, AccessExclusive),
+        ),
+        (
+            "ALTER TABLE pt ALTER COLUMN id TYPE bigint",
+            every(AccessExclusive, AccessExclusive),
+        ),
+        (
+            "ALTER TABLE pt ADD CONSTRAINT c CHECK (id > 0)",
+            every(AccessExclusive, AccessExclusive),
+        ),
+        (
+            "ALTER TABLE pt ADD CONSTRAINT u UNIQUE (id, k)",
+            every(AccessExclusive, Share),
+        ),
+        (
+            "ALTER TABLE pt ALTER COLUMN id SET STATISTICS 100",
+            every(ShareUpdateExclusive, ShareUpdateExclusive),
+        ),
+        (
+            "ALTER TABLE pt VALIDATE CONSTRAINT pt_pos",
+            every(ShareUpdateExclusive, ShareUpdateExclusive),
+        ),
+        ("CREATE INDEX pt_id ON pt (id)", every(Share, Share)),
+        ("DROP TABLE pt", every(AccessExclusive, AccessExclusive)),
+        ("TRUNCATE pt", every(AccessExclusive, AccessExclusive)),
+        ("LOCK TABLE pt IN SHARE MODE", every(Share, Share)),
+        (
+            "CREATE TRIGGER tr BEFORE UPDATE ON pt FOR EACH ROW EXECUTE FUNCTION trg()",
+            every(ShareRowExclusive, ShareRowExclusive),
+        ),
+        (
+            "CREATE TRIGGER tr AFTER UPDATE ON pt FOR EACH STATEMENT EXECUTE FUNCTION trg()",
+            vec![("public.pt", ShareRowExclusive, false)],
+        ),
+        (
+            "CREATE INDEX pt_id ON ONLY pt (id)",
+            vec![("public.pt", Share, false)],
+        ),
+        (
+            "LOCK TABLE ONLY pt IN SHARE MODE",
+            vec![("public.pt", Share, false)],
+        ),
+        (
+            "ALTER TABLE pt RENAME TO pt_new",
+            vec![("public.pt", AccessExclusive, false)],
+        ),
+        (
+            "ALTER TABLE pt REPLICA IDENTITY FULL",
+            vec![("public.pt", AccessExclusive, false)],
+        ),
+        // The rows decide: pruning and routing.
+        (
+            "DELETE FROM pt WHERE k = 50",
+            vec![
+                ("public.pt", RowExclusive, false),
+                ("public.pt1", RowExclusive, true),
+                ("public.ptd", RowExclusive, true),
+                ("public.ptsub", RowExclusive, true),
+                ("public.ptsub_a", RowExclusive, true),
+            ],
+        ),
+        // A partition created earlier in the plan is reached as well.
+        (
+            "CREATE TABLE pt_new PARTITION OF pt FOR VALUES FROM (40) TO (50);\nALTER TABLE pt ADD COLUMN z int",
+            vec![
+                ("public.pt", AccessExclusive, false),
+                ("public.pt1", AccessExclusive, false),
+                ("public.ptd", AccessExclusive, false),
+                ("public.ptsub", AccessExclusive, false),
+                ("public.ptsub_a", AccessExclusive, false),
+                ("public.pt_new", AccessExclusive, false),
+            ],
+        ),
+    ];
+    for (sql, want) in cases {
+        let plan = plan(&setup, sql, false).await;
+        let st = plan.statements.last().expect("a statement");
+        let mut got: Vec<(&str, LockMode, bool)> = st
+            .locks
+            .iter()
+            .map(|l| (l.relation.as_str(), l.mode, l.if_reached))
+            .collect();
+        got.sort();
+        let mut want = want;
+        want.sort();
+        assert_eq!(got, want, "predicted locks of {sql}");
+        assert!(
+            st.locks
+                .iter()
+                .all(|l| (l.relation == "public.pt") == l.partition_of.is_none()),
+            "{sql}: {:?}",
+            st.locks
+        );
+        let probe = st.probe.as_ref().expect("probed");
+        assert_eq!(probe.error, None, "probe of {sql}");
+        assert!(
+            probe.disagreements.is_empty(),
+            "probe disagrees on {sql}: {:?}",
+            probe.disagreements
+        );
+        // CONCURRENTLY is no way out for a partitioned table.
+        if sql.starts_with("CREATE INDEX") {
+            assert!(
+                st.advice
+                    .iter()
+                    .all(|a| !a.starts_with("build it with CREATE INDEX CONCURRENTLY")),
+                "{sql}: {:?}",
+                st.advice
+            );
+            assert_eq!(
+                st.advice.iter().any(|a| a.contains("ON ONLY public.pt")),
+                !sql.contains("ONLY"),
+                "{sql}: {:?}",
+                st.advice
+            );
+        }
+    }
+    // PostgreSQL refuses a concurrent build on a partitioned table; the
+    // plan says so with the way that works.
+    let plan = plan(&setup, "CREATE INDEX CONCURRENTLY pt_id ON pt (id)", true).await;
+    let st = plan.statements.last().expect("a statement");
+    assert!(
+        st.advice.iter().any(|a| a
+            .starts_with("PostgreSQL refuses CREATE INDEX CONCURRENTLY on a partitioned table")),
+        "{:?}",
+        st.advice
+    );
+    let probe = st.probe.as_ref().expect("probed");
+    assert!(
+        probe
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("cannot create index on partitioned table")),
+        "{probe:?}"
+    );
+}

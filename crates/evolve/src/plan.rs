@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use evolve_core::migration::effects::LockMode;
 use evolve_migrate::{Held, LockPlan, PlannedStatement};
 
 use crate::cli::{DatabaseArgs, DirArgs, Format};
@@ -101,16 +102,57 @@ fn statement(out: &mut String, st: &PlannedStatement) {
     } else if st.locks.is_empty() {
         out.push_str("  locks      none on existing tables\n");
     }
+    let held_text = |held: Held| match held {
+        Held::Transaction => "until the file's transaction commits",
+        Held::Statement => "for the statement",
+    };
+    // A partitioned table's partitions take one line per lock, however
+    // many they are.
+    let mut partitions: Vec<(&str, LockMode, Held, bool, Vec<&str>)> = Vec::new();
     for l in &st.locks {
-        let held = match l.held {
-            Held::Transaction => "until the file's transaction commits",
-            Held::Statement => "for the statement",
+        let Some(parent) = &l.partition_of else {
+            out.push_str(&format!(
+                "  lock       {} on {} ({}; blocks {})\n",
+                l.mode,
+                l.relation,
+                held_text(l.held),
+                l.mode.blocks()
+            ));
+            continue;
+        };
+        match partitions
+            .iter_mut()
+            .find(|p| p.0 == parent && p.1 == l.mode && p.2 == l.held && p.3 == l.if_reached)
+        {
+            Some(p) => p.4.push(&l.relation),
+            None => partitions.push((parent, l.mode, l.held, l.if_reached, vec![&l.relation])),
+        }
+    }
+    for (parent, mode, held, if_reached, names) in partitions {
+        const SHOWN: usize = 5;
+        let mut list = names
+            .iter()
+            .take(SHOWN)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if names.len() > SHOWN {
+            list.push_str(&format!(" and {} more", names.len() - SHOWN));
+        }
+        let which = if if_reached {
+            format!(
+                "the partitions of {parent} its rows reach, of {}: {list}",
+                names.len()
+            )
+        } else if names.len() == 1 {
+            format!("the partition of {parent}: {list}")
+        } else {
+            format!("each of the {} partitions of {parent}: {list}", names.len())
         };
         out.push_str(&format!(
-            "  lock       {} on {} ({held}; blocks {})\n",
-            l.mode,
-            l.relation,
-            l.mode.blocks()
+            "  lock       {mode} on {which} ({}; blocks {})\n",
+            held_text(held),
+            mode.blocks()
         ));
     }
     let what = match (st.rewrites, st.scans) {

@@ -300,3 +300,48 @@ async fn a_table_held_by_another_session_is_said_not_waited_for() {
     let out = evolve(&db.url, &dir, &["plan"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// The text plan of a statement on a partitioned table names its
+/// partitions in one line per lock, with the advice that works for a
+/// partitioned index, and the probe agrees.
+#[tokio::test]
+async fn a_partitioned_table_s_partitions_are_one_line() {
+    let db = evolve_test::fresh_db("plan_cli_partitions").await;
+    let client = evolve_pg::connect(&db.url, "test").await.expect("connect");
+    let mut setup =
+        String::from("CREATE TABLE events (id bigint, at int, note text) PARTITION BY RANGE (at);");
+    for p in 0..7 {
+        setup.push_str(&format!(
+            "CREATE TABLE events_{p} PARTITION OF events FOR VALUES FROM ({}) TO ({});",
+            p * 10,
+            p * 10 + 10
+        ));
+    }
+    setup.push_str(
+        "INSERT INTO events SELECT g, g % 70, 'n' FROM generate_series(1, 7000) g; ANALYZE;",
+    );
+    client.batch_execute(&setup).await.expect("setup");
+    let dir = temp_dir("partitions");
+    std::fs::write(
+        dir.join("V1__index.sql"),
+        "CREATE INDEX events_note ON events (note);\n",
+    )
+    .expect("write");
+    let out = evolve(&db.url, &dir, &["plan", "--probe"]);
+    let printed = text(&out.stdout);
+    assert!(out.status.success(), "{printed}{}", text(&out.stderr));
+    assert!(
+        printed
+            .contains("  lock       SHARE on public.events (until the file's transaction commits"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(
+            "  lock       SHARE on each of the 7 partitions of public.events: public.events_0, public.events_1, public.events_2, public.events_3, public.events_4 and 2 more (until the file's transaction commits"
+        ),
+        "{printed}"
+    );
+    assert!(printed.contains("ON ONLY public.events"), "{printed}");
+    assert!(printed.contains("  probe      agrees"), "{printed}");
+    let _ = std::fs::remove_dir_all(dir);
+}

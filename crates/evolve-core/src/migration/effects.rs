@@ -125,6 +125,22 @@ pub struct Lock {
     /// `relation` names an index: the lock is on the index's table (which
     /// the caller looks up) as well as on the index.
     pub on_index_table: bool,
+    /// When `relation` is a partitioned table (which the caller looks up):
+    /// how the statement locks its partitions, at every level. `None`
+    /// when it does not reach them (`ONLY`, or a change of the parent
+    /// alone such as `RENAME TO` or `OWNER TO`).
+    pub partitions: Option<PartitionLock>,
+}
+
+/// The lock a statement on a partitioned table takes on its partitions,
+/// as PostgreSQL 15 takes it (observed in `pg_locks`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionLock {
+    pub mode: LockMode,
+    /// Only the partitions the statement's rows reach (an `INSERT` locks
+    /// the partitions it routes rows to, an `UPDATE` or `DELETE` those
+    /// its condition does not prune); otherwise every partition.
+    pub reached_only: bool,
 }
 
 /// What a relation created by a statement is.
@@ -294,6 +310,26 @@ impl Effects {
                 relation,
                 mode,
                 on_index_table,
+                partitions: None,
+            });
+        }
+    }
+
+    /// The statement also locks `relation`'s partitions (when it is a
+    /// partitioned table) in `mode`, or, with `reached_only`, those its
+    /// rows reach; `relation` is locked already.
+    fn lock_partitions(&mut self, relation: &RelName, mode: LockMode, reached_only: bool) {
+        if let Some(l) = self
+            .locks
+            .iter_mut()
+            .find(|l| &l.relation == relation && !l.on_index_table)
+        {
+            l.partitions = Some(match l.partitions {
+                Some(p) => PartitionLock {
+                    mode: p.mode.max(mode),
+                    reached_only: p.reached_only && reached_only,
+                },
+                None => PartitionLock { mode, reached_only },
             });
         }
     }
@@ -345,6 +381,14 @@ pub fn analyze(statement: &str) -> Result<Effects, SyntaxError> {
                 LockMode::Share
             };
             fx.lock(table.clone(), mode);
+            // Each partition's index is built under the same lock, unless
+            // ONLY makes an invalid index on the parent alone.
+            if c.table_relation_name()
+                .and_then(|r| r.only_token())
+                .is_none()
+            {
+                fx.lock_partitions(&table, mode, false);
+            }
             if let Some(name) = c
                 .index()
                 .and_then(|i| i.path())
@@ -499,6 +543,9 @@ pub fn analyze(statement: &str) -> Result<Effects, SyntaxError> {
                     .and_then(|n| RelName::parse(&text(n.syntax())))
                 {
                     fx.lock(name.clone(), LockMode::AccessExclusive);
+                    if r.only_token().is_none() {
+                        fx.lock_partitions(&name, LockMode::AccessExclusive, false);
+                    }
                     fx.actions.push(Action::Truncate { table: name });
                 }
             }
@@ -547,15 +594,20 @@ pub fn analyze(statement: &str) -> Result<Effects, SyntaxError> {
             let words = words(statement);
             let mode = lock_mode_of(&words).unwrap_or(LockMode::AccessExclusive);
             let mut i = 1;
+            let mut only = false;
             while i < words.len() && words[i].upper != "IN" && words[i].upper != "NOWAIT" {
                 if matches!(words[i].upper.as_str(), "TABLE" | "ONLY")
                     || matches!(words[i].kind, TokenKind::Comma | TokenKind::Star)
                 {
+                    only = words[i].upper == "ONLY";
                     i += 1;
                     continue;
                 }
                 if let Some(name) = name_at(&words, i) {
-                    fx.lock(name, mode);
+                    fx.lock(name.clone(), mode);
+                    if !only {
+                        fx.lock_partitions(&name, mode, false);
+                    }
                 }
                 i += 1;
                 while words.get(i).is_some_and(|w| w.kind == TokenKind::Dot) {
@@ -571,6 +623,12 @@ pub fn analyze(statement: &str) -> Result<Effects, SyntaxError> {
             {
                 Some(table) => {
                     fx.lock(table.clone(), LockMode::ShareRowExclusive);
+                    // A row trigger is cloned onto every partition.
+                    if has_words(statement, &["FOR", "EACH", "ROW"])
+                        || has_words(statement, &["FOR", "ROW"])
+                    {
+                        fx.lock_partitions(&table, LockMode::ShareRowExclusive, false);
+                    }
                     fx.actions.push(Action::Uses {
                         table,
                         if_exists: false,
@@ -586,6 +644,7 @@ pub fn analyze(statement: &str) -> Result<Effects, SyntaxError> {
             {
                 Some(t) => {
                     fx.lock(t.clone(), LockMode::RowExclusive);
+                    fx.lock_partitions(&t, LockMode::RowExclusive, true);
                     fx.actions.push(Action::Uses {
                         table: t,
                         if_exists: false,
@@ -700,13 +759,40 @@ fn alter_table(a: &ast::AlterTable, fx: &mut Effects) {
         return;
     };
     let if_exists = a.if_exists().is_some();
+    let only = a
+        .table_relation_name()
+        .and_then(|r| r.only_token())
+        .is_some();
     fx.actions.push(Action::Uses {
         table: table.clone(),
         if_exists,
     });
-    use LockMode::{AccessExclusive, ShareRowExclusive, ShareUpdateExclusive};
+    use LockMode::{AccessExclusive, Share, ShareRowExclusive, ShareUpdateExclusive};
     for action in a.actions() {
         let action_text = text(action.syntax());
+        // What the action does to the partitions of a partitioned table
+        // (PostgreSQL 15, observed in pg_locks): the changes of columns
+        // and constraints recurse under the parent's lock, an index
+        // constraint builds each partition's index under SHARE; a change
+        // of the parent's own name, owner, schema, replica identity, row
+        // security or triggers stays on it (ATTACH and DETACH lock their
+        // partition by name).
+        let recurses = match &action {
+            ast::AlterTableAction::AddColumn(_)
+            | ast::AlterTableAction::DropColumn(_)
+            | ast::AlterTableAction::RenameColumn(_)
+            | ast::AlterTableAction::AlterColumn(_)
+            | ast::AlterTableAction::ValidateConstraint(_) => Some(None),
+            ast::AlterTableAction::AddConstraint(c) => match c.constraint() {
+                Some(
+                    ast::Constraint::UniqueConstraint(_)
+                    | ast::Constraint::PrimaryKeyConstraint(_)
+                    | ast::Constraint::ExcludeConstraint(_),
+                ) => Some(Some(Share)),
+                _ => Some(None),
+            },
+            _ => None,
+        };
         let mode = match action {
             ast::AlterTableAction::AddColumn(c) => {
                 add_column(&table, &c, fx);
@@ -990,6 +1076,9 @@ fn alter_table(a: &ast::AlterTable, fx: &mut Effects) {
             _ => AccessExclusive,
         };
         fx.lock(table.clone(), mode);
+        if !only && let Some(partition_mode) = recurses {
+            fx.lock_partitions(&table, partition_mode.unwrap_or(mode), false);
+        }
     }
 }
 
@@ -1061,6 +1150,7 @@ fn add_column(table: &RelName, c: &ast::AddColumn, fx: &mut Effects) {
 fn drop_relation(name: &str, if_exists: bool, fx: &mut Effects) {
     if let Some(name) = RelName::parse(name) {
         fx.lock(name.clone(), LockMode::AccessExclusive);
+        fx.lock_partitions(&name, LockMode::AccessExclusive, false);
         fx.actions.push(Action::DropRelation {
             relation: name,
             if_exists,
@@ -1072,6 +1162,7 @@ fn dml(name: Option<String>, reason: &'static str, fx: &mut Effects) {
     match name.as_deref().and_then(RelName::parse) {
         Some(t) => {
             fx.lock(t.clone(), LockMode::RowExclusive);
+            fx.lock_partitions(&t, LockMode::RowExclusive, true);
             fx.actions.push(Action::Uses {
                 table: t.clone(),
                 if_exists: false,

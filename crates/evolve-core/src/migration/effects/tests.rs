@@ -112,7 +112,8 @@ fn lock_modes_of_the_reference_table() {
         vec![Lock {
             relation: rel("s.i"),
             mode: ShareUpdateExclusive,
-            on_index_table: true
+            on_index_table: true,
+            partitions: None,
         }]
     );
 }
