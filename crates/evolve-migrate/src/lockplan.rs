@@ -2062,7 +2062,7 @@ fn type_change(
                 "{from} -> {type_text} under TimeZone {time_zone}: values shift by the zone's offset, so every row is rewritten (no rewrite only when the session's TimeZone is UTC)"
             ));
         }
-        if new_typmod != -1 && (old.typmod == -1 || new_typmod < old.typmod) {
+        if !effects::length_change_is_noop(&new.typname, old.typmod, new_typmod) {
             return Err(format!(
                 "{from} -> {type_text}: fewer fractional digits, every row is rewritten"
             ));

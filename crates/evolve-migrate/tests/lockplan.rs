@@ -1146,3 +1146,44 @@ async fn audit_partitioned_statements_lock_their_partitions() {
         "{probe:?}"
     );
 }
+
+/// A temporal column without a precision holds six fractional digits, the
+/// most there are: a change to precision 6 is no rewrite (PostgreSQL's
+/// `TemporalSimplify`), also from timestamp to timestamptz under UTC;
+/// fewer digits round every value. The plan said "rewrite" for the first
+/// ones, and its probe disagreed.
+#[tokio::test]
+async fn audit_temporal_precision_six_keeps_the_storage() {
+    let setup = format!(
+        "{SETUP}CREATE TABLE clocks (id int, t time, ttz timetz(2), at timestamp);
+         INSERT INTO clocks SELECT i, now()::time, now()::timetz, now() FROM generate_series(1, 100) i;"
+    );
+    for (sql, rewrites) in [
+        (
+            "SET TimeZone = 'UTC';\nALTER TABLE t ALTER COLUMN ts TYPE timestamptz(6)",
+            false,
+        ),
+        (
+            "SET TimeZone = 'UTC';\nALTER TABLE t ALTER COLUMN ts TYPE timestamptz(3)",
+            true,
+        ),
+        ("ALTER TABLE t ALTER COLUMN ts TYPE timestamp(6)", false),
+        ("ALTER TABLE t ALTER COLUMN ts TYPE timestamp(3)", true),
+        ("ALTER TABLE clocks ALTER COLUMN t TYPE time(6)", false),
+        ("ALTER TABLE clocks ALTER COLUMN t TYPE time(5)", true),
+        ("ALTER TABLE clocks ALTER COLUMN ttz TYPE timetz(6)", false),
+        ("ALTER TABLE clocks ALTER COLUMN ttz TYPE timetz(4)", false),
+        ("ALTER TABLE clocks ALTER COLUMN ttz TYPE timetz(1)", true),
+    ] {
+        let plan = plan(&setup, sql, false).await;
+        let st = plan.statements.last().expect("a statement");
+        assert_eq!(st.rewrites, rewrites, "{sql}: {:?}", st.notes);
+        let probe = st.probe.as_ref().expect("probed");
+        assert_eq!(probe.error, None, "probe of {sql}");
+        assert!(
+            probe.disagreements.is_empty(),
+            "probe disagrees on {sql}: {:?}",
+            probe.disagreements
+        );
+    }
+}

@@ -1392,17 +1392,24 @@ pub fn typmod(typname: &str, modifiers: &[i32], type_text: &str) -> Option<i32> 
     }
 }
 
+/// The most fractional digits of seconds PostgreSQL keeps for timestamp,
+/// timestamptz, time and timetz: what a column without a precision has.
+pub const MAX_TEMPORAL_PRECISION: i32 = 6;
+
 /// Whether changing a column of type `typname` from typmod `old` to `new`
 /// keeps every stored value valid, so PostgreSQL's length-coercion
 /// support function skips the rewrite: longer varchar and bit varying,
-/// more numeric precision at the same scale, more fractional seconds.
+/// more numeric precision at the same scale, more fractional seconds (or
+/// the most there are, which is what a temporal column without a
+/// precision holds: `TemporalSimplify` in PostgreSQL's datetime.c).
 pub fn length_change_is_noop(typname: &str, old: i32, new: i32) -> bool {
     if old == new {
         return true;
     }
     match typname {
-        "varchar" | "varbit" | "timestamp" | "timestamptz" | "time" => {
-            new == -1 || (old != -1 && new >= old)
+        "varchar" | "varbit" => new == -1 || (old != -1 && new >= old),
+        "timestamp" | "timestamptz" | "time" | "timetz" => {
+            new == -1 || new == MAX_TEMPORAL_PRECISION || (old != -1 && new >= old)
         }
         "numeric" => {
             if new == -1 {

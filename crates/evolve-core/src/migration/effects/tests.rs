@@ -323,6 +323,13 @@ fn typmods_and_length_coercions() {
     assert!(!length_change_is_noop("numeric", num(10, 2), num(12, 3)));
     assert!(!length_change_is_noop("numeric", num(10, 2), num(8, 2)));
     assert!(!length_change_is_noop("bpchar", 14, 24));
+    // Six fractional digits are what a temporal column without a
+    // precision holds.
+    assert!(length_change_is_noop("timestamp", -1, 6));
+    assert!(length_change_is_noop("timetz", 2, 6));
+    assert!(!length_change_is_noop("timestamptz", -1, 5));
+    assert!(length_change_is_noop("time", 3, 4));
+    assert!(!length_change_is_noop("time", 4, 3));
     assert_eq!(
         check_not_null_column("CHECK ((c IS NOT NULL))"),
         Some("c".into())

@@ -285,6 +285,41 @@ fn timestamp_to_timestamptz_under_utc_is_no_rewrite() {
     );
 }
 
+/// A temporal column without a precision holds six fractional digits, the
+/// most there are: a change to precision 6 keeps every value (no rewrite,
+/// observed as an unchanged relfilenode on PostgreSQL 15), one to fewer
+/// digits rounds them (a rewrite).
+#[test]
+fn temporal_precision_six_is_what_a_column_without_one_holds() {
+    let create = (
+        "V1",
+        "CREATE TABLE e (at timestamp, tz timestamptz(3), t time, ttz time with time zone)",
+    );
+    let utc = "SET timezone = 'UTC';\n";
+    for (change, rewrites) in [
+        ("at TYPE timestamp(6)", false),
+        ("at TYPE timestamp(3)", true),
+        ("tz TYPE timestamptz(6)", false),
+        ("tz TYPE timestamptz(4)", false),
+        ("tz TYPE timestamptz(2)", true),
+        ("at TYPE timestamptz(6)", false),
+        ("at TYPE timestamp(6) with time zone", false),
+        ("at TYPE timestamptz(5)", true),
+        ("t TYPE time(6)", false),
+        ("t TYPE time(2)", true),
+        ("ttz TYPE time(6) with time zone", false),
+        ("ttz TYPE timetz(1)", true),
+    ] {
+        let text = format!("{utc}ALTER TABLE e ALTER COLUMN {change}");
+        let found = run(&[create, ("V2", &text)], &Options::default());
+        assert_eq!(
+            found.iter().any(|f| f.rule == "alter-type-rewrite"),
+            rewrites,
+            "{change}: {found:?}"
+        );
+    }
+}
+
 #[test]
 fn columns_named_like_keywords_are_seen() {
     let files = [

@@ -35,6 +35,8 @@ pub(crate) fn normalize_type(ty: &str) -> String {
     for (base, with, canonical) in [
         ("timestamp", " without time zone", "timestamp"),
         ("timestamp", " with time zone", "timestamptz"),
+        ("time", " without time zone", "time"),
+        ("time", " with time zone", "timetz"),
     ] {
         if let Some(mid) = t.strip_prefix(base).and_then(|r| r.strip_suffix(with)) {
             return format!("{canonical}{mid}");
@@ -69,6 +71,14 @@ pub(crate) fn rewrites(old: &str, new: &str, utc: bool) -> bool {
     let (ob, oa) = type_args(old);
     let (nb, na) = type_args(new);
     let widened = || na.is_empty() || oa.first().zip(na.first()).is_some_and(|(o, n)| n >= o);
+    // Fractional seconds: more of them, or the most there are (what a
+    // column without a precision has), keep every value.
+    let more_digits = || {
+        widened()
+            || na.first().is_some_and(|n| {
+                i32::try_from(*n) == Ok(crate::migration::effects::MAX_TEMPORAL_PRECISION)
+            })
+    };
     match (ob, nb) {
         ("varchar", "varchar") | ("varbit", "varbit") => !widened(),
         ("varchar", "text") | ("text", "varchar") if na.is_empty() => false,
@@ -84,10 +94,8 @@ pub(crate) fn rewrites(old: &str, new: &str, utc: bool) -> bool {
             let (np, ns) = (na[0], na.get(1).copied().unwrap_or(0));
             !(np >= op && ns == os)
         }
-        ("timestamp", "timestamptz") | ("timestamptz", "timestamp") => {
-            !(utc && (oa == na || na.is_empty()))
-        }
-        ("timestamp" | "timestamptz", "timestamp" | "timestamptz") if ob == nb => !widened(),
+        ("timestamp", "timestamptz") | ("timestamptz", "timestamp") => !(utc && more_digits()),
+        ("timestamp" | "timestamptz" | "time" | "timetz", _) if ob == nb => !more_digits(),
         ("cidr", "inet") => false,
         // citext's casts to and from text and varchar are binary-coercible
         // (CREATE CAST ... WITHOUT FUNCTION): no rewrite on PostgreSQL 15.
