@@ -1506,6 +1506,9 @@ async fn get_mode(
     let mode = app
         .registry
         .read_fresh(|state| match state.subject(&subject).and_then(|s| s.mode) {
+            // A global READONLY_OVERRIDE is every subject's mode, set
+            // or not (Confluent's `getMode`).
+            _ if state.global_override() => Ok(RegistryMode::ReadonlyOverride),
             Some(mode) => Ok(mode),
             // The context's mode, else the global one.
             None if to_global => Ok(state.mode(&subject)),

@@ -5,9 +5,11 @@
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -53,9 +55,19 @@ pub fn load_tls(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, St
     Ok(Arc::new(config))
 }
 
-/// Serves until `shutdown` completes, then lets requests in flight finish
-/// (plain TCP) or stops accepting (TLS). Also polls the log for other
-/// instances' writes every `poll_interval`.
+/// How long a connection may take to send a request's headers, from the
+/// moment it is opened or its previous request was answered (30 s, the
+/// idle timeout of Confluent's Jetty), and, over TLS, to complete its
+/// handshake. A connection that sends nothing in that time is closed, so
+/// that clients which open connections and stall (no credentials are
+/// needed for that: they come with the headers) cannot hold every file
+/// descriptor the registry may open.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves until `shutdown` completes, then stops accepting and lets the
+/// requests in flight finish (plain TCP and TLS alike). Also polls the
+/// log for other instances' writes every `poll_interval`. Connections
+/// that stall are closed after [`IDLE_TIMEOUT`].
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
@@ -81,53 +93,77 @@ pub async fn serve(
         })
     };
     let routes = router(app);
-    let result = match tls {
-        None => {
-            axum::serve(listener, routes)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-        Some(config) => serve_tls(listener, TlsAcceptor::from(config), routes, shutdown).await,
-    };
+    let result = accept_loop(listener, tls.map(TlsAcceptor::from), routes, shutdown).await;
     poller.abort();
     result
 }
 
-async fn serve_tls(
+/// Accepts connections until `shutdown`, each served on a task of its own
+/// (over TLS when `acceptor` is given), then waits for the requests in
+/// flight.
+async fn accept_loop(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    acceptor: Option<TlsAcceptor>,
     routes: axum::Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(IDLE_TIMEOUT);
+    let builder = Arc::new(builder);
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
-            _ = &mut shutdown => return Ok(()),
+            _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
+                    // Out of file descriptors, say: wait rather than spin.
                     tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
         };
-        let acceptor = acceptor.clone();
-        let routes = routes.clone();
-        tokio::spawn(async move {
-            let stream = match acceptor.accept(tcp).await {
-                Ok(stream) => stream,
-                Err(e) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-            };
-            let service = TowerToHyperService::new(routes);
-            if let Err(e) = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+        let service = TowerToHyperService::new(routes.clone());
+        let builder = Arc::clone(&builder);
+        let watcher = graceful.watcher();
+        match &acceptor {
+            None => {
+                tokio::spawn(async move {
+                    let connection = builder.serve_connection(TokioIo::new(tcp), service);
+                    if let Err(e) = watcher.watch(connection.into_owned()).await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
             }
-        });
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let stream =
+                        match tokio::time::timeout(IDLE_TIMEOUT, acceptor.accept(tcp)).await {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
+                        };
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    if let Err(e) = watcher.watch(connection.into_owned()).await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+        }
     }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }

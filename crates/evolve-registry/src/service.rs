@@ -163,7 +163,8 @@ impl<L: Log> Registry<L> {
     }
 
     /// Appends records read from an export, as they are (ids, versions and
-    /// deletions included), after checking that every one can be read. The
+    /// deletions included), after checking that every one can be read and
+    /// that no id names two schemas ([`State::check_import`]). The
     /// registry must be empty, or `force`.
     pub async fn import(&self, records: Vec<Record>, force: bool) -> Result<usize, ApiError> {
         let count = records.len();
@@ -174,6 +175,7 @@ impl<L: Log> Registry<L> {
                     state.subject_names("", true, false).len()
                 )));
             }
+            state.check_import(&records)?;
             Ok(((), records.clone()))
         })
         .await?;

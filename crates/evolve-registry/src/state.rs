@@ -1170,15 +1170,15 @@ impl State {
     }
 
     /// The subjects and ids of the versions that reference `subject`
-    /// version `version`, as [`State::referenced_by`] selects them.
+    /// version `version`, as [`State::referenced_by`] selects them: in
+    /// every context, as a reference may name a subject of another one
+    /// (`:.other:subject`, `:.:subject`).
     fn referrers(&self, subject: &str, version: u32, deleted: bool) -> Vec<(&str, u32)> {
         let subject = canonical_subject(subject);
-        let (context, _) = split_subject(subject);
         let mut found = Vec::new();
         for (name, s) in &self.subjects {
-            if split_subject(name).0 != context {
-                continue;
-            }
+            // The referrer's references name subjects of its context.
+            let (context, _) = split_subject(name);
             for e in s.versions.values().filter(|e| deleted || !e.deleted) {
                 if let Some(schema) = self.schema(context, e.id)
                     && schema.references.iter().any(|r| {
@@ -1434,11 +1434,22 @@ impl State {
         self.mode.unwrap_or(RegistryMode::Readwrite)
     }
 
-    /// The subject's mode, else its context's, else the global one.
+    /// The subject's mode, else its context's, else the global one;
+    /// a global READONLY_OVERRIDE whatever the subject's or context's
+    /// own (Confluent's `getModeInScope`): it freezes the whole registry.
     pub fn mode(&self, subject: &str) -> RegistryMode {
+        if self.global_override() {
+            return RegistryMode::ReadonlyOverride;
+        }
         self.scopes(subject)
             .find_map(|s| s.mode)
             .unwrap_or_else(|| self.global_mode())
+    }
+
+    /// Whether the global mode is READONLY_OVERRIDE, which overrides every
+    /// subject's and context's own mode.
+    pub fn global_override(&self) -> bool {
+        self.mode == Some(RegistryMode::ReadonlyOverride)
     }
 
     pub fn schema_count(&self) -> usize {
@@ -1711,6 +1722,11 @@ impl State {
     fn check_writable(&self, subject: &str) -> Result<RegistryMode, ApiError> {
         let mode = self.mode(subject);
         match mode {
+            RegistryMode::ReadonlyOverride if self.global_override() => {
+                Err(ApiError::not_permitted(format!(
+                    "Subject {subject} is in read-only mode: the registry's mode is READONLY_OVERRIDE, which overrides every subject's own; PUT /mode {{\"mode\":\"READWRITE\"}} to write"
+                )))
+            }
             RegistryMode::Readonly | RegistryMode::ReadonlyOverride => {
                 Err(ApiError::not_permitted(format!(
                     "Subject {subject} is in read-only mode; PUT /mode/{subject} {{\"mode\":\"READWRITE\"}} to write"
@@ -2148,6 +2164,96 @@ impl State {
             version,
             records,
         })
+    }
+
+    /// Refuses an import (records read from an export, appended as they
+    /// are) that gives an id to another schema than the one the id names:
+    /// here, in the record's context (live, soft-deleted or permanently
+    /// deleted: an id is never given to another schema), or in an earlier
+    /// record of the same import. Replayed, such a record would leave its
+    /// version serving the schema the id already had (an id keeps its
+    /// first schema), so the subject would answer another schema than the
+    /// one exported. The same schema written another way is the same id.
+    pub fn check_import(&self, records: &[Record]) -> Result<(), ApiError> {
+        let mut imported: HashMap<(&str, u32), &SchemaValue> = HashMap::new();
+        for record in records {
+            let Some(Value::Schema(v)) = &record.value else {
+                continue;
+            };
+            let (context, _) = split_subject(&v.subject);
+            let schema_type =
+                parse_schema_type(v.schema_type.as_deref()).unwrap_or(SchemaType::Avro);
+            let exact = || {
+                dedup_key(
+                    schema_type,
+                    &v.schema,
+                    &v.references,
+                    v.metadata.as_ref(),
+                    v.rule_set.as_ref(),
+                )
+            };
+            let key = || {
+                self.keys(
+                    context,
+                    schema_type,
+                    &v.schema,
+                    &v.references,
+                    v.metadata.as_ref(),
+                    v.rule_set.as_ref(),
+                    None,
+                )
+                .key
+            };
+            let same = match (self.schema(context, v.id), imported.get(&(context, v.id))) {
+                (Some(stored), _) => {
+                    stored.schema_type == schema_type
+                        && (stored.exact_key() == exact() || stored.keys().key == key())
+                }
+                (None, Some(first)) => {
+                    let first_type =
+                        parse_schema_type(first.schema_type.as_deref()).unwrap_or(SchemaType::Avro);
+                    let first_key = || {
+                        self.keys(
+                            context,
+                            first_type,
+                            &first.schema,
+                            &first.references,
+                            first.metadata.as_ref(),
+                            first.rule_set.as_ref(),
+                            None,
+                        )
+                        .key
+                    };
+                    first_type == schema_type
+                        && (dedup_key(
+                            first_type,
+                            &first.schema,
+                            &first.references,
+                            first.metadata.as_ref(),
+                            first.rule_set.as_ref(),
+                        ) == exact()
+                            || first_key() == key())
+                }
+                (None, None) => {
+                    imported.insert((context, v.id), v);
+                    true
+                }
+            };
+            if !same {
+                let (holder, way_out) = match self.schema(context, v.id) {
+                    Some(_) => ("this registry", "import into an empty store"),
+                    None => (
+                        "an earlier record of the export",
+                        "give one of them another id in the export",
+                    ),
+                };
+                return Err(ApiError::not_permitted(format!(
+                    "subject '{}' version {} gives id {} in context {context} to another schema than {holder} holds under that id; nothing was imported: {way_out}",
+                    v.subject, v.version, v.id
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The versions among `versions` that a schema with `metadata` is
