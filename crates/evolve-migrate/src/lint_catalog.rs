@@ -1,9 +1,10 @@
 //! The live-catalog facts `evolve lint --database-url` gives its rules:
 //! column types, NOT NULL columns and `CHECK (col IS NOT NULL)` constraints,
 //! sizes, and the views that read each column, for the tables the files
-//! name, and the volatility of the functions they name (what a default
-//! calls). Five catalog queries and the TimeZone setting, whatever the
-//! number of names; names are bound as values.
+//! name, the volatility of the functions they name (what a default
+//! calls), and which of the domains they name have a constraint. Six
+//! catalog queries and the TimeZone setting, whatever the number of
+//! names; names are bound as values.
 
 use evolve_core::migration::lint::{CatalogFacts, TableFacts};
 use tokio_postgres::Client;
@@ -65,6 +66,20 @@ FROM pg_proc p
 WHERE p.proname = ANY($1) AND p.prokind = 'f' AND pg_function_is_visible(p.oid)
 GROUP BY p.proname";
 
+/// Domains named in `$1` on the search path with a constraint (CHECK or
+/// NOT NULL), their own or one of the domains they are based on.
+const CHECKED_DOMAINS: &str = "
+WITH RECURSIVE chain (named, oid) AS (
+  SELECT t.typname::text, t.oid FROM pg_type t
+  WHERE t.typtype = 'd' AND t.typname = ANY($1) AND pg_type_is_visible(t.oid)
+  UNION ALL
+  SELECT chain.named, b.oid FROM chain
+  JOIN pg_type d ON d.oid = chain.oid
+  JOIN pg_type b ON b.oid = d.typbasetype AND b.typtype = 'd'
+)
+SELECT DISTINCT chain.named FROM chain JOIN pg_type t ON t.oid = chain.oid
+WHERE t.typnotnull OR EXISTS (SELECT 1 FROM pg_constraint c WHERE c.contypid = t.oid)";
+
 /// Reads the facts for `tables` (names as PostgreSQL stores them; every
 /// name the files use, which covers the functions they call).
 pub async fn lint_catalog(
@@ -91,6 +106,9 @@ pub async fn catalog_facts(
     };
     for r in client.query(FUNCTIONS, &[&tables]).await? {
         facts.functions.insert(r.try_get(0)?, r.try_get(1)?);
+    }
+    for r in client.query(CHECKED_DOMAINS, &[&tables]).await? {
+        facts.checked_domains.insert(r.try_get(0)?);
     }
     let mut by_oid = std::collections::BTreeMap::new();
     for r in client.query(RELATIONS, &[&tables]).await? {

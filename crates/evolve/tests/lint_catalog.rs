@@ -177,3 +177,76 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS events_y ON events (x);
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A domain with a constraint that only the database knows (created by an
+/// earlier migration, or by hand): PostgreSQL adds a column of it by
+/// rewriting the table, default or not, and so for a domain based on one.
+/// Without the catalog the files say nothing about it.
+#[tokio::test]
+async fn a_domain_with_a_constraint_in_the_database_rewrites() {
+    let db = evolve_test::fresh_db("lint_domains").await;
+    let client = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id bigint);
+             INSERT INTO orders VALUES (1);
+             CREATE DOMAIN positive AS bigint CHECK (VALUE > 0);
+             CREATE DOMAIN small_positive AS positive;
+             CREATE DOMAIN required AS text NOT NULL;
+             CREATE DOMAIN plain_code AS text;",
+        )
+        .await
+        .expect("schema");
+    let dir = std::env::temp_dir().join(format!("evolve-lint-domains-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("V9__change.sql"),
+        "ALTER TABLE orders ADD COLUMN a positive;
+ALTER TABLE orders ADD COLUMN b small_positive;
+ALTER TABLE orders ADD COLUMN c required DEFAULT 'x';
+ALTER TABLE orders ADD COLUMN d plain_code;
+",
+    )
+    .unwrap();
+    assert_eq!(lint(&dir, None), Vec::<String>::new());
+    assert_eq!(
+        lint(&dir, Some(&db.url)),
+        [
+            "1:adding-field-with-default",
+            "2:adding-field-with-default",
+            "3:adding-field-with-default",
+        ]
+    );
+    // What the lint says is what PostgreSQL does: a new relfilenode.
+    for (column, rewrites) in [
+        ("e positive", true),
+        ("f small_positive", true),
+        ("g plain_code", false),
+        ("h required DEFAULT 'y'", true),
+    ] {
+        let before: u32 = client
+            .query_one(
+                "SELECT relfilenode FROM pg_class WHERE relname = 'orders'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        client
+            .batch_execute(&format!("ALTER TABLE orders ADD COLUMN {column}"))
+            .await
+            .unwrap();
+        let after: u32 = client
+            .query_one(
+                "SELECT relfilenode FROM pg_class WHERE relname = 'orders'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(before != after, rewrites, "{column}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -72,6 +72,12 @@ fuzz_target!(|data: &[u8]| {
             .take(16)
             .map(|n| (n.clone(), n.len() % 2 == 1))
             .collect(),
+        // Names of a length divisible by 5 are domains with a CHECK.
+        checked_domains: names
+            .iter()
+            .filter(|n| n.len() % 5 == 0)
+            .cloned()
+            .collect(),
     };
     let inputs: Vec<LintInput> = files
         .iter()

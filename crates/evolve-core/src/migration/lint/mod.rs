@@ -487,6 +487,10 @@ pub struct CatalogFacts {
     /// functions known here as not volatile fills existing rows without a
     /// rewrite.
     pub functions: BTreeMap<String, bool>,
+    /// Domains on the search path (by name, without schema) with a CHECK
+    /// or NOT NULL, their own or a base domain's: a column of one is added
+    /// by a rewrite, default or not.
+    pub checked_domains: BTreeSet<String>,
 }
 
 /// One table (or materialized view) of the live database.

@@ -54,6 +54,7 @@ impl Model {
         };
         m.utc = c.timezone.as_deref().is_some_and(super::types::is_utc);
         m.functions = c.functions.clone();
+        m.checked_domains = c.checked_domains.clone();
         for (name, t) in &c.tables {
             if t.matview {
                 m.views.insert(
