@@ -30,30 +30,50 @@ fn lint(dir: &std::path::Path, url: Option<&str>) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn the_catalog_decides_rewrites_checks_sizes_and_readers() {
-    let db = evolve_test::fresh_db("lint_catalog").await;
+/// A fresh database holding `schema`, and a directory holding
+/// `V9__change.sql` with `file` (removed when the returned guard drops).
+async fn setup(
+    name: &str,
+    schema: &str,
+    file: &str,
+) -> (evolve_test::TestDb, tokio_postgres::Client, Dir) {
+    let db = evolve_test::fresh_db(name).await;
     let client = evolve_pg::connect(&db.url, "evolve test")
         .await
         .expect("connect");
-    client
-        .batch_execute(
-            "CREATE TABLE orders (id bigint, s varchar(10), n int, a text);
+    client.batch_execute(schema).await.expect("schema");
+    let dir = std::env::temp_dir().join(format!("evolve-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("V9__change.sql"), file).unwrap();
+    (db, client, Dir(dir))
+}
+
+/// A directory removed on drop.
+struct Dir(std::path::PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn the_catalog_decides_rewrites_checks_sizes_and_readers() {
+    let (db, _client, dir) = setup(
+        "lint_catalog",
+        "CREATE TABLE orders (id bigint, s varchar(10), n int, a text);
              INSERT INTO orders VALUES (1, 'x', 1, 'a');
              ALTER TABLE orders ADD CONSTRAINT a_nn CHECK (a IS NOT NULL);
              CREATE VIEW v AS SELECT n FROM orders;
              CREATE TABLE fresh (x bigint);",
-        )
-        .await
-        .expect("schema");
-    let dir = std::env::temp_dir().join(format!("evolve-lint-catalog-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("V9__change.sql"), FILE).unwrap();
+        FILE,
+    )
+    .await;
 
     // Files alone: the old types are unknown, so is the check, the size and
     // the view.
     assert_eq!(
-        lint(&dir, None),
+        lint(&dir.0, None),
         [
             "1:changing-column-type",
             "2:changing-column-type",
@@ -66,14 +86,13 @@ async fn the_catalog_decides_rewrites_checks_sizes_and_readers() {
     // valid check backs SET NOT NULL, the empty table needs no concurrent
     // build, and the view reading n is named.
     assert_eq!(
-        lint(&dir, Some(&db.url)),
+        lint(&dir.0, Some(&db.url)),
         [
             "2:alter-type-rewrite",
             "5:renaming-column",
             "5:rename-column-used-by-view",
         ]
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A default's volatility comes from `pg_proc`: a STABLE or IMMUTABLE
@@ -83,33 +102,22 @@ async fn the_catalog_decides_rewrites_checks_sizes_and_readers() {
 /// as volatile.
 #[tokio::test]
 async fn function_volatility_decides_whether_a_default_rewrites() {
-    let db = evolve_test::fresh_db("lint_volatility").await;
-    let client = evolve_pg::connect(&db.url, "evolve test")
-        .await
-        .expect("connect");
-    client
-        .batch_execute(
-            "CREATE TABLE orders (id bigint);
-             INSERT INTO orders VALUES (1);
-             CREATE FUNCTION tenant_default() RETURNS bigint LANGUAGE sql STABLE AS 'SELECT 1';
-             CREATE FUNCTION fixed_code() RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT ''x''';
-             CREATE FUNCTION next_code() RETURNS text LANGUAGE sql AS 'SELECT md5(random()::text)';",
-        )
-        .await
-        .expect("schema");
-    let dir = std::env::temp_dir().join(format!("evolve-lint-volatility-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("V9__change.sql"),
+    let (db, _client, dir) = setup(
+        "lint_volatility",
+        "CREATE TABLE orders (id bigint);
+         INSERT INTO orders VALUES (1);
+         CREATE FUNCTION tenant_default() RETURNS bigint LANGUAGE sql STABLE AS 'SELECT 1';
+         CREATE FUNCTION fixed_code() RETURNS text LANGUAGE sql IMMUTABLE AS 'SELECT ''x''';
+         CREATE FUNCTION next_code() RETURNS text LANGUAGE sql AS 'SELECT md5(random()::text)';",
         "ALTER TABLE orders ADD COLUMN tenant bigint DEFAULT tenant_default();
 ALTER TABLE orders ADD COLUMN code text DEFAULT public.fixed_code();
 ALTER TABLE orders ADD COLUMN next text DEFAULT next_code();
 ALTER TABLE orders ADD COLUMN r float8 DEFAULT random();
 ",
     )
-    .unwrap();
+    .await;
     assert_eq!(
-        lint(&dir, None),
+        lint(&dir.0, None),
         [
             "1:adding-field-with-default",
             "2:adding-field-with-default",
@@ -118,10 +126,9 @@ ALTER TABLE orders ADD COLUMN r float8 DEFAULT random();
         ]
     );
     assert_eq!(
-        lint(&dir, Some(&db.url)),
+        lint(&dir.0, Some(&db.url)),
         ["3:adding-field-with-default", "4:adding-field-with-default"]
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A partitioned table has no storage of its own (`pg_relation_size` of
@@ -131,34 +138,23 @@ ALTER TABLE orders ADD COLUMN r float8 DEFAULT random();
 /// migration runs. An empty partitioned table still needs no finding.
 #[tokio::test]
 async fn a_partitioned_table_is_as_large_as_its_partitions() {
-    let db = evolve_test::fresh_db("lint_partitioned").await;
-    let client = evolve_pg::connect(&db.url, "evolve test")
-        .await
-        .expect("connect");
-    client
-        .batch_execute(
-            "CREATE TABLE events (id bigint, x bigint) PARTITION BY RANGE (id);
+    let (db, client, dir) = setup(
+        "lint_partitioned",
+        "CREATE TABLE events (id bigint, x bigint) PARTITION BY RANGE (id);
              CREATE TABLE events_low PARTITION OF events FOR VALUES FROM (0) TO (100)
                PARTITION BY RANGE (id);
              CREATE TABLE events_low_a PARTITION OF events_low FOR VALUES FROM (0) TO (50);
              INSERT INTO events SELECT g, g FROM generate_series(0, 49) g;
              CREATE TABLE quiet (id bigint, x bigint) PARTITION BY RANGE (id);
              CREATE TABLE quiet_a PARTITION OF quiet FOR VALUES FROM (0) TO (100);",
-        )
-        .await
-        .expect("schema");
-    let dir = std::env::temp_dir().join(format!("evolve-lint-partitioned-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("V9__change.sql"),
         "-- evolve:no-transaction
 CREATE INDEX IF NOT EXISTS events_x ON events (x);
 CREATE INDEX IF NOT EXISTS quiet_x ON quiet (x);
 CREATE INDEX CONCURRENTLY IF NOT EXISTS events_y ON events (x);
 ",
     )
-    .unwrap();
-    let found = lint(&dir, Some(&db.url));
+    .await;
+    let found = lint(&dir.0, Some(&db.url));
     assert_eq!(
         found,
         [
@@ -175,7 +171,6 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS events_y ON events (x);
         format!("{refused:?}").contains("cannot create index on partitioned table"),
         "{refused:?}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A domain with a constraint that only the database knows (created by an
@@ -184,35 +179,24 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS events_y ON events (x);
 /// Without the catalog the files say nothing about it.
 #[tokio::test]
 async fn a_domain_with_a_constraint_in_the_database_rewrites() {
-    let db = evolve_test::fresh_db("lint_domains").await;
-    let client = evolve_pg::connect(&db.url, "evolve test")
-        .await
-        .expect("connect");
-    client
-        .batch_execute(
-            "CREATE TABLE orders (id bigint);
+    let (db, client, dir) = setup(
+        "lint_domains",
+        "CREATE TABLE orders (id bigint);
              INSERT INTO orders VALUES (1);
              CREATE DOMAIN positive AS bigint CHECK (VALUE > 0);
              CREATE DOMAIN small_positive AS positive;
              CREATE DOMAIN required AS text NOT NULL;
              CREATE DOMAIN plain_code AS text;",
-        )
-        .await
-        .expect("schema");
-    let dir = std::env::temp_dir().join(format!("evolve-lint-domains-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("V9__change.sql"),
         "ALTER TABLE orders ADD COLUMN a positive;
 ALTER TABLE orders ADD COLUMN b small_positive;
 ALTER TABLE orders ADD COLUMN c required DEFAULT 'x';
 ALTER TABLE orders ADD COLUMN d plain_code;
 ",
     )
-    .unwrap();
-    assert_eq!(lint(&dir, None), Vec::<String>::new());
+    .await;
+    assert_eq!(lint(&dir.0, None), Vec::<String>::new());
     assert_eq!(
-        lint(&dir, Some(&db.url)),
+        lint(&dir.0, Some(&db.url)),
         [
             "1:adding-field-with-default",
             "2:adding-field-with-default",
@@ -248,5 +232,4 @@ ALTER TABLE orders ADD COLUMN d plain_code;
             .get(0);
         assert_eq!(before != after, rewrites, "{column}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
