@@ -2175,64 +2175,48 @@ impl State {
     /// first schema), so the subject would answer another schema than the
     /// one exported. The same schema written another way is the same id.
     pub fn check_import(&self, records: &[Record]) -> Result<(), ApiError> {
+        // A record's schema type, its exact key, and (computed only when the
+        // exact keys differ) its normalized key.
+        let type_of = |v: &SchemaValue| {
+            parse_schema_type(v.schema_type.as_deref()).unwrap_or(SchemaType::Avro)
+        };
+        let exact = |v: &SchemaValue| {
+            dedup_key(
+                type_of(v),
+                &v.schema,
+                &v.references,
+                v.metadata.as_ref(),
+                v.rule_set.as_ref(),
+            )
+        };
+        let normalized = |context: &str, v: &SchemaValue| {
+            self.keys(
+                context,
+                type_of(v),
+                &v.schema,
+                &v.references,
+                v.metadata.as_ref(),
+                v.rule_set.as_ref(),
+                None,
+            )
+            .key
+        };
         let mut imported: HashMap<(&str, u32), &SchemaValue> = HashMap::new();
         for record in records {
             let Some(Value::Schema(v)) = &record.value else {
                 continue;
             };
             let (context, _) = split_subject(&v.subject);
-            let schema_type =
-                parse_schema_type(v.schema_type.as_deref()).unwrap_or(SchemaType::Avro);
-            let exact = || {
-                dedup_key(
-                    schema_type,
-                    &v.schema,
-                    &v.references,
-                    v.metadata.as_ref(),
-                    v.rule_set.as_ref(),
-                )
-            };
-            let key = || {
-                self.keys(
-                    context,
-                    schema_type,
-                    &v.schema,
-                    &v.references,
-                    v.metadata.as_ref(),
-                    v.rule_set.as_ref(),
-                    None,
-                )
-                .key
-            };
             let same = match (self.schema(context, v.id), imported.get(&(context, v.id))) {
                 (Some(stored), _) => {
-                    stored.schema_type == schema_type
-                        && (stored.exact_key() == exact() || stored.keys().key == key())
+                    stored.schema_type == type_of(v)
+                        && (stored.exact_key() == exact(v)
+                            || stored.keys().key == normalized(context, v))
                 }
                 (None, Some(first)) => {
-                    let first_type =
-                        parse_schema_type(first.schema_type.as_deref()).unwrap_or(SchemaType::Avro);
-                    let first_key = || {
-                        self.keys(
-                            context,
-                            first_type,
-                            &first.schema,
-                            &first.references,
-                            first.metadata.as_ref(),
-                            first.rule_set.as_ref(),
-                            None,
-                        )
-                        .key
-                    };
-                    first_type == schema_type
-                        && (dedup_key(
-                            first_type,
-                            &first.schema,
-                            &first.references,
-                            first.metadata.as_ref(),
-                            first.rule_set.as_ref(),
-                        ) == exact()
-                            || first_key() == key())
+                    type_of(first) == type_of(v)
+                        && (exact(first) == exact(v)
+                            || normalized(context, first) == normalized(context, v))
                 }
                 (None, None) => {
                     imported.insert((context, v.id), v);
