@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use evolve_core::migration::effects::LockMode::{self, *};
-use evolve_migrate::{Held, LockPlan, Options};
+use evolve_migrate::{Held, LockPlan, Options, PlannedStatement, ProbeResult};
 
 static N: AtomicUsize = AtomicUsize::new(0);
 /// Plans run one at a time, so "no scratch database left" is about this one.
@@ -118,6 +118,19 @@ async fn plan(setup: &str, file: &str, no_tx: bool) -> LockPlan {
 }
 
 #[track_caller]
+/// The statement was probed, ran on the scratch copy, and the probe saw
+/// what the plan predicted; its result.
+fn probe_agrees<'a>(st: &'a PlannedStatement, sql: &str) -> &'a ProbeResult {
+    let probe = st.probe.as_ref().expect("probed");
+    assert_eq!(probe.error, None, "probe of {sql}");
+    assert!(
+        probe.disagreements.is_empty(),
+        "probe disagrees on {sql}: {:?}",
+        probe.disagreements
+    );
+    probe
+}
+
 fn check_statement(plan: &LockPlan, c: &Case) {
     let st = plan.statements.last().expect("a statement");
     let mut got: Vec<(String, LockMode)> = st
@@ -147,14 +160,7 @@ fn check_statement(plan: &LockPlan, c: &Case) {
         c.sql, st.notes
     );
     assert_eq!(st.scans, c.scans, "scans of {}: {:?}", c.sql, st.notes);
-    let probe = st.probe.as_ref().expect("probed");
-    assert_eq!(probe.error, None, "probe of {}", c.sql);
-    assert!(
-        probe.disagreements.is_empty(),
-        "probe disagrees on {}: {:?}",
-        c.sql,
-        probe.disagreements
-    );
+    let probe = probe_agrees(st, c.sql);
     let mut seen: Vec<(String, LockMode)> = probe
         .locks
         .iter()
@@ -1103,13 +1109,7 @@ async fn audit_partitioned_statements_lock_their_partitions() {
             "{sql}: {:?}",
             st.locks
         );
-        let probe = st.probe.as_ref().expect("probed");
-        assert_eq!(probe.error, None, "probe of {sql}");
-        assert!(
-            probe.disagreements.is_empty(),
-            "probe disagrees on {sql}: {:?}",
-            probe.disagreements
-        );
+        probe_agrees(st, sql);
         // CONCURRENTLY is no way out for a partitioned table.
         if sql.starts_with("CREATE INDEX") {
             assert!(
@@ -1178,12 +1178,6 @@ async fn audit_temporal_precision_six_keeps_the_storage() {
         let plan = plan(&setup, sql, false).await;
         let st = plan.statements.last().expect("a statement");
         assert_eq!(st.rewrites, rewrites, "{sql}: {:?}", st.notes);
-        let probe = st.probe.as_ref().expect("probed");
-        assert_eq!(probe.error, None, "probe of {sql}");
-        assert!(
-            probe.disagreements.is_empty(),
-            "probe disagrees on {sql}: {:?}",
-            probe.disagreements
-        );
+        probe_agrees(st, sql);
     }
 }
