@@ -310,6 +310,7 @@ fn pipeline_statement() -> BoxedStrategy<Statement> {
                             registry,
                             envelope,
                             format,
+                            key_format: None,
                             // MESSAGE belongs to Protobuf.
                             message: message.filter(|_| format == TableFormat::Protobuf),
                             subject,

@@ -773,6 +773,9 @@ fn show(pipeline: &Pipeline, kind: Kind) -> Result<Option<Rows>, PipelineError> 
                                     r.name, r.subject, r.version
                                 ));
                             }
+                            if let Some(key) = &k.key_format {
+                                pinned.push_str(&format!("; key format {key}"));
+                            }
                             pinned.into()
                         }),
                     ]

@@ -247,6 +247,16 @@ pub struct KafkaTableInfo {
     /// `<topic>-value`, every record the table's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record_type: Option<String>,
+    /// How the records' keys are written, decided at `CREATE TABLE`
+    /// (`KeyFormat::as_str`: `text`, `bytes`, or the registry format of
+    /// the `<topic>-key` subject's schema, `avro`, `json`, `protobuf`).
+    /// `None` for an `ENVELOPE NONE` table, which reads no keys, and in
+    /// stores written before key formats were pinned: such a table reads
+    /// each key as it did then, with the schema its header names when it
+    /// looks like Confluent's wire format and the registry has that id,
+    /// else as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_format: Option<String>,
 }
 
 impl KafkaTableInfo {
@@ -258,6 +268,10 @@ impl KafkaTableInfo {
             registry: self.registry.clone(),
             envelope: TableEnvelope::parse(&self.envelope).unwrap_or_default(),
             format: TableFormat::parse(&self.format).unwrap_or_default(),
+            key_format: self
+                .key_format
+                .as_deref()
+                .and_then(evolve_core::control::KeyFormat::parse),
             message: self.message.clone(),
             subject: self.record_type.as_ref().map(|_| self.subject.clone()),
         }
@@ -2569,6 +2583,7 @@ mod tests {
                 registry: "csr".into(),
                 envelope: TableEnvelope::Debezium,
                 format: TableFormat::Protobuf,
+                key_format: None,
                 message: Some("shop.Order".into()),
                 subject: Some("ev-shop.Order".into()),
             }
@@ -2582,6 +2597,7 @@ mod tests {
                 registry: "csr".into(),
                 envelope: TableEnvelope::Upsert,
                 format: TableFormat::Avro,
+                key_format: None,
                 message: None,
                 subject: None,
             }

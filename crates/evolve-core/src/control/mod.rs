@@ -9,6 +9,7 @@
 //!   [WITH (EXCLUDE COLUMNS (a, b), TEXT COLUMNS (c))];
 //! CREATE SOURCE [IF NOT EXISTS] ev FROM KAFKA CONNECTION k (TOPIC 'orders');
 //! CREATE TABLE [IF NOT EXISTS] orders_v1 FROM SOURCE ev
+//!   [KEY FORMAT {TEXT | BYTES | AVRO | JSON | PROTOBUF} VALUE]
 //!   FORMAT {AVRO | JSON | PROTOBUF [MESSAGE 'shop.Order']}
 //!   USING CONFLUENT SCHEMA REGISTRY CONNECTION csr [SUBJECT 'orders-shop.Order']
 //!   [ENVELOPE UPSERT | ENVELOPE NONE | ENVELOPE DEBEZIUM] [WITH (..)];
@@ -257,10 +258,11 @@ pub enum SourceKind {
     Kafka,
 }
 
-/// How a Kafka table reads its topic's records: `FORMAT AVRO | JSON |
-/// PROTOBUF [MESSAGE 'name'] USING CONFLUENT SCHEMA REGISTRY CONNECTION
-/// registry [SUBJECT 'subject'] [ENVELOPE UPSERT | ENVELOPE NONE |
-/// ENVELOPE DEBEZIUM]`.
+/// How a Kafka table reads its topic's records: `[KEY FORMAT TEXT |
+/// BYTES | AVRO | JSON | PROTOBUF VALUE] FORMAT AVRO | JSON | PROTOBUF
+/// [MESSAGE 'name'] USING CONFLUENT SCHEMA REGISTRY CONNECTION registry
+/// [SUBJECT 'subject'] [ENVELOPE UPSERT | ENVELOPE NONE | ENVELOPE
+/// DEBEZIUM]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KafkaTable {
     /// The registry's connection, by its name in `evolve.toml`.
@@ -269,6 +271,11 @@ pub struct KafkaTable {
     pub envelope: TableEnvelope,
     /// How a record's value is written.
     pub format: TableFormat,
+    /// `KEY FORMAT ... VALUE FORMAT ...`: how a record's key is written.
+    /// `None` leaves it to `CREATE TABLE`, which looks for the topic's
+    /// `<topic>-key` subject in the registry. Only keyed envelopes read
+    /// keys, so `ENVELOPE NONE` has none.
+    pub key_format: Option<KeyFormat>,
     /// `FORMAT PROTOBUF MESSAGE 'name'`: the message the table reads (a
     /// full name); `None` reads the schema file's first message.
     pub message: Option<String>,
@@ -320,6 +327,42 @@ impl TableFormat {
             "json" => Some(TableFormat::Json),
             "protobuf" => Some(TableFormat::Protobuf),
             _ => None,
+        }
+    }
+}
+
+/// `KEY FORMAT` of a Kafka table: how its records' keys are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyFormat {
+    /// `KEY FORMAT TEXT`: a key is its UTF-8 text (JSON's string), else
+    /// (not UTF-8, or holding a NUL, which PostgreSQL's text cannot) its
+    /// bytes in bytea's hex form, `"\\x0102"`.
+    Text,
+    /// `KEY FORMAT BYTES`: a key is its bytes in bytea's hex form.
+    Bytes,
+    /// `KEY FORMAT AVRO | JSON | PROTOBUF`: a key is written in
+    /// Confluent's wire format as a value of that format is, and read with
+    /// the schema its header names.
+    Registry(TableFormat),
+}
+
+impl KeyFormat {
+    /// The format's keyword: `text`, `bytes`, `avro`, `json` or
+    /// `protobuf`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyFormat::Text => "text",
+            KeyFormat::Bytes => "bytes",
+            KeyFormat::Registry(format) => format.as_str(),
+        }
+    }
+
+    /// The key format named `word` (any case).
+    pub fn parse(word: &str) -> Option<KeyFormat> {
+        match word.to_ascii_lowercase().as_str() {
+            "text" => Some(KeyFormat::Text),
+            "bytes" => Some(KeyFormat::Bytes),
+            other => TableFormat::parse(other).map(KeyFormat::Registry),
         }
     }
 }
@@ -783,7 +826,10 @@ impl Statement {
                 );
                 match &s.kafka {
                     Some(k) => sql.push_str(&format!(
-                        " FORMAT {}{} USING CONFLUENT SCHEMA REGISTRY CONNECTION {}{} ENVELOPE {}",
+                        "{} FORMAT {}{} USING CONFLUENT SCHEMA REGISTRY CONNECTION {}{} ENVELOPE {}",
+                        k.key_format
+                            .map(|f| format!(" KEY FORMAT {} VALUE", f.as_str().to_ascii_uppercase()))
+                            .unwrap_or_default(),
                         k.format.as_str().to_ascii_uppercase(),
                         k.message
                             .as_ref()

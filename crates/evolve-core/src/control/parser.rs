@@ -8,9 +8,9 @@ use super::lexer::{STATEMENT_STARTS, Tok, Token, is_reserved, lex, near};
 use super::{
     Absorb, AlterMaterializedView, AlterReplica, ApplyReplacement, CreateMaterializedView,
     CreateReplacement, CreateReplica, CreateSink, CreateSource, CreateTable, CreateTransform, Drop,
-    EnableReplica, KafkaSink, KafkaTable, MAX_IDENTIFIER_BYTES, ObjectKind, QualifiedName,
-    RefreshReferences, Show, ShowConflictResolvers, SinkEnvelope, SinkFormat, SourceKind, Span,
-    Statement, TableEnvelope, TableFormat, parse_duration,
+    EnableReplica, KafkaSink, KafkaTable, KeyFormat, MAX_IDENTIFIER_BYTES, ObjectKind,
+    QualifiedName, RefreshReferences, Show, ShowConflictResolvers, SinkEnvelope, SinkFormat,
+    SourceKind, Span, Statement, TableEnvelope, TableFormat, parse_duration,
 };
 use crate::conflict::{ConflictError, ConflictType, Resolver};
 
@@ -602,8 +602,31 @@ impl Parser<'_> {
         let (source, _) = self.name()?;
         let mut reference = None;
         let mut kafka = None;
-        if self.at_word("format") {
-            self.bump();
+        if self.at_word("format") || self.at_word("key") {
+            // `KEY FORMAT f VALUE FORMAT ...`, or the value's alone.
+            let mut key_format = None;
+            let key_at = self.peek().start;
+            if self.at_word("key") {
+                self.bump();
+                self.expect_keyword("format")?;
+                match self.word().and_then(KeyFormat::parse) {
+                    Some(f) => {
+                        key_format = Some(f);
+                        self.bump();
+                    }
+                    None => {
+                        return Err(self.syntax_error(&[
+                            Expected::Keyword("text"),
+                            Expected::Keyword("bytes"),
+                            Expected::Keyword("avro"),
+                            Expected::Keyword("json"),
+                            Expected::Keyword("protobuf"),
+                        ]));
+                    }
+                }
+                self.expect_keyword("value")?;
+            }
+            self.expect_keyword("format")?;
             let format = match self.word().and_then(TableFormat::parse) {
                 Some(format) => {
                     self.bump();
@@ -650,10 +673,19 @@ impl Parser<'_> {
                     }
                 }
             }
+            if key_format.is_some() && !envelope.keyed() {
+                return Err(self
+                    .error_at(
+                        key_at,
+                        "KEY FORMAT is for ENVELOPE UPSERT and ENVELOPE DEBEZIUM tables; an ENVELOPE NONE table does not read keys",
+                    )
+                    .with_hint("Leave KEY FORMAT ... VALUE out, or read the topic with a keyed envelope."));
+            }
             kafka = Some(KafkaTable {
                 registry,
                 envelope,
                 format,
+                key_format,
                 message,
                 subject,
             });

@@ -2768,6 +2768,7 @@ fn create_kafka_source_and_table() {
                     registry: s("csr"),
                     envelope: TableEnvelope::None,
                     format: TableFormat::Avro,
+                    key_format: None,
                     message: None,
                     subject: None,
                 })
@@ -2896,5 +2897,85 @@ fn create_kafka_source_and_table() {
     assert!(
         hint.contains("UPSERT") && hint.contains("NONE") && hint.contains("DEBEZIUM"),
         "{bad:?}"
+    );
+}
+
+/// `KEY FORMAT f VALUE FORMAT ...` names how a Kafka table's keys are
+/// written; it round-trips through the canonical text, is left out when
+/// not given, and errs clearly on an unknown format, a missing `VALUE`,
+/// and `ENVELOPE NONE` (which reads no keys).
+#[test]
+fn kafka_table_key_format() {
+    let kafka = |statement: &Statement| match statement {
+        Statement::CreateTable(t) => t.kafka.clone().unwrap(),
+        other => panic!("{other:?}"),
+    };
+    for (written, want) in [
+        ("text", KeyFormat::Text),
+        ("BYTES", KeyFormat::Bytes),
+        ("avro", KeyFormat::Registry(TableFormat::Avro)),
+        ("Json", KeyFormat::Registry(TableFormat::Json)),
+        ("PROTOBUF", KeyFormat::Registry(TableFormat::Protobuf)),
+    ] {
+        let table = one(&format!(
+            "CREATE TABLE t FROM SOURCE ev KEY FORMAT {written} VALUE FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE DEBEZIUM"
+        ));
+        assert_eq!(kafka(&table).key_format, Some(want));
+        assert_eq!(
+            table.to_sql(),
+            format!(
+                "CREATE TABLE t FROM SOURCE ev KEY FORMAT {} VALUE FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE DEBEZIUM",
+                written.to_ascii_uppercase()
+            )
+        );
+    }
+    let plain = one(
+        "CREATE TABLE t FROM SOURCE ev FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    );
+    assert_eq!(kafka(&plain).key_format, None);
+    assert!(!plain.to_sql().contains("KEY"), "{}", plain.to_sql());
+
+    let unknown = err(
+        "CREATE TABLE t FROM SOURCE ev KEY FORMAT STRING VALUE FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    );
+    assert_eq!(unknown.message, "syntax error at or near \"STRING\"");
+    let hint = unknown.hint.clone().unwrap_or_default();
+    assert!(
+        ["TEXT", "BYTES", "AVRO", "JSON", "PROTOBUF"]
+            .iter()
+            .all(|f| hint.contains(f)),
+        "{unknown:?}"
+    );
+    let no_value = err(
+        "CREATE TABLE t FROM SOURCE ev KEY FORMAT TEXT FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr",
+    );
+    assert_eq!(no_value.message, "syntax error at or near \"FORMAT\"");
+    assert!(
+        no_value.hint.clone().unwrap_or_default().contains("VALUE"),
+        "{no_value:?}"
+    );
+    err("CREATE TABLE t FROM SOURCE ev KEY");
+    err("CREATE TABLE t FROM SOURCE ev KEY FORMAT");
+    err("CREATE TABLE t FROM SOURCE ev KEY FORMAT TEXT VALUE");
+    let input = "CREATE TABLE t FROM SOURCE ev KEY FORMAT TEXT VALUE FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY CONNECTION csr ENVELOPE NONE";
+    let none = err(input);
+    assert!(
+        none.message
+            .starts_with("KEY FORMAT is for ENVELOPE UPSERT and ENVELOPE DEBEZIUM"),
+        "{none:?}"
+    );
+    assert_eq!(none.position.offset, input.find("KEY").unwrap());
+    // Every prefix of the clause parses or errs, never panics; the ones
+    // that end inside the clause err.
+    let full = "CREATE TABLE t FROM SOURCE ev KEY FORMAT PROTOBUF VALUE FORMAT PROTOBUF MESSAGE 'a.B' USING CONFLUENT SCHEMA REGISTRY CONNECTION csr SUBJECT 's' ENVELOPE DEBEZIUM";
+    for end in full.find("KEY").unwrap()..full.len() {
+        let parsed = parse(&full[..end]);
+        if end < full.find(" USING").unwrap() {
+            assert!(parsed.is_err(), "{:?}", &full[..end]);
+        }
+    }
+    assert_eq!(
+        kafka(&one(full)).key_format,
+        Some(KeyFormat::Registry(TableFormat::Protobuf))
     );
 }

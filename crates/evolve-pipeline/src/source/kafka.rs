@@ -86,12 +86,35 @@
 //! number, and fields the reader does not declare are skipped. A record
 //! that a table cannot read (no wire header, an id the registry does not
 //! know, a writer schema the reader cannot read, a
-//! corrupt payload, no key under `ENVELOPE UPSERT`) is
+//! corrupt payload, no key under `ENVELOPE UPSERT`, a key its pinned
+//! registry key format cannot read) is
 //! [`SourceEvent::Undecodable`] for that table: it stalls at that record,
 //! with the partition, offset and reason, and counts the records after it
 //! it could not read either; the other tables go on. A registry that
 //! cannot be reached fails the stream (retried with backoff, the source's
 //! status says why) rather than stalling anything.
+//!
+//! # Keys
+//!
+//! A keyed table (`ENVELOPE UPSERT`, `DEBEZIUM`) reads every record's key
+//! one way, decided at `CREATE TABLE` and stored with the table
+//! (`KafkaTableInfo::key_format`): `KEY FORMAT ... VALUE FORMAT ...`
+//! when the statement names it, else registry keys in the format of the
+//! `<topic>-key` subject's latest schema when the registry has that
+//! subject, else text. A text key is its UTF-8 text, or bytea's hex form
+//! (`"\\x00ff"`) when it is not UTF-8 or holds a NUL (PostgreSQL's text
+//! cannot); `KEY FORMAT BYTES` keys are always the hex form. Neither is
+//! ever parsed as Confluent's wire format, so raw keys that happen to
+//! start with a zero byte and a registered schema's id are read as the
+//! bytes they are. A registry key (`AVRO`, `JSON`, `PROTOBUF`) is read
+//! with the schema its header names, fetched by id as values' are; a key
+//! without the header, naming an id the registry lacks or a schema of
+//! another format, or that the schema cannot decode is undecodable, and
+//! stalls the table as a value would. An `ENVELOPE NONE` table reads no
+//! keys and stores no key format. A table pinned before key formats
+//! were stored none either, and reads each key as it did then: with the
+//! schema its header names when it looks like the wire format and the
+//! registry has the id, else as text (UTF-8, else the hex form).
 //!
 //! # A topic of several record types
 //!
@@ -195,6 +218,13 @@ pub const OFFSET_COLUMN: &str = "@offset";
 /// The subject of a topic's value schemas (TopicNameStrategy).
 pub fn value_subject(topic: &str) -> String {
     format!("{topic}-value")
+}
+
+/// The subject of a topic's key schemas (TopicNameStrategy): when the
+/// registry has it at `CREATE TABLE`, the table's keys are read as
+/// registry-encoded.
+pub fn key_subject(topic: &str) -> String {
+    format!("{topic}-key")
 }
 
 /// The next offset of each partition (`.0`), and the fingerprint of
@@ -501,7 +531,47 @@ pub async fn pin_reader(
     );
     pinned.info.message = message;
     pinned.info.record_type = record_type;
+    pinned.info.key_format = pin_key_format(topic, &mut client, registry_name, table)
+        .await?
+        .map(|f| f.as_str().to_string());
     Ok(pinned)
+}
+
+/// How a keyed table's keys are written: `KEY FORMAT`'s, else the
+/// registry format of the `<topic>-key` subject's latest schema when the
+/// registry has the subject, else text. `None` for `ENVELOPE NONE`,
+/// which reads no keys.
+async fn pin_key_format(
+    topic: &str,
+    client: &mut Registry,
+    registry_name: &str,
+    table: &evolve_core::control::KafkaTable,
+) -> Result<Option<evolve_core::control::KeyFormat>> {
+    use evolve_core::control::{KeyFormat, TableFormat};
+    if !table.envelope.keyed() {
+        return Ok(None);
+    }
+    if let Some(format) = table.key_format {
+        return Ok(Some(format));
+    }
+    let subject = key_subject(topic);
+    let Some(latest) = client.latest(&subject).await? else {
+        return Ok(Some(KeyFormat::Text));
+    };
+    match TableFormat::parse(&latest.schema_type) {
+        Some(format) => Ok(Some(KeyFormat::Registry(format))),
+        None => Err(PipelineError::Refused {
+            sqlstate: "22023",
+            primary: format!(
+                "the latest schema of subject \"{subject}\" in the registry of connection \"{registry_name}\" is of type {}, which evolve cannot read keys with",
+                latest.schema_type
+            ),
+            detail: None,
+            hint: Some(
+                "Name how the keys are written: KEY FORMAT TEXT | BYTES | AVRO | JSON | PROTOBUF VALUE FORMAT ...".into(),
+            ),
+        }),
+    }
 }
 
 /// The columns of `fields` (and the envelope's key column, last) and the
@@ -546,6 +616,7 @@ fn pinned(
             references,
             message: None,
             record_type: None,
+            key_format: None,
         },
     }
 }
@@ -681,6 +752,8 @@ struct Reader {
     /// records of other types are skipped (`KafkaTableInfo::record_type`).
     record_type: Option<String>,
     registry: String,
+    /// How the keys are read (keyed envelopes).
+    keys: KeyReading,
     /// The pinned reader schema.
     format: ReaderFormat,
     schema_id: u32,
@@ -688,6 +761,28 @@ struct Reader {
     table_schema: Arc<TableSchema>,
     /// Per writer schema id: `None` when the reader reads it, else why not.
     verdicts: HashMap<u32, Option<String>>,
+}
+
+/// How a table reads its records' keys
+/// ([`crate::store::KafkaTableInfo::key_format`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeyReading {
+    /// Pinned before key formats were: the schema the key's header
+    /// names when it looks like the wire format and the registry has
+    /// the id, else text (UTF-8, else bytea's hex form), record by record.
+    Guess,
+    /// As [`evolve_core::control::KeyFormat`] says, for every key.
+    Pinned(evolve_core::control::KeyFormat),
+}
+
+impl KeyReading {
+    /// Whether a key's header names a writer schema to fetch.
+    fn fetches(self) -> bool {
+        matches!(
+            self,
+            KeyReading::Guess | KeyReading::Pinned(evolve_core::control::KeyFormat::Registry(_))
+        )
+    }
 }
 
 /// A pinned reader schema, by format.
@@ -812,6 +907,13 @@ impl Reader {
             })
             .collect();
         let upsert = kafka.envelope != "none";
+        let keys = match &kafka.key_format {
+            None => KeyReading::Guess,
+            Some(f) => KeyReading::Pinned(
+                evolve_core::control::KeyFormat::parse(f)
+                    .ok_or_else(|| bad(format!("its key format {f:?} is not one evolve knows")))?,
+            ),
+        };
         let key = table.columns.iter().find(|c| c.key);
         columns.push(ColumnSchema {
             name: key.map_or_else(|| KEY_COLUMN.to_string(), |c| c.name.clone()),
@@ -826,6 +928,7 @@ impl Reader {
             debezium,
             record_type: kafka.record_type.clone(),
             registry: kafka.registry.clone(),
+            keys,
             format,
             schema_id: kafka.schema_id,
             fields,
@@ -1002,7 +1105,7 @@ impl Writers {
                     raw.value.as_deref().and_then(wire).map(|(id, _)| id),
                     raw.key
                         .as_deref()
-                        .filter(|_| reader.upsert)
+                        .filter(|_| reader.upsert && reader.keys.fetches())
                         .and_then(wire)
                         .map(|(id, _)| id),
                 ];
@@ -1147,7 +1250,7 @@ fn decode(reader: &mut Reader, writers: &Writers, topic: &str, raw: &Raw) -> Res
                 at(raw)
             )));
         };
-        match key_text(writers, &reader.registry, key)? {
+        match key_text(writers, &reader.registry, reader.keys, key)? {
             Ok(text) => text,
             Err(problem) => return Ok(Decoded::Undecodable(format!("{}: {problem}", at(raw)))),
         }
@@ -1355,44 +1458,101 @@ fn protobuf_key(
     protobuf::key_json(encoded, &message)
 }
 
-/// A record key as JSON text: Avro in the wire format (read with its
-/// writer schema), else a UTF-8 string, else bytea's hex form.
+/// A record key as JSON text, read as `keys` says, or why it cannot be
+/// read.
 fn key_text(
     writers: &Writers,
     registry: &str,
+    keys: KeyReading,
     key: &[u8],
 ) -> Result<std::result::Result<String, String>> {
-    if let Some((id, datum)) = wire(key)
-        && let Ok(writer) = fetched(writers, registry, id)?
-    {
-        let (schema, names) = match &*writer {
-            WriterSchema::Avro { schema, names, .. } => (schema, names),
-            WriterSchema::Json { .. } => return Ok(json::key_json(datum)),
-            WriterSchema::Protobuf(w) => return Ok(protobuf_key(datum, w)),
-        };
-        let mut bytes = datum;
-        let read = GenericDatumReader::builder(schema.root())
-            .writer_schemata(avro::schemata(schema))
-            .and_then(|b| b.build())
-            .and_then(|r| r.read_value(&mut bytes));
-        return Ok(match read {
-            Ok(v) => avro::key_json(&v, schema.root(), names),
-            Err(e) => Err(format!(
-                "its key cannot be decoded with schema id {id}: {e}"
-            )),
-        });
-    }
-    let text = match std::str::from_utf8(key) {
-        Ok(s) => s.to_string(),
-        Err(_) => {
-            let mut hex = String::from("\\x");
-            for b in key {
-                hex.push_str(&format!("{b:02x}"));
+    use evolve_core::control::KeyFormat;
+    let format = match keys {
+        KeyReading::Guess => {
+            // Avro (or JSON, Protobuf) in the wire format when the
+            // registry has the id, else a UTF-8 string, else bytea's hex
+            // form: as tables pinned before key formats read keys.
+            if let Some((id, datum)) = wire(key)
+                && let Ok(writer) = fetched(writers, registry, id)?
+            {
+                return Ok(registry_key(&writer, id, datum));
             }
-            hex
+            let text = std::str::from_utf8(key).map_or_else(|_| bytea_hex(key), str::to_string);
+            return Ok(Ok(serde_json::Value::String(text).to_string()));
         }
+        KeyReading::Pinned(KeyFormat::Text) => {
+            // PostgreSQL's text holds no NUL, so a key with one is bytes.
+            let text = std::str::from_utf8(key)
+                .ok()
+                .filter(|t| !t.contains('\0'))
+                .map_or_else(|| bytea_hex(key), str::to_string);
+            return Ok(Ok(serde_json::Value::String(text).to_string()));
+        }
+        KeyReading::Pinned(KeyFormat::Bytes) => {
+            return Ok(Ok(serde_json::Value::String(bytea_hex(key)).to_string()));
+        }
+        KeyReading::Pinned(KeyFormat::Registry(format)) => format,
     };
-    Ok(Ok(serde_json::Value::String(text).to_string()))
+    let way_out = format!(
+        "the table reads {} keys from the registry (its key format, pinned at CREATE TABLE); a table created with KEY FORMAT TEXT VALUE FORMAT ... reads keys as text",
+        format.as_str().to_ascii_uppercase()
+    );
+    let Some((id, datum)) = wire(key) else {
+        return Ok(Err(format!(
+            "its key has no schema registry header (a zero byte and a 4-byte schema id), and {way_out}"
+        )));
+    };
+    let writer = match fetched(writers, registry, id)? {
+        Ok(writer) => writer,
+        Err(why) => return Ok(Err(format!("its key {why}"))),
+    };
+    let written = match &*writer {
+        WriterSchema::Avro { .. } => evolve_core::control::TableFormat::Avro,
+        WriterSchema::Json { .. } => evolve_core::control::TableFormat::Json,
+        WriterSchema::Protobuf(_) => evolve_core::control::TableFormat::Protobuf,
+    };
+    if written != format {
+        return Ok(Err(format!(
+            "its key names writer schema id {id}, which is {}, and {way_out}",
+            writer.what()
+        )));
+    }
+    Ok(registry_key(&writer, id, datum))
+}
+
+/// A key's `datum` (what follows its wire header, which named schema
+/// `id`) read with `writer`, as JSON text.
+fn registry_key(
+    writer: &WriterSchema,
+    id: u32,
+    datum: &[u8],
+) -> std::result::Result<String, String> {
+    let (schema, names) = match writer {
+        WriterSchema::Avro { schema, names, .. } => (schema, names),
+        WriterSchema::Json { .. } => return json::key_json(datum),
+        WriterSchema::Protobuf(w) => return protobuf_key(datum, w),
+    };
+    let mut bytes = datum;
+    let read = GenericDatumReader::builder(schema.root())
+        .writer_schemata(avro::schemata(schema))
+        .and_then(|b| b.build())
+        .and_then(|r| r.read_value(&mut bytes));
+    match read {
+        Ok(v) => avro::key_json(&v, schema.root(), names),
+        Err(e) => Err(format!(
+            "its key cannot be decoded with schema id {id}: {e}"
+        )),
+    }
+}
+
+/// `bytes` in bytea's hex form: `\x0102`.
+fn bytea_hex(bytes: &[u8]) -> String {
+    let mut hex = String::with_capacity(2 + 2 * bytes.len());
+    hex.push_str("\\x");
+    for b in bytes {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    hex
 }
 
 // -------------------------------------------------------------- source
@@ -2530,6 +2690,7 @@ mod tests {
             references: references.clone(),
             message: None,
             record_type: None,
+            key_format: None,
         };
         let stored = serde_json::to_string(&info).unwrap();
         let info: crate::store::KafkaTableInfo = serde_json::from_str(&stored).unwrap();
@@ -2787,6 +2948,96 @@ mod tests {
         assert_eq!(text(new.last().unwrap()), r#""order-1""#);
     }
 
+    /// A table's key format is pinned in its stored settings; settings
+    /// stored before key formats were (no `key_format`) read every key
+    /// as then: the schema a wire header names when the registry has it,
+    /// else text. A pinned format reads every key its way: text (bytea's
+    /// hex form when not UTF-8 or holding a NUL) never parsed as the wire
+    /// format, bytes always hex, registry keys only with the header.
+    #[test]
+    fn keys_are_read_as_the_pinned_key_format_and_older_tables_guess() {
+        use evolve_core::control::{KeyFormat, TableFormat};
+        let older = r#"{"registry":"csr","envelope":"upsert","subject":"orders-value",
+            "schema_id":4,"version":1,
+            "schema":"{\"type\":\"record\",\"name\":\"O\",\"fields\":[{\"name\":\"id\",\"type\":\"long\"}]}"}"#;
+        let info: crate::store::KafkaTableInfo = serde_json::from_str(older).unwrap();
+        assert_eq!(info.key_format, None);
+        assert!(
+            !serde_json::to_string(&info).unwrap().contains("key_format"),
+            "an older table's settings are written back as they were"
+        );
+        let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
+        table.kafka = Some(info.clone());
+        assert_eq!(Reader::new(&table).unwrap().keys, KeyReading::Guess);
+        let pinned = crate::store::KafkaTableInfo {
+            key_format: Some("text".into()),
+            ..info
+        };
+        let stored = serde_json::to_string(&pinned).unwrap();
+        assert!(stored.contains(r#""key_format":"text""#), "{stored}");
+        table.kafka = Some(serde_json::from_str(&stored).unwrap());
+        assert_eq!(
+            Reader::new(&table).unwrap().keys,
+            KeyReading::Pinned(KeyFormat::Text)
+        );
+        table.kafka.as_mut().unwrap().key_format = Some("yaml".into());
+        assert!(Reader::new(&table).is_err());
+
+        // A key that looks like the wire format, naming the writer
+        // schema the registry has (id 4), and that is no record of it.
+        let (mut reader, writers) = fuzz_reader();
+        let wire_like = vec![0, 0, 0, 0, 4, 0xff];
+        let key = |reader: &mut Reader, key: &[u8]| {
+            let raw = fuzz_record(7, Some(key.to_vec()), &fuzz_datum());
+            match decode(reader, &writers, "orders", &raw).unwrap() {
+                Decoded::Change(change) => {
+                    Ok(text(change.new.unwrap().last().unwrap()).to_string())
+                }
+                Decoded::Undecodable(why) => Err(why),
+                Decoded::Nothing | Decoded::Skipped => panic!("nothing"),
+            }
+        };
+        assert_eq!(reader.keys, KeyReading::Guess);
+        let guessed = key(&mut reader, &wire_like).unwrap_err();
+        assert!(
+            guessed.contains("its key cannot be decoded with schema id 4"),
+            "{guessed}"
+        );
+        assert_eq!(key(&mut reader, b"k1").unwrap(), r#""k1""#);
+
+        reader.keys = KeyReading::Pinned(KeyFormat::Text);
+        assert_eq!(
+            key(&mut reader, &wire_like).unwrap(),
+            r#""\\x0000000004ff""#
+        );
+        assert_eq!(key(&mut reader, b"k1").unwrap(), r#""k1""#);
+        assert_eq!(key(&mut reader, b"\0k").unwrap(), r#""\\x006b""#);
+        assert_eq!(key(&mut reader, &[0xc3, 0xa9]).unwrap(), r#""é""#);
+
+        reader.keys = KeyReading::Pinned(KeyFormat::Bytes);
+        assert_eq!(key(&mut reader, b"k1").unwrap(), r#""\\x6b31""#);
+
+        reader.keys = KeyReading::Pinned(KeyFormat::Registry(TableFormat::Avro));
+        let bare = key(&mut reader, b"k1").unwrap_err();
+        assert!(
+            bare.starts_with(
+                "record at partition 0 offset 7: its key has no schema registry header"
+            ),
+            "{bare}"
+        );
+        let broken = key(&mut reader, &wire_like).unwrap_err();
+        assert!(
+            broken.contains("its key cannot be decoded with schema id 4"),
+            "{broken}"
+        );
+        reader.keys = KeyReading::Pinned(KeyFormat::Registry(TableFormat::Json));
+        let other = key(&mut reader, &wire_like).unwrap_err();
+        assert!(
+            other.contains("its key names writer schema id 4, which is an Avro schema, and the table reads JSON keys"),
+            "{other}"
+        );
+    }
+
     /// A record whose datum claims a 200,000,000-byte string and holds 3
     /// bytes is an undecodable record of its table, named by its offset.
     #[test]
@@ -2892,6 +3143,7 @@ mod tests {
             references: Vec::new(),
             message: None,
             record_type: None,
+            key_format: None,
         };
         let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
         table.kafka = Some(info);
@@ -2936,6 +3188,7 @@ mod tests {
             references: Vec::new(),
             message: None,
             record_type: None,
+            key_format: None,
         };
         let mut table = TableInfo::running_for_test("orders_v1", Vec::new());
         table.kafka = Some(info);

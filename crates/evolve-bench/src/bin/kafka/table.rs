@@ -235,6 +235,7 @@ async fn create(pipeline: &Pipeline, topic: &str) -> Result<()> {
                 registry: "csr".into(),
                 envelope: TableEnvelope::Upsert,
                 format: TableFormat::Avro,
+                key_format: None,
                 message: None,
                 subject: None,
             }),
