@@ -90,9 +90,11 @@ impl Users {
         if let Some(user) = self.verified.lock().ok()?.get(value) {
             return Some(user.clone());
         }
-        let encoded = value
-            .strip_prefix("Basic ")
-            .or_else(|| value.strip_prefix("basic "))?;
+        // The scheme's name is case-insensitive (RFC 9110, 11.1).
+        let (scheme, encoded) = value.split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("basic") {
+            return None;
+        }
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(encoded.trim())
             .ok()?;
@@ -196,6 +198,21 @@ mod tests {
             Some("bob")
         );
         assert_eq!(users.authenticate(&basic("alice", "wrong")), None);
+        // The scheme's name in any case; another scheme is not basic.
+        for scheme in ["BASIC", "bAsIc", "Bearer"] {
+            let mut headers = basic("bob", "hunter2");
+            let value = headers[header::AUTHORIZATION].to_str().unwrap().to_string();
+            let token = value.split_once(' ').unwrap().1;
+            headers.insert(
+                header::AUTHORIZATION,
+                format!("{scheme} {token}").parse().unwrap(),
+            );
+            assert_eq!(
+                users.authenticate(&headers).is_some(),
+                scheme != "Bearer",
+                "{scheme}"
+            );
+        }
         // An unknown user costs a hash too, so the time of the answer does
         // not tell which names exist.
         let before = users.hashes_computed();
