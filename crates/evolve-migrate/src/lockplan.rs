@@ -486,6 +486,9 @@ struct CatalogColumn {
     typname: String,
     type_display: String,
     not_null: bool,
+    /// Its collation (`attcollation`, 0 for a type without one) and that
+    /// collation's name.
+    collation: (u32, String),
     /// The indexes that read the column (key, expression or predicate).
     indexes: Vec<ColumnIndex>,
     /// Tables whose foreign keys reference the column: a type change
@@ -504,11 +507,17 @@ struct ColumnIndex {
     am: u32,
     opclass: u32,
     opclass_default: bool,
+    /// The key column's collation in the index (`indcollation`): the
+    /// column's unless the index names another.
+    collation: u32,
 }
 
 #[derive(Clone, Debug)]
 struct TypeInfo {
     oid: u32,
+    /// The collation a column of it gets without `COLLATE`
+    /// (`typcollation`, 0 for a type without one), and its name.
+    collation: (u32, String),
     typname: String,
     has_length_cast: bool,
     length_support: bool,
@@ -553,6 +562,9 @@ struct Catalog {
     /// Partitioned table's oid -> its partitions at every level, as
     /// (schema, name), parents before their partitions.
     partitions: HashMap<u32, Vec<Key>>,
+    /// `ALTER COLUMN ... TYPE ... COLLATE name`: the name as written ->
+    /// the collation's oid (absent: no such collation).
+    collations: HashMap<String, u32>,
     volatility: HashMap<String, char>,
 }
 
@@ -744,7 +756,8 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
     let rows = client
         .query(
             "SELECT a.attrelid, a.attname::text, a.atttypid, a.atttypmod, t.typname::text,
-                    format_type(a.atttypid, a.atttypmod), a.attnotnull
+                    format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attcollation,
+                    coalesce(nullif(a.attcollation, 0)::regcollation::text, '')
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
              WHERE a.attrelid = ANY($1) AND a.attnum > 0 AND NOT a.attisdropped",
             &[&oids],
@@ -759,6 +772,7 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
             typname: r.try_get(4)?,
             type_display: r.try_get(5)?,
             not_null: r.try_get(6)?,
+            collation: (r.try_get(7)?, r.try_get(8)?),
             indexes: Vec::new(),
             referenced_by: Vec::new(),
         };
@@ -773,16 +787,17 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
         .query(
             "SELECT a.attrelid, a.attname::text, i.indexrelid::regclass::text,
                     NOT k.key, ic.relam, coalesce(k.opclass, 0::oid),
-                    coalesce(oc.opcdefault, false)
+                    coalesce(oc.opcdefault, false), coalesce(k.collation, 0::oid)
              FROM pg_attribute a
              JOIN pg_index i ON i.indrelid = a.attrelid
              JOIN pg_class ic ON ic.oid = i.indexrelid
              CROSS JOIN LATERAL (
-                 SELECT true AS key, i.indclass[p.n - 1] AS opclass
+                 SELECT true AS key, i.indclass[p.n - 1] AS opclass,
+                        i.indcollation[p.n - 1] AS collation
                  FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS p(att, n)
                  WHERE p.att = a.attnum
                  UNION ALL
-                 SELECT false, NULL::oid
+                 SELECT false, NULL::oid, NULL::oid
                  WHERE (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL)
                    AND EXISTS (SELECT 1 FROM pg_depend d
                                WHERE d.classid = 'pg_class'::regclass
@@ -829,6 +844,7 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
             am: r.try_get(4)?,
             opclass: r.try_get(5)?,
             opclass_default: r.try_get(6)?,
+            collation: r.try_get(7)?,
         };
         if !ams.contains(&index.am) {
             ams.push(index.am);
@@ -931,6 +947,33 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
         }
     }
 
+    // The collations type changes name.
+    let mut collation_names: Vec<String> = Vec::new();
+    for item in items {
+        for a in &item.fx.actions {
+            if let Action::AlterType {
+                collation: Some(c), ..
+            } = a
+                && !collation_names.contains(c)
+            {
+                collation_names.push(c.clone());
+            }
+        }
+    }
+    let mut collations = HashMap::new();
+    if !collation_names.is_empty() {
+        for r in client
+            .query(
+                "SELECT u.name, c.oid FROM unnest($1::text[]) AS u(name)
+                 JOIN pg_collation c ON c.oid = to_regcollation(u.name)",
+                &[&collation_names],
+            )
+            .await?
+        {
+            collations.insert(r.try_get::<_, String>(0)?, r.try_get::<_, u32>(1)?);
+        }
+    }
+
     // 3. Types: the new ones by name, the old ones by oid.
     let mut type_texts: Vec<String> = Vec::new();
     let mut functions: Vec<String> = Vec::new();
@@ -957,7 +1000,8 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
     type_texts.dedup();
     functions.sort();
     functions.dedup();
-    const TYPE_INFO: &str = "t.oid, t.typname::text,
+    const TYPE_INFO: &str = "t.oid, t.typcollation,
+                    coalesce(nullif(t.typcollation, 0)::regcollation::text, ''), t.typname::text,
                     lc.castfunc IS NOT NULL AND lc.castfunc <> 0,
                     coalesce(p.prosupport <> 0, false),
                     t.typtype = 'd' AND EXISTS (SELECT 1 FROM pg_constraint k WHERE k.contypid = t.oid)";
@@ -976,10 +1020,11 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
     let type_info = |r: &tokio_postgres::Row, at: usize| -> Result<TypeInfo, MigrateError> {
         Ok(TypeInfo {
             oid: r.try_get(at)?,
-            typname: r.try_get(at + 1)?,
-            has_length_cast: r.try_get(at + 2)?,
-            length_support: r.try_get(at + 3)?,
-            domain_constraints: r.try_get(at + 4)?,
+            collation: (r.try_get(at + 1)?, r.try_get(at + 2)?),
+            typname: r.try_get(at + 3)?,
+            has_length_cast: r.try_get(at + 4)?,
+            length_support: r.try_get(at + 5)?,
+            domain_constraints: r.try_get(at + 6)?,
         })
     };
     let mut types_by_text = HashMap::new();
@@ -1074,6 +1119,7 @@ async fn read_catalog(client: &Client, items: &[Item]) -> Result<Catalog, Migrat
         index_columns,
         default_partitions,
         partitions,
+        collations,
         volatility,
     })
 }
@@ -1567,6 +1613,7 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                     column,
                     type_text,
                     using,
+                    collation,
                 } => {
                     if !column_exists(&mut sim, table, column) {
                         if if_exists {
@@ -1600,6 +1647,28 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                         ));
                         continue;
                     };
+                    // The collation the column ends with: the COLLATE
+                    // clause's, else the new type's default one (also when
+                    // the column had another: PostgreSQL does not keep it).
+                    let new_collation = match collation {
+                        Some(name) => match cat.collations.get(name) {
+                            Some(oid) => (*oid, name.clone()),
+                            None => {
+                                return Err(fail(format!(
+                                    "collation {name} does not exist; create it first or fix its name"
+                                )));
+                            }
+                        },
+                        None => new.collation.clone(),
+                    };
+                    let collation_changes =
+                        old.collation.0 != 0 && new_collation.0 != old.collation.0;
+                    if collation_changes && collation.is_none() {
+                        st.notes.push(format!(
+                            "without COLLATE, {column} takes {type_text}'s default collation {}, not its own {}: write COLLATE {} to keep it",
+                            new_collation.1, old.collation.1, old.collation.1
+                        ));
+                    }
                     let decision =
                         type_change(&cat, &old, new, type_text, using.as_deref(), &time_zone);
                     // Foreign keys of other tables that reference the
@@ -1634,8 +1703,11 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                             st.notes.push(note);
                             // No rewrite, but PostgreSQL builds anew every
                             // index whose operator class does not carry
-                            // over, and every expression or partial index
-                            // on the column: each reads the whole table.
+                            // over, every index whose key follows the
+                            // column's collation when that changes (one
+                            // that names its own is kept), and every
+                            // expression or partial index on the column:
+                            // each reads the whole table.
                             let mut rebuilt: Vec<&str> = old
                                 .indexes
                                 .iter()
@@ -1645,13 +1717,14 @@ async fn predict(client: &Client, items: &[Item]) -> Result<Vec<PlannedStatement
                                             && i.opclass_default
                                             && cat.default_opclass.get(&(i.am, new.oid))
                                                 != Some(&i.opclass))
+                                        || (collation_changes && i.collation == old.collation.0)
                                 })
                                 .map(|i| i.name.as_str())
                                 .collect();
                             rebuilt.dedup();
                             if !rebuilt.is_empty() {
                                 scan_reasons.push(format!(
-                                    "the table keeps its storage, but PostgreSQL builds index{} {} anew from every row under ACCESS EXCLUSIVE (an expression or partial index on {column}, or an operator class that does not carry over to {type_text})",
+                                    "the table keeps its storage, but PostgreSQL builds index{} {} anew from every row under ACCESS EXCLUSIVE (an expression or partial index on {column}, an operator class that does not carry over to {type_text}, or a key in {column}'s collation, which changes)",
                                     if rebuilt.len() == 1 { "" } else { "es" },
                                     rebuilt.join(", ")
                                 ));

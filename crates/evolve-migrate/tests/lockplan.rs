@@ -1181,3 +1181,97 @@ async fn audit_temporal_precision_six_keeps_the_storage() {
         probe_agrees(st, sql);
     }
 }
+
+/// A key column's index is built anew when the column's collation changes
+/// and the index follows it (one that names its own collation is kept);
+/// without COLLATE the column takes the new type's default collation, not
+/// its own (observed on PostgreSQL 15: the index's relfilenode changes).
+#[tokio::test]
+async fn audit_a_collation_change_rebuilds_the_indexes_that_follow_it() {
+    let setup = format!(
+        "{SETUP}CREATE TABLE words (s text, c text COLLATE \"C\", x text);
+         INSERT INTO words SELECT g::text, g::text, g::text FROM generate_series(1, 1000) g;
+         CREATE INDEX words_s ON words (s);
+         CREATE INDEX words_c ON words (c);
+         CREATE INDEX words_x_c ON words (x COLLATE \"C\");"
+    );
+    for (sql, rebuilt, note) in [
+        (
+            "ALTER TABLE words ALTER COLUMN s TYPE text COLLATE \"C\"",
+            Some("words_s"),
+            None,
+        ),
+        (
+            "ALTER TABLE words ALTER COLUMN c TYPE text",
+            Some("words_c"),
+            Some(
+                "without COLLATE, c takes text's default collation \"default\", not its own \"C\"",
+            ),
+        ),
+        (
+            "ALTER TABLE words ALTER COLUMN c TYPE text COLLATE \"C\"",
+            None,
+            None,
+        ),
+        (
+            "ALTER TABLE words ALTER COLUMN x TYPE text COLLATE \"C\"",
+            None,
+            None,
+        ),
+    ] {
+        let plan = plan(&setup, sql, false).await;
+        let st = plan.statements.last().expect("a statement");
+        assert!(!st.rewrites, "{sql}: {:?}", st.notes);
+        assert_eq!(st.scans, rebuilt.is_some(), "{sql}: {:?}", st.notes);
+        if let Some(index) = rebuilt {
+            assert!(
+                st.notes
+                    .iter()
+                    .any(|n| n.contains(&format!("builds index {index} anew"))),
+                "{sql}: {:?}",
+                st.notes
+            );
+        }
+        assert_eq!(
+            st.notes.iter().any(|n| n.starts_with("without COLLATE")),
+            note.is_some(),
+            "{sql}: {:?}",
+            st.notes
+        );
+        if let Some(note) = note {
+            assert!(
+                st.notes.iter().any(|n| n.starts_with(note)),
+                "{:?}",
+                st.notes
+            );
+        }
+        probe_agrees(st, sql);
+    }
+    // A collation that does not exist is the plan's error, as it would be
+    // the migration's.
+    let db = evolve_test::fresh_db("lockplan_collation").await;
+    let client = evolve_pg::connect(&db.url, "evolve test")
+        .await
+        .expect("connect");
+    client
+        .batch_execute("CREATE TABLE w (s text)")
+        .await
+        .expect("setup");
+    let dir =
+        std::env::temp_dir().join(format!("evolve-lockplan-collation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        dir.join("V1__c.sql"),
+        "ALTER TABLE w ALTER COLUMN s TYPE text COLLATE \"no_such\";\n",
+    )
+    .expect("write");
+    let e = evolve_migrate::lock_plan(&Options::new(db.url.clone(), &dir), &[], false)
+        .await
+        .expect_err("an unknown collation");
+    assert!(
+        e.to_string()
+            .contains("collation \"no_such\" does not exist; create it first or fix its name"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -209,6 +209,9 @@ pub enum Action {
         type_text: String,
         /// `USING` expression, unless it is the column itself.
         using: Option<String>,
+        /// `COLLATE` name as written (`"C"`, `pg_catalog."POSIX"`);
+        /// without one the column takes the new type's default collation.
+        collation: Option<String>,
     },
     SetNotNull {
         table: RelName,
@@ -864,11 +867,16 @@ fn alter_table(a: &ast::AlterTable, fx: &mut Effects) {
                                 })
                             })
                             .map(|e| text(e.syntax()));
+                        let collation = t
+                            .collate()
+                            .and_then(|c| c.collation_ref())
+                            .map(|c| text(c.syntax()).trim().to_string());
                         fx.actions.push(Action::AlterType {
                             table: table.clone(),
                             column: col,
                             type_text,
                             using,
+                            collation,
                         });
                         AccessExclusive
                     }

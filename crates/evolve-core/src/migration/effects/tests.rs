@@ -164,9 +164,15 @@ fn type_changes_checks_and_constraints() {
             table: rel("orders"),
             column: "amount".into(),
             type_text: "numeric(12, 2)".into(),
-            using: None
+            using: None,
+            collation: None,
         }
     );
+    assert!(matches!(
+        &actions("ALTER TABLE t ALTER c SET DATA TYPE text COLLATE pg_catalog.\"C\"")[1],
+        Action::AlterType { type_text, collation: Some(c), .. }
+            if type_text == "text" && c == "pg_catalog.\"C\""
+    ));
     // `USING c::int` for `TYPE int` is the conversion PostgreSQL makes
     // without USING; pg_cast then decides the rewrite.
     assert!(matches!(
