@@ -1051,8 +1051,8 @@ impl Pipeline {
 
     /// `CREATE SINK name FROM interface INTO POSTGRES CONNECTION connection
     /// (TABLE 'schema.table')`: creates the target table if missing and
-    /// refuses one of another shape, or one holding rows no sink of this
-    /// name wrote.
+    /// refuses one of another shape, one holding rows, or one with a
+    /// progress record of this name left by an earlier sink.
     pub async fn create_sink(
         &self,
         name: &str,
@@ -1072,25 +1072,8 @@ impl Pipeline {
             .await
             .map_err(|e| upstream::connect_error(connection, conn, &e.to_string()))?;
         preflight::first_failure(&preflight::sink(&client, schema, table).await?)?;
-        sink::ensure_tables(&client, schema, table).await?;
-        let targets = sink::Targets::new(schema, table);
-        if sink::progress(&client, &targets, name).await?.is_none() {
-            let rows = client
-                .query_one(
-                    &format!("SELECT EXISTS (SELECT 1 FROM {})", targets.table),
-                    &[],
-                )
-                .await
-                .map_err(|e| PipelineError::database("read the sink table", &e))?;
-            if rows.get::<_, bool>(0) {
-                return Err(PipelineError::SinkShape {
-                    table: format!("{schema}.{table}"),
-                    problem: format!(
-                        "It has rows, and no progress record of sink \"{name}\" says what they are."
-                    ),
-                });
-            }
-        }
+        sink::ensure_tables(&client, schema, table, name).await?;
+        sink::check_new_target(&client, schema, table, name).await?;
         let info = SinkInfo {
             name: name.to_string(),
             kind: SinkKind::Postgres,

@@ -439,7 +439,7 @@ pub async fn sink(client: &Client, schema: &str, table: &str) -> Result<Vec<Chec
         let rights: Option<bool> = client
             .query_one(
                 "SELECT CASE WHEN to_regclass($1) IS NULL THEN NULL \
-                        ELSE has_table_privilege(to_regclass($1), 'SELECT, INSERT, UPDATE, DELETE') END",
+                        ELSE (SELECT bool_and(has_table_privilege(to_regclass($1), p)) FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p) END",
                 &[&name],
             )
             .await

@@ -62,7 +62,7 @@ pub(crate) use kafka::{
     missing_topics as missing_kafka_topics, not_kafka, not_postgres, register_avro_schemas,
 };
 pub use postgres::{FILLFACTOR as SINK_FILLFACTOR, PROGRESS_TABLE};
-pub(crate) use postgres::{PostgresSink, Targets, ensure_tables, progress};
+pub(crate) use postgres::{PostgresSink, Targets, check_new_target, ensure_tables};
 
 /// Feed entries read at once (whole transactions are never split).
 const FEED_BATCH: usize = 10_000;

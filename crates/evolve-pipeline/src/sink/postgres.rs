@@ -27,6 +27,13 @@
 //! applies its catch-up changes as upserts (the table may have held
 //! rows), in the same transaction. Either way, readers of the target see
 //! its rows as they were until the load commits, then all of them.
+//!
+//! A target table that is missing when the sink connects (dropped by
+//! hand) is created again, and the sink's progress record deleted in the
+//! same transaction: the sink loads it anew. Each session checks that its
+//! role holds `SELECT`, `INSERT`, `UPDATE` and `DELETE` on both tables
+//! and refuses, naming the `GRANT`, when it does not; `CREATE` on the
+//! schema is needed only to create a table that is missing.
 
 use std::collections::HashSet;
 use std::pin::pin;
@@ -80,8 +87,16 @@ impl Targets {
 }
 
 /// Creates the target and progress tables if missing; refuses a target of
-/// another shape.
-pub(crate) async fn ensure_tables(client: &Client, schema: &str, table: &str) -> Result<()> {
+/// another shape. A target table created here is empty, so sink `sink`'s
+/// progress record, if it has one, describes rows that are gone (the
+/// table was dropped by hand): it is deleted in the same transaction, and
+/// the sink loads the table anew rather than following on from it.
+pub(crate) async fn ensure_tables(
+    client: &Client,
+    schema: &str,
+    table: &str,
+    sink: &str,
+) -> Result<()> {
     let targets = Targets::new(schema, table);
     let plain = format!("{schema}.{table}");
     let columns = client
@@ -94,14 +109,42 @@ pub(crate) async fn ensure_tables(client: &Client, schema: &str, table: &str) ->
         .await
         .map_err(|e| PipelineError::database(format!("read the shape of {plain}"), &e))?;
     if columns.is_empty() {
-        client
-            .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {} (key jsonb PRIMARY KEY, data jsonb NOT NULL) \
-                 WITH (fillfactor = {FILLFACTOR})",
-                targets.table
-            ))
-            .await
-            .map_err(|e| PipelineError::database(format!("create sink table {plain}"), &e))?;
+        // One transaction: a crash between the two never leaves a new,
+        // empty table beside the old record.
+        let created = async {
+            client.batch_execute("BEGIN").await?;
+            client
+                .batch_execute(&format!(
+                    "CREATE TABLE IF NOT EXISTS {} (key jsonb PRIMARY KEY, data jsonb NOT NULL) \
+                     WITH (fillfactor = {FILLFACTOR}); \
+                     CREATE TABLE IF NOT EXISTS {} (sink text PRIMARY KEY, lsn pg_lsn NOT NULL)",
+                    targets.table, targets.progress
+                ))
+                .await?;
+            let forgotten = client
+                .execute(
+                    &format!("DELETE FROM {} WHERE sink = $1", targets.progress),
+                    &[&sink],
+                )
+                .await?;
+            client.batch_execute("COMMIT").await?;
+            Ok::<_, tokio_postgres::Error>(forgotten)
+        };
+        match created.await {
+            Ok(0) => {}
+            Ok(_) => tracing::warn!(
+                sink,
+                table = %plain,
+                "the sink's table was missing (dropped by hand?) while its progress record was there; created it again, and the sink loads it anew"
+            ),
+            Err(e) => {
+                let _ = client.batch_execute("ROLLBACK").await;
+                return Err(PipelineError::database(
+                    format!("create sink table {plain}"),
+                    &e,
+                ));
+            }
+        }
     } else {
         let found: Vec<(String, String, bool)> = columns
             .iter()
@@ -145,13 +188,29 @@ pub(crate) async fn ensure_tables(client: &Client, schema: &str, table: &str) ->
             });
         }
     }
-    client
-        .batch_execute(&format!(
-            "CREATE TABLE IF NOT EXISTS {} (sink text PRIMARY KEY, lsn pg_lsn NOT NULL)",
-            targets.progress
-        ))
+    // Created only when missing: `CREATE TABLE IF NOT EXISTS` needs CREATE
+    // on the schema even when the table is there, which a role given only
+    // the sink's tables does not have.
+    let progress_exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&targets.progress])
         .await
-        .map_err(|e| PipelineError::database("create the sink progress table", &e))?;
+        .map_err(|e| PipelineError::database("look for the sink progress table", &e))?
+        .get(0);
+    if !progress_exists {
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {} (sink text PRIMARY KEY, lsn pg_lsn NOT NULL)",
+                targets.progress
+            ))
+            .await
+            .map_err(|e| PipelineError::database("create the sink progress table", &e))?;
+    }
+    for (table, shown) in [
+        (&targets.table, plain.clone()),
+        (&targets.progress, format!("{schema}.{PROGRESS_TABLE}")),
+    ] {
+        check_privileges(client, table, &shown).await?;
+    }
     // Both are written with the sink connection's privileges: refused when
     // their owner could run code with them (triggers, rules, defaults).
     for (table, shown) in [
@@ -175,12 +234,99 @@ pub(crate) async fn ensure_tables(client: &Client, schema: &str, table: &str) ->
     Ok(())
 }
 
-/// The sink's recorded position, if it has one.
-pub(crate) async fn progress(
+/// The privileges a sink's session uses on each of its tables.
+const PRIVILEGES: [&str; 4] = ["SELECT", "INSERT", "UPDATE", "DELETE"];
+
+/// Refuses sink table `table` (quoted; `shown` in messages) when the
+/// session's role lacks one of [`PRIVILEGES`] on it, naming the `GRANT`
+/// that gives them: otherwise the first write that needs the missing one
+/// (an update, a delete) would fail, and fail again at every retry.
+/// (`has_table_privilege` with a list is true when *any* of them is held,
+/// so each is asked for alone.)
+async fn check_privileges(client: &Client, table: &str, shown: &str) -> Result<()> {
+    let row = client
+        .query_one(
+            "SELECT current_user::text, \
+                    array(SELECT p FROM unnest($2::text[]) AS p \
+                          WHERE NOT has_table_privilege(to_regclass($1), p))",
+            &[&table, &PRIVILEGES.as_slice()],
+        )
+        .await
+        .map_err(|e| PipelineError::database(format!("read the privileges on {shown}"), &e))?;
+    let (role, missing): (String, Vec<String>) = (row.get(0), row.get(1));
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(PipelineError::Refused {
+        sqlstate: "42501",
+        primary: format!(
+            "role \"{role}\" may not {} sink table \"{shown}\"",
+            missing.join(", ")
+        ),
+        detail: Some(format!(
+            "A sink's session needs {} on its table and on {PROGRESS_TABLE}.",
+            PRIVILEGES.join(", ")
+        )),
+        hint: Some(format!(
+            "GRANT {} ON {table} TO {};",
+            PRIVILEGES.join(", "),
+            quote_ident(&role)
+        )),
+    })
+}
+
+/// `CREATE SINK`'s check of its target (once [`ensure_tables`] made or
+/// checked it), for sink `sink`, new to the pipeline: the table must be
+/// empty, and no progress record of that name may be there. Such a record
+/// was left by an earlier sink of the name (a `DROP SINK` that could not
+/// reach the database, a pipeline whose state was lost); the new sink
+/// would follow on from it, through a change feed that does not hold
+/// what changed since, leaving rows out of date for good.
+pub(crate) async fn check_new_target(
     client: &Client,
-    targets: &Targets,
+    schema: &str,
+    table: &str,
     sink: &str,
-) -> Result<Option<Position>> {
+) -> Result<()> {
+    let targets = Targets::new(schema, table);
+    let plain = format!("{schema}.{table}");
+    if let Some(left) = progress(client, &targets, sink).await? {
+        return Err(PipelineError::Refused {
+            sqlstate: "55000",
+            primary: format!(
+                "sink table \"{plain}\" has a progress record of sink \"{sink}\" (at {left}) that this pipeline did not write"
+            ),
+            detail: Some(
+                "It was left by an earlier sink of that name (a DROP SINK that could not reach the database, or a pipeline whose state was lost); what changed since it is not in the change feed, so the new sink cannot follow on from it.".into(),
+            ),
+            hint: Some(format!(
+                "Drop the table and CREATE SINK again (the sink creates it and loads it), or empty it and run DELETE FROM {} WHERE sink = {}.",
+                targets.progress,
+                evolve_pg::quote_literal(sink)
+            )),
+        });
+    }
+    let rows: bool = client
+        .query_one(
+            &format!("SELECT EXISTS (SELECT 1 FROM {})", targets.table),
+            &[],
+        )
+        .await
+        .map_err(|e| PipelineError::database("read the sink table", &e))?
+        .get(0);
+    if rows {
+        return Err(PipelineError::SinkShape {
+            table: plain,
+            problem: format!(
+                "It has rows, and no progress record of sink \"{sink}\" says what they are."
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The sink's recorded position, if it has one.
+async fn progress(client: &Client, targets: &Targets, sink: &str) -> Result<Option<Position>> {
     let row = client
         .query_opt(
             &format!("SELECT lsn::text FROM {} WHERE sink = $1", targets.progress),
@@ -303,7 +449,7 @@ impl PostgresSink {
             .map_err(|e| {
                 crate::upstream::connect_error(&sink.connection, connection, &e.to_string())
             })?;
-        ensure_tables(&client, &sink.target_schema, &sink.target_table).await?;
+        ensure_tables(&client, &sink.target_schema, &sink.target_table, &sink.name).await?;
         let targets = Targets::new(&sink.target_schema, &sink.target_table);
         let statements = Statements::prepare(&client, &targets).await?;
         Ok(PostgresSink {
