@@ -1985,13 +1985,32 @@ impl Store {
         )
         .map_err(fail)?;
         tx.execute(
-            "INSERT INTO feed_horizon (interface, pos) VALUES (?1, ?2) \
-             ON CONFLICT (interface) DO UPDATE SET pos = max(pos, excluded.pos)",
+            "INSERT INTO feed_horizon (interface, pos, pruned) VALUES (?1, ?2, ?2) \
+             ON CONFLICT (interface) DO UPDATE SET pos = max(pos, excluded.pos), \
+             pruned = max(coalesce(pruned, excluded.pruned), excluded.pruned)",
             params![interface, last],
         )
         .map_err(fail)?;
         tx.commit().map_err(fail)?;
         Ok(deleted as usize)
+    }
+
+    /// The last position of `interface`'s feed whose entries pruning
+    /// deleted: a sink whose destination is at an earlier position (its
+    /// database restored from a backup, say) cannot be brought up to date
+    /// from the feed. `None` before anything was pruned (and in stores
+    /// that did not record it). Unlike [`Store::feed_horizon`], which
+    /// starts where the feed was complete when the interface was hydrated,
+    /// it moves only when entries are deleted.
+    pub fn feed_pruned(&self, interface: i64) -> Result<Option<Position>> {
+        self.conn
+            .prepare_cached("SELECT pruned FROM feed_horizon WHERE interface = ?1")
+            .and_then(|mut s| {
+                s.query_row([interface], |r| r.get::<_, Option<i64>>(0))
+                    .optional()
+            })
+            .map(|pos| pos.flatten().map(Position::from_sql))
+            .map_err(|e| PipelineError::store("read feed horizon", e))
     }
 
     /// The horizon of `interface`'s feed: every feed entry after it is
@@ -2048,6 +2067,10 @@ const ADDED_COLUMNS: &[(&str, &str, &str)] = &[
     // compares every key).
     ("replacements", "tracked_old", "INTEGER"),
     ("replacements", "tracked_new", "INTEGER"),
+    // The last feed position pruning deleted (see [`Store::feed_pruned`]);
+    // NULL until something is pruned, and in older stores, whose pruning
+    // was not recorded apart from the horizon.
+    ("feed_horizon", "pruned", "INTEGER"),
 ];
 
 fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
@@ -2526,9 +2549,12 @@ mod tests {
             .collect::<rusqlite::Result<_>>()
             .unwrap();
         assert_eq!(times, vec![(10, 100, 1), (20, 200, 2), (30, 300, 1)]);
+        // Nothing pruned yet: no sink position can be behind a deletion.
+        assert_eq!(store.feed_pruned(7).unwrap(), None);
         // Pruning through 20 deletes three entries and keeps the horizon.
         assert_eq!(store.prune_feed(7, Position::from_u64(20)).unwrap(), 3);
         assert_eq!(store.feed_horizon(7).unwrap(), Some(Position::from_u64(20)));
+        assert_eq!(store.feed_pruned(7).unwrap(), Some(Position::from_u64(20)));
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
     }

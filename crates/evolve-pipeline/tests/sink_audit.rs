@@ -441,3 +441,79 @@ async fn a_progress_record_left_by_an_earlier_sink_is_refused() {
         .await;
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// A sink database restored from a backup: its table and progress record
+/// go back to an earlier position, while the store has pruned the feed
+/// past it (`retain_history = 0s`, every sink committed). The sink used
+/// to follow on from the restored record through a feed that no longer
+/// held what changed since, and the rows of those changes stayed old for
+/// good. It is refused, naming the way out, and dropping the table
+/// brings it back equal to upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_restored_behind_the_pruned_feed_is_refused() {
+    let env = env("audit_restored").await;
+    let up = orders(&env, 20).await;
+    let sink = connect(&env.sink.url).await;
+    let pipeline =
+        Arc::new(Pipeline::open(env.config.clone().with_retain_history(Duration::ZERO)).unwrap());
+    create_all(&pipeline, &env.source, &["orders"]).await;
+    let running = Running::start(pipeline.clone());
+    wait_equal(&up, &sink, "orders", "orders_json", WAIT).await;
+    // The backup.
+    sink.batch_execute(
+        "CREATE TABLE backup_rows AS SELECT * FROM public.orders_json;
+         CREATE TABLE backup_progress AS SELECT * FROM public.evolve_sink_progress;",
+    )
+    .await
+    .unwrap();
+    let backed_up: String = sink
+        .query_one("SELECT lsn::text FROM backup_progress", &[])
+        .await
+        .unwrap()
+        .get(0);
+    up.batch_execute(
+        "UPDATE orders SET v = 'changed' WHERE id <= 5;
+         DELETE FROM orders WHERE id = 20;",
+    )
+    .await
+    .unwrap();
+    wait_equal(&up, &sink, "orders", "orders_json", WAIT).await;
+    let id = pipeline.interfaces().unwrap()[0].id;
+    wait_until("the feed to be pruned past the backup", WAIT, async || {
+        let store = evolve_pipeline::store::Store::open(&env.state).unwrap();
+        store
+            .feed_pruned(id)
+            .unwrap()
+            .is_some_and(|p| p.to_string() != backed_up && p > backed_up.parse().unwrap())
+    })
+    .await;
+    running.stop().await;
+
+    // The restore.
+    sink.batch_execute(
+        "TRUNCATE public.orders_json;
+         INSERT INTO public.orders_json SELECT * FROM backup_rows;
+         UPDATE public.evolve_sink_progress p SET lsn = b.lsn FROM backup_progress b
+           WHERE p.sink = b.sink;",
+    )
+    .await
+    .unwrap();
+    let running = Running::start(pipeline.clone());
+    wait_until("the sink to refuse its restored position", WAIT, async || {
+        pipeline.status().iter().any(|s| {
+            s.name == "orders_sink"
+                && s.error.as_deref().is_some_and(|e| {
+                    e.contains(&format!(
+                        "sink \"orders_sink\" is at position {backed_up}, but the changes of its materialized view up to"
+                    )) && e.contains("drop the sink's table public.orders_json")
+                })
+        })
+    })
+    .await;
+    // The way out: the table is created again and loaded.
+    sink.batch_execute("DROP TABLE public.orders_json")
+        .await
+        .unwrap();
+    wait_equal(&up, &sink, "orders", "orders_json", WAIT).await;
+    running.stop().await;
+}

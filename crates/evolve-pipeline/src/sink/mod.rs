@@ -693,7 +693,10 @@ async fn drive<S: Sink>(
     let name = ctx.sink.name.clone();
     let mut store = Store::open(&ctx.state_dir)?;
     let mut pos = match sink.position().await? {
-        Some(pos) => pos,
+        Some(pos) => {
+            refuse_pruned_past(ctx, &store, pos)?;
+            pos
+        }
         None => match load(ctx, &mut store, &mut sink, expected).await? {
             Some(pos) => pos,
             None => return Ok(()),
@@ -762,6 +765,41 @@ async fn drive<S: Sink>(
             }
         }
     }
+}
+
+/// Refuses a destination at `pos` when the feed's entries after it were
+/// pruned: its position went back (a database restored from a backup, a
+/// progress record edited), and the changes since are gone from the
+/// store, so following on would leave its rows out of date for good. The
+/// sink stays `retrying` with this error until it is recreated. (Pruning
+/// only deletes what every sink had committed, so a destination whose
+/// position never went back is never refused.)
+fn refuse_pruned_past(ctx: &SinkContext, store: &Store, pos: Position) -> Result<()> {
+    let Some(pruned) = store.feed_pruned(ctx.interface_id)? else {
+        return Ok(());
+    };
+    if pos >= pruned {
+        return Ok(());
+    }
+    let way_out = match ctx.sink.kind {
+        SinkKind::Postgres => format!(
+            "drop the sink's table {}.{} (the sink creates it and loads every document anew), or DROP SINK {} and CREATE SINK again",
+            ctx.sink.target_schema, ctx.sink.target_table, ctx.sink.name
+        ),
+        SinkKind::Kafka => format!(
+            "DROP SINK {} and CREATE SINK again into a new topic (its initial load writes every document)",
+            ctx.sink.name
+        ),
+    };
+    Err(PipelineError::Refused {
+        sqlstate: "55000",
+        primary: format!(
+            "sink \"{}\" is at position {pos}, but the changes of its materialized view up to {pruned} were pruned from the store: its destination went back (restored from a backup?), and what changed since cannot be replayed",
+            ctx.sink.name
+        ),
+        detail: None,
+        hint: Some(format!("To bring it up to date, {way_out}.")),
+    })
 }
 
 /// The feed's transactions of `interface` after `after` and up to `upto`,
