@@ -131,6 +131,55 @@ fn refuse_new_sink(s: &mut Store, name: &str, interface: &str) -> Result<()> {
     Ok(())
 }
 
+/// A sink's destination, for [`refuse_shared_target`].
+enum Destination<'a> {
+    Table { schema: &'a str, table: &'a str },
+    Topic(&'a str),
+}
+
+/// Refuses sink `name` into `destination` through `connection` when
+/// another sink of the catalog writes there already: each would keep its
+/// own position and write over the other's rows (or mix its records into
+/// the other's topic).
+fn refuse_shared_target(
+    s: &mut Store,
+    name: &str,
+    connection: &str,
+    destination: Destination<'_>,
+) -> Result<()> {
+    let writes_there = |x: &SinkInfo| match destination {
+        Destination::Table { schema, table } => {
+            x.kafka.is_none() && x.target_schema == schema && x.target_table == table
+        }
+        Destination::Topic(topic) => x.kafka.as_ref().is_some_and(|k| k.topic == topic),
+    };
+    let Some(other) = s
+        .sinks()?
+        .into_iter()
+        .find(|x| x.name != name && x.connection == connection && writes_there(x))
+    else {
+        return Ok(());
+    };
+    let what = match destination {
+        Destination::Table { schema, table } => format!("table {schema}.{table}"),
+        Destination::Topic(topic) => format!("topic {topic}"),
+    };
+    Err(PipelineError::Refused {
+        sqlstate: "42710",
+        primary: format!(
+            "sink \"{}\" writes {what} of connection \"{connection}\" already",
+            other.name
+        ),
+        detail: Some(
+            "Two sinks into one destination would each keep their own position and write over each other's changes.".into(),
+        ),
+        hint: Some(format!(
+            "Give sink \"{name}\" a destination of its own, or DROP SINK {} first.",
+            other.name
+        )),
+    })
+}
+
 /// Refuses to drop an object others depend on.
 fn refuse_dependents(s: &Store, kind: ObjectKind, name: &str) -> Result<()> {
     let dependents = s.dependents(kind, name)?;
@@ -1063,7 +1112,19 @@ impl Pipeline {
     ) -> Result<SinkInfo> {
         check_name(ObjectKind::Sink, name)?;
         let _catalog = self.catalog.lock().await;
-        self.with_store(|s| refuse_new_sink(s, name, interface))?;
+        let info = SinkInfo {
+            name: name.to_string(),
+            kind: SinkKind::Postgres,
+            interface: interface.to_string(),
+            connection: connection.to_string(),
+            target_schema: schema.to_string(),
+            target_table: table.to_string(),
+            kafka: None,
+        };
+        self.with_store(|s| {
+            refuse_new_sink(s, name, interface)?;
+            refuse_shared_target(s, name, connection, Destination::Table { schema, table })
+        })?;
         let conn = self.config.connection(connection)?;
         if conn.kind() != crate::config::ConnectionKind::Postgres {
             return Err(sink::not_postgres(connection, conn.kind()));
@@ -1074,15 +1135,6 @@ impl Pipeline {
         preflight::first_failure(&preflight::sink(&client, schema, table).await?)?;
         sink::ensure_tables(&client, schema, table, name).await?;
         sink::check_new_target(&client, schema, table, name).await?;
-        let info = SinkInfo {
-            name: name.to_string(),
-            kind: SinkKind::Postgres,
-            interface: interface.to_string(),
-            connection: connection.to_string(),
-            target_schema: schema.to_string(),
-            target_table: table.to_string(),
-            kafka: None,
-        };
         // DROP MATERIALIZED VIEW does not wait, so it may have run meanwhile.
         self.with_store(|s| {
             refuse_new_sink(s, name, interface)?;
@@ -1106,7 +1158,10 @@ impl Pipeline {
     ) -> Result<SinkInfo> {
         check_name(ObjectKind::Sink, name)?;
         let _catalog = self.catalog.lock().await;
-        self.with_store(|s| refuse_new_sink(s, name, interface))?;
+        self.with_store(|s| {
+            refuse_new_sink(s, name, interface)?;
+            refuse_shared_target(s, name, connection, Destination::Topic(&target.topic))
+        })?;
         let conn = self.config.connection(connection)?;
         if !sink::is_kafka(conn) {
             return Err(sink::not_kafka(connection));

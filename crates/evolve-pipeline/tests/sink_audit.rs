@@ -517,3 +517,50 @@ async fn a_sink_restored_behind_the_pruned_feed_is_refused() {
     wait_equal(&up, &sink, "orders", "orders_json", WAIT).await;
     running.stop().await;
 }
+
+/// A second sink into a table another sink writes: both were accepted
+/// while the table was still empty, and each then kept its own progress
+/// record and wrote over the other's rows. The second is refused, naming
+/// the first; a table of its own is fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sink_into_the_same_table_is_refused() {
+    let env = env("audit_shared").await;
+    let _up = orders(&env, 3).await;
+    let pipeline = Arc::new(Pipeline::open(env.config.clone()).unwrap());
+    create_all(&pipeline, &env.source, &["orders"]).await;
+    let e = pipeline
+        .create_sink(
+            "orders_again",
+            "orders_json",
+            "sink",
+            "public",
+            "orders_json",
+        )
+        .await
+        .expect_err("a second sink into the same table");
+    let text = e.to_string();
+    assert!(
+        text.contains(
+            "sink \"orders_sink\" writes table public.orders_json of connection \"sink\" already"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "Give sink \"orders_again\" a destination of its own, or DROP SINK orders_sink first."
+        ),
+        "{text}"
+    );
+    assert_eq!(pipeline.sinks().unwrap().len(), 1);
+    pipeline
+        .create_sink(
+            "orders_again",
+            "orders_json",
+            "sink",
+            "public",
+            "orders_copy",
+        )
+        .await
+        .expect("a table of its own");
+    assert_eq!(pipeline.sinks().unwrap().len(), 2);
+}
