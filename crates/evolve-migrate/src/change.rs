@@ -11,7 +11,10 @@
 //!    directions: a row written through the old shape gets the new values,
 //!    one written through the new shape gets the old. The trigger only
 //!    assigns to `NEW` and never runs a statement against the table, so it
-//!    cannot fire itself (no recursion to guard against).
+//!    cannot fire itself (no recursion to guard against). It compares
+//!    values by their text (`::text`), not with the type's `=`: a `citext`
+//!    value changed only in case is a change to copy, and a type without
+//!    `=` would fail every write.
 //! 2. **backfill**: existing rows get the new values. The file holds one
 //!    `UPDATE` and `-- evolve:backfill NAME`: `evolve migrate apply` hands it
 //!    to the `evolve backfill` job `NAME` (keyset batches, progress,
@@ -39,6 +42,13 @@ use evolve_pg::{QualifiedName, dollar_quote, quote_ident, quote_literal, shell_w
 const TAG: &str = "\0";
 /// The longest identifier PostgreSQL keeps (NAMEDATALEN - 1 bytes).
 const MAX_IDENT: usize = 63;
+/// The first line of every generated trigger function and `DO` block
+/// (both PL/pgSQL): a name in their SQL
+/// (the column, or one in an `--using`, `--into` or `--merge` expression)
+/// that is also a PL/pgSQL variable (`found`, `new`, `tg_op`) means the
+/// column. Without it such a statement fails with "column reference is
+/// ambiguous", and so does every write to the table.
+const VARIABLE_CONFLICT: &str = "#variable_conflict use_column\n";
 
 /// A change as the user asked for it. Column names are as stored (the
 /// caller folds unquoted names); expressions are SQL over the table's
@@ -113,6 +123,25 @@ pub struct ColumnInfo {
     pub default: Option<String>,
     pub generated: bool,
     pub identity: bool,
+    /// The column's collation (`"pg_catalog"."C"`, quoted) when it is not
+    /// its type's default.
+    pub collation: Option<String>,
+    /// Inherited from a parent table (every column of a partition is).
+    pub inherited: bool,
+    /// Privileges granted on the column itself (`GRANT SELECT (c)`).
+    pub grants: Vec<ColumnGrant>,
+    /// `COMMENT ON COLUMN`.
+    pub comment: Option<String>,
+}
+
+/// One privilege granted on a column, from its ACL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnGrant {
+    /// `SELECT`, `INSERT`, `UPDATE` or `REFERENCES`.
+    pub privilege: String,
+    /// The role, quoted, or `PUBLIC`.
+    pub grantee: String,
+    pub grant_option: bool,
 }
 
 /// The table a change applies to, and what the catalog says about the
@@ -130,6 +159,15 @@ pub struct TableInfo {
     /// triggers and functions are rebuilt around the switch or contract
     /// step by `evolve migrate apply`; anything else refuses the change.
     pub column_dependents: Vec<(String, String)>,
+    /// A partitioned table.
+    pub partitioned: bool,
+    /// The table it inherits from or is a partition of (`schema.name`).
+    pub parent: Option<String>,
+    /// Its partitions, or the tables that inherit from it (`schema.name`).
+    pub children: Vec<String>,
+    /// Names a generated constraint or index must not take: the table's
+    /// constraints and the relations of its schema.
+    pub taken_names: Vec<String>,
 }
 
 impl TableInfo {
@@ -143,6 +181,9 @@ impl TableInfo {
 pub struct Resolved {
     /// change-type: the new type, as `format_type` prints it.
     pub new_type: Option<String>,
+    /// change-type: the new type has a collation (the shadow column then
+    /// takes the column's own).
+    pub new_type_collatable: bool,
     /// split-column: the type of each new column's expression.
     pub into_types: Vec<String>,
     /// add-foreign-key: the referenced table.
@@ -515,6 +556,92 @@ impl<'a> Gen<'a> {
         Ok(())
     }
 
+    /// A change whose trigger keeps old and new in step: the trigger must
+    /// see every row. A row trigger fires for the rows of its own table
+    /// only (a partitioned table's is cloned onto every partition, an
+    /// inheritance parent's is not), so a write to a child's row would go
+    /// unsynced and the backfill would then copy the stale side over it.
+    fn trigger_sees_every_row(&self) -> Result<(), ChangeError> {
+        if !self.table.partitioned && !self.table.children.is_empty() {
+            return refuse(format!(
+                "table {} has inheritance children ({}), whose rows its triggers do not see, so evolve change {} could not keep their columns in step; make the change on each table in migrations of your own, or detach the children (ALTER TABLE ... NO INHERIT) around it",
+                self.table.name.plain(),
+                self.table.children.join(", "),
+                self.change.verb()
+            ));
+        }
+        Ok(())
+    }
+
+    /// A column the change adds a replacement for or drops: not one the
+    /// table inherits, which only its parent can rename or drop.
+    fn own_column(&self, col: &ColumnInfo) -> Result<(), ChangeError> {
+        if col.inherited {
+            let parent = self.table.parent.as_deref().unwrap_or("its parent table");
+            return refuse(format!(
+                "column {}.{} is inherited from {parent}, where it can only be renamed, retyped or dropped; run evolve change {} on {parent} instead",
+                self.table.name.plain(),
+                col.name,
+                self.change.verb()
+            ));
+        }
+        Ok(())
+    }
+
+    /// `name1_name2_label`, or with a number after the label (as PostgreSQL
+    /// numbers the names it chooses) when that name is taken.
+    fn free_name(&self, name1: &str, name2: &str, label: &str) -> String {
+        (0..)
+            .map(|n| {
+                let label = if n == 0 {
+                    label.to_string()
+                } else {
+                    format!("{label}{n}")
+                };
+                object_name(name1, name2, &label)
+            })
+            .find(|name| !self.table.taken_names.contains(name))
+            .unwrap_or_default()
+    }
+
+    /// A column definition's type, with the collation of `col` when it has
+    /// one of its own and the type takes one.
+    fn typed_like(&self, type_sql: &str, col: &ColumnInfo, collatable: bool) -> String {
+        match &col.collation {
+            Some(c) if collatable => format!("{type_sql} COLLATE {c}"),
+            _ => type_sql.to_string(),
+        }
+    }
+
+    /// The column privileges and comment of `col`, for the column `new`
+    /// that takes its place: an application whose role may use only some
+    /// columns keeps using the new one, and the comment stays.
+    fn carry_over(&self, col: &ColumnInfo, new: &str) -> String {
+        let n = quote_ident(new);
+        let mut sql = String::new();
+        for g in &col.grants {
+            sql.push_str(&format!(
+                "GRANT {} ({n}) ON {} TO {}{};\n",
+                g.privilege,
+                self.t,
+                g.grantee,
+                if g.grant_option {
+                    " WITH GRANT OPTION"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if let Some(c) = &col.comment {
+            sql.push_str(&format!(
+                "COMMENT ON COLUMN {}.{n} IS {};\n",
+                self.t,
+                quote_literal(c)
+            ));
+        }
+        sql
+    }
+
     fn needs_key(&self) -> Result<(), ChangeError> {
         if self.table.primary_key.is_empty() {
             return refuse(format!(
@@ -557,7 +684,7 @@ impl<'a> Gen<'a> {
     /// statements before `RETURN NEW`), with `declare` variables.
     fn trigger_sql(&self, declare: &str, body: &str) -> String {
         format!(
-            "CREATE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS {TAG}\n{declare}BEGIN\n{body}  RETURN NEW;\nEND\n{TAG};\n\nCREATE TRIGGER {tr} BEFORE INSERT OR UPDATE ON {t}\n  FOR EACH ROW EXECUTE FUNCTION {f}();\n",
+            "CREATE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS {TAG}\n{VARIABLE_CONFLICT}{declare}BEGIN\n{body}  RETURN NEW;\nEND\n{TAG};\n\nCREATE TRIGGER {tr} BEFORE INSERT OR UPDATE ON {t}\n  FOR EACH ROW EXECUTE FUNCTION {f}();\n",
             f = self.function,
             tr = self.trigger,
             t = self.t,
@@ -566,7 +693,7 @@ impl<'a> Gen<'a> {
 
     fn replace_function_sql(&self, declare: &str, body: &str) -> String {
         format!(
-            "CREATE OR REPLACE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS {TAG}\n{declare}BEGIN\n{body}  RETURN NEW;\nEND\n{TAG};\n",
+            "CREATE OR REPLACE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS {TAG}\n{VARIABLE_CONFLICT}{declare}BEGIN\n{body}  RETURN NEW;\nEND\n{TAG};\n",
             f = self.function,
         )
     }
@@ -628,7 +755,7 @@ impl<'a> Gen<'a> {
             self.id
         );
         format!(
-            "DO {TAG}\nBEGIN\n  IF EXISTS (SELECT 1 FROM {t} WHERE {pending}) THEN\n    RAISE EXCEPTION USING\n      MESSAGE = {m},\n      HINT = {h};\n  END IF;\nEND\n{TAG};\n",
+            "DO {TAG}\n{VARIABLE_CONFLICT}BEGIN\n  IF EXISTS (SELECT 1 FROM {t} WHERE {pending}) THEN\n    RAISE EXCEPTION USING\n      MESSAGE = {m},\n      HINT = {h};\n  END IF;\nEND\n{TAG};\n",
             t = self.t,
             m = quote_literal(&message),
             h = quote_literal(&hint),
@@ -636,7 +763,7 @@ impl<'a> Gen<'a> {
     }
 
     fn not_null_via_check(&self, column: &str) -> (String, String) {
-        let name = quote_ident(&object_name(&self.table.name.name, column, "not_null"));
+        let name = quote_ident(&self.free_name(&self.table.name.name, column, "not_null"));
         let c = quote_ident(column);
         (
             format!(
@@ -653,6 +780,8 @@ impl<'a> Gen<'a> {
     fn rename(&self, old: &str, new: &str) -> Result<Vec<ChangeFile>, ChangeError> {
         let col = self.column(old)?;
         self.new_column(new)?;
+        self.own_column(col)?;
+        self.trigger_sees_every_row()?;
         self.replaceable(col)?;
         self.needs_key()?;
         let (o, n) = (quote_ident(old), quote_ident(new));
@@ -664,15 +793,17 @@ impl<'a> Gen<'a> {
         let mut expand = self.header(Phase::Expand, 1, 4, &summary, &both);
         expand.push_str(&format!(
             "\nALTER TABLE {} ADD COLUMN {n} {};\n",
-            self.t, col.type_sql
+            self.t,
+            self.typed_like(&col.type_sql, col, true)
         ));
         let (check, switch_not_null) = self.not_null_via_check(new);
         if col.not_null {
             expand.push_str(&check);
         }
+        expand.push_str(&self.carry_over(col, new));
         expand.push('\n');
         let body = format!(
-            "  IF TG_OP = 'INSERT' THEN\n    IF NEW.{n} IS NULL THEN\n      NEW.{n} := NEW.{o};\n    ELSIF NEW.{o} IS DISTINCT FROM NEW.{n} THEN\n      NEW.{o} := NEW.{n};\n    END IF;\n  ELSIF NEW.{n} IS DISTINCT FROM NEW.{o} THEN\n    IF NEW.{n} IS DISTINCT FROM OLD.{n} THEN\n      NEW.{o} := NEW.{n};\n    ELSE\n      NEW.{n} := NEW.{o};\n    END IF;\n  END IF;\n"
+            "  IF TG_OP = 'INSERT' THEN\n    IF NEW.{n} IS NULL THEN\n      NEW.{n} := NEW.{o};\n    ELSIF NEW.{o}::text IS DISTINCT FROM NEW.{n}::text THEN\n      NEW.{o} := NEW.{n};\n    END IF;\n  ELSIF NEW.{n}::text IS DISTINCT FROM NEW.{o}::text THEN\n    IF NEW.{n}::text IS DISTINCT FROM OLD.{n}::text THEN\n      NEW.{o} := NEW.{n};\n    ELSE\n      NEW.{n} := NEW.{o};\n    END IF;\n  END IF;\n"
         );
         expand.push_str(&self.trigger_sql("", &body));
 
@@ -687,7 +818,11 @@ impl<'a> Gen<'a> {
             &format!("Compatible with the same application versions as the expand step. After it, {n} holds every row's value; deploy the applications that use only {n}, then stop those that use {o} before the contract step."),
         );
         switch.push('\n');
-        switch.push_str(&self.verify_sql(&format!("{n} IS DISTINCT FROM {o}"), &set, None));
+        switch.push_str(&self.verify_sql(
+            &format!("{n}::text IS DISTINCT FROM {o}::text"),
+            &set,
+            None,
+        ));
         if col.not_null {
             switch.push_str(&switch_not_null);
         }
@@ -723,6 +858,8 @@ impl<'a> Gen<'a> {
         using: Option<&str>,
     ) -> Result<Vec<ChangeFile>, ChangeError> {
         let col = self.column(column)?;
+        self.own_column(col)?;
+        self.trigger_sees_every_row()?;
         self.replaceable(col)?;
         self.needs_key()?;
         if let Some(u) = using {
@@ -754,13 +891,15 @@ impl<'a> Gen<'a> {
             &format!("Compatible with the current applications: they keep writing {c} as {}; the trigger fills {s} ({new_type}) from it.", col.type_sql),
         );
         expand.push_str(&format!(
-            "\nALTER TABLE {} ADD COLUMN {s} {new_type};\n",
-            self.t
+            "\nALTER TABLE {} ADD COLUMN {s} {};\n",
+            self.t,
+            self.typed_like(new_type, col, self.resolved.new_type_collatable)
         ));
         let (check, switch_not_null) = self.not_null_via_check(&shadow_name);
         if col.not_null {
             expand.push_str(&check);
         }
+        expand.push_str(&self.carry_over(col, &shadow_name));
         expand.push('\n');
         let forward = format!(
             "  SELECT {conv} INTO NEW.{s} FROM (SELECT NEW.*) AS {r};\n",
@@ -779,7 +918,11 @@ impl<'a> Gen<'a> {
             &format!("Compatible with applications that write {c} as {} (their values are cast on assignment) and with those that write it as {new_type}: from here {c} has type {new_type}, and the trigger keeps the old values in {k} until the contract step.", col.type_sql),
         );
         switch.push('\n');
-        switch.push_str(&self.verify_sql(&format!("{s} IS DISTINCT FROM {conv}"), &set, None));
+        switch.push_str(&self.verify_sql(
+            &format!("{s}::text IS DISTINCT FROM ({conv})::text"),
+            &set,
+            None,
+        ));
         if col.not_null {
             switch.push_str(&switch_not_null);
             switch.push_str(&format!(
@@ -855,6 +998,7 @@ impl<'a> Gen<'a> {
         }
         if let Some(d) = default {
             check_expression("--default", d)?;
+            self.trigger_sees_every_row()?;
             self.needs_key()?;
         }
         let c = quote_ident(column);
@@ -903,7 +1047,7 @@ impl<'a> Gen<'a> {
         match &set {
             Some(set) => switch.push_str(&self.verify_sql(&filter, set, Some(&filter))),
             None => switch.push_str(&format!(
-                "DO {TAG}\nBEGIN\n  IF EXISTS (SELECT 1 FROM {t} WHERE {filter}) THEN\n    RAISE EXCEPTION USING\n      MESSAGE = {m},\n      HINT = 'fill them first (for example with evolve change set-not-null --default EXPR), then apply again';\n  END IF;\nEND\n{TAG};\n",
+                "DO {TAG}\n{VARIABLE_CONFLICT}BEGIN\n  IF EXISTS (SELECT 1 FROM {t} WHERE {filter}) THEN\n    RAISE EXCEPTION USING\n      MESSAGE = {m},\n      HINT = 'fill them first (for example with evolve change set-not-null --default EXPR), then apply again';\n  END IF;\nEND\n{TAG};\n",
                 t = self.t,
                 m = quote_literal(&format!("column {}.{column} still has NULL values", self.table.name.plain())),
             )),
@@ -933,6 +1077,8 @@ impl<'a> Gen<'a> {
         merge: &str,
     ) -> Result<Vec<ChangeFile>, ChangeError> {
         let col = self.column(column)?;
+        self.own_column(col)?;
+        self.trigger_sees_every_row()?;
         self.replaceable(col)?;
         self.needs_key()?;
         if into.len() < 2 {
@@ -979,6 +1125,15 @@ impl<'a> Gen<'a> {
         for (n, ty) in names.iter().zip(types) {
             expand.push_str(&format!("ALTER TABLE {} ADD COLUMN {n} {ty};\n", self.t));
         }
+        for (n, _) in into {
+            expand.push_str(&self.carry_over(
+                &ColumnInfo {
+                    comment: None,
+                    ..col.clone()
+                },
+                n,
+            ));
+        }
         expand.push('\n');
         let vars: Vec<String> = (1..=names.len()).map(|i| format!("_evolve_{i}")).collect();
         let declare = format!(
@@ -991,7 +1146,7 @@ impl<'a> Gen<'a> {
         let new_row = |prefix: &str| {
             names
                 .iter()
-                .map(|n| format!("{prefix}.{n}"))
+                .map(|n| format!("{prefix}.{n}::text"))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -1001,9 +1156,14 @@ impl<'a> Gen<'a> {
             .collect::<Vec<_>>()
             .join(" AND ");
         let body = format!(
-            "  SELECT {exprs} INTO {vars} FROM (SELECT NEW.*) AS {r};\n  IF ({new}) IS NOT DISTINCT FROM ({vars}) THEN\n    NULL;\n  ELSIF (TG_OP = 'INSERT' AND NOT ({all_null}))\n     OR (TG_OP = 'UPDATE' AND ({new}) IS DISTINCT FROM ({old})) THEN\n    SELECT ({merge}) INTO NEW.{c} FROM (SELECT NEW.*) AS {r};\n  ELSE\n{assign}  END IF;\n",
+            "  SELECT {exprs} INTO {vars} FROM (SELECT NEW.*) AS {r};\n  IF ({new}) IS NOT DISTINCT FROM ({vars_text}) THEN\n    NULL;\n  ELSIF (TG_OP = 'INSERT' AND NOT ({all_null}))\n     OR (TG_OP = 'UPDATE' AND ({new}) IS DISTINCT FROM ({old})) THEN\n    SELECT ({merge}) INTO NEW.{c} FROM (SELECT NEW.*) AS {r};\n  ELSE\n{assign}  END IF;\n",
             exprs = exprs.join(", "),
             vars = vars.join(", "),
+            vars_text = vars
+                .iter()
+                .map(|v| format!("{v}::text"))
+                .collect::<Vec<_>>()
+                .join(", "),
             new = new_row("NEW"),
             old = new_row("OLD"),
             assign = names
@@ -1030,7 +1190,19 @@ impl<'a> Gen<'a> {
         );
         switch.push('\n');
         switch.push_str(&self.verify_sql(
-            &format!("({list}) IS DISTINCT FROM ({})", exprs.join(", ")),
+            &format!(
+                "({}) IS DISTINCT FROM ({})",
+                names
+                    .iter()
+                    .map(|n| format!("{n}::text"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                exprs
+                    .iter()
+                    .map(|e| format!("{e}::text"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             &set,
             None,
         ));
@@ -1091,6 +1263,18 @@ impl<'a> Gen<'a> {
         for c in columns {
             self.column(c)?;
         }
+        if self.table.partitioned {
+            return refuse(format!(
+                "table {} is a partitioned table, on which PostgreSQL builds no index concurrently (and, before version 18, adds no NOT VALID foreign key); run evolve change add-foreign-key on each partition ({}), or add the foreign key to {} in a migration of your own",
+                self.table.name.plain(),
+                if self.table.children.is_empty() {
+                    "it has none yet".to_string()
+                } else {
+                    self.table.children.join(", ")
+                },
+                self.table.name.plain()
+            ));
+        }
         let cols = columns
             .iter()
             .map(|c| quote_ident(c))
@@ -1101,11 +1285,7 @@ impl<'a> Gen<'a> {
             .map(|c| quote_ident(c))
             .collect::<Vec<_>>()
             .join(", ");
-        let name = quote_ident(&object_name(
-            &self.table.name.name,
-            &columns.join("_"),
-            "fkey",
-        ));
+        let name = quote_ident(&self.free_name(&self.table.name.name, &columns.join("_"), "fkey"));
         let summary = format!(
             "add a foreign key from {} ({}) to {} ({})",
             self.table.name.plain(),
@@ -1126,11 +1306,8 @@ impl<'a> Gen<'a> {
                 index.find('\n').map(|i| i + 1).unwrap_or(0),
                 "-- evolve:no-transaction\n",
             );
-            let idx = quote_ident(&object_name(
-                &self.table.name.name,
-                &columns.join("_"),
-                "idx",
-            ));
+            let idx =
+                quote_ident(&self.free_name(&self.table.name.name, &columns.join("_"), "idx"));
             index.push_str(&format!(
                 "\nCREATE INDEX CONCURRENTLY IF NOT EXISTS {idx} ON {} ({cols});\n",
                 self.t
@@ -1162,7 +1339,7 @@ impl<'a> Gen<'a> {
             .collect::<Vec<_>>()
             .join(" AND ");
         switch.push_str(&format!(
-            "\nDO {TAG}\nBEGIN\n  IF EXISTS (SELECT 1 FROM {t} AS t WHERE {not_null}\n             AND NOT EXISTS (SELECT 1 FROM {other} AS o WHERE {matches})) THEN\n    RAISE EXCEPTION USING\n      MESSAGE = {m},\n      HINT = 'update or delete those rows (or insert the rows they reference), then apply again';\n  END IF;\nEND\n{TAG};\nALTER TABLE {t} VALIDATE CONSTRAINT {name};\n",
+            "\nDO {TAG}\n{VARIABLE_CONFLICT}BEGIN\n  IF EXISTS (SELECT 1 FROM {t} AS t WHERE {not_null}\n             AND NOT EXISTS (SELECT 1 FROM {other} AS o WHERE {matches})) THEN\n    RAISE EXCEPTION USING\n      MESSAGE = {m},\n      HINT = 'update or delete those rows (or insert the rows they reference), then apply again';\n  END IF;\nEND\n{TAG};\nALTER TABLE {t} VALIDATE CONSTRAINT {name};\n",
             t = self.t,
             m = quote_literal(&format!(
                 "rows of {} reference {} rows that do not exist, so foreign key {} cannot be validated",

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use evolve_pg::{Client, QualifiedName, quote_ident};
 use serde::Serialize;
 
-use super::{Change, ColumnInfo, Resolved, TableInfo, change_id, fold_ident, generate};
+use super::{
+    Change, ColumnGrant, ColumnInfo, Resolved, TableInfo, change_id, fold_ident, generate,
+};
 use crate::files::MigrationSet;
 use crate::{MigrateError, Options};
 
@@ -74,8 +76,22 @@ async fn describe_table(
     let rows = client
         .query(
             "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-                    pg_get_expr(d.adbin, d.adrelid), a.attgenerated <> '', a.attidentity <> ''
+                    pg_get_expr(d.adbin, d.adrelid), a.attgenerated <> '', a.attidentity <> '',
+                    CASE WHEN a.attcollation <> t.typcollation
+                         THEN format('%I.%I', cn.nspname, co.collname) END,
+                    a.attinhcount > 0,
+                    coalesce((SELECT array_agg(format('%s %s', x.privilege_type,
+                                                      CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+                                                           ELSE quote_ident(r.rolname) END)
+                                               || CASE WHEN x.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END
+                                               ORDER BY x.privilege_type, r.rolname)
+                                FROM aclexplode(a.attacl) AS x
+                                LEFT JOIN pg_roles r ON r.oid = x.grantee), '{}'),
+                    col_description(a.attrelid, a.attnum)
                FROM pg_attribute a
+               JOIN pg_type t ON t.oid = a.atttypid
+               LEFT JOIN pg_collation co ON co.oid = a.attcollation
+               LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace
                LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
               WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
               ORDER BY a.attnum",
@@ -93,6 +109,25 @@ async fn describe_table(
                 default: if generated { None } else { r.get(3) },
                 generated,
                 identity: r.get(5),
+                collation: r.get(6),
+                inherited: r.get(7),
+                grants: r
+                    .get::<_, Vec<String>>(8)
+                    .iter()
+                    .filter_map(|g| {
+                        let (privilege, rest) = g.split_once(' ')?;
+                        let (grantee, option) = match rest.strip_suffix(" WITH GRANT OPTION") {
+                            Some(grantee) => (grantee, true),
+                            None => (rest, false),
+                        };
+                        Some(ColumnGrant {
+                            privilege: privilege.to_string(),
+                            grantee: grantee.to_string(),
+                            grant_option: option,
+                        })
+                    })
+                    .collect(),
+                comment: r.get(9),
             }
         })
         .collect();
@@ -134,12 +169,45 @@ async fn describe_table(
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
+    let kind = client
+        .query_one(
+            "SELECT c.relkind = 'p',
+                    (SELECT format('%s.%s', n.nspname, p.relname)
+                       FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
+                       JOIN pg_namespace n ON n.oid = p.relnamespace
+                      WHERE i.inhrelid = c.oid ORDER BY i.inhseqno LIMIT 1),
+                    coalesce((SELECT array_agg(format('%s.%s', n.nspname, k.relname) ORDER BY n.nspname, k.relname)
+                                FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid
+                                JOIN pg_namespace n ON n.oid = k.relnamespace
+                               WHERE i.inhparent = c.oid), '{}')
+               FROM pg_class c WHERE c.oid = $1",
+            &[&oid],
+        )
+        .await?;
+    // Names a generated constraint or index must not take: the table's
+    // constraints and every relation of its schema.
+    let taken_names = client
+        .query(
+            "SELECT conname::text FROM pg_constraint WHERE conrelid = $1
+             UNION
+             SELECT c.relname::text FROM pg_class c
+              WHERE c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = $1)",
+            &[&oid],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     Ok(TableInfo {
         name,
         columns,
         primary_key,
         column_uses,
         column_dependents: Vec::new(),
+        partitioned: kind.get(0),
+        parent: kind.get(1),
+        children: kind.get(2),
+        taken_names,
     })
 }
 
@@ -422,6 +490,53 @@ async fn check_sql(
     }
 }
 
+/// Refuses a change whose backfill compares values of type `ty` (the
+/// column `column` of the table, when given, holds such values) that
+/// PostgreSQL cannot compare: `evolve backfill` skips the rows whose column
+/// is already `NOT DISTINCT FROM` the new value, which needs an equality
+/// operator (json, xml and point have none; an array or row of them fails
+/// only on a value, so one stored value is tried too). Without this the
+/// expand step applied and the backfill job then failed.
+async fn check_comparable(
+    client: &Client,
+    table: &QualifiedName,
+    ty: &str,
+    column: Option<&str>,
+    what: &str,
+) -> Result<(), MigrateError> {
+    let mut failed = client
+        .prepare(&format!("SELECT NULL::{ty} IS DISTINCT FROM NULL::{ty}"))
+        .await
+        .err();
+    if let (None, Some(c)) = (&failed, column) {
+        let c = quote_ident(c);
+        failed = client
+            .query_one(
+                &format!(
+                    "SELECT EXISTS (SELECT 1 FROM (SELECT {c} AS v FROM {table} WHERE {c} IS NOT NULL LIMIT 1) AS x
+                     WHERE x.v IS DISTINCT FROM x.v)"
+                ),
+                &[],
+            )
+            .await
+            .err();
+    }
+    match failed {
+        None => Ok(()),
+        Some(e) => usage(format!(
+            "{what} has type {ty}, whose values PostgreSQL cannot compare ({}), and the backfill job compares them to skip rows that are done; {}",
+            e.as_db_error()
+                .map(|d| d.message().to_string())
+                .unwrap_or_else(|| e.to_string()),
+            if ty.starts_with("json") {
+                "change the column to jsonb first (evolve change change-type TABLE COLUMN jsonb --using 'COLUMN::jsonb'), or use jsonb for the new column"
+            } else {
+                "change it to a type with an equality operator first, or change the table with 'evolve rewrite'"
+            }
+        )),
+    }
+}
+
 /// The numbers in a type's modifier: `character varying(20)` -> [20].
 fn modifiers(type_sql: &str) -> Vec<i64> {
     let Some(open) = type_sql.find('(') else {
@@ -493,7 +608,15 @@ pub async fn describe(
             new,
         } => {
             let (old, new) = (fold_ident(&old), fold_ident(&new));
-            column_of(&table, &old)?;
+            let col = column_of(&table, &old)?;
+            check_comparable(
+                client,
+                &name,
+                &col.type_sql,
+                Some(&old),
+                &format!("column {}.{old}", name.plain()),
+            )
+            .await?;
             table.column_dependents = dependents_of(client, &name, &old).await?;
             Change::RenameColumn {
                 table: tn,
@@ -540,6 +663,21 @@ pub async fn describe(
                 None => check_conversion(client, &name, &col, &to).await?,
             }
             table.column_dependents = dependents_of(client, &name, &column).await?;
+            check_comparable(
+                client,
+                &name,
+                &to,
+                None,
+                &format!("the new column of {}.{column}", name.plain()),
+            )
+            .await?;
+            resolved.new_type_collatable = client
+                .query_one(
+                    "SELECT coalesce((SELECT typcollation <> 0 FROM pg_type WHERE oid = to_regtype($1)), false)",
+                    &[&to],
+                )
+                .await?
+                .get(0);
             resolved.new_type = Some(to.clone());
             Change::ChangeType {
                 table: tn,
@@ -562,6 +700,14 @@ pub async fn describe(
                         &format!("SELECT ({d})::{}", col.type_sql),
                         &format!("--default {d:?}"),
                         &name,
+                    )
+                    .await?;
+                    check_comparable(
+                        client,
+                        &name,
+                        &col.type_sql,
+                        Some(&column),
+                        &format!("column {}.{column}", name.plain()),
                     )
                     .await?;
                 }
@@ -617,11 +763,13 @@ pub async fn describe(
                     .await?
                     .get(0);
                 // A bare literal has type unknown: store it as text.
-                resolved.into_types.push(if ty == "unknown" {
+                let ty = if ty == "unknown" {
                     "text".to_string()
                 } else {
                     ty
-                });
+                };
+                check_comparable(client, &name, &ty, None, &format!("--into {n}")).await?;
+                resolved.into_types.push(ty);
             }
             let computed = into
                 .iter()
@@ -667,14 +815,21 @@ pub async fn describe(
             for c in &to {
                 column_of(&other_info, c)?;
             }
+            // What PostgreSQL accepts as the referenced key: a unique index
+            // (a primary key's or unique constraint's, or one of its own)
+            // on exactly those columns, without a predicate or expressions,
+            // checked immediately (not DEFERRABLE).
             let unique: bool = client
                 .query_one(
                     "SELECT EXISTS (
-                       SELECT 1 FROM pg_constraint k
-                        WHERE k.conrelid = $1 AND k.contype IN ('p', 'u')
+                       SELECT 1 FROM pg_index i
+                        WHERE i.indrelid = $1 AND i.indisunique AND i.indimmediate AND i.indisvalid
+                          AND i.indpred IS NULL AND i.indexprs IS NULL
+                          AND i.indnkeyatts = cardinality($2::text[])
                           AND (SELECT array_agg(a.attname::text ORDER BY a.attname)
                                  FROM pg_attribute a
-                                WHERE a.attrelid = k.conrelid AND a.attnum = ANY (k.conkey))
+                                WHERE a.attrelid = i.indrelid
+                                  AND a.attnum = ANY ((i.indkey::int2[])[0:i.indnkeyatts - 1]))
                               = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) AS x))",
                     &[&other_oid, &to],
                 )
@@ -682,7 +837,7 @@ pub async fn describe(
                 .get(0);
             if !unique {
                 return usage(format!(
-                    "there is no primary key or unique constraint on {} ({}), which a foreign key must reference; add one first",
+                    "there is no primary key, unique constraint or unique index on {} ({}) that a foreign key can reference (one without a WHERE clause or expressions, not DEFERRABLE); add one first",
                     other.plain(),
                     to.join(", ")
                 ));

@@ -11,6 +11,10 @@ fn table() -> TableInfo {
         default: default.map(String::from),
         generated: false,
         identity: false,
+        collation: None,
+        inherited: false,
+        grants: Vec::new(),
+        comment: None,
     };
     TableInfo {
         name: QualifiedName::new("app", "Users"),
@@ -22,6 +26,10 @@ fn table() -> TableInfo {
         primary_key: vec!["id".into()],
         column_uses: Vec::new(),
         column_dependents: Vec::new(),
+        partitioned: false,
+        parent: None,
+        children: Vec::new(),
+        taken_names: Vec::new(),
     }
 }
 
@@ -64,7 +72,7 @@ fn rename_quotes_identifiers_and_moves_not_null_and_default() {
     assert!(expand.contains(r#"NEW."na""me" := NEW."full name";"#));
     assert!(expand.contains(r#"NEW."full name" := NEW."na""me";"#));
     let switch = &files[2].sql;
-    assert!(switch.contains(r#"WHERE "full name" IS DISTINCT FROM "na""me""#));
+    assert!(switch.contains(r#"WHERE "full name"::text IS DISTINCT FROM "na""me"::text"#));
     assert!(switch.contains("VALIDATE CONSTRAINT"));
     assert!(switch.contains(r#"ALTER COLUMN "full name" SET NOT NULL"#));
     let contract = &files[3].sql;
@@ -445,5 +453,171 @@ fn long_names_keep_their_label() {
         files[1].sql.contains("_qty_fkey\" FOREIGN KEY"),
         "{}",
         files[1].sql
+    );
+}
+
+/// Every PL/pgSQL body (trigger functions and `DO` blocks) says that a
+/// name which is both a column and a PL/pgSQL variable (`found`, `tg_op`)
+/// is the column.
+#[test]
+fn plpgsql_bodies_resolve_names_to_columns() {
+    let resolved = Resolved {
+        new_type: Some("bigint".into()),
+        ..Resolved::default()
+    };
+    let change = Change::ChangeType {
+        table: "app.Users".into(),
+        column: "qty".into(),
+        to: "bigint".into(),
+        using: None,
+    };
+    let files = generate(&change, &table(), &resolved).unwrap();
+    let mut bodies = 0;
+    for f in &files {
+        for (at, _) in f.sql.match_indices("$evolve$\n") {
+            if f.sql[..at].ends_with("AS ") || f.sql[..at].ends_with("DO ") {
+                bodies += 1;
+                assert!(
+                    f.sql[at..].starts_with("$evolve$\n#variable_conflict use_column\n"),
+                    "{}",
+                    f.sql
+                );
+            }
+        }
+    }
+    assert_eq!(bodies, 3, "expand and switch functions, switch check");
+}
+
+/// Tables whose rows a row trigger does not all see, and partitioned
+/// tables for a foreign key, are refused with the way out.
+#[test]
+fn inheritance_and_partitions_are_refused_where_the_files_would_not_work() {
+    let mut parent = table();
+    parent.children = vec!["app.users_old".into()];
+    let e = generate(&rename(), &parent, &Resolved::default())
+        .unwrap_err()
+        .0;
+    assert!(
+        e.contains("table app.Users has inheritance children (app.users_old)"),
+        "{e}"
+    );
+    // A partitioned table's row triggers are cloned onto its partitions.
+    parent.partitioned = true;
+    generate(&rename(), &parent, &Resolved::default()).unwrap();
+    let fk = Change::AddForeignKey {
+        table: "app.Users".into(),
+        columns: vec!["qty".into()],
+        references: "app.customers".into(),
+        to: vec!["id".into()],
+    };
+    let resolved = Resolved {
+        references: Some(QualifiedName::new("app", "customers")),
+        ..Resolved::default()
+    };
+    let e = generate(&fk, &parent, &resolved).unwrap_err().0;
+    assert!(
+        e.contains("app.Users is a partitioned table")
+            && e.contains("each partition (app.users_old)"),
+        "{e}"
+    );
+
+    let mut partition = table();
+    partition.parent = Some("app.all_users".into());
+    partition.columns[1].inherited = true;
+    let e = generate(&rename(), &partition, &Resolved::default())
+        .unwrap_err()
+        .0;
+    assert!(
+        e.contains("is inherited from app.all_users") && e.contains("on app.all_users instead"),
+        "{e}"
+    );
+}
+
+/// Generated constraint and index names skip the names in use, numbered
+/// as PostgreSQL numbers its own; a column's collation goes to the column
+/// that replaces it.
+#[test]
+fn generated_columns_and_names_fit_what_exists() {
+    let mut t = table();
+    t.taken_names = vec![
+        "Users_full name_not_null".into(),
+        "Users_full name_not_null1".into(),
+    ];
+    t.columns[1].collation = Some(r#""pg_catalog"."C""#.into());
+    let files = generate(&rename(), &t, &Resolved::default()).unwrap();
+    assert!(
+        files[0]
+            .sql
+            .contains(r#"ADD COLUMN "full name" text COLLATE "pg_catalog"."C";"#),
+        "{}",
+        files[0].sql
+    );
+    assert!(
+        files[0]
+            .sql
+            .contains(r#"CONSTRAINT "Users_full name_not_null2" CHECK"#),
+        "{}",
+        files[0].sql
+    );
+    assert!(
+        files[2]
+            .sql
+            .contains(r#"DROP CONSTRAINT "Users_full name_not_null2""#)
+    );
+
+    // A type without a collation takes none.
+    let change = Change::ChangeType {
+        table: "app.Users".into(),
+        column: "na\"me".into(),
+        to: "bytea".into(),
+        using: Some("convert_to(\"na\"\"me\", 'UTF8')".into()),
+    };
+    let resolved = Resolved {
+        new_type: Some("bytea".into()),
+        ..Resolved::default()
+    };
+    let files = generate(&change, &t, &resolved).unwrap();
+    assert!(
+        files[0]
+            .sql
+            .contains(r#"ADD COLUMN "_evolve_new_na""me" bytea;"#),
+        "{}",
+        files[0].sql
+    );
+}
+
+/// The column's own privileges and comment are given to the column that
+/// takes its place, in the expand step.
+#[test]
+fn column_privileges_and_comment_move_with_the_column() {
+    let mut t = table();
+    t.columns[1].grants = vec![
+        ColumnGrant {
+            privilege: "SELECT".into(),
+            grantee: "\"App Role\"".into(),
+            grant_option: false,
+        },
+        ColumnGrant {
+            privilege: "UPDATE".into(),
+            grantee: "PUBLIC".into(),
+            grant_option: true,
+        },
+    ];
+    t.columns[1].comment = Some("it's the name".into());
+    let files = generate(&rename(), &t, &Resolved::default()).unwrap();
+    let expand = &files[0].sql;
+    assert!(
+        expand.contains(r#"GRANT SELECT ("full name") ON "app"."Users" TO "App Role";"#),
+        "{expand}"
+    );
+    assert!(
+        expand.contains(
+            r#"GRANT UPDATE ("full name") ON "app"."Users" TO PUBLIC WITH GRANT OPTION;"#
+        ),
+        "{expand}"
+    );
+    assert!(
+        expand.contains(r#"COMMENT ON COLUMN "app"."Users"."full name" IS 'it''s the name';"#),
+        "{expand}"
     );
 }
