@@ -140,9 +140,13 @@ pub async fn run(
     )
     .await?;
     let table = worker::resolve_table(&client, &spec.table).await?;
-    let columns = worker::columns(&client, table.oid).await?;
+    let columns = worker::typed_columns(&client, table.oid).await?;
     for a in &spec.set {
-        match columns.iter().find(|(c, _)| *c == a.column) {
+        match columns
+            .iter()
+            .find(|c| c.name == a.column)
+            .map(|c| c.generated)
+        {
             None => {
                 return Err(BackfillError::Usage(format!(
                     "column {:?} of table {} does not exist; --set names a column of the table",
@@ -150,7 +154,7 @@ pub async fn run(
                     table.name.plain()
                 )));
             }
-            Some((_, true)) => {
+            Some(true) => {
                 return Err(BackfillError::Usage(format!(
                     "column {:?} of table {} is generated; it cannot be set",
                     a.column,
@@ -172,14 +176,44 @@ pub async fn run(
     worker::check_limits(&client, &opts.batches, &format!("backfill {job}")).await?;
     let what = format!("backfill {job}");
     let filter = spec.filter.as_deref();
-    let first_sql = sql::batch_update(&table.name, &table.key, &spec.set, filter, true);
-    let next_sql = sql::batch_update(&table.name, &table.key, &spec.set, filter, false);
     // Preparing checks the expressions against the table before any batch.
     // It waits for the table's locks like a batch (a session holding the
     // table in ACCESS EXCLUSIVE), so it runs under lock_timeout with the
-    // batches' retries.
-    let mut prepare =
-        async |c: &Client| Ok((c.prepare(&first_sql).await?, c.prepare(&next_sql).await?));
+    // batches' retries. A column whose type has no `=` (json, xml, point)
+    // is compared by its text in the predicate that skips rows done.
+    let mut set = spec.set.clone();
+    let mut prepare = async |c: &Client| {
+        for a in &mut set {
+            let probe = format!(
+                "SELECT {col} IS DISTINCT FROM {col} FROM {} LIMIT 0",
+                table.name,
+                col = evolve_pg::quote_ident(&a.column)
+            );
+            // In a savepoint: the batches' transaction goes on after a
+            // probe PostgreSQL refuses.
+            c.batch_execute("SAVEPOINT evolve_equality").await?;
+            a.compare_as = match c.prepare(&probe).await {
+                Ok(_) => {
+                    c.batch_execute("RELEASE SAVEPOINT evolve_equality").await?;
+                    None
+                }
+                Err(e)
+                    if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) =>
+                {
+                    c.batch_execute("ROLLBACK TO SAVEPOINT evolve_equality")
+                        .await?;
+                    columns
+                        .iter()
+                        .find(|col| col.name == a.column)
+                        .map(|col| col.type_sql.clone())
+                }
+                Err(e) => return Err(e),
+            };
+        }
+        let first_sql = sql::batch_update(&table.name, &table.key, &set, filter, true);
+        let next_sql = sql::batch_update(&table.name, &table.key, &set, filter, false);
+        Ok((c.prepare(&first_sql).await?, c.prepare(&next_sql).await?))
+    };
     let (prepared, _) = in_transaction(
         &client,
         &what,
@@ -421,7 +455,7 @@ pub async fn run(
         }
         // The verify query reads the whole table: under lock_timeout with
         // the batches' retries, like them.
-        let verify_sql = sql::verify(&table.name, &spec.set, filter);
+        let verify_sql = sql::verify(&table.name, &set, filter);
         let mut verify = async |c: &Client| c.query_one(&verify_sql, &[]).await;
         let (counted, _) = in_transaction(
             &client,

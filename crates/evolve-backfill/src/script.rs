@@ -221,6 +221,7 @@ pub fn parse_assignment(text: &str) -> Result<Assignment, String> {
     Ok(Assignment {
         column,
         expr: expr.to_string(),
+        compare_as: None,
     })
 }
 

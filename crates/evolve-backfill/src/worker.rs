@@ -236,15 +236,38 @@ pub(crate) async fn columns(
     client: &Client,
     oid: u32,
 ) -> Result<Vec<(String, bool)>, BackfillError> {
+    Ok(typed_columns(client, oid)
+        .await?
+        .into_iter()
+        .map(|c| (c.name, c.generated))
+        .collect())
+}
+
+/// A column of a table, with its type as `format_type` prints it.
+pub(crate) struct Column {
+    pub name: String,
+    pub generated: bool,
+    pub type_sql: String,
+}
+
+/// The columns of table `oid`, in order.
+pub(crate) async fn typed_columns(client: &Client, oid: u32) -> Result<Vec<Column>, BackfillError> {
     Ok(client
         .query(
-            "SELECT attname::text, attgenerated <> '' FROM pg_attribute
+            "SELECT attname::text, attgenerated <> '', format_type(atttypid, atttypmod)
+             FROM pg_attribute
              WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             &[&oid],
         )
         .await?
         .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .map(|r| {
+            Ok(Column {
+                name: r.try_get(0)?,
+                generated: r.try_get(1)?,
+                type_sql: r.try_get(2)?,
+            })
+        })
         .collect::<Result<Vec<_>, tokio_postgres::Error>>()?)
 }
 
