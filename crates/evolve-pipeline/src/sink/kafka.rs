@@ -52,7 +52,13 @@
 //! The progress topic has one partition and `cleanup.policy=compact` (the
 //! last position of each sink is kept); it and the data topic are created
 //! when missing (the data topic with the broker's default partitions and
-//! replication). A load is one transaction, so it must commit within
+//! replication). A progress topic created by someone else that deletes
+//! records (`cleanup.policy=delete` with a retention) is refused, at
+//! `CREATE SINK` and when a sink opens, since a sink whose position the
+//! broker deleted would write its interface again. `CREATE SINK` writes
+//! the sink's tombstone there, as `DROP SINK` does, so that a sink
+//! created under the name of one dropped while the cluster could not be
+//! reached loads its interface anew. A load is one transaction, so it must commit within
 //! [`TRANSACTION_TIMEOUT`] (15 minutes, the broker's default
 //! `transaction.max.timeout.ms`): that, and the broker's memory for one
 //! open transaction, bound how large an interface a sink can load. While a
@@ -304,16 +310,121 @@ pub(crate) async fn missing_topics(
     .await
 }
 
-/// Checks that a broker of `connection` answers, and creates `topic` and
-/// the progress topic when they are missing.
+/// Refuses the progress topic as a sink's `topic`, checks that a broker
+/// of `connection` answers, creates `topic` and the progress topic when
+/// they are missing, checks the progress topic
+/// ([`check_progress_topic`]), and forgets whatever position the
+/// progress topic still holds for a sink named `sink`: one dropped while
+/// the cluster could not be reached (its tombstone is best effort), whose
+/// position the new sink would otherwise resume at, without loading its
+/// own interface.
 pub(crate) async fn ensure_topics(
     connection_name: &str,
     connection: &Connection,
     sink: &str,
     topic: &str,
 ) -> Result<()> {
+    if topic == PROGRESS_TOPIC {
+        return Err(PipelineError::Refused {
+            sqlstate: "42602",
+            primary: format!(
+                "Kafka topic \"{PROGRESS_TOPIC}\" of sink \"{sink}\" is where every Kafka sink keeps its position; choose another TOPIC"
+            ),
+            detail: None,
+            hint: None,
+        });
+    }
     let missing = missing_topics(connection_name, connection, vec![topic.to_string()]).await?;
-    create_topics(connection_name, connection, sink, topic, &missing).await
+    create_topics(connection_name, connection, sink, topic, &missing).await?;
+    check_progress_topic(connection_name, connection, sink).await?;
+    forget(connection_name, connection, sink)
+        .await
+        .map_err(|e| match e {
+            PipelineError::Database { context, message } => PipelineError::Database {
+                context: format!(
+                    "{context} (clearing the position of an earlier sink \"{sink}\" in topic \"{PROGRESS_TOPIC}\")"
+                ),
+                message,
+            },
+            other => other,
+        })
+}
+
+/// Checks that the progress topic keeps each sink's last record however
+/// old it is: compacted, or its records kept for ever. A topic created by
+/// someone else with the broker's default `cleanup.policy=delete` would
+/// lose the position of a sink that wrote nothing for `retention.ms`, and
+/// the sink would then write its whole interface again. A user that may
+/// not read topic configurations is not checked.
+async fn check_progress_topic(
+    connection_name: &str,
+    connection: &Connection,
+    sink: &str,
+) -> Result<()> {
+    use rdkafka::admin::ResourceSpecifier;
+    let admin: AdminClient<DefaultClientContext> = client_config(connection_name, connection)?
+        .create()
+        .map_err(|e| kafka_error("create a Kafka admin client".into(), e))?;
+    let context = || format!("read the configuration of Kafka topic \"{PROGRESS_TOPIC}\"");
+    let options = AdminOptions::new().request_timeout(Some(OPERATION_TIMEOUT));
+    let results = admin
+        .describe_configs(&[ResourceSpecifier::Topic(PROGRESS_TOPIC)], &options)
+        .await
+        .map_err(|e| kafka_error(context(), e))?;
+    for result in results {
+        let config = match result {
+            Ok(config) => config,
+            Err(
+                RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed
+                | RDKafkaErrorCode::UnknownTopicOrPartition,
+            ) => continue,
+            Err(code) => return Err(kafka_error(context(), code)),
+        };
+        let value = |name: &str| {
+            config
+                .get(name)
+                .and_then(|e| e.value.clone())
+                .unwrap_or_default()
+        };
+        let policy = value("cleanup.policy");
+        let (retention_ms, retention_bytes) = (value("retention.ms"), value("retention.bytes"));
+        if let Some(problem) = progress_retention_problem(&policy, &retention_ms, &retention_bytes)
+        {
+            return Err(PipelineError::Refused {
+                sqlstate: "55000",
+                primary: format!(
+                    "Kafka topic \"{PROGRESS_TOPIC}\", where sink \"{sink}\" keeps its position, is not compacted ({problem}), so the broker deletes old positions, and a sink whose position is gone would write its interface again; compact it (kafka-configs.sh --alter --entity-type topics --entity-name {PROGRESS_TOPIC} --add-config cleanup.policy=compact)"
+                ),
+                detail: None,
+                hint: None,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What makes a progress topic with these settings delete records that
+/// are still a sink's last (`None`: nothing, the topic is compacted only,
+/// or keeps every record).
+fn progress_retention_problem(
+    policy: &str,
+    retention_ms: &str,
+    retention_bytes: &str,
+) -> Option<String> {
+    let compact_only = !policy.is_empty() && policy.split(',').all(|p| p.trim() == "compact");
+    let forever = retention_ms == "-1" && retention_bytes == "-1";
+    if compact_only || forever {
+        return None;
+    }
+    let mut problem = format!("cleanup.policy={policy}");
+    if retention_ms != "-1" {
+        problem.push_str(&format!(", retention.ms={retention_ms}"));
+    }
+    if retention_bytes != "-1" {
+        problem.push_str(&format!(", retention.bytes={retention_bytes}"));
+    }
+    Some(problem)
 }
 
 /// Creates `missing` (the data topic `topic` of `sink` with the broker's
@@ -369,8 +480,9 @@ async fn create_topics(
 /// Forgets sink `name`'s position: a tombstone in the progress topic,
 /// written by a producer with the sink's `transactional.id` (which fences
 /// a task of the sink still running), so a sink created again under the
-/// name loads the interface anew. Best effort: errors are returned for
-/// the caller to ignore.
+/// name loads the interface anew. `DROP SINK` ignores its errors (a sink
+/// whose cluster is gone can be dropped); `CREATE SINK` writes it again
+/// ([`ensure_topics`]) and fails with them.
 pub(crate) async fn forget(
     connection_name: &str,
     connection: &Connection,
@@ -572,6 +684,7 @@ impl KafkaSink {
             &progress_missing,
         )
         .await?;
+        check_progress_topic(&sink.connection, connection, &sink.name).await?;
         let avro = match (&target.registry, registry) {
             (Some(name), Some(registry)) => {
                 Some(register_avro_schemas(name, registry, &sink.interface, &target).await?)
@@ -1499,6 +1612,49 @@ mod tests {
             assert_eq!(partition(format!("{{\"id\":{id}}}").as_bytes(), 3), p);
         }
         assert_eq!(partition(b"anything", 1), 0);
+    }
+
+    /// A progress topic keeps every sink's last record when it is
+    /// compacted only, or keeps every record.
+    #[test]
+    fn a_progress_topic_that_deletes_records_is_named() {
+        for (policy, ms, bytes) in [
+            ("compact", "604800000", "-1"),
+            ("compact", "1000", "1000"),
+            ("delete", "-1", "-1"),
+            ("compact,delete", "-1", "-1"),
+        ] {
+            assert_eq!(
+                progress_retention_problem(policy, ms, bytes),
+                None,
+                "{policy}"
+            );
+        }
+        for (policy, ms, bytes, problem) in [
+            (
+                "delete",
+                "604800000",
+                "-1",
+                "cleanup.policy=delete, retention.ms=604800000",
+            ),
+            (
+                "compact,delete",
+                "-1",
+                "1073741824",
+                "cleanup.policy=compact,delete, retention.bytes=1073741824",
+            ),
+            (
+                "",
+                "",
+                "",
+                "cleanup.policy=, retention.ms=, retention.bytes=",
+            ),
+        ] {
+            assert_eq!(
+                progress_retention_problem(policy, ms, bytes).as_deref(),
+                Some(problem)
+            );
+        }
     }
 
     #[test]

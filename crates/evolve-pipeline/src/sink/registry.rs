@@ -311,7 +311,9 @@ impl Registry {
     }
 
     /// Registers `schema` (Avro, as JSON text) under `subject` and returns
-    /// its id; the id it already has when it is registered.
+    /// its id; the id it already has when it is registered. A subject
+    /// whose schemas `schema` is not compatible with (the registry's 409)
+    /// is refused with the subject and the ways out.
     pub async fn register(&self, subject: &str, schema: &str) -> Result<u32> {
         let body = serde_json::json!({ "schema": schema }).to_string();
         let path = format!("{}/subjects/{}/versions", self.prefix, encode(subject));
@@ -322,6 +324,9 @@ impl Registry {
                 .as_str()
                 .map(str::to_string)
                 .unwrap_or_else(|| String::from_utf8_lossy(&answer).chars().take(200).collect());
+            if status == StatusCode::CONFLICT {
+                return Err(self.incompatible(subject, status, &message));
+            }
             return Err(self.error(&format!(
                 "registering the schema of subject \"{subject}\" was refused ({status}): {message}"
             )));
@@ -425,6 +430,22 @@ impl Registry {
             return Err(self.error(&format!("reading {what} was refused ({status}): {message}")));
         }
         Ok(parsed)
+    }
+
+    /// The registry refused to register a schema under `subject` because
+    /// the subject holds schemas it is not compatible with (Confluent's
+    /// 409): which subject, and the ways out.
+    fn incompatible(&self, subject: &str, status: StatusCode, message: &str) -> PipelineError {
+        let message: String = message.chars().filter(|c| !c.is_control()).collect();
+        PipelineError::Refused {
+            sqlstate: "55000",
+            primary: format!(
+                "subject \"{subject}\" of schema registry connection \"{}\" holds schemas that the sink's schema is not compatible with; sink into another TOPIC, or, when no consumer needs the subject's schemas any more, delete the subject or set its compatibility to NONE",
+                self.name
+            ),
+            detail: Some(format!("the registry answered {status}: {message}")),
+            hint: None,
+        }
     }
 
     fn error(&self, message: &str) -> PipelineError {
