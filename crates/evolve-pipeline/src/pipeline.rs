@@ -1247,22 +1247,52 @@ impl Pipeline {
         // Its task may be writing a transaction (and its progress): the
         // progress record goes once the task has stopped.
         self.catalog_changed_and_settled().await;
+        // Best effort: a sink whose destination cannot be reached can be
+        // dropped. What is left is said, and a sink created again under
+        // the name deals with it (a Kafka sink clears it, a PostgreSQL
+        // sink refuses the table until it is removed).
+        let left = |error: String| {
+            tracing::warn!(
+                sink = %name,
+                connection = %sink.connection,
+                error = %error,
+                "the dropped sink's progress record could not be removed"
+            );
+        };
+        let conn = match self.config.connection(&sink.connection) {
+            Ok(conn) => conn,
+            Err(e) => {
+                left(e.to_string());
+                return Ok(());
+            }
+        };
         if sink.kind == SinkKind::Kafka {
-            if let Ok(conn) = self.config.connection(&sink.connection) {
-                let _ = sink::forget_kafka(&sink.connection, conn, name).await;
+            if let Err(e) = sink::forget_kafka(&sink.connection, conn, name).await {
+                left(e.to_string());
             }
             return Ok(());
         }
-        if let Ok(conn) = self.config.connection(&sink.connection)
-            && let Ok(client) = evolve_pg::connect(conn.url(), "evolve-pipeline").await
+        let client = match evolve_pg::connect(conn.url(), "evolve-pipeline").await {
+            Ok(client) => client,
+            Err(e) => {
+                left(upstream::connect_error(&sink.connection, conn, &e.to_string()).to_string());
+                return Ok(());
+            }
+        };
+        let targets = sink::Targets::new(&sink.target_schema, &sink.target_table);
+        match client
+            .execute(
+                &format!("DELETE FROM {} WHERE sink = $1", targets.progress),
+                &[&name],
+            )
+            .await
         {
-            let targets = sink::Targets::new(&sink.target_schema, &sink.target_table);
-            let _ = client
-                .execute(
-                    &format!("DELETE FROM {} WHERE sink = $1", targets.progress),
-                    &[&name],
-                )
-                .await;
+            // No progress table: nothing is left.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {}
+            Err(e) => {
+                left(PipelineError::database("delete the sink's progress record", &e).to_string())
+            }
+            Ok(_) => {}
         }
         Ok(())
     }
