@@ -628,6 +628,17 @@ async fn bad_connections_and_an_unreachable_broker() {
     )
     .await;
     wait_records(topic, 1).await;
+    // A second sink into the topic another sink writes: refused, naming it.
+    let e = refused(&format!(
+        "CREATE SINK ok_again FROM orders_json INTO KAFKA CONNECTION k (TOPIC '{topic}')"
+    ))
+    .await;
+    assert!(
+        e.starts_with(&format!(
+            "ERROR:  sink \"ok\" writes topic {topic} of connection \"k\" already"
+        )),
+        "{e}"
+    );
     drop(pipeline);
     let good = std::fs::read_to_string(&env.config).unwrap();
     let url = broker().await.url();
