@@ -5,14 +5,17 @@
 //! [`INTERVAL`] when an interface has `ABSORB = 'auto'` (every
 //! [`drift::POLL_INTERVAL`] otherwise, to keep `evolve drift` fresh;
 //! [`crate::drift`]) and, for each interface with `ABSORB =
-//! 'auto'` whose table shows drift (`column_drift`, `type_drift`, or
-//! `stalled`), runs the manual flow's steps, each logged at INFO once it is
+//! 'auto'` whose table shows drift (`column_drift`, `type_drift`,
+//! `stalled`, or `table_dropped` with a table of the pinned name
+//! upstream), runs the manual flow's steps, each logged at INFO once it is
 //! done (created table, created replacement, hydrated, applied, dropped
 //! the old table):
 //!
 //! 1. `CREATE TABLE <next version> FROM SOURCE ... (REFERENCE ...)` with
 //!    the columns upstream has now (the old version's EXCLUDE COLUMNS and
-//!    TEXT COLUMNS are kept for the columns that still exist), where the
+//!    TEXT COLUMNS are kept for the columns that still exist, under their
+//!    new names for columns renamed upstream; a listed column that is gone
+//!    or now part of the key comes off the lists alone), where the
 //!    next version's name is the old one's with its `_vN` suffix
 //!    incremented (`orders_v1` → `orders_v2`; `_v2` appended otherwise);
 //! 2. `CREATE REPLACEMENT MATERIALIZED VIEW <interface>_<version> FOR
@@ -25,14 +28,24 @@
 //! A renamed upstream table is followed by OID and needs nothing; once
 //! it also shows column or type drift, the next version references the
 //! table under its name now (unless another table took the pinned name,
-//! as in a renaming cut-over, which the next version then reads).
+//! as in a renaming cut-over, which the next version then reads). A table
+//! dropped and re-created under its name (`table_dropped` with a table of
+//! that name upstream, as after a cut-over that drops the old table) gets
+//! a next version over the table of that name, as after a renaming
+//! cut-over; a table dropped for good is left as it is.
 //!
 //! Interrupted flows finish: a new version that stalls before its
 //! replacement is applied (the upstream changed again while it hydrated)
 //! is dropped with its replacement, and the flow starts again from the
 //! upstream as it is then; earlier versions of the interface's table that
 //! nothing reads (an absorb killed between its APPLY and its DROP TABLE)
-//! are dropped.
+//! are dropped. A stall that a new version repeats (a row no version can
+//! encode, a record no version can read) does not make the controller
+//! copy the table over and over: once a second version in a row stalls
+//! with the same error, it is dropped too, logged at WARN, and the next
+//! one is made only after [`STALL_WAIT`], doubled at each such stall up
+//! to [`STALL_WAIT_MAX`] (a restart, or the interface set to `manual`,
+//! forgets the count).
 //!
 //! Readers never see an error: the interface serves the old version until
 //! the swap and the new one from the swap on. A step that fails is logged
@@ -46,7 +59,7 @@ use std::time::{Duration, Instant};
 use crate::drift::{self, Signal};
 use crate::error::Result;
 use crate::pipeline::{Pipeline, TableSpec};
-use crate::store::TableState;
+use crate::store::{SourceKind, TableInfo, TableState};
 
 /// How often the upstream catalogs are polled for drift.
 pub const INTERVAL: Duration = Duration::from_secs(2);
@@ -57,18 +70,81 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(30);
 /// How long one APPLY waits for the stream.
 const APPLY_WAIT: Duration = Duration::from_secs(30);
 
-/// The name of the table version after `name`.
+/// How long the controller waits before it makes a new version again
+/// after a second one in a row stalled with the same error before its
+/// swap; each further such stall doubles it, up to [`STALL_WAIT_MAX`].
+pub const STALL_WAIT: Duration = Duration::from_secs(60);
+
+/// The longest wait after new versions that keep stalling the same way.
+pub const STALL_WAIT_MAX: Duration = Duration::from_secs(3600);
+
+/// The versions the controller made for one interface that stalled
+/// before their swap, one after the other, with the same error.
+struct Stalls {
+    /// The error they stalled with.
+    error: String,
+    /// How many stalled with it in a row.
+    times: u32,
+    /// No new version is made before this.
+    until: Instant,
+}
+
+impl Stalls {
+    /// Counts a version that stalled with `error`: after the first, the
+    /// next version is made at once (the upstream may have changed while
+    /// it hydrated); after another with the same error, a new version
+    /// would most likely stall the same way (a row no version can encode,
+    /// a record no version can read), so the next is made only after a
+    /// wait that doubles each time. Returns the wait.
+    fn count(entry: &mut Option<Stalls>, error: &str) -> Duration {
+        let times = match entry {
+            Some(s) if s.error == error => s.times + 1,
+            _ => 1,
+        };
+        let wait = if times < 2 {
+            Duration::ZERO
+        } else {
+            STALL_WAIT
+                .saturating_mul(1 << (times - 2).min(16))
+                .min(STALL_WAIT_MAX)
+        };
+        *entry = Some(Stalls {
+            error: error.to_owned(),
+            times,
+            until: Instant::now() + wait,
+        });
+        wait
+    }
+}
+
+/// The longest name evolve takes, in bytes (PostgreSQL's identifiers).
+const MAX_NAME: usize = 63;
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The name of the table version after `name`: its `_vN` suffix
+/// incremented (`_v2` appended to a name without one), the first such
+/// name not `taken`. A name that would be longer than 63 bytes has its
+/// stem cut to fit.
 pub fn next_version(name: &str, taken: impl Fn(&str) -> bool) -> String {
     let (stem, mut n) = match name.rfind("_v") {
         Some(at) if at + 2 < name.len() && name[at + 2..].bytes().all(|b| b.is_ascii_digit()) => {
             let n: u64 = name[at + 2..].parse().unwrap_or(1);
-            (&name[..at], n + 1)
+            (&name[..at], n.saturating_add(1))
         }
         _ => (name, 2),
     };
     loop {
-        let candidate = format!("{stem}_v{n}");
-        if !taken(&candidate) && candidate.len() <= 63 {
+        let suffix = format!("_v{n}");
+        let candidate = format!("{}{suffix}", cut(stem, MAX_NAME - suffix.len()));
+        if !taken(&candidate) {
             return candidate;
         }
         n += 1;
@@ -76,12 +152,10 @@ pub fn next_version(name: &str, taken: impl Fn(&str) -> bool) -> String {
 }
 
 /// The replacement the controller creates for `interface` over table
-/// version `table`.
+/// version `table`, cut to 63 bytes at a character boundary.
 fn replacement_name(interface: &str, table: &str) -> String {
     let suffix = table.rsplit_once("_v").map_or(table, |(_, n)| n);
-    let mut name = format!("{interface}_absorb_v{suffix}");
-    name.truncate(63);
-    name
+    cut(&format!("{interface}_absorb_v{suffix}"), MAX_NAME).to_owned()
 }
 
 /// Runs the controller until `stop` completes.
@@ -101,6 +175,7 @@ pub async fn run_with(pipeline: &Pipeline, shutdown: impl Future<Output = ()>) -
 
 pub(crate) async fn run(pipeline: &Pipeline, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut failed: HashMap<String, Instant> = HashMap::new();
+    let mut stalls: HashMap<String, Stalls> = HashMap::new();
     let mut polled: Option<Instant> = None;
     let mut ticks = tokio::time::interval(INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -112,7 +187,7 @@ pub(crate) async fn run(pipeline: &Pipeline, mut stop: tokio::sync::watch::Recei
         if *stop.borrow() {
             return;
         }
-        let step = step(pipeline, &mut failed, &mut polled);
+        let step = step(pipeline, &mut failed, &mut stalls, &mut polled);
         tokio::select! {
             _ = step => {}
             _ = stop.changed() => return,
@@ -123,6 +198,7 @@ pub(crate) async fn run(pipeline: &Pipeline, mut stop: tokio::sync::watch::Recei
 async fn step(
     pipeline: &Pipeline,
     failed: &mut HashMap<String, Instant>,
+    stalls: &mut HashMap<String, Stalls>,
     polled: &mut Option<Instant>,
 ) {
     let interfaces = match pipeline.interfaces() {
@@ -132,6 +208,8 @@ async fn step(
             return;
         }
     };
+    // An interface set to manual (or dropped) forgets its stalled versions.
+    stalls.retain(|name, _| interfaces.iter().any(|i| i.name == *name && i.absorb_auto));
     let auto = interfaces.iter().any(|i| i.absorb_auto);
     if !auto && polled.is_some_and(|at| at.elapsed() < drift::POLL_INTERVAL) {
         return;
@@ -149,7 +227,12 @@ async fn step(
         if failed.contains_key(&interface.name) {
             continue;
         }
-        if let Err(e) = absorb(pipeline, &interface.name, &rows).await {
+        let mut entry = stalls.remove(&interface.name);
+        let result = absorb(pipeline, &interface.name, &rows, &mut entry).await;
+        if let Some(entry) = entry {
+            stalls.insert(interface.name.clone(), entry);
+        }
+        if let Err(e) = result {
             tracing::warn!(
                 materialized_view = %interface.name,
                 error = %e.primary(),
@@ -163,8 +246,14 @@ async fn step(
 }
 
 /// One step for one interface: create the next version, or apply a
-/// hydrated replacement of ours and drop the old version.
-async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) -> Result<()> {
+/// hydrated replacement of ours and drop the old version. `stalls` counts
+/// the versions made for it that stalled before their swap.
+async fn absorb(
+    pipeline: &Pipeline,
+    interface: &str,
+    rows: &[drift::DriftRow],
+    stalls: &mut Option<Stalls>,
+) -> Result<()> {
     let Some(current) = pipeline
         .interfaces()?
         .into_iter()
@@ -189,6 +278,8 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
             .find(|t| t.name == pending.table && t.state == TableState::Stalled)
             && !pending.applying
         {
+            let error = stalled.error.as_deref().unwrap_or("no reason recorded");
+            let wait = Stalls::count(stalls, error);
             pipeline.drop_interface(&pending.name)?;
             let readers = pipeline
                 .interfaces()?
@@ -201,15 +292,27 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
             if !readers {
                 pipeline.drop_table(&stalled.name).await?;
             }
-            tracing::info!(
-                materialized_view = %interface,
-                replacement = %pending.name,
-                table = %stalled.name,
-                "absorb: table \"{}\" stalled before replacement \"{}\" was applied ({}); dropped both, to start again from the upstream as it is now",
-                stalled.name,
-                pending.name,
-                stalled.error.as_deref().unwrap_or("no reason recorded")
-            );
+            if wait.is_zero() {
+                tracing::info!(
+                    materialized_view = %interface,
+                    replacement = %pending.name,
+                    table = %stalled.name,
+                    "absorb: table \"{}\" stalled before replacement \"{}\" was applied ({error}); dropped both, to start again from the upstream as it is now",
+                    stalled.name,
+                    pending.name,
+                );
+            } else {
+                tracing::warn!(
+                    materialized_view = %interface,
+                    replacement = %pending.name,
+                    table = %stalled.name,
+                    "absorb: table \"{}\" stalled again before replacement \"{}\" was applied, with the same error ({error}); dropped both; materialized view \"{interface}\" keeps serving table \"{}\" and the next version is made in {} s, since another made now would stall the same way; fix the cause upstream, then restart the pipeline or absorb by hand (CREATE TABLE, CREATE REPLACEMENT MATERIALIZED VIEW, APPLY REPLACEMENT) to go on sooner",
+                    stalled.name,
+                    pending.name,
+                    current.table,
+                    wait.as_secs(),
+                );
+            }
             return Ok(());
         }
         let hydrated = tables
@@ -228,6 +331,7 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
         pipeline
             .apply_replacement(interface, &pending.name, APPLY_WAIT)
             .await?;
+        *stalls = None;
         tracing::info!(
             materialized_view = %interface,
             replacement = %pending.name,
@@ -258,7 +362,11 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
         && (!row.added_upstream.is_empty()
             || !row.dropped_upstream.is_empty()
             || !row.type_changed.is_empty());
+    // Dropped and re-created under its name: the stream follows the OID
+    // that is gone, so nothing of the table reaches the interface until a
+    // version over the table of that name now replaces it.
     if !renamed_with_drift
+        && !drift::recreated(row)
         && !matches!(
             row.signal,
             Signal::ColumnDrift | Signal::TypeDrift | Signal::Stalled
@@ -269,6 +377,9 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
     let Some(old) = tables.iter().find(|t| t.name == current.table) else {
         return Ok(());
     };
+    if stalls.as_ref().is_some_and(|s| Instant::now() < s.until) {
+        return Ok(()); // versions made lately stalled the same way
+    }
     let next = next_version(&old.name, |n| tables.iter().any(|t| t.name == n));
     // The old version's choices, for the columns upstream still has.
     let keep = |excluded: bool| -> Vec<String> {
@@ -291,10 +402,14 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
     // The table under the pinned name, which is another table after a
     // renaming cut-over (`a` to `a_old`, `a_new` to `a`); else, when the
     // upstream table was renamed, the table itself under its name now.
-    let spec = match (create_next(pipeline, spec.clone()).await, &row.renamed_to) {
+    let spec = match (
+        create_next(pipeline, old, spec.clone()).await,
+        &row.renamed_to,
+    ) {
         (Err(crate::PipelineError::UpstreamTableNotFound { .. }), Some(now)) => {
             create_next(
                 pipeline,
+                old,
                 TableSpec {
                     schema: now.schema.clone(),
                     table: now.table.clone(),
@@ -332,21 +447,106 @@ async fn absorb(pipeline: &Pipeline, interface: &str, rows: &[drift::DriftRow]) 
     Ok(())
 }
 
-/// Creates the next version `spec`; an excluded or text column that is
-/// gone upstream now is dropped from its options rather than refused.
-async fn create_next(pipeline: &Pipeline, spec: TableSpec) -> Result<TableSpec> {
-    match pipeline.create_table(&spec).await {
-        Ok(_) => Ok(spec),
-        Err(crate::PipelineError::BadColumn { .. }) => {
-            let spec = TableSpec {
-                exclude: Vec::new(),
-                text: Vec::new(),
-                ..spec
-            };
-            pipeline.create_table(&spec).await?;
-            Ok(spec)
+/// Creates the next version `spec` of table `old`. A column of its
+/// EXCLUDE COLUMNS or TEXT COLUMNS that cannot be listed any more (gone
+/// upstream, or now part of the key) is taken off the lists, and only
+/// that one: every other column keeps the old version's choice, so a
+/// column excluded to keep it out of documents stays out, and one read as
+/// text stays text. A PostgreSQL column renamed upstream keeps its choice
+/// under its new name (found by its attribute number in the same upstream
+/// table).
+async fn create_next(
+    pipeline: &Pipeline,
+    old: &TableInfo,
+    mut spec: TableSpec,
+) -> Result<TableSpec> {
+    follow_renamed_columns(pipeline, old, &mut spec).await;
+    loop {
+        match pipeline.create_table(&spec).await {
+            Ok(_) => return Ok(spec),
+            Err(crate::PipelineError::BadColumn {
+                reference,
+                column,
+                reason,
+            }) if spec.exclude.contains(&column) || spec.text.contains(&column) => {
+                spec.exclude.retain(|c| *c != column);
+                spec.text.retain(|c| *c != column);
+                tracing::info!(
+                    table = %spec.name,
+                    %column,
+                    "absorb: column \"{column}\" of upstream table \"{reference}\" {reason}; table \"{}\" is created without it in its EXCLUDE COLUMNS and TEXT COLUMNS",
+                    spec.name
+                );
+            }
+            Err(e) => return Err(e),
         }
-        Err(e) => Err(e),
+    }
+}
+
+/// Lists under their new names the columns `old` excluded or read as
+/// text that were renamed upstream since: columns of the same upstream
+/// table (by OID) at the same attribute number under a name `old` does
+/// not pin. Only for PostgreSQL sources; when the upstream cannot be read
+/// here, creating the table says why.
+async fn follow_renamed_columns(pipeline: &Pipeline, old: &TableInfo, spec: &mut TableSpec) {
+    if old.kafka.is_some() || !old.columns.iter().any(|c| c.excluded || c.as_text) {
+        return;
+    }
+    let Ok(sources) = pipeline.sources() else {
+        return;
+    };
+    let Some(source) = sources
+        .iter()
+        .find(|s| s.name == old.source && s.kind == SourceKind::Postgres)
+    else {
+        return;
+    };
+    let Ok(conn) = pipeline.config().connection(&source.connection) else {
+        return;
+    };
+    let Ok(client) = crate::upstream::connect(&source.connection, conn).await else {
+        return;
+    };
+    let Ok(upstream) =
+        crate::upstream::inspect_table(&client, &source.name, &spec.schema, &spec.table).await
+    else {
+        return;
+    };
+    if upstream.oid != old.upstream_oid {
+        return;
+    }
+    for c in old.columns.iter().filter(|c| c.excluded || c.as_text) {
+        if upstream.columns.iter().any(|u| u.name == c.name) {
+            continue;
+        }
+        let Some(now) = upstream
+            .columns
+            .iter()
+            .find(|u| u.attnum == c.attnum && !old.columns.iter().any(|o| o.name == u.name))
+        else {
+            continue;
+        };
+        let excluded = c.excluded && !now.key && !spec.exclude.contains(&now.name);
+        let as_text = c.as_text && !spec.text.contains(&now.name);
+        if excluded {
+            spec.exclude.push(now.name.clone());
+        }
+        if as_text {
+            spec.text.push(now.name.clone());
+        }
+        if excluded || as_text {
+            tracing::info!(
+                table = %spec.name,
+                column = %now.name,
+                "absorb: column \"{}\" of upstream table \"{}.{}\" was renamed to \"{}\"; table \"{}\" keeps it {}",
+                c.name,
+                spec.schema,
+                spec.table,
+                now.name,
+                spec.name,
+                if excluded { "excluded" } else { "read as text" }
+            );
+        }
     }
 }
 
@@ -404,6 +604,47 @@ async fn drop_left_versions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stall_repeated_waits_longer_each_time() {
+        let mut stalls = None;
+        assert_eq!(Stalls::count(&mut stalls, "a"), Duration::ZERO);
+        assert_eq!(Stalls::count(&mut stalls, "a"), STALL_WAIT);
+        assert_eq!(Stalls::count(&mut stalls, "a"), STALL_WAIT * 2);
+        assert_eq!(Stalls::count(&mut stalls, "a"), STALL_WAIT * 4);
+        // Another error is another situation: made again at once.
+        assert_eq!(Stalls::count(&mut stalls, "b"), Duration::ZERO);
+        for _ in 0..40 {
+            Stalls::count(&mut stalls, "b");
+        }
+        assert_eq!(Stalls::count(&mut stalls, "b"), STALL_WAIT_MAX);
+    }
+
+    #[test]
+    fn names_at_the_length_limit_are_shortened_not_looped_over() {
+        // 63 bytes, the longest name: the next version's stem is cut to
+        // fit, at a character boundary.
+        let next = next_version(&format!("{}_v9", "o".repeat(60)), |_| false);
+        assert_eq!(next, format!("{}_v10", "o".repeat(59)));
+        assert_eq!(
+            next_version(&"p".repeat(63), |_| false),
+            format!("{}_v2", "p".repeat(60))
+        );
+        let cyrillic = "з".repeat(31);
+        let next = next_version(&cyrillic, |_| false);
+        assert_eq!(next, format!("{}_v2", "з".repeat(30)));
+        let taken = format!("{}_v2", "з".repeat(30));
+        assert_eq!(
+            next_version(&cyrillic, |n| n == taken),
+            format!("{}_v3", "з".repeat(30))
+        );
+        // A replacement's name is cut to 63 bytes where a character
+        // begins (31 two-byte letters and `_`).
+        assert_eq!(
+            replacement_name(&"з".repeat(31), "t_v2"),
+            format!("{}_", "з".repeat(31))
+        );
+    }
 
     #[test]
     fn next_versions() {

@@ -326,6 +326,19 @@ impl DriftRow {
 
 // ------------------------------------------------------------ comparison
 
+/// What the detail of a `table_dropped` row says when a table of the
+/// pinned name exists upstream (under another OID).
+const RECREATED: &str = "was dropped and re-created";
+
+/// Whether `row` reports an upstream table dropped and re-created under
+/// its pinned name: `table_dropped` while a table of that name (with
+/// another OID) exists, as after a cut-over that drops the table and
+/// renames its copy into its place.
+pub fn recreated(row: &DriftRow) -> bool {
+    row.signal == Signal::TableDropped
+        && row.detail.as_deref().is_some_and(|d| d.contains(RECREATED))
+}
+
 /// Compares `table`'s pinned columns (and state) with `upstream`; `None`
 /// when they match and the table is not stalled. See the module docs for
 /// the rules.
@@ -342,7 +355,7 @@ pub fn compare(table: &TableInfo, upstream: &Upstream) -> Option<Drift> {
             table_signal = Some(Signal::TableDropped);
             details.push(match recreated_oid {
                 Some(oid) => format!(
-                    "upstream table \"{reference}\" was dropped and re-created (OID {} → {oid}); its changes no longer reach this table",
+                    "upstream table \"{reference}\" {RECREATED} (OID {} → {oid}); its changes no longer reach this table",
                     table.upstream_oid
                 ),
                 None => format!(
@@ -853,6 +866,23 @@ mod tests {
                 ..drift(Signal::TableDropped)
             })
         );
+    }
+
+    #[test]
+    fn only_a_table_re_created_under_its_name_is_recreated() {
+        let row = |recreated_oid| {
+            let upstream = Upstream::Missing { recreated_oid };
+            DriftRow::new(&table(), compare(&table(), &upstream).unwrap())
+        };
+        assert!(recreated(&row(Some(6000))));
+        assert!(!recreated(&row(None)));
+        let mut stalled = table();
+        stalled.state = TableState::Stalled;
+        let upstream = Upstream::Missing {
+            recreated_oid: Some(6000),
+        };
+        let row = DriftRow::new(&stalled, compare(&stalled, &upstream).unwrap());
+        assert!(!recreated(&row), "a stalled table is reported as stalled");
     }
 
     #[test]
