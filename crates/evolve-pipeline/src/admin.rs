@@ -109,7 +109,7 @@
 //! everything matches ([`crate::drift`] has the rules and the row's
 //! fields: `table`, `source`, `upstream`, `signal`, `status`,
 //! `added_upstream`, `dropped_upstream`, `type_changed`, `error`,
-//! `detail`). Each request reads the upstream catalogs, one session per
+//! `detail`, and when they apply `renamed_to` and `recreated_oid`). Each request reads the upstream catalogs, one session per
 //! source, within 10 s; a source that cannot be read gives each of its
 //! tables a row with signal `unknown` and the connection error (the
 //! connection by its name, never its URL). `?source=NAME` polls that

@@ -174,6 +174,10 @@ pub struct Drift {
     pub detail: Option<String>,
     /// The upstream table's name now, when it was renamed.
     pub renamed_to: Option<UpstreamName>,
+    /// `table_dropped` while a table of the pinned name exists upstream
+    /// (dropped and re-created, as after a cut-over that drops the table
+    /// and renames its copy into its place): that table's OID.
+    pub recreated_oid: Option<u32>,
 }
 
 /// An upstream table's schema and name.
@@ -245,6 +249,9 @@ pub struct DriftRow {
     /// See [`Drift::renamed_to`]; left out when not renamed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renamed_to: Option<UpstreamName>,
+    /// See [`Drift::recreated_oid`]; left out when not re-created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recreated_oid: Option<u32>,
 }
 
 /// The answer to `GET /drift`.
@@ -303,6 +310,7 @@ impl DriftRow {
             },
             detail: drift.detail,
             renamed_to: drift.renamed_to,
+            recreated_oid: drift.recreated_oid,
         }
     }
 
@@ -320,23 +328,19 @@ impl DriftRow {
             error: Some(error),
             detail: None,
             renamed_to: None,
+            recreated_oid: None,
         }
     }
 }
 
 // ------------------------------------------------------------ comparison
 
-/// What the detail of a `table_dropped` row says when a table of the
-/// pinned name exists upstream (under another OID).
-const RECREATED: &str = "was dropped and re-created";
-
 /// Whether `row` reports an upstream table dropped and re-created under
 /// its pinned name: `table_dropped` while a table of that name (with
 /// another OID) exists, as after a cut-over that drops the table and
 /// renames its copy into its place.
 pub fn recreated(row: &DriftRow) -> bool {
-    row.signal == Signal::TableDropped
-        && row.detail.as_deref().is_some_and(|d| d.contains(RECREATED))
+    row.signal == Signal::TableDropped && row.recreated_oid.is_some()
 }
 
 /// Compares `table`'s pinned columns (and state) with `upstream`; `None`
@@ -349,13 +353,17 @@ pub fn compare(table: &TableInfo, upstream: &Upstream) -> Option<Drift> {
     let mut type_changed = Vec::new();
     let mut table_signal = None;
     let mut renamed_to = None;
+    let mut recreated_oid = None;
     let reference = table.reference();
     match upstream {
-        Upstream::Missing { recreated_oid } => {
+        Upstream::Missing {
+            recreated_oid: recreated,
+        } => {
             table_signal = Some(Signal::TableDropped);
-            details.push(match recreated_oid {
+            recreated_oid = *recreated;
+            details.push(match recreated {
                 Some(oid) => format!(
-                    "upstream table \"{reference}\" {RECREATED} (OID {} → {oid}); its changes no longer reach this table",
+                    "upstream table \"{reference}\" was dropped and re-created (OID {} → {oid}); its changes no longer reach this table",
                     table.upstream_oid
                 ),
                 None => format!(
@@ -457,6 +465,7 @@ pub fn compare(table: &TableInfo, upstream: &Upstream) -> Option<Drift> {
         type_changed,
         detail: (!details.is_empty()).then(|| details.join("; ")),
         renamed_to,
+        recreated_oid,
     })
 }
 
@@ -597,6 +606,7 @@ mod tests {
             type_changed: Vec::new(),
             detail: None,
             renamed_to: None,
+            recreated_oid: None,
         }
     }
 
@@ -863,6 +873,7 @@ mod tests {
                      its changes no longer reach this table"
                         .into()
                 ),
+                recreated_oid: Some(6000),
                 ..drift(Signal::TableDropped)
             })
         );

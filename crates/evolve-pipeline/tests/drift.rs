@@ -105,6 +105,7 @@ fn orders(source: &str, signal: Signal) -> DriftRow {
         error: None,
         detail: None,
         renamed_to: None,
+        recreated_oid: None,
     }
 }
 

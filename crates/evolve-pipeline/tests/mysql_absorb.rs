@@ -976,6 +976,7 @@ async fn drift_follows_the_upstream_catalog_and_binlog() {
         error: None,
         detail: None,
         renamed_to: None,
+        recreated_oid: None,
     };
 
     // A column added upstream; a column added FIRST moves every ordinal,

@@ -1639,6 +1639,7 @@ mod tests {
             error: None,
             detail: None,
             renamed_to: None,
+            recreated_oid: None,
         }
     }
 
