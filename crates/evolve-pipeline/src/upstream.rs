@@ -532,8 +532,7 @@ pub async fn publication_gaps(
         |e: tokio_postgres::Error| PipelineError::database("read the publication's settings", &e);
     let Some(p) = client
         .query_opt(
-            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot, \
-                    current_setting('server_version_num')::int >= 150000, quote_ident(pubname) \
+            "SELECT current_setting('server_version_num')::int >= 150000, quote_ident(pubname) \
              FROM pg_catalog.pg_publication WHERE pubname = $1",
             &[&publication],
         )
@@ -542,15 +541,13 @@ pub async fn publication_gaps(
     else {
         return Ok(Vec::new());
     };
-    let operations: Vec<&'static str> = ["insert", "update", "delete", "truncate"]
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| !p.get::<_, bool>(*i))
-        .map(|(_, op)| op)
-        .collect();
-    let via_root: bool = p.get(4);
-    let lists: bool = p.get(5);
-    let shown: String = p.get(6);
+    // The publication's settings are read again with its tables, in one
+    // statement: read apart, a `SET (publish_via_partition_root = ...)`
+    // committed between the two reads would mix the settings of one
+    // moment with the member tables of another (a partition then seems
+    // removed from the publication).
+    let lists: bool = p.get(0);
+    let shown: String = p.get(1);
     // Row filters and column lists (and their columns in
     // pg_publication_tables) came with PostgreSQL 15.
     let (filter, listed) = if lists {
@@ -576,8 +573,10 @@ pub async fn publication_gaps(
                           JOIN pg_catalog.pg_publication_tables apt ON apt.pubname = $1 \
                             AND apt.schemaname = an.nspname AND apt.tablename = ac.relname \
                           WHERE a.relid <> c.oid), \
-                        pt.tablename IS NOT NULL, {filter}, {listed} \
+                        pt.tablename IS NOT NULL, {filter}, {listed}, \
+                        pub.pubinsert, pub.pubupdate, pub.pubdelete, pub.pubtruncate, pub.pubviaroot \
                  FROM unnest($2::oid[]) AS o(oid) \
+                 JOIN pg_catalog.pg_publication pub ON pub.pubname = $1 \
                  JOIN pg_catalog.pg_class c ON c.oid = o.oid \
                  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                  LEFT JOIN pg_catalog.pg_publication_tables pt \
@@ -592,12 +591,19 @@ pub async fn publication_gaps(
         .map(|r| {
             // A partition whose published ancestor stands for it.
             let under_root: bool = r.get(2);
+            let via_root: bool = r.get(10);
+            let unpublished_operations = ["insert", "update", "delete", "truncate"]
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| !r.get::<_, bool>(6 + *i))
+                .map(|(_, op)| op)
+                .collect();
             PublishedTable {
                 oid: r.get(0),
                 name: r.get(1),
                 member: r.get(3),
                 as_root: via_root && under_root,
-                unpublished_operations: operations.clone(),
+                unpublished_operations,
                 publication: shown.clone(),
                 row_filter: r.get(4),
                 // Each name, then as quoted.
