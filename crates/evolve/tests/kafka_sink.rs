@@ -32,54 +32,15 @@ async fn with_kafka(env: &Env) {
     std::fs::write(&env.config, config).unwrap();
 }
 
-/// Every committed record of `topic`; none while the topic does not
-/// exist yet (a sink creates it when it opens, which a busy machine may
-/// not have done when a test first looks).
+/// Every committed record of `topic` on the shared broker.
 async fn records(topic: &str) -> Vec<Record> {
-    let topic = topic.to_string();
-    tokio::task::spawn_blocking(move || {
-        match evolve_test::kafka().read_committed(&topic, Duration::from_secs(60)) {
-            Ok(records) => records,
-            Err(evolve_test::HarnessError::KafkaRead { why, .. })
-                if why == "the topic does not exist" =>
-            {
-                Vec::new()
-            }
-            Err(e) => panic!("{e}"),
-        }
-    })
-    .await
-    .unwrap()
+    topic_records(&evolve_test::kafka().bootstrap(), topic).await
 }
 
-/// Waits until `topic` has `n` committed records, then checks that no
-/// more come for a moment.
+/// Waits until `topic` on the shared broker has `n` committed records,
+/// then checks that no more come for a moment.
 async fn wait_records(topic: &str, n: usize) -> Vec<Record> {
-    let start = Instant::now();
-    loop {
-        let got = records(topic).await;
-        assert!(
-            got.len() <= n,
-            "{} records in {topic}, more than {n}",
-            got.len()
-        );
-        if got.len() == n {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let again = records(topic).await;
-            assert_eq!(again.len(), n, "records after settling");
-            return again;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "{} records in {topic} after 120 s, waiting for {n}",
-            got.len()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
-fn json(bytes: &[u8]) -> Value {
-    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("{e}: {}", text(bytes)))
+    wait_topic_records(&evolve_test::kafka().bootstrap(), topic, n).await
 }
 
 /// The record's `evolve-position` header.
@@ -98,29 +59,6 @@ fn duplicates(records: &[Record]) -> usize {
         .iter()
         .filter(|r| seen.insert((r.key_text(), position(r)), ()).is_some())
         .count()
-}
-
-/// The topic folded as a compacted topic would be: last value per key,
-/// tombstones delete.
-fn folded(records: &[Record]) -> BTreeMap<String, Value> {
-    let mut state = BTreeMap::new();
-    for r in records {
-        let key = json(r.key.as_deref().unwrap()).to_string();
-        match &r.value {
-            Some(v) => state.insert(key, json(v)),
-            None => state.remove(&key),
-        };
-    }
-    state
-}
-
-/// What the upstream server computes, keyed like [`folded`].
-async fn upstream(env: &Env) -> BTreeMap<String, Value> {
-    upstream_rows(&env.up)
-        .await
-        .into_iter()
-        .map(|(k, d)| (json(k.as_bytes()).to_string(), json(d.as_bytes())))
-        .collect()
 }
 
 /// Source `src` (its slot named after `source`: slots are the cluster's,
@@ -170,7 +108,7 @@ async fn upsert_envelope_load_and_changes() {
     )
     .await;
     let loaded = wait_records(topic, 100).await;
-    assert_eq!(folded(&loaded), upstream(&env).await);
+    assert_eq!(folded(&loaded), upstream_documents(&env).await);
     // One load: one position for all of it.
     let load_position = position(&loaded[0]);
     assert!(loaded.iter().all(|r| position(r) == load_position));
@@ -202,7 +140,7 @@ async fn upsert_envelope_load_and_changes() {
         "one tombstone per delete"
     );
     assert_eq!(duplicates(&all), 0);
-    assert_eq!(folded(&all), upstream(&env).await);
+    assert_eq!(folded(&all), upstream_documents(&env).await);
     // The five updates were one upstream transaction: one position.
     let updates: Vec<&Record> = all[110..115].iter().collect();
     assert!(updates.iter().all(|r| position(r) == position(updates[0])));
@@ -270,7 +208,7 @@ async fn upsert_envelope_load_and_changes() {
     )
     .await;
     let again = wait_records(topic, written + 108).await;
-    assert_eq!(folded(&again), upstream(&env).await);
+    assert_eq!(folded(&again), upstream_documents(&env).await);
     let sink = object(&admin, "sink", "orders_kafka").await.unwrap();
     assert_eq!(sink["state"], "running", "{sink}");
 }
@@ -433,7 +371,7 @@ async fn sigkill_during_a_load_delivers_every_change_exactly_once() {
         }
     }
     // Converged: the topic folds to the upstream rows.
-    let want = upstream(&env).await;
+    let want = upstream_documents(&env).await;
     let start = Instant::now();
     let all = loop {
         let all = records(topic).await;
@@ -674,7 +612,7 @@ async fn bad_connections_and_an_unreachable_broker() {
     let pipeline = Pipeline::start(&env.config);
     let all = wait_records(topic, 2).await;
     assert_eq!(duplicates(&all), 0);
-    assert_eq!(folded(&all), upstream(&env).await);
+    assert_eq!(folded(&all), upstream_documents(&env).await);
     let sink = object(&pipeline.url, "sink", "ok").await.unwrap();
     assert_eq!(sink["state"], "running", "{sink}");
 }
@@ -832,7 +770,7 @@ async fn avro_records_through_a_tls_registry_read_by_confluents_client() {
             v => state.insert(key, doc(&v["data"])),
         };
     }
-    assert_eq!(state, upstream(&env).await);
+    assert_eq!(state, upstream_documents(&env).await);
     assert_eq!(upserts.iter().filter(|r| r["value"].is_null()).count(), 1);
     let changes = read("orders_avro_d");
     let ops: Vec<&str> = changes
@@ -953,7 +891,7 @@ async fn a_topic_repartitioned_or_deleted_under_the_sink_loses_no_key() {
             .collect::<Vec<_>>()
     );
     assert_eq!(duplicates(&all), 0);
-    assert_eq!(folded(&all), upstream(&env).await);
+    assert_eq!(folded(&all), upstream_documents(&env).await);
 
     admin_ok!(delete_topics, &[topic]);
     env.up
@@ -987,7 +925,7 @@ async fn a_topic_repartitioned_or_deleted_under_the_sink_loses_no_key() {
     )
     .await;
     let anew = wait_records(topic, 30).await;
-    assert_eq!(folded(&anew), upstream(&env).await);
+    assert_eq!(folded(&anew), upstream_documents(&env).await);
     drop(pipeline);
 }
 
@@ -1035,7 +973,7 @@ async fn a_document_larger_than_the_topic_takes_names_the_way_out() {
     );
     let all = wait_records(topic, 11).await;
     assert_eq!(duplicates(&all), 0);
-    assert_eq!(folded(&all), upstream(&env).await);
+    assert_eq!(folded(&all), upstream_documents(&env).await);
     drop(pipeline);
 }
 
@@ -1099,7 +1037,7 @@ async fn an_earlier_releases_progress_and_partitions_added_move_no_key() {
             .collect::<Vec<_>>()
     );
     assert_eq!(duplicates(&all), 0);
-    assert_eq!(folded(&all), upstream(&env).await);
+    assert_eq!(folded(&all), upstream_documents(&env).await);
     let progress = records("_evolve_sink_progress").await;
     let last = progress
         .iter()

@@ -28,75 +28,6 @@ impl Drop for Killed {
     }
 }
 
-/// Every committed record of `topic` on the brokers `bootstrap`; none
-/// while the topic does not exist.
-async fn records(bootstrap: &str, topic: &str) -> Vec<Record> {
-    let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
-    tokio::task::spawn_blocking(move || {
-        match evolve_test::read_committed(&bootstrap, &topic, Duration::from_secs(60)) {
-            Ok(records) => records,
-            Err(evolve_test::HarnessError::KafkaRead { why, .. })
-                if why == "the topic does not exist" =>
-            {
-                Vec::new()
-            }
-            Err(e) => panic!("{e}"),
-        }
-    })
-    .await
-    .unwrap()
-}
-
-/// Waits until `topic` has `n` committed records, then checks that no
-/// more come for a moment.
-async fn wait_records(bootstrap: &str, topic: &str, n: usize) -> Vec<Record> {
-    let start = Instant::now();
-    loop {
-        let got = records(bootstrap, topic).await;
-        assert!(
-            got.len() <= n,
-            "{} records in {topic}, more than {n}",
-            got.len()
-        );
-        if got.len() == n {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let again = records(bootstrap, topic).await;
-            assert_eq!(again.len(), n, "records after settling");
-            return again;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "{} records in {topic} after 120 s, waiting for {n}",
-            got.len()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
-/// The topic folded as a compacted topic would be.
-fn folded(records: &[Record]) -> BTreeMap<String, Value> {
-    let mut state = BTreeMap::new();
-    for r in records {
-        let key: Value = serde_json::from_slice(r.key.as_deref().unwrap()).unwrap();
-        match &r.value {
-            Some(v) => state.insert(key.to_string(), serde_json::from_slice(v).unwrap()),
-            None => state.remove(&key.to_string()),
-        };
-    }
-    state
-}
-
-async fn upstream(env: &Env) -> BTreeMap<String, Value> {
-    upstream_rows(&env.up)
-        .await
-        .into_iter()
-        .map(|(k, d)| {
-            let k: Value = serde_json::from_str(&k).unwrap();
-            (k.to_string(), serde_json::from_str(&d).unwrap())
-        })
-        .collect()
-}
-
 fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
     rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -225,7 +156,7 @@ async fn a_progress_topic_that_would_delete_positions_is_refused() {
     )
     .await;
     sql_ok(&url, &["-c", &create]).await;
-    wait_records(&bootstrap, topic, 20).await;
+    wait_topic_records(&bootstrap, topic, 20).await;
 
     // Altered back under the sink: at its next start it stops, retrying.
     set_topic_config(
@@ -256,8 +187,8 @@ async fn a_progress_topic_that_would_delete_positions_is_refused() {
         &[("retention.ms", "-1")],
     )
     .await;
-    let all = wait_records(&bootstrap, topic, 25).await;
-    assert_eq!(folded(&all), upstream(&env).await);
+    let all = wait_topic_records(&bootstrap, topic, 25).await;
+    assert_eq!(folded(&all), upstream_documents(&env).await);
     drop(pipeline);
     drop(kafka);
 }
@@ -391,7 +322,7 @@ async fn a_subject_with_an_incompatible_schema_names_the_subject_and_the_way_out
         ],
     )
     .await;
-    wait_records(&kafka.bootstrap(), "orders_fresh", 5).await;
+    wait_topic_records(&kafka.bootstrap(), "orders_fresh", 5).await;
     drop(pipeline);
     drop(registry);
 }
@@ -448,7 +379,7 @@ async fn a_sink_created_again_after_a_drop_that_missed_the_cluster_loads_anew() 
         ],
     )
     .await;
-    wait_records(&kafka.bootstrap(), topic, 20).await;
+    wait_topic_records(&kafka.bootstrap(), topic, 20).await;
 
     // The cluster unreachable while the sink is dropped.
     pipeline.terminate();
@@ -470,12 +401,12 @@ async fn a_sink_created_again_after_a_drop_that_missed_the_cluster_loads_anew() 
         ],
     )
     .await;
-    wait_records(&kafka.bootstrap(), topic, 40).await;
+    wait_topic_records(&kafka.bootstrap(), topic, 40).await;
     env.up
         .batch_execute("UPDATE orders SET total = 0 WHERE id = 1")
         .await
         .unwrap();
-    let all = wait_records(&kafka.bootstrap(), topic, 41).await;
+    let all = wait_topic_records(&kafka.bootstrap(), topic, 41).await;
     let anew = &all[20..];
     assert!(
         anew.iter().all(|r| {
@@ -530,7 +461,7 @@ async fn a_broker_crash_under_writes_loses_and_repeats_nothing() {
         ],
     )
     .await;
-    wait_records(&bootstrap, topic, 30).await;
+    wait_topic_records(&bootstrap, topic, 30).await;
 
     let writes = 150;
     let writer = async {
@@ -555,7 +486,7 @@ async fn a_broker_crash_under_writes_loses_and_repeats_nothing() {
         .unwrap()
     };
     let ((), kafka) = tokio::join!(writer, crash);
-    let all = wait_records(&bootstrap, topic, 30 + writes).await;
+    let all = wait_topic_records(&bootstrap, topic, 30 + writes).await;
     let mut seen = std::collections::HashSet::new();
     let mut last: BTreeMap<String, f64> = BTreeMap::new();
     for r in &all {
@@ -573,7 +504,7 @@ async fn a_broker_crash_under_writes_loses_and_repeats_nothing() {
             assert!(total == before + 1.0, "{key}: {before} then {total}");
         }
     }
-    assert_eq!(folded(&all), upstream(&env).await);
+    assert_eq!(folded(&all), upstream_documents(&env).await);
     drop(pipeline);
     drop(kafka);
 }

@@ -365,3 +365,84 @@ pub async fn wait_writes(sink: &tokio_postgres::Client, expected: i64) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+// ------------------------------------------------------------- Kafka topics
+
+/// Every committed record of `topic` on the brokers `bootstrap`; none
+/// while the topic does not exist yet (a sink creates it when it opens,
+/// which a busy machine may not have done when a test first looks).
+pub async fn topic_records(bootstrap: &str, topic: &str) -> Vec<evolve_test::Record> {
+    let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        match evolve_test::read_committed(&bootstrap, &topic, Duration::from_secs(60)) {
+            Ok(records) => records,
+            Err(evolve_test::HarnessError::KafkaRead { why, .. })
+                if why == "the topic does not exist" =>
+            {
+                Vec::new()
+            }
+            Err(e) => panic!("{e}"),
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until `topic` has `n` committed records, then checks that no
+/// more come for a moment.
+pub async fn wait_topic_records(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+) -> Vec<evolve_test::Record> {
+    let start = Instant::now();
+    loop {
+        let got = topic_records(bootstrap, topic).await;
+        assert!(
+            got.len() <= n,
+            "{} records in {topic}, more than {n}",
+            got.len()
+        );
+        if got.len() == n {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let again = topic_records(bootstrap, topic).await;
+            assert_eq!(again.len(), n, "records after settling");
+            return again;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{} records in {topic} after 120 s, waiting for {n}",
+            got.len()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// JSON bytes as a value (the test fails on anything else).
+pub fn json(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("{e}: {}", text(bytes)))
+}
+
+/// The topic folded as a compacted topic would be: last value per key
+/// (the key's JSON text), tombstones delete.
+pub fn folded(records: &[evolve_test::Record]) -> std::collections::BTreeMap<String, Value> {
+    let mut state = std::collections::BTreeMap::new();
+    for r in records {
+        let key = json(r.key.as_deref().unwrap()).to_string();
+        match &r.value {
+            Some(v) => state.insert(key, json(v)),
+            None => state.remove(&key),
+        };
+    }
+    state
+}
+
+/// What the upstream server computes for `orders`' documents, keyed like
+/// [`folded`].
+pub async fn upstream_documents(env: &Env) -> std::collections::BTreeMap<String, Value> {
+    upstream_rows(&env.up)
+        .await
+        .into_iter()
+        .map(|(k, d)| (json(k.as_bytes()).to_string(), json(d.as_bytes())))
+        .collect()
+}
