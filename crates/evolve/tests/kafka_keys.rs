@@ -14,15 +14,6 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::*;
 
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 const ORDER: &str = r#"{"type":"record","name":"Order","fields":[
     {"name":"id","type":"int"},{"name":"customer","type":"string"},{"name":"qty","type":"int"}]}"#;
 const ORDER_KEY: &str = r#"{"type":"record","name":"OrderKey","namespace":"shop","fields":[{"name":"id","type":"long"}]}"#;
@@ -131,38 +122,13 @@ fn order(id: i64, qty: i64) -> Value {
     json!({"id": id, "customer": format!("c{id}"), "qty": qty})
 }
 
-/// `evolve registry serve` with the storage of `env`; its url.
-fn serve_registry(env: &Env) -> (Killed, String) {
-    let mut registry = Killed(
-        Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(["registry", "serve", "--listen", "127.0.0.1:0", "--storage"])
-            .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(registry.0.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_string();
-    (registry, url)
-}
-
 /// The broker, a registry, and connections `k` and `csr` in the env's
 /// evolve.toml: (registry, bootstrap, registry url).
 async fn kafka_env(env: &Env) -> (Killed, String, String) {
     let kafka = tokio::task::spawn_blocking(evolve_test::kafka)
         .await
         .unwrap();
-    let (registry, url) = serve_registry(env);
+    let (registry, url) = serve_registry(env, "127.0.0.1:0", &[]);
     let mut config = std::fs::read_to_string(&env.config).unwrap();
     config.push_str(&format!(
         "[connections.k]\nurl = \"{}\"\n[connections.csr]\nurl = \"{url}\"\n",

@@ -652,32 +652,19 @@ async fn avro_records_through_a_tls_registry_read_by_confluents_client() {
     let hash = text(&hasher.wait_with_output().unwrap().stdout);
     let users = env.dir.join("users");
     std::fs::write(&users, format!("sink:{}", hash.trim())).unwrap();
-    let mut registry = Killed(
-        std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(["registry", "serve", "--listen", "127.0.0.1:0", "--storage"])
-            .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
-            .arg("--users")
-            .arg(&users)
-            .arg("--tls-cert")
-            .arg(&cert)
-            .arg("--tls-key")
-            .arg(&key)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
+    let (registry, url) = serve_registry(
+        &env,
+        "127.0.0.1:0",
+        &[
+            "--users".as_ref(),
+            users.as_os_str(),
+            "--tls-cert".as_ref(),
+            cert.as_os_str(),
+            "--tls-key".as_ref(),
+            key.as_os_str(),
+        ],
     );
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(registry.0.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("https://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_string();
+    assert!(url.starts_with("https://"), "{url}");
     let mut config = std::fs::read_to_string(&env.config).unwrap();
     config.push_str(&format!(
         "[connections.csr]\nurl = \"{url}\"\nuser = \"sink\"\npassword = \"s3cret\"\nsslrootcert = \"{}\"\n\
@@ -790,16 +777,6 @@ async fn avro_records_through_a_tls_registry_read_by_confluents_client() {
         "{shown}"
     );
     drop(registry);
-}
-
-/// A child process killed when the test ends, however it ends.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// An admin client of the shared broker.

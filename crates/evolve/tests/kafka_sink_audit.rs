@@ -18,16 +18,6 @@ use rdkafka::client::DefaultClientContext;
 use serde_json::Value;
 use support::*;
 
-/// A child process killed when the test ends, however it ends.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
     rdkafka::ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -230,26 +220,7 @@ async fn a_subject_with_an_incompatible_schema_names_the_subject_and_the_way_out
         .await
         .unwrap();
     let env = env("kafka_subject_incompatible").await;
-    let mut registry = Killed(
-        std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(["registry", "serve", "--listen", "127.0.0.1:0", "--storage"])
-            .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(registry.0.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let registry_url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_string();
+    let (registry, registry_url) = serve_registry(&env, "127.0.0.1:0", &[]);
     let mut config = std::fs::read_to_string(&env.config).unwrap();
     config.push_str(&format!(
         "[connections.k]\nurl = \"{}\"\n[connections.csr]\nurl = \"{registry_url}\"\n",

@@ -14,15 +14,6 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::*;
 
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn script() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_avro_produce.py")
 }
@@ -487,7 +478,7 @@ async fn kafka_env(env: &Env) -> (Killed, String, String) {
     let kafka = tokio::task::spawn_blocking(evolve_test::kafka)
         .await
         .unwrap();
-    let (registry, url) = serve_registry(env, "127.0.0.1:0");
+    let (registry, url) = serve_registry(env, "127.0.0.1:0", &[]);
     let mut config = std::fs::read_to_string(&env.config).unwrap();
     config.push_str(&format!(
         "[connections.k]\nurl = \"{}\"\n[connections.csr]\nurl = \"{url}\"\n\
@@ -2040,31 +2031,6 @@ async fn a_schema_with_references_is_pinned_and_read_across_versions() {
     assert_eq!(audit_count(&env.sink).await, 11);
 }
 
-/// `evolve registry serve` on `listen` with the storage of `env`; its url.
-fn serve_registry(env: &Env, listen: &str) -> (Killed, String) {
-    let mut registry = Killed(
-        Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(["registry", "serve", "--listen", listen, "--storage"])
-            .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(registry.0.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_string();
-    (registry, url)
-}
-
 /// The broker crashes (SIGKILL) and comes back while records stream in:
 /// nothing is lost or applied twice. The registry down when the stream
 /// opens: the source retries and its status says why; once the registry
@@ -2079,7 +2045,7 @@ async fn a_broker_restart_and_a_registry_outage_lose_nothing() {
         .unwrap()
         .expect("start a broker");
     let bootstrap = broker.bootstrap();
-    let (registry, url) = serve_registry(&env, "127.0.0.1:0");
+    let (registry, url) = serve_registry(&env, "127.0.0.1:0", &[]);
     let mut config = std::fs::read_to_string(&env.config).unwrap();
     config.push_str(&format!(
         "[connections.k]\nurl = \"{}\"\n[connections.csr]\nurl = \"{url}\"\n",
@@ -2149,7 +2115,7 @@ async fn a_broker_restart_and_a_registry_outage_lose_nothing() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(shown.contains("cannot connect"), "{shown}");
-    let (_registry, _) = serve_registry(&env, &format!("127.0.0.1:{port}"));
+    let (_registry, _) = serve_registry(&env, &format!("127.0.0.1:{port}"), &[]);
     wait_docs(&env, "public.orders_json", &fold(&all, &fields)).await;
     wait_writes(&env.sink, 2 + RECORDS).await;
     wait_all_running(&pipeline.url).await;

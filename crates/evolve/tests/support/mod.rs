@@ -446,3 +446,41 @@ pub async fn upstream_documents(env: &Env) -> std::collections::BTreeMap<String,
         .map(|(k, d)| (json(k.as_bytes()).to_string(), json(d.as_bytes())))
         .collect()
 }
+
+// ------------------------------------------------------------- processes
+
+/// A child process killed when the test ends, however it ends.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `evolve registry serve --listen LISTEN --storage sqlite:<env>/registry.db`
+/// with `extra` arguments: the running registry and the URL it printed
+/// (`http://...`, or `https://...` with TLS).
+pub fn serve_registry(env: &Env, listen: &str, extra: &[&std::ffi::OsStr]) -> (Killed, String) {
+    let mut registry = Killed(
+        Command::new(EVOLVE)
+            .args(["registry", "serve", "--listen", listen, "--storage"])
+            .arg(format!("sqlite:{}", env.dir.join("registry.db").display()))
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(registry.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    (registry, url)
+}
