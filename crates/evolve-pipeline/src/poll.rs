@@ -142,10 +142,11 @@ async fn poll_mysql(
         .iter()
         .zip(upstreams)
         .map(|(table, upstream)| {
-            (
-                table.name.clone(),
-                compare(table, &upstream).map(|d| DriftRow::new(table, d)),
-            )
+            let row = match upstream {
+                Ok(upstream) => compare(table, &upstream).map(|d| DriftRow::new(table, d)),
+                Err(e) => Some(DriftRow::unknown(table, one_line(&e))),
+            };
+            (table.name.clone(), row)
         })
         .collect())
 }

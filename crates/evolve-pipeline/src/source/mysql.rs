@@ -1325,7 +1325,9 @@ async fn catalog_columns(
 
 /// Drift polls of a MySQL source's tables (see [`crate::drift`]): what
 /// `information_schema` says of each table now, in `tables`' order, read
-/// in one session.
+/// in one session. A table the user may not read is that table's error
+/// (naming the GRANT), not the others'; a session that cannot be opened
+/// is the whole poll's.
 ///
 /// MySQL has neither table OIDs nor stable column numbers: a table is
 /// found by its pinned `database.table` (a renamed or dropped one is
@@ -1343,7 +1345,7 @@ pub async fn read_upstreams(
     connection: &Connection,
     tables: &[TableInfo],
     now: &HashMap<u32, Arc<TableSchema>>,
-) -> Result<Vec<Upstream>> {
+) -> Result<Vec<Result<Upstream>>> {
     let mut conn = session(name, connection).await?;
     let mut out = Vec::with_capacity(tables.len());
     for table in tables {
@@ -1378,11 +1380,18 @@ pub async fn read_upstreams(
             && read_denied(&e)
         {
             let what = format!("read {database}.{table_name} (SELECT)");
-            return Err(
-                read_error(&mut conn, database, table_name, "the drift poll", &what, e).await,
-            );
+            out.push(Err(read_error(
+                &mut conn,
+                database,
+                table_name,
+                "the drift poll",
+                &what,
+                e,
+            )
+            .await));
+            continue;
         }
-        out.push(match columns {
+        out.push(Ok(match columns {
             None => Upstream::Missing {
                 recreated_oid: None,
             },
@@ -1404,7 +1413,7 @@ pub async fn read_upstreams(
                     })
                     .collect(),
             },
-        });
+        }));
     }
     let _ = conn.disconnect().await;
     Ok(out)
