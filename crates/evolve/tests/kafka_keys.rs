@@ -8,7 +8,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -61,27 +60,9 @@ print(delivered[0])
 /// Runs `python3 -c code args`, `stdin` on its standard input; its
 /// stdout.
 async fn python(code: &'static str, args: Vec<String>, stdin: String) -> String {
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(code)
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "python3 {args:?}: {}",
-            text(&out.stderr)
-        );
-        text(&out.stdout)
-    })
-    .await
-    .unwrap()
+    let mut all: Vec<std::ffi::OsString> = vec!["-c".into(), code.into()];
+    all.extend(args.into_iter().map(Into::into));
+    python3(all, stdin).await
 }
 
 /// Produces `records` (JSON lines as [`PRODUCE`] reads them) into

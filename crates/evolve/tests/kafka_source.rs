@@ -20,26 +20,9 @@ fn script() -> std::path::PathBuf {
 
 /// Runs the producer script with `args` and `stdin`; its stdout.
 async fn python(args: Vec<String>, stdin: String) -> String {
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new("python3")
-            .arg(script())
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "kafka_avro_produce.py {args:?}: {}",
-            text(&out.stderr)
-        );
-        text(&out.stdout)
-    })
-    .await
-    .unwrap()
+    let mut all: Vec<std::ffi::OsString> = vec![script().into()];
+    all.extend(args.into_iter().map(Into::into));
+    python3(all, stdin).await
 }
 
 const V1: &str = r#"{"type":"record","name":"Order","fields":[

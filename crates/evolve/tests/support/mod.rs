@@ -484,3 +484,28 @@ pub fn serve_registry(env: &Env, listen: &str, extra: &[&std::ffi::OsStr]) -> (K
         .to_string();
     (registry, url)
 }
+
+/// Runs `python3` with `args` (a script path, or `-c CODE` and its
+/// arguments), `stdin` on its standard input; its stdout (the test fails
+/// when it exits badly).
+pub async fn python3(args: Vec<std::ffi::OsString>, stdin: String) -> String {
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new("python3")
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), stdin.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "python3 {args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    })
+    .await
+    .unwrap()
+}
